@@ -1,0 +1,54 @@
+# labkit: `make grade` runs every lab notebook and checks it; `make test` runs the tests.
+# Every target depends on `setup`, which builds .venv once (a stamp file makes later calls no-ops).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.labkit-installed
+
+# Where the loader looks for data (see README "Data"). Both are optional.
+#   DATA=DIR         use the dataset files already in DIR (LABKIT_DATA)
+#   DATA_MIRROR=X    fetch from X, a local directory or a base URL (LABKIT_DATA_MIRROR)
+ifdef DATA
+export LABKIT_DATA := $(abspath $(DATA))
+endif
+ifdef DATA_MIRROR
+export LABKIT_DATA_MIRROR := $(if $(findstring ://,$(DATA_MIRROR)),$(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
+endif
+
+SUBMISSIONS ?=
+JOBS        ?= 1
+PYTEST_ARGS ?=
+
+.PHONY: setup data lab test grade bench release clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -e .
+	touch $@
+
+data: setup
+	$(PY) -m labkit data fetch --dataset mnist --dataset a9a
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+grade: setup
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS)
+
+bench: setup
+	$(PY) -m labkit bench --out out/bench
+
+release: setup
+	$(PY) -m labkit release --out release
+
+clean:
+	rm -rf out runs release .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +

@@ -1,0 +1,10 @@
+"""labkit: a lab kit for learning how distributed TensorFlow training behaves, by measuring it.
+
+Notebooks use the few names re-exported here; everything else lives in one module per
+concern (see README.md, "Layout"). Importing labkit does not import TensorFlow.
+"""
+from labkit.data import DataError, load_mnist, make_dataset
+from labkit.record import record
+
+__version__ = "0.1.0"
+__all__ = ["DataError", "load_mnist", "make_dataset", "record", "__version__"]

@@ -1,0 +1,125 @@
+"""``make bench``: benchmarks that report ratios measured side by side in one run.
+
+Absolute times drift on shared machines; ratios of contenders timed in the same run
+do not (much). Each benchmark is a module here with ``run(quick: bool) -> dict``:
+
+    {"title": str,
+     "rows":   [{column: value, ...}, ...],              # what was measured, one row per contender
+     "ratios": [{"name": str, "value": float, "goal": str, "met": bool | None}, ...],
+     "notes":  [str, ...]}
+
+The harness runs each benchmark in its own process (they set thread pools and
+collectives differently, and TensorFlow allows that only once per process), prints
+Markdown tables and writes ``bench.md`` and ``bench.json`` under the output folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# name -> module; each module defines run(quick) and ends with `main(run)`.
+BENCHMARKS: dict[str, str] = {}
+
+
+def ratio(name: str, value: float, goal: str) -> dict:
+    """A ratio row. ``goal`` is '<= X' or '>= X' (or '' for information only)."""
+    met = None
+    if goal:
+        op, x = goal.split()
+        met = value <= float(x) if op == "<=" else value >= float(x)
+    return {"name": name, "value": float(value), "goal": goal, "met": met}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def to_markdown(result: dict) -> str:
+    lines = [f"## {result['title']}", ""]
+    rows = result.get("rows", [])
+    if rows:
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+        lines.append("")
+    if result.get("ratios"):
+        lines += ["| ratio | value | goal | met |", "|---|---|---|---|"]
+        for r in result["ratios"]:
+            met = {True: "yes", False: "**no**", None: "-"}[r["met"]]
+            lines.append(f"| {r['name']} | {r['value']:.3g} | {r['goal'] or '-'} | {met} |")
+        lines.append("")
+    lines += [f"- {n}" for n in result.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run_one(name: str, quick: bool, timeout: float) -> dict:
+    """Run one benchmark in a child process that is killed with its tree on timeout."""
+    from labkit.proc import OwnedProcess, tail
+
+    with tempfile.TemporaryDirectory(prefix=f"labkit-bench-{name}-") as tmp:
+        out, log = Path(tmp) / "result.json", Path(tmp) / "log.txt"
+        cmd = [sys.executable, "-m", BENCHMARKS[name], "--json", out] + (["--quick"] if quick else [])
+        t0 = time.monotonic()
+        with OwnedProcess(cmd, log, timeout=timeout) as p:
+            try:
+                rc = p.wait()
+            except subprocess.TimeoutExpired as e:  # wait() has killed the tree
+                return {"title": name, "error": f"{type(e).__name__}: {e}", "log_tail": tail(log)}
+        if rc != 0 or not out.exists():
+            return {"title": name, "error": f"exit code {rc}", "log_tail": tail(log)}
+        result = json.loads(out.read_text())
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labkit bench")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {', '.join(BENCHMARKS)})")
+    parser.add_argument("--out", default="out/bench")
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check the harness")
+    parser.add_argument("--timeout", type=float, default=1800)
+    args = parser.parse_args(argv)
+    return run_all(args.names or list(BENCHMARKS), Path(args.out), args.quick, args.timeout)
+
+
+def run_all(names, out: Path, quick: bool = False, timeout: float = 1800) -> int:
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    results, failed = {}, 0
+    for name in names:
+        print(f"... {name}", flush=True)
+        res = results[name] = run_one(name, quick, timeout)
+        if "error" in res:
+            failed += 1
+            print(f"## {name}: FAILED ({res['error']})\n{res.get('log_tail', '')}\n", flush=True)
+        else:
+            print(to_markdown(res), flush=True)
+    md = "# labkit benchmarks\n\n" + "\n".join(
+        to_markdown(r) if "error" not in r else f"## {n}: FAILED\n\n```\n{r['error']}\n{r.get('log_tail', '')}\n```\n"
+        for n, r in results.items())
+    (out / "bench.md").write_text(md)
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
+    return 1 if failed else 0
+
+
+def entry(run) -> None:
+    """``python -m labkit.bench.NAME [--quick] [--json PATH]``: run one benchmark, print it, save it."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    result = run(quick=args.quick)
+    print(to_markdown(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))

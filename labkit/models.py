@@ -1,0 +1,65 @@
+"""The Keras models the labs train. Each builder is seeded so runs are reproducible."""
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+
+def softmax_regression(num_classes: int = 10, input_shape=(28, 28), seed: int = 0) -> keras.Model:
+    """Multinomial logistic regression: flatten, one dense layer, logits out (784*10+10 = 7,850 weights).
+
+    Weights start from small random normals ("random initialization" in the reports).
+    """
+    return keras.Sequential([
+        keras.Input(input_shape),
+        layers.Flatten(),
+        layers.Dense(num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01, seed=seed),
+                     name="logits"),
+    ], name="softmax_regression")
+
+
+def lenet5(num_classes: int = 10, activation: str = "relu", pooling: str = "max", seed: int = 0) -> keras.Model:
+    """LeNet-5 for 28x28 inputs: conv 6@5x5 (same) - pool - conv 16@5x5 - pool - 120 - 84 - logits.
+
+    ReLU and max pooling are the defaults: they train faster with plain SGD than the
+    original tanh / average pooling, which remain one argument away. 61,706 weights.
+    """
+    pool = {"max": layers.MaxPooling2D, "avg": layers.AveragePooling2D}[pooling]
+    init = lambda i: keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731
+    return keras.Sequential([
+        keras.Input((28, 28)),
+        layers.Reshape((28, 28, 1)),
+        layers.Conv2D(6, 5, padding="same", activation=activation, kernel_initializer=init(0)),
+        pool(2),
+        layers.Conv2D(16, 5, activation=activation, kernel_initializer=init(1)),
+        pool(2),
+        layers.Flatten(),
+        layers.Dense(120, activation=activation, kernel_initializer=init(2)),
+        layers.Dense(84, activation=activation, kernel_initializer=init(3)),
+        layers.Dense(num_classes, kernel_initializer=init(4), name="logits"),
+    ], name="lenet5")
+
+
+def mlp(hidden=(2048, 2048), num_classes: int = 10, seed: int = 0) -> keras.Model:
+    """A communication-heavy MLP (784-2048-2048-10: 5.8M weights, 23 MB) for Lab 5."""
+    stack = [keras.Input((28, 28)), layers.Flatten()]
+    stack += [layers.Dense(h, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=seed + i))
+              for i, h in enumerate(hidden)]
+    stack.append(layers.Dense(num_classes, name="logits"))
+    return keras.Sequential(stack, name="mlp_" + "x".join(map(str, hidden)))
+
+
+MODELS = {"softmax_regression": softmax_regression, "lenet5": lenet5, "mlp": mlp}
+
+
+def build(name: str, **kwargs) -> keras.Model:
+    """A model by name, for task programs that get it from the command line."""
+    try:
+        return MODELS[name](**kwargs)
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}") from None
+
+
+def model_bytes(model: keras.Model) -> int:
+    """Bytes of the trainable weights (float32): the M of the communication formulas."""
+    return sum(int(w.numpy().nbytes) for w in model.trainable_weights)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _data(args) -> int:
@@ -35,10 +36,14 @@ def _add_data(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="run the benchmarks (ratios measured side by side) into out/bench/",
-                       add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda a: __import__("labkit.bench", fromlist=["main"]).main(a.rest))
+    from labkit import bench
+
+    p = sub.add_parser("bench", help="run the benchmarks (ratios measured side by side) into out/bench/")
+    p.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(bench.BENCHMARKS)})")
+    p.add_argument("--out", default="out/bench")
+    p.add_argument("--quick", action="store_true", help="small sizes, to check that each benchmark runs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per benchmark")
+    p.set_defaults(func=lambda a: bench.run_all(a.names or list(bench.BENCHMARKS), Path(a.out), a.quick, a.timeout))
 
 
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.

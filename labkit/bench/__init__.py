@@ -79,16 +79,6 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
         return result
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labkit bench")
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {', '.join(BENCHMARKS)})")
-    parser.add_argument("--out", default="out/bench")
-    parser.add_argument("--quick", action="store_true", help="small sizes, to check the harness")
-    parser.add_argument("--timeout", type=float, default=1800)
-    args = parser.parse_args(argv)
-    return run_all(args.names or list(BENCHMARKS), Path(args.out), args.quick, args.timeout)
-
-
 def run_all(names, out: Path, quick: bool = False, timeout: float = 1800) -> int:
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:

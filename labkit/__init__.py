@@ -3,6 +3,11 @@
 Notebooks use the few names re-exported here; everything else lives in one module per
 concern (see README.md, "Layout"). Importing labkit does not import TensorFlow.
 """
+import os
+
+# Quiet TensorFlow's C++ start-up chatter in notebooks and task logs; errors still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 from labkit.data import DataError, load_mnist, make_dataset
 from labkit.record import record
 

@@ -31,6 +31,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,17 +137,17 @@ def _content_sha256(path: Path) -> str | None:
         with gzip.open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, EOFError, zlib.error):  # BadGzipFile is an OSError
         return None
     return h.hexdigest()
 
 
-def check_file(path: Path, fs: FileSpec) -> None:
-    """Raise DataError unless ``path`` holds the pinned bytes of ``fs``."""
+def check_file(path: Path, fs: FileSpec, shown: str | None = None) -> None:
+    """Raise DataError unless ``path`` holds the pinned bytes of ``fs`` (``shown`` names it in errors)."""
     actual = _sha256(path)
     if fs.sha256 is not None and actual == fs.sha256:
         return
-    if fs.content_sha256 is not None and path.suffix == ".gz":
+    if fs.content_sha256 is not None and fs.name.endswith(".gz"):
         content = _content_sha256(path)
         if content == fs.content_sha256:
             return  # a faithful copy, recompressed
@@ -158,7 +159,7 @@ def check_file(path: Path, fs: FileSpec) -> None:
     else:
         expected = fs.sha256
     raise DataError(
-        f"{path} is corrupt or truncated: expected sha256 {expected}, got {actual} "
+        f"{shown or path} is corrupt or truncated: expected sha256 {expected}, got {actual} "
         f"({path.stat().st_size:,} bytes).\n"
         f"Fix: delete it and fetch again with `python -m labkit data fetch --force`, "
         f"or `make data`.")
@@ -260,7 +261,7 @@ def _fetch_one(fs: FileSpec, sources: list[str], dest: Path, retries: int, timeo
             tmp = Path(tmp_name)
             try:
                 _copy_from(source, fs, tmp, timeout)
-                check_file(tmp, fs)
+                check_file(tmp, fs, shown=f"{source.rstrip('/')}/{fs.name}")
                 os.chmod(tmp, 0o644)  # mkstemp makes files private; data is for everyone
                 os.replace(tmp, dest / fs.name)  # atomic: readers see nothing or the verified file
                 return source
@@ -268,7 +269,7 @@ def _fetch_one(fs: FileSpec, sources: list[str], dest: Path, retries: int, timeo
                 errors.append(f"{source}: no {fs.name} there")
             except (OSError, DataError) as e:
                 reason = f"HTTP {e.code}" if isinstance(e, urllib.error.HTTPError) else str(e).splitlines()[0]
-                errors.append(f"{source}: {reason}")
+                errors.append(reason if isinstance(e, DataError) else f"{source}: {reason}")
                 retry |= _transient(e)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -311,7 +312,7 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with gzip.open(path, "rb") as f:
             raw = f.read()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"{path} is not a readable gzip file ({e}). Fix: delete it and run `make data`.") from e
     magic = int.from_bytes(raw[:4], "big")
     ndim = {2049: 1, 2051: 3}.get(magic)

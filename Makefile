@@ -40,7 +40,7 @@ lab: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-grade: setup
+grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS)
 
 bench: setup

@@ -1,0 +1,550 @@
+"""Bytes on the wire and an alpha-beta model of one synchronous data-parallel step.
+
+This is the one place for "analytic bytes per step": Labs 2, 4 and 5 compare their
+measured traffic against :func:`step_bytes`. Lab 5 then explains and extrapolates its
+measured scaling with :class:`CostModel`:
+
+    t_step(N) = t_compute(batch) + t_comm(N)
+    t_comm    = messages * alpha + critical_bytes / B
+
+Symbols: M model bytes (float32 trainable weights, :func:`labkit.models.model_bytes`),
+N workers, k parameter-server tasks, alpha seconds per message, B bytes/s per node link
+(full duplex). Per step:
+
+- PS: every worker pushes M of gradients and pulls M of weights (2M); the busiest ps
+  serves N workers, 2*N*M/k bytes. Push and pull are two rounds whose latencies overlap
+  across workers: 2 messages on the critical path.
+- Ring all-reduce: reduce-scatter then all-gather, 2(N-1) rounds, each sending and
+  receiving M/N at once: 2(N-1)/N*M bytes each way per worker in 2(N-1) messages.
+
+TF2's ParameterServerStrategy lets workers step asynchronously, so one worker's compute
+can overlap another's transfers; the ps link still carries 2M per worker step, so both
+readings share the ceiling that makes PS level off: batch * k * B / (2M) images/s.
+
+Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
+loopback TCP micro-benchmark (:func:`loopback_transfers` + :func:`fit_link`) or from the
+measured runs themselves (:func:`fit_link_to_runs`). Imports no TensorFlow.
+"""
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+ARCHS = ("ps", "ring")
+MIB = 2 ** 20
+
+
+def gbit(x: float) -> float:
+    """A link speed in Gb/s (10^9 bits/s, as NICs are sold) as bytes/s."""
+    return x * 1e9 / 8
+
+
+def _check_arch(arch: str) -> str:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r}; use 'ps' (parameter server) or 'ring' (all-reduce)")
+    return arch
+
+
+def _check_count(name: str, value) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_positive(name: str, value: float) -> float:
+    if not (isinstance(value, (int, float, np.number)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------
+# Bytes on the wire
+# ---------------------------------------------------------------------------------------
+
+def even_shards(model_bytes: float, n_ps: int) -> tuple[float, ...]:
+    """Bytes per ps when the weights split evenly (a variable partitioner): M/k each."""
+    n_ps = _check_count("n_ps", n_ps)
+    return (float(model_bytes) / n_ps,) * n_ps
+
+
+def round_robin_shards(variable_bytes: Sequence[float], n_ps: int) -> tuple[float, ...]:
+    """Bytes per ps when whole variables are dealt out in turn, as ParameterServerStrategy
+    does without a partitioner. One big kernel then lands on one ps, and adding ps tasks
+    stops helping: for the MLP 784-2048-2048-10 and k=2, one ps holds ~all the bytes."""
+    n_ps = _check_count("n_ps", n_ps)
+    loads = [0.0] * n_ps
+    for i, b in enumerate(variable_bytes):
+        loads[i % n_ps] += float(b)
+    return tuple(loads)
+
+
+@dataclass(frozen=True)
+class StepBytes:
+    """Analytic bytes that one synchronous step puts on the wire, per task.
+
+    ``total`` is the sum over tasks of bytes sent, which is what the system-wide ``lo``
+    counter sees on one side on 127.0.0.1; on a cluster compare a node's NIC with its
+    task's ``sent``/``recv``. For asynchronous PS, one worker step is ``workers=1``.
+    """
+    arch: str
+    workers: int
+    model_bytes: float
+    worker_sent: float
+    worker_recv: float
+    ps_sent: tuple[float, ...] = ()
+    ps_recv: tuple[float, ...] = ()
+
+    @property
+    def total(self) -> float:
+        return self.workers * self.worker_sent + sum(self.ps_sent)
+
+    @property
+    def busiest_task(self) -> float:
+        """Bytes sent + received by the most loaded task."""
+        return max([self.worker_sent + self.worker_recv] + [s + r for s, r in zip(self.ps_sent, self.ps_recv)])
+
+    def per_task(self) -> pd.DataFrame:
+        """One row per task: task name, bytes sent, bytes received."""
+        rows = [{"task": f"worker:{i}", "sent": self.worker_sent, "recv": self.worker_recv}
+                for i in range(self.workers)]
+        rows += [{"task": f"ps:{i}", "sent": s, "recv": r} for i, (s, r) in enumerate(zip(self.ps_sent, self.ps_recv))]
+        return pd.DataFrame(rows)
+
+
+def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
+               shards: Sequence[float] | None = None) -> StepBytes:
+    """Analytic bytes per synchronous step for ``arch`` ('ps' or 'ring').
+
+    ``shards``: bytes held by each ps (default :func:`even_shards`; see
+    :func:`round_robin_shards`). Ignored for the ring, which has no ps.
+    """
+    _check_arch(arch)
+    n = _check_count("workers", workers)
+    m = _check_positive("model_bytes", model_bytes)
+    if arch == "ring":
+        per_dir = 2 * (n - 1) / n * m
+        return StepBytes("ring", n, m, per_dir, per_dir)
+    shards = tuple(float(s) for s in (shards if shards is not None else even_shards(m, n_ps)))
+    if not shards or not math.isclose(sum(shards), m, rel_tol=1e-6):
+        raise ValueError(f"shards must hold the whole model ({m:.0f} bytes), got {sum(shards):.0f} "
+                         f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()")
+    per_ps = tuple(n * s for s in shards)
+    return StepBytes("ps", n, m, m, m, per_ps, per_ps)
+
+
+def comm_terms(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
+               shards: Sequence[float] | None = None) -> tuple[int, float]:
+    """(messages, bytes) on the critical path of one step; t_comm = messages*alpha + bytes/B.
+
+    PS: push then pull, so the busiest task's sent + received bytes count in full
+    (the ps's 2*N*M/k, or a worker's 2M when there are more ps than workers), in 2 rounds.
+    Ring: each of the 2(N-1) rounds sends and receives M/N at the same time on a
+    full-duplex link, so one direction counts: 2(N-1)/N*M.
+    """
+    sb = step_bytes(arch, model_bytes, workers, n_ps, shards)
+    if arch == "ring":
+        return 2 * (sb.workers - 1), sb.worker_sent
+    return 2, sb.busiest_task
+
+
+# ---------------------------------------------------------------------------------------
+# Links: alpha and B, from a loopback micro-benchmark or from measured runs
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Link:
+    """A network link in the alpha-beta model: each message costs alpha s, each byte 1/B s."""
+    alpha_s: float
+    bandwidth: float  # bytes/s
+    source: str = ""
+    rel_error: float = float("nan")  # median |measured - fitted| / measured of the fit, if fitted
+
+    def __post_init__(self):
+        if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
+            raise ValueError(f"alpha_s must be >= 0 seconds, got {self.alpha_s!r}")
+        _check_positive("bandwidth (bytes/s)", self.bandwidth)
+
+    def seconds(self, messages: float, nbytes: float) -> float:
+        return messages * self.alpha_s + nbytes / self.bandwidth
+
+
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns: the best of the plain least-squares
+    fits on each column subset whose coefficients are all >= 0 (exact: the NNLS optimum
+    is the unconstrained optimum on its own support)."""
+    n = a.shape[1]
+    best, best_res = np.zeros(n), float(np.sum(b ** 2))
+    for r in range(1, n + 1):
+        for cols in combinations(range(n), r):
+            sub = a[:, cols]
+            coef, *_ = np.linalg.lstsq(sub, b, rcond=None)
+            if np.all(coef >= 0):
+                res = float(np.sum((sub @ coef - b) ** 2))
+                if res < best_res:
+                    best, best_res = np.zeros(n), res
+                    best[list(cols)] = coef
+    return best
+
+
+def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "fit") -> Link:
+    """Fit t = alpha + bytes/B to transfer timings (one message each).
+
+    Least squares on relative error (each row weighted by 1/t), so the small transfers
+    that fix alpha count as much as the large ones that fix B; alpha >= 0 and B > 0.
+    """
+    x = np.asarray(list(nbytes), dtype=float)
+    t = np.asarray(list(seconds), dtype=float)
+    if x.shape != t.shape or x.size < 2:
+        raise ValueError("fit_link needs the same number (>= 2) of sizes and times")
+    if np.any(t <= 0) or np.any(x < 0):
+        raise ValueError("fit_link needs positive times and non-negative sizes")
+    if np.unique(x).size < 2:
+        raise ValueError("fit_link needs at least two different transfer sizes to separate alpha from B")
+    w = 1.0 / t
+    alpha, inv_b = _nnls(np.column_stack([w, x * w]), np.ones_like(t))
+    if inv_b <= 0:
+        raise ValueError("the timings do not grow with size, so no bandwidth can be fitted; "
+                         "use larger transfers (e.g. up to tens of MB)")
+    fitted = alpha + x * inv_b
+    return Link(float(alpha), float(1.0 / inv_b), source, float(np.median(np.abs(fitted - t) / t)))
+
+
+DEFAULT_SIZES = tuple(2 ** p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
+
+
+def _recv_exact(conn: socket.socket, view: memoryview) -> bool:
+    """Fill ``view`` from ``conn``; False if the peer closed before sending anything."""
+    got = 0
+    while got < len(view):
+        r = conn.recv_into(view[got:])
+        if r == 0:
+            if got == 0:
+                return False
+            raise ConnectionError(f"peer closed after {got} of {len(view)} bytes")
+        got += r
+    return True
+
+
+def loopback_transfers(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5,
+                       timeout_s: float = 30.0) -> pd.DataFrame:
+    """Time TCP transfers over 127.0.0.1: send ``size`` bytes, wait for a 1-byte ack.
+
+    Each timing is one message of the alpha-beta model (latency includes the ack's trip).
+    A server thread in this process receives; sockets time out after ``timeout_s``, so a
+    stuck transfer raises instead of hanging. Returns rows (bytes, seconds), one per transfer.
+    """
+    sizes = [int(s) for s in sizes]
+    if not sizes or min(sizes) < 1 or repeats < 1:
+        raise ValueError("loopback_transfers needs positive sizes and repeats >= 1")
+    errors: list[BaseException] = []
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(timeout_s)
+        port = srv.getsockname()[1]
+
+        def serve():
+            try:
+                conn, _ = srv.accept()
+                with conn:
+                    conn.settimeout(timeout_s)
+                    header, buf = bytearray(8), memoryview(bytearray(max(sizes)))
+                    while _recv_exact(conn, memoryview(header)):
+                        _recv_exact(conn, buf[:int.from_bytes(header, "big")])
+                        conn.sendall(b"\x01")
+            except BaseException as e:  # reported by the caller below
+                errors.append(e)
+
+        server = threading.Thread(target=serve, name="labkit-loopback", daemon=True)
+        server.start()
+        rows = []
+        payload = memoryview(bytes(max(sizes)))
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as c:
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ack = bytearray(1)
+            for rep in range(repeats + 1):  # the first round warms up buffers and is dropped
+                for n in sizes:
+                    t0 = time.perf_counter()
+                    c.sendall(n.to_bytes(8, "big"))
+                    c.sendall(payload[:n])
+                    if not _recv_exact(c, memoryview(ack)):
+                        break
+                    if rep:
+                        rows.append({"bytes": n, "seconds": time.perf_counter() - t0})
+            c.shutdown(socket.SHUT_WR)
+        server.join(timeout_s)
+    if errors:
+        raise RuntimeError(f"loopback server failed: {errors[0]!r}") from errors[0]
+    if len(rows) != repeats * len(sizes):
+        raise RuntimeError(f"loopback benchmark got {len(rows)} of {repeats * len(sizes)} acks")
+    return pd.DataFrame(rows)
+
+
+def measure_loopback_link(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5) -> Link:
+    """alpha and B of 127.0.0.1, fitted to the median time of each transfer size."""
+    med = loopback_transfers(sizes, repeats).groupby("bytes")["seconds"].median()
+    return fit_link(med.index, med.values, source="loopback TCP micro-benchmark")
+
+
+# ---------------------------------------------------------------------------------------
+# The step-time model
+# ---------------------------------------------------------------------------------------
+
+def _cpu_stretch(workers: int, cores: int | None) -> float:
+    """How much longer each worker computes when N workers share ``cores`` (1 on a cluster)."""
+    return max(1.0, workers / cores) if cores else 1.0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """t_step = per_sample_s * batch (+ overhead) + t_comm, for one model on one network.
+
+    ``cores``: set it when all workers share one machine (127.0.0.1): compute per worker
+    then stretches by N/cores once N exceeds the cores. Leave None for a cluster.
+    """
+    per_sample_s: float
+    link: Link
+    step_overhead_s: float = 0.0
+    cores: int | None = None
+
+    def __post_init__(self):
+        _check_positive("per_sample_s", self.per_sample_s)
+        if self.step_overhead_s < 0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s!r}")
+        if self.cores is not None and self.cores < 1:
+            raise ValueError(f"cores must be >= 1 or None, got {self.cores!r}")
+
+    @classmethod
+    def from_single_worker(cls, step_s: float, batch: int, link: Link, **kwargs) -> "CostModel":
+        """Compute per sample from a 1-worker run without communication (ring, N=1)."""
+        return cls(_check_positive("step_s", step_s) / _check_positive("batch", batch), link, **kwargs)
+
+    def t_compute(self, batch: int, workers: int = 1) -> float:
+        return self.per_sample_s * batch * _cpu_stretch(workers, self.cores) + self.step_overhead_s
+
+    def t_comm(self, arch: str, model_bytes: float, workers: int, n_ps: int = 1,
+               shards: Sequence[float] | None = None) -> float:
+        return self.link.seconds(*comm_terms(arch, model_bytes, workers, n_ps, shards))
+
+    def t_step(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
+               shards: Sequence[float] | None = None) -> float:
+        """Seconds per synchronous step; ``batch`` is per worker."""
+        return self.t_compute(batch, workers) + self.t_comm(arch, model_bytes, workers, n_ps, shards)
+
+    def images_per_s(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
+                     shards: Sequence[float] | None = None) -> float:
+        return workers * batch / self.t_step(arch, model_bytes, workers, batch, n_ps, shards)
+
+    def predict(self, arch: str, model_bytes: float, workers: Iterable[int], batch: int,
+                n_ps: int = 1, baseline: str = "self") -> pd.DataFrame:
+        """Predicted scaling, one row per N: t_compute, t_comm, step_s, images_per_s, speedup.
+
+        ``baseline``: 'self' divides by the same architecture at N=1 (as report 003's
+        Figures 4.3-4.4 do); 'single' by one process without communication.
+        """
+        if baseline not in ("self", "single"):
+            raise ValueError(f"baseline must be 'self' or 'single', got {baseline!r}")
+        base = (self.images_per_s(arch, model_bytes, 1, batch, n_ps) if baseline == "self"
+                else batch / self.t_compute(batch, 1))
+        rows = []
+        for n in workers:
+            tc, tm = self.t_compute(batch, n), self.t_comm(arch, model_bytes, n, n_ps)
+            ips = n * batch / (tc + tm)
+            rows.append({"arch": arch, "workers": n, "t_compute": tc, "t_comm": tm, "step_s": tc + tm,
+                         "images_per_s": ips, "speedup": ips / base})
+        return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration against measured runs
+# ---------------------------------------------------------------------------------------
+
+RUN_COLUMNS = ("arch", "workers", "batch", "model_bytes", "step_s", "per_sample_s")
+
+
+def _check_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ValueError(f"runs lack column(s) {missing}; each row needs {list(RUN_COLUMNS)} "
+                         f"(n_ps optional, default 1; per_sample_s from that model's 1-worker run)")
+    runs = runs.copy()
+    if "n_ps" not in runs.columns:
+        runs["n_ps"] = 1
+    return runs
+
+
+def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False
+                     ) -> tuple[Link, float]:
+    """Fit alpha and B (and a per-step overhead) so the model explains measured step times.
+
+    Each row's compute (per_sample_s * batch, stretched for ``cores``) is taken as known;
+    the rest of its step time is regressed on its messages and critical-path bytes. Returns
+    (link, overhead_s). Rows without communication only inform the overhead.
+    """
+    runs = _check_runs(runs)
+    cols, target = [], []
+    for r in runs.itertuples():
+        msgs, nbytes = comm_terms(r.arch, r.model_bytes, int(r.workers), int(r.n_ps))
+        comp = r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores)
+        w = 1.0 / r.step_s  # relative error, as in fit_link
+        cols.append([msgs * w, nbytes * w] + ([w] if fit_overhead else []))
+        target.append((r.step_s - comp) * w)
+    coef = _nnls(np.asarray(cols, float), np.asarray(target, float))
+    if coef[1] <= 0:
+        raise ValueError("the measured step times do not grow with bytes on the wire, so no bandwidth "
+                         "can be fitted; include runs with N >= 2 of a communication-heavy model")
+    link = Link(float(coef[0]), float(1.0 / coef[1]), "fit to measured runs")
+    overhead = float(coef[2]) if fit_overhead else 0.0
+    pred = predict_runs(runs, link, cores=cores, step_overhead_s=overhead)
+    return replace(link, rel_error=float(pred["rel_error"].abs().median())), overhead
+
+
+def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
+                 step_overhead_s: float = 0.0) -> pd.DataFrame:
+    """The runs with the model's predicted step_s and images_per_s, and rel_error =
+    (predicted - measured) / measured step time."""
+    runs = _check_runs(runs)
+    pred = []
+    for r in runs.itertuples():
+        m = CostModel(r.per_sample_s, link, step_overhead_s, cores)
+        pred.append(m.t_step(r.arch, r.model_bytes, int(r.workers), int(r.batch), int(r.n_ps)))
+    runs["predicted_step_s"] = pred
+    runs["predicted_images_per_s"] = runs["workers"] * runs["batch"] / runs["predicted_step_s"]
+    runs["rel_error"] = runs["predicted_step_s"] / runs["step_s"] - 1
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# Crossover: where ring all-reduce beats a parameter server
+# ---------------------------------------------------------------------------------------
+
+def _linear_comm(arch: str, workers: int, link: Link, n_ps: int) -> tuple[float, float]:
+    """t_comm = a + b*M for even shards: (a seconds, b seconds per model byte)."""
+    msgs, nbytes = comm_terms(arch, 1.0, workers, n_ps)
+    return msgs * link.alpha_s, nbytes / link.bandwidth
+
+
+def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1) -> float:
+    """The model size above which ring all-reduce communicates faster than PS with ``n_ps``
+    even shards (0: ring always faster; inf: never). Compute is the same for both and cancels.
+
+    PS pays 2 latencies but ~2NM/k bytes; the ring 2(N-1) latencies but only ~2M: the ring
+    wins once M is more than a few alpha*B (the link's latency-bandwidth product).
+    """
+    n = _check_count("workers", workers)
+    a_ps, b_ps = _linear_comm("ps", n, link, n_ps)
+    a_r, b_r = _linear_comm("ring", n, link, n_ps)
+    if a_r <= a_ps and b_r <= b_ps:
+        return 0.0
+    if b_r >= b_ps:
+        return math.inf
+    return max(0.0, (a_r - a_ps) / (b_ps - b_r))
+
+
+def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024) -> int:
+    """The largest N up to which the ring communicates faster than PS (1 if not even at N=2;
+    ``max_workers`` if at every N). At N=2 both pay 2 latencies and the ring moves fewer
+    bytes; each further worker adds 2 ring latencies, so a model under ~alpha*B loses the
+    ring's lead at some N, while a larger one keeps it at every N."""
+    m = _check_positive("model_bytes", model_bytes)
+    last = 1
+    for n in range(2, max_workers + 1):
+        if m <= crossover_model_bytes(n, link, n_ps):
+            break
+        last = n
+    return last
+
+
+def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: Iterable[Link],
+                  n_ps: int = 1, per_sample_s: float | None = None, batch: int = 32) -> pd.DataFrame:
+    """Ring vs PS over model size x N x network: one row per point with t_ps, t_ring and
+    ``ring_speedup`` = t_ps / t_ring (> 1: the ring is faster). Communication only, unless
+    ``per_sample_s`` adds the (shared) compute, which shrinks the ratio toward 1."""
+    rows = []
+    for link in links:
+        for n in workers:
+            for m in model_bytes:
+                tc = per_sample_s * batch if per_sample_s else 0.0
+                t_ps = tc + link.seconds(*comm_terms("ps", m, n, n_ps))
+                t_ring = tc + link.seconds(*comm_terms("ring", m, n, n_ps))
+                rows.append({"network": link.source, "bandwidth": link.bandwidth, "alpha_s": link.alpha_s,
+                             "workers": n, "model_bytes": float(m), "n_ps": n_ps, "t_ps": t_ps, "t_ring": t_ring,
+                             "ring_speedup": t_ps / t_ring if t_ring > 0 else math.inf,
+                             "winner": "ring" if t_ring < t_ps else "ps"})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Report 003's models and networks
+# ---------------------------------------------------------------------------------------
+
+BENCHMARK_SOURCE = ("TensorFlow performance benchmarks (tensorflow/tensorflow, "
+                    "tensorflow/docs_src/performance/benchmarks.md, 2017): Google Compute Engine, "
+                    "NVIDIA Tesla K80, training on synthetic ImageNet data, 1 GPU")
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """A model of report 003 (Table 3.1), with the single-K80 throughput that sets its compute.
+
+    Report 003 gives no single-node images/s in its text (its Figures 4.1-4.4 are images),
+    so compute comes from TensorFlow's own K80 benchmark on the same cloud (GCE).
+    """
+    name: str
+    size_mib: float        # report 003 Table 3.1 "Model size (MB)": Keras Applications file sizes, in MiB
+    gflops: float          # report 003 Table 3.1, forward pass per 224x224 image
+    k80_images_per_s: float
+    note: str = field(default="", compare=False)
+
+    @property
+    def model_bytes(self) -> float:
+        return self.size_mib * MIB
+
+    @property
+    def per_sample_s(self) -> float:
+        return 1.0 / self.k80_images_per_s
+
+
+_VGG16_K80 = 35.4
+REPORT_003_MODELS: dict[str, PublishedModel] = {m.name: m for m in [
+    PublishedModel("AlexNet", 233, 0.7, 656,
+                   "benchmark batch 512 (32 not published); AlexNet's compute is ~2% of its step at 1 Gb/s either way"),
+    PublishedModel("VGG16", 528, 15.5, _VGG16_K80, "benchmark batch 32"),
+    PublishedModel("VGG19", 548, 19.6, round(_VGG16_K80 * 15.5 / 19.6, 1),
+                   "not benchmarked: VGG16's rate scaled by the GFLOPs ratio 15.5/19.6"),
+    PublishedModel("ResNet50", 98, 3.9, 49.5, "benchmark batch 32"),
+    PublishedModel("ResNet152", 230, 11.3, 20.0, "benchmark batch 32"),
+]}
+
+# Latency of a cloud LAN message: tens to hundreds of microseconds. For these model sizes
+# (M/B is 0.08-4.6 s on these networks) even the ring's 10 latencies at N=6 are under 1% of
+# t_comm, so the exact value hardly matters.
+CLOUD_ALPHA_S = 100e-6
+NETWORKS = {"1 Gb/s": Link(CLOUD_ALPHA_S, gbit(1), "1 Gb/s"), "10 Gb/s": Link(CLOUD_ALPHA_S, gbit(10), "10 Gb/s")}
+
+
+def report_003_curves(workers: Iterable[int] = range(1, 7), networks: dict[str, Link] | None = None,
+                      batch: int = 32, n_ps: int = 1, baseline: str = "self") -> pd.DataFrame:
+    """Predicted images/s and speed-up for report 003's models, networks and 1-6 workers
+    (batch 32 per worker and one ps, as in its Tables 3.2-3.3): one row per
+    (model, network, arch, N). The thesis trained on 32x32 CIFAR-10 images, which need far
+    less compute than the 224x224 benchmark rates assumed here, so its communication share
+    was if anything larger: these curves are optimistic for both architectures."""
+    workers = list(workers)
+    frames = []
+    for name, net in (networks or NETWORKS).items():
+        for spec in REPORT_003_MODELS.values():
+            cm = CostModel(spec.per_sample_s, net)
+            for arch in ARCHS:
+                df = cm.predict(arch, spec.model_bytes, workers, batch, n_ps, baseline)
+                df.insert(0, "network", name)
+                df.insert(0, "model", spec.name)
+                df["model_bytes"] = spec.model_bytes
+                frames.append(df)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,214 @@
+"""The cost model: bytes-on-the-wire formulas, calibration, the loopback benchmark, crossover."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit import costmodel as cm
+from labkit.costmodel import CostModel, Link
+
+LENET_BYTES = 61_706 * 4  # tf-2.21-distributed-facts.md: M = 246.8 KB
+
+
+# --- bytes on the wire --------------------------------------------------------------------
+
+def test_ps_bytes_per_task_by_hand():
+    sb = cm.step_bytes("ps", 1000, workers=3, n_ps=1)
+    assert (sb.worker_sent, sb.worker_recv) == (1000, 1000)
+    assert sb.ps_sent == (3000,) and sb.ps_recv == (3000,)
+    assert sb.total == 6000  # 2*N*M
+    assert sb.busiest_task == 6000
+    table = sb.per_task()
+    assert list(table["task"]) == ["worker:0", "worker:1", "worker:2", "ps:0"]
+    assert table["sent"].sum() == sb.total
+
+
+def test_ring_bytes_per_task_by_hand():
+    sb = cm.step_bytes("ring", 900, workers=3)
+    assert sb.worker_sent == sb.worker_recv == pytest.approx(1200)  # 2*(3-1)/3*900
+    assert sb.total == pytest.approx(3600)  # 2*(N-1)*M
+    assert sb.ps_sent == ()
+    assert cm.step_bytes("ring", 900, workers=1).total == 0
+
+
+def test_bytes_match_the_measured_lenet_table():
+    # the analytic column of tf-2.21-distributed-facts.md, "Bytes on the wire"
+    assert cm.step_bytes("ps", LENET_BYTES, 1).total / 1e3 == pytest.approx(493.6, abs=0.1)
+    assert cm.step_bytes("ring", LENET_BYTES, 2).total == pytest.approx(2 * LENET_BYTES)
+    assert cm.step_bytes("ring", LENET_BYTES, 3).total == pytest.approx(3 * 4 * LENET_BYTES / 3)
+
+
+def test_shards_even_round_robin_and_uneven_load():
+    assert cm.even_shards(100, 4) == (25, 25, 25, 25)
+    assert cm.round_robin_shards([10, 1, 20, 2, 5], 2) == (35, 3)
+    sb = cm.step_bytes("ps", 38, workers=2, n_ps=2, shards=(35, 3))
+    assert sb.ps_sent == (70, 6)
+    assert cm.comm_terms("ps", 38, 2, 2, shards=(35, 3)) == (2, 140)
+
+
+def test_comm_terms_by_hand():
+    m = 1e6
+    assert cm.comm_terms("ps", m, 4, n_ps=2) == (2, pytest.approx(4 * m))  # 2*N*M/k
+    assert cm.comm_terms("ps", m, 2, n_ps=8) == (2, pytest.approx(2 * m))  # worker link bound
+    msgs, nbytes = cm.comm_terms("ring", m, 4)
+    assert msgs == 6 and nbytes == pytest.approx(1.5 * m)
+    assert cm.comm_terms("ring", m, 1) == (0, 0)
+
+
+def test_step_time_and_throughput_by_hand():
+    model = CostModel(per_sample_s=1e-3, link=Link(1e-4, 1e8))
+    t = model.t_step("ring", 1e8, workers=4, batch=32)
+    assert t == pytest.approx(0.032 + 6 * 1e-4 + 1.5)
+    assert model.images_per_s("ring", 1e8, 4, 32) == pytest.approx(128 / t)
+    assert model.t_step("ps", 1e8, workers=4, batch=32) == pytest.approx(0.032 + 2e-4 + 8.0)
+    stretched = CostModel(1e-3, Link(1e-4, 1e8), cores=2)
+    assert stretched.t_compute(32, workers=4) == pytest.approx(0.064)
+    assert stretched.t_compute(32, workers=2) == pytest.approx(0.032)
+
+
+def test_predict_speedup_baselines():
+    model = CostModel(1e-3, Link(1e-4, 1e8))
+    own = model.predict("ps", 1e7, [1, 2, 4], batch=32)
+    assert list(own.columns) == ["arch", "workers", "t_compute", "t_comm", "step_s", "images_per_s", "speedup"]
+    assert own["speedup"].iloc[0] == pytest.approx(1.0)
+    single = model.predict("ps", 1e7, [1], batch=32, baseline="single")
+    assert single["speedup"].iloc[0] == pytest.approx(0.032 / (0.032 + 2e-4 + 0.2))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: cm.step_bytes("allreduce", 1, 2), "ring"),
+    (lambda: cm.step_bytes("ps", 1, 0), "workers"),
+    (lambda: cm.step_bytes("ps", -5, 2), "model_bytes"),
+    (lambda: cm.step_bytes("ps", 100, 2, 2, shards=(10, 10)), "whole model"),
+    (lambda: Link(-1e-6, 1e9), "alpha"),
+    (lambda: CostModel(0, Link(0, 1)), "per_sample_s"),
+    (lambda: CostModel(1e-3, Link(0, 1)).predict("ps", 1, [1], 32, baseline="x"), "baseline"),
+    (lambda: cm.fit_link([5, 5, 5], [1, 2, 3]), "two different"),
+    (lambda: cm.fit_link_to_runs(pd.DataFrame({"arch": ["ps"]})), "lack column"),
+])
+def test_bad_input_says_what_to_do(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --- calibration ----------------------------------------------------------------------------
+
+def test_fit_link_recovers_alpha_and_bandwidth_from_noisy_timings():
+    rng = np.random.default_rng(0)
+    alpha, bw = 50e-6, 1.2e9
+    sizes = np.repeat(2.0 ** np.arange(10, 27), 5)
+    times = (alpha + sizes / bw) * rng.lognormal(0, 0.03, sizes.size)
+    link = cm.fit_link(sizes, times)
+    assert link.alpha_s == pytest.approx(alpha, rel=0.15)
+    assert link.bandwidth == pytest.approx(bw, rel=0.1)
+    assert link.rel_error < 0.05
+
+
+def test_fit_link_keeps_alpha_non_negative():
+    sizes = np.array([1e3, 1e6, 1e7])
+    link = cm.fit_link(sizes, sizes / 1e9 * np.array([0.5, 1.0, 1.0]))  # the small one is "too fast"
+    assert link.alpha_s == 0 and link.bandwidth > 0
+
+
+def synthetic_runs(link, per_sample, noise, rng, cores=None):
+    rows = []
+    for name, m, c in [("lenet", 246_824, per_sample[0]), ("mlp", 23e6, per_sample[1])]:
+        for arch in cm.ARCHS:
+            for n in (1, 2, 3):
+                t = CostModel(c, link, cores=cores).t_step(arch, m, n, 64)
+                rows.append({"model": name, "arch": arch, "workers": n, "batch": 64, "model_bytes": m,
+                             "per_sample_s": c, "step_s": t * rng.lognormal(0, noise)})
+    return pd.DataFrame(rows)
+
+
+def test_fit_link_to_runs_recovers_the_link_and_predicts_the_runs():
+    rng = np.random.default_rng(1)
+    truth = Link(2e-3, 4e8)
+    runs = synthetic_runs(truth, (2e-4, 5e-4), 0.03, rng, cores=2)
+    link, overhead = cm.fit_link_to_runs(runs, cores=2)
+    assert overhead == 0
+    assert link.bandwidth == pytest.approx(truth.bandwidth, rel=0.15)
+    assert link.alpha_s == pytest.approx(truth.alpha_s, rel=0.5)
+    pred = cm.predict_runs(runs, link, cores=2)
+    assert pred["rel_error"].abs().max() < 0.15
+    assert link.rel_error == pytest.approx(pred["rel_error"].abs().median())
+
+
+def test_from_single_worker_sets_compute_per_sample():
+    model = CostModel.from_single_worker(0.064, 32, Link(0, 1e9))
+    assert model.per_sample_s == pytest.approx(0.002)
+
+
+def test_loopback_benchmark_is_plausible():
+    rows = cm.loopback_transfers(sizes=(1024, 65536, 1 << 20, 4 << 20), repeats=3)
+    assert len(rows) == 12 and (rows["seconds"] > 0).all()
+    link = cm.measure_loopback_link(sizes=(1024, 65536, 1 << 20, 4 << 20), repeats=3)
+    assert 0 <= link.alpha_s < 0.05  # under 50 ms per message, even on a busy machine
+    assert 1e7 < link.bandwidth < 1e12  # between 10 MB/s and 1 TB/s
+
+
+# --- crossover ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_crossover_bytes_by_hand(n):
+    link = Link(1e-4, cm.gbit(1))
+    ab = link.alpha_s * link.bandwidth
+    # one ps: 2a + 2NM/B = 2(N-1)a + 2(N-1)/N M/B  =>  M* = (N-2) a B N / (N^2 - N + 1)
+    assert cm.crossover_model_bytes(n, link) == pytest.approx((n - 2) * ab * n / (n * n - n + 1))
+    # N shards: 2a + 2M/B = 2(N-1)a + 2(N-1)/N M/B  =>  M* = N (N-2) a B
+    assert cm.crossover_model_bytes(n, link, n_ps=n) == pytest.approx(n * (n - 2) * ab)
+
+
+def test_ring_wins_for_large_models_many_workers_and_slow_links():
+    slow, fast = Link(1e-4, cm.gbit(1)), Link(1e-4, cm.gbit(10))
+    big = 500 * cm.MIB
+    grid = cm.crossover_map([1e3, big], [2, 6], [slow, fast], per_sample_s=1 / 35.4)
+    at = grid.set_index(["bandwidth", "workers", "model_bytes"])["ring_speedup"]
+    assert at[(slow.bandwidth, 6, big)] > 4  # ~ 2NM vs 2M bytes
+    assert at[(slow.bandwidth, 6, big)] > at[(slow.bandwidth, 2, big)]  # grows with N
+    assert at[(slow.bandwidth, 6, big)] > at[(fast.bandwidth, 6, big)]  # and with slower links (compute shares)
+    tiny = cm.crossover_map([1e3], [6], [slow])
+    assert tiny["winner"].item() == "ps"  # 1 KB: latency-bound, PS pays 2 alphas, the ring 10
+    assert cm.crossover_workers(big, slow, max_workers=64) == 64  # the ring stays ahead
+    assert cm.crossover_workers(1e3, slow) == 2  # same 2 latencies at N=2, more for the ring after
+    assert cm.crossover_workers(5e4, slow, n_ps=4) == 3  # 4 shards: M* = 0, 37.5 KB, then 100 KB
+
+
+def test_ps_with_one_shard_per_worker_moves_ring_order_bytes():
+    m = 100 * cm.MIB
+    for n in range(2, 9):
+        ps = cm.step_bytes("ps", m, n, n_ps=n)
+        ring = cm.step_bytes("ring", m, n)
+        per_node = ps.busiest_task / ring.busiest_task  # 2M vs 4(N-1)/N M, sent + received
+        assert per_node == pytest.approx(n / (2 * (n - 1)))
+        critical = cm.comm_terms("ps", m, n, n)[1] / cm.comm_terms("ring", m, n)[1]  # 2M vs 2(N-1)/N M
+        assert critical == pytest.approx(n / (n - 1))
+        assert 0.5 <= per_node <= 1 < critical <= 2
+    assert cm.crossover_model_bytes(2, Link(1e-4, 1e8), n_ps=2) == 0  # same latency, fewer bytes
+
+
+# --- report 003 -----------------------------------------------------------------------------
+
+def test_report_003_models_match_its_table_3_1():
+    sizes = {k: v.size_mib for k, v in cm.REPORT_003_MODELS.items()}
+    assert sizes == {"AlexNet": 233, "VGG16": 528, "VGG19": 548, "ResNet50": 98, "ResNet152": 230}
+    assert cm.REPORT_003_MODELS["VGG19"].k80_images_per_s < cm.REPORT_003_MODELS["VGG16"].k80_images_per_s
+
+
+def test_report_003_curves_show_its_findings():
+    curves = cm.report_003_curves()
+    assert len(curves) == 2 * 5 * 2 * 6
+    r50 = curves[(curves.model == "ResNet50") & (curves.network == "10 Gb/s")].set_index(["arch", "workers"])
+    ps, ring = r50.loc["ps", "speedup"], r50.loc["ring", "speedup"]
+    assert ring[6] > ps[6]  # ring scales better
+    gains = np.diff(ps.values)
+    assert (gains[1:] < gains[:-1]).all()  # PS gains shrink with each worker: it levels off
+    assert ring[6] / ring[2] > 2.5  # ring close to proportional from N=2 on (6/2 = 3)
+
+
+def test_report_003_curves_barely_depend_on_alpha():
+    base = cm.report_003_curves()
+    ten_times = {k: Link(10 * v.alpha_s, v.bandwidth, k) for k, v in cm.NETWORKS.items()}
+    slow = cm.report_003_curves(networks=ten_times)
+    assert (slow["images_per_s"] / base["images_per_s"] - 1).abs().max() < 0.03

@@ -448,8 +448,8 @@ def read_libsvm(path, n_features: int) -> SparseData:
                     j, v = int(key), float(val)
                 except ValueError:
                     raise DataError(f"{path}:{lineno}: {tok!r} is not '<index>:<number>'") from None
-                if not sep:
-                    raise DataError(f"{path}:{lineno}: {tok!r} is not '<index>:<number>'")
+                if not sep or not np.isfinite(v):
+                    raise DataError(f"{path}:{lineno}: {tok!r} is not '<index>:<finite number>'")
                 if not 1 <= j <= n_features:
                     raise DataError(f"{path}:{lineno}: feature index {j} is outside 1..{n_features}; "
                                     f"pass the right n_features")

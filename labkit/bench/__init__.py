@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 # name -> module; each module defines run(quick) and ends with `main(run)`.
-BENCHMARKS: dict[str, str] = {}
+BENCHMARKS: dict[str, str] = {
+    "sparse": "labkit.bench.sparse",
+}
 
 
 def ratio(name: str, value: float, goal: str) -> dict:

@@ -1,0 +1,825 @@
+"""Resource sampling with psutil: the kit's replacement for dstat, top and iftop.
+
+A ``ResourceSampler`` runs on a daemon thread and takes one sample per ``interval``.
+Each sample (a row of ``to_frame()``) covers the interval ``(t - dt, t]`` since the
+previous one:
+
+=================  ==============================================================
+``t``, ``dt``      seconds since ``start()``, and the length of this interval
+``epoch``          wall-clock time of the sample (aligns tasks in ``merge_frames``)
+``cpu_user`` ...   **host** CPU % of *all* cores over the interval: ``cpu_user``
+                   is user + nice (as dstat's ``usr``), then ``cpu_system``,
+                   ``cpu_idle``, ``cpu_iowait``, ``cpu_irq``, ``cpu_softirq``,
+                   ``cpu_steal``; they sum to 100
+``mem_used``       **host** memory in use, psutil's ``used`` (total - available:
+                   memory that cannot be reclaimed; page cache is not "used"), plus
+                   ``mem_buff``, ``mem_cach``, ``mem_free`` for dstat's columns
+``proc_cpu``       CPU % of the watched processes summed, in top's convention:
+                   100 = one core busy, so 2 busy cores read 200
+``proc_rss``       resident memory of the watched processes summed (pages shared
+                   between them count once per process, as in top)
+``nprocs``         how many watched processes were alive
+``net_recv``,      bytes received/sent during the interval on the selected NICs
+``net_sent``       (default: all, *including* ``lo``); per NIC ``net_recv_<nic>``
+``disk_read``,     host bytes read/written on physical disks during the interval
+``disk_write``     (NaN where the kernel exposes no disk counters, e.g. containers)
+=================  ==============================================================
+
+Semantics worth knowing when reading the numbers:
+
+- Host columns (CPU, memory, network, disk) are host-wide: every sampler on one host
+  sees the same values. Do not add them up across tasks of one host; compare nodes.
+- On ``lo`` every byte is sent and received by the same host, so ``bytes_sent ==
+  bytes_recv`` there and ``net_recv`` alone is the traffic. dstat leaves ``lo`` out,
+  which is why a 127.0.0.1 cluster showed no network traffic in dstat.
+- Watched processes are ``pids`` (default: this process) and, with ``children=True``,
+  all their descendants, rediscovered at every sample; a descendant stays watched
+  after its parent exits. A process's CPU is the change of its user+system time, so
+  a child born during an interval counts from birth; the CPU a process burns between
+  its last sample and its exit is not seen. Processes that exit are dropped cleanly
+  and listed in ``exited``.
+- The sampler never raises into the program it watches: an unexpected error in a
+  sample (or in ``on_sample``) is kept in ``errors``, reported once with
+  ``warnings.warn``, and sampling goes on. Bad arguments raise ``ValueError`` up front.
+
+``summary()``/``summarize(frame)`` give the reports' table columns; see ``summarize``.
+``to_dict()``/``ResourceSampler.from_dict()`` round-trip through JSON (task result
+files), and ``merge_frames`` lines up several tasks' samples with a ``task`` column.
+"""
+from __future__ import annotations
+
+import csv
+import getpass
+import json
+import math
+import numbers
+import re
+import socket
+import threading
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import psutil
+
+FORMAT = "labkit.monitor/1"
+CPU_FIELDS = ("user", "system", "idle", "iowait", "irq", "softirq", "steal")
+BASE_COLUMNS = (["t", "dt", "epoch"] + [f"cpu_{f}" for f in CPU_FIELDS]
+                + ["mem_used", "mem_buff", "mem_cach", "mem_free", "proc_cpu", "proc_rss", "nprocs",
+                   "net_recv", "net_sent", "disk_read", "disk_write"])
+NIC_PREFIXES = ("net_recv_", "net_sent_")
+MIN_INTERVAL = 0.05
+_MAX_ERRORS = 100  # kept in ``errors``; later ones are only counted
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A labelled moment: ``t`` seconds since the sampler started, ``epoch`` wall clock."""
+    label: str
+    t: float
+    epoch: float
+
+
+# ---------------------------------------------------------------------------------------
+# The sampler
+# ---------------------------------------------------------------------------------------
+
+class ResourceSampler:
+    """Sample host and process resources every ``interval`` seconds on a daemon thread.
+
+    ``pids``: processes to watch (default: the current one; ``[]`` watches none, for a
+    host-only view). ``children``: also watch their descendants. ``nics``: interfaces to
+    count (default: every interface, ``lo`` included, and any that appear later).
+    ``on_sample(row)`` is called from the sampler thread after each sample (live views);
+    ``latest()`` is the cheap alternative for polling. Use as a context manager::
+
+        with ResourceSampler() as s:
+            s.mark("training started")
+            train()
+        s.summary(), s.plot()
+    """
+
+    def __init__(self, interval: float = 0.5, pids: Iterable[int] | None = None, children: bool = True,
+                 nics: Iterable[str] | None = None, on_sample: Callable[[dict], None] | None = None):
+        if not isinstance(interval, (int, float)) or not interval >= MIN_INTERVAL:
+            raise ValueError(f"interval={interval!r}: give the sampling interval in seconds, "
+                             f">= {MIN_INTERVAL} (0.5 is a good default)")
+        self.interval = float(interval)
+        self.children = bool(children)
+        self.on_sample = on_sample
+        self.host = socket.gethostname()
+        self.pids = [int(p) for p in pids] if pids is not None else [psutil.Process().pid]
+        self.nics = None if nics is None else [str(n) for n in nics]
+        if self.nics is not None:
+            known = psutil.net_io_counters(pernic=True)
+            missing = [n for n in self.nics if n not in known]
+            if missing:
+                raise ValueError(f"nics={self.nics}: no interface named {missing} on {self.host}; "
+                                 f"choose from {sorted(known)} or pass nics=None for all")
+        self._roots = {pid: _process(pid) for pid in self.pids}  # ValueError for a missing pid
+        self.marks: list[Mark] = []
+        self.errors: list[str] = []
+        self.exited: list[dict] = []  # {"pid", "name", "t"} of watched processes that ended
+        self.start_epoch: float | None = None
+        self._rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state = "new"
+        self._pending: list[psutil.Process] = []  # roots added while running, watched by the thread
+        self._error_count = 0
+        self._warned: set[str] = set()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> "ResourceSampler":
+        if self._state != "new":
+            raise RuntimeError(f"this sampler is {self._state}; create a new ResourceSampler to sample again")
+        self._state = "running"
+        self._t0 = time.monotonic()
+        self.start_epoch = time.time()
+        self._last_t = self._t0
+        self._last_epoch = self.start_epoch
+        self._last_cpu = psutil.cpu_times()
+        self._last_net = _net_counters(self.nics)
+        self._last_disk = _disk_counters()
+        self._procs: dict[int, psutil.Process] = {}
+        self._proc_cpu: dict[int, float] = {}
+        self._names: dict[int, str] = {}
+        self._watch_tree(list(self._roots.values()))
+        self._thread = threading.Thread(target=self._loop, name="labkit-ResourceSampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> "ResourceSampler":
+        """Stop sampling, after one last sample covering the time since the previous one."""
+        if self._state != "running":
+            return self
+        self._stop.set()
+        self._thread.join(timeout=max(5.0, 4 * self.interval))
+        if self._thread.is_alive():
+            self._error("sampler thread did not stop within its timeout; samples may be incomplete")
+        elif time.monotonic() - self._last_t >= 0.02:
+            self._sample_safely()
+        self._state = "stopped"
+        return self
+
+    def __enter__(self) -> "ResourceSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+    def __del__(self):
+        if hasattr(self, "_stop"):
+            self._stop.set()
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def add_process(self, pid: int) -> None:
+        """Watch one more process (and, with ``children``, its descendants) from now on."""
+        proc = _process(pid)
+        with self._lock:
+            if proc.pid in self._roots:
+                return
+            self._roots[proc.pid] = proc
+            self.pids.append(proc.pid)
+            if self._state == "running":
+                self._pending.append(proc)
+
+    def mark(self, label: str) -> Mark:
+        """Label this moment (for example "training started"); plots draw it, and
+        ``summarize(frame, start=label)`` cuts a window at it."""
+        now = time.monotonic()
+        t0 = self._t0 if self._state != "new" else now
+        m = Mark(str(label), now - t0, time.time())
+        with self._lock:
+            self.marks.append(m)
+        return m
+
+    # -- sampling (runs on the sampler thread) -----------------------------------------
+
+    def _loop(self) -> None:
+        k, failures = 1, 0
+        while True:
+            delay = self._t0 + k * self.interval - time.monotonic()
+            if delay < 0:  # fell behind (a loaded machine): skip the missed slots
+                k += int(-delay // self.interval) + 1
+                continue
+            if self._stop.wait(delay):
+                return
+            k += 1
+            failures = 0 if self._sample_safely() else failures + 1
+            if failures >= 10:
+                self._error("sampler stopped after 10 failed samples in a row (see the errors before this one)")
+                return
+
+    def _sample_safely(self) -> bool:
+        try:
+            row = self._sample()
+        except Exception:  # keep the watched program alive; surface the error instead
+            self._error("sample failed:\n" + traceback.format_exc(limit=4))
+            return False
+        with self._lock:
+            self._rows.append(row)
+        if self.on_sample is not None:
+            try:
+                self.on_sample(dict(row))
+            except Exception:
+                self._error("on_sample callback failed:\n" + traceback.format_exc(limit=4))
+        return True
+
+    def _error(self, message: str) -> None:
+        self._error_count += 1
+        if len(self.errors) < _MAX_ERRORS:
+            self.errors.append(message)
+        key = message.splitlines()[0]
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"labkit.monitor: {message}", RuntimeWarning, stacklevel=2)
+
+    def _sample(self) -> dict:
+        now, epoch = time.monotonic(), time.time()
+        dt = now - self._last_t
+        row = {"t": now - self._t0, "dt": dt, "epoch": epoch}
+
+        cpu = psutil.cpu_times()
+        row.update(_cpu_percentages(self._last_cpu, cpu))
+        self._last_cpu = cpu
+
+        mem = psutil.virtual_memory()
+        row.update(mem_used=mem.used, mem_buff=getattr(mem, "buffers", 0), mem_cach=getattr(mem, "cached", 0),
+                   mem_free=mem.free)
+
+        row.update(self._sample_processes(epoch, dt))
+
+        net = _net_counters(self.nics)
+        recv = sent = 0
+        for nic, (r, s) in net.items():
+            r0, s0 = self._last_net.get(nic, (r, s))  # a NIC that just appeared starts at 0
+            dr, ds = max(0, r - r0), max(0, s - s0)
+            row[f"net_recv_{nic}"], row[f"net_sent_{nic}"] = dr, ds
+            recv, sent = recv + dr, sent + ds
+        row.update(net_recv=recv, net_sent=sent)
+        self._last_net = net
+
+        disk = _disk_counters()
+        if disk is None or self._last_disk is None:
+            row.update(disk_read=math.nan, disk_write=math.nan)
+        else:
+            row.update(disk_read=max(0, disk[0] - self._last_disk[0]), disk_write=max(0, disk[1] - self._last_disk[1]))
+        self._last_disk = disk
+
+        self._last_t, self._last_epoch = now, epoch
+        return row
+
+    def _watch(self, proc: psutil.Process, born_in_interval: bool) -> None:
+        """Start tracking ``proc``. Its CPU counts from now, or from its birth when it was
+        born during the current interval (a descendant found by a sample)."""
+        try:
+            with proc.oneshot():
+                total = sum(proc.cpu_times()[:2])
+                self._names[proc.pid] = proc.name()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return
+        self._procs[proc.pid] = proc
+        self._proc_cpu[proc.pid] = 0.0 if born_in_interval else total
+
+    def _watch_tree(self, roots: list[psutil.Process]) -> None:
+        """Watch new roots and the descendants they already have, counting CPU from now;
+        every descendant found later was born since the previous sample."""
+        for p in roots + (_descendants({p.pid: p for p in roots}) if self.children else []):
+            self._watch(p, born_in_interval=False)
+
+    def _sample_processes(self, epoch: float, dt: float) -> dict:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        self._watch_tree(pending)
+        if self.children and self._procs:
+            for child in _descendants(self._procs):
+                known = self._procs.get(child.pid)
+                if known is None or known != child:  # new, or a recycled pid
+                    self._watch(child, born_in_interval=True)
+        cpu_s = rss = 0.0
+        alive = 0
+        for pid, proc in list(self._procs.items()):
+            try:
+                with proc.oneshot():
+                    total = sum(proc.cpu_times()[:2])
+                    mem = proc.memory_info().rss
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        raise psutil.ZombieProcess(pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                del self._procs[pid]
+                self._proc_cpu.pop(pid, None)
+                self.exited.append({"pid": pid, "name": self._names.pop(pid, "?"), "t": epoch - self.start_epoch})
+                continue
+            except psutil.AccessDenied:
+                self._error(f"access denied reading process {pid} ({self._names.get(pid, '?')}); "
+                            "it is no longer watched (watch your own processes, or run as its user)")
+                del self._procs[pid]
+                self._proc_cpu.pop(pid, None)
+                continue
+            cpu_s += max(0.0, total - self._proc_cpu.get(pid, total))
+            self._proc_cpu[pid] = total
+            rss += mem
+            alive += 1
+        return {"proc_cpu": 100.0 * cpu_s / dt if dt > 0 else math.nan, "proc_rss": rss, "nprocs": alive}
+
+    # -- results --------------------------------------------------------------------
+
+    def latest(self) -> dict | None:
+        """The most recent sample as a dict (None before the first), cheap to poll."""
+        with self._lock:
+            return dict(self._rows[-1]) if self._rows else None
+
+    def to_frame(self):
+        """The samples as a pandas DataFrame (columns: see the module docstring); its
+        ``attrs`` carry ``marks``, ``host``, ``start_epoch`` and ``interval``."""
+        import pandas as pd
+
+        with self._lock:
+            rows = list(self._rows)
+            marks = [asdict(m) for m in self.marks]
+        nic_cols = sorted({k for r in rows for k in r if k.startswith(NIC_PREFIXES)},
+                          key=lambda c: (c.split("_", 2)[2], c))
+        frame = pd.DataFrame(rows, columns=BASE_COLUMNS + nic_cols)
+        frame[nic_cols] = frame[nic_cols].fillna(0)
+        frame.attrs.update(marks=marks, host=self.host, start_epoch=self.start_epoch, interval=self.interval)
+        return frame
+
+    def summary(self, start: float | str | None = None, end: float | str | None = None) -> dict:
+        """``summarize(self.to_frame(), start, end)``: the reports' table columns."""
+        return summarize(self.to_frame(), start, end)
+
+    def to_csv(self, path, dstat: bool = False, per_nic: bool = False) -> Path:
+        """Write the samples as CSV: our columns, or with ``dstat=True`` dstat's ``--output``
+        layout (see ``write_dstat_csv``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if dstat:
+            return write_dstat_csv(self.to_frame(), path, per_nic=per_nic)
+        self.to_frame().to_csv(path, index=False)
+        return path
+
+    def plot(self, **kwargs):
+        """A CPU / memory / network figure with the marks (``plots.resource_timeline``)."""
+        from labkit import plots
+
+        return plots.resource_timeline(self.to_frame(), **kwargs)
+
+    def to_dict(self) -> dict:
+        """A JSON-able dict of everything sampled; ``from_dict`` restores it."""
+        frame = self.to_frame()
+        columns = {c: [_jsonable(v) for v in frame[c].tolist()] for c in frame.columns}
+        return {"format": FORMAT, "host": self.host, "interval": self.interval, "pids": list(self.pids),
+                "children": self.children, "nics": self.nics, "start_epoch": self.start_epoch,
+                "marks": frame.attrs["marks"], "errors": list(self.errors), "exited": list(self.exited),
+                "columns": columns}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "ResourceSampler":
+        """A stopped sampler holding the samples of ``to_dict()`` (e.g. read back from a
+        task's result JSON): ``to_frame``, ``summary``, ``plot`` and ``to_csv`` work."""
+        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+            found = d.get("format") if isinstance(d, Mapping) else type(d).__name__
+            raise ValueError(f"not a ResourceSampler dict (format {found!r}, expected {FORMAT!r}); "
+                             "pass the value that ResourceSampler.to_dict() returned")
+        self = cls.__new__(cls)
+        self.interval, self.children, self.nics = d["interval"], d["children"], d["nics"]
+        self.host, self.pids, self.start_epoch = d["host"], list(d["pids"]), d["start_epoch"]
+        self.on_sample, self._roots, self._state = None, {}, "stopped"
+        self.marks = [Mark(**m) for m in d["marks"]]
+        self.errors, self.exited = list(d["errors"]), list(d["exited"])
+        self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
+        self._error_count, self._warned = len(self.errors), set()
+        cols = d["columns"]
+        n = len(next(iter(cols.values()), []))
+        self._rows = [{c: (math.nan if v[i] is None else v[i]) for c, v in cols.items()} for i in range(n)]
+        return self
+
+    def __repr__(self) -> str:
+        return (f"ResourceSampler(interval={self.interval}, pids={self.pids}, children={self.children}, "
+                f"nics={self.nics}, {self._state}, {len(self._rows)} samples, {len(self.errors)} errors)")
+
+
+def _process(pid) -> psutil.Process:
+    try:
+        return psutil.Process(int(pid))
+    except (psutil.NoSuchProcess, ValueError, TypeError):
+        raise ValueError(f"pid {pid!r}: no such process; pass the pid of a running process "
+                         "(or pids=[] to sample the host only)") from None
+
+
+def _descendants(procs: Mapping[int, psutil.Process]) -> list[psutil.Process]:
+    """Descendants of ``procs`` from one scan of the process table (cheaper than
+    ``children(recursive=True)`` per process)."""
+    kids: dict[int, list[int]] = {}
+    for p in psutil.process_iter(["ppid"]):
+        kids.setdefault(p.info["ppid"], []).append(p.pid)
+    found, todo = [], list(procs)
+    seen = set(procs)
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            if pid not in seen:
+                seen.add(pid)
+                todo.append(pid)
+                try:
+                    found.append(psutil.Process(pid))
+                except psutil.NoSuchProcess:
+                    pass
+    return found
+
+
+def _cpu_percentages(before, after) -> dict:
+    def parts(c):
+        d = c._asdict()
+        total = sum(d.values()) - d.get("guest", 0) - d.get("guest_nice", 0)  # guest is inside user
+        return total, {"user": d["user"] + d.get("nice", 0), **{f: d.get(f, 0.0) for f in CPU_FIELDS[1:]}}
+
+    t0, p0 = parts(before)
+    t1, p1 = parts(after)
+    span = t1 - t0
+    if span <= 0:
+        return {f"cpu_{f}": math.nan for f in CPU_FIELDS}
+    return {f"cpu_{f}": max(0.0, 100.0 * (p1[f] - p0[f]) / span) for f in CPU_FIELDS}
+
+
+def _net_counters(nics) -> dict[str, tuple[int, int]]:
+    counters = psutil.net_io_counters(pernic=True, nowrap=True)
+    return {n: (c.bytes_recv, c.bytes_sent) for n, c in counters.items() if nics is None or n in nics}
+
+
+def _disk_counters() -> tuple[int, int] | None:
+    try:
+        d = psutil.disk_io_counters(perdisk=False, nowrap=True)
+    except (RuntimeError, OSError):
+        return None
+    return None if d is None else (d.read_bytes, d.write_bytes)
+
+
+def _jsonable(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+# ---------------------------------------------------------------------------------------
+# Summaries
+# ---------------------------------------------------------------------------------------
+
+SUMMARY_KEYS = ("duration_s", "samples", "cpu_user_pct", "cpu_system_pct", "cpu_idle_pct", "mem_used_bytes",
+                "mem_used_peak_bytes", "proc_cpu_pct", "proc_rss_bytes", "proc_rss_peak_bytes", "net_recv_bytes",
+                "net_sent_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "disk_read_bytes",
+                "disk_write_bytes")
+
+
+def summarize(frame, start: float | str | None = None, end: float | str | None = None, marks=None) -> dict:
+    """The reports' table columns for the samples of one task, between ``start`` and ``end``.
+
+    ``start``/``end`` are seconds on the frame's ``t`` axis or mark labels (looked up in
+    ``marks``, default ``frame.attrs["marks"]``). Each sample stands for its interval at
+    a constant rate, so a window cuts samples pro rata. Returns:
+
+    - ``duration_s``: time covered; ``samples``: samples touching the window;
+    - ``cpu_user_pct``/``cpu_system_pct``/``cpu_idle_pct``: host CPU, time-weighted
+      average (the reports' "Average User CPU Usage");
+    - ``mem_used_bytes``: host memory used, time-weighted average ("Average Memory
+      Usage"); ``mem_used_peak_bytes``: its maximum;
+    - ``proc_cpu_pct`` (100 = one core), ``proc_rss_bytes``: the watched processes,
+      time-weighted averages; ``proc_rss_peak_bytes``: peak RSS;
+    - ``net_recv_bytes``/``net_sent_bytes``: totals over the window on the selected NICs;
+      ``net_*_bytes_per_s``: the same per second, which is what the reports' "Average
+      Network Receive/Send" held (the mean of dstat's per-second column);
+    - ``disk_read_bytes``/``disk_write_bytes``: totals.
+    """
+    if "task" in frame.columns and frame["task"].nunique() > 1:
+        raise ValueError(f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
+                         "row per task, or select one: frame[frame.task == NAME]")
+    marks = frame.attrs.get("marks", []) if marks is None else marks
+    lo = _resolve(start, marks, "start", after=-math.inf)
+    hi = _resolve(end, marks, "end", after=-math.inf if lo is None else lo)
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    if hi < lo:
+        raise ValueError(f"end ({end!r} at {hi:.2f} s) comes before start ({start!r} at {lo:.2f} s)")
+    import numpy as np
+
+    t, dt = frame["t"].to_numpy(float), frame["dt"].to_numpy(float)
+    w = np.clip(np.minimum(t, hi) - np.maximum(t - dt, lo), 0, None)  # overlap of each interval with the window
+    frac = np.divide(w, dt, out=np.zeros_like(w), where=dt > 0)
+    touched = w > 0
+
+    def mean(col):
+        x = frame[col].to_numpy(float)
+        ok = touched & np.isfinite(x)
+        return float(np.average(x[ok], weights=w[ok])) if ok.any() else math.nan
+
+    def total(col):
+        x = frame[col].to_numpy(float)
+        return float(np.sum(x[touched] * frac[touched])) if touched.any() else 0.0
+
+    def peak(col):
+        x = frame[col].to_numpy(float)[touched]
+        return float(np.nanmax(x)) if x.size and np.isfinite(x).any() else math.nan
+
+    duration = float(w.sum())
+    out = {"duration_s": duration, "samples": int(touched.sum()),
+           "cpu_user_pct": mean("cpu_user"), "cpu_system_pct": mean("cpu_system"), "cpu_idle_pct": mean("cpu_idle"),
+           "mem_used_bytes": mean("mem_used"), "mem_used_peak_bytes": peak("mem_used"),
+           "proc_cpu_pct": mean("proc_cpu"), "proc_rss_bytes": mean("proc_rss"), "proc_rss_peak_bytes": peak("proc_rss"),
+           "net_recv_bytes": total("net_recv"), "net_sent_bytes": total("net_sent"),
+           "disk_read_bytes": total("disk_read") if frame["disk_read"].notna().any() else math.nan,
+           "disk_write_bytes": total("disk_write") if frame["disk_write"].notna().any() else math.nan}
+    out["net_recv_bytes_per_s"] = out["net_recv_bytes"] / duration if duration > 0 else math.nan
+    out["net_sent_bytes_per_s"] = out["net_sent_bytes"] / duration if duration > 0 else math.nan
+    return {k: out[k] for k in SUMMARY_KEYS}
+
+
+def _resolve(point, marks, which: str, after: float) -> float | None:
+    """A window edge: None, seconds, or the first mark with that label at or after ``after``."""
+    if point is None:
+        return None
+    if isinstance(point, numbers.Real):
+        return float(point)
+    found = [m for m in marks if _get(m, "label") == point]
+    later = [m for m in found if _get(m, "t") >= after]
+    if not later:
+        labels = sorted({_get(m, "label") for m in marks})
+        where = "" if not found else f" after {after:.2f} s"
+        raise ValueError(f"{which}={point!r}: no mark with that label{where}; marks are {labels} "
+                         "(add one with sampler.mark(label)) or give seconds")
+    return _get(later[0], "t")
+
+
+def _get(mark, key):
+    return mark[key] if isinstance(mark, Mapping) else getattr(mark, key)
+
+
+def summarize_tasks(frame, start: float | str | None = None, end: float | str | None = None):
+    """One ``summarize`` row per task of a merged frame (see ``merge_frames``), as a
+    DataFrame indexed by task with a ``host`` column; marks are looked up per task."""
+    import pandas as pd
+
+    if "task" not in frame.columns:
+        raise ValueError("this frame has no 'task' column; merge the tasks' samples with merge_frames() first, "
+                         "or call summarize(frame) for one task")
+    marks = frame.attrs.get("marks", [])
+    rows = {}
+    for task, part in frame.groupby("task", sort=False):
+        task_marks = [m for m in marks if m.get("task") == task]
+        rows[task] = {"host": part["host"].iloc[0] if "host" in part else None,
+                      **summarize(part, start, end, marks=task_marks)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("task")
+
+
+def idle_baseline(seconds: float = 3, interval: float = 0.5) -> dict:
+    """Summary of the host with none of our processes watched (the reports' "Idle" row).
+
+    Run it before starting any task: host CPU, memory and network then show what the
+    machine does without us, the baseline to subtract when reading other rows."""
+    if not seconds > 0:
+        raise ValueError(f"seconds={seconds!r}: give a positive number of seconds to sample")
+    with ResourceSampler(interval=interval, pids=[]) as s:
+        time.sleep(seconds)
+    return s.summary()
+
+
+# ---------------------------------------------------------------------------------------
+# Several tasks
+# ---------------------------------------------------------------------------------------
+
+def merge_frames(tasks: Mapping[str, object]):
+    """One frame from several tasks' samples, with ``task`` and ``host`` columns.
+
+    Values may be DataFrames from ``to_frame()``, samplers, or ``to_dict()`` dicts (as
+    read from task result files). ``t`` is re-based to the earliest start so all tasks
+    share one time axis (wall clocks of different nodes must agree, e.g. via NTP); the
+    tasks' marks are kept in ``attrs["marks"]`` with their ``task``."""
+    import pandas as pd
+
+    if not tasks:
+        raise ValueError("merge_frames() needs at least one task: {name: frame, sampler or dict}")
+    frames = {name: _as_frame(v, name) for name, v in tasks.items()}
+    origin = min(f.attrs.get("start_epoch") or 0.0 for f in frames.values())
+    parts, marks = [], []
+    for name, f in frames.items():
+        shift = (f.attrs.get("start_epoch") or origin) - origin
+        part = f.assign(t=f["t"] + shift, task=name, host=f.attrs.get("host"))
+        parts.append(part)
+        marks += [{**m, "t": m["t"] + shift, "task": name} for m in f.attrs.get("marks", [])]
+    merged = pd.concat(parts, ignore_index=True)
+    nic_cols = [c for c in merged.columns if c.startswith(NIC_PREFIXES)]
+    merged[nic_cols] = merged[nic_cols].fillna(0)
+    merged.attrs = {"marks": sorted(marks, key=lambda m: m["t"]), "start_epoch": origin}
+    return merged
+
+
+def _as_frame(value, name):
+    import pandas as pd
+
+    if isinstance(value, ResourceSampler):
+        return value.to_frame()
+    if isinstance(value, Mapping):
+        return ResourceSampler.from_dict(value).to_frame()
+    if isinstance(value, pd.DataFrame):
+        return value
+    raise ValueError(f"task {name!r}: expected a DataFrame, ResourceSampler or to_dict() dict, "
+                     f"got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# dstat's CSV layout
+# ---------------------------------------------------------------------------------------
+
+DSTAT_VERSION = "0.7.2"
+DSTAT_AUTHOR = "labkit.monitor (psutil)"
+_DSTAT_CPU = [("usr", "cpu_user"), ("sys", "cpu_system"), ("idl", "cpu_idle"), ("wai", "cpu_iowait"),
+              ("hiq", "cpu_irq"), ("siq", "cpu_softirq")]
+_DSTAT_MEM = [("used", "mem_used"), ("buff", "mem_buff"), ("cach", "mem_cach"), ("free", "mem_free")]
+
+
+def write_dstat_csv(frame, path, per_nic: bool = False) -> Path:
+    """Write one host's samples in the layout of ``dstat -tcmdn --output`` (dstat 0.7.2):
+    four header lines and a blank line, the group row ("system", "total cpu usage",
+    "memory usage", "dsk/total", "net/total"), the column row ("time", "usr", "sys",
+    ...), then one row per sample. As in dstat, disk and network are bytes per second.
+    Unlike dstat, "net/total" is the sum of the sampler's NICs, ``lo`` included (sample
+    with ``nics=[...]`` for another choice). ``per_nic=True`` adds one "net/<nic>" group
+    per interface after the total, as ``dstat -N total,lo,eth0`` does. Existing dstat
+    scripts (``pd.read_csv(path, skiprows=6)``, fixed line skips, ``df["recv"]``) work."""
+    if "task" in frame.columns and frame["task"].nunique() > 1:
+        raise ValueError("dstat's CSV holds one host's samples; write each task's frame on its own")
+    path = Path(path)
+    nics = [c[len("net_recv_"):] for c in frame.columns if c.startswith("net_recv_")] if per_nic else []
+    groups = [("system", [("time", None)]), ("total cpu usage", _DSTAT_CPU), ("memory usage", _DSTAT_MEM),
+              ("dsk/total", [("read", "disk_read"), ("writ", "disk_write")]),
+              ("net/total", [("recv", "net_recv"), ("send", "net_sent")])]
+    groups += [(f"net/{n}", [("recv", f"net_recv_{n}"), ("send", f"net_sent_{n}")]) for n in nics]
+    start = frame.attrs.get("start_epoch") or time.time()
+    interval = frame.attrs.get("interval") or (float(frame["dt"].median()) if len(frame) else 1.0)
+    host = frame.attrs.get("host") or socket.gethostname()
+    nic_opt = f"-N {','.join(['total'] + nics)} " if nics else ""
+    cmdline = f"dstat -tcmdn {nic_opt}--output {path.name} {interval:g}"
+    date = time.strftime("%d %b %Y %H:%M:%S %Z", time.localtime(start))
+    lines = [f'"Dstat {DSTAT_VERSION} CSV output"',
+             f'"Author:","{DSTAT_AUTHOR}",,,,"URL:","https://github.com/dstat-real/dstat"',
+             f'"Host:","{host}",,,,"User:","{_user()}"',
+             f'"Cmdline:","{cmdline}",,,,"Date:","{date}"',
+             "",
+             ",".join(f'"{g}"' + "," * (len(cols) - 1) for g, cols in groups),
+             ",".join(f'"{c}"' for _, cols in groups for c, _ in cols)]
+    rate_cols = {"disk_read", "disk_write", "net_recv", "net_sent"} | {c for c in frame.columns if c.startswith(NIC_PREFIXES)}
+    for row in frame.to_dict(orient="records"):
+        epoch = row["epoch"] if row.get("epoch") == row.get("epoch") else start + row["t"]
+        cells = [time.strftime("%d-%m %H:%M:%S", time.localtime(epoch))]
+        for _, cols in groups[1:]:
+            for _, col in cols:
+                v = float(row[col])
+                cells.append(_dstat_number(v / row["dt"] if col in rate_cols and row["dt"] > 0 else v))
+        lines.append(",".join(cells))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _dstat_number(v: float) -> str:
+    if not math.isfinite(v):
+        return ""
+    return f"{v:.1f}" if v == int(v) else f"{v:.3f}"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "?"
+
+
+_DSTAT_NAMES = {("total cpu usage", d): ours for d, ours in _DSTAT_CPU} | {
+    ("memory usage", d): ours for d, ours in _DSTAT_MEM} | {
+    ("dsk/total", "read"): "disk_read", ("dsk/total", "writ"): "disk_write",
+    ("net/total", "recv"): "net_recv", ("net/total", "send"): "net_sent", ("epoch", "epoch"): "epoch"}
+
+
+def read_dstat_csv(path, drop_first: bool | None = None):
+    """Read a dstat ``--output`` CSV (real dstat's, or ours) into the sampler's columns,
+    so old measurements get the same summaries and plots. Rates become bytes per
+    interval; the interval is the delay on dstat's command line (default 1 s). Real
+    dstat's first row averages everything since boot, so it is dropped
+    (``drop_first=None`` drops it unless labkit wrote the file)."""
+    import pandas as pd
+
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header = {r[0].rstrip(":"): r for r in rows[:4] if r}
+    starts = [i for i, r in enumerate(rows[:12]) if r and i + 1 < len(rows) and rows[i + 1]
+              and not r[0].startswith(("Dstat", "Author", "Host", "Cmdline")) and r[0]]
+    if "Cmdline" not in header or not starts:
+        raise ValueError(f"{path}: not a dstat --output CSV (expected the 'Dstat ... CSV output' header lines, "
+                         "a group row and a column row)")
+    g, group_row, col_row = starts[0], rows[starts[0]], rows[starts[0] + 1]
+    names, group = [], ""
+    for i, col in enumerate(col_row):
+        group = group_row[i] if i < len(group_row) and group_row[i] else group
+        nic = group[4:] if group.startswith("net/") and group != "net/total" else None
+        names.append(f"net_{'recv' if col == 'recv' else 'sent'}_{nic}" if nic
+                     else _DSTAT_NAMES.get((group, col), f"{group}/{col}"))
+    data = pd.DataFrame([r for r in rows[g + 2:] if r], columns=names)
+    interval = 1.0
+    m = re.search(r"\s(\d+(?:\.\d+)?)(?:\s+\d+)?\s*$", header["Cmdline"][1])
+    if m:
+        interval = float(m.group(1))
+    if drop_first is None:
+        drop_first = DSTAT_AUTHOR not in header.get("Author", ["", ""])[1]
+    if drop_first:
+        data = data.iloc[1:].reset_index(drop=True)
+    for c in data.columns:
+        if c not in ("system/time",):
+            data[c] = pd.to_numeric(data[c], errors="coerce")
+    data["dt"] = interval
+    data["t"] = interval * (data.index + 1)
+    for c in [c for c in data.columns if c.startswith(("net_", "disk_"))]:
+        data[c] = data[c] * interval
+    for c in BASE_COLUMNS:
+        if c not in data.columns:
+            data[c] = 0.0 if c in ("proc_cpu", "proc_rss", "nprocs") else math.nan
+    nic_cols = [c for c in data.columns if c.startswith(NIC_PREFIXES)]
+    frame = data[BASE_COLUMNS + nic_cols].copy()
+    frame.attrs.update(marks=[], host=header.get("Host", ["", ""])[1], interval=interval, start_epoch=None)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------
+# `python -m labkit monitor`
+# ---------------------------------------------------------------------------------------
+
+def monitor_command(cmd=None, pid: int | None = None, interval: float = 0.5, out="out/monitor",
+                    duration: float | None = None, timeout: float | None = 3600, dstat: bool = False,
+                    log=print) -> int:
+    """Sample a command run as an owned child (with its descendants), or a running
+    ``pid`` until it exits or ``duration`` passes; write ``monitor.csv`` (dstat's layout
+    with ``dstat=True``), ``monitor.json`` and ``monitor.png`` into ``out``. Returns the
+    command's exit status (124 on timeout, 130 on Ctrl-C), or 0 for ``pid``."""
+    import subprocess
+
+    from labkit.plots import fmt_bytes
+    from labkit.proc import OwnedProcess
+
+    if bool(cmd) == (pid is not None):
+        raise ValueError("give either a command (after --) or --pid PID, not both or neither")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rc = 0
+    if cmd:
+        sampler = ResourceSampler(interval, pids=[]).start()
+        try:
+            with OwnedProcess(cmd, out / "command.log", timeout=timeout) as child:
+                sampler.mark("command started")
+                try:
+                    sampler.add_process(child.pid)
+                except ValueError:
+                    log(f"note: {cmd[0]} exited before sampling began; only the host was sampled")
+                try:
+                    rc = child.wait()
+                except subprocess.TimeoutExpired:
+                    rc = 124
+                    log(f"error: command still running after {timeout} s; stopped it (see {out / 'command.log'})")
+                sampler.mark("command ended")
+        except KeyboardInterrupt:
+            rc = 130
+        finally:
+            sampler.stop()
+    else:
+        sampler = ResourceSampler(interval, pids=[pid]).start()
+        t0 = time.monotonic()
+        try:
+            while duration is None or time.monotonic() - t0 < duration:
+                last = sampler.latest()
+                if last is not None and last["nprocs"] == 0:
+                    break
+                time.sleep(min(interval, 0.25))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sampler.stop()
+    csv_path = sampler.to_csv(out / "monitor.csv", dstat=dstat)
+    (out / "monitor.json").write_text(json.dumps(sampler.to_dict()))
+    what = " ".join(" ".join(map(str, cmd)).split()) if cmd else f"pid {pid}"
+    fig = sampler.plot(title=what if len(what) < 80 else what[:77] + "...")
+    fig.savefig(out / "monitor.png")
+    s = sampler.summary()
+    log(f"{what}: {s['duration_s']:.1f} s, {s['samples']} samples; host user CPU {s['cpu_user_pct']:.1f} %, "
+        f"memory used {fmt_bytes(s['mem_used_bytes'])}; process CPU {s['proc_cpu_pct']:.1f} %, "
+        f"peak RSS {fmt_bytes(s['proc_rss_peak_bytes'])}; network recv {fmt_bytes(s['net_recv_bytes'])}, "
+        f"sent {fmt_bytes(s['net_sent_bytes'])}")
+    log(f"wrote {csv_path}, {out / 'monitor.json'}, {out / 'monitor.png'}")
+    for e in sampler.errors:
+        log(f"sampler error: {e}")
+    return rc

@@ -1,0 +1,373 @@
+"""Every figure of the labs, with one look: a seaborn theme, bytes as B/KB/MB/GB, time in s.
+
+Conventions for every function here (lab helpers: add yours in a section of its own
+below, and build figures with ``subplots`` so they share the look):
+
+- A function returns a ``matplotlib.figure.Figure`` that pyplot does not manage: a
+  notebook shows it when it is the cell's value (or via ``display(fig)``), exactly once;
+  scripts save it with ``fig.savefig(path)``. No GUI backend is needed, so headless
+  runs (papermill, the CLI, CI) never touch a display, and loops of figures leak nothing.
+- Bytes use decimal units (1 KB = 1000 B), as the course reports did.
+- Plots read the frames' columns; labkit modules are imported lazily, inside functions.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+# ---------------------------------------------------------------------------------------
+# Look and units
+# ---------------------------------------------------------------------------------------
+
+_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
+_themed = False
+
+
+def fmt_bytes(n, digits: int = 1) -> str:
+    """``1234567 -> '1.2 MB'``; ``512 -> '512 B'``; NaN -> 'n/a'."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "n/a"
+    n = float(n)
+    sign, n = ("-" if n < 0 else ""), abs(n)
+    i = 0
+    while n >= 1000 and i < len(_UNITS) - 1:
+        n /= 1000
+        i += 1
+    return f"{sign}{n:.0f} B" if i == 0 else f"{sign}{n:.{digits}f} {_UNITS[i]}"
+
+
+def bytes_axis(ax, axis: str = "y", per_second: bool = False) -> None:
+    """Label an axis's ticks as bytes (``1.5 MB``), or as a rate (``1.5 MB/s``)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    suffix = "/s" if per_second else ""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_bytes(v).replace(".0 ", " ") + suffix))
+    target.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+
+
+def ensure_backend() -> None:
+    """For code that uses pyplot: pick the non-interactive Agg backend when there is no
+    display and no Jupyter kernel (which sets its own inline backend; left alone)."""
+    import matplotlib
+
+    if "ipykernel" in sys.modules or os.environ.get("MPLBACKEND"):
+        return
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        matplotlib.use("Agg")
+
+
+def use_theme() -> None:
+    """Apply the labs' seaborn theme (once)."""
+    global _themed
+    if not _themed:
+        import seaborn as sns
+
+        sns.set_theme(style="whitegrid", context="notebook", palette="colorblind",
+                      rc={"figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight", "legend.fontsize": "small"})
+        _themed = True
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs):
+    """``(fig, axes)`` like ``plt.subplots``, themed, as a Figure pyplot does not manage."""
+    from matplotlib.figure import Figure
+
+    use_theme()
+    if "ipykernel" in sys.modules:  # loads the inline backend, which registers the PNG display of figures
+        import matplotlib.pyplot  # noqa: F401
+    kwargs.setdefault("layout", "constrained")
+    fig = Figure(figsize=kwargs.pop("figsize", (9, 2.4 * nrows + 0.6)), layout=kwargs.pop("layout"))
+    axes = fig.subplots(nrows, ncols, **kwargs)
+    return fig, axes
+
+
+def palette(n: int) -> list:
+    import seaborn as sns
+
+    return sns.color_palette("colorblind", max(n, 1))
+
+
+def draw_marks(axes, marks, colors: dict | None = None) -> None:
+    """Vertical lines at each mark (dicts or objects with ``t``, ``label`` and optionally
+    ``task``), labelled on the first axis."""
+    colors = colors or {}
+    for i, ax in enumerate(axes):
+        for m in marks:
+            t, label, task = _field(m, "t"), _field(m, "label"), _field(m, "task")
+            color = colors.get(task, "0.35")
+            ax.axvline(t, color=color, ls=":", lw=1.2, zorder=1)
+            if i == 0:
+                ax.annotate(label, xy=(t, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                            textcoords="offset points", rotation=90, va="top", ha="left", fontsize="x-small",
+                            color=color)
+
+
+def _field(m, key):
+    if isinstance(m, dict):
+        return m.get(key)
+    if isinstance(m, (tuple, list)):  # (label, t)
+        return {"label": m[0], "t": m[1]}.get(key)
+    return getattr(m, key, None)
+
+
+# ---------------------------------------------------------------------------------------
+# Resource timelines (frames of labkit.monitor)
+# ---------------------------------------------------------------------------------------
+
+def resource_timeline(data, marks=None, title: str | None = None, layout: str = "overlay"):
+    """CPU, memory and network over time, with the marks as vertical lines.
+
+    ``data``: one sampler frame; a merged frame with a ``task`` column; or a dict
+    ``{task: frame}`` (or of samplers). Several tasks get one colour each: solid lines
+    are the tasks' processes (CPU %, 100 = one core; RSS), grey dashed lines the host
+    (busy CPU % of all cores, memory used), drawn once per host. The network panel is
+    host-wide per interface selection: received solid, sent dashed, in bytes per second.
+    ``layout="rows"`` gives each task its own row of the three panels instead.
+    ``marks``: default the frames' ``attrs["marks"]``.
+    """
+    if layout not in ("overlay", "rows"):
+        raise ValueError(f"layout={layout!r}: use 'overlay' (tasks share panels) or 'rows' (one row per task)")
+    frame = _one_frame(data)
+    frames = ({str(k): g for k, g in frame.groupby("task", sort=False)} if "task" in frame.columns
+              else {"": frame})
+    if marks is None:
+        marks = frame.attrs.get("marks", [])
+    colors = dict(zip(frames, palette(len(frames))))
+    if layout == "overlay" or len(frames) == 1:
+        fig, axes = subplots(3, 1, sharex=True, figsize=(9, 7))
+        _resource_panels(axes, frames, colors, legend="right")
+        draw_marks(axes, marks, colors)
+    else:
+        fig, grid = subplots(len(frames), 3, sharex=True, figsize=(14, 2.4 * len(frames) + 0.8), squeeze=False)
+        for i, (row, name) in enumerate(zip(grid, frames)):
+            _resource_panels(row, {name: frames[name]}, colors, legend="inside" if i == 0 else None)
+            draw_marks(row, [m for m in marks if _field(m, "task") in (None, name)], colors)
+            row[0].set_title(name, loc="left", fontsize="medium")
+            if i < len(frames) - 1:
+                row[2].set_xlabel("")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _resource_panels(axes, frames: dict, colors: dict, legend: str | None) -> None:
+    """CPU, memory and network panels. Rates hold over each sample's interval, so they
+    are drawn as steps; host memory gets its own (right, grey) axis, since it dwarfs RSS."""
+    cpu, mem, net = axes
+    host_mem = mem.twinx()
+    host_mem.grid(False)
+    several = len(frames) > 1
+    hosts_done = set()
+    cores = os.cpu_count() or 1
+    for name, f in frames.items():
+        color = colors[name]
+        label = name if several else "process"
+        cpu.plot(f["t"], f["proc_cpu"], color=color, lw=1.6, drawstyle="steps-pre", label=f"{label} (100 = 1 core)")
+        mem.plot(f["t"], f["proc_rss"], color=color, lw=1.6, label=f"{label} RSS")
+        host = f["host"].iloc[0] if "host" in f.columns and len(f) else f.attrs.get("host")
+        if host in hosts_done:
+            continue
+        hosts_done.add(host)
+        tag = f"host {host}" if several and host else "host"
+        cpu.plot(f["t"], f["cpu_user"] + f["cpu_system"], color="0.45", ls="--", lw=1, drawstyle="steps-pre",
+                 label=f"{tag} busy (% of all cores)" if not several else f"{tag} busy")
+        host_mem.plot(f["t"], f["mem_used"], color="0.45", ls="--", lw=1, label=f"{tag} used (right)")
+        dt = f["dt"].where(f["dt"] > 0)
+        net_color = color if several else "C0"
+        net.plot(f["t"], f["net_recv"] / dt, color=net_color, lw=1.4, drawstyle="steps-pre", label=f"{tag} recv")
+        net.plot(f["t"], f["net_sent"] / dt, color=net_color, lw=1.2, ls="--", drawstyle="steps-pre",
+                 label=f"{tag} sent")
+    cpu.set_ylabel("CPU (%)")
+    mem.set_ylabel("process memory")
+    host_mem.set_ylabel("host memory", color="0.35")
+    net.set_ylabel("network")
+    for ax in (cpu, mem, host_mem, net):
+        ax.set_ylim(bottom=0)
+    net.set_ylim(top=max(net.get_ylim()[1], 1000))  # an idle network still gets readable ticks
+    for ax in (mem, host_mem):
+        bytes_axis(ax)
+    bytes_axis(net, per_second=True)
+    net.set_xlabel("time (s)")
+    if legend:
+        outside = legend == "right"
+        style = dict(fontsize="x-small", loc="upper left" if outside else "best", frameon=not outside, framealpha=0.8)
+        h, lab = mem.get_legend_handles_labels()
+        h2, lab2 = host_mem.get_legend_handles_labels()
+        for ax, anchor, (hs, ls) in ((cpu, 1.02, cpu.get_legend_handles_labels()), (mem, 1.16, (h + h2, lab + lab2)),
+                                     (net, 1.02, net.get_legend_handles_labels())):
+            (host_mem if ax is mem else ax).legend(hs, ls, **style, **({"bbox_to_anchor": (anchor, 1.0),
+                                                                        "borderaxespad": 0} if outside else {}))
+
+
+def _one_frame(data):
+    """A sampler frame, a merged frame, or a dict of frames/samplers/dicts (merged here,
+    which lines up their clocks) -> one frame."""
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        return data
+    if hasattr(data, "to_frame"):
+        return data.to_frame()
+    if isinstance(data, dict) and data:
+        from labkit.monitor import merge_frames
+
+        return merge_frames(data)
+    raise ValueError(f"resource_timeline() needs a sampler frame, a merged frame or a dict of them, "
+                     f"got {type(data).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# Lab 5: scaling curves, crossover map, bytes against the analytic model (labkit.costmodel)
+# ---------------------------------------------------------------------------------------
+
+_ARCH_NAMES = {"ps": "parameter server", "ring": "ring all-reduce"}
+_METRIC_NAMES = {"images_per_s": "images/s", "speedup": "speed-up", "step_s": "time per step (s)"}
+
+
+def log_bytes_axis(ax, axis: str = "x") -> None:
+    """A log-scaled axis whose ticks read as bytes (1 KB, 1 MB, ...)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(LogLocator(base=1000))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_bytes(v, 0)))
+
+
+def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup"), col: str = "arch",
+                   hue: str = "model", title: str | None = None):
+    """Images/s and speed-up against workers: one row per metric, one column per ``col``
+    value (by default the architecture, as report 003's Figures 4.1-4.4), one colour per
+    ``hue`` value. ``predicted`` (lines) and ``measured`` (points) are frames with
+    ``workers``, the metrics and those columns; either may be None. Rows share their y
+    axis; speed-up panels show the ideal N dotted; images/s spanning over 30x goes log."""
+    import pandas as pd
+    from matplotlib.ticker import FuncFormatter
+
+    frames = [f for f in (predicted, measured) if f is not None]
+    if not frames:
+        raise ValueError("scaling_curves() needs a predicted or a measured frame")
+    both = pd.concat(frames, ignore_index=True)
+    for c in ("workers", col, hue, *metrics):
+        if c not in both.columns:
+            raise ValueError(f"scaling_curves(): no column {c!r} in the frames (columns: {list(both.columns)})")
+    cols = list(dict.fromkeys(both[col]))
+    hues = list(dict.fromkeys(both[hue]))
+    colors = dict(zip(hues, palette(len(hues))))
+    fig, axes = subplots(len(metrics), len(cols), sharex=True, sharey="row", squeeze=False,
+                         figsize=(4.5 * len(cols) + 1.5, 3.1 * len(metrics)))
+    for j, c in enumerate(cols):
+        for i, metric in enumerate(metrics):
+            ax = axes[i][j]
+            for h in hues:
+                if predicted is not None:
+                    p = predicted[(predicted[col] == c) & (predicted[hue] == h)].sort_values("workers")
+                    if len(p):
+                        ax.plot(p["workers"], p[metric], color=colors[h], lw=1.8, label=f"{h}")
+                if measured is not None:
+                    m = measured[(measured[col] == c) & (measured[hue] == h)]
+                    if len(m):
+                        ax.plot(m["workers"], m[metric], "o", color=colors[h], ms=6, mec="white",
+                                label=f"{h} (measured)")
+            if metric == "speedup":
+                n = sorted(both["workers"].unique())
+                ax.plot(n, n, ":", color="0.4", lw=1, label="ideal (N)")
+            values = both[metric]
+            if metric != "speedup" and (values > 0).all() and values.max() > 30 * values.min():
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel(_METRIC_NAMES.get(metric, metric))
+            if i == 0:
+                ax.set_title(_ARCH_NAMES.get(c, str(c)))
+            if i == len(metrics) - 1:
+                ax.set_xlabel("workers (N)")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in (a for row in axes for a in row):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(seen.values(), seen.keys(), loc="outside right upper", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def crossover_map(grid, marks: dict | None = None, title: str | None = None):
+    """Where the ring beats PS: colour = log2(t_ps / t_ring) over model size x workers,
+    one panel per network (rows of :func:`labkit.costmodel.crossover_map`). Blue: the ring
+    is faster; the black line is the crossover. ``marks``: {name: model bytes} drawn as
+    dotted lines (e.g. report 003's models)."""
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+
+    networks = list(dict.fromkeys(grid["network"]))
+    fig, axes = subplots(1, len(networks), sharey=True, squeeze=False, figsize=(5 * len(networks) + 1, 3.8))
+    z_all = np.log2(grid["ring_speedup"].clip(lower=1e-6))
+    lim = max(1.0, float(np.nanmax(np.abs(z_all))))
+    norm = TwoSlopeNorm(vcenter=0, vmin=-lim, vmax=lim)
+    mesh = None
+    for ax, net in zip(axes[0], networks):
+        g = grid[grid["network"] == net].pivot_table(index="workers", columns="model_bytes", values="ring_speedup")
+        x, y, z = g.columns.values, g.index.values, np.log2(g.values.clip(1e-6))
+        mesh = ax.pcolormesh(x, y, z, cmap="RdBu", norm=norm, shading="nearest")
+        if z.min() < 0 < z.max():
+            ax.contour(x, y, z, levels=[0], colors="black", linewidths=1.5)
+        for b, names in _merge_close(marks or {}):
+            ax.axvline(b, color="0.2", ls=":", lw=1)
+            ax.annotate(", ".join(names), xy=(b, 0), xycoords=("data", "axes fraction"), xytext=(-3, 3),
+                        textcoords="offset points", rotation=90, ha="right", va="bottom", fontsize="x-small")
+        log_bytes_axis(ax, "x")
+        ax.set_title(str(net))
+        ax.set_xlabel("model size (M)")
+        ax.grid(False)
+    axes[0][0].set_ylabel("workers (N)")
+    axes[0][0].yaxis.get_major_locator().set_params(integer=True)
+    cbar = fig.colorbar(mesh, ax=axes[0].tolist(), shrink=0.9)
+    cbar.set_label("log2(t_ps / t_ring); > 0: ring faster")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _merge_close(marks: dict, within: float = 0.1) -> list:
+    """[(position, [names])], names whose positions lie within ``within`` (relative) merged."""
+    merged = []
+    for name, b in sorted(marks.items(), key=lambda kv: kv[1]):
+        if merged and b <= merged[-1][0] * (1 + within):
+            merged[-1][1].append(name)
+        else:
+            merged.append((b, [name]))
+    return merged
+
+
+def bytes_vs_analytic(frame, label: str = "run", tolerance: float = 0.25, title: str | None = None):
+    """Measured and analytic bytes per step side by side, one pair of bars per ``label``
+    value; bars off by more than ``tolerance`` (relative) are flagged with their deviation.
+    ``frame`` needs columns ``label``, ``measured`` and ``analytic`` (bytes)."""
+    import numpy as np
+
+    for c in (label, "measured", "analytic"):
+        if c not in frame.columns:
+            raise ValueError(f"bytes_vs_analytic(): no column {c!r} (columns: {list(frame.columns)})")
+    fig, ax = subplots(1, 1, figsize=(max(5.0, 1.1 * len(frame) + 2), 3.4))
+    x = np.arange(len(frame))
+    c_meas, c_ana = palette(2)
+    ax.bar(x - 0.2, frame["analytic"], 0.4, color=c_ana, label="analytic")
+    ax.bar(x + 0.2, frame["measured"], 0.4, color=c_meas, label="measured")
+    for xi, (m, a) in zip(x, zip(frame["measured"], frame["analytic"])):
+        dev = m / a - 1 if a else float("inf")
+        flag = abs(dev) > tolerance
+        ax.annotate(f"{dev:+.0%}" + (" !" if flag else ""), xy=(xi + 0.2, m), xytext=(0, 2),
+                    textcoords="offset points", ha="center", fontsize="x-small",
+                    color="red" if flag else "0.2", fontweight="bold" if flag else "normal")
+    ax.set_xticks(x, [str(v) for v in frame[label]], rotation=20, ha="right")
+    ax.set_ylabel("bytes per step")
+    bytes_axis(ax)
+    ax.legend(loc="upper left")
+    if title:
+        ax.set_title(title)
+    return fig

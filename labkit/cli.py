@@ -46,8 +46,33 @@ def _add_bench(sub) -> None:
     p.set_defaults(func=lambda a: bench.run_all(a.names or list(bench.BENCHMARKS), Path(a.out), a.quick, a.timeout))
 
 
+def _add_monitor(sub) -> None:
+    def run(a):
+        from labkit import monitor
+
+        if a.command_args and a.command_args[0] == "--":
+            a.command_args = a.command_args[1:]
+        try:
+            return monitor.monitor_command(a.command_args or None, pid=a.pid, interval=a.interval, out=a.out,
+                                           duration=a.duration, timeout=a.timeout, dstat=a.dstat)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+    p = sub.add_parser("monitor", help="sample CPU, memory, network and disk of a command or pid (replaces dstat)",
+                       description="python -m labkit monitor [options] -- CMD ...   or   --pid PID [--duration S]")
+    p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="command to run and sample")
+    p.add_argument("--pid", type=int, help="sample this running process (and its children) instead")
+    p.add_argument("--duration", type=float, help="with --pid: stop after S seconds (default: when it exits)")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    p.add_argument("--out", default="out/monitor", help="directory for monitor.csv/.json/.png (default out/monitor)")
+    p.add_argument("--dstat", action="store_true", help="write monitor.csv in dstat's --output layout")
+    p.add_argument("--timeout", type=float, default=3600, help="stop the command after S seconds (default 3600)")
+    p.set_defaults(func=run)
+
+
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_bench]
+REGISTRARS = [_add_data, _add_bench, _add_monitor]
 
 
 def build_parser() -> argparse.ArgumentParser:

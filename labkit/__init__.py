@@ -9,7 +9,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from labkit.data import DataError, load_mnist, make_dataset
+from labkit.monitor import ResourceSampler
 from labkit.record import record
 
 __version__ = "0.1.0"
-__all__ = ["DataError", "load_mnist", "make_dataset", "record", "__version__"]
+__all__ = ["DataError", "ResourceSampler", "load_mnist", "make_dataset", "record", "__version__"]

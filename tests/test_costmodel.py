@@ -212,3 +212,29 @@ def test_report_003_curves_barely_depend_on_alpha():
     ten_times = {k: Link(10 * v.alpha_s, v.bandwidth, k) for k, v in cm.NETWORKS.items()}
     slow = cm.report_003_curves(networks=ten_times)
     assert (slow["images_per_s"] / base["images_per_s"] - 1).abs().max() < 0.03
+
+
+# --- plots (labkit.plots, Lab 5 section) ----------------------------------------------------
+
+def test_plots_draw_predictions_measurements_and_the_crossover():
+    from labkit import plots
+
+    curves = cm.report_003_curves(networks={"1 Gb/s": cm.NETWORKS["1 Gb/s"]})
+    measured = curves[curves.workers.isin([1, 3])].assign(images_per_s=lambda d: d.images_per_s * 1.1)
+    fig = plots.scaling_curves(curves, measured)
+    axes = fig.get_axes()
+    assert len(axes) == 4 and axes[0].get_yscale() == "log"  # AlexNet vs VGG: > 30x apart
+    assert any("(measured)" in t.get_text() for t in fig.legends[0].get_texts())
+    with pytest.raises(ValueError, match="no column 'model'"):
+        plots.scaling_curves(curves.drop(columns="model"))
+
+    grid = cm.crossover_map(np.logspace(3, 9, 20), range(2, 9), cm.NETWORKS.values())
+    fig = plots.crossover_map(grid, marks={k: v.model_bytes for k, v in cm.REPORT_003_MODELS.items()})
+    first = fig.get_axes()[0]
+    assert [type(c).__name__ for c in first.collections] == ["QuadMesh", "QuadContourSet"]  # map + crossover line
+    labels = [t.get_text() for t in first.texts]
+    assert "ResNet152, AlexNet" in labels  # 230 and 233 MiB share one mark
+
+    frame = pd.DataFrame({"run": ["ps N=2", "ring N=3"], "measured": [1.0e6, 1.4e6], "analytic": [9.9e5, 9.9e5]})
+    flagged = [t.get_text() for t in plots.bytes_vs_analytic(frame, label="run").get_axes()[0].texts]
+    assert flagged == ["+1%", "+41% !"]

@@ -133,8 +133,9 @@ def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Te
 def _shape(w) -> tf.Tensor:
     """w's shape, static when known: ``tf.shape`` of a variable would read (and, after a
     sparse update, copy) the whole vector, an O(num_features) step."""
-    if w.shape.is_fully_defined():
-        return tf.constant(w.shape.as_list(), tf.int64)
+    shape = tf.TensorShape(np.shape(w) if isinstance(w, np.ndarray) else w.shape)
+    if shape.is_fully_defined():
+        return tf.constant(shape.as_list(), tf.int64)
     return tf.shape(w, out_type=tf.int64)
 
 

@@ -135,6 +135,14 @@ def test_fit_link_to_runs_recovers_the_link_and_predicts_the_runs():
     assert link.rel_error == pytest.approx(pred["rel_error"].abs().median())
 
 
+def test_fit_link_to_runs_can_fit_a_per_step_overhead():
+    runs = synthetic_runs(Link(1e-3, 5e8), (2e-4, 5e-4), 0.0, np.random.default_rng(2))
+    runs["step_s"] += 0.02  # a fixed framework cost per step, in every run
+    link, overhead = cm.fit_link_to_runs(runs, fit_overhead=True)
+    assert overhead == pytest.approx(0.02, rel=0.01)
+    assert link.bandwidth == pytest.approx(5e8, rel=0.01) and link.rel_error < 1e-6
+
+
 def test_from_single_worker_sets_compute_per_sample():
     model = CostModel.from_single_worker(0.064, 32, Link(0, 1e9))
     assert model.per_sample_s == pytest.approx(0.002)

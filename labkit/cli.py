@@ -71,8 +71,39 @@ def _add_monitor(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _grade(args) -> int:
+    from labkit.grading import grade
+
+    return grade.main(args)
+
+
+def _release(args) -> int:
+    from labkit.grading import release
+
+    return release.main(args)
+
+
+def _add_grade(sub) -> None:
+    p = sub.add_parser("grade", help="run notebooks in isolation, check them against the rubric, write reports")
+    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb "
+                                                  "(default: the reference notebooks in --notebooks)")
+    p.add_argument("--out", default="out/grade", help="output folder (cleared first; default out/grade)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="notebooks run at a time (default 1)")
+    p.add_argument("--rubric", default="notebooks/rubric.toml")
+    p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
+    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable")
+    p.set_defaults(func=_grade)
+
+
+def _add_release(sub) -> None:
+    p = sub.add_parser("release", help="student versions of the notebooks (solutions removed) into --out")
+    p.add_argument("--out", default="release")
+    p.add_argument("--notebooks", default="notebooks")
+    p.set_defaults(func=_release)
+
+
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_bench, _add_monitor]
+REGISTRARS = [_add_data, _add_bench, _add_monitor, _add_grade, _add_release]
 
 
 def build_parser() -> argparse.ArgumentParser:

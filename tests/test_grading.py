@@ -1,0 +1,285 @@
+"""Grading without kernels: the rubric (validation, every check kind, partial credit), record
+lookups, the release transformation, notebook readability, and the reports."""
+from __future__ import annotations
+
+import csv
+import textwrap
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from labkit.grading import release, report
+from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
+from labkit.grading.runner import check_readable, source_index
+from labkit.grading.verify import notebook_parameters
+from labkit.record import MIME
+
+RUBRIC = """
+[defaults]
+cell_timeout = 30
+[labs.a]
+notebook = "a.ipynb"
+title = "Lab A"
+memory_mb = 512
+[labs.a.parameters]
+epochs = 2
+[[labs.a.checks]]
+name = "has acc"
+kind = "record"
+points = 1
+records = ["acc", "loss"]
+[[labs.a.checks]]
+name = "acc high"
+kind = "threshold"
+points = 4
+record = "acc"
+min = 0.9
+partial_min = 0.5
+[[labs.a.checks]]
+name = "sync steps equal"
+kind = "all_equal"
+points = 1
+record = "steps"
+[[labs.a.checks]]
+name = "async steps add up"
+kind = "sum_equals"
+points = 1
+record = "local"
+total = "global"
+[[labs.a.checks]]
+name = "ring cheaper"
+kind = "compare"
+points = 1
+left = "bytes.ring"
+op = "<"
+right = "bytes.ps"
+[[labs.a.checks]]
+name = "plots"
+kind = "figures"
+points = 2
+cells = ["fig-a", "fig-b"]
+[[labs.a.checks]]
+name = "answers"
+kind = "analysis"
+points = 2
+min_chars = 20
+"""
+
+
+def write(tmp_path, text, name="rubric.toml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def record_output(name, value):
+    return new_output("display_data", data={MIME: {"name": name, "value": value}, "text/plain": name})
+
+
+def notebook(records: dict, figs=("fig-a", "fig-b"), answers=("A long enough answer here.",)):
+    cells = [new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()])]
+    for tag in figs:
+        c = new_code_cell("plot()", outputs=[new_output("display_data", data={"image/png": "iVBOR", "text/plain": ""})])
+        c.metadata.tags = [tag]
+        cells.append(c)
+    for a in answers:
+        c = new_markdown_cell(a)
+        c.metadata.tags = ["analysis"]
+        cells.append(c)
+    return new_notebook(cells=cells)
+
+
+GOOD = {"acc": 0.95, "loss": 0.2, "steps": [10, 10, 10], "local": {"w0": 7, "w1": 5}, "global": 12,
+        "bytes": {"ring": 1.0, "ps": 2.0}}
+
+
+def scores(rub, nb, records):
+    return {c.name: evaluate(c, nb, records) for c in rub.labs["a"].checks}
+
+
+def test_rubric_loads_with_defaults_and_overrides(tmp_path):
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    lab = rub.labs["a"]
+    assert (lab.cell_timeout, lab.memory_mb, lab.notebook_timeout) == (30.0, 512.0, 900.0)
+    assert lab.parameters == {"epochs": 2} and lab.max_points == 12 and rub.lab_for("a.ipynb") is lab
+
+
+def test_every_kind_passes_on_a_good_notebook(tmp_path):
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    got = scores(rub, notebook(GOOD), GOOD)
+    assert {n: s.status for n, s in got.items()} == dict.fromkeys(got, "pass")
+    assert sum(s.points for s in got.values()) == rub.labs["a"].max_points
+
+
+def test_failures_and_partial_credit(tmp_path):
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    bad = {"acc": 0.7, "steps": [10, 9, 10], "local": [7, 4], "global": 12, "bytes": {"ring": 3, "ps": 2}}
+    got = scores(rub, notebook(bad, figs=["fig-a"], answers=["YOUR ANSWER HERE", "short", "x" * 30]), bad)
+    assert (got["has acc"].status, got["has acc"].points) == ("partial", 0.5)
+    assert "missing: loss" in got["has acc"].reason
+    assert (got["acc high"].status, got["acc high"].points) == ("partial", 2.0)  # halfway from 0.5 to 0.9
+    assert "below 0.9" in got["acc high"].reason
+    assert got["sync steps equal"].status == "fail" and "[10, 9, 10]" in got["sync steps equal"].reason
+    assert got["async steps add up"].status == "fail" and "= 11" in got["async steps add up"].reason
+    assert got["ring cheaper"].status == "fail" and "bytes.ring < bytes.ps" in got["ring cheaper"].reason
+    assert (got["plots"].status, got["plots"].points) == ("partial", 1.0)
+    assert "no cell tagged 'fig-b'" in got["plots"].reason
+    a = got["answers"]
+    assert (a.status, a.points) == ("partial", round(2 / 3, 2))
+    assert "answer 1 (analysis) still has the placeholder" in a.reason and "answer 2" in a.reason
+
+
+def test_missing_records_are_their_own_status(tmp_path):
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    got = scores(rub, notebook({}, figs=[], answers=[]), {})
+    assert got["acc high"].status == "missing" and "record 'acc' not found" in got["acc high"].reason
+    assert got["has acc"].status == "missing"
+    assert got["answers"].status == "fail" and "no answer cells tagged 'analysis'" in got["answers"].reason
+
+
+def test_threshold_below_partial_floor_and_tolerances(tmp_path):
+    rub = load_rubric(write(tmp_path, RUBRIC + """
+[[labs.a.checks]]
+name = "close enough"
+kind = "all_equal"
+points = 1
+record = "steps"
+tolerance = 0.2
+"""))
+    recs = {**GOOD, "acc": 0.4, "steps": [10, 9, 11]}
+    got = scores(rub, notebook(recs), recs)
+    assert (got["acc high"].status, got["acc high"].points) == ("fail", 0.0)
+    assert got["close enough"].status == "pass" and got["sync steps equal"].status == "fail"
+
+
+def test_lookup_paths():
+    recs = {"h": {"acc": [0.1, 0.5]}, "a.b": 3, "n": None}
+    assert lookup(recs, "h.acc.-1") == 0.5 and lookup(recs, "a.b") == 3
+    for ref, msg in [("h.loss", "no 'loss'"), ("zz", "not found"), ("n", "null"), ("h.acc.5", "no '5'")]:
+        with pytest.raises(Missing, match=msg):
+            lookup(recs, ref)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('kind = "threshold"', 'kind = "histogram"', "kind must be one of"),
+    ("min = 0.9\npartial_min = 0.5", "", "a threshold needs min and/or max"),
+    ("points = 4", "points = 0", "points must be a positive number"),
+    ("points = 4", 'points = 4\nverify = "no_such_verifier"', "unknown verifier 'no_such_verifier'"),
+    ("points = 4", 'points = 4\ncolour = "red"', "unknown key(s) ['colour']"),
+    ("partial_min = 0.5", "partial_min = 0.95", "partial_min needs a min above it"),
+    ('left = "bytes.ring"', "left = 3", "left must be a record name"),
+    ('name = "plots"', 'name = "acc high"', "two checks are named 'acc high'"),
+])
+def test_rubric_errors_name_what_to_fix(tmp_path, old, new, message):
+    assert old in RUBRIC
+    with pytest.raises(RubricError) as e:
+        load_rubric(write(tmp_path, RUBRIC.replace(old, new, 1)))
+    assert message in str(e.value) and "[labs.a]" in str(e.value)
+
+
+def test_rubric_file_errors(tmp_path):
+    with pytest.raises(RubricError, match="not found"):
+        load_rubric(tmp_path / "nope.toml")
+    with pytest.raises(RubricError, match="not valid TOML"):
+        load_rubric(write(tmp_path, "[labs.a\n"))
+    with pytest.raises(RubricError, match="unknown key 'cell_timout'"):
+        load_rubric(write(tmp_path, "[defaults]\ncell_timout = 3\n"))
+    with pytest.raises(RubricError, match="notebook must be a file name"):
+        load_rubric(write(tmp_path, '[labs.a]\nnotebook = "a.py"\n'))
+
+
+def test_the_repo_rubric_is_valid():
+    from pathlib import Path
+
+    rub = load_rubric(Path(__file__).parents[1] / "notebooks" / "rubric.toml")
+    for lab in rub.labs.values():
+        assert lab.checks and (Path(__file__).parents[1] / "notebooks" / lab.notebook).exists(), lab.notebook
+
+
+# ---------------------------------------------------------------------------------------------
+# release
+
+def test_strip_solutions_keeps_indentation_and_plumbing():
+    src = "def step(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\nprint(step)"
+    out, n = release.strip_solutions(src, code=True, where="t")
+    assert n == 1
+    assert out == "def step(x):\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\nprint(step)"
+    md, n = release.strip_solutions("Q?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION", code=False, where="t")
+    assert (md, n) == ("Q?\nYOUR ANSWER HERE", 1)
+
+
+@pytest.mark.parametrize("src, msg", [("### BEGIN SOLUTION\nx", "without ### END"),
+                                      ("x\n### END SOLUTION", "without a ### BEGIN"),
+                                      ("### BEGIN SOLUTION\n### BEGIN SOLUTION", "a second")])
+def test_unbalanced_markers_are_errors(src, msg):
+    with pytest.raises(ValueError, match=msg):
+        release.strip_solutions(src, code=True, where="lab.ipynb cell 4")
+
+
+def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path):
+    cells = [new_code_cell("a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION", execution_count=3,
+                           outputs=[new_output("stream", name="stdout", text="hi")]),
+             new_code_cell("check_my_solution()"), new_markdown_cell("A model answer, long enough.")]
+    cells[1].metadata.tags = ["solution-only"]
+    cells[2].metadata.tags = ["analysis"]
+    cells[0].metadata.papermill = {"duration": 1}
+    (tmp_path / "nb").mkdir()
+    nbformat.write(new_notebook(cells=cells), str(tmp_path / "nb" / "x.ipynb"))
+    [(dest, regions)] = release.release(tmp_path / "nb", tmp_path / "rel", log=lambda m: None)
+    nb = nbformat.read(str(dest), as_version=4)
+    assert regions == 3 and len(nb.cells) == 2
+    assert nb.cells[0].source == "a = 1\n# YOUR CODE HERE\nraise NotImplementedError()"
+    assert nb.cells[0].outputs == [] and nb.cells[0].execution_count is None and "papermill" not in nb.cells[0].metadata
+    assert nb.cells[1].source == "YOUR ANSWER HERE" and nb.cells[1].metadata.tags == ["analysis"]
+
+
+# ---------------------------------------------------------------------------------------------
+# runner helpers that need no kernel
+
+def test_check_readable(tmp_path):
+    cases = {"bad.ipynb": '{"cells": [', "list.ipynb": "[1, 2]", "bin.ipynb": b"\xff\xfe\x00"}
+    for name, content in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert "invalid JSON" in check_readable(tmp_path / "bad.ipynb")
+    assert "not a version-4 notebook" in check_readable(tmp_path / "list.ipynb")
+    assert "not UTF-8" in check_readable(tmp_path / "bin.ipynb")
+    nbformat.write(new_notebook(cells=[new_code_cell("1")]), str(tmp_path / "ok.ipynb"))
+    assert check_readable(tmp_path / "ok.ipynb") is None
+
+
+def test_source_index_undoes_the_injected_parameters_cell(tmp_path):
+    params = new_code_cell("n = 1")
+    params.metadata.tags = ["parameters"]
+    nbformat.write(new_notebook(cells=[new_code_cell("import x"), params, new_code_cell("y")]), str(tmp_path / "a.ipynb"))
+    # executed: 0 import, 1 parameters, 2 injected, 3 y
+    assert [source_index(tmp_path / "a.ipynb", i) for i in range(4)] == [0, 1, None, 2]
+    nbformat.write(new_notebook(cells=[new_code_cell("import x")]), str(tmp_path / "b.ipynb"))
+    assert [source_index(tmp_path / "b.ipynb", i) for i in range(2)] == [None, 0]  # injected at the top
+
+
+def test_notebook_parameters_prefers_injected_values():
+    p, inj = new_code_cell("epochs = 50\nlimit = None\nname = f'x{1}'"), new_code_cell("epochs = 2")
+    p.metadata.tags, inj.metadata.tags = ["parameters"], ["injected-parameters"]
+    assert notebook_parameters(new_notebook(cells=[p, inj])) == {"epochs": 2, "limit": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# reports
+
+def test_reports(tmp_path):
+    rows = [{"student": "al|ce", "lab": "a", "check": "execution", "points": 0.0, "max": 0.0, "status": "error",
+             "reason": "cell 3 raised ValueError: boom", "seconds": 4.2},
+            {"student": "al|ce", "lab": "a", "check": "acc", "points": 1.5, "max": 2.0, "status": "partial",
+             "reason": "acc = 0.7 is below 0.9", "seconds": ""}]
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    report.write_csv(rows, tmp_path / "g.csv")
+    back = list(csv.DictReader(open(tmp_path / "g.csv")))
+    assert back[0]["reason"] == "cell 3 raised ValueError: boom" and back[1]["points"] == "1.5"
+    report.write_summary(rows, list(rub.labs.values()), tmp_path / "s.md")
+    text = (tmp_path / "s.md").read_text()
+    assert "| al\\|ce | 1.5/2 | 1.5/2 |" in text and "cell 3 raised ValueError: boom" in text
+    report.write_feedback(None, rows, tmp_path / "f.html", "al|ce: a")
+    page = (tmp_path / "f.html").read_text()
+    assert "1.5/2 points" in page and "ValueError: boom" in page

@@ -1,0 +1,788 @@
+"""Start, watch and stop one process per TensorFlow task, locally or over ssh; gather results.
+
+    spec = cluster.local(ps=1, workers=2)
+    with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
+        result = c.wait(timeout=300)                              # TaskFailed / ClusterTimeout, never a hang
+    result.table()      # one row per task: how it ended, steps, metrics, resources
+    result.samples()    # every task's resource samples, merged, for plots
+
+What it guarantees:
+- **Ownership.** Each task is a child in its own session with its own log file under
+  ``runs/<lab>/<run>/``. Leaving the ``with`` block, an exception, a KeyboardInterrupt
+  in ``start()``/``wait()``, interpreter exit (``atexit``) and a global timeout all stop
+  every task: SIGTERM (a task then writes its result), SIGKILL after ``term_grace``.
+  Local tasks also ask Linux to SIGTERM them if the launcher itself dies.
+- **Prompt failure.** A task that exits non-zero or dies raises ``TaskFailed(task,
+  returncode, log_tail)`` within a poll interval (50 ms), after the rest are stopped.
+- **Ports.** Local tasks' ports are checked free before starting (TensorFlow listens on
+  0.0.0.0:PORT). A spec from ``cluster.local()`` moves to other free ports when one is
+  taken, even when another process grabs it between the check and the bind; an
+  explicit spec raises ``PortInUse``.
+- **Parameter servers** block for ever by design: once the trainers have finished,
+  a ps gets ``ps_grace`` seconds to exit by its own shutdown pattern (the task
+  runtime's done queue or port watch), then it is terminated. ``ended`` says which.
+- **Versions.** Every task writes a hello with its TensorFlow/keras/labkit/Python
+  versions; a cluster whose tasks disagree with each other or with the launcher is
+  stopped with ``VersionSkew`` (``check_versions``).
+
+Remote hosts (any host that is not this machine) start over ssh::
+
+    ssh HOST 'cd REMOTE_DIR && mkdir -p RUN && echo $$ > RUN/worker-1.pid &&
+              exec env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
+
+The task's output streams back into the local log; result files are copied back with
+``ssh HOST 'tar -cf - ...'`` at the end; stopping signals the remote pid. ``ssh`` and
+``remote_dir`` are arguments; ``dry_run=True`` prints the exact per-task commands.
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, free_ports, port_is_free
+from labkit.proc import OwnedProcess, descendants, tail
+from labkit.tasks.common import EXIT_PORT_IN_USE, task_file, versions
+
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+POLL_S = 0.05
+VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
+
+
+class TaskFailed(RuntimeError):
+    """A task exited non-zero or was killed. ``log_tail`` holds the end of its log."""
+
+    def __init__(self, task: str, returncode, log_tail: str, log_path=None, detail: str = ""):
+        self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
+        how = f"exited with code {returncode}" if returncode is None or returncode >= 0 else \
+            f"was killed by {signal.Signals(-returncode).name}" if -returncode in signal.valid_signals() else \
+            f"exited with code {returncode}"
+        where = f" (log: {log_path})" if log_path else ""
+        super().__init__(f"task {task} {how}{detail}{where}; the other tasks were stopped. Last lines of its log:\n"
+                         f"{log_tail or '(empty)'}")
+
+
+class PortInUse(TaskFailed):
+    """A task's port is taken by another process."""
+
+    def __init__(self, task: str, address: str, owner: str = "", returncode=None, log_tail: str = "", log_path=None):
+        self.address = address
+        RuntimeError.__init__(self, f"port of task {task} ({address}) is in use{owner}; pick other ports (cluster.local() "
+                              f"picks free ones and avoids taken ones) or stop the process that holds it"
+                              + (f". Last lines of its log:\n{log_tail}" if log_tail else ""))
+        self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
+
+
+class ClusterTimeout(TimeoutError):
+    """The global timeout expired; ``running`` names the tasks that were still running."""
+
+    def __init__(self, seconds: float, running: list[str], what: str = "finish"):
+        self.seconds, self.running = seconds, running
+        super().__init__(f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
+                         f"every task was stopped (raise the timeout, or see the logs for a hang)")
+
+
+class VersionSkew(RuntimeError):
+    """Tasks (or tasks and the launcher) run different TensorFlow/keras/labkit/Python versions."""
+
+
+def runs_root() -> Path:
+    """Where run directories go: ``$LABKIT_RUNS``, else ``runs/`` in the repository."""
+    if os.environ.get("LABKIT_RUNS"):
+        return Path(os.environ["LABKIT_RUNS"])
+    repo = Path(__file__).resolve().parents[1]
+    return (repo if (repo / "pyproject.toml").exists() else Path.cwd()) / "runs"
+
+
+def program_module(program: str) -> str:
+    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"``; a dotted name is used as given."""
+    if not program or not all(part.isidentifier() for part in program.split(".")):
+        raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
+    return program if "." in program else f"labkit.tasks.{program}"
+
+
+def cli_args(args: dict) -> list[str]:
+    """``{"batch_size": 50, "verbose": True}`` -> ``["--batch-size", "50", "--verbose"]``."""
+    out = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *map(str, value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def local_addresses() -> set[str]:
+    """Names and addresses that mean this machine."""
+    names = set(LOCAL_HOSTS) | {socket.gethostname(), socket.getfqdn()}
+    for addrs in psutil.net_if_addrs().values():
+        names |= {a.address for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
+    return names
+
+
+def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> None:
+    """Raise ``VersionSkew`` if the tasks' hellos (task -> hello dict) disagree with each
+    other or with ``reference`` (default: this process) on TensorFlow, keras, labkit or
+    the Python minor version. Tasks without a hello are not checked."""
+    reference = versions() if reference is None else reference
+
+    def key(v: dict) -> tuple:
+        return tuple(v.get(k) if k != "python" else ".".join(str(v.get(k, "")).split(".")[:2]) for k in VERSION_KEYS)
+
+    want = key(reference)
+    bad = {name: h for name, h in hellos.items() if key(h.get("versions", {})) != want}
+    if bad:
+        lines = [f"  launcher ({socket.gethostname()}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, want))]
+        lines += [f"  {name} ({h.get('host')}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, key(h.get('versions', {}))))
+                  for name, h in bad.items()]
+        raise VersionSkew("the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
+                          + "\n".join(lines) + "\ninstall the same versions everywhere (`make setup` on every node, "
+                          "from the same commit), or pass check_versions=False to run anyway")
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass
+class TaskOutcome:
+    """How one task ended, and what it reported."""
+    name: str
+    type: str
+    index: int
+    host: str
+    ended: str | None          # exited | done-queue | chief-port-closed | failed | terminated | killed | None
+    returncode: int | None
+    wall_s: float | None       # from start to exit, as the launcher saw it
+    log_path: Path
+    result: dict | None        # the task's result JSON (None if it wrote none)
+
+    @property
+    def steps(self) -> dict:
+        return (self.result or {}).get("steps", {})
+
+    @property
+    def metrics(self) -> dict:
+        return (self.result or {}).get("metrics", {})
+
+    def log_tail(self, lines: int = 30) -> str:
+        return tail(self.log_path, lines)
+
+
+RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
+                    "net_sent_bytes")
+
+
+@dataclass
+class ClusterResult:
+    """Every task's outcome, plus the launcher's timings (``startup_s``: ``start()`` until
+    every server was up; ``teardown_s``: the last trainer's exit until no task was left)."""
+    program: str
+    run_dir: Path
+    spec: dict
+    tasks: list[TaskOutcome]
+    startup_s: float | None = None
+    teardown_s: float | None = None
+    wall_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> TaskOutcome:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(f"no task {name!r}; tasks are {[t.name for t in self.tasks]}")
+
+    def __iter__(self):
+        return iter(self.tasks)
+
+    def trainers(self) -> list[TaskOutcome]:
+        return [t for t in self.tasks if t.type != "ps"]
+
+    def table(self, window: str = "all"):
+        """One row per task: host, how it ended, steps, metrics and resource averages
+        (``window="train"`` for the training phase where a task marked one)."""
+        import pandas as pd
+
+        rows = []
+        for t in self.tasks:
+            r = t.result or {}
+            res = (r.get("resources_train") if window == "train" else None) or r.get("resources") or {}
+            steps = r.get("steps", {})
+            row = {"task": t.name, "host": t.host, "ended": t.ended, "returncode": t.returncode,
+                   "wall_s": t.wall_s, "local_steps": steps.get("local"),
+                   "global_step": steps.get("global_final", steps.get("global_at_exit")),
+                   "steps_per_s": steps.get("local_per_s")}
+            row.update({k: v for k, v in r.get("metrics", {}).items() if isinstance(v, (int, float, str, type(None)))})
+            row.update({k: res.get(k) for k in RESOURCE_COLUMNS})
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("task")
+
+    def samples(self):
+        """All tasks' resource samples in one frame (``task`` and ``host`` columns,
+        one time axis), for ``plots.resource_timeline`` and ``monitor.summarize_tasks``."""
+        from labkit.monitor import merge_frames
+
+        have = {t.name: t.result["samples"] for t in self.tasks if t.result and t.result.get("samples")}
+        if not have:
+            raise ValueError(f"no task of {self.run_dir} wrote resource samples; see the task logs")
+        return merge_frames(have)
+
+    def to_dict(self) -> dict:
+        """The launcher's view (the task results stay in their own files)."""
+        return {"program": self.program, "run_dir": str(self.run_dir), "spec": self.spec,
+                "startup_s": self.startup_s, "teardown_s": self.teardown_s, "wall_s": self.wall_s, "notes": self.notes,
+                "tasks": [{"name": t.name, "type": t.type, "index": t.index, "host": t.host, "ended": t.ended,
+                           "returncode": t.returncode, "wall_s": t.wall_s, "log": t.log_path.name} for t in self.tasks]}
+
+    def save(self) -> "ClusterResult":
+        (self.run_dir / "cluster.json").write_text(json.dumps(self.to_dict(), indent=1))
+        return self
+
+    @classmethod
+    def load(cls, run_dir) -> "ClusterResult":
+        """Read a finished run back from its directory (``cluster.json`` + task files)."""
+        run_dir = Path(run_dir)
+        meta = json.loads((run_dir / "cluster.json").read_text())
+        tasks = []
+        for t in meta["tasks"]:
+            path = run_dir / task_file(t["type"], t["index"], ".json")
+            tasks.append(TaskOutcome(t["name"], t["type"], t["index"], t["host"], t["ended"], t["returncode"],
+                                     t["wall_s"], run_dir / t["log"], _read_json(path)))
+        return cls(meta["program"], run_dir, meta["spec"], tasks, meta["startup_s"], meta["teardown_s"],
+                   meta["wall_s"], meta.get("notes", []))
+
+    def __repr__(self) -> str:
+        ends = ", ".join(f"{t.name}={t.ended}" for t in self.tasks)
+        return f"ClusterResult({self.program}, {self.run_dir}, {ends})"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); the task may have died while writing it") from None
+
+
+# --------------------------------------------------------------------------- processes
+
+@dataclass
+class _TaskProc:
+    task: Task
+    remote: bool
+    argv: list[str]
+    command: str              # the exact command line, for printing
+    env: dict[str, str]
+    log_path: Path
+    proc: OwnedProcess | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+    returncode: int | None = None
+    ended: str | None = None
+    signalled: bool = False
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.proc is not None:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.returncode, self.t_end = rc, time.monotonic()
+        return self.returncode
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.poll() is None
+
+
+_LIVE: set["Cluster"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_live_clusters() -> None:
+    """Nothing outlives the interpreter that started it."""
+    for c in list(_LIVE):
+        c.stop()
+
+
+class Cluster:
+    """Run ``program`` (``labkit.tasks.NAME`` or a dotted module) as every task of ``spec``.
+
+    Keyword arguments that are not the launcher's own become the program's command
+    line (``batch_size=50`` -> ``--batch-size 50``). The launcher's own:
+
+    - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
+      ``run`` = program + time stamp);
+    - ``python``: the interpreter for local tasks (default: this one);
+    - ``ssh`` (argv list), ``remote_dir`` (where the kit lives on remote hosts, relative
+      to the remote home or absolute), ``remote_python`` (relative to ``remote_dir``);
+      ``local_hosts``: extra host names to treat as this machine;
+    - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
+      threads per task (default: the task picks from its host's cores);
+    - ``timeout``: seconds from ``start()`` until everything must have finished;
+      ``start_timeout``: until every server must be up; ``ps_grace``: how long a ps
+      may take to exit after the trainers finish; ``term_grace``: SIGTERM to SIGKILL;
+    - ``check_versions``: refuse a cluster with mismatched versions (``VersionSkew``);
+    - ``dry_run``: ``start()`` prints the commands and starts nothing.
+    """
+
+    def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
+                 run_dir=None, python: str | None = None, ssh=DEFAULT_SSH, remote_dir: str = "labkit",
+                 remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
+                 threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
+                 ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
+                 dry_run: bool = False, **args):
+        if not isinstance(spec, ClusterSpec):
+            raise ValueError(f"spec must be a labkit.cluster.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
+                             f"got {type(spec).__name__}")
+        for name, value in (("timeout", timeout), ("start_timeout", start_timeout), ("ps_grace", ps_grace),
+                            ("term_grace", term_grace)):
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if threads is not None and (len(threads) != 2 or min(threads) < 1):
+            raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
+        self.spec, self.program, self.module = spec, program, program_module(program)
+        self.args = dict(args)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.run = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
+        self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run
+        self.remote_run = f"runs/{lab}/{self.run_dir.name}"
+        self.python = python or sys.executable
+        self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
+        self.remote_dir, self.remote_python = str(remote_dir), str(remote_python)
+        self.local_hosts = local_addresses() | set(local_hosts)
+        self.env, self.threads = dict(env or {}), threads
+        self.timeout, self.start_timeout = float(timeout), float(start_timeout)
+        self.ps_grace, self.term_grace = float(ps_grace), float(term_grace)
+        self.check_versions, self.dry_run = check_versions, dry_run
+        self.result: ClusterResult | None = None
+        self.startup_s: float | None = None
+        self.teardown_s: float | None = None
+        self._procs: list[_TaskProc] = []
+        self._t_start: float | None = None
+        self._t_trainers_done: float | None = None
+        self._state = "new"
+        self._build()
+
+    # ----------------------------------------------------------------- commands
+    def _is_remote(self, task: Task) -> bool:
+        return task.host not in self.local_hosts
+
+    def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
+        env = {**self.spec.env(task.type, task.index), "LABKIT_RUN_DIR": run_dir, "LABKIT_TASK": task.name,
+               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        if self.threads:
+            env["LABKIT_INTRA_OP_THREADS"], env["LABKIT_INTER_OP_THREADS"] = map(str, self.threads)
+        env.update({k: str(v) for k, v in self.env.items()})
+        return env
+
+    def _build(self) -> None:
+        argv_tail = ["-m", self.module, *cli_args(self.args)]
+        self._procs = []
+        for task in self.spec.tasks():
+            log = self.run_dir / task_file(task.type, task.index, ".log")
+            if self._is_remote(task):
+                env = self._task_env(task, self.remote_run)
+                pid_file = f"{self.remote_run}/{task_file(task.type, task.index, '.pid')}"
+                remote = (f"cd {shlex.quote(self.remote_dir)} && mkdir -p {shlex.quote(self.remote_run)} && "
+                          f"echo $$ > {shlex.quote(pid_file)} && exec env "
+                          + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+                          + " " + shlex.join([self.remote_python, *argv_tail]))
+                argv = [*self.ssh, task.host, remote]
+                self._procs.append(_TaskProc(task, True, argv, shlex.join(argv), env, log))
+            else:
+                env = self._task_env(task, str(self.run_dir.resolve()))
+                argv = [self.python, *argv_tail]
+                command = (f"cd {shlex.quote(os.getcwd())} && env "
+                           + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv))
+                self._procs.append(_TaskProc(task, False, argv, command, env, log))
+
+    def commands(self) -> list[tuple[str, str]]:
+        """``(task, command line)`` for every task: what ``start()`` runs, ready to paste."""
+        return [(p.task.name, p.command) for p in self._procs]
+
+    def print_commands(self, file=None) -> None:
+        for name, cmd in self.commands():
+            print(f"# {name}\n{cmd}", file=file or sys.stdout)
+
+    # -------------------------------------------------------------------- start
+    def start(self, wait_ready: bool = True) -> "Cluster":
+        """Start every task (ps first), then wait until every server accepts connections
+        (``wait_ready``). Raises ``TaskFailed``/``PortInUse``/``ClusterTimeout``/
+        ``VersionSkew`` after stopping everything."""
+        if self.dry_run:
+            self.print_commands()
+            self._state = "dry-run"
+            return self
+        if self._state != "new":
+            raise RuntimeError(f"this cluster is {self._state}; a Cluster runs once, create a new one")
+        self._state = "starting"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._t_start = time.monotonic()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            for attempt in range(4):
+                self._check_ports()
+                self._spawn()
+                try:
+                    if wait_ready:
+                        self._wait_ready()
+                    break
+                except PortInUse:
+                    if not self.spec.auto_ports or attempt == 3:
+                        raise
+                    self._terminate([p for p in self._procs if p.running])  # another process won a port race
+                    self._move_ports([p.task for p in self._procs])
+            self.startup_s = time.monotonic() - self._t_start
+            if self.check_versions and wait_ready:
+                check_versions(self.hellos())
+            self._state = "running"
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_ports(self) -> None:
+        taken = [p.task for p in self._procs if not p.remote and not port_is_free(p.task.port)]
+        if not taken:
+            return
+        if self.spec.auto_ports:
+            self._move_ports(taken)
+            return
+        t = taken[0]
+        raise PortInUse(t.name, t.address, _port_owner(t.port))
+
+    def _move_ports(self, tasks: list[Task]) -> None:
+        used = {p.task.port for p in self._procs}
+        new = free_ports(len(tasks), avoid=used)
+        self.spec = self.spec.with_addresses({t.name: f"{t.host}:{port}" for t, port in zip(tasks, new)})
+        self._build()
+
+    def _spawn(self) -> None:
+        parent = str(os.getpid()) if threading.current_thread() is threading.main_thread() else None
+        for p in self._procs:
+            env = dict(p.env) if p.remote else {**os.environ, **p.env}
+            if parent and not p.remote:
+                env["LABKIT_PARENT_PID"] = parent  # the task asks for SIGTERM when we die
+            p.log_path.write_text(f"# {p.command}\n")
+            p.proc = OwnedProcess(p.argv, p.log_path, env=None if p.remote else env).start()
+            p.t_start = time.monotonic()
+
+    def _wait_ready(self) -> None:
+        deadline = self._t_start + min(self.start_timeout, self.timeout)
+        pending = list(self._procs)
+        while pending:
+            self._raise_on_failure()
+            for p in list(pending):
+                if p.poll() is not None or _accepts(p.task.host, p.task.port):
+                    pending.remove(p)
+            if pending and time.monotonic() > deadline:
+                raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
+                                     what="bring every server up")
+            if pending:
+                time.sleep(POLL_S)
+
+    # --------------------------------------------------------------------- wait
+    def wait(self, timeout: float | None = None) -> ClusterResult:
+        """Wait until every trainer has finished and every ps is gone, then return the
+        gathered ``ClusterResult``. ``timeout`` (seconds from now) tightens the global one."""
+        if self._state == "dry-run":
+            raise RuntimeError("this is a dry run: nothing was started (see print_commands())")
+        if self._state == "new":
+            self.start()
+        if self.result is not None:
+            return self.result
+        deadline = self._t_start + self.timeout
+        if timeout is not None:
+            deadline = min(deadline, time.monotonic() + timeout)
+        try:
+            while True:
+                self._raise_on_failure()
+                trainers = [p for p in self._procs if p.task.type != "ps"]
+                ps = [p for p in self._procs if p.task.type == "ps"]
+                if all(p.poll() is not None for p in trainers):
+                    if self._t_trainers_done is None:
+                        self._t_trainers_done = max(p.t_end for p in trainers)
+                    alive = [p for p in ps if p.running]
+                    if not alive:
+                        break
+                    if time.monotonic() - self._t_trainers_done > self.ps_grace:
+                        self._terminate(alive)
+                        break
+                if time.monotonic() > deadline:
+                    running = [p.task.name for p in self._procs if p.running]
+                    raise ClusterTimeout(time.monotonic() - self._t_start, running)
+                time.sleep(POLL_S)
+            self._sweep()
+            gone = time.time()
+            self.teardown_s = time.monotonic() - self._t_trainers_done
+            self._state = "finished"
+            self.result = self._gather()
+            ends = [t.result.get("ended_epoch") for t in self.result.trainers() if t.result]
+            if ends and len(ends) == len(self.result.trainers()) and all(ends):
+                # from the moment the last trainer had written its result, not from when we
+                # noticed its exit (the ps may be gone before that)
+                self.teardown_s = self.result.teardown_s = gone - max(ends)
+                self.result.save()
+            return self.result
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
+    def run(self, timeout: float | None = None) -> ClusterResult:
+        """``start()`` + ``wait()``, with everything stopped on the way out."""
+        with self:
+            return self.wait(timeout)
+
+    def _raise_on_failure(self) -> None:
+        for p in self._procs:
+            rc = p.poll()
+            if rc is None or rc == 0 or p.signalled:
+                continue
+            p.ended = "failed"
+            self._terminate([q for q in self._procs if q.running])
+            time.sleep(0.1)  # let the last lines of a remote log arrive
+            log_tail = tail(p.log_path, 30)
+            if rc == EXIT_PORT_IN_USE:
+                raise PortInUse(p.task.name, p.task.address, returncode=rc, log_tail=log_tail, log_path=p.log_path)
+            wall = time.monotonic() - p.t_start
+            raise TaskFailed(p.task.name, rc, log_tail, p.log_path, detail=f" after {wall:.1f} s")
+
+    # --------------------------------------------------------------------- stop
+    def stop(self) -> None:
+        """Stop every task still running (SIGTERM, then SIGKILL) and gather what they
+        wrote. Safe to call any number of times, from anywhere."""
+        if self._state in ("new", "dry-run", "stopped"):
+            return
+        try:
+            self._terminate([p for p in self._procs if p.running])
+            self._sweep()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if self._state != "finished":
+                self._state = "stopped"
+                try:
+                    self.result = self._gather()
+                except (OSError, ValueError, subprocess.SubprocessError) as e:
+                    print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
+            self._state = "stopped"
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one task (fault injection: kill a worker mid-run)."""
+        p = self._proc(name)
+        if not p.running:
+            raise ValueError(f"task {name} is not running")
+        if p.remote:
+            self._remote_signal(p.task.host, [p], sig)
+        else:
+            os.kill(p.proc.pid, sig)
+
+    def _terminate(self, procs: list[_TaskProc]) -> None:
+        """SIGTERM every tree at once (a task then writes its result), SIGKILL what is
+        left after ``term_grace``; ``ended`` becomes terminated or killed."""
+        procs = [p for p in procs if p.running]
+        if not procs:
+            return
+        trees = {id(p): descendants(p.proc.pid) for p in procs}
+        for host in {p.task.host for p in procs if p.remote}:
+            self._remote_signal(host, [p for p in procs if p.remote and p.task.host == host], signal.SIGTERM)
+        for p in procs:
+            p.signalled, p.ended = True, "terminated"
+            _signal_group(p.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.term_grace
+        while any(p.running for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        late = [p for p in procs if p.running]
+        for host in {p.task.host for p in late if p.remote}:
+            self._remote_signal(host, [p for p in late if p.remote and p.task.host == host], signal.SIGKILL)
+        for p in late:
+            p.ended = "killed"
+            _signal_group(p.proc.pid, signal.SIGKILL)
+            try:
+                p.proc.popen.wait(2.0)  # reap it here, so the return code says SIGKILL
+            except subprocess.TimeoutExpired:
+                print(f"labkit: {p.task.name} (pid {p.proc.pid}) survived SIGKILL for 2 s", file=sys.stderr)
+            p.poll()
+        for p in procs:
+            for child in trees[id(p)]:
+                _kill_quietly(child)
+
+    def _sweep(self) -> None:
+        """Last check that no process of ours is left (an orphaned grandchild, say)."""
+        for p in self._procs:
+            if p.proc is not None:
+                for child in descendants(p.proc.pid):
+                    _kill_quietly(child)
+                if p.running:
+                    self._terminate([p])
+
+    # ------------------------------------------------------------------- remote
+    def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):
+        remote = f"cd {shlex.quote(self.remote_dir)} && {command}"
+        return subprocess.run([*self.ssh, host, remote], capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, text=not binary)
+
+    def _remote_signal(self, host: str, procs: list[_TaskProc], sig: int) -> None:
+        files = " ".join(shlex.quote(f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.pid')}")
+                         for p in procs)
+        script = (f"for f in {files}; do p=$(cat \"$f\" 2>/dev/null) && grep -qs labkit /proc/$p/cmdline "
+                  f"&& kill -{int(sig)} $p; done; true")
+        try:
+            self._ssh(host, script, timeout=15)
+        except (subprocess.TimeoutExpired, OSError) as e:
+            print(f"labkit: could not signal tasks on {host}: {e}", file=sys.stderr)
+
+    def _copy_back(self) -> list[str]:
+        """Copy remote hosts' result and hello files into the local run directory."""
+        notes = []
+        for host in sorted({p.task.host for p in self._procs if p.remote}):
+            try:
+                out = self._ssh(host, f"tar -cf - -C {shlex.quote(self.remote_run)} .", timeout=120, binary=True)
+            except (subprocess.TimeoutExpired, OSError) as e:
+                notes.append(f"could not copy results back from {host}: {e}")
+                continue
+            if out.returncode != 0:
+                notes.append(f"could not copy results back from {host}: {out.stderr.decode(errors='replace').strip()}")
+                continue
+            with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+                tar.extractall(tmp, filter="data")
+                for f in Path(tmp).glob("*.json"):
+                    shutil.copyfile(f, self.run_dir / f.name)
+        return notes
+
+    def hellos(self) -> dict[str, dict]:
+        """Each task's hello (pid, host, versions), read where the task wrote it."""
+        out = {}
+        for p in self._procs:
+            if not p.remote:
+                h = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".hello.json"))
+                if h:
+                    out[p.task.name] = h
+        for host in sorted({p.task.host for p in self._procs if p.remote}):
+            names = [f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.hello.json')}"
+                     for p in self._procs if p.remote and p.task.host == host]
+            done = self._ssh(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
+            for line in done.stdout.splitlines():
+                if line.strip().startswith("{"):
+                    h = json.loads(line)
+                    out[h["task"]] = h
+        return out
+
+    # ------------------------------------------------------------------ results
+    def _gather(self) -> ClusterResult:
+        notes = self._copy_back() if any(p.remote for p in self._procs if p.proc) else []
+        tasks = []
+        for p in self._procs:
+            result = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json"))
+            rc = p.poll()
+            ended = p.ended
+            if ended is None and rc is not None:
+                ended = "failed" if rc != 0 else (result or {}).get("shutdown", "exited")
+                if ended == "finished":
+                    ended = "exited"
+            wall = (p.t_end - p.t_start) if p.t_end and p.t_start else None
+            tasks.append(TaskOutcome(p.task.name, p.task.type, p.task.index, p.task.host, ended, rc, wall,
+                                     p.log_path, result))
+        res = ClusterResult(self.program, self.run_dir, self.spec.as_dict(), tasks, self.startup_s, self.teardown_s,
+                            time.monotonic() - self._t_start if self._t_start else None, notes)
+        return res.save()
+
+    # ------------------------------------------------------------------- status
+    def _proc(self, name: str) -> _TaskProc:
+        for p in self._procs:
+            if p.task.name == name:
+                return p
+        raise ValueError(f"no task {name!r} in this cluster; tasks are {[p.task.name for p in self._procs]}")
+
+    def status(self) -> dict[str, str]:
+        """task -> new | running | exited (rc) | terminated | killed | failed."""
+        out = {}
+        for p in self._procs:
+            rc = p.poll() if p.proc else None
+            out[p.task.name] = ("new" if p.proc is None else "running" if rc is None
+                                else p.ended or ("exited" if rc == 0 else f"failed ({rc})"))
+        return out
+
+    def pids(self) -> dict[str, int]:
+        """Local pid of each started task (for remote tasks: their ssh client)."""
+        return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None}
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        return tail(self._proc(name).log_path, lines)
+
+    def __enter__(self) -> "Cluster":
+        if self._state == "new":
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.module}, {self.run_dir}, {self._state}, {self.status() if self._procs else {}})"
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _kill_quietly(proc: psutil.Process) -> None:
+    try:
+        proc.kill()
+        proc.wait(2)
+    except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+        pass
+
+
+def _port_owner(port: int) -> str:
+    """' (held by pid N: cmdline)' when psutil can tell, else ''."""
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.laddr and c.laddr.port == port and c.pid:
+                try:
+                    cmd = " ".join(psutil.Process(c.pid).cmdline())[:80]
+                except psutil.Error:
+                    cmd = "?"
+                return f" (held by pid {c.pid}: {cmd})"
+    except psutil.AccessDenied:
+        pass
+    return ""

@@ -1,0 +1,10 @@
+"""Programs that run as one TensorFlow cluster task each: ``python -m labkit.tasks.NAME``.
+
+The launcher (``labkit.launch.Cluster``) starts one process per task with ``TF_CONFIG``
+set; each program builds its task runtime with ``labkit.tasks.common.TaskRuntime``,
+which applies thread limits, samples resources and writes the task's result JSON.
+Programs report through that file, never through stdout.
+
+- ``ps_sgd``: softmax regression on MNIST on TensorFlow's parameter-server runtime
+  (``tf.compat.v1`` graph mode, ``replica_device_setter``, async SGD).
+"""

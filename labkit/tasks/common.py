@@ -1,0 +1,421 @@
+"""The runtime every task program shares.
+
+A task program is ``python -m labkit.tasks.NAME``, started by ``labkit.launch.Cluster``
+with ``TF_CONFIG`` set. It wraps its work in a ``TaskRuntime``::
+
+    with TaskRuntime("ps_sgd", args=vars(args)) as rt:
+        tf = rt.tf()                     # imports TensorFlow with this host's thread limits
+        server = rt.server()             # binds the task's port (exit code 98 if it is taken)
+        with rt.timed("train"):
+            ...
+        rt.steps["local"] = n
+        rt.metrics["accuracy"] = acc
+    # never reached: leaving the block writes the result JSON and ends the process
+
+What the runtime does, and why:
+
+- **Thread limits before TensorFlow starts.** On small machines every process running
+  TF's default pools (one thread per core, twice) oversubscribes the cores; the
+  runtime picks intra-op = cores / tasks on this host (at least 1) and inter-op 2,
+  unless the launcher says otherwise (``LABKIT_INTRA_OP_THREADS`` /
+  ``LABKIT_INTER_OP_THREADS``), and applies them to ``ConfigProto`` and ``tf.config``.
+- **A hello file** (``<type>-<index>.hello.json``, one line) with the task's pid, host
+  and TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported,
+  so the launcher can refuse a cluster whose nodes disagree.
+- **Resource samples** of this process and its host (``labkit.monitor``), so the same
+  code gives per-node CPU, memory and network on a real cluster.
+- **One result file** (``<type>-<index>.json``): metrics, steps, timings, series,
+  samples, how the task ended. It is written first, then the process ends with
+  ``os._exit``: TensorFlow's teardown (tf.data iterators, gRPC) can stall for seconds
+  after the work is done, and nothing after the result matters.
+- **Clean ends.** SIGTERM (the launcher stopping the cluster, or the launcher dying:
+  local tasks ask the kernel for SIGTERM when their parent exits) writes the result
+  with ``shutdown: "terminated"`` and exits 143. An exception writes the traceback into
+  the result and the log and exits 1.
+- **Parameter-server shutdown**, which TensorFlow does not provide: ``DoneSignal`` (TF1:
+  every trainer enqueues once into a shared queue on each ps, which dequeues once per
+  trainer and exits) and ``exit_when_port_closes`` (TF2: ps and workers exit when the
+  chief's port closes).
+
+This module imports TensorFlow only inside ``TaskRuntime.tf()``.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import psutil
+
+from labkit.cluster import from_tf_config, split_address
+
+RESULT_FORMAT = "labkit.task-result/1"
+EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
+TRAINER_JOBS = ("chief", "worker")
+
+
+class PortInUse(RuntimeError):
+    """This task's server could not bind its port (another process holds it)."""
+
+
+def task_file(task_type: str, index: int, suffix: str) -> str:
+    """The file name a task writes in the run directory: ``worker-1.json``, ``ps-0.log``..."""
+    return f"{task_type}-{index}{suffix}"
+
+
+def versions() -> dict:
+    """Versions that must agree across a cluster, read without importing TensorFlow."""
+    def dist(*names):
+        for n in names:
+            try:
+                return importlib.metadata.version(n)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
+
+    import labkit
+
+    return {"python": platform.python_version(), "tensorflow": dist("tensorflow-cpu", "tensorflow"),
+            "keras": dist("keras"), "labkit": labkit.__version__}
+
+
+def thread_limits(spec, task) -> tuple[int, int]:
+    """(intra-op, inter-op) threads for ``task``: the launcher's choice, else the cores of
+    this host shared among the cluster's tasks on it."""
+    env_intra, env_inter = os.environ.get("LABKIT_INTRA_OP_THREADS"), os.environ.get("LABKIT_INTER_OP_THREADS")
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    here = sum(1 for t in spec.tasks() if t.host == task.host)
+    intra = int(env_intra) if env_intra else max(1, cores // max(1, here))
+    inter = int(env_inter) if env_inter else 2
+    return intra, inter
+
+
+def _json_default(value):
+    from labkit.record import to_jsonable
+
+    return to_jsonable(value)
+
+
+def write_json(path: Path, data: dict, indent: int | None = None) -> None:
+    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    from labkit.record import to_jsonable
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(to_jsonable(data), indent=indent))
+    os.replace(tmp, path)
+
+
+class TaskRuntime:
+    """One task's runtime (see the module docstring). Leaving the ``with`` block ends
+    the process after writing the result; so does SIGTERM."""
+
+    def __init__(self, program: str, args: dict | None = None, sample_interval: float = 0.5):
+        self.started_epoch = psutil.Process().create_time()  # counts interpreter start-up too
+        self.spec, self.task = from_tf_config()
+        self.run_dir = Path(os.environ.get("LABKIT_RUN_DIR", ".")).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.intra_op, self.inter_op = thread_limits(self.spec, self.task)
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(self.intra_op)
+        os.environ["TF_NUM_INTEROP_THREADS"] = str(self.inter_op)
+        self.sample_interval = sample_interval
+        self.metrics: dict = {}
+        self.steps: dict = {}
+        self.timings: dict = {}
+        self.series: dict[str, list] = {}
+        self.result = {
+            "format": RESULT_FORMAT, "program": program, "task": self.task.name, "type": self.task.type,
+            "index": self.task.index, "address": self.task.address, "host": socket.gethostname(),
+            "pid": os.getpid(), "versions": versions(), "args": dict(args or {}),
+            "threads": {"intra_op": self.intra_op, "inter_op": self.inter_op}, "started_epoch": self.started_epoch,
+            "metrics": self.metrics, "steps": self.steps, "timings": self.timings, "series": self.series,
+        }
+        self._sampler = None
+        self._tf = None
+        self._finishing = threading.Lock()
+        write_json(self.path(".hello.json"), {k: self.result[k] for k in
+                                              ("task", "host", "pid", "versions", "program", "started_epoch")})
+        self._handle_sigterm()
+        self._die_with_parent()
+
+    # ------------------------------------------------------------------ basics
+    def path(self, suffix: str) -> Path:
+        return self.run_dir / task_file(self.task.type, self.task.index, suffix)
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief job's task, or worker 0 when there is no chief job (the TF1 convention)."""
+        if "chief" in self.spec.jobs:
+            return self.task.type == "chief"
+        return self.task.type == "worker" and self.task.index == 0
+
+    @property
+    def num_trainers(self) -> int:
+        """Tasks that train (chief + workers); the ps waits for this many done signals."""
+        return sum(self.spec.num_tasks(j) for j in TRAINER_JOBS)
+
+    def since_start(self) -> float:
+        return time.time() - self.started_epoch
+
+    def mark(self, label: str) -> None:
+        if self._sampler is not None:
+            self._sampler.mark(label)
+
+    @contextlib.contextmanager
+    def timed(self, name: str):
+        """Time a phase into ``timings[name + "_s"]`` and mark its start and end in the samples."""
+        self.mark(f"{name} start")
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[f"{name}_s"] = time.monotonic() - t
+            self.mark(f"{name} end")
+
+    def log(self, *parts) -> None:
+        """A line in this task's log, with the time since the process started."""
+        print(f"[{self.task.name} {self.since_start():7.2f}s]", *parts, flush=True)
+
+    # -------------------------------------------------------------- TensorFlow
+    def tf(self):
+        """``import tensorflow``, with this task's thread limits applied before any op."""
+        if self._tf is None:
+            t = time.monotonic()
+            import tensorflow as tf
+
+            tf.config.threading.set_intra_op_parallelism_threads(self.intra_op)
+            tf.config.threading.set_inter_op_parallelism_threads(self.inter_op)
+            self.timings["import_tf_s"] = time.monotonic() - t
+            self._tf = tf
+        return self._tf
+
+    def session_config(self, device_filters=None):
+        """A ``ConfigProto`` with the thread limits and device filters.
+
+        Default filters: a trainer sees the ps job and itself, a ps sees the ps job.
+        Without them a session waits for every worker to be up, and one opened after a
+        peer has exited hangs ("CreateSession still waiting for response from worker").
+        """
+        tf = self.tf()
+        if device_filters is None:
+            own = f"/job:{self.task.type}/task:{self.task.index}"
+            device_filters = ["/job:ps"] if self.task.type == "ps" else ["/job:ps", own]
+        return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=self.intra_op,
+                                        inter_op_parallelism_threads=self.inter_op,
+                                        device_filters=list(device_filters))
+
+    def server(self):
+        """Start this task's ``tf.distribute.Server`` on its TF_CONFIG address.
+
+        TensorFlow 2.21's gRPC server listens on 0.0.0.0:PORT whatever host the spec
+        names; a taken port raises ``PortInUse`` (exit code 98)."""
+        tf = self.tf()
+        try:
+            server = tf.distribute.Server(tf.train.ClusterSpec(self.spec.as_dict()), job_name=self.task.type,
+                                          task_index=self.task.index, config=self.session_config(), start=True)
+        except tf.errors.UnknownError as e:
+            if "Could not start" in str(e):
+                raise PortInUse(f"{self.task.name}: could not listen on port {self.task.port} "
+                                f"({self.task.address}): another process holds it") from e
+            raise
+        self.timings["server_up_s"] = self.since_start()
+        self.mark("server up")
+        self.log(f"server up at {self.task.address} ({self.timings['server_up_s']:.1f} s after process start)")
+        self._warm_up()
+        return server
+
+    def _warm_up(self) -> None:
+        """Import what writing the result needs (pandas, for the samples) while this task
+        waits on its peers, so that the exit stays prompt."""
+        def load():
+            import pandas  # noqa: F401
+
+        threading.Thread(target=load, name="labkit-warm-up", daemon=True).start()
+
+    # ------------------------------------------------- parameter-server shutdown
+    def serve_until_done(self, server, done: "DoneSignal", fetches=None):
+        """TF1 ps: block until every trainer has signalled ``done``, then return
+        ``fetches`` evaluated on the ps (e.g. the final global step)."""
+        tf = self.tf()
+        dequeue = done.dequeue(self.task.index)
+        with tf.compat.v1.Session(server.target, config=self.session_config()) as sess:
+            self.mark("serving")
+            self.log(f"serving until {done.trainers} trainer(s) signal done")
+            sess.run(dequeue)
+            value = sess.run(fetches) if fetches is not None else None
+        self.result["shutdown"] = "done-queue"
+        self.log("every trainer signalled done")
+        return value
+
+    def signal_done(self, target: str, done: "DoneSignal") -> None:
+        """TF1 trainer: tell every ps this task is finished (run it last: after it, the
+        ps may exit, and the variables with it)."""
+        tf = self.tf()
+        with tf.compat.v1.Session(target, config=self.session_config()) as sess:
+            sess.run(done.enqueue)
+
+    def session_creator(self, server, scaffold=None, max_wait_secs: float = 300):
+        """TF1 ``SessionCreator`` for ``MonitoredSession``: the chief initializes the
+        variables; other trainers wait for them, polling every second.
+
+        ``MonitoredTrainingSession`` builds the same creators, but its non-chief one
+        sleeps a hard-coded 30 s between polls, so a worker that starts before the chief
+        has initialized the variables idles for 30 s while the chief trains alone."""
+        tf = self.tf()
+        scaffold = scaffold or tf.compat.v1.train.Scaffold()
+        config = self.session_config()
+        if self.is_chief:
+            return tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=server.target, config=config)
+
+        class WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+            def create_session(self):
+                scaffold.finalize()
+                manager = tf.compat.v1.train.SessionManager(
+                    local_init_op=scaffold.local_init_op, local_init_feed_dict=scaffold.local_init_feed_dict,
+                    ready_op=scaffold.ready_op, ready_for_local_init_op=scaffold.ready_for_local_init_op,
+                    graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=1)
+                sess = manager.wait_for_session(server.target, config=config, max_wait_secs=max_wait_secs)
+                if sess is None:
+                    raise TimeoutError(f"waited {max_wait_secs:.0f} s for the chief to initialize the variables; "
+                                       "is the chief running? (see its log)")
+                return sess
+
+        return WorkerSessionCreator()
+
+    def exit_when_port_closes(self, address: str, poll: float = 0.25) -> threading.Thread:
+        """TF2 ps/worker: end this task (result written, exit 0) once ``address`` (the
+        chief's) has accepted a connection and then refuses two in a row."""
+        host, port = split_address(address)
+
+        def watch():
+            seen, misses = False, 0
+            while True:
+                try:
+                    with socket.create_connection((host, port), timeout=1.0):
+                        seen, misses = True, 0
+                except OSError:
+                    misses += 1 if seen else 0
+                    if misses >= 2:
+                        self.log(f"{address} closed; exiting")
+                        self.finish(shutdown="chief-port-closed")
+                time.sleep(poll)
+
+        thread = threading.Thread(target=watch, name="labkit-port-watch", daemon=True)
+        thread.start()
+        return thread
+
+    # -------------------------------------------------------------------- end
+    def __enter__(self) -> "TaskRuntime":
+        from labkit.monitor import ResourceSampler
+
+        self._sampler = ResourceSampler(interval=self.sample_interval).start()
+        self.mark("start")
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.finish(exc)
+
+    def finish(self, exc: BaseException | None = None, shutdown: str | None = None, code: int | None = None):
+        """Write the result file and end the process. Runs once; a second caller (a
+        signal during the first) waits for the exit."""
+        self._finishing.acquire()
+        try:
+            if shutdown is not None:
+                self.result["shutdown"] = shutdown
+            self.result.setdefault("shutdown", "finished")
+            if isinstance(exc, SystemExit) and exc.code in (None, 0):
+                exc = None  # sys.exit() / sys.exit(0) inside the block: a normal end
+            if exc is not None:
+                text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                print(text, file=sys.stderr, flush=True)
+                self.result.update(status="error", error=text)
+                code = EXIT_PORT_IN_USE if isinstance(exc, PortInUse) else EXIT_ERROR
+            else:
+                self.result["status"] = "terminated" if self.result["shutdown"] == "terminated" else "ok"
+                code = EXIT_OK if code is None else code
+            self.timings["total_s"] = self.since_start()
+            if self.steps.get("local") and self.timings.get("train_s"):
+                self.steps["local_per_s"] = self.steps["local"] / self.timings["train_s"]
+            if self._sampler is not None:
+                self.mark("end")
+                self._sampler.stop()
+                self.result["samples"] = self._sampler.to_dict()
+                self.result["resources"] = self._sampler.summary()
+                labels = {m.label for m in self._sampler.marks}
+                if {"train start", "train end"} <= labels:
+                    self.result["resources_train"] = self._sampler.summary("train start", "train end")
+            self.result["ended_epoch"] = time.time()
+            write_json(self.path(".json"), self.result)
+        except BaseException:  # the process ends either way; say why the result is missing
+            print("labkit: could not write the task result:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+            code = EXIT_ERROR
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code if code is not None else EXIT_ERROR)
+
+    def _handle_sigterm(self) -> None:
+        """Route SIGTERM to a thread that writes the result and exits.
+
+        The main thread may sit in a TensorFlow call for ever (a ps in ``join``), where a
+        Python signal handler would never run; so SIGTERM is blocked here, before
+        TensorFlow starts its threads (they inherit the mask), and a thread ``sigwait``s."""
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "sigwait"):
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+        def wait():
+            signal.sigwait({signal.SIGTERM})
+            self.log("SIGTERM: writing the result and exiting")
+            self.finish(shutdown="terminated", code=EXIT_TERMINATED)
+
+        threading.Thread(target=wait, name="labkit-sigterm", daemon=True).start()
+
+    @staticmethod
+    def _die_with_parent() -> None:
+        """Ask Linux for SIGTERM when the launcher dies (a killed notebook kernel), so
+        no task outlives its owner. Only for tasks the launcher started itself."""
+        parent = os.environ.get("LABKIT_PARENT_PID")
+        if not parent or not sys.platform.startswith("linux"):
+            return
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != int(parent):  # the launcher died before we asked
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class DoneSignal:
+    """The TF1 parameter-server shutdown: one shared FIFO queue per ps.
+
+    Build it in the graph of every task (same ``spec`` everywhere, before the graph is
+    finalized). Each trainer runs ``enqueue`` once when it is finished; ps *i* runs
+    ``dequeue(i)``, which returns once every trainer has signalled, and then exits.
+    """
+
+    def __init__(self, tf, spec, name: str = "done"):
+        self.trainers = sum(spec.num_tasks(j) for j in TRAINER_JOBS)
+        self.queues = [shared_queue(tf, name, ps, self.trainers) for ps in range(spec.num_tasks("ps"))]
+        self.enqueue = tf.group(*[q.enqueue(1) for q in self.queues], name=f"labkit_{name}_signal")
+
+    def dequeue(self, ps_index: int):
+        return self.queues[ps_index].dequeue_many(self.trainers)
+
+
+def shared_queue(tf, name: str, ps_index: int, capacity: int):
+    """A FIFO queue of int32 living on ps ``ps_index`` and shared by name across tasks
+    (the primitive behind ``DoneSignal``, and behind a sync-mode start barrier)."""
+    with tf.compat.v1.device(f"/job:ps/task:{ps_index}"):
+        return tf.compat.v1.FIFOQueue(capacity, tf.int32, shapes=[[]], shared_name=f"labkit_{name}_ps{ps_index}",
+                                      name=f"labkit_{name}_ps{ps_index}")

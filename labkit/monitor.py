@@ -72,7 +72,7 @@ BASE_COLUMNS = (["t", "dt", "epoch"] + [f"cpu_{f}" for f in CPU_FIELDS]
                    "net_recv", "net_sent", "disk_read", "disk_write"])
 NIC_PREFIXES = ("net_recv_", "net_sent_")
 MIN_INTERVAL = 0.05
-_MAX_ERRORS = 100  # kept in ``errors``; later ones are only counted
+_MAX_ERRORS = 100  # kept in ``errors``; later ones are dropped (each kind was warned about once)
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,6 @@ class ResourceSampler:
         self.children = bool(children)
         self.on_sample = on_sample
         self.host = socket.gethostname()
-        self.pids = [int(p) for p in pids] if pids is not None else [psutil.Process().pid]
         self.nics = None if nics is None else [str(n) for n in nics]
         if self.nics is not None:
             known = psutil.net_io_counters(pernic=True)
@@ -119,7 +118,9 @@ class ResourceSampler:
             if missing:
                 raise ValueError(f"nics={self.nics}: no interface named {missing} on {self.host}; "
                                  f"choose from {sorted(known)} or pass nics=None for all")
-        self._roots = {pid: _process(pid) for pid in self.pids}  # ValueError for a missing pid
+        roots = [_process(p) for p in pids] if pids is not None else [psutil.Process()]  # ValueError if gone
+        self._roots = {p.pid: p for p in roots}
+        self.pids = list(self._roots)
         self.marks: list[Mark] = []
         self.errors: list[str] = []
         self.exited: list[dict] = []  # {"pid", "name", "t"} of watched processes that ended
@@ -130,7 +131,6 @@ class ResourceSampler:
         self._thread: threading.Thread | None = None
         self._state = "new"
         self._pending: list[psutil.Process] = []  # roots added while running, watched by the thread
-        self._error_count = 0
         self._warned: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------
@@ -236,7 +236,6 @@ class ResourceSampler:
         return True
 
     def _error(self, message: str) -> None:
-        self._error_count += 1
         if len(self.errors) < _MAX_ERRORS:
             self.errors.append(message)
         key = message.splitlines()[0]
@@ -284,6 +283,8 @@ class ResourceSampler:
         born during the current interval (a descendant found by a sample)."""
         try:
             with proc.oneshot():
+                if proc.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped: nothing to watch
+                    return
                 total = sum(proc.cpu_times()[:2])
                 self._names[proc.pid] = proc.name()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -398,7 +399,7 @@ class ResourceSampler:
         self.marks = [Mark(**m) for m in d["marks"]]
         self.errors, self.exited = list(d["errors"]), list(d["exited"])
         self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
-        self._error_count, self._warned = len(self.errors), set()
+        self._warned = set()
         cols = d["columns"]
         n = len(next(iter(cols.values()), []))
         self._rows = [{c: (math.nan if v[i] is None else v[i]) for c, v in cols.items()} for i in range(n)]
@@ -421,8 +422,8 @@ def _descendants(procs: Mapping[int, psutil.Process]) -> list[psutil.Process]:
     """Descendants of ``procs`` from one scan of the process table (cheaper than
     ``children(recursive=True)`` per process)."""
     kids: dict[int, list[int]] = {}
-    for p in psutil.process_iter(["ppid"]):
-        kids.setdefault(p.info["ppid"], []).append(p.pid)
+    for pid, ppid in _ppid_map().items():
+        kids.setdefault(ppid, []).append(pid)
     found, todo = [], list(procs)
     seen = set(procs)
     while todo:
@@ -435,6 +436,16 @@ def _descendants(procs: Mapping[int, psutil.Process]) -> list[psutil.Process]:
                 except psutil.NoSuchProcess:
                     pass
     return found
+
+
+def _ppid_map() -> dict[int, int]:
+    """{pid: parent pid} for every process. psutil's own platform scan (what
+    ``Process.children`` uses) costs a quarter of ``process_iter``; it is private, so
+    fall back to the public API where it is missing."""
+    fast = getattr(getattr(psutil, "_psplatform", None), "ppid_map", None)
+    if fast is not None:
+        return fast()
+    return {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
 
 
 def _cpu_percentages(before, after) -> dict:

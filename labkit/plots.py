@@ -13,7 +13,6 @@ below, and build figures with ``subplots`` so they share the look):
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 # ---------------------------------------------------------------------------------------
@@ -47,17 +46,6 @@ def bytes_axis(ax, axis: str = "y", per_second: bool = False) -> None:
     target.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
 
 
-def ensure_backend() -> None:
-    """For code that uses pyplot: pick the non-interactive Agg backend when there is no
-    display and no Jupyter kernel (which sets its own inline backend; left alone)."""
-    import matplotlib
-
-    if "ipykernel" in sys.modules or os.environ.get("MPLBACKEND"):
-        return
-    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        matplotlib.use("Agg")
-
-
 def use_theme() -> None:
     """Apply the labs' seaborn theme (once)."""
     global _themed
@@ -74,12 +62,28 @@ def subplots(nrows: int = 1, ncols: int = 1, **kwargs):
     from matplotlib.figure import Figure
 
     use_theme()
-    if "ipykernel" in sys.modules:  # loads the inline backend, which registers the PNG display of figures
-        import matplotlib.pyplot  # noqa: F401
+    _show_figures_in_ipython()
     kwargs.setdefault("layout", "constrained")
     fig = Figure(figsize=kwargs.pop("figsize", (9, 2.4 * nrows + 0.6)), layout=kwargs.pop("layout"))
     axes = fig.subplots(nrows, ncols, **kwargs)
     return fig, axes
+
+
+def _show_figures_in_ipython() -> None:
+    """Let IPython display a Figure that pyplot does not manage (as PNG), unless a
+    formatter (matplotlib's inline backend) is already registered."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython else None
+    if shell is None:
+        return
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        png.lookup_by_type(Figure)
+    except KeyError:
+        png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def palette(n: int) -> list:
@@ -159,7 +163,6 @@ def _resource_panels(axes, frames: dict, colors: dict, legend: str | None) -> No
     host_mem.grid(False)
     several = len(frames) > 1
     hosts_done = set()
-    cores = os.cpu_count() or 1
     for name, f in frames.items():
         color = colors[name]
         label = name if several else "process"

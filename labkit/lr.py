@@ -1,0 +1,430 @@
+"""Lab 1: softmax logistic regression on MNIST on one node, written twice (TF Core and Keras).
+
+The model is the reports' ``softmax(W^T x + b)`` with 784 x 10 + 10 = 7,850 weights, trained by
+plain mini-batch gradient descent (learning rate 0.01, batch 50) on the reports' cross-entropy
+
+    L = -sum_k y_k log softmax(W^T x + b)_k,  averaged over the batch (TF1's ``reduce_mean``).
+
+Three trainers share the same start (one seeded draw of W ~ N(0, 0.01^2), b = 0) and the same
+``run_epoch() -> mean train loss`` / ``weights()`` interface:
+
+- ``CoreTrainer``: ``tf.Variable`` W and b, and one ``tf.function`` that runs a *whole epoch*
+  in-graph (a ``tf.range`` loop over a shuffled index tensor). At batch 50 an epoch is 1,200
+  sequential steps of tiny matrices, so the cost is per-step overhead: one Python->graph call
+  per epoch instead of per step is what makes it fast (``make bench`` measures it).
+- ``KerasTrainer``: ``labkit.models.softmax_regression`` through ``model.fit``.
+- ``NumpyTrainer``: the same SGD with a hand-derived gradient; the reference the Core loop is
+  tested against (same shuffles, same weights) and the speed floor in the benchmark.
+
+``train_core`` / ``train_keras`` drive a trainer for some epochs and return an ``LRRun``: a tidy
+per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for every version),
+the weights, and timings. They show a ``tqdm.auto`` bar and write TensorBoard scalars.
+``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
+
+TensorFlow and Keras are imported inside the functions, so the grader imports this cheaply.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+LEARNING_RATE = 0.01
+BATCH_SIZE = 50
+NUM_FEATURES = 28 * 28
+NUM_CLASSES = 10
+INIT_STDDEV = 0.01
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _positive_int(name: str, value, hint: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}; {hint}")
+    return int(value)
+
+
+def _as_xy(x, y, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images as a contiguous (n, 784) float32 matrix and labels as int32 class ids, checked."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.ndim < 2 or math.prod(x.shape[1:]) != NUM_FEATURES:
+        raise ValueError(f"x_{split} has shape {x.shape}; expected (n, 28, 28) or (n, 784) MNIST images "
+                         f"(use labkit.load_mnist())")
+    if len(x) == 0:
+        raise ValueError(f"the {split} set is empty; pass a limit of at least one batch")
+    if y.shape != (len(x),):
+        raise ValueError(f"y_{split} has shape {y.shape} but x_{split} has {len(x)} rows; "
+                         f"labels must be one class id per image")
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= NUM_CLASSES:
+        raise ValueError(f"y_{split} must hold integer class ids 0..{NUM_CLASSES - 1}, "
+                         f"got {y.dtype} in [{y.min()}, {y.max()}]")
+    return np.ascontiguousarray(x.reshape(len(x), NUM_FEATURES), np.float32), y.astype(np.int32)
+
+
+def _check_data(data) -> None:
+    for attr in ("x_train", "y_train", "x_test", "y_test"):
+        if not hasattr(data, attr):
+            raise ValueError(f"data must have x_train, y_train, x_test, y_test (like labkit.load_mnist()); "
+                             f"{type(data).__name__} lacks {attr}")
+
+
+def _check_hyper(n: int, batch_size, learning_rate) -> tuple[int, float]:
+    batch_size = _positive_int("batch_size", batch_size, f"the labs use {BATCH_SIZE}")
+    if batch_size > n:
+        raise ValueError(f"batch_size={batch_size} is larger than the {n} training images; "
+                         f"use at most {n} or load more data")
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.floating)) \
+            or not math.isfinite(learning_rate) or learning_rate <= 0:
+        raise ValueError(f"learning_rate must be a positive finite number, got {learning_rate!r}; "
+                         f"the labs use {LEARNING_RATE}")
+    return batch_size, float(learning_rate)
+
+
+# ----------------------------------------------------------------------------- the math
+
+def init_weights(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The reports' random initialization: W ~ N(0, 0.01^2), b = 0 (float32)."""
+    W = rng.standard_normal((NUM_FEATURES, NUM_CLASSES), dtype=np.float32) * np.float32(INIT_STDDEV)
+    return W, np.zeros(NUM_CLASSES, np.float32)
+
+
+def cross_entropy(logits, labels):
+    """The reports' loss, -sum_k y_k log softmax(logits)_k with one-hot y, averaged over the batch."""
+    import tensorflow as tf
+
+    y = tf.one_hot(labels, NUM_CLASSES, dtype=logits.dtype)
+    return tf.reduce_mean(-tf.reduce_sum(y * tf.nn.log_softmax(logits), axis=1))
+
+
+def sgd_step(W, b, x, y, learning_rate: float):
+    """One plain gradient-descent step on ``tf.Variable`` W and b; returns the batch loss.
+
+    This is the reference for the step the Lab 1 notebook asks students to write.
+    """
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        loss = cross_entropy(tf.matmul(x, W) + b, y)
+    dW, db = tape.gradient(loss, [W, b])
+    W.assign_sub(learning_rate * dW)
+    b.assign_sub(learning_rate * db)
+    return loss
+
+
+def evaluate(W, b, x, y) -> tuple[float, float]:
+    """Test accuracy and mean cross-entropy of weights (W, b) on images x, labels y (NumPy)."""
+    x, y = _as_xy(x, y, "test")
+    W, b = np.asarray(W, np.float32), np.asarray(b, np.float32)
+    if W.shape != (NUM_FEATURES, NUM_CLASSES) or b.shape != (NUM_CLASSES,):
+        raise ValueError(f"weights have shapes W {W.shape}, b {b.shape}; expected ({NUM_FEATURES}, "
+                         f"{NUM_CLASSES}) and ({NUM_CLASSES},)")
+    z = (x @ W + b).astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    log_p = z[np.arange(len(y)), y] - np.log(np.exp(z).sum(axis=1))
+    return float((z.argmax(axis=1) == y).mean()), float(-log_p.mean())
+
+
+# ----------------------------------------------------------------------------- trainers
+
+class _Trainer:
+    """Shared set-up: checked data, hyperparameters, the seeded start and the shuffle stream."""
+    version = "?"
+
+    def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
+        self.x, self.y = _as_xy(x, y, "train")
+        self.n = len(self.x)
+        self.batch_size, self.learning_rate = _check_hyper(self.n, batch_size, learning_rate)
+        self.steps_per_epoch = -(-self.n // self.batch_size)  # the last batch may be short
+        self.rng = np.random.default_rng(seed)
+        self.W0, self.b0 = init_weights(self.rng)
+        self.epochs_done = 0
+
+    def _permutation(self) -> np.ndarray:
+        """The next epoch's shuffle; every trainer with the same seed draws the same sequence."""
+        return self.rng.permutation(self.n).astype(np.int32)
+
+    def run_epoch(self) -> float:
+        """Train one pass over the training set; returns the mean batch loss."""
+        loss = self._epoch()
+        self.epochs_done += 1
+        return float(loss)
+
+    def weights(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError  # each trainer defines where its weights live
+
+
+class CoreTrainer(_Trainer):
+    """TF Core: ``tf.Variable`` W, b and one ``tf.function`` that runs a whole epoch in-graph.
+
+    ``step(W, b, x_batch, y_batch, learning_rate) -> loss`` updates the variables in place;
+    it is traced into the epoch graph once (default: ``sgd_step``).
+    """
+    version = "core"
+
+    def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0,
+                 step: Callable = sgd_step):
+        import tensorflow as tf
+
+        super().__init__(x, y, batch_size, learning_rate, seed)
+        if not callable(step):
+            raise ValueError(f"step must be a function step(W, b, x, y, learning_rate) -> loss, got {step!r}")
+        self.step = step
+        self.W = tf.Variable(self.W0, name="W")
+        self.b = tf.Variable(self.b0, name="b")
+        self._x, self._y = tf.constant(self.x), tf.constant(self.y)
+        self._graph_epoch = tf.function(self._epoch_graph, input_signature=[tf.TensorSpec([None], tf.int32)])
+
+    def _epoch_graph(self, order):
+        import tensorflow as tf
+
+        total = tf.constant(0.0)
+        for start in tf.range(0, self.n, self.batch_size):
+            idx = order[start:start + self.batch_size]
+            loss = self.step(self.W, self.b, tf.gather(self._x, idx), tf.gather(self._y, idx), self.learning_rate)
+            total += tf.cast(loss, tf.float32)
+        return total / self.steps_per_epoch
+
+    def _epoch(self):
+        return self._graph_epoch(self._permutation())
+
+    def weights(self):
+        return self.W.numpy(), self.b.numpy()
+
+
+class KerasTrainer(_Trainer):
+    """Keras: ``softmax_regression`` with SGD and sparse cross-entropy from logits, via ``model.fit``.
+
+    It starts from the same W, b as the other trainers; ``fit`` shuffles with its own generator.
+    """
+    version = "keras"
+
+    def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
+        import keras
+
+        from labkit.models import softmax_regression
+
+        super().__init__(x, y, batch_size, learning_rate, seed)
+        self.model = softmax_regression(NUM_CLASSES, input_shape=(NUM_FEATURES,), seed=seed)
+        self.model.get_layer("logits").set_weights([self.W0, self.b0])
+        self.model.compile(optimizer=keras.optimizers.SGD(learning_rate=self.learning_rate),
+                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    def _epoch(self):
+        hist = self.model.fit(self.x, self.y, batch_size=self.batch_size, epochs=self.epochs_done + 1,
+                              initial_epoch=self.epochs_done, shuffle=True, verbose=0)
+        return hist.history["loss"][-1]
+
+    def weights(self):
+        W, b = self.model.get_layer("logits").get_weights()
+        return np.asarray(W), np.asarray(b)
+
+
+class NumpyTrainer(_Trainer):
+    """The same SGD in NumPy with the hand-derived gradient dL/dz = (softmax(z) - onehot(y)) / batch."""
+    version = "numpy"
+
+    def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
+        super().__init__(x, y, batch_size, learning_rate, seed)
+        self.W, self.b = self.W0.copy(), self.b0.copy()
+        self._eye = np.eye(NUM_CLASSES, dtype=np.float32)
+
+    def _epoch(self):
+        x, y, W, b, lr, bs = self.x, self.y, self.W, self.b, np.float32(self.learning_rate), self.batch_size
+        order, total = self._permutation(), 0.0
+        for start in range(0, self.n, bs):
+            idx = order[start:start + bs]
+            xb, yb = x[idx], y[idx]
+            z = xb @ W + b
+            z -= z.max(axis=1, keepdims=True)
+            p = np.exp(z)
+            s = p.sum(axis=1, keepdims=True)
+            total += float(np.log(s).mean() - z[np.arange(len(idx)), yb].mean())
+            g = (p / s - self._eye[yb]) * np.float32(1 / len(idx))
+            W -= lr * (xb.T @ g)
+            b -= lr * g.sum(axis=0)
+        return total / self.steps_per_epoch
+
+    def weights(self):
+        return self.W.copy(), self.b.copy()
+
+
+TRAINERS = {"core": CoreTrainer, "keras": KerasTrainer, "numpy": NumpyTrainer}
+
+
+def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE) -> float:
+    """Largest difference between ``step`` and the reference ``sgd_step`` after one update.
+
+    Both start from the same random W, b and batch; a correct step gives ~1e-8. The notebook
+    asserts on it before training, so a wrong step fails with a clear message, not a bad curve.
+    """
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    x = rng.random((batch_size, NUM_FEATURES), dtype=np.float32)
+    y = rng.integers(0, NUM_CLASSES, batch_size).astype(np.int32)
+    W0, b0 = init_weights(rng)
+    b0 += rng.standard_normal(NUM_CLASSES, dtype=np.float32) * np.float32(0.1)
+    after = []
+    for fn in (step, sgd_step):
+        W, b = tf.Variable(W0), tf.Variable(b0)
+        loss = tf.function(fn)(W, b, tf.constant(x), tf.constant(y), LEARNING_RATE)
+        if loss is None:
+            raise ValueError(f"{getattr(step, '__name__', step)} must return the batch loss")
+        after.append((W.numpy(), b.numpy(), float(loss)))
+    (W1, b1, l1), (W2, b2, l2) = after
+    return float(max(np.abs(W1 - W2).max(), np.abs(b1 - b2).max(), abs(l1 - l2)))
+
+
+# ----------------------------------------------------------------------------- runs
+
+@dataclass
+class LRRun:
+    """One training run: per-epoch history (a tidy frame), final weights and timings."""
+    version: str
+    history: pd.DataFrame
+    W: np.ndarray
+    b: np.ndarray
+    n_train: int
+    n_test: int
+    batch_size: int
+    learning_rate: float
+    wall_s: float
+    logdir: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def epochs(self) -> int:
+        return len(self.history)
+
+    @property
+    def train_s(self) -> float:
+        """Seconds spent in training epochs only (evaluation and logging excluded)."""
+        return float(self.history["epoch_s"].sum())
+
+    def summary(self) -> dict:
+        last = self.history.iloc[-1]
+        return {"version": self.version, "epochs": self.epochs, "n_train": self.n_train,
+                "batch_size": self.batch_size, "learning_rate": self.learning_rate,
+                "test_accuracy": float(last["test_accuracy"]), "test_loss": float(last["test_loss"]),
+                "best_test_accuracy": float(self.history["test_accuracy"].max()),
+                "wall_s": self.wall_s, "train_s": self.train_s,
+                "samples_per_s": self.n_train * self.epochs / self.train_s}
+
+    def save_weights(self, path) -> Path:
+        """Save W and b to an ``.npz`` file (``evaluate_weights`` reads it back)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, W=self.W, b=self.b)
+        return path
+
+
+def default_logdir(version: str, root="runs/lab1") -> Path:
+    """``runs/lab1/<version>-<timestamp>``: one TensorBoard run per training run."""
+    return Path(root) / f"{version}-{datetime.now():%Y%m%d-%H%M%S-%f}"
+
+
+def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE,
+          seed: int = 0, tensorboard_dir=None, progress: bool = True, **trainer_kwargs) -> LRRun:
+    """Train ``version`` ("core", "keras" or "numpy") for ``epochs`` on ``data`` (an ``ImageData``).
+
+    After every epoch the test accuracy and loss are computed (same NumPy code for every
+    version), shown on a ``tqdm.auto`` bar and, with ``tensorboard_dir`` (a root such as
+    ``"runs/lab1"``), written as TensorBoard scalars to ``default_logdir(version, root)``.
+    """
+    if version not in TRAINERS:
+        raise ValueError(f"unknown version {version!r}; choose one of {', '.join(TRAINERS)}")
+    epochs = _positive_int("epochs", epochs, "50 is the full run, a few epochs a quick one")
+    _check_data(data)
+    x_test, y_test = _as_xy(data.x_test, data.y_test, "test")
+    t0 = time.perf_counter()
+    trainer = TRAINERS[version](data.x_train, data.y_train, batch_size, learning_rate, seed, **trainer_kwargs)
+    logdir = default_logdir(version, tensorboard_dir) if tensorboard_dir else None
+    writer = None
+    if logdir:
+        import tensorflow as tf
+
+        writer = tf.summary.create_file_writer(str(logdir))
+    from tqdm.auto import tqdm
+
+    rows = []
+    with tqdm(total=epochs, desc=f"Lab 1 {version}", unit="epoch", disable=not progress) as bar:
+        for epoch in range(1, epochs + 1):
+            e0 = time.perf_counter()
+            train_loss = trainer.run_epoch()
+            epoch_s = time.perf_counter() - e0
+            acc, loss = evaluate(*trainer.weights(), x_test, y_test)
+            rows.append({"version": version, "epoch": epoch, "test_accuracy": acc, "test_loss": loss,
+                         "train_loss": train_loss, "epoch_s": epoch_s, "elapsed_s": time.perf_counter() - t0})
+            if writer is not None:
+                with writer.as_default(step=epoch):
+                    for key in ("test_accuracy", "test_loss", "train_loss"):
+                        tf.summary.scalar(key, rows[-1][key])
+            bar.set_postfix(test_acc=f"{acc:.4f}", loss=f"{loss:.3f}")
+            bar.update()
+    if writer is not None:
+        writer.close()
+    W, b = trainer.weights()
+    return LRRun(version, pd.DataFrame(rows), W, b, trainer.n, len(x_test), trainer.batch_size,
+                 trainer.learning_rate, time.perf_counter() - t0, logdir)
+
+
+def train_core(data, epochs: int, **kwargs) -> LRRun:
+    """``train("core", ...)``; pass ``step=`` to train with your own SGD step."""
+    return train("core", data, epochs, **kwargs)
+
+
+def train_keras(data, epochs: int, **kwargs) -> LRRun:
+    """``train("keras", ...)``."""
+    return train("keras", data, epochs, **kwargs)
+
+
+def compare(*runs: LRRun) -> pd.DataFrame:
+    """Side by side, one row per run: accuracy, wall time, samples/s, and speed relative to the first."""
+    if not runs:
+        raise ValueError("compare() needs at least one LRRun")
+    table = pd.DataFrame([r.summary() for r in runs]).set_index("version")
+    table["speed_vs_" + runs[0].version] = table["samples_per_s"] / table["samples_per_s"].iloc[0]
+    return table[["epochs", "n_train", "test_accuracy", "test_loss", "best_test_accuracy", "wall_s", "train_s",
+                  "samples_per_s", "speed_vs_" + runs[0].version]]
+
+
+def histories(*runs: LRRun) -> pd.DataFrame:
+    """The runs' per-epoch histories in one long frame (one row per version and epoch)."""
+    return pd.concat([r.history for r in runs], ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- grading
+
+def load_weights(path) -> tuple[np.ndarray, np.ndarray]:
+    """W and b from an ``.npz`` written by ``LRRun.save_weights``, checked."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; the Lab 1 notebook saves it with run.save_weights()")
+    with np.load(path) as f:
+        missing = {"W", "b"} - set(f.files)
+        if missing:
+            raise ValueError(f"{path} lacks {sorted(missing)} (has {f.files}); save it with LRRun.save_weights()")
+        return f["W"], f["b"]
+
+
+def evaluation_settings(params: dict) -> dict:
+    """The ``evaluate_weights`` arguments that reproduce a notebook's test set from its parameters."""
+    return {"test_limit": params.get("test_limit"), "seed": params.get("seed", 0)}
+
+
+def evaluate_weights(path, data=None, test_limit: int | None = None, seed: int = 0) -> float:
+    """Test accuracy of the weights saved at ``path``: on ``data``'s test set, or on MNIST's
+    (``load_mnist(test_limit=..., seed=...)``, the notebook's subset) when ``data`` is None."""
+    W, b = load_weights(path)
+    if data is None:
+        from labkit.data import load_mnist
+
+        data = load_mnist(limit=1, test_limit=test_limit, seed=seed)
+    _check_data(data)
+    return evaluate(W, b, data.x_test, data.y_test)[0]

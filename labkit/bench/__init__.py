@@ -24,6 +24,7 @@ from pathlib import Path
 
 # name -> module; each module defines run(quick) and ends with `main(run)`.
 BENCHMARKS: dict[str, str] = {
+    "lr_loop": "labkit.bench.lr_loop",
     "sparse": "labkit.bench.sparse",
 }
 

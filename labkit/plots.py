@@ -374,3 +374,30 @@ def bytes_vs_analytic(frame, label: str = "run", tolerance: float = 0.25, title:
     if title:
         ax.set_title(title)
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Learning curves (per-epoch histories, e.g. labkit.lr)
+# ---------------------------------------------------------------------------------------
+
+def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "epoch", hue: str = "version",
+                    title: str | None = None):
+    """One panel per metric against ``x``, one line per ``hue`` value (a long frame, such as
+    ``labkit.lr.histories(core, keras)``)."""
+    for c in (x, hue, *metrics):
+        if c not in history.columns:
+            raise ValueError(f"learning_curves(): no column {c!r} (columns: {list(history.columns)})")
+    hues = list(dict.fromkeys(history[hue]))
+    colors = dict(zip(hues, palette(len(hues))))
+    fig, axes = subplots(1, len(metrics), squeeze=False, figsize=(4.5 * len(metrics), 3.2))
+    for ax, metric in zip(axes[0], metrics):
+        for h in hues:
+            part = history[history[hue] == h].sort_values(x)
+            ax.plot(part[x], part[metric], "o-", ms=3, color=colors[h], label=str(h))
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][-1].legend(loc="best")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -139,7 +139,7 @@ def run(quick: bool = False) -> dict:
             f"one untimed warm-up epoch each, then {rounds} timed rounds of one epoch per contender, "
             f"order rotated each round; median seconds per epoch",
             "same math and start: W ~ N(0, 0.01^2) from one seed, b = 0, mean cross-entropy, SGD lr "
-            f"{rate}; Core and NumPy also share the shuffles (Keras fit shuffles its own way)",
+            f"{rate}; Core and NumPy also share the shuffles (Keras gets a seeded tf.data pipeline built once)",
             f"the Core trainer continued to {full_epochs} epochs in {time.perf_counter() - t0:.1f} s "
             f"(report 000 ran 50 epochs in 82 s)",
         ],

@@ -1,0 +1,124 @@
+"""Lab 1's trainers: Core learns and matches the NumPy reference, Keras learns, bad input is refused,
+saved weights evaluate to the recorded accuracy."""
+import numpy as np
+import pytest
+
+from labkit import lr
+from labkit.data import ImageData, load_mnist
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_mnist(limit=10000, test_limit=2000)
+
+
+@pytest.fixture(scope="module")
+def small(mnist):
+    return ImageData(mnist.x_train[:1525], mnist.y_train[:1525], mnist.x_test, mnist.y_test)
+
+
+def test_core_reaches_85_percent_and_writes_tensorboard(mnist, tmp_path):
+    run = lr.train_core(mnist, 5, tensorboard_dir=tmp_path / "runs", progress=False)
+    h = run.history
+    assert list(h["epoch"]) == [1, 2, 3, 4, 5] and set(h["version"]) == {"core"}
+    assert run.summary()["test_accuracy"] >= 0.85, h
+    assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0] < np.log(10)
+    assert run.summary()["samples_per_s"] > 0 and run.wall_s >= run.train_s > 0
+
+    import tensorflow as tf
+
+    events = list(run.logdir.glob("events.out.tfevents.*"))
+    assert run.logdir.parent == tmp_path / "runs" and len(events) == 1
+    steps = {}
+    for event in tf.compat.v1.train.summary_iterator(str(events[0])):
+        for v in event.summary.value:
+            steps.setdefault(v.tag, []).append(event.step)
+    assert steps["test_accuracy"] == steps["test_loss"] == [1, 2, 3, 4, 5]
+
+
+def test_core_is_the_numpy_reference_step_for_step(small):
+    # Same seed: same start, same shuffles; the last batch is short (1525 = 30 x 50 + 25).
+    core, ref = lr.CoreTrainer(small.x_train, small.y_train, seed=3), lr.NumpyTrainer(small.x_train, small.y_train, seed=3)
+    for _ in range(2):
+        assert core.run_epoch() == pytest.approx(ref.run_epoch(), rel=1e-5)
+    for a, b in zip(core.weights(), ref.weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert core.steps_per_epoch == 31
+
+
+def test_cross_entropy_is_the_sparse_softmax_formula():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    logits = tf.constant(rng.standard_normal((7, 10)) * 3, tf.float32)
+    labels = tf.constant(rng.integers(0, 10, 7))
+    want = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+    assert float(lr.cross_entropy(logits, labels)) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_keras_learns_from_the_same_start(small):
+    keras_run = lr.train_keras(small, 3, progress=False)
+    numpy_run = lr.train("numpy", small, 3, progress=False)
+    k, n = keras_run.summary(), numpy_run.summary()
+    assert k["test_accuracy"] > 0.7  # chance is 0.1
+    assert keras_run.history["train_loss"].is_monotonic_decreasing
+    assert abs(k["test_accuracy"] - n["test_accuracy"]) < 0.04  # same math, different shuffles
+    table = lr.compare(numpy_run, keras_run)
+    assert list(table.index) == ["numpy", "keras"] and table.loc["numpy", "speed_vs_numpy"] == 1
+
+
+def test_check_step_tells_a_right_step_from_a_wrong_one():
+    assert lr.check_step(lr.sgd_step) < 1e-6
+
+    def ascent(W, b, x, y, learning_rate):  # the classic sign error
+        return lr.sgd_step(W, b, x, y, -learning_rate)
+
+    assert lr.check_step(ascent) > 1e-4
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"batch_size": -50}, "batch_size must be a positive integer"),
+    ({"batch_size": 2.5}, "batch_size must be a positive integer"),
+    ({"batch_size": 5000}, "larger than the 1525 training images"),
+    ({"learning_rate": 0}, "learning_rate must be a positive finite number"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number"),
+    ({"epochs": 0}, "epochs must be a positive integer"),
+    ({"version": "tf1"}, "unknown version 'tf1'"),
+])
+def test_bad_settings_are_refused(small, kwargs, match):
+    args = {"version": "numpy", "epochs": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        lr.train(args.pop("version"), small, args.pop("epochs"), progress=False, **args)
+
+
+def test_bad_data_is_refused(small):
+    with pytest.raises(ValueError, match="expected .n, 28, 28. or .n, 784."):
+        lr.NumpyTrainer(small.x_train[:, :20], small.y_train)
+    with pytest.raises(ValueError, match="class ids 0..9"):
+        lr.NumpyTrainer(small.x_train, small.y_train + 1)
+    with pytest.raises(ValueError, match="y_train has shape"):
+        lr.NumpyTrainer(small.x_train, small.y_train[:-1])
+    with pytest.raises(ValueError, match="must have x_train, y_train, x_test, y_test"):
+        lr.train("numpy", (small.x_train, small.y_train), 1)
+    with pytest.raises(ValueError, match="step must be a function"):
+        lr.CoreTrainer(small.x_train, small.y_train, step="sgd")
+
+
+def test_saved_weights_evaluate_to_the_recorded_accuracy(small, tmp_path):
+    run = lr.train("numpy", small, 1, progress=False)
+    path = run.save_weights(tmp_path / "artifacts" / "w.npz")
+    assert lr.evaluate_weights(path, small) == run.summary()["test_accuracy"]
+    # The grader's way: the test subset rebuilt from the notebook's parameters.
+    settings = lr.evaluation_settings({"test_limit": 2000, "seed": 0, "epochs": 1})
+    assert settings == {"test_limit": 2000, "seed": 0}
+    assert lr.evaluate_weights(path, **settings) == run.summary()["test_accuracy"]
+
+    with pytest.raises(FileNotFoundError, match="save_weights"):
+        lr.evaluate_weights(tmp_path / "missing.npz", small)
+    np.savez(tmp_path / "no_b.npz", W=run.W)
+    with pytest.raises(ValueError, match=r"lacks \['b'\]"):
+        lr.evaluate_weights(tmp_path / "no_b.npz", small)
+    np.savez(tmp_path / "shape.npz", W=run.W.T, b=run.b)
+    with pytest.raises(ValueError, match="expected \\(784, 10\\)"):
+        lr.evaluate_weights(tmp_path / "shape.npz", small)

@@ -140,17 +140,19 @@ class _Running:
             return self._finish(self._read_result())
         if elapsed > self.lab.notebook_timeout:
             self.proc.kill()
+            cell = self._running_cell()
             return self._finish(RunResult(
-                "timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit "
-                           f"{_where(self._running_cell())}; its processes were killed"))
+                "timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
+                           f"its processes were killed", cell))
         rss = _tree_rss(self.proc.pid)
         if rss > self.lab.memory_mb * 2**20:
             self.proc.kill()
+            cell = self._running_cell()
             with open(self.job.log, "a") as f:
                 f.write(f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: killed\n")
             return self._finish(RunResult(
-                "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB "
-                          f"{_where(self._running_cell())}; they were killed"))
+                "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
+                          f"they were killed", cell))
         return None
 
     def _read_result(self) -> RunResult:
@@ -163,7 +165,7 @@ class _Running:
                              cell=self._running_cell())
 
     def _running_cell(self) -> int | None:
-        return running_cell(self.job.executed, self.job.workdir / self.job.source.name)
+        return running_cell(self.job.executed, self.job.workdir / self.job.source.name, bool(self.lab.parameters))
 
     def _finish(self, result: RunResult) -> RunResult:
         self.proc.kill()
@@ -240,7 +242,7 @@ def _tree_rss(pid: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Cells: map papermill's executed notebook back to the cells the student submitted.
 
-def running_cell(executed: Path, source: Path) -> int | None:
+def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
     """The submitted-notebook index of the last cell papermill started, from its saved progress."""
     import nbformat
 
@@ -248,15 +250,18 @@ def running_cell(executed: Path, source: Path) -> int | None:
         nb = nbformat.read(str(executed), as_version=4)
     except (OSError, ValueError):
         return None
-    started = [i for i, c in enumerate(nb.cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
-    return source_index(source, started[-1]) if started else None
+    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
+    started = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return source_index(source, started[-1], injected) if started else None
 
 
-def source_index(source: Path, executed_index: int) -> int | None:
+def source_index(source: Path, executed_index: int, injected: bool = True) -> int | None:
     """Papermill inserts an ``injected-parameters`` cell after the ``parameters`` cell (or at
-    the top); undo that shift. None when the index is the injected cell itself."""
+    the top) when it has parameters to inject; undo that shift. None for the injected cell itself."""
     import nbformat
 
+    if not injected:
+        return executed_index
     cells = nbformat.read(str(source), as_version=4).cells
     tags = [c.get("metadata", {}).get("tags", []) for c in cells]
     if any("injected-parameters" in t for t in tags):  # papermill replaces it in place: no shift
@@ -336,7 +341,7 @@ def _execute(spec: dict) -> RunResult:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
-    src, out = Path(spec["input"]), Path(spec["output"])
+    src, out, injected = Path(spec["input"]), Path(spec["output"]), bool(spec["parameters"])
     try:
         pm.execute_notebook(src, out, parameters=spec["parameters"], kernel_name=spec["kernel"],
                             cwd=spec["workdir"], execution_timeout=spec["cell_timeout"],
@@ -345,7 +350,7 @@ def _execute(spec: dict) -> RunResult:
                             shutdown_kernel="immediate")
         return RunResult("ok")
     except PapermillExecutionError as e:
-        cell = source_index(src, e.cell_index)
+        cell = source_index(src, e.cell_index, injected)
         where = f"cell {cell}" if cell is not None else "the injected parameters cell"
         evalue = _one_line(e.evalue)
         if e.ename in MEMORY_ENAMES:
@@ -353,13 +358,13 @@ def _execute(spec: dict) -> RunResult:
                                        f"{e.ename}: {evalue}", cell, e.ename, evalue)
         return RunResult("error", f"{where} raised {e.ename}: {evalue}", cell, e.ename, evalue)
     except CellTimeoutError:
-        cell = running_cell(out, src)
+        cell = running_cell(out, src, injected)
         return RunResult("timeout", f"cell {cell} ran past the {spec['cell_timeout']:g} s cell timeout", cell)
     except DeadKernelError as e:
-        cell = running_cell(out, src)
+        cell = running_cell(out, src, injected)
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
-        cell = running_cell(out, src)
+        cell = running_cell(out, src, injected)
         return RunResult("crashed", f"the notebook could not run {_where(cell)}: {type(e).__name__}: "
                                     f"{_one_line(e)}", cell, type(e).__name__, _one_line(e))
 
@@ -372,9 +377,10 @@ def main(argv=None) -> int:
     try:
         result = _execute(spec)
     finally:
-        left = kill_tree(os.getpid(), grace=2.0, include_self=False)
+        left = [p.pid for p in psutil.Process().children(recursive=True)]
         if left:
-            print(f"[runner] killed processes the notebook left running: {left}", file=sys.stderr)
+            print(f"[runner] killing processes the notebook left running: {left}", file=sys.stderr)
+            kill_tree(os.getpid(), grace=2.0, include_self=False)
     Path(result_path).write_text(json.dumps(asdict(result)))
     return 0
 

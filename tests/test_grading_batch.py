@@ -1,0 +1,304 @@
+"""The grader end to end on fixture submissions built here (tiny notebooks that use
+labkit.record, not the real labs): every failure mode becomes a row with the right status and
+reason, the fake claim is a ``mismatch``, the released notebook fails where the solution was
+removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
+from __future__ import annotations
+
+import csv
+import textwrap
+
+import nbformat
+import psutil
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from labkit.grading.grade import grade
+from labkit.grading.release import release_notebook
+
+pytestmark = pytest.mark.notebook
+
+ANSWER = ("A nearest-centroid classifier is linear: its logits are x.mu_k - |mu_k|^2/2, so the saved "
+          "W and b reproduce the recorded accuracy exactly.")
+
+# cell 3 is the solution region the release removes; tests swap it for misbehaving code
+CELLS = [
+    ("md", "# Fixture lab\nA tiny lab for the grader's tests.", []),
+    ("code", "n = 10\ntest_limit = 500", ["parameters"]),
+    ("code", "import json, os\nimport numpy as np\nimport labkit", []),
+    ("code", "### BEGIN SOLUTION\ntotal = sum(range(n + 1))\n### END SOLUTION\nlabkit.record('total', total)", []),
+    ("code", "import matplotlib.pyplot as plt\nplt.plot(range(n))\nplt.show()", ["fig-plot"]),
+    ("code", textwrap.dedent("""\
+        os.makedirs('runs/fix/run1', exist_ok=True)
+        steps = {'0': 5 * n, '1': 5 * n}
+        for task, s in steps.items():
+            with open(f'runs/fix/run1/task-{task}.json', 'w') as f:
+                json.dump({'task': task, 'steps': s}, f)
+        labkit.record('worker_steps', steps)
+        labkit.record('global_step', 10 * n)"""), []),
+    ("code", textwrap.dedent("""\
+        data = labkit.load_mnist(limit=1000, test_limit=test_limit)
+        x = data.x_train.reshape(len(data.x_train), -1)
+        mu = np.stack([x[data.y_train == k].mean(0) for k in range(10)])
+        W, b = mu.T.astype(np.float32), (-0.5 * (mu ** 2).sum(1)).astype(np.float32)
+        os.makedirs('artifacts', exist_ok=True)
+        np.savez('artifacts/lab1_core_weights.npz', W=W, b=b)
+        xt = data.x_test.reshape(len(data.x_test), -1)
+        labkit.record('core_test_accuracy', float(((xt @ W + b).argmax(1) == data.y_test).mean()))"""), []),
+    ("md", "**Question.** Why does the saved model reproduce the recorded accuracy?", []),
+    ("md", ANSWER, ["analysis"]),
+]
+
+FAKE_CLAIMS = textwrap.dedent("""\
+    os.makedirs('artifacts', exist_ok=True)
+    np.savez('artifacts/lab1_core_weights.npz', W=np.zeros((784, 10), np.float32), b=np.zeros(10, np.float32))
+    labkit.record('core_test_accuracy', 0.99)
+    with open('runs/fix/run1/task-1.json', 'w') as f:
+        json.dump({'task': '1', 'steps': 4 * n}, f)  # the task did fewer steps than the record claims""")
+
+RUBRIC = """
+[defaults]
+cell_timeout = 15
+notebook_timeout = 180
+start_timeout = 90
+memory_mb = 1200
+
+[labs.fix]
+notebook = "fixlab.ipynb"
+title = "Fixture lab"
+[labs.fix.parameters]
+n = 20
+[[labs.fix.checks]]
+name = "total"
+kind = "threshold"
+points = 2
+record = "total"
+min = 210
+max = 210
+[[labs.fix.checks]]
+name = "plot"
+kind = "figures"
+points = 1
+cells = ["fig-plot"]
+[[labs.fix.checks]]
+name = "steps add up"
+kind = "sum_equals"
+points = 1
+record = "worker_steps"
+total = "global_step"
+verify = { name = "task_steps", results = "runs/fix/*/task-*.json", field = "steps", key = "task" }
+[[labs.fix.checks]]
+name = "accuracy"
+kind = "threshold"
+points = 3
+record = "core_test_accuracy"
+min = 0.6
+verify = "lab1_weights"
+[[labs.fix.checks]]
+name = "analysis"
+kind = "analysis"
+points = 1
+
+[labs.slow]
+notebook = "fixslow.ipynb"
+title = "Whole-notebook timeout"
+cell_timeout = 600
+notebook_timeout = 25
+[[labs.slow.checks]]
+name = "never"
+kind = "record"
+points = 1
+record = "never"
+"""
+
+HANG = ("import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "time.sleep(10**6)")
+# a grandchild that leaves the kernel's tree (double fork) and hides in its own session
+DETACH = ("import subprocess, time\n"
+          "subprocess.run(['bash', '-c', 'setsid sleep 1000 & echo $! > grandchild.pid'], check=True)\n"
+          "time.sleep(10**6)")
+
+
+def lab_notebook(replace=None):
+    replace = replace or {}
+    cells = []
+    for i, (kind, src, tags) in enumerate(CELLS):
+        src = replace.get(i, src)
+        cell = new_markdown_cell(src) if kind == "md" else new_code_cell(src)
+        cell.metadata.tags = list(tags)
+        cells.append(cell)
+    nb = new_notebook(cells=cells)
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def submissions(root):
+    ref = lab_notebook()
+    subs = {
+        "good": ref,
+        "released": release_notebook(ref, "fixlab.ipynb")[0],
+        "raises": lab_notebook({3: "x = 1\nraise ValueError('boom in cell 3')"}),
+        "hangs": lab_notebook({3: HANG}),
+        "hog": lab_notebook({3: "big = np.ones(2 * 2**30 // 8)"}),
+        "faker": lab_notebook({6: FAKE_CLAIMS}),
+        "lazy": lab_notebook({8: "YOUR ANSWER HERE"}),
+    }
+    for student, nb in subs.items():
+        (root / student).mkdir(parents=True)
+        nbformat.write(nb, str(root / student / "fixlab.ipynb"))
+    (root / "broken").mkdir()
+    (root / "broken" / "fixlab.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ')
+    (root / "absent").mkdir()
+    nbformat.write(ref, str(root / "absent" / "fixlab (1).ipynb"))
+    slow = new_notebook(cells=[new_code_cell("import time"), new_code_cell(DETACH)])
+    nbformat.write(slow, str(root / "good" / "fixslow.ipynb"))
+    return root
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    subs = submissions(root / "subs")
+    (root / "rubric.toml").write_text(RUBRIC)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    runs = {}
+    for jobs, labs in ((2, None), (1, ["fix"])):  # the whole-notebook timeout (lab "slow") runs once
+        out = root / f"out-j{jobs}"
+        outcome = grade(root / "rubric.toml", subs, out, parallel=jobs, labs=labs, log=lambda m: None)
+        runs[jobs] = (outcome, out)
+    return {"root": root, "runs": runs, "before": before}
+
+
+def rows_by(outcome):
+    return {(r["student"], r["lab"], r["check"]): r for r in outcome.rows}
+
+
+def status(rows, student, check, lab="fix"):
+    r = rows[(student, lab, check)]
+    return r["status"], r["reason"], r["points"]
+
+
+def test_correct_submission_passes_everything(batch):
+    rows = rows_by(batch["runs"][2][0])
+    assert [status(rows, "good", c)[0] for c in ("execution", "total", "plot", "steps add up", "accuracy", "analysis")] \
+        == ["ok", "pass", "pass", "pass", "pass", "pass"]
+    assert sum(r["points"] for r in batch["runs"][2][0].rows if r["student"] == "good" and r["lab"] == "fix") == 8
+
+
+def test_exception_reports_cell_name_and_message(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "raises", "execution")
+    assert st == "error" and reason == "cell 3 raised ValueError: boom in cell 3"
+    st, reason, pts = status(rows, "raises", "total")
+    assert (st, pts) == ("missing", 0) and "the run stopped early: cell 3 raised ValueError" in reason
+    assert status(rows, "raises", "analysis")[0] == "pass"  # what was written still counts
+
+
+def test_cell_timeout_kills_the_kernel_and_its_children(batch):
+    rows = rows_by(batch["runs"][2][0])
+    assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 3 ran past the 15 s cell timeout")
+    for jobs, (_, out) in batch["runs"].items():
+        pid = int((out / ".work" / "hangs" / "fixlab" / "child.pid").read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_notebook_timeout_kills_the_whole_tree(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "good", "execution", lab="slow")
+    assert st == "timeout" and reason == "the notebook ran past its 25 s limit (in cell 1); its processes were killed"
+    assert status(rows, "good", "never", lab="slow")[0] == "missing"
+    pid = int((batch["runs"][2][1] / ".work" / "good" / "fixslow" / "grandchild.pid").read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_memory_limit(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "hog", "execution")
+    assert st == "memory" and reason.startswith("cell 3 ran out of memory (limit 1200 MB): ")
+    assert "MemoryError" in reason
+
+
+def test_fake_claims_are_mismatches(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, pts = status(rows, "faker", "accuracy")
+    assert (st, pts) == ("mismatch", 0)
+    assert reason.startswith("recorded 0.9900 but the saved weights give 0.0")  # all-zero weights: class 0, ~10%
+    st, reason, pts = status(rows, "faker", "steps add up")
+    assert (st, pts) == ("mismatch", 0) and "task result files say {'0': 100, '1': 80}" in reason
+    assert status(rows, "faker", "total")[0] == "pass"
+
+
+def test_unanswered_analysis(batch):
+    rows = rows_by(batch["runs"][2][0])
+    assert status(rows, "lazy", "execution")[0] == "ok"
+    st, reason, pts = status(rows, "lazy", "analysis")
+    assert (st, pts) == ("fail", 0) and "still has the placeholder" in reason
+
+
+def test_unreadable_and_missing_notebooks(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "broken", "execution")
+    assert st == "unreadable" and "invalid JSON" in reason
+    assert status(rows, "broken", "total")[0] == "not-run"
+    st, reason, _ = status(rows, "absent", "execution")
+    assert st == "not-submitted" and reason == "no fixlab.ipynb in absent/ (found: fixlab (1).ipynb)"
+
+
+def test_released_notebook_fails_where_the_solution_was_removed(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "released", "execution")
+    assert st == "error" and reason.startswith("cell 3 raised NotImplementedError")
+    for check in ("total", "plot", "steps add up", "accuracy", "analysis"):
+        assert status(rows, "released", check)[0] in ("missing", "fail"), check
+        assert status(rows, "good", check)[0] == "pass", check
+
+
+def test_reports_and_feedback_pages(batch):
+    outcome, out = batch["runs"][2]
+    csv_rows = read_csv(out / "grades.csv")
+    assert list(csv_rows[0]) == ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
+    assert len(csv_rows) == len(outcome.rows) == 9 * (1 + 5) + 9 * (1 + 1)  # students x (execution + checks) per lab
+    summary = (out / "summary.md").read_text()
+    assert "| good | 8/8 | 0/1 | 8/9 |" in summary and "boom in cell 3" in summary
+    page = (out / "raises" / "fixlab.html").read_text()
+    assert "cell 3 raised ValueError: boom in cell 3" in page and "boom in cell 3" in page.split("labkit-grade")[-1]
+    assert (out / "good" / "fixlab.ipynb").exists() and (out / "broken" / "fixlab.html").exists()
+    assert outcome.exit_code == 0  # submissions: the batch completed
+
+
+def test_parallel_grades_like_serial_and_leaves_nothing_behind(batch):
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows if r["lab"] == "fix"]
+
+    j2, j1 = (read_csv(batch["runs"][j][1] / "grades.csv") for j in (2, 1))
+    assert strip(j2) == strip(j1) and len(strip(j1)) == 9 * 6
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in batch["before"]]
+    assert left == [], [p.cmdline() for p in left]
+    inside = []  # anything still running in one of the batch's working directories
+    for p in psutil.process_iter():
+        try:
+            if p.cwd().startswith(str(batch["root"])):
+                inside.append(p.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    assert inside == []
+
+
+def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    nbformat.write(lab_notebook(), str(nbs / "fixlab.ipynb"))
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
+    outcome = grade(rubric, None, tmp_path / "out", labs=["fix"], notebooks=nbs, log=lambda m: None)
+    assert outcome.exit_code == 1
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## fix: Fixture lab" in report and "| total | 0/2 | fail | 210 |" in report
+    assert "| core_test_accuracy |" in report and (tmp_path / "out" / "fixlab.ipynb").exists()
+    assert any(r["kind"] == "record" and r["name"] == "worker_steps" for r in read_csv(tmp_path / "out" / "report.csv"))

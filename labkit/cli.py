@@ -103,7 +103,90 @@ def _add_release(sub) -> None:
 
 
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_bench, _add_monitor, _add_grade, _add_release]
+def _spec_arguments(p) -> None:
+    p.add_argument("--mode", help="a deploy mode from the reports: single, cluster, cluster2, cs744")
+    p.add_argument("--hosts", help="hosts file (one host per line; /etc/hosts-style lines work); default 127.0.0.1")
+    p.add_argument("--ps", type=int, default=1, help="parameter servers (default 1)")
+    p.add_argument("--workers", type=int, help="workers (default: one per host, or 2 on 127.0.0.1)")
+    p.add_argument("--chief", action="store_true", help="add a chief job")
+
+
+def _launcher_arguments(p) -> None:
+    p.add_argument("--ssh", default="ssh -o BatchMode=yes -o ConnectTimeout=10", help="ssh command for remote hosts")
+    p.add_argument("--remote-dir", default="labkit", help="the kit's directory on remote hosts")
+    p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
+                                                                         "relative to --remote-dir")
+    p.add_argument("program_args", nargs="*", help="arguments for the program, after --")
+
+
+def _launcher(args, program: str, **kwargs):
+    import shlex
+
+    from labkit import cluster, launch
+
+    spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
+    return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh), remote_dir=args.remote_dir,
+                                remote_python=args.remote_python, program_argv=args.program_args, **kwargs)
+
+
+def _cluster(args) -> int:
+    try:
+        spec, launcher = _launcher(args, args.program, dry_run=True)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(spec.table() + "\n")
+    for t in spec.tasks():
+        print(f"TF_CONFIG for {t.name}: {spec.tf_config(t.type, t.index)}")
+    if args.print_commands:
+        print()
+        launcher.print_commands()
+    return 0
+
+
+def _add_cluster(sub) -> None:
+    p = sub.add_parser("cluster", help="print a cluster spec, each task's TF_CONFIG and (optionally) the "
+                                       "exact command each node runs")
+    _spec_arguments(p)
+    p.add_argument("--print-commands", action="store_true", help="print each task's command, ready to paste")
+    p.add_argument("--program", default="ps_sgd", help="task program for --print-commands (default ps_sgd)")
+    _launcher_arguments(p)
+    p.set_defaults(func=_cluster)
+
+
+def _run(args) -> int:
+    from labkit import launch
+
+    try:
+        spec, launcher = _launcher(args, args.program, lab=args.lab, timeout=args.timeout,
+                                   dry_run=args.print_commands)
+        if args.print_commands:
+            launcher.print_commands()
+            return 0
+        print(spec.table() + "\n", flush=True)
+        result = launcher.run()
+    except (ValueError, launch.TaskFailed, launch.ClusterTimeout, launch.VersionSkew) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 30):
+        print(result.table().to_string())
+    print(f"\nstart-up {result.startup_s:.1f} s, teardown {result.teardown_s:.2f} s; logs and results in "
+          f"{result.run_dir}")
+    return 0
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a task program on a cluster and print the per-task table")
+    p.add_argument("program", help="labkit.tasks program (e.g. ps_sgd) or a dotted module name")
+    _spec_arguments(p)
+    p.add_argument("--lab", default="adhoc", help="run directory: runs/LAB/<program>-<time>/")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before everything is stopped")
+    p.add_argument("--print-commands", action="store_true", help="print each task's command and start nothing")
+    _launcher_arguments(p)
+    p.set_defaults(func=_run)
+
+
+REGISTRARS = [_add_data, _add_cluster, _add_run, _add_bench, _add_monitor, _add_grade, _add_release]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -348,6 +348,19 @@ def mode(name: str, hosts=None, base_port: int = DEFAULT_BASE_PORT) -> ClusterSp
     return from_hosts(list(hosts)[:n_hosts], ps=ps, workers=workers, base_port=base_port)
 
 
+def build(mode_name: str | None = None, hosts=None, ps: int = 1, workers: int | None = None,
+          chief: bool = False) -> ClusterSpec:
+    """One entry point for notebooks and the CLI: a deploy mode by name, else ``ps`` /
+    ``workers`` placed on ``hosts`` (a list or a hosts file), else on 127.0.0.1. An empty
+    ``hosts`` ("" or None) means 127.0.0.1."""
+    if mode_name:
+        return mode(mode_name, hosts=hosts or None)
+    if hosts:
+        hosts = read_hosts_file(hosts) if isinstance(hosts, (str, os.PathLike)) else list(hosts)
+        return from_hosts(hosts, ps=ps, workers=workers, chief=chief)
+    return local(ps=ps, workers=2 if workers is None else workers, chief=chief)
+
+
 def from_tf_config(text: str | None = None) -> tuple[ClusterSpec, Task]:
     """Parse TF_CONFIG (default: the environment's) into the spec and this process's task."""
     text = os.environ.get("TF_CONFIG") if text is None else text

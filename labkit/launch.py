@@ -135,7 +135,7 @@ def cli_args(args: dict) -> list[str]:
 
 def local_addresses() -> set[str]:
     """Names and addresses that mean this machine."""
-    names = set(LOCAL_HOSTS) | {socket.gethostname(), socket.getfqdn()}
+    names = set(LOCAL_HOSTS) | {socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}
     for addrs in psutil.net_if_addrs().values():
         names |= {a.address for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
     return names
@@ -342,7 +342,8 @@ class Cluster:
       ``start_timeout``: until every server must be up; ``ps_grace``: how long a ps
       may take to exit after the trainers finish; ``term_grace``: SIGTERM to SIGKILL;
     - ``check_versions``: refuse a cluster with mismatched versions (``VersionSkew``);
-    - ``dry_run``: ``start()`` prints the commands and starts nothing.
+    - ``dry_run``: ``start()`` prints the commands and starts nothing;
+    - ``program_argv``: more command-line arguments for the program, as given.
     """
 
     def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
@@ -350,7 +351,7 @@ class Cluster:
                  remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
-                 dry_run: bool = False, **args):
+                 dry_run: bool = False, program_argv=(), **args):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(f"spec must be a labkit.cluster.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
                              f"got {type(spec).__name__}")
@@ -361,10 +362,10 @@ class Cluster:
         if threads is not None and (len(threads) != 2 or min(threads) < 1):
             raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
         self.spec, self.program, self.module = spec, program, program_module(program)
-        self.args = dict(args)
+        self.args, self.program_argv = dict(args), [str(a) for a in program_argv]
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
-        self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run
+        self.run_name = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
+        self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run_name
         self.remote_run = f"runs/{lab}/{self.run_dir.name}"
         self.python = python or sys.executable
         self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
@@ -396,7 +397,7 @@ class Cluster:
         return env
 
     def _build(self) -> None:
-        argv_tail = ["-m", self.module, *cli_args(self.args)]
+        argv_tail = ["-m", self.module, *cli_args(self.args), *self.program_argv]
         self._procs = []
         for task in self.spec.tasks():
             log = self.run_dir / task_file(task.type, task.index, ".log")

@@ -30,7 +30,8 @@ What the runtime does, and why:
   after the work is done, and nothing after the result matters.
 - **Clean ends.** SIGTERM (the launcher stopping the cluster, or the launcher dying:
   local tasks ask the kernel for SIGTERM when their parent exits) writes the result
-  with ``shutdown: "terminated"`` and exits 143. An exception writes the traceback into
+  with ``shutdown: "terminated"`` and exits 143, even while the main thread is inside
+  a TensorFlow call. An exception writes the traceback into
   the result and the log and exits 1.
 - **Parameter-server shutdown**, which TensorFlow does not provide: ``DoneSignal`` (TF1:
   every trainer enqueues once into a shared queue on each ps, which dequeues once per
@@ -57,7 +58,7 @@ from pathlib import Path
 
 import psutil
 
-from labkit.cluster import from_tf_config, split_address
+from labkit.cluster import from_tf_config, port_is_free, split_address
 
 RESULT_FORMAT = "labkit.task-result/1"
 EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
@@ -114,7 +115,7 @@ def write_json(path: Path, data: dict, indent: int | None = None) -> None:
     from labkit.record import to_jsonable
 
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(data), indent=indent))
+    tmp.write_text(json.dumps(to_jsonable(data), indent=indent) + "\n")
     os.replace(tmp, path)
 
 
@@ -149,6 +150,9 @@ class TaskRuntime:
                                               ("task", "host", "pid", "versions", "program", "started_epoch")})
         self._handle_sigterm()
         self._die_with_parent()
+        if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
+            self.finish(PortInUse(f"{self.task.name}: port {self.task.port} ({self.task.address}) is taken "
+                                  f"by another process"))
 
     # ------------------------------------------------------------------ basics
     def path(self, suffix: str) -> Path:
@@ -348,7 +352,12 @@ class TaskRuntime:
             self.timings["total_s"] = self.since_start()
             if self.steps.get("local") and self.timings.get("train_s"):
                 self.steps["local_per_s"] = self.steps["local"] / self.timings["train_s"]
-            if self._sampler is not None:
+            if self._sampler is not None and self.result["shutdown"] == "terminated" and "pandas" not in sys.modules:
+                # stopped during start-up: importing pandas for a few samples would only
+                # delay the exit the launcher is waiting for
+                self._sampler.stop()
+                self.result["samples_skipped"] = "terminated before start-up finished"
+            elif self._sampler is not None:
                 self.mark("end")
                 self._sampler.stop()
                 self.result["samples"] = self._sampler.to_dict()
@@ -369,19 +378,24 @@ class TaskRuntime:
     def _handle_sigterm(self) -> None:
         """Route SIGTERM to a thread that writes the result and exits.
 
-        The main thread may sit in a TensorFlow call for ever (a ps in ``join``), where a
-        Python signal handler would never run; so SIGTERM is blocked here, before
-        TensorFlow starts its threads (they inherit the mask), and a thread ``sigwait``s."""
-        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "sigwait"):
+        The main thread may sit in a TensorFlow call for ever (a ps serving), where a
+        Python signal handler would never run. Python's C-level handler, though, writes
+        the signal number to the wakeup fd at once, whichever thread the kernel picked;
+        a watcher thread blocked on that pipe does the work."""
+        if threading.current_thread() is not threading.main_thread():
             return
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # the watcher acts; the main thread need not
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
 
-        def wait():
-            signal.sigwait({signal.SIGTERM})
+        def watch():
+            while os.read(read_end, 1) != bytes([signal.SIGTERM]):
+                pass
             self.log("SIGTERM: writing the result and exiting")
             self.finish(shutdown="terminated", code=EXIT_TERMINATED)
 
-        threading.Thread(target=wait, name="labkit-sigterm", daemon=True).start()
+        threading.Thread(target=watch, name="labkit-sigterm", daemon=True).start()
 
     @staticmethod
     def _die_with_parent() -> None:

@@ -1,0 +1,281 @@
+"""The launcher, with real processes and real TensorFlow servers on 127.0.0.1 at tiny sizes.
+
+After every test: no process of ours is left, and every port the test's clusters used
+can be bound again (only our own processes and ports are checked: other programs run
+TensorFlow on this machine too).
+"""
+import _thread
+import json
+import os
+import random
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labkit import cluster
+from labkit.cluster import ClusterSpec
+from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
+                           check_versions)
+
+pytestmark = pytest.mark.cluster
+
+# The ps_sgd arguments every test uses: small and quick.
+TINY = dict(train_limit=2000, test_limit=500, sample_interval=0.25)
+LONG = dict(TINY, steps=10_000_000)  # runs until stopped
+
+
+@pytest.fixture
+def clusters(tmp_path, monkeypatch):
+    """Clusters made by the test (run directories under tmp_path); checked for leftovers after it."""
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    made: list[Cluster] = []
+    yield made
+    for c in made:
+        c.stop()
+    deadline = time.monotonic() + 5
+    while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = psutil.Process().children(recursive=True)
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+    for c in made:
+        for t in c.spec.tasks():
+            assert cluster.port_is_free(t.port), f"port {t.port} of {t.name} cannot be bound again"
+
+
+def make(clusters, spec, **kwargs) -> Cluster:
+    c = Cluster(spec, "ps_sgd", lab="test", **kwargs)
+    clusters.append(c)
+    return c
+
+
+def test_run_to_completion_gathers_every_task(clusters):
+    spec = cluster.local(ps=1, workers=2)
+    with make(clusters, spec, steps=150, eval_every=50, **TINY) as c:
+        assert c.startup_s > 0 and all(cluster.port_is_free(t.port) is False for t in c.spec.tasks())
+        result = c.wait(timeout=240)
+    assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
+    assert all(t.returncode == 0 for t in result)
+    ps, w0, w1 = result["ps:0"], result["worker:0"], result["worker:1"]
+    # async: every global step is one trainer's step, so the local steps add up to it
+    assert w0.steps["local"] + w1.steps["local"] == ps.steps["global_final"] >= 150
+    assert w0.metrics["test_accuracy"] > 0.7 and w0.result["series"]["eval"]
+    for t in result:
+        assert t.result["status"] == "ok" and t.result["versions"]["labkit"]
+        assert t.result["samples"]["columns"]["t"], f"{t.name} has no resource samples"
+        assert t.result["resources"]["proc_rss_bytes"] > 100e6  # a TensorFlow process
+        assert t.log_path.exists()
+    table = result.table()
+    assert list(table.index) == ["ps:0", "worker:0", "worker:1"]
+    assert {"ended", "local_steps", "global_step", "cpu_user_pct", "net_recv_bytes", "test_accuracy"} <= set(table.columns)
+    samples = result.samples()
+    assert set(samples["task"]) == {"ps:0", "worker:0", "worker:1"}
+    assert result.teardown_s is not None and result.teardown_s < 10
+    again = ClusterResult.load(result.run_dir)
+    assert [t.ended for t in again] == [t.ended for t in result] and again["worker:0"].metrics == w0.metrics
+    check_versions(c.hellos())
+
+
+def test_killed_worker_raises_task_failed_promptly(clusters):
+    c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
+    time.sleep(1.0)
+    c.kill("worker:1")
+    t0 = time.monotonic()
+    with pytest.raises(TaskFailed) as info:
+        c.wait(timeout=60)
+    elapsed = time.monotonic() - t0
+    assert info.value.task == "worker:1" and info.value.returncode == -signal.SIGKILL
+    assert "SIGKILL" in str(info.value) and "worker:1" in info.value.log_tail
+    assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
+    status = c.status()
+    assert status["worker:1"] == "failed" and status["ps:0"] in ("terminated", "killed")
+
+
+def test_failing_program_reports_its_log_tail(clusters):
+    c = make(clusters, cluster.local(ps=1, workers=1), steps=-1)
+    with pytest.raises(TaskFailed, match="--steps must be positive") as info:
+        c.run(timeout=60)
+    assert info.value.returncode == 2
+
+
+def test_global_timeout_names_running_tasks(clusters):
+    c = make(clusters, cluster.local(ps=1, workers=1), timeout=2.0, **LONG).start(wait_ready=False)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterTimeout) as info:
+        c.wait()
+    assert sorted(info.value.running) == ["ps:0", "worker:0"] and "ps:0, worker:0" in str(info.value)
+    assert time.monotonic() - t0 < 2.0 + c.term_grace + 3
+    assert set(c.status().values()) <= {"terminated", "killed"}
+
+
+def test_keyboard_interrupt_during_wait_stops_everything(clusters):
+    c = make(clusters, cluster.local(ps=1, workers=1), **LONG).start(wait_ready=False)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.wait(timeout=60)
+    finally:
+        timer.cancel()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in c.pids().values())
+
+
+def _listen(port: int) -> socket.socket:
+    s = socket.socket()
+    s.bind(("0.0.0.0", port))
+    s.listen()
+    return s
+
+
+def test_taken_port_in_an_explicit_spec_is_a_clear_error(clusters):
+    a, b = cluster.free_ports(2)
+    spec = ClusterSpec({"ps": [f"127.0.0.1:{a}"], "worker": [f"127.0.0.1:{b}"]})
+    with _listen(a):
+        with pytest.raises(PortInUse, match=f"ps:0 \\(127.0.0.1:{a}\\) is in use"):
+            make(clusters, spec, **TINY).start()
+    assert not psutil.Process().children()
+
+
+def test_taken_port_in_a_local_spec_is_avoided(clusters):
+    spec = cluster.local(ps=1, workers=1)
+    taken = spec.task("worker", 0).port
+    with _listen(taken):
+        c = make(clusters, spec, **LONG).start(wait_ready=False)
+        assert taken not in [t.port for t in c.spec.tasks()]
+        c.stop()
+
+
+def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
+    """Another process binds the port after the launcher checked it: the task exits with
+    code 98 and the launcher restarts the cluster on other ports."""
+    import labkit.launch
+
+    spec = cluster.local(ps=1, workers=1)
+    taken = spec.task("ps", 0).port
+    monkeypatch.setattr(labkit.launch, "port_is_free", lambda port: True)  # the check misses the thief
+    with _listen(taken):
+        c = make(clusters, spec, **LONG).start()
+        assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}
+        c.stop()
+
+
+FAKE_SSH = """#!/bin/sh
+# A stand-in for ssh: drop the options and the host, run the command here with bash.
+while [ $# -gt 0 ]; do case "$1" in -o) shift 2 ;; -*) shift ;; *) break ;; esac; done
+shift
+exec bash -c "$1"
+"""
+
+
+def fake_ssh(tmp_path: Path) -> Path:
+    path = tmp_path / "fake-ssh"
+    path.write_text(FAKE_SSH)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
+    """ps and worker 1 on "another host" (127.0.0.2, reached over the fake ssh), worker 0 local."""
+    ports = cluster.free_ports(3)
+    spec = ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"],
+                        "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.2:{ports[2]}"]})
+    remote_dir = tmp_path / "remote home" / "labkit"
+    remote_dir.mkdir(parents=True)
+    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"], remote_dir=str(remote_dir),
+             remote_python=sys.executable, steps=100, **TINY)
+    cmds = dict(c.commands())
+    assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes 127.0.0.2 ")
+    assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
+    result = c.run(timeout=240)
+    assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
+    for name in ("ps:0", "worker:1"):  # copied back from the "remote" run directory
+        assert result[name].result is not None and result[name].result["address"].startswith("127.0.0.2:")
+        assert "server up" in result[name].log_tail()  # streamed back through ssh
+    assert (remote_dir / c.remote_run / "ps-0.json").exists()
+    assert result["worker:0"].steps["local"] + result["worker:1"].steps["local"] == result["ps:0"].steps["global_final"]
+    assert set(c.hellos()) == {"ps:0", "worker:0", "worker:1"}
+
+
+def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
+    port = cluster.free_ports(2)
+    spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})
+    remote_dir = tmp_path / "r"
+    remote_dir.mkdir()
+    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path))], remote_dir=str(remote_dir), remote_python=sys.executable,
+             **LONG).start(wait_ready=False)
+    run = remote_dir / c.remote_run
+    deadline = time.monotonic() + 60
+    while not all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
+        assert time.monotonic() < deadline, "the remote tasks never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # the hello comes just before the SIGTERM handler
+    pids = {name: int((run / f"{name}.pid").read_text()) for name in ("ps-0", "worker-0")}
+    c.stop()
+    assert not any(psutil.pid_exists(p) for p in pids.values())
+    assert set(c.status().values()) == {"terminated"}
+    assert c.result["worker:0"].result["shutdown"] == "terminated"  # the task wrote its result on SIGTERM
+
+
+def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("10.10.1.1 node0\n10.10.1.2 node1\n10.10.1.3 node2\n")
+    spec = cluster.mode("cluster2", hosts=hosts)
+    c = Cluster(spec, "ps_sgd", dry_run=True, remote_dir="labkit", steps=100)
+    c.start()
+    out = capsys.readouterr().out
+    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 10.10.1.2 " in out
+    assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
+    with pytest.raises(RuntimeError, match="dry run"):
+        c.wait()
+    assert not psutil.Process().children()
+    cli = subprocess.run([sys.executable, "-m", "labkit", "cluster", "--mode", "cluster2", "--hosts", str(hosts),
+                          "--print-commands"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "worker:2" in cli.stdout and "10.10.1.3:2222" in cli.stdout and "TF_CONFIG" in cli.stdout
+
+
+def test_version_skew_is_refused():
+    ok = {"python": "3.11.9", "tensorflow": "2.21.0", "keras": "3.15.1", "labkit": "0.1.0"}
+    check_versions({"ps:0": {"versions": ok, "host": "node0"}}, reference=dict(ok, python="3.11.2"))
+    with pytest.raises(VersionSkew, match=r"(?s)worker:1 \(node1\): tensorflow 2\.20\.0.*make setup"):
+        check_versions({"ps:0": {"versions": ok, "host": "node0"},
+                        "worker:1": {"versions": dict(ok, tensorflow="2.20.0"), "host": "node1"}}, reference=ok)
+
+
+def test_bad_launcher_arguments():
+    spec = cluster.local(ps=1, workers=1)
+    with pytest.raises(ValueError, match="module name"):
+        Cluster(spec, "ps sgd")
+    with pytest.raises(ValueError, match="timeout must be a positive"):
+        Cluster(spec, "ps_sgd", timeout=0)
+    with pytest.raises(ValueError, match="ClusterSpec"):
+        Cluster({"worker": ["a:1"]}, "ps_sgd")
+
+
+@pytest.mark.slow
+def test_twenty_start_stop_cycles_leave_nothing(clusters):
+    """Stop at random moments (during interpreter start-up, TensorFlow's import, serving);
+    every tenth cycle waits until all servers are up first."""
+    rng = random.Random(0)
+    stops = []
+    for i in range(20):
+        c = make(clusters, cluster.local(ps=1, workers=1), term_grace=3.0, **LONG)
+        c.start(wait_ready=(i % 10 == 9))
+        time.sleep(rng.uniform(0, 1.5))
+        pids = list(c.pids().values())
+        t0 = time.monotonic()
+        c.stop()
+        stops.append(time.monotonic() - t0)
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"cycle {i}: {alive} survived stop()"
+        assert not psutil.Process().children(recursive=True), f"cycle {i}: children left"
+        assert all(cluster.port_is_free(t.port) for t in c.spec.tasks()), f"cycle {i}: a port is still bound"
+    print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")

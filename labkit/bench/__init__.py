@@ -26,6 +26,7 @@ from pathlib import Path
 BENCHMARKS: dict[str, str] = {
     "lr_loop": "labkit.bench.lr_loop",
     "sparse": "labkit.bench.sparse",
+    "grading": "labkit.bench.grading",
 }
 
 

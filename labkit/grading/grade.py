@@ -101,12 +101,17 @@ def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
         else:
             s = evaluate(check, nb, records)
             if s.status == "missing" and result.status != "ok":
-                s.reason += f" (the run stopped early: {result.reason})"
+                s.reason += f" ({_stopped(result)})"
             if check.verify and s.status in ("pass", "partial"):
                 s = _verified(check, s, job, records, params)
         values[check.name] = s.value
         rows.append(row(check.name, s.points, s.max, s.status, s.reason))
     return rows, records, values
+
+
+def _stopped(result: RunResult) -> str:
+    what = result.ename or result.status
+    return f"the run stopped in cell {result.cell}: {what}" if result.cell is not None else f"the run ended: {what}"
 
 
 def _verified(check, s: Score, job: Job, records: dict, params: dict) -> Score:

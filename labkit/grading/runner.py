@@ -118,13 +118,13 @@ class _Running:
     def __init__(self, job: Job, slot: int, port_base: int):
         self.job, self.lab = job, job.lab
         self.token = uuid.uuid4().hex
-        spec = {"input": str(job.workdir / job.source.name), "output": str(job.executed.resolve()),
+        spec = {"input": str((job.workdir / job.source.name).resolve()), "output": str(job.executed.resolve()),
                 "workdir": str(job.workdir.resolve()), "parameters": dict(job.lab.parameters),
                 "kernel": job.lab.kernel, "cell_timeout": job.lab.cell_timeout,
                 "start_timeout": job.lab.start_timeout, "memory_mb": job.lab.memory_mb,
                 "ports": [port_base + slot * PORT_SPAN, PORT_SPAN]}
-        self.spec_path = job.log.with_suffix(".spec.json")
-        self.result_path = job.log.with_suffix(".result.json")
+        self.spec_path = job.log.resolve().with_suffix(".spec.json")   # the runner's cwd is the workdir
+        self.result_path = job.log.resolve().with_suffix(".result.json")
         self.result_path.unlink(missing_ok=True)
         self.spec_path.write_text(json.dumps(spec, indent=1))
         env = {**os.environ, TOKEN_VAR: self.token, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -172,6 +172,7 @@ class _Running:
         result.killed = sweep(self.token)
         result.seconds = round(time.monotonic() - self.t0, 1)
         self.spec_path.unlink(missing_ok=True)
+        self.result_path.unlink(missing_ok=True)
         return result
 
     def kill(self) -> None:

@@ -117,7 +117,7 @@ def test_failures_and_partial_credit(tmp_path):
     bad = {"acc": 0.7, "steps": [10, 9, 10], "local": [7, 4], "global": 12, "bytes": {"ring": 3, "ps": 2}}
     got = scores(rub, notebook(bad, figs=["fig-a"], answers=["YOUR ANSWER HERE", "short", "x" * 30]), bad)
     assert (got["has acc"].status, got["has acc"].points) == ("partial", 0.5)
-    assert "missing: loss" in got["has acc"].reason
+    assert "missing: 'loss'" in got["has acc"].reason
     assert (got["acc high"].status, got["acc high"].points) == ("partial", 2.0)  # halfway from 0.5 to 0.9
     assert "below 0.9" in got["acc high"].reason
     assert got["sync steps equal"].status == "fail" and "[10, 9, 10]" in got["sync steps equal"].reason

@@ -119,6 +119,13 @@ DETACH = ("import subprocess, time\n"
           "subprocess.run(['bash', '-c', 'setsid sleep 1000 & echo $! > grandchild.pid'], check=True)\n"
           "time.sleep(10**6)")
 
+CRASH = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
+# two children, each under the per-process limit, together over the tree's RSS cap
+FORK_HOGS = ("import subprocess, sys, time\n"
+             "code = 'import time; x = bytes([1]) * (700 * 2**20); time.sleep(1000)'\n"
+             "kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(2)]\n"
+             "time.sleep(10**6)")
+
 
 def lab_notebook(replace=None):
     replace = replace or {}
@@ -151,8 +158,10 @@ def submissions(root):
     (root / "broken" / "fixlab.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ')
     (root / "absent").mkdir()
     nbformat.write(ref, str(root / "absent" / "fixlab (1).ipynb"))
-    slow = new_notebook(cells=[new_code_cell("import time"), new_code_cell(DETACH)])
-    nbformat.write(slow, str(root / "good" / "fixslow.ipynb"))
+    for student, code in (("good", DETACH), ("crasher", CRASH), ("forker", FORK_HOGS)):
+        (root / student).mkdir(exist_ok=True)
+        slow = new_notebook(cells=[new_code_cell("import time"), new_code_cell(code)])
+        nbformat.write(slow, str(root / student / "fixslow.ipynb"))
     return root
 
 
@@ -217,6 +226,18 @@ def test_notebook_timeout_kills_the_whole_tree(batch):
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_dead_kernel(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "crasher", "execution", lab="slow")
+    assert st == "dead-kernel" and reason.startswith("the kernel died (in cell 1)")
+
+
+def test_tree_memory_cap_kills_the_tree(batch):
+    rows = rows_by(batch["runs"][2][0])
+    st, reason, _ = status(rows, "forker", "execution", lab="slow")
+    assert (st, reason) == ("memory", "the notebook's processes used more than 1200 MB (in cell 1); they were killed")
+
+
 def test_memory_limit(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "hog", "execution")
@@ -253,7 +274,7 @@ def test_unreadable_and_missing_notebooks(batch):
 def test_released_notebook_fails_where_the_solution_was_removed(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "released", "execution")
-    assert st == "error" and reason.startswith("cell 3 raised NotImplementedError")
+    assert (st, reason) == ("error", "cell 3 raised NotImplementedError")
     for check in ("total", "plot", "steps add up", "accuracy", "analysis"):
         assert status(rows, "released", check)[0] in ("missing", "fail"), check
         assert status(rows, "good", check)[0] == "pass", check
@@ -263,7 +284,7 @@ def test_reports_and_feedback_pages(batch):
     outcome, out = batch["runs"][2]
     csv_rows = read_csv(out / "grades.csv")
     assert list(csv_rows[0]) == ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
-    assert len(csv_rows) == len(outcome.rows) == 9 * (1 + 5) + 9 * (1 + 1)  # students x (execution + checks) per lab
+    assert len(csv_rows) == len(outcome.rows) == 11 * (1 + 5) + 11 * (1 + 1)  # students x (execution + checks) per lab
     summary = (out / "summary.md").read_text()
     assert "| good | 8/8 | 0/1 | 8/9 |" in summary and "boom in cell 3" in summary
     page = (out / "raises" / "fixlab.html").read_text()
@@ -277,7 +298,7 @@ def test_parallel_grades_like_serial_and_leaves_nothing_behind(batch):
         return [{k: v for k, v in r.items() if k != "seconds"} for r in rows if r["lab"] == "fix"]
 
     j2, j1 = (read_csv(batch["runs"][j][1] / "grades.csv") for j in (2, 1))
-    assert strip(j2) == strip(j1) and len(strip(j1)) == 9 * 6
+    assert strip(j2) == strip(j1) and len(strip(j1)) == 11 * 6
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in batch["before"]]
     assert left == [], [p.cmdline() for p in left]
     inside = []  # anything still running in one of the batch's working directories

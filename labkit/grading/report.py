@@ -18,6 +18,7 @@ from pathlib import Path
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
+NEVER_RAN = {"unreadable", "not-submitted"}
 
 
 def _write(path: Path, text: str) -> None:
@@ -85,7 +86,10 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
         if scores:
             lines.append(f"| {lab.key} | {lab.notebook} | {len(scores)} | {ran} | {sum(scores) / len(scores):.2f} "
                          f"| {min(scores):g} | {max(scores):g} | {lab.max_points:g} |")
-    bad = [r for r in rows if r["status"] not in GOOD]
+    # a notebook that never ran gets one line, not one per check
+    absent = {(r["student"], r["lab"]) for r in rows if r["check"] == EXECUTION and r["status"] in NEVER_RAN}
+    bad = [r for r in rows if r["status"] not in GOOD
+           and (r["check"] == EXECUTION or (r["student"], r["lab"]) not in absent)]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]

@@ -296,9 +296,10 @@ def _eval_record(c, nb, records):
             present.append(ref)
         except Missing:
             absent.append(ref)
+    names = ", ".join(map(repr, absent))
     if not present:
-        raise Missing(f"record(s) {', '.join(absent)} not found")
-    reason = f"missing: {', '.join(absent)}" if absent else ""
+        raise Missing(f"record {names} not found" if len(absent) == 1 else f"records {names} not found")
+    reason = f"missing: {names}" if absent else ""
     return len(present) / len(c["records"]), reason, present
 
 

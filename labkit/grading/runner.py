@@ -354,10 +354,11 @@ def _execute(spec: dict) -> RunResult:
         cell = source_index(src, e.cell_index, injected)
         where = f"cell {cell}" if cell is not None else "the injected parameters cell"
         evalue = _one_line(e.evalue)
+        exc = f"{e.ename}: {evalue}" if evalue else e.ename
         if e.ename in MEMORY_ENAMES:
-            return RunResult("memory", f"{where} ran out of memory (limit {spec['memory_mb']:g} MB): "
-                                       f"{e.ename}: {evalue}", cell, e.ename, evalue)
-        return RunResult("error", f"{where} raised {e.ename}: {evalue}", cell, e.ename, evalue)
+            return RunResult("memory", f"{where} ran out of memory (limit {spec['memory_mb']:g} MB): {exc}",
+                             cell, e.ename, evalue)
+        return RunResult("error", f"{where} raised {exc}", cell, e.ename, evalue)
     except CellTimeoutError:
         cell = running_cell(out, src, injected)
         return RunResult("timeout", f"cell {cell} ran past the {spec['cell_timeout']:g} s cell timeout", cell)

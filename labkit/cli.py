@@ -116,7 +116,7 @@ def _launcher_arguments(p) -> None:
     p.add_argument("--remote-dir", default="labkit", help="the kit's directory on remote hosts")
     p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
                                                                          "relative to --remote-dir")
-    p.add_argument("program_args", nargs="*", help="arguments for the program, after --")
+    p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
 
 
 def _launcher(args, program: str, **kwargs):
@@ -126,7 +126,7 @@ def _launcher(args, program: str, **kwargs):
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
     return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh), remote_dir=args.remote_dir,
-                                remote_python=args.remote_python, program_argv=args.program_args, **kwargs)
+                                remote_python=args.remote_python, program_argv=shlex.split(args.args), **kwargs)
 
 
 def _cluster(args) -> int:

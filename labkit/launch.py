@@ -575,22 +575,29 @@ class Cluster:
     # --------------------------------------------------------------------- stop
     def stop(self) -> None:
         """Stop every task still running (SIGTERM, then SIGKILL) and gather what they
-        wrote. Safe to call any number of times, from anywhere."""
+        wrote. Safe to call any number of times, from anywhere. A KeyboardInterrupt
+        that arrives meanwhile (a second press of the notebook's stop button) is held
+        until the teardown is complete, then re-raised."""
         if self._state in ("new", "dry-run", "stopped"):
             return
-        try:
-            self._terminate([p for p in self._procs if p.running])
-            self._sweep()
-        finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
-            if self._state != "finished":
-                self._state = "stopped"
-                try:
-                    self.result = self._gather()
-                except (OSError, ValueError, subprocess.SubprocessError) as e:
-                    print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
-            self._state = "stopped"
+        interrupted = None
+        for _ in range(5):
+            try:
+                self._terminate([p for p in self._procs if p.running])
+                self._sweep()
+                break
+            except KeyboardInterrupt as e:
+                interrupted = e
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if self._state != "finished":
+            try:
+                self.result = self._gather()
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
+                print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
+        self._state = "stopped"
+        if interrupted is not None:
+            raise interrupted
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one task (fault injection: kill a worker mid-run)."""

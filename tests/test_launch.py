@@ -128,6 +128,33 @@ def test_keyboard_interrupt_during_wait_stops_everything(clusters):
                    for pid in c.pids().values())
 
 
+ORPHAN_LAUNCHER = """
+import sys, time
+from labkit import cluster
+from labkit.launch import Cluster
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="test", steps=10**7).start(wait_ready=False)
+while not all((c.run_dir / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
+    time.sleep(0.05)
+print(*c.pids().values(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_tasks_do_not_outlive_a_killed_launcher(clusters):
+    """A notebook kernel killed with SIGKILL runs no cleanup; the tasks still go."""
+    launcher = subprocess.Popen([sys.executable, "-c", ORPHAN_LAUNCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in launcher.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 20
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(p) for p in pids), "tasks outlived their launcher"
+
+
 def _listen(port: int) -> socket.socket:
     s = socket.socket()
     s.bind(("0.0.0.0", port))
@@ -165,6 +192,36 @@ def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
         c = make(clusters, spec, **LONG).start()
         assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}
         c.stop()
+
+
+WATCH_PROGRAM = """
+import socket, sys, time
+from labkit.tasks.common import TaskRuntime
+
+with TaskRuntime("watch") as rt:
+    server = socket.create_server(("0.0.0.0", rt.task.port))  # stands in for a TF server
+    if rt.task.type == "chief":
+        time.sleep(float(sys.argv[1]))
+        rt.steps["local"] = 1
+    else:
+        rt.exit_when_port_closes(rt.spec.task("chief", 0).address)
+        time.sleep(600)
+"""
+
+
+def test_tf2_pattern_tasks_exit_when_the_chief_port_closes(clusters, tmp_path):
+    """TF2 ParameterServerStrategy tasks never exit by themselves; the runtime's port watch
+    ends them once the chief is gone (a stand-in program: no TensorFlow needed)."""
+    (tmp_path / "watchprog").mkdir()
+    (tmp_path / "watchprog" / "__init__.py").write_text("")
+    (tmp_path / "watchprog" / "task.py").write_text(WATCH_PROGRAM)
+    spec = cluster.local(ps=1, workers=1, chief=True)
+    c = Cluster(spec, "watchprog.task", lab="test", env={"PYTHONPATH": str(tmp_path)}, program_argv=["1.5"])
+    clusters.append(c)
+    result = c.run(timeout=60)
+    assert {t.name: t.ended for t in result} == {"ps:0": "chief-port-closed", "chief:0": "exited",
+                                                 "worker:0": "chief-port-closed"}
+    assert result["worker:0"].result["status"] == "ok" and result.teardown_s < 5
 
 
 FAKE_SSH = """#!/bin/sh
@@ -216,7 +273,6 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     while not all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
         assert time.monotonic() < deadline, "the remote tasks never started"
         time.sleep(0.05)
-    time.sleep(0.5)  # the hello comes just before the SIGTERM handler
     pids = {name: int((run / f"{name}.pid").read_text()) for name in ("ps-0", "worker-0")}
     c.stop()
     assert not any(psutil.pid_exists(p) for p in pids.values())

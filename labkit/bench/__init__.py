@@ -26,7 +26,9 @@ from pathlib import Path
 BENCHMARKS: dict[str, str] = {
     "lr_loop": "labkit.bench.lr_loop",
     "sparse": "labkit.bench.sparse",
+    "launcher": "labkit.bench.launcher",
     "grading": "labkit.bench.grading",
+    "lenet": "labkit.bench.lenet",
 }
 
 

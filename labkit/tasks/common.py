@@ -146,10 +146,11 @@ class TaskRuntime:
         self._sampler = None
         self._tf = None
         self._finishing = threading.Lock()
-        write_json(self.path(".hello.json"), {k: self.result[k] for k in
-                                              ("task", "host", "pid", "versions", "program", "started_epoch")})
         self._handle_sigterm()
         self._die_with_parent()
+        # The hello says: alive, and a SIGTERM from now on ends in a result file.
+        write_json(self.path(".hello.json"), {k: self.result[k] for k in
+                                              ("task", "host", "pid", "versions", "program", "started_epoch")})
         if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
             self.finish(PortInUse(f"{self.task.name}: port {self.task.port} ({self.task.address}) is taken "
                                   f"by another process"))

@@ -171,8 +171,11 @@ class _Checkpoints:
         if self.role["kind"] == "mwms" and self.role["workers"] > 1:
             import tensorflow as tf
 
-            counts = strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                     strategy.run(lambda: tf.constant(have)), axis=None).numpy()
+            @tf.function  # eager collectives work too, but warn of their overhead
+            def count():
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(have)), axis=None)
+
+            counts = count().numpy()
             common = np.flatnonzero(counts >= self.role["workers"] - 0.5)
         else:
             common = np.flatnonzero(have)

@@ -1,0 +1,340 @@
+"""Lab 4: LeNet on N workers with ring all-reduce, swept over workers x batch sizes, and a lost worker.
+
+    idle = idle_baseline()
+    s = sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), epochs=2, train_limit=6000, idle=idle)
+    s.table()        # report 000 Table 2.1.1, Idle row included
+    s.tasks()        # the same runs, one row per task
+    s.curves()       # validation accuracy/loss per epoch: the facet grid of Table 2.1.2
+    s.throughput()   # images/s, bytes per step per worker against 2(N-1)/N x model bytes
+    ft = fault_tolerance(workers=2, batch_size=50, epochs=3, train_limit=6000)
+
+Every run is a real cluster: one ``labkit.tasks.strategy_train`` process per worker,
+started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file.
+Resources are each task's own samples between its ``train start``/``train end`` marks.
+Host-wide numbers (CPU, memory, network) are averaged over nodes, not summed over tasks:
+every task on a host sees the same host.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import cluster
+from labkit.launch import Cluster, ClusterResult, TaskFailed, runs_root
+from labkit.monitor import idle_baseline
+
+LAB = "lab4"
+PROGRAM = "strategy_train"
+MODEL = "lenet5"
+# Table 2.1.1's columns: host-wide averages while training, then the run's outcome.
+RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s")
+
+
+def _positive_ints(name: str, values) -> tuple[int, ...]:
+    values = (values,) if isinstance(values, int) else tuple(values)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise ValueError(f"{name} must be positive integers, e.g. (1, 2, 3); got {values!r}")
+    return values
+
+
+# ------------------------------------------------------------------------------ one run
+
+def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1  # whole lines only
+    return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
+
+
+def follow(c: Cluster, on_line=None, until=None, poll: float = 0.1) -> ClusterResult | None:
+    """Wait for a started cluster while passing each new line of its tasks' logs to
+    ``on_line(task, line)``. Returns ``c.wait()``'s result, or None as soon as
+    ``until(seen)`` is true (``seen``: task -> its lines so far), leaving the cluster running.
+    A failed task raises ``TaskFailed`` as ``wait`` does."""
+    offsets = {t.name: 0 for t in c.spec.tasks()}
+    seen: dict[str, list[str]] = {name: [] for name in offsets}
+
+    def read() -> None:
+        for t in c.spec.tasks():
+            lines, offsets[t.name] = _new_lines(c.run_dir / f"{t.type}-{t.index}.log", offsets[t.name])
+            seen[t.name] += lines
+            for line in lines:
+                if on_line is not None:
+                    on_line(t.name, line)
+
+    deadline = time.monotonic() + c.timeout
+    while True:
+        read()
+        if until is not None and until(seen):
+            return None
+        if any(s != "running" for s in c.status().values()) or time.monotonic() > deadline:
+            try:
+                return c.wait()  # every task done, or one failed: wait() gathers or raises
+            finally:
+                read()  # the last lines, written just before the exit
+        time.sleep(poll)
+
+
+def _epoch_printer(label: str, log):
+    def on_line(task: str, line: str) -> None:
+        if task == "worker:0" and ("epoch " in line or "resumed from" in line):
+            log(f"{label} | {line.split('] ', 1)[-1]}")
+    return on_line if log else None
+
+
+def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int | None = 6000,
+                 test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, spec=None,
+                 checkpoint_dir=None, run: str | None = None, timeout: float = 900, sample_interval: float = 0.5,
+                 strategy: str = "mwms", **task_args) -> Cluster:
+    """A (not yet started) cluster of ``workers`` tasks training LeNet with ring all-reduce.
+
+    ``hosts``: a hosts file (or list) to place the workers on; None: 127.0.0.1. ``spec``
+    reuses a cluster's addresses (to restart "the same cluster"). TensorBoard scalars go to
+    ``<run dir>/tensorboard``."""
+    spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
+    run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = runs_root() / LAB / run
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, strategy=strategy,
+                   model=MODEL, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
+                   test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
+                   tensorboard_dir=run_dir / "tensorboard", **task_args)
+
+
+def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> ClusterResult:
+    """Run one configuration to the end; ``log`` gets the chief's epoch lines as they come."""
+    with make_cluster(workers, batch_size, **kwargs) as c:
+        return follow(c, _epoch_printer(f"{workers} x {batch_size}", log))
+
+
+def chief_result(result: ClusterResult) -> dict:
+    """The training result (``train_loop.train``'s dict) of the chief, worker 0."""
+    r = result["worker:0"].result
+    if not r or "train" not in r:
+        raise ValueError(f"worker:0 of {result.run_dir} wrote no training result; see {result['worker:0'].log_path}")
+    return r["train"]
+
+
+# ------------------------------------------------------------------------------ sweep
+
+@dataclass
+class Sweep:
+    """The runs of a sweep and the idle baseline, with the lab's tables."""
+    idle: dict
+    runs: list[dict] = field(default_factory=list)  # {"workers", "batch_size", "result": ClusterResult}
+
+    def table(self):
+        """Report 000 Table 2.1.1: per configuration, host-wide average user CPU (%), memory
+        used (bytes) and network receive/send (bytes/s) while training, averaged over nodes;
+        final validation loss and accuracy; training time (s) on the chief. Last row: Idle."""
+        import pandas as pd
+
+        rows = []
+        for run in self.runs:
+            tr, res = chief_result(run["result"]), run["result"]
+            rows.append({"config": f"{run['workers']} x {run['batch_size']}", "workers": run["workers"],
+                         "batch_size": run["batch_size"], **_node_average(res),
+                         "val_loss": tr["val_loss"], "val_accuracy": tr["val_accuracy"],
+                         "time_s": res["worker:0"].result["timings"]["train_s"],
+                         "images_per_s": tr["images_per_s"], "wall_s": res.wall_s})
+        idle = {"config": "Idle", **{k: self.idle[k] for k in RESOURCE_COLUMNS}}
+        return pd.DataFrame(rows + [idle]).set_index("config")
+
+    def tasks(self):
+        """One row per task of every run: its process's CPU (100 = one core) and memory,
+        its host's CPU and network, its throughput and bytes per step."""
+        import pandas as pd
+
+        rows = []
+        for run in self.runs:
+            for t in run["result"]:
+                r = t.result or {}
+                res, tr = r.get("resources_train") or r.get("resources") or {}, r.get("train", {})
+                rows.append({"config": f"{run['workers']} x {run['batch_size']}", "task": t.name, "host": t.host,
+                             "ended": t.ended, "proc_cpu_pct": res.get("proc_cpu_pct"),
+                             "proc_rss_bytes": res.get("proc_rss_bytes"), "cpu_user_pct": res.get("cpu_user_pct"),
+                             "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
+                             "images_per_s": tr.get("images_per_s"),
+                             "bytes_per_step": tr.get("bytes_per_step_per_worker"),
+                             "train_s": r.get("timings", {}).get("train_s"), "wall_s": t.wall_s})
+        return pd.DataFrame(rows).set_index(["config", "task"])
+
+    def curves(self):
+        """Validation accuracy and loss after every epoch, long form: workers, batch_size,
+        epoch, metric (val_accuracy / val_loss), value."""
+        import pandas as pd
+
+        rows = []
+        for run in self.runs:
+            for h in chief_result(run["result"])["history"]:
+                for metric in ("val_accuracy", "val_loss"):
+                    rows.append({"workers": run["workers"], "batch_size": run["batch_size"], "epoch": h["epoch"],
+                                 "metric": metric, "value": h[metric]})
+        return pd.DataFrame(rows)
+
+    def throughput(self):
+        """Images/s and time per step on the chief; bytes each worker sent per step (the mean
+        over workers) against the ring's analytic 2(N-1)/N x model bytes."""
+        import pandas as pd
+
+        from labkit.costmodel import step_bytes
+
+        rows = []
+        for run in self.runs:
+            tr = chief_result(run["result"])
+            n = run["workers"]
+            measured = [t.result["train"].get("bytes_per_step_per_worker") for t in run["result"] if t.result]
+            measured = [m for m in measured if m is not None]
+            analytic = step_bytes("ring", tr["model_bytes"], n).worker_sent
+            mean = sum(measured) / len(measured) if measured else math.nan
+            rows.append({"config": f"{n} x {run['batch_size']}", "workers": n, "batch_size": run["batch_size"],
+                         "global_batch": tr["global_batch"], "images_per_s": tr["images_per_s"],
+                         "step_time_s": tr["step_time_s"], "bytes_per_step": mean, "analytic_bytes": analytic,
+                         "measured_over_analytic": mean / analytic if analytic else math.nan})
+        return pd.DataFrame(rows).set_index("config")
+
+    def best(self, within: float = 0.005) -> dict:
+        """The fastest configuration among those within ``within`` (0.5 points) of the best
+        final validation accuracy."""
+        t = self.table().drop(index="Idle")
+        good = t[t["val_accuracy"] >= t["val_accuracy"].max() - within]
+        config = good["time_s"].idxmin()
+        row = t.loc[config]
+        return {"config": config, "workers": int(row["workers"]), "batch_size": int(row["batch_size"]),
+                "val_accuracy": float(row["val_accuracy"]), "time_s": float(row["time_s"]),
+                "rule": f"fastest within {within * 100:.1f} points of the best validation accuracy"}
+
+
+def _node_average(result: ClusterResult) -> dict:
+    """Host-wide resource averages over the nodes of a run (one task's view per host)."""
+    per_host: dict[str, dict] = {}
+    for t in result:
+        r = t.result or {}
+        per_host.setdefault(t.host, r.get("resources_train") or r.get("resources") or {})
+    values = {k: [h.get(k) for h in per_host.values() if h.get(k) is not None] for k in RESOURCE_COLUMNS}
+    return {k: sum(v) / len(v) if v else math.nan for k, v in values.items()}
+
+
+def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, train_limit: int | None = 6000,
+          test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, idle: dict | None = None,
+          idle_s: float = 3.0, progress: bool = True, log=print, timeout: float = 900, **kwargs) -> Sweep:
+    """Train LeNet once per (workers, per-worker batch size), each run a fresh cluster.
+
+    ``idle``: a baseline from ``idle_baseline`` (measured first, ``idle_s`` seconds, if not
+    given). ``log`` gets one line per epoch per run; ``progress`` shows a bar over runs."""
+    workers, batch_sizes = _positive_ints("workers", workers), _positive_ints("batch_sizes", batch_sizes)
+    if train_limit is not None:
+        for w in workers:
+            for b in batch_sizes:
+                if train_limit < w * b:
+                    raise ValueError(f"train_limit={train_limit} is less than one global batch of {w} workers x "
+                                     f"{b} = {w * b}; raise train_limit or lower the batch sizes")
+    result = Sweep(idle if idle is not None else idle_baseline(idle_s))
+    configs = [(w, b) for w in workers for b in batch_sizes]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(configs), desc="sweep", unit="run")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        for w, b in configs:
+            if bar is not None:
+                bar.set_postfix_str(f"{w} worker(s) x batch {b}")
+            res = train_cluster(w, b, epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr,
+                                seed=seed, hosts=hosts, run=f"sweep-{stamp}/w{w}-b{b}", timeout=timeout, log=log,
+                                **kwargs)
+            result.runs.append({"workers": w, "batch_size": b, "result": res})
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
+
+
+# ------------------------------------------------------------------------------ a lost worker
+
+def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
+                    kill: str = "worker:1", train_limit: int | None = 6000, test_limit: int | None = 2000,
+                    lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | None = None,
+                    log=print, timeout: float = 900, **kwargs) -> dict:
+    """Kill a worker mid-training, restart the same cluster, resume from the checkpoints.
+
+    1. Start ``workers`` workers checkpointing every epoch; once every worker has logged
+       (so saved) epoch ``kill_after_epoch``, SIGKILL ``kill`` through the launcher, which
+       raises ``TaskFailed`` with the task's log tail and stops the others.
+    2. Start the same cluster (same addresses, same checkpoints): it resumes after the last
+       epoch every worker saved and trains to ``epochs``.
+    3. Compare with an uninterrupted run of the same settings and seed (``reference``, or a
+       run made here).
+
+    Returns a dict: ``failure`` (the TaskFailed message, task, return code, log tail),
+    ``resumed`` (start epoch, restored vs checkpointed weight checksums, history),
+    ``reference`` (history), final accuracies and their difference in points.
+    """
+    if not 1 <= kill_after_epoch < epochs:
+        raise ValueError(f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
+                         f"so that the kill lands mid-training")
+    if workers < 2:
+        raise ValueError(f"workers={workers}: losing a worker needs at least 2")
+    printer = log
+    log = log or (lambda _message: None)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"fault-{stamp}"
+    ckpt = runs_root() / LAB / base / "checkpoints"
+    settings = dict(epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, timeout=timeout,
+                    **kwargs)
+    marker = f"epoch {kill_after_epoch}/{epochs}:"
+
+    def saved_everywhere(seen) -> bool:
+        return all(any(marker in line for line in lines) for lines in seen.values())
+
+    first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
+                         **settings)
+    spec = first.spec
+    failure = None
+    with first:
+        spec = first.spec  # the addresses it really used (local ports may have moved)
+        if follow(first, _epoch_printer("interrupted", printer), until=saved_everywhere) is not None:
+            raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
+                               f"{first.run_dir}")
+        log(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
+        try:
+            first.kill(kill)
+        except ValueError:
+            raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so that "
+                               f"epoch {kill_after_epoch + 1} lasts a few seconds") from None
+        try:
+            follow(first)
+        except TaskFailed as e:
+            failure = {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
+    if failure is None:
+        raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
+    log(f"TaskFailed: {failure['message'].splitlines()[0]}")
+
+    with make_cluster(workers, batch_size, spec=spec, checkpoint_dir=ckpt, run=f"{base}/resumed", **settings) as c:
+        resumed = follow(c, _epoch_printer("resumed", printer))
+    if reference is None:
+        log("uninterrupted reference run, same settings and seed")
+        reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=printer, **settings)
+    res, ref = chief_result(resumed), chief_result(reference)
+    start = res["start_epoch"]
+    checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)
+    return {
+        "workers": workers, "batch_size": batch_size, "epochs": epochs, "seed": seed, "killed": kill,
+        "kill_after_epoch": kill_after_epoch, "checkpoint_dir": str(ckpt), "failure": failure,
+        "resumed": {"start_epoch": start, "first_epoch_trained": start + 1,
+                    "restored_weights_sha256": res["restored_weights_sha256"],
+                    "checkpointed_weights_sha256": checkpointed,
+                    "restored_checkpointed_weights": res["restored_weights_sha256"] == checkpointed,
+                    "history": res["history"], "val_accuracy": res["val_accuracy"], "run_dir": str(resumed.run_dir)},
+        "reference": {"history": ref["history"], "val_accuracy": ref["val_accuracy"],
+                      "run_dir": str(reference.run_dir)},
+        "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
+    }

@@ -1,0 +1,130 @@
+"""Train a Keras model on MNIST under a ``tf.distribute`` strategy, one cluster task per process.
+
+``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
+as every task of a cluster; the loop is ``labkit.train_loop.train`` (Keras 3 ``fit`` fails
+under both multi-worker strategies).
+
+Strategies:
+- ``mwms``: ``MultiWorkerMirroredStrategy`` with ``CommunicationImplementation.RING``; every
+  task is a worker (worker 0 is the chief). The strategy is created right after the thread
+  limits, before any other TensorFlow op: collectives can only be configured at start-up.
+- ``ps``: ``ParameterServerStrategy``; the ``chief`` task runs the loop through a
+  ``ClusterCoordinator``, ``worker`` and ``ps`` tasks serve until the chief's port closes.
+- ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
+
+Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted
+with the same folder resumes after the last epoch every worker saved. The result file holds
+the loop's whole result under ``train`` (history, throughput, bytes per step, weight
+checksum), its headline numbers under ``metrics``, and resources sampled between the
+``train start``/``train end`` marks.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+
+from labkit.tasks.common import TaskRuntime
+
+STRATEGIES = ("mwms", "ps", "default")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m labkit.tasks.strategy_train", description=__doc__.splitlines()[0])
+    p.add_argument("--strategy", choices=STRATEGIES, default="mwms")
+    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression)")
+    p.add_argument("--batch-size", type=int, default=50, help="examples per worker per step")
+    p.add_argument("--epochs", type=int, default=3, help="epochs to reach (a resumed run trains the rest)")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--train-limit", type=int, default=None, help="MNIST training images (stratified subset); "
+                                                                 "default all 60,000")
+    p.add_argument("--test-limit", type=int, default=None, help="MNIST test images for validation; default all")
+    p.add_argument("--steps-per-epoch", type=int, default=None, help="default: one pass over the training set")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-dir", default=None, help="checkpoint every epoch here and resume from it")
+    p.add_argument("--tensorboard-dir", default=None, help="the chief's TensorBoard scalars")
+    p.add_argument("--nic", default="auto", help="interface whose bytes are counted around the training steps: "
+                                                 "auto (lo for 127.0.0.1, else the task's own), a name, or none")
+    p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
+    args = p.parse_args(argv)
+    for name in ("batch_size", "epochs", "train_limit", "test_limit", "steps_per_epoch"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {value}")
+    return args
+
+
+def pick_nic(choice: str, host: str) -> str | None:
+    """The interface that carries this task's traffic: ``lo`` for a loopback address, else
+    the one holding the task's address (None when it cannot be told)."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    import psutil
+
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    for nic, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
+            return nic
+    return "lo" if address.startswith("127.") else None
+
+
+def make_strategy(tf, rt: TaskRuntime, kind: str):
+    if kind == "mwms":
+        if "ps" in rt.spec.jobs:
+            raise ValueError("--strategy mwms needs a cluster of workers only (cluster.local(ps=0, workers=N))")
+        ring = tf.distribute.experimental.CommunicationImplementation.RING
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring))
+    if kind == "ps":
+        if "ps" not in rt.spec.jobs or "chief" not in rt.spec.jobs:
+            raise ValueError("--strategy ps needs ps, chief and worker jobs (cluster.local(ps=1, workers=N, chief=True))")
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.experimental.ParameterServerStrategy(resolver)
+    if rt.spec.num_tasks("worker") != 1 or len(rt.spec.jobs) != 1:
+        raise ValueError("--strategy default runs one process: use a cluster of one worker (cluster.local(ps=0, workers=1))")
+    return None
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    with TaskRuntime("strategy_train", args=vars(args), sample_interval=args.sample_interval) as rt:
+        tf = rt.tf()
+        if args.strategy == "ps" and rt.task.type != "chief":
+            server = rt.server()  # a ps holds variables, a worker runs the chief's closures
+            rt.exit_when_port_closes(rt.spec.task("chief", 0).address)
+            server.join()
+        strategy = make_strategy(tf, rt, args.strategy)  # MWMS: before any other op
+        if args.strategy == "mwms":
+            rt.mark("server up")
+            rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
+
+        from labkit.data import load_mnist
+        from labkit.train_loop import train
+
+        data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
+        nic = pick_nic(args.nic, rt.task.host)
+        with rt.timed("train"):
+            result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
+                           momentum=args.momentum, seed=args.seed, strategy=strategy,
+                           checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
+                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log)
+        trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
+        rt.steps["local"] = trained_steps
+        if nic is not None and args.strategy == "mwms" and trained_steps:
+            # A NIC's counters see every task on this host: share them out (on lo, sent == received).
+            here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
+            result["bytes_per_step_per_worker"] = result["bytes_per_step"] / here
+        rt.result["train"] = result
+        rt.series["history"] = result["history"]
+        rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
+        rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
+                          start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+
+
+if __name__ == "__main__":
+    main()

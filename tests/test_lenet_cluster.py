@@ -1,0 +1,90 @@
+"""Lab 4 on real clusters of strategy_train tasks (MWMS, RING) on 127.0.0.1, at tiny sizes.
+
+One small sweep (1 and 2 workers) serves several tests; the fault-tolerance test uses its
+2-worker run as the uninterrupted reference.
+"""
+import math
+
+import pytest
+
+from labkit.experiments import lenet_sweep
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SETTINGS = dict(epochs=2, train_limit=3000, test_limit=500, lr=0.05, seed=0)
+BATCH = 50
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("runs")
+        mp.setenv("LABKIT_RUNS", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def sweep(runs_dir):
+    return lenet_sweep.sweep(workers=(1, 2), batch_sizes=(BATCH,), idle_s=0.5, progress=False, log=None,
+                             timeout=600, **SETTINGS)
+
+
+def test_two_workers_end_with_identical_weights(sweep):
+    two = sweep.runs[1]["result"]
+    assert [t.ended for t in two] == ["exited", "exited"]
+    checksums = {t.result["train"]["weights_sha256"] for t in two}
+    assert len(checksums) == 1, checksums
+    assert two["worker:1"].result["train"]["history"][-1]["weights_sha256"] in checksums
+
+
+def test_one_and_two_workers_both_reduce_the_loss(sweep):
+    for run in sweep.runs:
+        tr = lenet_sweep.chief_result(run["result"])
+        h = tr["history"]
+        assert tr["workers"] == run["workers"] and tr["global_batch"] == BATCH * run["workers"]
+        assert h[-1]["train_loss"] < h[0]["train_loss"], h
+        assert h[-1]["val_loss"] < h[0]["val_loss"] < math.log(10) + 0.05, h
+
+
+def test_ring_all_reduce_equals_one_process_at_the_global_batch(sweep):
+    """2 workers x 50 sum their gradients into the mean over the same global batches of 100
+    that one process sees: the same training up to float rounding."""
+    from labkit.data import load_mnist
+    from labkit.train_loop import train
+
+    data = load_mnist(limit=SETTINGS["train_limit"], test_limit=SETTINGS["test_limit"], seed=SETTINGS["seed"])
+    one = train("lenet5", data, batch_size=2 * BATCH, epochs=SETTINGS["epochs"], lr=SETTINGS["lr"],
+                seed=SETTINGS["seed"], log=None)
+    two = lenet_sweep.chief_result(sweep.runs[1]["result"])
+    assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-3)
+    assert two["history"][0]["train_loss"] == pytest.approx(one["history"][0]["train_loss"], rel=0.1)
+
+
+def test_sweep_tables_are_complete(sweep):
+    table = sweep.table()
+    assert list(table.index) == [f"1 x {BATCH}", f"2 x {BATCH}", "Idle"]
+    runs = table.drop(index="Idle")
+    assert not runs.isna().any().any(), runs
+    assert not table.loc["Idle", list(lenet_sweep.RESOURCE_COLUMNS)].isna().any()
+    assert (runs["val_accuracy"] > 0.1).all() and (runs["time_s"] > 0).all()
+    assert len(sweep.tasks()) == 3
+    curves = sweep.curves()
+    assert len(curves) == 2 * 2 * SETTINGS["epochs"] and not curves["value"].isna().any()
+    tp = sweep.throughput()
+    # Loopback counters are system-wide: other programs can only add bytes, never remove them.
+    assert tp.loc[f"2 x {BATCH}", "measured_over_analytic"] > 0.9
+    assert sweep.best()["config"] in runs.index
+
+
+def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_weights(sweep):
+    reference = sweep.runs[1]["result"]
+    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=reference, log=None,
+                                     timeout=600, **SETTINGS)
+    assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
+    assert "epoch 1/2" in ft["failure"]["log_tail"]
+    resumed = ft["resumed"]
+    assert resumed["start_epoch"] == 1 and resumed["first_epoch_trained"] == 2
+    assert resumed["restored_checkpointed_weights"], resumed
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2]
+    # Same seed, same batches, same sums: the resumed run ends where the uninterrupted one did.
+    assert abs(ft["accuracy_difference_points"]) < 0.5

@@ -24,15 +24,18 @@ ANSWER = ("A nearest-centroid classifier is linear: its logits are x.mu_k - |mu_
 CELLS = [
     ("md", "# Fixture lab\nA tiny lab for the grader's tests.", []),
     ("code", "n = 10\ntest_limit = 500", ["parameters"]),
-    ("code", "import json, os\nimport numpy as np\nimport labkit", []),
+    ("code", "import json, os, sys\nimport numpy as np\nimport labkit\n"
+             "print('WARNING: TensorFlow-style noise on stderr never costs points', file=sys.stderr)", []),
     ("code", "### BEGIN SOLUTION\ntotal = sum(range(n + 1))\n### END SOLUTION\nlabkit.record('total', total)", []),
     ("code", "import matplotlib.pyplot as plt\nplt.plot(range(n))\nplt.show()", ["fig-plot"]),
     ("code", textwrap.dedent("""\
+        assert os.environ['LABKIT_RUNS'] == os.path.realpath('runs')  # cluster runs stay in the workdir
         os.makedirs('runs/fix/run1', exist_ok=True)
         steps = {'0': 5 * n, '1': 5 * n}
         for task, s in steps.items():
             with open(f'runs/fix/run1/task-{task}.json', 'w') as f:
                 json.dump({'task': task, 'steps': s}, f)
+        labkit.record('run_dir', os.path.abspath('runs/fix/run1'))
         labkit.record('worker_steps', steps)
         labkit.record('global_step', 10 * n)"""), []),
     ("code", textwrap.dedent("""\
@@ -85,7 +88,7 @@ kind = "sum_equals"
 points = 1
 record = "worker_steps"
 total = "global_step"
-verify = { name = "task_steps", results = "runs/fix/*/task-*.json", field = "steps", key = "task" }
+verify = { name = "task_steps", results = "{run_dir}/task-*.json", field = "steps", key = "task" }
 [[labs.fix.checks]]
 name = "accuracy"
 kind = "threshold"

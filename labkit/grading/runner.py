@@ -127,7 +127,9 @@ class _Running:
         self.result_path = job.log.resolve().with_suffix(".result.json")
         self.result_path.unlink(missing_ok=True)
         self.spec_path.write_text(json.dumps(spec, indent=1))
-        env = {**os.environ, TOKEN_VAR: self.token, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        # cluster runs (labkit.launch) go under the submission's own directory, where verifiers look
+        env = {**os.environ, TOKEN_VAR: self.token, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+               "LABKIT_RUNS": str(job.workdir.resolve() / "runs")}
         self.proc = OwnedProcess([sys.executable, "-m", "labkit.grading.runner", self.spec_path, self.result_path],
                                  job.log, env=env, cwd=job.workdir)
         self.t0 = time.monotonic()

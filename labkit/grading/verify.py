@@ -17,6 +17,7 @@ import ast
 import glob
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -99,12 +100,18 @@ def _literal_assignments(source: str) -> dict:
 def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None = None) -> Verdict:
     """The recorded per-worker step counts match the tasks' own result files.
 
-    ``results`` is a glob under the working directory (``runs/lab2/*/task-*.json``); ``field``
-    is the path of the step count inside each JSON file. With ``key`` (a field naming the task,
-    e.g. ``task``) the record must be a dict keyed by it; otherwise values are compared as a
-    multiset, since a list's order is the notebook's choice.
+    ``results`` is a glob under the working directory, where the grader points ``LABKIT_RUNS``
+    (``runs/lab2/*/worker-*.json``: the launcher's ``<type>-<index>.json`` result files);
+    ``field`` is the path of the step count inside each file (``steps.local``). With ``key``
+    (a field naming the task, e.g. ``task``) the record must be a dict keyed by it; otherwise
+    values are compared as a multiset, since a list's order is the notebook's choice.
+    ``{name}`` in ``results`` is replaced by record ``name`` (``{sync_run_dir}/worker-*.json``).
     """
-    files = sorted(glob.glob(str(ctx.workdir / results), recursive=True))
+    try:  # "{sync_run_dir}/worker-*.json": a record names the run directory
+        pattern = re.sub(r"\{([^{}]+)\}", lambda m: glob.escape(str(lookup(ctx.records, m.group(1)))), results)
+    except Missing as e:
+        raise Unverifiable(f"the results pattern {results} needs a record: {e}") from e
+    files = sorted(glob.glob(str(ctx.workdir / pattern), recursive=True))
     if not files:
         raise Unverifiable(f"no task result files match {results} in the run's directory")
     found = {}

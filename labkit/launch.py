@@ -511,8 +511,10 @@ class Cluster:
             raise RuntimeError("this is a dry run: nothing was started (see print_commands())")
         if self._state == "new":
             self.start()
-        if self.result is not None:
+        if self._state == "finished":
             return self.result
+        if self._state == "stopped":
+            raise RuntimeError("this cluster was stopped before it finished; what its tasks wrote is in .result")
         deadline = self._t_start + self.timeout
         if timeout is not None:
             deadline = min(deadline, time.monotonic() + timeout)
@@ -578,7 +580,7 @@ class Cluster:
         wrote. Safe to call any number of times, from anywhere. A KeyboardInterrupt
         that arrives meanwhile (a second press of the notebook's stop button) is held
         until the teardown is complete, then re-raised."""
-        if self._state in ("new", "dry-run", "stopped"):
+        if self._state in ("new", "dry-run", "stopped", "finished"):
             return
         interrupted = None
         for _ in range(5):
@@ -590,11 +592,10 @@ class Cluster:
                 interrupted = e
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        if self._state != "finished":
-            try:
-                self.result = self._gather()
-            except (OSError, ValueError, subprocess.SubprocessError) as e:
-                print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
+        try:
+            self.result = self._gather()
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
         self._state = "stopped"
         if interrupted is not None:
             raise interrupted
@@ -677,7 +678,8 @@ class Cluster:
                 notes.append(f"could not copy results back from {host}: {out.stderr.decode(errors='replace').strip()}")
                 continue
             with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
-                tar.extractall(tmp, filter="data")
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
+                tar.extractall(tmp, **safe)
                 for f in Path(tmp).glob("*.json"):
                     shutil.copyfile(f, self.run_dir / f.name)
         return notes
@@ -712,6 +714,7 @@ class Cluster:
                 ended = "failed" if rc != 0 else (result or {}).get("shutdown", "exited")
                 if ended == "finished":
                     ended = "exited"
+                p.ended = ended
             wall = (p.t_end - p.t_start) if p.t_end and p.t_start else None
             tasks.append(TaskOutcome(p.task.name, p.task.type, p.task.index, p.task.host, ended, rc, wall,
                                      p.log_path, result))
@@ -727,7 +730,8 @@ class Cluster:
         raise ValueError(f"no task {name!r} in this cluster; tasks are {[p.task.name for p in self._procs]}")
 
     def status(self) -> dict[str, str]:
-        """task -> new | running | exited (rc) | terminated | killed | failed."""
+        """task -> new | running | exited | done-queue | chief-port-closed | failed |
+        terminated | killed (the last two: stopped by the launcher)."""
         out = {}
         for p in self._procs:
             rc = p.poll() if p.proc else None

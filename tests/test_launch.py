@@ -81,6 +81,7 @@ def test_run_to_completion_gathers_every_task(clusters):
     again = ClusterResult.load(result.run_dir)
     assert [t.ended for t in again] == [t.ended for t in result] and again["worker:0"].metrics == w0.metrics
     check_versions(c.hellos())
+    assert c.wait() is result and c.status()["ps:0"] == "done-queue"
 
 
 def test_killed_worker_raises_task_failed_promptly(clusters):

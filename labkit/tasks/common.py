@@ -146,6 +146,7 @@ class TaskRuntime:
         self._sampler = None
         self._tf = None
         self._finishing = threading.Lock()
+        self._warming = False
         self._handle_sigterm()
         self._die_with_parent()
         # The hello says: alive, and a SIGTERM from now on ends in a result file.
@@ -238,12 +239,18 @@ class TaskRuntime:
         self.timings["server_up_s"] = self.since_start()
         self.mark("server up")
         self.log(f"server up at {self.task.address} ({self.timings['server_up_s']:.1f} s after process start)")
-        self._warm_up()
+        self.warm_up()
         return server
 
-    def _warm_up(self) -> None:
-        """Import what writing the result needs (pandas, for the samples) while this task
-        waits on its peers, so that the exit stays prompt."""
+    def warm_up(self) -> None:
+        """Import what writing the result needs (pandas, for the samples) on a thread,
+        so that the exit stays prompt. ``server()`` calls it; a program that starts its
+        servers another way (a ``tf.distribute`` strategy) calls it once they are up,
+        while it waits on its peers."""
+        if "pandas" in sys.modules or self._warming:
+            return
+        self._warming = True
+
         def load():
             import pandas  # noqa: F401
 

@@ -83,8 +83,7 @@ def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
         return {"student": job.student, "lab": job.lab.key, "check": check, "points": points, "max": most,
                 "status": status, "reason": reason, "seconds": seconds}
 
-    rows = [row(report.EXECUTION, 0.0, 0.0, "ok" if result.status == "ok" else result.status, result.reason,
-                result.seconds)]
+    rows = [row(report.EXECUTION, 0.0, 0.0, result.status, result.reason, result.seconds)]
     nb, records, values = None, {}, {}
     if result.ran and job.executed.is_file():
         try:

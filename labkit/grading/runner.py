@@ -122,7 +122,7 @@ class _Running:
                 "workdir": str(job.workdir.resolve()), "parameters": dict(job.lab.parameters),
                 "kernel": job.lab.kernel, "cell_timeout": job.lab.cell_timeout,
                 "start_timeout": job.lab.start_timeout, "memory_mb": job.lab.memory_mb,
-                "ports": [port_base + slot * PORT_SPAN, PORT_SPAN]}
+                "ports": [port_base + slot * PORT_SPAN, PORT_SPAN], "log": str(job.log.resolve())}
         self.spec_path = job.log.resolve().with_suffix(".spec.json")   # the runner's cwd is the workdir
         self.result_path = job.log.resolve().with_suffix(".result.json")
         self.result_path.unlink(missing_ok=True)
@@ -172,6 +172,9 @@ class _Running:
     def _finish(self, result: RunResult) -> RunResult:
         self.proc.kill()
         result.killed = sweep(self.token)
+        if result.killed:
+            with open(self.job.log, "a") as f:
+                f.write(f"\n[grader] killed processes that had left the notebook's tree: {result.killed}\n")
         result.seconds = round(time.monotonic() - self.t0, 1)
         self.spec_path.unlink(missing_ok=True)
         self.result_path.unlink(missing_ok=True)
@@ -288,6 +291,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 # The runner process.
 
 MEMORY_ENAMES = ("MemoryError", "_ArrayMemoryError", "ResourceExhaustedError")
+OOM_SIGNS = ("std::bad_alloc", "Cannot allocate memory", "MemoryError", "out of memory")
 
 
 def _limit_memory(mb: float) -> None:
@@ -366,6 +370,9 @@ def _execute(spec: dict) -> RunResult:
         return RunResult("timeout", f"cell {cell} ran past the {spec['cell_timeout']:g} s cell timeout", cell)
     except DeadKernelError as e:
         cell = running_cell(out, src, injected)
+        if any(sign in tail(spec["log"], 40) for sign in OOM_SIGNS):  # e.g. C++ code aborting on bad_alloc
+            return RunResult("memory", f"the kernel died {_where(cell)} out of memory "
+                                       f"(limit {spec['memory_mb']:g} MB)", cell)
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
         cell = running_cell(out, src, injected)

@@ -12,6 +12,9 @@ and under ``ParameterServerStrategy``, so the labs train with this loop instead:
   MWMS with ``RING``); the loss is scaled by the global batch, so the sum is the mean gradient.
 - **ParameterServerStrategy** (Lab 5): the chief's ``ClusterCoordinator`` schedules one
   step function per per-worker batch on per-worker datasets; variables live on the ps tasks.
+  Workers step asynchronously (a step is one worker's batch), unless ``ps_sync``: then
+  every step is a round of one closure per worker closed by a barrier (``join``), the
+  traffic pattern of a synchronous PS (each worker pulls M and pushes M per step).
 
 Every epoch is one pass over the training set, then a checkpoint (``tf.train.CheckpointManager``,
 with the epoch counter inside) and, on the chief, a validation pass and TensorBoard scalars.
@@ -203,7 +206,8 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
           momentum: float = 0.0, seed: int = 0, strategy=None, coordinator=None,
           checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
           eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
-          on_epoch: Callable[[dict], None] | None = None) -> dict:
+          on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
+          counters: Callable[[], dict] | None = None) -> dict:
     """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
 
     model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
@@ -219,6 +223,11 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     nic: a network interface (``"lo"`` locally) whose byte counters are read around the
       training steps of every epoch; None: not measured.
     on_epoch: called with each epoch's history entry (after ``log``).
+    ps_sync: under ParameterServerStrategy, a step is a round of one closure per worker and a
+      barrier (images per step = batch_size x workers); default one closure (asynchronous).
+    counters: a function returning cumulative counters (``{name: number}``, e.g. the per-task
+      socket bytes of ``labkit.sockets.TaskBytes``), read around each epoch's training steps
+      like ``nic``; their changes go to each history entry and, per step, to the result.
 
     Epoch numbers are 1-based; ``history`` holds every epoch up to ``epochs``, including those
     before a resume (from the chief's checkpoint directory). Validation runs on the chief only.
@@ -234,12 +243,13 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     batch_size, n_train = int(batch_size), len(data.x_train)
     global_batch = batch_size * (role["workers"] if role["kind"] != "ps" else 1)
-    images_per_step = global_batch
-    if n_train < global_batch:
+    closures_per_step = role["workers"] if role["kind"] == "ps" and ps_sync else 1
+    images_per_step = global_batch * closures_per_step
+    if n_train < images_per_step:
         raise ValueError(f"the training set has {n_train} images, fewer than one global batch "
-                         f"({batch_size} per worker x {role['workers']} workers = {global_batch}); "
+                         f"({batch_size} per worker x {role['workers']} workers = {batch_size * role['workers']}); "
                          f"use a larger subset or a smaller batch")
-    steps = int(steps_per_epoch or n_train // global_batch)
+    steps = int(steps_per_epoch or n_train // images_per_step)
 
     with strategy.scope():
         net = _build_model(model, seed)
@@ -322,15 +332,19 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     t_run = time.perf_counter()
     for epoch in range(start + 1, epochs + 1):
         sent0, recv0 = _net_bytes(nic)
+        counts0 = counters() if counters is not None else None
         t0 = time.perf_counter()
         if role["kind"] == "ps":
             remote = []
-            if first_step_s is None:  # one closure alone first: it traces and reaches every task
-                remote.append(coordinator.schedule(train_step, args=(iterator,)))
+            if first_step_s is None:  # one step alone first: it traces and reaches every task
+                remote += [coordinator.schedule(train_step, args=(iterator,)) for _ in range(closures_per_step)]
                 coordinator.join()
                 first_step_s = time.perf_counter() - t0
-            remote += [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps - len(remote))]
-            coordinator.join()
+            left = steps * closures_per_step - len(remote)
+            # ps_sync: a barrier (join) after every step's closures; else all at once, one join
+            for n in ([closures_per_step] * (left // closures_per_step) if ps_sync else [left]):
+                remote += [coordinator.schedule(train_step, args=(iterator,)) for _ in range(n)]
+                coordinator.join()
             losses = [float(r.fetch()) for r in remote]
         else:
             losses = []
@@ -342,12 +356,15 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
                     first_step_s = time.perf_counter() - t0
         train_s = time.perf_counter() - t0
         sent1, recv1 = _net_bytes(nic)
+        counts1 = counters() if counters is not None else None
         epoch_var.assign(epoch)
         entry = {"epoch": epoch, "train_loss": float(np.mean(losses)), "steps": steps,
                  "images": steps * images_per_step, "train_seconds": train_s, "step_time_s": train_s / steps,
                  "images_per_s": steps * images_per_step / train_s}
         if nic is not None:
             entry.update(net_bytes_sent=sent1 - sent0, net_bytes_recv=recv1 - recv0)
+        if counters is not None:
+            entry["counters"] = {k: v - counts0.get(k, 0) for k, v in counts1.items()}
         entry["weights_sha256"] = _weights_sha256(net)
         if role["chief"]:
             entry["val_loss"], entry["val_accuracy"] = validate()
@@ -383,7 +400,11 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
         "workers": role["workers"], "ps_tasks": role.get("ps", 0),
         "model": net.name, "params": int(net.count_params()),
         "model_bytes": int(sum(int(np.prod(v.shape)) * 4 for v in net.trainable_variables)),
-        "per_worker_batch": batch_size, "global_batch": global_batch, "lr": float(lr),
+        # in creation order, with where each lives (a ps task under ParameterServerStrategy)
+        "variables": [{"name": v.path, "bytes": int(np.prod(v.shape)) * 4,
+                       "device": getattr(v.value, "device", "")} for v in net.trainable_variables],
+        "per_worker_batch": batch_size, "global_batch": global_batch, "images_per_step": images_per_step,
+        "ps_sync": bool(ps_sync) if role["kind"] == "ps" else None, "lr": float(lr),
         "momentum": float(momentum), "seed": int(seed), "epochs": int(epochs), "steps_per_epoch": steps,
         "train_size": int(n_train), "val_size": int(len(data.x_test)),
         "start_epoch": start, "resumed": start > 0, "restored_weights_sha256": restored_sha,
@@ -398,6 +419,10 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
         sent = sum(h["net_bytes_sent"] for h in trained)
         result.update(nic=nic, net_bytes_sent=sent, net_bytes_recv=sum(h["net_bytes_recv"] for h in trained),
                       bytes_per_step=sent / max(1, sum(h["steps"] for h in trained)))
+    if counters is not None and trained:
+        total_steps = max(1, sum(h["steps"] for h in trained))
+        keys = dict.fromkeys(k for h in trained for k in h["counters"])
+        result["counters_per_step"] = {k: sum(h["counters"].get(k, 0) for h in trained) / total_steps for k in keys}
     if history and "val_loss" in history[-1]:
         result["val_loss"], result["val_accuracy"] = history[-1]["val_loss"], history[-1]["val_accuracy"]
     return result

@@ -10,6 +10,10 @@ Strategies:
   limits, before any other TensorFlow op: collectives can only be configured at start-up.
 - ``ps``: ``ParameterServerStrategy``; the ``chief`` task runs the loop through a
   ``ClusterCoordinator``, ``worker`` and ``ps`` tasks serve until the chief's port closes.
+  Variables are placed whole, round-robin over the ps tasks (TensorFlow's default): a
+  ``variable_partitioner`` makes ``ShardedVariable``s, which Keras 3 layers cannot take
+  gradients of (``'ShardedVariable' object has no attribute 'handle'``). ``--ps-sync``
+  closes every step with a barrier (one closure per worker per step).
 - ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
 
 Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted
@@ -46,6 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nic", default="auto", help="interface whose bytes are counted around the training steps: "
                                                  "auto (lo for 127.0.0.1, else the task's own), a name, or none")
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
+    p.add_argument("--ps-sync", action="store_true", help="ps: one closure per worker and a barrier per step "
+                                                          "(synchronous rounds); default asynchronous closures")
+    p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
+                                                             "training steps (labkit.sockets, needs `ss`)")
     args = p.parse_args(argv)
     for name in ("batch_size", "epochs", "train_limit", "test_limit", "steps_per_epoch"):
         value = getattr(args, name)
@@ -108,11 +116,17 @@ def main(argv=None) -> None:
 
         data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
         nic = pick_nic(args.nic, rt.task.host)
+        counters = None
+        if args.task_bytes:
+            from labkit.sockets import TaskBytes
+
+            counters = TaskBytes(rt.run_dir)
         with rt.timed("train"):
             result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
                            momentum=args.momentum, seed=args.seed, strategy=strategy,
                            checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
-                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log)
+                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
+                           counters=counters)
         trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
         rt.steps["local"] = trained_steps
         if nic is not None and args.strategy == "mwms" and trained_steps:

@@ -314,6 +314,48 @@ def test_parallel_grades_like_serial_and_leaves_nothing_behind(batch):
     assert inside == []
 
 
+def test_stopping_the_grader_leaves_nothing_running(tmp_path):
+    """Ctrl-C stops the grader cleanly; even SIGKILL leaves no kernel or child behind (each
+    runner gets SIGTERM when the grader dies, and kills its own tree)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "rubric.toml").write_text(RUBRIC.replace("cell_timeout = 15", "cell_timeout = 300"))
+    graders, pid_files = {}, {}
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        subs, out = tmp_path / f"subs-{sig.name}", tmp_path / f"out-{sig.name}"
+        (subs / "s").mkdir(parents=True)
+        nbformat.write(lab_notebook({3: HANG}), str(subs / "s" / "fixlab.ipynb"))
+        graders[sig] = subprocess.Popen([sys.executable, "-m", "labkit", "grade", str(subs), "--out", str(out),
+                                         "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        pid_files[sig] = out / ".work" / "s" / "fixlab" / "child.pid"
+    try:
+        deadline = time.monotonic() + 120
+        while not all(p.exists() and p.read_text() for p in pid_files.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        children = {sig: int(p.read_text()) for sig, p in pid_files.items()}
+        for sig, g in graders.items():
+            g.send_signal(sig)
+        assert graders[signal.SIGINT].wait(30) == 130
+        assert "interrupted" in graders[signal.SIGINT].stdout.read().decode()
+        graders[signal.SIGKILL].wait(30)
+        deadline = time.monotonic() + 20
+        alive = lambda: [p for p in children.values() if psutil.pid_exists(p)  # noqa: E731
+                         and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert alive() == []
+        stray = [p for p in psutil.process_iter(["cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]
+        assert stray == []
+    finally:
+        for g in graders.values():
+            if g.poll() is None:
+                g.kill()
+
+
 def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()

@@ -12,6 +12,7 @@ reference notebooks in ``notebooks/`` are graded as student ``reference``. Outpu
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,11 +201,20 @@ def main(args) -> int:
     """The ``grade`` subcommand."""
     from labkit.grading.rubric import RubricError
 
+    def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's tree is killed
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks)
     except (GradeError, RubricError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv",
+              file=sys.stderr)
+        return 130
     bad = outcome.not_passed
     print(f"wrote {outcome.out / 'grades.csv'} and {outcome.out / 'summary.md'}"
           + (f" and {outcome.out / 'report.md'}" if outcome.reference else "")

@@ -25,6 +25,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -304,13 +305,24 @@ def _limit_memory(mb: float) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
-def _become_subreaper() -> None:
-    """Orphaned descendants are re-parented to us instead of init (Linux only; harmless elsewhere)."""
+def _own_the_tree() -> None:
+    """Orphaned descendants are re-parented to this runner instead of init, the runner gets
+    SIGTERM when the grader dies, and SIGTERM/SIGHUP unwind it (so ``main`` kills its tree).
+    The first two are Linux-only; elsewhere the grader's tree kill still applies."""
+    def unwind(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, unwind)
     if sys.platform.startswith("linux"):
         import ctypes
 
-        PR_SET_CHILD_SUBREAPER = 36
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the grader died before we could ask
+        raise KeyboardInterrupt("the grader is gone")
 
 
 def _free_ports(base: int, span: int, count: int = 5) -> list[int] | None:
@@ -384,9 +396,12 @@ def main(argv=None) -> int:
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
     _limit_memory(spec["memory_mb"])
-    _become_subreaper()
     try:
+        _own_the_tree()
         result = _execute(spec)
+    except KeyboardInterrupt as e:  # SIGTERM/SIGHUP: the grader is stopping us (or died)
+        print(f"[runner] stopped ({e}); killing the notebook's processes", file=sys.stderr)
+        return 130
     finally:
         left = [p.pid for p in psutil.Process().children(recursive=True)]
         if left:

@@ -155,6 +155,22 @@ def comm_terms(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
     return 2, sb.busiest_task
 
 
+def sparse_ps_step_bytes(n_unique: float, value_bytes: int = 4, index_bytes: int = 8) -> float:
+    """Lab 3: bytes one worker step of sparse LR exchanges with the ps, for ``n_unique``
+    distinct features in its batch: the ids once (the ps's gather and scatter read the
+    same received tensor), their weights back, their gradient values out.
+    ``n_unique x (index_bytes + 2 x value_bytes)``: 16 bytes per unique feature."""
+    if n_unique < 0:
+        raise ValueError(f"n_unique must be >= 0, got {n_unique}")
+    return float(n_unique) * (index_bytes + 2 * value_bytes)
+
+
+def dense_ps_step_bytes(num_features: int, value_bytes: int = 4) -> float:
+    """Lab 3: bytes of a dense PS step (report 001): the whole weight vector pulled and a
+    gradient as long as it pushed, ``2 x num_features x value_bytes``."""
+    return step_bytes("ps", float(num_features) * value_bytes, 1).busiest_task
+
+
 # ---------------------------------------------------------------------------------------
 # Links: alpha and B, from a loopback micro-benchmark or from measured runs
 # ---------------------------------------------------------------------------------------

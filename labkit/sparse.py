@@ -36,15 +36,32 @@ LABEL_CONVENTIONS = ("01", "pm1")
 
 # ----------------------------------------------------------------------------- batches
 
+def csr_batch(data, rows=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """NumPy ``(indices [nnz, 2] int64, values float32, dense_shape [2] int64, labels float32)``
+    for ``rows`` (default all, in the order given) of a CSR ``SparseData``, vectorised.
+
+    The arrays to feed a graph-mode ``tf.compat.v1.sparse_placeholder`` (the cluster tasks),
+    or to build a ``tf.SparseTensor`` (``csr_to_sparse``)."""
+    if rows is None:
+        starts, counts = data.indptr[:-1], np.diff(data.indptr)
+        labels = data.labels
+    else:
+        rows = np.asarray(rows, np.int64)
+        starts = data.indptr[rows]
+        counts = data.indptr[rows + 1] - starts
+        labels = data.labels[rows]
+    nnz = int(counts.sum())
+    row_ids = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    take = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(nnz)
+    indices = np.stack([row_ids, data.indices[take].astype(np.int64)], axis=1)
+    shape = np.array([len(counts), data.n_features], np.int64)
+    return indices, data.values[take].astype(np.float32), shape, labels.astype(np.float32)
+
+
 def csr_to_sparse(data, rows=None) -> tuple[tf.SparseTensor, tf.Tensor]:
     """``(X, y)`` for ``rows`` (default all) of a CSR ``SparseData``: X [B, n_features], y float32."""
-    if rows is not None:
-        data = data.rows(rows)
-    counts = np.diff(data.indptr)
-    row_ids = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    indices = np.stack([row_ids, data.indices.astype(np.int64)], axis=1)
-    x = tf.SparseTensor(indices, data.values.astype(np.float32), [len(counts), data.n_features])
-    return x, tf.constant(data.labels, tf.float32)
+    indices, values, shape, labels = csr_batch(data, rows)
+    return tf.SparseTensor(indices, values, shape), tf.constant(labels, tf.float32)
 
 
 def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = None, shard: int = 0,
@@ -214,18 +231,44 @@ def make_train_step(w, lr: float, labels: str = "01"):
     return step
 
 
-def ps_step_bytes(n_unique: int, value_bytes: int = 4, index_bytes: int = 8) -> int:
-    """Lower bound on bytes a worker exchanges with the ps in one sparse step.
+def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
+    """Largest difference between ``gradient(w, x, y) -> (loss, IndexedSlices)`` and
+    ``sparse_gradient`` on random click-like batches (repeated features, unsorted ids, an
+    empty row), checked in eager mode and inside a ``tf.function``.
 
-    Pull: send the unique ids, receive their weights; push: send ids and gradient rows.
-    ``2 x n_unique x (value_bytes + index_bytes)`` (int64 ids, float32 weights).
+    Raises ``TypeError``/``ValueError`` that say what is wrong when the result is not a
+    loss and an ``IndexedSlices``, or is dense (one row per feature, not per unique
+    feature of the batch). A correct gradient gives ~1e-7.
     """
-    return 2 * int(n_unique) * (value_bytes + index_bytes)
-
-
-def dense_step_bytes(num_features: int, value_bytes: int = 4) -> int:
-    """Bytes per dense step: the whole weight vector pulled, the whole gradient pushed."""
-    return 2 * int(num_features) * value_bytes
+    name = getattr(gradient, "__name__", repr(gradient))
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for trial in range(trials):
+        f, b = 50, 6 + trial
+        dense = (rng.random((b, f)) < 0.2) * rng.choice([1.0, 2.0], size=(b, f))
+        dense[1], dense[2] = dense[0], 0.0
+        rows, cols = np.nonzero(dense)
+        perm = rng.permutation(len(cols))
+        x = tf.SparseTensor(np.stack([rows, cols], 1)[perm].astype(np.int64),
+                            dense[rows, cols][perm].astype(np.float32), [b, f])
+        y = tf.constant((rng.random(b) < 0.5).astype(np.float32))
+        w = tf.Variable(rng.normal(size=f).astype(np.float32))
+        ref_loss, ref = sparse_gradient(w, x, y)
+        for mode, fn in (("eagerly", gradient), ("in a tf.function", tf.function(gradient))):
+            out = fn(w, x, y)
+            if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], tf.IndexedSlices)):
+                raise TypeError(f"{name} must return (loss, tf.IndexedSlices(values, unique_ids, dense_shape)); "
+                                f"called {mode} it returned {type(out).__name__}")
+            loss, g = out
+            n_unique = len(np.unique(cols))
+            if int(tf.size(g.indices)) != n_unique:
+                raise ValueError(f"{name}: the gradient has {int(tf.size(g.indices))} rows but the batch touches "
+                                 f"{n_unique} distinct features; return one row per unique feature (tf.unique), "
+                                 "not one per feature or per non-zero")
+            mine = tf.math.unsorted_segment_sum(g.values, g.indices, f).numpy()
+            want = tf.math.unsorted_segment_sum(ref.values, ref.indices, f).numpy()
+            worst = max(worst, float(np.abs(mine - want).max()), abs(float(loss) - float(ref_loss)))
+    return worst
 
 
 # ----------------------------------------------------------------------------- measuring a step
@@ -233,9 +276,9 @@ def dense_step_bytes(num_features: int, value_bytes: int = 4) -> int:
 METHODS = ("sparse", "dense", "dense_per_example")
 
 
-def _build_step(method: str, w, x, y, lr: float, labels: str):
+def _build_step(method: str, w, x, y, lr: float, labels: str, gradient=None):
     if method == "sparse":
-        loss, g = sparse_gradient(w, x, y, labels)
+        loss, g = gradient(w, x, y) if gradient is not None else sparse_gradient(w, x, y, labels)
         return loss, apply_sparse(w, g, lr)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -243,11 +286,14 @@ def _build_step(method: str, w, x, y, lr: float, labels: str):
     return loss, apply_dense(w, g, lr)
 
 
-def step_graph(method: str, num_features: int, x: tf.SparseTensor, y, lr: float = 0.1, labels: str = "01"):
+def step_graph(method: str, num_features: int, x: tf.SparseTensor, y, lr: float = 0.1, labels: str = "01",
+               gradient=None):
     """A TF1 graph for one training step (gradient + update of a local weight variable).
 
     Returns ``(graph, init_op, train_op)``. Graph mode gives per-op timing and memory
     through ``RunMetadata`` (``op_profile``), the counterpart of report 001's profile.
+    ``gradient``: a function ``(w, x, y) -> (loss, IndexedSlices)`` (labels in {0, 1}) to
+    use instead of ``sparse_gradient`` in the sparse step, e.g. the one a student wrote.
     """
     g = tf.Graph()
     with g.as_default():
@@ -256,7 +302,7 @@ def step_graph(method: str, num_features: int, x: tf.SparseTensor, y, lr: float 
         # ops such as Unique away: a real step gets its batch from an input pipeline.
         held = [tf.Variable(np.asarray(t), trainable=False) for t in (x.indices, x.values, x.dense_shape, y)]
         xg = tf.SparseTensor(*(h.read_value() for h in held[:3]))
-        _, train = _build_step(method, w, xg, held[3].read_value(), lr, labels)
+        _, train = _build_step(method, w, xg, held[3].read_value(), lr, labels, gradient)
         init = tf.compat.v1.global_variables_initializer()
     return g, init, train
 
@@ -267,9 +313,9 @@ def _session(graph, threads: int = 0):
 
 
 def time_step(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 20, warmup: int = 2,
-              threads: int = 0) -> dict:
+              threads: int = 0, gradient=None) -> dict:
     """Median wall time of one training step (gradient + update), in a fresh graph and session."""
-    g, init, train = step_graph(method, num_features, x, y)
+    g, init, train = step_graph(method, num_features, x, y, gradient=gradient)
     with _session(g, threads) as s:
         s.run(init)
         for _ in range(warmup):
@@ -284,7 +330,7 @@ def time_step(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: in
 
 
 def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 3, threads: int = 0,
-               trace_path=None):
+               trace_path=None, gradient=None):
     """Per-op time and memory of one training step, from TF's step trace (``FULL_TRACE``).
 
     Returns a pandas DataFrame, one row per op: ``op`` (name), ``type``, ``output`` (shape),
@@ -294,7 +340,7 @@ def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: i
     """
     import pandas as pd
 
-    g, init, train = step_graph(method, num_features, x, y)
+    g, init, train = step_graph(method, num_features, x, y, gradient=gradient)
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     rows: dict[str, dict] = {}
     with _session(g, threads) as s:
@@ -326,8 +372,9 @@ def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: i
     return frame
 
 
-def step_cost(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 20, threads: int = 0) -> dict:
+def step_cost(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 20, warmup: int = 2,
+              threads: int = 0, gradient=None) -> dict:
     """One row: median step time (untraced) and bytes allocated per step (traced)."""
-    t = time_step(method, num_features, x, y, runs=runs, threads=threads)
-    prof = op_profile(method, num_features, x, y, runs=1, threads=threads)
+    t = time_step(method, num_features, x, y, runs=runs, warmup=warmup, threads=threads, gradient=gradient)
+    prof = op_profile(method, num_features, x, y, runs=1, threads=threads, gradient=gradient)
     return {**t, "alloc_bytes": int(prof["alloc_bytes"].sum())}

@@ -1,0 +1,397 @@
+"""Lab 3: sparse logistic regression at click-through scale, profiled, on a PS cluster, swept.
+
+    prof = profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100))
+    speedups(prof)                          # dense / sparse step time: report 001 Table 1's lesson
+    trace_summary("dense_per_example", 1_000_000, 10)   # the per-op trace, as Table 1
+    exp = train(["sync:100", "async:100"], workers=2, samples=200_000)
+    exp.summary()       # accuracy vs the known optimum, s per 1k iterations, bytes/step vs the bound
+    exp.curves()        # test error every K samples (reports 001/004's figures)
+    exp.bottlenecks()   # per task: avg and peak CPU, network, disk, memory (001 Table 3, 004 Table 2)
+    exp.verdicts()      # which resource saturates, in words
+    sweep = train([f"{m}:{b}" for m in ("sync", "async") for b in (1, 100, 1000, 10000)], samples=20_000,
+                  eval_every=0)
+    sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
+
+``train`` starts one cluster (``labkit.tasks.sparse_lr``, 1 ps + N workers on 127.0.0.1 or
+on the hosts of a hosts file) that does the listed runs one after the other, from zero
+weights each time: start-up is paid once and every run sees the same processes.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import cluster
+from labkit.launch import Cluster, ClusterResult, runs_root
+
+LAB = "lab3"
+PROGRAM = "sparse_lr"
+METHODS = ("sparse", "dense", "dense_per_example")
+
+
+# ------------------------------------------------------------------------------ 1. op profile
+
+def _batch(num_features: int, batch: int, seed: int):
+    from labkit import clickdata as cd
+    from labkit import sparse
+
+    return sparse.csr_to_sparse(cd.generate(cd.ClickSpec(num_features=int(num_features), seed=seed), batch).data)
+
+
+def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), methods=METHODS, *, gradient=None,
+                per_example_limit: float = 5e7, seed: int = 0, threads: int = 1, progress: bool = True):
+    """Step time and memory of one SGD step, dense vs sparse gradient, on the same click batch.
+
+    One row per (num_features, batch, method): ``step_ms`` (median of untraced
+    ``Session.run`` calls), ``alloc_bytes`` (bytes the step's ops allocate, from TF's
+    trace), ``nnz``, ``unique`` features, ``weights_bytes``. ``dense_per_example`` (report
+    001 Table 1: a [num_features, batch] matrix first) runs only where that matrix is at
+    most ``per_example_limit`` bytes. ``gradient``: a ``(w, x, y) -> (loss, IndexedSlices)``
+    function for the sparse step (the one you wrote); default ``labkit.sparse``'s."""
+    import numpy as np
+    import pandas as pd
+
+    from labkit import sparse
+
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"methods {bad} unknown; choose from {METHODS}")
+    plan = [(int(f), int(b), m) for f in features for b in batches for m in methods
+            if m != "dense_per_example" or f * b * 4 <= per_example_limit]
+    bar = _bar(len(plan), "op profile", "config") if progress else None
+    rows = []
+    try:
+        for f, b, m in plan:
+            if bar is not None:
+                bar.set_postfix_str(f"{m}, {f:,} features, batch {b}")
+            x, y = _batch(f, b, seed)
+            sparse_step = m == "sparse"
+            runs = 30 if sparse_step else max(3, min(20, int(2e8 // (4 * f * (b if m == "dense_per_example" else 1)))))
+            r = sparse.step_cost(m, f, x, y, runs=runs, warmup=1 if f > 5_000_000 else 2, threads=threads,
+                                 gradient=gradient if sparse_step else None)
+            rows.append({"num_features": f, "batch": b, "method": m, "nnz": r["nnz"],
+                         "unique": int(np.unique(x.indices.numpy()[:, 1]).size), "step_ms": r["step_ms"],
+                         "alloc_bytes": r["alloc_bytes"], "weights_bytes": 4 * f, "runs": runs})
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return pd.DataFrame(rows)
+
+
+def speedups(profile):
+    """Per (num_features, batch): dense and sparse step time and memory, and their ratios."""
+    wide = profile.pivot_table(index=["num_features", "batch"], columns="method", values=["step_ms", "alloc_bytes"])
+    out = wide["step_ms"].rename(columns=lambda m: f"{m}_ms")
+    out = out.join(wide["alloc_bytes"].rename(columns=lambda m: f"{m}_alloc_bytes"))
+    out["speedup"] = out["dense_ms"] / out["sparse_ms"]
+    out["memory_ratio"] = out["dense_alloc_bytes"] / out["sparse_alloc_bytes"]
+    return out
+
+
+def trace_summary(method: str, num_features: int, batch: int, *, top: int = 10, trace_path=None, gradient=None,
+                  seed: int = 0, threads: int = 1):
+    """The per-op profile of one step (report 001 Table 1): the ``top`` ops by time, with
+    their output shapes and bytes allocated; ``trace_path`` also writes a Chrome trace."""
+    from labkit import sparse
+
+    x, y = _batch(num_features, batch, seed)
+    if trace_path is not None:
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+    frame = sparse.op_profile(method, int(num_features), x, y, runs=3, threads=threads, trace_path=trace_path,
+                              gradient=gradient if method == "sparse" else None)
+    frame = frame.drop(columns=["method", "num_features"])
+    frame["share"] = frame["ms"] / frame["ms"].sum()
+    return frame.sort_values("ms", ascending=False).head(top).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------ 2-4. cluster runs
+
+def parse_runs(runs) -> list[tuple[str, int]]:
+    """``["sync:100", ...]`` -> ``[("sync", 100), ...]``, checked before any process starts."""
+    from labkit.tasks.sparse_lr import parse_runs as parse
+
+    runs = [runs] if isinstance(runs, str) else list(runs)
+    return [(r.mode, r.batch_size) for r in parse(runs)]
+
+
+def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num_features: int = 1_000_000,
+                 train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
+                 learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
+                 save_weights: bool = True, run: str | None = None, timeout: float = 1800,
+                 sample_interval: float = 0.25) -> Cluster:
+    """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
+
+    ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    plan = parse_runs(runs)
+    spec = cluster.build(hosts=hosts or None, ps=1, workers=workers)
+    run = run or f"{PROGRAM}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=runs_root() / LAB / run, timeout=timeout,
+                   runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
+                   test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
+                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval)
+
+
+_EVAL_LINE = re.compile(r"\] (?P<label>\w+ b\d+) eval samples=(?P<samples>\d+) .*test_error=(?P<err>[\d.]+)")
+_DONE_LINE = re.compile(r"\] (?P<label>\w+ b\d+): \d+ local steps")
+
+
+def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs) -> "Experiment":
+    """Start the cluster, follow the chief's progress, return the finished ``Experiment``.
+
+    Keyword arguments are ``make_cluster``'s. A failed task raises ``TaskFailed`` with its
+    log tail; every task is stopped on the way out (also on KeyboardInterrupt)."""
+    from labkit.experiments.lenet_sweep import follow
+
+    plan = parse_runs(runs)
+    c = make_cluster(runs, workers=workers, hosts=hosts, **kwargs)
+    samples = int(kwargs.get("samples", 200_000))
+    bar = _bar(len(plan) * samples, f"{len(plan)} run(s)", "sample") if progress else None
+    finished: list[str] = []
+
+    def on_line(task: str, line: str) -> None:
+        if bar is None or task != "worker:0":
+            return
+        m = _EVAL_LINE.search(line)
+        if m:
+            bar.n = min(len(finished) * samples + int(m["samples"]), bar.total)
+            bar.set_postfix_str(f"{m['label']}: test error {float(m['err']):.3f}")
+            bar.refresh()
+        elif _DONE_LINE.search(line):
+            finished.append(_DONE_LINE.search(line)["label"])
+            bar.n = min(len(finished) * samples, bar.total)
+            bar.refresh()
+
+    try:
+        with c:
+            result = follow(c, on_line)
+    finally:
+        if bar is not None:
+            bar.close()
+    return Experiment(result, plan, {"workers": workers, "hosts": hosts, **kwargs})
+
+
+@dataclass
+class Experiment:
+    """One cluster's runs, with the lab's tables."""
+    result: ClusterResult
+    plan: list[tuple[str, int]]
+    settings: dict
+    _optimum: dict | None = field(default=None, repr=False)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.result.run_dir
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"{m} b{b}" for m, b in self.plan]
+
+    def entries(self, label: str) -> dict[str, dict]:
+        """task -> that task's result entry for run ``label``."""
+        out = {}
+        for t in self.result:
+            for e in (t.result or {}).get("runs", []):
+                if e["label"] == label:
+                    out[t.name] = e
+        if not out:
+            raise KeyError(f"no run {label!r} in {self.run_dir}; runs are {self.labels}")
+        return out
+
+    def trainers(self, label: str) -> dict[str, dict]:
+        return {k: v for k, v in self.entries(label).items() if not k.startswith("ps:")}
+
+    def chief(self, label: str) -> dict:
+        e = self.entries(label).get("worker:0")
+        if not e or "test_accuracy" not in e.get("metrics", {}):
+            raise ValueError(f"worker:0 of {self.run_dir} has no result for {label!r}; see its log")
+        return e
+
+    def optimum(self) -> dict | None:
+        """The best achievable accuracy/log-loss on the test rows (click data), else None."""
+        s = self.settings
+        if s.get("data", "click") != "click":
+            return None
+        if self._optimum is None:
+            from labkit import clickdata as cd
+
+            spec = cd.ClickSpec(num_features=int(s.get("num_features", 1_000_000)), seed=int(s.get("click_seed", 0)))
+            self._optimum = cd.optimum(spec, int(s.get("test_rows", 10_000)), "test")
+        return self._optimum
+
+    def steps(self, label: str) -> dict[str, int]:
+        """Local steps of each trainer in run ``label`` (task -> steps)."""
+        return {name: e["steps"]["local"] for name, e in self.trainers(label).items()}
+
+    def summary(self):
+        """One row per run: accuracy and log-loss vs the optimum, global and per-worker steps,
+        seconds per 1k global steps, measured bytes per worker step vs the O(nnz) bound and
+        vs the dense step."""
+        import numpy as np
+        import pandas as pd
+
+        opt = self.optimum() or {}
+        rows = []
+        for (mode, batch), label in zip(self.plan, self.labels):
+            chief, tr = self.chief(label), self.trainers(label)
+            m = chief["metrics"]
+            tcp = [e["metrics"].get("tcp_bytes_per_step") for e in tr.values()]
+            tcp = [v for v in tcp if v is not None]
+            bound = float(np.mean([e["metrics"]["bound_bytes_per_step"] for e in tr.values()]))
+            measured = float(np.mean(tcp)) if tcp else math.nan
+            rows.append({"run": label, "mode": mode, "batch": batch, "workers": len(tr),
+                         "global_steps": chief["steps"]["global"],
+                         "local_steps": ", ".join(str(e["steps"]["local"]) for e in tr.values()),
+                         "train_s": max(e["train_s"] for e in tr.values()),
+                         "s_per_1k_iterations": m["s_per_1k_global_steps"], "test_accuracy": m["test_accuracy"],
+                         "test_logloss": m["test_logloss"], "optimum_accuracy": opt.get("bayes_accuracy", math.nan),
+                         "majority_accuracy": opt.get("majority_accuracy", math.nan),
+                         "unique_per_step": float(np.mean([e["metrics"]["unique_per_step"] for e in tr.values()])),
+                         "bytes_per_step": measured, "bound_bytes_per_step": bound, "measured_over_bound": measured / bound,
+                         "dense_bytes_per_step": m["dense_bytes_per_step"]})
+        return pd.DataFrame(rows).set_index("run")
+
+    def curves(self):
+        """Test error, accuracy and log-loss every K training samples, long form: run, mode,
+        batch, samples, global_step, t (s since the run started), test_*."""
+        import pandas as pd
+
+        frames = []
+        for (mode, batch), label in zip(self.plan, self.labels):
+            f = pd.DataFrame(self.chief(label)["series"]["eval"])
+            frames.append(f.assign(run=label, mode=mode, batch=batch))
+        return pd.concat(frames, ignore_index=True)
+
+    def bytes_frame(self):
+        """Measured and analytic bytes per worker step per run (for ``plots.bytes_vs_analytic``)."""
+        s = self.summary()
+        return s.reset_index()[["run", "bytes_per_step", "bound_bytes_per_step"]].rename(
+            columns={"bytes_per_step": "measured", "bound_bytes_per_step": "analytic"})
+
+    def samples(self):
+        return self.result.samples()
+
+    def window(self, label: str, frame=None) -> tuple[float, float]:
+        """Seconds (on the merged samples' axis) from the first trainer's start of run
+        ``label`` to the last trainer's end."""
+        frame = self.samples() if frame is None else frame
+        marks = frame.attrs.get("marks", [])
+        starts = [m["t"] for m in marks if m["label"] == f"{label} start" and not m["task"].startswith("ps")]
+        ends = [m["t"] for m in marks if m["label"] == f"{label} end" and not m["task"].startswith("ps")]
+        if not starts or not ends:
+            raise ValueError(f"run {label!r} left no start/end marks in the samples of {self.run_dir}")
+        return min(starts), max(ends)
+
+    def bottlenecks(self):
+        """Report 001 Table 3 / 004 Table 2 per task and run: average and peak CPU (the
+        task's process, 100 = one core; and its host, % of all cores), network (bytes/s on
+        the host's interfaces, ``lo`` included; and the task's own TCP bytes/s), disk
+        (bytes/s, host) and memory (process RSS; host used share), over the run's window."""
+        import numpy as np
+        import pandas as pd
+
+        from labkit.monitor import summarize
+
+        frame = self.samples()
+        rows = []
+        for label in self.labels:
+            lo, hi = self.window(label, frame)
+            tcp_rates = {name: e["metrics"].get("tcp_bytes_per_step", math.nan) * e["steps"]["local"] / e["train_s"]
+                         for name, e in self.trainers(label).items()}
+            tcp_rates["ps:0"] = sum(v for v in tcp_rates.values() if not math.isnan(v))
+            for task, part in frame.groupby("task", sort=False):
+                part = part.copy()
+                part.attrs = {}
+                s = summarize(part, lo, hi)
+                inside = part[(part["t"] > lo) & (part["t"] - part["dt"] < hi) & (part["dt"] > 0)]
+                dt = inside["dt"]
+                busy = inside["cpu_user"] + inside["cpu_system"]
+                net = (inside["net_recv"] + inside["net_sent"]) / dt
+                disk = (inside["disk_read"] + inside["disk_write"]) / dt
+                total_mem = (inside["mem_used"] + inside["mem_free"] + inside["mem_buff"] + inside["mem_cach"]).max()
+                duration = s["duration_s"] or math.nan
+                rows.append({
+                    "run": label, "task": task, "host": part["host"].iloc[0],
+                    "proc_cpu_avg": s["proc_cpu_pct"], "proc_cpu_peak": inside["proc_cpu"].max(),
+                    "host_cpu_avg": s["cpu_user_pct"] + s["cpu_system_pct"], "host_cpu_peak": busy.max(),
+                    "net_avg_bytes_per_s": (s["net_recv_bytes"] + s["net_sent_bytes"]) / duration,
+                    "net_peak_bytes_per_s": net.max(), "task_tcp_bytes_per_s": tcp_rates.get(task, math.nan),
+                    "disk_avg_bytes_per_s": (s["disk_read_bytes"] + s["disk_write_bytes"]) / duration,
+                    "disk_peak_bytes_per_s": disk.max() if disk.notna().any() else math.nan,
+                    "rss_avg_bytes": s["proc_rss_bytes"], "rss_peak_bytes": s["proc_rss_peak_bytes"],
+                    "mem_used_peak_share": s["mem_used_peak_bytes"] / total_mem if total_mem else math.nan,
+                    "window_s": duration, "samples": s["samples"]})
+        out = pd.DataFrame(rows).set_index(["run", "task"])
+        return out.replace([np.inf, -np.inf], np.nan)
+
+    def verdicts(self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8):
+        """Which resource saturates in each run, in words, from ``bottlenecks()``.
+
+        Utilisation, 0-1: CPU = the busiest host's peak busy share (averaged over the run
+        for the verdict: ``host_cpu_avg``); network = the ps's own TCP bytes/s (every worker
+        step crosses its link) against a ``link_gbit`` NIC; disk = host bytes/s against
+        ``disk_bytes_per_s``; memory = the peak share of host memory in use. A resource at
+        or above ``threshold`` saturates; if none does, the run is latency-bound."""
+        import pandas as pd
+
+        table = self.bottlenecks()
+        link = link_gbit * 1e9 / 8
+        rows = []
+        for label in self.labels:
+            t = table.loc[label]
+            use = {"CPU": t["host_cpu_avg"].max() / 100,
+                   "network": t["task_tcp_bytes_per_s"].max() / link,
+                   "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s,
+                   "memory": t["mem_used_peak_share"].max()}
+            known = {k: v for k, v in use.items() if v == v}
+            top = max(known, key=known.get)
+            ours = t["proc_cpu_avg"].sum()
+            detail = (f"host CPU {100 * use['CPU']:.0f}% busy on average (our tasks {ours:.0f}% of one core in "
+                      f"total); ps link {100 * use['network']:.2f}% of {link_gbit:g} Gbit/s; disk "
+                      + (f"{100 * use['disk']:.1f}% of {disk_bytes_per_s / 1e6:.0f} MB/s" if use['disk'] == use['disk']
+                         else "not measured") + f"; memory {100 * use['memory']:.0f}% used at peak")
+            if known[top] >= threshold:
+                verdict = f"{top}-bound: {top} saturates ({100 * known[top]:.0f}%)"
+            else:
+                verdict = (f"no resource saturates (busiest: {top}, {100 * known[top]:.0f}%): the step is "
+                           "latency-bound (RPC round trips and per-step overhead)")
+            rows.append({"run": label, "verdict": verdict, "detail": detail,
+                         **{f"{k.lower()}_utilisation": v for k, v in use.items()}})
+        return pd.DataFrame(rows).set_index("run")
+
+    def sweep_table(self, value: str = "train_s"):
+        """Report 004 Table 3: ``value`` (default seconds of training for the fixed number of
+        examples) per mode (rows) and batch size (columns)."""
+        s = self.summary()
+        return s.pivot_table(index="mode", columns="batch", values=value).rename_axis(columns="batch size")
+
+    def weights(self, label: str) -> Path:
+        """The chief's saved weights of run ``label``."""
+        name = self.chief(label).get("weights")
+        if not name:
+            raise ValueError(f"run {label!r} saved no weights; train with save_weights=True")
+        return self.run_dir / name
+
+
+# ------------------------------------------------------------------------------ re-checking
+
+def evaluate_weights(path) -> dict:
+    """Accuracy and log-loss of a saved ``weights-*.npz`` on the test set it names (no TensorFlow)."""
+    from labkit.tasks.sparse_lr import evaluate_arrays, load_rows, load_weights
+
+    w, s = load_weights(path)
+    test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"],
+                     click_seed=s["click_seed"])
+    return evaluate_arrays(w, test)
+
+
+def _bar(total: int, desc: str, unit: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit)

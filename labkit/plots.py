@@ -401,3 +401,56 @@ def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "e
     if title:
         fig.suptitle(title)
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lab 4: the LeNet sweep (labkit.experiments.lenet_sweep)
+# ---------------------------------------------------------------------------------------
+
+def sweep_curves(curves, title: str | None = None):
+    """Report 000 Table 2.1.2 as a seaborn facet grid: validation accuracy and loss per epoch,
+    rows = workers, columns = per-worker batch size (``Sweep.curves()``'s long frame)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    for c in ("workers", "batch_size", "epoch", "metric", "value"):
+        if c not in curves.columns:
+            raise ValueError(f"sweep_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    use_theme()
+    _show_figures_in_ipython()
+    grid = sns.relplot(data=curves, x="epoch", y="value", hue="metric", row="workers", col="batch_size",
+                       kind="line", marker="o", height=2.1, aspect=1.35, palette=palette(2),
+                       facet_kws={"margin_titles": True})
+    grid.set_titles(row_template="{row_name} worker(s)", col_template="batch {col_name} per worker")
+    grid.set_axis_labels("epoch", "")
+    for ax in grid.axes.flat:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    if title:
+        grid.figure.suptitle(title, y=1.02)
+    plt.close(grid.figure)  # returned, not left to pyplot: shown once, as the cell's value
+    return grid.figure
+
+
+def sweep_throughput(frame, title: str | None = None):
+    """Images/s per configuration, bars grouped by per-worker batch size and coloured by
+    workers (``Sweep.throughput()``)."""
+    import numpy as np
+
+    for c in ("workers", "batch_size", "images_per_s"):
+        if c not in frame.columns:
+            raise ValueError(f"sweep_throughput(): no column {c!r} (columns: {list(frame.columns)})")
+    batches = sorted(frame["batch_size"].unique())
+    workers = sorted(frame["workers"].unique())
+    colors = dict(zip(workers, palette(len(workers))))
+    fig, ax = subplots(1, 1, figsize=(max(5.0, 1.6 * len(batches) + 2), 3.2))
+    width = 0.8 / len(workers)
+    for i, w in enumerate(workers):
+        part = frame[frame["workers"] == w].set_index("batch_size").reindex(batches)
+        x = np.arange(len(batches)) + (i - (len(workers) - 1) / 2) * width
+        ax.bar(x, part["images_per_s"], width, color=colors[w], label=f"{w} worker(s)")
+    ax.set_xticks(np.arange(len(batches)), [f"batch {b}" for b in batches])
+    ax.set_ylabel("images/s (whole cluster)")
+    ax.legend(loc="best")
+    if title:
+        ax.set_title(title)
+    return fig

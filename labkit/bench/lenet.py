@@ -10,10 +10,9 @@ launcher on 127.0.0.1, training LeNet on MNIST with the same loop and per-worker
 
 Images/s leave out the first step (tracing, collective set-up). The contenders run in
 rounds, one of each per round, so drift on a shared machine hits them alike; the median
-over rounds is reported. Bytes per step per worker are the ``lo`` counters around the
-training steps divided among the workers; the ring's analytic volume is 2(N-1)/N x model
-bytes. ``lo`` is system-wide, so other programs' loopback traffic shows up as noise (the
-``mwms x1`` row, which sends nothing, measures it).
+over rounds is reported. Bytes per step per worker are what each worker's own TCP sockets
+sent around the training steps (``labkit.sockets``; the host-wide ``lo`` counters would add
+other programs' traffic); the ring's analytic volume is 2(N-1)/N x model bytes.
 """
 from __future__ import annotations
 

@@ -96,14 +96,15 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
 
     ``hosts``: a hosts file (or list) to place the workers on; None: 127.0.0.1. ``spec``
     reuses a cluster's addresses (to restart "the same cluster"). TensorBoard scalars go to
-    ``<run dir>/tensorboard``."""
+    ``<run dir>/tensorboard``. Each worker counts its own TCP bytes (``--task-bytes``):
+    the host-wide ``lo`` counters also carry other programs' traffic."""
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
     run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = runs_root() / LAB / run
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, strategy=strategy,
                    model=MODEL, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
                    test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
-                   tensorboard_dir=run_dir / "tensorboard", **task_args)
+                   tensorboard_dir=run_dir / "tensorboard", task_bytes=True, **task_args)
 
 
 def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> ClusterResult:
@@ -338,3 +339,27 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                       "run_dir": str(reference.run_dir)},
         "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
     }
+
+
+def fault_curves(ft: dict):
+    """Validation accuracy and loss per epoch of the resumed run and the uninterrupted one
+    (columns epoch, val_accuracy, val_loss, run), for ``plots.learning_curves(..., hue="run")``."""
+    import pandas as pd
+
+    rows = [{"epoch": h["epoch"], "val_accuracy": h["val_accuracy"], "val_loss": h["val_loss"], "run": run}
+            for run, key in (("uninterrupted", "reference"), ("killed + resumed", "resumed"))
+            for h in ft[key]["history"]]
+    return pd.DataFrame(rows)
+
+
+def resume_evidence(ft: dict) -> dict:
+    """The numbers that show the recovery: which task failed and how, the epoch the restarted
+    cluster resumed at, whether it restored the checkpointed weights (1/0), and the final
+    accuracies against the uninterrupted run."""
+    r = ft["resumed"]
+    return {"failed_task": ft["failure"]["task"], "returncode": ft["failure"]["returncode"],
+            "kill_after_epoch": ft["kill_after_epoch"], "start_epoch": r["start_epoch"],
+            "first_epoch_trained": r["first_epoch_trained"], "epochs": ft["epochs"],
+            "restored_checkpointed_weights": int(r["restored_checkpointed_weights"]),
+            "resumed_val_accuracy": r["val_accuracy"], "reference_val_accuracy": ft["reference"]["val_accuracy"],
+            "accuracy_difference_points": ft["accuracy_difference_points"]}

@@ -129,10 +129,14 @@ def main(argv=None) -> None:
                            counters=counters)
         trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
         rt.steps["local"] = trained_steps
-        if nic is not None and args.strategy == "mwms" and trained_steps:
-            # A NIC's counters see every task on this host: share them out (on lo, sent == received).
+        if args.strategy == "mwms" and trained_steps:
+            # This worker's own sockets (--task-bytes) where ss can tell; else its share of the NIC,
+            # whose counters see every task on this host, and every other program too.
+            own = (result.get("counters_per_step") or {}).get(f"{rt.task.name} sent")
             here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
-            result["bytes_per_step_per_worker"] = result["bytes_per_step"] / here
+            share = result["bytes_per_step"] / here if nic is not None else None
+            result["nic_bytes_per_step_per_worker"] = share
+            result["bytes_per_step_per_worker"] = own if own is not None else share
         rt.result["train"] = result
         rt.series["history"] = result["history"]
         rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})

@@ -388,11 +388,19 @@ def _check_runs(runs: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in RUN_COLUMNS if c not in runs.columns]
     if missing:
         raise ValueError(f"runs lack column(s) {missing}; each row needs {list(RUN_COLUMNS)} "
-                         f"(n_ps optional, default 1; per_sample_s from that model's 1-worker run)")
+                         f"(n_ps optional, default 1; shards optional, default even; per_sample_s from "
+                         f"that model's 1-worker run)")
     runs = runs.copy()
     if "n_ps" not in runs.columns:
         runs["n_ps"] = 1
+    if "shards" not in runs.columns:
+        runs["shards"] = None
     return runs
+
+
+def _row_shards(r) -> tuple[float, ...] | None:
+    """A run's bytes per ps (its ``shards`` column: the real placement), or None for even shards."""
+    return tuple(r.shards) if r.arch == "ps" and isinstance(r.shards, (list, tuple)) and len(r.shards) else None
 
 
 def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False
@@ -406,7 +414,7 @@ def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead:
     runs = _check_runs(runs)
     cols, target = [], []
     for r in runs.itertuples():
-        msgs, nbytes = comm_terms(r.arch, r.model_bytes, int(r.workers), int(r.n_ps))
+        msgs, nbytes = comm_terms(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r))
         comp = r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores)
         w = 1.0 / r.step_s  # relative error, as in fit_link
         cols.append([msgs * w, nbytes * w] + ([w] if fit_overhead else []))
@@ -429,7 +437,7 @@ def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
     pred = []
     for r in runs.itertuples():
         m = CostModel(r.per_sample_s, link, step_overhead_s, cores)
-        pred.append(m.t_step(r.arch, r.model_bytes, int(r.workers), int(r.batch), int(r.n_ps)))
+        pred.append(m.t_step(r.arch, r.model_bytes, int(r.workers), int(r.batch), int(r.n_ps), _row_shards(r)))
     runs["predicted_step_s"] = pred
     runs["predicted_images_per_s"] = runs["workers"] * runs["batch"] / runs["predicted_step_s"]
     runs["rel_error"] = runs["predicted_step_s"] / runs["step_s"] - 1

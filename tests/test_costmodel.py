@@ -143,6 +143,20 @@ def test_fit_link_to_runs_can_fit_a_per_step_overhead():
     assert link.bandwidth == pytest.approx(5e8, rel=0.01) and link.rel_error < 1e-6
 
 
+def test_fit_link_to_runs_uses_each_runs_real_ps_shards():
+    """Two ps tasks holding 90% / 10% of the weights (whole variables placed round-robin): the
+    busiest ps moves 2*N*0.9M, not 2*N*M/2. With the shards given, the link is recovered exactly."""
+    truth, m = Link(1e-3, 5e8), 23e6
+    shards = (0.9 * m, 0.1 * m)
+    rows = [{"arch": "ps", "workers": n, "batch": 64, "model_bytes": m, "per_sample_s": 5e-4, "n_ps": 2,
+             "shards": shards, "step_s": CostModel(5e-4, truth).t_step("ps", m, n, 64, 2, shards)} for n in (1, 2, 3)]
+    runs = pd.DataFrame(rows)
+    link, _ = cm.fit_link_to_runs(runs)
+    assert link.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6) and link.alpha_s == pytest.approx(1e-3, rel=1e-6)
+    even, _ = cm.fit_link_to_runs(runs.drop(columns="shards"))  # assuming even shards misreads the link
+    assert even.bandwidth < 0.8 * truth.bandwidth
+
+
 def test_from_single_worker_sets_compute_per_sample():
     model = CostModel.from_single_worker(0.064, 32, Link(0, 1e9))
     assert model.per_sample_s == pytest.approx(0.002)

@@ -276,18 +276,20 @@ def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup")
             if metric == "speedup":
                 n = sorted(both["workers"].unique())
                 ax.plot(n, n, ":", color="0.4", lw=1, label="ideal (N)")
-            values = both[metric]
-            if metric != "speedup" and (values > 0).all() and values.max() > 30 * values.min():
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-            else:
-                ax.set_ylim(bottom=0)
             ax.set_ylabel(_METRIC_NAMES.get(metric, metric))
             if i == 0:
                 ax.set_title(_ARCH_NAMES.get(c, str(c)))
             if i == len(metrics) - 1:
                 ax.set_xlabel("workers (N)")
             ax.xaxis.get_major_locator().set_params(integer=True)
+    for i, metric in enumerate(metrics):  # scale each row once all its panels are drawn (they share y)
+        values = both[metric].dropna()
+        if metric != "speedup" and len(values) and (values > 0).all() and values.max() > 30 * values.min():
+            axes[i][0].set_yscale("log")
+            axes[i][0].yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        else:
+            top = max(values.max() if len(values) else 1.0, both["workers"].max() if metric == "speedup" else 0)
+            axes[i][0].set_ylim(0, 1.08 * top)
     handles, labels = axes[0][-1].get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     for ax in (a for row in axes for a in row):

@@ -403,13 +403,15 @@ def _row_shards(r) -> tuple[float, ...] | None:
     return tuple(r.shards) if r.arch == "ps" and isinstance(r.shards, (list, tuple)) and len(r.shards) else None
 
 
-def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False
-                     ) -> tuple[Link, float]:
+def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False,
+                     alpha_s: float | None = None) -> tuple[Link, float]:
     """Fit alpha and B (and a per-step overhead) so the model explains measured step times.
 
     Each row's compute (per_sample_s * batch, stretched for ``cores``) is taken as known;
     the rest of its step time is regressed on its messages and critical-path bytes. Returns
-    (link, overhead_s). Rows without communication only inform the overhead.
+    (link, overhead_s). Rows without communication only inform the overhead. ``alpha_s``
+    fixes the latency (e.g. the loopback micro-benchmark's) and fits B alone: one run with
+    communication is then enough.
     """
     runs = _check_runs(runs)
     cols, target = [], []
@@ -417,13 +419,17 @@ def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead:
         msgs, nbytes = comm_terms(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r))
         comp = r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores)
         w = 1.0 / r.step_s  # relative error, as in fit_link
-        cols.append([msgs * w, nbytes * w] + ([w] if fit_overhead else []))
-        target.append((r.step_s - comp) * w)
-    coef = _nnls(np.asarray(cols, float), np.asarray(target, float))
+        known = msgs * alpha_s if alpha_s is not None else 0.0
+        cols.append(([msgs * w] if alpha_s is None else []) + [nbytes * w] + ([w] if fit_overhead else []))
+        target.append((r.step_s - comp - known) * w)
+    coef = list(_nnls(np.asarray(cols, float), np.asarray(target, float)))
+    if alpha_s is not None:
+        coef.insert(0, float(alpha_s))
     if coef[1] <= 0:
         raise ValueError("the measured step times do not grow with bytes on the wire, so no bandwidth "
                          "can be fitted; include runs with N >= 2 of a communication-heavy model")
-    link = Link(float(coef[0]), float(1.0 / coef[1]), "fit to measured runs")
+    link = Link(float(coef[0]), float(1.0 / coef[1]), "fit to measured runs" if alpha_s is None
+                else "B fitted to measured runs, alpha given")
     overhead = float(coef[2]) if fit_overhead else 0.0
     pred = predict_runs(runs, link, cores=cores, step_overhead_s=overhead)
     return replace(link, rel_error=float(pred["rel_error"].abs().median())), overhead

@@ -157,6 +157,16 @@ def test_fit_link_to_runs_uses_each_runs_real_ps_shards():
     assert even.bandwidth < 0.8 * truth.bandwidth
 
 
+def test_fit_link_to_runs_with_a_given_alpha_needs_one_run_with_communication():
+    truth = Link(2e-3, 4e8)
+    runs = synthetic_runs(truth, (2e-4, 5e-4), 0.0, np.random.default_rng(3))
+    one = runs[(runs["model"] == "mlp") & (runs["arch"] == "ring") & (runs["workers"] <= 2)]
+    with pytest.raises(ValueError, match="no bandwidth"):
+        cm.fit_link_to_runs(one)  # one row cannot separate alpha from B: NNLS puts it all on alpha
+    link, _ = cm.fit_link_to_runs(one, alpha_s=2e-3)
+    assert link.alpha_s == 2e-3 and link.bandwidth == pytest.approx(4e8, rel=1e-6)
+
+
 def test_from_single_worker_sets_compute_per_sample():
     model = CostModel.from_single_worker(0.064, 32, Link(0, 1e9))
     assert model.per_sample_s == pytest.approx(0.002)

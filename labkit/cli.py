@@ -112,8 +112,9 @@ def _spec_arguments(p) -> None:
 
 
 def _launcher_arguments(p) -> None:
-    p.add_argument("--ssh", default="ssh -o BatchMode=yes -o ConnectTimeout=10", help="ssh command for remote hosts")
-    p.add_argument("--remote-dir", default="labkit", help="the kit's directory on remote hosts")
+    p.add_argument("--ssh", help="ssh command for remote hosts (default $LABKIT_SSH, else "
+                                 "'ssh -o BatchMode=yes -o ConnectTimeout=10')")
+    p.add_argument("--remote-dir", help="the kit's directory on remote hosts (default $LABKIT_REMOTE_DIR, else labkit)")
     p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
                                                                          "relative to --remote-dir")
     p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
@@ -125,7 +126,8 @@ def _launcher(args, program: str, **kwargs):
     from labkit import cluster, launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
-    return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh), remote_dir=args.remote_dir,
+    return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None,
+                                remote_dir=args.remote_dir,
                                 remote_python=args.remote_python, program_argv=shlex.split(args.args), **kwargs)
 
 

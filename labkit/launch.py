@@ -32,7 +32,10 @@ Remote hosts (any host that is not this machine) start over ssh::
 
 The task's output streams back into the local log; result files are copied back with
 ``ssh HOST 'tar -cf - ...'`` at the end; stopping signals the remote pid. ``ssh`` and
-``remote_dir`` are arguments; ``dry_run=True`` prints the exact per-task commands.
+``remote_dir`` are arguments (defaults: ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``, so a
+notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the exact
+per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
+missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ from pathlib import Path
 import psutil
 
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, free_ports, port_is_free
+from labkit.paths import runs_root  # noqa: F401  (re-exported: run directories go under it)
 from labkit.proc import OwnedProcess, descendants, tail
 from labkit.tasks.common import EXIT_PORT_IN_USE, task_file, versions
 
@@ -102,12 +106,15 @@ class VersionSkew(RuntimeError):
     """Tasks (or tasks and the launcher) run different TensorFlow/keras/labkit/Python versions."""
 
 
-def runs_root() -> Path:
-    """Where run directories go: ``$LABKIT_RUNS``, else ``runs/`` in the repository."""
-    if os.environ.get("LABKIT_RUNS"):
-        return Path(os.environ["LABKIT_RUNS"])
-    repo = Path(__file__).resolve().parents[1]
-    return (repo if (repo / "pyproject.toml").exists() else Path.cwd()) / "runs"
+def default_ssh() -> list[str]:
+    """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
+    else ``ssh -o BatchMode=yes -o ConnectTimeout=10``."""
+    return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
+
+
+def default_remote_dir() -> str:
+    """``$LABKIT_REMOTE_DIR``, else ``labkit`` (relative to the remote home)."""
+    return os.environ.get("LABKIT_REMOTE_DIR", "").strip() or "labkit"
 
 
 def program_module(program: str) -> str:
@@ -333,8 +340,9 @@ class Cluster:
     - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
       ``run`` = program + time stamp);
     - ``python``: the interpreter for local tasks (default: this one);
-    - ``ssh`` (argv list), ``remote_dir`` (where the kit lives on remote hosts, relative
-      to the remote home or absolute), ``remote_python`` (relative to ``remote_dir``);
+    - ``ssh`` (argv list; default ``default_ssh()``), ``remote_dir`` (where the kit lives on
+      remote hosts, relative to the remote home or absolute; default ``default_remote_dir()``),
+      ``remote_python`` (relative to ``remote_dir``);
       ``local_hosts``: extra host names to treat as this machine;
     - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
       threads per task (default: the task picks from its host's cores);
@@ -347,7 +355,7 @@ class Cluster:
     """
 
     def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
-                 run_dir=None, python: str | None = None, ssh=DEFAULT_SSH, remote_dir: str = "labkit",
+                 run_dir=None, python: str | None = None, ssh=None, remote_dir: str | None = None,
                  remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
@@ -368,8 +376,10 @@ class Cluster:
         self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run_name
         self.remote_run = f"runs/{lab}/{self.run_dir.name}"
         self.python = python or sys.executable
+        ssh = default_ssh() if ssh is None else ssh
         self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
-        self.remote_dir, self.remote_python = str(remote_dir), str(remote_python)
+        self.remote_dir = str(remote_dir) if remote_dir is not None else default_remote_dir()
+        self.remote_python = str(remote_python)
         self.local_hosts = local_addresses() | set(local_hosts)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
@@ -572,7 +582,9 @@ class Cluster:
             if rc == EXIT_PORT_IN_USE:
                 raise PortInUse(p.task.name, p.task.address, returncode=rc, log_tail=log_tail, log_path=p.log_path)
             wall = time.monotonic() - p.t_start
-            raise TaskFailed(p.task.name, rc, log_tail, p.log_path, detail=f" after {wall:.1f} s")
+            hint = remote_failure_hint(p.task.host, rc, log_tail, self.remote_dir, self.remote_python) \
+                if p.remote else ""
+            raise TaskFailed(p.task.name, rc, log_tail, p.log_path, detail=f" after {wall:.1f} s{hint}")
 
     # --------------------------------------------------------------------- stop
     def stop(self) -> None:
@@ -743,6 +755,10 @@ class Cluster:
         """Local pid of each started task (for remote tasks: their ssh client)."""
         return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None}
 
+    def local_pids(self) -> dict[str, int]:
+        """Pid of each started task that runs on this machine (what a local sampler can watch)."""
+        return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None and not p.remote}
+
     def log_tail(self, name: str, lines: int = 30) -> str:
         return tail(self._proc(name).log_path, lines)
 
@@ -757,6 +773,23 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"Cluster({self.module}, {self.run_dir}, {self._state}, {self.status() if self._procs else {}})"
+
+
+def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str) -> str:
+    """What a remote task's early failure most likely means, and the fix ('' if unclear):
+    ssh's own exit code 255, a missing kit directory, interpreter or task module."""
+    guide = "see docs/cluster.md"
+    if returncode == 255:
+        return (f" (ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
+                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide})")
+    missing = "No such file or directory" in log_tail or "not found" in log_tail
+    if missing and (f"cd: {remote_dir}" in log_tail or remote_python in log_tail):
+        return (f" (the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
+                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide})")
+    if "No module named" in log_tail:
+        return (f" (the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
+                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide})")
+    return ""
 
 
 def _accepts(host: str, port: int) -> bool:

@@ -18,7 +18,8 @@ Three trainers share the same start (one seeded draw of W ~ N(0, 0.01^2), b = 0)
 
 ``train_core`` / ``train_keras`` drive a trainer for some epochs and return an ``LRRun``: a tidy
 per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for every version),
-the weights, and timings. They show a ``tqdm.auto`` bar and write TensorBoard scalars.
+the weights, and timings. They show a progress bar (``labkit.progress``: a widget in JupyterLab,
+text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.paths``).
 ``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
 
 TensorFlow and Keras are imported inside the functions, so the grader imports this cheaply.
@@ -334,8 +335,13 @@ class LRRun:
         return path
 
 
-def default_logdir(version: str, root="runs/lab1") -> Path:
-    """``runs/lab1/<version>-<timestamp>``: one TensorBoard run per training run."""
+def default_logdir(version: str, root=None) -> Path:
+    """``<root>/<version>-<timestamp>``: one TensorBoard run per training run. The default
+    root is the kit's ``runs/lab1`` (``labkit.paths.runs_root()``: ``$LABKIT_RUNS`` or ``./runs``)."""
+    from labkit import paths
+
+    if root is None or root is True:
+        return paths.run_dir("lab1", prefix=version)
     return Path(root) / f"{version}-{datetime.now():%Y%m%d-%H%M%S-%f}"
 
 
@@ -344,8 +350,9 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
     """Train ``version`` ("core", "keras" or "numpy") for ``epochs`` on ``data`` (an ``ImageData``).
 
     After every epoch the test accuracy and loss are computed (same NumPy code for every
-    version), shown on a ``tqdm.auto`` bar and, with ``tensorboard_dir`` (a root such as
-    ``"runs/lab1"``), written as TensorBoard scalars to ``default_logdir(version, root)``.
+    version), shown on a progress bar (``labkit.progress.tqdm``) and, with ``tensorboard_dir``
+    (``True`` for the kit's ``runs/lab1``, or a root folder), written as TensorBoard scalars to
+    ``default_logdir(version, root)``.
     """
     if version not in TRAINERS:
         raise ValueError(f"unknown version {version!r}; choose one of {', '.join(TRAINERS)}")
@@ -360,7 +367,7 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
         import tensorflow as tf
 
         writer = tf.summary.create_file_writer(str(logdir))
-    from tqdm.auto import tqdm
+    from labkit.progress import tqdm
 
     rows = []
     with tqdm(total=epochs, desc=f"Lab 1 {version}", unit="epoch", disable=not progress) as bar:

@@ -1,0 +1,39 @@
+"""Where runs go: the one ``runs/`` root for TensorBoard scalars and cluster run directories.
+
+Every lab writes under ``runs/<lab>/<run>/``: TensorBoard scalars (``lr.train``, the chief
+of a multi-worker run) and the launcher's task logs and result files alike, so one
+``%tensorboard --logdir runs`` sees everything. The root is
+
+1. ``$LABKIT_RUNS`` when set (the grader sets it to each submission's work directory,
+   so submissions never mix), else
+2. ``runs/`` in the current working directory: a notebook's own directory in JupyterLab
+   (``notebooks/runs/``, where ``%tensorboard --logdir runs`` looks), the repository
+   when the CLI runs from it.
+
+The root is resolved to an absolute path when asked for, so a later ``os.chdir`` does
+not move a run that has started. Imports nothing from labkit.
+"""
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def runs_root() -> Path:
+    """``$LABKIT_RUNS``, else ``./runs``, as an absolute path (see the module docstring)."""
+    root = os.environ.get("LABKIT_RUNS")
+    return Path(root).absolute() if root else Path.cwd() / "runs"
+
+
+def run_dir(lab: str, run: str | None = None, prefix: str = "run") -> Path:
+    """``runs_root()/<lab>/<run>``; ``run`` defaults to ``<prefix>-<time stamp>``. Nothing is created."""
+    run = run or f"{prefix}-{datetime.now():%Y%m%d-%H%M%S-%f}"
+    for what, name in (("lab", lab), ("run", run)):
+        if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+            raise ValueError(f"{what} name {name!r} must be one path component of letters, digits, '_', '-' "
+                             f"or '.', e.g. 'lab2'")
+    return runs_root() / lab / run

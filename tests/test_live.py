@@ -1,0 +1,91 @@
+"""Live views and progress bars, in a real kernel: a live JupyterLab kernel (LABKIT_LIVE=1, as
+Jupyter Server's JPY_SESSION_NAME would make it) redraws a running cluster's per-task view in
+place through display_id updates; a headless kernel (papermill's) draws nothing during the run
+and one static figure at the end, and its progress bars are text, not widgets."""
+import json
+
+import psutil
+import pytest
+
+from labkit import live, progress
+from _kernel import kernel, ok, text
+
+pytestmark = pytest.mark.cluster
+
+RUN = """
+import os, json, time
+os.environ["LABKIT_LIVE"] = "{live}"
+from labkit import cluster, live
+from labkit.launch import Cluster
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=150, train_limit=1000, test_limit=200,
+            sample_interval=0.25, timeout=200)
+with c, live.watch(c, refresh=0.5) as view:
+    result = c.wait()
+print(json.dumps({{"live": view.live, "updates": view.updates, "errors": view.errors,
+                  "ended": [t.ended for t in result]}}))
+"""
+
+
+def _report(msgs) -> dict:
+    return json.loads(text(msgs).strip().splitlines()[-1])
+
+
+def _images(msgs, kind: str) -> list[dict]:
+    return [m for m in msgs if m["msg_type"] == kind and "image/png" in m["content"]["data"]]
+
+
+def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
+    with kernel(tmp_path, LABKIT_RUNS=tmp_path / "runs") as (km, kc):
+        msgs = ok(kc, RUN.format(live=1))
+        report = _report(msgs)
+        assert report["live"] and not report["errors"] and report["ended"] == ["done-queue", "exited"]
+        shown = [m for m in msgs if m["msg_type"] == "display_data"]
+        ids = {m["content"]["transient"]["display_id"] for m in shown}
+        assert len(shown) == 2 and len(ids) == 2, "a live view shows one table and one figure"
+        updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
+        assert {m["content"]["transient"]["display_id"] for m in updates} == ids  # redrawn in place
+        assert report["updates"] >= 2 and len(_images(msgs, "update_display_data")) >= 2
+        assert "worker:0" in updates[-2]["content"]["data"]["text/html"]
+
+        # the same finished run, headless: no live outputs, one static figure of the tasks' own samples
+        msgs = ok(kc, "os.environ['LABKIT_LIVE'] = '0'\n"
+                      "with live.watch(c) as view:\n    pass\n"
+                      "print(json.dumps({'live': view.live, 'updates': view.updates, 'errors': view.errors}))")
+        assert _report(msgs) == {"live": False, "updates": 0, "errors": []}
+        assert not [m for m in msgs if m["msg_type"] == "update_display_data"]
+        assert len(_images(msgs, "display_data")) == 1
+
+        # Lab 1's bar under papermill: text on stdout that ends at 100%, no widget
+        msgs = ok(kc, "from labkit import load_mnist, lr\n"
+                      "run = lr.train('numpy', load_mnist(limit=1000, test_limit=200), 2)")
+        assert "100%" in text(msgs) and "2/2" in text(msgs)
+        assert not [m for m in msgs if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
+        kernel_pid = km.provisioner.process.pid
+        assert not psutil.Process(kernel_pid).children(recursive=True), "tasks left running in the kernel"
+
+
+def test_progress_chooses_text_bars_unless_live(monkeypatch):
+    monkeypatch.delenv("LABKIT_LIVE", raising=False)
+    monkeypatch.setenv("JPY_SESSION_NAME", "x.ipynb")
+    assert not progress.is_live()  # no kernel here, whatever Jupyter's variable says
+    from tqdm.std import tqdm as text_bar
+
+    with progress.tqdm(total=2, disable=True) as bar:
+        assert type(bar) is text_bar
+    monkeypatch.setenv("LABKIT_LIVE", "1")
+    assert progress.is_live()
+    monkeypatch.setenv("LABKIT_LIVE", "maybe")
+    with pytest.raises(ValueError, match="LABKIT_LIVE"):
+        progress.is_live()
+
+
+def test_log_tail_and_bad_arguments(tmp_path):
+    from labkit.launch import TaskFailed
+
+    err = TaskFailed("worker:1", 1, "line 1\nline 2\nboom", tmp_path / "worker-1.log")
+    shown = live.log_tail(err, lines=2)
+    assert str(shown).endswith("line 2\nboom") and "worker:1" in shown._repr_html_()
+    with pytest.raises(ValueError, match="Cluster, a ClusterResult or a TaskFailed"):
+        live.log_tail("worker:1")
+    with pytest.raises(ValueError, match="LiveView watches"):
+        live.LiveView(object())

@@ -456,3 +456,81 @@ def sweep_throughput(frame, title: str | None = None):
     if title:
         ax.set_title(title)
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lab 2: sync vs async SGD on a parameter server (labkit.experiments.sync_async)
+# ---------------------------------------------------------------------------------------
+
+def iterations_bars(frame, title: str | None = None):
+    """Report 002 Tables 4 and 6 as bars: iterations per worker for every deploy mode and
+    batch size, one panel per mode (``Study.iterations()``'s frame); a black tick marks each
+    run's global step (sync: every worker's count; async: the sum of theirs)."""
+    import numpy as np
+
+    for c in ("mode", "deploy", "batch_size", "worker", "iterations", "global_step"):
+        if c not in frame.columns:
+            raise ValueError(f"iterations_bars(): no column {c!r} (columns: {list(frame.columns)})")
+    modes = list(dict.fromkeys(frame["mode"]))
+    configs = list(dict.fromkeys(zip(frame["deploy"], frame["batch_size"])))
+    workers = sorted(frame["worker"].unique(), key=lambda w: (w.split(":")[0] != "chief", int(w.split(":")[1])))
+    colors = dict(zip(workers, palette(len(workers))))
+    fig, axes = subplots(1, len(modes), squeeze=False, sharey=True,
+                         figsize=(max(5.0, 1.3 * len(configs) + 2) * len(modes), 3.6))
+    width = 0.8 / len(workers)
+    for ax, mode in zip(axes[0], modes):
+        part = frame[frame["mode"] == mode]
+        for i, w in enumerate(workers):
+            xs, ys = [], []
+            for j, (d, b) in enumerate(configs):
+                row = part[(part["deploy"] == d) & (part["batch_size"] == b) & (part["worker"] == w)]
+                if len(row):
+                    xs.append(j + (i - (len(workers) - 1) / 2) * width)
+                    ys.append(row["iterations"].iloc[0])
+            ax.bar(xs, ys, width, color=colors[w], label=w)
+        for j, (d, b) in enumerate(configs):
+            g = part[(part["deploy"] == d) & (part["batch_size"] == b)]["global_step"]
+            if len(g):
+                ax.hlines(g.iloc[0], j - 0.45, j + 0.45, color="black", lw=1.5,
+                          label="global step" if j == 0 else None)
+        ax.set_xticks(np.arange(len(configs)), [f"{d}\nbatch {b}" for d, b in configs])
+        ax.set_title(mode)
+    axes[0][0].set_ylabel("iterations (local steps)")
+    handles = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def sync_async_curves(curves, target_loss: float | None = None, title: str | None = None):
+    """Test accuracy and loss against wall time (s since training started) and against the
+    global step, one line per mode (``Study.curves()``'s frame): a 2 x 2 grid; a dotted line
+    at ``target_loss``, the stopping criterion."""
+    for c in ("mode", "t", "global_step", "test_loss", "test_accuracy"):
+        if c not in curves.columns:
+            raise ValueError(f"sync_async_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    modes = list(dict.fromkeys(curves["mode"]))
+    colors = dict(zip(modes, palette(len(modes))))
+    fig, axes = subplots(2, 2, sharey="row", figsize=(10, 6))
+    for j, (x, label) in enumerate((("t", "time since training started (s)"), ("global_step", "global step"))):
+        for i, metric in enumerate(("test_accuracy", "test_loss")):
+            ax = axes[i][j]
+            for m in modes:
+                part = curves[curves["mode"] == m].sort_values(x)
+                ax.plot(part[x], part[metric], "o-", ms=3, color=colors[m], label=m)
+            if i == 1:
+                ax.set_xlabel(label)
+                if target_loss is not None:
+                    ax.axhline(target_loss, color="0.3", ls=":", lw=1.2, label=f"target {target_loss:g}")
+            if j == 0:
+                ax.set_ylabel(metric.replace("_", " "))
+    axes[0][0].legend(loc="lower right")
+    if target_loss is not None:
+        axes[1][0].legend(loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return fig

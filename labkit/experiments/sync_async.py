@@ -1,0 +1,418 @@
+"""Lab 2: synchronous vs asynchronous SGD on a parameter-server cluster (softmax regression, MNIST).
+
+    check_optimizer(make_optimizer)              # the notebook's optimizer fits both modes
+    study = sweep(("sync", "async"), ("single", "cluster2"), (50, 200), target_loss=0.35,
+                  optimizer=make_optimizer)
+    study.tasks("cluster2", 50)   # report 000 Table 1.2.1: per mode and task, resources and outcome
+    study.summary()               # report 002 Tables 3 and 5: per mode, deploy mode and batch size
+    study.iterations()            # report 002 Tables 4 and 6: iterations per worker
+    study.curves()                # the chief's test loss/accuracy vs wall time and global step
+    study.bytes_per_step()        # measured bytes per global step vs 2 x model bytes per worker step
+    study.records()               # what the notebook records for the grader
+
+Every run is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers in
+report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
+of a hosts file. Resources of every task are summarized over the chief's training window
+(its ``train start``/``train end`` marks), so the ps is measured over the same seconds.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import textwrap
+import time
+from dataclasses import dataclass, field
+
+from labkit import cluster
+from labkit.launch import Cluster, ClusterResult, runs_root
+
+LAB = "lab2"
+PROGRAM = "ps_sgd"
+MODES = ("sync", "async")
+DEPLOY_MODES = ("single", "cluster", "cluster2")
+MODEL_BYTES = (784 * 10 + 10) * 4  # softmax regression in float32: 31,400 bytes
+# Table 1.2.1's resource columns: host CPU and memory, the host's network per second, the task process.
+RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s",
+                    "proc_cpu_pct", "proc_rss_bytes")
+
+
+# ------------------------------------------------------------------------------ the optimizer
+
+def optimizer_source(fn) -> str:
+    """The source of a ``make_optimizer(tf, mode, learning_rate, num_workers)`` function, to
+    send to the tasks (``--optimizer-source``); they define it and call it to build their graph."""
+    if not callable(fn) or getattr(fn, "__name__", None) != "make_optimizer":
+        raise ValueError(f"optimizer must be a function named make_optimizer(tf, mode, learning_rate, num_workers), "
+                         f"got {fn!r}")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise ValueError("cannot read the source of make_optimizer; define it with `def` at the top level of a "
+                         f"notebook cell or a module ({e})") from None
+    from labkit.tasks.ps_sgd import load_optimizer_factory
+
+    load_optimizer_factory(source)  # what the tasks will do with it: define make_optimizer, nothing else
+    return source
+
+
+def check_optimizer(fn, workers: int = 3, learning_rate: float = 0.5) -> dict:
+    """Build ``fn``'s optimizer in a scratch graph for both modes and check it as the tasks
+    will (``ps_sgd.check_optimizer``): async must return plain SGD at ``learning_rate``, sync
+    a ``SyncReplicasOptimizer`` aggregating all ``workers``. Returns {mode: class name};
+    raises ValueError with what to fix. Also checks that the source can be sent to the tasks."""
+    import tensorflow as tf
+
+    from labkit.tasks import ps_sgd
+
+    optimizer_source(fn)
+    found = {}
+    logger, level = tf.get_logger(), tf.get_logger().level
+    logger.setLevel("ERROR")  # SyncReplicasOptimizer's deprecation notice
+    try:
+        for mode in ("async", "sync"):
+            with tf.Graph().as_default():
+                opt = fn(tf, mode, learning_rate, workers)
+                ps_sgd.check_optimizer(tf, opt, mode, workers, learning_rate)
+                found[mode] = type(opt).__name__
+    finally:
+        logger.setLevel(level)
+    return found
+
+
+# ------------------------------------------------------------------------------ one run
+
+@dataclass
+class Run:
+    """One cluster run: its mode, deploy mode, batch size, and what the tasks wrote."""
+    mode: str
+    deploy: str
+    batch_size: int
+    result: ClusterResult
+
+    @property
+    def workers(self) -> list:
+        return self.result.trainers()
+
+    @property
+    def chief(self):
+        return next(t for t in self.workers if t.type == "chief" or (t.type == "worker" and t.index == 0))
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} {self.deploy} b{self.batch_size}"
+
+    def global_step(self) -> int:
+        """Updates applied to the model: ps 0's global step after every trainer finished."""
+        ps = [t for t in self.result if t.type == "ps" and t.index == 0]
+        steps = ps[0].steps if ps else {}
+        return int(steps.get("global_final", self.chief.steps.get("global_at_exit")))
+
+    def local_steps(self) -> dict[str, int]:
+        return {t.name: int(t.steps.get("local", 0)) for t in self.workers}
+
+    def train_s(self) -> float:
+        """The job's training time: the slowest worker's (report 002: max across workers)."""
+        return max(t.result["timings"]["train_s"] for t in self.workers)
+
+    def window(self) -> tuple[float, float]:
+        """The chief's training window in seconds on the merged samples' time axis."""
+        marks = {m["label"]: m["t"] for m in self.samples().attrs["marks"] if m.get("task") == self.chief.name}
+        return marks["train start"], marks["train end"]
+
+    def samples(self):
+        """Every task's resource samples, merged (``ClusterResult.samples``)."""
+        if not hasattr(self, "_samples"):
+            self._samples = self.result.samples()
+        return self._samples
+
+    def training_marks(self) -> list[dict]:
+        """Each task's ``train start``/``train end`` marks, for ``plots.resource_timeline``."""
+        return [m for m in self.samples().attrs["marks"] if m["label"] in ("train start", "train end")]
+
+    def summary(self) -> dict:
+        c = self.chief.result
+        local = self.local_steps()
+        return {"mode": self.mode, "deploy": self.deploy, "batch_size": self.batch_size, "workers": len(local),
+                "iterations": sum(local.values()), "global_step": self.global_step(),
+                "time_s": self.train_s(), "test_accuracy": c["metrics"]["test_accuracy"],
+                "test_loss": c["metrics"]["test_loss"], "stop": c.get("stop", {}).get("reason"),
+                "global_steps_per_s": self.global_step() / self.train_s(), "wall_s": self.result.wall_s}
+
+
+def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, target_loss: float | None = None,
+                 max_steps: int = 2000, epochs: float | None = None, learning_rate: float = 0.5,
+                 train_limit: int | None = 10000, test_limit: int | None = 2000, eval_every: int = 50,
+                 seed: int = 0, hosts=None, optimizer=None, run: str | None = None, timeout: float = 600,
+                 sample_interval: float = 0.25, **task_args) -> Cluster:
+    """A (not yet started) cluster for one run: ``deploy`` is a report 002 deploy mode
+    (``single`` 1 ps + 1 worker, ``cluster`` 1 + 2, ``cluster2`` 1 + 3) on 127.0.0.1, or
+    on ``hosts`` (a hosts file or list). ``optimizer``: the notebook's ``make_optimizer``."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: choose 'sync' or 'async'")
+    if deploy not in cluster.MODES:
+        raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(DEPLOY_MODES)}")
+    spec = cluster.build(deploy, hosts=hosts or None)
+    run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout, mode=mode, batch_size=batch_size,
+                   steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
+                   train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
+                   seed=seed, sample_interval=sample_interval,
+                   optimizer_source=optimizer_source(optimizer) if optimizer is not None else None, **task_args)
+
+
+def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
+    """Train once to the end (``make_cluster``'s arguments); ``log`` gets the chief's lines
+    (each periodic evaluation) as they come."""
+    from labkit.experiments.lenet_sweep import follow
+
+    def on_line(task: str, line: str) -> None:
+        if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
+            log(f"{mode} {deploy} b{batch_size} | {line.split('] ', 1)[-1]}")
+
+    with make_cluster(mode, deploy, batch_size, **kwargs) as c:
+        return Run(mode, deploy, batch_size, follow(c, on_line))
+
+
+# ------------------------------------------------------------------------------ a study
+
+@dataclass
+class Study:
+    """The runs of a sweep, with the lab's tables."""
+    runs: list[Run] = field(default_factory=list)
+
+    def find(self, mode: str, deploy: str | None = None, batch_size: int | None = None) -> Run:
+        for r in self.runs:
+            if r.mode == mode and deploy in (None, r.deploy) and batch_size in (None, r.batch_size):
+                return r
+        have = ", ".join(r.label for r in self.runs)
+        raise KeyError(f"no {mode} run for deploy {deploy}, batch {batch_size}; runs: {have}")
+
+    def headline(self) -> tuple[str, int]:
+        """(deploy, batch) of Table 1.2.1: the deploy mode with the most workers, the first batch size."""
+        best = max(self.runs, key=lambda r: (len(r.workers), -self.runs.index(r)))
+        return best.deploy, best.batch_size
+
+    def summary(self):
+        """Report 002 Tables 3 and 5: per mode, deploy mode and batch size, iterations summed
+        over workers, global steps, time (slowest worker), the chief's final accuracy and loss,
+        and why training stopped."""
+        import pandas as pd
+
+        return pd.DataFrame([r.summary() for r in self.runs]).set_index(["mode", "deploy", "batch_size"])
+
+    def iterations(self):
+        """Report 002 Tables 4 and 6: one row per worker of every run: its iterations (local
+        steps), their share of the global step, its training time and steps/s."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            g = r.global_step()
+            for t in r.workers:
+                local = int(t.steps.get("local", 0))
+                rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "worker": t.name,
+                             "host": t.host, "iterations": local, "global_step": g,
+                             "share": local / g if g else math.nan, "time_s": t.result["timings"]["train_s"],
+                             "steps_per_s": t.steps.get("local_per_s"),
+                             "test_accuracy": t.metrics.get("test_accuracy")})
+        return pd.DataFrame(rows)
+
+    def tasks(self, deploy: str | None = None, batch_size: int | None = None):
+        """Report 000 Table 1.2.1 for one deploy mode and batch size (default: ``headline()``):
+        per mode and task, over the chief's training window, the host's average user CPU,
+        memory used and network receive/send per second, the task process's CPU (100 = one
+        core) and RSS; then the final test loss and accuracy (chief) and the training time."""
+        import pandas as pd
+
+        from labkit.monitor import summarize_tasks
+
+        if deploy is None or batch_size is None:
+            d, b = self.headline()
+            deploy, batch_size = deploy or d, batch_size or b
+        frames = []
+        for mode in dict.fromkeys(r.mode for r in self.runs):
+            r = self.find(mode, deploy, batch_size)
+            start, end = r.window()
+            res = summarize_tasks(r.samples(), start, end)
+            table = res[["host", *RESOURCE_COLUMNS]].copy()
+            for t in r.result:
+                table.loc[t.name, "local_steps"] = t.steps.get("local")
+                table.loc[t.name, "test_loss"] = t.metrics.get("test_loss")
+                table.loc[t.name, "test_accuracy"] = t.metrics.get("test_accuracy")
+                table.loc[t.name, "time_s"] = (t.result or {}).get("timings", {}).get("train_s")
+            table.insert(0, "mode", mode)
+            frames.append(table.reset_index())
+        return pd.concat(frames, ignore_index=True).set_index(["mode", "task"])
+
+    def curves(self, deploy: str | None = None, batch_size: int | None = None):
+        """The chief's test loss and accuracy, evaluated every ``eval_every`` global steps and at
+        the end, long form: mode, deploy, batch_size, t (s since training started),
+        global_step, test_loss, test_accuracy. Default: the ``headline()`` runs."""
+        import pandas as pd
+
+        if deploy is None or batch_size is None:
+            d, b = self.headline()
+            deploy, batch_size = deploy or d, batch_size or b
+        rows = []
+        for r in self.runs:
+            if (r.deploy, r.batch_size) != (deploy, batch_size):
+                continue
+            for e in r.chief.result["series"]["eval"]:
+                rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "t": e["t"],
+                             "global_step": e["global_step"], "test_loss": e["test_loss"],
+                             "test_accuracy": e["test_accuracy"]})
+        return pd.DataFrame(rows)
+
+    def bytes_per_step(self):
+        """Bytes on the wire per global step and per worker step, measured during training,
+        against the analytic model (``costmodel.step_bytes``): a worker step pulls the model
+        and pushes a gradient of the same size, 2 x model bytes; a sync global step is N
+        worker steps, an async one is one.
+
+        Two measurements: ``sockets``, the bytes the workers' own TCP sockets sent and
+        received (exact per task: ``labkit.sockets``); and ``host``, the host counters of
+        the workers' NICs and ``lo``, what dstat would show: per host the bytes sent per
+        second over its longest trainer window, summed over hosts, over the global steps per
+        second. On 127.0.0.1 that is ``lo``, which also counts any other program's loopback
+        traffic; on a cluster, NICs plus each host's ``lo`` (worker 0 talks to its co-located
+        ps over ``lo``). ``measured`` is the sockets' number where ``ss`` was available."""
+        import pandas as pd
+
+        from labkit.costmodel import step_bytes
+
+        rows = []
+        for r in self.runs:
+            nets = {t.name: t.result.get("net") or {} for t in r.workers}
+            g, local = r.global_step(), sum(r.local_steps().values())
+            if not g or not local:
+                continue
+            n = len(r.workers)
+            sockets = None
+            if all("tcp_sent_bytes" in v for v in nets.values()):
+                sockets = sum(v["tcp_sent_bytes"] + v["tcp_recv_bytes"] for v in nets.values()) / g
+            host = math.nan
+            per_host: dict[str, dict] = {}
+            for t in r.workers:
+                v = nets[t.name]
+                if v.get("window_s", 0) > per_host.get(t.host, {}).get("window_s", 0):
+                    per_host[t.host] = v
+            chief = nets[r.chief.name]
+            if per_host and chief.get("global_steps"):
+                rate = sum(v["sent_bytes"] / v["window_s"] for v in per_host.values())
+                host = rate / (chief["global_steps"] / chief["window_s"])
+            measured = sockets if sockets is not None else host
+            per_global = local / g  # worker steps per global step: N in sync, 1 in async
+            analytic_worker = step_bytes("ps", MODEL_BYTES, 1).total
+            rows.append({"run": r.label, "mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size,
+                         "workers": n, "method": "sockets" if sockets is not None else "host",
+                         "bytes_per_global_step": measured,
+                         "analytic_per_global_step": step_bytes("ps", MODEL_BYTES, n if r.mode == "sync" else 1).total,
+                         "bytes_per_worker_step": measured / per_global, "analytic_per_worker_step": analytic_worker,
+                         "measured_over_analytic": measured / per_global / analytic_worker,
+                         "host_bytes_per_worker_step": host / per_global,
+                         "host_nics": "+".join(sorted({x for v in per_host.values() for x in v.get("nics", [])}))})
+        return pd.DataFrame(rows)
+
+    def records(self, deploy: str | None = None, batch_size: int | None = None) -> dict:
+        """What the notebook records for the grader, from the ``headline()`` runs (or the given
+        ones): final accuracy, training time, global step (and per second), steps per worker and
+        bytes per step (and over the analytic) per mode, and each run's directory (relative to the working directory when inside it),
+        where the task result files let the grader re-check the steps."""
+        if deploy is None or batch_size is None:
+            d, b = self.headline()
+            deploy, batch_size = deploy or d, batch_size or b
+        bytes_table = self.bytes_per_step()
+        out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
+               "bytes_per_worker_step": {}, "bytes_per_global_step": {}, "bytes_over_analytic": {}, "run_dir": {}}
+        for mode in dict.fromkeys(r.mode for r in self.runs):
+            r = self.find(mode, deploy, batch_size)
+            s = r.summary()
+            out["accuracy"][mode] = s["test_accuracy"]
+            out["time_s"][mode] = s["time_s"]
+            out["global_step"][mode] = s["global_step"]
+            out["global_steps_per_s"][mode] = s["global_steps_per_s"]
+            out["steps_per_worker"][mode] = r.local_steps()
+            b = bytes_table[bytes_table["run"] == r.label] if len(bytes_table) else bytes_table
+            for key, column in (("bytes_per_worker_step", "bytes_per_worker_step"),
+                                ("bytes_per_global_step", "bytes_per_global_step"),
+                                ("bytes_over_analytic", "measured_over_analytic")):
+                out[key][mode] = float(b[column].iloc[0]) if len(b) else None
+            out["run_dir"][mode] = _relative(r.result.run_dir)
+        out["headline"] = {"deploy": deploy, "batch_size": batch_size}
+        return out
+
+
+def _relative(path) -> str:
+    """``path`` relative to the working directory when it lies inside it (a graded notebook's
+    runs), else absolute."""
+    path = os.path.abspath(path)
+    cwd = os.getcwd()
+    return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+
+
+def _as_tuple(name: str, values, allowed=None, positive_int: bool = False) -> tuple:
+    values = (values,) if isinstance(values, (str, int)) else tuple(values)
+    if not values:
+        raise ValueError(f"{name} is empty; give at least one value")
+    for v in values:
+        if positive_int and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be positive integers, e.g. [50, 200]; got {values!r}")
+        if allowed is not None and v not in allowed:
+            raise ValueError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
+    return values
+
+
+def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, progress: bool = True, log=print,
+          study: Study | None = None, **kwargs) -> Study:
+    """Run every (deploy mode, batch size, mode), each a fresh cluster (``make_cluster``'s
+    arguments: target_loss, max_steps, learning_rate, hosts, optimizer ...). Modes run side
+    by side per configuration, so a sync/async pair shares the machine's conditions."""
+    modes = _as_tuple("modes", modes, MODES)
+    deploys = _as_tuple("deploy modes", deploys, tuple(cluster.MODES))
+    batch_sizes = _as_tuple("batch sizes", batch_sizes, positive_int=True)
+    limit = kwargs.get("train_limit", 10000) or 60000
+    for d in deploys:
+        for b in batch_sizes:
+            if limit // cluster.MODES[d][1] < b:
+                raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
+                                 f"batch {b} examples; raise train_limit or lower the batch size")
+    study = study if study is not None else Study()
+    configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(configs), desc="runs", unit="run")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        for d, b, m in configs:
+            if bar is not None:
+                bar.set_postfix_str(f"{m}, {d}, batch {b}")
+            study.runs.append(run(m, d, b, run=f"study-{stamp}/{m}-{d}-b{b}", log=log, **kwargs))
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return study
+
+
+def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, learning_rate: float = 0.5,
+                 train_limit: int | None = 10000, test_limit: int | None = 2000, seed: int = 0, hosts=None,
+                 timeout: float = 600) -> dict:
+    """The same model with TF2's ``ParameterServerStrategy`` + ``ClusterCoordinator`` (async
+    only; ``labkit.tasks.strategy_train --strategy ps``): a chief that schedules steps on
+    ``workers`` workers, variables on one ps. Returns a row comparable to ``Run.summary()``."""
+    spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
+    run_name = f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    result = Cluster(spec, "strategy_train", lab=LAB, run=run_name, timeout=timeout, strategy="ps",
+                     model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
+                     train_limit=train_limit, test_limit=test_limit, seed=seed).run()
+    tr = result["chief:0"].result["train"]
+    steps = sum(h["steps"] for h in tr["history"])
+    train_s = result["chief:0"].result["timings"]["train_s"]
+    return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
+            "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,
+            "time_s": train_s, "test_accuracy": tr["val_accuracy"], "test_loss": tr["val_loss"],
+            "stop": f"{epochs} epoch(s)", "global_steps_per_s": steps / train_s, "wall_s": result.wall_s}

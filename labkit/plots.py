@@ -459,6 +459,110 @@ def sweep_throughput(frame, title: str | None = None):
 
 
 # ---------------------------------------------------------------------------------------
+# Lab 3: sparse logistic regression (labkit.experiments.sparse_lr)
+# ---------------------------------------------------------------------------------------
+
+_METHOD_NAMES = {"sparse": "sparse (unique + segment sum)", "dense": "dense (report 001)",
+                 "dense_per_example": "dense, per-example matrix (Table 1)"}
+
+
+def op_profile(profile, title: str | None = None):
+    """Step time and bytes allocated per step against num_features (both log scales), one
+    line per method, one column per batch size (``sparse_lr.profile_ops``'s frame)."""
+    from matplotlib.ticker import FuncFormatter
+
+    for c in ("num_features", "batch", "method", "step_ms", "alloc_bytes"):
+        if c not in profile.columns:
+            raise ValueError(f"op_profile(): no column {c!r} (columns: {list(profile.columns)})")
+    batches = sorted(profile["batch"].unique())
+    methods = list(dict.fromkeys(profile["method"]))
+    colors = dict(zip(methods, palette(len(methods))))
+    fig, axes = subplots(2, len(batches), sharex=True, sharey="row", squeeze=False,
+                         figsize=(max(4.5 * len(batches), 7), 6.5))
+    for j, b in enumerate(batches):
+        for m in methods:
+            part = profile[(profile["batch"] == b) & (profile["method"] == m)].sort_values("num_features")
+            if len(part):
+                axes[0][j].plot(part["num_features"], part["step_ms"], "o-", color=colors[m],
+                                label=_METHOD_NAMES.get(m, m))
+                axes[1][j].plot(part["num_features"], part["alloc_bytes"], "o-", color=colors[m])
+        axes[0][j].set_title(f"batch {b}")
+        axes[1][j].set_xlabel("num_features")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+    axes[0][0].set_ylabel("step time (ms)")
+    axes[0][0].yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axes[1][0].set_ylabel("bytes allocated per step")
+    log_bytes_axis(axes[1][0], "y")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def error_curves(curves, optimum: dict | None = None, x: str = "samples", title: str | None = None):
+    """Test error (left) and log-loss (right) against training samples, one line per run
+    (``Experiment.curves()``). ``optimum`` (``clickdata.optimum``) adds the best achievable
+    and the majority-class levels as dotted lines."""
+    from matplotlib.ticker import FuncFormatter
+
+    for c in (x, "run", "test_error", "test_logloss"):
+        if c not in curves.columns:
+            raise ValueError(f"error_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    runs = list(dict.fromkeys(curves["run"]))
+    colors = dict(zip(runs, palette(len(runs))))
+    fig, axes = subplots(1, 2, figsize=(11, 3.4))
+    for r in runs:
+        part = curves[curves["run"] == r].sort_values(x)
+        for ax, metric in zip(axes, ("test_error", "test_logloss")):
+            ax.plot(part[x], part[metric], "o-", ms=3, color=colors[r], label=r)
+    if optimum:
+        for ax, best, floor in ((axes[0], 1 - optimum["bayes_accuracy"], 1 - optimum["majority_accuracy"]),
+                                (axes[1], optimum["bayes_logloss"], optimum["majority_logloss"])):
+            ax.axhline(best, color="0.2", ls=":", lw=1.2, label="best achievable (true model)")
+            ax.axhline(floor, color="0.6", ls="--", lw=1, label="majority class")
+    for ax, name in zip(axes, ("test error", "test log-loss")):
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(name)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}"))
+    axes[1].legend(loc="upper right", fontsize="x-small")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def minibatch_sweep(summary, title: str | None = None):
+    """Report 004 Table 3 as a figure: training time for a fixed number of examples (left)
+    and final test accuracy (right) against batch size, one line per mode
+    (``Experiment.summary()`` of a sweep)."""
+    from matplotlib.ticker import FuncFormatter
+
+    for c in ("mode", "batch", "train_s", "test_accuracy"):
+        if c not in summary.columns:
+            raise ValueError(f"minibatch_sweep(): no column {c!r} (columns: {list(summary.columns)})")
+    modes = list(dict.fromkeys(summary["mode"]))
+    colors = dict(zip(modes, palette(len(modes))))
+    fig, axes = subplots(1, 2, figsize=(10, 3.3))
+    for m in modes:
+        part = summary[summary["mode"] == m].sort_values("batch")
+        axes[0].plot(part["batch"], part["train_s"], "o-", color=colors[m], label=m)
+        axes[1].plot(part["batch"], part["test_accuracy"], "o-", color=colors[m], label=m)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.set_xlabel("batch size per worker")
+    axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axes[0].set_ylabel("training time (s)")
+    axes[1].set_ylabel("test accuracy")
+    axes[0].legend(loc="best")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
 # Lab 2: sync vs async SGD on a parameter server (labkit.experiments.sync_async)
 # ---------------------------------------------------------------------------------------
 

@@ -59,7 +59,8 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"methods {bad} unknown; choose from {METHODS}")
-    plan = [(int(f), int(b), m) for f in features for b in batches for m in methods
+    features, batches = _positive_ints("features", features), _positive_ints("batches", batches)
+    plan = [(f, b, m) for f in features for b in batches for m in methods
             if m != "dense_per_example" or f * b * 4 <= per_example_limit]
     bar = _bar(len(plan), "op profile", "config") if progress else None
     rows = []
@@ -246,7 +247,7 @@ class Experiment:
             bound = float(np.mean([e["metrics"]["bound_bytes_per_step"] for e in tr.values()]))
             measured = float(np.mean(tcp)) if tcp else math.nan
             rows.append({"run": label, "mode": mode, "batch": batch, "workers": len(tr),
-                         "global_steps": chief["steps"]["global"],
+                         "global_steps": max(e["steps"]["global"] for e in tr.values()),
                          "local_steps": ", ".join(str(e["steps"]["local"]) for e in tr.values()),
                          "train_s": max(e["train_s"] for e in tr.values()),
                          "s_per_1k_iterations": m["s_per_1k_global_steps"], "test_accuracy": m["test_accuracy"],
@@ -389,6 +390,16 @@ def evaluate_weights(path) -> dict:
     test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"],
                      click_seed=s["click_seed"])
     return evaluate_arrays(w, test)
+
+
+def _positive_ints(name: str, values) -> tuple[int, ...]:
+    import numbers
+
+    values = (values,) if isinstance(values, numbers.Integral) else values
+    if isinstance(values, str) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                          for v in values) or not len(values):
+        raise ValueError(f"{name} must be a list of positive integers, e.g. [10_000, 1_000_000]; got {values!r}")
+    return tuple(int(v) for v in values)
 
 
 def _bar(total: int, desc: str, unit: str):

@@ -154,3 +154,24 @@ def lab1_weights(ctx: Context, artifact: str = "artifacts/lab1_core_weights.npz"
     if abs(acc - claimed) <= tolerance:
         return Verdict(True, value=acc)
     return Verdict(False, f"recorded {claimed:.4f} but the saved weights give {acc:.4f} on the test set", acc)
+
+
+@verifier("lab3_weights")
+def lab3_weights(ctx: Context, weights: str = "artifacts.sync_weights", tolerance: float = 0.002) -> Verdict:
+    """Lab 3: the recorded test accuracy is what the chief's saved sparse LR weights give on
+    the test set the file names (a9a, or the seeded click data). ``weights`` is the record
+    holding the file's path (relative to the working directory)."""
+    try:
+        path = ctx.workdir / str(lookup(ctx.records, weights))
+    except Missing as e:
+        raise Unverifiable(f"no record {weights!r} names the saved weights (the records cell writes it): {e}") from e
+    if not path.is_file():
+        raise Unverifiable(f"{path.name} was not saved, so the accuracy cannot be re-checked (the records cell "
+                           f"copies it from the cluster's run directory)")
+    from labkit.experiments.sparse_lr import evaluate_weights
+
+    acc = evaluate_weights(path)["accuracy"]
+    claimed = float(ctx.claimed)
+    if abs(acc - claimed) <= tolerance:
+        return Verdict(True, value=acc)
+    return Verdict(False, f"recorded {claimed:.4f} but the saved weights give {acc:.4f} on the test set", acc)

@@ -62,8 +62,8 @@ in the resource samples) and:
 - ``steps``: ``local`` and ``global`` (this run's global steps when this task finished;
   trainers), ``target``; the ps's entries have ``rounds`` (sync runs);
 - ``metrics`` (trainers): ``tcp_bytes_per_step`` (this process's TCP payload, sent +
-  received, per training step, from the sockets' ``TCP_INFO``: exact per process, unlike
-  the host-wide ``lo`` counters that every program shares), ``unique_per_step`` and
+  received, per training step, from the kernel's per-socket counters (``labkit.sockets``):
+  exact per process, unlike the host-wide ``lo`` counters that every program shares), ``unique_per_step`` and
   ``bound_bytes_per_step`` (the analytic O(nnz) bound for those unique features),
   ``dense_bytes_per_step`` (report 001's 2 x num_features x 4), ``s_per_1k_global_steps``,
   ``s_per_1k_local_steps``, ``examples_per_s``; chief: ``test_accuracy``,
@@ -83,8 +83,6 @@ import argparse
 import json
 import math
 import os
-import socket
-import struct
 import time
 from dataclasses import dataclass
 
@@ -244,40 +242,16 @@ def load_weights(path) -> tuple[np.ndarray, dict]:
 
 # ----------------------------------------------------------------------------- bytes on the wire
 
-_TCP_INFO_BYTES = struct.Struct("QQ")  # tcpi_bytes_acked, tcpi_bytes_received (Linux >= 4.2)
-_TCP_INFO_OFFSET = 120
-
-
 def process_tcp_bytes() -> int | None:
-    """Bytes this process's TCP sockets have sent (and had acknowledged) plus received,
-    summed over its open sockets, from the kernel's per-socket ``TCP_INFO``.
+    """Bytes this process has sent + received over its open TCP sockets (``labkit.sockets``,
+    the kernel's per-socket counters). TensorFlow's gRPC channels stay open for the whole
+    session, so the difference of two readings is this task's traffic in between, whatever
+    else uses the network (the host's ``lo`` counters count every program on the machine).
+    None where ``ss`` is missing."""
+    from labkit.sockets import tcp_bytes
 
-    TensorFlow's gRPC channels stay open for the whole session, so the difference of two
-    readings is this task's traffic in between, whatever else uses the network (the
-    host's ``lo`` counters count every program on the machine). None where unsupported."""
-    fd_dir = "/proc/self/fd"
-    if not hasattr(socket, "TCP_INFO") or not os.path.isdir(fd_dir):
-        return None
-    total = 0
-    for name in os.listdir(fd_dir):
-        try:
-            if not os.readlink(f"{fd_dir}/{name}").startswith("socket:"):
-                continue
-            dup = os.dup(int(name))
-        except OSError:
-            continue  # closed meanwhile
-        try:
-            s = socket.socket(fileno=dup)  # owns the duplicate only; closing it leaves the original open
-        except OSError:
-            os.close(dup)
-            continue
-        with s:
-            if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-            if len(info) >= _TCP_INFO_OFFSET + _TCP_INFO_BYTES.size:
-                total += sum(_TCP_INFO_BYTES.unpack_from(info, _TCP_INFO_OFFSET))
-    return total
+    counts = tcp_bytes([os.getpid()])
+    return None if counts is None else sum(counts[os.getpid()])
 
 
 # ----------------------------------------------------------------------------- the graph

@@ -112,12 +112,16 @@ def _spec_arguments(p) -> None:
 
 
 def _launcher_arguments(p) -> None:
+    _remote_arguments(p)
+    p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
+
+
+def _remote_arguments(p) -> None:
     p.add_argument("--ssh", help="ssh command for remote hosts (default $LABKIT_SSH, else "
                                  "'ssh -o BatchMode=yes -o ConnectTimeout=10')")
     p.add_argument("--remote-dir", help="the kit's directory on remote hosts (default $LABKIT_REMOTE_DIR, else labkit)")
     p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
                                                                          "relative to --remote-dir")
-    p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
 
 
 def _launcher(args, program: str, **kwargs):
@@ -188,7 +192,54 @@ def _add_run(sub) -> None:
     p.set_defaults(func=_run)
 
 
-REGISTRARS = [_add_data, _add_cluster, _add_run, _add_bench, _add_monitor, _add_grade, _add_release]
+def _nodes(args) -> int:
+    import shlex
+
+    from labkit import launch, nodes
+
+    remote = dict(ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
+                  remote_python=args.remote_python)
+    try:
+        if args.action == "setup":
+            nodes.setup(args.hosts, install=args.install, datasets=args.dataset or nodes.DEFAULT_DATASETS,
+                        data_mirror=args.data_mirror, copy=not args.no_copy, **remote)
+        elif args.action == "check":
+            nodes.check(args.hosts, **remote)
+        else:
+            for path in nodes.resource_csvs(args.run_dir, args.out, dstat=args.dstat):
+                print(path)
+    except (ValueError, nodes.NodeError, launch.VersionSkew) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_nodes(sub) -> None:
+    p = sub.add_parser("nodes", help="prepare a cluster's nodes over ssh (copy, install, data, versions), check "
+                                     "them, or write a finished run's per-node resource CSVs (docs/cluster.md)")
+    p.add_argument("action", choices=["setup", "check", "csv"])
+    p.add_argument("run_dir", nargs="?", help="csv: the run directory (runs/<lab>/<run>)")
+    p.add_argument("--hosts", help="setup/check: hosts file (one host per line)")
+    p.add_argument("--install", default="make setup", help="setup: install command run in the kit's directory "
+                                                          "(default 'make setup')")
+    p.add_argument("--dataset", action="append", help="setup: datasets to fetch (default mnist and a9a); repeatable")
+    p.add_argument("--data-mirror", help="setup: where the nodes fetch data from: a directory every node mounts "
+                                         "or a URL (default: the public mirrors)")
+    p.add_argument("--no-copy", action="store_true", help="setup: the kit is already there (e.g. git clone)")
+    p.add_argument("--out", default="out/nodes", help="csv: output folder (default out/nodes)")
+    p.add_argument("--dstat", action="store_true", help="csv: dstat's --output layout")
+    _remote_arguments(p)
+
+    def run(a):
+        if a.action == "csv" and not a.run_dir:
+            p.error("csv needs the run directory: python -m labkit nodes csv runs/<lab>/<run>")
+        if a.action != "csv" and not a.hosts:
+            p.error(f"{a.action} needs --hosts FILE (one host per line; see docs/cluster.md)")
+        return _nodes(a)
+    p.set_defaults(func=run)
+
+
+REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_bench, _add_monitor, _add_grade, _add_release]
 
 
 def build_parser() -> argparse.ArgumentParser:

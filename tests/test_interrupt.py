@@ -1,0 +1,97 @@
+"""Interrupting a notebook kernel (the stop button: SIGINT to the kernel through jupyter_client)
+while a cluster starts or runs leaves no task process and no bound port, and the kernel lives on.
+
+The cells are what a lab notebook runs: a ``labkit.launch.Cluster`` of ``labkit.tasks.ps_sgd``
+under a live view (``labkit.live``), waiting. The tasks run in their own sessions, so the
+interrupt reaches only the kernel, which must stop them itself."""
+import json
+import time
+
+import psutil
+import pytest
+
+from labkit import cluster
+from _kernel import kernel, ok, reply, text, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SETUP = """
+import json, os, threading
+from labkit import cluster, live
+from labkit.launch import Cluster
+def make():
+    return Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
+                   test_limit=200, sample_interval=0.25, timeout=300)
+def note(name, c):
+    with open(name + ".tmp", "w") as f:
+        json.dump({"ports": [t.port for t in c.spec.tasks()], "pids": list(c.pids().values())}, f)
+    os.replace(name + ".tmp", name)
+"""
+
+STARTING = """
+c1 = make()
+note("starting.json", c1)
+c1.start()          # interrupted while the tasks import TensorFlow
+"""
+
+RUNNING = """
+c2 = make()
+with c2, live.watch(c2, live=True, refresh=0.5):
+    note("running.json", c2)
+    c2.wait()       # interrupted while the workers train
+"""
+
+AFTER = """
+print(json.dumps({"status": [c1.status(), c2.status()],
+                  "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("labkit"))}))
+"""
+
+
+def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
+    """Run ``code``, interrupt it once ``ready()`` returns the task pids; return them."""
+    kc.execute(code)
+    deadline = time.monotonic() + timeout
+    while not (pids := ready()):
+        assert time.monotonic() < deadline, "the cluster never got to the point of the interrupt"
+        time.sleep(0.1)
+    km.interrupt_kernel()
+    content = reply(kc, timeout=60)
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
+    return pids
+
+
+def _gone(kernel_pid: int, pids: list[int], ports: list[int]) -> None:
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"task processes survived the interrupt: {alive}"
+    left = psutil.Process(kernel_pid).children(recursive=True)
+    assert not left, f"the kernel still has children: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+    assert all(cluster.port_is_free(p) for p in ports), f"a port of {ports} is still bound"
+
+
+def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
+    with kernel(tmp_path, LABKIT_RUNS=tmp_path / "runs") as (km, kc):
+        kernel_pid = km.provisioner.process.pid
+        ok(kc, SETUP)
+
+        def spawned():  # every task process exists (they are still importing TensorFlow)
+            if not (tmp_path / "starting.json").exists():
+                return None
+            kids = psutil.Process(kernel_pid).children()
+            return [p.pid for p in kids] if len(kids) >= 3 else None
+
+        pids = _interrupt(km, kc, STARTING, spawned)
+        _gone(kernel_pid, pids, json.loads((tmp_path / "starting.json").read_text())["ports"])
+
+        def training():  # servers up (start() returned), the workers are in their loop
+            if not (tmp_path / "running.json").exists():
+                return None
+            time.sleep(1.0)
+            return json.loads((tmp_path / "running.json").read_text())["pids"]
+
+        pids = _interrupt(km, kc, RUNNING, training)
+        _gone(kernel_pid, pids, json.loads((tmp_path / "running.json").read_text())["ports"])
+
+        after = json.loads(text(ok(kc, AFTER)).strip().splitlines()[-1])  # the kernel lives on
+        for status in after["status"]:
+            assert set(status.values()) <= {"terminated", "killed"}, status
+        assert after["threads"] == [], f"live view or sampler threads left running: {after['threads']}"

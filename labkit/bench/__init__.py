@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "launcher": "labkit.bench.launcher",
     "grading": "labkit.bench.grading",
     "lenet": "labkit.bench.lenet",
+    "ring_vs_ps": "labkit.bench.ring_vs_ps",
 }
 
 

@@ -1,0 +1,578 @@
+"""Lab 5: ring all-reduce vs parameter server on the same model and loop: scaling, bytes, a cost model.
+
+    s = scaling(workers=(1, 2, 3), models=("lenet5", "mlp"), steps=16)
+    s.table()            # images/s, time per step, speed-up per (model, architecture, N)
+    s.task_bytes()       # bytes per step per task, measured vs analytic, deviations flagged
+    cal = s.calibrate()  # the alpha-beta cost model fitted to these runs
+    cal.errors()         # predicted vs measured step times; cal.fit_error()
+    cal.curves()         # predicted scaling for N = 1..max, to overlay on the measured points
+    s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
+
+Every run is a real cluster of ``labkit.tasks.strategy_train`` processes started by
+``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file), training with the
+one loop of ``labkit.train_loop``:
+
+- ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
+  chief and N workers. ``ps_sync`` (the default) closes every step with a barrier, one
+  closure per worker: the traffic and timing of a synchronous PS step, as the cost model
+  assumes. Without it the workers step asynchronously (Lab 2's other mode).
+- ``ring``: ``MultiWorkerMirroredStrategy`` with ``CommunicationImplementation.RING``,
+  N workers; N=1 is one worker with nobody to talk to: the compute baseline.
+
+Per-worker batch and steps are the same everywhere, so a step moves N x batch images in
+both architectures. Images/s leave out the first step (tracing, connection set-up).
+
+Bytes per step: the ``lo`` counter (system-wide, one side) around the training steps gives
+the total; each task's own sockets (``labkit.sockets``) give its share, so the ps's load
+growing with N shows on one machine. On a cluster, tasks the measuring process cannot see
+(another node) fall back to their node's NIC counters over the chief's training window.
+
+Locally every task gets one intra-op thread (``threads="auto"``), so a worker behaves like a
+one-core node: N workers share the machine's cores, which the cost model knows (``cores``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+from labkit import cluster, costmodel
+from labkit.launch import Cluster, ClusterResult, runs_root
+
+LAB = "lab5"
+PROGRAM = "strategy_train"
+ARCHS = costmodel.ARCHS  # ("ps", "ring")
+STRATEGY = {"ps": "ps", "ring": "mwms"}
+MODELS = ("lenet5", "mlp")
+TOLERANCE = 0.25  # a measured byte count further than this from the analytic one is flagged
+
+
+def _positive_ints(name: str, values) -> tuple[int, ...]:
+    values = (values,) if isinstance(values, int) else tuple(values)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise ValueError(f"{name} must be positive integers, e.g. (1, 2, 3); got {values!r}")
+    return values
+
+
+def _local_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------ one run
+
+def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, steps: int = 16, epochs: int = 2,
+                 n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
+                 test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, run: str | None = None,
+                 timeout: float = 600, sample_interval: float = 0.25, threads="auto", **cluster_kwargs) -> Cluster:
+    """A (not yet started) cluster training ``model`` under ``arch`` on ``workers`` workers.
+
+    ``steps`` training steps in all, split over ``epochs`` (each epoch ends with the chief's
+    validation, so the loss can be seen to fall). ``train_limit`` defaults to just enough
+    images for those steps. ``threads``: (intra, inter) op threads per task; "auto" gives
+    every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster."""
+    costmodel._check_arch(arch)
+    if steps < epochs:
+        raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
+    per_epoch = steps // epochs
+    images = per_epoch * batch_size * workers
+    if train_limit is None:
+        train_limit = max(1000, -(-images // 1000) * 1000)
+    elif train_limit < images:
+        raise ValueError(f"train_limit={train_limit} holds fewer images than one epoch of {per_epoch} steps x "
+                         f"{workers} workers x batch {batch_size} = {images}; raise it or use None")
+    if arch == "ps":
+        spec = cluster.build(hosts=hosts or None, ps=n_ps, workers=workers, chief=True)
+    else:
+        spec = cluster.build(hosts=hosts or None, ps=0, workers=workers)
+    if threads == "auto":
+        threads = (1, 2) if spec.is_local else None
+    run = run or f"{model}-{arch}-w{workers}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = runs_root() / LAB / run
+    extra = {"ps_sync": ps_sync} if arch == "ps" else {}
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
+                   strategy=STRATEGY[arch], model=model, batch_size=batch_size, epochs=epochs,
+                   steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
+                   sample_interval=sample_interval, tensorboard_dir=run_dir / "tensorboard", task_bytes=True,
+                   **extra, **cluster_kwargs)
+
+
+@dataclass
+class Run:
+    """One finished run: what it was and the launcher's ``ClusterResult``."""
+    arch: str
+    model: str
+    workers: int
+    n_ps: int
+    result: ClusterResult
+
+    @property
+    def label(self) -> str:
+        ps = f", {self.n_ps} ps" if self.arch == "ps" and self.n_ps > 1 else ""
+        return f"{self.model} {self.arch} N={self.workers}{ps}"
+
+    @property
+    def trainer(self) -> str:
+        """The task that ran the loop and measured: the chief (PS) or worker 0 (ring)."""
+        return "chief:0" if self.arch == "ps" else "worker:0"
+
+    @property
+    def train(self) -> dict:
+        """``train_loop.train``'s result on the measuring task."""
+        r = self.result[self.trainer].result
+        if not r or "train" not in r:
+            raise ValueError(f"{self.trainer} of {self.result.run_dir} wrote no training result; "
+                             f"see {self.result[self.trainer].log_path}")
+        return r["train"]
+
+    def shards(self) -> tuple[float, ...] | None:
+        """Bytes each ps task holds, from where the variables really live (PS only)."""
+        if self.arch != "ps":
+            return None
+        loads = [0.0] * self.n_ps
+        for v in self.train["variables"]:
+            device = v["device"]
+            if "/job:ps/" not in device:
+                raise ValueError(f"{self.label}: variable {v['name']} lives on {device!r}, not on a ps")
+            loads[int(device.split("/task:")[1].split("/")[0])] += v["bytes"]
+        return tuple(loads)
+
+    def analytic(self) -> costmodel.StepBytes:
+        return costmodel.step_bytes(self.arch, self.train["model_bytes"], self.workers, self.n_ps, self.shards())
+
+    def steps(self) -> int:
+        tr = self.train
+        return sum(h["steps"] for h in tr["history"] if h["epoch"] > tr["start_epoch"])
+
+    def task_bytes(self) -> dict[str, dict]:
+        """{task: {"sent", "recv" (bytes per step), "method"}} for every task that moved bytes.
+
+        Socket counters from every trainer that measured (each sees the tasks on its node);
+        for the rest, the NIC counters of their node over the chief's training window."""
+        out: dict[str, dict] = {}
+        for t in self.result:
+            per_step = ((t.result or {}).get("train") or {}).get("counters_per_step") or {}
+            for key, value in per_step.items():
+                task, side = key.rsplit(" ", 1)
+                out.setdefault(task, {"method": "sockets"})[side] = value
+        missing = [t.name for t in self.result if t.name not in out]
+        if missing:
+            out.update(self._nic_bytes(missing))
+        return out
+
+    def total_bytes(self) -> float:
+        """Bytes on the wire per step, all tasks together: the ``lo`` counter on 127.0.0.1
+        (one side), else the sum of the tasks' bytes sent."""
+        tr = self.train
+        if tr.get("nic") == "lo":
+            return tr["bytes_per_step"]
+        per_task = self.task_bytes()
+        return sum(v.get("sent", 0.0) for v in per_task.values()) if per_task else math.nan
+
+    def _nic_bytes(self, tasks: list[str]) -> dict[str, dict]:
+        from labkit.monitor import summarize
+
+        frame = self.result.samples()
+        marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.trainer}
+        if not {"train start", "train end"} <= set(marks):
+            return {}
+        steps = max(1, self.steps())
+        out = {}
+        for name in tasks:
+            part = frame[frame["task"] == name]
+            if len(part):
+                s = summarize(part, marks["train start"], marks["train end"], marks=[])
+                out[name] = {"sent": s["net_sent_bytes"] / steps, "recv": s["net_recv_bytes"] / steps,
+                             "method": f"node NIC ({part['host'].iloc[0]}), chief's training window"}
+        return out
+
+
+def run_one(arch: str, model: str, workers: int, **kwargs) -> Run:
+    """Start one cluster, wait for it (``TaskFailed`` with the log tail if a task dies), return the run."""
+    with make_cluster(arch, model, workers, **kwargs) as c:
+        result = c.wait()
+    return Run(arch, model, workers, kwargs.get("n_ps", 1) if arch == "ps" else 0, result)
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+@dataclass
+class Scaling:
+    """The runs of one sweep over models x architectures x N, with the lab's tables."""
+    runs: list[Run] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def cores(self) -> int | None:
+        """Cores the workers share (127.0.0.1), or None on a cluster (one node each)."""
+        return self.settings.get("cores")
+
+    def get(self, arch: str, model: str, workers: int | None = None) -> Run:
+        """The run of ``arch`` and ``model`` at ``workers`` (default: the largest N)."""
+        found = [r for r in self.runs if r.arch == arch and r.model == model]
+        if workers is not None:
+            found = [r for r in found if r.workers == workers]
+        if not found:
+            raise KeyError(f"no {arch} run of {model}" + (f" with {workers} workers" if workers else "")
+                           + f"; runs: {[r.label for r in self.runs]}")
+        return max(found, key=lambda r: r.workers)
+
+    def table(self):
+        """The scaling table: one row per run. ``step_s`` is seconds per step of N x batch
+        images (for asynchronous PS, N x batch / images_per_s); ``speedup`` divides by the
+        same architecture's N=1 (as report 003's figures do); ``bytes_per_step`` is the
+        total on the wire (``lo`` locally, one side), ``analytic_bytes`` its model."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            tr = r.train
+            n, b = r.workers, tr["per_worker_batch"]
+            hist = tr["history"]
+            rows.append({"model": r.model, "arch": r.arch, "workers": n, "n_ps": r.n_ps, "batch": b,
+                         "model_bytes": tr["model_bytes"], "steps": r.steps(),
+                         "step_s": n * b / tr["images_per_s"], "images_per_s": tr["images_per_s"],
+                         "bytes_per_step": r.total_bytes(), "analytic_bytes": r.analytic().total,
+                         "first_loss": hist[0]["train_loss"], "last_loss": hist[-1]["train_loss"],
+                         "val_accuracy": tr.get("val_accuracy"), "wall_s": r.result.wall_s})
+        t = pd.DataFrame(rows)
+        base = t[t["workers"] == 1].set_index(["model", "arch"])["images_per_s"]
+        t["speedup"] = [row.images_per_s / base.get((row.model, row.arch), math.nan) for row in t.itertuples()]
+        t["efficiency"] = t["speedup"] / t["workers"]
+        return t.sort_values(["model", "arch", "workers"], ignore_index=True)
+
+    def task_bytes(self, tolerance: float = TOLERANCE):
+        """Bytes per step per task, measured against :func:`labkit.costmodel.step_bytes`, plus
+        a ``total`` row per run (``lo`` locally). ``deviation`` = measured / analytic - 1 of
+        the bytes sent; ``flag`` marks |deviation| > ``tolerance``. Runs without communication
+        (ring N=1) are left out; the PS chief only schedules steps, so its analytic bytes are 0
+        and it gets no deviation."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            sb = r.analytic()
+            if sb.total == 0:
+                continue
+            analytic = {row.task: (row.sent, row.recv) for row in sb.per_task().itertuples()}
+            measured = r.task_bytes()
+            for task in [t.name for t in r.result]:
+                got = measured.get(task, {})
+                a_sent, a_recv = analytic.get(task, (0.0, 0.0))
+                rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": task,
+                             "sent": got.get("sent", math.nan), "recv": got.get("recv", math.nan),
+                             "analytic_sent": a_sent, "analytic_recv": a_recv, "method": got.get("method", "-")})
+            rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": "total",
+                         "sent": r.total_bytes(), "recv": math.nan, "analytic_sent": sb.total,
+                         "analytic_recv": math.nan,
+                         "method": "lo counter" if r.train.get("nic") == "lo" else "sum of tasks"})
+        t = pd.DataFrame(rows)
+        if t.empty:
+            return t
+        t["deviation"] = [s / a - 1 if a > 0 else math.nan for s, a in zip(t["sent"], t["analytic_sent"])]
+        t["flag"] = t["deviation"].abs() > tolerance
+        return t
+
+    def bytes_deviation(self, tolerance: float = TOLERANCE) -> dict:
+        """The largest |deviation| of a task's measured bytes from the analytic ones, the task
+        it belongs to, and every row past ``tolerance``. The ``total`` rows count apart
+        (``lo_max_abs_deviation``): ``lo`` also carries whatever else the machine sends."""
+        t = self.task_bytes(tolerance)
+        if t.empty:
+            return {"max_abs_deviation": None, "worst": None, "mean_deviation": None,
+                    "lo_max_abs_deviation": None, "tolerance": tolerance, "flagged": []}
+        tasks = t[(t["task"] != "total") & t["deviation"].notna()]
+        totals = t[(t["task"] == "total") & t["deviation"].notna()]
+        worst = tasks.loc[tasks["deviation"].abs().idxmax()] if len(tasks) else None
+        return {"max_abs_deviation": float(tasks["deviation"].abs().max()) if len(tasks) else None,
+                "worst": f"{worst['run']} {worst['task']}" if worst is not None else None,
+                "mean_deviation": float(tasks["deviation"].mean()) if len(tasks) else None,
+                "lo_max_abs_deviation": float(totals["deviation"].abs().max()) if len(totals) else None,
+                "tolerance": tolerance,
+                "flagged": [f"{row.run} {row.task}: {row.deviation:+.1%}" for row in t[t["flag"]].itertuples()]}
+
+    def busiest_task(self, workers: int | None = None) -> dict[str, float]:
+        """Per architecture, the most bytes any one task sent per step at ``workers`` (default
+        the largest N), over every model: the ps's N*M against a ring worker's 2(N-1)/N*M."""
+        t = self.task_bytes()
+        if t.empty:
+            return {}
+        n = workers or int(t["workers"].max())
+        t = t[(t["workers"] == n) & (t["task"] != "total")]
+        return {arch: float(t[t["arch"] == arch]["sent"].max()) for arch in ARCHS if (t["arch"] == arch).any()}
+
+    def cost_runs(self):
+        """The runs as :mod:`labkit.costmodel` reads them: per_sample_s of each model from its
+        ring N=1 run (one worker, no communication), the ps shards as placed."""
+        t = self.table()
+        base = t[(t["arch"] == "ring") & (t["workers"] == 1)].set_index("model")
+        missing = sorted(set(t["model"]) - set(base.index))
+        if missing:
+            raise ValueError(f"no 1-worker ring run of {missing}: the cost model takes compute per sample from it; "
+                             f"include 1 in the workers")
+        t["per_sample_s"] = [base.loc[m, "step_s"] / base.loc[m, "batch"] for m in t["model"]]
+        shards = {(r.model, r.arch, r.workers, r.n_ps): r.shards() for r in self.runs}
+        t["shards"] = [shards[(row.model, row.arch, row.workers, row.n_ps)] for row in t.itertuples()]
+        return t
+
+    def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None) -> "Calibration":
+        """Fit alpha and B of each architecture to the measured step times (each has its own
+        transport: gRPC variable reads for PS, collective ops for the ring), and compare with
+        one link for both and with the loopback micro-benchmark's (``loopback``, measured
+        here if None). Compute per sample comes from each model's ring N=1 run.
+
+        ``fit_workers``: fit on the runs with these N only (default all) and predict the
+        rest: a test on runs the model has not seen. Where a fit is impossible (no run with
+        communication, or step times that do not grow with bytes on a busy machine) the
+        loopback link stands in, and ``notes`` says so."""
+        runs = self.cost_runs()
+        runs["fitted"] = runs["workers"].isin(list(fit_workers)) if fit_workers is not None else True
+        loopback = loopback or costmodel.measure_loopback_link()
+        notes = []
+
+        def fit(part, what: str) -> costmodel.Link | None:
+            """alpha and B; else B alone with the micro-benchmark's alpha; else None."""
+            try:
+                return costmodel.fit_link_to_runs(part, cores=self.cores)[0]
+            except ValueError:
+                pass
+            try:
+                link = costmodel.fit_link_to_runs(part, cores=self.cores, alpha_s=loopback.alpha_s)[0]
+                notes.append(f"{what}: too few runs (or too noisy) to fit alpha and B; B fitted with the loopback "
+                             f"micro-benchmark's alpha")
+                return link
+            except ValueError as e:
+                notes.append(f"{what}: no link could be fitted ({e})")
+                return None
+
+        links = {}
+        for arch in ARCHS:
+            links[arch] = fit(runs[(runs["arch"] == arch) & runs["fitted"]], arch)
+            if links[arch] is None:
+                links[arch] = loopback
+                notes.append(f"{arch}: the loopback micro-benchmark's link stands in")
+        shared = fit(runs[runs["fitted"]], "one link for both")
+        load = self.settings.get("load_per_core")
+        if load is not None and load > 1:
+            notes.append(f"the machine was busy (load {load:.1f} per core at the start): every process got a share "
+                         f"of the cores, and a run of more processes got more of them; step times are noisy")
+        return Calibration(runs, links, shared, loopback, self.cores, notes)
+
+
+@dataclass
+class Calibration:
+    """The cost model calibrated on a sweep: per-model compute, a link per architecture."""
+    runs: object  # DataFrame: Scaling.cost_runs()
+    links: dict   # arch -> Link fitted to that architecture's runs
+    shared: costmodel.Link | None  # one link fitted to all runs
+    loopback: costmodel.Link       # the TCP micro-benchmark's
+    cores: int | None
+    notes: list = field(default_factory=list)
+
+    def per_sample_s(self) -> dict[str, float]:
+        return self.runs.groupby("model")["per_sample_s"].first().to_dict()
+
+    def model(self, arch: str, model: str, link: costmodel.Link | None = None) -> costmodel.CostModel:
+        return costmodel.CostModel(self.per_sample_s()[model], link or self.links[arch], cores=self.cores)
+
+    def _predict(self, links: dict):
+        import pandas as pd
+
+        parts = [costmodel.predict_runs(self.runs[self.runs["arch"] == a], links[a], cores=self.cores)
+                 for a in ARCHS if (self.runs["arch"] == a).any()]
+        return pd.concat(parts).sort_index()
+
+    def _links(self, using: str) -> dict | None:
+        if using not in ("fitted", "shared", "loopback"):
+            raise ValueError(f"using={using!r}: choose 'fitted' (a link per architecture), 'shared' (one fitted "
+                             f"link for both) or 'loopback' (the micro-benchmark's)")
+        if using == "fitted":
+            return self.links
+        link = self.shared if using == "shared" else self.loopback
+        return {a: link for a in ARCHS} if link is not None else None
+
+    def errors(self, using: str = "fitted"):
+        """Every run with its predicted step time and images/s, ``rel_error`` = predicted /
+        measured step time - 1, and whether it was ``fitted`` on. ``using``: which link(s)."""
+        links = self._links(using)
+        if links is None:
+            raise ValueError("no shared link could be fitted to these runs (see .notes)")
+        cols = ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s", "images_per_s",
+                "predicted_images_per_s", "rel_error", "fitted"]
+        return self._predict(links)[cols]
+
+    def _with_comm(self, frame):
+        """Leave out each model's ring N=1 run: it is the compute baseline, exact by construction."""
+        return frame[~((frame["arch"] == "ring") & (frame["workers"] == 1))]
+
+    def comparison(self):
+        """Median and largest |relative error| of the predicted step times, per calibration:
+        a link per architecture, one link for both, the loopback micro-benchmark's link."""
+        import pandas as pd
+
+        options = {"a link per architecture (fitted)": "fitted", "one link for both (fitted)": "shared",
+                   "loopback micro-benchmark": "loopback"}
+        rows = []
+        for name, using in options.items():
+            links = self._links(using)
+            if links is None:
+                continue
+            comm = self._with_comm(self._predict(links))
+            err = comm["rel_error"].abs()
+            for arch in ARCHS:
+                link = links[arch]
+                rows.append({"calibration": name, "arch": arch, "alpha_s": link.alpha_s,
+                             "bandwidth_bytes_per_s": link.bandwidth,
+                             "median_abs_error": float(err[comm["arch"] == arch].median()),
+                             "max_abs_error": float(err[comm["arch"] == arch].max())})
+            rows.append({"calibration": name, "arch": "both", "median_abs_error": float(err.median()),
+                         "max_abs_error": float(err.max())})
+        return pd.DataFrame(rows)
+
+    def fit_error(self) -> dict:
+        """The calibrated model's error on the runs with communication: median and max
+        |predicted / measured step time - 1|, overall, per architecture, on the runs held out
+        of the fit (if any), and with the loopback micro-benchmark's link instead (a
+        prediction that saw no run at all)."""
+        e = self._with_comm(self.errors())
+        err = e["rel_error"].abs()
+        loop = self._with_comm(self.errors("loopback"))["rel_error"].abs()
+        out = {"median_abs_error": float(err.median()), "max_abs_error": float(err.max()), "runs": int(len(e)),
+               "held_out_median_abs_error": float(err[~e["fitted"]].median()) if (~e["fitted"]).any() else None,
+               "loopback_median_abs_error": float(loop.median())}
+        for arch in ARCHS:
+            part = e[e["arch"] == arch]["rel_error"].abs()
+            out[f"{arch}_median_abs_error"] = float(part.median()) if len(part) else math.nan
+            link = self.links[arch]
+            out[f"{arch}_alpha_s"], out[f"{arch}_bandwidth_bytes_per_s"] = link.alpha_s, link.bandwidth
+        out["loopback_alpha_s"], out["loopback_bandwidth_bytes_per_s"] = self.loopback.alpha_s, self.loopback.bandwidth
+        return out
+
+    def curves(self, workers=None):
+        """Predicted images/s and speed-up (over the same architecture at N=1) for every model
+        and architecture of the sweep, N = 1..``workers`` (default the sweep's largest N)."""
+        import pandas as pd
+
+        workers = list(workers or range(1, int(self.runs["workers"].max()) + 1))
+        frames = []
+        for (model, arch), part in self.runs.groupby(["model", "arch"]):
+            first = part.iloc[0]
+            cm = self.model(arch, model)
+            shards = first["shards"] if arch == "ps" and isinstance(first["shards"], (list, tuple)) else None
+            rows = []
+            for n in workers:
+                t = cm.t_step(arch, first["model_bytes"], n, int(first["batch"]), int(first["n_ps"]), shards)
+                rows.append({"model": model, "arch": arch, "workers": n, "step_s": t,
+                             "images_per_s": n * first["batch"] / t})
+            df = pd.DataFrame(rows)
+            df["speedup"] = df["images_per_s"] / df["images_per_s"].iloc[0] if workers[0] == 1 else math.nan
+            frames.append(df)
+        return pd.concat(frames, ignore_index=True)
+
+    def crossover(self, model_bytes=None, workers=range(2, 7)):
+        """Where the ring beats PS on this machine, by the fitted links: t_ps / t_ring of the
+        communication over model size x N (the frame :func:`labkit.plots.crossover_map` draws),
+        one network named "this machine (fitted)"."""
+        import numpy as np
+        import pandas as pd
+
+        sizes = model_bytes if model_bytes is not None else np.logspace(3, 9.5, 60)
+        rows = []
+        for n in workers:
+            for m in sizes:
+                t_ps = self.links["ps"].seconds(*costmodel.comm_terms("ps", m, n))
+                t_ring = self.links["ring"].seconds(*costmodel.comm_terms("ring", m, n))
+                rows.append({"network": "this machine (fitted)", "workers": n, "model_bytes": float(m),
+                             "t_ps": t_ps, "t_ring": t_ring, "ring_speedup": t_ps / t_ring if t_ring else math.inf,
+                             "winner": "ring" if t_ring < t_ps else "ps"})
+        return pd.DataFrame(rows)
+
+    def crossover_bytes(self, workers=range(2, 7)) -> dict[int, float]:
+        """Per N, the model size above which the ring communicates faster than one ps on this
+        machine's fitted links (t_comm is linear in M for each: solve a_ps + b_ps M = a_r + b_r M)."""
+        def line(arch: str, n: int) -> tuple[float, float]:  # t_comm = a + b * M
+            t1, t2 = (self.links[arch].seconds(*costmodel.comm_terms(arch, m, n)) for m in (1.0, 2.0))
+            return t1 - (t2 - t1), t2 - t1
+
+        out = {}
+        for n in workers:
+            (a_ps, b_ps), (a_r, b_r) = line("ps", n), line("ring", n)
+            if a_r <= a_ps and b_r <= b_ps:
+                out[n] = 0.0
+            elif b_r >= b_ps:
+                out[n] = math.inf
+            else:
+                out[n] = max(0.0, (a_r - a_ps) / (b_ps - b_r))
+        return out
+
+
+def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 64, steps: int = 16,
+            epochs: int = 2, n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
+            test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, progress: bool = True, log=print,
+            timeout: float = 600, **kwargs) -> Scaling:
+    """Run every (N, model, architecture), each a fresh cluster, N=1 always included (the
+    baseline of the speed-ups and of the cost model's compute). ``log`` gets one line per
+    run; ``progress`` shows a bar over runs."""
+    workers = tuple(sorted(set(_positive_ints("workers", workers)) | {1}))
+    models, archs = tuple(models), tuple(archs)
+    for a in archs:
+        costmodel._check_arch(a)
+    if not models or not all(isinstance(m, str) and m for m in models):
+        raise ValueError(f"models must be model names of labkit.models, e.g. ('lenet5', 'mlp'); got {models!r}")
+    local = not hosts
+    load = os.getloadavg()[0] / _local_cores() if local and hasattr(os, "getloadavg") else None
+    if load is not None and load > 1 and log:
+        log(f"note: this machine is busy (load {load:.1f} per core): the tasks share the cores with other "
+            f"programs, so step times will be noisy")
+    result = Scaling(settings={"workers": list(workers), "models": list(models), "archs": list(archs),
+                               "batch_size": batch_size, "steps": steps, "epochs": epochs, "n_ps": n_ps,
+                               "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
+                               "cores": _local_cores() if local else None, "load_per_core": load})
+    configs = [(n, m, a) for n in workers for m in models for a in archs]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(configs), desc="runs", unit="run")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        for n, m, a in configs:
+            if bar is not None:
+                bar.set_postfix_str(f"{m} {a} N={n}")
+            run = run_one(a, m, n, batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
+                          hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
+                          run=f"scaling-{stamp}/{m}-{a}-w{n}", timeout=timeout, **kwargs)
+            result.runs.append(run)
+            if log:
+                tr = run.train
+                log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  {n * batch_size / tr['images_per_s']:.3f} s/step"
+                    f"  loss {tr['history'][0]['train_loss']:.3f} -> {tr['history'][-1]['train_loss']:.3f}"
+                    f"  {run.result.wall_s:.0f} s")
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    return result
+
+
+# ------------------------------------------------------------------------------ report 003
+
+def report_003(workers=range(1, 7)):
+    """Report 003's models on 1 and 10 Gb/s: predicted curves (:func:`costmodel.report_003_curves`),
+    the crossover grid over model size x N, and the crossover records."""
+    import numpy as np
+
+    curves = costmodel.report_003_curves(workers)
+    nets = list(costmodel.NETWORKS.values())
+    grid = costmodel.crossover_map(np.logspace(3, 9.5, 60), [n for n in workers if n >= 2], nets)
+    marks = {m.name: m.model_bytes for m in costmodel.REPORT_003_MODELS.values()}
+    crossover = {net.source: {str(n): costmodel.crossover_model_bytes(n, net) for n in workers if n >= 2}
+                 for net in nets}
+    at_max = curves[curves["workers"] == max(workers)].pivot_table(index=["model", "network"], columns="arch",
+                                                                   values="speedup")
+    return {"curves": curves, "grid": grid, "marks": marks, "crossover_model_bytes": crossover,
+            "speedup_at_max": at_max.reset_index()}

@@ -1,0 +1,67 @@
+"""Lab 5's notebook: stored clean, its solution regions release cleanly, and it runs under papermill
+at tiny parameters (the MLP only, N = 1 and 2, two steps per run: four clusters), recording what the
+grader checks."""
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit.record import read_records
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_ring_vs_ps.ipynb"
+TINY = {"workers": [2], "models": ["mlp"], "steps": 2, "batch_size": 32}
+FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines")
+
+
+def tagged(nb, tag):
+    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert len(tagged(nb, "parameters")) == 1
+    assert len(tagged(nb, "analysis")) == 3
+    assert all(len(tagged(nb, tag)) == 1 for tag in FIGURE_CELLS)
+
+    from labkit.grading.release import release_notebook
+
+    student, regions = release_notebook(nb, NOTEBOOK.name)
+    assert regions == 6  # the sweep, the bytes by hand, the calibration and the three answers
+    sources = "\n".join(c.source for c in student.cells)
+    assert "ring_vs_ps.scaling(" not in sources and "calibration = sweep.calibrate()" not in sources
+    assert sources.count("raise NotImplementedError()") == 3
+
+
+@pytest.mark.notebook
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
+    import papermill
+
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    out = tmp_path / "out.ipynb"
+    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=TINY, cwd=str(tmp_path), kernel_name="python3",
+                               execution_timeout=900, start_timeout=120, progress_bar=False)
+    rec = read_records(out)
+    table = rec["scaling_table"]
+    assert [(r["arch"], r["workers"]) for r in table] == [("ps", 1), ("ps", 2), ("ring", 1), ("ring", 2)]
+    assert all(r["model"] == "mlp" and r["images_per_s"] > 0 and r["steps"] == 2 for r in table)
+    assert rec["bytes_deviation"]["max_abs_deviation"] < 0.25, rec["bytes_deviation"]
+    assert rec["busiest_task_bytes"]["ps"] > 1.5 * rec["busiest_task_bytes"]["ring"]  # 2M vs M at N=2
+    assert {r["task"] for r in rec["task_bytes"]} == {"ps:0", "chief:0", "worker:0", "worker:1", "total"}
+    fit = rec["fit_error"]
+    assert fit["runs"] == 3 and fit["median_abs_error"] >= 0 and fit["loopback_median_abs_error"] >= 0
+    assert set(rec["crossover"]) == {"1 Gb/s", "10 Gb/s", "this machine (fitted)"}
+    assert set(rec["crossover"]["1 Gb/s"]) == {"2", "3", "4", "5", "6"}
+    assert rec["settings"]["workers"] == [1, 2] and rec["settings"]["hosts_file"] == ""
+    assert len(list((tmp_path / "runs" / "lab5").glob("scaling-*/mlp-*-w*/cluster.json"))) == 4
+
+    nb = nbformat.read(out, as_version=4)
+    for tag in FIGURE_CELLS:
+        (cell,) = tagged(nb, tag)
+        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
+    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
+    assert "Traceback" not in stderr, stderr

@@ -1,0 +1,109 @@
+"""Lab 5: parameter server and ring all-reduce on real 127.0.0.1 clusters of strategy_train tasks.
+
+Two runs of the communication-heavy MLP at N=2 (one per architecture) serve the cluster tests:
+bytes per step per task against the analytic model, the same model trained and its loss reduced.
+Timings are never asserted: the machine is shared.
+"""
+import math
+
+import pytest
+
+from labkit import sockets
+from labkit.experiments import ring_vs_ps
+
+SS_SAMPLE = """\
+ESTAB 0 0 127.0.0.1:50866 127.0.0.1:29301 users:(("python",pid=11,fd=29))
+\t bbr wscale:10,10 rto:204 bytes_sent:103 bytes_acked:104 bytes_received:10384 segs_out:25
+ESTAB 0 0 127.0.0.1:29301 127.0.0.1:50866 users:(("python",pid=22,fd=7),("python",pid=11,fd=9))
+\t cubic rto:204 bytes_acked:5000 segs_out:3
+ESTAB 0 0 127.0.0.1:40000 127.0.0.1:40001
+\t cubic bytes_sent:7 bytes_received:9
+"""
+
+
+def test_ss_output_is_summed_per_process():
+    # a socket shared by two processes counts for both; bytes_acked stands in for a missing bytes_sent;
+    # a socket whose process ss cannot name counts for nobody
+    assert sockets.parse_ss(SS_SAMPLE) == {11: (5103, 10384), 22: (5000, 0)}
+    got = sockets.tcp_bytes()
+    if got is None:
+        pytest.skip("ss (iproute2) is not installed")
+    assert all(s >= 0 and r >= 0 for s, r in got.values())
+
+
+def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
+    ps = ring_vs_ps.make_cluster("ps", "mlp", 2, n_ps=2, steps=6, batch_size=32, dry_run=True)
+    assert ps.spec.num_tasks("ps") == 2 and ps.spec.num_tasks("worker") == 2 and "chief" in ps.spec.jobs
+    cmd = dict(ps.commands())["chief:0"]
+    assert "--strategy ps" in cmd and "--ps-sync" in cmd and "--task-bytes" in cmd and "--steps-per-epoch 3" in cmd
+    assert "LABKIT_INTRA_OP_THREADS=1" in cmd  # one core per worker on 127.0.0.1
+    ring = ring_vs_ps.make_cluster("ring", "lenet5", 3, dry_run=True)
+    assert ring.spec.jobs == ("worker",) and "--strategy mwms" in dict(ring.commands())["worker:0"]
+    with pytest.raises(ValueError, match="train_limit=100"):
+        ring_vs_ps.make_cluster("ring", "mlp", 2, steps=10, train_limit=100)
+    with pytest.raises(ValueError, match="steps=1 must be at least epochs=2"):
+        ring_vs_ps.make_cluster("ring", "mlp", 2, steps=1)
+    with pytest.raises(ValueError, match="unknown architecture 'allreduce'"):
+        ring_vs_ps.make_cluster("allreduce", "mlp", 2)
+    with pytest.raises(ValueError, match="workers must be positive"):
+        ring_vs_ps.scaling(workers=(0, 2))
+
+
+# ------------------------------------------------------------------------------ real clusters
+
+SETTINGS = dict(batch_size=32, steps=6, epochs=2, test_limit=500, lr=0.05, seed=0, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """The MLP on 2 workers under each architecture: a Scaling of two runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LABKIT_RUNS", str(tmp_path_factory.mktemp("runs")))
+        runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", **SETTINGS) for arch in ("ps", "ring")]
+    return ring_vs_ps.Scaling(runs, settings={"cores": 2})
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_bytes_per_step_per_task_match_the_analytic_model(two_workers):
+    """PS at N=2: each worker sends and receives M per step, the ps 2M; ring: each worker M.
+    Every task's own sockets within 25% (a probe measured +0-4%)."""
+    t = two_workers.task_bytes().set_index(["arch", "task"])
+    m = two_workers.runs[0].train["model_bytes"]
+    assert t.loc[("ps", "ps:0"), "analytic_sent"] == 2 * m and t.loc[("ring", "worker:1"), "analytic_sent"] == m
+    tasks = t.drop(index=[("ps", "chief:0"), ("ps", "total"), ("ring", "total")])
+    assert set(tasks["method"]) == {"sockets"} and len(tasks) == 5
+    for side in ("sent", "recv"):
+        ratio = tasks[side] / tasks[f"analytic_{side}"]
+        assert ratio.between(0.75, 1.25).all(), tasks[[side, f"analytic_{side}"]]
+    assert t.loc[("ps", "chief:0"), "sent"] < 0.01 * m  # the chief only schedules closures
+    # lo is system-wide: other programs can add bytes, never remove them
+    assert (t.xs("total", level="task")["deviation"] > -0.1).all()
+    assert two_workers.bytes_deviation()["max_abs_deviation"] < 0.25
+    busiest = two_workers.busiest_task()
+    assert busiest["ps"] > 1.5 * busiest["ring"]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_both_architectures_train_the_same_model_and_reduce_its_loss(two_workers):
+    ps, ring = (r.train for r in two_workers.runs)
+    assert ps["strategy"] == "ParameterServerStrategy" and ring["strategy"] == "MultiWorkerMirroredStrategy"
+    assert [v["name"] for v in ps["variables"]] == [v["name"] for v in ring["variables"]]
+    assert ps["params"] == ring["params"] == 5_824_522
+    assert all(v["device"].startswith("/job:ps/replica:0/task:0/") for v in ps["variables"])
+    for tr in (ps, ring):
+        assert tr["images_per_step"] == 2 * SETTINGS["batch_size"] and tr["steps_per_epoch"] == 3
+        h = tr["history"]
+        assert h[-1]["train_loss"] < h[0]["train_loss"] < math.log(10) + 0.1, h
+        assert tr["val_loss"] < math.log(10) and tr["val_accuracy"] > 0.2
+    assert ps["ps_sync"] is True
+    ends = {t.name: t.ended for t in two_workers.runs[0].result}
+    assert ends == {"ps:0": "chief-port-closed", "chief:0": "exited", "worker:0": "chief-port-closed",
+                    "worker:1": "chief-port-closed"}
+    table = two_workers.table()
+    assert list(table["arch"]) == ["ps", "ring"] and (table["images_per_s"] > 0).all()
+    assert table["speedup"].isna().all()  # no N=1 run to divide by
+    with pytest.raises(ValueError, match="no 1-worker ring run"):
+        two_workers.cost_runs()

@@ -24,7 +24,7 @@ def lenet5(num_classes: int = 10, activation: str = "relu", pooling: str = "max"
     ReLU and max pooling are the defaults: they train faster with plain SGD than the
     original tanh / average pooling, which remain one argument away. 61,706 weights.
     Measured: SGD at learning rate 0.05, batch 50, reaches 98.8% MNIST test accuracy after
-    5 epochs; a global batch of 600 needs about 21-25 epochs for 98.5%.
+    5 epochs; a global batch of 600 (3 workers x 200) first passes 98.5% after 25 epochs.
     """
     pool = {"max": layers.MaxPooling2D, "avg": layers.AveragePooling2D}[pooling]
     init = lambda i: keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731

@@ -290,9 +290,7 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
         n_workers = role["workers"]
 
         def dataset_fn(_context):
-            from tensorflow.python.distribute.coordinator import coordinator_context
-
-            index = coordinator_context.get_current_worker_index()
+            index = tf.distribute.coordinator.experimental_get_current_worker_index()
             ds = _epoch_dataset(x_train, y_train, batch_size, seed, start + 1, None)
             # Each worker reads its own shard of every epoch's batches.
             return ds.shard(n_workers, index).prefetch(2)

@@ -284,8 +284,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                          f"so that the kill lands mid-training")
     if workers < 2:
         raise ValueError(f"workers={workers}: losing a worker needs at least 2")
-    printer = log
-    log = log or (lambda _message: None)
+    say = log or (lambda _message: None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
     ckpt = runs_root() / LAB / base / "checkpoints"
@@ -298,14 +297,13 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
 
     first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
                          **settings)
-    spec = first.spec
     failure = None
     with first:
         spec = first.spec  # the addresses it really used (local ports may have moved)
-        if follow(first, _epoch_printer("interrupted", printer), until=saved_everywhere) is not None:
+        if follow(first, _epoch_printer("interrupted", log), until=saved_everywhere) is not None:
             raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
                                f"{first.run_dir}")
-        log(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
+        say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
         try:
             first.kill(kill)
         except ValueError:
@@ -317,13 +315,13 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
             failure = {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
     if failure is None:
         raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
-    log(f"TaskFailed: {failure['message'].splitlines()[0]}")
+    say(f"TaskFailed: {failure['message'].splitlines()[0]}")
 
     with make_cluster(workers, batch_size, spec=spec, checkpoint_dir=ckpt, run=f"{base}/resumed", **settings) as c:
-        resumed = follow(c, _epoch_printer("resumed", printer))
+        resumed = follow(c, _epoch_printer("resumed", log))
     if reference is None:
-        log("uninterrupted reference run, same settings and seed")
-        reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=printer, **settings)
+        say("uninterrupted reference run, same settings and seed")
+        reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=log, **settings)
     res, ref = chief_result(resumed), chief_result(reference)
     start = res["start_epoch"]
     checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)

@@ -57,10 +57,10 @@ def ps_step_bytes(quick: bool) -> dict:
                           train_rows=20_000, test_rows=1000, save_weights=False, progress=False, timeout=600)
     s = exp.summary().iloc[0]
     return {"num_features": 1_000_000, "method": "sparse, PS cluster (async, 2 workers)", "batch": BATCH,
-            "unique features": round(s["unique_per_step"]), "bytes per step": round(s["bytes_per_step"]),
-            "bound bytes per step": round(s["bound_bytes_per_step"]),
-            "dense bytes per step": s["dense_bytes_per_step"], "measured / bound": s["measured_over_bound"],
-            "steps": int(s["global_steps"])}
+            "unique features": round(float(s["unique_per_step"])), "bytes per step": round(float(s["bytes_per_step"])),
+            "bound bytes per step": round(float(s["bound_bytes_per_step"])),
+            "dense bytes per step": float(s["dense_bytes_per_step"]),
+            "measured / bound": float(s["measured_over_bound"]), "steps": int(s["global_steps"])}
 
 
 if __name__ == "__main__":

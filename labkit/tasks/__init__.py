@@ -7,4 +7,7 @@ Programs report through that file, never through stdout.
 
 - ``ps_sgd``: softmax regression on MNIST on TensorFlow's parameter-server runtime
   (``tf.compat.v1`` graph mode, ``replica_device_setter``, async SGD).
+- ``sparse_lr``: sparse logistic regression (a9a or synthetic click data) with the weights on
+  one ps, sync (sparse accumulator + token queues) or async (scatter updates), bytes per
+  step O(unique features); several runs per cluster (Lab 3).
 """

@@ -202,7 +202,8 @@ def train_shard(args, rank: int, n: int):
                      start=int(bounds[rank]), click_seed=args.click_seed)
 
 
-def test_set(args):
+def eval_set(args):
+    """The test rows the chief evaluates on."""
     return load_rows(args.data, "test", num_features=args.num_features, rows=args.test_rows,
                      click_seed=args.click_seed)
 
@@ -232,7 +233,7 @@ def evaluate_arrays(w: np.ndarray, data) -> dict:
 
 
 def load_weights(path) -> tuple[np.ndarray, dict]:
-    """``(w, settings)`` from a ``weights.npz`` the chief saved (``--save-weights``)."""
+    """``(w, settings)`` from a ``weights-*.npz`` the chief saved (``--save-weights``)."""
     with np.load(path) as f:
         settings = json.loads(str(f["settings"]))
         w = np.zeros(int(settings["num_features"]), np.float32)
@@ -379,7 +380,7 @@ class Trainer:
         self.num_features = num_features_of(args)
         with rt.timed("data"):
             self.shard = train_shard(args, self.rank, self.n)
-            test = test_set(args) if rt.is_chief else None
+            test = eval_set(args) if rt.is_chief else None
         self.g = build_graph(tf, rt, args, self.num_features)
         self.test_feed = None
         if test is not None:

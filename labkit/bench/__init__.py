@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# name -> module; each module defines run(quick) and ends with `main(run)`.
+# name -> module; each module defines run(quick) and ends with `entry(run)`.
 BENCHMARKS: dict[str, str] = {
     "lr_loop": "labkit.bench.lr_loop",
     "sparse": "labkit.bench.sparse",
@@ -35,11 +35,11 @@ BENCHMARKS: dict[str, str] = {
 
 def ratio(name: str, value: float, goal: str) -> dict:
     """A ratio row. ``goal`` is '<= X' or '>= X' (or '' for information only)."""
-    met = None
+    value, met = float(value), None  # plain floats: numpy scalars would not serialize as JSON
     if goal:
         op, x = goal.split()
         met = value <= float(x) if op == "<=" else value >= float(x)
-    return {"name": name, "value": float(value), "goal": goal, "met": met}
+    return {"name": name, "value": value, "goal": goal, "met": met}
 
 
 def _fmt(v) -> str:

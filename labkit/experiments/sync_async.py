@@ -65,7 +65,6 @@ def check_optimizer(fn, workers: int = 3, learning_rate: float = 0.5) -> dict:
 
     from labkit.tasks import ps_sgd
 
-    optimizer_source(fn)
     found = {}
     logger, level = tf.get_logger(), tf.get_logger().level
     logger.setLevel("ERROR")  # SyncReplicasOptimizer's deprecation notice
@@ -77,6 +76,7 @@ def check_optimizer(fn, workers: int = 3, learning_rate: float = 0.5) -> dict:
                 found[mode] = type(opt).__name__
     finally:
         logger.setLevel(level)
+    optimizer_source(fn)
     return found
 
 
@@ -127,8 +127,12 @@ class Run:
         return self._samples
 
     def training_marks(self) -> list[dict]:
-        """Each task's ``train start``/``train end`` marks, for ``plots.resource_timeline``."""
-        return [m for m in self.samples().attrs["marks"] if m["label"] in ("train start", "train end")]
+        """Each worker's ``train start``/``train end`` marks, and the chief's on every ps (which
+        serves throughout), for ``plots.resource_timeline``."""
+        marks = [m for m in self.samples().attrs["marks"] if m["label"] in ("train start", "train end")]
+        chief = [m for m in marks if m.get("task") == self.chief.name]
+        ps = [{**m, "task": t.name} for t in self.result if t.type == "ps" for m in chief]
+        return sorted(marks + ps, key=lambda m: m["t"])
 
     def summary(self) -> dict:
         c = self.chief.result
@@ -188,6 +192,14 @@ class Study:
         have = ", ".join(r.label for r in self.runs)
         raise KeyError(f"no {mode} run for deploy {deploy}, batch {batch_size}; runs: {have}")
 
+    def _at(self, deploy: str, batch_size: int) -> list[Run]:
+        """The runs of one deploy mode and batch size, one per mode."""
+        runs = list({r.mode: r for r in self.runs if (r.deploy, r.batch_size) == (deploy, batch_size)}.values())
+        if not runs:
+            have = ", ".join(r.label for r in self.runs)
+            raise KeyError(f"no run for deploy {deploy}, batch {batch_size}; runs: {have}")
+        return runs
+
     def headline(self) -> tuple[str, int]:
         """(deploy, batch) of Table 1.2.1: the deploy mode with the most workers, the first batch size."""
         best = max(self.runs, key=lambda r: (len(r.workers), -self.runs.index(r)))
@@ -231,8 +243,8 @@ class Study:
             d, b = self.headline()
             deploy, batch_size = deploy or d, batch_size or b
         frames = []
-        for mode in dict.fromkeys(r.mode for r in self.runs):
-            r = self.find(mode, deploy, batch_size)
+        for r in self._at(deploy, batch_size):
+            mode = r.mode
             start, end = r.window()
             res = summarize_tasks(r.samples(), start, end)
             table = res[["host", *RESOURCE_COLUMNS]].copy()
@@ -325,9 +337,8 @@ class Study:
         bytes_table = self.bytes_per_step()
         out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
                "bytes_per_worker_step": {}, "bytes_per_global_step": {}, "bytes_over_analytic": {}, "run_dir": {}}
-        for mode in dict.fromkeys(r.mode for r in self.runs):
-            r = self.find(mode, deploy, batch_size)
-            s = r.summary()
+        for r in self._at(deploy, batch_size):
+            mode, s = r.mode, r.summary()
             out["accuracy"][mode] = s["test_accuracy"]
             out["time_s"][mode] = s["time_s"]
             out["global_step"][mode] = s["global_step"]
@@ -403,7 +414,8 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
                  timeout: float = 600) -> dict:
     """The same model with TF2's ``ParameterServerStrategy`` + ``ClusterCoordinator`` (async
     only; ``labkit.tasks.strategy_train --strategy ps``): a chief that schedules steps on
-    ``workers`` workers, variables on one ps. Returns a row comparable to ``Run.summary()``."""
+    ``workers`` workers, variables on one ps. Returns a row comparable to ``Run.summary()``;
+    ``global_steps_per_s`` leaves out the first step (``first_step_s``: tracing the step function)."""
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
     run_name = f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     result = Cluster(spec, "strategy_train", lab=LAB, run=run_name, timeout=timeout, strategy="ps",
@@ -411,8 +423,8 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
                      train_limit=train_limit, test_limit=test_limit, seed=seed).run()
     tr = result["chief:0"].result["train"]
     steps = sum(h["steps"] for h in tr["history"])
-    train_s = result["chief:0"].result["timings"]["train_s"]
     return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
             "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,
-            "time_s": train_s, "test_accuracy": tr["val_accuracy"], "test_loss": tr["val_loss"],
-            "stop": f"{epochs} epoch(s)", "global_steps_per_s": steps / train_s, "wall_s": result.wall_s}
+            "time_s": tr["train_seconds"], "first_step_s": tr["first_step_s"], "test_accuracy": tr["val_accuracy"],
+            "test_loss": tr["val_loss"], "stop": f"{epochs} epoch(s)",
+            "global_steps_per_s": 1 / tr["step_time_s"], "wall_s": result.wall_s}

@@ -25,12 +25,11 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster
-from labkit.launch import Cluster, ClusterResult, runs_root
+from labkit.launch import Cluster, ClusterResult
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
 MODES = ("sync", "async")
-DEPLOY_MODES = ("single", "cluster", "cluster2")
 MODEL_BYTES = (784 * 10 + 10) * 4  # softmax regression in float32: 31,400 bytes
 # Table 1.2.1's resource columns: host CPU and memory, the host's network per second, the task process.
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s",
@@ -89,6 +88,7 @@ class Run:
     deploy: str
     batch_size: int
     result: ClusterResult
+    _samples: object = field(default=None, init=False, repr=False)
 
     @property
     def workers(self) -> list:
@@ -122,7 +122,7 @@ class Run:
 
     def samples(self):
         """Every task's resource samples, merged (``ClusterResult.samples``)."""
-        if not hasattr(self, "_samples"):
+        if self._samples is None:
             self._samples = self.result.samples()
         return self._samples
 
@@ -155,7 +155,7 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: choose 'sync' or 'async'")
     if deploy not in cluster.MODES:
-        raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(DEPLOY_MODES)}")
+        raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
     run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout, mode=mode, batch_size=batch_size,
@@ -205,6 +205,10 @@ class Study:
         best = max(self.runs, key=lambda r: (len(r.workers), -self.runs.index(r)))
         return best.deploy, best.batch_size
 
+    def _or_headline(self, deploy: str | None, batch_size: int | None) -> tuple[str, int]:
+        d, b = self.headline()
+        return deploy or d, batch_size or b
+
     def summary(self):
         """Report 002 Tables 3 and 5: per mode, deploy mode and batch size, iterations summed
         over workers, global steps, time (slowest worker), the chief's final accuracy and loss,
@@ -239,12 +243,9 @@ class Study:
 
         from labkit.monitor import summarize_tasks
 
-        if deploy is None or batch_size is None:
-            d, b = self.headline()
-            deploy, batch_size = deploy or d, batch_size or b
+        deploy, batch_size = self._or_headline(deploy, batch_size)
         frames = []
         for r in self._at(deploy, batch_size):
-            mode = r.mode
             start, end = r.window()
             res = summarize_tasks(r.samples(), start, end)
             table = res[["host", *RESOURCE_COLUMNS]].copy()
@@ -253,7 +254,7 @@ class Study:
                 table.loc[t.name, "test_loss"] = t.metrics.get("test_loss")
                 table.loc[t.name, "test_accuracy"] = t.metrics.get("test_accuracy")
                 table.loc[t.name, "time_s"] = (t.result or {}).get("timings", {}).get("train_s")
-            table.insert(0, "mode", mode)
+            table.insert(0, "mode", r.mode)
             frames.append(table.reset_index())
         return pd.concat(frames, ignore_index=True).set_index(["mode", "task"])
 
@@ -263,13 +264,9 @@ class Study:
         global_step, test_loss, test_accuracy. Default: the ``headline()`` runs."""
         import pandas as pd
 
-        if deploy is None or batch_size is None:
-            d, b = self.headline()
-            deploy, batch_size = deploy or d, batch_size or b
+        deploy, batch_size = self._or_headline(deploy, batch_size)
         rows = []
-        for r in self.runs:
-            if (r.deploy, r.batch_size) != (deploy, batch_size):
-                continue
+        for r in self._at(deploy, batch_size):
             for e in r.chief.result["series"]["eval"]:
                 rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "t": e["t"],
                              "global_step": e["global_step"], "test_loss": e["test_loss"],
@@ -322,18 +319,17 @@ class Study:
                          "analytic_per_global_step": step_bytes("ps", MODEL_BYTES, n if r.mode == "sync" else 1).total,
                          "bytes_per_worker_step": measured / per_global, "analytic_per_worker_step": analytic_worker,
                          "measured_over_analytic": measured / per_global / analytic_worker,
-                         "host_bytes_per_worker_step": host / per_global,
+                         "host_bytes_per_global_step": host, "host_bytes_per_worker_step": host / per_global,
                          "host_nics": "+".join(sorted({x for v in per_host.values() for x in v.get("nics", [])}))})
         return pd.DataFrame(rows)
 
     def records(self, deploy: str | None = None, batch_size: int | None = None) -> dict:
         """What the notebook records for the grader, from the ``headline()`` runs (or the given
-        ones): final accuracy, training time, global step (and per second), steps per worker and
-        bytes per step (and over the analytic) per mode, and each run's directory (relative to the working directory when inside it),
-        where the task result files let the grader re-check the steps."""
-        if deploy is None or batch_size is None:
-            d, b = self.headline()
-            deploy, batch_size = deploy or d, batch_size or b
+        ones), per mode: final accuracy, training time, global step (and per second), steps per
+        worker, bytes per step (and over the analytic), and the run's directory (relative to the
+        working directory when inside it), whose task result files let the grader re-check the
+        steps."""
+        deploy, batch_size = self._or_headline(deploy, batch_size)
         bytes_table = self.bytes_per_step()
         out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
                "bytes_per_worker_step": {}, "bytes_per_global_step": {}, "bytes_over_analytic": {}, "run_dir": {}}
@@ -389,23 +385,14 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
                 raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
                                  f"batch {b} examples; raise train_limit or lower the batch size")
     study = study if study is not None else Study()
-    configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(configs), desc="runs", unit="run")
+    configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    try:
-        for d, b, m in configs:
-            if bar is not None:
-                bar.set_postfix_str(f"{m}, {d}, batch {b}")
+    with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:
+        for d, b, m in bar:
+            bar.set_postfix_str(f"{m}, {d}, batch {b}")
             study.runs.append(run(m, d, b, run=f"study-{stamp}/{m}-{d}-b{b}", log=log, **kwargs))
-            if bar is not None:
-                bar.update()
-    finally:
-        if bar is not None:
-            bar.close()
     return study
 
 

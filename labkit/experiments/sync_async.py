@@ -385,7 +385,7 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
                 raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
                                  f"batch {b} examples; raise train_limit or lower the batch size")
     study = study if study is not None else Study()
-    from tqdm.auto import tqdm
+    from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 
     configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
     stamp = time.strftime("%Y%m%d-%H%M%S")

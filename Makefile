@@ -20,7 +20,7 @@ SUBMISSIONS ?=
 JOBS        ?= 1
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test grade bench release clean
+.PHONY: setup data lab test grade bench release cluster-setup clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,14 @@ bench: setup
 
 release: setup
 	$(PY) -m labkit release --out release
+
+# Prepare a cluster's nodes over ssh: copy this kit, install it, fetch the data, check versions
+# (docs/cluster.md).  make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=DIR_OR_URL] [CLUSTER_ARGS=...]
+HOSTS        ?=
+CLUSTER_ARGS ?=
+cluster-setup: setup
+	@test -n "$(HOSTS)" || { echo "usage: make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=...] [CLUSTER_ARGS=...]" >&2; exit 2; }
+	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
 
 clean:
 	rm -rf out runs release .pytest_cache

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.launch import VersionSkew, check_versions, default_remote_dir, default_ssh
+from labkit.launch import VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -124,17 +124,21 @@ def kit_tarball(root: Path = REPO) -> bytes:
     return buf.getvalue()
 
 
-def _hosts(hosts) -> list[str]:
+def _nodes(hosts, say) -> list[Node]:
+    """The remote hosts of a hosts file or list, once each. This machine's own addresses are
+    left out: the launcher runs its tasks here, with this Python, without ssh."""
     from labkit.cluster import read_hosts_file, split_address
 
     names = read_hosts_file(hosts) if isinstance(hosts, (str, Path)) else [str(h) for h in hosts]
-    out = []
+    if not names:
+        raise ValueError("no hosts given; pass a hosts file (one host per line, see docs/cluster.md)")
+    here, out = local_addresses(), []
     for h in names:  # 'host:port' lines place tasks; setup needs only the host
         host = split_address(h)[0] if ":" in h and h.rpartition(":")[2].isdigit() else h
-        if host not in out:
-            out.append(host)
-    if not out:
-        raise ValueError("no hosts given; pass a hosts file (one host per line, see docs/cluster.md)")
+        if host in here:
+            say(host, "this machine: its tasks run here, with this Python; nothing to set up")
+        elif host not in [n.host for n in out]:
+            out.append(Node(host))
     return out
 
 
@@ -155,7 +159,7 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
     Raises ``NodeError`` (naming every failed node) or ``VersionSkew``."""
     remote = Remote(ssh, remote_dir, remote_python)
     say = _printer(log)
-    nodes = [Node(h) for h in _hosts(hosts)]
+    nodes = _nodes(hosts, say)
     session = uuid.uuid4().hex
     tokens: dict[str, str] = {}
     tarball = kit_tarball() if copy else b""
@@ -198,8 +202,9 @@ def check(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
           log=print) -> list[Node]:
     """Every host answers over ssh, has the kit installed, and runs the versions this machine
     runs; ``NodeError`` or ``VersionSkew`` (with every node's versions) otherwise."""
-    nodes = [Node(h) for h in _hosts(hosts)]
-    _check(nodes, Remote(ssh, remote_dir, remote_python), _printer(log))
+    say = _printer(log)
+    nodes = _nodes(hosts, say)
+    _check(nodes, Remote(ssh, remote_dir, remote_python), say)
     return nodes
 
 

@@ -20,7 +20,7 @@ import json, os, threading
 from labkit import cluster, live
 from labkit.launch import Cluster
 def make():
-    return Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
+    return Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
                    test_limit=200, sample_interval=0.25, timeout=300)
 def note(name, c):
     with open(name + ".tmp", "w") as f:
@@ -77,7 +77,7 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
             if not (tmp_path / "starting.json").exists():
                 return None
             kids = psutil.Process(kernel_pid).children()
-            return [p.pid for p in kids] if len(kids) >= 3 else None
+            return [p.pid for p in kids] if len(kids) >= 2 else None
 
         pids = _interrupt(km, kc, STARTING, spawned)
         _gone(kernel_pid, pids, json.loads((tmp_path / "starting.json").read_text())["ports"])

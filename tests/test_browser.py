@@ -1,0 +1,191 @@
+"""What a student does, in a real browser: JupyterLab on 127.0.0.1, Lab 1 opened in headless
+Chromium (Debian's package, driven by Playwright; no browser download), Run All Cells, wait,
+then: every cell ran, none shows an error, the accuracy record is on the page, the progress
+bars are live widgets, and the notebook saved from the browser holds the records.
+A screenshot goes to out/browser/.
+
+Needs ``chromium`` (``apt-get install -y chromium chromium-driver``; .ci/run installs it) and
+the ``playwright`` pip package (requirements.txt); skipped with the reason where either is missing.
+"""
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labkit import cluster
+from labkit.proc import OwnedProcess, tail
+from labkit.record import read_records
+
+pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+# small enough for a minute on 2 cores; the notebook's own defaults are the grading size
+PARAMETERS = {"epochs": 2, "train_limit": 3000, "test_limit": 1000, "idle_s": 0.2, "open_tensorboard": False}
+RUN_TIMEOUT_S = 400
+
+
+def _small_copy(dest: Path) -> Path:
+    """Lab 1 with its parameters cell set to PARAMETERS (what a student edits first)."""
+    import nbformat
+
+    nb = nbformat.read(REPO / "notebooks" / "01_single_node_lr.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    lines = cell.source.splitlines()
+    for name, value in PARAMETERS.items():
+        i = next(i for i, line in enumerate(lines) if re.match(rf"{name}\s*=", line))
+        lines[i] = f"{name} = {value!r}"
+    cell.source = "\n".join(lines)
+    path = dest / "lab1.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except OSError:
+        return 0
+
+
+def _settled_kernel(url: str, token: str, timeout: float = 120) -> None:
+    """Wait until the notebook's one session has kept the same idle kernel for 3 s: JupyterLab
+    sometimes replaces the first kernel it starts, and cells sent meanwhile are lost."""
+    deadline, kernel, since = time.monotonic() + timeout, None, 0.0
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=5) as r:
+            sessions = json.load(r)
+        now = [(s["kernel"]["id"], s["kernel"]["execution_state"]) for s in sessions]
+        if len(now) == 1 and now[0][1] == "idle":
+            if now[0][0] != kernel:
+                kernel, since = now[0][0], time.monotonic()
+            elif time.monotonic() - since >= 3:
+                return
+        else:
+            kernel = None
+        time.sleep(0.5)
+    raise TimeoutError(f"the notebook's kernel did not settle in {timeout} s (sessions: {now})")
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """JupyterLab serving tmp_path on 127.0.0.1:<free port> with a token; killed with its kernels."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium chromium-driver)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    port, token = cluster.free_ports(1)[0], secrets.token_hex(16)
+    home = tmp_path / "jupyter"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+           "LABKIT_RUNS": str(tmp_path / "runs")}
+    env.pop("LABKIT_LIVE", None)
+    # a fresh user's settings, minus what gets in a script's way: the kernel choice dialog, the
+    # news prompt, and lazily attached cells (every cell stays in the page, so its prompt can be read)
+    for name, settings in (("notebook-extension/tracker", {"autoStartDefaultKernel": True, "windowingMode": "none"}),
+                           ("apputils-extension/notification", {"fetchNews": "false"})):
+        path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if os.geteuid() == 0:  # CI and this machine run as root
+        cmd.append("--allow-root")
+    server = OwnedProcess(cmd, tmp_path / "jupyterlab.log", env=env, cwd=tmp_path).start()
+    try:
+        deadline = time.monotonic() + 120
+        while _get(f"http://127.0.0.1:{port}/api/status?token={token}") != 200:
+            assert server.poll() is None, f"JupyterLab exited:\n{tail(server.log_path)}"
+            assert time.monotonic() < deadline, f"JupyterLab did not answer in 120 s:\n{tail(server.log_path)}"
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", token, server
+    finally:
+        server.kill()
+    assert not psutil.Process().children(recursive=True), "JupyterLab or a kernel outlived the test"
+
+
+def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
+    from playwright.sync_api import sync_playwright
+
+    url, token, server = jupyterlab
+    notebook = _small_copy(tmp_path)
+    shots = REPO / "out" / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(120_000)
+            page.goto(f"{url}/lab/tree/{notebook.name}?token={token}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")  # the kernel is up
+            _settled_kernel(url, token)
+
+            for _ in range(3):  # Run > Run All Cells, until a cell has started
+                page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+                page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+                started = time.monotonic()
+                while time.monotonic() - started < 20:
+                    if any(re.search(r"[*\d]", p) for p in page.locator(".jp-InputPrompt").all_inner_texts()):
+                        break
+                    time.sleep(0.5)
+                else:
+                    continue
+                break
+            code_cells = page.locator(".jp-CodeCell")
+            n_code = code_cells.count()
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while True:  # done: no cell waiting or running ("[*]"), the kernel idle
+                prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+                busy = any("*" in p for p in prompts)
+                idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() == 1
+                if not busy and idle and any(re.search(r"\d", p) for p in prompts):
+                    break
+                if time.monotonic() > deadline:
+                    page.screenshot(path=str(shots / "lab1-timeout.png"))
+                    pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_S} s; prompts {prompts}\n"
+                                f"{tail(server.log_path)}")
+                time.sleep(1.0)
+
+            outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
+            assert errors.count() == 0 and "Traceback (most recent call last)" not in outputs, outputs[-3000:]
+            assert all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in prompts) and len(prompts) == n_code, prompts
+            accuracy = re.search(r"\[labkit record\] core_test_accuracy = ([\d.]+)", outputs)
+            assert accuracy and float(accuracy.group(1)) > 0.5, outputs[-3000:]
+            bars = page.locator(".jp-OutputArea-output .widget-hprogress").count()
+            assert bars >= 2, f"expected live tqdm widget bars, found {bars}: {outputs[:2000]}"
+
+            page.locator(".jp-CodeCell").filter(has_text="lr.compare(core, keras_run)").scroll_into_view_if_needed()
+            page.screenshot(path=str(shots / "lab1.png"))
+
+            before = notebook.stat().st_mtime
+            page.keyboard.press("Control+s")  # what the student saves holds what the grader reads
+            deadline = time.monotonic() + 30
+            while notebook.stat().st_mtime == before and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            browser.close()
+    records = read_records(notebook)
+    assert records["core_test_accuracy"] == pytest.approx(float(accuracy.group(1)), abs=1e-3)
+    assert records["epochs"] == PARAMETERS["epochs"]
+    saved = json.loads(notebook.read_text())
+    widgets = [o for c in saved["cells"] for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.progress)"
+    assert (tmp_path / "runs" / "lab1").is_dir()  # TensorBoard scalars under the one runs/ root
+    shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)

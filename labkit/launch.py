@@ -584,7 +584,8 @@ class Cluster:
             wall = time.monotonic() - p.t_start
             hint = remote_failure_hint(p.task.host, rc, log_tail, self.remote_dir, self.remote_python) \
                 if p.remote else ""
-            raise TaskFailed(p.task.name, rc, log_tail, p.log_path, detail=f" after {wall:.1f} s{hint}")
+            raise TaskFailed(p.task.name, rc, log_tail, p.log_path,
+                             detail=f" after {wall:.1f} s" + (f" ({hint})" if hint else ""))
 
     # --------------------------------------------------------------------- stop
     def stop(self) -> None:
@@ -780,15 +781,15 @@ def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: s
     ssh's own exit code 255, a missing kit directory, interpreter or task module."""
     guide = "see docs/cluster.md"
     if returncode == 255:
-        return (f" (ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
-                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide})")
+        return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
+                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
     missing = "No such file or directory" in log_tail or "not found" in log_tail
     if missing and (f"cd: {remote_dir}" in log_tail or remote_python in log_tail):
-        return (f" (the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
-                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide})")
+        return (f"the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
+                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
     if "No module named" in log_tail:
-        return (f" (the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
-                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide})")
+        return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
+                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
     return ""
 
 

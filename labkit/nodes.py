@@ -35,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.launch import VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses
+from labkit.launch import (VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses,
+                           remote_failure_hint)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -87,18 +88,9 @@ class Remote:
             raise NodeError(host, step, "-", str(e), f"cannot run the ssh command {self.ssh[0]!r}") from None
         out = (done.stdout + done.stderr).decode("utf-8", "replace")
         if done.returncode != 0:
-            raise NodeError(host, step, done.returncode, out, self.hint(host, done.returncode, out))
+            hint = remote_failure_hint(host, done.returncode, out, self.remote_dir, self.remote_python)
+            raise NodeError(host, step, done.returncode, out, hint)
         return done.stdout.decode("utf-8", "replace")
-
-    def hint(self, host: str, returncode: int, output: str) -> str:
-        if returncode == 255:
-            return (f"ssh to {host} failed: check that `{shlex.join(self.ssh)} {host} true` works without a "
-                    f"prompt (key login, known host key; docs/cluster.md)")
-        if f"cd: {self.remote_dir}" in output or (self.remote_python in output and "No such file" in output):
-            return f"the kit is not installed in {self.remote_dir} on {host}: run `make cluster-setup HOSTS=...`"
-        if "No module named" in output:
-            return f"the kit in {self.remote_dir} on {host} is incomplete or old: run `make cluster-setup HOSTS=...`"
-        return ""
 
 
 def kit_files(root: Path = REPO) -> list[str]:

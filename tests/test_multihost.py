@@ -41,6 +41,7 @@ run=(env -i HOME="$home" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 bash -c 
 if [ "$ns" = "-" ]; then exec "${run[@]}"; else exec ip netns exec "$ns" "${run[@]}"; fi
 """
 
+REPO = Path(__file__).resolve().parents[1]
 TINY = "--steps 150 --train-limit 1000 --test-limit 200 --sample-interval 0.25"
 
 
@@ -94,6 +95,9 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     hosts.write_text(f"# two 'nodes' on loopback aliases\n127.0.0.2:{ports[0]}\n127.0.0.3:{ports[2]}\n")
     env = {"LABKIT_RUNS": str(tmp_path / "runs")}
 
+    make = subprocess.run(["make", "-n", "cluster-setup", f"HOSTS={hosts}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)  # the guide's `make cluster-setup` is this command
+    assert f"-m labkit nodes setup --hosts {hosts}" in make.stdout, make.stdout + make.stderr
     done = labkit(*_setup_args(ssh, hosts, mirror), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     for host in ("127.0.0.2", "127.0.0.3"):
@@ -105,12 +109,14 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     bad.write_text("127.0.0.9\n")
     done = labkit("nodes", "check", "--hosts", bad, "--ssh", ssh)
     assert done.returncode == 1 and "exit 255" in done.stderr and "ssh to 127.0.0.9 failed" in done.stderr
+    done = labkit("run", "ps_sgd", "--hosts", bad, "--ps", "0", "--workers", "1", "--ssh", ssh, env=env)
+    assert done.returncode == 1 and "exited with code 255" in done.stderr and "ssh to 127.0.0.9 failed" in done.stderr
 
     # a node without the kit: the check and the launcher both say so, with the fix
     bare = tmp_path / "bare-hosts.txt"
     bare.write_text(f"127.0.0.4:{ports[3]}\n")
     done = labkit("nodes", "check", "--hosts", bare, "--ssh", ssh)
-    assert done.returncode == 1 and "the kit is not installed in labkit on 127.0.0.4" in done.stderr, done.stderr
+    assert done.returncode == 1 and "the kit is not installed on 127.0.0.4" in done.stderr, done.stderr
     done = labkit("run", "ps_sgd", "--hosts", bare, "--ps", "0", "--workers", "1", "--ssh", ssh, "--args", TINY,
                   env=env)
     assert done.returncode == 1 and "the kit is not installed on 127.0.0.4" in done.stderr, done.stderr

@@ -17,6 +17,9 @@ the run; when the block ends, one static figure of the tasks' own samples (every
 from the result files) is shown, and nothing in the saved notebook depends on widget
 state. ``static=False`` leaves that figure out (a lab that draws its own).
 
+Several runs in one cell (a sweep) share one table and one figure, each run redrawing
+them, instead of adding two outputs per run.
+
 Leaving the block stops the view's thread and samplers: on success, on an error and on
 KeyboardInterrupt alike (the launcher's own ``with`` block stops the tasks).
 
@@ -36,6 +39,7 @@ from labkit.progress import _kernel_shell, is_live
 
 DEFAULT_REFRESH_S = 3.0
 DEFAULT_WINDOW_S = 120.0
+_shown: dict = {}  # the running cell's execution count -> its (table, figure) display handles
 
 
 class LiveView:
@@ -77,9 +81,17 @@ class LiveView:
         if self.live:
             from IPython.display import HTML, display
 
-            # shown from this (the cell's) thread, so the outputs belong to the running cell
-            self._table = display(HTML(self._table_html()), display_id=True)
-            self._figure = display(HTML("<i>resource view: waiting for the tasks to start</i>"), display_id=True)
+            waiting = HTML("<i>resource view: waiting for the tasks to start</i>")
+            cell = _kernel_shell().execution_count
+            if cell in _shown:  # an earlier run of this cell's sweep: redraw its outputs
+                self._table, self._figure = _shown[cell]
+                self._table.update(HTML(self._table_html()))
+                self._figure.update(waiting)
+            else:  # shown from the cell's own thread, so the outputs belong to the running cell
+                self._table = display(HTML(self._table_html()), display_id=True)
+                self._figure = display(waiting, display_id=True)
+                _shown.clear()
+                _shown[cell] = (self._table, self._figure)
             self._thread = threading.Thread(target=self._loop, name="labkit-LiveView", daemon=True)
             self._thread.start()
         return self

@@ -47,6 +47,12 @@ def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
         assert report["updates"] >= 2 and len(_images(msgs, "update_display_data")) >= 2
         assert "worker:0" in updates[-2]["content"]["data"]["text/html"]
 
+        # a sweep's next runs in the same cell redraw the same two outputs
+        msgs = ok(kc, "for _ in range(2):\n    with live.watch(c, live=True):\n        pass")
+        shown = [m["content"]["transient"]["display_id"] for m in msgs if m["msg_type"] == "display_data"]
+        updated = {m["content"]["transient"]["display_id"] for m in msgs if m["msg_type"] == "update_display_data"}
+        assert len(shown) == 2 and updated == set(shown)
+
         # the same finished run, headless: no live outputs, one static figure of the tasks' own samples
         msgs = ok(kc, "os.environ['LABKIT_LIVE'] = '0'\n"
                       "with live.watch(c) as view:\n    pass\n"

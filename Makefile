@@ -58,5 +58,5 @@ cluster-setup: setup
 	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
 
 clean:
-	rm -rf out runs release .pytest_cache
+	rm -rf out runs notebooks/runs release .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +

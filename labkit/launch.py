@@ -168,6 +168,21 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
                           "from the same commit), or pass check_versions=False to run anyway")
 
 
+def task_log_tail(path, lines: int = 30) -> str:
+    """The end of a task's log, without the ``# cd ... env ...`` command line the launcher
+    writes first (it stays in the file, to rerun the task by hand): in a short log that one
+    long line would crowd out the lines that say what went wrong."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            header = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return ""
+    rows = tail(path, lines + 1).split("\n")
+    if header.startswith("# ") and rows[0] == header:
+        rows = rows[1:]
+    return "\n".join(rows[-lines:])
+
+
 # --------------------------------------------------------------------------- results
 
 @dataclass
@@ -192,7 +207,7 @@ class TaskOutcome:
         return (self.result or {}).get("metrics", {})
 
     def log_tail(self, lines: int = 30) -> str:
-        return tail(self.log_path, lines)
+        return task_log_tail(self.log_path, lines)
 
 
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
@@ -578,7 +593,7 @@ class Cluster:
             p.ended = "failed"
             self._terminate([q for q in self._procs if q.running])
             time.sleep(0.1)  # let the last lines of a remote log arrive
-            log_tail = tail(p.log_path, 30)
+            log_tail = task_log_tail(p.log_path, 30)
             if rc == EXIT_PORT_IN_USE:
                 raise PortInUse(p.task.name, p.task.address, returncode=rc, log_tail=log_tail, log_path=p.log_path)
             wall = time.monotonic() - p.t_start
@@ -761,7 +776,7 @@ class Cluster:
         return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None and not p.remote}
 
     def log_tail(self, name: str, lines: int = 30) -> str:
-        return tail(self._proc(name).log_path, lines)
+        return task_log_tail(self._proc(name).log_path, lines)
 
     def __enter__(self) -> "Cluster":
         if self._state == "new":

@@ -104,6 +104,8 @@ def test_failing_program_reports_its_log_tail(clusters):
     with pytest.raises(TaskFailed, match="--steps must be positive") as info:
         c.run(timeout=60)
     assert info.value.returncode == 2
+    # the command line stays in the log, to rerun the task by hand, but not in the tail
+    assert info.value.log_path.read_text().startswith("# cd ") and "# cd " not in info.value.log_tail
 
 
 def test_global_timeout_names_running_tasks(clusters):

@@ -12,6 +12,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from labkit.grading import release, report
 from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
 from labkit.grading.runner import check_readable, source_index
+from labkit.grading import verify
 from labkit.grading.verify import notebook_parameters
 from labkit.record import MIME
 
@@ -263,6 +264,32 @@ def test_notebook_parameters_prefers_injected_values():
     p, inj = new_code_cell("epochs = 50\nlimit = None\nname = f'x{1}'"), new_code_cell("epochs = 2")
     p.metadata.tags, inj.metadata.tags = ["parameters"], ["injected-parameters"]
     assert notebook_parameters(new_notebook(cells=[p, inj])) == {"epochs": 2, "limit": None}
+
+
+def test_task_steps_reads_result_files_and_skips_hello_files(tmp_path):
+    """The documented glob ``worker-*.json`` also matches the tasks' ``worker-N.hello.json``
+    start-up files (no step counts in them); they must not make the check unverifiable."""
+    import json
+
+    run = tmp_path / "runs" / "lab2" / "r1"
+    run.mkdir(parents=True)
+    for i, steps in enumerate((7, 5)):
+        (run / f"worker-{i}.json").write_text(json.dumps({"task": f"worker:{i}", "steps": {"local": steps}}))
+        (run / f"worker-{i}.hello.json").write_text(json.dumps({"task": f"worker:{i}", "pid": 1}))
+    (run / "ps-0.json").write_text(json.dumps({"task": "ps:0", "steps": {"global_final": 12}}))
+    spec = {"name": "task_steps", "results": "{run_dir}/worker-*.json", "field": "steps.local", "key": "task"}
+
+    def check(claimed):
+        records = {"run_dir": "runs/lab2/r1", "steps": claimed}
+        return verify.run(spec, verify.Context(workdir=tmp_path, records=records, params={}, claimed=claimed))
+
+    assert check({"worker:0": 7, "worker:1": 5}) == verify.Verdict(True, value={"worker:0": 7, "worker:1": 5})
+    bad = check({"worker:0": 7, "worker:1": 6})
+    assert not bad.ok and "task result files say {'worker:0': 7, 'worker:1': 5}" in bad.reason
+    for f in run.glob("worker-?.json"):
+        f.unlink()
+    with pytest.raises(verify.Unverifiable, match="no task result files match"):
+        check({"worker:0": 7})
 
 
 # ---------------------------------------------------------------------------------------------

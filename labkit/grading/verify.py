@@ -101,7 +101,8 @@ def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None
     """The recorded per-worker step counts match the tasks' own result files.
 
     ``results`` is a glob under the working directory, where the grader points ``LABKIT_RUNS``
-    (``runs/lab2/*/worker-*.json``: the launcher's ``<type>-<index>.json`` result files);
+    (``runs/lab2/*/worker-*.json``: the launcher's ``<type>-<index>.json`` result files; the
+    tasks' ``<type>-<index>.hello.json`` start-up files, which the same glob matches, are skipped);
     ``field`` is the path of the step count inside each file (``steps.local``). With ``key``
     (a field naming the task, e.g. ``task``) the record must be a dict keyed by it; otherwise
     values are compared as a multiset, since a list's order is the notebook's choice.
@@ -111,7 +112,7 @@ def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None
         pattern = re.sub(r"\{([^{}]+)\}", lambda m: glob.escape(str(lookup(ctx.records, m.group(1)))), results)
     except Missing as e:
         raise Unverifiable(f"the results pattern {results} needs a record: {e}") from e
-    files = sorted(glob.glob(str(ctx.workdir / pattern), recursive=True))
+    files = sorted(f for f in glob.glob(str(ctx.workdir / pattern), recursive=True) if not f.endswith(".hello.json"))
     if not files:
         raise Unverifiable(f"no task result files match {results} in the run's directory")
     found = {}

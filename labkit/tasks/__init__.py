@@ -11,4 +11,11 @@ Programs report through that file, never through stdout.
 - ``sparse_lr``: sparse logistic regression (a9a or synthetic click data) with the weights on
   one ps, sync (sparse accumulator + token queues) or async (scatter updates), bytes per
   step O(unique features); several runs per cluster (Lab 3).
+- ``strategy_train``: a Keras model (LeNet-5, the MLP ...) on MNIST through ``labkit.train_loop``
+  under a ``tf.distribute`` strategy: ``MultiWorkerMirroredStrategy`` (RING all-reduce),
+  ``ParameterServerStrategy`` or none, with per-epoch checkpoints a restarted task resumes
+  from: Lab 4's batch sweep and kill/resume, Lab 5's ring vs PS scaling, Lab 2's modern-API
+  comparison.
+
+``common`` holds the runtime they share.
 """

@@ -14,6 +14,7 @@ TensorFlow; needs ``ss`` (iproute2) and returns None where it is missing.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -61,6 +62,15 @@ def tcp_bytes(pids: Iterable[int] | None = None, timeout: float = 10.0) -> dict[
     if pids is None:
         return counts
     return {int(p): counts.get(int(p), (0, 0)) for p in pids}
+
+
+def own_tcp_bytes() -> tuple[int, int] | None:
+    """(bytes sent, bytes received) over this process's open TCP sockets; None where ``ss``
+    is missing. A task's gRPC channels stay open for its whole life, so the difference of
+    two readings is the task's own traffic in between, whatever else uses the network."""
+    pid = os.getpid()
+    counts = tcp_bytes([pid])
+    return None if counts is None else counts[pid]
 
 
 class TaskBytes:

@@ -418,6 +418,18 @@ class TaskRuntime:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def run_graph_task(rt: TaskRuntime, args, run_ps, run_trainer) -> None:
+    """The start of a TF1 graph-mode program (ps_sgd, sparse_lr): TensorFlow in graph mode,
+    the v1 API's deprecation notices off (once per task and class, they bury the log), the
+    task's server, then its role: ``run_ps`` on a ps, ``run_trainer`` on the chief and
+    workers, each called as ``(rt, tf, server, args)``."""
+    tf = rt.tf()
+    tf.compat.v1.disable_eager_execution()
+    tf.get_logger().setLevel("ERROR")
+    server = rt.server()
+    (run_ps if rt.task.type == "ps" else run_trainer)(rt, tf, server, args)
+
+
 class DoneSignal:
     """The TF1 parameter-server shutdown: one shared FIFO queue per ps.
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.tasks.common import DoneSignal, TaskRuntime, shared_queue
+from labkit.tasks.common import DoneSignal, TaskRuntime, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
@@ -280,17 +280,13 @@ class NetCounter:
         self.result: dict = {}
 
     def _read(self) -> tuple[int, int, tuple[int, int] | None]:
-        import os
-
         import psutil
 
-        from labkit.sockets import tcp_bytes
+        from labkit.sockets import own_tcp_bytes
 
         c = psutil.net_io_counters(pernic=True)
         have = [c[n] for n in self.nics if n in c]
-        own = tcp_bytes([os.getpid()])
-        return (sum(x.bytes_sent for x in have), sum(x.bytes_recv for x in have),
-                own[os.getpid()] if own else None)
+        return sum(x.bytes_sent for x in have), sum(x.bytes_recv for x in have), own_tcp_bytes()
 
     def start(self) -> None:
         self._t0, self._c0 = time.monotonic(), self._read()
@@ -400,14 +396,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     with TaskRuntime("ps_sgd", args=vars(args), sample_interval=args.sample_interval) as rt:
-        tf = rt.tf()
-        tf.compat.v1.disable_eager_execution()
-        tf.get_logger().setLevel("ERROR")  # the v1 API's deprecation notices, once per task and class
-        server = rt.server()
-        if rt.task.type == "ps":
-            run_ps(rt, tf, server, args)
-        else:
-            run_trainer(rt, tf, server, args)
+        run_graph_task(rt, args, run_ps, run_trainer)
 
 
 if __name__ == "__main__":

@@ -82,13 +82,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.tasks.common import DoneSignal, TaskRuntime, shared_queue
+from labkit.sockets import own_tcp_bytes
+from labkit.tasks.common import DoneSignal, TaskRuntime, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
 DATASETS = ("a9a", "click")
@@ -239,20 +239,6 @@ def load_weights(path) -> tuple[np.ndarray, dict]:
         w = np.zeros(int(settings["num_features"]), np.float32)
         w[f["indices"]] = f["values"]
     return w, settings
-
-
-# ----------------------------------------------------------------------------- bytes on the wire
-
-def process_tcp_bytes() -> int | None:
-    """Bytes this process has sent + received over its open TCP sockets (``labkit.sockets``,
-    the kernel's per-socket counters). TensorFlow's gRPC channels stay open for the whole
-    session, so the difference of two readings is this task's traffic in between, whatever
-    else uses the network (the host's ``lo`` counters count every program on the machine).
-    None where ``ss`` is missing."""
-    from labkit.sockets import tcp_bytes
-
-    counts = tcp_bytes([os.getpid()])
-    return None if counts is None else sum(counts[os.getpid()])
 
 
 # ----------------------------------------------------------------------------- the graph
@@ -410,11 +396,11 @@ class Trainer:
 
     def evaluate(self, entry: dict, step: int, local: int, t0: float) -> dict:
         """Test accuracy and log-loss now (chief); its traffic is kept out of the step bytes."""
-        before = process_tcp_bytes()
+        before = own_tcp_bytes()
         acc, ll = self.sess.run([self.g.test_accuracy, self.g.test_logloss], self.test_feed)
-        after = process_tcp_bytes()
+        after = own_tcp_bytes()
         if before is not None and after is not None:
-            self.eval_bytes += after - before
+            self.eval_bytes += sum(after) - sum(before)
         row = {"t": time.monotonic() - t0, "samples": step * entry["samples_per_step"], "global_step": step,
                "local_step": local, "test_accuracy": float(acc), "test_error": 1.0 - float(acc),
                "test_logloss": float(ll)}
@@ -440,7 +426,7 @@ class Trainer:
         chief = self.test_feed is not None
         with rt.timed(run.label):
             t0 = time.monotonic()
-            tcp0 = process_tcp_bytes()
+            tcp0 = own_tcp_bytes()
             if chief:
                 self.evaluate(entry, 0, 0, t0)
             while step < target:
@@ -458,7 +444,7 @@ class Trainer:
                 if chief and args.eval_every and step * entry["samples_per_step"] >= next_eval and step < target:
                     self.evaluate(entry, step, local, t0)
                     next_eval = (step * entry["samples_per_step"] // args.eval_every + 1) * args.eval_every
-            tcp1 = process_tcp_bytes()
+            tcp1 = own_tcp_bytes()
         train_s = entry["train_s"] = rt.timings[f"{run.label}_s"]
         entry["steps"].update({"local": local, "global": step})
         unique = unique_sum / max(local, 1)
@@ -468,7 +454,7 @@ class Trainer:
                  s_per_1k_global_steps=1000 * train_s / max(step, 1), s_per_1k_local_steps=1000 * train_s / max(local, 1),
                  examples_per_s=local * run.batch_size / train_s)
         if tcp0 is not None and tcp1 is not None:
-            m["tcp_bytes_per_step"] = (tcp1 - tcp0 - self.eval_bytes) / max(local, 1)
+            m["tcp_bytes_per_step"] = (sum(tcp1) - sum(tcp0) - self.eval_bytes) / max(local, 1)
         if chief:
             final = self.evaluate(entry, int(sess.run(g.global_step)) - g0, local, t0)
             m.update(test_accuracy=final["test_accuracy"], test_error=final["test_error"],
@@ -506,13 +492,7 @@ def main(argv=None) -> None:
         if rt.spec.num_tasks("ps") != 1:
             raise ValueError(f"sparse_lr needs exactly one ps task (w is not partitioned), the cluster has "
                              f"{rt.spec.num_tasks('ps')}; build it with ps=1")
-        tf = rt.tf()
-        tf.compat.v1.disable_eager_execution()
-        server = rt.server()
-        if rt.task.type == "ps":
-            run_ps(rt, tf, server, args)
-        else:
-            run_trainer(rt, tf, server, args)
+        run_graph_task(rt, args, run_ps, run_trainer)
 
 
 if __name__ == "__main__":

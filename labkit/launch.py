@@ -3,6 +3,7 @@
     spec = cluster.local(ps=1, workers=2)
     with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
         result = c.wait(timeout=300)                              # TaskFailed / ClusterTimeout, never a hang
+        # or c.follow(on_line): the same wait, each new log line passed to on_line(task, line)
     result.table()      # one row per task: how it ended, steps, metrics, resources
     result.samples()    # every task's resource samples, merged, for plots
 
@@ -585,6 +586,38 @@ class Cluster:
         with self:
             return self.wait(timeout)
 
+    def follow(self, on_line=None, until=None, poll: float = 0.1) -> ClusterResult | None:
+        """``wait()``, passing each new line of the tasks' logs to ``on_line(task, line)`` as
+        it is written (a lab prints its chief's evaluations, or moves a progress bar).
+
+        Returns ``wait()``'s result, or None as soon as ``until(seen)`` is true (``seen``:
+        task -> its lines so far), leaving the cluster running (to kill a task mid-run, say).
+        A failed task raises ``TaskFailed`` as ``wait`` does; starts the cluster if it is new."""
+        if self._state == "new":
+            self.start()
+        offsets = {p.task.name: 0 for p in self._procs}
+        seen: dict[str, list[str]] = {name: [] for name in offsets}
+
+        def read() -> None:
+            for p in self._procs:
+                lines, offsets[p.task.name] = _new_lines(p.log_path, offsets[p.task.name])
+                seen[p.task.name] += lines
+                for line in lines:
+                    if on_line is not None:
+                        on_line(p.task.name, line)
+
+        deadline = (self._t_start or time.monotonic()) + self.timeout
+        while True:
+            read()
+            if until is not None and until(seen):
+                return None
+            if any(s != "running" for s in self.status().values()) or time.monotonic() > deadline:
+                try:
+                    return self.wait()  # every task done, or one failed: wait() gathers or raises
+                finally:
+                    read()  # the last lines, written just before the exit
+            time.sleep(poll)
+
     def _raise_on_failure(self) -> None:
         for p in self._procs:
             rc = p.poll()
@@ -806,6 +839,18 @@ def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: s
         return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
                 f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
     return ""
+
+
+def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The whole lines written to ``path`` since byte ``offset``, and the new offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1  # whole lines only
+    return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
 
 
 def _accepts(host: str, port: int) -> bool:

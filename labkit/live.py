@@ -1,7 +1,8 @@
 """Live views of a running cluster in JupyterLab, and what a headless run shows instead.
 
-    with Cluster(spec, "ps_sgd", lab="lab2") as c, live.watch(c):
-        result = c.wait()                 # or follow(c, ...), c.run(), any wait
+    c = Cluster(spec, "ps_sgd", lab="lab2")
+    with live.watch(c), c:                # the view first: it also shows the tasks starting
+        result = c.wait()                 # or c.follow(on_line), any wait
 
 **In JupyterLab** (``labkit.progress.is_live()``) the cell shows, refreshed in place every
 ``refresh`` seconds while the block runs: a table of every task (state, CPU, memory, the
@@ -21,7 +22,11 @@ Several runs in one cell (a sweep) share one table and one figure, each run redr
 them, instead of adding two outputs per run.
 
 Leaving the block stops the view's thread and samplers: on success, on an error and on
-KeyboardInterrupt alike (the launcher's own ``with`` block stops the tasks).
+KeyboardInterrupt alike (the launcher's own ``with`` block stops the tasks). When the run
+failed (a task died, the cluster hung past its timeout, any error but an interrupt), a
+notebook, live or headless, also shows the end of the task logs that explain it
+(``log_tail``), above the traceback: a ``TaskFailed``'s own tail is in its message, so the
+other tasks' are shown; a ``ClusterTimeout`` shows the tasks still running.
 
 ``log_tail(c, "worker:0")`` shows the end of a task's log in the notebook (also for a
 ``ClusterResult`` or a ``TaskFailed``).
@@ -39,6 +44,7 @@ from labkit.progress import _kernel_shell, is_live
 
 DEFAULT_REFRESH_S = 3.0
 DEFAULT_WINDOW_S = 120.0
+FAILURE_TAIL_LINES = 15  # lines per task shown when a run fails
 _shown: dict = {}  # the running cell's execution count -> its (table, figure) display handles
 
 
@@ -124,9 +130,32 @@ class LiveView:
     def __enter__(self) -> "LiveView":
         return self.start()
 
-    def __exit__(self, exc_type, *exc) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> bool:
         self.stop(final=exc_type is None)
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            self.show_failure(exc)
         return False
+
+    def show_failure(self, exc: BaseException) -> None:
+        """In a notebook, the log tails that explain ``exc`` (see the module docstring)."""
+        if _kernel_shell() is None:  # a script or a test: the exception says enough
+            return
+        from labkit.launch import ClusterTimeout, TaskFailed
+
+        try:
+            names = [t.name for t in self.cluster.spec.tasks()]
+            if isinstance(exc, TaskFailed):  # its own tail is in its message
+                shown = [n for n in names if n != exc.task]
+            elif isinstance(exc, ClusterTimeout):
+                shown = [n for n in exc.running if n in names] or names
+            else:
+                shown = names
+            if shown:
+                from IPython.display import display
+
+                display(log_tail(self.cluster, shown, lines=FAILURE_TAIL_LINES))
+        except Exception:  # the run's own error is what matters; never mask it
+            self._error("could not show the task logs:\n" + traceback.format_exc(limit=4))
 
     # ------------------------------------------------------------------ data
     def _watch_new_tasks(self) -> None:
@@ -273,8 +302,9 @@ class LogTail:
                        f"{html.escape(text or '(empty)')}</pre>" for title, text in self.parts)
 
 
-def log_tail(source, task: str | None = None, lines: int = 30) -> LogTail:
-    """The end of a task's log (every task's when ``task`` is None), for a notebook cell.
+def log_tail(source, task: str | list[str] | None = None, lines: int = 30) -> LogTail:
+    """The end of a task's log (of several for a list; every task's when ``task`` is None),
+    for a notebook cell.
 
     ``source``: a running or finished ``Cluster``, a ``ClusterResult``, or a ``TaskFailed``
     (its log tail, as caught: ``except TaskFailed as e: live.log_tail(e)``)."""
@@ -291,9 +321,11 @@ def log_tail(source, task: str | None = None, lines: int = 30) -> LogTail:
         read = lambda name: source[name].log_tail(lines)  # noqa: E731
     else:
         raise ValueError(f"log_tail() reads a Cluster, a ClusterResult or a TaskFailed, got {type(source).__name__}")
-    if task is not None and task not in names:
-        raise ValueError(f"no task {task!r}; tasks are {names}")
-    return LogTail([(name, read(name)) for name in ([task] if task else names)])
+    wanted = names if task is None else [task] if isinstance(task, str) else list(task)
+    unknown = [name for name in wanted if name not in names]
+    if unknown or not wanted:
+        raise ValueError(f"no task {unknown[0] if unknown else task!r}; tasks are {names}")
+    return LogTail([(name, read(name)) for name in wanted])
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -30,10 +30,12 @@ def runs_root() -> Path:
 
 
 def run_dir(lab: str, run: str | None = None, prefix: str = "run") -> Path:
-    """``runs_root()/<lab>/<run>``; ``run`` defaults to ``<prefix>-<time stamp>``. Nothing is created."""
+    """``runs_root()/<lab>/<run>``; ``run`` defaults to ``<prefix>-<time stamp>``, and may be
+    ``<sweep>/<run>`` for the runs of one sweep. Nothing is created."""
     run = run or f"{prefix}-{datetime.now():%Y%m%d-%H%M%S-%f}"
-    for what, name in (("lab", lab), ("run", run)):
+    parts = [("lab", lab)] + [("run", part) for part in (run.split("/") if isinstance(run, str) else [run])]
+    for what, name in parts:
         if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
             raise ValueError(f"{what} name {name!r} must be one path component of letters, digits, '_', '-' "
-                             f"or '.', e.g. 'lab2'")
+                             f"or '.' (a run may be '<sweep>/<run>'), e.g. 'lab2'")
     return runs_root() / lab / run

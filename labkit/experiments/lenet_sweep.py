@@ -9,7 +9,9 @@
     ft = fault_tolerance(workers=2, batch_size=50, epochs=3, train_limit=6000)
 
 Every run is a real cluster: one ``labkit.tasks.strategy_train`` process per worker,
-started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file.
+started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file, under a
+live view (``labkit.live``: a per-task table and figure in JupyterLab, each run's resource
+figure when headless). The chief writes TensorBoard scalars to ``<run dir>/tensorboard``.
 Resources are each task's own samples between its ``train start``/``train end`` marks.
 Host-wide numbers (CPU, memory, network) are averaged over nodes, not summed over tasks:
 every task on a host sees the same host.
@@ -19,11 +21,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from labkit import cluster
-from labkit.launch import Cluster, ClusterResult, TaskFailed, runs_root
+from labkit import cluster, live, paths
+from labkit.launch import Cluster, ClusterResult, TaskFailed
 from labkit.monitor import idle_baseline
+from labkit.progress import tqdm
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -40,46 +42,6 @@ def _positive_ints(name: str, values) -> tuple[int, ...]:
 
 
 # ------------------------------------------------------------------------------ one run
-
-def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1  # whole lines only
-    return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
-
-
-def follow(c: Cluster, on_line=None, until=None, poll: float = 0.1) -> ClusterResult | None:
-    """Wait for a started cluster while passing each new line of its tasks' logs to
-    ``on_line(task, line)``. Returns ``c.wait()``'s result, or None as soon as
-    ``until(seen)`` is true (``seen``: task -> its lines so far), leaving the cluster running.
-    A failed task raises ``TaskFailed`` as ``wait`` does."""
-    offsets = {t.name: 0 for t in c.spec.tasks()}
-    seen: dict[str, list[str]] = {name: [] for name in offsets}
-
-    def read() -> None:
-        for t in c.spec.tasks():
-            lines, offsets[t.name] = _new_lines(c.run_dir / f"{t.type}-{t.index}.log", offsets[t.name])
-            seen[t.name] += lines
-            for line in lines:
-                if on_line is not None:
-                    on_line(t.name, line)
-
-    deadline = time.monotonic() + c.timeout
-    while True:
-        read()
-        if until is not None and until(seen):
-            return None
-        if any(s != "running" for s in c.status().values()) or time.monotonic() > deadline:
-            try:
-                return c.wait()  # every task done, or one failed: wait() gathers or raises
-            finally:
-                read()  # the last lines, written just before the exit
-        time.sleep(poll)
-
 
 def _epoch_printer(label: str, log):
     def on_line(task: str, line: str) -> None:
@@ -100,7 +62,7 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     the host-wide ``lo`` counters also carry other programs' traffic."""
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
     run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = runs_root() / LAB / run
+    run_dir = paths.run_dir(LAB, run)
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, strategy=strategy,
                    model=MODEL, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
                    test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
@@ -108,9 +70,11 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
 
 
 def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> ClusterResult:
-    """Run one configuration to the end; ``log`` gets the chief's epoch lines as they come."""
-    with make_cluster(workers, batch_size, **kwargs) as c:
-        return follow(c, _epoch_printer(f"{workers} x {batch_size}", log))
+    """Run one configuration to the end under a live view; ``log`` gets the chief's epoch lines
+    as they come."""
+    c = make_cluster(workers, batch_size, **kwargs)
+    with live.watch(c), c:
+        return c.follow(_epoch_printer(f"{workers} x {batch_size}", log))
 
 
 def chief_result(result: ClusterResult) -> dict:
@@ -237,25 +201,14 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                                      f"{b} = {w * b}; raise train_limit or lower the batch sizes")
     result = Sweep(idle if idle is not None else idle_baseline(idle_s))
     configs = [(w, b) for w in workers for b in batch_sizes]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(configs), desc="sweep", unit="run")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    try:
-        for w, b in configs:
-            if bar is not None:
-                bar.set_postfix_str(f"{w} worker(s) x batch {b}")
+    with tqdm(configs, desc="sweep", unit="run", disable=not progress) as bar:
+        for w, b in bar:
+            bar.set_postfix_str(f"{w} worker(s) x batch {b}")
             res = train_cluster(w, b, epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr,
                                 seed=seed, hosts=hosts, run=f"sweep-{stamp}/w{w}-b{b}", timeout=timeout, log=log,
                                 **kwargs)
             result.runs.append({"workers": w, "batch_size": b, "result": res})
-            if bar is not None:
-                bar.update()
-    finally:
-        if bar is not None:
-            bar.close()
     return result
 
 
@@ -264,7 +217,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
                     kill: str = "worker:1", train_limit: int | None = 6000, test_limit: int | None = 2000,
                     lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | None = None,
-                    log=print, timeout: float = 900, **kwargs) -> dict:
+                    log=print, progress: bool = True, timeout: float = 900, **kwargs) -> dict:
     """Kill a worker mid-training, restart the same cluster, resume from the checkpoints.
 
     1. Start ``workers`` workers checkpointing every epoch; once every worker has logged
@@ -275,9 +228,11 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     3. Compare with an uninterrupted run of the same settings and seed (``reference``, or a
        run made here).
 
-    Returns a dict: ``failure`` (the TaskFailed message, task, return code, log tail),
-    ``resumed`` (start epoch, restored vs checkpointed weight checksums, history),
-    ``reference`` (history), final accuracies and their difference in points.
+    Each run is under a live view; ``progress`` shows a bar over the runs. Returns a dict:
+    ``run_dir`` (the demo's folder, one run directory per run inside), ``failure`` (the
+    TaskFailed message, task, return code, log tail), ``resumed`` (start epoch, restored vs
+    checkpointed weight checksums, history), ``reference`` (history), final accuracies and
+    their difference in points.
     """
     if not 1 <= kill_after_epoch < epochs:
         raise ValueError(f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
@@ -287,7 +242,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     say = log or (lambda _message: None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
-    ckpt = runs_root() / LAB / base / "checkpoints"
+    ckpt = paths.runs_root() / LAB / base / "checkpoints"
     settings = dict(epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, timeout=timeout,
                     **kwargs)
     marker = f"epoch {kill_after_epoch}/{epochs}:"
@@ -295,39 +250,48 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     def saved_everywhere(seen) -> bool:
         return all(any(marker in line for line in lines) for lines in seen.values())
 
-    first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
-                         **settings)
-    failure = None
-    with first:
-        spec = first.spec  # the addresses it really used (local ports may have moved)
-        if follow(first, _epoch_printer("interrupted", log), until=saved_everywhere) is not None:
-            raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
-                               f"{first.run_dir}")
-        say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
-        try:
-            first.kill(kill)
-        except ValueError:
-            raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so that "
-                               f"epoch {kill_after_epoch + 1} lasts a few seconds") from None
-        try:
-            follow(first)
-        except TaskFailed as e:
-            failure = {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
-    if failure is None:
-        raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
-    say(f"TaskFailed: {failure['message'].splitlines()[0]}")
+    with tqdm(total=3 if reference is None else 2, desc="fault demo", unit="run", disable=not progress) as bar:
+        bar.set_postfix_str("interrupted")
+        first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
+                             **settings)
+        failure = None
+        with live.watch(first), first:
+            spec = first.spec  # the addresses it really used (local ports may have moved)
+            if first.follow(_epoch_printer("interrupted", log), until=saved_everywhere) is not None:
+                raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
+                                   f"{first.run_dir}")
+            say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
+            try:
+                first.kill(kill)
+            except ValueError:
+                raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so "
+                                   f"that epoch {kill_after_epoch + 1} lasts a few seconds") from None
+            try:
+                first.follow()
+            except TaskFailed as e:
+                failure = {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
+        if failure is None:
+            raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
+        say(f"TaskFailed: {failure['message'].splitlines()[0]}")
 
-    with make_cluster(workers, batch_size, spec=spec, checkpoint_dir=ckpt, run=f"{base}/resumed", **settings) as c:
-        resumed = follow(c, _epoch_printer("resumed", log))
-    if reference is None:
-        say("uninterrupted reference run, same settings and seed")
-        reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=log, **settings)
+        bar.update()
+        bar.set_postfix_str("resumed")
+        c = make_cluster(workers, batch_size, spec=spec, checkpoint_dir=ckpt, run=f"{base}/resumed", **settings)
+        with live.watch(c), c:
+            resumed = c.follow(_epoch_printer("resumed", log))
+        bar.update()
+        if reference is None:
+            bar.set_postfix_str("reference")
+            say("uninterrupted reference run, same settings and seed")
+            reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=log, **settings)
+            bar.update()
     res, ref = chief_result(resumed), chief_result(reference)
     start = res["start_epoch"]
     checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)
     return {
         "workers": workers, "batch_size": batch_size, "epochs": epochs, "seed": seed, "killed": kill,
-        "kill_after_epoch": kill_after_epoch, "checkpoint_dir": str(ckpt), "failure": failure,
+        "kill_after_epoch": kill_after_epoch, "run_dir": str(ckpt.parent), "checkpoint_dir": str(ckpt),
+        "failure": failure,
         "resumed": {"start_epoch": start, "first_epoch_trained": start + 1,
                     "restored_weights_sha256": res["restored_weights_sha256"],
                     "checkpointed_weights_sha256": checkpointed,

@@ -9,8 +9,9 @@
     s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
 
 Every run is a real cluster of ``labkit.tasks.strategy_train`` processes started by
-``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file), training with the
-one loop of ``labkit.train_loop``:
+``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
+(``labkit.live``), training with the one loop of ``labkit.train_loop``, whose chief writes
+TensorBoard scalars to ``<run dir>/tensorboard``:
 
 - ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
   chief and N workers. ``ps_sync`` (the default) closes every step with a barrier, one
@@ -37,8 +38,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, costmodel
-from labkit.launch import Cluster, ClusterResult, runs_root
+from labkit import cluster, costmodel, live, paths
+from labkit.launch import Cluster, ClusterResult
+from labkit.progress import tqdm
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -91,7 +93,7 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     if threads == "auto":
         threads = (1, 2) if spec.is_local else None
     run = run or f"{model}-{arch}-w{workers}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = runs_root() / LAB / run
+    run_dir = paths.run_dir(LAB, run)
     extra = {"ps_sync": ps_sync} if arch == "ps" else {}
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
                    strategy=STRATEGY[arch], model=model, batch_size=batch_size, epochs=epochs,
@@ -191,8 +193,10 @@ class Run:
 
 
 def run_one(arch: str, model: str, workers: int, **kwargs) -> Run:
-    """Start one cluster, wait for it (``TaskFailed`` with the log tail if a task dies), return the run."""
-    with make_cluster(arch, model, workers, **kwargs) as c:
+    """Start one cluster under a live view, wait for it (``TaskFailed`` with the log tail if a
+    task dies), return the run."""
+    c = make_cluster(arch, model, workers, **kwargs)
+    with live.watch(c, static=False), c:  # the lab draws its own timelines (section 5)
         result = c.wait()
     return Run(arch, model, workers, kwargs.get("n_ps", 1) if arch == "ps" else 0, result)
 
@@ -532,16 +536,10 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
                                "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
                                "cores": _local_cores() if local else None, "load_per_core": load})
     configs = [(n, m, a) for n in workers for m in models for a in archs]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(configs), desc="runs", unit="run")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    try:
-        for n, m, a in configs:
-            if bar is not None:
-                bar.set_postfix_str(f"{m} {a} N={n}")
+    with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:
+        for n, m, a in bar:
+            bar.set_postfix_str(f"{m} {a} N={n}")
             run = run_one(a, m, n, batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
                           hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
                           run=f"scaling-{stamp}/{m}-{a}-w{n}", timeout=timeout, **kwargs)
@@ -551,11 +549,6 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
                 log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  {n * batch_size / tr['images_per_s']:.3f} s/step"
                     f"  loss {tr['history'][0]['train_loss']:.3f} -> {tr['history'][-1]['train_loss']:.3f}"
                     f"  {run.result.wall_s:.0f} s")
-            if bar is not None:
-                bar.update()
-    finally:
-        if bar is not None:
-            bar.close()
     return result
 
 

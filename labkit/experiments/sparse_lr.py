@@ -13,8 +13,11 @@
     sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
 
 ``train`` starts one cluster (``labkit.tasks.sparse_lr``, 1 ps + N workers on 127.0.0.1 or
-on the hosts of a hosts file) that does the listed runs one after the other, from zero
-weights each time: start-up is paid once and every run sees the same processes.
+on the hosts of a hosts file, under a live view: ``labkit.live``) that does the listed runs
+one after the other, from zero weights each time: start-up is paid once and every run sees
+the same processes. The chief's test error, accuracy and log-loss, and its training loss,
+become TensorBoard scalars per run in ``runs/lab3/<run>/tensorboard/<mode>-b<batch>``, by
+training samples (``Experiment.write_scalars``).
 """
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster
-from labkit.launch import Cluster, ClusterResult, runs_root
+from labkit import cluster, live, paths, scalars
+from labkit.launch import Cluster, ClusterResult
+from labkit.progress import tqdm
 
 LAB = "lab3"
 PROGRAM = "sparse_lr"
@@ -62,12 +66,10 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
     features, batches = _positive_ints("features", features), _positive_ints("batches", batches)
     plan = [(f, b, m) for f in features for b in batches for m in methods
             if m != "dense_per_example" or f * b * 4 <= per_example_limit]
-    bar = _bar(len(plan), "op profile", "config") if progress else None
     rows = []
-    try:
-        for f, b, m in plan:
-            if bar is not None:
-                bar.set_postfix_str(f"{m}, {f:,} features, batch {b}")
+    with tqdm(plan, desc="op profile", unit="config", disable=not progress) as bar:
+        for f, b, m in bar:
+            bar.set_postfix_str(f"{m}, {f:,} features, batch {b}")
             x, y = _batch(f, b, seed)
             sparse_step = m == "sparse"
             runs = 30 if sparse_step else max(3, min(20, int(2e8 // (4 * f * (b if m == "dense_per_example" else 1)))))
@@ -76,11 +78,6 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
             rows.append({"num_features": f, "batch": b, "method": m, "nnz": r["nnz"],
                          "unique": int(np.unique(x.indices.numpy()[:, 1]).size), "step_ms": r["step_ms"],
                          "alloc_bytes": r["alloc_bytes"], "weights_bytes": 4 * f, "runs": runs})
-            if bar is not None:
-                bar.update()
-    finally:
-        if bar is not None:
-            bar.close()
     return pd.DataFrame(rows)
 
 
@@ -133,7 +130,7 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     plan = parse_runs(runs)
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers)
     run = run or f"{PROGRAM}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=runs_root() / LAB / run, timeout=timeout,
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=paths.run_dir(LAB, run), timeout=timeout,
                    runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
                    test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
                    seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval)
@@ -144,20 +141,18 @@ _DONE_LINE = re.compile(r"\] (?P<label>\w+ b\d+): \d+ local steps")
 
 
 def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs) -> "Experiment":
-    """Start the cluster, follow the chief's progress, return the finished ``Experiment``.
+    """Start the cluster under a live view, follow the chief's progress (a bar over training
+    samples), write its TensorBoard scalars, return the finished ``Experiment``.
 
     Keyword arguments are ``make_cluster``'s. A failed task raises ``TaskFailed`` with its
     log tail; every task is stopped on the way out (also on KeyboardInterrupt)."""
-    from labkit.experiments.lenet_sweep import follow
-
     plan = parse_runs(runs)
     c = make_cluster(runs, workers=workers, hosts=hosts, **kwargs)
     samples = int(kwargs.get("samples", 200_000))
-    bar = _bar(len(plan) * samples, f"{len(plan)} run(s)", "sample") if progress else None
     finished: list[str] = []
 
     def on_line(task: str, line: str) -> None:
-        if bar is None or task != "worker:0":
+        if task != "worker:0":
             return
         m = _EVAL_LINE.search(line)
         if m:
@@ -169,13 +164,12 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             bar.n = min(len(finished) * samples, bar.total)
             bar.refresh()
 
-    try:
-        with c:
-            result = follow(c, on_line)
-    finally:
-        if bar is not None:
-            bar.close()
-    return Experiment(result, plan, {"workers": workers, "hosts": hosts, **kwargs})
+    with tqdm(total=len(plan) * samples, desc=f"{len(plan)} run(s)", unit="sample", disable=not progress) as bar, \
+            live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
+        result = c.follow(on_line)
+    experiment = Experiment(result, plan, {"workers": workers, "hosts": hosts, **kwargs})
+    experiment.write_scalars()
+    return experiment
 
 
 @dataclass
@@ -277,6 +271,19 @@ class Experiment:
 
     def samples(self):
         return self.result.samples()
+
+    def write_scalars(self) -> Path:
+        """The chief's test error, accuracy and log-loss at every evaluation and its training
+        loss, by training samples, as TensorBoard scalars: one TensorBoard run per run of the
+        plan, ``<run dir>/tensorboard/<mode>-b<batch>``. Returns ``<run dir>/tensorboard``."""
+        root = self.run_dir / "tensorboard"
+        for label in self.labels:
+            chief = self.chief(label)
+            train = [{**r, "samples": r["global_step"] * chief["samples_per_step"], "train_loss": r["loss"]}
+                     for r in chief["series"]["train"]]
+            scalars.write(root / label.replace(" ", "-"), train + chief["series"]["eval"], step="samples",
+                          keys=("test_error", "test_accuracy", "test_logloss", "train_loss"))
+        return root
 
     def window(self, label: str, frame=None) -> tuple[float, float]:
         """Seconds (on the merged samples' axis) from the first trainer's start of run
@@ -400,9 +407,3 @@ def _positive_ints(name: str, values) -> tuple[int, ...]:
                                           for v in values) or not len(values):
         raise ValueError(f"{name} must be a list of positive integers, e.g. [10_000, 1_000_000]; got {values!r}")
     return tuple(int(v) for v in values)
-
-
-def _bar(total: int, desc: str, unit: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit)

@@ -12,8 +12,10 @@
 
 Every run is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers in
 report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
-of a hosts file. Resources of every task are summarized over the chief's training window
-(its ``train start``/``train end`` marks), so the ps is measured over the same seconds.
+of a hosts file, under a live view (``labkit.live``). Resources of every task are summarized
+over the chief's training window (its ``train start``/``train end`` marks), so the ps is
+measured over the same seconds. The chief's evaluations and training loss become TensorBoard
+scalars in ``runs/lab2/<run>/tensorboard`` (``labkit.scalars``), by global step.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster
+from labkit import cluster, live, paths, scalars
 from labkit.launch import Cluster, ClusterResult
 
 LAB = "lab2"
@@ -134,6 +136,14 @@ class Run:
         ps = [{**m, "task": t.name} for t in self.result if t.type == "ps" for m in chief]
         return sorted(marks + ps, key=lambda m: m["t"])
 
+    def write_scalars(self):
+        """The chief's test loss and accuracy at every evaluation and its training loss, by global
+        step, as TensorBoard scalars in ``<run dir>/tensorboard``; returns that directory."""
+        series = self.chief.result["series"]
+        rows = [{**r, "train_loss": r["loss"]} for r in series["train"]] + series["eval"]
+        return scalars.write(self.result.run_dir / "tensorboard", rows, step="global_step",
+                             keys=("test_loss", "test_accuracy", "train_loss"))
+
     def summary(self) -> dict:
         c = self.chief.result
         local = self.local_steps()
@@ -166,16 +176,17 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
 
 
 def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
-    """Train once to the end (``make_cluster``'s arguments); ``log`` gets the chief's lines
-    (each periodic evaluation) as they come."""
-    from labkit.experiments.lenet_sweep import follow
-
+    """Train once to the end (``make_cluster``'s arguments) under a live view; ``log`` gets the
+    chief's lines (each periodic evaluation) as they come. Writes the chief's TensorBoard scalars."""
     def on_line(task: str, line: str) -> None:
         if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
             log(f"{mode} {deploy} b{batch_size} | {line.split('] ', 1)[-1]}")
 
-    with make_cluster(mode, deploy, batch_size, **kwargs) as c:
-        return Run(mode, deploy, batch_size, follow(c, on_line))
+    c = make_cluster(mode, deploy, batch_size, **kwargs)
+    with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
+        done = Run(mode, deploy, batch_size, c.follow(on_line))
+    done.write_scalars()
+    return done
 
 
 # ------------------------------------------------------------------------------ a study
@@ -398,16 +409,24 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
 
 def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, learning_rate: float = 0.5,
                  train_limit: int | None = 10000, test_limit: int | None = 2000, seed: int = 0, hosts=None,
-                 timeout: float = 600) -> dict:
+                 timeout: float = 600, log=print) -> dict:
     """The same model with TF2's ``ParameterServerStrategy`` + ``ClusterCoordinator`` (async
     only; ``labkit.tasks.strategy_train --strategy ps``): a chief that schedules steps on
     ``workers`` workers, variables on one ps. Returns a row comparable to ``Run.summary()``;
-    ``global_steps_per_s`` leaves out the first step (``first_step_s``: tracing the step function)."""
+    ``global_steps_per_s`` leaves out the first step (``first_step_s``: tracing the step function).
+    ``log`` gets the chief's line per epoch; its scalars go to ``<run dir>/tensorboard``."""
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
-    run_name = f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = Cluster(spec, "strategy_train", lab=LAB, run=run_name, timeout=timeout, strategy="ps",
-                     model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
-                     train_limit=train_limit, test_limit=test_limit, seed=seed).run()
+    run_dir = paths.run_dir(LAB, f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def on_line(task: str, line: str) -> None:
+        if log and task == "chief:0" and "epoch " in line:
+            log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
+
+    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, strategy="ps",
+                model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
+                train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
+    with live.watch(c), c:
+        result = c.follow(on_line)
     tr = result["chief:0"].result["train"]
     steps = sum(h["steps"] for h in tr["history"])
     return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",

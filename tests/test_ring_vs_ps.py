@@ -31,6 +31,25 @@ def test_ss_output_is_summed_per_process():
     assert all(s >= 0 and r >= 0 for s, r in got.values())
 
 
+def test_own_tcp_bytes_count_this_process_traffic():
+    """100 kB over a loopback connection whose both ends are this process: sent and received grow by it."""
+    import socket
+
+    if sockets.own_tcp_bytes() is None:
+        pytest.skip("ss (iproute2) is not installed")
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as client:
+        conn, _ = server.accept()
+        with conn:
+            sent0, recv0 = sockets.own_tcp_bytes()
+            client.sendall(b"x" * 100_000)
+            got = 0
+            while got < 100_000:
+                got += len(conn.recv(65536))
+            sent1, recv1 = sockets.own_tcp_bytes()
+    # (>= the payload less 1: before any data ss shows only bytes_acked, which counts the SYN)
+    assert sent1 - sent0 >= 100_000 - 1 and recv1 - recv0 >= 100_000, (sent0, sent1, recv0, recv1)
+
+
 def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
     ps = ring_vs_ps.make_cluster("ps", "mlp", 2, n_ps=2, steps=6, batch_size=32, dry_run=True)

@@ -52,14 +52,6 @@ def text(msgs: list[dict]) -> str:
     return "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
 
 
-def wait_for(path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
-
-
 def reply(kc, timeout: float) -> dict:
     """The next execute_reply on the shell channel."""
     deadline = time.monotonic() + timeout

@@ -1,2 +1,14 @@
 """Fixtures several test files share. (Shared checks are in ``helpers.py``.)"""
+import pytest
+
 import labkit  # noqa: F401  (first: it keeps nbformat's import fast in this process, see labkit/__init__.py)
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    """A module's own runs root: ``LABKIT_RUNS`` points there while the module's tests run, so
+    clusters, TensorBoard runs and notebooks under test write nothing into the repository."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("runs")
+        mp.setenv("LABKIT_RUNS", str(path))
+        yield path

@@ -2,13 +2,13 @@
 lookups, the release transformation, notebook readability, and the reports."""
 from __future__ import annotations
 
-import csv
 import textwrap
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from helpers import cell, read_csv
 from labkit.grading import release, report
 from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
 from labkit.grading.runner import check_readable, source_index
@@ -79,16 +79,10 @@ def record_output(name, value):
 
 
 def notebook(records: dict, figs=("fig-a", "fig-b"), answers=("A long enough answer here.",)):
-    cells = [new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()])]
-    for tag in figs:
-        c = new_code_cell("plot()", outputs=[new_output("display_data", data={"image/png": "iVBOR", "text/plain": ""})])
-        c.metadata.tags = [tag]
-        cells.append(c)
-    for a in answers:
-        c = new_markdown_cell(a)
-        c.metadata.tags = ["analysis"]
-        cells.append(c)
-    return new_notebook(cells=cells)
+    png = new_output("display_data", data={"image/png": "iVBOR", "text/plain": ""})
+    return new_notebook(cells=[new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()]),
+                               *(cell("plot()", [tag], outputs=[png]) for tag in figs),
+                               *(cell(a, ["analysis"], markdown=True) for a in answers)])
 
 
 GOOD = {"acc": 0.95, "loss": 0.2, "steps": [10, 10, 10], "local": {"w0": 7, "w1": 5}, "global": 12,
@@ -219,11 +213,9 @@ def test_unbalanced_markers_are_errors(src, msg):
 
 
 def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path):
-    cells = [new_code_cell("a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION", execution_count=3,
-                           outputs=[new_output("stream", name="stdout", text="hi")]),
-             new_code_cell("check_my_solution()"), new_markdown_cell("A model answer, long enough.")]
-    cells[1].metadata.tags = ["solution-only"]
-    cells[2].metadata.tags = ["analysis"]
+    cells = [cell("a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION", execution_count=3,
+                  outputs=[new_output("stream", name="stdout", text="hi")]),
+             cell("check_my_solution()", ["solution-only"]), cell("A model answer, long enough.", ["analysis"], markdown=True)]
     cells[0].metadata.papermill = {"duration": 1}
     (tmp_path / "nb").mkdir()
     nbformat.write(new_notebook(cells=cells), str(tmp_path / "nb" / "x.ipynb"))
@@ -251,8 +243,7 @@ def test_check_readable(tmp_path):
 
 
 def test_source_index_undoes_the_injected_parameters_cell(tmp_path):
-    params = new_code_cell("n = 1")
-    params.metadata.tags = ["parameters"]
+    params = cell("n = 1", ["parameters"])
     nbformat.write(new_notebook(cells=[new_code_cell("import x"), params, new_code_cell("y")]), str(tmp_path / "a.ipynb"))
     # executed: 0 import, 1 parameters, 2 injected, 3 y
     assert [source_index(tmp_path / "a.ipynb", i) for i in range(4)] == [0, 1, None, 2]
@@ -261,8 +252,7 @@ def test_source_index_undoes_the_injected_parameters_cell(tmp_path):
 
 
 def test_notebook_parameters_prefers_injected_values():
-    p, inj = new_code_cell("epochs = 50\nlimit = None\nname = f'x{1}'"), new_code_cell("epochs = 2")
-    p.metadata.tags, inj.metadata.tags = ["parameters"], ["injected-parameters"]
+    p, inj = cell("epochs = 50\nlimit = None\nname = f'x{1}'", ["parameters"]), cell("epochs = 2", ["injected-parameters"])
     assert notebook_parameters(new_notebook(cells=[p, inj])) == {"epochs": 2, "limit": None}
 
 
@@ -302,7 +292,7 @@ def test_reports(tmp_path):
              "reason": "acc = 0.7 is below 0.9", "seconds": ""}]
     rub = load_rubric(write(tmp_path, RUBRIC))
     report.write_csv(rows, tmp_path / "g.csv")
-    back = list(csv.DictReader(open(tmp_path / "g.csv")))
+    back = read_csv(tmp_path / "g.csv")
     assert back[0]["reason"] == "cell 3 raised ValueError: boom" and back[1]["points"] == "1.5"
     report.write_summary(rows, list(rub.labs.values()), tmp_path / "s.md")
     text = (tmp_path / "s.md").read_text()

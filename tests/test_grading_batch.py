@@ -4,14 +4,14 @@ reason, the fake claim is a ``mismatch``, the released notebook fails where the 
 removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
 from __future__ import annotations
 
-import csv
 import textwrap
 
 import nbformat
 import psutil
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_notebook
 
+from helpers import alive, cell, read_csv
 from labkit.grading.grade import grade
 from labkit.grading.release import release_notebook
 
@@ -132,13 +132,8 @@ FORK_HOGS = ("import subprocess, sys, time\n"
 
 def lab_notebook(replace=None):
     replace = replace or {}
-    cells = []
-    for i, (kind, src, tags) in enumerate(CELLS):
-        src = replace.get(i, src)
-        cell = new_markdown_cell(src) if kind == "md" else new_code_cell(src)
-        cell.metadata.tags = list(tags)
-        cells.append(cell)
-    nb = new_notebook(cells=cells)
+    nb = new_notebook(cells=[cell(replace.get(i, src), tags, markdown=kind == "md")
+                             for i, (kind, src, tags) in enumerate(CELLS)])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
@@ -166,11 +161,6 @@ def submissions(root):
         slow = new_notebook(cells=[new_code_cell("import time"), new_code_cell(code)])
         nbformat.write(slow, str(root / student / "fixslow.ipynb"))
     return root
-
-
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +207,7 @@ def test_cell_timeout_kills_the_kernel_and_its_children(batch):
     assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 3 ran past the 15 s cell timeout")
     for jobs, (_, out) in batch["runs"].items():
         pid = int((out / ".work" / "hangs" / "fixlab" / "child.pid").read_text())
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert not alive([pid])
 
 
 def test_notebook_timeout_kills_the_whole_tree(batch):
@@ -226,7 +216,7 @@ def test_notebook_timeout_kills_the_whole_tree(batch):
     assert st == "timeout" and reason == "the notebook ran past its 25 s limit (in cell 1); its processes were killed"
     assert status(rows, "good", "never", lab="slow")[0] == "missing"
     pid = int((batch["runs"][2][1] / ".work" / "good" / "fixslow" / "grandchild.pid").read_text())
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive([pid])
 
 
 def test_dead_kernel(batch):
@@ -343,11 +333,9 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path):
         assert "interrupted" in graders[signal.SIGINT].stdout.read().decode()
         graders[signal.SIGKILL].wait(30)
         deadline = time.monotonic() + 20
-        alive = lambda: [p for p in children.values() if psutil.pid_exists(p)  # noqa: E731
-                         and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        while alive() and time.monotonic() < deadline:
+        while alive(children.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert alive() == []
+        assert alive(children.values()) == []
         stray = [p for p in psutil.process_iter(["cwd"]) if str(tmp_path) in (p.info["cwd"] or "")]
         assert stray == []
     finally:

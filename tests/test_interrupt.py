@@ -10,8 +10,9 @@ import time
 import psutil
 import pytest
 
+from helpers import alive
 from labkit import cluster
-from _kernel import kernel, ok, reply, text, wait_for
+from _kernel import kernel, ok, reply, text
 
 pytestmark = pytest.mark.cluster
 
@@ -61,8 +62,8 @@ def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
 
 
 def _gone(kernel_pid: int, pids: list[int], ports: list[int]) -> None:
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"task processes survived the interrupt: {alive}"
+    survivors = alive(pids)
+    assert not survivors, f"task processes survived the interrupt: {survivors}"
     left = psutil.Process(kernel_pid).children(recursive=True)
     assert not left, f"the kernel still has children: {[(p.pid, p.cmdline()[:4]) for p in left]}"
     assert all(cluster.port_is_free(p) for p in ports), f"a port of {ports} is still bound"

@@ -5,10 +5,7 @@ can be bound again (only our own processes and ports are checked: other programs
 TensorFlow on this machine too).
 """
 import _thread
-import json
-import os
 import random
-import signal
 import socket
 import stat
 import subprocess
@@ -20,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import alive, kill_and_expect_task_failed
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
@@ -87,13 +85,8 @@ def test_run_to_completion_gathers_every_task(clusters):
 def test_killed_worker_raises_task_failed_promptly(clusters):
     c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
     time.sleep(1.0)
-    c.kill("worker:1")
-    t0 = time.monotonic()
-    with pytest.raises(TaskFailed) as info:
-        c.wait(timeout=60)
-    elapsed = time.monotonic() - t0
-    assert info.value.task == "worker:1" and info.value.returncode == -signal.SIGKILL
-    assert "SIGKILL" in str(info.value) and "worker:1" in info.value.log_tail
+    failed, elapsed = kill_and_expect_task_failed(c, "worker:1")
+    assert "SIGKILL" in str(failed) and "worker:1" in failed.log_tail
     assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
     status = c.status()
     assert status["worker:1"] == "failed" and status["ps:0"] in ("terminated", "killed")
@@ -127,8 +120,7 @@ def test_keyboard_interrupt_during_wait_stops_everything(clusters):
             c.wait(timeout=60)
     finally:
         timer.cancel()
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in c.pids().values())
+    assert not alive(c.pids().values())
 
 
 ORPHAN_LAUNCHER = """
@@ -333,8 +325,8 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
         t0 = time.monotonic()
         c.stop()
         stops.append(time.monotonic() - t0)
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        assert not alive, f"cycle {i}: {alive} survived stop()"
+        survivors = alive(pids)
+        assert not survivors, f"cycle {i}: {survivors} survived stop()"
         assert not psutil.Process().children(recursive=True), f"cycle {i}: children left"
         assert all(cluster.port_is_free(t.port) for t in c.spec.tasks()), f"cycle {i}: a port is still bound"
     print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")

@@ -16,14 +16,6 @@ BATCH = 50
 
 
 @pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        path = tmp_path_factory.mktemp("runs")
-        mp.setenv("LABKIT_RUNS", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
 def sweep(runs_dir):
     return lenet_sweep.sweep(workers=(1, 2), batch_sizes=(BATCH,), idle_s=0.5, progress=False, log=None,
                              timeout=600, **SETTINGS)

@@ -2,33 +2,20 @@
 optimizer was removed, and it runs under papermill at tiny parameters, recording what the grader checks."""
 from pathlib import Path
 
-import nbformat
 import pytest
 
+from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 from labkit.grading import verify
 from labkit.grading.rubric import load_rubric
-from labkit.record import read_records
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "02_sync_vs_async_sgd.ipynb"
+NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 TINY = {"deploy_modes": ["single"], "batch_sizes": [50], "target_loss": 0.45, "max_steps": 300,
         "train_limit": 3000, "test_limit": 500, "eval_every": 25, "show_modern_api": False, "timeout": 300}
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
 
-def tagged(nb, tag):
-    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-
-
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code)
-    assert len(tagged(nb, "parameters")) == 1
-    assert len(tagged(nb, "analysis")) == 4
-    for tag in FIGURES:
-        assert len(tagged(nb, tag)) == 1, tag
+    nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
@@ -48,13 +35,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
-    import papermill
-
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))  # as the grader does: runs inside the workdir
-    out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=TINY, cwd=str(tmp_path), kernel_name="python3",
-                               execution_timeout=600, start_timeout=120, progress_bar=False)
-    rec = read_records(out)
+    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
     assert set(rec["accuracy"]) == {"sync", "async"}
     for mode in ("sync", "async"):
         assert rec["accuracy"][mode] > 0.8, rec["accuracy"]
@@ -70,15 +52,10 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
     assert len(rec["iterations"]) == 2 and len(rec["summary"]) == 2
     assert rec["headline"] == {"deploy": "single", "batch_size": 50}
 
-    nb = nbformat.read(out, as_version=4)
-    for tag in FIGURES:
-        (cell,) = tagged(nb, tag)
-        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
-    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "Traceback" not in stderr and "deprecated" not in stderr, stderr
+    check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 
     # The rubric's checks of Lab 2 at these records, with the verifier reading the task result files.
-    lab = load_rubric(ROOT / "notebooks" / "rubric.toml").labs["lab2"]
+    lab = load_rubric(NOTEBOOKS / "rubric.toml").labs["lab2"]
     from labkit.grading.rubric import evaluate
 
     for check in lab.checks:

@@ -2,29 +2,18 @@
 at tiny parameters (two small clusters), recording what the grader checks."""
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from labkit.record import read_records
+from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_sparse_lr.ipynb"
+NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
 TINY = {"profile_features": [10_000, 100_000], "profile_batches": [10], "train_rows": 10_000, "test_rows": 2000,
         "samples": 4000, "eval_every": 1000, "sweep_batch_sizes": [1, 100], "sweep_samples": 200}
 FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 
-def tagged(nb, tag):
-    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-
-
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code)
-    assert len(tagged(nb, "parameters")) == 1
-    assert len(tagged(nb, "analysis")) == 4
-    assert all(len(tagged(nb, tag)) == 1 for tag in FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
@@ -45,15 +34,10 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
-    import papermill
-
     from labkit.experiments.sparse_lr import evaluate_weights
 
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=TINY, cwd=str(tmp_path), kernel_name="python3",
-                               execution_timeout=400, start_timeout=120, progress_bar=False)
-    rec = read_records(out)
+    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=400)
     assert rec["data"]["num_features"] == 1_000_000 and rec["data"]["test_rows"] == 2000
     # op profile: every size and method; the sparse step wins at 10^5 features
     assert {(r["num_features"], r["method"]) for r in rec["profile"]} == {
@@ -75,10 +59,4 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
         (run, t) for run in ("sync b100", "async b100") for t in ("ps:0", "worker:0", "worker:1")}
     assert {(r["mode"], r["batch"]) for r in rec["sweep"]} == {(m, b) for m in ("sync", "async") for b in (1, 100)}
     assert Path(rec["cluster_run_dir"]).is_relative_to(tmp_path / "runs")
-
-    nb = nbformat.read(out, as_version=4)
-    for tag in FIGURES:
-        (cell,) = tagged(nb, tag)
-        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
-    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "Traceback" not in stderr, stderr
+    check_executed(nb, FIGURES)

@@ -1,31 +1,18 @@
 """Lab 4's notebook: stored clean, its solution regions release cleanly, and it runs under papermill
 at tiny parameters (one 2-worker sweep run, then the kill/resume demo), recording what the grader checks."""
 import math
-from pathlib import Path
 
-import nbformat
 import pytest
 
-from labkit.record import read_records
+from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_lenet_batch_sweep.ipynb"
+NOTEBOOK = NOTEBOOKS / "04_lenet_batch_sweep.ipynb"
 TINY = {"workers": [2], "batch_sizes": [50], "epochs": 2, "train_limit": 2000, "test_limit": 500, "idle_s": 0.5}
 FIGURES = ("sweep-curves", "throughput", "bytes", "fault-curves")
 
 
-def tagged(nb, tag):
-    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-
-
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code)
-    assert len(tagged(nb, "parameters")) == 1
-    assert len(tagged(nb, "analysis")) == 3
-    for tag in FIGURES:
-        assert len(tagged(nb, tag)) == 1, tag
+    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
@@ -39,13 +26,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path, monkeypatch):
-    import papermill
-
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))  # the kernel inherits it
-    out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=TINY, cwd=str(tmp_path), kernel_name="python3",
-                               execution_timeout=600, start_timeout=120, progress_bar=False)
-    rec = read_records(out)
+    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
 
     table = {row["config"]: row for row in rec["sweep_table"]}
     assert list(table) == ["2 x 50", "Idle"]
@@ -62,10 +44,5 @@ def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path, m
     assert ev["restored_checkpointed_weights"] == 1
     assert math.isfinite(ev["accuracy_difference_points"]) and abs(ev["accuracy_difference_points"]) < 0.5
 
-    nb = nbformat.read(out, as_version=4)
-    for tag in FIGURES:
-        (cell,) = tagged(nb, tag)
-        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
-    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "Traceback" not in stderr, stderr
+    check_executed(nb, FIGURES)
     assert len(list((tmp_path / "runs" / "lab4").iterdir())) == 2  # the sweep and the fault demo

@@ -1,30 +1,17 @@
 """Lab 5's notebook: stored clean, its solution regions release cleanly, and it runs under papermill
 at tiny parameters (the MLP only, N = 1 and 2, two steps per run: four clusters), recording what the
 grader checks."""
-from pathlib import Path
-
-import nbformat
 import pytest
 
-from labkit.record import read_records
+from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_ring_vs_ps.ipynb"
+NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 TINY = {"workers": [2], "models": ["mlp"], "steps": 2, "batch_size": 32}
 FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines")
 
 
-def tagged(nb, tag):
-    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
-
-
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code)
-    assert len(tagged(nb, "parameters")) == 1
-    assert len(tagged(nb, "analysis")) == 3
-    assert all(len(tagged(nb, tag)) == 1 for tag in FIGURE_CELLS)
+    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURE_CELLS)
 
     from labkit.grading.release import release_notebook
 
@@ -39,13 +26,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
-    import papermill
-
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOK), str(out), parameters=TINY, cwd=str(tmp_path), kernel_name="python3",
-                               execution_timeout=900, start_timeout=120, progress_bar=False)
-    rec = read_records(out)
+    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=900)
     table = rec["scaling_table"]
     assert [(r["arch"], r["workers"]) for r in table] == [("ps", 1), ("ps", 2), ("ring", 1), ("ring", 2)]
     assert all(r["model"] == "mlp" and r["images_per_s"] > 0 and r["steps"] == 2 for r in table)
@@ -58,10 +40,4 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
     assert set(rec["crossover"]["1 Gb/s"]) == {"2", "3", "4", "5", "6"}
     assert rec["settings"]["workers"] == [1, 2] and rec["settings"]["hosts_file"] == ""
     assert len(list((tmp_path / "runs" / "lab5").glob("scaling-*/mlp-*-w*/cluster.json"))) == 4
-
-    nb = nbformat.read(out, as_version=4)
-    for tag in FIGURE_CELLS:
-        (cell,) = tagged(nb, tag)
-        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
-    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
-    assert "Traceback" not in stderr, stderr
+    check_executed(nb, FIGURE_CELLS)

@@ -75,11 +75,9 @@ SETTINGS = dict(batch_size=32, steps=6, epochs=2, test_limit=500, lr=0.05, seed=
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
+def two_workers(runs_dir):
     """The MLP on 2 workers under each architecture: a Scaling of two runs."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LABKIT_RUNS", str(tmp_path_factory.mktemp("runs")))
-        runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", **SETTINGS) for arch in ("ps", "ring")]
+    runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", **SETTINGS) for arch in ("ps", "ring")]
     return ring_vs_ps.Scaling(runs, settings={"cores": 2})
 
 

@@ -76,13 +76,11 @@ def test_gradient_check_accepts_the_reference_and_names_mistakes():
 # ----------------------------------------------------------------------------- one cluster, both modes
 
 @pytest.fixture(scope="module")
-def a9a_runs(tmp_path_factory):
+def a9a_runs(runs_dir):
     from labkit.experiments import sparse_lr
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LABKIT_RUNS", str(tmp_path_factory.mktemp("runs")))
-        yield sparse_lr.train([f"sync:{BATCH}", f"async:{BATCH}"], workers=WORKERS, data="a9a", samples=SAMPLES,
-                              eval_every=5000, progress=False, timeout=400)
+    return sparse_lr.train([f"sync:{BATCH}", f"async:{BATCH}"], workers=WORKERS, data="a9a", samples=SAMPLES,
+                           eval_every=5000, progress=False, timeout=400)
 
 
 @pytest.mark.cluster

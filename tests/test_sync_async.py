@@ -4,14 +4,12 @@ One sync run (1 ps + 3 workers, stopped by the target loss, with the optimizer s
 one async run (1 ps + 2 workers, stopped by the step count) serve most tests; one more cluster is
 killed mid-run.
 """
-import signal
 import time
 
-import psutil
 import pytest
 
+from helpers import alive, kill_and_expect_task_failed
 from labkit.experiments import sync_async
-from labkit.launch import TaskFailed
 from labkit.tasks import ps_sgd
 
 SETTINGS = dict(train_limit=3000, test_limit=1000, learning_rate=0.5, seed=0, sample_interval=0.25, timeout=300)
@@ -25,14 +23,6 @@ def make_optimizer(tf, mode, learning_rate, num_workers):
         return sgd
     return tf.compat.v1.train.SyncReplicasOptimizer(sgd, replicas_to_aggregate=num_workers,
                                                     total_num_replicas=num_workers)
-
-
-@pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        path = tmp_path_factory.mktemp("runs")
-        mp.setenv("LABKIT_RUNS", str(path))
-        yield path
 
 
 @pytest.fixture(scope="module")
@@ -128,15 +118,9 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
             assert time.monotonic() < deadline, c.log_tail("worker:0")
             assert all(s == "running" for s in c.status().values()), c.status()
             time.sleep(0.1)
-        c.kill("worker:1")
-        t0 = time.monotonic()
-        with pytest.raises(TaskFailed) as info:
-            c.wait(timeout=60)
-        elapsed = time.monotonic() - t0
-    assert info.value.task == "worker:1" and info.value.returncode == -signal.SIGKILL
+        _, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert elapsed < 15, f"TaskFailed took {elapsed:.1f} s"
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in c.pids().values())
+    assert not alive(c.pids().values())
 
 
 # ------------------------------------------------------------------ no cluster needed

@@ -1,0 +1,110 @@
+"""What several test files check the same way: lab notebooks (stored clean, run under papermill,
+their figures and stderr), notebooks built cell by cell for the grader, and processes left behind.
+(A real Jupyter kernel for a test is ``_kernel.py``; the shared fixtures are in ``conftest.py``.)"""
+from __future__ import annotations
+
+import csv
+import signal
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell
+
+from labkit.record import read_records
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+# ------------------------------------------------------------------------------------ lab notebooks
+
+def tagged(nb, tag: str) -> list:
+    """The cells of ``nb`` tagged ``tag``."""
+    return [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def check_stored_clean(path: Path, analysis: int, figures=()):
+    """``path`` is a valid notebook stored without outputs or execution counts, with exactly one
+    ``parameters`` cell, ``analysis`` answer cells and one cell per tag in ``figures``; returns it."""
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert len(tagged(nb, "parameters")) == 1
+    assert len(tagged(nb, "analysis")) == analysis
+    for tag in figures:
+        assert len(tagged(nb, tag)) == 1, tag
+    return nb
+
+
+def run_notebook(path: Path, workdir: Path, parameters: dict, timeout: float):
+    """Execute ``path`` under papermill in ``workdir`` with ``parameters`` (``timeout`` seconds a
+    cell); returns the executed notebook and its records."""
+    import papermill
+
+    out = workdir / "out.ipynb"
+    papermill.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(workdir), kernel_name="python3",
+                               execution_timeout=timeout, start_timeout=120, progress_bar=False)
+    nb = nbformat.read(out, as_version=4)
+    return nb, read_records(nb)
+
+
+def stderr(nb) -> str:
+    """Everything the executed notebook's cells wrote to stderr."""
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
+
+
+def check_executed(nb, figures, not_in_stderr=()) -> None:
+    """Each cell tagged in ``figures`` (exactly one per tag) shows a PNG, and stderr holds no
+    traceback and none of ``not_in_stderr``."""
+    for tag in figures:
+        (cell,) = tagged(nb, tag)
+        assert any("image/png" in o.get("data", {}) for o in cell.outputs), tag
+    err = stderr(nb)
+    for text in ("Traceback", *not_in_stderr):
+        assert text not in err, err
+
+
+# ------------------------------------------------------------------------- notebooks for the grader
+
+def cell(source: str, tags=(), markdown: bool = False, **fields):
+    """A code (or Markdown) cell with ``tags``; ``fields`` as nbformat's ``new_code_cell`` takes them."""
+    c = new_markdown_cell(source, **fields) if markdown else new_code_cell(source, **fields)
+    if tags:
+        c.metadata.tags = list(tags)
+    return c
+
+
+def read_csv(path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+# -------------------------------------------------------------------------------------- processes
+
+def alive(pids) -> list[int]:
+    """Those of ``pids`` still running (a zombie, dead but not yet reaped by its parent, is not)."""
+    running = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def kill_and_expect_task_failed(c, task: str = "worker:1", timeout: float = 60):
+    """SIGKILL ``task`` of the running cluster ``c``; ``c.wait`` must raise ``TaskFailed`` naming it
+    with the signal. Returns the exception and the seconds the launcher took to notice."""
+    from labkit.launch import TaskFailed
+
+    c.kill(task)
+    t0 = time.monotonic()
+    with pytest.raises(TaskFailed) as info:
+        c.wait(timeout=timeout)
+    elapsed = time.monotonic() - t0
+    assert info.value.task == task and info.value.returncode == -signal.SIGKILL
+    return info.value, elapsed

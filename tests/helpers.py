@@ -3,6 +3,7 @@ their figures and stderr), notebooks built cell by cell for the grader, and proc
 (A real Jupyter kernel for a test is ``_kernel.py``; the shared fixtures are in ``conftest.py``.)"""
 from __future__ import annotations
 
+import ast
 import csv
 import signal
 import time
@@ -27,12 +28,21 @@ def tagged(nb, tag: str) -> list:
 
 def check_stored_clean(path: Path, analysis: int, figures=()):
     """``path`` is a valid notebook stored without outputs or execution counts, with exactly one
-    ``parameters`` cell, ``analysis`` answer cells and one cell per tag in ``figures``; returns it."""
+    ``parameters`` cell whose every assignment papermill reads, ``analysis`` answer cells and one
+    cell per tag in ``figures``; returns it."""
+    from papermill.inspection import inspect_notebook
+
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code)
-    assert len(tagged(nb, "parameters")) == 1
+    (parameters,) = tagged(nb, "parameters")
+    # papermill skips a line holding a second "=" (in its comment too) with only a logged warning;
+    # passing that parameter then warns "Passed unknown parameter"
+    assigned = [t.id for node in ast.parse(parameters.source).body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)]
+    read = list(inspect_notebook(str(path)))
+    assert read == assigned, f"papermill does not read {[n for n in assigned if n not in read]} in {path.name}"
     assert len(tagged(nb, "analysis")) == analysis
     for tag in figures:
         assert len(tagged(nb, tag)) == 1, tag

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster, live, paths
+from labkit.experiments import positive_ints
 from labkit.launch import Cluster, ClusterResult, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
@@ -32,13 +33,6 @@ PROGRAM = "strategy_train"
 MODEL = "lenet5"
 # Table 2.1.1's columns: host-wide averages while training, then the run's outcome.
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s")
-
-
-def _positive_ints(name: str, values) -> tuple[int, ...]:
-    values = (values,) if isinstance(values, int) else tuple(values)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be positive integers, e.g. (1, 2, 3); got {values!r}")
-    return values
 
 
 # ------------------------------------------------------------------------------ one run
@@ -192,7 +186,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 
     ``idle``: a baseline from ``idle_baseline`` (measured first, ``idle_s`` seconds, if not
     given). ``log`` gets one line per epoch per run; ``progress`` shows a bar over runs."""
-    workers, batch_sizes = _positive_ints("workers", workers), _positive_ints("batch_sizes", batch_sizes)
+    workers, batch_sizes = positive_ints("workers", workers), positive_ints("batch_sizes", batch_sizes)
     if train_limit is not None:
         for w in workers:
             for b in batch_sizes:

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster, costmodel, live, paths
+from labkit.experiments import positive_ints
 from labkit.launch import Cluster, ClusterResult
 from labkit.progress import tqdm
 
@@ -48,13 +49,6 @@ ARCHS = costmodel.ARCHS  # ("ps", "ring")
 STRATEGY = {"ps": "ps", "ring": "mwms"}
 MODELS = ("lenet5", "mlp")
 TOLERANCE = 0.25  # a measured byte count further than this from the analytic one is flagged
-
-
-def _positive_ints(name: str, values) -> tuple[int, ...]:
-    values = (values,) if isinstance(values, int) else tuple(values)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be positive integers, e.g. (1, 2, 3); got {values!r}")
-    return values
 
 
 def _local_cores() -> int:
@@ -520,7 +514,7 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     """Run every (N, model, architecture), each a fresh cluster, N=1 always included (the
     baseline of the speed-ups and of the cost model's compute). ``log`` gets one line per
     run; ``progress`` shows a bar over runs."""
-    workers = tuple(sorted(set(_positive_ints("workers", workers)) | {1}))
+    workers = tuple(sorted(set(positive_ints("workers", workers)) | {1}))
     models, archs = tuple(models), tuple(archs)
     for a in archs:
         costmodel._check_arch(a)

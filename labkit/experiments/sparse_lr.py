@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster, live, paths, scalars
+from labkit.experiments import positive_ints
 from labkit.launch import Cluster, ClusterResult
 from labkit.progress import tqdm
 
@@ -63,7 +64,8 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ValueError(f"methods {bad} unknown; choose from {METHODS}")
-    features, batches = _positive_ints("features", features), _positive_ints("batches", batches)
+    features = positive_ints("features", features, "[10_000, 1_000_000]")
+    batches = positive_ints("batches", batches, "[10, 100]")
     plan = [(f, b, m) for f in features for b in batches for m in methods
             if m != "dense_per_example" or f * b * 4 <= per_example_limit]
     rows = []
@@ -397,13 +399,3 @@ def evaluate_weights(path) -> dict:
     test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"],
                      click_seed=s["click_seed"])
     return evaluate_arrays(w, test)
-
-
-def _positive_ints(name: str, values) -> tuple[int, ...]:
-    import numbers
-
-    values = (values,) if isinstance(values, numbers.Integral) else values
-    if isinstance(values, str) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
-                                          for v in values) or not len(values):
-        raise ValueError(f"{name} must be a list of positive integers, e.g. [10_000, 1_000_000]; got {values!r}")
-    return tuple(int(v) for v in values)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from labkit import cluster, live, paths, scalars
 from labkit.launch import Cluster, ClusterResult
+from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -396,8 +397,6 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
                 raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
                                  f"batch {b} examples; raise train_limit or lower the batch size")
     study = study if study is not None else Study()
-    from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
-
     configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:

@@ -1,5 +1,4 @@
 """The cost model: bytes-on-the-wire formulas, calibration, the loopback benchmark, crossover."""
-import math
 
 import numpy as np
 import pandas as pd

@@ -320,7 +320,7 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
     for i in range(20):
         c = make(clusters, cluster.local(ps=1, workers=1), term_grace=3.0, **LONG)
         c.start(wait_ready=(i % 10 == 9))
-        time.sleep(rng.uniform(0, 1.5))
+        time.sleep(rng.uniform(0, 1.0))
         pids = list(c.pids().values())
         t0 = time.monotonic()
         c.stop()

@@ -95,3 +95,43 @@ def test_log_tail_and_bad_arguments(tmp_path):
         live.log_tail("worker:1")
     with pytest.raises(ValueError, match="LiveView watches"):
         live.LiveView(object())
+
+
+class _StoppedCluster:
+    """What LiveView reads of a Cluster: its spec, pids, status and each task's log tail."""
+
+    def __init__(self, tmp_path):
+        from labkit import cluster
+
+        self.spec = cluster.from_hosts(["127.0.0.1"], ps=1, workers=2, base_port=23000)
+        self.module, self.run_dir = "labkit.tasks.ps_sgd", tmp_path
+
+    def local_pids(self):
+        return {}
+
+    def status(self):
+        return {}
+
+    def log_tail(self, name, lines=30):
+        return f"last line of {name}"
+
+
+@pytest.mark.parametrize("failure, expected", [
+    ("timeout", ["worker:1"]),             # only the tasks still running
+    ("failed", ["ps:0", "worker:0"]),      # the others: the failed task's tail is in its message
+    ("other", ["ps:0", "worker:0", "worker:1"]),
+])
+def test_a_failed_run_shows_the_log_tails_that_explain_it(tmp_path, monkeypatch, failure, expected):
+    import IPython.display
+    from labkit.launch import ClusterTimeout, TaskFailed
+
+    shown = []
+    monkeypatch.setattr(live, "_kernel_shell", lambda: object())  # as in a notebook
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    exc = {"timeout": ClusterTimeout(60, ["worker:1"]),
+           "failed": TaskFailed("worker:1", 1, "boom", tmp_path / "worker-1.log"),
+           "other": RuntimeError("boom")}[failure]
+    live.LiveView(_StoppedCluster(tmp_path), live=False).show_failure(exc)
+    (tails,) = shown
+    assert [title for title, _ in tails.parts] == expected
+    assert all(text == f"last line of {title}" for title, text in tails.parts)

@@ -107,6 +107,16 @@ def draw_marks(axes, marks, colors: dict | None = None) -> None:
                             color=color)
 
 
+def _legend_outside(fig, axes) -> None:
+    """One legend for the figure, right of the panels: each label once, from the first of
+    ``axes`` that draws it (panels share colours, so one entry explains them all)."""
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize="small")
+
+
 def _field(m, key):
     if isinstance(m, dict):
         return m.get(key)
@@ -290,12 +300,7 @@ def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup")
         else:
             top = max(values.max() if len(values) else 1.0, both["workers"].max() if metric == "speedup" else 0)
             axes[i][0].set_ylim(0, 1.08 * top)
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    for ax in (a for row in axes for a in row):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
-    fig.legend(seen.values(), seen.keys(), loc="outside right upper", fontsize="small")
+    _legend_outside(fig, [axes[0][-1], *(a for row in axes for a in row)])
     if title:
         fig.suptitle(title)
     return fig
@@ -600,11 +605,7 @@ def iterations_bars(frame, title: str | None = None):
         ax.set_xticks(np.arange(len(configs)), [f"{d}\nbatch {b}" for d, b in configs])
         ax.set_title(mode)
     axes[0][0].set_ylabel("iterations (local steps)")
-    handles = {}
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize="small")
+    _legend_outside(fig, axes[0])
     if title:
         fig.suptitle(title)
     return fig

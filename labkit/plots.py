@@ -107,6 +107,13 @@ def draw_marks(axes, marks, colors: dict | None = None) -> None:
                             color=color)
 
 
+def _need_columns(frame, columns, who: str, where: str = "") -> None:
+    """A clear error, naming the function and the frame's columns, when one is missing."""
+    for c in columns:
+        if c not in frame.columns:
+            raise ValueError(f"{who}(): no column {c!r}{where} (columns: {list(frame.columns)})")
+
+
 def _legend_outside(fig, axes) -> None:
     """One legend for the figure, right of the panels: each label once, from the first of
     ``axes`` that draws it (panels share colours, so one entry explains them all)."""
@@ -262,9 +269,7 @@ def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup")
     if not frames:
         raise ValueError("scaling_curves() needs a predicted or a measured frame")
     both = pd.concat(frames, ignore_index=True)
-    for c in ("workers", col, hue, *metrics):
-        if c not in both.columns:
-            raise ValueError(f"scaling_curves(): no column {c!r} in the frames (columns: {list(both.columns)})")
+    _need_columns(both, ("workers", col, hue, *metrics), "scaling_curves", where=" in the frames")
     cols = list(dict.fromkeys(both[col]))
     hues = list(dict.fromkeys(both[hue]))
     colors = dict(zip(hues, palette(len(hues))))
@@ -360,9 +365,7 @@ def bytes_vs_analytic(frame, label: str = "run", tolerance: float = 0.25, title:
     ``frame`` needs columns ``label``, ``measured`` and ``analytic`` (bytes)."""
     import numpy as np
 
-    for c in (label, "measured", "analytic"):
-        if c not in frame.columns:
-            raise ValueError(f"bytes_vs_analytic(): no column {c!r} (columns: {list(frame.columns)})")
+    _need_columns(frame, (label, "measured", "analytic"), "bytes_vs_analytic")
     fig, ax = subplots(1, 1, figsize=(max(5.0, 1.1 * len(frame) + 2), 3.4))
     x = np.arange(len(frame))
     c_meas, c_ana = palette(2)
@@ -391,9 +394,7 @@ def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "e
                     title: str | None = None):
     """One panel per metric against ``x``, one line per ``hue`` value (a long frame, such as
     ``labkit.lr.histories(core, keras)``)."""
-    for c in (x, hue, *metrics):
-        if c not in history.columns:
-            raise ValueError(f"learning_curves(): no column {c!r} (columns: {list(history.columns)})")
+    _need_columns(history, (x, hue, *metrics), "learning_curves")
     hues = list(dict.fromkeys(history[hue]))
     colors = dict(zip(hues, palette(len(hues))))
     fig, axes = subplots(1, len(metrics), squeeze=False, figsize=(4.5 * len(metrics), 3.2))
@@ -420,9 +421,7 @@ def sweep_curves(curves, title: str | None = None):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    for c in ("workers", "batch_size", "epoch", "metric", "value"):
-        if c not in curves.columns:
-            raise ValueError(f"sweep_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    _need_columns(curves, ("workers", "batch_size", "epoch", "metric", "value"), "sweep_curves")
     use_theme()
     _show_figures_in_ipython()
     grid = sns.relplot(data=curves, x="epoch", y="value", hue="metric", row="workers", col="batch_size",
@@ -443,9 +442,7 @@ def sweep_throughput(frame, title: str | None = None):
     workers (``Sweep.throughput()``)."""
     import numpy as np
 
-    for c in ("workers", "batch_size", "images_per_s"):
-        if c not in frame.columns:
-            raise ValueError(f"sweep_throughput(): no column {c!r} (columns: {list(frame.columns)})")
+    _need_columns(frame, ("workers", "batch_size", "images_per_s"), "sweep_throughput")
     batches = sorted(frame["batch_size"].unique())
     workers = sorted(frame["workers"].unique())
     colors = dict(zip(workers, palette(len(workers))))
@@ -476,9 +473,7 @@ def op_profile(profile, title: str | None = None):
     line per method, one column per batch size (``sparse_lr.profile_ops``'s frame)."""
     from matplotlib.ticker import FuncFormatter
 
-    for c in ("num_features", "batch", "method", "step_ms", "alloc_bytes"):
-        if c not in profile.columns:
-            raise ValueError(f"op_profile(): no column {c!r} (columns: {list(profile.columns)})")
+    _need_columns(profile, ("num_features", "batch", "method", "step_ms", "alloc_bytes"), "op_profile")
     batches = sorted(profile["batch"].unique())
     methods = list(dict.fromkeys(profile["method"]))
     colors = dict(zip(methods, palette(len(methods))))
@@ -512,9 +507,7 @@ def error_curves(curves, optimum: dict | None = None, x: str = "samples", title:
     and the majority-class levels as dotted lines."""
     from matplotlib.ticker import FuncFormatter
 
-    for c in (x, "run", "test_error", "test_logloss"):
-        if c not in curves.columns:
-            raise ValueError(f"error_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    _need_columns(curves, (x, "run", "test_error", "test_logloss"), "error_curves")
     runs = list(dict.fromkeys(curves["run"]))
     colors = dict(zip(runs, palette(len(runs))))
     fig, axes = subplots(1, 2, figsize=(11, 3.4))
@@ -543,9 +536,7 @@ def minibatch_sweep(summary, title: str | None = None):
     (``Experiment.summary()`` of a sweep)."""
     from matplotlib.ticker import FuncFormatter
 
-    for c in ("mode", "batch", "train_s", "test_accuracy"):
-        if c not in summary.columns:
-            raise ValueError(f"minibatch_sweep(): no column {c!r} (columns: {list(summary.columns)})")
+    _need_columns(summary, ("mode", "batch", "train_s", "test_accuracy"), "minibatch_sweep")
     modes = list(dict.fromkeys(summary["mode"]))
     colors = dict(zip(modes, palette(len(modes))))
     fig, axes = subplots(1, 2, figsize=(10, 3.3))
@@ -577,9 +568,7 @@ def iterations_bars(frame, title: str | None = None):
     run's global step (sync: every worker's count; async: the sum of theirs)."""
     import numpy as np
 
-    for c in ("mode", "deploy", "batch_size", "worker", "iterations", "global_step"):
-        if c not in frame.columns:
-            raise ValueError(f"iterations_bars(): no column {c!r} (columns: {list(frame.columns)})")
+    _need_columns(frame, ("mode", "deploy", "batch_size", "worker", "iterations", "global_step"), "iterations_bars")
     modes = list(dict.fromkeys(frame["mode"]))
     configs = list(dict.fromkeys(zip(frame["deploy"], frame["batch_size"])))
     workers = sorted(frame["worker"].unique(), key=lambda w: (w.split(":")[0] != "chief", int(w.split(":")[1])))
@@ -615,9 +604,7 @@ def sync_async_curves(curves, target_loss: float | None = None, title: str | Non
     """Test accuracy and loss against wall time (s since training started) and against the
     global step, one line per mode (``Study.curves()``'s frame): a 2 x 2 grid; a dotted line
     at ``target_loss``, the stopping criterion."""
-    for c in ("mode", "t", "global_step", "test_loss", "test_accuracy"):
-        if c not in curves.columns:
-            raise ValueError(f"sync_async_curves(): no column {c!r} (columns: {list(curves.columns)})")
+    _need_columns(curves, ("mode", "t", "global_step", "test_loss", "test_accuracy"), "sync_async_curves")
     modes = list(dict.fromkeys(curves["mode"]))
     colors = dict(zip(modes, palette(len(modes))))
     fig, axes = subplots(2, 2, sharey="row", figsize=(10, 6))

@@ -125,6 +125,42 @@ def test_failures_and_partial_credit(tmp_path):
     assert "answer 1 (analysis) still has the placeholder" in a.reason and "answer 2" in a.reason
 
 
+def test_null_tags_in_a_submission_are_no_tags(tmp_path):
+    """Jupyter front ends can save ``"tags": null``; the checks read that as untagged."""
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    nb = notebook(GOOD)
+    nb.cells[1].metadata["tags"] = None  # the fig-a cell
+    nb.cells.insert(0, new_code_cell("epochs = 9"))
+    nb.cells[0].metadata["tags"] = None  # (new_code_cell would refuse it: nbformat validates)
+    got = scores(rub, nb, GOOD)
+    assert (got["plots"].status, got["plots"].points) == ("partial", 1.0)
+    assert "no cell tagged 'fig-a'" in got["plots"].reason
+    assert notebook_parameters(nb) == {}
+
+
+def test_a_check_that_breaks_on_a_notebook_costs_that_row_not_the_batch(tmp_path, monkeypatch):
+    from labkit.grading import grade
+    from labkit.grading.runner import Job, RunResult
+
+    rub = load_rubric(write(tmp_path, RUBRIC))
+    executed = tmp_path / "a.ipynb"
+    nbformat.write(notebook(GOOD), str(executed))
+    job = Job("s", rub.labs["a"], executed, executed, tmp_path, tmp_path / "log")
+    real = grade.evaluate
+
+    def evaluate(check, nb, records):
+        if check.name == "ring cheaper":
+            raise KeyError("bytes")
+        return real(check, nb, records)
+
+    monkeypatch.setattr(grade, "evaluate", evaluate)
+    rows, _, _ = grade.score(job, RunResult("ok"))
+    by = {r["check"]: r for r in rows}
+    assert by["ring cheaper"]["status"] == "grader-error" and by["ring cheaper"]["points"] == 0
+    assert by["ring cheaper"]["reason"] == "the grader could not check this notebook: KeyError: 'bytes'"
+    assert by["acc high"]["status"] == "pass" and by["answers"]["status"] == "pass"
+
+
 def test_missing_records_are_their_own_status(tmp_path):
     rub = load_rubric(write(tmp_path, RUBRIC))
     got = scores(rub, notebook({}, figs=[], answers=[]), {})
@@ -165,6 +201,7 @@ def test_lookup_paths():
     ("partial_min = 0.5", "partial_min = 0.95", "partial_min needs a min above it"),
     ('left = "bytes.ring"', "left = 3", "left must be a record name"),
     ('name = "plots"', 'name = "acc high"', "two checks are named 'acc high'"),
+    ('cells = ["fig-a", "fig-b"]', 'cells = ["fig-a", "fig-b"]\nmin = 0', "min is the number of figures"),
 ])
 def test_rubric_errors_name_what_to_fix(tmp_path, old, new, message):
     assert old in RUBRIC

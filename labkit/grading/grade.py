@@ -99,11 +99,15 @@ def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
         if nb is None:
             s = Score(0.0, check.points, "not-run", f"the notebook did not run: {result.reason}")
         else:
-            s = evaluate(check, nb, records)
-            if s.status == "missing" and result.status != "ok":
-                s.reason += f" ({_stopped(result)})"
-            if check.verify and s.status in ("pass", "partial"):
-                s = _verified(check, s, job, records, params)
+            try:
+                s = evaluate(check, nb, records)
+                if s.status == "missing" and result.status != "ok":
+                    s.reason += f" ({_stopped(result)})"
+                if check.verify and s.status in ("pass", "partial"):
+                    s = _verified(check, s, job, records, params)
+            except Exception as e:  # a notebook shaped like nothing the checks expect: this row, not the batch
+                s = Score(0.0, check.points, "grader-error",
+                          f"the grader could not check this notebook: {type(e).__name__}: {e}")
         values[check.name] = s.value
         rows.append(row(check.name, s.points, s.max, s.status, s.reason))
     return rows, records, values

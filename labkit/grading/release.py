@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from labkit.grading.rubric import cell_tags
+
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ANSWER_STUB = "YOUR ANSWER HERE"
@@ -54,7 +56,7 @@ def release_notebook(nb, name: str = "notebook"):
     nb = copy.deepcopy(nb)
     cells, regions = [], 0
     for i, cell in enumerate(nb.cells):
-        tags = cell.get("metadata", {}).get("tags", [])
+        tags = cell_tags(cell)
         if SOLUTION_ONLY in tags:
             regions += 1
             continue

@@ -92,7 +92,7 @@ class Score:
     """The outcome of one check: points earned, status and a reason a student can act on."""
     points: float
     max: float
-    status: str            # pass | partial | fail | missing | mismatch | unverified | not-run
+    status: str            # pass | partial | fail | missing | mismatch | unverified | not-run | grader-error
     reason: str = ""
     value: object = None   # the value the check looked at (for report.md)
 
@@ -190,6 +190,8 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
     for k in ("min", "max", "partial_min", "partial_max", "tolerance", "factor", "min_chars"):
         if k in c and not _is_number(c[k]):
             raise RubricError(f"{where} {name!r}: {k} must be a number, not {c[k]!r}")
+    if kind == "figures" and c.get("min", 1) < 1:
+        raise RubricError(f"{where} {name!r}: min is the number of figures each cell must show, at least 1")
     for k in ("record", "left"):
         if k in c and not isinstance(c[k], str):
             raise RubricError(f"{where} {name!r}: {k} must be a record name, not {c[k]!r}")
@@ -392,10 +394,14 @@ _EVAL = {"record": _eval_record, "threshold": _eval_threshold, "all_equal": _eva
          "analysis": _eval_analysis}
 
 
+def cell_tags(cell) -> list:
+    """A cell's tags; a student's notebook may carry ``"tags": null`` or no metadata at all."""
+    return (cell.get("metadata") or {}).get("tags") or []
+
+
 def _named(nb, name: str) -> list:
     """Cells tagged ``name``, or the cell whose id is ``name``."""
-    return [cell for cell in nb.cells
-            if name in cell.get("metadata", {}).get("tags", []) or cell.get("id") == name]
+    return [cell for cell in nb.cells if name in cell_tags(cell) or cell.get("id") == name]
 
 
 def _images(cell) -> int:

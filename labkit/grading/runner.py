@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from labkit.grading.rubric import cell_tags
 from labkit.proc import OwnedProcess, kill_tree, tail
 
 TOKEN_VAR = "LABKIT_GRADE_TOKEN"
@@ -257,7 +258,7 @@ def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
         nb = nbformat.read(str(executed), as_version=4)
     except (OSError, ValueError):
         return None
-    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
+    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in cell_tags(c)]
     started = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
     return source_index(source, started[-1], injected) if started else None
 
@@ -270,7 +271,7 @@ def source_index(source: Path, executed_index: int, injected: bool = True) -> in
     if not injected:
         return executed_index
     cells = nbformat.read(str(source), as_version=4).cells
-    tags = [c.get("metadata", {}).get("tags", []) for c in cells]
+    tags = [cell_tags(c) for c in cells]
     if any("injected-parameters" in t for t in tags):  # papermill replaces it in place: no shift
         return executed_index
     at = next((i + 1 for i, t in enumerate(tags) if "parameters" in t), 0)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from labkit.grading.rubric import Missing, lookup
+from labkit.grading.rubric import Missing, cell_tags, lookup
 
 VERIFIERS: dict[str, Callable] = {}
 
@@ -71,7 +71,7 @@ def notebook_parameters(nb) -> dict:
     params = {}
     for tag in ("parameters", "injected-parameters"):
         for cell in nb.cells:
-            if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", []):
+            if cell.cell_type == "code" and tag in cell_tags(cell):
                 params.update(_literal_assignments(cell.source))
     return params
 

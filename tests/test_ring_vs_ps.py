@@ -69,6 +69,38 @@ def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path
         ring_vs_ps.scaling(workers=(0, 2))
 
 
+def _ps_run(workers: int, ps_sync: bool, m: float = 1000.0, batch: int = 10):
+    """A finished PS run as the tasks report it: per loop step, each worker sends and receives
+    M per own step and the ps N*M per round, spread over the loop's steps."""
+    from pathlib import Path
+
+    from labkit.launch import ClusterResult, TaskOutcome
+
+    per_loop_step = 1 if ps_sync else 1 / workers  # share of a round one loop step carries
+    counters = {f"worker:{i} {side}": m * per_loop_step for i in range(workers) for side in ("sent", "recv")}
+    counters.update({f"ps:0 {side}": workers * m * per_loop_step for side in ("sent", "recv")})
+    counters.update({"chief:0 sent": 0.0, "chief:0 recv": 0.0})
+    train = {"per_worker_batch": batch, "images_per_step": batch * (workers if ps_sync else 1),
+             "model_bytes": m, "counters_per_step": counters, "nic": "lo",
+             "variables": [{"name": "w", "device": "/job:ps/replica:0/task:0/device:CPU:0", "bytes": m}],
+             "bytes_per_step": 2 * workers * m * per_loop_step, "ps_sync": ps_sync}
+    tasks = [TaskOutcome(name, name.split(":")[0], 0, "127.0.0.1", "exited", 0, 1.0, Path("log"),
+                         {"train": train} if name == "chief:0" else {})
+             for name in ["ps:0", "chief:0", *(f"worker:{i}" for i in range(workers))]]
+    return ring_vs_ps.Run("ps", "mlp", workers, 1, ClusterResult("strategy_train", Path("."), {}, tasks))
+
+
+@pytest.mark.parametrize("ps_sync", [True, False])
+def test_asynchronous_ps_bytes_are_per_round_of_n_worker_steps(ps_sync):
+    """Async PS loops count each worker's batch as a step; per lab step (N x batch images) the
+    bytes are those of a synchronous round, so no task is flagged for being async."""
+    run = _ps_run(3, ps_sync)
+    assert run.loop_steps_per_step() == (1 if ps_sync else 3)
+    got = run.task_bytes()
+    assert got["ps:0"]["sent"] == pytest.approx(3000) and got["worker:2"]["recv"] == pytest.approx(1000)
+    assert run.total_bytes() == pytest.approx(run.analytic().total) == pytest.approx(6000)
+
+
 # ------------------------------------------------------------------------------ real clusters
 
 SETTINGS = dict(batch_size=32, steps=6, epochs=2, test_limit=500, lr=0.05, seed=0, timeout=600)

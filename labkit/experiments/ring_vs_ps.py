@@ -136,6 +136,13 @@ class Run:
             loads[int(device.split("/task:")[1].split("/")[0])] += v["bytes"]
         return tuple(loads)
 
+    def loop_steps_per_step(self) -> float:
+        """The training loop's steps in one of this lab's steps (N x batch images): N for
+        asynchronous PS, whose loop counts each worker's batch as a step; else 1. Bytes per
+        step are scaled by it, so they compare with the synchronous ``step_bytes``."""
+        tr = self.train
+        return self.workers * tr["per_worker_batch"] / tr["images_per_step"]
+
     def analytic(self) -> costmodel.StepBytes:
         return costmodel.step_bytes(self.arch, self.train["model_bytes"], self.workers, self.n_ps, self.shards())
 
@@ -149,11 +156,12 @@ class Run:
         Socket counters from every trainer that measured (each sees the tasks on its node);
         for the rest, the NIC counters of their node over the chief's training window."""
         out: dict[str, dict] = {}
+        scale = self.loop_steps_per_step()
         for t in self.result:
             per_step = ((t.result or {}).get("train") or {}).get("counters_per_step") or {}
             for key, value in per_step.items():
                 task, side = key.rsplit(" ", 1)
-                out.setdefault(task, {"method": "sockets"})[side] = value
+                out.setdefault(task, {"method": "sockets"})[side] = value * scale
         missing = [t.name for t in self.result if t.name not in out]
         if missing:
             out.update(self._nic_bytes(missing))
@@ -164,7 +172,7 @@ class Run:
         (one side), else the sum of the tasks' bytes sent."""
         tr = self.train
         if tr.get("nic") == "lo":
-            return tr["bytes_per_step"]
+            return tr["bytes_per_step"] * self.loop_steps_per_step()
         per_task = self.task_bytes()
         return sum(v.get("sent", 0.0) for v in per_task.values()) if per_task else math.nan
 
@@ -175,7 +183,7 @@ class Run:
         marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.trainer}
         if not {"train start", "train end"} <= set(marks):
             return {}
-        steps = max(1, self.steps())
+        steps = max(1, self.steps()) / self.loop_steps_per_step()
         out = {}
         for name in tasks:
             part = frame[frame["task"] == name]

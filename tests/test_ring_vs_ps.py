@@ -63,6 +63,8 @@ def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path
         ring_vs_ps.make_cluster("ring", "mlp", 2, steps=10, train_limit=100)
     with pytest.raises(ValueError, match="steps=1 must be at least epochs=2"):
         ring_vs_ps.make_cluster("ring", "mlp", 2, steps=1)
+    with pytest.raises(ValueError, match="steps=7 must split evenly over epochs=2, e.g. steps=6"):
+        ring_vs_ps.make_cluster("ring", "mlp", 2, steps=7)
     with pytest.raises(ValueError, match="unknown architecture 'allreduce'"):
         ring_vs_ps.make_cluster("allreduce", "mlp", 2)
     with pytest.raises(ValueError, match="workers must be positive"):

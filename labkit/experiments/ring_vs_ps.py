@@ -73,6 +73,8 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     costmodel._check_arch(arch)
     if steps < epochs:
         raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
+    if steps % epochs:
+        raise ValueError(f"steps={steps} must split evenly over epochs={epochs}, e.g. steps={steps - steps % epochs}")
     per_epoch = steps // epochs
     images = per_epoch * batch_size * workers
     if train_limit is None:
@@ -523,7 +525,8 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     baseline of the speed-ups and of the cost model's compute). ``log`` gets one line per
     run; ``progress`` shows a bar over runs."""
     workers = tuple(sorted(set(positive_ints("workers", workers)) | {1}))
-    models, archs = tuple(models), tuple(archs)
+    models = (models,) if isinstance(models, str) else tuple(models)  # "mlp" is one model, not three
+    archs = (archs,) if isinstance(archs, str) else tuple(archs)
     for a in archs:
         costmodel._check_arch(a)
     if not models or not all(isinstance(m, str) and m for m in models):

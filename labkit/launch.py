@@ -390,7 +390,13 @@ class Cluster:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.run_name = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
         self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run_name
-        self.remote_run = f"runs/{lab}/{self.run_dir.name}"
+        # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from
+        # another sweep's <run>, whose leftover results and pid files must never be read as ours
+        try:
+            below = self.run_dir.absolute().relative_to(runs_root()).as_posix()
+        except ValueError:  # a run_dir outside the runs root
+            below = f"{lab}/{self.run_name}"
+        self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
         ssh = default_ssh() if ssh is None else ssh
         self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
@@ -702,13 +708,13 @@ class Cluster:
                 _kill_quietly(child)
 
     def _sweep(self) -> None:
-        """Last check that no process of ours is left (an orphaned grandchild, say)."""
+        """Last check that no process of ours is left (a child of a task still running, say).
+        Tasks already reaped are skipped: their pids may belong to other processes by now."""
         for p in self._procs:
-            if p.proc is not None:
+            if p.proc is not None and p.running:
                 for child in descendants(p.proc.pid):
                     _kill_quietly(child)
-                if p.running:
-                    self._terminate([p])
+                self._terminate([p])
 
     # ------------------------------------------------------------------- remote
     def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -90,12 +91,21 @@ class OwnedProcess:
             raise
 
     def kill(self, grace: float = 3.0) -> None:
-        if self.popen is not None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:  # not reaped, so the pid is still this child's (a zombie at worst)
             kill_tree(self.popen.pid, grace)
             try:
                 self.popen.wait(grace)
             except subprocess.TimeoutExpired:
-                pass
+                print(f"labkit: pid {self.popen.pid} ({self.cmd[0]}) survived SIGKILL for {grace:g} s", file=sys.stderr)
+        else:
+            # Reaped: the pid may be another process's by now, so no descendants() walk; only the
+            # child's own group, which may still hold processes it left behind.
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # no process is left in that group
 
     def log_tail(self, lines: int = 30) -> str:
         return tail(self.log_path, lines)

@@ -293,6 +293,17 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     assert "worker:2" in cli.stdout and "10.10.1.3:2222" in cli.stdout and "TF_CONFIG" in cli.stdout
 
 
+def test_each_run_of_a_sweep_has_its_own_remote_directory(tmp_path, monkeypatch):
+    """Two sweeps' w2-b50 runs must not share a folder on the nodes: a killed task writes no
+    result, and the other sweep's would be copied back as its own."""
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    spec = cluster.mode("cluster", hosts=["10.10.1.1", "10.10.1.2"])
+    runs = [Cluster(spec, "strategy_train", lab="lab4", run=f"sweep-{i}/w2-b50", dry_run=True) for i in (1, 2)]
+    assert [c.remote_run for c in runs] == ["runs/lab4/sweep-1/w2-b50", "runs/lab4/sweep-2/w2-b50"]
+    outside = Cluster(spec, "ps_sgd", lab="lab2", run_dir=tmp_path / "elsewhere" / "r1", dry_run=True)
+    assert outside.remote_run == f"runs/lab2/{outside.run_name}"
+
+
 def test_version_skew_is_refused():
     ok = {"python": "3.11.9", "tensorflow": "2.21.0", "keras": "3.15.1", "labkit": "0.1.0"}
     check_versions({"ps:0": {"versions": ok, "host": "node0"}}, reference=dict(ok, python="3.11.2"))

@@ -79,14 +79,19 @@ class Remote:
             in_dir: bool = True) -> str:
         """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``."""
         remote = f"cd {shlex.quote(self.remote_dir)} && {command}" if in_dir else command
+        # the node stops the command itself at the timeout: killing the local ssh client alone would
+        # leave a pip install running there, under the next attempt's feet
+        remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
         try:
-            done = subprocess.run([*self.ssh, host, remote], input=stdin, capture_output=True, timeout=timeout,
-                                  stdin=None if stdin is not None else subprocess.DEVNULL)
+            done = subprocess.run([*self.ssh, host, remote], input=stdin, capture_output=True,
+                                  timeout=timeout + 30, stdin=None if stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise NodeError(host, step, "timeout", "", f"no answer within {timeout:.0f} s") from None
+            raise NodeError(host, step, "timeout", "", f"no answer within {timeout + 30:.0f} s") from None
         except OSError as e:
             raise NodeError(host, step, "-", str(e), f"cannot run the ssh command {self.ssh[0]!r}") from None
         out = (done.stdout + done.stderr).decode("utf-8", "replace")
+        if done.returncode == 124:  # coreutils timeout stopped it
+            raise NodeError(host, step, "timeout", out, f"did not finish within {timeout:.0f} s, so it was stopped")
         if done.returncode != 0:
             hint = remote_failure_hint(host, done.returncode, out, self.remote_dir, self.remote_python)
             raise NodeError(host, step, done.returncode, out, hint)
@@ -204,10 +209,15 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
     py = shlex.quote(remote.remote_python)
 
     def versions(node: Node) -> Node:
-        out = remote.run(node.host, f"test -x {py} || {{ echo \"{remote.remote_python}: No such file or directory\"; "
-                                    f"exit 127; }}; {py} -c {shlex.quote(_VERSIONS)}", "check versions", timeout=120)
-        info = json.loads(out.strip().splitlines()[-1])
-        node.hostname, node.versions = info["host"], info["versions"]
+        missing = shlex.quote(f"{remote.remote_python}: No such file or directory")
+        out = remote.run(node.host, f"test -x {py} || {{ echo {missing}; exit 127; }}; {py} -c {shlex.quote(_VERSIONS)}",
+                         "check versions", timeout=120)
+        try:
+            info = json.loads(out.strip().splitlines()[-1])
+            node.hostname, node.versions = info["host"], info["versions"]
+        except (IndexError, ValueError, KeyError, TypeError) as e:
+            raise NodeError(node.host, "check versions", 0, out,
+                            f"unexpected output ({type(e).__name__}: {e}); run the command by hand to see why") from None
         return node
 
     _parallel(versions, nodes)

@@ -7,28 +7,30 @@ result until no task process is left (the ps shuts down through its done queue).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 from labkit.bench import entry, ratio
+from labkit.proc import OwnedProcess
 
 IMPORT = [sys.executable, "-c", "import tensorflow"]
 
 
-def _imports(n: int) -> float:
+def _imports(n: int, log_dir: str) -> float:
     """Seconds until ``n`` concurrent ``import tensorflow`` processes have all finished."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    t = time.monotonic()
-    procs = [subprocess.Popen(IMPORT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for _ in range(n)]
-    for p in procs:
-        if p.wait(timeout=300) != 0:
-            raise RuntimeError("`python -c 'import tensorflow'` failed")
-    return time.monotonic() - t
+    with contextlib.ExitStack() as owned:  # a failure or timeout kills the other imports too
+        t = time.monotonic()
+        procs = [owned.enter_context(OwnedProcess(IMPORT, os.path.join(log_dir, f"import-{i}.log"), env=env))
+                 for i in range(n)]
+        for p in procs:
+            if p.wait(timeout=300) != 0:
+                raise RuntimeError(f"`python -c 'import tensorflow'` failed:\n{p.log_tail()}")
+        return time.monotonic() - t
 
 
 def _cluster(runs_dir: str) -> tuple[float, float, dict]:
@@ -50,8 +52,8 @@ def run(quick: bool = False) -> dict:
     one, four, startup, teardown, ends = [], [], [], [], ""
     with tempfile.TemporaryDirectory(prefix="labkit-bench-launcher-") as runs_dir:
         for _ in range(reps):  # interleaved, so that load drifts hit every contender alike
-            one.append(_imports(1))
-            four.append(_imports(4))
+            one.append(_imports(1, runs_dir))
+            four.append(_imports(4, runs_dir))
             s, t, info = _cluster(runs_dir)
             startup.append(s)
             teardown.append(t)

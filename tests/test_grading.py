@@ -337,3 +337,14 @@ def test_reports(tmp_path):
     report.write_feedback(None, rows, tmp_path / "f.html", "al|ce: a")
     page = (tmp_path / "f.html").read_text()
     assert "1.5/2 points" in page and "ValueError: boom" in page
+
+
+def test_a_bad_job_count_is_refused_before_the_output_is_cleared(tmp_path):
+    from labkit.grading.grade import GradeError, grade
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "grades.csv").write_text("last week's grades\n")
+    with pytest.raises(GradeError, match="-j 0: give how many notebooks to run at a time"):
+        grade(write(tmp_path, RUBRIC), None, out, parallel=0)
+    assert (out / "grades.csv").read_text() == "last week's grades\n"

@@ -146,6 +146,8 @@ def _clear(out: Path) -> None:
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
           labs: list[str] | None = None, notebooks="notebooks", log=print) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a submissions folder."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
     chosen = list(rub.labs.values())
     if labs:

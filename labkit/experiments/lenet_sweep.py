@@ -233,6 +233,9 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                          f"so that the kill lands mid-training")
     if workers < 2:
         raise ValueError(f"workers={workers}: losing a worker needs at least 2")
+    names = [f"worker:{i}" for i in range(workers)]
+    if kill not in names:
+        raise ValueError(f"kill={kill!r} is not a task of this cluster; give one of {', '.join(names)}")
     say = log or (lambda _message: None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
@@ -257,7 +260,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
             say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
             try:
                 first.kill(kill)
-            except ValueError:
+            except ValueError:  # the only ValueError left: the task is no longer running
                 raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so "
                                    f"that epoch {kill_after_epoch + 1} lasts a few seconds") from None
             try:

@@ -245,7 +245,7 @@ class Experiment:
             rows.append({"run": label, "mode": mode, "batch": batch, "workers": len(tr),
                          "global_steps": max(e["steps"]["global"] for e in tr.values()),
                          "local_steps": ", ".join(str(e["steps"]["local"]) for e in tr.values()),
-                         "train_s": max(e["train_s"] for e in tr.values()),
+                         "train_s": chief["train_s"],  # the chief's evaluations left out (they stall sync)
                          "s_per_1k_iterations": m["s_per_1k_global_steps"], "test_accuracy": m["test_accuracy"],
                          "test_logloss": m["test_logloss"], "optimum_accuracy": opt.get("bayes_accuracy", math.nan),
                          "majority_accuracy": opt.get("majority_accuracy", math.nan),
@@ -314,7 +314,8 @@ class Experiment:
             lo, hi = self.window(label, frame)
             tcp_rates = {name: e["metrics"].get("tcp_bytes_per_step", math.nan) * e["steps"]["local"] / e["train_s"]
                          for name, e in self.trainers(label).items()}
-            tcp_rates["ps:0"] = sum(v for v in tcp_rates.values() if not math.isnan(v))
+            measured = [v for v in tcp_rates.values() if not math.isnan(v)]
+            tcp_rates["ps:0"] = sum(measured) if measured else math.nan  # every worker's traffic is the ps's
             for task, part in frame.groupby("task", sort=False):
                 part = part.copy()
                 part.attrs = {}
@@ -343,9 +344,11 @@ class Experiment:
     def verdicts(self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8):
         """Which resource saturates in each run, in words, from ``bottlenecks()``.
 
-        Utilisation, 0-1: CPU = the busiest host's peak busy share (averaged over the run
-        for the verdict: ``host_cpu_avg``); network = the ps's own TCP bytes/s (every worker
-        step crosses its link) against a ``link_gbit`` NIC; disk = host bytes/s against
+        Utilisation, 0-1: CPU = the busiest host's busy share, averaged over the run
+        (``host_cpu_avg``); network = the ps's TCP bytes/s (the sum of its workers' socket
+        bytes, sent + received: every worker step crosses the ps's link), halved because a
+        ``link_gbit`` NIC carries that rate in each direction and the two directions carry
+        about the same (weights out, gradients in); disk = host bytes/s against
         ``disk_bytes_per_s``; memory = the peak share of host memory in use. A resource at
         or above ``threshold`` saturates; if none does, the run is latency-bound."""
         import pandas as pd
@@ -356,14 +359,16 @@ class Experiment:
         for label in self.labels:
             t = table.loc[label]
             use = {"CPU": t["host_cpu_avg"].max() / 100,
-                   "network": t["task_tcp_bytes_per_s"].max() / link,
+                   "network": t["task_tcp_bytes_per_s"].max() / 2 / link,
                    "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s,
                    "memory": t["mem_used_peak_share"].max()}
             known = {k: v for k, v in use.items() if v == v}
             top = max(known, key=known.get)
             ours = t["proc_cpu_avg"].sum()
+            link_use = (f"{100 * use['network']:.2f}% of {link_gbit:g} Gbit/s each way" if use["network"] == use["network"]
+                        else "not measured")
             detail = (f"host CPU {100 * use['CPU']:.0f}% busy on average (our tasks {ours:.0f}% of one core in "
-                      f"total); ps link {100 * use['network']:.2f}% of {link_gbit:g} Gbit/s; disk "
+                      f"total); ps link {link_use}; disk "
                       + (f"{100 * use['disk']:.1f}% of {disk_bytes_per_s / 1e6:.0f} MB/s" if use['disk'] == use['disk']
                          else "not measured") + f"; memory {100 * use['memory']:.0f}% used at peak")
             if known[top] >= threshold:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster, live, paths, scalars
+from labkit.experiments import positive_ints
 from labkit.launch import Cluster, ClusterResult
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 
@@ -370,14 +371,12 @@ def _relative(path) -> str:
     return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
 
 
-def _as_tuple(name: str, values, allowed=None, positive_int: bool = False) -> tuple:
-    values = (values,) if isinstance(values, (str, int)) else tuple(values)
+def _choices(name: str, values, allowed) -> tuple:
+    values = (values,) if isinstance(values, str) else tuple(values)
     if not values:
         raise ValueError(f"{name} is empty; give at least one value")
     for v in values:
-        if positive_int and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name} must be positive integers, e.g. [50, 200]; got {values!r}")
-        if allowed is not None and v not in allowed:
+        if v not in allowed:
             raise ValueError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
     return values
 
@@ -387,9 +386,9 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
     """Run every (deploy mode, batch size, mode), each a fresh cluster (``make_cluster``'s
     arguments: target_loss, max_steps, learning_rate, hosts, optimizer ...). Modes run side
     by side per configuration, so a sync/async pair shares the machine's conditions."""
-    modes = _as_tuple("modes", modes, MODES)
-    deploys = _as_tuple("deploy modes", deploys, tuple(cluster.MODES))
-    batch_sizes = _as_tuple("batch sizes", batch_sizes, positive_int=True)
+    modes = _choices("modes", modes, MODES)
+    deploys = _choices("deploy modes", deploys, tuple(cluster.MODES))
+    batch_sizes = positive_ints("batch sizes", batch_sizes, "[50, 200]")
     limit = kwargs.get("train_limit", 10000) or 60000
     for d in deploys:
         for b in batch_sizes:

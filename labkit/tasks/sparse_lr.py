@@ -376,7 +376,7 @@ class Trainer:
                f"runs {[r.label for r in args.plan]}")
         self.sess = rt.session_creator(server).create_session()
         rt.timings["session_ready_s"] = rt.since_start()
-        self.eval_bytes = 0
+        self.eval_bytes, self.eval_s = 0, 0.0
 
     def start_together(self, index: int) -> int:
         """The barrier before run ``index``: everyone has arrived (finished the run before);
@@ -396,9 +396,10 @@ class Trainer:
 
     def evaluate(self, entry: dict, step: int, local: int, t0: float) -> dict:
         """Test accuracy and log-loss now (chief); its traffic is kept out of the step bytes."""
-        before = own_tcp_bytes()
+        started, before = time.monotonic(), own_tcp_bytes()
         acc, ll = self.sess.run([self.g.test_accuracy, self.g.test_logloss], self.test_feed)
         after = own_tcp_bytes()
+        self.eval_s += time.monotonic() - started
         if before is not None and after is not None:
             self.eval_bytes += sum(after) - sum(before)
         row = {"t": time.monotonic() - t0, "samples": step * entry["samples_per_step"], "global_step": step,
@@ -422,7 +423,7 @@ class Trainer:
         stream = batches(self.shard, run.batch_size, args.seed + 1000 * self.rank + index)
         local, step, unique_sum = 0, 0, 0
         next_eval = args.eval_every
-        self.eval_bytes = 0
+        self.eval_bytes, self.eval_s = 0, 0.0
         chief = self.test_feed is not None
         with rt.timed(run.label):
             t0 = time.monotonic()
@@ -445,7 +446,9 @@ class Trainer:
                     self.evaluate(entry, step, local, t0)
                     next_eval = (step * entry["samples_per_step"] // args.eval_every + 1) * args.eval_every
             tcp1 = own_tcp_bytes()
-        train_s = entry["train_s"] = rt.timings[f"{run.label}_s"]
+        # the chief's evaluations are not training: in sync every worker waits for them too
+        train_s = entry["train_s"] = rt.timings[f"{run.label}_s"] - self.eval_s
+        entry["eval_s"] = self.eval_s
         entry["steps"].update({"local": local, "global": step})
         unique = unique_sum / max(local, 1)
         m = entry["metrics"]

@@ -688,7 +688,8 @@ class Cluster:
             self._remote_signal(host, [p for p in procs if p.remote and p.task.host == host], signal.SIGTERM)
         for p in procs:
             p.signalled, p.ended = True, "terminated"
-            _signal_group(p.proc.pid, signal.SIGTERM)
+            if not p.remote:  # a remote task's ssh client ends by itself once the task has written its result
+                _signal_group(p.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.term_grace
         while any(p.running for p in procs) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -102,7 +102,6 @@ def _add_release(sub) -> None:
     p.set_defaults(func=_release)
 
 
-# Each entry adds one subcommand; they are listed in the order `--help` shows them.
 def _spec_arguments(p) -> None:
     p.add_argument("--mode", help="a deploy mode from the reports: single, cluster, cluster2, cs744")
     p.add_argument("--hosts", help="hosts file (one host per line; /etc/hosts-style lines work); default 127.0.0.1")
@@ -239,6 +238,7 @@ def _add_nodes(sub) -> None:
     p.set_defaults(func=run)
 
 
+# Each entry adds one subcommand; they are listed in the order `--help` shows them.
 REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_bench, _add_monitor, _add_grade, _add_release]
 
 

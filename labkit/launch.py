@@ -61,7 +61,7 @@ from pathlib import Path
 import psutil
 
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, free_ports, port_is_free
-from labkit.paths import runs_root  # noqa: F401  (re-exported: run directories go under it)
+from labkit.paths import runs_root
 from labkit.proc import OwnedProcess, descendants, tail
 from labkit.tasks.common import EXIT_PORT_IN_USE, task_file, versions
 

@@ -278,12 +278,6 @@ def watch(cluster, **kwargs) -> LiveView:
     return LiveView(cluster, **kwargs)
 
 
-def wait(cluster, timeout: float | None = None, **kwargs):
-    """``cluster.wait(timeout)`` under a live view; returns the ``ClusterResult``."""
-    with LiveView(cluster, **kwargs):
-        return cluster.wait(timeout)
-
-
 # ---------------------------------------------------------------------------- log tails
 
 class LogTail:

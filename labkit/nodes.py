@@ -153,7 +153,8 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
           install: str = DEFAULT_INSTALL, datasets=DEFAULT_DATASETS, data_mirror: str | None = None,
           copy: bool = True, log=print, install_timeout: float = 3600) -> list[Node]:
     """Copy, install, fetch data and check on every host (see the module docstring).
-    Raises ``NodeError`` (naming every failed node) or ``VersionSkew``."""
+    Raises ``NodeError`` (naming the first node that cannot be reached or copied to, else every
+    node whose install, data fetch or check failed) or ``VersionSkew``."""
     remote = Remote(ssh, remote_dir, remote_python)
     say = _printer(log)
     nodes = _nodes(hosts, say)

@@ -58,8 +58,3 @@ def tqdm(*args, **kwargs):
     if _kernel_shell() is not None:  # papermill: nobody watches; keep the saved output short
         kwargs["mininterval"] = max(kwargs.get("mininterval", 0.1), HEADLESS_MININTERVAL_S)
     return bar(*args, **kwargs)
-
-
-def trange(n: int, **kwargs):
-    """``tqdm(range(n), ...)``."""
-    return tqdm(range(n), **kwargs)

@@ -16,7 +16,7 @@ and under ``ParameterServerStrategy``, so the labs train with this loop instead:
   every step is a round of one closure per worker closed by a barrier (``join``), the
   traffic pattern of a synchronous PS (each worker pulls M and pushes M per step).
 
-Every epoch is one pass over the training set, then a checkpoint (``tf.train.CheckpointManager``,
+Every epoch is one pass over the training set (or ``steps_per_epoch`` steps), then a checkpoint (``tf.train.CheckpointManager``,
 with the epoch counter inside) and, on the chief, a validation pass and TensorBoard scalars.
 A restarted run resumes after the last epoch that every worker checkpointed. ``train`` returns
 a plain dict (history, throughput, bytes on the wire, weight checksums) ready for a JSON file.

@@ -11,7 +11,8 @@ submission's files (artifacts, ``runs/``) are its own. The runner
 - becomes a child subreaper, so processes the notebook orphans stay in its tree, and
   kills that tree when papermill returns;
 - pins the kernel's five ZMQ ports to a block of ports owned by its worker slot, so
-  parallel runs never race for the same free port ("Address already in use").
+  parallel kernels never race each other for the same free port ("Address already in use");
+  a cluster a notebook starts picks its own free ports, and moves if it loses one.
 
 The grader's side (``run_all``) starts runners, enforces the whole-notebook timeout and a
 cap on the tree's total RSS by killing the process tree, sweeps any process that still

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import inspect
 import json
 import math
 import re
@@ -56,12 +57,15 @@ def verifier(name: str):
 def run(spec: dict, ctx: Context) -> Verdict:
     """Run the verifier ``spec`` names ({"name": ..., **args}); raises Unverifiable."""
     args = {k: v for k, v in spec.items() if k != "name"}
+    fn = VERIFIERS[spec["name"]]
     try:
-        return VERIFIERS[spec["name"]](ctx, **args)
+        inspect.signature(fn).bind(ctx, **args)
+    except TypeError as e:  # the rubric's fault, not the submission's
+        raise Unverifiable(f"verifier {spec['name']!r} was given bad arguments {sorted(args)}: {e}") from e
+    try:
+        return fn(ctx, **args)
     except Unverifiable:
         raise
-    except TypeError as e:
-        raise Unverifiable(f"verifier {spec['name']!r} was given bad arguments {sorted(args)}: {e}") from e
     except Exception as e:  # a broken artifact must not stop the batch; say what happened
         raise Unverifiable(f"verifier {spec['name']!r} failed: {type(e).__name__}: {e}") from e
 

@@ -104,12 +104,6 @@ def thread_limits(spec, task) -> tuple[int, int]:
     return intra, inter
 
 
-def _json_default(value):
-    from labkit.record import to_jsonable
-
-    return to_jsonable(value)
-
-
 def write_json(path: Path, data: dict, indent: int | None = None) -> None:
     """Write atomically (temporary file + rename): a reader never sees half a file."""
     from labkit.record import to_jsonable

@@ -635,7 +635,7 @@ class Cluster:
             log_tail = task_log_tail(p.log_path, 30)
             if rc == EXIT_PORT_IN_USE:
                 raise PortInUse(p.task.name, p.task.address, returncode=rc, log_tail=log_tail, log_path=p.log_path)
-            wall = time.monotonic() - p.t_start
+            wall = (p.t_end or time.monotonic()) - p.t_start  # its own run, not the others' teardown
             hint = remote_failure_hint(p.task.host, rc, log_tail, self.remote_dir, self.remote_python) \
                 if p.remote else ""
             raise TaskFailed(p.task.name, rc, log_tail, p.log_path,

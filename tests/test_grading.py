@@ -348,3 +348,14 @@ def test_a_bad_job_count_is_refused_before_the_output_is_cleared(tmp_path):
     with pytest.raises(GradeError, match="-j 0: give how many notebooks to run at a time"):
         grade(write(tmp_path, RUBRIC), None, out, parallel=0)
     assert (out / "grades.csv").read_text() == "last week's grades\n"
+
+
+def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
+    from labkit.grading.grade import find_jobs
+
+    lab = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
+    for name in ("a.ipynb", "b.ipynb", "scratch.ipynb"):
+        (tmp_path / name).write_text("{}")
+    jobs, notes = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
+    assert [j.source.name for j in jobs] == ["a.ipynb"]
+    assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"]

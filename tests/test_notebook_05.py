@@ -16,9 +16,9 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 6  # the sweep, the bytes by hand, the calibration and the three answers
+    assert regions == 6  # the sweep, the bytes by hand, the cost model's terms and the three answers
     sources = "\n".join(c.source for c in student.cells)
-    assert "ring_vs_ps.scaling(" not in sources and "calibration = sweep.calibrate()" not in sources
+    assert "ring_vs_ps.scaling(" not in sources and "ring_terms = (2 * (N - 1)" not in sources
     assert sources.count("raise NotImplementedError()") == 3
 
 

@@ -47,12 +47,14 @@ class Outcome:
         return 1 if self.reference and (self.not_passed or not self.rows) else 0
 
 
-def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path) -> tuple[list[Job], list[str]]:
-    """The notebooks to run, and notes about files that will not be graded."""
+def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path,
+              known: set[str] | None = None) -> tuple[list[Job], list[str]]:
+    """The notebooks to run, and notes about files that will not be graded: those no section of
+    the rubric names (``known``: every notebook it names; default those of ``labs``)."""
     notes = []
+    graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
         pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
-        graded = {lab.notebook for lab in labs}
         notes += [f"not graded: notebooks/{p.name} has no rubric section" for p in sorted(notebooks.glob("*.ipynb"))
                   if p.name not in graded]
     else:
@@ -65,7 +67,6 @@ def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: P
             raise GradeError(f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb"
                              + (f" (found notebooks directly in it: {', '.join(loose)})" if loose else ""))
         pairs = [(s.name, lab, s / lab.notebook, out / s.name) for s in students for lab in labs]
-        graded = {lab.notebook for lab in labs}
         for s in students:
             notes += [f"not graded: {s.name}/{p.name} (no rubric section for it)"
                       for p in sorted(s.glob("*.ipynb")) if p.name not in graded]
@@ -159,7 +160,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
         raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
     out = Path(out)
     sub = Path(submissions) if submissions else None
-    jobs, notes = find_jobs(chosen, out, sub, Path(notebooks))
+    jobs, notes = find_jobs(chosen, out, sub, Path(notebooks), known={lab.notebook for lab in rub.labs.values()})
     _clear(out)
     for n in notes:
         log(n)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psutil
 
+from labkit.grading.report import NEVER_RAN
 from labkit.grading.rubric import cell_tags
 from labkit.proc import OwnedProcess, kill_tree, tail
 
@@ -71,7 +72,7 @@ class RunResult:
 
     @property
     def ran(self) -> bool:
-        return self.status not in ("unreadable", "not-submitted")
+        return self.status not in NEVER_RAN
 
 
 def check_readable(path: Path) -> str | None:

@@ -166,6 +166,13 @@ class TaskRuntime:
         """Tasks that train (chief + workers); the ps waits for this many done signals."""
         return sum(self.spec.num_tasks(j) for j in TRAINER_JOBS)
 
+    @property
+    def trainer_rank(self) -> int:
+        """0 for the chief, then the workers in order: which shard of the data this task reads."""
+        if self.task.type == "chief":
+            return 0
+        return self.task.index + self.spec.num_tasks("chief")
+
     def since_start(self) -> float:
         return time.time() - self.started_epoch
 

@@ -246,13 +246,6 @@ class StartBarrier:
         return time.monotonic() - t
 
 
-def trainer_rank(rt: TaskRuntime) -> int:
-    """0 for the chief, then the workers in order: which shard of the data to read."""
-    if rt.task.type == "chief":
-        return 0
-    return rt.task.index + rt.spec.num_tasks("chief")
-
-
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
     """Endless shuffled mini-batches, a new permutation every epoch."""
     rng = np.random.default_rng(seed)
@@ -313,7 +306,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
     from labkit.tasks.strategy_train import pick_nic
 
     data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
-    rank, n = trainer_rank(rt), rt.num_trainers
+    rank, n = rt.trainer_rank, rt.num_trainers
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]
     y_train = data.y_train[rank::n]
     if len(x_train) < args.batch_size:

@@ -303,7 +303,7 @@ def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
         local_step = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="local_step")
         push = accumulator.apply_indexed_slices_grad(tf.IndexedSlices(grad.values / float(n), grad.indices, shape),
                                                      local_step=local_step)
-        mine = tokens[trainer_rank(rt)] if rt.task.type != "ps" else tokens[0]
+        mine = tokens[rt.trainer_rank] if rt.task.type != "ps" else tokens[0]
         with tf.control_dependencies([push]):
             sync_step = tf.cast(mine.dequeue(), tf.int64)
         test_x = tf.compat.v1.sparse_placeholder(tf.float32, [None, num_features], name="test_x")
@@ -315,13 +315,6 @@ def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
     return Graph(w, global_step, x, y, loss, n_unique, async_step, sync_step, local_step, aggregate, test_x, test_y,
                  test_accuracy, test_logloss, arrived_q.enqueue(1), arrived_q.size(), reset, go, go_q.dequeue(),
                  DoneSignal(tf, rt.spec))
-
-
-def trainer_rank(rt: TaskRuntime) -> int:
-    """0 for the chief, then the workers in order: which shard of the data to read."""
-    if rt.task.type == "chief":
-        return 0
-    return rt.task.index + rt.spec.num_tasks("chief")
 
 
 def samples_per_step(run: Run, n: int) -> int:
@@ -362,7 +355,7 @@ class Trainer:
         from labkit.sparse import csr_batch
 
         self.rt, self.args = rt, args
-        self.rank, self.n = trainer_rank(rt), rt.num_trainers
+        self.rank, self.n = rt.trainer_rank, rt.num_trainers
         self.num_features = num_features_of(args)
         with rt.timed("data"):
             self.shard = train_shard(args, self.rank, self.n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import os
 import signal
 import time
 from pathlib import Path
@@ -51,12 +52,21 @@ def check_stored_clean(path: Path, analysis: int, figures=()):
 
 def run_notebook(path: Path, workdir: Path, parameters: dict, timeout: float):
     """Execute ``path`` under papermill in ``workdir`` with ``parameters`` (``timeout`` seconds a
-    cell); returns the executed notebook and its records."""
+    cell); returns the executed notebook and its records. As the grader does, the kernel gets
+    ``LABKIT_RUNS=workdir/runs``, so its cluster runs stay inside ``workdir``."""
     import papermill
 
     out = workdir / "out.ipynb"
-    papermill.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(workdir), kernel_name="python3",
-                               execution_timeout=timeout, start_timeout=120, progress_bar=False)
+    before = os.environ.get("LABKIT_RUNS")
+    os.environ["LABKIT_RUNS"] = str(workdir / "runs")  # the kernel inherits it
+    try:
+        papermill.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(workdir), kernel_name="python3",
+                                   execution_timeout=timeout, start_timeout=120, progress_bar=False)
+    finally:
+        if before is None:
+            del os.environ["LABKIT_RUNS"]
+        else:
+            os.environ["LABKIT_RUNS"] = before
     nb = nbformat.read(out, as_version=4)
     return nb, read_records(nb)
 

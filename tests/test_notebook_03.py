@@ -33,10 +33,9 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
+def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     from labkit.experiments.sparse_lr import evaluate_weights
 
-    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=400)
     assert rec["data"]["num_features"] == 1_000_000 and rec["data"]["test_rows"] == 2000
     # op profile: every size and method; the sparse step wins at 2 x 10^6 features (1.1-1.3x at 10^5: noise)

@@ -25,8 +25,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))  # the kernel inherits it
+def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
 
     table = {row["config"]: row for row in rec["sweep_table"]}

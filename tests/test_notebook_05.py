@@ -25,8 +25,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_its_metrics(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=900)
     table = rec["scaling_table"]
     assert [(r["arch"], r["workers"]) for r in table] == [("ps", 1), ("ps", 2), ("ring", 1), ("ring", 2)]

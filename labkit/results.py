@@ -173,7 +173,7 @@ class ClusterResult:
     def samples(self):
         """All tasks' resource samples in one DataFrame (``task`` and ``host`` columns, one
         time axis), for ``plots.resource_timeline`` and ``summaries.summarize_tasks``."""
-        from labkit.monitor import merge_frames
+        from labkit.summaries import merge_frames
 
         have = {t.name: t.result["samples"] for t in self.tasks if t.result and t.result.get("samples")}
         if not have:

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.cluster
 FAKE_SSH = """#!/bin/bash
 # Stand-in for ssh: [options] HOST COMMAND runs COMMAND from HOST's home (in HOST's network
 # namespace, if it has one) with a clean environment, as sshd would. Unknown host: exit 255.
-while [ $# -gt 0 ]; do case "$1" in -o|-i|-p) shift 2 ;; -*) shift ;; *) break ;; esac; done
+# Like a careful ssh user, it insists on '--' before the host (a host never reads as an option).
+while [ $# -gt 0 ]; do case "$1" in -o|-i|-p) shift 2 ;; --) shift; break ;; -*) shift ;;
+    *) echo "fake ssh: no -- before the host $1" >&2; exit 255 ;; esac; done
 host=$1; shift
 read -r _ ns home < <(grep "^$host " "$(dirname "$0")/nodes.map") || {
     echo "ssh: Could not resolve hostname $host: Name or service not known" >&2; exit 255; }

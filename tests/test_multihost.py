@@ -88,10 +88,19 @@ def _setup_args(ssh: str, hosts: Path, mirror: str) -> list[str]:
             "--dataset", "mnist", "--data-mirror", mirror]
 
 
-def _no_children(daemon: int | None = None):
-    """Nothing of ours is left running (but the test's sshd ``daemon``, when it has no session left)."""
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid != daemon]
+def _no_children(node_sshd: int | None = None):
+    """Nothing of ours is left running here. The test's sshd (``node_sshd``) and its sessions
+    stand for the nodes: a session winds down by itself after its ssh client has gone."""
+    on_nodes = {node_sshd} | {p.pid for p in alive_tree(node_sshd)} if node_sshd else set()
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in on_nodes]
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:5]) for p in left]}"
+
+
+def alive_tree(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def test_troubleshooting_errors_over_fake_ssh(tmp_path):
@@ -149,7 +158,7 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
 
 # ---------------------------------------------------------------------------- a real sshd
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def real_ssh(tmp_path_factory):
     """(ssh argv, remote_dir, sshd's pid): a real sshd on 127.0.0.2 and 127.0.0.3, and the
     kit's directory there (the tasks run this checkout's Python, as ``remote_python``)."""
@@ -234,7 +243,10 @@ def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_pa
     assert not alive(pids.values()), "remote tasks outlived their launcher"
     for name in pids:  # SIGTERM from the wrapper, not SIGKILL: each wrote its result
         assert json.loads((run / f"{name}.json").read_text())["shutdown"] == "terminated", name
-    assert all(cluster.port_is_free(t.port) for t in spec.tasks())
+    while not all(cluster.port_is_free(t.port) for t in spec.tasks()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the kernel closes the dead tasks' connections on its own time
+    taken = [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)]
+    assert not taken, subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
     _no_children(daemon)
 
 

@@ -277,7 +277,14 @@ class TaskRuntime:
         ps may exit, and the variables with it)."""
         tf = self.tf()
         with tf.compat.v1.Session(target, config=self.session_config()) as sess:
-            sess.run(done.enqueue)
+            try:
+                sess.run(done.enqueue)
+            except tf.errors.UnavailableError as e:
+                # The enqueue runs on the ps, which exits as soon as every trainer has signalled; when
+                # this signal was the last one, the ps can be gone before the reply reaches us. A ps
+                # that died before that would fail the run through its own exit code.
+                self.log(f"the ps closed the connection while this task signalled done ({e.message.splitlines()[0]}); "
+                         "it exits once every trainer has signalled")
 
     def session_creator(self, server, scaffold=None, max_wait_secs: float = 300):
         """TF1 ``SessionCreator`` for ``MonitoredSession``: the chief initializes the

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.proc import tail
-from labkit.tasks.common import task_file
+from labkit.protocol import task_file
 
 WINDOWS = ("train", "all")
 # The resource columns of ClusterResult.table(): host CPU and memory, the task's process, the host's network.

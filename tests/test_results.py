@@ -47,9 +47,9 @@ def test_task_accessors_read_the_result_file_and_say_what_is_missing():
 def test_table_uses_the_window_and_a_run_reads_back_from_its_files(tmp_path):
     (tmp_path / "worker-0.json").write_text(json.dumps({"resources": RESOURCES, "resources_train": RESOURCES_TRAIN,
                                                         "metrics": {"val_accuracy": 0.9}, "steps": {"local": 7}}))
-    result = ClusterResult("strategy_train", tmp_path, {"worker": ["127.0.0.1:1"]},
-                           [outcome("worker:0", json.loads((tmp_path / "worker-0.json").read_text()), tmp_path)],
-                           startup_s=1.0, teardown_s=0.1, wall_s=3.0).save()
+    ClusterResult("strategy_train", tmp_path, {"worker": ["127.0.0.1:1"]},
+                  [outcome("worker:0", json.loads((tmp_path / "worker-0.json").read_text()), tmp_path)],
+                  startup_s=1.0, teardown_s=0.1, wall_s=3.0).save()
     back = ClusterResult.load(tmp_path)
     assert back.chief().resources() == RESOURCES_TRAIN and back.wall_s == 3.0
     assert back.table("train").loc["worker:0", "cpu_user_pct"] == 90.0

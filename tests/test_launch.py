@@ -65,6 +65,9 @@ def test_run_to_completion_gathers_every_task(clusters):
     # async: every global step is one trainer's step, so the local steps add up to it
     assert w0.steps["local"] + w1.steps["local"] == ps.steps["global_final"] >= 150
     assert w0.metrics["test_accuracy"] > 0.7 and w0.result["series"]["eval"]
+    # the ps leaves after the trainers, so that none finds it gone when it signals done
+    assert w0.result["done_signal"] == w1.result["done_signal"] == "delivered"
+    assert ps.result["ended_epoch"] > max(w0.result["ended_epoch"], w1.result["ended_epoch"])
     for t in result:
         assert t.result["status"] == "ok" and t.result["versions"]["labkit"]
         assert t.result["samples"]["columns"]["t"], f"{t.name} has no resource samples"

@@ -43,7 +43,7 @@ test: setup
 grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS)
 
-bench: setup
+bench: setup data
 	$(PY) -m labkit bench --out out/bench
 
 release: setup

@@ -365,7 +365,7 @@ def read_hosts_file(path) -> list[str]:
     brackets), for ``from_hosts``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe, as from <(getent hosts ...), is fine
         raise ValueError(f"hosts file {path} does not exist; write one host per line (see docs/cluster.md)")
     try:
         text = path.read_text(encoding="utf-8-sig")

@@ -60,14 +60,16 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, accepts, free_ports, port_is_free
 from labkit.paths import runs_root
-from labkit.proc import OwnedProcess, descendants, tail
+from labkit.proc import OwnedProcess, descendants
+from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
+from labkit.results import read_json as _read_json
 # TaskFailed and PortInUse are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK, EXIT_PORT_IN_USE,  # noqa: F401
                              VERSION_KEYS, PortInUse, TaskFailed, describe_exit, task_file, versions)
@@ -150,144 +152,6 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
         raise VersionSkew("the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
                           + "\n".join(lines) + "\ninstall the same versions everywhere (`make setup` on every node, "
                           "from the same commit), or pass check_versions=False to run anyway")
-
-
-def task_log_tail(path, lines: int = 30) -> str:
-    """The end of a task's log, without the ``# cd ... env ...`` command line the launcher
-    writes first (it stays in the file, to rerun the task by hand): in a short log that one
-    long line would crowd out the lines that say what went wrong."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            header = f.readline().rstrip("\n")
-    except FileNotFoundError:
-        return ""
-    rows = tail(path, lines + 1).split("\n")
-    if header.startswith("# ") and rows[0] == header:
-        rows = rows[1:]
-    return "\n".join(rows[-lines:])
-
-
-# --------------------------------------------------------------------------- results
-
-@dataclass
-class TaskOutcome:
-    """How one task ended, and what it reported."""
-    name: str
-    type: str
-    index: int
-    host: str
-    ended: str | None          # exited | done-queue | chief-port-closed | failed | terminated | killed | None
-    returncode: int | None
-    wall_s: float | None       # from start to exit, as the launcher saw it
-    log_path: Path
-    result: dict | None        # the task's result JSON (None if it wrote none)
-
-    @property
-    def steps(self) -> dict:
-        return (self.result or {}).get("steps", {})
-
-    @property
-    def metrics(self) -> dict:
-        return (self.result or {}).get("metrics", {})
-
-    def log_tail(self, lines: int = 30) -> str:
-        return task_log_tail(self.log_path, lines)
-
-
-RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
-                    "net_sent_bytes")
-
-
-@dataclass
-class ClusterResult:
-    """Every task's outcome, plus the launcher's timings (``startup_s``: ``start()`` until
-    every server was up; ``teardown_s``: the last trainer's exit until no task was left)."""
-    program: str
-    run_dir: Path
-    spec: dict
-    tasks: list[TaskOutcome]
-    startup_s: float | None = None
-    teardown_s: float | None = None
-    wall_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> TaskOutcome:
-        for t in self.tasks:
-            if t.name == name:
-                return t
-        raise KeyError(f"no task {name!r}; tasks are {[t.name for t in self.tasks]}")
-
-    def __iter__(self):
-        return iter(self.tasks)
-
-    def trainers(self) -> list[TaskOutcome]:
-        return [t for t in self.tasks if t.type != "ps"]
-
-    def table(self, window: str = "all"):
-        """One row per task: host, how it ended, steps, metrics and resource averages
-        (``window="train"`` for the training phase where a task marked one)."""
-        import pandas as pd
-
-        rows = []
-        for t in self.tasks:
-            r = t.result or {}
-            res = (r.get("resources_train") if window == "train" else None) or r.get("resources") or {}
-            steps = r.get("steps", {})
-            row = {"task": t.name, "host": t.host, "ended": t.ended, "returncode": t.returncode,
-                   "wall_s": t.wall_s, "local_steps": steps.get("local"),
-                   "global_step": steps.get("global_final", steps.get("global_at_exit")),
-                   "steps_per_s": steps.get("local_per_s")}
-            row.update({k: v for k, v in r.get("metrics", {}).items() if isinstance(v, (int, float, str, type(None)))})
-            row.update({k: res.get(k) for k in RESOURCE_COLUMNS})
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("task")
-
-    def samples(self):
-        """All tasks' resource samples in one frame (``task`` and ``host`` columns,
-        one time axis), for ``plots.resource_timeline`` and ``monitor.summarize_tasks``."""
-        from labkit.monitor import merge_frames
-
-        have = {t.name: t.result["samples"] for t in self.tasks if t.result and t.result.get("samples")}
-        if not have:
-            raise ValueError(f"no task of {self.run_dir} wrote resource samples; see the task logs")
-        return merge_frames(have)
-
-    def to_dict(self) -> dict:
-        """The launcher's view (the task results stay in their own files)."""
-        return {"program": self.program, "run_dir": str(self.run_dir), "spec": self.spec,
-                "startup_s": self.startup_s, "teardown_s": self.teardown_s, "wall_s": self.wall_s, "notes": self.notes,
-                "tasks": [{"name": t.name, "type": t.type, "index": t.index, "host": t.host, "ended": t.ended,
-                           "returncode": t.returncode, "wall_s": t.wall_s, "log": t.log_path.name} for t in self.tasks]}
-
-    def save(self) -> "ClusterResult":
-        (self.run_dir / "cluster.json").write_text(json.dumps(self.to_dict(), indent=1))
-        return self
-
-    @classmethod
-    def load(cls, run_dir) -> "ClusterResult":
-        """Read a finished run back from its directory (``cluster.json`` + task files)."""
-        run_dir = Path(run_dir)
-        meta = json.loads((run_dir / "cluster.json").read_text())
-        tasks = []
-        for t in meta["tasks"]:
-            path = run_dir / task_file(t["type"], t["index"], ".json")
-            tasks.append(TaskOutcome(t["name"], t["type"], t["index"], t["host"], t["ended"], t["returncode"],
-                                     t["wall_s"], run_dir / t["log"], _read_json(path)))
-        return cls(meta["program"], run_dir, meta["spec"], tasks, meta["startup_s"], meta["teardown_s"],
-                   meta["wall_s"], meta.get("notes", []))
-
-    def __repr__(self) -> str:
-        ends = ", ".join(f"{t.name}={t.ended}" for t in self.tasks)
-        return f"ClusterResult({self.program}, {self.run_dir}, {ends})"
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); the task may have died while writing it") from None
 
 
 # --------------------------------------------------------------------------- processes

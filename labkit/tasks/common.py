@@ -270,12 +270,13 @@ class TaskRuntime:
         """TF1 trainer: tell every ps this task is finished (run it last: after it, the
         ps may exit, and the variables with it).
 
-        The last trainer's signal completes the ps's dequeue, and the ps exits at once,
-        sometimes before the reply to that very signal has left it: the trainer then sees
-        the connection reset (``UnavailableError``). No acknowledgement can close that race
-        (the last message of any exchange can be lost), and nothing is lost in it: this
-        task's training ended before, and a ps that died of anything else fails on its own
-        account. So a ps found gone here is logged and recorded (``done_signal``), not an error."""
+        The last trainer's signal completes the ps's dequeue. The ps then waits for the
+        trainers to leave (``serve_until_done``), but one that leaves anyway (its wait ran
+        out) may cut the reply to that very signal: the trainer sees the connection reset
+        (``UnavailableError``). No acknowledgement can close that race (the last message of
+        any exchange can be lost), and nothing is lost in it: this task's training ended
+        before, and a ps that died of anything else fails on its own account. So a ps found
+        gone here is logged and recorded (``done_signal``), not an error."""
         tf = self.tf()
         gone = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
         try:

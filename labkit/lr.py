@@ -1,4 +1,5 @@
-"""Lab 1: softmax logistic regression on MNIST on one node, written twice (TF Core and Keras).
+"""Lab 1: softmax logistic regression on MNIST on one node, written twice (TF Core and Keras);
+and Lab 2's single-process runs to a target loss (report 002's Tables 1-2).
 
 The model is the reports' ``softmax(W^T x + b)`` with 784 x 10 + 10 = 7,850 weights, trained by
 plain mini-batch gradient descent (learning rate 0.01, batch 50) on the reports' cross-entropy
@@ -21,6 +22,11 @@ per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for e
 the weights, and timings. They show a progress bar (``labkit.progress``: a widget in JupyterLab,
 text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.paths``).
 ``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
+``batch_accuracies`` splits the test set into small batches (Lab 1's audit of report 000's 97%).
+
+``train_to_target`` / ``target_sweep``: one process, plain SGD from the seeded start until the
+test loss, checked every ``eval_every`` steps, reaches a target (report 002's stopping rule),
+with the process's CPU and memory while it trains: report 002's Tables 1 and 2.
 
 TensorFlow and Keras are imported inside the functions, so the grader imports this cheaply.
 """
@@ -128,6 +134,18 @@ def evaluate(W, b, x, y) -> tuple[float, float]:
     z -= z.max(axis=1, keepdims=True)
     log_p = z[np.arange(len(y)), y] - np.log(np.exp(z).sum(axis=1))
     return float((z.argmax(axis=1) == y).mean()), float(-log_p.mean())
+
+
+def batch_accuracies(W, b, x, y, batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """Accuracy of weights (W, b) on each run of ``batch_size`` consecutive test images (the
+    last, shorter batch is left out): how much one small evaluation batch can mislead."""
+    x, y = _as_xy(x, y, "test")
+    batch_size = _positive_int("batch_size", batch_size, "e.g. 50, the reports' batch")
+    n = len(x) // batch_size * batch_size
+    if n == 0:
+        raise ValueError(f"batch_size={batch_size} is larger than the {len(x)} test images")
+    z = x[:n] @ np.asarray(W, np.float32) + np.asarray(b, np.float32)
+    return (z.argmax(axis=1) == y[:n]).reshape(-1, batch_size).mean(axis=1)
 
 
 # ----------------------------------------------------------------------------- trainers
@@ -352,12 +370,13 @@ class LRRun:
         return float(self.history["epoch_s"].sum())
 
     def summary(self) -> dict:
-        """Final and best test accuracy, times, and samples/s: over all epochs (the first one
-        includes tracing or compiling) and over the later ones (``steady_samples_per_s``, NaN
-        after a single epoch)."""
+        """Test loss before training (the seeded start), final and best test accuracy, times, and
+        samples/s: over all epochs (the first one includes tracing or compiling) and over the
+        later ones (``steady_samples_per_s``, NaN after a single epoch)."""
         last, later = self.history.iloc[-1], self.history["epoch_s"].iloc[1:]
         return {"version": self.version, "epochs": self.epochs, "n_train": self.n_train,
                 "batch_size": self.batch_size, "learning_rate": self.learning_rate,
+                "initial_test_loss": self.extra.get("initial_test_loss", math.nan),
                 "test_accuracy": float(last["test_accuracy"]), "test_loss": float(last["test_loss"]),
                 "best_test_accuracy": float(self.history["test_accuracy"].max()),
                 "wall_s": self.wall_s, "train_s": self.train_s,
@@ -398,6 +417,7 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
     x_test, y_test = _as_xy(data.x_test, data.y_test, "test")
     t0 = time.perf_counter()
     trainer = TRAINERS[version](data.x_train, data.y_train, batch_size, learning_rate, seed, **trainer_kwargs)
+    initial_accuracy, initial_loss = evaluate(trainer.W0, trainer.b0, x_test, y_test)  # before any step
     logdir = default_logdir(version, tensorboard_dir) if tensorboard_dir else None
     writer = None
     if logdir:
@@ -425,7 +445,8 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
         writer.close()
     W, b = trainer.weights()
     return LRRun(version, pd.DataFrame(rows), W, b, trainer.n, len(x_test), trainer.batch_size,
-                 trainer.learning_rate, time.perf_counter() - t0, logdir)
+                 trainer.learning_rate, time.perf_counter() - t0, logdir,
+                 {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss})
 
 
 def train_core(data, epochs: int, **kwargs) -> LRRun:
@@ -452,6 +473,102 @@ def compare(*runs: LRRun) -> pd.DataFrame:
 def histories(*runs: LRRun) -> pd.DataFrame:
     """The runs' per-epoch histories in one long frame (one row per version and epoch)."""
     return pd.concat([r.history for r in runs], ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- to a target loss (Lab 2)
+
+TARGET_LOSS = 0.35  # report 002's stopping rule: test loss at most 0.35 (about 90% accuracy)
+
+
+class _StepsTrainer(CoreTrainer):
+    """Core SGD that runs a given number of steps per call (not whole epochs), on full batches
+    drawn from a reshuffled stream: the steps between two evaluations in one graph call."""
+
+    def __init__(self, x, y, batch_size: int, learning_rate: float, seed: int):
+        import tensorflow as tf
+
+        super().__init__(x, y, batch_size, learning_rate, seed)
+        self._graph_steps = tf.function(self._steps_graph, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        self._stream = self._index_stream()
+
+    def _steps_graph(self, idx):
+        import tensorflow as tf
+
+        loss = tf.constant(0.0)
+        for i in tf.range(tf.shape(idx)[0]):
+            rows = idx[i]
+            loss = tf.cast(self.step(self.W, self.b, tf.gather(self._x, rows), tf.gather(self._y, rows),
+                                     self.learning_rate), tf.float32)
+        return loss
+
+    def _index_stream(self):
+        while True:
+            order = self._permutation()
+            for start in range(0, self.n - self.batch_size + 1, self.batch_size):
+                yield order[start:start + self.batch_size]
+
+    def trace(self) -> None:
+        """Trace the step graph (a call with no steps), so that timing leaves tracing out."""
+        self._graph_steps(np.zeros((0, self.batch_size), np.int32))
+
+    def run_steps(self, k: int) -> None:
+        self._graph_steps(np.stack([next(self._stream) for _ in range(k)]))
+
+
+def train_to_target(data, batch_size: int, learning_rate: float = LEARNING_RATE, target_loss: float = TARGET_LOSS,
+                    eval_every: int = 100, max_steps: int = 20000, seed: int = 0) -> dict:
+    """Plain SGD in one process from the seeded start, until the test loss, computed every
+    ``eval_every`` steps (report 002: 100, so its iteration counts are multiples of 100), is
+    at most ``target_loss``, or ``max_steps``. Returns the iterations, the seconds spent in
+    training steps (``train_s``: evaluations and tracing left out) and in all (``wall_s``),
+    the final test accuracy and loss, and whether the target was reached."""
+    _check_data(data)
+    x_test, y_test = _as_xy(data.x_test, data.y_test, "test")
+    eval_every = _positive_int("eval_every", eval_every, "report 002 evaluated every 100 steps")
+    max_steps = _positive_int("max_steps", max_steps, "e.g. 20000")
+    if not target_loss > 0:
+        raise ValueError(f"target_loss must be positive, got {target_loss!r}; report 002 used 0.35")
+    t0 = time.perf_counter()
+    trainer = _StepsTrainer(data.x_train, data.y_train, batch_size, learning_rate, seed)
+    trainer.trace()
+    steps, train_s = 0, 0.0
+    accuracy, loss = evaluate(trainer.W0, trainer.b0, x_test, y_test)
+    while steps < max_steps and loss > target_loss:
+        k = min(eval_every, max_steps - steps)
+        s0 = time.perf_counter()
+        trainer.run_steps(k)
+        train_s += time.perf_counter() - s0
+        steps += k
+        accuracy, loss = evaluate(*trainer.weights(), x_test, y_test)
+    return {"batch_size": trainer.batch_size, "learning_rate": trainer.learning_rate, "iterations": steps,
+            "train_s": train_s, "wall_s": time.perf_counter() - t0, "test_accuracy": accuracy, "test_loss": loss,
+            "reached": bool(loss <= target_loss)}
+
+
+def target_sweep(data, batch_sizes=(1, 5, 10, 20, 40, 100, 200, 600), learning_rate: float = LEARNING_RATE,
+                 target_loss: float = TARGET_LOSS, eval_every: int = 100, max_steps: int = 20000, seed: int = 0,
+                 progress: bool = True) -> pd.DataFrame:
+    """Report 002's Tables 1 and 2 in one process: ``train_to_target`` at every batch size, each
+    under a ``ResourceSampler`` watching this process, so each row also has the process's
+    average CPU (100 = one core) and peak resident memory while it trained."""
+    from labkit.monitor import ResourceSampler
+    from labkit.progress import tqdm
+
+    sizes = [_positive_int("batch size", b, "e.g. [1, 50, 600]") for b in batch_sizes]
+    if not sizes:
+        raise ValueError("batch_sizes is empty; give at least one, e.g. [1, 50, 600]")
+    rows = []
+    with tqdm(sizes, desc="one process, to the target loss", unit="run", disable=not progress) as bar:
+        for b in bar:
+            bar.set_postfix_str(f"batch {b}")
+            with ResourceSampler(interval=0.1) as sampler:
+                sampler.mark("start")
+                row = train_to_target(data, b, learning_rate, target_loss, eval_every, max_steps, seed)
+                sampler.mark("end")
+            use = sampler.summary("start", "end")
+            rows.append({**row, "proc_cpu_pct": use["proc_cpu_pct"], "proc_rss_peak_bytes": use["proc_rss_peak_bytes"]})
+            bar.set_postfix_str(f"batch {b}: {row['iterations']} iterations")
+    return pd.DataFrame(rows).set_index("batch_size")
 
 
 # ----------------------------------------------------------------------------- grading

@@ -122,3 +122,40 @@ def test_saved_weights_evaluate_to_the_recorded_accuracy(small, tmp_path):
     np.savez(tmp_path / "shape.npz", W=run.W.T, b=run.b)
     with pytest.raises(ValueError, match="expected \\(784, 10\\)"):
         lr.evaluate_weights(tmp_path / "shape.npz", small)
+
+
+def test_the_seeded_start_is_evaluated_before_the_first_step(small):
+    # W ~ N(0, 0.01^2), b = 0: logits near 0, a near-uniform softmax: the loss is about log(10)
+    run = lr.train("numpy", small, 1, progress=False)
+    assert run.summary()["initial_test_loss"] == pytest.approx(np.log(10), rel=0.02)
+    assert run.history["test_loss"].iloc[0] < run.summary()["initial_test_loss"]
+
+
+def test_batch_accuracies_score_each_run_of_consecutive_test_images(small):
+    run = lr.train("numpy", small, 1, progress=False)
+    acc = lr.batch_accuracies(run.W, run.b, small.x_test, small.y_test, 50)
+    assert len(acc) == 2000 // 50 and set(np.round(acc * 50, 6)) <= set(range(51))  # whole images per batch
+    assert acc.mean() == pytest.approx(run.summary()["test_accuracy"])  # 2000 = 40 full batches
+    assert acc.std() > 0.01  # small batches scatter around the whole set's accuracy
+    with pytest.raises(ValueError, match="larger than the 2000 test images"):
+        lr.batch_accuracies(run.W, run.b, small.x_test, small.y_test, 5000)
+
+
+def test_train_to_target_stops_at_the_first_evaluation_at_or_below_the_target(small):
+    row = lr.train_to_target(small, 50, learning_rate=0.5, target_loss=0.6, eval_every=10)
+    assert row["reached"] and row["test_loss"] <= 0.6 and row["iterations"] % 10 == 0
+    assert row["wall_s"] > row["train_s"] > 0
+    # the same seed makes the same steps: stopped one evaluation earlier, it was still above the target
+    earlier = lr.train_to_target(small, 50, learning_rate=0.5, target_loss=0.6, eval_every=10,
+                                 max_steps=row["iterations"] - 10)
+    assert not earlier["reached"] and earlier["test_loss"] > 0.6 and earlier["iterations"] == row["iterations"] - 10
+    with pytest.raises(ValueError, match="target_loss must be positive"):
+        lr.train_to_target(small, 50, target_loss=0)
+
+
+def test_target_sweep_has_one_row_per_batch_size_with_the_process_resources(small):
+    table = lr.target_sweep(small, (10, 100), learning_rate=0.5, target_loss=0.6, eval_every=10, progress=False)
+    assert list(table.index) == [10, 100] and table["reached"].all()
+    assert (table["proc_cpu_pct"] > 0).all() and (table["proc_rss_peak_bytes"] > 100e6).all()
+    with pytest.raises(ValueError, match="batch size must be a positive integer"):
+        lr.target_sweep(small, (0,), progress=False)

@@ -7,16 +7,16 @@ from labkit import lr
 
 NOTEBOOK = NOTEBOOKS / "01_single_node_lr.ipynb"
 TINY = {"epochs": 2, "train_limit": 2000, "test_limit": 1000, "idle_s": 0.2}
-FIGURES = ("core-resources", "keras-resources", "learning-curves")
+FIGURES = ("core-resources", "keras-resources", "learning-curves", "batch-accuracy")
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=3)
+    nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 4  # the SGD step and the three answers
+    assert regions == 7  # the SGD step, the prediction, the audit's numbers and the four answers
     step_cell = next(c for c in student.cells if c.source.startswith("def sgd_step"))
     assert "GradientTape" not in step_cell.source and "raise NotImplementedError()" in step_cell.source
     namespace = {}
@@ -34,6 +34,16 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         assert [h["epoch"] for h in rec[f"{version}_history"]] == [1, 2]
         assert rec[f"{version}_wall_s"] >= rec[f"{version}_train_s"] > 0 and rec[f"{version}_samples_per_s"] > 0
     assert [r["version"] for r in rec["comparison"]] == ["core", "keras"]
+    # the prediction: the untrained model's test loss is log(10) within 5%, as the rubric grades it
+    assert rec["core_initial_test_loss"] == pytest.approx(rec["predicted_initial_test_loss"], rel=0.05)
+    assert rec["core_best_test_accuracy"] == max(h["test_accuracy"] for h in rec["core_history"])
+    # the audit: 1000 test images make 20 batches of 50; the answers are the run's own numbers
+    batches = rec["batch_accuracy"]
+    assert batches["batches"] == 20 and 0 <= batches["share_at_least_97"] <= batches["share_at_least_94"] <= 1
+    assert batches["max"] >= rec["core_test_accuracy"] - 1e-9  # some batch does at least as well as the whole set
+    assert rec["audit_97"] == {"best_full_test_accuracy": rec["core_best_test_accuracy"],
+                               "share_of_batches_at_least_94": batches["share_at_least_94"],
+                               "share_of_batches_at_least_97": batches["share_at_least_97"]}
     assert {r["version"] for r in rec["resources"]} == {"core", "keras"}
 
     # The grader's re-check: the saved weights give the recorded accuracy on the same test subset.

@@ -10,17 +10,18 @@ from labkit.grading.rubric import load_rubric
 
 NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 TINY = {"deploy_modes": ["single"], "batch_sizes": [50], "target_loss": 0.45, "max_steps": 300,
-        "train_limit": 3000, "test_limit": 500, "eval_every": 25, "show_modern_api": False, "timeout": 300}
+        "train_limit": 3000, "test_limit": 500, "eval_every": 25, "single_batch_sizes": [50, 200],
+        "show_modern_api": False, "timeout": 300}
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=7, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 5  # the optimizer and the four answers
+    assert regions == 10  # the optimizer, the prediction, the audit's number and the seven answers
     cell = next(c for c in student.cells if c.source.startswith("def make_optimizer"))
     assert "SyncReplicasOptimizer" not in cell.source and "raise NotImplementedError()" in cell.source
     namespace = {}
@@ -50,6 +51,17 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         (m, t) for m in ("sync", "async") for t in ("ps:0", "worker:0")}
     assert len(rec["iterations"]) == 2 and len(rec["summary"]) == 2
     assert rec["headline"] == {"deploy": "single", "batch_size": 50}
+
+    # one process to the target loss (report 002's Tables 1-2), and the prediction it grades
+    single = {r["batch_size"]: r for r in rec["single_process"]}
+    assert list(single) == [50, 200] and all(r["reached"] and r["learning_rate"] == 0.01 for r in single.values())
+    assert rec["single_updates_ratio"] == single[200]["iterations"] / single[50]["iterations"]
+    assert rec["single_updates_ratio"] == pytest.approx(rec["predicted_updates_ratio"], rel=0.15)
+    # the audit of report 000's 227 B/s: half a worker step's bytes at 227 B/s
+    assert rec["audit_000"]["seconds_to_send_one_gradient_at_227_bytes_per_s"] == pytest.approx(
+        rec["bytes_per_worker_step"]["async"] / 454)
+    graphs = list((tmp_path / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
+    assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
 
     check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 

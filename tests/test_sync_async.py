@@ -203,3 +203,23 @@ def test_bad_experiment_arguments_are_clear_errors():
         sync_async.sweep(("sync",), ("cluster2",), (600,), train_limit=1000, progress=False)
     with pytest.raises(ValueError, match="is not one of"):
         sync_async.sweep(("sync", "bsp"), progress=False)
+
+
+def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
+    """Report 000's Figures 1.2.1-1.2.2: the sync graph holds SyncReplicasOptimizer's accumulators
+    and token queue; the async graph applies its gradients directly."""
+    import tensorflow as tf
+
+    root = sync_async.write_graphs(make_optimizer, "cluster2", logdir=tmp_path / "graphs")
+    nodes = {}
+    for mode in ("sync", "async"):
+        (events,) = (root / mode).glob("events.out.tfevents.*")
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            if event.graph_def:
+                graph = tf.compat.v1.GraphDef.FromString(event.graph_def)
+                nodes[mode] = {n.name for n in graph.node}
+    assert any("conditional_accumulator" in n for n in nodes["sync"])
+    assert any("sync_token_q" in n for n in nodes["sync"])
+    assert not any("sync_replicas" in n for n in nodes["async"]) and "weights" in nodes["async"]
+    with pytest.raises(ValueError, match="deploy mode 'cluster9'"):
+        sync_async.write_graphs(deploy="cluster9", logdir=tmp_path)

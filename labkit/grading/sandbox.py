@@ -106,7 +106,7 @@ class Bubblewrap:
             args += ["--bind", str(p), str(p)]
         for host, inside in view.overlays:
             args += ["--ro-bind", str(host), str(inside)]
-        args += ["--chdir", str(view.cwd), "--clearenv"]
+        args += ["--remount-ro", "/", "--chdir", str(view.cwd), "--clearenv"]   # only the binds above are writable
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **home_env(INSIDE_HOME), **view.env}
         for k, v in env.items():
             args += ["--setenv", k, v]

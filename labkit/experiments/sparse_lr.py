@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster, experiments, live, paths, scalars
-from labkit.experiments import positive_ints
+from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
@@ -127,10 +127,12 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
                  train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
                  learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
                  save_weights: bool = True, run: str | None = None, timeout: float = 1800,
-                 sample_interval: float = 0.25) -> Cluster:
+                 sample_interval: float = 0.25, gradient=None) -> Cluster:
     """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
 
-    ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1."""
+    ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1. ``gradient``: the
+    notebook's ``sparse_lr_gradient``, which the workers train with (default: the kit's
+    reference, which the student kit does not have)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     plan = parse_runs(runs)
@@ -139,7 +141,17 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=paths.run_dir(LAB, run), timeout=timeout,
                    runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
                    test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
-                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval)
+                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval,
+                   gradient_source=gradient_source(gradient) if gradient is not None else None)
+
+
+def gradient_source(fn) -> str:
+    """The source of the notebook's ``sparse_lr_gradient(w, x, y)``, for the tasks' ``--gradient-source``."""
+    from labkit.tasks.sparse_lr import load_gradient
+
+    source = function_source(fn, "sparse_lr_gradient", "(w, x, y)", "gradient")
+    load_gradient(source)  # what the tasks will do with it: define sparse_lr_gradient, nothing else
+    return source
 
 
 _EVAL_LINE = re.compile(r"\] (?P<label>\w+ b\d+) eval samples=(?P<samples>\d+) .*test_error=(?P<err>[\d.]+)")

@@ -464,3 +464,15 @@ def shared_queue(tf, name: str, ps_index: int, capacity: int):
     with tf.compat.v1.device(f"/job:ps/task:{ps_index}"):
         return tf.compat.v1.FIFOQueue(capacity, tf.int32, shapes=[[]], shared_name=f"labkit_{name}_ps{ps_index}",
                                       name=f"labkit_{name}_ps{ps_index}")
+
+
+def define_function(source: str, name: str, option: str, signature: str):
+    """The function ``name`` that Python ``source`` defines: a notebook's own exercise, sent to
+    the tasks with ``option`` (``--optimizer-source``), so the cluster trains with the student's
+    code (the student kit has no reference to fall back on)."""
+    namespace: dict = {}
+    exec(compile(source, f"<{option}>", "exec"), namespace)  # the student's own code
+    fn = namespace.get(name)
+    if not callable(fn):
+        raise ValueError(f"{option} must define a function {name}{signature}")
+    return fn

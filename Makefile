@@ -18,6 +18,7 @@ endif
 
 SUBMISSIONS ?=
 JOBS        ?= 1
+GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup data lab test grade bench release cluster-setup clean
@@ -41,7 +42,7 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS) $(GRADE_ARGS)
 
 bench: setup
 	$(PY) -m labkit bench --out out/bench

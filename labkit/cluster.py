@@ -17,6 +17,7 @@ node2:2222.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import random
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 JOBS = ("chief", "ps", "worker")  # the task types TF_CONFIG may name, in TensorFlow's order
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})  # what a spec may name for this machine
 DEFAULT_BASE_PORT = 2222
 
 # The reports' deploy modes: name -> (ps, workers, hosts they assume when none are given).
@@ -62,17 +63,74 @@ class Task:
         return self.host in LOCAL_HOSTS
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` -> ``(host, port)``, with a ValueError that says what is wrong."""
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"address {address!r} must look like host:port, e.g. 127.0.0.1:2222")
-    if not port.isdigit():
-        raise ValueError(f"address {address!r}: port {port!r} is not a number; use host:PORT with PORT in 1-65535")
-    if not 1 <= int(port) <= 65535:
-        raise ValueError(f"address {address!r}: port {port} is outside 1-65535; pick a port in that range "
+_HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_.])?$")
+
+
+def _ip(text: str):
+    """``text`` as an IP address (v4, or v6 with an optional %zone), else None."""
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def check_host(host: str, where: str = "") -> str:
+    """``host`` if it is an IP address or a host name; else a ValueError that says why.
+    A host that begins with '-' is refused: ssh would read it as an option."""
+    if not host:
+        raise ValueError(f"{where}an empty host name")
+    if host.startswith("-"):
+        raise ValueError(f"{where}host {host!r} begins with '-', which ssh would read as an option; "
+                         f"write the node's name or address")
+    if _ip(host) is None and not _HOSTNAME.match(host):
+        raise ValueError(f"{where}{host!r} is not an IP address or a host name (letters, digits, '.', '-', '_')")
+    return host
+
+
+def join_address(host: str, port: int) -> str:
+    """``(host, port)`` -> ``"host:port"``; an IPv6 host goes in brackets: ``"[2001:db8::5]:2222"``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _port(text: str, address: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"address {address!r}: port {text!r} is not a number; use host:PORT with PORT in 1-65535")
+    if not 1 <= int(text) <= 65535:
+        raise ValueError(f"address {address!r}: port {text} is outside 1-65535; pick a port in that range "
                          f"(2222 and up is the course's convention)")
-    return host, int(port)
+    return int(text)
+
+
+def parse_host(entry: str) -> tuple[str, int | None]:
+    """One host as people write it -> ``(host, port or None)``: ``node1``, ``node1:2300``,
+    ``10.10.1.2``, an IPv6 address bare (``2001:db8::5``, ``::1``) or in brackets
+    (``[2001:db8::5]``, ``[2001:db8::5]:2300``). A ValueError says what is wrong."""
+    entry = str(entry).strip()
+    if entry.startswith("["):
+        inside, sep, rest = entry[1:].partition("]")
+        if not sep or _ip(inside) is None or _ip(inside).version != 6:
+            raise ValueError(f"{entry!r}: brackets hold an IPv6 address, as in [2001:db8::5]:2222")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{entry!r}: after ']' comes ':PORT' or nothing")
+        return inside, (_port(rest[1:], entry) if rest else None)
+    if entry.count(":") > 1:  # a bare IPv6 address: its last ':' is not a port separator
+        if _ip(entry) is None:
+            raise ValueError(f"{entry!r} is not an IPv6 address; write [ADDRESS]:PORT to give an IPv6 host a port")
+        return entry, None
+    host, sep, port = entry.partition(":")
+    check_host(host, f"{entry!r}: ")
+    return host, (_port(port, entry) if sep else None)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``, with a ValueError that says what is wrong."""
+    text = str(address)
+    if not text.startswith("[") and text.count(":") > 1:
+        raise ValueError(f"address {text!r}: put an IPv6 address in brackets, e.g. [2001:db8::5]:2222")
+    host, port = parse_host(text) if text.strip() else ("", None)
+    if not host or port is None:
+        raise ValueError(f"address {text!r} must look like host:port, e.g. 127.0.0.1:2222")
+    return host, port
 
 
 class ClusterSpec:
@@ -267,23 +325,18 @@ def from_hosts(hosts, ps: int = 1, workers: int | None = None, chief: bool = Fal
         raise ValueError(f"from_hosts needs a non-empty list of host names, got {hosts!r}")
     workers = len(hosts) if workers is None else workers
     _counts(ps, workers)
-    split_address(f"x:{base_port}")
+    _port(str(base_port), f"base_port={base_port}")
     names, next_port = [], {}
     for h in hosts:
-        name, sep, port = h.rpartition(":")
-        if sep and port.isdigit():
-            split_address(h)
-            names.append(name)
-            next_port.setdefault(name, int(port))
-        else:
-            names.append(h)
-            next_port.setdefault(h, base_port)
+        name, port = parse_host(h)
+        names.append(name)
+        next_port.setdefault(name, base_port if port is None else port)
 
     def place(i: int) -> str:
         host = names[i % len(names)]
         port = next_port[host]
         next_port[host] = port + 1
-        return f"{host}:{port}"
+        return join_address(host, port)
 
     jobs = {"ps": [place(i) for i in range(ps)]}
     if chief:
@@ -295,32 +348,49 @@ def from_hosts(hosts, ps: int = 1, workers: int | None = None, chief: bool = Fal
 def read_hosts_file(path) -> list[str]:
     """Hosts from a file: one per line, ``#`` comments and blank lines skipped.
 
-    A line is ``host``, ``host:port`` or ``/etc/hosts``-style ``ADDRESS NAME [ALIASES]``
-    (the address is used: names may not resolve on every node).
+    A line is a host as ``parse_host`` reads it (``node1``, ``node1:2300``, ``10.10.1.2``,
+    ``2001:db8::5``, ``[2001:db8::5]:2300``), or ``/etc/hosts``-style ``ADDRESS NAME
+    [ALIASES]``, whose address is used (names may not resolve on every node). A UTF-8 BOM
+    (Windows editors write one) and CRLF line ends are fine. Any other line is a
+    ValueError that names it. Returns ``host`` or ``host:port`` strings (IPv6 ports in
+    brackets), for ``from_hosts``.
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"hosts file {path} does not exist; write one host per line (see docs/cluster.md)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"hosts file {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") \
+            from None
     hosts = []
-    word = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
-    for n, raw in enumerate(path.read_text().splitlines(), 1):
+    for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        parts = line.split()
-        if not all(word.match(p) for p in parts) or ("," in line):
-            raise ValueError(f"{path}, line {n}: cannot parse {raw.strip()!r}; expected 'host', 'host:port' "
-                             f"or '/etc/hosts'-style 'ADDRESS NAME'")
-        host = parts[0]
-        if ":" in host and host.rpartition(":")[2].isdigit():
-            try:
-                split_address(host)
-            except ValueError as e:
-                raise ValueError(f"{path}, line {n}: {e}") from None
-        hosts.append(host)
+        try:
+            hosts.append(_hosts_line(line))
+        except ValueError as e:
+            raise ValueError(f"{path}, line {n}: cannot parse {raw.strip()!r}: {e}. A line is 'host', 'host:port' "
+                             f"or '/etc/hosts'-style 'ADDRESS NAME'") from None
     if not hosts:
         raise ValueError(f"hosts file {path} lists no hosts; write one host per line")
     return hosts
+
+
+def _hosts_line(line: str) -> str:
+    if "," in line:
+        raise ValueError("one host per line, without commas")
+    first, *names = line.split()
+    if not names:
+        host, port = parse_host(first)
+        return host if port is None else join_address(host, port)
+    if _ip(first) is None:
+        raise ValueError(f"a line with several fields is /etc/hosts-style and starts with an IP address, "
+                         f"not {first!r}")
+    for name in names:
+        check_host(name)
+    return first
 
 
 def from_hosts_file(path, ps: int = 1, workers: int | None = None, chief: bool = False,

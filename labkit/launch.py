@@ -12,9 +12,13 @@ What it guarantees:
   ``runs/<lab>/<run>/``. Leaving the ``with`` block, an exception, a KeyboardInterrupt
   in ``start()``/``wait()``, interpreter exit (``atexit``) and a global timeout all stop
   every task: SIGTERM (a task then writes its result), SIGKILL after ``term_grace``.
-  Local tasks also ask Linux to SIGTERM them if the launcher itself dies.
+  If the launcher itself dies, even by SIGKILL, local tasks get SIGTERM from the kernel
+  (``labkit.proc``) and remote tasks from their wrapper on the node, which sees the ssh
+  session's stdin close (``remote_command``).
 - **Prompt failure.** A task that exits non-zero or dies raises ``TaskFailed(task,
   returncode, log_tail)`` within a poll interval (50 ms), after the rest are stopped.
+  It names the task that failed first, and lists the peers that failed because of it
+  as consequences; a remote task killed by a signal is ``killed by SIGKILL on HOST``.
 - **Ports.** Local tasks' ports are checked free before starting (TensorFlow listens on
   0.0.0.0:PORT). A spec from ``cluster.local()`` moves to other free ports when one is
   taken, even when another process grabs it between the check and the bind; an
@@ -28,8 +32,9 @@ What it guarantees:
 
 Remote hosts (any host that is not this machine) start over ssh::
 
-    ssh HOST 'cd REMOTE_DIR && mkdir -p RUN && echo $$ > RUN/worker-1.pid &&
-              exec env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
+    ssh -- HOST sh -c 'cd REMOTE_DIR && mkdir -p RUN
+                       env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ... &
+                       echo $! > RUN/worker-1.pid; (watch stdin) &; wait'
 
 The task's output streams back into the local log; result files are copied back with
 ``ssh HOST 'tar -cf - ...'`` at the end; stopping signals the remote pid. ``ssh`` and
@@ -55,43 +60,23 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, free_ports, port_is_free
 from labkit.paths import runs_root
-from labkit.proc import OwnedProcess, descendants, tail
-from labkit.tasks.common import EXIT_PORT_IN_USE, task_file, versions
+from labkit.proc import OwnedProcess, descendants
+from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
+from labkit.results import read_json as _read_json
+# TaskFailed and PortInUse are re-exported: notebooks and tests catch them as launch.TaskFailed
+from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK, EXIT_PORT_IN_USE,  # noqa: F401
+                             VERSION_KEYS, PortInUse, TaskFailed, describe_exit, task_file, versions)
 
 DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 POLL_S = 0.05
-VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
-
-
-class TaskFailed(RuntimeError):
-    """A task exited non-zero or was killed. ``log_tail`` holds the end of its log."""
-
-    def __init__(self, task: str, returncode, log_tail: str, log_path=None, detail: str = ""):
-        self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
-        how = f"exited with code {returncode}" if returncode is None or returncode >= 0 else \
-            f"was killed by {signal.Signals(-returncode).name}" if -returncode in signal.valid_signals() else \
-            f"exited with code {returncode}"
-        where = f" (log: {log_path})" if log_path else ""
-        super().__init__(f"task {task} {how}{detail}{where}; the other tasks were stopped. Last lines of its log:\n"
-                         f"{log_tail or '(empty)'}")
-
-
-class PortInUse(TaskFailed):
-    """A task's port is taken by another process."""
-
-    def __init__(self, task: str, address: str, owner: str = "", returncode=None, log_tail: str = "", log_path=None):
-        self.address = address
-        RuntimeError.__init__(self, f"port of task {task} ({address}) is in use{owner}; pick other ports (cluster.local() "
-                              f"picks free ones and avoids taken ones) or stop the process that holds it"
-                              + (f". Last lines of its log:\n{log_tail}" if log_tail else ""))
-        self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
+REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 
 
 class ClusterTimeout(TimeoutError):
@@ -169,144 +154,6 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
                           "from the same commit), or pass check_versions=False to run anyway")
 
 
-def task_log_tail(path, lines: int = 30) -> str:
-    """The end of a task's log, without the ``# cd ... env ...`` command line the launcher
-    writes first (it stays in the file, to rerun the task by hand): in a short log that one
-    long line would crowd out the lines that say what went wrong."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            header = f.readline().rstrip("\n")
-    except FileNotFoundError:
-        return ""
-    rows = tail(path, lines + 1).split("\n")
-    if header.startswith("# ") and rows[0] == header:
-        rows = rows[1:]
-    return "\n".join(rows[-lines:])
-
-
-# --------------------------------------------------------------------------- results
-
-@dataclass
-class TaskOutcome:
-    """How one task ended, and what it reported."""
-    name: str
-    type: str
-    index: int
-    host: str
-    ended: str | None          # exited | done-queue | chief-port-closed | failed | terminated | killed | None
-    returncode: int | None
-    wall_s: float | None       # from start to exit, as the launcher saw it
-    log_path: Path
-    result: dict | None        # the task's result JSON (None if it wrote none)
-
-    @property
-    def steps(self) -> dict:
-        return (self.result or {}).get("steps", {})
-
-    @property
-    def metrics(self) -> dict:
-        return (self.result or {}).get("metrics", {})
-
-    def log_tail(self, lines: int = 30) -> str:
-        return task_log_tail(self.log_path, lines)
-
-
-RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
-                    "net_sent_bytes")
-
-
-@dataclass
-class ClusterResult:
-    """Every task's outcome, plus the launcher's timings (``startup_s``: ``start()`` until
-    every server was up; ``teardown_s``: the last trainer's exit until no task was left)."""
-    program: str
-    run_dir: Path
-    spec: dict
-    tasks: list[TaskOutcome]
-    startup_s: float | None = None
-    teardown_s: float | None = None
-    wall_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> TaskOutcome:
-        for t in self.tasks:
-            if t.name == name:
-                return t
-        raise KeyError(f"no task {name!r}; tasks are {[t.name for t in self.tasks]}")
-
-    def __iter__(self):
-        return iter(self.tasks)
-
-    def trainers(self) -> list[TaskOutcome]:
-        return [t for t in self.tasks if t.type != "ps"]
-
-    def table(self, window: str = "all"):
-        """One row per task: host, how it ended, steps, metrics and resource averages
-        (``window="train"`` for the training phase where a task marked one)."""
-        import pandas as pd
-
-        rows = []
-        for t in self.tasks:
-            r = t.result or {}
-            res = (r.get("resources_train") if window == "train" else None) or r.get("resources") or {}
-            steps = r.get("steps", {})
-            row = {"task": t.name, "host": t.host, "ended": t.ended, "returncode": t.returncode,
-                   "wall_s": t.wall_s, "local_steps": steps.get("local"),
-                   "global_step": steps.get("global_final", steps.get("global_at_exit")),
-                   "steps_per_s": steps.get("local_per_s")}
-            row.update({k: v for k, v in r.get("metrics", {}).items() if isinstance(v, (int, float, str, type(None)))})
-            row.update({k: res.get(k) for k in RESOURCE_COLUMNS})
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("task")
-
-    def samples(self):
-        """All tasks' resource samples in one frame (``task`` and ``host`` columns,
-        one time axis), for ``plots.resource_timeline`` and ``monitor.summarize_tasks``."""
-        from labkit.monitor import merge_frames
-
-        have = {t.name: t.result["samples"] for t in self.tasks if t.result and t.result.get("samples")}
-        if not have:
-            raise ValueError(f"no task of {self.run_dir} wrote resource samples; see the task logs")
-        return merge_frames(have)
-
-    def to_dict(self) -> dict:
-        """The launcher's view (the task results stay in their own files)."""
-        return {"program": self.program, "run_dir": str(self.run_dir), "spec": self.spec,
-                "startup_s": self.startup_s, "teardown_s": self.teardown_s, "wall_s": self.wall_s, "notes": self.notes,
-                "tasks": [{"name": t.name, "type": t.type, "index": t.index, "host": t.host, "ended": t.ended,
-                           "returncode": t.returncode, "wall_s": t.wall_s, "log": t.log_path.name} for t in self.tasks]}
-
-    def save(self) -> "ClusterResult":
-        (self.run_dir / "cluster.json").write_text(json.dumps(self.to_dict(), indent=1))
-        return self
-
-    @classmethod
-    def load(cls, run_dir) -> "ClusterResult":
-        """Read a finished run back from its directory (``cluster.json`` + task files)."""
-        run_dir = Path(run_dir)
-        meta = json.loads((run_dir / "cluster.json").read_text())
-        tasks = []
-        for t in meta["tasks"]:
-            path = run_dir / task_file(t["type"], t["index"], ".json")
-            tasks.append(TaskOutcome(t["name"], t["type"], t["index"], t["host"], t["ended"], t["returncode"],
-                                     t["wall_s"], run_dir / t["log"], _read_json(path)))
-        return cls(meta["program"], run_dir, meta["spec"], tasks, meta["startup_s"], meta["teardown_s"],
-                   meta["wall_s"], meta.get("notes", []))
-
-    def __repr__(self) -> str:
-        ends = ", ".join(f"{t.name}={t.ended}" for t in self.tasks)
-        return f"ClusterResult({self.program}, {self.run_dir}, {ends})"
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); the task may have died while writing it") from None
-
-
 # --------------------------------------------------------------------------- processes
 
 @dataclass
@@ -320,15 +167,19 @@ class _TaskProc:
     proc: OwnedProcess | None = None
     t_start: float | None = None
     t_end: float | None = None
-    returncode: int | None = None
+    t_end_epoch: float | None = None  # when the launcher saw the exit, on the tasks' clock
+    returncode: int | None = None     # a remote task killed by signal N: -N, as for a local one
     ended: str | None = None
-    signalled: bool = False
+    signalled: bool = False           # the launcher stopped it (SIGTERM, then SIGKILL after the grace)
+    injected: int | None = None       # the signal Cluster.kill() sent it
 
     def poll(self) -> int | None:
         if self.returncode is None and self.proc is not None:
             rc = self.proc.poll()
             if rc is not None:
-                self.returncode, self.t_end = rc, time.monotonic()
+                self.returncode, self.t_end, self.t_end_epoch = rc, time.monotonic(), time.time()
+                if self.remote:
+                    self.returncode = remote_returncode(rc)
         return self.returncode
 
     @property
@@ -421,10 +272,10 @@ class Cluster:
         return task.host not in self.local_hosts
 
     def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
-        env = {**self.spec.env(task.type, task.index), "LABKIT_RUN_DIR": run_dir, "LABKIT_TASK": task.name,
+        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         if self.threads:
-            env["LABKIT_INTRA_OP_THREADS"], env["LABKIT_INTER_OP_THREADS"] = map(str, self.threads)
+            env[ENV_INTRA_OP], env[ENV_INTER_OP] = map(str, self.threads)
         env.update({k: str(v) for k, v in self.env.items()})
         return env
 
@@ -436,11 +287,9 @@ class Cluster:
             if self._is_remote(task):
                 env = self._task_env(task, self.remote_run)
                 pid_file = f"{self.remote_run}/{task_file(task.type, task.index, '.pid')}"
-                remote = (f"cd {shlex.quote(self.remote_dir)} && mkdir -p {shlex.quote(self.remote_run)} && "
-                          f"echo $$ > {shlex.quote(pid_file)} && exec env "
-                          + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-                          + " " + shlex.join([self.remote_python, *argv_tail]))
-                argv = [*self.ssh, task.host, remote]
+                remote = remote_command(self.remote_dir, self.remote_run, pid_file, env,
+                                        [self.remote_python, *argv_tail])
+                argv = [*self.ssh, "--", task.host, remote]  # '--': a host is never read as an option
                 self._procs.append(_TaskProc(task, True, argv, shlex.join(argv), env, log))
             else:
                 env = self._task_env(task, str(self.run_dir.resolve()))
@@ -512,13 +361,16 @@ class Cluster:
         self._build()
 
     def _spawn(self) -> None:
-        parent = str(os.getpid()) if threading.current_thread() is threading.main_thread() else None
+        """Start every task. Each gets SIGTERM from the kernel if this process dies (``OwnedProcess``);
+        a remote task's ssh client also gets a pipe as stdin that only this process holds: once we
+        are gone, however we went, the task's wrapper on its node reads end-of-file and stops it."""
         for p in self._procs:
-            env = dict(p.env) if p.remote else {**os.environ, **p.env}
-            if parent and not p.remote:
-                env["LABKIT_PARENT_PID"] = parent  # the task asks for SIGTERM when we die
             p.log_path.write_text(f"# {p.command}\n")
-            p.proc = OwnedProcess(p.argv, p.log_path, env=None if p.remote else env).start()
+            if p.remote:
+                p.proc = OwnedProcess(p.argv, p.log_path, stdin=subprocess.PIPE).start()
+                _arm(p.proc)
+            else:
+                p.proc = OwnedProcess(p.argv, p.log_path, env={**os.environ, **p.env}).start()
             p.t_start = time.monotonic()
 
     def _wait_ready(self) -> None:
@@ -625,21 +477,58 @@ class Cluster:
             time.sleep(poll)
 
     def _raise_on_failure(self) -> None:
-        for p in self._procs:
-            rc = p.poll()
-            if rc is None or rc == 0 or p.signalled:
-                continue
+        """Raise ``TaskFailed`` (or ``PortInUse``) once any task has failed, after stopping the rest.
+
+        It names the task that failed first: peers of a killed task fail within milliseconds
+        (an all-reduce or a ps connection breaks), and the launcher may notice their exits in
+        the same poll. So the cause is, in order: the task ``kill()`` was told to kill; a task
+        that died of a signal; the earliest exit (by the task's own result file where it wrote
+        one). The other tasks that failed on their own are reported as its consequences."""
+        if not any(self._failed_on_its_own(p) for p in self._procs):
+            return
+        self._terminate([q for q in self._procs if q.running])
+        time.sleep(0.1)  # let the last lines of a remote log arrive
+        failed = sorted((p for p in self._procs if self._failed_on_its_own(p)), key=self._failure_order)
+        first, others = failed[0], failed[1:]
+        for p in failed:
             p.ended = "failed"
-            self._terminate([q for q in self._procs if q.running])
-            time.sleep(0.1)  # let the last lines of a remote log arrive
-            log_tail = task_log_tail(p.log_path, 30)
-            if rc == EXIT_PORT_IN_USE:
-                raise PortInUse(p.task.name, p.task.address, returncode=rc, log_tail=log_tail, log_path=p.log_path)
-            wall = (p.t_end or time.monotonic()) - p.t_start  # its own run, not the others' teardown
-            hint = remote_failure_hint(p.task.host, rc, log_tail, self.remote_dir, self.remote_python) \
-                if p.remote else ""
-            raise TaskFailed(p.task.name, rc, log_tail, p.log_path,
-                             detail=f" after {wall:.1f} s" + (f" ({hint})" if hint else ""))
+        log_tail = task_log_tail(first.log_path, 30)
+        if first.returncode == EXIT_PORT_IN_USE:
+            raise PortInUse(first.task.name, first.task.address, returncode=first.returncode, log_tail=log_tail,
+                            log_path=first.log_path)
+        hint = remote_failure_hint(first.task.host, first.returncode, log_tail, self.remote_dir, self.remote_python,
+                                   started=f"[{first.task.name} " in log_tail) if first.remote else ""
+        raise TaskFailed(first.task.name, first.returncode, log_tail, first.log_path,
+                         detail=self._where(first) + (f" ({hint})" if hint else ""),
+                         consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others})
+
+    @staticmethod
+    def _failed_on_its_own(p: _TaskProc) -> bool:
+        """Exited non-zero or died, and not because the launcher stopped it. A task that died
+        of SIGKILL while the launcher had only sent SIGTERM was killed by someone else."""
+        rc = p.poll()
+        if rc is None or rc == 0:
+            return False
+        if not p.signalled or p.injected:
+            return True
+        return rc == -signal.SIGKILL and p.ended != "killed"
+
+    def _failure_order(self, p: _TaskProc) -> tuple:
+        own_end = None
+        if not p.remote:
+            try:
+                own_end = (_read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json")) or {}) \
+                    .get("ended_epoch")
+            except ValueError:  # half written: it was still ending
+                pass
+        return (p.injected is None, not (p.returncode or 0) < 0, own_end or p.t_end_epoch or float("inf"))
+
+    @staticmethod
+    def _where(p: _TaskProc) -> str:
+        """' on HOST after 3.2 s': where it ran, and for how long (its own run, not the others' teardown)."""
+        on = f" on {p.task.host}" if p.remote else ""
+        wall = (p.t_end or time.monotonic()) - p.t_start if p.t_start else None
+        return on + (f" after {wall:.1f} s" if wall is not None else "")
 
     # --------------------------------------------------------------------- stop
     def stop(self) -> None:
@@ -672,6 +561,7 @@ class Cluster:
         p = self._proc(name)
         if not p.running:
             raise ValueError(f"task {name} is not running")
+        p.injected = int(sig)  # if it fails now, it is the cause, whatever its peers do
         if p.remote:
             self._remote_signal(p.task.host, [p], sig)
         else:
@@ -720,7 +610,7 @@ class Cluster:
     # ------------------------------------------------------------------- remote
     def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):
         remote = f"cd {shlex.quote(self.remote_dir)} && {command}"
-        return subprocess.run([*self.ssh, host, remote], capture_output=True, timeout=timeout,
+        return subprocess.run([*self.ssh, "--", host, remote], capture_output=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, text=not binary)
 
     def _remote_signal(self, host: str, procs: list[_TaskProc], sig: int) -> None:
@@ -765,8 +655,8 @@ class Cluster:
                      for p in self._procs if p.remote and p.task.host == host]
             done = self._ssh(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
             for line in done.stdout.splitlines():
-                if line.strip().startswith("{"):
-                    h = json.loads(line)
+                if line.strip():
+                    h = _parse_hello(line, host)
                     out[h["task"]] = h
         return out
 
@@ -831,10 +721,84 @@ class Cluster:
         return f"Cluster({self.module}, {self.run_dir}, {self._state}, {self.status() if self._procs else {}})"
 
 
-def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str) -> str:
-    """What a remote task's early failure most likely means, and the fix ('' if unclear):
-    ssh's own exit code 255, a missing kit directory, interpreter or task module."""
+def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str], argv: list[str],
+                   grace: float = REMOTE_TERM_GRACE_S) -> str:
+    """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
+
+    The script starts the task in the background, writes its pid (what ``stop()`` and
+    ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
+    it starts the ssh client and then holds the pipe open, so end-of-file means the
+    launcher or its ssh client is gone (SIGKILL included), and the task gets SIGTERM (it
+    writes its result), then SIGKILL after ``grace`` s. An ssh whose stdin was never
+    connected (``ssh -n``) sends no line, and the watch stays off. The script exits with
+    the task's status, so a task killed by signal N ends ssh with 128 + N, where ssh's own
+    failures are 255."""
+    q = shlex.quote
+    task = "env " + " ".join(f"{k}={q(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+    script = "\n".join([
+        f"cd {q(remote_dir)} 2>/dev/null || {{ echo {q(f'cd: {remote_dir}: No such file or directory')} >&2; "
+        "exit 127; }",
+        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(f'{argv[0]}: No such file or directory')} >&2; "
+        "exit 127; }",
+        f"mkdir -p {q(run)} || exit 1",
+        "exec 3<&0",
+        f"{task} </dev/null &",
+        "task=$!",
+        f"echo $task > {q(pid_file)}",
+        "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "
+        f"sleep {int(grace)}; kill -KILL $task; fi ) <&3 >/dev/null 2>&1 &",
+        "watch=$!",
+        "exec 3<&-",
+        "wait $task; rc=$?",
+        "kill $watch 2>/dev/null",
+        "exit $rc",
+    ])
+    return f"sh -c {q(script)}"
+
+
+def remote_returncode(ssh_returncode: int) -> int:
+    """A remote task's return code as a local one's: ``remote_command``'s script ends ssh with
+    128 + N when the task died of signal N, which becomes -N; ssh's own 255 and the task's
+    exit codes stay."""
+    sig = ssh_returncode - 128
+    if ssh_returncode != 255 and sig > 0 and sig in signal.valid_signals():
+        return -sig
+    return ssh_returncode
+
+
+def _arm(proc: OwnedProcess) -> None:
+    """Write the line that arms ``remote_command``'s stdin watch; the pipe then stays open."""
+    try:
+        proc.popen.stdin.write(b"\n")
+        proc.popen.stdin.flush()
+    except OSError:  # ssh exited at once (a bad host, say): poll() reports that
+        pass
+
+
+def _parse_hello(line: str, host: str) -> dict:
+    """One line of a remote task's hello file, or a ``VersionSkew`` that says what to do: a
+    node that writes something else runs another kit (or something else wrote there)."""
+    try:
+        hello = json.loads(line)
+        if isinstance(hello, dict) and isinstance(hello.get("task"), str):
+            return hello
+        problem = "it has no task name"
+    except json.JSONDecodeError as e:
+        problem = f"it is not JSON ({e.msg})"
+    raise VersionSkew(f"a task on {host} wrote a hello the launcher cannot read ({problem}): {line.strip()[:120]!r}; "
+                      f"the kit there is likely another version: reinstall it with `make cluster-setup "
+                      f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway")
+
+
+def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
+                        started: bool = False) -> str:
+    """What a remote task's failure most likely means, and the fix ('' if unclear): ssh's own
+    exit code 255 (``started``: after the task had logged, so the connection broke), a missing
+    kit directory, interpreter or task module."""
     guide = "see docs/cluster.md"
+    if returncode == 255 and started:
+        return (f"the ssh connection to {host} ended while the task ran: the node rebooted, its network "
+                f"dropped or sshd was stopped; the task's log there ends here, {guide}")
     if returncode == 255:
         return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
                 f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")

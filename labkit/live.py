@@ -176,9 +176,9 @@ class LiveView:
                 self._pids[name] = pid
 
     def frame(self, window: float | None = None):
-        """The driver's samples of the local tasks, merged (``monitor.merge_frames``),
+        """The driver's samples of the local tasks, merged (``summaries.merge_frames``),
         cut to the last ``window`` seconds; None before the first sample."""
-        from labkit.monitor import merge_frames
+        from labkit.summaries import merge_frames
 
         have = {name: s for name, s in self._samplers.items() if s.latest() is not None}
         if not have:

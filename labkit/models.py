@@ -47,7 +47,8 @@ def mlp(hidden=(2048, 2048), num_classes: int = 10, seed: int = 0) -> keras.Mode
     stack = [keras.Input((28, 28)), layers.Flatten()]
     stack += [layers.Dense(h, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=seed + i))
               for i, h in enumerate(hidden)]
-    stack.append(layers.Dense(num_classes, name="logits"))
+    stack.append(layers.Dense(num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed=seed + len(hidden)),
+                              name="logits"))
     return keras.Sequential(stack, name="mlp_" + "x".join(map(str, hidden)))
 
 

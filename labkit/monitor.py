@@ -42,18 +42,16 @@ Semantics worth knowing when reading the numbers:
   sample (or in ``on_sample``) is kept in ``errors``, reported once with
   ``warnings.warn``, and sampling goes on. Bad arguments raise ``ValueError`` up front.
 
-``summary()``/``summarize(frame)`` give the reports' table columns; see ``summarize``.
-``to_dict()``/``ResourceSampler.from_dict()`` round-trip through JSON (task result
-files), and ``merge_frames`` lines up several tasks' samples with a ``task`` column.
+The sampler only samples. ``labkit.summaries`` reads its frames (``summary()`` is
+``summaries.summarize``: the reports' table columns; ``merge_frames`` lines up several
+tasks), ``labkit.dstat`` writes and reads dstat's CSV layout, and ``plots.resource_timeline``
+draws them. ``to_dict()``/``ResourceSampler.from_dict()`` round-trip through JSON (task
+result files). ``python -m labkit monitor`` (``monitor_command``) samples a command or pid.
 """
 from __future__ import annotations
 
-import csv
-import getpass
 import json
 import math
-import numbers
-import re
 import socket
 import threading
 import time
@@ -65,12 +63,11 @@ from typing import Callable, Iterable, Mapping
 
 import psutil
 
-FORMAT = "labkit.monitor/1"
-CPU_FIELDS = ("user", "system", "idle", "iowait", "irq", "softirq", "steal")
-BASE_COLUMNS = (["t", "dt", "epoch"] + [f"cpu_{f}" for f in CPU_FIELDS]
-                + ["mem_used", "mem_buff", "mem_cach", "mem_free", "proc_cpu", "proc_rss", "nprocs",
-                   "net_recv", "net_sent", "disk_read", "disk_write"])
-NIC_PREFIXES = ("net_recv_", "net_sent_")
+from labkit import summaries
+from labkit.sockets import nic_counters
+from labkit.summaries import CPU_FIELDS, FORMAT
+from labkit.units import fmt_bytes
+
 MIN_INTERVAL = 0.05
 _MAX_ERRORS = 100  # kept in ``errors``; later ones are dropped (each kind was warned about once)
 
@@ -343,28 +340,23 @@ class ResourceSampler:
     def to_frame(self):
         """The samples as a pandas DataFrame (columns: see the module docstring); its
         ``attrs`` carry ``marks``, ``host``, ``start_epoch`` and ``interval``."""
-        import pandas as pd
-
         with self._lock:
             rows = list(self._rows)
             marks = [asdict(m) for m in self.marks]
-        nic_cols = sorted({k for r in rows for k in r if k.startswith(NIC_PREFIXES)},
-                          key=lambda c: (c.split("_", 2)[2], c))
-        frame = pd.DataFrame(rows, columns=BASE_COLUMNS + nic_cols)
-        frame[nic_cols] = frame[nic_cols].fillna(0)
-        frame.attrs.update(marks=marks, host=self.host, start_epoch=self.start_epoch, interval=self.interval)
-        return frame
+        return summaries.frame(rows, marks, self.host, self.start_epoch, self.interval)
 
     def summary(self, start: float | str | None = None, end: float | str | None = None) -> dict:
-        """``summarize(self.to_frame(), start, end)``: the reports' table columns."""
-        return summarize(self.to_frame(), start, end)
+        """``summaries.summarize(self.to_frame(), start, end)``: the reports' table columns."""
+        return summaries.summarize(self.to_frame(), start, end)
 
     def to_csv(self, path, dstat: bool = False, per_nic: bool = False) -> Path:
         """Write the samples as CSV: our columns, or with ``dstat=True`` dstat's ``--output``
-        layout (see ``write_dstat_csv``)."""
+        layout (see ``labkit.dstat.write_dstat_csv``)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if dstat:
+            from labkit.dstat import write_dstat_csv
+
             return write_dstat_csv(self.to_frame(), path, per_nic=per_nic)
         self.to_frame().to_csv(path, index=False)
         return path
@@ -388,10 +380,7 @@ class ResourceSampler:
     def from_dict(cls, d: Mapping) -> "ResourceSampler":
         """A stopped sampler holding the samples of ``to_dict()`` (e.g. read back from a
         task's result JSON): ``to_frame``, ``summary``, ``plot`` and ``to_csv`` work."""
-        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
-            found = d.get("format") if isinstance(d, Mapping) else type(d).__name__
-            raise ValueError(f"not a ResourceSampler dict (format {found!r}, expected {FORMAT!r}); "
-                             "pass the value that ResourceSampler.to_dict() returned")
+        rows = summaries.rows_from_dict(d)  # ValueError unless it is one
         self = cls.__new__(cls)
         self.interval, self.children, self.nics = d["interval"], d["children"], d["nics"]
         self.host, self.pids, self.start_epoch = d["host"], list(d["pids"]), d["start_epoch"]
@@ -400,9 +389,7 @@ class ResourceSampler:
         self.errors, self.exited = list(d["errors"]), list(d["exited"])
         self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
         self._warned = set()
-        cols = d["columns"]
-        n = len(next(iter(cols.values()), []))
-        self._rows = [{c: (math.nan if v[i] is None else v[i]) for c, v in cols.items()} for i in range(n)]
+        self._rows = rows
         return self
 
     def __repr__(self) -> str:
@@ -449,22 +436,23 @@ def _ppid_map() -> dict[int, int]:
 
 
 def _cpu_percentages(before, after) -> dict:
+    """Each CPU field's share of the interval, in %. A counter the kernel moved backwards (iowait
+    can) counts 0, and the shares are of the fields' clamped sum, so they always add up to 100."""
     def parts(c):
-        d = c._asdict()
-        total = sum(d.values()) - d.get("guest", 0) - d.get("guest_nice", 0)  # guest is inside user
-        return total, {"user": d["user"] + d.get("nice", 0), **{f: d.get(f, 0.0) for f in CPU_FIELDS[1:]}}
+        d = c._asdict()  # guest and guest_nice are inside user and nice: left out
+        return {"user": d["user"] + d.get("nice", 0), **{f: d.get(f, 0.0) for f in CPU_FIELDS[1:]}}
 
-    t0, p0 = parts(before)
-    t1, p1 = parts(after)
-    span = t1 - t0
+    p0, p1 = parts(before), parts(after)
+    delta = {f: max(0.0, p1[f] - p0[f]) for f in CPU_FIELDS}
+    span = sum(delta.values())
     if span <= 0:
         return {f"cpu_{f}": math.nan for f in CPU_FIELDS}
-    return {f"cpu_{f}": max(0.0, 100.0 * (p1[f] - p0[f]) / span) for f in CPU_FIELDS}
+    return {f"cpu_{f}": 100.0 * delta[f] / span for f in CPU_FIELDS}
 
 
 def _net_counters(nics) -> dict[str, tuple[int, int]]:
-    counters = psutil.net_io_counters(pernic=True, nowrap=True)
-    return {n: (c.bytes_recv, c.bytes_sent) for n, c in counters.items() if nics is None or n in nics}
+    """{nic: (bytes received, bytes sent)}, the order of the sampler's columns."""
+    return {n: (recv, sent) for n, (sent, recv) in nic_counters(nics).items()}
 
 
 def _disk_counters() -> tuple[int, int] | None:
@@ -481,115 +469,6 @@ def _jsonable(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-# ---------------------------------------------------------------------------------------
-# Summaries
-# ---------------------------------------------------------------------------------------
-
-SUMMARY_KEYS = ("duration_s", "samples", "cpu_user_pct", "cpu_system_pct", "cpu_idle_pct", "mem_used_bytes",
-                "mem_used_peak_bytes", "proc_cpu_pct", "proc_rss_bytes", "proc_rss_peak_bytes", "net_recv_bytes",
-                "net_sent_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "disk_read_bytes",
-                "disk_write_bytes")
-
-
-def summarize(frame, start: float | str | None = None, end: float | str | None = None, marks=None) -> dict:
-    """The reports' table columns for the samples of one task, between ``start`` and ``end``.
-
-    ``start``/``end`` are seconds on the frame's ``t`` axis or mark labels (looked up in
-    ``marks``, default ``frame.attrs["marks"]``). Each sample stands for its interval at
-    a constant rate, so a window cuts samples pro rata. Returns:
-
-    - ``duration_s``: time covered; ``samples``: samples touching the window;
-    - ``cpu_user_pct``/``cpu_system_pct``/``cpu_idle_pct``: host CPU, time-weighted
-      average (the reports' "Average User CPU Usage");
-    - ``mem_used_bytes``: host memory used, time-weighted average ("Average Memory
-      Usage"); ``mem_used_peak_bytes``: its maximum;
-    - ``proc_cpu_pct`` (100 = one core), ``proc_rss_bytes``: the watched processes,
-      time-weighted averages; ``proc_rss_peak_bytes``: peak RSS;
-    - ``net_recv_bytes``/``net_sent_bytes``: totals over the window on the selected NICs;
-      ``net_*_bytes_per_s``: the same per second, which is what the reports' "Average
-      Network Receive/Send" held (the mean of dstat's per-second column);
-    - ``disk_read_bytes``/``disk_write_bytes``: totals.
-    """
-    if "task" in frame.columns and frame["task"].nunique() > 1:
-        raise ValueError(f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
-                         "row per task, or select one: frame[frame.task == NAME]")
-    marks = frame.attrs.get("marks", []) if marks is None else marks
-    lo = _resolve(start, marks, "start", after=-math.inf)
-    hi = _resolve(end, marks, "end", after=-math.inf if lo is None else lo)
-    lo = -math.inf if lo is None else lo
-    hi = math.inf if hi is None else hi
-    if hi < lo:
-        raise ValueError(f"end ({end!r} at {hi:.2f} s) comes before start ({start!r} at {lo:.2f} s)")
-    import numpy as np
-
-    t, dt = frame["t"].to_numpy(float), frame["dt"].to_numpy(float)
-    w = np.clip(np.minimum(t, hi) - np.maximum(t - dt, lo), 0, None)  # overlap of each interval with the window
-    frac = np.divide(w, dt, out=np.zeros_like(w), where=dt > 0)
-    touched = w > 0
-
-    def mean(col):
-        x = frame[col].to_numpy(float)
-        ok = touched & np.isfinite(x)
-        return float(np.average(x[ok], weights=w[ok])) if ok.any() else math.nan
-
-    def total(col):
-        x = frame[col].to_numpy(float)
-        return float(np.sum(x[touched] * frac[touched])) if touched.any() else 0.0
-
-    def peak(col):
-        x = frame[col].to_numpy(float)[touched]
-        return float(np.nanmax(x)) if x.size and np.isfinite(x).any() else math.nan
-
-    duration = float(w.sum())
-    out = {"duration_s": duration, "samples": int(touched.sum()),
-           "cpu_user_pct": mean("cpu_user"), "cpu_system_pct": mean("cpu_system"), "cpu_idle_pct": mean("cpu_idle"),
-           "mem_used_bytes": mean("mem_used"), "mem_used_peak_bytes": peak("mem_used"),
-           "proc_cpu_pct": mean("proc_cpu"), "proc_rss_bytes": mean("proc_rss"), "proc_rss_peak_bytes": peak("proc_rss"),
-           "net_recv_bytes": total("net_recv"), "net_sent_bytes": total("net_sent"),
-           "disk_read_bytes": total("disk_read") if frame["disk_read"].notna().any() else math.nan,
-           "disk_write_bytes": total("disk_write") if frame["disk_write"].notna().any() else math.nan}
-    out["net_recv_bytes_per_s"] = out["net_recv_bytes"] / duration if duration > 0 else math.nan
-    out["net_sent_bytes_per_s"] = out["net_sent_bytes"] / duration if duration > 0 else math.nan
-    return {k: out[k] for k in SUMMARY_KEYS}
-
-
-def _resolve(point, marks, which: str, after: float) -> float | None:
-    """A window edge: None, seconds, or the first mark with that label at or after ``after``."""
-    if point is None:
-        return None
-    if isinstance(point, numbers.Real):
-        return float(point)
-    found = [m for m in marks if _get(m, "label") == point]
-    later = [m for m in found if _get(m, "t") >= after]
-    if not later:
-        labels = sorted({_get(m, "label") for m in marks})
-        where = "" if not found else f" after {after:.2f} s"
-        raise ValueError(f"{which}={point!r}: no mark with that label{where}; marks are {labels} "
-                         "(add one with sampler.mark(label)) or give seconds")
-    return _get(later[0], "t")
-
-
-def _get(mark, key):
-    return mark[key] if isinstance(mark, Mapping) else getattr(mark, key)
-
-
-def summarize_tasks(frame, start: float | str | None = None, end: float | str | None = None):
-    """One ``summarize`` row per task of a merged frame (see ``merge_frames``), as a
-    DataFrame indexed by task with a ``host`` column; marks are looked up per task."""
-    import pandas as pd
-
-    if "task" not in frame.columns:
-        raise ValueError("this frame has no 'task' column; merge the tasks' samples with merge_frames() first, "
-                         "or call summarize(frame) for one task")
-    marks = frame.attrs.get("marks", [])
-    rows = {}
-    for task, part in frame.groupby("task", sort=False):
-        task_marks = [m for m in marks if m.get("task") == task]
-        rows[task] = {"host": part["host"].iloc[0] if "host" in part else None,
-                      **summarize(part, start, end, marks=task_marks)}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("task")
-
-
 def idle_baseline(seconds: float = 3, interval: float = 0.5) -> dict:
     """Summary of the host with none of our processes watched (the reports' "Idle" row).
 
@@ -601,170 +480,6 @@ def idle_baseline(seconds: float = 3, interval: float = 0.5) -> dict:
         time.sleep(seconds)
     return s.summary()
 
-
-# ---------------------------------------------------------------------------------------
-# Several tasks
-# ---------------------------------------------------------------------------------------
-
-def merge_frames(tasks: Mapping[str, object]):
-    """One frame from several tasks' samples, with ``task`` and ``host`` columns.
-
-    Values may be DataFrames from ``to_frame()``, samplers, or ``to_dict()`` dicts (as
-    read from task result files). ``t`` is re-based to the earliest start so all tasks
-    share one time axis (wall clocks of different nodes must agree, e.g. via NTP); the
-    tasks' marks are kept in ``attrs["marks"]`` with their ``task``."""
-    import pandas as pd
-
-    if not tasks:
-        raise ValueError("merge_frames() needs at least one task: {name: frame, sampler or dict}")
-    frames = {name: _as_frame(v, name) for name, v in tasks.items()}
-    origin = min(f.attrs.get("start_epoch") or 0.0 for f in frames.values())
-    parts, marks = [], []
-    for name, f in frames.items():
-        shift = (f.attrs.get("start_epoch") or origin) - origin
-        part = f.assign(t=f["t"] + shift, task=name, host=f.attrs.get("host"))
-        parts.append(part)
-        marks += [{**m, "t": m["t"] + shift, "task": name} for m in f.attrs.get("marks", [])]
-    merged = pd.concat(parts, ignore_index=True)
-    nic_cols = [c for c in merged.columns if c.startswith(NIC_PREFIXES)]
-    merged[nic_cols] = merged[nic_cols].fillna(0)
-    merged.attrs = {"marks": sorted(marks, key=lambda m: m["t"]), "start_epoch": origin}
-    return merged
-
-
-def _as_frame(value, name):
-    import pandas as pd
-
-    if isinstance(value, ResourceSampler):
-        return value.to_frame()
-    if isinstance(value, Mapping):
-        return ResourceSampler.from_dict(value).to_frame()
-    if isinstance(value, pd.DataFrame):
-        return value
-    raise ValueError(f"task {name!r}: expected a DataFrame, ResourceSampler or to_dict() dict, "
-                     f"got {type(value).__name__}")
-
-
-# ---------------------------------------------------------------------------------------
-# dstat's CSV layout
-# ---------------------------------------------------------------------------------------
-
-DSTAT_VERSION = "0.7.2"
-DSTAT_AUTHOR = "labkit.monitor (psutil)"
-_DSTAT_CPU = [("usr", "cpu_user"), ("sys", "cpu_system"), ("idl", "cpu_idle"), ("wai", "cpu_iowait"),
-              ("hiq", "cpu_irq"), ("siq", "cpu_softirq")]
-_DSTAT_MEM = [("used", "mem_used"), ("buff", "mem_buff"), ("cach", "mem_cach"), ("free", "mem_free")]
-
-
-def write_dstat_csv(frame, path, per_nic: bool = False) -> Path:
-    """Write one host's samples in the layout of ``dstat -tcmdn --output`` (dstat 0.7.2):
-    four header lines and a blank line, the group row ("system", "total cpu usage",
-    "memory usage", "dsk/total", "net/total"), the column row ("time", "usr", "sys",
-    ...), then one row per sample. As in dstat, disk and network are bytes per second.
-    Unlike dstat, "net/total" is the sum of the sampler's NICs, ``lo`` included (sample
-    with ``nics=[...]`` for another choice). ``per_nic=True`` adds one "net/<nic>" group
-    per interface after the total, as ``dstat -N total,lo,eth0`` does. Existing dstat
-    scripts (``pd.read_csv(path, skiprows=6)``, fixed line skips, ``df["recv"]``) work."""
-    if "task" in frame.columns and frame["task"].nunique() > 1:
-        raise ValueError("dstat's CSV holds one host's samples; write each task's frame on its own")
-    path = Path(path)
-    nics = [c[len("net_recv_"):] for c in frame.columns if c.startswith("net_recv_")] if per_nic else []
-    groups = [("system", [("time", None)]), ("total cpu usage", _DSTAT_CPU), ("memory usage", _DSTAT_MEM),
-              ("dsk/total", [("read", "disk_read"), ("writ", "disk_write")]),
-              ("net/total", [("recv", "net_recv"), ("send", "net_sent")])]
-    groups += [(f"net/{n}", [("recv", f"net_recv_{n}"), ("send", f"net_sent_{n}")]) for n in nics]
-    start = frame.attrs.get("start_epoch") or time.time()
-    interval = frame.attrs.get("interval") or (float(frame["dt"].median()) if len(frame) else 1.0)
-    host = frame.attrs.get("host") or socket.gethostname()
-    nic_opt = f"-N {','.join(['total'] + nics)} " if nics else ""
-    cmdline = f"dstat -tcmdn {nic_opt}--output {path.name} {interval:g}"
-    date = time.strftime("%d %b %Y %H:%M:%S %Z", time.localtime(start))
-    lines = [f'"Dstat {DSTAT_VERSION} CSV output"',
-             f'"Author:","{DSTAT_AUTHOR}",,,,"URL:","https://github.com/dstat-real/dstat"',
-             f'"Host:","{host}",,,,"User:","{_user()}"',
-             f'"Cmdline:","{cmdline}",,,,"Date:","{date}"',
-             "",
-             ",".join(f'"{g}"' + "," * (len(cols) - 1) for g, cols in groups),
-             ",".join(f'"{c}"' for _, cols in groups for c, _ in cols)]
-    rate_cols = {"disk_read", "disk_write", "net_recv", "net_sent"} | {c for c in frame.columns if c.startswith(NIC_PREFIXES)}
-    for row in frame.to_dict(orient="records"):
-        epoch = row["epoch"] if row.get("epoch") == row.get("epoch") else start + row["t"]
-        cells = [time.strftime("%d-%m %H:%M:%S", time.localtime(epoch))]
-        for _, cols in groups[1:]:
-            for _, col in cols:
-                v = float(row[col])
-                cells.append(_dstat_number(v / row["dt"] if col in rate_cols and row["dt"] > 0 else v))
-        lines.append(",".join(cells))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _dstat_number(v: float) -> str:
-    if not math.isfinite(v):
-        return ""
-    return f"{v:.1f}" if v == int(v) else f"{v:.3f}"
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "?"
-
-
-_DSTAT_NAMES = {("total cpu usage", d): ours for d, ours in _DSTAT_CPU} | {
-    ("memory usage", d): ours for d, ours in _DSTAT_MEM} | {
-    ("dsk/total", "read"): "disk_read", ("dsk/total", "writ"): "disk_write",
-    ("net/total", "recv"): "net_recv", ("net/total", "send"): "net_sent", ("epoch", "epoch"): "epoch"}
-
-
-def read_dstat_csv(path, drop_first: bool | None = None):
-    """Read a dstat ``--output`` CSV (real dstat's, or ours) into the sampler's columns,
-    so old measurements get the same summaries and plots. Rates become bytes per
-    interval; the interval is the delay on dstat's command line (default 1 s). Real
-    dstat's first row averages everything since boot, so it is dropped
-    (``drop_first=None`` drops it unless labkit wrote the file)."""
-    import pandas as pd
-
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header = {r[0].rstrip(":"): r for r in rows[:4] if r}
-    starts = [i for i, r in enumerate(rows[:12]) if r and i + 1 < len(rows) and rows[i + 1]
-              and not r[0].startswith(("Dstat", "Author", "Host", "Cmdline")) and r[0]]
-    if "Cmdline" not in header or not starts:
-        raise ValueError(f"{path}: not a dstat --output CSV (expected the 'Dstat ... CSV output' header lines, "
-                         "a group row and a column row)")
-    g, group_row, col_row = starts[0], rows[starts[0]], rows[starts[0] + 1]
-    names, group = [], ""
-    for i, col in enumerate(col_row):
-        group = group_row[i] if i < len(group_row) and group_row[i] else group
-        nic = group[4:] if group.startswith("net/") and group != "net/total" else None
-        names.append(f"net_{'recv' if col == 'recv' else 'sent'}_{nic}" if nic
-                     else _DSTAT_NAMES.get((group, col), f"{group}/{col}"))
-    data = pd.DataFrame([r for r in rows[g + 2:] if r], columns=names)
-    interval = 1.0
-    m = re.search(r"\s(\d+(?:\.\d+)?)(?:\s+\d+)?\s*$", header["Cmdline"][1])
-    if m:
-        interval = float(m.group(1))
-    if drop_first is None:
-        drop_first = DSTAT_AUTHOR not in header.get("Author", ["", ""])[1]
-    if drop_first:
-        data = data.iloc[1:].reset_index(drop=True)
-    for c in data.columns:
-        if c not in ("system/time",):
-            data[c] = pd.to_numeric(data[c], errors="coerce")
-    data["dt"] = interval
-    data["t"] = interval * (data.index + 1)
-    for c in [c for c in data.columns if c.startswith(("net_", "disk_"))]:
-        data[c] = data[c] * interval
-    for c in BASE_COLUMNS:
-        if c not in data.columns:
-            data[c] = 0.0 if c in ("proc_cpu", "proc_rss", "nprocs") else math.nan
-    nic_cols = [c for c in data.columns if c.startswith(NIC_PREFIXES)]
-    frame = data[BASE_COLUMNS + nic_cols].copy()
-    frame.attrs.update(marks=[], host=header.get("Host", ["", ""])[1], interval=interval, start_epoch=None)
-    return frame
 
 
 # ---------------------------------------------------------------------------------------
@@ -780,7 +495,6 @@ def monitor_command(cmd=None, pid: int | None = None, interval: float = 0.5, out
     command's exit status (124 on timeout, 130 on Ctrl-C), or 0 for ``pid``."""
     import subprocess
 
-    from labkit.plots import fmt_bytes
     from labkit.proc import OwnedProcess
 
     if bool(cmd) == (pid is not None):

@@ -43,7 +43,7 @@ DEFAULT_PYTHON = ".venv/bin/python"
 DEFAULT_INSTALL = "make setup"
 DEFAULT_DATASETS = ("mnist", "a9a")
 _SKIP_DIRS = {".git", ".venv", "data", "runs", "out", "release", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
-_VERSIONS = ("import json, socket; from labkit.tasks.common import versions; "
+_VERSIONS = ("import json, socket; from labkit.protocol import versions; "
              "print(json.dumps({'host': socket.gethostname(), 'versions': versions()}))")
 
 
@@ -83,7 +83,7 @@ class Remote:
         # leave a pip install running there, under the next attempt's feet
         remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
         try:
-            done = subprocess.run([*self.ssh, host, remote], input=stdin, capture_output=True,
+            done = subprocess.run([*self.ssh, "--", host, remote], input=stdin, capture_output=True,
                                   timeout=timeout + 30, stdin=None if stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise NodeError(host, step, "timeout", "", f"no answer within {timeout + 30:.0f} s") from None
@@ -124,14 +124,14 @@ def kit_tarball(root: Path = REPO) -> bytes:
 def _nodes(hosts, say) -> list[Node]:
     """The remote hosts of a hosts file or list, once each. This machine's own addresses are
     left out: the launcher runs its tasks here, with this Python, without ssh."""
-    from labkit.cluster import read_hosts_file, split_address
+    from labkit.cluster import parse_host, read_hosts_file
 
     names = read_hosts_file(hosts) if isinstance(hosts, (str, Path)) else [str(h) for h in hosts]
     if not names:
         raise ValueError("no hosts given; pass a hosts file (one host per line, see docs/cluster.md)")
     here, out = local_addresses(), []
     for h in names:  # 'host:port' lines place tasks; setup needs only the host
-        host = split_address(h)[0] if ":" in h and h.rpartition(":")[2].isdigit() else h
+        host = parse_host(h)[0]
         if host in here:
             say(host, "this machine: its tasks run here, with this Python; nothing to set up")
         elif host not in [n.host for n in out]:

@@ -7,33 +7,20 @@ below, and build figures with ``subplots`` so they share the look):
   notebook shows it when it is the cell's value (or via ``display(fig)``), exactly once;
   scripts save it with ``fig.savefig(path)``. No GUI backend is needed, so headless
   runs (papermill, the CLI, CI) never touch a display, and loops of figures leak nothing.
-- Bytes use decimal units (1 KB = 1000 B), as the course reports did.
+- Bytes use decimal units (1 KB = 1000 B), as the course reports did (``labkit.units``).
 - Plots read the frames' columns; labkit modules are imported lazily, inside functions.
 """
 from __future__ import annotations
 
-import math
 import sys
+
+from labkit.units import fmt_bytes
 
 # ---------------------------------------------------------------------------------------
 # Look and units
 # ---------------------------------------------------------------------------------------
 
-_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
 _themed = False
-
-
-def fmt_bytes(n, digits: int = 1) -> str:
-    """``1234567 -> '1.2 MB'``; ``512 -> '512 B'``; NaN -> 'n/a'."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "n/a"
-    n = float(n)
-    sign, n = ("-" if n < 0 else ""), abs(n)
-    i = 0
-    while n >= 1000 and i < len(_UNITS) - 1:
-        n /= 1000
-        i += 1
-    return f"{sign}{n:.0f} B" if i == 0 else f"{sign}{n:.{digits}f} {_UNITS[i]}"
 
 
 def bytes_axis(ax, axis: str = "y", per_second: bool = False) -> None:
@@ -230,7 +217,7 @@ def _one_frame(data):
     if hasattr(data, "to_frame"):
         return data.to_frame()
     if isinstance(data, dict) and data:
-        from labkit.monitor import merge_frames
+        from labkit.summaries import merge_frames
 
         return merge_frames(data)
     raise ValueError(f"resource_timeline() needs a sampler frame, a merged frame or a dict of them, "

@@ -1,19 +1,36 @@
-"""Owning child processes: every process labkit starts is killed with its whole tree.
+"""Owning child processes: every process labkit starts is killed with its whole tree, and
+dies with the process that started it, whatever signal ends that one.
 
-A child gets its own session (process group), so one signal reaches everything it
-spawned; ``kill_tree`` also walks psutil's view of descendants, which catches
-grandchildren that left the group (TensorFlow servers started by a kernel, say).
+- A child gets its own session (process group), so one signal reaches everything it
+  spawned; ``kill_tree`` also walks psutil's view of descendants, which catches
+  grandchildren that left the group (TensorFlow servers started by a kernel, say).
+- A child asks Linux for a signal (``death_signal``, SIGTERM by default) when its parent
+  dies (``PR_SET_PDEATHSIG``, set between fork and exec), so even a parent killed with
+  SIGKILL, which runs no cleanup, leaves nothing behind. Linux sends it when the *thread*
+  that started the child ends, so children of other threads are started from one thread
+  that lives as long as the process (``_spawner``).
+- A harness (``python -m labkit ...``) calls ``unwind_on_signals()``: SIGTERM and SIGHUP
+  then unwind it like Ctrl-C, through the ``with`` blocks and ``finally`` clauses that
+  stop its children. Its own children get SIGTERM from the kernel when it dies, and do
+  the same, so a whole chain of harnesses goes down together.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import psutil
+
+PR_SET_PDEATHSIG = 1
+LINUX = sys.platform.startswith("linux")
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -52,25 +69,91 @@ def kill_tree(pid: int, grace: float = 3.0, include_self: bool = True) -> list[i
     return [p.pid for p in alive]
 
 
+def unwind_on_signals(signals=(signal.SIGTERM, signal.SIGHUP)) -> None:
+    """Make ``signals`` raise ``KeyboardInterrupt`` in this (harness) process, so that it
+    unwinds as on Ctrl-C and stops what it owns. Only from the main thread (where Python
+    runs signal handlers); a no-op elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def unwind(signum, _frame):
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping what this process started")
+
+    for sig in signals:
+        signal.signal(sig, unwind)
+
+
+def _die_with_parent(sig: int, parent: int):
+    """A ``preexec_fn``: in the child, before exec, ask for ``sig`` when the parent dies; if it
+    died already (the child was re-parented), take the signal now."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
+
+    def ask() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+    return ask
+
+
+class _Spawner:
+    """Starts children for threads other than the main one, from one daemon thread that
+    ends only with the process: ``PR_SET_PDEATHSIG`` fires when the starting thread ends,
+    and a worker thread (a notebook's background run, a thread pool) may end long before
+    the child should."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue | None = None
+
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
+        if threading.current_thread() is threading.main_thread():
+            return subprocess.Popen(*args, **kwargs)
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = queue.SimpleQueue()
+                threading.Thread(target=self._serve, name="labkit-spawner", daemon=True).start()
+        done: Future = Future()
+        self._jobs.put((args, kwargs, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            args, kwargs, done = self._jobs.get()
+            try:
+                done.set_result(subprocess.Popen(*args, **kwargs))
+            except BaseException as e:  # handed to the caller's thread, raised there
+                done.set_exception(e)
+
+
+_spawner = _Spawner()
+
+
 class OwnedProcess:
     """A child in its own session, with a log file, a deadline and a guaranteed teardown.
 
     Use as a context manager; leaving the block (normally, on error or on
-    KeyboardInterrupt) kills whatever is still running.
+    KeyboardInterrupt) kills whatever is still running. ``death_signal`` (Linux) is what
+    the child gets when this process dies (None: nothing). ``stdin=subprocess.PIPE`` gives
+    the child a pipe that this process holds open and never writes to (``popen.stdin``):
+    the child reads end-of-file once this process is gone, however it went.
     """
 
-    def __init__(self, cmd, log_path, env=None, cwd=None, timeout: float | None = None):
+    def __init__(self, cmd, log_path, env=None, cwd=None, timeout: float | None = None, stdin=None,
+                 death_signal: int | None = signal.SIGTERM):
         self.cmd = [str(c) for c in cmd]
         self.log_path = Path(log_path)
         self.env, self.cwd, self.timeout = env, cwd, timeout
+        self.stdin = subprocess.DEVNULL if stdin is None else stdin
+        self.death_signal = death_signal
         self.popen: subprocess.Popen | None = None
         self.started = None
 
     def start(self) -> "OwnedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        preexec = _die_with_parent(self.death_signal, os.getpid()) if LINUX and self.death_signal else None
         with open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=self.env, cwd=self.cwd, start_new_session=True)
+            self.popen = _spawner.popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=self.stdin,
+                                        env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=preexec)
         self.started = time.monotonic()
         return self
 
@@ -93,6 +176,7 @@ class OwnedProcess:
     def kill(self, grace: float = 3.0) -> None:
         if self.popen is None:
             return
+        self._close_stdin()
         if self.popen.poll() is None:  # not reaped, so the pid is still this child's (a zombie at worst)
             kill_tree(self.popen.pid, grace)
             try:
@@ -106,6 +190,13 @@ class OwnedProcess:
                 os.killpg(self.popen.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass  # no process is left in that group
+
+    def _close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            try:
+                self.popen.stdin.close()
+            except OSError:  # the child is gone and its end of the pipe with it
+                pass
 
     def log_tail(self, lines: int = 30) -> str:
         return tail(self.log_path, lines)

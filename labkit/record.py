@@ -1,14 +1,21 @@
-"""Record a lab's key results inside the executed notebook, for the grader.
+"""Record a lab's key results inside the executed notebook, for the grader, and read them back.
 
 ``record(name, value)`` displays the value under labkit's own MIME type, so it is saved
 in the notebook's outputs by Jupyter and papermill alike; ``read_records`` gets the
-values back from an ``.ipynb`` with nbformat. Values must be JSON-able; numpy scalars
-and arrays and pandas frames are converted.
+values back from an ``.ipynb`` with nbformat, and ``lookup`` reads a path inside them
+(``history.accuracy.-1``). Values must be JSON-able; numpy scalars and arrays and pandas
+frames are converted.
+
+Only a code cell's outputs are records: nbformat has no outputs on Markdown or raw cells,
+so a record pasted into one (``pre_baked`` finds them) is never read. The cell helpers the
+grader and the release share (``cell_tags``, ``named_cells``) live here too, with the
+notebook's records. Imports nothing from labkit.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 MIME = "application/vnd.labkit.record+json"
@@ -64,14 +71,88 @@ def record(name: str, value):
 
 
 def read_records(notebook) -> dict:
-    """All records in an executed notebook (a path or an nbformat node), by name; last one wins."""
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
+    """All records in the code cells of an executed notebook (a path or an nbformat node), by
+    name; the last one wins. A payload that is not ``{"name": str, "value": ...}`` is skipped."""
+    nb = _notebook(notebook)
     found = {}
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            payload = out.get("data", {}).get(MIME)
-            if payload is not None:
+    for cell in code_cells(nb):
+        for out in cell.get("outputs") or []:
+            payload = (out.get("data") or {}).get(MIME) if isinstance(out, dict) else None
+            if isinstance(payload, dict) and isinstance(payload.get("name"), str) and "value" in payload:
                 found[payload["name"]] = payload["value"]
     return found
+
+
+def _notebook(notebook):
+    import nbformat
+
+    return nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells
+
+def cell_tags(cell) -> list:
+    """A cell's tags; a student's notebook may carry ``"tags": null`` or no metadata at all."""
+    tags = (cell.get("metadata") or {}).get("tags") or []
+    return tags if isinstance(tags, list) else []
+
+
+def code_cells(nb) -> list:
+    """The notebook's code cells: the only cells whose outputs the grader reads."""
+    return [c for c in nb.cells if c.get("cell_type") == "code"]
+
+
+def named_cells(nb, name: str) -> list:
+    """Cells tagged ``name``, or the cell whose id is ``name``."""
+    return [cell for cell in nb.cells if name in cell_tags(cell) or cell.get("id") == name]
+
+
+def pre_baked(nb) -> list[str]:
+    """What a submitted notebook carries that only a run should produce: outputs stored in code
+    cells, and outputs or records put into Markdown or raw cells. One line per cell."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        outs = cell.get("outputs") or []
+        if cell.get("cell_type") == "code":
+            if outs:
+                found.append(f"cell {i}: {len(outs)} stored output(s)")
+        elif outs or "outputs" in cell:
+            found.append(f"cell {i} ({cell.get('cell_type')}): outputs in a non-code cell")
+        elif MIME in json.dumps(cell.get("source", "")):
+            found.append(f"cell {i} ({cell.get('cell_type')}): a record pasted into its text")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups into records
+
+class Missing(LookupError):
+    """A record (or a key inside one) is absent."""
+
+
+def lookup(records: dict, ref: str):
+    """The value at ``ref``: a record name, optionally followed by ``.key`` or ``.index``
+    parts into its JSON value (``steps.worker0``, ``history.accuracy.-1``). The longest
+    prefix that names a record wins, so record names may contain dots."""
+    parts = ref.split(".")
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        if name in records:
+            value = records[name]
+            for p in parts[cut:]:
+                value = _step(value, p, ref)
+            if value is None:
+                raise Missing(f"record {ref!r} is null (NaN or None was recorded)")
+            return value
+    raise Missing(f"record {ref!r} not found")
+
+
+def _step(value, part: str, ref: str):
+    if isinstance(value, dict) and part in value:
+        return value[part]
+    if isinstance(value, list) and re.fullmatch(r"-?\d+", part):
+        i = int(part)
+        if -len(value) <= i < len(value):
+            return value[i]
+    raise Missing(f"record {ref!r}: no {part!r} in the recorded value")

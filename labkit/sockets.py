@@ -1,15 +1,19 @@
-"""Bytes each process has sent and received over TCP, from the kernel's per-socket counters.
+"""Bytes on the wire, counted in one place: per network interface and per process.
 
-On 127.0.0.1 every task of a cluster shares ``lo``, whose counters are system-wide: they
-give the cluster's total traffic (and anyone else's), never one task's. The kernel also
-counts bytes per TCP socket (``tcp_info``: ``bytes_sent``, ``bytes_received``), and
-``ss -tinp`` lists them with the owning process. Summed over a process's sockets they give
-that task's traffic, which is how Lab 5 shows a parameter server's load growing with the
-workers while each ring worker's stays flat, on one machine.
+- **Per interface** (``nic_counters``, ``nic_bytes``, ``pick_nic``): psutil's host counters,
+  what dstat shows. On 127.0.0.1 every task of a cluster shares ``lo``, whose counters are
+  system-wide: they give the cluster's total traffic (and anyone else's), never one task's;
+  on ``lo`` every byte is sent and received by the same host, so sent == received.
+- **Per process** (``tcp_bytes``, ``own_tcp_bytes``, ``TaskBytes``): the kernel's per-socket
+  TCP counters (``tcp_info``: ``bytes_sent``, ``bytes_received``), which ``ss -tinp`` lists
+  with the owning process. Summed over a process's sockets they give that task's traffic,
+  which is how Lab 5 shows a parameter server's load growing with the workers while each
+  ring worker's stays flat, on one machine.
+- ``NetCounter`` reads both around a window (a task's training).
 
-Counters live as long as their socket: read them around a window in which the
+Socket counters live as long as their socket: read them around a window in which the
 connections stay open (gRPC keeps its channels for the life of a task). Imports no
-TensorFlow; needs ``ss`` (iproute2) and returns None where it is missing.
+TensorFlow; the socket counters need ``ss`` (iproute2) and are None where it is missing.
 """
 from __future__ import annotations
 
@@ -17,14 +21,86 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterable
+
+import psutil
 
 _PID = re.compile(r"pid=(\d+)")
 _SENT = re.compile(r"\bbytes_sent:(\d+)")
 _ACKED = re.compile(r"\bbytes_acked:(\d+)")
 _RECV = re.compile(r"\bbytes_received:(\d+)")
+
+
+def nic_counters(nics: Iterable[str] | None = None) -> dict[str, tuple[int, int]]:
+    """{interface: (bytes sent, bytes received)} since boot, for ``nics`` (default: every
+    interface); an interface that is missing is left out. Counters that wrap are unwrapped."""
+    counters = psutil.net_io_counters(pernic=True, nowrap=True)
+    wanted = None if nics is None else set(nics)
+    return {n: (c.bytes_sent, c.bytes_recv) for n, c in counters.items() if wanted is None or n in wanted}
+
+
+def nic_bytes(nic: str | None) -> tuple[int, int]:
+    """(bytes sent, bytes received) since boot on ``nic``; (0, 0) for None. An unknown name
+    is a ValueError that lists the interfaces there are."""
+    if nic is None:
+        return 0, 0
+    counts = nic_counters()
+    if nic not in counts:
+        raise ValueError(f"network interface {nic!r} not found; known: {', '.join(counts)}")
+    return counts[nic]
+
+
+def pick_nic(choice: str, host: str) -> str | None:
+    """The interface that carries a task's traffic: ``choice`` itself when it names one,
+    None for ``"none"``; for ``"auto"``, the interface holding ``host``'s address, ``lo`` for
+    a loopback address (None when it cannot be told)."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    for nic, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
+            return nic
+    return "lo" if address.startswith("127.") else None
+
+
+class NetCounter:
+    """Bytes on the wire between ``start()`` and ``stop()``, counted two ways:
+
+    - ``sent_bytes``/``recv_bytes``: the host counters of the task's NIC and ``lo`` (its
+      traffic with tasks on the same host), what dstat shows. On 127.0.0.1 they see the
+      whole cluster, and anything else on ``lo``; there sent == received.
+    - ``tcp_sent_bytes``/``tcp_recv_bytes``: this process's own TCP sockets (the kernel's
+      per-socket counters): exactly this task's traffic; absent where ``ss`` is missing.
+    """
+
+    def __init__(self, nic: str | None):
+        self.nics = sorted({n for n in (nic, "lo") if n})
+        self._t0 = self._c0 = None
+        self.result: dict = {}
+
+    def _read(self) -> tuple[int, int, tuple[int, int] | None]:
+        have = nic_counters(self.nics).values()
+        return sum(s for s, _ in have), sum(r for _, r in have), own_tcp_bytes()
+
+    def start(self) -> None:
+        self._t0, self._c0 = time.monotonic(), self._read()
+
+    def stop(self) -> dict:
+        sent, recv, own = self._read()
+        self.result = {"nics": self.nics, "sent_bytes": sent - self._c0[0], "recv_bytes": recv - self._c0[1],
+                       "window_s": time.monotonic() - self._t0}
+        if own is not None and self._c0[2] is not None:
+            self.result.update(tcp_sent_bytes=own[0] - self._c0[2][0], tcp_recv_bytes=own[1] - self._c0[2][1])
+        return self.result
 
 
 def parse_ss(text: str) -> dict[int, tuple[int, int]]:
@@ -87,8 +163,6 @@ class TaskBytes:
 
     def pids(self) -> dict[str, int]:
         if self._pids is None:
-            import psutil
-
             found = {}
             for path in sorted(self.run_dir.glob("*.hello.json")):
                 hello = json.loads(path.read_text())

@@ -1,20 +1,31 @@
 """One training loop for every strategy the labs use: any Keras 3 model, SGD, cross-entropy.
 
 Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585)
-and under ``ParameterServerStrategy``, so the labs train with this loop instead:
+and under ``ParameterServerStrategy``, so the labs train with this loop instead. Its parts,
+in d2l's ``fit`` / ``fit_epoch`` shape:
 
-- **default strategy** (one process, no cluster) and **MultiWorkerMirroredStrategy**:
-  ``strategy.run`` over ``strategy.experimental_distribute_dataset``. The global batch is
-  the per-worker batch x the number of workers, shuffled with the same seed everywhere and
-  split with ``AutoShardPolicy.DATA``, so worker *i* gets the *i*-th slice of every global
-  batch. The gradient all-reduce is the one Keras 3's TF optimizer does inside
-  ``apply_gradients`` (``replica_context.all_reduce(SUM)``: a ring all-reduce under
-  MWMS with ``RING``); the loss is scaled by the global batch, so the sum is the mean gradient.
-- **ParameterServerStrategy** (Lab 5): the chief's ``ClusterCoordinator`` schedules one
-  step function per per-worker batch on per-worker datasets; variables live on the ps tasks.
-  Workers step asynchronously (a step is one worker's batch), unless ``ps_sync``: then
-  every step is a round of one closure per worker closed by a barrier (``join``), the
-  traffic pattern of a synchronous PS (each worker pulls M and pushes M per step).
+- ``setup``: what this process is (its role) and the sizes every part agrees on;
+- ``Trainer``: the model, optimizer, checkpoints and validation; ``fit`` runs the epochs,
+  ``fit_epoch`` one of them, and ``result`` assembles the returned dict;
+- one epoch runner per way of stepping (``RUNNERS``), each with its own input pipeline:
+
+  - ``single`` and ``mwms`` (the default strategy, ``MultiWorkerMirroredStrategy``):
+    ``strategy.run`` over ``strategy.experimental_distribute_dataset``. The global batch is
+    the per-worker batch x the number of workers, shuffled with the same seed everywhere
+    and split with ``AutoShardPolicy.DATA``. The gradient all-reduce is the one Keras 3's
+    TF optimizer does inside ``apply_gradients`` (``replica_context.all_reduce(SUM)``: a
+    ring all-reduce under MWMS with ``RING``); the loss is scaled by the global batch, so
+    the sum is the mean gradient.
+  - ``ps`` (``ParameterServerStrategy``, asynchronous): the chief's ``ClusterCoordinator``
+    schedules one step function per per-worker batch on per-worker datasets; each applies
+    its own gradient to the variables on the ps tasks. A step is one worker's batch.
+  - ``ps_sync`` (``ParameterServerStrategy`` with ``ps_sync``): synchronous SGD, the same
+    SGD as the ring. A step is a round of one closure per worker; closure *j* takes slice
+    *j* of the same global batch the ring would use, and adds its gradient (scaled by the
+    global batch) into accumulators that live beside the variables on the ps; after the
+    round's barrier (``join``) the chief applies their sum, the mean gradient, once, and
+    zeroes them. The update runs on the ps, so each worker still pulls M and pushes M per
+    step and nothing more crosses the wire.
 
 Every epoch is one pass over the training set (or ``steps_per_epoch`` steps), then a checkpoint (``tf.train.CheckpointManager``,
 with the epoch counter inside) and, on the chief, a validation pass and TensorBoard scalars.
@@ -31,15 +42,60 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from labkit.sockets import nic_bytes
+
 # Under MWMS and PS, deleting a tf.data iterator can stall 4-15 s (prefetch threads, remote
 # iterators). Task programs write their results and then exit with os._exit, so iterators of
 # multi-worker runs are parked here and never torn down; single-process runs free theirs.
 _PARKED: list = []
+STRATEGY_NAMES = {"single": "default", "mwms": "MultiWorkerMirroredStrategy", "ps": "ParameterServerStrategy"}
+SCALARS = ("train_loss", "val_loss", "val_accuracy", "images_per_s", "step_time_s")
+
+
+def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: float = 0.05,
+          momentum: float = 0.0, seed: int = 0, strategy=None, coordinator=None,
+          checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
+          eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
+          on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
+          counters: Callable[[], dict] | None = None) -> dict:
+    """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
+
+    model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
+      it is built inside ``strategy.scope()``, and once more outside it for validation.
+    data: anything with ``x_train, y_train, x_test, y_test`` (``labkit.load_mnist()``).
+    batch_size: per worker; the global batch is ``batch_size x workers`` under MWMS and
+      synchronous PS.
+    epochs: the total to reach; a resumed run trains only the epochs after its checkpoint.
+    strategy: None (the default strategy), a ``MultiWorkerMirroredStrategy`` or a
+      ``ParameterServerStrategy`` (then ``coordinator`` is made if not given).
+    checkpoint_dir: where to checkpoint every epoch and resume from; None: no checkpoints.
+    tensorboard_dir: where the chief writes TensorBoard scalars; None: none.
+    steps_per_epoch: default one pass over the training set (global batches / PS steps).
+    nic: a network interface (``"lo"`` locally) whose byte counters are read around the
+      training steps of every epoch; None: not measured.
+    on_epoch: called with each epoch's history entry (after ``log``).
+    ps_sync: under ParameterServerStrategy, synchronous SGD: a step is one update from the
+      mean gradient of one closure per worker over one global batch of ``batch_size x
+      workers``, the ring's SGD; default asynchronous (a step is one worker's batch and update).
+    counters: a function returning cumulative counters (``{name: number}``, e.g. the per-task
+      socket bytes of ``labkit.sockets.TaskBytes``), read around each epoch's training steps
+      like ``nic``; their changes go to each history entry and, per step, to the result.
+
+    Epoch numbers are 1-based; ``history`` holds every epoch up to ``epochs``, including those
+    before a resume (from the chief's checkpoint directory). Validation runs on the chief only.
+    """
+    _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size)
+    plan = setup(strategy, coordinator, int(batch_size), len(data.x_train), steps_per_epoch, ps_sync)
+    trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size,
+                      log=log)
+    return trainer.fit(epochs, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
+                       meter=Meter(nic, counters), on_epoch=on_epoch)
 
 
 def _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size) -> None:
@@ -66,6 +122,55 @@ def _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_s
             raise ValueError(f"the {split} set is empty")
 
 
+# ------------------------------------------------------------------------------ role and strategy
+
+@dataclass(frozen=True)
+class Setup:
+    """What this process is, and the sizes every part of the loop agrees on."""
+    strategy: object
+    coordinator: object | None   # the chief's ClusterCoordinator (PS only)
+    kind: str                    # single | mwms | ps
+    task_type: str
+    task_id: int
+    chief: bool
+    workers: int
+    ps_tasks: int
+    ps_sync: bool                # synchronous PS (False for every other kind)
+    batch_size: int              # per worker
+    global_batch: int            # images behind one update: B x workers, or B for asynchronous PS
+    steps_per_epoch: int
+
+    @property
+    def runner(self) -> str:
+        """The key of this run's epoch runner in ``RUNNERS``."""
+        return "ps_sync" if self.ps_sync else self.kind
+
+    @property
+    def images_per_step(self) -> int:
+        return self.global_batch
+
+
+def setup(strategy, coordinator, batch_size: int, n_train: int, steps_per_epoch: int | None,
+          ps_sync: bool = False) -> Setup:
+    """The role of this process under ``strategy`` (default: the default strategy) and the
+    batch sizes and steps that follow; a ValueError if the training set holds no global batch."""
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
+    role = _role(strategy)
+    if role["kind"] == "ps" and coordinator is None:
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    sync = role["kind"] == "ps" and bool(ps_sync)
+    workers = role["workers"]
+    global_batch = batch_size if role["kind"] == "ps" and not sync else batch_size * workers
+    if n_train < global_batch:
+        raise ValueError(f"the training set has {n_train} images, fewer than one global batch "
+                         f"({batch_size} per worker x {workers} workers = {batch_size * workers}); "
+                         f"use a larger subset or a smaller batch")
+    return Setup(strategy, coordinator, role["kind"], role["task_type"], role["task_id"], role["chief"], workers,
+                 role.get("ps", 0), sync, batch_size, global_batch, int(steps_per_epoch or n_train // global_batch))
+
+
 def _role(strategy) -> dict:
     """What this process is: kind (single/mwms/ps), task type and index, worker count, chief or not."""
     import tensorflow as tf
@@ -82,51 +187,12 @@ def _role(strategy) -> dict:
         workers = sum(spec.num_tasks(j) for j in ("chief", "worker") if j in jobs)
         task_type, task_id = resolver.task_type or "worker", int(resolver.task_id or 0)
         chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in jobs)
-        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": chief,
-                "workers": workers, "replicas": strategy.num_replicas_in_sync}
+        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": chief, "workers": workers}
     if strategy.num_replicas_in_sync != 1:
         raise ValueError(f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas is not "
                          f"supported; use the default strategy, MultiWorkerMirroredStrategy or "
                          f"ParameterServerStrategy")
     return {"kind": "single", "task_type": "worker", "task_id": 0, "chief": True, "workers": 1}
-
-
-def _weights_sha256(model) -> str:
-    h = hashlib.sha256()
-    for w in model.get_weights():
-        h.update(np.ascontiguousarray(w).tobytes())
-    return h.hexdigest()
-
-
-def _net_bytes(nic: str | None) -> tuple[int, int]:
-    if nic is None:
-        return 0, 0
-    import psutil
-
-    c = psutil.net_io_counters(pernic=True).get(nic)
-    if c is None:
-        raise ValueError(f"network interface {nic!r} not found; known: {', '.join(psutil.net_io_counters(pernic=True))}")
-    return c.bytes_sent, c.bytes_recv
-
-
-def _epoch_dataset(x, y, batch: int, seed: int, first_epoch: int, last_epoch: int | None):
-    """Batches of epochs ``first_epoch..last_epoch`` (None: forever) back to back.
-
-    Epoch e is a stateless permutation seeded by (seed, e), so a resumed run sees the same
-    batches as an uninterrupted one, and every worker builds the same global batches.
-    Batches gather from the arrays by index: no shuffle buffer holds a second copy of the data.
-    """
-    import tensorflow as tf
-
-    n = len(x)
-    x, y = tf.constant(x), tf.constant(y)
-
-    def one_epoch(e):
-        order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=tf.stack([seed, e]))
-        return tf.data.Dataset.from_tensor_slices(order).batch(batch, drop_remainder=True)
-
-    epochs = tf.data.Dataset.range(first_epoch, (last_epoch + 1) if last_epoch is not None else 2 ** 62)
-    return epochs.flat_map(one_epoch).map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
 
 
 def _build_model(model_fn, seed: int):
@@ -145,6 +211,254 @@ def _build_model(model_fn, seed: int):
     return model
 
 
+def _weights_sha256(model) -> str:
+    h = hashlib.sha256()
+    for w in model.get_weights():
+        h.update(np.ascontiguousarray(w).tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------ the input pipeline
+
+def _epoch_order(n: int, seed: int, epoch):
+    """Epoch ``epoch``'s permutation of ``range(n)``: stateless, seeded by (seed, epoch), the
+    same in every process."""
+    import tensorflow as tf
+
+    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=tf.stack([seed, epoch]))
+
+
+def _epoch_dataset(x, y, batch: int, seed: int, first_epoch: int, last_epoch: int | None):
+    """Batches of epochs ``first_epoch..last_epoch`` (None: forever) back to back.
+
+    Epoch e is a stateless permutation seeded by (seed, e), so a resumed run sees the same
+    batches as an uninterrupted one, and every worker builds the same global batches.
+    Batches gather from the arrays by index: no shuffle buffer holds a second copy of the data.
+    """
+    import tensorflow as tf
+
+    n = len(x)
+    x, y = tf.constant(x), tf.constant(y)
+
+    def one_epoch(e):
+        return tf.data.Dataset.from_tensor_slices(_epoch_order(n, seed, e)).batch(batch, drop_remainder=True)
+
+    epochs = tf.data.Dataset.range(first_epoch, (last_epoch + 1) if last_epoch is not None else 2 ** 62)
+    return epochs.flat_map(one_epoch).map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
+
+
+def _per_worker(plan: Setup, dataset_fn):
+    """An iterator over ``dataset_fn``'s dataset on every PS worker, parked (never torn down)."""
+    import tensorflow as tf
+
+    strategy = plan.strategy
+    per_worker = plan.coordinator.create_per_worker_dataset(
+        tf.function(lambda: strategy.distribute_datasets_from_function(dataset_fn)))
+    iterator = iter(per_worker)
+    _PARKED.append(iterator)
+    return iterator
+
+
+# ------------------------------------------------------------------------------ epoch runners
+
+class _Runner:
+    """Runs the training steps of one epoch; ``first_step_s`` times the run's first step
+    (it traces the step function and reaches every task)."""
+    first_step_s: float | None = None
+
+    def run(self, steps: int) -> list[float]:
+        """Train ``steps`` steps; return each step's loss (the mean over its global batch, as
+        estimated on the chief's share of it)."""
+        raise NotImplementedError
+
+
+class MirroredEpochs(_Runner):
+    """Default strategy and MultiWorkerMirroredStrategy: every worker steps through its slice
+    of the same global batches; the optimizer's all-reduce sums the gradients."""
+
+    def __init__(self, trainer: "Trainer", start: int, epochs: int):
+        import tensorflow as tf
+
+        plan, data = trainer.plan, trainer.data
+        self.strategy, self.workers = plan.strategy, plan.workers
+        ds = _epoch_dataset(data.x_train, data.y_train, plan.global_batch, trainer.seed, start + 1, epochs)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        self.iterator = iter(plan.strategy.experimental_distribute_dataset(ds.with_options(options).prefetch(2)))
+        if plan.kind != "single":
+            _PARKED.append(self.iterator)
+        step = trainer.sgd_step
+
+        @tf.function
+        def train_step(iterator):
+            x, y = next(iterator)
+            return plan.strategy.run(step, args=(x, y))
+
+        self.train_step = train_step
+
+    def run(self, steps: int) -> list[float]:
+        t0 = time.perf_counter()
+        losses = []
+        for _ in range(steps):
+            loss = self.train_step(self.iterator)
+            # This worker's share of the global-batch mean; no extra collective for logging.
+            losses.append(float(self.strategy.experimental_local_results(loss)[0]) * self.workers)
+            if self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - t0
+        return losses
+
+
+class AsyncPSEpochs(_Runner):
+    """ParameterServerStrategy, asynchronous: one closure per worker batch, each applying its
+    own gradient; worker *i* reads shard *i* of the batches; one barrier at the epoch's end."""
+
+    def __init__(self, trainer: "Trainer", start: int, epochs: int):
+        import tensorflow as tf
+
+        plan, data, seed = trainer.plan, trainer.data, trainer.seed
+        self.coordinator = plan.coordinator
+
+        def dataset_fn(_context):
+            index = tf.distribute.coordinator.experimental_get_current_worker_index()
+            ds = _epoch_dataset(data.x_train, data.y_train, plan.batch_size, seed, start + 1, None)
+            return ds.shard(plan.workers, index).prefetch(2)  # each worker its own shard of every epoch
+
+        self.iterator = _per_worker(plan, dataset_fn)
+        step = trainer.sgd_step
+
+        @tf.function
+        def train_step(iterator):
+            x, y = next(iterator)
+            return plan.strategy.run(step, args=(x, y))
+
+        self.train_step = train_step
+
+    def run(self, steps: int) -> list[float]:
+        t0 = time.perf_counter()
+        remote = []
+        if self.first_step_s is None:  # one step alone first: it traces and reaches every task
+            remote.append(self.coordinator.schedule(self.train_step, args=(self.iterator,)))
+            self.coordinator.join()
+            self.first_step_s = time.perf_counter() - t0
+        remote += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
+                   for _ in range(steps - len(remote))]
+        self.coordinator.join()
+        return [float(r.fetch()) for r in remote]
+
+
+class SyncPSEpochs(_Runner):
+    """ParameterServerStrategy, synchronous: per step, one closure per slice of the ring's
+    global batch adds its gradient into sums beside the variables on the ps; after the
+    barrier the chief applies the sums (the mean gradient) once, on the ps, and zeroes them.
+
+    Every worker holds the training arrays; a closure gathers its slice by index (data epoch,
+    batch within it), so which worker runs which closure does not change the SGD."""
+
+    def __init__(self, trainer: "Trainer", start: int, epochs: int):
+        import tensorflow as tf
+
+        plan, data, seed = trainer.plan, trainer.data, trainer.seed
+        self.coordinator, self.workers = plan.coordinator, plan.workers
+        self.first_epoch = start + 1
+        self.per_data_epoch = len(data.x_train) // plan.global_batch  # global batches in one pass
+        self.position = 0  # global batches taken since this run started: the ring's stream position
+        variables = trainer.net.trainable_variables
+        with plan.strategy.scope():
+            sums = []
+            for v in variables:
+                with plan.strategy.extended.colocate_vars_with(v.value):
+                    sums.append(tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name="gradient_sum"))
+        self.sums = sums
+
+        def dataset_fn(_context):  # the arrays, once per worker: closures pick their slices by index
+            return tf.data.Dataset.from_tensors((tf.constant(data.x_train), tf.constant(data.y_train))).repeat()
+
+        self.iterator = _per_worker(plan, dataset_fn)
+        n, batch = len(data.x_train), plan.batch_size
+
+        def add_gradient(x, y):
+            loss, grads = trainer.gradients(x, y)
+            for total, g in zip(sums, grads):
+                total.assign_add(g)
+            return loss
+
+        @tf.function
+        def accumulate(iterator, epoch, index):
+            x_all, y_all = next(iterator)
+            idx = _epoch_order(n, seed, epoch)[index * batch:(index + 1) * batch]
+            return plan.strategy.run(add_gradient, args=(tf.gather(x_all, idx), tf.gather(y_all, idx)))
+
+        by_ps: dict[str, list] = {}  # (sum, variable) pairs by the ps task that holds them
+        for total, v in zip(sums, variables):
+            by_ps.setdefault(total.device, []).append((total, v))
+        optimizer = trainer.optimizer
+
+        @tf.function
+        def apply_mean():
+            for device, pairs in by_ps.items():
+                with tf.device(device):  # every op of the update on that ps: no tensor visits the chief
+                    optimizer.apply_gradients([(total.read_value(), v) for total, v in pairs])
+                    for total, _ in pairs:
+                        total.assign(tf.zeros(total.shape, total.dtype))
+            if len(by_ps) > 1:  # one update, however many ps tasks it took
+                optimizer.iterations.assign_sub(len(by_ps) - 1)
+
+        self.accumulate, self.apply_mean = accumulate, apply_mean
+
+    def _round(self) -> list:
+        """One synchronous step: a closure per slice of the next global batch, the barrier, the update."""
+        import tensorflow as tf
+
+        epoch = tf.constant(self.first_epoch + self.position // self.per_data_epoch, tf.int64)
+        first = (self.position % self.per_data_epoch) * self.workers
+        remote = [self.coordinator.schedule(self.accumulate, args=(self.iterator, epoch,
+                                                                    tf.constant(first + j, tf.int64)))
+                  for j in range(self.workers)]
+        self.coordinator.join()
+        self.apply_mean()
+        self.position += 1
+        return remote
+
+    def run(self, steps: int) -> list[float]:
+        t0 = time.perf_counter()
+        first_slices = []
+        for _ in range(steps):
+            first_slices.append(self._round()[0])
+            if self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - t0
+        # Slice 0's share of each global-batch mean, scaled up: the ring's estimate on its chief.
+        return [float(r.fetch()) * self.workers for r in first_slices]
+
+
+RUNNERS: dict[str, type[_Runner]] = {"single": MirroredEpochs, "mwms": MirroredEpochs, "ps": AsyncPSEpochs,
+                                     "ps_sync": SyncPSEpochs}
+
+
+# ------------------------------------------------------------------------------ measuring, checkpoints
+
+class Meter:
+    """Bytes on ``nic`` and the ``counters`` read around an epoch's training steps."""
+
+    def __init__(self, nic: str | None = None, counters: Callable[[], dict] | None = None):
+        self.nic, self.counters = nic, counters
+        self._nic0 = self._counts0 = None
+
+    def start(self) -> None:
+        self._nic0 = nic_bytes(self.nic)
+        self._counts0 = self.counters() if self.counters is not None else None
+
+    def stop(self) -> dict:
+        """The changes since ``start``: ``net_bytes_sent``/``_recv`` (with a nic), ``counters``."""
+        sent, recv = nic_bytes(self.nic)
+        counts = self.counters() if self.counters is not None else None
+        out = {}
+        if self.nic is not None:
+            out.update(net_bytes_sent=sent - self._nic0[0], net_bytes_recv=recv - self._nic0[1])
+        if counts is not None:
+            out["counters"] = {k: v - self._counts0.get(k, 0) for k, v in counts.items()}
+        return out
+
+
 class _Checkpoints:
     """Per-task checkpoints ``<dir>/<task_type>-<task_id>/ckpt-<epoch>``, plus the chief's history.
 
@@ -152,18 +466,18 @@ class _Checkpoints:
     file system; a restart resumes after the last epoch that *every* worker saved.
     """
 
-    def __init__(self, directory, role, checkpoint, epochs: int):
+    def __init__(self, directory, plan: Setup, checkpoint, epochs: int):
         import tensorflow as tf
 
-        self.dir = Path(directory) / f"{role['task_type']}-{role['task_id']}"
-        self.role, self.epochs = role, epochs
+        self.dir = Path(directory) / f"{plan.task_type}-{plan.task_id}"
+        self.plan, self.epochs = plan, epochs
         self.manager = tf.train.CheckpointManager(checkpoint, str(self.dir), max_to_keep=2)
         self.history_path = self.dir / "history.json"
 
     def saved_epochs(self) -> list[int]:
         return sorted(int(p.rsplit("-", 1)[1]) for p in self.manager.checkpoints)
 
-    def agreed_epoch(self, strategy) -> int:
+    def agreed_epoch(self) -> int:
         """The last epoch every worker has a checkpoint of (0: start afresh)."""
         saved = self.saved_epochs()
         if saved and saved[-1] > self.epochs:
@@ -171,15 +485,17 @@ class _Checkpoints:
                              f"train for at least {saved[-1]} epochs or use a fresh checkpoint_dir")
         have = np.zeros(self.epochs + 1, np.float32)
         have[saved] = 1
-        if self.role["kind"] == "mwms" and self.role["workers"] > 1:
+        if self.plan.kind == "mwms" and self.plan.workers > 1:
             import tensorflow as tf
+
+            strategy = self.plan.strategy
 
             @tf.function  # eager collectives work too, but warn of their overhead
             def count():
                 return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(have)), axis=None)
 
             counts = count().numpy()
-            common = np.flatnonzero(counts >= self.role["workers"] - 0.5)
+            common = np.flatnonzero(counts >= self.plan.workers - 0.5)
         else:
             common = np.flatnonzero(have)
         return int(common.max()) if len(common) else 0
@@ -190,237 +506,210 @@ class _Checkpoints:
 
     def save(self, epoch: int, history: list[dict]) -> str:
         path = self.manager.save(checkpoint_number=epoch)
-        if self.role["chief"]:
+        if self.plan.chief:
             tmp = self.history_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(history))
             os.replace(tmp, self.history_path)
         return path
 
     def history(self, upto: int) -> list[dict]:
-        if not self.role["chief"] or not self.history_path.exists():
+        if not self.plan.chief or not self.history_path.exists():
             return []
         return [h for h in json.loads(self.history_path.read_text()) if h["epoch"] <= upto]
 
 
-def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: float = 0.05,
-          momentum: float = 0.0, seed: int = 0, strategy=None, coordinator=None,
-          checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
-          eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
-          on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
-          counters: Callable[[], dict] | None = None) -> dict:
-    """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
+class Validation:
+    """The chief's validation pass: loss and accuracy of the current weights on the test set,
+    computed by a copy of the model outside the strategy (no collectives, no ps round trips)."""
 
-    model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
-      it is built inside ``strategy.scope()``, and once more outside it for validation.
-    data: anything with ``x_train, y_train, x_test, y_test`` (``labkit.load_mnist()``).
-    batch_size: per worker; the global batch is ``batch_size x workers`` under MWMS.
-    epochs: the total to reach; a resumed run trains only the epochs after its checkpoint.
-    strategy: None (the default strategy), a ``MultiWorkerMirroredStrategy`` or a
-      ``ParameterServerStrategy`` (then ``coordinator`` is made if not given).
-    checkpoint_dir: where to checkpoint every epoch and resume from; None: no checkpoints.
-    tensorboard_dir: where the chief writes TensorBoard scalars; None: none.
-    steps_per_epoch: default one pass over the training set (global batches / PS steps).
-    nic: a network interface (``"lo"`` locally) whose byte counters are read around the
-      training steps of every epoch; None: not measured.
-    on_epoch: called with each epoch's history entry (after ``log``).
-    ps_sync: under ParameterServerStrategy, a step is a round of one closure per worker and a
-      barrier (images per step = batch_size x workers); default one closure (asynchronous).
-    counters: a function returning cumulative counters (``{name: number}``, e.g. the per-task
-      socket bytes of ``labkit.sockets.TaskBytes``), read around each epoch's training steps
-      like ``nic``; their changes go to each history entry and, per step, to the result.
+    def __init__(self, model, seed: int, data, eval_batch_size: int, loss_fn):
+        import tensorflow as tf
 
-    Epoch numbers are 1-based; ``history`` holds every epoch up to ``epochs``, including those
-    before a resume (from the chief's checkpoint directory). Validation runs on the chief only.
-    """
-    _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size)
-    import keras
-    import tensorflow as tf
+        self.net = _build_model(model, seed)
+        self.n = len(data.x_test)
+        self.batches = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)).batch(int(eval_batch_size))
 
-    log = log or (lambda _msg: None)
-    strategy = strategy or tf.distribute.get_strategy()
-    role = _role(strategy)
-    if role["kind"] == "ps" and coordinator is None:
-        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    batch_size, n_train = int(batch_size), len(data.x_train)
-    global_batch = batch_size * (role["workers"] if role["kind"] != "ps" else 1)
-    closures_per_step = role["workers"] if role["kind"] == "ps" and ps_sync else 1
-    images_per_step = global_batch * closures_per_step
-    if n_train < images_per_step:
-        raise ValueError(f"the training set has {n_train} images, fewer than one global batch "
-                         f"({batch_size} per worker x {role['workers']} workers = {batch_size * role['workers']}); "
-                         f"use a larger subset or a smaller batch")
-    steps = int(steps_per_epoch or n_train // images_per_step)
+        @tf.function
+        def eval_batch(x, y):
+            logits = self.net(x, training=False)
+            loss = tf.reduce_sum(loss_fn(y, logits))
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), tf.cast(y, tf.int64)), tf.float32))
+            return loss, correct
 
-    with strategy.scope():
-        net = _build_model(model, seed)
-        optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=momentum)
-        optimizer.build(net.trainable_variables)  # variables exist before any step traces
-    eval_net = _build_model(model, seed)
-    epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-    checkpoint = tf.train.Checkpoint(model=net, optimizer=optimizer, epoch=epoch_var)
-    ckpts = _Checkpoints(checkpoint_dir, role, checkpoint, epochs) if checkpoint_dir is not None else None
+        self.eval_batch = eval_batch
 
-    start = ckpts.agreed_epoch(strategy) if ckpts else 0
-    history, restored_sha = [], None
-    if start:
-        ckpts.restore(checkpoint, start)
-        if int(epoch_var.numpy()) != start:
-            raise RuntimeError(f"checkpoint ckpt-{start} in {ckpts.dir} holds epoch {int(epoch_var.numpy())}")
-        restored_sha = _weights_sha256(net)
-        history = ckpts.history(start)
-        log(f"resumed from {ckpts.dir / f'ckpt-{start}'}: {start} of {epochs} epochs done")
+    def __call__(self, net) -> tuple[float, float]:
+        """(mean loss, accuracy) of ``net``'s weights."""
+        self.net.set_weights(net.get_weights())
+        loss = correct = 0.0
+        for x, y in self.batches:
+            batch_loss, batch_correct = self.eval_batch(x, y)
+            loss, correct = loss + float(batch_loss), correct + float(batch_correct)
+        return loss / self.n, correct / self.n
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
-    def step_fn(x, y):
+# ------------------------------------------------------------------------------ the trainer
+
+class Trainer:
+    """The model, optimizer and validation of one run under ``plan``; ``fit`` trains it."""
+
+    def __init__(self, plan: Setup, model, data, *, lr: float, momentum: float, seed: int, eval_batch_size: int,
+                 log: Callable[[str], None] | None = print):
+        import keras
+        import tensorflow as tf
+
+        self.plan, self.data, self.seed = plan, data, seed
+        self.lr, self.momentum = lr, momentum
+        self.log = log or (lambda _msg: None)
+        with plan.strategy.scope():
+            self.net = _build_model(model, seed)
+            self.optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=momentum)
+            self.optimizer.build(self.net.trainable_variables)  # variables exist before any step traces
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        self.validate = Validation(model, seed, data, eval_batch_size, self.loss_fn)
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.checkpoint = tf.train.Checkpoint(model=self.net, optimizer=self.optimizer, epoch=self.epoch)
+        self.runner: _Runner | None = None
+
+    # -- the step --------------------------------------------------------------------
+
+    def gradients(self, x, y):
+        """This replica's loss and gradients, scaled by the global batch: summed over the
+        global batch's slices they are its mean."""
+        import tensorflow as tf
+
         with tf.GradientTape() as tape:
-            logits = net(x, training=True)
-            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
-        grads = tape.gradient(loss, net.trainable_variables)
-        optimizer.apply_gradients(zip(grads, net.trainable_variables))  # all-reduces (SUM) across replicas
+            logits = self.net(x, training=True)
+            loss = tf.nn.compute_average_loss(self.loss_fn(y, logits), global_batch_size=self.plan.global_batch)
+        return loss, tape.gradient(loss, self.net.trainable_variables)
+
+    def sgd_step(self, x, y):
+        """One SGD update from this replica's gradients (all-reduced across MWMS replicas by the optimizer)."""
+        loss, grads = self.gradients(x, y)
+        self.optimizer.apply_gradients(zip(grads, self.net.trainable_variables))
         return loss
 
-    @tf.function
-    def train_step(iterator):
-        x, y = next(iterator)
-        return strategy.run(step_fn, args=(x, y))
+    # -- fit ---------------------------------------------------------------------------
 
-    x_train, y_train = data.x_train, data.y_train
-    if role["kind"] == "ps":
-        n_workers = role["workers"]
+    def fit(self, epochs: int, *, checkpoint_dir=None, tensorboard_dir=None, meter: Meter | None = None,
+            on_epoch: Callable[[dict], None] | None = None) -> dict:
+        """Train up to epoch ``epochs`` (resuming from ``checkpoint_dir``); return ``result``."""
+        import tensorflow as tf
 
-        def dataset_fn(_context):
-            index = tf.distribute.coordinator.experimental_get_current_worker_index()
-            ds = _epoch_dataset(x_train, y_train, batch_size, seed, start + 1, None)
-            # Each worker reads its own shard of every epoch's batches.
-            return ds.shard(n_workers, index).prefetch(2)
-
-        per_worker = coordinator.create_per_worker_dataset(
-            tf.function(lambda: strategy.distribute_datasets_from_function(dataset_fn)))
-        iterator = iter(per_worker)
-    else:
-        ds = _epoch_dataset(x_train, y_train, global_batch, seed, start + 1, epochs)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        ds = ds.with_options(options).prefetch(2)
-        iterator = iter(strategy.experimental_distribute_dataset(ds))
-    if role["kind"] != "single":
-        _PARKED.append(iterator)
-
-    val = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)).batch(int(eval_batch_size))
-
-    @tf.function
-    def eval_batch(x, y):
-        logits = eval_net(x, training=False)
-        loss = tf.reduce_sum(loss_fn(y, logits))
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), tf.cast(y, tf.int64)), tf.float32))
-        return loss, correct
-
-    def validate() -> tuple[float, float]:
-        eval_net.set_weights(net.get_weights())
-        loss = correct = 0.0
-        for x, y in val:
-            batch_loss, batch_correct = eval_batch(x, y)
-            loss, correct = loss + float(batch_loss), correct + float(batch_correct)
-        n = len(data.x_test)
-        return loss / n, correct / n
-
-    writer = tf.summary.create_file_writer(str(tensorboard_dir)) if tensorboard_dir and role["chief"] else None
-    first_step_s = None
-    t_run = time.perf_counter()
-    for epoch in range(start + 1, epochs + 1):
-        sent0, recv0 = _net_bytes(nic)
-        counts0 = counters() if counters is not None else None
-        t0 = time.perf_counter()
-        if role["kind"] == "ps":
-            remote = []
-            if first_step_s is None:  # one step alone first: it traces and reaches every task
-                remote += [coordinator.schedule(train_step, args=(iterator,)) for _ in range(closures_per_step)]
-                coordinator.join()
-                first_step_s = time.perf_counter() - t0
-            left = steps * closures_per_step - len(remote)
-            # ps_sync: a barrier (join) after every step's closures; else all at once, one join
-            for n in ([closures_per_step] * (left // closures_per_step) if ps_sync else [left]):
-                remote += [coordinator.schedule(train_step, args=(iterator,)) for _ in range(n)]
-                coordinator.join()
-            losses = [float(r.fetch()) for r in remote]
-        else:
-            losses = []
-            for i in range(steps):
-                loss = train_step(iterator)
-                # This worker's share of the global-batch mean; no extra collective for logging.
-                losses.append(float(strategy.experimental_local_results(loss)[0]) * role["workers"])
-                if first_step_s is None:
-                    first_step_s = time.perf_counter() - t0
-        train_s = time.perf_counter() - t0
-        sent1, recv1 = _net_bytes(nic)
-        counts1 = counters() if counters is not None else None
-        epoch_var.assign(epoch)
-        entry = {"epoch": epoch, "train_loss": float(np.mean(losses)), "steps": steps,
-                 "images": steps * images_per_step, "train_seconds": train_s, "step_time_s": train_s / steps,
-                 "images_per_s": steps * images_per_step / train_s}
-        if nic is not None:
-            entry.update(net_bytes_sent=sent1 - sent0, net_bytes_recv=recv1 - recv0)
-        if counters is not None:
-            entry["counters"] = {k: v - counts0.get(k, 0) for k, v in counts1.items()}
-        entry["weights_sha256"] = _weights_sha256(net)
-        if role["chief"]:
-            entry["val_loss"], entry["val_accuracy"] = validate()
-        entry["seconds"] = time.perf_counter() - t0
-        history.append(entry)
-        if ckpts:
-            ckpts.save(epoch, history)
+        meter = meter or Meter()
+        ckpts = _Checkpoints(checkpoint_dir, self.plan, self.checkpoint, epochs) if checkpoint_dir is not None else None
+        start, history, restored_sha = self.resume(ckpts, epochs)
+        self.runner = RUNNERS[self.plan.runner](self, start, epochs)
+        writer = tf.summary.create_file_writer(str(tensorboard_dir)) if tensorboard_dir and self.plan.chief else None
+        t_run = time.perf_counter()
+        for epoch in range(start + 1, epochs + 1):
+            entry = self.fit_epoch(epoch, meter)
+            history.append(entry)
+            self.end_epoch(entry, epochs, history, ckpts, writer)
+            if on_epoch is not None:
+                on_epoch(entry)
+        run_s = time.perf_counter() - t_run
         if writer is not None:
-            with writer.as_default(step=epoch):
-                for key in ("train_loss", "val_loss", "val_accuracy", "images_per_s", "step_time_s"):
+            writer.close()
+        return self.result(history, start, epochs, run_s, restored_sha, ckpts, meter)
+
+    def resume(self, ckpts: _Checkpoints | None, epochs: int) -> tuple[int, list[dict], str | None]:
+        """(epochs already done, their history, the restored weights' checksum) from the
+        checkpoints every worker has; (0, [], None) for a fresh start."""
+        start = ckpts.agreed_epoch() if ckpts else 0
+        if not start:
+            return 0, [], None
+        ckpts.restore(self.checkpoint, start)
+        if int(self.epoch.numpy()) != start:
+            raise RuntimeError(f"checkpoint ckpt-{start} in {ckpts.dir} holds epoch {int(self.epoch.numpy())}")
+        self.log(f"resumed from {ckpts.dir / f'ckpt-{start}'}: {start} of {epochs} epochs done")
+        return start, ckpts.history(start), _weights_sha256(self.net)
+
+    def fit_epoch(self, epoch: int, meter: Meter) -> dict:
+        """One epoch's training steps, measured; then the chief's validation. Its history entry."""
+        plan = self.plan
+        steps, images = plan.steps_per_epoch, plan.steps_per_epoch * plan.images_per_step
+        meter.start()
+        t0 = time.perf_counter()
+        losses = self.runner.run(steps)
+        train_s = time.perf_counter() - t0
+        measured = meter.stop()
+        self.epoch.assign(epoch)
+        entry = {"epoch": epoch, "train_loss": float(np.mean(losses)), "steps": steps, "images": images,
+                 "train_seconds": train_s, "step_time_s": train_s / steps, "images_per_s": images / train_s,
+                 **measured, "weights_sha256": _weights_sha256(self.net)}
+        if plan.chief:
+            entry["val_loss"], entry["val_accuracy"] = self.validate(self.net)
+        entry["seconds"] = time.perf_counter() - t0
+        return entry
+
+    def end_epoch(self, entry: dict, epochs: int, history: list[dict], ckpts: _Checkpoints | None, writer) -> None:
+        """Checkpoint, TensorBoard scalars and the log line of a finished epoch."""
+        import tensorflow as tf
+
+        if ckpts:
+            ckpts.save(entry["epoch"], history)
+        if writer is not None:
+            with writer.as_default(step=entry["epoch"]):
+                for key in SCALARS:
                     tf.summary.scalar(key, entry[key])
             writer.flush()
-        val_text = f" val_loss {entry['val_loss']:.4f} val_acc {entry['val_accuracy']:.4f}" if role["chief"] else ""
-        log(f"epoch {epoch}/{epochs}: train_loss {entry['train_loss']:.4f}{val_text} "
-            f"{entry['images_per_s']:.0f} img/s {train_s:.1f} s")
-        if on_epoch is not None:
-            on_epoch(entry)
-    run_s = time.perf_counter() - t_run
-    if writer is not None:
-        writer.close()
+        val_text = f" val_loss {entry['val_loss']:.4f} val_acc {entry['val_accuracy']:.4f}" if self.plan.chief else ""
+        self.log(f"epoch {entry['epoch']}/{epochs}: train_loss {entry['train_loss']:.4f}{val_text} "
+                 f"{entry['images_per_s']:.0f} img/s {entry['train_seconds']:.1f} s")
 
-    trained = [h for h in history if h["epoch"] > start]
+    # -- the result ------------------------------------------------------------------
+
+    def result(self, history: list[dict], start: int, epochs: int, run_s: float, restored_sha: str | None,
+               ckpts: _Checkpoints | None, meter: Meter) -> dict:
+        """The run as a plain, JSON-able dict: what ran, the history, throughput, bytes, checksums."""
+        plan, net = self.plan, self.net
+        trained = [h for h in history if h["epoch"] > start]
+        result = {
+            "strategy": STRATEGY_NAMES[plan.kind], "task_type": plan.task_type, "task_id": plan.task_id,
+            "chief": plan.chief, "workers": plan.workers, "ps_tasks": plan.ps_tasks,
+            "model": net.name, "params": int(net.count_params()),
+            "model_bytes": int(sum(int(np.prod(v.shape)) * 4 for v in net.trainable_variables)),
+            # in creation order, with where each lives (a ps task under ParameterServerStrategy)
+            "variables": [{"name": v.path, "bytes": int(np.prod(v.shape)) * 4,
+                           "device": getattr(v.value, "device", "")} for v in net.trainable_variables],
+            "per_worker_batch": plan.batch_size, "global_batch": plan.global_batch,
+            "images_per_step": plan.images_per_step, "ps_sync": plan.ps_sync if plan.kind == "ps" else None,
+            "lr": float(self.lr), "momentum": float(self.momentum), "seed": int(self.seed), "epochs": int(epochs),
+            "steps_per_epoch": plan.steps_per_epoch, "train_size": int(len(self.data.x_train)),
+            "val_size": int(len(self.data.x_test)), "start_epoch": start, "resumed": start > 0,
+            "restored_weights_sha256": restored_sha, "history": history, "trained_epochs": len(trained),
+            **_throughput(trained, self.runner.first_step_s, plan.images_per_step), "run_seconds": run_s,
+            "weights_sha256": _weights_sha256(net), "checkpoint_dir": str(ckpts.dir) if ckpts else None,
+        }
+        result.update(_bytes(trained, meter))
+        if history and "val_loss" in history[-1]:
+            result["val_loss"], result["val_accuracy"] = history[-1]["val_loss"], history[-1]["val_accuracy"]
+        return result
+
+
+def _throughput(trained: list[dict], first_step_s: float | None, images_per_step: int) -> dict:
+    """Training seconds, and images/s and seconds per step without the first step (it traces
+    the step function and sets up the collectives)."""
     images = sum(h["images"] for h in trained)
     train_s = sum(h["train_seconds"] for h in trained)
-    # The first step traces the function and sets up the collectives: leave it out of the rate.
     steady_s, steady_images = train_s, images
     if first_step_s is not None and images > images_per_step:
         steady_s, steady_images = train_s - first_step_s, images - images_per_step
-    result = {
-        "strategy": {"single": "default", "mwms": "MultiWorkerMirroredStrategy",
-                     "ps": "ParameterServerStrategy"}[role["kind"]],
-        "task_type": role["task_type"], "task_id": role["task_id"], "chief": role["chief"],
-        "workers": role["workers"], "ps_tasks": role.get("ps", 0),
-        "model": net.name, "params": int(net.count_params()),
-        "model_bytes": int(sum(int(np.prod(v.shape)) * 4 for v in net.trainable_variables)),
-        # in creation order, with where each lives (a ps task under ParameterServerStrategy)
-        "variables": [{"name": v.path, "bytes": int(np.prod(v.shape)) * 4,
-                       "device": getattr(v.value, "device", "")} for v in net.trainable_variables],
-        "per_worker_batch": batch_size, "global_batch": global_batch, "images_per_step": images_per_step,
-        "ps_sync": bool(ps_sync) if role["kind"] == "ps" else None, "lr": float(lr),
-        "momentum": float(momentum), "seed": int(seed), "epochs": int(epochs), "steps_per_epoch": steps,
-        "train_size": int(n_train), "val_size": int(len(data.x_test)),
-        "start_epoch": start, "resumed": start > 0, "restored_weights_sha256": restored_sha,
-        "history": history, "trained_epochs": len(trained), "train_seconds": train_s, "run_seconds": run_s,
-        "first_step_s": first_step_s,
-        "images_per_s": steady_images / steady_s if steady_s > 0 else None,
-        "step_time_s": steady_s / (steady_images / images_per_step) if steady_images else None,
-        "weights_sha256": _weights_sha256(net),
-        "checkpoint_dir": str(ckpts.dir) if ckpts else None,
-    }
-    if nic is not None:
+    return {"train_seconds": train_s, "first_step_s": first_step_s,
+            "images_per_s": steady_images / steady_s if steady_s > 0 else None,
+            "step_time_s": steady_s / (steady_images / images_per_step) if steady_images else None}
+
+
+def _bytes(trained: list[dict], meter: Meter) -> dict:
+    """Bytes on the NIC over the trained epochs, and the counters per step."""
+    out = {}
+    total_steps = max(1, sum(h["steps"] for h in trained))
+    if meter.nic is not None:
         sent = sum(h["net_bytes_sent"] for h in trained)
-        result.update(nic=nic, net_bytes_sent=sent, net_bytes_recv=sum(h["net_bytes_recv"] for h in trained),
-                      bytes_per_step=sent / max(1, sum(h["steps"] for h in trained)))
-    if counters is not None and trained:
-        total_steps = max(1, sum(h["steps"] for h in trained))
+        out.update(nic=meter.nic, net_bytes_sent=sent, net_bytes_recv=sum(h["net_bytes_recv"] for h in trained),
+                   bytes_per_step=sent / total_steps)
+    if meter.counters is not None and trained:
         keys = dict.fromkeys(k for h in trained for k in h["counters"])
-        result["counters_per_step"] = {k: sum(h["counters"].get(k, 0) for h in trained) / total_steps for k in keys}
-    if history and "val_loss" in history[-1]:
-        result["val_loss"], result["val_accuracy"] = history[-1]["val_loss"], history[-1]["val_accuracy"]
-    return result
+        out["counters_per_step"] = {k: sum(h["counters"].get(k, 0) for h in trained) / total_steps for k in keys}
+    return out

@@ -1,5 +1,6 @@
 """Cluster specs: building, outputs, and every validation error (no processes)."""
 import json
+import re
 import socket
 
 import pytest
@@ -48,6 +49,51 @@ def test_hosts_file_comments_etc_hosts_lines_and_ports(tmp_path):
     spec = cluster.from_hosts_file(f, ps=1)
     assert spec.as_dict() == {"ps": ["10.10.1.1:2222"], "worker": ["10.10.1.1:2223", "10.10.1.2:2222", "node2:2300"]}
     assert cluster.mode("cluster2", hosts=f) == spec
+
+
+def test_hosts_files_as_people_write_them(tmp_path):
+    """A Windows editor's BOM and CRLF, IPv6 bare and in brackets (with and without a port)."""
+    f = tmp_path / "hosts.txt"
+    f.write_bytes("\ufeff10.10.1.1 node0\r\n2001:db8::5\r\n[2001:db8::6]\r\n[2001:db8::7]:2300\r\n::1\r\n"
+                  .encode("utf-8"))
+    hosts = cluster.read_hosts_file(f)
+    assert hosts == ["10.10.1.1", "2001:db8::5", "2001:db8::6", "[2001:db8::7]:2300", "::1"]
+    spec = cluster.from_hosts(hosts, ps=1, workers=5)
+    assert spec.as_dict() == {"ps": ["10.10.1.1:2222"],
+                              "worker": ["10.10.1.1:2223", "[2001:db8::5]:2222", "[2001:db8::6]:2222",
+                                         "[2001:db8::7]:2300", "[::1]:2222"]}
+    tasks = spec.tasks()
+    assert [t.host for t in tasks[2:]] == ["2001:db8::5", "2001:db8::6", "2001:db8::7", "::1"]  # what ssh gets
+    assert tasks[3].port == 2222 and tasks[4].port == 2300
+    assert tasks[5].is_local and not tasks[2].is_local  # ::1 is this machine
+    assert json.loads(spec.tf_config("worker", 1))["cluster"]["worker"][1] == "[2001:db8::5]:2222"  # gRPC's form
+
+
+@pytest.mark.parametrize("line, message", [
+    ("10.10.1.2:notaport", "port 'notaport' is not a number"),
+    ("this is not a host", "starts with an IP address, not 'this'"),
+    ("-oProxyCommand=evil", "begins with '-'"),
+    ("10.10.1.3 -oProxyCommand=evil", "begins with '-'"),
+    ("node1, node2", "without commas"),
+    ("node1:99999", "outside 1-65535"),
+    ("[node1]:2222", "brackets hold an IPv6 address"),
+    ("2001:db8::zz", "not an IPv6 address"),
+    ("no/slash", "not an IP address or a host name"),
+])
+def test_hosts_file_lines_that_are_refused_name_the_line(tmp_path, line, message):
+    f = tmp_path / "hosts.txt"
+    f.write_text(f"# nodes\nnode0\n{line}\n")
+    with pytest.raises(ValueError, match=f"hosts.txt, line 3: cannot parse {re.escape(repr(line))}: .*"
+                                         f"{re.escape(message)}"):
+        cluster.read_hosts_file(f)
+
+
+def test_a_spec_refuses_a_host_ssh_would_read_as_an_option():
+    with pytest.raises(ValueError, match="begins with '-'"):
+        ClusterSpec({"worker": ["-oProxyCommand=x:2222"]})
+    with pytest.raises(ValueError, match="IPv6 address in brackets"):
+        ClusterSpec({"worker": ["2001:db8::5:2222"]})
+    assert ClusterSpec({"worker": ["[2001:db8::5]:2222"]}).task("worker", 0).host == "2001:db8::5"
 
 
 def test_outputs_tf_config_env_table():

@@ -13,7 +13,6 @@ from labkit.grading import release, report
 from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
 from labkit.grading.runner import check_readable, source_index
 from labkit.grading import verify
-from labkit.grading.verify import notebook_parameters
 from labkit.record import MIME
 
 RUBRIC = """
@@ -78,10 +77,22 @@ def record_output(name, value):
     return new_output("display_data", data={MIME: {"name": name, "value": value}, "text/plain": name})
 
 
-def notebook(records: dict, figs=("fig-a", "fig-b"), answers=("A long enough answer here.",)):
-    png = new_output("display_data", data={"image/png": "iVBOR", "text/plain": ""})
+def png(width=320, height=240) -> str:
+    """A real PNG of that size, base64 as a notebook stores it."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 80, 40)).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def notebook(records: dict, figs=("fig-a", "fig-b"), answers=("A long enough answer here.",), image=None):
+    png_out = new_output("display_data", data={"image/png": image or png(), "text/plain": ""})
     return new_notebook(cells=[new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()]),
-                               *(cell("plot()", [tag], outputs=[png]) for tag in figs),
+                               *(cell("plot()", [tag], outputs=[png_out]) for tag in figs),
                                *(cell(a, ["analysis"], markdown=True) for a in answers)])
 
 
@@ -135,7 +146,6 @@ def test_null_tags_in_a_submission_are_no_tags(tmp_path):
     got = scores(rub, nb, GOOD)
     assert (got["plots"].status, got["plots"].points) == ("partial", 1.0)
     assert "no cell tagged 'fig-a'" in got["plots"].reason
-    assert notebook_parameters(nb) == {}
 
 
 def test_a_check_that_breaks_on_a_notebook_costs_that_row_not_the_batch(tmp_path, monkeypatch):
@@ -288,11 +298,6 @@ def test_source_index_undoes_the_injected_parameters_cell(tmp_path):
     assert [source_index(tmp_path / "b.ipynb", i) for i in range(2)] == [None, 0]  # injected at the top
 
 
-def test_notebook_parameters_prefers_injected_values():
-    p, inj = cell("epochs = 50\nlimit = None\nname = f'x{1}'", ["parameters"]), cell("epochs = 2", ["injected-parameters"])
-    assert notebook_parameters(new_notebook(cells=[p, inj])) == {"epochs": 2, "limit": None}
-
-
 def test_task_steps_reads_result_files_and_skips_hello_files(tmp_path):
     """The documented glob ``worker-*.json`` also matches the tasks' ``worker-N.hello.json``
     start-up files (no step counts in them); they must not make the check unverifiable."""
@@ -356,6 +361,6 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     lab = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
     for name in ("a.ipynb", "b.ipynb", "scratch.ipynb"):
         (tmp_path / name).write_text("{}")
-    jobs, notes = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
+    jobs, notes, refused = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
-    assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"]
+    assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []

@@ -220,8 +220,10 @@ def test_tf2_pattern_tasks_exit_when_the_chief_port_closes(clusters, tmp_path):
 
 
 FAKE_SSH = """#!/bin/sh
-# A stand-in for ssh: drop the options and the host, run the command here with bash.
-while [ $# -gt 0 ]; do case "$1" in -o) shift 2 ;; -*) shift ;; *) break ;; esac; done
+# A stand-in for ssh: drop the options and the host, run the command here with bash. Like a
+# careful ssh user, it insists on '--' before the host (a host never reads as an option).
+while [ $# -gt 0 ]; do case "$1" in -o) shift 2 ;; --) shift; break ;; -*) shift ;;
+    *) echo "fake ssh: no -- before the host $1" >&2; exit 255 ;; esac; done
 shift
 exec bash -c "$1"
 """
@@ -244,7 +246,7 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"], remote_dir=str(remote_dir),
              remote_python=sys.executable, steps=100, **TINY)
     cmds = dict(c.commands())
-    assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes 127.0.0.2 ")
+    assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes -- 127.0.0.2 ")
     assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
     result = c.run(timeout=240)
     assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
@@ -282,7 +284,7 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     c = Cluster(spec, "ps_sgd", dry_run=True, remote_dir="labkit", steps=100)
     c.start()
     out = capsys.readouterr().out
-    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 10.10.1.2 " in out
+    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -- 10.10.1.2 " in out
     assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
     with pytest.raises(RuntimeError, match="dry run"):
         c.wait()

@@ -10,9 +10,10 @@ import time
 import pandas as pd
 import pytest
 
-from labkit import cli, plots
-from labkit.monitor import (ResourceSampler, idle_baseline, merge_frames, read_dstat_csv, summarize,
-                            summarize_tasks)
+from labkit import cli, plots, units
+from labkit.dstat import read_dstat_csv
+from labkit.monitor import ResourceSampler, idle_baseline
+from labkit.summaries import merge_frames, summarize, summarize_tasks
 from labkit.proc import OwnedProcess
 
 MB = 1_000_000
@@ -240,9 +241,26 @@ def test_cli_samples_a_pid_for_a_duration(tmp_path, capsys):
     assert "either a command" in capsys.readouterr().err
 
 
-def test_plots_share_units_and_draw_marks():
-    assert [plots.fmt_bytes(n) for n in (512, 1234, 2_500_000, 3.2e9, float("nan"))] == \
+def test_units_write_bytes_and_format_tables_by_column_name():
+    assert [units.fmt_bytes(n) for n in (512, 1234, 2_500_000, 3.2e9, float("nan"))] == \
         ["512 B", "1.2 KB", "2.5 MB", "3.2 GB", "n/a"]
+    frame = pd.DataFrame({"workers": [1.0, None], "mem_used_bytes": [1.2e9, None], "bytes_per_step": [2500, 1],
+                          "net_recv_bytes_per_s": [2e6, 5], "cpu_user_pct": [42, 7.25], "val_accuracy": [0.9123, 0.5],
+                          "val_loss": [0.35123, 1], "time_s": [0.03123, 1234.5], "deviation": [0.031, -0.2],
+                          "speedup": [1.874, 300], "measured_over_analytic": [1.0312, 2], "images_per_s": [1234.4, 2],
+                          "config": ["1 x 50", "Idle"], "ratio": [0.5, 0.25]})
+    cells = {c: [f(v) for v in frame[c]] for c, f in units.formats(frame).items()}
+    assert cells == {
+        "workers": ["1", "-"], "mem_used_bytes": ["1.2 GB", "-"], "bytes_per_step": ["2.5 KB", "1 B"],
+        "net_recv_bytes_per_s": ["2.0 MB/s", "5 B/s"], "cpu_user_pct": ["42.0", "7.2"],
+        "val_accuracy": ["91.23%", "50.00%"], "val_loss": ["0.3512", "1.0000"], "time_s": ["0.0312", "1,234"],
+        "deviation": ["+3.1%", "-20.0%"], "speedup": ["1.87x", "300x"], "measured_over_analytic": ["1.03", "2.00"],
+        "images_per_s": ["1,234", "2"]}  # "config" is text and "ratio" has no known suffix: left alone
+    html = units.table(frame, {"ratio": "{:.0%}"}, hide_index=True).to_html()
+    assert "1.2 GB" in html and "25%" in html and "Idle" in html
+
+
+def test_plots_draw_marks():
     with ResourceSampler(0.1) as a:
         a.mark("start")
         time.sleep(0.3)

@@ -6,33 +6,44 @@ node's home with a clean environment (nothing of the driver's environment leaks 
 
 - over loopback aliases (127.0.0.2, ...): the troubleshooting table's failures (ssh failure,
   a node without the kit, version skew) give their clear errors, end to end;
+- with a real OpenSSH ``sshd`` on loopback aliases (``_sshd.py``): what only a real ssh
+  shows, a remote task killed by a signal (ssh itself then exits 255) and a launcher killed
+  with SIGKILL (its remote tasks must go too);
 - in network namespaces (``ip netns`` + veth pairs on a bridge), each node with its own
   address and NIC: a cluster spread over two nodes, driven from a third, shows each node's
   own traffic on its own ``lan0`` (on 127.0.0.1 everything shares ``lo``); skipped, with the
   reason, where namespaces cannot be made.
 """
+import json
 import os
 import random
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
+from _sshd import sshd
+from helpers import alive
 from labkit import cluster
-from labkit.launch import ClusterResult
+from labkit.cluster import ClusterSpec
+from labkit.launch import Cluster, ClusterResult, TaskFailed
 
 pytestmark = pytest.mark.cluster
 
 FAKE_SSH = """#!/bin/bash
 # Stand-in for ssh: [options] HOST COMMAND runs COMMAND from HOST's home (in HOST's network
 # namespace, if it has one) with a clean environment, as sshd would. Unknown host: exit 255.
-while [ $# -gt 0 ]; do case "$1" in -o|-i|-p) shift 2 ;; -*) shift ;; *) break ;; esac; done
+# Like a careful ssh user, it insists on '--' before the host (a host never reads as an option).
+while [ $# -gt 0 ]; do case "$1" in -o|-i|-p) shift 2 ;; --) shift; break ;; -*) shift ;;
+    *) echo "fake ssh: no -- before the host $1" >&2; exit 255 ;; esac; done
 host=$1; shift
 read -r _ ns home < <(grep "^$host " "$(dirname "$0")/nodes.map") || {
     echo "ssh: Could not resolve hostname $host: Name or service not known" >&2; exit 255; }
@@ -77,9 +88,19 @@ def _setup_args(ssh: str, hosts: Path, mirror: str) -> list[str]:
             "--dataset", "mnist", "--data-mirror", mirror]
 
 
-def _no_children():
-    left = psutil.Process().children(recursive=True)
+def _no_children(node_sshd: int | None = None):
+    """Nothing of ours is left running here. The test's sshd (``node_sshd``) and its sessions
+    stand for the nodes: a session winds down by itself after its ssh client has gone."""
+    on_nodes = {node_sshd} | {p.pid for p in alive_tree(node_sshd)} if node_sshd else set()
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in on_nodes]
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:5]) for p in left]}"
+
+
+def alive_tree(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def test_troubleshooting_errors_over_fake_ssh(tmp_path):
@@ -133,6 +154,100 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     assert "worker:1" in done.stderr and "labkit 0.0.9-old+" in done.stderr and "make setup" in done.stderr
     _no_children()
     assert all(cluster.port_is_free(p) for p in (ports[0], ports[0] + 1, ports[2]))
+
+
+# ---------------------------------------------------------------------------- a real sshd
+
+@pytest.fixture
+def real_ssh(tmp_path_factory):
+    """(ssh argv, remote_dir, sshd's pid): a real sshd on 127.0.0.2 and 127.0.0.3, and the
+    kit's directory there (the tasks run this checkout's Python, as ``remote_python``)."""
+    folder = tmp_path_factory.mktemp("sshd")
+    remote_dir = folder / "node home" / "labkit"
+    remote_dir.mkdir(parents=True)
+    with sshd(folder / "daemon") as (ssh, pid):
+        yield ssh, remote_dir, pid
+
+
+def _two_node_spec() -> ClusterSpec:
+    ports = cluster.free_ports(3)
+    return ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"],
+                        "worker": [f"127.0.0.2:{ports[1]}", f"127.0.0.3:{ports[2]}"]})
+
+
+def _remote_pids(run: Path, names=("ps-0", "worker-0", "worker-1"), timeout: float = 120) -> dict[str, int]:
+    """The pids the remote wrapper wrote, once every task has written its hello (it runs)."""
+    deadline = time.monotonic() + timeout
+    while not all((run / f"{n}.hello.json").exists() for n in names):
+        assert time.monotonic() < deadline, f"the remote tasks never started: {sorted(p.name for p in run.glob('*'))}"
+        time.sleep(0.05)
+    return {n: int((run / f"{n}.pid").read_text()) for n in names}
+
+
+def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh, tmp_path, monkeypatch):
+    """ssh exits 255 when the remote command dies of a signal, which is also its code for
+    'cannot connect': the launcher must say SIGKILL on that host, not send the TA after keys."""
+    ssh, remote_dir, daemon = real_ssh
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=str(remote_dir),
+                remote_python=sys.executable, env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
+                train_limit=1000, test_limit=200, sample_interval=0.25)
+    assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
+    with c:
+        pids = _remote_pids(remote_dir / c.remote_run)
+        os.kill(pids["worker-1"], signal.SIGKILL)  # the OOM killer, or a TA's kill on node 127.0.0.3
+        t0 = time.monotonic()
+        with pytest.raises(TaskFailed) as info:
+            c.wait(timeout=120)
+        noticed = time.monotonic() - t0
+    failed = info.value
+    assert failed.task == "worker:1" and failed.returncode == -signal.SIGKILL, str(failed)
+    assert "worker:1 was killed by SIGKILL on 127.0.0.3" in str(failed) and "ssh to" not in str(failed)
+    assert noticed < 10, f"TaskFailed took {noticed:.1f} s"
+    assert not alive(pids.values()), "remote tasks survived the stop"
+    # the others were stopped on their node, wrote their results there, and those were copied back
+    assert c.result["ps:0"].result["shutdown"] == "terminated" and c.result["worker:0"].ended == "terminated"
+    _no_children(daemon)
+
+
+LAUNCHER = """
+import json, sys, time
+from labkit.cluster import ClusterSpec
+from labkit.launch import Cluster
+spec, ssh, remote_dir, mirror = json.loads(sys.argv[1])
+c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=remote_dir, remote_python=sys.executable,
+            env={"LABKIT_DATA_MIRROR": mirror}, steps=10**7, train_limit=1000, test_limit=200).start()
+print(c.remote_run, flush=True)
+time.sleep(600)
+"""
+
+
+def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_path):
+    """A notebook kernel killed with SIGKILL runs no cleanup: its ssh clients die with it, and
+    each remote task's wrapper sees the session end and stops the task, which writes its result."""
+    ssh, remote_dir, daemon = real_ssh
+    spec = _two_node_spec()
+    args = json.dumps([spec.as_dict(), ssh, str(remote_dir), _mirror()])
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, args], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "LABKIT_RUNS": str(tmp_path / "runs")})
+    try:
+        run = remote_dir / launcher.stdout.readline().strip()  # start() returned: every server is up
+        pids = _remote_pids(run, timeout=10)
+        assert len(alive(pids.values())) == 3
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 30
+    while alive(pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids.values()), "remote tasks outlived their launcher"
+    for name in pids:  # SIGTERM from the wrapper, not SIGKILL: each wrote its result
+        assert json.loads((run / f"{name}.json").read_text())["shutdown"] == "terminated", name
+    while not all(cluster.port_is_free(t.port) for t in spec.tasks()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the kernel closes the dead tasks' connections on its own time
+    taken = [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)]
+    assert not taken, subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+    _no_children(daemon)
 
 
 # ---------------------------------------------------------------------------- namespaces

@@ -110,9 +110,20 @@ SETTINGS = dict(batch_size=32, steps=6, epochs=2, test_limit=500, lr=0.05, seed=
 
 @pytest.fixture(scope="module")
 def two_workers(runs_dir):
-    """The MLP on 2 workers under each architecture: a Scaling of two runs."""
-    runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", **SETTINGS) for arch in ("ps", "ring")]
+    """The MLP on 2 workers under each architecture (PS synchronous), checkpointed: a Scaling of two runs."""
+    runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", checkpoint_dir=runs_dir / f"ckpt-{arch}",
+                               **SETTINGS) for arch in ("ps", "ring")]
     return ring_vs_ps.Scaling(runs, settings={"cores": 2})
+
+
+def final_weights(run) -> list:
+    """The trainable variables in the last checkpoint of the run's chief (chief-0 or worker-0)."""
+    import tensorflow as tf
+
+    tr = run.train
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(tr["checkpoint_dir"]))
+    return [reader.get_tensor(f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+            for i in range(len(tr["variables"]))]
 
 
 @pytest.mark.cluster
@@ -158,3 +169,28 @@ def test_both_architectures_train_the_same_model_and_reduce_its_loss(two_workers
     assert table["speedup"].isna().all()  # no N=1 run to divide by
     with pytest.raises(ValueError, match="no 1-worker ring run"):
         two_workers.cost_runs()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_synchronous_ps_is_the_rings_sgd_and_asynchronous_ps_is_not(two_workers, runs_dir):
+    """Same seed, data and steps: synchronous PS (one update per step from the mean of one gradient
+    per worker over the ring's global batch) ends with the ring's weights and losses; asynchronous
+    PS (each worker batch its own update, at the full learning rate) does not."""
+    import numpy as np
+
+    ps, ring = two_workers.runs
+    asynchronous = ring_vs_ps.run_one("ps", "mlp", 2, ps_sync=False, run="mlp-ps-async-w2",
+                                      checkpoint_dir=runs_dir / "ckpt-ps-async", **SETTINGS)
+    assert ps.train["global_batch"] == ring.train["global_batch"] == 2 * SETTINGS["batch_size"]
+    assert asynchronous.train["global_batch"] == SETTINGS["batch_size"] and asynchronous.train["ps_sync"] is False
+    steps = [sum(h["steps"] for h in r.train["history"]) for r in (ps, ring)]
+    assert steps == [SETTINGS["steps"]] * 2
+    ring_w, sync_w, async_w = (final_weights(r) for r in (ring, ps, asynchronous))
+    moved = max(float(np.abs(w).max()) for w in ring_w)
+    for a, b in zip(ring_w, sync_w):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6 * moved)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(ring_w, async_w)) > 1e-4
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        assert [h[key] for h in ps.train["history"]] == pytest.approx([h[key] for h in ring.train["history"]],
+                                                                       rel=1e-5), key

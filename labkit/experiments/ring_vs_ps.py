@@ -179,7 +179,7 @@ class Run:
         return sum(v.get("sent", 0.0) for v in per_task.values()) if per_task else math.nan
 
     def _nic_bytes(self, tasks: list[str]) -> dict[str, dict]:
-        from labkit.monitor import summarize
+        from labkit.summaries import summarize
 
         frame = self.result.samples()
         marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.trainer}

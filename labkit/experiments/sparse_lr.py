@@ -306,7 +306,7 @@ class Experiment:
         import numpy as np
         import pandas as pd
 
-        from labkit.monitor import summarize
+        from labkit.summaries import summarize
 
         frame = self.samples()
         rows = []

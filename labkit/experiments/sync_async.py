@@ -292,7 +292,7 @@ class Study:
         core) and RSS; then the final test loss and accuracy (chief) and the training time."""
         import pandas as pd
 
-        from labkit.monitor import summarize_tasks
+        from labkit.summaries import summarize_tasks
 
         deploy, batch_size = self._or_headline(deploy, batch_size)
         frames = []

@@ -7,26 +7,41 @@ reference notebooks in ``notebooks/`` are graded as student ``reference``. Outpu
     grades.csv, summary.md            every run (report.md, report.csv too for the reference run)
     <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
     <notebook>.ipynb|.html|.log       the same for the reference run
-    .work/<student>/<notebook stem>/  the fresh directory each notebook ran in (artifacts, runs/)
+    .work/<student>/<notebook stem>/  the folder each notebook ran in (artifacts, runs/): the only
+                                      one its sandbox could write
+    .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it)
+
+Every notebook of a submissions folder runs in a sandbox (``labkit.grading.sandbox``); where
+bubblewrap is missing the batch refuses to start, unless ``--no-sandbox`` says to trust every
+notebook, which every report then warns about. The reference notebooks may run without it.
+Inputs the grader will not run (a folder name it would write over, a symbolic link, a file
+that is not a version-4 notebook, an empty or oversized one) become rows that say why.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import report, verify
-from labkit.grading.rubric import Lab, Missing, Score, evaluate, load_rubric, lookup
-from labkit.grading.runner import Job, RunResult, prepare, run_all
+from labkit.grading import report
+from labkit.grading.rubric import Lab, Score, evaluate, gate, load_rubric
+from labkit.grading.runner import Job, RunResult, Setup, run_all
+from labkit.record import Missing, lookup
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
+OWN_FILES = {"grades.csv", "summary.md", "report.md", "report.csv", ".work", ".grader", MARKER}
+STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
+MAX_EXECUTED_BYTES = 64 * 2**20
+UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
 
 
 class GradeError(ValueError):
-    """The batch cannot start (bad folder, bad rubric); the message says what to fix."""
+    """The batch cannot start (bad folder, bad rubric, no sandbox); the message says what to fix."""
 
 
 @dataclass
@@ -35,6 +50,7 @@ class Outcome:
     out: Path
     reference: bool
     entries: list[dict] = field(default_factory=list)
+    warning: str = ""
 
     @property
     def not_passed(self) -> list[dict]:
@@ -47,11 +63,22 @@ class Outcome:
         return 1 if self.reference and (self.not_passed or not self.rows) else 0
 
 
+def student_problem(name: str, labs: list[Lab]) -> str | None:
+    """Why a student folder name cannot be graded under its own name, or None."""
+    own = {n.lower() for n in OWN_FILES} | {lab.notebook.lower() for lab in labs}
+    if name.lower() in own or name.lower() == REFERENCE:
+        return f"the folder name {name!r} is one the grader writes itself; rename the student's folder"
+    if not STUDENT_NAME.match(name):
+        return (f"the folder name {name!r} is not a plain name (letters, digits, '.', '_', '@', '+', '-'); "
+                f"rename the student's folder")
+    return None
+
+
 def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path,
-              known: set[str] | None = None) -> tuple[list[Job], list[str]]:
-    """The notebooks to run, and notes about files that will not be graded: those no section of
-    the rubric names (``known``: every notebook it names; default those of ``labs``)."""
-    notes = []
+              known: set[str] | None = None) -> tuple[list[Job], list[str], list[dict]]:
+    """The notebooks to run; notes about files that will not be graded (those no section of the
+    rubric names, ``known``: default those of ``labs``); and rows for refused student folders."""
+    notes, refused = [], []
     graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
         pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
@@ -60,58 +87,128 @@ def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: P
     else:
         if not submissions.is_dir():
             raise GradeError(f"submissions folder {submissions} does not exist; expected DIR/<student>/<notebook>.ipynb")
-        students = sorted(p for p in submissions.iterdir()
-                          if p.is_dir() and not p.name.startswith((".", "__")))
-        if not students:
+        entries = sorted(submissions.iterdir())
+        folders = [p for p in entries if p.is_dir() and not p.name.startswith((".", "__"))]
+        if not folders:
             loose = sorted(p.name for p in submissions.glob("*.ipynb"))
             raise GradeError(f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb"
                              + (f" (found notebooks directly in it: {', '.join(loose)})" if loose else ""))
+        students = []
+        for s in folders:
+            why = student_problem(s.name, labs) or (f"{s.name}/ is a symbolic link; copy the student's folder in"
+                                                   if s.is_symlink() else None)
+            if why:
+                refused += [r for lab in labs for r in _refused_rows(s.name, lab, why)]
+            else:
+                students.append(s)
+        notes += [f"not graded: {p.name} (not a student folder)" for p in entries
+                  if p not in folders and not p.name.startswith(".")]
         pairs = [(s.name, lab, s / lab.notebook, out / s.name) for s in students for lab in labs]
         for s in students:
             notes += [f"not graded: {s.name}/{p.name} (no rubric section for it)"
                       for p in sorted(s.glob("*.ipynb")) if p.name not in graded]
     jobs = [Job(student, lab, src, where / lab.notebook, out / ".work" / student / Path(lab.notebook).stem,
-                (where / lab.notebook).with_suffix(".log")) for student, lab, src, where in pairs]
-    return jobs, notes
+                (where / lab.notebook).with_suffix(".log"), out / ".grader" / student / Path(lab.notebook).stem)
+            for student, lab, src, where in pairs]
+    return jobs, notes, refused
 
 
-def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
-    """(rows, records, values): one row for the run and one per check, the records, each check's value."""
+def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
+    rows = [{"student": student, "lab": lab.key, "check": report.EXECUTION, "points": 0.0, "max": 0.0,
+             "status": "refused", "reason": why, "seconds": ""}]
+    return rows + [{"student": student, "lab": lab.key, "check": c.name, "points": 0.0, "max": c.points,
+                    "status": "not-run", "reason": f"the notebook did not run: {why}", "seconds": ""}
+                   for c in lab.checks]
+
+
+def _row(job: Job, check: str, points, most, status: str, reason: str, seconds="") -> dict:
+    return {"student": job.student, "lab": job.lab.key, "check": check, "points": points, "max": most,
+            "status": status, "reason": reason, "seconds": seconds}
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring one run
+
+@dataclass
+class Scored:
+    """What grading one notebook produced."""
+    rows: list[dict]
+    records: dict
+    values: dict
+
+
+def read_executed(job: Job, result: RunResult):
+    """(notebook, records, problem): the executed notebook and its code cells' records."""
     import nbformat
 
     from labkit.record import read_records
 
-    def row(check, points, most, status, reason, seconds=""):
-        return {"student": job.student, "lab": job.lab.key, "check": check, "points": points, "max": most,
-                "status": status, "reason": reason, "seconds": seconds}
+    if not result.ran or not job.executed.is_file():
+        return None, {}, ""
+    size = job.executed.stat().st_size
+    if size > MAX_EXECUTED_BYTES:
+        return None, {}, (f"the executed notebook is {size / 2**20:.0f} MB of output, over the "
+                          f"{MAX_EXECUTED_BYTES // 2**20} MB the grader reads; print less")
+    try:
+        nb = nbformat.read(str(job.executed), as_version=4)
+        return nb, read_records(nb), ""
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a record with a corrupt payload, say
+        return None, {}, f"the executed notebook could not be read back: {type(e).__name__}: {e}"
 
-    rows = [row(report.EXECUTION, 0.0, 0.0, result.status, result.reason, result.seconds)]
-    nb, records, values = None, {}, {}
-    if result.ran and job.executed.is_file():
-        try:
-            nb = nbformat.read(str(job.executed), as_version=4)
-            records = read_records(nb)
-        except (OSError, ValueError, KeyError, TypeError) as e:  # a record with a corrupt payload, say
-            rows[0]["reason"] = (rows[0]["reason"] + "; " if rows[0]["reason"] else "") + \
-                f"the executed notebook could not be read back: {type(e).__name__}: {e}"
-            nb = None
-    params = verify.notebook_parameters(nb) if nb is not None else {}
+
+def notebook_scores(job: Job, result: RunResult, nb, records: dict) -> dict[str, Score]:
+    """Scores of the checks that read the notebook; external (hidden) checks are left out."""
+    scores = {}
     for check in job.lab.checks:
+        if check.external:
+            continue
         if nb is None:
-            s = Score(0.0, check.points, "not-run", f"the notebook did not run: {result.reason}")
-        else:
+            scores[check.name] = Score(0.0, check.points, "not-run", f"the notebook did not run: {result.reason}")
+            continue
+        try:
+            s = evaluate(check, nb, records)
+            if s.status == "missing" and result.status != "ok":
+                s.reason += f" ({_stopped(result)})"
+        except Exception as e:  # a notebook shaped like nothing the checks expect: this row, not the batch
+            s = Score(0.0, check.points, "grader-error",
+                      f"the grader could not check this notebook: {type(e).__name__}: {e}")
+        scores[check.name] = s
+    return scores
+
+
+def to_verify(job: Job, scores: dict[str, Score], records: dict) -> list:
+    """(check, claimed value) for every check with a verifier that the notebook's records pass."""
+    out = []
+    for check in job.lab.checks:
+        if check.verify and check.name in scores and scores[check.name].status in ("pass", "partial"):
             try:
-                s = evaluate(check, nb, records)
-                if s.status == "missing" and result.status != "ok":
-                    s.reason += f" ({_stopped(result)})"
-                if check.verify and s.status in ("pass", "partial"):
-                    s = _verified(check, s, job, records, params)
-            except Exception as e:  # a notebook shaped like nothing the checks expect: this row, not the batch
-                s = Score(0.0, check.points, "grader-error",
-                          f"the grader could not check this notebook: {type(e).__name__}: {e}")
-        values[check.name] = s.value
-        rows.append(row(check.name, s.points, s.max, s.status, s.reason))
-    return rows, records, values
+                out.append((check, lookup(records, check.ref)))
+            except Missing as e:
+                s = scores[check.name]
+                scores[check.name] = Score(0.0, s.max, "unverified", f"nothing to verify: {e}", s.value)
+    return out
+
+
+def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[str, Score]) -> dict[str, Score]:
+    """The notebook's scores with the grader's own checks applied, then the lab's evidence gate."""
+    scores = dict(scores)
+    for check in job.lab.checks:
+        got = checked.get(check.name)
+        if check.external:
+            scores[check.name] = got or Score(0.0, check.points, "not-run",
+                                              f"the notebook did not run: {result.reason}")
+        elif got is not None and got.status != "pass":
+            s = scores[check.name]
+            scores[check.name] = Score(0.0, s.max, got.status, got.reason, s.value)
+    return gate(job.lab, scores)
+
+
+def rows_for(job: Job, result: RunResult, scores: dict[str, Score], notes: list[str]) -> list[dict]:
+    reason = "; ".join([r for r in [result.reason, *notes] if r])
+    rows = [_row(job, report.EXECUTION, 0.0, 0.0, result.status, reason, result.seconds)]
+    rows += [_row(job, c.name, scores[c.name].points, scores[c.name].max, scores[c.name].status,
+                  scores[c.name].reason) for c in job.lab.checks]
+    return rows
 
 
 def _stopped(result: RunResult) -> str:
@@ -119,20 +216,18 @@ def _stopped(result: RunResult) -> str:
     return f"the run stopped in cell {result.cell}: {what}" if result.cell is not None else f"the run ended: {what}"
 
 
-def _verified(check, s: Score, job: Job, records: dict, params: dict) -> Score:
-    try:
-        claimed = lookup(records, check.ref)
-    except Missing as e:
-        return Score(0.0, s.max, "unverified", f"nothing to verify: {e}", s.value)
-    ctx = verify.Context(workdir=job.workdir, records=records, params=params, claimed=claimed)
-    try:
-        verdict = verify.run(check.verify, ctx)
-    except verify.Unverifiable as e:
-        return Score(0.0, s.max, "unverified", str(e), s.value)
-    if not verdict.ok:
-        return Score(0.0, s.max, "mismatch", verdict.reason, s.value)
-    return s
+def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
+    """(rows, records, values) from the notebook alone, without the grader's sandboxed checks
+    (a hidden check is not-run, a verified check keeps its notebook score)."""
+    nb, records, problem = read_executed(job, result)
+    scores = notebook_scores(job, result, nb, records)
+    scores = merge(job, result, scores, {})
+    rows = rows_for(job, result, scores, [problem])
+    return rows, records, {name: s.value for name, s in scores.items()}
 
+
+# ---------------------------------------------------------------------------------------------
+# The batch
 
 def _clear(out: Path) -> None:
     if out.exists() and any(out.iterdir()):
@@ -144,9 +239,59 @@ def _clear(out: Path) -> None:
     (out / MARKER).write_text("written by `python -m labkit grade`; cleared on the next run\n")
 
 
+def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
+    """How to run this batch's notebooks, and the warning every report carries (or '')."""
+    from labkit.grading import limits
+    from labkit.grading.sandbox import APT_LINE, SANDBOXES
+
+    name = sandbox or "bwrap"
+    if name not in SANDBOXES:
+        raise GradeError(f"unknown sandbox {name!r}; use one of {', '.join(SANDBOXES)}")
+    chosen, warning = SANDBOXES[name], ""
+    why = chosen.unavailable()
+    if why:
+        if not reference or sandbox == "bwrap":
+            raise GradeError(f"{why}. Students' notebooks run only in a sandbox; install it ({APT_LINE}), or grade "
+                             f"without one, trusting every notebook with everything you can reach, with --no-sandbox")
+        log(f"note: {why}; the reference notebooks run without a sandbox")
+        chosen = SANDBOXES["none"]
+    if not chosen.confined:
+        warning = UNSANDBOXED
+    limits.remove_stale()
+    setup = Setup(sandbox=chosen, backend=limits.best_backend())
+    if chosen.confined:
+        from labkit.grading.release import student_package
+
+        setup.package = Path(__import__("labkit").__file__).resolve().parent
+        setup.student_kit = student_package(Path(tempfile.mkdtemp(prefix="labkit-student-kit-")))
+    else:
+        setup.package = Path(__import__("labkit").__file__).resolve().parent
+    setup.data, setup.data_env = _data_dirs(log)
+    return setup, warning
+
+
+def _data_dirs(log) -> tuple[list[Path], dict]:
+    """The dataset folders a kernel reads (read-only), and the LABKIT_DATA that points there.
+    MNIST is fetched first when missing (a sandboxed kernel cannot fetch it)."""
+    import os
+
+    from labkit import data
+
+    if os.environ.get("LABKIT_DATA"):
+        root = Path(os.environ["LABKIT_DATA"]).resolve()
+        return [root], {"LABKIT_DATA": str(root)}
+    try:
+        data.locate("mnist", verify=False)
+    except data.DataError as e:
+        log(f"note: MNIST is not available, so notebooks that load it will fail: {e}")
+    root = data.default_root().resolve()
+    return ([root], {"LABKIT_DATA": str(root)}) if root.is_dir() else ([], {})
+
+
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
-          labs: list[str] | None = None, notebooks="notebooks", log=print) -> Outcome:
-    """Grade the reference notebooks (``submissions=None``) or a submissions folder."""
+          labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None) -> Outcome:
+    """Grade the reference notebooks (``submissions=None``) or a submissions folder.
+    ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none"."""
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
@@ -160,47 +305,72 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
         raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
     out = Path(out)
     sub = Path(submissions) if submissions else None
-    jobs, notes = find_jobs(chosen, out, sub, Path(notebooks), known={lab.notebook for lab in rub.labs.values()})
-    _clear(out)
-    for n in notes:
-        log(n)
+    jobs, notes, refused = find_jobs(chosen, out, sub, Path(notebooks),
+                                     known={lab.notebook for lab in rub.labs.values()})
+    setup, warning = make_setup(sub is None, sandbox, log)
+    try:
+        _clear(out)
+        for n in notes:
+            log(n)
+        if warning:
+            log(f"WARNING: every notebook {warning}")
+        return _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log)
+    finally:
+        if setup.student_kit is not None:
+            shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
 
-    outcome = Outcome(rows=[], out=out, reference=sub is None)
+
+def _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log) -> Outcome:
+    from labkit.grading.checks import Checking
+    from labkit.grading.hidden import HIDDEN
+
+    outcome = Outcome(rows=list(refused), out=out, reference=sub is None, warning=warning)
     done: dict[tuple, list[dict]] = {}
     order = {job.key: i for i, job in enumerate(jobs)}
 
-    def finished(job: Job, result: RunResult) -> None:
-        rows, records, values = score(job, result)
+    def write(job: Job, result: RunResult, scores: dict, records: dict, notes: list[str]) -> None:
+        rows = rows_for(job, result, scores, notes)
         done[job.key] = rows
-        outcome.rows[:] = [r for key in sorted(done, key=order.get) for r in done[key]]
+        outcome.rows[:] = refused + [r for key in sorted(done, key=order.get) for r in done[key]]
         report.write_csv(outcome.rows, out / "grades.csv")
         name = job.lab.notebook if outcome.reference else f"{job.student}/{job.lab.notebook}"
         report.write_feedback(job.executed if result.ran else None, rows, job.executed.with_suffix(".html"),
-                              f"{job.student}: {job.lab.key} ({job.lab.title})")
+                              f"{job.student}: {job.lab.key} ({job.lab.title})", warning)
         if outcome.reference:
-            outcome.entries.append({"lab": job.lab, "rows": rows, "records": records, "values": values})
+            outcome.entries.append({"lab": job.lab, "rows": rows, "records": records,
+                                    "values": {n: s.value for n, s in scores.items()}})
         got = sum(r["points"] for r in rows[1:])
         log(f"[{len(done)}/{len(jobs)}] {name}: {rows[0]['status']}, {got:g}/{job.lab.max_points:g} points"
             + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
 
-    runnable = []
-    for job in jobs:
-        early = prepare(job)
-        if early is None:
-            runnable.append(job)
-        else:
-            finished(job, early)
+    def then(job: Job, result: RunResult):
+        nb, records, problem = read_executed(job, result)
+        notes = [problem] + ([f"flagged: the submitted file carried what only a run may produce, ignored "
+                              f"({'; '.join(job.flags[:5])}{'; ...' if len(job.flags) > 5 else ''})"]
+                             if job.flags else []) + ([warning] if warning else [])
+        scores = notebook_scores(job, result, nb, records)
+        verified = to_verify(job, scores, records)
+        hidden = [(c, HIDDEN[c.spec["check"]]) for c in job.lab.checks if c.external] if result.ran else []
+        if not (verified or hidden):
+            write(job, result, merge(job, result, scores, {}), records, notes)
+            return None
+        params = dict(job.lab.parameters)
+        return Checking(job, setup, records, params, hidden, verified,
+                        lambda checked: write(job, result, merge(job, result, scores, checked), records, notes))
+
     try:
-        if runnable:
-            log(f"running {len(runnable)} notebook(s), {parallel} at a time")
-        run_all(runnable, parallel, on_done=finished)
+        if jobs:
+            log(f"running {len(jobs)} notebook(s), {parallel} at a time, "
+                f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
+                f"limits by {setup.backend}")
+        run_all(jobs, setup, parallel, then=then)
     finally:
         report.write_csv(outcome.rows, out / "grades.csv")
         report.write_summary(outcome.rows, chosen, out / "summary.md",
-                             "Reference notebooks" if outcome.reference else f"Grades: {sub}")
+                             "Reference notebooks" if outcome.reference else f"Grades: {sub}", warning)
         if outcome.reference:
             outcome.entries.sort(key=lambda e: chosen.index(e["lab"]))
-            report.write_reference_report(outcome.entries, out / "report.md", out / "report.csv")
+            report.write_reference_report(outcome.entries, out / "report.md", out / "report.csv", warning)
     return outcome
 
 
@@ -208,13 +378,14 @@ def main(args) -> int:
     """The ``grade`` subcommand."""
     from labkit.grading.rubric import RubricError
 
-    def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's tree is killed
+    def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's group is killed
         raise KeyboardInterrupt(f"signal {signum}")
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, interrupt)
     try:
-        outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks)
+        outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
+                        sandbox="none" if args.no_sandbox else None)
     except (GradeError, RubricError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

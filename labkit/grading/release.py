@@ -1,4 +1,11 @@
-"""``make release``: the student versions of the lab notebooks (the nbgrader conventions).
+"""``make release``: the student kit, i.e. the kit without its solutions (the nbgrader conventions).
+
+``release(notebooks, out)`` writes ``out/notebooks/`` (the student versions of the lab
+notebooks), ``out/labkit/`` (the package without the grader-only subpackages,
+``GRADER_ONLY``: ``labkit.solutions``, the reference implementations of the exercises, and
+``labkit.grading``, the grader and its hidden checks) and the project files a student installs
+it with. ``student_package`` is the same package on its own: the grader's sandbox shows a
+student's code exactly this view of the kit.
 
 In a reference notebook:
 
@@ -16,15 +23,19 @@ the plumbing in place: a released notebook must still run up to the first region
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
-from labkit.grading.rubric import cell_tags
+from labkit.record import cell_tags
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
+GRADER_ONLY = ("solutions", "grading")     # subpackages of labkit the student kit leaves out
+PROJECT_FILES = ("pyproject.toml", "requirements.txt", "README.md", "Makefile", "docs")
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def strip_solutions(source: str, code: bool, where: str) -> tuple[str, int]:
@@ -74,24 +85,50 @@ def release_notebook(nb, name: str = "notebook"):
     return nb, regions
 
 
+def student_package(dest: Path) -> Path:
+    """Copy labkit without its grader-only subpackages to ``dest/labkit``; returns that folder."""
+    target = Path(dest) / "labkit"
+    if target.exists():
+        shutil.rmtree(target)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+    def ignore(folder, names):
+        dropped = set(skip(folder, names))
+        if Path(folder).resolve() == PACKAGE:
+            dropped |= {n for n in names if n in GRADER_ONLY}
+        return dropped
+
+    shutil.copytree(PACKAGE, target, ignore=ignore)
+    return target
+
+
 def release(notebooks="notebooks", out="release", log=print) -> list[tuple[Path, int]]:
-    """Write the student version of every notebook in ``notebooks`` to ``out``."""
+    """Write the student kit to ``out``: every notebook in ``notebooks`` in its student version
+    (``out/notebooks/``), the package without its solutions and grader, and the project files."""
     import nbformat
 
     src_dir, out = Path(notebooks), Path(out)
     sources = sorted(src_dir.glob("*.ipynb"))
     if not sources:
         raise ValueError(f"no notebooks in {src_dir}/ to release")
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "notebooks").mkdir(parents=True, exist_ok=True)
     written = []
     for src in sources:
         nb, regions = release_notebook(nbformat.read(str(src), as_version=4), src.name)
         nbformat.validate(nb)
-        dest = out / src.name
+        dest = out / "notebooks" / src.name
         nbformat.write(nb, str(dest))
         written.append((dest, regions))
         log(f"{dest}: {regions} solution region(s) removed" + ("" if regions else
             " (WARNING: none; students get the full solution)"))
+    student_package(out)
+    for name in PROJECT_FILES:
+        src = PACKAGE.parent / name
+        if src.is_dir():
+            shutil.copytree(src, out / name, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, out / name)
+    log(f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in GRADER_ONLY)}")
     return written
 
 

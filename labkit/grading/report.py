@@ -18,7 +18,7 @@ from pathlib import Path
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
-NEVER_RAN = {"unreadable", "not-submitted"}
+NEVER_RAN = {"unreadable", "refused", "not-submitted"}
 
 
 def _write(path: Path, text: str) -> None:
@@ -65,12 +65,14 @@ def totals(rows: list[dict]) -> dict:
     return out
 
 
-def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades") -> None:
-    """Per-student and per-lab totals, then every row that is not a pass, with its reason."""
+def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "") -> None:
+    """Per-student and per-lab totals, then every row that is not a pass, with its reason.
+    ``warning`` (a run without a sandbox, say) goes at the top."""
     tot = totals(rows)
     students = sorted({r["student"] for r in rows})
     keys = [lab.key for lab in labs]
-    lines = [f"# {title}", "", f"{len(students)} student(s), {len(keys)} lab(s), "
+    lines = [f"# {title}", ""] + ([f"**WARNING: every notebook {warning}.**", ""] if warning else []) + [
+             f"{len(students)} student(s), {len(keys)} lab(s), "
              f"{sum(1 for r in rows if r['check'] == EXECUTION)} notebook(s).", "", "## Totals", "",
              "| student | " + " | ".join(keys) + " | total |", "|---|" + "---|" * (len(keys) + 1)]
     for s in students:
@@ -100,12 +102,13 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
     _write(path, "\n".join(lines) + "\n")
 
 
-def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path) -> None:
+def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, warning: str = "") -> None:
     """The reference run, lab by lab: how it ran, its checks and its records.
 
     ``entries``: [{"lab": Lab, "rows": [row, ...], "records": {...}, "values": {check: value}}].
     """
-    lines = ["# labkit: reference notebooks, graded", ""]
+    lines = ["# labkit: reference notebooks, graded", ""] + ([f"**WARNING: every notebook {warning}.**", ""]
+                                                             if warning else [])
     csv_rows = []
     for e in entries:
         lab, rows = e["lab"], e["rows"]
@@ -141,7 +144,7 @@ def _short(value, limit: int = 80) -> str:
 _STATUS_COLOR = {"pass": "#1a7f37", "ok": "#1a7f37", "partial": "#9a6700"}
 
 
-def write_feedback(executed: Path | None, rows: list[dict], path: Path, title: str) -> None:
+def write_feedback(executed: Path | None, rows: list[dict], path: Path, title: str, warning: str = "") -> None:
     """An HTML page: the check results, then the executed notebook (sanitized) when there is one."""
     got = sum(r["points"] for r in rows if r["check"] != EXECUTION)
     most = sum(r["max"] for r in rows if r["check"] != EXECUTION)
@@ -151,6 +154,8 @@ def write_feedback(executed: Path | None, rows: list[dict], path: Path, title: s
         f"</td><td>{html.escape(str(r['reason']))}</td></tr>" for r in rows)
     header = (f"<section id='labkit-grade' style='font-family:sans-serif;margin:1em 2em;padding:1em;"
               f"border:2px solid #888;border-radius:6px'><h2>{html.escape(title)}: {_pts(got, most)} points</h2>"
+              + (f"<p style='color:#cf222e;font-weight:bold'>WARNING: this notebook {html.escape(warning)}.</p>"
+                 if warning else "") +
               f"<table style='border-collapse:collapse' border='1' cellpadding='4'><tr><th>check</th><th>points</th>"
               f"<th>status</th><th>reason</th></tr>{trs}</table></section>")
     body = None

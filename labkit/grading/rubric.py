@@ -4,18 +4,30 @@
 format) and validates it up front, so a typo is reported with the lab, the check and the
 key to fix before any notebook runs. ``evaluate(check, nb, records)`` scores one check on an
 executed notebook, with partial credit where a fraction has a meaning.
+
+Check kinds are a registry (``KINDS``, filled by ``@kind``), as verifiers and hidden checks
+are: a kind names its keys and how it scores. Kinds that read the notebook score here; a
+``hidden`` check is scored by the grader's own check process (``labkit.grading.checks``).
+
+Evidence: a lab's ``evidence`` names the checks whose value the grader establishes itself
+(a ``verify`` re-check or a ``hidden`` check). Until every one of them earns points, the
+lab's other checks, which read what the notebook printed, earn nothing (``gate``); only
+``analysis`` answers are scored on their own.
 """
 from __future__ import annotations
 
 import math
 import operator
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from labkit.record import Missing, lookup, named_cells
 
 PLACEHOLDER = "YOUR ANSWER HERE"
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
+MIN_FIGURE_PIXELS = 100      # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
 
 # Settings a lab inherits from [defaults] and may override.
 SETTINGS = {
@@ -23,26 +35,38 @@ SETTINGS = {
     "cell_timeout": 300.0,        # s one cell may run
     "notebook_timeout": 900.0,    # s the whole run may take, kernel start included
     "start_timeout": 120.0,       # s for the kernel to start
-    "memory_mb": 4096.0,          # per-process data limit (RLIMIT_DATA) and cap on the tree's total RSS
-}
-
-_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-
-# kind -> (required keys, optional keys)
-KINDS = {
-    "record": ({"records"}, set()),
-    "threshold": ({"record"}, {"min", "max", "partial_min", "partial_max"}),
-    "all_equal": ({"record"}, {"tolerance"}),
-    "sum_equals": ({"record", "total"}, {"tolerance"}),
-    "compare": ({"left", "op", "right"}, {"factor", "tolerance"}),
-    "figures": (set(), {"cells", "min"}),
-    "analysis": (set(), {"cells", "min_chars", "placeholder"}),
+    "memory_mb": 4096.0,          # the run's memory: per-process data limit and cap on the whole run
+    "max_processes": 4096.0,      # the run's processes and threads together (a fork bomb stops here)
+    "check_timeout": 300.0,       # s the grader's own checks of one notebook may take (hidden checks, verifiers)
+    "check_memory_mb": 3072.0,    # memory of the process that runs them
 }
 _COMMON = {"name", "kind", "points", "verify", "description"}
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
 
 
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the lab, check and key to fix."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A check kind: its keys, and how it scores (``None``: by the grader's check process)."""
+    name: str
+    required: frozenset
+    optional: frozenset
+    score: Callable | None          # (spec, nb, records) -> (fraction, reason, value)
+    gated: bool = True              # False: scored on its own, whatever the lab's evidence says
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def kind(name: str, required=(), optional=(), gated: bool = True):
+    """Register a check kind whose function scores it on the executed notebook."""
+    def register(fn):
+        KINDS[name] = Kind(name, frozenset(required), frozenset(optional), fn, gated)
+        return fn
+    return register
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,15 @@ class Check:
         """The record (path) whose value the verifier re-checks."""
         return self.spec.get("record") or self.spec.get("left") or (self.spec.get("records") or [None])[0]
 
+    @property
+    def external(self) -> bool:
+        """Scored by the grader's check process rather than from the notebook's records."""
+        return KINDS[self.kind].score is None
+
+    @property
+    def is_evidence(self) -> bool:
+        return self.external or self.verify is not None
+
 
 @dataclass(frozen=True)
 class Lab:
@@ -72,6 +105,10 @@ class Lab:
     notebook_timeout: float
     start_timeout: float
     memory_mb: float
+    max_processes: float
+    check_timeout: float
+    check_memory_mb: float
+    evidence: tuple[str, ...] = ()
 
     @property
     def max_points(self) -> float:
@@ -131,14 +168,14 @@ def _settings(table: dict, where: str, allow_all: bool) -> dict:
             if not isinstance(v, str) or not v:
                 raise RubricError(f"{where}: kernel must be a kernel name such as 'python3', not {v!r}")
         elif not _is_number(v) or v <= 0:
-            raise RubricError(f"{where}: {k} must be a positive number (seconds or MB), not {v!r}")
+            raise RubricError(f"{where}: {k} must be a positive number (seconds, MB or a count), not {v!r}")
         out[k] = v if k == "kernel" else float(v)
     return out
 
 
 def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks"}
+    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence"}
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -158,56 +195,44 @@ def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
         checks.append(check)
     if not checks:
         raise RubricError(f"{where}: no checks; add [[labs.{key}.checks]] tables")
+    evidence = table.get("evidence", [])
+    if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
+        raise RubricError(f"{where}: evidence must be a list of check names")
+    by_name = {c.name: c for c in checks}
+    for e in evidence:
+        if e not in by_name:
+            raise RubricError(f"{where}: evidence names {e!r}, which is not a check of this lab")
+        if not by_name[e].is_evidence:
+            raise RubricError(f"{where}: evidence {e!r} must be a check the grader establishes itself "
+                              f"(kind = \"hidden\", or a check with verify = ...)")
     return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               **settings)
+               evidence=tuple(evidence), **settings)
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:
     if not isinstance(c, dict):
         raise RubricError(f"{where}: each check must be a table")
-    kind = c.get("kind")
-    if kind not in KINDS:
-        raise RubricError(f"{where}: kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    required, optional = KINDS[kind]
-    if kind == "record" and "record" in c and "records" not in c:
+    kind_name = c.get("kind")
+    if kind_name not in KINDS:
+        raise RubricError(f"{where}: kind must be one of {', '.join(KINDS)}, not {kind_name!r}")
+    k = KINDS[kind_name]
+    if kind_name == "record" and "record" in c and "records" not in c:
         c = {**c, "records": [c["record"]]}
         c.pop("record")
-    missing = required - set(c)
+    missing = k.required - set(c)
     if missing:
-        raise RubricError(f"{where} ({kind}): missing key(s) {sorted(missing)}")
-    unknown = set(c) - required - optional - _COMMON
+        raise RubricError(f"{where} ({kind_name}): missing key(s) {sorted(missing)}")
+    unknown = set(c) - k.required - k.optional - _COMMON
     if unknown:
-        raise RubricError(f"{where} ({kind}): unknown key(s) {sorted(unknown)}; "
-                          f"allowed: {', '.join(sorted(required | optional | _COMMON))}")
+        raise RubricError(f"{where} ({kind_name}): unknown key(s) {sorted(unknown)}; "
+                          f"allowed: {', '.join(sorted(k.required | k.optional | _COMMON))}")
     name = c.get("name")
     if not isinstance(name, str) or not name:
         raise RubricError(f"{where}: every check needs a name")
     points = c.get("points")
     if not _is_number(points) or points <= 0:
         raise RubricError(f"{where} {name!r}: points must be a positive number, not {points!r}")
-    if kind == "threshold" and "min" not in c and "max" not in c:
-        raise RubricError(f"{where} {name!r}: a threshold needs min and/or max")
-    for k in ("min", "max", "partial_min", "partial_max", "tolerance", "factor", "min_chars"):
-        if k in c and not _is_number(c[k]):
-            raise RubricError(f"{where} {name!r}: {k} must be a number, not {c[k]!r}")
-    if kind == "figures" and c.get("min", 1) < 1:
-        raise RubricError(f"{where} {name!r}: min is the number of figures each cell must show, at least 1")
-    for k in ("record", "left"):
-        if k in c and not isinstance(c[k], str):
-            raise RubricError(f"{where} {name!r}: {k} must be a record name, not {c[k]!r}")
-    for k in ("total", "right"):
-        if k in c and not (isinstance(c[k], str) or _is_number(c[k])):
-            raise RubricError(f"{where} {name!r}: {k} must be a record name or a number, not {c[k]!r}")
-    if "partial_min" in c and ("min" not in c or not c["partial_min"] < c["min"]):
-        raise RubricError(f"{where} {name!r}: partial_min needs a min above it")
-    if "partial_max" in c and ("max" not in c or not c["partial_max"] > c["max"]):
-        raise RubricError(f"{where} {name!r}: partial_max needs a max below it")
-    if kind == "compare" and c["op"] not in _OPS:
-        raise RubricError(f"{where} {name!r}: op must be one of {' '.join(_OPS)}, not {c['op']!r}")
-    if kind == "record" and (not isinstance(c["records"], list) or not c["records"]):
-        raise RubricError(f"{where} {name!r}: records must be a non-empty list of record names")
-    if "cells" in c and (not isinstance(c["cells"], list) or not all(isinstance(x, str) for x in c["cells"])):
-        raise RubricError(f"{where} {name!r}: cells must be a list of cell tags or ids")
+    _check_keys(kind_name, c, f"{where} {name!r}")
     verify = c.get("verify")
     if verify is not None:
         if isinstance(verify, str):
@@ -218,45 +243,51 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
         if verify["name"] not in VERIFIERS:
             raise RubricError(f"{where} {name!r}: unknown verifier {verify['name']!r}; "
                               f"registered: {', '.join(sorted(VERIFIERS))}")
-    return Check(lab=lab, name=name, kind=kind, points=float(points), spec=c, verify=verify)
+        if k.score is None:
+            raise RubricError(f"{where} {name!r}: a {kind_name} check is the grader's own; it takes no verify")
+    return Check(lab=lab, name=name, kind=kind_name, points=float(points), spec=c, verify=verify)
+
+
+def _check_keys(kind_name: str, c: dict, where: str) -> None:
+    """The values of a check's keys: numbers, record names, cell lists, a registered hidden check."""
+    if kind_name == "threshold" and "min" not in c and "max" not in c:
+        raise RubricError(f"{where}: a threshold needs min and/or max")
+    for k in ("min", "max", "partial_min", "partial_max", "tolerance", "factor", "min_chars"):
+        if k in c and not _is_number(c[k]):
+            raise RubricError(f"{where}: {k} must be a number, not {c[k]!r}")
+    if kind_name == "figures" and c.get("min", 1) < 1:
+        raise RubricError(f"{where}: min is the number of figures each cell must show, at least 1")
+    for k in ("record", "left"):
+        if k in c and not isinstance(c[k], str):
+            raise RubricError(f"{where}: {k} must be a record name, not {c[k]!r}")
+    for k in ("total", "right"):
+        if k in c and not (isinstance(c[k], str) or _is_number(c[k])):
+            raise RubricError(f"{where}: {k} must be a record name or a number, not {c[k]!r}")
+    if "partial_min" in c and ("min" not in c or not c["partial_min"] < c["min"]):
+        raise RubricError(f"{where}: partial_min needs a min above it")
+    if "partial_max" in c and ("max" not in c or not c["partial_max"] > c["max"]):
+        raise RubricError(f"{where}: partial_max needs a max below it")
+    if kind_name == "compare" and c["op"] not in _OPS:
+        raise RubricError(f"{where}: op must be one of {' '.join(_OPS)}, not {c['op']!r}")
+    if kind_name == "record" and (not isinstance(c["records"], list) or not c["records"]):
+        raise RubricError(f"{where}: records must be a non-empty list of record names")
+    if "cells" in c and (not isinstance(c["cells"], list) or not all(isinstance(x, str) for x in c["cells"])):
+        raise RubricError(f"{where}: cells must be a list of cell tags or ids")
+    if kind_name == "hidden":
+        from labkit.grading.hidden import HIDDEN
+
+        if c["check"] not in HIDDEN:
+            raise RubricError(f"{where}: unknown hidden check {c['check']!r}; registered: {', '.join(sorted(HIDDEN))}")
+        if not isinstance(c.get("args", {}), dict):
+            raise RubricError(f"{where}: args must be a table of the hidden check's inputs")
+        try:
+            HIDDEN[c["check"]].validate(c.get("args", {}))
+        except (TypeError, ValueError) as e:
+            raise RubricError(f"{where}: hidden check {c['check']!r}: {e}") from None
 
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# ---------------------------------------------------------------------------------------------
-# Record lookup
-
-class Missing(LookupError):
-    """A record (or a key inside one) the check needs is absent."""
-
-
-def lookup(records: dict, ref: str):
-    """The value at ``ref``: a record name, optionally followed by ``.key`` or ``.index``
-    parts into its JSON value (``steps.worker0``, ``history.accuracy.-1``). The longest
-    prefix that names a record wins, so record names may contain dots."""
-    parts = ref.split(".")
-    for cut in range(len(parts), 0, -1):
-        name = ".".join(parts[:cut])
-        if name in records:
-            value = records[name]
-            for p in parts[cut:]:
-                value = _step(value, p, ref)
-            if value is None:
-                raise Missing(f"record {ref!r} is null (NaN or None was recorded)")
-            return value
-    raise Missing(f"record {ref!r} not found")
-
-
-def _step(value, part: str, ref: str):
-    if isinstance(value, dict) and part in value:
-        return value[part]
-    if isinstance(value, list) and re.fullmatch(r"-?\d+", part):
-        i = int(part)
-        if -len(value) <= i < len(value):
-            return value[i]
-    raise Missing(f"record {ref!r}: no {part!r} in the recorded value")
 
 
 def _number(value, ref: str) -> float:
@@ -281,15 +312,43 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 def evaluate(check: Check, nb, records: dict) -> Score:
     """Score ``check`` on an executed notebook ``nb`` (nbformat node) with its ``records``."""
+    score = KINDS[check.kind].score
+    if score is None:
+        raise ValueError(f"check {check.name!r} ({check.kind}) is scored by the grader's check process")
     try:
-        fraction, reason, value = _EVAL[check.kind](check.spec, nb, records)
+        fraction, reason, value = score(check.spec, nb, records)
     except Missing as e:
         return Score(0.0, check.points, "missing", str(e))
+    return scored(check, fraction, reason, value)
+
+
+def scored(check: Check, fraction: float, reason: str = "", value=None) -> Score:
+    """The Score for ``fraction`` of ``check``'s points."""
     fraction = min(max(fraction, 0.0), 1.0)
     status = "pass" if fraction >= 1 else "partial" if fraction > 0 else "fail"
     return Score(round(check.points * fraction, 2), check.points, status, reason, value)
 
 
+def gate(lab: Lab, scores: dict[str, Score]) -> dict[str, Score]:
+    """Scores after the lab's evidence: while an evidence check earns nothing, every gated
+    check (one that reads what the notebook printed) earns nothing either, and says why."""
+    failed = [f"{name!r} is {scores[name].status}" for name in lab.evidence
+              if name in scores and scores[name].points <= 0]
+    if not failed:
+        return scores
+    out = {}
+    for check in lab.checks:
+        s = scores[check.name]
+        if check.name in lab.evidence or not KINDS[check.kind].gated or s.points <= 0:
+            out[check.name] = s
+        else:
+            out[check.name] = Score(0.0, s.max, "unverified",
+                                    f"no points while the lab's evidence does not hold ({'; '.join(failed)}); "
+                                    f"on its own this check was {s.status}", s.value)
+    return out
+
+
+@kind("record", required={"records"})
 def _eval_record(c, nb, records):
     present, absent = [], []
     for ref in c["records"]:
@@ -305,6 +364,7 @@ def _eval_record(c, nb, records):
     return len(present) / len(c["records"]), reason, present
 
 
+@kind("threshold", required={"record"}, optional={"min", "max", "partial_min", "partial_max"})
 def _eval_threshold(c, nb, records):
     v = _number(lookup(records, c["record"]), c["record"])
     frac, reasons = 1.0, []
@@ -321,6 +381,7 @@ def _eval_threshold(c, nb, records):
     return frac, "; ".join(reasons), v
 
 
+@kind("all_equal", required={"record"}, optional={"tolerance"})
 def _eval_all_equal(c, nb, records):
     values = _numbers(lookup(records, c["record"]), c["record"])
     tol = c.get("tolerance", 0)
@@ -329,6 +390,7 @@ def _eval_all_equal(c, nb, records):
     return 0.0, f"{c['record']} = {_fmt(values)} are not all equal" + (f" (tolerance {tol:g})" if tol else ""), values
 
 
+@kind("sum_equals", required={"record", "total"}, optional={"tolerance"})
 def _eval_sum_equals(c, nb, records):
     values = _numbers(lookup(records, c["record"]), c["record"])
     total_ref = c["total"]
@@ -340,6 +402,7 @@ def _eval_sum_equals(c, nb, records):
                  + (f" (tolerance {tol:g})" if tol else "")), s
 
 
+@kind("compare", required={"left", "op", "right"}, optional={"factor", "tolerance"})
 def _eval_compare(c, nb, records):
     left = _number(lookup(records, c["left"]), c["left"])
     right_ref = c["right"]
@@ -353,6 +416,7 @@ def _eval_compare(c, nb, records):
     return 0.0, f"expected {c['left']} {op} {rhs}, got {left:.4g} vs {right:.4g}", left
 
 
+@kind("figures", optional={"cells", "min"})
 def _eval_figures(c, nb, records):
     need = int(c.get("min", 1))
     names = c.get("cells")
@@ -361,21 +425,23 @@ def _eval_figures(c, nb, records):
         return min(n / need, 1.0), (f"{n} figure(s) in the notebook, expected at least {need}" if n < need else ""), n
     counts, short = {}, []
     for name in names:
-        cells = _named(nb, name)
+        cells = named_cells(nb, name)
         counts[name] = sum(_images(cell) for cell in cells)
         if not cells:
             short.append(f"no cell tagged {name!r}")
         elif counts[name] < need:
-            short.append(f"cell {name!r} shows {counts[name]} figure(s), expected {need}")
+            short.append(f"cell {name!r} shows {counts[name]} figure(s) of at least {MIN_FIGURE_PIXELS} x "
+                         f"{MIN_FIGURE_PIXELS} pixels, expected {need}")
     ok = len(names) - len(short)
     return ok / len(names), "; ".join(short), counts
 
 
+@kind("analysis", optional={"cells", "min_chars", "placeholder"}, gated=False)
 def _eval_analysis(c, nb, records):
     names = c.get("cells") or ["analysis"]
     placeholder = c.get("placeholder", PLACEHOLDER)
     min_chars = int(c.get("min_chars", 80))
-    cells = [(name, cell) for name in names for cell in _named(nb, name)]
+    cells = [(name, cell) for name in names for cell in named_cells(nb, name)]
     if not cells:
         return 0.0, f"no answer cells tagged {', '.join(map(repr, names))} (keep the tag on your answer cells)", 0
     problems = []
@@ -389,23 +455,41 @@ def _eval_analysis(c, nb, records):
     return answered / len(cells), "; ".join(problems), answered
 
 
-_EVAL = {"record": _eval_record, "threshold": _eval_threshold, "all_equal": _eval_all_equal,
-         "sum_equals": _eval_sum_equals, "compare": _eval_compare, "figures": _eval_figures,
-         "analysis": _eval_analysis}
-
-
-def cell_tags(cell) -> list:
-    """A cell's tags; a student's notebook may carry ``"tags": null`` or no metadata at all."""
-    return (cell.get("metadata") or {}).get("tags") or []
-
-
-def _named(nb, name: str) -> list:
-    """Cells tagged ``name``, or the cell whose id is ``name``."""
-    return [cell for cell in nb.cells if name in cell_tags(cell) or cell.get("id") == name]
+# A hidden check: the grader imports the student's functions into a fresh sandboxed process and
+# runs them on its own inputs (labkit.grading.hidden); scored there, never from the notebook.
+KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None)
 
 
 def _images(cell) -> int:
-    return sum(1 for out in cell.get("outputs", []) if any(m in out.get("data", {}) for m in IMAGE_MIMES))
+    """Figures a code cell showed in this run (only code cells have outputs to read)."""
+    if cell.get("cell_type") != "code":
+        return 0
+    return sum(1 for out in cell.get("outputs") or [] if isinstance(out, dict) and _is_figure(out.get("data") or {}))
+
+
+def _is_figure(data: dict) -> bool:
+    """An image of at least MIN_FIGURE_PIXELS on each side (a 1-pixel PNG is not a figure)."""
+    import base64
+    import binascii
+    import io
+
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            raw = data[mime]
+            try:
+                blob = base64.b64decode("".join(raw) if isinstance(raw, list) else raw, validate=False)
+                from PIL import Image
+
+                with Image.open(io.BytesIO(blob)) as im:  # reads the header only
+                    w, h = im.size
+            except (binascii.Error, OSError, ValueError, TypeError):
+                return False
+            return w >= MIN_FIGURE_PIXELS and h >= MIN_FIGURE_PIXELS
+    svg = data.get("image/svg+xml")
+    if svg:
+        text = "".join(svg) if isinstance(svg, list) else str(svg)
+        return "<svg" in text and text.count("<path") >= 5
+    return False
 
 
 def _fmt(values) -> str:

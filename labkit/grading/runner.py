@@ -1,34 +1,36 @@
-"""Run notebooks for grading, each in isolation, N at a time, and say how each run ended.
+"""Run notebooks for grading, each in a sandbox of its own, N at a time, and say how each run ended.
 
-Every notebook runs in its own runner process (``python -m labkit.grading.runner SPEC``)
-that papermill drives, in a fresh working directory holding a copy of the notebook, so a
-submission's files (artifacts, ``runs/``) are its own. The runner
+Every notebook runs under its own runner process (``python -m labkit.grading.runner SPEC``)
+that drives papermill. The runner is the grader's code and runs outside the sandbox; only the
+kernel, and so everything the student's code starts, runs inside it (``labkit.grading.sandbox``).
+The two talk over Unix sockets (Jupyter's ``ipc`` transport) in a private folder both see, so
+papermill writes the executed notebook where the kernel cannot reach it, and only what code
+cells produced in this run ends up in it (the runner gets a copy with every output cleared).
 
-- caps every process it starts at ``memory_mb`` of data segment (``RLIMIT_DATA``, which
-  the kernel and any cluster task inherit; unlike ``RLIMIT_AS`` it ignores the address
-  space TensorFlow reserves but never touches), so a runaway allocation is a
-  ``MemoryError`` in the cell that made it;
-- becomes a child subreaper, so processes the notebook orphans stay in its tree, and
-  kills that tree when papermill returns;
-- pins the kernel's five ZMQ ports to a block of ports owned by its worker slot, so
-  parallel kernels never race each other for the same free port ("Address already in use");
-  a cluster a notebook starts picks its own free ports, and moves if it loses one.
+Limits (``labkit.grading.limits``): the grader puts each runner, and so its kernel and any
+cluster the notebook starts, in a cgroup of its own with a memory limit and a task cap; the
+runner lowers its hard data-segment limit before it starts anything. Ending a run kills the
+whole group, then removes it. The runner also
 
-The grader's side (``run_all``) starts runners, enforces the whole-notebook timeout and a
-cap on the tree's total RSS by killing the process tree, sweeps any process that still
-carries the run's token in its environment, and turns every ending into a ``RunResult``
-with a status and a reason: ``ok``, ``error``, ``timeout``, ``memory``, ``dead-kernel``,
-``crashed``, ``unreadable`` or ``not-submitted``. A failed run never stops the batch.
+- becomes a child subreaper and, on SIGTERM, SIGHUP or its parent's death (``PR_SET_PDEATHSIG``),
+  SIGKILLs every descendant until none is left, from the signal handler itself, then exits: a
+  process that forks or changes session in the meantime is re-parented to the runner and killed
+  in the next round (what the sandbox's PID namespace does anyway, for ``--no-sandbox`` runs);
+- gives papermill a kernel manager that starts the kernel through the sandbox's command line.
+
+The grader's side (``run_all``) prepares and starts runners one by one (a work folder exists
+only once its notebook starts), enforces the whole-notebook timeout, and turns every ending
+into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``, ``dead-kernel``, ``crashed``,
+``unreadable``, ``refused`` or ``not-submitted``. A failed run never stops the batch.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -36,13 +38,13 @@ from pathlib import Path
 
 import psutil
 
+from labkit.grading import limits
 from labkit.grading.report import NEVER_RAN
-from labkit.grading.rubric import cell_tags
-from labkit.proc import OwnedProcess, kill_tree, tail
+from labkit.grading.sandbox import View
+from labkit.proc import OwnedProcess, tail
+from labkit.record import cell_tags
 
-TOKEN_VAR = "LABKIT_GRADE_TOKEN"
-PORT_SPAN = 20                   # ports per worker slot; a kernel needs 5
-PORT_RANGE = (20000, 32000)      # below Linux's ephemeral range, where outgoing sockets take ports
+MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
 
 
 @dataclass
@@ -52,17 +54,23 @@ class Job:
     lab: object                  # rubric.Lab
     source: Path
     executed: Path               # the executed notebook papermill writes
-    workdir: Path                # fresh directory the kernel runs in
+    workdir: Path                # fresh directory the kernel runs in (the only one it may write)
     log: Path                    # runner + kernel stdout/stderr (TensorFlow noise lands here)
+    private: Path | None = None  # the grader's own files for this run (cleaned input, spec, result)
+    flags: list = field(default_factory=list)   # what the submitted file carried that a run must produce
 
     @property
     def key(self) -> tuple:
         return (self.student, self.lab.key)
 
+    @property
+    def clean_input(self) -> Path:
+        return self.private / self.source.name
+
 
 @dataclass
 class RunResult:
-    status: str                  # ok | error | timeout | memory | dead-kernel | crashed | unreadable | not-submitted
+    status: str                  # ok | error | timeout | memory | dead-kernel | crashed | unreadable | refused | not-submitted
     reason: str = ""
     cell: int | None = None      # index of the cell it stopped in, counted in the submitted notebook
     ename: str = ""
@@ -79,6 +87,9 @@ def check_readable(path: Path) -> str | None:
     """Why ``path`` is not a notebook papermill can run, or None when it is."""
     import nbformat
 
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return f"not a notebook the grader runs: {size / 2**20:.1f} MB, over the {MAX_NOTEBOOK_BYTES // 2**20} MB cap"
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
@@ -86,8 +97,17 @@ def check_readable(path: Path) -> str | None:
         return f"not a readable notebook: not UTF-8 text ({e.reason} at byte {e.start})"
     except json.JSONDecodeError as e:
         return f"not a readable notebook: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list) or raw.get("nbformat") != 4:
-        return "not a readable notebook: JSON, but not a version-4 notebook (no 'cells' list or nbformat != 4)"
+    if not isinstance(raw, dict):
+        return "not a readable notebook: JSON, but not a version-4 notebook (not an object with 'cells')"
+    if raw.get("nbformat") != 4:
+        version = raw.get("nbformat")
+        return (f"not a readable notebook: nbformat {version}; save it from JupyterLab (format 4)"
+                if isinstance(version, int) else "not a readable notebook: JSON, but no nbformat version")
+    if not isinstance(raw.get("cells"), list):
+        return "not a readable notebook: JSON, but not a version-4 notebook (no 'cells' list)"
+    if not any(isinstance(c, dict) and c.get("cell_type") == "code" and "".join(c.get("source") or "").strip()
+               for c in raw["cells"]):
+        return "an empty notebook: no code cell with any code in it"
     try:
         nbformat.reads(json.dumps(raw), as_version=4)
     except Exception as e:  # nbformat raises several types for malformed documents
@@ -95,8 +115,33 @@ def check_readable(path: Path) -> str | None:
     return None
 
 
+def clean_copy(source: Path, dest: Path) -> list[str]:
+    """Write ``source`` without anything a run produces (outputs, execution counts, attachments,
+    outputs smuggled into Markdown cells) to ``dest``; returns what was there, cell by cell."""
+    import nbformat
+
+    from labkit.record import pre_baked
+
+    nb = nbformat.read(str(source), as_version=4)
+    flags = pre_baked(nb)
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            cell.outputs, cell.execution_count = [], None
+        else:
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+        for key in ("papermill", "execution"):
+            (cell.get("metadata") or {}).pop(key, None)
+    nb.metadata.pop("papermill", None)
+    nbformat.write(nb, str(dest))
+    return flags
+
+
 def prepare(job: Job) -> RunResult | None:
-    """Give ``job`` a fresh working directory with a copy of its notebook; a RunResult when it cannot run."""
+    """Give ``job`` a fresh working directory and a cleaned copy of its notebook; a RunResult when it cannot run."""
+    if job.source.is_symlink() or job.source.parent.is_symlink():
+        return RunResult("refused", f"{job.source.parent.name}/{job.source.name} is a symbolic link; submit the "
+                                    f"notebook file itself")
     if not job.source.is_file():
         folder = job.source.parent
         found = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
@@ -104,11 +149,12 @@ def prepare(job: Job) -> RunResult | None:
         return RunResult("not-submitted", f"no {job.source.name} in {folder.name}/{hint}")
     why = check_readable(job.source)
     if why:
-        return RunResult("unreadable", why)
-    if job.workdir.exists():
-        shutil.rmtree(job.workdir)
-    job.workdir.mkdir(parents=True)
-    shutil.copy2(job.source, job.workdir / job.source.name)
+        return RunResult("refused" if "cap" in why else "unreadable", why)
+    for d in (job.workdir, job.private):
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    job.flags = clean_copy(job.source, job.clean_input)
     for p in (job.executed, job.log):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.unlink(missing_ok=True)
@@ -118,24 +164,49 @@ def prepare(job: Job) -> RunResult | None:
 # ---------------------------------------------------------------------------------------------
 # The grader's side: start runners, watch them, end them.
 
+@dataclass
+class Setup:
+    """How this batch runs notebooks: the sandbox, the limits backend, and what a kernel sees."""
+    sandbox: object                         # sandbox.Bubblewrap or sandbox.Unconfined
+    backend: str                            # limits backend ("cgroup1", ...)
+    student_kit: Path | None = None         # the student's view of labkit, bound over the real package
+    package: Path | None = None             # the real package directory
+    data: list[Path] = field(default_factory=list)   # dataset folders, read-only
+    data_env: dict = field(default_factory=dict)     # LABKIT_DATA for the kernel
+
+    def view(self, cwd: Path, rw: list[Path], scratch: Path, env: dict, ro=()) -> View:
+        overlays = [(self.student_kit, self.package)] if self.student_kit else []
+        return View(cwd=cwd, env={**self.data_env, **env}, scratch=scratch, ro=[*self.data, *ro], rw=rw,
+                    overlays=overlays)
+
+
 class _Running:
-    def __init__(self, job: Job, slot: int, port_base: int):
-        self.job, self.lab = job, job.lab
+    def __init__(self, job: Job, setup: Setup):
+        self.job, self.lab, self.setup = job, job.lab, setup
         self.token = uuid.uuid4().hex
-        spec = {"input": str((job.workdir / job.source.name).resolve()), "output": str(job.executed.resolve()),
-                "workdir": str(job.workdir.resolve()), "parameters": dict(job.lab.parameters),
-                "kernel": job.lab.kernel, "cell_timeout": job.lab.cell_timeout,
-                "start_timeout": job.lab.start_timeout, "memory_mb": job.lab.memory_mb,
-                "ports": [port_base + slot * PORT_SPAN, PORT_SPAN], "log": str(job.log.resolve())}
-        self.spec_path = job.log.resolve().with_suffix(".spec.json")   # the runner's cwd is the workdir
-        self.result_path = job.log.resolve().with_suffix(".result.json")
-        self.result_path.unlink(missing_ok=True)
+        self.ipc = Path(tempfile.mkdtemp(prefix="lk-"))   # short: a Unix socket path has 107 bytes at most
+        self.group = limits.open_group(self.token[:16], self.lab.memory_mb * 2**20, self.lab.max_processes,
+                                       backends=[setup.backend])
+        work = job.workdir.resolve()
+        view = setup.view(work, [work, self.ipc], job.private.resolve(),
+                          {"LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                           "LABKIT_GRADED": "1"})
+        prefix, env = setup.sandbox.command(["KERNEL"], view)
+        spec = {"input": str(job.clean_input.resolve()), "output": str(job.executed.resolve()), "workdir": str(work),
+                "parameters": dict(job.lab.parameters), "kernel": job.lab.kernel,
+                "cell_timeout": job.lab.cell_timeout, "start_timeout": job.lab.start_timeout,
+                "memory_mb": job.lab.memory_mb, "max_processes": job.lab.max_processes,
+                "ipc": str(self.ipc), "kernel_prefix": prefix[:-1], "group": [str(p) for p in self.group.procs],
+                "log": str(job.log.resolve()), "parent": os.getpid()}
+        self.spec_path = job.private.resolve() / "spec.json"
+        self.result_path = job.private.resolve() / "result.json"
         self.spec_path.write_text(json.dumps(spec, indent=1))
-        # cluster runs (labkit.launch) go under the submission's own directory, where verifiers look
-        env = {**os.environ, TOKEN_VAR: self.token, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "LABKIT_RUNS": str(job.workdir.resolve() / "runs")}
-        self.proc = OwnedProcess([sys.executable, "-m", "labkit.grading.runner", self.spec_path, self.result_path],
-                                 job.log, env=env, cwd=job.workdir)
+        if setup.sandbox.confined:  # the runner itself is ours: it needs no more than a path
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(job.private.resolve()),
+                   "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+        cmd = self.group.enter_command([sys.executable, "-m", "labkit.grading.runner", str(self.spec_path),
+                                        str(self.result_path)])
+        self.proc = OwnedProcess(cmd, job.log, env=env, cwd=job.private)
         self.t0 = time.monotonic()
         self.proc.start()
 
@@ -145,94 +216,114 @@ class _Running:
         if self.proc.poll() is not None:
             return self._finish(self._read_result())
         if elapsed > self.lab.notebook_timeout:
-            self.proc.kill()
+            self.stop()
             cell = self._running_cell()
             return self._finish(RunResult(
                 "timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
                            f"its processes were killed", cell))
-        rss = _tree_rss(self.proc.pid)
-        if rss > self.lab.memory_mb * 2**20:
-            self.proc.kill()
+        if self.group.oom_kills():  # the kernel killed a process at the group's memory limit: the run is over
+            self.stop()
             cell = self._running_cell()
-            with open(self.job.log, "a") as f:
-                f.write(f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: killed\n")
             return self._finish(RunResult(
                 "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
                           f"they were killed", cell))
+        if self.group.backend == "rlimit":  # no cgroup: cap the tree's total RSS by polling
+            rss = _tree_rss(self.proc.pid)
+            if rss > self.lab.memory_mb * 2**20:
+                self.stop()
+                cell = self._running_cell()
+                with open(self.job.log, "a") as f:
+                    f.write(f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: "
+                            f"killed\n")
+                return self._finish(RunResult(
+                    "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
+                              f"they were killed", cell))
         return None
 
     def _read_result(self) -> RunResult:
         try:
-            return RunResult(**json.loads(self.result_path.read_text()))
+            result = RunResult(**json.loads(self.result_path.read_text()))
         except (FileNotFoundError, json.JSONDecodeError, TypeError):
             last = next((ln for ln in reversed(tail(self.job.log, 20).splitlines()) if ln.strip()), "")
-            return RunResult("crashed", f"the grader's runner exited with code {self.proc.poll()} "
-                                        f"{_where(self._running_cell())}: {_one_line(last)}",
-                             cell=self._running_cell())
+            result = RunResult("crashed", f"the grader's runner exited with code {self.proc.poll()} "
+                                          f"{_where(self._running_cell())}: {_one_line(last)}",
+                               cell=self._running_cell())
+        if result.status in ("dead-kernel", "error", "crashed") and self.group.oom_kills():
+            result = RunResult("memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB "
+                                         f"{_where(result.cell)}; the kernel's OOM killer ended "
+                                         f"{self.group.oom_kills()} of them", result.cell, result.ename,
+                               result.evalue)
+        elif result.status == "error" and self.group.task_limit_hits():
+            result.reason += (f" (the run reached its limit of {self.lab.max_processes:g} processes and threads, "
+                              f"so a fork failed)")
+        return result
 
     def _running_cell(self) -> int | None:
-        return running_cell(self.job.executed, self.job.workdir / self.job.source.name, bool(self.lab.parameters))
+        return running_cell(self.job.executed, self.job.clean_input, bool(self.lab.parameters))
+
+    def stop(self) -> None:
+        """End the runner and everything in the run's group."""
+        self.proc.kill(grace=2.0)
+        self.group.kill()
 
     def _finish(self, result: RunResult) -> RunResult:
-        self.proc.kill()
-        result.killed = sweep(self.token)
+        self.proc.kill(grace=2.0)
+        result.killed = self.group.kill()
         if result.killed:
             with open(self.job.log, "a") as f:
-                f.write(f"\n[grader] killed processes that had left the notebook's tree: {result.killed}\n")
+                f.write(f"\n[grader] killed processes still running after the run: {result.killed}\n")
+        self.group.close()
+        shutil.rmtree(self.ipc, ignore_errors=True)
         result.seconds = round(time.monotonic() - self.t0, 1)
-        self.spec_path.unlink(missing_ok=True)
-        self.result_path.unlink(missing_ok=True)
         return result
 
     def kill(self) -> None:
-        self.proc.kill()
-        sweep(self.token)
+        self.stop()
+        self.group.close()
+        shutil.rmtree(self.ipc, ignore_errors=True)
 
 
-def run_all(jobs: list[Job], parallel: int = 1, on_done=None, poll: float = 0.25) -> dict:
-    """Run ``jobs`` (already ``prepare``d), ``parallel`` at a time; ``on_done(job, result)`` as each ends.
+def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: float = 0.25) -> dict:
+    """Run ``jobs``, ``parallel`` at a time; each is ``prepare``d just before it starts (so no
+    notebook sees another's folder, even unsandboxed). ``then(job, result)`` is called as each
+    ends; it may return a further step for that job (the grader's checks: an object whose
+    ``poll()`` is None until it is done, and ``kill()``), which keeps the job's slot and is
+    polled in the same loop, so every other notebook's limits are still enforced meanwhile.
 
-    Returns {job.key: RunResult}. Interrupting (Ctrl-C) kills every running notebook's tree.
+    Returns {job.key: RunResult}. Interrupting (Ctrl-C) kills every running notebook's group.
     """
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, not {parallel}")
-    pending, running, results = list(jobs), {}, {}
-    free = list(range(parallel))
-    port_base = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - parallel * PORT_SPAN, PORT_SPAN)
+    pending, running, results = list(jobs), [], {}
+
+    def ended(job, result):
+        results[job.key] = result
+        step = then(job, result) if then else None
+        if step is not None:
+            running.append(step)
+
     try:
         while pending or running:
-            while pending and free:
-                slot = free.pop(0)
-                running[slot] = _Running(pending.pop(0), slot, port_base)
-            time.sleep(poll)
-            for slot, run in list(running.items()):
-                result = run.poll()
-                if result is not None:
-                    del running[slot]
-                    free.append(slot)
-                    results[run.job.key] = result
-                    if on_done:
-                        on_done(run.job, result)
+            while pending and len(running) < parallel:
+                job = pending.pop(0)
+                early = prepare(job)
+                if early is None:
+                    running.append(_Running(job, setup))
+                else:
+                    ended(job, early)
+            if running:
+                time.sleep(poll)
+            for item in list(running):
+                out = item.poll()
+                if out is None:
+                    continue
+                running.remove(item)
+                if isinstance(item, _Running):
+                    ended(item.job, out)
     finally:
-        for run in running.values():
-            run.kill()
+        for item in running:
+            item.kill()
     return results
-
-
-def sweep(token: str) -> list[int]:
-    """Kill every process of ours whose environment carries ``token``: what escaped the tree."""
-    me = os.getpid()
-    found = []
-    for p in psutil.process_iter(["pid", "uids"]):
-        try:
-            if p.pid != me and p.info["uids"] and p.info["uids"].real == os.getuid() \
-                    and p.environ().get(TOKEN_VAR) == token:
-                found.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    for pid in found:
-        kill_tree(pid, grace=1.0)
-    return found
 
 
 def _tree_rss(pid: int) -> int:
@@ -261,7 +352,7 @@ def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
     except (OSError, ValueError):
         return None
     cells = [c for c in nb.cells if "papermill-error-cell-tag" not in cell_tags(c)]
-    started = [i for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    started = [i for i, c in enumerate(cells) if (c.get("metadata") or {}).get("papermill", {}).get("start_time")]
     return source_index(source, started[-1], injected) if started else None
 
 
@@ -298,25 +389,51 @@ MEMORY_ENAMES = ("MemoryError", "_ArrayMemoryError", "ResourceExhaustedError")
 OOM_SIGNS = ("std::bad_alloc", "Cannot allocate memory", "MemoryError", "out of memory")
 
 
-def _limit_memory(mb: float) -> None:
-    import resource
+def kill_descendants(rounds: int = 200) -> list[int]:
+    """SIGKILL every descendant of this process until none is left (a subreaper gets the orphans
+    of what it kills, so a process that forked in between is found in the next round)."""
+    killed = []
+    me = psutil.Process()
+    for _ in range(rounds):
+        try:
+            kids = me.children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        if not kids:
+            break
+        for p in kids:
+            try:
+                p.kill()
+                killed.append(p.pid)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(kids, timeout=0.5)
+        while True:  # reap the orphans re-parented to us, or they stay listed as zombies
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+    return killed
 
-    limit = int(mb * 2**20)
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+def _teardown(signum, frame) -> None:
+    """SIGTERM/SIGHUP, or the grader died: kill everything the notebook started, then exit."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        left = kill_descendants()
+        print(f"[runner] stopped by signal {signum}; killed {len(left)} process(es)", file=sys.stderr, flush=True)
+    finally:
+        os._exit(130)
 
 
-def _own_the_tree() -> None:
+def _own_the_tree(parent: int) -> None:
     """Orphaned descendants are re-parented to this runner instead of init, the runner gets
-    SIGTERM when the grader dies, and SIGTERM/SIGHUP unwind it (so ``main`` kills its tree).
-    The first two are Linux-only; elsewhere the grader's tree kill still applies."""
-    def unwind(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
+    SIGTERM when the grader dies, and SIGTERM/SIGHUP end the run at once (``_teardown``). The
+    first two are Linux-only; elsewhere the grader's group kill still applies."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, unwind)
+        signal.signal(sig, _teardown)
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -324,38 +441,26 @@ def _own_the_tree() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() == 1:  # the grader died before we could ask
-        raise KeyboardInterrupt("the grader is gone")
+    if os.getppid() != parent:  # the grader died before we could ask
+        _teardown(signal.SIGTERM, None)
 
 
-def _free_ports(base: int, span: int, count: int = 5) -> list[int] | None:
-    ports = []
-    for port in range(base, base + span):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-        if len(ports) == count:
-            return ports
-    return None
-
-
-def _kernel_manager_class(base: int, span: int):
+def _kernel_manager_class(prefix: list[str], ipc: str):
     from jupyter_client.manager import AsyncKernelManager
 
-    class PinnedPortsKernelManager(AsyncKernelManager):
-        """A kernel manager whose ports come from this worker slot's own block."""
+    class SandboxedKernelManager(AsyncKernelManager):
+        """A kernel started through the sandbox's command line, reached over Unix sockets in ``ipc``."""
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            ports = _free_ports(base, span)
-            if ports:  # else fall back to jupyter_client's random free ports
-                self.cache_ports = False
-                self.shell_port, self.iopub_port, self.stdin_port, self.hb_port, self.control_port = ports
+            self.transport = "ipc"
+            self.ip = f"{ipc}/k"
+            self.connection_file = f"{ipc}/kernel.json"
 
-    return PinnedPortsKernelManager
+        def format_kernel_cmd(self, extra_arguments=None):
+            return [*prefix, *super().format_kernel_cmd(extra_arguments)]
+
+    return SandboxedKernelManager
 
 
 def _execute(spec: dict) -> RunResult:
@@ -368,7 +473,7 @@ def _execute(spec: dict) -> RunResult:
         pm.execute_notebook(src, out, parameters=spec["parameters"], kernel_name=spec["kernel"],
                             cwd=spec["workdir"], execution_timeout=spec["cell_timeout"],
                             start_timeout=spec["start_timeout"], progress_bar=False, log_output=False,
-                            kernel_manager_class=_kernel_manager_class(*spec["ports"]),
+                            kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"]),
                             shutdown_kernel="immediate")
         return RunResult("ok")
     except PapermillExecutionError as e:
@@ -398,18 +503,14 @@ def _execute(spec: dict) -> RunResult:
 def main(argv=None) -> int:
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
-    _limit_memory(spec["memory_mb"])
+    _own_the_tree(spec["parent"])
+    limits.limit_self(spec["memory_mb"] * 2**20, spec.get("max_processes"))
     try:
-        _own_the_tree()
         result = _execute(spec)
-    except KeyboardInterrupt as e:  # SIGTERM/SIGHUP: the grader is stopping us (or died)
-        print(f"[runner] stopped ({e}); killing the notebook's processes", file=sys.stderr)
-        return 130
     finally:
-        left = [p.pid for p in psutil.Process().children(recursive=True)]
+        left = kill_descendants()
         if left:
-            print(f"[runner] killing processes the notebook left running: {left}", file=sys.stderr)
-            kill_tree(os.getpid(), grace=2.0, include_self=False)
+            print(f"[runner] killed processes the notebook left running: {left}", file=sys.stderr)
     Path(result_path).write_text(json.dumps(asdict(result)))
     return 0
 

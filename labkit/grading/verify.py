@@ -1,4 +1,4 @@
-"""Re-check what a notebook claims, in the grader's own process, from the files it left behind.
+"""Re-check what a notebook claims from the files its run left behind, with the grader's own inputs.
 
 A record is only what the notebook printed; a verifier recomputes the claim from the run's
 artifacts (saved weights, task result files) with labkit's own code. A rubric check names
@@ -7,13 +7,21 @@ value disagrees, the check's status becomes ``mismatch`` and it earns no points.
 claim cannot be checked at all (the artifact is missing or unreadable) it is ``unverified``,
 also with no points.
 
+What a verifier may trust: its arguments (from the rubric: test sets, seeds, sizes) and
+nothing the notebook chose. It reads artifacts only through ``Context.path``, which refuses
+absolute paths, ``..`` and symbolic links that lead out of the run's work folder, and files
+over ``MAX_ARTIFACT_BYTES``. Verifiers run in the grader's check process
+(``labkit.grading.checks``): sandboxed, with a time and memory limit, the work folder
+read-only, never in the grader itself.
+
 Adding a verifier for a lab: write a function here taking ``(ctx, **args)`` and returning a
-``Verdict``, decorate it with ``@verifier("name")``, and raise ``Unverifiable`` (with a reason
-that says which file is missing and which cell writes it) when there is nothing to check.
+``Verdict``, decorate it with ``@verifier("name")``, take every input that defines the check
+(test set size, seed) as an argument with the lab's default, and raise ``Unverifiable``
+(with a reason that says which file is missing and which cell writes it) when there is
+nothing to check.
 """
 from __future__ import annotations
 
-import ast
 import glob
 import inspect
 import json
@@ -23,17 +31,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from labkit.grading.rubric import Missing, cell_tags, lookup
+from labkit.record import Missing, lookup
 
 VERIFIERS: dict[str, Callable] = {}
+MAX_ARTIFACT_BYTES = 64 * 2**20
+MAX_RESULT_FILES = 256
 
 
 @dataclass
 class Context:
-    workdir: Path          # the run's working directory (artifacts/, runs/ ...)
+    workdir: Path          # the run's working directory (artifacts/, runs/ ...), read-only
     records: dict          # every record of the executed notebook
-    params: dict           # the parameters the notebook ran with (its defaults, then the rubric's)
+    params: dict           # the lab's parameters from the rubric (never the notebook's own)
     claimed: object        # the value of the check's record: what is being verified
+
+    def path(self, rel, what: str = "artifact") -> Path:
+        """``rel`` (a path a record or the rubric names) inside the work folder, or Unverifiable."""
+        rel = str(rel)
+        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise Unverifiable(f"the {what} path {rel!r} must be relative to the run's folder, without '..'")
+        root = self.workdir.resolve()
+        p = (root / rel)
+        try:
+            resolved = p.resolve(strict=True)
+        except (FileNotFoundError, RuntimeError):
+            raise Unverifiable(f"{rel} was not saved, so the claim cannot be re-checked") from None
+        if resolved != root and root not in resolved.parents:
+            raise Unverifiable(f"the {what} {rel} is a link that leads out of the run's folder; refused")
+        if resolved.is_file() and resolved.stat().st_size > MAX_ARTIFACT_BYTES:
+            raise Unverifiable(f"the {what} {rel} is {resolved.stat().st_size / 2**20:.0f} MB, over the "
+                               f"{MAX_ARTIFACT_BYTES // 2**20} MB a verifier reads")
+        return resolved
 
 
 @dataclass
@@ -70,33 +98,6 @@ def run(spec: dict, ctx: Context) -> Verdict:
         raise Unverifiable(f"verifier {spec['name']!r} failed: {type(e).__name__}: {e}") from e
 
 
-def notebook_parameters(nb) -> dict:
-    """The literal assignments of the ``parameters`` cell, overridden by papermill's injected cell."""
-    params = {}
-    for tag in ("parameters", "injected-parameters"):
-        for cell in nb.cells:
-            if cell.cell_type == "code" and tag in cell_tags(cell):
-                params.update(_literal_assignments(cell.source))
-    return params
-
-
-def _literal_assignments(source: str) -> dict:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    out = {}
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if len(targets) == 1 and isinstance(targets[0], ast.Name) and node.value is not None:
-                try:
-                    out[targets[0].id] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass  # not a literal (an expression of other parameters): not needed here
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Verifiers
 
@@ -110,20 +111,30 @@ def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None
     ``field`` is the path of the step count inside each file (``steps.local``). With ``key``
     (a field naming the task, e.g. ``task``) the record must be a dict keyed by it; otherwise
     values are compared as a multiset, since a list's order is the notebook's choice.
-    ``{name}`` in ``results`` is replaced by record ``name`` (``{sync_run_dir}/worker-*.json``).
+    ``{name}`` in ``results`` is replaced by record ``name`` (``{sync_run_dir}/worker-*.json``),
+    which must name a folder inside the run's folder.
     """
-    try:  # "{sync_run_dir}/worker-*.json": a record names the run directory
-        pattern = re.sub(r"\{([^{}]+)\}", lambda m: glob.escape(str(lookup(ctx.records, m.group(1)))), results)
-    except Missing as e:
-        raise Unverifiable(f"the results pattern {results} needs a record: {e}") from e
-    files = sorted(f for f in glob.glob(str(ctx.workdir / pattern), recursive=True) if not f.endswith(".hello.json"))
+    def folder(m):
+        try:
+            value = str(lookup(ctx.records, m.group(1)))
+        except Missing as e:
+            raise Unverifiable(f"the results pattern {results} needs a record: {e}") from e
+        ctx.path(value, "run folder")  # refuses absolute paths, '..' and links out
+        return glob.escape(value)
+
+    pattern = re.sub(r"\{([^{}]+)\}", folder, results)
+    root = ctx.workdir.resolve()
+    files = sorted(f for f in glob.glob(str(root / pattern), recursive=True) if not f.endswith(".hello.json"))
     if not files:
         raise Unverifiable(f"no task result files match {results} in the run's directory")
+    if len(files) > MAX_RESULT_FILES:
+        raise Unverifiable(f"{len(files)} files match {results}; a run has at most {MAX_RESULT_FILES} tasks")
     found = {}
     for f in files:
+        rel = Path(f).relative_to(root).as_posix()
         try:
-            data = json.loads(Path(f).read_text())
-            name = str(lookup(data, key)) if key else Path(f).relative_to(ctx.workdir).as_posix()
+            data = json.loads(ctx.path(rel, "task result").read_text())
+            name = str(lookup(data, key)) if key else rel
             found[name] = lookup(data, field)
         except (OSError, json.JSONDecodeError, Missing) as e:
             raise Unverifiable(f"task result {Path(f).name} is unreadable or lacks {field!r}: {e}") from e
@@ -145,38 +156,58 @@ def _num(v):
     return float(v) if isinstance(v, (int, float)) else math.nan
 
 
+def _claimed_number(ctx: Context) -> float:
+    if isinstance(ctx.claimed, bool) or not isinstance(ctx.claimed, (int, float)) or not math.isfinite(ctx.claimed):
+        raise Unverifiable(f"the record is {ctx.claimed!r}, not a number")
+    return float(ctx.claimed)
+
+
 @verifier("lab1_weights")
-def lab1_weights(ctx: Context, artifact: str = "artifacts/lab1_core_weights.npz", tolerance: float = 0.005) -> Verdict:
-    """Lab 1: the recorded test accuracy is what the saved weights W, b give on the test set."""
-    path = ctx.workdir / artifact
-    if not path.is_file():
-        raise Unverifiable(f"{artifact} was not saved, so the accuracy cannot be re-checked "
-                           f"(the training cell saves it)")
+def lab1_weights(ctx: Context, artifact: str = "artifacts/lab1_core_weights.npz", tolerance: float = 0.005,
+                 test_limit: int | None = None, seed: int = 0) -> Verdict:
+    """Lab 1: the recorded test accuracy is what the saved weights W, b give on the rubric's
+    test set (``test_limit`` images of MNIST's test set, all by default, drawn with ``seed``)."""
+    path = ctx.path(artifact, "weights file")
     from labkit import lr
 
-    acc = lr.evaluate_weights(path, **lr.evaluation_settings(ctx.params))
-    claimed = float(ctx.claimed)
+    claimed = _claimed_number(ctx)
+    acc = lr.evaluate_weights(path, test_limit=test_limit, seed=seed)
     if abs(acc - claimed) <= tolerance:
         return Verdict(True, value=acc)
     return Verdict(False, f"recorded {claimed:.4f} but the saved weights give {acc:.4f} on the test set", acc)
 
 
 @verifier("lab3_weights")
-def lab3_weights(ctx: Context, weights: str = "artifacts.sync_weights", tolerance: float = 0.002) -> Verdict:
-    """Lab 3: the recorded test accuracy is what the chief's saved sparse LR weights give on
-    the test set the file names (a9a, or the seeded click data). ``weights`` is the record
-    holding the file's path (relative to the working directory)."""
+def lab3_weights(ctx: Context, weights: str = "artifacts.sync_weights", tolerance: float = 0.002,
+                 data: str = "click", num_features: int = 1_000_000, test_rows: int = 10_000,
+                 click_seed: int = 0) -> Verdict:
+    """Lab 3: the recorded test accuracy is what the chief's saved sparse LR weights give on the
+    rubric's test set (``data``, ``num_features``, ``test_rows``, ``click_seed``). ``weights`` is
+    the record holding the file's path (relative to the working directory). A file saved for
+    another test set is a mismatch: the test set is the grader's, never the file's."""
     try:
-        path = ctx.workdir / str(lookup(ctx.records, weights))
+        rel = str(lookup(ctx.records, weights))
     except Missing as e:
         raise Unverifiable(f"no record {weights!r} names the saved weights (the records cell writes it): {e}") from e
-    if not path.is_file():
-        raise Unverifiable(f"{path.name} was not saved, so the accuracy cannot be re-checked (the records cell "
-                           f"copies it from the cluster's run directory)")
-    from labkit.experiments.sparse_lr import evaluate_weights
+    path = ctx.path(rel, "weights file")
+    import numpy as np
 
-    acc = evaluate_weights(path)["accuracy"]
-    claimed = float(ctx.claimed)
+    from labkit.tasks.sparse_lr import evaluate_arrays, load_rows
+
+    claimed = _claimed_number(ctx)
+    with np.load(path, allow_pickle=False) as f:
+        saved = json.loads(str(f["settings"]))
+        idx, values = np.asarray(f["indices"]), np.asarray(f["values"], np.float32)
+    want = {"data": data, "num_features": num_features, "test_rows": test_rows, "click_seed": click_seed}
+    differ = {k: saved.get(k) for k in want if saved.get(k) != want[k]}
+    if differ:
+        return Verdict(False, f"the weights were saved for another test set ({differ}); the grader's is {want}")
+    if idx.shape != values.shape or idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= num_features)):
+        raise Unverifiable(f"{rel} holds indices outside 0..{num_features - 1} or not one value per index")
+    w = np.zeros(num_features, np.float32)
+    w[idx] = values
+    test = load_rows(data, "test", num_features=num_features, rows=test_rows, click_seed=click_seed)
+    acc = evaluate_arrays(w, test)["accuracy"]
     if abs(acc - claimed) <= tolerance:
         return Verdict(True, value=acc)
     return Verdict(False, f"recorded {claimed:.4f} but the saved weights give {acc:.4f} on the test set", acc)

@@ -28,14 +28,16 @@ What the runtime does, and why:
   samples, how the task ended. It is written first, then the process ends with
   ``os._exit``: TensorFlow's teardown (tf.data iterators, gRPC) can stall for seconds
   after the work is done, and nothing after the result matters.
-- **Clean ends.** SIGTERM (the launcher stopping the cluster, or the launcher dying:
-  local tasks ask the kernel for SIGTERM when their parent exits) writes the result
-  with ``shutdown: "terminated"`` and exits 143, even while the main thread is inside
-  a TensorFlow call. An exception writes the traceback into
-  the result and the log and exits 1.
+- **Clean ends.** SIGTERM (the launcher stopping the cluster, or the launcher dying: the
+  kernel sends it to a local task whose launcher exits, ``labkit.proc``, and a remote
+  task's wrapper sends it when the ssh session ends, ``launch.remote_command``) writes
+  the result with ``shutdown: "terminated"`` and exits 143, even while the main thread
+  is inside a TensorFlow call, and even when nobody reads the task's output any more.
+  An exception writes the traceback into the result and the log and exits 1.
 - **Parameter-server shutdown**, which TensorFlow does not provide: ``DoneSignal`` (TF1:
   every trainer enqueues once into a shared queue on each ps, which dequeues once per
-  trainer and exits) and ``exit_when_port_closes`` (TF2: ps and workers exit when the
+  trainer and exits; a trainer that finds the ps gone when it signals has finished, see
+  ``signal_done``) and ``exit_when_port_closes`` (TF2: ps and workers exit when the
   chief's port closes).
 
 This module imports TensorFlow only inside ``TaskRuntime.tf()``.
@@ -43,11 +45,8 @@ This module imports TensorFlow only inside ``TaskRuntime.tf()``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import importlib.metadata
 import json
 import os
-import platform
 import signal
 import socket
 import sys
@@ -60,40 +59,18 @@ import psutil
 
 from labkit.cluster import from_tf_config, port_is_free, split_address
 
-RESULT_FORMAT = "labkit.task-result/1"
-EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
+# re-exported: task programs and the grader name these through the runtime
+from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR,  # noqa: F401
+                             EXIT_OK, EXIT_PORT_IN_USE, EXIT_TERMINATED, RESULT_FORMAT, PortInUse, task_file,
+                             versions)
+
 TRAINER_JOBS = ("chief", "worker")
-
-
-class PortInUse(RuntimeError):
-    """This task's server could not bind its port (another process holds it)."""
-
-
-def task_file(task_type: str, index: int, suffix: str) -> str:
-    """The file name a task writes in the run directory: ``worker-1.json``, ``ps-0.log``..."""
-    return f"{task_type}-{index}{suffix}"
-
-
-def versions() -> dict:
-    """Versions that must agree across a cluster, read without importing TensorFlow."""
-    def dist(*names):
-        for n in names:
-            try:
-                return importlib.metadata.version(n)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        return None
-
-    import labkit
-
-    return {"python": platform.python_version(), "tensorflow": dist("tensorflow-cpu", "tensorflow"),
-            "keras": dist("keras"), "labkit": labkit.__version__}
 
 
 def thread_limits(spec, task) -> tuple[int, int]:
     """(intra-op, inter-op) threads for ``task``: the launcher's choice, else the cores of
     this host shared among the cluster's tasks on it."""
-    env_intra, env_inter = os.environ.get("LABKIT_INTRA_OP_THREADS"), os.environ.get("LABKIT_INTER_OP_THREADS")
+    env_intra, env_inter = os.environ.get(ENV_INTRA_OP), os.environ.get(ENV_INTER_OP)
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -120,7 +97,7 @@ class TaskRuntime:
     def __init__(self, program: str, args: dict | None = None, sample_interval: float = 0.5):
         self.started_epoch = psutil.Process().create_time()  # counts interpreter start-up too
         self.spec, self.task = from_tf_config()
-        self.run_dir = Path(os.environ.get("LABKIT_RUN_DIR", ".")).resolve()
+        self.run_dir = Path(os.environ.get(ENV_RUN_DIR, ".")).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.intra_op, self.inter_op = thread_limits(self.spec, self.task)
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(self.intra_op)
@@ -142,13 +119,11 @@ class TaskRuntime:
         self._finishing = threading.Lock()
         self._warming = False
         self._handle_sigterm()
-        self._die_with_parent()
         # The hello says: alive, and a SIGTERM from now on ends in a result file.
         write_json(self.path(".hello.json"), {k: self.result[k] for k in
                                               ("task", "host", "pid", "versions", "program", "started_epoch")})
         if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
-            self.finish(PortInUse(f"{self.task.name}: port {self.task.port} ({self.task.address}) is taken "
-                                  f"by another process"))
+            self.finish(PortInUse(self.task.name, self.task.address, " (found before importing TensorFlow)"))
 
     # ------------------------------------------------------------------ basics
     def path(self, suffix: str) -> Path:
@@ -192,8 +167,12 @@ class TaskRuntime:
             self.mark(f"{name} end")
 
     def log(self, *parts) -> None:
-        """A line in this task's log, with the time since the process started."""
-        print(f"[{self.task.name} {self.since_start():7.2f}s]", *parts, flush=True)
+        """A line in this task's log, with the time since the process started. A log that
+        is gone (a remote task's ssh session closed) loses the line, never the task."""
+        try:
+            print(f"[{self.task.name} {self.since_start():7.2f}s]", *parts, flush=True)
+        except OSError:  # BrokenPipeError, EIO: nobody reads this output any more
+            pass
 
     # -------------------------------------------------------------- TensorFlow
     def tf(self):
@@ -234,8 +213,8 @@ class TaskRuntime:
                                           task_index=self.task.index, config=self.session_config(), start=True)
         except tf.errors.UnknownError as e:
             if "Could not start" in str(e):
-                raise PortInUse(f"{self.task.name}: could not listen on port {self.task.port} "
-                                f"({self.task.address}): another process holds it") from e
+                raise PortInUse(self.task.name, self.task.address, ": TensorFlow's server could not listen on it") \
+                    from e
             raise
         self.timings["server_up_s"] = self.since_start()
         self.mark("server up")
@@ -274,17 +253,25 @@ class TaskRuntime:
 
     def signal_done(self, target: str, done: "DoneSignal") -> None:
         """TF1 trainer: tell every ps this task is finished (run it last: after it, the
-        ps may exit, and the variables with it)."""
+        ps may exit, and the variables with it).
+
+        The last trainer's signal completes the ps's dequeue, and the ps exits at once,
+        sometimes before the reply to that very signal has left it: the trainer then sees
+        the connection reset (``UnavailableError``). No acknowledgement can close that race
+        (the last message of any exchange can be lost), and nothing is lost in it: this
+        task's training ended before, and a ps that died of anything else fails on its own
+        account. So a ps found gone here is logged and recorded (``done_signal``), not an error."""
         tf = self.tf()
-        with tf.compat.v1.Session(target, config=self.session_config()) as sess:
-            try:
+        gone = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+        try:
+            with tf.compat.v1.Session(target, config=self.session_config()) as sess:
                 sess.run(done.enqueue)
-            except tf.errors.UnavailableError as e:
-                # The enqueue runs on the ps, which exits as soon as every trainer has signalled; when
-                # this signal was the last one, the ps can be gone before the reply reaches us. A ps
-                # that died before that would fail the run through its own exit code.
-                self.log(f"the ps closed the connection while this task signalled done ({e.message.splitlines()[0]}); "
-                         "it exits once every trainer has signalled")
+            self.result["done_signal"] = "delivered"
+        except gone as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            self.result["done_signal"] = f"ps already gone ({type(e).__name__})"
+            self.log(f"the ps was gone when this task signalled done ({type(e).__name__}: {first[:160]}); "
+                     f"training had finished, so this task ends normally")
 
     def session_creator(self, server, scaffold=None, max_wait_secs: float = 300):
         """TF1 ``SessionCreator`` for ``MonitoredSession``: the chief initializes the
@@ -359,7 +346,7 @@ class TaskRuntime:
                 exc = None  # sys.exit() / sys.exit(0) inside the block: a normal end
             if exc is not None:
                 text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                print(text, file=sys.stderr, flush=True)
+                _say(text)
                 self.result.update(status="error", error=text)
                 code = EXIT_PORT_IN_USE if isinstance(exc, PortInUse) else EXIT_ERROR
             else:
@@ -384,11 +371,14 @@ class TaskRuntime:
             self.result["ended_epoch"] = time.time()
             write_json(self.path(".json"), self.result)
         except BaseException:  # the process ends either way; say why the result is missing
-            print("labkit: could not write the task result:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+            _say("labkit: could not write the task result:\n" + traceback.format_exc())
             code = EXIT_ERROR
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a closed or broken log must not keep the process alive
+                    pass
             os._exit(code if code is not None else EXIT_ERROR)
 
     def _handle_sigterm(self) -> None:
@@ -408,22 +398,20 @@ class TaskRuntime:
         def watch():
             while os.read(read_end, 1) != bytes([signal.SIGTERM]):
                 pass
-            self.log("SIGTERM: writing the result and exiting")
-            self.finish(shutdown="terminated", code=EXIT_TERMINATED)
+            try:
+                self.log("SIGTERM: writing the result and exiting")
+            finally:  # whatever happens, this thread ends the process: it is the only one that acts on SIGTERM
+                self.finish(shutdown="terminated", code=EXIT_TERMINATED)
 
         threading.Thread(target=watch, name="labkit-sigterm", daemon=True).start()
 
-    @staticmethod
-    def _die_with_parent() -> None:
-        """Ask Linux for SIGTERM when the launcher dies (a killed notebook kernel), so
-        no task outlives its owner. Only for tasks the launcher started itself."""
-        parent = os.environ.get("LABKIT_PARENT_PID")
-        if not parent or not sys.platform.startswith("linux"):
-            return
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != int(parent):  # the launcher died before we asked
-            os.kill(os.getpid(), signal.SIGTERM)
+
+def _say(text: str) -> None:
+    """``text`` on stderr, if anyone still reads it."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def run_graph_task(rt: TaskRuntime, args, run_ps, run_trainer) -> None:

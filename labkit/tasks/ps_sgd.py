@@ -256,43 +256,6 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
             yield x[idx], y[idx]
 
 
-class NetCounter:
-    """Bytes on the wire between ``start()`` and ``stop()``, counted two ways:
-
-    - ``sent_bytes``/``recv_bytes``: the host counters of the task's NIC and ``lo`` (its
-      traffic with tasks on the same host), what dstat shows. On 127.0.0.1 they see the
-      whole cluster, and anything else on ``lo``; there sent == received.
-    - ``tcp_sent_bytes``/``tcp_recv_bytes``: this process's own TCP sockets
-      (``labkit.sockets``, from the kernel's per-socket counters): exactly this task's
-      traffic; absent where ``ss`` is missing.
-    """
-
-    def __init__(self, nic: str | None):
-        self.nics = sorted({n for n in (nic, "lo") if n})
-        self._t0 = self._c0 = None
-        self.result: dict = {}
-
-    def _read(self) -> tuple[int, int, tuple[int, int] | None]:
-        import psutil
-
-        from labkit.sockets import own_tcp_bytes
-
-        c = psutil.net_io_counters(pernic=True)
-        have = [c[n] for n in self.nics if n in c]
-        return sum(x.bytes_sent for x in have), sum(x.bytes_recv for x in have), own_tcp_bytes()
-
-    def start(self) -> None:
-        self._t0, self._c0 = time.monotonic(), self._read()
-
-    def stop(self) -> dict:
-        sent, recv, own = self._read()
-        self.result = {"nics": self.nics, "sent_bytes": sent - self._c0[0], "recv_bytes": recv - self._c0[1],
-                       "window_s": time.monotonic() - self._t0}
-        if own is not None and self._c0[2] is not None:
-            self.result.update(tcp_sent_bytes=own[0] - self._c0[2][0], tcp_recv_bytes=own[1] - self._c0[2][1])
-        return self.result
-
-
 def run_ps(rt: TaskRuntime, tf, server, args) -> None:
     model = build_model(tf, rt, args)
     done = DoneSignal(tf, rt.spec)
@@ -303,7 +266,7 @@ def run_ps(rt: TaskRuntime, tf, server, args) -> None:
 
 def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
     from labkit.data import load_mnist
-    from labkit.tasks.strategy_train import pick_nic
+    from labkit.sockets import NetCounter, pick_nic
 
     data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
     rank, n = rt.trainer_rank, rt.num_trainers

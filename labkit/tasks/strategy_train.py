@@ -13,7 +13,8 @@ Strategies:
   Variables are placed whole, round-robin over the ps tasks (TensorFlow's default): a
   ``variable_partitioner`` makes ``ShardedVariable``s, which Keras 3 layers cannot take
   gradients of (``'ShardedVariable' object has no attribute 'handle'``). ``--ps-sync``
-  closes every step with a barrier (one closure per worker per step).
+  makes it synchronous SGD, the ring's: one update per step from the mean gradient of one
+  closure per worker over one global batch (``labkit.train_loop.SyncPSEpochs``).
 - ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
 
 Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted
@@ -25,7 +26,6 @@ checksum), its headline numbers under ``metrics``, and resources sampled between
 from __future__ import annotations
 
 import argparse
-import socket
 
 from labkit.tasks.common import TaskRuntime
 
@@ -50,8 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nic", default="auto", help="interface whose bytes are counted around the training steps: "
                                                  "auto (lo for 127.0.0.1, else the task's own), a name, or none")
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
-    p.add_argument("--ps-sync", action="store_true", help="ps: one closure per worker and a barrier per step "
-                                                          "(synchronous rounds); default asynchronous closures")
+    p.add_argument("--ps-sync", action="store_true", help="ps: synchronous SGD, one update per step from the mean "
+                                                          "gradient of one closure per worker; default asynchronous")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
     args = p.parse_args(argv)
@@ -60,25 +60,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if value is not None and value <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {value}")
     return args
-
-
-def pick_nic(choice: str, host: str) -> str | None:
-    """The interface that carries this task's traffic: ``lo`` for a loopback address, else
-    the one holding the task's address (None when it cannot be told)."""
-    if choice == "none":
-        return None
-    if choice != "auto":
-        return choice
-    import psutil
-
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        return None
-    for nic, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
-            return nic
-    return "lo" if address.startswith("127.") else None
 
 
 def make_strategy(tf, rt: TaskRuntime, kind: str):
@@ -112,6 +93,7 @@ def main(argv=None) -> None:
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
 
         from labkit.data import load_mnist
+        from labkit.sockets import pick_nic
         from labkit.train_loop import train
 
         data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)

@@ -1,0 +1,229 @@
+"""Hidden checks (nbgrader's sense): the student's own functions, run on the grader's inputs.
+
+A rubric check ``kind = "hidden"`` names one: ``check = "lab1_sgd_step"`` and optional
+``args = { seed = 3 }`` (the inputs: seeds and sizes, from the rubric only). After the
+notebook has run, the grader
+
+1. starts a fresh sandboxed process that sees the student's view of the kit and nothing of
+   the run (``labkit/grading/probe.py``): it takes the named functions from the notebook's
+   code cells (definitions and imports only) and runs them on inputs it builds from ``args``,
+   writing what they return;
+2. starts the judge, another sandboxed process with the full kit (``labkit.grading.checks``),
+   which rebuilds the same inputs, computes the answer with the grader's own reference and
+   compares (``judge`` functions below). Its ``Verdict`` scores the check.
+
+Monkey-patching in the notebook cannot reach either process, and the student's code never
+shares a process with the reference.
+
+Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
+
+1. in ``probe.py``, write ``inputs_<probe>(**args)`` (deterministic inputs from a seed) and a
+   ``@probe("<probe>")`` function ``(fns, args, out) -> {name: numpy array}`` that calls
+   ``fns["lr_schedule"]`` on them (import TensorFlow inside it, not at the top);
+2. here, write ``@hidden("lab4_lr_schedule", functions=["lr_schedule"], probe="<probe>")`` on a
+   judge ``(args, arrays, folder) -> Verdict`` that rebuilds the inputs with
+   ``probe.inputs_<probe>(**args)``, computes the reference (keep reference code in
+   ``labkit.solutions``, which the student kit does not ship) and compares with a tolerance;
+   ``folder`` is the probe's output folder, for probes that leave files (a cluster run);
+3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
+   when it shows the exercise works, its name to the lab's ``evidence``.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from labkit.grading import probe
+from labkit.grading.verify import Unverifiable, Verdict
+
+
+@dataclass(frozen=True)
+class Hidden:
+    name: str
+    functions: tuple[str, ...]    # the student's functions the probe imports, by name
+    probe: str                    # probe.PROBES key
+    judge: Callable               # (args, arrays, folder) -> Verdict, with the grader's reference
+    inputs: Callable              # the probe's input builder or settings (validates args)
+
+    def validate(self, args: dict) -> None:
+        """A TypeError/ValueError when ``args`` are not inputs of this check."""
+        inspect.signature(self.inputs).bind(**args)
+
+
+HIDDEN: dict[str, Hidden] = {}
+
+
+def hidden(name: str, functions, probe_name: str, inputs: Callable):
+    def register(fn):
+        if probe_name not in probe.PROBES:
+            raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/probe.py")
+        HIDDEN[name] = Hidden(name, tuple(functions), probe_name, fn, inputs)
+        return fn
+    return register
+
+
+def judge(name: str, args: dict, folder: Path) -> Verdict:
+    """The verdict of hidden check ``name`` from its probe's output in ``folder``; raises Unverifiable."""
+    h = HIDDEN[name]
+    status = _status(folder).get(name)
+    if status is None:
+        raise Unverifiable("the student's functions did not finish (time or memory limit, or the process died)")
+    if not status.get("ok"):
+        return Verdict(False, f"calling your {', '.join(h.functions)} failed: {status.get('error', '?')}")
+    arrays = _arrays(folder / f"{name}.npz")
+    try:
+        return h.judge(args, arrays, folder)
+    except KeyError as e:
+        raise Unverifiable(f"the probe's output lacks {e}") from None
+
+
+def _status(folder: Path) -> dict:
+    try:
+        status = json.loads((folder / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _arrays(path: Path, limit: int = 64 * 2**20) -> dict:
+    if not path.is_file() or path.is_symlink():
+        raise Unverifiable(f"the probe wrote no {path.name}")
+    if path.stat().st_size > limit:
+        raise Unverifiable(f"{path.name} is over {limit // 2**20} MB")
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> float:
+    """Largest error of ``mine`` against ``want``, in units of the tolerance (<= 1 is close)."""
+    mine, want = np.asarray(mine, np.float64), np.asarray(want, np.float64)
+    if mine.shape != want.shape:
+        return math.inf
+    if not np.all(np.isfinite(mine)):
+        return math.inf
+    return float(np.max(np.abs(mine - want) / (atol + rtol * np.abs(want)), initial=0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 1: the SGD step, against the softmax regression's gradient in float64
+
+def reference_lr_step(x, y, W, b, learning_rate):
+    """One SGD step of softmax regression on the mean cross-entropy, computed in float64."""
+    x, W, b = x.astype(np.float64), W.astype(np.float64), b.astype(np.float64)
+    z = x @ W + b
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    loss = float(np.mean(-np.log(p[np.arange(len(y)), y])))
+    g = p.copy()
+    g[np.arange(len(y)), y] -= 1
+    g /= len(y)
+    return W - learning_rate * (x.T @ g), b - learning_rate * g.sum(axis=0), loss
+
+
+@hidden("lab1_sgd_step", functions=["sgd_step"], probe_name="lr_step", inputs=probe.inputs_lr_step)
+def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
+    worst, where = 0.0, ""
+    for t, case in enumerate(probe.inputs_lr_step(**args)):
+        W, b, loss = reference_lr_step(case["x"], case["y"], case["W"], case["b"], case["learning_rate"])
+        for mode in ("eager", "graph"):
+            errs = {"W": _close(arrays[f"{t}_{mode}_W"], W, 1e-5, 1e-3),
+                    "b": _close(arrays[f"{t}_{mode}_b"], b, 1e-5, 1e-3),
+                    "loss": _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4)}
+            part, err = max(errs.items(), key=lambda kv: kv[1])
+            if err > worst:
+                worst, where = err, f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})"
+    if worst <= 1:
+        return Verdict(True, value=worst)
+    if math.isinf(worst):
+        return Verdict(False, f"sgd_step gave no usable {where.split()[0]} (wrong shape, NaN or no loss returned)")
+    return Verdict(False, f"sgd_step is off in {where}: {worst:.3g} x the tolerance; check the loss (mean "
+                          f"over the batch), the gradient and the update's sign", worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the sparse gradient, against the dense computation
+
+def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:
+    """Mean log-loss and its dense gradient X^T (sigmoid(Xw) - y) / B, in float64."""
+    b, f = (int(v) for v in case["shape"])
+    X = np.zeros((b, f))
+    np.add.at(X, (case["indices"][:, 0], case["indices"][:, 1]), case["values"].astype(np.float64))
+    w, y = case["w"].astype(np.float64), case["y"].astype(np.float64)
+    z = X @ w
+    loss = float(np.mean(np.logaddexp(0.0, z) - y * z))
+    return loss, X.T @ (1 / (1 + np.exp(-z)) - y) / b
+
+
+@hidden("lab3_sparse_gradient", functions=["sparse_lr_gradient"], probe_name="sparse_gradient",
+        inputs=probe.inputs_sparse_gradient)
+def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
+    worst = 0.0
+    for t, case in enumerate(probe.inputs_sparse_gradient(**args)):
+        loss, grad = reference_sparse_gradient(case)
+        f = grad.shape[0]
+        n_unique = len(np.unique(case["indices"][:, 1]))
+        for mode in ("eager", "graph"):
+            idx, vals = arrays[f"{t}_{mode}_indices"], arrays[f"{t}_{mode}_values"]
+            if idx.shape != vals.shape or (idx.size and (idx.min() < 0 or idx.max() >= f)):
+                return Verdict(False, f"the gradient's indices and values do not match ({mode}): one value per "
+                                      f"feature id in 0..{f - 1}")
+            if idx.size != n_unique:
+                return Verdict(False, f"the gradient has {idx.size} rows but the batch touches {n_unique} distinct "
+                                      f"features ({mode}); return one row per unique feature (tf.unique), not one per "
+                                      f"feature or per non-zero")
+            mine = np.zeros(f)
+            np.add.at(mine, idx, vals)
+            worst = max(worst, _close(mine, grad, 1e-5, 1e-3), _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss),
+                                                                          1e-5, 1e-4))
+    if worst <= 1:
+        return Verdict(True, value=worst)
+    return Verdict(False, f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
+                          f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
+                   worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: the optimizer, from the step counts the cluster's tasks wrote
+
+@hidden("lab2_optimizer", functions=["make_optimizer"], probe_name="ps_optimizer", inputs=probe.settings_ps_optimizer)
+def judge_ps_optimizer(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Sync: every worker made every global step (one aggregated update per round). Async:
+    the workers' local steps add up to the global step (each applied its own)."""
+    s = probe.settings_ps_optimizer(**args)
+    dirs = json.loads(str(arrays["run_dirs"]))
+    found = {}
+    for mode in s["modes"]:
+        rel = dirs.get(mode) if isinstance(dirs, dict) else None
+        run = (folder / str(rel)).resolve() if rel else None
+        if run is None or folder.resolve() not in run.parents or not run.is_dir():
+            raise Unverifiable(f"the {mode} run left no folder of task results")
+        workers = {}
+        for f in sorted(run.glob("worker-*.json")):
+            if f.name.endswith(".hello.json"):
+                continue
+            data = json.loads(f.read_text())
+            workers[str(data.get("task"))] = data.get("steps", {})
+        if not workers:
+            raise Unverifiable(f"the {mode} run's workers wrote no result files")
+        local = {k: v.get("local") for k, v in workers.items()}
+        final = max(int(v.get("global_at_exit") or 0) for v in workers.values())
+        found[mode] = {"local": local, "global": final}
+        if not all(isinstance(v, int) for v in local.values()):
+            raise Unverifiable(f"the {mode} run's workers did not report their steps")
+        if mode == "sync" and (len(set(local.values())) != 1 or abs(next(iter(local.values())) - final) > 1):
+            return Verdict(False, f"sync: the workers made {local} local steps for {final} global steps; with "
+                                  f"SyncReplicasOptimizer aggregating every worker each makes one per global step",
+                           found)
+        if mode == "async" and sum(local.values()) != final:
+            return Verdict(False, f"async: the workers' local steps {local} add up to {sum(local.values())}, not "
+                                  f"the global step {final}; each worker should apply its own gradient", found)
+        if final < s["steps"]:
+            return Verdict(False, f"{mode}: the cluster stopped at global step {final} of {s['steps']}", found)
+    return Verdict(True, value=found)

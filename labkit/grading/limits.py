@@ -1,0 +1,280 @@
+"""Hard limits on a graded run, and a way to end every process in it: a control group.
+
+Each graded process (a notebook's runner, a hidden check, a verifier) starts inside a fresh
+cgroup of its own, with a memory limit and a cap on its tasks (processes and threads). The
+kernel enforces both: past the memory limit its OOM killer ends a process of the group, past
+the task cap ``fork`` fails. A process inside cannot raise them: the sandbox does not show it
+the cgroup file system, and it has no capabilities. ``Group.kill`` ends every process in the
+group, however it forked or whatever session it made, and ``Group.close`` removes it.
+
+Backends, a registry tried in order (``BACKENDS``):
+
+- ``cgroup2``: the unified hierarchy, where the memory and pids controllers are delegated to
+  the grader's own cgroup (or it is root's), as on a systemd machine with delegation;
+- ``cgroup1``: the v1 ``memory`` and ``pids`` hierarchies (container hosts often have only these);
+- ``rlimit``: no cgroup available. The data segment limit is lowered together with its hard
+  limit (``RLIMIT_DATA``), so a process cannot raise it again, and the number of processes of
+  the user (``RLIMIT_NPROC``; the kernel ignores it for root). The grader then also caps the
+  tree's total RSS by polling, as it always did.
+
+``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "labkit-"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _counter(text: str, key: str) -> int:
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+            return int(parts[1])
+    return 0
+
+
+@dataclass
+class Group:
+    """One run's cgroup(s): ``procs`` are the ``cgroup.procs`` files a process joins by writing its pid."""
+    backend: str
+    dirs: list[Path] = field(default_factory=list)
+    memory_bytes: int = 0
+    tasks: int = 0
+
+    @property
+    def procs(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def enter_command(self, argv: list[str]) -> list[str]:
+        """``argv`` started from a shell that first moves itself into the group, so every
+        process it becomes and starts is counted and limited from its first instruction."""
+        if not self.dirs:
+            return list(argv)
+        joins = " && ".join(f"echo $$ > '{p}'" for p in self.procs)
+        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "labkit-enter", *argv]
+
+    def pids(self) -> list[int]:
+        found = set()
+        for p in self.procs:
+            found.update(int(x) for x in _read(p).split() if x.isdigit())
+        return sorted(found)
+
+    def kill(self, timeout: float = 10.0) -> list[int]:
+        """SIGKILL every process in the group until it is empty; returns the pids it killed."""
+        killed, deadline = [], time.monotonic() + timeout
+        while True:
+            pids = [p for p in self.pids() if p != os.getpid()]
+            if not pids or time.monotonic() > deadline:
+                return killed
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for the group's memory limit."""
+        if self.backend == "cgroup2":
+            return _counter(_read(self.dirs[0] / "memory.events"), "oom_kill")
+        if self.backend == "cgroup1":
+            return sum(_counter(_read(d / "memory.oom_control"), "oom_kill") for d in self.dirs)
+        return 0
+
+    def task_limit_hits(self) -> int:
+        """How many times a fork failed at the group's task cap."""
+        for d in self.dirs:
+            if (d / "pids.events").exists():
+                return _counter(_read(d / "pids.events"), "max")
+        return 0
+
+    def close(self) -> None:
+        """Kill what is left and remove the group's directories."""
+        self.kill()
+        for d in self.dirs:
+            for _ in range(50):  # a killed process leaves the group once the kernel has reaped it
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where this process's cgroups are
+
+def _mounts() -> list[tuple[str, str, str, set[str]]]:
+    """(fstype, root, mount point, super options) of every cgroup mount."""
+    out = []
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) >= 5 and len(rfields) >= 3 and rfields[0] in ("cgroup", "cgroup2"):
+            out.append((rfields[0], fields[3], fields[4], set(rfields[2].split(","))))
+    return out
+
+
+def _own_paths() -> dict[str, str]:
+    """{controller or "": path} from /proc/self/cgroup ("" is the unified hierarchy)."""
+    out = {}
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            out[c] = path
+    return out
+
+
+def _under(mount_root: str, mount_point: str, path: str) -> Path | None:
+    if not (path == mount_root or path.startswith(mount_root.rstrip("/") + "/")):
+        return None
+    return Path(mount_point) / path[len(mount_root):].lstrip("/")
+
+
+def _v1_dir(controller: str) -> Path | None:
+    own = _own_paths().get(controller)
+    if own is None:
+        return None
+    for fstype, root, point, opts in _mounts():
+        if fstype == "cgroup" and controller in opts:
+            return _under(root, point, own)
+    return None
+
+
+def _v2_dir() -> Path | None:
+    own = _own_paths().get("")
+    if own is None:
+        return None
+    for fstype, root, point, _ in _mounts():
+        if fstype == "cgroup2":
+            d = _under(root, point, own)
+            if d is not None and (d / "cgroup.controllers").exists():
+                return d
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends
+
+def _make_dir(parent: Path, name: str) -> Path:
+    d = parent / name
+    d.mkdir()
+    return d
+
+
+def _cgroup2(name: str, memory_bytes: int, tasks: int) -> Group:
+    parent = _v2_dir()
+    if parent is None:
+        raise OSError("no cgroup2 hierarchy holds this process")
+    wanted = {"memory", "pids"}
+    enabled = set(_read(parent / "cgroup.subtree_control").split())
+    if not wanted <= enabled:
+        if not wanted <= set(_read(parent / "cgroup.controllers").split()):
+            raise OSError(f"the memory and pids controllers are not delegated to {parent}")
+        (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(wanted - enabled)))
+    d = _make_dir(parent, name)
+    try:
+        (d / "memory.max").write_text(str(memory_bytes))
+        if (d / "memory.swap.max").exists():
+            (d / "memory.swap.max").write_text("0")
+        (d / "pids.max").write_text(str(tasks))
+    except OSError:
+        d.rmdir()
+        raise
+    return Group("cgroup2", [d], memory_bytes, tasks)
+
+
+def _cgroup1(name: str, memory_bytes: int, tasks: int) -> Group:
+    parents = {c: _v1_dir(c) for c in ("memory", "pids")}
+    missing = [c for c, p in parents.items() if p is None or not p.is_dir()]
+    if missing:
+        raise OSError(f"no cgroup v1 hierarchy for {', '.join(missing)}")
+    made = []
+    try:
+        mem = _make_dir(parents["memory"], name)
+        made.append(mem)
+        (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+        if (mem / "memory.memsw.limit_in_bytes").exists():  # no swapping past the limit either
+            (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+        pids = _make_dir(parents["pids"], name)
+        made.append(pids)
+        (pids / "pids.max").write_text(str(tasks))
+    except OSError:
+        for d in reversed(made):
+            d.rmdir()
+        raise
+    return Group("cgroup1", made, memory_bytes, tasks)
+
+
+def _rlimit(name: str, memory_bytes: int, tasks: int) -> Group:
+    return Group("rlimit", [], memory_bytes, tasks)
+
+
+BACKENDS = {"cgroup2": _cgroup2, "cgroup1": _cgroup1, "rlimit": _rlimit}
+
+
+def open_group(name: str, memory_bytes: int, tasks: int, backends=None) -> Group:
+    """A fresh group ``labkit-<name>`` from the first backend that works on this machine."""
+    errors = []
+    for backend in backends or BACKENDS:
+        try:
+            return BACKENDS[backend](PREFIX + name, int(memory_bytes), int(tasks))
+        except (OSError, ValueError) as e:
+            errors.append(f"{backend}: {e}")
+    raise OSError("no way to limit a run here: " + "; ".join(errors))
+
+
+def best_backend() -> str:
+    """The backend ``open_group`` uses here (tried with a throwaway group)."""
+    g = open_group(f"probe-{os.getpid()}", 2**30, 64)
+    g.close()
+    return g.backend
+
+
+def remove_stale() -> list[Path]:
+    """Remove empty labkit groups a killed grader left behind (under this process's cgroups)."""
+    parents = [p for p in ([_v2_dir()] + [_v1_dir(c) for c in ("memory", "pids")]) if p is not None]
+    removed = []
+    for parent in parents:
+        for d in parent.glob(PREFIX + "*"):
+            if d.is_dir() and not _read(d / "cgroup.procs").split():
+                try:
+                    d.rmdir()
+                    removed.append(d)
+                except OSError:
+                    pass
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside the limited process
+
+def limit_self(memory_bytes: int, processes: int | None = None) -> None:
+    """Lower this process's soft *and hard* data-segment limit (and, not as root, its process
+    count), so nothing it starts can raise them again. ``RLIMIT_DATA`` rather than
+    ``RLIMIT_AS``: TensorFlow reserves address space it never touches."""
+    _lower(resource.RLIMIT_DATA, int(memory_bytes))
+    if processes and os.getuid() != 0:
+        _lower(resource.RLIMIT_NPROC, int(processes))
+
+
+def _lower(which: int, value: int) -> None:
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))

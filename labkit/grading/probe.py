@@ -1,0 +1,225 @@
+"""The student's side of a hidden check: import the student's functions and run them on the grader's inputs.
+
+This file runs as a script (``python probe.py SPEC``) in a fresh sandbox that sees the
+student's view of the kit (no solutions, no grader) and an empty folder to write to; it is
+bound there on its own, so it imports nothing from ``labkit.grading``. For each hidden check
+in SPEC it
+
+1. takes from the submitted notebook's code cells only the top-level ``import`` statements,
+   ``def``/``class`` definitions and assignments of literal constants (``load_functions``):
+   a statement that patches the kit, reads a file or prints a record never runs here;
+2. runs the named functions on inputs built from the rubric's arguments (a seed, sizes) by
+   the check's probe (``PROBES``);
+3. writes what they returned to ``<out>/<check>.npz`` (arrays only, no pickles) and how it
+   went to ``<out>/status.json``.
+
+The grader's judge (``labkit.grading.hidden``, in another process) rebuilds the same inputs
+with the same ``inputs_*`` functions below, computes the answer itself and compares. Whatever
+the student's code does in this process can only change what it returns.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+PROBES: dict = {}
+
+
+def probe(name: str):
+    def register(fn):
+        PROBES[name] = fn
+        return fn
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's functions
+
+def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
+    """``({name: function}, notes)`` from the notebook's code cells: imports, definitions and
+    literal constants, in notebook order (a later definition wins); nothing else runs."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    namespace: dict = {"__name__": "student"}
+    notes = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as e:
+            notes.append(f"cell {i}: not Python ({e.msg}, line {e.lineno}); skipped")
+            continue
+        for node in tree.body:
+            if not _definition(node):
+                continue
+            try:
+                exec(compile(ast.Module([node], []), f"<cell {i}>", "exec"), namespace)
+            except Exception as e:  # an import the student kit lacks, say: the function may not need it
+                notes.append(f"cell {i} line {node.lineno}: {type(e).__name__}: {e}")
+    found = {n: namespace[n] for n in names if callable(namespace.get(n))}
+    return found, notes
+
+
+def _definition(node) -> bool:
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if all(isinstance(t, ast.Name) for t in targets):
+            try:
+                ast.literal_eval(node.value)
+                return True
+            except ValueError:
+                return False
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 1: the SGD step
+
+def inputs_lr_step(seed: int = 0, batch: int = 50, learning_rate: float = 0.5, trials: int = 2) -> list[dict]:
+    """Random batches and starting weights (a nonzero bias, so its gradient matters)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(trials):
+        out.append({"x": rng.random((batch, 784), dtype=np.float32),
+                    "y": rng.integers(0, 10, batch).astype(np.int32),
+                    "W": (rng.standard_normal((784, 10)) * 0.01).astype(np.float32),
+                    "b": (rng.standard_normal(10) * 0.1).astype(np.float32),
+                    "learning_rate": float(learning_rate)})
+    return out
+
+
+@probe("lr_step")
+def lr_step(fns: dict, args: dict, out: Path) -> dict:
+    """``sgd_step(W, b, x, y, learning_rate)`` on tf.Variables, eagerly and traced (as the kit's
+    epoch loop runs it): the updated W, b and the returned loss."""
+    import tensorflow as tf
+
+    step = fns["sgd_step"]
+    arrays = {}
+    for t, case in enumerate(inputs_lr_step(**args)):
+        for mode, fn in (("eager", step), ("graph", tf.function(step))):
+            W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+            loss = fn(W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"])
+            arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
+            arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
+    return arrays
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the sparse gradient
+
+def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -> list[dict]:
+    """Click-like batches: repeated features, a duplicated row, an empty row, unsorted ids."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(trials):
+        b = 6 + t
+        dense = (rng.random((b, features)) < 0.2) * rng.choice([1.0, 2.0], size=(b, features))
+        dense[1], dense[2] = dense[0], 0.0
+        rows, cols = np.nonzero(dense)
+        perm = rng.permutation(len(cols))
+        out.append({"indices": np.stack([rows, cols], 1)[perm].astype(np.int64),
+                    "values": dense[rows, cols][perm].astype(np.float32), "shape": np.array([b, features], np.int64),
+                    "y": (rng.random(b) < 0.5).astype(np.float32),
+                    "w": rng.normal(size=features).astype(np.float32)})
+    return out
+
+
+@probe("sparse_gradient")
+def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
+    """``sparse_lr_gradient(w, x, y) -> (loss, IndexedSlices)``, eagerly and traced: the loss and
+    the slices' indices and values as returned."""
+    import tensorflow as tf
+
+    grad = fns["sparse_lr_gradient"]
+    arrays = {}
+    for t, case in enumerate(inputs_sparse_gradient(**args)):
+        x = tf.SparseTensor(case["indices"], case["values"], case["shape"])
+        for mode, fn in (("eager", grad), ("graph", tf.function(grad))):
+            w = tf.Variable(case["w"])
+            result = fn(w, x, tf.constant(case["y"]))
+            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], tf.IndexedSlices)):
+                raise TypeError(f"sparse_lr_gradient must return (loss, tf.IndexedSlices); called {mode} it "
+                                f"returned {type(result).__name__}")
+            loss, g = result
+            arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss))
+            arrays[f"{t}_{mode}_indices"] = np.asarray(g.indices).astype(np.int64).reshape(-1)
+            arrays[f"{t}_{mode}_values"] = np.asarray(g.values, np.float64).reshape(-1)
+    return arrays
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: the optimizer, in a short real cluster
+
+def settings_ps_optimizer(deploy: str = "cluster", steps: int = 30, batch_size: int = 50, learning_rate: float = 0.5,
+                          train_limit: int = 2000, test_limit: int = 500, modes=("sync", "async"),
+                          timeout: float = 240) -> dict:
+    return {"deploy": deploy, "steps": int(steps), "batch_size": int(batch_size), "learning_rate": float(learning_rate),
+            "train_limit": int(train_limit), "test_limit": int(test_limit), "modes": list(modes),
+            "timeout": float(timeout)}
+
+
+@probe("ps_optimizer")
+def ps_optimizer(fns: dict, args: dict, out: Path) -> dict:
+    """``make_optimizer`` trains a parameter-server cluster of the kit's tasks for a fixed number
+    of global steps, in each mode; the tasks' result files land in ``out/runs`` for the judge."""
+    from labkit.experiments import sync_async
+
+    s = settings_ps_optimizer(**args)
+    os.environ["LABKIT_RUNS"] = str(out / "runs")
+    dirs = {}
+    for mode in s["modes"]:
+        run = sync_async.run(mode, s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["steps"],
+                             learning_rate=s["learning_rate"], train_limit=s["train_limit"],
+                             test_limit=s["test_limit"], eval_every=s["steps"], optimizer=fns["make_optimizer"],
+                             run=f"hidden-{mode}", timeout=s["timeout"])
+        dirs[mode] = str(Path(run.result.run_dir).resolve().relative_to(out.resolve()))
+    return {"run_dirs": np.asarray(json.dumps(dirs))}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _limit(memory_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+
+
+def main(argv=None) -> int:
+    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    _limit(int(spec["memory_bytes"]))
+    out = Path(spec["out"])
+    status = {}
+    for check in spec["checks"]:
+        name = check["check"]
+        try:
+            fns, notes = load_functions(spec["notebook"], check["functions"])
+            missing = [f for f in check["functions"] if f not in fns]
+            if missing:
+                hint = f" ({'; '.join(notes[:3])})" if notes else ""
+                raise LookupError(f"no function {', '.join(missing)} defined at the top level of a code cell{hint}")
+            arrays = PROBES[check["probe"]](fns, check.get("args", {}), out)
+            np.savez(out / f"{name}.npz", **arrays)
+            status[name] = {"ok": True}
+        except BaseException as e:  # the student's code failed: that is the check's result, not the probe's
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{f.filename} line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<cell")), "")
+            status[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500] + (f" ({where})" if where else "")}
+        (out / "status.json").write_text(json.dumps(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

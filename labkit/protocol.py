@@ -1,0 +1,91 @@
+"""What the launcher (``labkit.launch``) and a task program (``labkit.tasks``) agree on.
+
+The launcher never imports the task runtime, nor the runtime the launcher; both import
+this: the files a task writes in its run directory, the environment the launcher sets,
+the exit codes, the versions that must match across a cluster, and the errors a task's
+end becomes (``TaskFailed``, and ``PortInUse``, which the task raises and the launcher
+reports). Imports nothing beyond the standard library.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import signal
+
+RESULT_FORMAT = "labkit.task-result/1"
+EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
+
+# The environment the launcher gives a task, besides TF_CONFIG.
+ENV_RUN_DIR = "LABKIT_RUN_DIR"          # where the task writes its files
+ENV_TASK = "LABKIT_TASK"                # its name, for the log
+ENV_INTRA_OP, ENV_INTER_OP = "LABKIT_INTRA_OP_THREADS", "LABKIT_INTER_OP_THREADS"
+
+VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
+
+
+def task_file(task_type: str, index: int, suffix: str) -> str:
+    """The file name a task writes in the run directory: ``worker-1.json`` (result),
+    ``worker-1.hello.json`` (versions, written at start), ``worker-1.log``, ``worker-1.pid``."""
+    return f"{task_type}-{index}{suffix}"
+
+
+def versions() -> dict:
+    """Versions that must agree across a cluster, read without importing TensorFlow."""
+    def dist(*names):
+        for n in names:
+            try:
+                return importlib.metadata.version(n)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return None
+
+    import labkit
+
+    return {"python": platform.python_version(), "tensorflow": dist("tensorflow-cpu", "tensorflow"),
+            "keras": dist("keras"), "labkit": labkit.__version__}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``"exited with code 1"`` or ``"was killed by SIGKILL"`` (a negative return code)."""
+    if returncode is not None and returncode < 0 and -returncode in signal.valid_signals():
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"
+
+
+class TaskFailed(RuntimeError):
+    """A task exited non-zero or was killed; the launcher stopped the others.
+
+    ``task`` is the task that failed first (one killed by a signal before one that exited
+    with an error, else the earliest exit); ``log_tail`` holds the end of its log.
+    ``consequences`` maps each other task that failed on its own meanwhile (a peer that
+    lost its connection to the first, say) to how it ended: effects, not causes."""
+
+    def __init__(self, task: str, returncode, log_tail: str, log_path=None, detail: str = "",
+                 consequences: dict[str, str] | None = None):
+        self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
+        self.detail, self.consequences = detail, dict(consequences or {})
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f" (log: {self.log_path})" if self.log_path else ""
+        then = "".join(f"\n  then {name} {how}" for name, how in self.consequences.items())
+        if then:
+            then = f"\nwhich the others did not survive (consequences, not causes):{then}"
+        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; the other tasks were "
+                f"stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
+
+
+class PortInUse(TaskFailed):
+    """A task's port is taken by another process: raised by the launcher's check before
+    a local task starts, and by the task itself when its server cannot bind (it then
+    exits with ``EXIT_PORT_IN_USE``, which the launcher reports as this)."""
+
+    def __init__(self, task: str, address: str, owner: str = "", returncode=None, log_tail: str = "",
+                 log_path=None):
+        self.address, self.owner = address, owner
+        super().__init__(task, returncode, log_tail, log_path)
+
+    def _message(self) -> str:
+        return (f"port of task {self.task} ({self.address}) is in use{self.owner}; pick other ports (cluster.local() "
+                f"picks free ones and avoids taken ones) or stop the process that holds it"
+                + (f". Last lines of its log:\n{self.log_tail}" if self.log_tail else ""))

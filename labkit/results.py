@@ -1,0 +1,209 @@
+"""What a finished cluster run left behind, read the same way by every lab.
+
+``labkit.launch.Cluster`` gathers a ``ClusterResult``: the launcher's view of each task
+(how it ended, its log) and the result file the task wrote (``<type>-<index>.json``,
+``labkit.tasks.common.TaskRuntime``). The experiments read it through the accessors here,
+never through the raw dicts, so "which task is the chief" and "resources over the training
+window, else the whole run" are written once:
+
+    result.chief()                      # the chief job's task, else worker 0
+    result.chief().training             # train_loop.train's dict (strategy_train tasks)
+    result["worker:1"].resources()      # resource summary over its training window
+    result["ps:0"].timings["total_s"]   # seconds per phase
+    result.table()                      # one row per task, a DataFrame
+    ClusterResult.load(run_dir)         # the same object, read back from the files
+
+Imports no TensorFlow and nothing of the launcher: the grader and the notebooks read runs
+with it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.proc import tail
+from labkit.protocol import task_file
+
+WINDOWS = ("train", "all")
+# The resource columns of ClusterResult.table(): host CPU and memory, the task's process, the host's network.
+RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
+                    "net_sent_bytes")
+
+
+def read_json(path: Path) -> dict | None:
+    """A task's JSON file, None if it wrote none; a half-written file is a ValueError that says so."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); the task may have died while writing it") from None
+
+
+def task_log_tail(path, lines: int = 30) -> str:
+    """The end of a task's log, without the ``# cd ... env ...`` command line the launcher
+    writes first (it stays in the file, to rerun the task by hand): in a short log that one
+    long line would crowd out the lines that say what went wrong."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            header = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return ""
+    rows = tail(path, lines + 1).split("\n")
+    if header.startswith("# ") and rows[0] == header:
+        rows = rows[1:]
+    return "\n".join(rows[-lines:])
+
+
+@dataclass
+class TaskOutcome:
+    """How one task ended, and what it reported (``result``: its result file, None if it wrote none)."""
+    name: str
+    type: str
+    index: int
+    host: str
+    ended: str | None          # exited | done-queue | chief-port-closed | failed | terminated | killed | None
+    returncode: int | None
+    wall_s: float | None       # from start to exit, as the launcher saw it
+    log_path: Path
+    result: dict | None        # the task's result JSON (None if it wrote none)
+
+    @property
+    def steps(self) -> dict:
+        """Step counters: ``local``, ``local_per_s``, and per program ``global_final`` ... ({} if none)."""
+        return (self.result or {}).get("steps", {})
+
+    @property
+    def metrics(self) -> dict:
+        """The task's headline numbers (accuracy, loss, images/s ...), {} if none."""
+        return (self.result or {}).get("metrics", {})
+
+    @property
+    def timings(self) -> dict:
+        """Seconds per phase: ``train_s``, ``server_up_s``, ``import_tf_s``, ``total_s`` ... ({} if none)."""
+        return (self.result or {}).get("timings", {})
+
+    @property
+    def series(self) -> dict:
+        """Named lists of rows the task logged while it ran (``train``, ``eval``, ``history``), {} if none."""
+        return (self.result or {}).get("series", {})
+
+    @property
+    def training(self) -> dict:
+        """``labkit.train_loop.train``'s result on this task (a ``strategy_train`` task's ``train``
+        entry): history, throughput, bytes per step, weight checksums. A ValueError naming the log
+        if the task wrote none."""
+        r = self.result or {}
+        if "train" not in r:
+            raise ValueError(f"{self.name} wrote no training result (ended: {self.ended}); see {self.log_path}")
+        return r["train"]
+
+    def resources(self, window: str = "train") -> dict:
+        """The task's resource summary (``summaries.summarize``'s keys): ``window="train"`` over
+        its ``train start``/``train end`` marks where it set them, else over its whole run;
+        ``"all"``: its whole run. {} if it sampled nothing."""
+        if window not in WINDOWS:
+            raise ValueError(f"window={window!r}: choose 'train' (the training phase) or 'all' (the whole run)")
+        r = self.result or {}
+        return (r.get("resources_train") if window == "train" else None) or r.get("resources") or {}
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.type != "ps"
+
+    def log_tail(self, lines: int = 30) -> str:
+        return task_log_tail(self.log_path, lines)
+
+
+@dataclass
+class ClusterResult:
+    """Every task's outcome, plus the launcher's timings (``startup_s``: ``start()`` until
+    every server was up; ``teardown_s``: the last trainer's exit until no task was left)."""
+    program: str
+    run_dir: Path
+    spec: dict
+    tasks: list[TaskOutcome]
+    startup_s: float | None = None
+    teardown_s: float | None = None
+    wall_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> TaskOutcome:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(f"no task {name!r}; tasks are {[t.name for t in self.tasks]}")
+
+    def __iter__(self):
+        return iter(self.tasks)
+
+    def trainers(self) -> list[TaskOutcome]:
+        """The tasks that train (chief and workers), in start order."""
+        return [t for t in self.tasks if t.is_trainer]
+
+    def chief(self) -> TaskOutcome:
+        """The task that leads training and measures it: the ``chief`` job's task, else worker 0
+        (TensorFlow's convention for a cluster without a chief job)."""
+        for t in self.tasks:
+            if t.type == "chief":
+                return t
+        for t in self.tasks:
+            if t.type == "worker" and t.index == 0:
+                return t
+        raise ValueError(f"{self.run_dir} has no chief and no worker 0; tasks are {[t.name for t in self.tasks]}")
+
+    def table(self, window: str = "all"):
+        """One row per task (a DataFrame indexed by task): host, how it ended, steps, metrics and
+        resource averages (``window="train"``: the training phase where a task marked one)."""
+        import pandas as pd
+
+        rows = []
+        for t in self.tasks:
+            res, steps = t.resources(window), t.steps
+            row = {"task": t.name, "host": t.host, "ended": t.ended, "returncode": t.returncode,
+                   "wall_s": t.wall_s, "local_steps": steps.get("local"),
+                   "global_step": steps.get("global_final", steps.get("global_at_exit")),
+                   "steps_per_s": steps.get("local_per_s")}
+            row.update({k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, type(None)))})
+            row.update({k: res.get(k) for k in RESOURCE_COLUMNS})
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("task")
+
+    def samples(self):
+        """All tasks' resource samples in one DataFrame (``task`` and ``host`` columns, one
+        time axis), for ``plots.resource_timeline`` and ``summaries.summarize_tasks``."""
+        from labkit.summaries import merge_frames
+
+        have = {t.name: t.result["samples"] for t in self.tasks if t.result and t.result.get("samples")}
+        if not have:
+            raise ValueError(f"no task of {self.run_dir} wrote resource samples; see the task logs")
+        return merge_frames(have)
+
+    def to_dict(self) -> dict:
+        """The launcher's view (the task results stay in their own files)."""
+        return {"program": self.program, "run_dir": str(self.run_dir), "spec": self.spec,
+                "startup_s": self.startup_s, "teardown_s": self.teardown_s, "wall_s": self.wall_s, "notes": self.notes,
+                "tasks": [{"name": t.name, "type": t.type, "index": t.index, "host": t.host, "ended": t.ended,
+                           "returncode": t.returncode, "wall_s": t.wall_s, "log": t.log_path.name} for t in self.tasks]}
+
+    def save(self) -> "ClusterResult":
+        (self.run_dir / "cluster.json").write_text(json.dumps(self.to_dict(), indent=1))
+        return self
+
+    @classmethod
+    def load(cls, run_dir) -> "ClusterResult":
+        """Read a finished run back from its directory (``cluster.json`` + task files)."""
+        run_dir = Path(run_dir)
+        meta = json.loads((run_dir / "cluster.json").read_text())
+        tasks = []
+        for t in meta["tasks"]:
+            path = run_dir / task_file(t["type"], t["index"], ".json")
+            tasks.append(TaskOutcome(t["name"], t["type"], t["index"], t["host"], t["ended"], t["returncode"],
+                                     t["wall_s"], run_dir / t["log"], read_json(path)))
+        return cls(meta["program"], run_dir, meta["spec"], tasks, meta["startup_s"], meta["teardown_s"],
+                   meta["wall_s"], meta.get("notes", []))
+
+    def __repr__(self) -> str:
+        ends = ", ".join(f"{t.name}={t.ended}" for t in self.tasks)
+        return f"ClusterResult({self.program}, {self.run_dir}, {ends})"

@@ -1,0 +1,218 @@
+"""Sample frames and what they add up to: the reports' table columns over a window, per task.
+
+A ``labkit.monitor.ResourceSampler`` takes the samples; this module reads them, whether they
+come from a live sampler, a task's result file (``to_dict()``) or several tasks at once:
+
+- ``frame(rows, ...)`` and ``frame_from_dict(d)``: the samples as a pandas DataFrame, one row
+  per interval (columns in the monitor's docstring), with ``marks``, ``host``,
+  ``start_epoch`` and ``interval`` in ``attrs``;
+- ``summarize(frame, start, end)``: one dict of the reports' columns over a window that marks
+  or seconds bound; ``summarize_tasks``: one row per task of a merged frame;
+- ``merge_frames({task: samples})``: several tasks on one time axis, with ``task`` and ``host``.
+
+Imports nothing of labkit, so plots, the launcher's results and the dstat CSV can use it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Mapping
+
+FORMAT = "labkit.monitor/1"
+CPU_FIELDS = ("user", "system", "idle", "iowait", "irq", "softirq", "steal")
+BASE_COLUMNS = (["t", "dt", "epoch"] + [f"cpu_{f}" for f in CPU_FIELDS]
+                + ["mem_used", "mem_buff", "mem_cach", "mem_free", "proc_cpu", "proc_rss", "nprocs",
+                   "net_recv", "net_sent", "disk_read", "disk_write"])
+NIC_PREFIXES = ("net_recv_", "net_sent_")
+
+
+# ---------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------
+
+def frame(rows: list[dict], marks: list[dict], host: str, start_epoch: float | None, interval: float):
+    """The samples ``rows`` as a DataFrame: the base columns, then one pair per NIC (missing
+    values 0); ``attrs`` carry ``marks``, ``host``, ``start_epoch`` and ``interval``."""
+    import pandas as pd
+
+    nic_cols = sorted({k for r in rows for k in r if k.startswith(NIC_PREFIXES)},
+                      key=lambda c: (c.split("_", 2)[2], c))
+    out = pd.DataFrame(rows, columns=BASE_COLUMNS + nic_cols)
+    out[nic_cols] = out[nic_cols].fillna(0)
+    out.attrs.update(marks=marks, host=host, start_epoch=start_epoch, interval=interval)
+    return out
+
+
+def check_format(d) -> None:
+    """A ValueError unless ``d`` is what ``ResourceSampler.to_dict()`` returned."""
+    if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+        found = d.get("format") if isinstance(d, Mapping) else type(d).__name__
+        raise ValueError(f"not a ResourceSampler dict (format {found!r}, expected {FORMAT!r}); "
+                         "pass the value that ResourceSampler.to_dict() returned")
+
+
+def rows_from_dict(d: Mapping) -> list[dict]:
+    """The sample rows of a ``to_dict()`` dict (JSON's nulls back to NaN)."""
+    check_format(d)
+    cols = d["columns"]
+    n = len(next(iter(cols.values()), []))
+    return [{c: (math.nan if v[i] is None else v[i]) for c, v in cols.items()} for i in range(n)]
+
+
+def frame_from_dict(d: Mapping):
+    """The DataFrame of a ``to_dict()`` dict, as read back from a task's result file."""
+    return frame(rows_from_dict(d), list(d["marks"]), d["host"], d["start_epoch"], d["interval"])
+
+
+# ---------------------------------------------------------------------------------------
+# Summaries
+# ---------------------------------------------------------------------------------------
+
+SUMMARY_KEYS = ("duration_s", "samples", "cpu_user_pct", "cpu_system_pct", "cpu_idle_pct", "mem_used_bytes",
+                "mem_used_peak_bytes", "proc_cpu_pct", "proc_rss_bytes", "proc_rss_peak_bytes", "net_recv_bytes",
+                "net_sent_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "disk_read_bytes",
+                "disk_write_bytes")
+
+
+def summarize(frame, start: float | str | None = None, end: float | str | None = None, marks=None) -> dict:
+    """The reports' table columns for the samples of one task, between ``start`` and ``end``.
+
+    ``start``/``end`` are seconds on the frame's ``t`` axis or mark labels (looked up in
+    ``marks``, default ``frame.attrs["marks"]``). Each sample stands for its interval at
+    a constant rate, so a window cuts samples pro rata. Returns:
+
+    - ``duration_s``: time covered; ``samples``: samples touching the window;
+    - ``cpu_user_pct``/``cpu_system_pct``/``cpu_idle_pct``: host CPU, time-weighted
+      average (the reports' "Average User CPU Usage");
+    - ``mem_used_bytes``: host memory used, time-weighted average ("Average Memory
+      Usage"); ``mem_used_peak_bytes``: its maximum;
+    - ``proc_cpu_pct`` (100 = one core), ``proc_rss_bytes``: the watched processes,
+      time-weighted averages; ``proc_rss_peak_bytes``: peak RSS;
+    - ``net_recv_bytes``/``net_sent_bytes``: totals over the window on the selected NICs;
+      ``net_*_bytes_per_s``: the same per second, which is what the reports' "Average
+      Network Receive/Send" held (the mean of dstat's per-second column);
+    - ``disk_read_bytes``/``disk_write_bytes``: totals.
+    """
+    if "task" in frame.columns and frame["task"].nunique() > 1:
+        raise ValueError(f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
+                         "row per task, or select one: frame[frame.task == NAME]")
+    marks = frame.attrs.get("marks", []) if marks is None else marks
+    lo = _resolve(start, marks, "start", after=-math.inf)
+    hi = _resolve(end, marks, "end", after=-math.inf if lo is None else lo)
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    if hi < lo:
+        raise ValueError(f"end ({end!r} at {hi:.2f} s) comes before start ({start!r} at {lo:.2f} s)")
+    import numpy as np
+
+    t, dt = frame["t"].to_numpy(float), frame["dt"].to_numpy(float)
+    w = np.clip(np.minimum(t, hi) - np.maximum(t - dt, lo), 0, None)  # overlap of each interval with the window
+    frac = np.divide(w, dt, out=np.zeros_like(w), where=dt > 0)
+    touched = w > 0
+
+    def mean(col):
+        x = frame[col].to_numpy(float)
+        ok = touched & np.isfinite(x)
+        return float(np.average(x[ok], weights=w[ok])) if ok.any() else math.nan
+
+    def total(col):
+        x = frame[col].to_numpy(float)
+        return float(np.sum(x[touched] * frac[touched])) if touched.any() else 0.0
+
+    def peak(col):
+        x = frame[col].to_numpy(float)[touched]
+        return float(np.nanmax(x)) if x.size and np.isfinite(x).any() else math.nan
+
+    duration = float(w.sum())
+    out = {"duration_s": duration, "samples": int(touched.sum()),
+           "cpu_user_pct": mean("cpu_user"), "cpu_system_pct": mean("cpu_system"), "cpu_idle_pct": mean("cpu_idle"),
+           "mem_used_bytes": mean("mem_used"), "mem_used_peak_bytes": peak("mem_used"),
+           "proc_cpu_pct": mean("proc_cpu"), "proc_rss_bytes": mean("proc_rss"), "proc_rss_peak_bytes": peak("proc_rss"),
+           "net_recv_bytes": total("net_recv"), "net_sent_bytes": total("net_sent"),
+           "disk_read_bytes": total("disk_read") if frame["disk_read"].notna().any() else math.nan,
+           "disk_write_bytes": total("disk_write") if frame["disk_write"].notna().any() else math.nan}
+    out["net_recv_bytes_per_s"] = out["net_recv_bytes"] / duration if duration > 0 else math.nan
+    out["net_sent_bytes_per_s"] = out["net_sent_bytes"] / duration if duration > 0 else math.nan
+    return {k: out[k] for k in SUMMARY_KEYS}
+
+
+def _resolve(point, marks, which: str, after: float) -> float | None:
+    """A window edge: None, seconds, or the first mark with that label at or after ``after``."""
+    if point is None:
+        return None
+    if isinstance(point, numbers.Real):
+        return float(point)
+    found = [m for m in marks if _get(m, "label") == point]
+    later = [m for m in found if _get(m, "t") >= after]
+    if not later:
+        labels = sorted({_get(m, "label") for m in marks})
+        where = "" if not found else f" after {after:.2f} s"
+        raise ValueError(f"{which}={point!r}: no mark with that label{where}; marks are {labels} "
+                         "(add one with sampler.mark(label)) or give seconds")
+    return _get(later[0], "t")
+
+
+def _get(mark, key):
+    return mark[key] if isinstance(mark, Mapping) else getattr(mark, key)
+
+
+def summarize_tasks(frame, start: float | str | None = None, end: float | str | None = None):
+    """One ``summarize`` row per task of a merged frame (see ``merge_frames``), as a
+    DataFrame indexed by task with a ``host`` column; marks are looked up per task."""
+    import pandas as pd
+
+    if "task" not in frame.columns:
+        raise ValueError("this frame has no 'task' column; merge the tasks' samples with merge_frames() first, "
+                         "or call summarize(frame) for one task")
+    marks = frame.attrs.get("marks", [])
+    rows = {}
+    for task, part in frame.groupby("task", sort=False):
+        task_marks = [m for m in marks if m.get("task") == task]
+        rows[task] = {"host": part["host"].iloc[0] if "host" in part else None,
+                      **summarize(part, start, end, marks=task_marks)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("task")
+
+
+
+# ---------------------------------------------------------------------------------------
+# Several tasks
+# ---------------------------------------------------------------------------------------
+
+def merge_frames(tasks: Mapping[str, object]):
+    """One frame from several tasks' samples, with ``task`` and ``host`` columns.
+
+    Values may be DataFrames from ``to_frame()``, samplers, or ``to_dict()`` dicts (as
+    read from task result files). ``t`` is re-based to the earliest start so all tasks
+    share one time axis (wall clocks of different nodes must agree, e.g. via NTP); the
+    tasks' marks are kept in ``attrs["marks"]`` with their ``task``."""
+    import pandas as pd
+
+    if not tasks:
+        raise ValueError("merge_frames() needs at least one task: {name: frame, sampler or dict}")
+    frames = {name: _as_frame(v, name) for name, v in tasks.items()}
+    origin = min(f.attrs.get("start_epoch") or 0.0 for f in frames.values())
+    parts, marks = [], []
+    for name, f in frames.items():
+        shift = (f.attrs.get("start_epoch") or origin) - origin
+        part = f.assign(t=f["t"] + shift, task=name, host=f.attrs.get("host"))
+        parts.append(part)
+        marks += [{**m, "t": m["t"] + shift, "task": name} for m in f.attrs.get("marks", [])]
+    merged = pd.concat(parts, ignore_index=True)
+    nic_cols = [c for c in merged.columns if c.startswith(NIC_PREFIXES)]
+    merged[nic_cols] = merged[nic_cols].fillna(0)
+    merged.attrs = {"marks": sorted(marks, key=lambda m: m["t"]), "start_epoch": origin}
+    return merged
+
+
+def _as_frame(value, name):
+    import pandas as pd
+
+    if isinstance(value, pd.DataFrame):
+        return value
+    if hasattr(value, "to_frame"):  # a ResourceSampler
+        return value.to_frame()
+    if isinstance(value, Mapping):
+        return frame_from_dict(value)
+    raise ValueError(f"task {name!r}: expected a DataFrame, ResourceSampler or to_dict() dict, "
+                     f"got {type(value).__name__}")
+

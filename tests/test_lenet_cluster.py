@@ -88,3 +88,14 @@ def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_wei
     assert [h["epoch"] for h in resumed["history"]] == [1, 2]
     # Same seed, same batches, same sums: the resumed run ends where the uninterrupted one did.
     assert abs(ft["accuracy_difference_points"]) < 0.5
+
+
+def test_the_model_option_reaches_every_task(tmp_path, monkeypatch):
+    """Lab 4's model option: LeCun's tanh/average-pool LeNet, same size, named on every task's command line."""
+    from labkit import models
+
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    c = lenet_sweep.make_cluster(2, 50, epochs=1, model="lenet5_tanh_avg")
+    assert c.args["model"] == "lenet5_tanh_avg"
+    assert models.build("lenet5_tanh_avg").count_params() == models.build("lenet5").count_params() == 61_706
+    assert lenet_sweep.make_cluster(1, 50, epochs=1).args["model"] == "lenet5"

@@ -17,7 +17,9 @@ A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_s
 """
 from __future__ import annotations
 
+import inspect
 import numbers
+import textwrap
 from dataclasses import dataclass, field, fields
 
 from labkit.results import ClusterResult, TaskOutcome
@@ -32,6 +34,19 @@ def positive_ints(name: str, values, example: str = "(1, 2, 3)") -> tuple[int, .
     if not items or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in items):
         raise ValueError(f"{name} must be positive integers, e.g. {example}; got {values!r}")
     return tuple(int(v) for v in items)
+
+
+def function_source(fn, name: str, signature: str, what: str) -> str:
+    """The source of the notebook's function ``name`` (a ``def`` at the top level of a cell), to
+    send to the tasks, which define it and train with it (``tasks.common.define_function``).
+    ``what``: the argument that took it, for the error."""
+    if not callable(fn) or getattr(fn, "__name__", None) != name:
+        raise ValueError(f"{what} must be a function named {name}{signature}, got {fn!r}")
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"cannot read the source of {name}; define it with `def` at the top level of a "
+                         f"notebook cell or a module ({e})") from None
 
 
 class Run:

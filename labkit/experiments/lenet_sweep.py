@@ -53,18 +53,19 @@ def _epoch_printer(label: str, log):
 def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int | None = 6000,
                  test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, spec=None,
                  checkpoint_dir=None, run: str | None = None, timeout: float = 900, sample_interval: float = 0.5,
-                 strategy: str = "mwms", **task_args) -> Cluster:
+                 strategy: str = "mwms", model: str = MODEL, **task_args) -> Cluster:
     """A (not yet started) cluster of ``workers`` tasks training LeNet with ring all-reduce.
 
     ``hosts``: a hosts file (or list) to place the workers on; None: 127.0.0.1. ``spec``
-    reuses a cluster's addresses (to restart "the same cluster"). TensorBoard scalars go to
+    reuses a cluster's addresses (to restart "the same cluster"). ``model``: a ``labkit.models``
+    name (``lenet5_tanh_avg``: LeCun's activations). TensorBoard scalars go to
     ``<run dir>/tensorboard``. Each worker counts its own TCP bytes (``--task-bytes``):
     the host-wide ``lo`` counters also carry other programs' traffic."""
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
     run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = paths.run_dir(LAB, run)
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, strategy=strategy,
-                   model=MODEL, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
+                   model=model, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
                    test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
                    tensorboard_dir=run_dir / "tensorboard", task_bytes=True, **task_args)
 
@@ -211,7 +212,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                                      f"{b} = {w * b}; raise train_limit or lower the batch sizes")
     settings = {"workers": list(workers), "batch_sizes": list(batch_sizes), "epochs": epochs,
                 "train_limit": train_limit, "test_limit": test_limit, "lr": lr, "seed": seed,
-                "hosts": str(hosts) if hosts else None}
+                "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL)}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     configs = [(w, b) for w in workers for b in batch_sizes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -259,7 +260,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     say = log or (lambda _message: None)
     if isinstance(reference, Sweep):
         reference = _same_run(reference, workers, batch_size, epochs=epochs, train_limit=train_limit,
-                              test_limit=test_limit, lr=lr, seed=seed)
+                              test_limit=test_limit, lr=lr, seed=seed, model=kwargs.get("model", MODEL))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
     ckpt = paths.runs_root() / LAB / base / "checkpoints"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster, experiments, live, paths, scalars
-from labkit.experiments import positive_ints
+from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
@@ -127,10 +127,12 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
                  train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
                  learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
                  save_weights: bool = True, run: str | None = None, timeout: float = 1800,
-                 sample_interval: float = 0.25) -> Cluster:
+                 sample_interval: float = 0.25, gradient=None) -> Cluster:
     """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
 
-    ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1."""
+    ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1. ``gradient``: the
+    notebook's ``sparse_lr_gradient``, which the workers train with (default: the kit's
+    reference, which the student kit does not have)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     plan = parse_runs(runs)
@@ -139,7 +141,17 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=paths.run_dir(LAB, run), timeout=timeout,
                    runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
                    test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
-                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval)
+                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval,
+                   gradient_source=gradient_source(gradient) if gradient is not None else None)
+
+
+def gradient_source(fn) -> str:
+    """The source of the notebook's ``sparse_lr_gradient(w, x, y)``, for the tasks' ``--gradient-source``."""
+    from labkit.tasks.sparse_lr import load_gradient
+
+    source = function_source(fn, "sparse_lr_gradient", "(w, x, y)", "gradient")
+    load_gradient(source)  # what the tasks will do with it: define sparse_lr_gradient, nothing else
+    return source
 
 
 _EVAL_LINE = re.compile(r"\] (?P<label>\w+ b\d+) eval samples=(?P<samples>\d+) .*test_error=(?P<err>[\d.]+)")
@@ -174,7 +186,8 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
         result = c.follow(on_line)
     settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
-                **kwargs}
+                **{k: v for k, v in kwargs.items() if k != "gradient"},  # JSON-able: the function is not
+                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference"}
     experiment = Experiment([Run(m, b, result) for m, b in plan], settings)
     experiment.write_scalars()
     return experiment
@@ -441,8 +454,9 @@ class Experiment(experiments.Sweep):
                 link_gbit: float = 10.0) -> dict:
         """What the notebook records for the grader: per mode (its first run) accuracy,
         log-loss, s per 1k iterations, bytes per step and their bound, global and per-worker
-        steps; the optimum, the dense bytes, the cluster's directory; ``summary``,
-        ``bottlenecks`` and ``verdicts`` (at ``link_gbit``); with ``profile`` (``profile_ops``)
+        steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
+        the cluster's directory; ``summary``, ``bottlenecks`` and ``verdicts`` (at
+        ``link_gbit``), the settings; with ``profile`` (``profile_ops``)
         the sparse speed-up at its largest size and batch, and the profile; with ``sweep``
         (a second ``Experiment``) its summary; ``artifacts`` (``save_weights``) as given."""
         summary = self.summary()
@@ -452,7 +466,8 @@ class Experiment(experiments.Sweep):
             out.update({f"{mode}_test_accuracy": row.test_accuracy, f"{mode}_test_logloss": row.test_logloss,
                         f"{mode}_s_per_1k": row.s_per_1k_iterations, f"{mode}_bytes_per_step": row.bytes_per_step,
                         f"{mode}_bound_bytes_per_step": row.bound_bytes_per_step,
-                        f"{mode}_global_steps": int(row.global_steps), f"{mode}_steps": self.steps(r.label)})
+                        f"{mode}_global_steps": int(row.global_steps), f"{mode}_steps": self.steps(r.label),
+                        f"{mode}_unique_per_step": row.unique_per_step})
         optimum = self.optimum() or {}
         out.update(optimum_accuracy=optimum.get("bayes_accuracy"), majority_accuracy=optimum.get("majority_accuracy"),
                    dense_bytes_per_step=summary["dense_bytes_per_step"].iloc[0],

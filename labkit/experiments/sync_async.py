@@ -24,17 +24,15 @@ scalars in ``runs/lab2/<run>/tensorboard`` (``labkit.scalars``), by global step.
 """
 from __future__ import annotations
 
-import inspect
 import math
 import os
-import textwrap
 import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster, experiments, live, paths, scalars
-from labkit.experiments import positive_ints
+from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.results import ClusterResult
@@ -53,14 +51,7 @@ RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "n
 def optimizer_source(fn) -> str:
     """The source of a ``make_optimizer(tf, mode, learning_rate, num_workers)`` function, to
     send to the tasks (``--optimizer-source``); they define it and call it to build their graph."""
-    if not callable(fn) or getattr(fn, "__name__", None) != "make_optimizer":
-        raise ValueError(f"optimizer must be a function named make_optimizer(tf, mode, learning_rate, num_workers), "
-                         f"got {fn!r}")
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        raise ValueError("cannot read the source of make_optimizer; define it with `def` at the top level of a "
-                         f"notebook cell or a module ({e})") from None
+    source = function_source(fn, "make_optimizer", "(tf, mode, learning_rate, num_workers)", "optimizer")
     from labkit.tasks.ps_sgd import load_optimizer_factory
 
     load_optimizer_factory(source)  # what the tasks will do with it: define make_optimizer, nothing else

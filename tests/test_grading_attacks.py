@@ -22,9 +22,12 @@ import pytest
 from helpers import cell, read_csv
 from labkit.grading.grade import grade
 from labkit.grading.rubric import KINDS, evaluate, gate, load_rubric
+from labkit.grading.sandbox import SANDBOXES
 from labkit.record import MIME, Missing, lookup
 
-pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
+pytestmark = [pytest.mark.notebook, pytest.mark.slow,
+              pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
 
 REPO = Path(__file__).resolve().parents[1]
 ONE_PIXEL = base64.b64encode(bytes.fromhex(

@@ -22,18 +22,20 @@ def sweep(runs_dir):
 
 
 def test_two_workers_end_with_identical_weights(sweep):
-    two = sweep.runs[1]["result"]
+    two = sweep.find(workers=2).result
     assert [t.ended for t in two] == ["exited", "exited"]
-    checksums = {t.result["train"]["weights_sha256"] for t in two}
+    checksums = {t.training["weights_sha256"] for t in two}
     assert len(checksums) == 1, checksums
-    assert two["worker:1"].result["train"]["history"][-1]["weights_sha256"] in checksums
+    assert two["worker:1"].training["history"][-1]["weights_sha256"] in checksums
 
 
 def test_one_and_two_workers_both_reduce_the_loss(sweep):
+    assert sweep.configs() == [{"workers": 1, "batch_size": BATCH}, {"workers": 2, "batch_size": BATCH}]
     for run in sweep.runs:
-        tr = lenet_sweep.chief_result(run["result"])
+        tr = run.train
         h = tr["history"]
-        assert tr["workers"] == run["workers"] and tr["global_batch"] == BATCH * run["workers"]
+        assert run.chief.name == "worker:0"
+        assert tr["workers"] == run.workers and tr["global_batch"] == BATCH * run.workers
         assert h[-1]["train_loss"] < h[0]["train_loss"], h
         assert h[-1]["val_loss"] < h[0]["val_loss"] < math.log(10) + 0.05, h
 
@@ -47,7 +49,7 @@ def test_ring_all_reduce_equals_one_process_at_the_global_batch(sweep):
     data = load_mnist(limit=SETTINGS["train_limit"], test_limit=SETTINGS["test_limit"], seed=SETTINGS["seed"])
     one = train("lenet5", data, batch_size=2 * BATCH, epochs=SETTINGS["epochs"], lr=SETTINGS["lr"],
                 seed=SETTINGS["seed"], log=None)
-    two = lenet_sweep.chief_result(sweep.runs[1]["result"])
+    two = sweep.find(2, BATCH).train
     assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-3)
     assert two["history"][0]["train_loss"] == pytest.approx(one["history"][0]["train_loss"], rel=0.1)
 
@@ -66,12 +68,18 @@ def test_sweep_tables_are_complete(sweep):
     # What each worker's own sockets sent: 2(N-1)/N x model bytes, plus gRPC framing.
     assert tp.loc[f"2 x {BATCH}", "measured_over_analytic"] == pytest.approx(1.0, abs=0.25)
     assert sweep.best()["config"] in runs.index
+    records = sweep.records()
+    assert list(records) == ["sweep_table", "tasks", "throughput", "best_config", "settings"]
+    assert records["sweep_table"]["config"].tolist() == list(table.index)
+    assert records["settings"]["workers"] == [1, 2] and records["settings"]["epochs"] == SETTINGS["epochs"]
+    with pytest.raises(KeyError, match="no run matches 3; runs: 1 x 50, 2 x 50"):
+        sweep.find(3)
 
 
 def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_weights(sweep):
-    reference = sweep.runs[1]["result"]
-    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=reference, log=None,
+    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=sweep, log=None,
                                      timeout=600, **SETTINGS)
+    assert ft["reference"]["run_dir"] == str(sweep.find(2, BATCH).result.run_dir)  # the sweep's run, not a new one
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
     assert "epoch 1/2" in ft["failure"]["log_tail"]
     resumed = ft["resumed"]
@@ -80,3 +88,14 @@ def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_wei
     assert [h["epoch"] for h in resumed["history"]] == [1, 2]
     # Same seed, same batches, same sums: the resumed run ends where the uninterrupted one did.
     assert abs(ft["accuracy_difference_points"]) < 0.5
+
+
+def test_the_model_option_reaches_every_task(tmp_path, monkeypatch):
+    """Lab 4's model option: LeCun's tanh/average-pool LeNet, same size, named on every task's command line."""
+    from labkit import models
+
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    c = lenet_sweep.make_cluster(2, 50, epochs=1, model="lenet5_tanh_avg")
+    assert c.args["model"] == "lenet5_tanh_avg"
+    assert models.build("lenet5_tanh_avg").count_params() == models.build("lenet5").count_params() == 61_706
+    assert lenet_sweep.make_cluster(1, 50, epochs=1).args["model"] == "lenet5"

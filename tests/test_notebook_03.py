@@ -13,12 +13,12 @@ FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 5  # the sparse gradient and the four answers
+    assert regions == 8  # the sparse gradient, the prediction, the audit's numbers and the five answers
     cell = next(c for c in student.cells if c.source.startswith("def sparse_lr_gradient"))
     assert "unsorted_segment_sum" not in cell.source and "raise NotImplementedError()" in cell.source
     pytest.importorskip("tensorflow")
@@ -60,4 +60,10 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         (run, t) for run in ("sync b100", "async b100") for t in ("ps:0", "worker:0", "worker:1")}
     assert {(r["mode"], r["batch"]) for r in rec["sweep"]} == {(m, b) for m in ("sync", "async") for b in (1, 100)}
     assert Path(rec["cluster_run_dir"]).is_relative_to(tmp_path / "runs")
+    # the prediction, estimated from 20 generated batches, is within the rubric's 10% of the measured mean
+    assert rec["sync_unique_per_step"] == pytest.approx(rec["predicted_unique_per_step"], rel=0.1)
+    assert 1000 < rec["sync_unique_per_step"] < 100 * 34  # popular values repeat across rows
+    audit = rec["audit_001"]
+    assert audit["seconds_at_350_megabytes_per_s"] == pytest.approx(1.47, abs=0.01)
+    assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
     check_executed(nb, FIGURES)

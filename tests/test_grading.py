@@ -397,3 +397,21 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     jobs, notes, refused = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
     assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []
+
+
+def test_a_verifier_reads_only_files_inside_the_run_folder(tmp_path):
+    work = tmp_path / "work"
+    (work / "artifacts").mkdir(parents=True)
+    (work / "artifacts" / "w.npz").write_bytes(b"x")
+    (tmp_path / "secret").write_text("another student's")
+    (work / "artifacts" / "link").symlink_to(tmp_path / "secret")
+    with open(work / "artifacts" / "big", "wb") as f:
+        f.truncate(verify.MAX_ARTIFACT_BYTES + 1)
+    ctx = verify.Context(workdir=work, records={}, params={}, claimed=None)
+    assert ctx.path("artifacts/w.npz") == (work / "artifacts" / "w.npz").resolve()
+    assert ctx.path(str(work / "artifacts" / "w.npz")) == (work / "artifacts" / "w.npz").resolve()  # absolute, inside
+    for rel, message in [(str(tmp_path / "secret"), "leads out of the run's folder"),
+                         ("artifacts/../../secret", "without '..'"), ("artifacts/link", "a link that leads out"),
+                         ("artifacts/big", "over the 64 MB"), ("artifacts/none.npz", "was not saved")]:
+        with pytest.raises(verify.Unverifiable, match=message):
+            ctx.path(rel)

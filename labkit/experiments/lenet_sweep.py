@@ -221,7 +221,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 
     ``idle``: a baseline from ``idle_baseline`` (measured first, ``idle_s`` seconds, if not
     given). ``log`` gets one line per epoch per run; ``progress`` shows a bar over runs.
-    ``timeout``: seconds one run may take (the first of a cluster: its start-up included)."""
+    ``timeout``: seconds one run may take (the first of a cluster: from when its servers are up)."""
     workers, batch_sizes = positive_ints("workers", workers), positive_ints("batch_sizes", batch_sizes)
     if train_limit is not None:
         for w in workers:

@@ -538,7 +538,7 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     and of the cost model's compute): one cluster per (architecture, N), whose models run one
     after the other in it, each from scratch (``labkit.experiments.shared``). ``log`` gets one
     line per run; ``progress`` shows a bar over runs. ``timeout``: seconds one run may take
-    (the first of a cluster: its start-up included)."""
+    (the first of a cluster: from when its servers are up)."""
     workers = tuple(sorted(set(positive_ints("workers", workers)) | {1}))
     models = (models,) if isinstance(models, str) else tuple(models)  # "mlp" is one model, not three
     archs = (archs,) if isinstance(archs, str) else tuple(archs)

@@ -21,9 +21,9 @@ over the chief's window of the configuration.
 
 What stays as with a cluster per configuration:
 
-- **timeouts**: each configuration has ``timeout`` seconds, from its start (the first: from
-  the cluster's, its start-up included); past it the cluster is stopped and ``ClusterTimeout``
-  names the configuration;
+- **timeouts**: each configuration has ``timeout`` seconds from its start (the first: from
+  when the cluster's servers are up; until then the launcher's ``start_timeout`` applies); past
+  it the cluster is stopped and ``ClusterTimeout`` names the configuration;
 - **failures**: a task that dies raises ``TaskFailed`` with its log tail, as before; a note
   names the configuration that was running, and ``e.completed`` holds the results of those that
   finished before it (each task wrote its file when it finished one, so they survive it);
@@ -80,7 +80,7 @@ class _Follower:
         self.chief = chief_name(cluster.spec)
         self.current: Config | None = None
         self.finished: list[str] = []
-        self.deadline = t0 + self.timeout  # the first configuration's: the cluster's start-up included
+        self.deadline = t0 + self.timeout  # the first configuration's: from the servers' start
 
     def line(self, task: str, line: str) -> None:
         m = CONFIGURATION_LINE.search(line) if task == self.chief else None
@@ -139,10 +139,10 @@ def run(make_cluster, configs: list[Config], *, timeout: float, on_line=None, ba
         raise ValueError(f"configurations need names of their own, got {names}")
     c = make_cluster(configs=json.dumps([{"name": k.name, **k.args} for k in configs]),
                      timeout=START_ALLOWANCE_S + timeout * len(configs))
-    follower, t0 = None, time.monotonic()
+    follower = None
     try:
-        with live.watch(c, static=static) as view, c:
-            follower = _Follower(c, configs, timeout, on_line, bar, view, t0)
+        with live.watch(c, static=static) as view, c:  # returns once every server is up
+            follower = _Follower(c, configs, timeout, on_line, bar, view, time.monotonic())
             result = c.follow(follower.line, until=follower.overdue)
             if result is None:
                 running = [name for name, state in c.status().items() if state == "running"]

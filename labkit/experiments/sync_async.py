@@ -428,7 +428,7 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
     max_steps, learning_rate, hosts, optimizer ...): one cluster per deploy mode, whose runs go
     one after the other in it, each from fresh variables (``labkit.experiments.shared``). Modes
     run side by side per batch size, so a sync/async pair shares the machine's conditions.
-    ``timeout``: seconds one run may take (the first of a cluster: its start-up included).
+    ``timeout``: seconds one run may take (the first of a cluster: from when its servers are up).
     Returns ``study`` (default a new ``Study``, whose settings are these arguments) with the
     runs added."""
     modes = _choices("modes", modes, MODES)

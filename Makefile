@@ -44,7 +44,7 @@ test: setup
 grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS) $(GRADE_ARGS)
 
-bench: setup
+bench: setup data
 	$(PY) -m labkit bench --out out/bench
 
 release: setup

@@ -3,6 +3,7 @@ calls one function of the module that does the work."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -265,9 +266,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run one subcommand. SIGTERM and SIGHUP stop it as Ctrl-C does, with everything it
+    started (``proc.unwind_on_signals``); output into a closed pipe (``... | head``) ends it
+    quietly, as it ends ``cat``."""
+    from labkit.proc import unwind_on_signals
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    unwind_on_signals()
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # nobody reads stdout any more: point it at /dev/null, so that the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command that lost its reader

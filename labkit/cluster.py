@@ -274,6 +274,15 @@ def port_is_free(port: int, host: str = "") -> bool:
     return True
 
 
+def accepts(host: str, port: int, timeout: float = 0.2) -> bool:
+    """Whether something listens on ``host:port`` now (a TCP connection is accepted)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def free_ports(n: int, avoid=()) -> list[int]:
     """``n`` distinct ports that are free now, chosen at random below the ephemeral range.
 
@@ -356,7 +365,7 @@ def read_hosts_file(path) -> list[str]:
     brackets), for ``from_hosts``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe, as from <(getent hosts ...), is fine
         raise ValueError(f"hosts file {path} does not exist; write one host per line (see docs/cluster.md)")
     try:
         text = path.read_text(encoding="utf-8-sig")

@@ -65,7 +65,7 @@ from pathlib import Path
 
 import psutil
 
-from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, free_ports, port_is_free
+from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, accepts, free_ports, port_is_free
 from labkit.paths import runs_root
 from labkit.proc import OwnedProcess, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
@@ -379,7 +379,7 @@ class Cluster:
         while pending:
             self._raise_on_failure()
             for p in list(pending):
-                if p.poll() is not None or _accepts(p.task.host, p.task.port):
+                if p.poll() is not None or accepts(p.task.host, p.task.port):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
                 raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
@@ -822,14 +822,6 @@ def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
         return [], offset
     end = chunk.rfind(b"\n") + 1  # whole lines only
     return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

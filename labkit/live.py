@@ -71,6 +71,7 @@ class LiveView:
         # live needs a kernel to display into; outside one (a script) there is only the end
         self.live = (is_live() if live is None else bool(live)) and _kernel_shell() is not None
         self.updates = 0             # redraws done (live)
+        self.figures = 0             # of which drew the figure (once the first samples are in)
         self.errors: list[str] = []  # a redraw that failed stops the live updates, never the run
         self._samplers: dict[str, object] = {}   # task -> ResourceSampler of its local pid
         self._pids: dict[str, int] = {}
@@ -240,6 +241,7 @@ class LiveView:
                 fig = self.live_figure()
                 if fig is not None:
                     self._figure.update(_png(fig))
+                    self.figures += 1
                 self.updates += 1
             except Exception:
                 self._error("live view stopped updating:\n" + traceback.format_exc(limit=4))

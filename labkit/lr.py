@@ -109,19 +109,18 @@ def cross_entropy(logits, labels):
     return tf.reduce_mean(-tf.reduce_sum(y * tf.nn.log_softmax(logits), axis=1))
 
 
-def sgd_step(W, b, x, y, learning_rate: float):
-    """One plain gradient-descent step on ``tf.Variable`` W and b; returns the batch loss.
+def reference_step() -> Callable:
+    """The kit's reference SGD step, Lab 1's exercise (``labkit.solutions.lab1.sgd_step``; also
+    ``lr.sgd_step``). The student kit has none: pass your own (``train_core(..., step=sgd_step)``)."""
+    from labkit.reference import solution
 
-    This is the reference for the step the Lab 1 notebook asks students to write.
-    """
-    import tensorflow as tf
+    return solution("lab1", "sgd_step", "step=sgd_step, your function from the notebook")
 
-    with tf.GradientTape() as tape:
-        loss = cross_entropy(tf.matmul(x, W) + b, y)
-    dW, db = tape.gradient(loss, [W, b])
-    W.assign_sub(learning_rate * dW)
-    b.assign_sub(learning_rate * db)
-    return loss
+
+def __getattr__(name: str):
+    if name == "sgd_step":  # the reference lives with the solutions, which the student kit leaves out
+        return reference_step()
+    raise AttributeError(f"module 'labkit.lr' has no attribute {name!r}")
 
 
 def evaluate(W, b, x, y) -> tuple[float, float]:
@@ -182,15 +181,17 @@ class CoreTrainer(_Trainer):
     """TF Core: ``tf.Variable`` W, b and one ``tf.function`` that runs a whole epoch in-graph.
 
     ``step(W, b, x_batch, y_batch, learning_rate) -> loss`` updates the variables in place;
-    it is traced into the epoch graph once (default: ``sgd_step``).
+    it is traced into the epoch graph once (default: the kit's reference ``sgd_step``, which
+    the student kit does not have).
     """
     version = "core"
 
     def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0,
-                 step: Callable = sgd_step):
+                 step: Callable | None = None):
         import tensorflow as tf
 
         super().__init__(x, y, batch_size, learning_rate, seed)
+        step = reference_step() if step is None else step
         if not callable(step):
             raise ValueError(f"step must be a function step(W, b, x, y, learning_rate) -> loss, got {step!r}")
         self.step = step
@@ -282,11 +283,18 @@ class NumpyTrainer(_Trainer):
 TRAINERS = {"core": CoreTrainer, "keras": KerasTrainer, "numpy": NumpyTrainer}
 
 
-def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE) -> float:
-    """Largest difference between ``step`` and the reference ``sgd_step`` after one update.
+def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE, learning_rate: float = 0.5,
+               coordinates: int = 40) -> float:
+    """How far one update by ``step`` is from plain gradient descent on the reports' loss, with
+    the gradient taken by finite differences (CS231n's gradient check): no reference step needed.
 
-    Both start from the same random W, b and batch; a correct step gives ~1e-8. The notebook
-    asserts on it before training, so a wrong step fails with a clear message, not a bad curve.
+    From a random W, b and batch, ``step`` (traced by ``tf.function``, as the training loop
+    runs it) must return the loss, ``-sum_k y_k log softmax(W^T x + b)_k`` averaged over the
+    batch, and move W and b by ``-learning_rate x`` its gradient. The gradient is estimated by
+    central differences of that loss, in float64, at every bias and ``coordinates`` random
+    weights. Returns the largest error, relative to the gradient's size (and the loss's); a
+    correct step gives ~1e-6, a wrong sign, mean or formula 0.1 or more. The notebook asserts
+    on it before training, so a wrong step fails with a clear message, not a bad curve.
     """
     import tensorflow as tf
 
@@ -295,15 +303,44 @@ def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE) -> f
     y = rng.integers(0, NUM_CLASSES, batch_size).astype(np.int32)
     W0, b0 = init_weights(rng)
     b0 += rng.standard_normal(NUM_CLASSES, dtype=np.float32) * np.float32(0.1)
-    after = []
-    for fn in (step, sgd_step):
-        W, b = tf.Variable(W0), tf.Variable(b0)
-        loss = tf.function(fn)(W, b, tf.constant(x), tf.constant(y), LEARNING_RATE)
-        if loss is None:
-            raise ValueError(f"{getattr(step, '__name__', step)} must return the batch loss")
-        after.append((W.numpy(), b.numpy(), float(loss)))
-    (W1, b1, l1), (W2, b2, l2) = after
-    return float(max(np.abs(W1 - W2).max(), np.abs(b1 - b2).max(), abs(l1 - l2)))
+    W, b = tf.Variable(W0), tf.Variable(b0)
+    loss = tf.function(step)(W, b, tf.constant(x), tf.constant(y), learning_rate)
+    if loss is None:
+        raise ValueError(f"{getattr(step, '__name__', step)} must return the batch loss")
+    moved_W = (W0.astype(np.float64) - W.numpy()) / learning_rate   # the gradient the step applied
+    moved_b = (b0.astype(np.float64) - b.numpy()) / learning_rate
+
+    def mean_loss(Wd, bd) -> float:
+        return _loss64(Wd, bd, x, y)
+
+    h = 1e-4
+    W64, b64 = W0.astype(np.float64), b0.astype(np.float64)
+    picks = [(int(i), int(j)) for i, j in zip(rng.integers(0, NUM_FEATURES, coordinates),
+                                              rng.integers(0, NUM_CLASSES, coordinates))]
+    numeric, applied = [], []
+    for i, j in picks:
+        Wp, Wm = W64.copy(), W64.copy()
+        Wp[i, j] += h
+        Wm[i, j] -= h
+        numeric.append((mean_loss(Wp, b64) - mean_loss(Wm, b64)) / (2 * h))
+        applied.append(moved_W[i, j])
+    for j in range(NUM_CLASSES):
+        bp, bm = b64.copy(), b64.copy()
+        bp[j] += h
+        bm[j] -= h
+        numeric.append((mean_loss(W64, bp) - mean_loss(W64, bm)) / (2 * h))
+        applied.append(moved_b[j])
+    numeric, applied = np.asarray(numeric), np.asarray(applied)
+    grad_error = float(np.abs(applied - numeric).max() / max(np.abs(numeric).max(), 1e-12))
+    want_loss = mean_loss(W64, b64)
+    return max(grad_error, abs(float(loss) - want_loss) / max(abs(want_loss), 1e-12))
+
+
+def _loss64(W, b, x, y) -> float:
+    """The mean cross-entropy in float64 (finite differences need more than float32's digits)."""
+    z = x.astype(np.float64) @ W + b
+    z -= z.max(axis=1, keepdims=True)
+    return float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]))
 
 
 # ----------------------------------------------------------------------------- runs

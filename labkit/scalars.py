@@ -1,4 +1,4 @@
-"""TensorBoard scalars from a finished run's series, written by the driver.
+"""TensorBoard: scalars from a finished run's series, written by the driver; the notebooks' TensorBoard cell.
 
 Lab 2's and Lab 3's task programs keep their chief's evaluations in their result files
 (``series``) instead of writing TensorBoard events; the driver turns those series into
@@ -11,9 +11,13 @@ they train: ``labkit.lr``, ``labkit.train_loop``.)
 
     write(run_dir / "tensorboard", chief["series"]["eval"], step="global_step",
           keys=("test_loss", "test_accuracy"))
+
+``tensorboard(...)`` is every notebook's last cell: where the runs are, and TensorBoard itself
+inside the notebook when a person watches in JupyterLab (never under papermill).
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -38,4 +42,27 @@ def write(logdir, rows: list[dict], step: str, keys, t: str = "t", end: float | 
                     writer.add_scalar(key, float(row[key]), int(row[step]), wall_time=start + float(row[t]))
     finally:
         writer.close()
+    return logdir
+
+
+def tensorboard(*logdirs, start: bool = True) -> str:
+    """Say where the TensorBoard runs are (``logdirs``, default the runs root) and, with
+    ``start`` in live JupyterLab, start TensorBoard on the whole runs root inside the notebook
+    (``%tensorboard --logdir``); elsewhere (papermill, a script) print how to start it.
+    Returns the ``--logdir`` it uses: ``runs`` when the root is ``./runs``."""
+    from labkit import paths, progress
+
+    root = paths.runs_root()
+    cwd = Path.cwd()
+    logdir = os.path.relpath(root, cwd) if root.is_relative_to(cwd) else str(root)
+    print("TensorBoard runs under", ", ".join(str(d) for d in logdirs if d) or root)
+    if start and progress.is_live():
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        shell.run_line_magic("load_ext", "tensorboard")
+        shell.run_line_magic("tensorboard", f"--logdir {logdir}")
+    else:
+        print(f"headless run: in JupyterLab `%load_ext tensorboard` then `%tensorboard --logdir {logdir}`; in a "
+              f"terminal `tensorboard --logdir {logdir}` serves them at http://localhost:6006")
     return logdir

@@ -126,28 +126,27 @@ def logits_from_rows(w_u: tf.Tensor, x: tf.SparseTensor, local: tf.Tensor) -> tf
     return tf.math.unsorted_segment_sum(vals * tf.gather(w_u, local), x.indices[:, 0], b)
 
 
-def _loss(z: tf.Tensor, y01: tf.Tensor) -> tf.Tensor:
+def mean_logloss(z: tf.Tensor, y01: tf.Tensor) -> tf.Tensor:
+    """The mean log-loss of logits ``z`` for labels in {0, 1}: ``mean(softplus(z) - y z)``."""
     return tf.reduce_mean(tf.nn.softplus(z) - y01 * z)
 
 
-def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Tensor, tf.IndexedSlices]:
-    """Mean log-loss and its gradient as ``tf.IndexedSlices`` over the batch's unique features.
+def reference_gradient():
+    """The kit's reference sparse gradient, Lab 3's exercise (``labkit.solutions.lab3``; also
+    ``sparse.sparse_gradient(w, x, y, labels="01") -> (loss, IndexedSlices)``), O(nnz) whatever
+    ``w``'s length. The student kit has none: pass your own where a function takes ``gradient=``."""
+    from labkit.reference import solution
 
-    Cost and memory are O(nnz of the batch), whatever ``w``'s length: ``w`` is read with
-    one gather of the unique rows, and the gradient holds one value per unique feature.
-    """
-    uniq, local = unique_features(x)
-    w_u = gather_rows(w, uniq)
-    z = logits_from_rows(w_u, x, local)
-    y01 = tf.cast(labels01(y, labels), w_u.dtype)
-    b, bf = _batch_size(x, w_u.dtype)
-    err = tf.sigmoid(z) - y01                                   # dloss_i/dz_i, times B
-    contrib = tf.cast(x.values, w_u.dtype) * tf.gather(err, x.indices[:, 0])
-    g_u = tf.math.unsorted_segment_sum(contrib, local, tf.size(uniq, out_type=tf.int64)) / bf
-    return _loss(z, y01), tf.IndexedSlices(g_u, uniq, _shape(w))
+    return solution("lab3", "sparse_gradient", "gradient=sparse_lr_gradient, your function from section 1")
 
 
-def _shape(w) -> tf.Tensor:
+def __getattr__(name: str):
+    if name == "sparse_gradient":  # the reference lives with the solutions, which the student kit leaves out
+        return reference_gradient()
+    raise AttributeError(f"module 'labkit.sparse' has no attribute {name!r}")
+
+
+def static_shape(w) -> tf.Tensor:
     """w's shape, static when known: ``tf.shape`` of a variable would read (and, after a
     sparse update, copy) the whole vector, an O(num_features) step."""
     shape = tf.TensorShape(np.shape(w) if isinstance(w, np.ndarray) else w.shape)
@@ -176,14 +175,14 @@ def dense_gradient(w, x: tf.SparseTensor, y, labels: str = "01", per_example: bo
         grad = tf.reduce_sum(per_row, axis=1)
     else:
         grad = tf.reshape(tf.sparse.sparse_dense_matmul(xs, tf.reshape(err, [-1, 1]), adjoint_a=True), [-1])
-    return _loss(z, y01), grad
+    return mean_logloss(z, y01), grad
 
 
 def loss_dense(w, x_dense, y, labels: str = "01") -> tf.Tensor:
     """The same loss on a dense [B, F] matrix, for checking gradients against autodiff."""
     w = tf.convert_to_tensor(w)
     z = tf.linalg.matvec(tf.cast(x_dense, w.dtype), w)
-    return _loss(z, tf.cast(labels01(y, labels), w.dtype))
+    return mean_logloss(z, tf.cast(labels01(y, labels), w.dtype))
 
 
 def predict_logits(w, x: tf.SparseTensor) -> tf.Tensor:
@@ -196,7 +195,7 @@ def evaluate(w, x: tf.SparseTensor, y, labels: str = "01") -> dict:
     z = predict_logits(w, x)
     y01 = tf.cast(labels01(y, labels), z.dtype)
     acc = tf.reduce_mean(tf.cast(tf.equal(tf.cast(z > 0, z.dtype), y01), tf.float32))
-    return {"accuracy": float(acc), "logloss": float(_loss(z, y01)), "rows": int(z.shape[0])}
+    return {"accuracy": float(acc), "logloss": float(mean_logloss(z, y01)), "rows": int(z.shape[0])}
 
 
 # ----------------------------------------------------------------------------- updates (ps side)
@@ -215,16 +214,18 @@ def apply_dense(var, grad: tf.Tensor, lr: float):
     return var.assign_sub(lr * grad, read_value=False)
 
 
-def make_train_step(w, lr: float, labels: str = "01"):
-    """A compiled in-process SGD step ``step(x, y) -> loss`` on variable ``w`` (sparse update).
+def make_train_step(w, lr: float, labels: str = "01", gradient=None):
+    """A compiled in-process SGD step ``step(x, y) -> loss`` on variable ``w`` (sparse update),
+    with ``gradient(w, x, y, labels)`` (default: the kit's reference).
 
     The input signature takes any batch size and nnz, so it traces once.
     """
+    gradient = gradient or reference_gradient()
     spec = (tf.SparseTensorSpec([None, int(w.shape[0])], tf.float32), tf.TensorSpec([None], tf.float32))
 
     @tf.function(input_signature=spec)
     def step(x, y):
-        loss, g = sparse_gradient(w, x, y, labels)
+        loss, g = gradient(w, x, y, labels)
         with tf.control_dependencies([apply_sparse(w, g, lr)]):
             return tf.identity(loss)
 
@@ -232,9 +233,11 @@ def make_train_step(w, lr: float, labels: str = "01"):
 
 
 def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
-    """Largest difference between ``gradient(w, x, y) -> (loss, IndexedSlices)`` and
-    ``sparse_gradient`` on random click-like batches (repeated features, unsorted ids, an
-    empty row), checked in eager mode and inside a ``tf.function``.
+    """Largest difference between ``gradient(w, x, y) -> (loss, IndexedSlices)`` and the
+    gradient of the same loss on the *dense* batch, by automatic differentiation
+    (``loss_dense``), on random click-like batches (repeated features, unsorted ids, an empty
+    row), checked in eager mode and inside a ``tf.function``. It needs no reference sparse
+    gradient: the dense computation is the definition the sparse one must reproduce.
 
     Raises ``TypeError``/``ValueError`` that say what is wrong when the result is not a
     loss and an ``IndexedSlices``, or is dense (one row per feature, not per unique
@@ -253,7 +256,11 @@ def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
                             dense[rows, cols][perm].astype(np.float32), [b, f])
         y = tf.constant((rng.random(b) < 0.5).astype(np.float32))
         w = tf.Variable(rng.normal(size=f).astype(np.float32))
-        ref_loss, ref = sparse_gradient(w, x, y)
+        w64 = tf.constant(w.numpy(), tf.float64)
+        with tf.GradientTape() as tape:
+            tape.watch(w64)
+            ref_loss = loss_dense(w64, dense, y)
+        want = tape.gradient(ref_loss, w64).numpy()
         for mode, fn in (("eagerly", gradient), ("in a tf.function", tf.function(gradient))):
             out = fn(w, x, y)
             if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], tf.IndexedSlices)):
@@ -266,7 +273,6 @@ def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
                                  f"{n_unique} distinct features; return one row per unique feature (tf.unique), "
                                  "not one per feature or per non-zero")
             mine = tf.math.unsorted_segment_sum(g.values, g.indices, f).numpy()
-            want = tf.math.unsorted_segment_sum(ref.values, ref.indices, f).numpy()
             worst = max(worst, float(np.abs(mine - want).max()), abs(float(loss) - float(ref_loss)))
     return worst
 
@@ -278,7 +284,7 @@ METHODS = ("sparse", "dense", "dense_per_example")
 
 def _build_step(method: str, w, x, y, lr: float, labels: str, gradient=None):
     if method == "sparse":
-        loss, g = gradient(w, x, y) if gradient is not None else sparse_gradient(w, x, y, labels)
+        loss, g = gradient(w, x, y) if gradient is not None else reference_gradient()(w, x, y, labels)
         return loss, apply_sparse(w, g, lr)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

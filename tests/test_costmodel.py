@@ -7,7 +7,7 @@ import pytest
 from labkit import costmodel as cm
 from labkit.costmodel import CostModel, Link
 
-LENET_BYTES = 61_706 * 4  # tf-2.21-distributed-facts.md: M = 246.8 KB
+LENET_BYTES = 61_706 * 4  # labkit.models.lenet5 in float32 (test_train_loop checks the count): M = 246.8 KB
 
 
 # --- bytes on the wire --------------------------------------------------------------------
@@ -32,7 +32,7 @@ def test_ring_bytes_per_task_by_hand():
 
 
 def test_bytes_match_the_measured_lenet_table():
-    # the analytic column of tf-2.21-distributed-facts.md, "Bytes on the wire"
+    # LeNet's analytic bytes per step, as Lab 5 states them: PS 2M per worker step, ring 2(N-1)M in all
     assert cm.step_bytes("ps", LENET_BYTES, 1).total / 1e3 == pytest.approx(493.6, abs=0.1)
     assert cm.step_bytes("ring", LENET_BYTES, 2).total == pytest.approx(2 * LENET_BYTES)
     assert cm.step_bytes("ring", LENET_BYTES, 3).total == pytest.approx(3 * 4 * LENET_BYTES / 3)

@@ -316,9 +316,11 @@ def test_parallel_grades_like_serial_and_leaves_nothing_behind(batch):
     assert inside == []
 
 
-def test_stopping_the_grader_leaves_nothing_running(tmp_path):
-    """Ctrl-C stops the grader cleanly; even SIGKILL leaves no kernel or child behind (each
-    runner gets SIGTERM when the grader dies, and kills its own tree)."""
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
+    """Ctrl-C stops the grader cleanly; even SIGKILL leaves no kernel or child behind: each runner
+    gets SIGTERM when the grader dies and SIGKILLs its descendants from the signal handler (a
+    subreaper, so orphans are its own), and in the sandbox the PID namespace ends with it."""
     import signal
     import subprocess
     import sys
@@ -331,7 +333,8 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path):
         (subs / "s").mkdir(parents=True)
         nbformat.write(lab_notebook({3: HANG}), str(subs / "s" / "fixlab.ipynb"))
         graders[sig] = subprocess.Popen([sys.executable, "-m", "labkit", "grade", str(subs), "--out", str(out),
-                                         "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"],
+                                         "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"]
+                                        + (["--no-sandbox"] if sandbox == "none" else []),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         pid_files[sig] = out / ".work" / "s" / "fixlab" / "child.pid"
     try:
@@ -401,3 +404,38 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
     for check in ("results recorded", "core accuracy", "keras accuracy", "figures", "analysis"):
         assert status(rows, "released", check, lab="lab1")[0] in ("missing", "fail"), check
         assert status(rows, "reference", check, lab="lab1")[0] == "pass", check
+
+
+def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywhere(tmp_path, monkeypatch):
+    """Where the sandbox tool is missing, grading students stops before anything runs and says what
+    to install and how to override; --no-sandbox runs anyway and every report says so. The
+    reference notebooks may run without it."""
+    from labkit.grading import grade as grading
+    from labkit.grading.sandbox import SANDBOXES, Bubblewrap
+
+    monkeypatch.setitem(SANDBOXES, "bwrap", Bubblewrap("labkit-no-such-bwrap"))
+    (tmp_path / "rubric.toml").write_text(RUBRIC)
+    (tmp_path / "subs" / "s").mkdir(parents=True)
+    nbformat.write(new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]),
+                   str(tmp_path / "subs" / "s" / "fixslow.ipynb"))
+    with pytest.raises(grading.GradeError) as e:
+        grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], log=lambda m: None)
+    assert "sudo apt-get install bubblewrap" in str(e.value) and "--no-sandbox" in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+    outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"],
+                    log=lambda m: None, sandbox="none")
+    rows = rows_by(outcome)
+    assert status(rows, "s", "execution", lab="slow")[0] == "ok" and status(rows, "s", "never", lab="slow")[0] == "pass"
+    assert "WITHOUT a sandbox" in status(rows, "s", "execution", lab="slow")[1]
+    for page in ("summary.md", "s/fixslow.html"):
+        assert "WARNING" in (tmp_path / "out" / page).read_text() and "WITHOUT a sandbox" in \
+            (tmp_path / "out" / page).read_text(), page
+
+    notes = []
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]),
+                   str(nbs / "fixslow.ipynb"))
+    ref = grade(tmp_path / "rubric.toml", None, tmp_path / "ref", labs=["slow"], notebooks=nbs, log=notes.append)
+    assert ref.exit_code == 0 and any("the reference notebooks run without a sandbox" in n for n in notes)

@@ -5,7 +5,9 @@ can be bound again (only our own processes and ports are checked: other programs
 TensorFlow on this machine too).
 """
 import _thread
+import os
 import random
+import signal
 import socket
 import stat
 import subprocess
@@ -65,6 +67,9 @@ def test_run_to_completion_gathers_every_task(clusters):
     # async: every global step is one trainer's step, so the local steps add up to it
     assert w0.steps["local"] + w1.steps["local"] == ps.steps["global_final"] >= 150
     assert w0.metrics["test_accuracy"] > 0.7 and w0.result["series"]["eval"]
+    # the ps leaves after the trainers, so that none finds it gone when it signals done
+    assert w0.result["done_signal"] == w1.result["done_signal"] == "delivered"
+    assert ps.result["ended_epoch"] > max(w0.result["ended_epoch"], w1.result["ended_epoch"])
     for t in result:
         assert t.result["status"] == "ok" and t.result["versions"]["labkit"]
         assert t.result["samples"]["columns"]["t"], f"{t.name} has no resource samples"
@@ -217,6 +222,63 @@ def test_tf2_pattern_tasks_exit_when_the_chief_port_closes(clusters, tmp_path):
     assert {t.name: t.ended for t in result} == {"ps:0": "chief-port-closed", "chief:0": "exited",
                                                  "worker:0": "chief-port-closed"}
     assert result["worker:0"].result["status"] == "ok" and result.teardown_s < 5
+
+
+PEERS_PROGRAM = """
+import socket, sys, time
+from labkit.tasks.common import TaskRuntime
+
+with TaskRuntime("peers") as rt:  # two workers joined like all-reduce peers: one fails, so does the other
+    server = socket.create_server(("0.0.0.0", rt.task.port))
+    if rt.task.index == 1:
+        conn, _ = server.accept()
+        if sys.argv[1] == "error":
+            raise RuntimeError("worker:1 fails on its own")
+        time.sleep(600)  # until killed
+    peer = rt.spec.task("worker", 1)
+    while True:
+        try:
+            link = socket.create_connection((peer.host, peer.port))
+            break
+        except OSError:
+            time.sleep(0.05)
+    rt.log("connected to worker:1")
+    link.recv(1)  # b'' once worker:1 is gone
+    raise ConnectionError("lost worker:1")
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "kill", "error"])
+def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
+    """worker:1 dies (SIGKILL from outside, Cluster.kill, or an error of its own) and worker:0,
+    its peer, fails within milliseconds because of it; the launcher may see both exits in one
+    poll. TaskFailed must name worker:1, never the peer listed first."""
+    (tmp_path / "peers").mkdir()
+    (tmp_path / "peers" / "__init__.py").write_text("")
+    (tmp_path / "peers" / "task.py").write_text(PEERS_PROGRAM)
+    c = Cluster(cluster.local(ps=0, workers=2), "peers.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
+                program_argv=[how], timeout=60)
+    clusters.append(c)
+    c.start()
+    pids = c.pids()
+    if how != "error":
+        assert c.follow(until=lambda seen: any("connected" in line for line in seen["worker:0"])) is None
+        c.kill("worker:1") if how == "kill" else os.kill(pids["worker:1"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while alive(pids.values()):  # the launcher looks only now, and finds both ended: one poll sees both
+        assert time.monotonic() < deadline, "worker:0 did not fail after losing its peer"
+        time.sleep(0.02)
+    with pytest.raises(TaskFailed) as info:
+        c.wait()
+    failed = info.value
+    assert failed.task == "worker:1", str(failed)
+    if how == "error":
+        assert failed.returncode == 1 and "fails on its own" in failed.log_tail
+    else:
+        assert failed.returncode == -signal.SIGKILL and "was killed by SIGKILL" in str(failed)
+    assert failed.consequences["worker:0"].startswith("exited with code 1 after ")
+    assert "then worker:0 exited with code 1" in str(failed) and "lost worker:1" not in failed.log_tail
+    assert c.status() == {"worker:0": "failed", "worker:1": "failed"}
 
 
 FAKE_SSH = """#!/bin/sh

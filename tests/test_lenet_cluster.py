@@ -22,18 +22,20 @@ def sweep(runs_dir):
 
 
 def test_two_workers_end_with_identical_weights(sweep):
-    two = sweep.runs[1]["result"]
+    two = sweep.find(workers=2).result
     assert [t.ended for t in two] == ["exited", "exited"]
-    checksums = {t.result["train"]["weights_sha256"] for t in two}
+    checksums = {t.training["weights_sha256"] for t in two}
     assert len(checksums) == 1, checksums
-    assert two["worker:1"].result["train"]["history"][-1]["weights_sha256"] in checksums
+    assert two["worker:1"].training["history"][-1]["weights_sha256"] in checksums
 
 
 def test_one_and_two_workers_both_reduce_the_loss(sweep):
+    assert sweep.configs() == [{"workers": 1, "batch_size": BATCH}, {"workers": 2, "batch_size": BATCH}]
     for run in sweep.runs:
-        tr = lenet_sweep.chief_result(run["result"])
+        tr = run.train
         h = tr["history"]
-        assert tr["workers"] == run["workers"] and tr["global_batch"] == BATCH * run["workers"]
+        assert run.chief.name == "worker:0"
+        assert tr["workers"] == run.workers and tr["global_batch"] == BATCH * run.workers
         assert h[-1]["train_loss"] < h[0]["train_loss"], h
         assert h[-1]["val_loss"] < h[0]["val_loss"] < math.log(10) + 0.05, h
 
@@ -47,7 +49,7 @@ def test_ring_all_reduce_equals_one_process_at_the_global_batch(sweep):
     data = load_mnist(limit=SETTINGS["train_limit"], test_limit=SETTINGS["test_limit"], seed=SETTINGS["seed"])
     one = train("lenet5", data, batch_size=2 * BATCH, epochs=SETTINGS["epochs"], lr=SETTINGS["lr"],
                 seed=SETTINGS["seed"], log=None)
-    two = lenet_sweep.chief_result(sweep.runs[1]["result"])
+    two = sweep.find(2, BATCH).train
     assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-3)
     assert two["history"][0]["train_loss"] == pytest.approx(one["history"][0]["train_loss"], rel=0.1)
 
@@ -66,10 +68,16 @@ def test_sweep_tables_are_complete(sweep):
     # What each worker's own sockets sent: 2(N-1)/N x model bytes, plus gRPC framing.
     assert tp.loc[f"2 x {BATCH}", "measured_over_analytic"] == pytest.approx(1.0, abs=0.25)
     assert sweep.best()["config"] in runs.index
+    records = sweep.records()
+    assert list(records) == ["sweep_table", "tasks", "throughput", "best_config", "settings"]
+    assert records["sweep_table"]["config"].tolist() == list(table.index)
+    assert records["settings"]["workers"] == [1, 2] and records["settings"]["epochs"] == SETTINGS["epochs"]
+    with pytest.raises(KeyError, match="no run matches 3; runs: 1 x 50, 2 x 50"):
+        sweep.find(3)
 
 
 def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_weights(sweep):
-    reference = sweep.runs[1]["result"]
+    reference = sweep.find(2, BATCH).result
     ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=reference, log=None,
                                      timeout=600, **SETTINGS)
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9

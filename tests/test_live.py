@@ -12,17 +12,26 @@ from _kernel import kernel, ok, text
 
 pytestmark = pytest.mark.cluster
 
-RUN = """
+LIVE_RUN = """
 import os, json, time
-os.environ["LABKIT_LIVE"] = "{live}"
+os.environ["LABKIT_LIVE"] = "1"
 from labkit import cluster, live
 from labkit.launch import Cluster
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=10_000_000, train_limit=1000,
+            test_limit=200, sample_interval=0.25, timeout=200)
+with c, live.watch(c, refresh=0.5) as view:
+    c.follow(until=lambda seen: view.figures >= 2)  # runs until the view has redrawn its figure twice
+print(json.dumps({"live": view.live, "updates": view.updates, "figures": view.figures, "errors": view.errors}))
+"""
+
+HEADLESS_RUN = """
+os.environ["LABKIT_LIVE"] = "0"
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=150, train_limit=1000, test_limit=200,
             sample_interval=0.25, timeout=200)
-with c, live.watch(c, refresh=0.5) as view:
+with c, live.watch(c) as view:
     result = c.wait()
-print(json.dumps({{"live": view.live, "updates": view.updates, "errors": view.errors,
-                  "ended": [t.ended for t in result]}}))
+print(json.dumps({"live": view.live, "updates": view.updates, "errors": view.errors,
+                  "ended": [t.ended for t in result]}))
 """
 
 
@@ -36,15 +45,15 @@ def _images(msgs, kind: str) -> list[dict]:
 
 def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
     with kernel(tmp_path, LABKIT_RUNS=tmp_path / "runs") as (km, kc):
-        msgs = ok(kc, RUN.format(live=1))
+        msgs = ok(kc, LIVE_RUN)
         report = _report(msgs)
-        assert report["live"] and not report["errors"] and report["ended"] == ["done-queue", "exited"]
+        assert report["live"] and not report["errors"] and report["figures"] >= 2
         shown = [m for m in msgs if m["msg_type"] == "display_data"]
         ids = {m["content"]["transient"]["display_id"] for m in shown}
         assert len(shown) == 2 and len(ids) == 2, "a live view shows one table and one figure"
         updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
         assert {m["content"]["transient"]["display_id"] for m in updates} == ids  # redrawn in place
-        assert report["updates"] >= 2 and len(_images(msgs, "update_display_data")) >= 2
+        assert len(_images(msgs, "update_display_data")) >= 3  # two while running, the whole run at the end
         assert "worker:0" in updates[-2]["content"]["data"]["text/html"]
 
         # a sweep's next runs in the same cell redraw the same two outputs
@@ -53,11 +62,9 @@ def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
         updated = {m["content"]["transient"]["display_id"] for m in msgs if m["msg_type"] == "update_display_data"}
         assert len(shown) == 2 and updated == set(shown)
 
-        # the same finished run, headless: no live outputs, one static figure of the tasks' own samples
-        msgs = ok(kc, "os.environ['LABKIT_LIVE'] = '0'\n"
-                      "with live.watch(c) as view:\n    pass\n"
-                      "print(json.dumps({'live': view.live, 'updates': view.updates, 'errors': view.errors}))")
-        assert _report(msgs) == {"live": False, "updates": 0, "errors": []}
+        # headless: no live outputs during the run, one static figure of the tasks' own samples at the end
+        msgs = ok(kc, HEADLESS_RUN)
+        assert _report(msgs) == {"live": False, "updates": 0, "errors": [], "ended": ["done-queue", "exited"]}
         assert not [m for m in msgs if m["msg_type"] == "update_display_data"]
         assert len(_images(msgs, "display_data")) == 1
 

@@ -133,13 +133,15 @@ def test_bytes_per_step_per_task_match_the_analytic_model(two_workers):
     Every task's own sockets within 25% (a probe measured +0-4%)."""
     t = two_workers.task_bytes().set_index(["arch", "task"])
     m = two_workers.runs[0].train["model_bytes"]
-    assert t.loc[("ps", "ps:0"), "analytic_sent"] == 2 * m and t.loc[("ring", "worker:1"), "analytic_sent"] == m
+    assert t.loc[("ps", "ps:0"), "analytic_sent_bytes"] == 2 * m
+    assert t.loc[("ring", "worker:1"), "analytic_sent_bytes"] == m
     tasks = t.drop(index=[("ps", "chief:0"), ("ps", "total"), ("ring", "total")])
     assert set(tasks["method"]) == {"sockets"} and len(tasks) == 5
     for side in ("sent", "recv"):
-        ratio = tasks[side] / tasks[f"analytic_{side}"]
-        assert ratio.between(0.75, 1.25).all(), tasks[[side, f"analytic_{side}"]]
-    assert t.loc[("ps", "chief:0"), "sent"] < 0.01 * m  # the chief only schedules closures
+        ratio = tasks[f"{side}_bytes"] / tasks[f"analytic_{side}_bytes"]
+        assert ratio.between(0.75, 1.25).all(), tasks[[f"{side}_bytes", f"analytic_{side}_bytes"]]
+    # the chief only schedules closures; the synchronous update runs on the ps
+    assert t.loc[("ps", "chief:0"), "sent_bytes"] < 0.01 * m
     # lo is system-wide: other programs can add bytes, never remove them
     assert (t.xs("total", level="task")["deviation"] > -0.1).all()
     assert two_workers.bytes_deviation()["max_abs_deviation"] < 0.25
@@ -166,6 +168,11 @@ def test_both_architectures_train_the_same_model_and_reduce_its_loss(two_workers
                     "worker:1": "chief-port-closed"}
     table = two_workers.table()
     assert list(table["arch"]) == ["ps", "ring"] and (table["images_per_s"] > 0).all()
+    assert two_workers.find(arch="ring") is two_workers.get("ring", "mlp") is two_workers.runs[1]
+    assert two_workers.runs[0].chief.name == "chief:0" and two_workers.runs[1].chief.name == "worker:0"
+    records = two_workers.records(crossover={"net": {"2": 1.0}})
+    assert list(records) == ["scaling_table", "task_bytes", "bytes_deviation", "busiest_task_bytes", "crossover",
+                             "settings"]
     assert table["speedup"].isna().all()  # no N=1 run to divide by
     with pytest.raises(ValueError, match="no 1-worker ring run"):
         two_workers.cost_runs()

@@ -133,3 +133,20 @@ def test_bytes_per_step_are_the_sparse_payload_plus_a_small_constant(a9a_runs):
         rates = table.loc[run, "task_tcp_bytes_per_s"]
         assert rates["ps:0"] == pytest.approx(rates["worker:0"] + rates["worker:1"])
     assert set(a9a_runs.verdicts().index) == {"sync b50", "async b50"}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_records_are_one_call_and_carry_the_saved_weights(a9a_runs, tmp_path):
+    from labkit.experiments.sparse_lr import evaluate_weights
+
+    assert a9a_runs.configs() == [{"mode": "sync", "batch_size": BATCH}, {"mode": "async", "batch_size": BATCH}]
+    assert a9a_runs.find("async").label == "async b50" and a9a_runs.find("async").result is a9a_runs.result
+    artifacts = a9a_runs.save_weights(tmp_path / "artifacts")
+    rec = a9a_runs.records(artifacts=artifacts)
+    for mode in ("sync", "async"):
+        assert evaluate_weights(artifacts[f"{mode}_weights"])["accuracy"] == pytest.approx(
+            rec[f"{mode}_test_accuracy"], abs=1e-3)
+        assert rec[f"{mode}_steps"] == a9a_runs.steps(f"{mode} b{BATCH}")
+    assert rec["cluster_run_dir"] == str(a9a_runs.run_dir.resolve()) and rec["settings"]["data"] == "a9a"
+    assert len(rec["summary"]) == 2 and {"bottlenecks", "verdicts", "artifacts"} <= set(rec)

@@ -112,10 +112,13 @@ def run_all(names, out: Path, quick: bool = False, timeout: float = 1800) -> int
 
 def entry(run) -> None:
     """``python -m labkit.bench.NAME [--quick] [--json PATH]``: run one benchmark, print it, save it."""
+    from labkit.proc import unwind_on_signals
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
+    unwind_on_signals()  # the harness's SIGTERM (or its death) stops what this benchmark started
     result = run(quick=args.quick)
     print(to_markdown(result))
     if args.json:

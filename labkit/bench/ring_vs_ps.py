@@ -47,7 +47,7 @@ def run(quick: bool = False) -> dict:
             per_round.append({name: {"images_per_s": table.loc[(a, n), "images_per_s"],
                                      "step_s": table.loc[(a, n), "step_s"], "error": err.loc[(a, n)],
                                      "model_bytes": table.loc[(a, n), "model_bytes"],
-                                     "bytes": {t.task: (t.sent, t.analytic_sent)
+                                     "bytes": {t.task: (t.sent_bytes, t.analytic_sent_bytes)
                                                for t in tb[(tb["arch"] == a) & (tb["workers"] == n)].itertuples()}}
                               for name, a, n in CONTENDERS})
     med = {}

@@ -1,7 +1,28 @@
-"""Experiments: one function per lab experiment that a notebook calls, returning tidy pandas frames."""
+"""Experiments: one module per lab, all with one shape.
+
+A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_sweep.sweep``,
+``ring_vs_ps.scaling``) runs a list of configurations and returns a ``Sweep``:
+
+- ``Sweep.runs``: one ``Run`` per configuration. A lab's ``Run`` is a dataclass whose fields
+  are the configuration (``mode``, ``batch_size`` ...) followed by ``result``, the
+  ``labkit.results.ClusterResult`` of the cluster that ran it; ``run.config`` is that
+  configuration as a dict, ``run.chief`` the task that led and measured the training.
+  Runs of one cluster (Lab 3 runs its configurations one after the other in one
+  cluster) share the same ``result``.
+- ``Sweep.settings``: the arguments the sweep ran with, as a JSON-able dict.
+- ``Sweep.find(...)``: the run of one configuration.
+- The lab's tables: methods returning pandas DataFrames (``table()``, ``summary()`` ...).
+- ``Sweep.records(...)``: everything the notebook records for the grader, as a dict of
+  JSON-able values (frames included); ``Sweep.record(...)`` records them all, in one call.
+"""
 from __future__ import annotations
 
+import inspect
 import numbers
+import textwrap
+from dataclasses import dataclass, field, fields
+
+from labkit.results import ClusterResult, TaskOutcome
 
 
 def positive_ints(name: str, values, example: str = "(1, 2, 3)") -> tuple[int, ...]:
@@ -13,3 +34,88 @@ def positive_ints(name: str, values, example: str = "(1, 2, 3)") -> tuple[int, .
     if not items or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in items):
         raise ValueError(f"{name} must be positive integers, e.g. {example}; got {values!r}")
     return tuple(int(v) for v in items)
+
+
+def function_source(fn, name: str, signature: str, what: str) -> str:
+    """The source of the notebook's function ``name`` (a ``def`` at the top level of a cell), to
+    send to the tasks, which define it and train with it (``tasks.common.define_function``).
+    ``what``: the argument that took it, for the error."""
+    if not callable(fn) or getattr(fn, "__name__", None) != name:
+        raise ValueError(f"{what} must be a function named {name}{signature}, got {fn!r}")
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"cannot read the source of {name}; define it with `def` at the top level of a "
+                         f"notebook cell or a module ({e})") from None
+
+
+class Run:
+    """One configuration and the cluster that ran it (subclasses: dataclasses whose fields are
+    the configuration, then ``result``)."""
+    result: ClusterResult
+
+    @property
+    def config(self) -> dict:
+        """The configuration: every field but ``result`` (and fields the constructor does not take)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "result"}
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.config.items())
+
+    @property
+    def chief(self) -> TaskOutcome:
+        """The task that led the training and measured it (``ClusterResult.chief``)."""
+        return self.result.chief()
+
+    @property
+    def train(self) -> dict:
+        """``train_loop.train``'s result on the chief (runs of ``strategy_train`` tasks)."""
+        return self.chief.training
+
+    def matches(self, *values, **config) -> bool:
+        """Whether this run's configuration has ``values`` (in field order) and ``config``;
+        None matches anything."""
+        names = list(self.config)
+        if len(values) > len(names):
+            raise TypeError(f"{type(self).__name__} has {len(names)} configuration fields ({', '.join(names)}); "
+                            f"got {len(values)} values")
+        wanted = {**dict(zip(names, values)), **config}
+        unknown = set(wanted) - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no configuration field {sorted(unknown)}; "
+                            f"fields: {', '.join(names)}")
+        return all(v is None or self.config[k] == v for k, v in wanted.items())
+
+
+@dataclass
+class Sweep:
+    """The runs of a list of configurations, the settings they ran with, and the lab's tables."""
+    runs: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    def find(self, *values, **config) -> Run:
+        """The first run whose configuration has ``values`` (in the run's field order) and
+        ``config`` (None matches anything); a KeyError listing the runs if none has."""
+        for r in self.runs:
+            if r.matches(*values, **config):
+                return r
+        wanted = ", ".join([*map(repr, values), *(f"{k}={v!r}" for k, v in config.items())])
+        raise KeyError(f"no run matches {wanted}; runs: {', '.join(r.label for r in self.runs) or 'none'}")
+
+    def configs(self) -> list[dict]:
+        """Every run's configuration, in run order."""
+        return [r.config for r in self.runs]
+
+    def records(self, **kwargs) -> dict:
+        """What the notebook records for the grader: {name: JSON-able value}."""
+        raise NotImplementedError(f"{type(self).__name__} defines no records")
+
+    def record(self, **kwargs) -> dict:
+        """``records(**kwargs)``, each recorded in the notebook (``labkit.record``); returns them."""
+        from labkit.record import record
+
+        out = self.records(**kwargs)
+        for name, value in out.items():
+            record(name, value)
+        return out

@@ -6,7 +6,12 @@
     s.tasks()        # the same runs, one row per task
     s.curves()       # validation accuracy/loss per epoch: the facet grid of Table 2.1.2
     s.throughput()   # images/s, bytes per step per worker against 2(N-1)/N x model bytes
-    ft = fault_tolerance(workers=2, batch_size=50, epochs=3, train_limit=6000)
+    s.find(2, 50)    # the Run of 2 workers x batch 50: .result (ClusterResult), .train (the chief's)
+    ft = fault_tolerance(workers=2, batch_size=50, epochs=3, train_limit=6000, reference=s.find(2, 50).result)
+    s.record(fault=ft)   # the notebook's records, in one call
+
+``sweep`` returns a ``Sweep`` (``labkit.experiments``): one ``Run`` per configuration; the
+tables are pandas DataFrames, ``fault_tolerance`` returns a dict.
 
 Every run is a real cluster: one ``labkit.tasks.strategy_train`` process per worker,
 started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file, under a
@@ -22,11 +27,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, live, paths
+from labkit import cluster, experiments, live, paths
 from labkit.experiments import positive_ints
-from labkit.launch import Cluster, ClusterResult, TaskFailed
+from labkit.launch import Cluster, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
+from labkit.results import ClusterResult
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -72,21 +78,24 @@ def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> Clus
         return c.follow(_epoch_printer(f"{workers} x {batch_size}", log))
 
 
-def chief_result(result: ClusterResult) -> dict:
-    """The training result (``train_loop.train``'s dict) of the chief, worker 0."""
-    r = result["worker:0"].result
-    if not r or "train" not in r:
-        raise ValueError(f"worker:0 of {result.run_dir} wrote no training result; see {result['worker:0'].log_path}")
-    return r["train"]
-
-
 # ------------------------------------------------------------------------------ sweep
 
 @dataclass
-class Sweep:
-    """The runs of a sweep and the idle baseline, with the lab's tables."""
-    idle: dict
-    runs: list[dict] = field(default_factory=list)  # {"workers", "batch_size", "result": ClusterResult}
+class Run(experiments.Run):
+    """One configuration, workers x per-worker batch size, and its cluster."""
+    workers: int
+    batch_size: int
+    result: ClusterResult
+
+    @property
+    def label(self) -> str:
+        return f"{self.workers} x {self.batch_size}"
+
+
+@dataclass
+class Sweep(experiments.Sweep):
+    """The runs of a sweep (``Run``: workers x batch size) and the idle baseline, with the lab's tables."""
+    idle: dict = field(default_factory=dict)
 
     def table(self):
         """Report 000 Table 2.1.1: per configuration, host-wide average user CPU (%), memory
@@ -96,12 +105,11 @@ class Sweep:
 
         rows = []
         for run in self.runs:
-            tr, res = chief_result(run["result"]), run["result"]
-            rows.append({"config": f"{run['workers']} x {run['batch_size']}", "workers": run["workers"],
-                         "batch_size": run["batch_size"], **_node_average(res),
-                         "val_loss": tr["val_loss"], "val_accuracy": tr["val_accuracy"],
-                         "time_s": res["worker:0"].result["timings"]["train_s"],
-                         "images_per_s": tr["images_per_s"], "wall_s": res.wall_s})
+            tr = run.train
+            rows.append({"config": run.label, "workers": run.workers, "batch_size": run.batch_size,
+                         **_node_average(run.result), "val_loss": tr["val_loss"], "val_accuracy": tr["val_accuracy"],
+                         "time_s": run.chief.timings["train_s"], "images_per_s": tr["images_per_s"],
+                         "wall_s": run.result.wall_s})
         idle = {"config": "Idle", **{k: self.idle[k] for k in RESOURCE_COLUMNS}}
         return pd.DataFrame(rows + [idle]).set_index("config")
 
@@ -112,16 +120,15 @@ class Sweep:
 
         rows = []
         for run in self.runs:
-            for t in run["result"]:
-                r = t.result or {}
-                res, tr = r.get("resources_train") or r.get("resources") or {}, r.get("train", {})
-                rows.append({"config": f"{run['workers']} x {run['batch_size']}", "task": t.name, "host": t.host,
+            for t in run.result:
+                res, tr = t.resources(), t.training
+                rows.append({"config": run.label, "task": t.name, "host": t.host,
                              "ended": t.ended, "proc_cpu_pct": res.get("proc_cpu_pct"),
                              "proc_rss_bytes": res.get("proc_rss_bytes"), "cpu_user_pct": res.get("cpu_user_pct"),
                              "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
                              "images_per_s": tr.get("images_per_s"),
                              "bytes_per_step": tr.get("bytes_per_step_per_worker"),
-                             "train_s": r.get("timings", {}).get("train_s"), "wall_s": t.wall_s})
+                             "train_s": t.timings.get("train_s"), "wall_s": t.wall_s})
         return pd.DataFrame(rows).set_index(["config", "task"])
 
     def curves(self):
@@ -131,9 +138,9 @@ class Sweep:
 
         rows = []
         for run in self.runs:
-            for h in chief_result(run["result"])["history"]:
+            for h in run.train["history"]:
                 for metric in ("val_accuracy", "val_loss"):
-                    rows.append({"workers": run["workers"], "batch_size": run["batch_size"], "epoch": h["epoch"],
+                    rows.append({"workers": run.workers, "batch_size": run.batch_size, "epoch": h["epoch"],
                                  "metric": metric, "value": h[metric]})
         return pd.DataFrame(rows)
 
@@ -146,13 +153,12 @@ class Sweep:
 
         rows = []
         for run in self.runs:
-            tr = chief_result(run["result"])
-            n = run["workers"]
-            measured = [t.result["train"].get("bytes_per_step_per_worker") for t in run["result"] if t.result]
+            tr, n = run.train, run.workers
+            measured = [t.training.get("bytes_per_step_per_worker") for t in run.result]
             measured = [m for m in measured if m is not None]
             analytic = step_bytes("ring", tr["model_bytes"], n).worker_sent
             mean = sum(measured) / len(measured) if measured else math.nan
-            rows.append({"config": f"{n} x {run['batch_size']}", "workers": n, "batch_size": run["batch_size"],
+            rows.append({"config": run.label, "workers": n, "batch_size": run.batch_size,
                          "global_batch": tr["global_batch"], "images_per_s": tr["images_per_s"],
                          "step_time_s": tr["step_time_s"], "bytes_per_step": mean, "analytic_bytes": analytic,
                          "measured_over_analytic": mean / analytic if analytic else math.nan})
@@ -169,13 +175,23 @@ class Sweep:
                 "val_accuracy": float(row["val_accuracy"]), "time_s": float(row["time_s"]),
                 "rule": f"fastest within {within * 100:.1f} points of the best validation accuracy"}
 
+    def records(self, fault: dict | None = None) -> dict:
+        """What the notebook records for the grader: the sweep table, the tasks, throughput,
+        the best configuration and the settings; with ``fault`` (``fault_tolerance``'s dict),
+        its ``resume_evidence``."""
+        out = {"sweep_table": self.table().reset_index(), "tasks": self.tasks().reset_index(),
+               "throughput": self.throughput().reset_index(), "best_config": self.best()}
+        if fault is not None:
+            out["resume_evidence"] = resume_evidence(fault)
+        out["settings"] = self.settings
+        return out
+
 
 def _node_average(result: ClusterResult) -> dict:
     """Host-wide resource averages over the nodes of a run (one task's view per host)."""
     per_host: dict[str, dict] = {}
     for t in result:
-        r = t.result or {}
-        per_host.setdefault(t.host, r.get("resources_train") or r.get("resources") or {})
+        per_host.setdefault(t.host, t.resources())
     values = {k: [h.get(k) for h in per_host.values() if h.get(k) is not None] for k in RESOURCE_COLUMNS}
     return {k: sum(v) / len(v) if v else math.nan for k, v in values.items()}
 
@@ -194,7 +210,10 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                 if train_limit < w * b:
                     raise ValueError(f"train_limit={train_limit} is less than one global batch of {w} workers x "
                                      f"{b} = {w * b}; raise train_limit or lower the batch sizes")
-    result = Sweep(idle if idle is not None else idle_baseline(idle_s))
+    settings = {"workers": list(workers), "batch_sizes": list(batch_sizes), "epochs": epochs,
+                "train_limit": train_limit, "test_limit": test_limit, "lr": lr, "seed": seed,
+                "hosts": str(hosts) if hosts else None}
+    result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     configs = [(w, b) for w in workers for b in batch_sizes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with tqdm(configs, desc="sweep", unit="run", disable=not progress) as bar:
@@ -203,7 +222,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
             res = train_cluster(w, b, epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr,
                                 seed=seed, hosts=hosts, run=f"sweep-{stamp}/w{w}-b{b}", timeout=timeout, log=log,
                                 **kwargs)
-            result.runs.append({"workers": w, "batch_size": b, "result": res})
+            result.runs.append(Run(w, b, res))
     return result
 
 
@@ -283,7 +302,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
             say("uninterrupted reference run, same settings and seed")
             reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=log, **settings)
             bar.update()
-    res, ref = chief_result(resumed), chief_result(reference)
+    res, ref = resumed.chief().training, reference.chief().training
     start = res["start_epoch"]
     checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)
     return {

@@ -7,6 +7,10 @@
     cal.errors()         # predicted vs measured step times; cal.fit_error()
     cal.curves()         # predicted scaling for N = 1..max, to overlay on the measured points
     s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
+    s.record(calibration=cal)            # the notebook's records, in one call
+
+``scaling`` returns a ``Scaling`` sweep (``labkit.experiments``): one ``Run`` per (model,
+architecture, N); its tables are pandas DataFrames.
 
 Every run is a real cluster of ``labkit.tasks.strategy_train`` processes started by
 ``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
@@ -14,9 +18,12 @@ Every run is a real cluster of ``labkit.tasks.strategy_train`` processes started
 TensorBoard scalars to ``<run dir>/tensorboard``:
 
 - ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
-  chief and N workers. ``ps_sync`` (the default) closes every step with a barrier, one
-  closure per worker: the traffic and timing of a synchronous PS step, as the cost model
-  assumes. Without it the workers step asynchronously (Lab 2's other mode).
+  chief and N workers. ``ps_sync`` (the default) is synchronous SGD, the ring's: per step,
+  every worker pulls the model and pushes the gradient of its slice of the global batch;
+  after the barrier the ps applies their mean once (``train_loop.SyncPSEpochs``). From the
+  same seed it ends with the ring's weights; its traffic is the cost model's. Without it
+  the workers step asynchronously, each batch its own update (Lab 2's other mode): a
+  different optimizer, which ends elsewhere.
 - ``ring``: ``MultiWorkerMirroredStrategy`` with ``CommunicationImplementation.RING``,
   N workers; N=1 is one worker with nobody to talk to: the compute baseline.
 
@@ -38,10 +45,11 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, costmodel, live, paths
+from labkit import cluster, costmodel, experiments, live, paths
 from labkit.experiments import positive_ints
-from labkit.launch import Cluster, ClusterResult
+from labkit.launch import Cluster
 from labkit.progress import tqdm
+from labkit.results import ClusterResult
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -99,8 +107,10 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
 
 
 @dataclass
-class Run:
-    """One finished run: what it was and the launcher's ``ClusterResult``."""
+class Run(experiments.Run):
+    """One finished run: its configuration (architecture, model, N, ps tasks) and the
+    launcher's ``ClusterResult``; ``train`` is the loop's result on the chief (the PS chief,
+    or ring worker 0), which measured the run."""
     arch: str
     model: str
     workers: int
@@ -111,20 +121,6 @@ class Run:
     def label(self) -> str:
         ps = f", {self.n_ps} ps" if self.arch == "ps" and self.n_ps > 1 else ""
         return f"{self.model} {self.arch} N={self.workers}{ps}"
-
-    @property
-    def trainer(self) -> str:
-        """The task that ran the loop and measured: the chief (PS) or worker 0 (ring)."""
-        return "chief:0" if self.arch == "ps" else "worker:0"
-
-    @property
-    def train(self) -> dict:
-        """``train_loop.train``'s result on the measuring task."""
-        r = self.result[self.trainer].result
-        if not r or "train" not in r:
-            raise ValueError(f"{self.trainer} of {self.result.run_dir} wrote no training result; "
-                             f"see {self.result[self.trainer].log_path}")
-        return r["train"]
 
     def shards(self) -> tuple[float, ...] | None:
         """Bytes each ps task holds, from where the variables really live (PS only)."""
@@ -182,7 +178,7 @@ class Run:
         from labkit.summaries import summarize
 
         frame = self.result.samples()
-        marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.trainer}
+        marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.chief.name}
         if not {"train start", "train end"} <= set(marks):
             return {}
         steps = max(1, self.steps()) / self.loop_steps_per_step()
@@ -208,10 +204,8 @@ def run_one(arch: str, model: str, workers: int, **kwargs) -> Run:
 # ------------------------------------------------------------------------------ the sweep
 
 @dataclass
-class Scaling:
+class Scaling(experiments.Sweep):
     """The runs of one sweep over models x architectures x N, with the lab's tables."""
-    runs: list[Run] = field(default_factory=list)
-    settings: dict = field(default_factory=dict)
 
     @property
     def cores(self) -> int | None:
@@ -253,8 +247,9 @@ class Scaling:
         return t.sort_values(["model", "arch", "workers"], ignore_index=True)
 
     def task_bytes(self, tolerance: float = TOLERANCE):
-        """Bytes per step per task, measured against :func:`labkit.costmodel.step_bytes`, plus
-        a ``total`` row per run (``lo`` locally). ``deviation`` = measured / analytic - 1 of
+        """Bytes per step per task (``sent_bytes``, ``recv_bytes``), measured against
+        :func:`labkit.costmodel.step_bytes` (``analytic_sent_bytes``, ``analytic_recv_bytes``),
+        plus a ``total`` row per run (``lo`` locally). ``deviation`` = measured / analytic - 1 of
         the bytes sent; ``flag`` marks |deviation| > ``tolerance``. Runs without communication
         (ring N=1) are left out; the PS chief only schedules steps, so its analytic bytes are 0
         and it gets no deviation."""
@@ -271,16 +266,18 @@ class Scaling:
                 got = measured.get(task, {})
                 a_sent, a_recv = analytic.get(task, (0.0, 0.0))
                 rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": task,
-                             "sent": got.get("sent", math.nan), "recv": got.get("recv", math.nan),
-                             "analytic_sent": a_sent, "analytic_recv": a_recv, "method": got.get("method", "-")})
+                             "sent_bytes": got.get("sent", math.nan), "recv_bytes": got.get("recv", math.nan),
+                             "analytic_sent_bytes": a_sent, "analytic_recv_bytes": a_recv,
+                             "method": got.get("method", "-")})
             rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": "total",
-                         "sent": r.total_bytes(), "recv": math.nan, "analytic_sent": sb.total,
-                         "analytic_recv": math.nan,
+                         "sent_bytes": r.total_bytes(), "recv_bytes": math.nan, "analytic_sent_bytes": sb.total,
+                         "analytic_recv_bytes": math.nan,
                          "method": "lo counter" if r.train.get("nic") == "lo" else "sum of tasks"})
         t = pd.DataFrame(rows)
         if t.empty:
             return t
-        t["deviation"] = [s / a - 1 if a > 0 else math.nan for s, a in zip(t["sent"], t["analytic_sent"])]
+        t["deviation"] = [s / a - 1 if a > 0 else math.nan
+                          for s, a in zip(t["sent_bytes"], t["analytic_sent_bytes"])]
         t["flag"] = t["deviation"].abs() > tolerance
         return t
 
@@ -310,7 +307,20 @@ class Scaling:
             return {}
         n = workers or int(t["workers"].max())
         t = t[(t["workers"] == n) & (t["task"] != "total")]
-        return {arch: float(t[t["arch"] == arch]["sent"].max()) for arch in ARCHS if (t["arch"] == arch).any()}
+        return {arch: float(t[t["arch"] == arch]["sent_bytes"].max()) for arch in ARCHS if (t["arch"] == arch).any()}
+
+    def records(self, calibration: "Calibration | None" = None, crossover: dict | None = None) -> dict:
+        """What the notebook records for the grader: the scaling table, bytes per task, their
+        largest deviation, the busiest task per architecture, the settings; with
+        ``calibration``, its ``fit_error()``; ``crossover`` ({network: {N: model bytes}}) as given."""
+        out = {"scaling_table": self.table(), "task_bytes": self.task_bytes(),
+               "bytes_deviation": self.bytes_deviation(), "busiest_task_bytes": self.busiest_task()}
+        if calibration is not None:
+            out["fit_error"] = calibration.fit_error()
+        if crossover is not None:
+            out["crossover"] = crossover
+        out["settings"] = self.settings
+        return out
 
     def cost_runs(self):
         """The runs as :mod:`labkit.costmodel` reads them: per_sample_s of each model from its
@@ -571,6 +581,6 @@ def report_003(workers=range(1, 7)):
     crossover = {net.source: {str(n): costmodel.crossover_model_bytes(n, net) for n in workers if n >= 2}
                  for net in nets}
     at_max = curves[curves["workers"] == max(workers)].pivot_table(index=["model", "network"], columns="arch",
-                                                                   values="speedup")
+                                                                   values="speedup").add_suffix("_speedup")
     return {"curves": curves, "grid": grid, "marks": marks, "crossover_model_bytes": crossover,
             "speedup_at_max": at_max.reset_index()}

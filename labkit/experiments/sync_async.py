@@ -8,8 +8,12 @@
     study.iterations()            # report 002 Tables 4 and 6: iterations per worker
     study.curves()                # the chief's test loss/accuracy vs wall time and global step
     study.bytes_per_step()        # measured bytes per global step vs 2 x model bytes per worker step
-    study.records()               # what the notebook records for the grader
+    study.find("sync", "cluster2", 50)   # one Run: .result (ClusterResult), .chief, .samples()
+    study.record()                # what the notebook records for the grader, in one call
     write_graphs(make_optimizer)  # report 000 Figs 1.2.1-1.2.2: the TF1 graphs, for TensorBoard
+
+``sweep`` returns a ``Study`` (a ``labkit.experiments.Sweep``): one ``Run`` per (mode, deploy
+mode, batch size); its tables are pandas DataFrames, ``records()`` a dict.
 
 Every run is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers in
 report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
@@ -20,19 +24,18 @@ scalars in ``runs/lab2/<run>/tensorboard`` (``labkit.scalars``), by global step.
 """
 from __future__ import annotations
 
-import inspect
 import math
 import os
-import textwrap
 import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster, live, paths, scalars
-from labkit.experiments import positive_ints
-from labkit.launch import Cluster, ClusterResult
+from labkit import cluster, experiments, live, paths, scalars
+from labkit.experiments import function_source, positive_ints
+from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
+from labkit.results import ClusterResult
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -48,14 +51,7 @@ RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "n
 def optimizer_source(fn) -> str:
     """The source of a ``make_optimizer(tf, mode, learning_rate, num_workers)`` function, to
     send to the tasks (``--optimizer-source``); they define it and call it to build their graph."""
-    if not callable(fn) or getattr(fn, "__name__", None) != "make_optimizer":
-        raise ValueError(f"optimizer must be a function named make_optimizer(tf, mode, learning_rate, num_workers), "
-                         f"got {fn!r}")
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
-        raise ValueError("cannot read the source of make_optimizer; define it with `def` at the top level of a "
-                         f"notebook cell or a module ({e})") from None
+    source = function_source(fn, "make_optimizer", "(tf, mode, learning_rate, num_workers)", "optimizer")
     from labkit.tasks.ps_sgd import load_optimizer_factory
 
     load_optimizer_factory(source)  # what the tasks will do with it: define make_optimizer, nothing else
@@ -124,7 +120,7 @@ def write_graphs(optimizer=None, deploy: str = "cluster2", logdir=None, learning
 # ------------------------------------------------------------------------------ one run
 
 @dataclass
-class Run:
+class Run(experiments.Run):
     """One cluster run: its mode, deploy mode, batch size, and what the tasks wrote."""
     mode: str
     deploy: str
@@ -135,10 +131,6 @@ class Run:
     @property
     def workers(self) -> list:
         return self.result.trainers()
-
-    @property
-    def chief(self):
-        return next(t for t in self.workers if t.type == "chief" or (t.type == "worker" and t.index == 0))
 
     @property
     def label(self) -> str:
@@ -155,7 +147,7 @@ class Run:
 
     def train_s(self) -> float:
         """The job's training time: the slowest worker's (report 002: max across workers)."""
-        return max(t.result["timings"]["train_s"] for t in self.workers)
+        return max(t.timings["train_s"] for t in self.workers)
 
     def window(self) -> tuple[float, float]:
         """The chief's training window in seconds on the merged samples' time axis."""
@@ -179,18 +171,18 @@ class Run:
     def write_scalars(self):
         """The chief's test loss and accuracy at every evaluation and its training loss, by global
         step, as TensorBoard scalars in ``<run dir>/tensorboard``; returns that directory."""
-        series = self.chief.result["series"]
+        series = self.chief.series
         rows = [{**r, "train_loss": r["loss"]} for r in series["train"]] + series["eval"]
         return scalars.write(self.result.run_dir / "tensorboard", rows, step="global_step",
                              keys=("test_loss", "test_accuracy", "train_loss"))
 
     def summary(self) -> dict:
-        c = self.chief.result
+        c = self.chief
         local = self.local_steps()
         return {"mode": self.mode, "deploy": self.deploy, "batch_size": self.batch_size, "workers": len(local),
                 "iterations": sum(local.values()), "global_step": self.global_step(),
-                "time_s": self.train_s(), "test_accuracy": c["metrics"]["test_accuracy"],
-                "test_loss": c["metrics"]["test_loss"], "stop": c.get("stop", {}).get("reason"),
+                "time_s": self.train_s(), "test_accuracy": c.metrics["test_accuracy"],
+                "test_loss": c.metrics["test_loss"], "stop": c.result.get("stop", {}).get("reason"),
                 "global_steps_per_s": self.global_step() / self.train_s(), "wall_s": self.result.wall_s}
 
 
@@ -232,16 +224,8 @@ def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print,
 # ------------------------------------------------------------------------------ a study
 
 @dataclass
-class Study:
-    """The runs of a sweep, with the lab's tables."""
-    runs: list[Run] = field(default_factory=list)
-
-    def find(self, mode: str, deploy: str | None = None, batch_size: int | None = None) -> Run:
-        for r in self.runs:
-            if r.mode == mode and deploy in (None, r.deploy) and batch_size in (None, r.batch_size):
-                return r
-        have = ", ".join(r.label for r in self.runs)
-        raise KeyError(f"no {mode} run for deploy {deploy}, batch {batch_size}; runs: {have}")
+class Study(experiments.Sweep):
+    """The runs of a sweep (``find(mode, deploy, batch_size)``), with the lab's tables."""
 
     def _at(self, deploy: str, batch_size: int) -> list[Run]:
         """The runs of one deploy mode and batch size, one per mode."""
@@ -280,7 +264,7 @@ class Study:
                 local = int(t.steps.get("local", 0))
                 rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "worker": t.name,
                              "host": t.host, "iterations": local, "global_step": g,
-                             "share": local / g if g else math.nan, "time_s": t.result["timings"]["train_s"],
+                             "share": local / g if g else math.nan, "time_s": t.timings["train_s"],
                              "steps_per_s": t.steps.get("local_per_s"),
                              "test_accuracy": t.metrics.get("test_accuracy")})
         return pd.DataFrame(rows)
@@ -304,7 +288,7 @@ class Study:
                 table.loc[t.name, "local_steps"] = t.steps.get("local")
                 table.loc[t.name, "test_loss"] = t.metrics.get("test_loss")
                 table.loc[t.name, "test_accuracy"] = t.metrics.get("test_accuracy")
-                table.loc[t.name, "time_s"] = (t.result or {}).get("timings", {}).get("train_s")
+                table.loc[t.name, "time_s"] = t.timings.get("train_s")
             table.insert(0, "mode", r.mode)
             frames.append(table.reset_index())
         return pd.concat(frames, ignore_index=True).set_index(["mode", "task"])
@@ -318,7 +302,7 @@ class Study:
         deploy, batch_size = self._or_headline(deploy, batch_size)
         rows = []
         for r in self._at(deploy, batch_size):
-            for e in r.chief.result["series"]["eval"]:
+            for e in r.chief.series["eval"]:
                 rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "t": e["t"],
                              "global_step": e["global_step"], "test_loss": e["test_loss"],
                              "test_accuracy": e["test_accuracy"]})
@@ -367,8 +351,8 @@ class Study:
             rows.append({"run": r.label, "mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size,
                          "workers": n, "method": "sockets" if sockets is not None else "host",
                          "bytes_per_global_step": measured,
-                         "analytic_per_global_step": step_bytes("ps", MODEL_BYTES, n if r.mode == "sync" else 1).total,
-                         "bytes_per_worker_step": measured / per_global, "analytic_per_worker_step": analytic_worker,
+                         "analytic_bytes_per_global_step": step_bytes("ps", MODEL_BYTES, n if r.mode == "sync" else 1).total,
+                         "bytes_per_worker_step": measured / per_global, "analytic_bytes_per_worker_step": analytic_worker,
                          "measured_over_analytic": measured / per_global / analytic_worker,
                          "host_bytes_per_global_step": host, "host_bytes_per_worker_step": host / per_global,
                          "host_nics": "+".join(sorted({x for v in per_host.values() for x in v.get("nics", [])}))})
@@ -379,7 +363,8 @@ class Study:
         ones), per mode: final accuracy, training time, global step (and per second), steps per
         worker, bytes per step (and over the analytic), and the run's directory (relative to the
         working directory when inside it), whose task result files let the grader re-check the
-        steps."""
+        steps; then Table 1.2.1 (``tasks``), the ``summary`` and ``iterations`` of every run, and
+        the sweep's settings."""
         deploy, batch_size = self._or_headline(deploy, batch_size)
         bytes_table = self.bytes_per_step()
         out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
@@ -398,6 +383,10 @@ class Study:
                 out[key][mode] = float(b[column].iloc[0]) if len(b) else None
             out["run_dir"][mode] = _relative(r.result.run_dir)
         out["headline"] = {"deploy": deploy, "batch_size": batch_size}
+        out["table_1_2_1"] = self.tasks(deploy, batch_size).reset_index()
+        out["summary"] = self.summary().reset_index()
+        out["iterations"] = self.iterations()
+        out["settings"] = self.settings
         return out
 
 
@@ -423,7 +412,8 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
           study: Study | None = None, **kwargs) -> Study:
     """Run every (deploy mode, batch size, mode), each a fresh cluster (``make_cluster``'s
     arguments: target_loss, max_steps, learning_rate, hosts, optimizer ...). Modes run side
-    by side per configuration, so a sync/async pair shares the machine's conditions."""
+    by side per configuration, so a sync/async pair shares the machine's conditions. Returns
+    ``study`` (default a new ``Study``, whose settings are these arguments) with the runs added."""
     modes = _choices("modes", modes, MODES)
     deploys = _choices("deploy modes", deploys, tuple(cluster.MODES))
     batch_sizes = positive_ints("batch sizes", batch_sizes, "[50, 200]")
@@ -433,7 +423,10 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
             if limit // cluster.MODES[d][1] < b:
                 raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
                                  f"batch {b} examples; raise train_limit or lower the batch size")
-    study = study if study is not None else Study()
+    if study is None:
+        study = Study(settings={"modes": list(modes), "deploy_modes": list(deploys), "batch_sizes": list(batch_sizes),
+                                **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
+                                   if k != "optimizer"}})
     configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:

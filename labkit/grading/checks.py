@@ -85,7 +85,7 @@ class Checking:
         spec = {"notebook": str(self.job.clean_input.resolve()), "out": str(out),
                 "memory_bytes": int(self.lab.check_memory_mb * 2**20),
                 "checks": [{"check": c.spec["check"], "functions": list(h.functions), "probe": h.probe,
-                            "args": c.spec.get("args", {})} for c, h in self.hidden]}
+                            "args": h.args(c.spec.get("args", {}))} for c, h in self.hidden]}
         (self.dir / "probe.json").write_text(json.dumps(spec))
         confined = self.setup.sandbox.confined
         script = PROBE_INSIDE if confined else PROBE

@@ -30,7 +30,6 @@ Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -50,32 +49,38 @@ class Hidden:
     probe: str                    # probe.PROBES key
     judge: Callable               # (args, arrays, folder) -> Verdict, with the grader's reference
     inputs: Callable              # the probe's input builder or settings (validates args)
+    defaults: dict                # arguments the check always passes (the rubric's args add to them)
+
+    def args(self, rubric_args: dict) -> dict:
+        return {**self.defaults, **rubric_args}
 
     def validate(self, args: dict) -> None:
         """A TypeError/ValueError when ``args`` are not inputs of this check."""
-        inspect.signature(self.inputs).bind(**args)
+        self.inputs(**self.args(args))
 
 
 HIDDEN: dict[str, Hidden] = {}
 
 
-def hidden(name: str, functions, probe_name: str, inputs: Callable):
+def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
     def register(fn):
         if probe_name not in probe.PROBES:
             raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/probe.py")
-        HIDDEN[name] = Hidden(name, tuple(functions), probe_name, fn, inputs)
+        HIDDEN[name] = Hidden(name, tuple(functions), probe_name, fn, inputs, defaults)
         return fn
     return register
 
 
-def judge(name: str, args: dict, folder: Path) -> Verdict:
+def judge(name: str, rubric_args: dict, folder: Path) -> Verdict:
     """The verdict of hidden check ``name`` from its probe's output in ``folder``; raises Unverifiable."""
     h = HIDDEN[name]
+    args = h.args(rubric_args)
     status = _status(folder).get(name)
     if status is None:
         raise Unverifiable("the student's functions did not finish (time or memory limit, or the process died)")
     if not status.get("ok"):
-        return Verdict(False, f"calling your {', '.join(h.functions)} failed: {status.get('error', '?')}")
+        what = ", ".join(h.functions) or ", ".join(args.get("targets", [])) or "code"
+        return Verdict(False, f"running your {what} failed: {status.get('error', '?')}")
     arrays = _arrays(folder / f"{name}.npz")
     try:
         return h.judge(args, arrays, folder)
@@ -227,3 +232,31 @@ def judge_ps_optimizer(args: dict, arrays: dict, folder: Path) -> Verdict:
         if final < s["steps"]:
             return Verdict(False, f"{mode}: the cluster stopped at global step {final} of {s['steps']}", found)
     return Verdict(True, value=found)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: bytes per step and the cost model's terms, against the kit's analytic model
+
+LAB5_TARGETS = ("ps_sends", "ring_worker_sends", "ps_terms", "ring_terms")
+
+
+def reference_lab5(M: float, N: int, n_ps: int) -> dict:
+    from labkit.costmodel import comm_terms, step_bytes
+
+    return {"ps_sends": step_bytes("ps", M, N).ps_sent[0], "ring_worker_sends": step_bytes("ring", M, N).worker_sent,
+            "ps_terms": comm_terms("ps", M, N, n_ps), "ring_terms": comm_terms("ring", M, N, n_ps)}
+
+
+@hidden("lab5_bytes_formulas", functions=[], probe_name="formulas", inputs=probe.settings_formulas,
+        targets=list(LAB5_TARGETS))
+def judge_lab5_formulas(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The student's formulas for what the ps and a ring worker send per step, and the cost model's
+    (messages, bytes) on the critical path, at model sizes and worker counts the run never had."""
+    for k, inputs in enumerate(probe.inputs_formulas(args.get("grid"))):
+        want = reference_lab5(**inputs)
+        for t in args["targets"]:
+            if _close(arrays[f"{k}_{t}"], np.asarray(want[t], np.float64), 1.0, 1e-9) > 1:
+                shown = ", ".join(f"{key} = {v:g}" for key, v in inputs.items())
+                return Verdict(False, f"{t} at {shown} is {arrays[f'{k}_{t}'].tolist()}, the model says "
+                                      f"{np.asarray(want[t]).tolist()}")
+    return Verdict(True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import json
+import linecache
 import os
 import resource
 import sys
@@ -59,14 +60,17 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
         except SyntaxError as e:
             notes.append(f"cell {i}: not Python ({e.msg}, line {e.lineno}); skipped")
             continue
+        filename = f"<cell {i}>"   # the source, for tracebacks and for tf.function's autograph
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         for node in tree.body:
             if not _definition(node):
                 continue
             try:
-                exec(compile(ast.Module([node], []), f"<cell {i}>", "exec"), namespace)
+                exec(compile(ast.Module([node], []), filename, "exec"), namespace)
             except Exception as e:  # an import the student kit lacks, say: the function may not need it
                 notes.append(f"cell {i} line {node.lineno}: {type(e).__name__}: {e}")
     found = {n: namespace[n] for n in names if callable(namespace.get(n))}
+    found["__namespace__"] = namespace   # imports and definitions, for exercises written as formulas
     return found, notes
 
 
@@ -161,6 +165,65 @@ def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Formulas an exercise writes as assignments (Lab 5's bytes and cost-model terms)
+
+def last_assignments(notebook: Path, targets) -> tuple[list, list[str]]:
+    """The notebook's last top-level assignment to each of ``targets`` (as compiled statements,
+    in notebook order), and the targets nothing assigns."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    found = {}
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        try:
+            tree = ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and node.targets[0].id in targets:
+                found[node.targets[0].id] = (i, node.lineno, compile(ast.Module([node], []), f"<cell {i}>", "exec"))
+    order = sorted(found.values(), key=lambda t: t[:2])
+    return [code for _, _, code in order], [t for t in targets if t not in found]
+
+
+def inputs_formulas(grid: dict | None = None) -> list[dict]:
+    """Every combination of the grid's values: {"M": [...], "N": [...], "n_ps": [...]}."""
+    import itertools
+
+    grid = grid or {"M": [31_400.0, 6_612_608.0], "N": [1, 2, 3, 5], "n_ps": [1, 2]}
+    keys = sorted(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+@probe("formulas")
+def formulas(fns: dict, args: dict, out: Path) -> dict:
+    """The exercise's assignments to ``targets``, evaluated with the grader's ``grid`` of inputs
+    (bound to the names the notebook uses: M, N, n_ps), after the notebook's imports and definitions."""
+    targets = list(args["targets"])
+    codes, missing = last_assignments(fns["__notebook__"], targets)
+    if missing:
+        raise LookupError(f"no top-level assignment to {', '.join(missing)} in the notebook's code cells")
+    arrays = {}
+    for k, inputs in enumerate(inputs_formulas(args.get("grid"))):
+        scope = {**fns["__namespace__"], **inputs}
+        for code in codes:
+            exec(code, scope)
+        for t in targets:
+            arrays[f"{k}_{t}"] = np.asarray(scope[t], np.float64)
+    return arrays
+
+
+def settings_formulas(targets, grid: dict | None = None) -> dict:
+    if not targets or not all(isinstance(t, str) for t in targets):
+        raise ValueError("targets must name the variables the exercise assigns")
+    inputs_formulas(grid)
+    return {"targets": list(targets), "grid": grid}
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 2: the optimizer, in a short real cluster
 
 def settings_ps_optimizer(deploy: str = "cluster", steps: int = 30, batch_size: int = 50, learning_rate: float = 0.5,
@@ -204,6 +267,7 @@ def main(argv=None) -> int:
         name = check["check"]
         try:
             fns, notes = load_functions(spec["notebook"], check["functions"])
+            fns["__notebook__"] = spec["notebook"]
             missing = [f for f in check["functions"] if f not in fns]
             if missing:
                 hint = f" ({'; '.join(notes[:3])})" if notes else ""

@@ -115,9 +115,10 @@ def check_readable(path: Path) -> str | None:
     return None
 
 
-def clean_copy(source: Path, dest: Path) -> list[str]:
-    """Write ``source`` without anything a run produces (outputs, execution counts, attachments,
-    outputs smuggled into Markdown cells) to ``dest``; returns what was there, cell by cell."""
+def clean_copy(source: Path, dest: Path, kernel: str = "python3") -> list[str]:
+    """Write ``source`` without anything a run produces (outputs, execution counts, outputs
+    smuggled into Markdown cells) to ``dest``, for the rubric's ``kernel`` (the notebook's own
+    kernelspec is not the student's to choose); returns what was there, cell by cell."""
     import nbformat
 
     from labkit.record import pre_baked
@@ -133,6 +134,8 @@ def clean_copy(source: Path, dest: Path) -> list[str]:
         for key in ("papermill", "execution"):
             (cell.get("metadata") or {}).pop(key, None)
     nb.metadata.pop("papermill", None)
+    nb.metadata["kernelspec"] = {"name": kernel, "language": "python", "display_name": kernel}
+    nb.metadata["language_info"] = {"name": "python"}
     nbformat.write(nb, str(dest))
     return flags
 
@@ -154,7 +157,7 @@ def prepare(job: Job) -> RunResult | None:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-    job.flags = clean_copy(job.source, job.clean_input)
+    job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
     for p in (job.executed, job.log):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.unlink(missing_ok=True)

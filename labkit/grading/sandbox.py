@@ -106,7 +106,7 @@ class Bubblewrap:
             args += ["--bind", str(p), str(p)]
         for host, inside in view.overlays:
             args += ["--ro-bind", str(host), str(inside)]
-        args += ["--chdir", str(view.cwd), "--clearenv"]
+        args += ["--remount-ro", "/", "--chdir", str(view.cwd), "--clearenv"]   # only the binds above are writable
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **home_env(INSIDE_HOME), **view.env}
         for k, v in env.items():
             args += ["--setenv", k, v]
@@ -114,7 +114,8 @@ class Bubblewrap:
 
 
 class Unconfined:
-    """``--no-sandbox``: the same command and environment, with nothing hidden or confined."""
+    """``--no-sandbox``: the same command and environment, with nothing hidden or confined. The
+    command still dies with its parent (util-linux's ``setpriv --pdeathsig``, where it exists)."""
     name = "none"
     confined = False
 
@@ -126,7 +127,8 @@ class Unconfined:
         home.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
         env.update(LANG=env.get("LANG", "C.UTF-8"), **home_env(str(home)), **view.env)
-        return list(argv), env
+        setpriv = shutil.which("setpriv")
+        return ([setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []) + list(argv), env
 
 
 def _bind(option: str, path: Path) -> list[str]:

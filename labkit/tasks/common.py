@@ -57,7 +57,7 @@ from pathlib import Path
 
 import psutil
 
-from labkit.cluster import from_tf_config, port_is_free, split_address
+from labkit.cluster import accepts, from_tf_config, port_is_free, split_address
 
 # re-exported: task programs and the grader name these through the runtime
 from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR,  # noqa: F401
@@ -237,9 +237,13 @@ class TaskRuntime:
         threading.Thread(target=load, name="labkit-warm-up", daemon=True).start()
 
     # ------------------------------------------------- parameter-server shutdown
-    def serve_until_done(self, server, done: "DoneSignal", fetches=None):
+    def serve_until_done(self, server, done: "DoneSignal", fetches=None, linger: float = 5.0):
         """TF1 ps: block until every trainer has signalled ``done``, then return
-        ``fetches`` evaluated on the ps (e.g. the final global step)."""
+        ``fetches`` evaluated on the ps (e.g. the final global step).
+
+        Before returning (the task then exits), wait up to ``linger`` seconds for every
+        trainer to leave (its port closes): the last trainer's signal completes the dequeue,
+        and a ps that left at once would cut the reply to it."""
         tf = self.tf()
         dequeue = done.dequeue(self.task.index)
         with tf.compat.v1.Session(server.target, config=self.session_config()) as sess:
@@ -249,18 +253,30 @@ class TaskRuntime:
             value = sess.run(fetches) if fetches is not None else None
         self.result["shutdown"] = "done-queue"
         self.log("every trainer signalled done")
+        self._wait_for_trainers_to_leave(linger)
         return value
+
+    def _wait_for_trainers_to_leave(self, linger: float, poll: float = 0.05) -> None:
+        trainers = [t for t in self.spec.tasks() if t.type in TRAINER_JOBS]
+        deadline = time.monotonic() + linger
+        while trainers and time.monotonic() < deadline:
+            trainers = [t for t in trainers if accepts(t.host, t.port)]
+            if trainers:
+                time.sleep(poll)
+        if trainers:
+            self.log(f"{', '.join(t.name for t in trainers)} still up {linger:g} s after signalling done; leaving")
 
     def signal_done(self, target: str, done: "DoneSignal") -> None:
         """TF1 trainer: tell every ps this task is finished (run it last: after it, the
         ps may exit, and the variables with it).
 
-        The last trainer's signal completes the ps's dequeue, and the ps exits at once,
-        sometimes before the reply to that very signal has left it: the trainer then sees
-        the connection reset (``UnavailableError``). No acknowledgement can close that race
-        (the last message of any exchange can be lost), and nothing is lost in it: this
-        task's training ended before, and a ps that died of anything else fails on its own
-        account. So a ps found gone here is logged and recorded (``done_signal``), not an error."""
+        The last trainer's signal completes the ps's dequeue. The ps then waits for the
+        trainers to leave (``serve_until_done``), but one that leaves anyway (its wait ran
+        out) may cut the reply to that very signal: the trainer sees the connection reset
+        (``UnavailableError``). No acknowledgement can close that race (the last message of
+        any exchange can be lost), and nothing is lost in it: this task's training ended
+        before, and a ps that died of anything else fails on its own account. So a ps found
+        gone here is logged and recorded (``done_signal``), not an error."""
         tf = self.tf()
         gone = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
         try:
@@ -309,10 +325,9 @@ class TaskRuntime:
         def watch():
             seen, misses = False, 0
             while True:
-                try:
-                    with socket.create_connection((host, port), timeout=1.0):
-                        seen, misses = True, 0
-                except OSError:
+                if accepts(host, port, timeout=1.0):
+                    seen, misses = True, 0
+                else:
                     misses += 1 if seen else 0
                     if misses >= 2:
                         self.log(f"{address} closed; exiting")
@@ -449,3 +464,15 @@ def shared_queue(tf, name: str, ps_index: int, capacity: int):
     with tf.compat.v1.device(f"/job:ps/task:{ps_index}"):
         return tf.compat.v1.FIFOQueue(capacity, tf.int32, shapes=[[]], shared_name=f"labkit_{name}_ps{ps_index}",
                                       name=f"labkit_{name}_ps{ps_index}")
+
+
+def define_function(source: str, name: str, option: str, signature: str):
+    """The function ``name`` that Python ``source`` defines: a notebook's own exercise, sent to
+    the tasks with ``option`` (``--optimizer-source``), so the cluster trains with the student's
+    code (the student kit has no reference to fall back on)."""
+    namespace: dict = {}
+    exec(compile(source, f"<{option}>", "exec"), namespace)  # the student's own code
+    fn = namespace.get(name)
+    if not callable(fn):
+        raise ValueError(f"{option} must define a function {name}{signature}")
+    return fn

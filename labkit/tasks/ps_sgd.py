@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.tasks.common import DoneSignal, TaskRuntime, run_graph_task, shared_queue
+from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
@@ -125,28 +125,14 @@ class Model:
     lower_stop: object
 
 
-def make_optimizer(tf, mode: str, learning_rate: float, num_workers: int):
-    """The optimizer for ``mode``: async, plain SGD that each trainer applies itself; sync,
-    the same SGD wrapped so that the gradients of all ``num_workers`` trainers are averaged
-    into one update per global step."""
-    sgd = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-    if mode == "async":
-        return sgd
-    return tf.compat.v1.train.SyncReplicasOptimizer(sgd, replicas_to_aggregate=num_workers,
-                                                    total_num_replicas=num_workers)
-
-
 def load_optimizer_factory(source: str | None):
-    """``make_optimizer`` from ``--optimizer-source`` (the notebook's), else the kit's own."""
+    """``make_optimizer`` from ``--optimizer-source`` (the notebook's), else the kit's reference
+    (Lab 2's exercise, ``labkit.solutions.lab2``), which the student kit does not have."""
     if not source:
-        return make_optimizer
-    namespace: dict = {}
-    exec(compile(source, "<--optimizer-source>", "exec"), namespace)  # the student's own code
-    fn = namespace.get("make_optimizer")
-    if not callable(fn):
-        raise ValueError("--optimizer-source must define a function make_optimizer(tf, mode, learning_rate, "
-                         "num_workers)")
-    return fn
+        from labkit.reference import solution
+
+        return solution("lab2", "make_optimizer", "optimizer=make_optimizer, your function from the notebook")
+    return define_function(source, "make_optimizer", "--optimizer-source", "(tf, mode, learning_rate, num_workers)")
 
 
 def check_optimizer(tf, optimizer, mode: str, num_workers: int, learning_rate: float | None = None) -> None:

@@ -88,7 +88,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.sockets import own_tcp_bytes
-from labkit.tasks.common import DoneSignal, TaskRuntime, run_graph_task, shared_queue
+from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
 DATASETS = ("a9a", "click")
@@ -111,6 +111,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=50, help="record the training loss every N local steps")
     p.add_argument("--seed", type=int, default=0, help="shuffling")
     p.add_argument("--save-weights", action="store_true", help="chief: write each run's weights to the run directory")
+    p.add_argument("--gradient-source", default=None, help="Python source defining sparse_lr_gradient(w, x, y) -> "
+                                                           "(loss, IndexedSlices), labels in {0, 1} (the notebook's "
+                                                           "own); default the kit's reference")
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
     args = p.parse_args(argv)
     for name in ("num_features", "train_rows", "test_rows", "samples"):
@@ -267,6 +270,16 @@ class Graph:
     done: DoneSignal
 
 
+def load_gradient(source: str | None):
+    """``sparse_lr_gradient`` from ``--gradient-source`` (the notebook's), else the kit's reference
+    (Lab 3's exercise, ``labkit.solutions.lab3``), which the student kit does not have."""
+    if source:
+        return define_function(source, "sparse_lr_gradient", "--gradient-source", "(w, x, y)")
+    from labkit.sparse import reference_gradient
+
+    return reference_gradient()
+
+
 def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
     """The same graph on every task (the ps included), so shared variables and queues match."""
     from labkit import sparse
@@ -294,7 +307,7 @@ def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
     with tf.compat.v1.device(here):
         x = tf.compat.v1.sparse_placeholder(tf.float32, [None, num_features], name="x")
         y = tf.compat.v1.placeholder(tf.float32, [None], name="y")
-        loss, grad = sparse.sparse_gradient(w, x, y)        # the gather runs on the ps, the rest here
+        loss, grad = load_gradient(args.gradient_source)(w, x, y)   # the gather runs on the ps, the rest here
         n_unique = tf.size(grad.indices)
         # async: this worker's own update, applied at once
         with tf.control_dependencies([sparse.apply_sparse(w, grad, args.learning_rate)]):  # a scatter on the ps

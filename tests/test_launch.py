@@ -326,6 +326,34 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     assert set(c.hellos()) == {"ps:0", "worker:0", "worker:1"}
 
 
+BAD_HELLO_PROGRAM = """
+import os, socket, time
+from labkit.cluster import from_tf_config
+
+spec, task = from_tf_config()  # a program from another kit: its hello is not the launcher's JSON
+run = os.environ["LABKIT_RUN_DIR"]
+with open(os.path.join(run, f"{task.type}-{task.index}.hello.json"), "w") as f:
+    f.write("hello from labkit 0.0.1\\n")
+server = socket.create_server(("0.0.0.0", task.port))
+time.sleep(600)
+"""
+
+
+def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
+    (tmp_path / "oldkit").mkdir()
+    (tmp_path / "oldkit" / "__init__.py").write_text("")
+    (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
+    port = cluster.free_ports(1)[0]
+    c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
+                ssh=[str(fake_ssh(tmp_path))], remote_dir=str(tmp_path), remote_python=sys.executable,
+                env={"PYTHONPATH": str(tmp_path)})
+    clusters.append(c)
+    with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
+                                          r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
+        c.start()
+    assert c.status() == {"worker:0": "terminated"}
+
+
 def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     port = cluster.free_ports(2)
     spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})

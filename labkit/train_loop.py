@@ -4,33 +4,24 @@ Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/ke
 and under ``ParameterServerStrategy``, so the labs train with this loop instead. Its parts,
 in d2l's ``fit`` / ``fit_epoch`` shape:
 
-- ``setup``: what this process is (its role) and the sizes every part agrees on;
-- ``Trainer``: the model, optimizer, checkpoints and validation; ``fit`` runs the epochs,
-  ``fit_epoch`` one of them, and ``result`` assembles the returned dict;
-- one epoch runner per way of stepping (``RUNNERS``), each with its own input pipeline:
+- ``setup``: what this process is (its role under the strategy) and the sizes every part
+  agrees on: per-worker and global batch, steps per epoch;
+- ``Trainer``: the model and optimizer (built in ``strategy.scope()``), the gradient step,
+  checkpoints; ``fit`` runs the epochs, ``fit_epoch`` one of them, ``result`` assembles
+  the returned dict;
+- ``labkit.epochs``: how one epoch's steps run, one runner per way of stepping (MWMS and the
+  default strategy, asynchronous PS, synchronous PS), each with its own input pipeline;
+- ``Validation``: the chief's pass over the test set; ``Meter``: bytes around the steps.
 
-  - ``single`` and ``mwms`` (the default strategy, ``MultiWorkerMirroredStrategy``):
-    ``strategy.run`` over ``strategy.experimental_distribute_dataset``. The global batch is
-    the per-worker batch x the number of workers, shuffled with the same seed everywhere
-    and split with ``AutoShardPolicy.DATA``. The gradient all-reduce is the one Keras 3's
-    TF optimizer does inside ``apply_gradients`` (``replica_context.all_reduce(SUM)``: a
-    ring all-reduce under MWMS with ``RING``); the loss is scaled by the global batch, so
-    the sum is the mean gradient.
-  - ``ps`` (``ParameterServerStrategy``, asynchronous): the chief's ``ClusterCoordinator``
-    schedules one step function per per-worker batch on per-worker datasets; each applies
-    its own gradient to the variables on the ps tasks. A step is one worker's batch.
-  - ``ps_sync`` (``ParameterServerStrategy`` with ``ps_sync``): synchronous SGD, the same
-    SGD as the ring. A step is a round of one closure per worker; closure *j* takes slice
-    *j* of the same global batch the ring would use, and adds its gradient (scaled by the
-    global batch) into accumulators that live beside the variables on the ps; after the
-    round's barrier (``join``) the chief applies their sum, the mean gradient, once, and
-    zeroes them. The update runs on the ps, so each worker still pulls M and pushes M per
-    step and nothing more crosses the wire.
+The global batch is the per-worker batch x the workers under MWMS and synchronous PS, whose
+SGD is the same: the loss is scaled by the global batch, so the gradients' sum is the mean
+gradient, applied once per step. Asynchronous PS applies each worker's batch on its own.
 
-Every epoch is one pass over the training set (or ``steps_per_epoch`` steps), then a checkpoint (``tf.train.CheckpointManager``,
-with the epoch counter inside) and, on the chief, a validation pass and TensorBoard scalars.
-A restarted run resumes after the last epoch that every worker checkpointed. ``train`` returns
-a plain dict (history, throughput, bytes on the wire, weight checksums) ready for a JSON file.
+Every epoch is one pass over the training set (or ``steps_per_epoch`` steps), then a
+checkpoint (``tf.train.CheckpointManager``, with the epoch counter inside) and, on the chief,
+a validation pass and TensorBoard scalars. A restarted run resumes after the last epoch that
+every worker checkpointed. ``train`` returns a plain dict (history, throughput, bytes on the
+wire, weight checksums) ready for a JSON file.
 
 TensorFlow is imported inside the functions: the CLI and the launcher import this module's
 callers without paying for TensorFlow.
@@ -48,12 +39,9 @@ from typing import Callable
 
 import numpy as np
 
+from labkit.epochs import RUNNERS, Runner
 from labkit.sockets import nic_bytes
 
-# Under MWMS and PS, deleting a tf.data iterator can stall 4-15 s (prefetch threads, remote
-# iterators). Task programs write their results and then exit with os._exit, so iterators of
-# multi-worker runs are parked here and never torn down; single-process runs free theirs.
-_PARKED: list = []
 STRATEGY_NAMES = {"single": "default", "mwms": "MultiWorkerMirroredStrategy", "ps": "ParameterServerStrategy"}
 SCALARS = ("train_loss", "val_loss", "val_accuracy", "images_per_s", "step_time_s")
 
@@ -218,222 +206,6 @@ def _weights_sha256(model) -> str:
     return h.hexdigest()
 
 
-# ------------------------------------------------------------------------------ the input pipeline
-
-def _epoch_order(n: int, seed: int, epoch):
-    """Epoch ``epoch``'s permutation of ``range(n)``: stateless, seeded by (seed, epoch), the
-    same in every process."""
-    import tensorflow as tf
-
-    return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=tf.stack([seed, epoch]))
-
-
-def _epoch_dataset(x, y, batch: int, seed: int, first_epoch: int, last_epoch: int | None):
-    """Batches of epochs ``first_epoch..last_epoch`` (None: forever) back to back.
-
-    Epoch e is a stateless permutation seeded by (seed, e), so a resumed run sees the same
-    batches as an uninterrupted one, and every worker builds the same global batches.
-    Batches gather from the arrays by index: no shuffle buffer holds a second copy of the data.
-    """
-    import tensorflow as tf
-
-    n = len(x)
-    x, y = tf.constant(x), tf.constant(y)
-
-    def one_epoch(e):
-        return tf.data.Dataset.from_tensor_slices(_epoch_order(n, seed, e)).batch(batch, drop_remainder=True)
-
-    epochs = tf.data.Dataset.range(first_epoch, (last_epoch + 1) if last_epoch is not None else 2 ** 62)
-    return epochs.flat_map(one_epoch).map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
-
-
-def _per_worker(plan: Setup, dataset_fn):
-    """An iterator over ``dataset_fn``'s dataset on every PS worker, parked (never torn down)."""
-    import tensorflow as tf
-
-    strategy = plan.strategy
-    per_worker = plan.coordinator.create_per_worker_dataset(
-        tf.function(lambda: strategy.distribute_datasets_from_function(dataset_fn)))
-    iterator = iter(per_worker)
-    _PARKED.append(iterator)
-    return iterator
-
-
-# ------------------------------------------------------------------------------ epoch runners
-
-class _Runner:
-    """Runs the training steps of one epoch; ``first_step_s`` times the run's first step
-    (it traces the step function and reaches every task)."""
-    first_step_s: float | None = None
-
-    def run(self, steps: int) -> list[float]:
-        """Train ``steps`` steps; return each step's loss (the mean over its global batch, as
-        estimated on the chief's share of it)."""
-        raise NotImplementedError
-
-
-class MirroredEpochs(_Runner):
-    """Default strategy and MultiWorkerMirroredStrategy: every worker steps through its slice
-    of the same global batches; the optimizer's all-reduce sums the gradients."""
-
-    def __init__(self, trainer: "Trainer", start: int, epochs: int):
-        import tensorflow as tf
-
-        plan, data = trainer.plan, trainer.data
-        self.strategy, self.workers = plan.strategy, plan.workers
-        ds = _epoch_dataset(data.x_train, data.y_train, plan.global_batch, trainer.seed, start + 1, epochs)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        self.iterator = iter(plan.strategy.experimental_distribute_dataset(ds.with_options(options).prefetch(2)))
-        if plan.kind != "single":
-            _PARKED.append(self.iterator)
-        step = trainer.sgd_step
-
-        @tf.function
-        def train_step(iterator):
-            x, y = next(iterator)
-            return plan.strategy.run(step, args=(x, y))
-
-        self.train_step = train_step
-
-    def run(self, steps: int) -> list[float]:
-        t0 = time.perf_counter()
-        losses = []
-        for _ in range(steps):
-            loss = self.train_step(self.iterator)
-            # This worker's share of the global-batch mean; no extra collective for logging.
-            losses.append(float(self.strategy.experimental_local_results(loss)[0]) * self.workers)
-            if self.first_step_s is None:
-                self.first_step_s = time.perf_counter() - t0
-        return losses
-
-
-class AsyncPSEpochs(_Runner):
-    """ParameterServerStrategy, asynchronous: one closure per worker batch, each applying its
-    own gradient; worker *i* reads shard *i* of the batches; one barrier at the epoch's end."""
-
-    def __init__(self, trainer: "Trainer", start: int, epochs: int):
-        import tensorflow as tf
-
-        plan, data, seed = trainer.plan, trainer.data, trainer.seed
-        self.coordinator = plan.coordinator
-
-        def dataset_fn(_context):
-            index = tf.distribute.coordinator.experimental_get_current_worker_index()
-            ds = _epoch_dataset(data.x_train, data.y_train, plan.batch_size, seed, start + 1, None)
-            return ds.shard(plan.workers, index).prefetch(2)  # each worker its own shard of every epoch
-
-        self.iterator = _per_worker(plan, dataset_fn)
-        step = trainer.sgd_step
-
-        @tf.function
-        def train_step(iterator):
-            x, y = next(iterator)
-            return plan.strategy.run(step, args=(x, y))
-
-        self.train_step = train_step
-
-    def run(self, steps: int) -> list[float]:
-        t0 = time.perf_counter()
-        remote = []
-        if self.first_step_s is None:  # one step alone first: it traces and reaches every task
-            remote.append(self.coordinator.schedule(self.train_step, args=(self.iterator,)))
-            self.coordinator.join()
-            self.first_step_s = time.perf_counter() - t0
-        remote += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
-                   for _ in range(steps - len(remote))]
-        self.coordinator.join()
-        return [float(r.fetch()) for r in remote]
-
-
-class SyncPSEpochs(_Runner):
-    """ParameterServerStrategy, synchronous: per step, one closure per slice of the ring's
-    global batch adds its gradient into sums beside the variables on the ps; after the
-    barrier the chief applies the sums (the mean gradient) once, on the ps, and zeroes them.
-
-    Every worker holds the training arrays; a closure gathers its slice by index (data epoch,
-    batch within it), so which worker runs which closure does not change the SGD."""
-
-    def __init__(self, trainer: "Trainer", start: int, epochs: int):
-        import tensorflow as tf
-
-        plan, data, seed = trainer.plan, trainer.data, trainer.seed
-        self.coordinator, self.workers = plan.coordinator, plan.workers
-        self.first_epoch = start + 1
-        self.per_data_epoch = len(data.x_train) // plan.global_batch  # global batches in one pass
-        self.position = 0  # global batches taken since this run started: the ring's stream position
-        variables = trainer.net.trainable_variables
-        with plan.strategy.scope():
-            sums = []
-            for v in variables:
-                with plan.strategy.extended.colocate_vars_with(v.value):
-                    sums.append(tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name="gradient_sum"))
-        self.sums = sums
-
-        def dataset_fn(_context):  # the arrays, once per worker: closures pick their slices by index
-            return tf.data.Dataset.from_tensors((tf.constant(data.x_train), tf.constant(data.y_train))).repeat()
-
-        self.iterator = _per_worker(plan, dataset_fn)
-        n, batch = len(data.x_train), plan.batch_size
-
-        def add_gradient(x, y):
-            loss, grads = trainer.gradients(x, y)
-            for total, g in zip(sums, grads):
-                total.assign_add(g)
-            return loss
-
-        @tf.function
-        def accumulate(iterator, epoch, index):
-            x_all, y_all = next(iterator)
-            idx = _epoch_order(n, seed, epoch)[index * batch:(index + 1) * batch]
-            return plan.strategy.run(add_gradient, args=(tf.gather(x_all, idx), tf.gather(y_all, idx)))
-
-        by_ps: dict[str, list] = {}  # (sum, variable) pairs by the ps task that holds them
-        for total, v in zip(sums, variables):
-            by_ps.setdefault(total.device, []).append((total, v))
-        optimizer = trainer.optimizer
-
-        @tf.function
-        def apply_mean():
-            for device, pairs in by_ps.items():
-                with tf.device(device):  # every op of the update on that ps: no tensor visits the chief
-                    optimizer.apply_gradients([(total.read_value(), v) for total, v in pairs])
-                    for total, _ in pairs:
-                        total.assign(tf.zeros(total.shape, total.dtype))
-            if len(by_ps) > 1:  # one update, however many ps tasks it took
-                optimizer.iterations.assign_sub(len(by_ps) - 1)
-
-        self.accumulate, self.apply_mean = accumulate, apply_mean
-
-    def _round(self) -> list:
-        """One synchronous step: a closure per slice of the next global batch, the barrier, the update."""
-        import tensorflow as tf
-
-        epoch = tf.constant(self.first_epoch + self.position // self.per_data_epoch, tf.int64)
-        first = (self.position % self.per_data_epoch) * self.workers
-        remote = [self.coordinator.schedule(self.accumulate, args=(self.iterator, epoch,
-                                                                    tf.constant(first + j, tf.int64)))
-                  for j in range(self.workers)]
-        self.coordinator.join()
-        self.apply_mean()
-        self.position += 1
-        return remote
-
-    def run(self, steps: int) -> list[float]:
-        t0 = time.perf_counter()
-        first_slices = []
-        for _ in range(steps):
-            first_slices.append(self._round()[0])
-            if self.first_step_s is None:
-                self.first_step_s = time.perf_counter() - t0
-        # Slice 0's share of each global-batch mean, scaled up: the ring's estimate on its chief.
-        return [float(r.fetch()) * self.workers for r in first_slices]
-
-
-RUNNERS: dict[str, type[_Runner]] = {"single": MirroredEpochs, "mwms": MirroredEpochs, "ps": AsyncPSEpochs,
-                                     "ps_sync": SyncPSEpochs}
-
-
 # ------------------------------------------------------------------------------ measuring, checkpoints
 
 class Meter:
@@ -569,7 +341,7 @@ class Trainer:
         self.validate = Validation(model, seed, data, eval_batch_size, self.loss_fn)
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.checkpoint = tf.train.Checkpoint(model=self.net, optimizer=self.optimizer, epoch=self.epoch)
-        self.runner: _Runner | None = None
+        self.runner: Runner | None = None
 
     # -- the step --------------------------------------------------------------------
 

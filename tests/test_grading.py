@@ -274,6 +274,39 @@ def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path)
     assert nb.cells[1].source == "YOUR ANSWER HERE" and nb.cells[1].metadata.tags == ["analysis"]
 
 
+def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
+    """``make release``: notebooks, the package without labkit.solutions and labkit.grading, and the
+    project files; in it the kit's references say what to pass instead, and grading says it is not there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).parents[1]
+    written = release.release(repo / "notebooks", tmp_path / "kit", log=lambda m: None)
+    kit = tmp_path / "kit"
+    assert {p.name for p, _ in written} == {p.name for p in (repo / "notebooks").glob("*.ipynb")}
+    assert all(p.parent == kit / "notebooks" for p, _ in written)
+    assert (kit / "labkit" / "lr.py").is_file() and (kit / "pyproject.toml").is_file()
+    assert not (kit / "labkit" / "solutions").exists() and not (kit / "labkit" / "grading").exists()
+    assert not list(kit.rglob("__pycache__"))
+    # as a student's install: the kit first on the path, this checkout's editable finder gone
+    student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+               f"sys.path.insert(0, {str(kit)!r})\n")
+    probe = (student + "import labkit, labkit.lr as lr, labkit.reference as ref\n"
+             "print(labkit.__file__)\n"
+             "for get in (lambda: lr.sgd_step, lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
+             "    try:\n        get()\n    except LookupError as e:\n        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(kit / "labkit" / "__init__.py")
+    assert "not part of the student kit; pass step=sgd_step" in lines[1]
+    assert "not part of the student kit; pass gradient=sparse_lr_gradient" in lines[-1]
+    graded = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert graded.returncode == 2 and "this is the student kit" in graded.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # runner helpers that need no kernel
 
@@ -364,3 +397,21 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     jobs, notes, refused = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
     assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []
+
+
+def test_a_verifier_reads_only_files_inside_the_run_folder(tmp_path):
+    work = tmp_path / "work"
+    (work / "artifacts").mkdir(parents=True)
+    (work / "artifacts" / "w.npz").write_bytes(b"x")
+    (tmp_path / "secret").write_text("another student's")
+    (work / "artifacts" / "link").symlink_to(tmp_path / "secret")
+    with open(work / "artifacts" / "big", "wb") as f:
+        f.truncate(verify.MAX_ARTIFACT_BYTES + 1)
+    ctx = verify.Context(workdir=work, records={}, params={}, claimed=None)
+    assert ctx.path("artifacts/w.npz") == (work / "artifacts" / "w.npz").resolve()
+    assert ctx.path(str(work / "artifacts" / "w.npz")) == (work / "artifacts" / "w.npz").resolve()  # absolute, inside
+    for rel, message in [(str(tmp_path / "secret"), "leads out of the run's folder"),
+                         ("artifacts/../../secret", "without '..'"), ("artifacts/link", "a link that leads out"),
+                         ("artifacts/big", "over the 64 MB"), ("artifacts/none.npz", "was not saved")]:
+        with pytest.raises(verify.Unverifiable, match=message):
+            ctx.path(rel)

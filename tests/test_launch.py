@@ -248,6 +248,12 @@ with TaskRuntime("peers") as rt:  # two workers joined like all-reduce peers: on
 """
 
 
+def _waitable(pid: int) -> bool:
+    """Whether our child ``pid`` has ended and can be reaped, without reaping it (its status may
+    say zombie a little earlier, while its other threads still exit)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
 @pytest.mark.parametrize("how", ["sigkill", "kill", "error"])
 def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
     """worker:1 dies (SIGKILL from outside, Cluster.kill, or an error of its own) and worker:0,
@@ -265,7 +271,7 @@ def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
         assert c.follow(until=lambda seen: any("connected" in line for line in seen["worker:0"])) is None
         c.kill("worker:1") if how == "kill" else os.kill(pids["worker:1"], signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while alive(pids.values()):  # the launcher looks only now, and finds both ended: one poll sees both
+    while not all(map(_waitable, pids.values())):  # the launcher looks only now: one poll sees both ended
         assert time.monotonic() < deadline, "worker:0 did not fail after losing its peer"
         time.sleep(0.02)
     with pytest.raises(TaskFailed) as info:
@@ -318,6 +324,34 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     assert (remote_dir / c.remote_run / "ps-0.json").exists()
     assert result["worker:0"].steps["local"] + result["worker:1"].steps["local"] == result["ps:0"].steps["global_final"]
     assert set(c.hellos()) == {"ps:0", "worker:0", "worker:1"}
+
+
+BAD_HELLO_PROGRAM = """
+import os, socket, time
+from labkit.cluster import from_tf_config
+
+spec, task = from_tf_config()  # a program from another kit: its hello is not the launcher's JSON
+run = os.environ["LABKIT_RUN_DIR"]
+with open(os.path.join(run, f"{task.type}-{task.index}.hello.json"), "w") as f:
+    f.write("hello from labkit 0.0.1\\n")
+server = socket.create_server(("0.0.0.0", task.port))
+time.sleep(600)
+"""
+
+
+def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
+    (tmp_path / "oldkit").mkdir()
+    (tmp_path / "oldkit" / "__init__.py").write_text("")
+    (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
+    port = cluster.free_ports(1)[0]
+    c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
+                ssh=[str(fake_ssh(tmp_path))], remote_dir=str(tmp_path), remote_python=sys.executable,
+                env={"PYTHONPATH": str(tmp_path)})
+    clusters.append(c)
+    with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
+                                          r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
+        c.start()
+    assert c.status() == {"worker:0": "terminated"}
 
 
 def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):

@@ -77,9 +77,9 @@ def test_sweep_tables_are_complete(sweep):
 
 
 def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_weights(sweep):
-    reference = sweep.find(2, BATCH).result
-    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=reference, log=None,
+    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=sweep, log=None,
                                      timeout=600, **SETTINGS)
+    assert ft["reference"]["run_dir"] == str(sweep.find(2, BATCH).result.run_dir)  # the sweep's run, not a new one
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
     assert "epoch 1/2" in ft["failure"]["log_tail"]
     resumed = ft["resumed"]

@@ -38,7 +38,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert fit["runs"] == 3 and fit["median_abs_error"] >= 0 and fit["loopback_median_abs_error"] >= 0
     assert set(rec["crossover"]) == {"1 Gb/s", "10 Gb/s", "this machine (fitted)"}
     assert set(rec["crossover"]["1 Gb/s"]) == {"2", "3", "4", "5", "6"}
-    assert rec["settings"]["workers"] == [1, 2] and rec["settings"]["hosts_file"] == ""
+    assert rec["settings"]["workers"] == [1, 2] and rec["settings"]["hosts"] is None  # 127.0.0.1
     assert len(list((tmp_path / "runs" / "lab5").glob("scaling-*/mlp-*-w*/cluster.json"))) == 4
     # the prediction: the ps moves 2 N M per step, within the rubric's 10%
     assert rec["ps0_bytes_per_step"] == pytest.approx(rec["predicted_ps_bytes_per_step"], rel=0.1)

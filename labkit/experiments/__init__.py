@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import textwrap
+import types
 from dataclasses import dataclass, field, fields
 
 from labkit.results import ClusterResult, TaskOutcome
@@ -43,10 +44,28 @@ def function_source(fn, name: str, signature: str, what: str) -> str:
     if not callable(fn) or getattr(fn, "__name__", None) != name:
         raise ValueError(f"{what} must be a function named {name}{signature}, got {fn!r}")
     try:
-        return textwrap.dedent(inspect.getsource(fn))
+        source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
         raise ValueError(f"cannot read the source of {name}; define it with `def` at the top level of a "
                          f"notebook cell or a module ({e})") from None
+    return "".join(line + "\n" for line in _module_imports(fn)) + source
+
+
+def _module_imports(fn) -> list[str]:
+    """``import`` lines for the modules the function uses by a global name (``tf``, ``np``), as
+    the notebook imported them, so the source defines the same function in a task's process."""
+    names, codes = set(), [getattr(fn, "__code__", None)]
+    while codes:
+        code = codes.pop()
+        if code is not None:
+            names.update(code.co_names)
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    lines = []
+    for n in sorted(names):
+        module = getattr(fn, "__globals__", {}).get(n)
+        if isinstance(module, types.ModuleType):
+            lines.append(f"import {module.__name__}" + (f" as {n}" if module.__name__ != n else ""))
+    return lines
 
 
 class Run:

@@ -212,7 +212,8 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                                      f"{b} = {w * b}; raise train_limit or lower the batch sizes")
     settings = {"workers": list(workers), "batch_sizes": list(batch_sizes), "epochs": epochs,
                 "train_limit": train_limit, "test_limit": test_limit, "lr": lr, "seed": seed,
-                "hosts": str(hosts) if hosts else None}
+                "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL),
+                "steps_per_epoch": kwargs.get("steps_per_epoch")}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     configs = [(w, b) for w in workers for b in batch_sizes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -230,7 +231,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 
 def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
                     kill: str = "worker:1", train_limit: int | None = 6000, test_limit: int | None = 2000,
-                    lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | None = None,
+                    lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | Sweep | None = None,
                     log=print, progress: bool = True, timeout: float = 900, **kwargs) -> dict:
     """Kill a worker mid-training, restart the same cluster, resume from the checkpoints.
 
@@ -239,8 +240,9 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
        raises ``TaskFailed`` with the task's log tail and stops the others.
     2. Start the same cluster (same addresses, same checkpoints): it resumes after the last
        epoch every worker saved and trains to ``epochs``.
-    3. Compare with an uninterrupted run of the same settings and seed (``reference``, or a
-       run made here).
+    3. Compare with an uninterrupted run of the same settings and seed (``reference``: a run's
+       ``ClusterResult``, or a ``Sweep`` whose run of this configuration is used when the sweep
+       ran with the same settings; else a run made here).
 
     Each run is under a live view; ``progress`` shows a bar over the runs. Returns a dict:
     ``run_dir`` (the demo's folder, one run directory per run inside), ``failure`` (the
@@ -257,6 +259,10 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     if kill not in names:
         raise ValueError(f"kill={kill!r} is not a task of this cluster; give one of {', '.join(names)}")
     say = log or (lambda _message: None)
+    if isinstance(reference, Sweep):
+        reference = _same_run(reference, workers, batch_size, epochs=epochs, train_limit=train_limit,
+                              test_limit=test_limit, lr=lr, seed=seed, model=kwargs.get("model", MODEL),
+                              steps_per_epoch=kwargs.get("steps_per_epoch"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
     ckpt = paths.runs_root() / LAB / base / "checkpoints"
@@ -318,6 +324,13 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                       "run_dir": str(reference.run_dir)},
         "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
     }
+
+
+def _same_run(sweep: Sweep, workers: int, batch_size: int, **settings) -> ClusterResult | None:
+    """The sweep's run of ``workers`` x ``batch_size`` when the sweep ran with ``settings``, else None."""
+    if any(sweep.settings.get(k) != v for k, v in settings.items()):
+        return None
+    return next((r.result for r in sweep.runs if r.matches(workers, batch_size)), None)
 
 
 def fault_curves(ft: dict):

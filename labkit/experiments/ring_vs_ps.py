@@ -20,7 +20,7 @@ TensorBoard scalars to ``<run dir>/tensorboard``:
 - ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
   chief and N workers. ``ps_sync`` (the default) is synchronous SGD, the ring's: per step,
   every worker pulls the model and pushes the gradient of its slice of the global batch;
-  after the barrier the ps applies their mean once (``train_loop.SyncPSEpochs``). From the
+  after the barrier the ps applies their mean once (``epochs.SyncPSEpochs``). From the
   same seed it ends with the ring's weights; its traffic is the cost model's. Without it
   the workers step asynchronously, each batch its own update (Lab 2's other mode): a
   different optimizer, which ends elsewhere.

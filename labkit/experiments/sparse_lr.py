@@ -186,7 +186,8 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
         result = c.follow(on_line)
     settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
-                **kwargs}
+                **{k: v for k, v in kwargs.items() if k != "gradient"},  # JSON-able: the function is not
+                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference"}
     experiment = Experiment([Run(m, b, result) for m, b in plan], settings)
     experiment.write_scalars()
     return experiment
@@ -453,8 +454,9 @@ class Experiment(experiments.Sweep):
                 link_gbit: float = 10.0) -> dict:
         """What the notebook records for the grader: per mode (its first run) accuracy,
         log-loss, s per 1k iterations, bytes per step and their bound, global and per-worker
-        steps; the optimum, the dense bytes, the cluster's directory; ``summary``,
-        ``bottlenecks`` and ``verdicts`` (at ``link_gbit``); with ``profile`` (``profile_ops``)
+        steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
+        the cluster's directory; ``summary``, ``bottlenecks`` and ``verdicts`` (at
+        ``link_gbit``), the settings; with ``profile`` (``profile_ops``)
         the sparse speed-up at its largest size and batch, and the profile; with ``sweep``
         (a second ``Experiment``) its summary; ``artifacts`` (``save_weights``) as given."""
         summary = self.summary()
@@ -464,7 +466,8 @@ class Experiment(experiments.Sweep):
             out.update({f"{mode}_test_accuracy": row.test_accuracy, f"{mode}_test_logloss": row.test_logloss,
                         f"{mode}_s_per_1k": row.s_per_1k_iterations, f"{mode}_bytes_per_step": row.bytes_per_step,
                         f"{mode}_bound_bytes_per_step": row.bound_bytes_per_step,
-                        f"{mode}_global_steps": int(row.global_steps), f"{mode}_steps": self.steps(r.label)})
+                        f"{mode}_global_steps": int(row.global_steps), f"{mode}_steps": self.steps(r.label),
+                        f"{mode}_unique_per_step": row.unique_per_step})
         optimum = self.optimum() or {}
         out.update(optimum_accuracy=optimum.get("bayes_accuracy"), majority_accuracy=optimum.get("majority_accuracy"),
                    dense_bytes_per_step=summary["dense_bytes_per_step"].iloc[0],

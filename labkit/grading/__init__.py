@@ -1,6 +1,8 @@
-"""Grading: run notebooks in isolation (``runner``), score them against the rubric (``rubric``),
-re-check their claims (``verify``), write the reports (``report``), tie it together (``grade``),
-and make the student versions (``release``). ``python -m labkit grade`` / ``release`` call these.
+"""Grading: run notebooks in a sandbox each (``sandbox``, ``limits``, ``runner``), score them against
+the rubric (``rubric``), check them with the grader's own evidence in sandboxed processes
+(``checks``: ``verify``'s verifiers and ``hidden`` checks, whose student side is ``probe``), write
+the reports (``report``), tie it together (``grade``), and make the student kit (``release``).
+``python -m labkit grade`` / ``release`` call these. The student kit leaves this package out.
 """
 from labkit.record import read_records  # the records of an executed notebook
 

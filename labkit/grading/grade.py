@@ -355,8 +355,14 @@ def _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log) -
             write(job, result, merge(job, result, scores, {}), records, notes)
             return None
         params = dict(job.lab.parameters)
-        return Checking(job, setup, records, params, hidden, verified,
-                        lambda checked: write(job, result, merge(job, result, scores, checked), records, notes))
+        try:
+            return Checking(job, setup, records, params, hidden, verified,
+                            lambda checked: write(job, result, merge(job, result, scores, checked), records, notes))
+        except OSError as e:  # the grader could not start its own checks: they are unverified, and say why
+            why = f"the grader could not start its checks: {type(e).__name__}: {e}"
+            checked = {c.name: Score(0.0, c.points, "unverified", why) for c, _ in verified + hidden}
+            write(job, result, merge(job, result, scores, checked), records, notes)
+            return None
 
     try:
         if jobs:

@@ -20,11 +20,14 @@ Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
 1. in ``probe.py``, write ``inputs_<probe>(**args)`` (deterministic inputs from a seed) and a
    ``@probe("<probe>")`` function ``(fns, args, out) -> {name: numpy array}`` that calls
    ``fns["lr_schedule"]`` on them (import TensorFlow inside it, not at the top);
-2. here, write ``@hidden("lab4_lr_schedule", functions=["lr_schedule"], probe="<probe>")`` on a
-   judge ``(args, arrays, folder) -> Verdict`` that rebuilds the inputs with
-   ``probe.inputs_<probe>(**args)``, computes the reference (keep reference code in
-   ``labkit.solutions``, which the student kit does not ship) and compares with a tolerance;
-   ``folder`` is the probe's output folder, for probes that leave files (a cluster run);
+2. here, write ``@hidden("lab4_lr_schedule", functions=["lr_schedule"], probe_name="<probe>",
+   inputs=probe.inputs_<probe>)`` on a judge ``(args, arrays, folder) -> Verdict`` that rebuilds the inputs with
+   ``probe.inputs_<probe>(**args)``, computes the reference (here or in ``labkit.solutions``:
+   the student kit ships neither) and compares with a tolerance;
+   ``folder`` is the probe's output folder, for probes that leave files (a cluster run); keyword
+   arguments after ``inputs`` are defaults the rubric's ``args`` add to;
+   an exercise written as assignments rather than a function can use the ``formulas`` probe
+   (``lab5_bytes_formulas`` does);
 3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
    when it shows the exercise works, its name to the lab's ``evidence``.
 """

@@ -311,8 +311,11 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: f
                 job = pending.pop(0)
                 early = prepare(job)
                 if early is None:
-                    running.append(_Running(job, setup))
-                else:
+                    try:
+                        running.append(_Running(job, setup))
+                    except OSError as e:  # no cgroup left, a full disk: this notebook's row, not the batch
+                        early = RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}")
+                if early is not None:
                     ended(job, early)
             if running:
                 time.sleep(poll)

@@ -46,14 +46,17 @@ class Context:
     claimed: object        # the value of the check's record: what is being verified
 
     def path(self, rel, what: str = "artifact") -> Path:
-        """``rel`` (a path a record or the rubric names) inside the work folder, or Unverifiable."""
+        """``rel`` (a path a record or the rubric names) inside the work folder, or Unverifiable:
+        relative to it, or absolute inside it (the sandbox shows the folder at its own path),
+        never with ``..``, and not through a link that leads out."""
         rel = str(rel)
-        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise Unverifiable(f"the {what} path {rel!r} must be relative to the run's folder, without '..'")
         root = self.workdir.resolve()
-        p = (root / rel)
+        if not rel or ".." in Path(rel).parts:
+            raise Unverifiable(f"the {what} path {rel!r} must be a path in the run's folder, without '..'")
+        if Path(rel).is_absolute() and not Path(rel).is_relative_to(root):
+            raise Unverifiable(f"the {what} path {rel!r} leads out of the run's folder; refused")
         try:
-            resolved = p.resolve(strict=True)
+            resolved = (root / rel).resolve(strict=True)
         except (FileNotFoundError, RuntimeError):
             raise Unverifiable(f"{rel} was not saved, so the claim cannot be re-checked") from None
         if resolved != root and root not in resolved.parents:
@@ -119,8 +122,8 @@ def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None
             value = str(lookup(ctx.records, m.group(1)))
         except Missing as e:
             raise Unverifiable(f"the results pattern {results} needs a record: {e}") from e
-        ctx.path(value, "run folder")  # refuses absolute paths, '..' and links out
-        return glob.escape(value)
+        ctx.path(value, "run folder")  # refuses paths out of the folder, '..' and links out
+        return glob.escape(str(Path(value).relative_to(ctx.workdir.resolve())) if Path(value).is_absolute() else value)
 
     pattern = re.sub(r"\{([^{}]+)\}", folder, results)
     root = ctx.workdir.resolve()

@@ -14,7 +14,7 @@ Strategies:
   ``variable_partitioner`` makes ``ShardedVariable``s, which Keras 3 layers cannot take
   gradients of (``'ShardedVariable' object has no attribute 'handle'``). ``--ps-sync``
   makes it synchronous SGD, the ring's: one update per step from the mean gradient of one
-  closure per worker over one global batch (``labkit.train_loop.SyncPSEpochs``).
+  closure per worker over one global batch (``labkit.epochs.SyncPSEpochs``).
 - ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
 
 Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted

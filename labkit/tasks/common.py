@@ -21,7 +21,9 @@ What the runtime does, and why:
   ``LABKIT_INTER_OP_THREADS``), and applies them to ``ConfigProto`` and ``tf.config``.
 - **A hello file** (``<type>-<index>.hello.json``, one line) with the task's pid, host
   and TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported,
-  so the launcher can refuse a cluster whose nodes disagree.
+  so the launcher can refuse a cluster whose nodes disagree. A task forked by
+  ``labkit.tasks.forkserver`` (TensorFlow imported there once) also names the server, in
+  the hello and the result (``forkserver``).
 - **Resource samples** of this process and its host (``labkit.monitor``), so the same
   code gives per-node CPU, memory and network on a real cluster.
 - **One result file** (``<type>-<index>.json``): metrics, steps, timings, series,
@@ -181,6 +183,8 @@ class TaskRuntime:
             "threads": {"intra_op": self.intra_op, "inter_op": self.inter_op}, "started_epoch": self.started_epoch,
             "metrics": self.metrics, "steps": self.steps, "timings": self.timings, "series": self.series,
         }
+        if os.environ.get("LABKIT_FORKSERVER"):  # forked from labkit.tasks.forkserver, TensorFlow imported there
+            self.result["forkserver"] = json.loads(os.environ["LABKIT_FORKSERVER"])
         self._process = self.result        # the process's own result; a configuration swaps in its own
         self._config: Configuration | None = None
         self._sampler = None
@@ -190,7 +194,8 @@ class TaskRuntime:
         self._handle_sigterm()
         # The hello says: alive, and a SIGTERM from now on ends in a result file.
         write_json(self.path(".hello.json"), {k: self.result[k] for k in
-                                              ("task", "host", "pid", "versions", "program", "started_epoch")})
+                                              ("task", "host", "pid", "versions", "program", "started_epoch",
+                                               "forkserver") if k in self.result})
         if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
             self.finish(PortInUse(self.task.name, self.task.address, " (found before importing TensorFlow)"))
 

@@ -706,8 +706,20 @@ class Cluster:
         return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None}
 
     def local_pids(self) -> dict[str, int]:
-        """Pid of each started task that runs on this machine (what a local sampler can watch)."""
-        return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None and not p.remote}
+        """Pid of each started task that runs on this machine (what a local sampler can watch):
+        the one its hello names, once written, where that is another process (a task forked by
+        ``labkit.tasks.forkserver`` runs beside the stand-in the launcher started), else the
+        started process's."""
+        out = {}
+        for p in self._procs:
+            if p.proc is None or p.remote:
+                continue
+            try:
+                hello = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".hello.json")) or {}
+            except ValueError:  # being written
+                hello = {}
+            out[p.task.name] = hello["pid"] if hello.get("forkserver") and hello.get("pid") else p.proc.pid
+        return out
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         return task_log_tail(self._proc(name).log_path, lines)

@@ -12,7 +12,9 @@ whose ``runs/`` collects the clusters it started. Then, per lab:
 - **start-up**, summed over the lab's clusters: per cluster, from the first of its processes
   to start (``started_epoch`` in the task result files, interpreter start included) to the
   chief's first training step (``first_step_epoch``; results written before that field
-  existed: the chief's first mark that opens a training phase);
+  existed: the chief's first mark that opens a training phase); plus, once, the start-up of
+  each fork server the tasks were forked from (``labkit.tasks.forkserver``: its process start
+  until it had imported TensorFlow and listened), which their own start times leave out;
 - **ratio** = start-up / wall time. Goal: at most 0.3 for every lab.
 
 A cluster is a directory with the launcher's ``cluster.json``; the folders a cluster writes
@@ -48,10 +50,10 @@ def first_step_epoch(result: dict) -> float | None:
 
 def cluster_startups(runs: Path) -> list[dict]:
     """One row per cluster under ``runs``: its directory, tasks, start-up seconds (None if it
-    never reached a training step) and wall seconds."""
+    never reached a training step) and wall seconds; and one per fork server its tasks came from."""
     from labkit.results import ClusterResult
 
-    rows = []
+    rows, servers = [], {}
     for meta in sorted(runs.rglob("cluster.json")):
         if json.loads(meta.read_text()).get("cluster_dir"):  # a configuration's view of a shared cluster
             continue
@@ -64,6 +66,13 @@ def cluster_startups(runs: Path) -> list[dict]:
         first = first_step_epoch(chief)
         rows.append({"cluster": meta.parent.relative_to(runs).as_posix(), "tasks": len(result.tasks),
                      "startup_s": first - min(started) if first and started else None, "wall_s": result.wall_s})
+        for t in result:
+            server = (t.result or {}).get("forkserver")
+            if server:
+                servers[server["pid"]] = server
+    for pid, server in servers.items():
+        rows.append({"cluster": f"fork server {pid}", "tasks": 0,
+                     "startup_s": server["ready_epoch"] - server["started_epoch"], "wall_s": None})
     return rows
 
 
@@ -94,7 +103,8 @@ def run_lab(name: str, notebook: Path, parameters: dict, timeout: float = 1800) 
         wall = _cell_span(tmp / "executed.ipynb")
         clusters = cluster_startups(tmp / "runs") if (tmp / "runs").exists() else []
     startup = sum(c["startup_s"] or 0.0 for c in clusters)
-    return {"lab": name, "notebook_s": total, "wall_s": wall, "clusters": len(clusters), "startup_s": startup,
+    return {"lab": name, "notebook_s": total, "wall_s": wall, "clusters": sum(1 for c in clusters if c["tasks"]),
+            "startup_s": startup,
             "startup_share": startup / wall, "load_1min": f"{load0:.1f} -> {os.getloadavg()[0]:.1f}",
             "per_cluster": clusters}
 

@@ -11,15 +11,18 @@ Symbols: M model bytes (float32 trainable weights, :func:`labkit.models.model_by
 N workers, k parameter-server tasks, alpha seconds per message, B bytes/s per node link
 (full duplex). Per step:
 
-- PS: every worker pushes M of gradients and pulls M of weights (2M); the busiest ps
-  serves N workers, 2*N*M/k bytes. Push and pull are two rounds whose latencies overlap
-  across workers: 2 messages on the critical path.
+- PS: every worker pulls M of weights and pushes M of gradients (2M); the busiest ps
+  serves N workers, 2*N*M/k bytes, both directions counted: within a synchronous step the
+  pushes follow the pulls, so the two directions do not overlap. Pull and push are two
+  rounds whose latencies overlap across workers: 2 messages on the critical path.
 - Ring all-reduce: reduce-scatter then all-gather, 2(N-1) rounds, each sending and
-  receiving M/N at once: 2(N-1)/N*M bytes each way per worker in 2(N-1) messages.
+  receiving M/N at once: 2(N-1)/N*M bytes each way per worker in 2(N-1) messages; the two
+  directions overlap on a full-duplex link, so one direction counts.
 
-TF2's ParameterServerStrategy lets workers step asynchronously, so one worker's compute
-can overlap another's transfers; the ps link still carries 2M per worker step, so both
-readings share the ceiling that makes PS level off: batch * k * B / (2M) images/s.
+Lab 5's PS runs are synchronous (``ps_sync``: one update per round from the mean of one
+gradient per slice of the global batch), as this model assumes. An asynchronous PS lets one
+worker's compute overlap another's transfers; its ps link still carries 2M per worker step,
+so both share the ceiling that makes PS level off: batch * k * B / (2M) images/s.
 
 Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
 loopback TCP micro-benchmark (:func:`loopback_transfers` + :func:`fit_link`) or from the

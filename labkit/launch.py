@@ -614,10 +614,14 @@ class Cluster:
                               stdin=subprocess.DEVNULL, text=not binary)
 
     def _remote_signal(self, host: str, procs: list[_TaskProc], sig: int) -> None:
-        files = " ".join(shlex.quote(f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.pid')}")
-                         for p in procs)
-        script = (f"for f in {files}; do p=$(cat \"$f\" 2>/dev/null) && grep -qs labkit /proc/$p/cmdline "
-                  f"&& kill -{int(sig)} $p; done; true")
+        """Send ``sig`` to tasks on ``host``, by the pids their wrappers wrote; a pid is signalled
+        only while its environment still names this run's task (the pid may be reused)."""
+        def one(p: _TaskProc) -> str:
+            pid_file = shlex.quote(f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.pid')}")
+            mine = [shlex.quote(f"{ENV_RUN_DIR}={self.remote_run}"), shlex.quote(f"{ENV_TASK}={p.task.name}")]
+            return (f"p=$(cat {pid_file} 2>/dev/null) && grep -qsxzF {mine[0]} /proc/$p/environ && "
+                    f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p")
+        script = "; ".join(f"{{ {one(p)}; }}" for p in procs) + "; true"
         try:
             self._ssh(host, script, timeout=15)
         except (subprocess.TimeoutExpired, OSError) as e:

@@ -111,7 +111,7 @@ class _Spawner:
         with self._lock:
             if self._jobs is None:
                 self._jobs = queue.SimpleQueue()
-                threading.Thread(target=self._serve, name="labkit-spawner", daemon=True).start()
+                threading.Thread(target=self._serve, name="owned-process-spawner", daemon=True).start()
         done: Future = Future()
         self._jobs.put((args, kwargs, done))
         return done.result()

@@ -326,6 +326,34 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     assert set(c.hellos()) == {"ps:0", "worker:0", "worker:1"}
 
 
+BAD_HELLO_PROGRAM = """
+import os, socket, time
+from labkit.cluster import from_tf_config
+
+spec, task = from_tf_config()  # a program from another kit: its hello is not the launcher's JSON
+run = os.environ["LABKIT_RUN_DIR"]
+with open(os.path.join(run, f"{task.type}-{task.index}.hello.json"), "w") as f:
+    f.write("hello from labkit 0.0.1\\n")
+server = socket.create_server(("0.0.0.0", task.port))
+time.sleep(600)
+"""
+
+
+def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
+    (tmp_path / "oldkit").mkdir()
+    (tmp_path / "oldkit" / "__init__.py").write_text("")
+    (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
+    port = cluster.free_ports(1)[0]
+    c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
+                ssh=[str(fake_ssh(tmp_path))], remote_dir=str(tmp_path), remote_python=sys.executable,
+                env={"PYTHONPATH": str(tmp_path)})
+    clusters.append(c)
+    with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
+                                          r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
+        c.start()
+    assert c.status() == {"worker:0": "terminated"}
+
+
 def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     port = cluster.free_ports(2)
     spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})
@@ -380,6 +408,24 @@ def test_version_skew_is_refused():
     with pytest.raises(VersionSkew, match=r"(?s)worker:1 \(node1\): tensorflow 2\.20\.0.*make setup"):
         check_versions({"ps:0": {"versions": ok, "host": "node0"},
                         "worker:1": {"versions": dict(ok, tensorflow="2.20.0"), "host": "node1"}}, reference=ok)
+
+
+def test_the_launcher_and_the_tasks_share_one_protocol():
+    """launch imports no task runtime (issue 18), and there is one PortInUse, a TaskFailed with its fields."""
+    import ast
+
+    import labkit.launch
+    import labkit.protocol
+    import labkit.tasks.common
+
+    tree = ast.parse(Path(labkit.launch.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in imported if m and m.startswith("labkit.tasks")], imported
+    assert PortInUse is labkit.protocol.PortInUse is labkit.tasks.common.PortInUse
+    err = PortInUse("ps:0", "127.0.0.1:2222", " (held by pid 7: x)", returncode=98, log_tail="bind failed")
+    assert isinstance(err, TaskFailed) and (err.task, err.returncode, err.log_tail) == ("ps:0", 98, "bind failed")
+    assert str(err).startswith("port of task ps:0 (127.0.0.1:2222) is in use (held by pid 7: x)")
 
 
 def test_bad_launcher_arguments():

@@ -70,11 +70,10 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     from labkit.grading.rubric import evaluate
 
     for check in lab.checks:
-        if check.kind == "analysis" or check.external or \
-                check.ref in ("accuracy.sync", "accuracy.async", "global_steps_per_s.sync"):
-            continue  # answers are stripped in releases only; the hidden check runs a cluster of its own (the
-            # grader's tests run it); accuracy is ~0.87 at the tiny target 0.45; with one worker sync makes
-            # about as many updates per second as async (on a quiet machine)
+        if check.kind in ("analysis", "hidden") or check.ref in ("accuracy.sync", "accuracy.async", "global_steps_per_s.sync"):
+            continue  # hidden checks run in the grader's own processes (tests/test_grading*); answers are
+            # stripped in releases only; accuracy is ~0.87 at the tiny target 0.45; with one worker sync
+            # makes about as many updates per second as async (on a quiet machine)
         score = evaluate(check, nb, rec)
         assert score.status == "pass", (check.name, score)
         if check.verify:

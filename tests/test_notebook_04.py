@@ -7,19 +7,25 @@ import pytest
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
 NOTEBOOK = NOTEBOOKS / "04_lenet_batch_sweep.ipynb"
-TINY = {"workers": [2], "batch_sizes": [50], "epochs": 2, "train_limit": 2000, "test_limit": 500, "idle_s": 0.5}
+TINY = {"workers": [1, 2], "batch_sizes": [50, 100], "epochs": 2, "train_limit": 3000, "test_limit": 1000,
+        "idle_s": 0.5}
 FIGURES = ("sweep-curves", "throughput", "bytes", "fault-curves")
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 4  # the sweep and the three answers
-    sweep_cell = next(c for c in student.cells if "YOUR CODE HERE" in c.source)
-    assert "lenet_sweep.sweep(" not in sweep_cell.source and "raise NotImplementedError()" in sweep_cell.source
+    assert regions == 9  # the ring all-reduce, the prediction, the audit's number and the six answers
+    ring_cell = next(c for c in student.cells if c.source.startswith("def ring_allreduce"))
+    assert "array_split" not in ring_cell.source and "raise NotImplementedError()" in ring_cell.source
+    namespace = {}
+    exec(ring_cell.source, namespace)  # the student's starting point fails the notebook's own check
+    with pytest.raises(NotImplementedError):
+        namespace["ring_allreduce"]([])
+    assert any("lenet_sweep.sweep(" in c.source for c in student.cells)  # plumbing, not an exercise
 
 
 @pytest.mark.notebook
@@ -29,13 +35,19 @@ def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
 
     table = {row["config"]: row for row in rec["sweep_table"]}
-    assert list(table) == ["2 x 50", "Idle"]
+    assert list(table) == ["1 x 50", "1 x 100", "2 x 50", "2 x 100", "Idle"]
     assert all(v is not None for v in table["2 x 50"].values()), table["2 x 50"]
     assert table["Idle"]["cpu_user_pct"] is not None
-    assert rec["best_config"]["config"] == "2 x 50"
-    (tp,) = rec["throughput"]
-    assert tp["measured_over_analytic"] == pytest.approx(1.0, abs=0.25)  # each worker's own sockets
+    for tp in rec["throughput"][2:]:  # the two-worker runs: each worker's own sockets, and the simulation
+        assert tp["measured_over_analytic"] == pytest.approx(1.0, abs=0.25)
+        assert tp["bytes_per_step"] == pytest.approx(rec["ring_simulation"]["2"], rel=0.25)
+    assert rec["ring_simulation"] == {"1": 0, "2": 246_824}  # 2(N-1)/N x 61,706 x 4 bytes
     assert {r["task"] for r in rec["tasks"]} == {"worker:0", "worker:1"}
+    # 1 x 100 and 2 x 50 are the same SGD: the same first-epoch loss, as predicted and audited
+    eq = rec["equivalent_configs"]
+    assert eq["pairs"] == ["1 x 100 and 2 x 50"] and eq["identical_pairs"] == rec["predicted_identical_pairs"] == 1
+    assert eq["epoch1_val_loss_ratio_2x50_1x100"] == pytest.approx(1, abs=1e-4)
+    assert rec["audit_000"]["epoch1_val_loss_ratio_2x50_over_1x100"] == eq["epoch1_val_loss_ratio_2x50_1x100"]
 
     ev = rec["resume_evidence"]
     assert ev["failed_task"] == "worker:1" and ev["returncode"] == -9

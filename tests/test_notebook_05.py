@@ -11,15 +11,16 @@ FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "ti
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURE_CELLS)
+    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURE_CELLS)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 6  # the sweep, the bytes by hand, the cost model's terms and the three answers
+    assert regions == 9  # the prediction, the bytes by hand, the cost model's terms, the audit and five answers
     sources = "\n".join(c.source for c in student.cells)
-    assert "ring_vs_ps.scaling(" not in sources and "ring_terms = (2 * (N - 1)" not in sources
-    assert sources.count("raise NotImplementedError()") == 3
+    assert "ring_terms = (2 * (N - 1)" not in sources and "M_mlp = 4 *" not in sources
+    assert sources.count("raise NotImplementedError()") == 4
+    assert "ring_vs_ps.scaling(" in sources  # plumbing, not an exercise
 
 
 @pytest.mark.notebook
@@ -39,4 +40,13 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert set(rec["crossover"]["1 Gb/s"]) == {"2", "3", "4", "5", "6"}
     assert rec["settings"]["workers"] == [1, 2] and rec["settings"]["hosts"] is None  # 127.0.0.1
     assert len(list((tmp_path / "runs" / "lab5").glob("scaling-*/mlp-*-w*/cluster.json"))) == 4
+    # the prediction: the ps moves 2 N M per step, within the rubric's 10%
+    assert rec["ps0_bytes_per_step"] == pytest.approx(rec["predicted_ps_bytes_per_step"], rel=0.1)
+    assert rec["predicted_ps_bytes_per_step"] == 2 * 2 * 23_298_088
+    # the audit: a ring worker sends 2(N-1)/N x M = M at N = 2, the report's formula with the model as "chunk"
+    assert rec["ring_worker_share"]["worker_sent_over_model"] == pytest.approx(1.0, abs=0.05)
+    assert rec["audit_003"]["ring_worker_sent_over_model"] == rec["ring_worker_share"]["worker_sent_over_model"]
+    # synchronous PS is the ring's SGD: the same losses at N = 2 (up to float rounding)
+    rows = {(r["arch"], r["workers"]): r for r in table}
+    assert rows[("ps", 2)]["last_loss"] == pytest.approx(rows[("ring", 2)]["last_loss"], rel=1e-3)
     check_executed(nb, FIGURE_CELLS)

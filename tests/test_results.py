@@ -102,9 +102,11 @@ def test_lab4_fault_demo_reuses_a_sweep_run_only_when_it_ran_with_the_same_setti
     from labkit.experiments import lenet_sweep
 
     result = ClusterResult("strategy_train", Path("."), {}, [outcome("worker:0", {"train": TRAIN})])
-    settings = {"epochs": 2, "train_limit": 3000, "test_limit": 500, "lr": 0.05, "seed": 0, "model": "lenet5"}
+    settings = {"epochs": 2, "train_limit": 3000, "test_limit": 500, "lr": 0.05, "seed": 0, "model": "lenet5",
+                "steps_per_epoch": None}
     sweep = lenet_sweep.Sweep([lenet_sweep.Run(1, 50, result), lenet_sweep.Run(2, 50, result)], settings=settings)
     assert lenet_sweep._same_run(sweep, 2, 50, **settings) is result
     assert lenet_sweep._same_run(sweep, 2, 100, **settings) is None  # not in the sweep
     assert lenet_sweep._same_run(sweep, 2, 50, **{**settings, "epochs": 3}) is None  # another training
     assert lenet_sweep._same_run(sweep, 2, 50, **{**settings, "model": "lenet5_tanh_avg"}) is None
+    assert lenet_sweep._same_run(sweep, 2, 50, **{**settings, "steps_per_epoch": 1000}) is None

@@ -212,7 +212,8 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                                      f"{b} = {w * b}; raise train_limit or lower the batch sizes")
     settings = {"workers": list(workers), "batch_sizes": list(batch_sizes), "epochs": epochs,
                 "train_limit": train_limit, "test_limit": test_limit, "lr": lr, "seed": seed,
-                "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL)}
+                "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL),
+                "steps_per_epoch": kwargs.get("steps_per_epoch")}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     configs = [(w, b) for w in workers for b in batch_sizes]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -260,7 +261,8 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     say = log or (lambda _message: None)
     if isinstance(reference, Sweep):
         reference = _same_run(reference, workers, batch_size, epochs=epochs, train_limit=train_limit,
-                              test_limit=test_limit, lr=lr, seed=seed, model=kwargs.get("model", MODEL))
+                              test_limit=test_limit, lr=lr, seed=seed, model=kwargs.get("model", MODEL),
+                              steps_per_epoch=kwargs.get("steps_per_epoch"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"fault-{stamp}"
     ckpt = paths.runs_root() / LAB / base / "checkpoints"

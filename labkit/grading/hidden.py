@@ -245,6 +245,39 @@ def judge_ps_optimizer(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 4: the ring all-reduce, against the plain sum and the ring's schedule of chunks
+
+def reference_ring_bytes(size: int, n: int, value_bytes: int = 4) -> list[int]:
+    """Bytes each of ``n`` workers sends to all-reduce ``size`` values in ``n`` chunks
+    (``np.array_split``): in round s worker w sends chunk (w - s) mod n in the reduce-scatter and
+    chunk (w + 1 - s) mod n in the all-gather, for s = 0 .. n-2."""
+    chunk = [len(c) * value_bytes for c in np.array_split(np.zeros(size), n)]
+    return [sum(chunk[(w - s) % n] + chunk[(w + 1 - s) % n] for s in range(n - 1)) for w in range(n)]
+
+
+@hidden("lab4_ring_allreduce", functions=["ring_allreduce"], probe_name="ring_allreduce",
+        inputs=probe.inputs_ring_allreduce)
+def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
+    for t, case in enumerate(probe.inputs_ring_allreduce(**args)):
+        n, size = len(case["grads"]), case["grads"][0].size
+        where = f"N = {n}, {size} values"
+        sums = arrays[f"{t}_sums"]
+        if sums.shape != (n, size):
+            return Verdict(False, f"{where}: ring_allreduce returned vectors of shape {sums.shape}; expected one vector "
+                                  f"of {size} values per worker")
+        want = np.sum(np.asarray(case["grads"], np.float64), axis=0)
+        if _close(sums, np.broadcast_to(want, sums.shape), 1e-4, 1e-4) > 1:
+            return Verdict(False, f"{where}: not every worker ends with the sum of all the gradients")
+        if not bool(arrays[f"{t}_inputs_kept"]):
+            return Verdict(False, f"{where}: ring_allreduce changed the gradients it was given")
+        want_sent = reference_ring_bytes(size, n)
+        if arrays[f"{t}_sent"].tolist() != want_sent:
+            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes; the "
+                                  f"ring's 2(N-1) rounds of one chunk each send {want_sent}")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 5: bytes per step and the cost model's terms, against the kit's analytic model
 
 LAB5_TARGETS = ("ps_sends", "ring_worker_sends", "ps_terms", "ring_terms")

@@ -165,6 +165,42 @@ def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 4: the ring all-reduce
+
+RING_CASES = ((1, 7), (2, 10), (3, 10), (3, 11), (4, 1003), (5, 12), (3, 61_706))  # (workers, values)
+
+
+def inputs_ring_allreduce(seed: int = 0, cases=RING_CASES) -> list[dict]:
+    """Every worker's float32 gradient for each (N, length): lengths N divides and lengths it does not."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, size in cases:
+        if int(n) < 1 or int(size) < int(n):
+            raise ValueError(f"each case needs 1 <= workers <= values, got {(n, size)}")
+        out.append({"grads": [rng.standard_normal(int(size)).astype(np.float32) for _ in range(int(n))]})
+    return out
+
+
+@probe("ring_allreduce")
+def ring_allreduce(fns: dict, args: dict, out: Path) -> dict:
+    """``ring_allreduce(grads) -> (sums, sent)`` on the grader's gradients: every worker's vector, the
+    bytes each sent, and whether the inputs came back unchanged."""
+    fn = fns["ring_allreduce"]
+    arrays = {}
+    for t, case in enumerate(inputs_ring_allreduce(**args)):
+        grads = [g.copy() for g in case["grads"]]
+        result = fn(grads)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(f"ring_allreduce must return (sums, sent), got {type(result).__name__}")
+        sums, sent = result
+        arrays[f"{t}_sums"] = np.stack([np.asarray(s, np.float64).reshape(-1) for s in sums]) if len(sums) else \
+            np.zeros((0, 0))
+        arrays[f"{t}_sent"] = np.asarray(sent, np.float64).reshape(-1)
+        arrays[f"{t}_inputs_kept"] = np.asarray(all(np.array_equal(g, c) for g, c in zip(grads, case["grads"])))
+    return arrays
+
+
+# ---------------------------------------------------------------------------------------------
 # Formulas an exercise writes as assignments (Lab 5's bytes and cost-model terms)
 
 def last_assignments(notebook: Path, targets) -> tuple[list, list[str]]:

@@ -415,3 +415,55 @@ def test_a_verifier_reads_only_files_inside_the_run_folder(tmp_path):
                          ("artifacts/big", "over the 64 MB"), ("artifacts/none.npz", "was not saved")]:
         with pytest.raises(verify.Unverifiable, match=message):
             ctx.path(rel)
+
+
+# ---------------------------------------------------------------------------------------------
+# hidden checks' judges, on outputs made here (the probe's side runs in test_grading_attacks.py)
+
+def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
+    import json
+
+    import numpy as np
+
+    from labkit.grading import hidden, probe
+
+    def lr_outputs(sign):
+        arrays = {}
+        for t, c in enumerate(probe.inputs_lr_step(seed=3)):
+            W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], sign * c["learning_rate"])
+            for mode in ("eager", "graph"):
+                arrays.update({f"{t}_{mode}_W": W.astype(np.float32), f"{t}_{mode}_b": b.astype(np.float32),
+                               f"{t}_{mode}_loss": np.asarray(loss)})
+        return arrays
+
+    assert hidden.judge_lr_step({"seed": 3}, lr_outputs(1), tmp_path).ok
+    wrong = hidden.judge_lr_step({"seed": 3}, lr_outputs(-1), tmp_path)
+    assert not wrong.ok and "the update's sign" in wrong.reason
+
+    def sparse_outputs(dense: bool):
+        arrays = {}
+        for t, c in enumerate(probe.inputs_sparse_gradient(seed=4)):
+            loss, grad = hidden.reference_sparse_gradient(c)
+            idx = np.arange(len(grad)) if dense else np.unique(c["indices"][:, 1])
+            for mode in ("eager", "graph"):
+                arrays.update({f"{t}_{mode}_loss": np.asarray(loss), f"{t}_{mode}_indices": idx,
+                               f"{t}_{mode}_values": grad[idx]})
+        return arrays
+
+    assert hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(False), tmp_path).ok
+    dense = hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(True), tmp_path)
+    assert not dense.ok and "one row per unique feature" in dense.reason
+
+    run = tmp_path / "runs" / "lab2" / "hidden-sync"
+    run.mkdir(parents=True)
+    for i, local in enumerate((20, 13)):  # plain SGD under sync: the workers raced
+        (run / f"worker-{i}.json").write_text(json.dumps({"task": f"worker:{i}", "steps": {"local": local,
+                                                                                            "global_at_exit": 33}}))
+    built = {"sync": ["GradientDescentOptimizer", ""], "async": ["GradientDescentOptimizer", ""]}
+    arrays = {"run_dirs": np.asarray(json.dumps({"sync": "runs/lab2/hidden-sync"})), "built": np.asarray(json.dumps(built))}
+    verdict = hidden.judge_ps_optimizer({"steps": 20, "modes": ["sync"]}, arrays, tmp_path)
+    assert not verdict.ok and "sync: the workers made" in verdict.reason
+    built["async"] = ["SyncReplicasOptimizer", "GradientDescentOptimizer"]
+    arrays["built"] = np.asarray(json.dumps(built))
+    verdict = hidden.judge_ps_optimizer({"steps": 20, "modes": ["sync"]}, arrays, tmp_path)
+    assert not verdict.ok and verdict.reason.startswith("async: make_optimizer built")

@@ -410,6 +410,24 @@ def test_version_skew_is_refused():
                         "worker:1": {"versions": dict(ok, tensorflow="2.20.0"), "host": "node1"}}, reference=ok)
 
 
+def test_the_launcher_and_the_tasks_share_one_protocol():
+    """launch imports no task runtime (issue 18), and there is one PortInUse, a TaskFailed with its fields."""
+    import ast
+
+    import labkit.launch
+    import labkit.protocol
+    import labkit.tasks.common
+
+    tree = ast.parse(Path(labkit.launch.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in imported if m and m.startswith("labkit.tasks")], imported
+    assert PortInUse is labkit.protocol.PortInUse is labkit.tasks.common.PortInUse
+    err = PortInUse("ps:0", "127.0.0.1:2222", " (held by pid 7: x)", returncode=98, log_tail="bind failed")
+    assert isinstance(err, TaskFailed) and (err.task, err.returncode, err.log_tail) == ("ps:0", 98, "bind failed")
+    assert str(err).startswith("port of task ps:0 (127.0.0.1:2222) is in use (held by pid 7: x)")
+
+
 def test_bad_launcher_arguments():
     spec = cluster.local(ps=1, workers=1)
     with pytest.raises(ValueError, match="module name"):

@@ -203,9 +203,16 @@ def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
 @hidden("lab2_optimizer", functions=["make_optimizer"], probe_name="ps_optimizer", inputs=probe.settings_ps_optimizer)
 def judge_ps_optimizer(args: dict, arrays: dict, folder: Path) -> Verdict:
     """Sync: every worker made every global step (one aggregated update per round). Async:
-    the workers' local steps add up to the global step (each applied its own)."""
+    the workers' local steps add up to the global step (each applied its own). A mode the
+    cluster did not run is judged by the optimizer the function built for it."""
     s = probe.settings_ps_optimizer(**args)
     dirs = json.loads(str(arrays["run_dirs"]))
+    built = json.loads(str(arrays["built"]))
+    want = {"sync": ("SyncReplicasOptimizer", "GradientDescentOptimizer"), "async": ("GradientDescentOptimizer", "")}
+    for mode, names in want.items():
+        if mode not in s["modes"] and tuple(built.get(mode, ())) != names:
+            return Verdict(False, f"{mode}: make_optimizer built {built.get(mode)}, expected "
+                                  f"{' wrapping '.join(n for n in names if n)}")
     found = {}
     for mode in s["modes"]:
         rel = dirs.get(mode) if isinstance(dirs, dict) else None

@@ -106,7 +106,28 @@ def _add_grade(sub) -> None:
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
+    p.add_argument("--force", action="store_true",
+                   help="run every notebook again (default: only those whose submission, rubric or grader changed, "
+                        "or whose last run did not end)")
     p.set_defaults(func=_grade)
+
+    p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "
+                                             "answer for the TAs (into OUT/answers/)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_answers(a))
+
+    p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
+    p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_merge(a))
+
+    p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): students are matched by "
+                                    "SIS Login ID, SIS User ID or ID; kept for later merges")
+    p.add_argument("--column", action="append", metavar="LAB=NAME",
+                   help="a lab's column as Canvas names the assignment, e.g. lab1='Lab 1 (12345)'; repeatable")
+    p.set_defaults(func=lambda a: _grader("publish").main_export(a))
 
 
 def _add_release(sub) -> None:

@@ -172,7 +172,7 @@ def locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
             if cell.get("cell_type") != "markdown":
                 a.notes.append(f"answer cell {aid} is a {cell.get('cell_type')} cell now; its text is read as "
                                f"the answer")
-            elif not _matches(cell, q.names) and not any(n == aid for n in q.names):
+            elif not ({"analysis", *q.names} & set(cell_tags(cell))):
                 a.notes.append(f"answer cell {aid} lost its tag; found by its cell id")
     _duplicates(cells, qs, found, claimed)
     for name, q in qs.items():
@@ -190,7 +190,7 @@ def _all_ids(qs) -> set:
 
 def _duplicates(cells, qs, found, claimed) -> None:
     """Tagged cells no id claimed (a copied answer cell): read with the nearest answer above."""
-    tags = {n for q in qs.values() for n in q.names}
+    tags = {"analysis"} | {n for q in qs.values() for n in q.names}
     for i, c in enumerate(cells):
         if i in claimed or not (set(cell_tags(c)) & tags):
             continue

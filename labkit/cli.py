@@ -126,6 +126,8 @@ def _spec_arguments(p) -> None:
 
 def _launcher_arguments(p) -> None:
     _remote_arguments(p)
+    p.add_argument("--launcher", help="how tasks start: local, ssh or slurm (default $LABKIT_LAUNCHER, else Slurm "
+                                      "inside an allocation without --hosts, else by host: here or over ssh)")
     p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
 
 
@@ -143,9 +145,10 @@ def _launcher(args, program: str, **kwargs):
     from labkit import cluster, launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
-    return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None,
-                                remote_dir=args.remote_dir,
-                                remote_python=args.remote_python, program_argv=shlex.split(args.args), **kwargs)
+    c = launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
+                       remote_python=args.remote_python, program_argv=shlex.split(args.args),
+                       launcher=args.launcher, **kwargs)
+    return c.spec, c  # as the launcher placed it (Slurm: on the allocation's nodes)
 
 
 def _cluster(args) -> int:

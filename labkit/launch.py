@@ -1,4 +1,4 @@
-"""Start, watch and stop one process per TensorFlow task (here or over ssh); gather results.
+"""Start, watch and stop one process per TensorFlow task (here, over ssh or through Slurm); gather results.
 
     spec = cluster.local(ps=1, workers=2)
     with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
@@ -31,9 +31,11 @@ What it guarantees:
   stopped with ``VersionSkew`` (``check_versions``).
 
 How a task is started is its *launcher*'s business (``labkit.launchers``: ``local``, ``ssh``,
-one interface, a registry by name); the Cluster never asks where a task runs.
+``slurm``, one interface, a registry by name); the Cluster never asks where a task runs.
 ``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
-each task by its host: this machine's addresses here, any other host over ssh::
+Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
+tasks then go on the allocation's nodes, ``labkit.launchers.slurm``), else each task by its
+host: this machine's addresses here, any other host over ssh::
 
     ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
 
@@ -158,9 +160,9 @@ class Cluster:
       remote hosts, relative to the remote home or absolute; default ``default_remote_dir()``),
       ``remote_python`` (relative to ``remote_dir``);
       ``local_hosts``: extra host names to treat as this machine;
-    - ``launcher``: how every task starts, by name (``local``, ``ssh``, or one registered in
-      ``labkit.launchers``); empty: chosen per task (see the module docstring);
-      ``launcher_options``: settings for it (``Settings.options``);
+    - ``launcher``: how every task starts, by name (``local``, ``ssh``, ``slurm``, or one
+      registered in ``labkit.launchers``); empty: chosen per task (see the module docstring);
+      ``launcher_options``: settings for it (Slurm: ``{"srun": [extra srun arguments]}``);
     - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
       threads per task (default: the task picks from its host's cores);
     - ``timeout``: seconds from ``start()`` until everything must have finished;

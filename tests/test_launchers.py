@@ -30,8 +30,18 @@ def test_each_task_by_its_host_unless_told():
         {"worker:0": "local"}
 
 
+def test_inside_a_slurm_allocation_tasks_go_through_slurm_unless_a_hosts_file_is_given():
+    inside = {"SLURM_JOB_ID": "42"}
+    assert launchers.choose(None, _spec("127.0.0.1", "localhost"), HERE, environ=inside) == \
+        {"worker:0": "slurm", "worker:1": "slurm"}
+    assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ=inside) == \
+        {"worker:0": "local", "worker:1": "ssh"}
+    assert launchers.choose(None, _spec("127.0.0.1"), HERE, environ={**inside, "LABKIT_LAUNCHER": "local"}) == \
+        {"worker:0": "local"}
+
+
 def test_bad_choices_say_what_to_do():
-    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, ssh"):
+    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, slurm, ssh"):
         launchers.choose("sge", _spec("127.0.0.1"), HERE, environ={})
     with pytest.raises(ValueError, match=r"runs tasks on this machine only, but worker:1 is on node1"):
         launchers.choose("local", _spec("127.0.0.1", "node1"), HERE, environ={})

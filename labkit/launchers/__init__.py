@@ -9,12 +9,13 @@ name     how a task runs                                                     tas
 ======== =================================================================== ==============
 local    a child process here (``launchers.local``)                          written here
 ssh      ``ssh -- HOST sh -c WRAPPER`` on another node (``launchers.ssh``)   copied back
+slurm    ``srun`` job step inside the allocation (``launchers.slurm``)       shared filesystem
 ======== =================================================================== ==============
 
 The interface is ``labkit.launchers.base.Launcher``; each method has a default that does
 the local thing, so a new way overrides only what differs:
 
-- ``place(spec)`` -> the spec the tasks really run with (a launcher that picks the nodes);
+- ``place(spec)`` -> the spec the tasks really run with (Slurm: the allocation's nodes);
 - ``task_run_dir(task)``: the run directory as the task's node sees it;
 - ``command(task, env, argv_tail)`` -> ``(argv, printable command)``; ``spawn(tp)`` -> the
   started ``OwnedProcess`` (a local child that stands for the task: the task itself, its
@@ -22,7 +23,7 @@ the local thing, so a new way overrides only what differs:
 - ``returncode(rc)``: that child's exit code as the task's (``-N`` for signal N);
 - ``signal(tps, sig)``: deliver ``sig`` to the tasks (``Cluster.kill``, fault injection);
   ``stop(tps, sig)``: teardown, SIGTERM first and SIGKILL for what survives the grace;
-  ``release(tps)``: last cleanup once all are down (say, a scheduler's leftover jobs);
+  ``release(tps)``: last cleanup once all are down (Slurm: cancel steps left over);
 - ``collect(tps)``: bring the result files into the local run directory;
   ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
   streams the task's output into the local log file);
@@ -32,8 +33,10 @@ the local thing, so a new way overrides only what differs:
 
 A launcher is made once per Cluster with the run's ``Settings`` (run directory, interpreter,
 ssh options, ``launcher_options``). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
-runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else each task by
-its host: this machine's addresses ``local``, any other ``ssh``.
+runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else Slurm when the
+process runs inside a Slurm allocation (``SLURM_JOB_ID``) and the spec names only this
+machine (no hosts file); else each task by its host: this machine's addresses ``local``, any
+other ``ssh``.
 
 A new way to start tasks (say, local tasks inside network namespaces) is a subclass of
 ``Launcher`` with a ``name``, registered once::
@@ -59,10 +62,11 @@ from labkit.launchers.base import Launcher, Settings, TaskProcess  # noqa: F401 
 
 ENV_LAUNCHER = "LABKIT_LAUNCHER"  # a launcher's name: what Cluster uses when not told
 
-# Built in, imported when first used.
+# Built in, imported when first used (the Slurm one only where Slurm is asked for).
 _BUILTIN = {
     "local": "labkit.launchers.local:LocalLauncher",
     "ssh": "labkit.launchers.ssh:SshLauncher",
+    "slurm": "labkit.launchers.slurm:SlurmLauncher",
 }
 _REGISTERED: dict[str, type] = {}
 
@@ -85,7 +89,8 @@ def get(name: str) -> type:
         return _REGISTERED[name]
     if name not in _BUILTIN:
         raise ValueError(f"unknown launcher {name!r}; choose one of {', '.join(names())} (or leave it empty: "
-                         f"this machine's tasks run here, others over ssh)")
+                         f"this machine's tasks run here, others over ssh, and inside a Slurm allocation "
+                         f"through srun)")
     module, _, attr = _BUILTIN[name].partition(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -94,6 +99,9 @@ def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:
     """Task name -> launcher name for ``spec`` (the rules are in the module docstring)."""
     environ = os.environ if environ is None else environ
     name = (name or "").strip() or environ.get(ENV_LAUNCHER, "").strip()
+    if not name or name == "auto":
+        if environ.get("SLURM_JOB_ID") and all(t.host in local_hosts for t in spec.tasks()):
+            name = "slurm"
     if name and name != "auto":
         get(name)  # a clear error for a name nobody registered
         away = [t for t in spec.tasks() if t.host not in local_hosts]

@@ -106,6 +106,9 @@ def _add_grade(sub) -> None:
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
+    p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
+                                                        "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
+    p.add_argument("--slurm-args", default="", help="more sbatch arguments, quoted: --slurm-args '--cpus-per-task=2'")
     p.set_defaults(func=_grade)
 
 

@@ -119,3 +119,69 @@ def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatc
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(ValueError, match=r"not in one \(no SLURM_JOB_ID\).*salloc"):
         Cluster(cluster.local(ps=1, workers=1), "ps_sgd", launcher="slurm")
+
+
+# ------------------------------------------------------------------------------ grading a class
+
+def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path):
+    """Three fixture submissions (test_grading_batch's lab: a correct one, one that raises, one
+    with fake claims) graded locally and as a Slurm job array give the same grades.csv; a fourth
+    notebook's array task, cancelled as soon as it is submitted, becomes its row, with the reason."""
+    import nbformat
+
+    from helpers import read_csv
+    from labkit.grading.grade import grade
+    from labkit.grading.sandbox import SANDBOXES
+    from test_grading_batch import CELLS, FAKE_CLAIMS, RUBRIC, lab_notebook
+
+    if SANDBOXES["bwrap"].unavailable():
+        pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")
+    where = {2: CELLS[2][1] + "\nimport socket\nprint('kernel host:', socket.gethostname())"}  # bwrap: 'sandbox'
+    students = {"good": lab_notebook(where), "raises": lab_notebook({**where, 3: "raise ValueError('boom in cell 3')"}),
+                "faker": lab_notebook({**where, 6: FAKE_CLAIMS})}
+    (tmp_path / "rubric.toml").write_text(RUBRIC)
+    for with_cancelled, subs in ((False, tmp_path / "subs"), (True, tmp_path / "subs-slurm")):
+        for student, nb in [*students.items(), *([("zcancelled", lab_notebook())] if with_cancelled else [])]:
+            (subs / student).mkdir(parents=True)
+            nbformat.write(nb, str(subs / student / "fixlab.ipynb"))
+
+    local = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "local", parallel=2, labs=["fix"],
+                  log=lambda m: None)
+    said = []
+
+    def cancel_the_last(message: str) -> None:
+        said.append(message)
+        array = re.match(r"submitted Slurm array (\d+):", message)
+        if array:
+            mini.run("scancel", f"{array.group(1)}_3")
+
+    on_slurm = grade(tmp_path / "rubric.toml", tmp_path / "subs-slurm", tmp_path / "slurm", labs=["fix"],
+                     log=cancel_the_last, slurm=mini.partition)
+    assert any("--mem=1456M --time=7 in partition debug" in m for m in said), said  # 1200 MB + margin, 180+90+120 s
+
+    def rows(path, students):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in read_csv(path) if r["student"] in students]
+
+    assert rows(tmp_path / "slurm" / "grades.csv", students) == rows(tmp_path / "local" / "grades.csv", students)
+    by = {(r["student"], r["check"]): r for r in on_slurm.rows}
+    assert (by["good", "execution"]["status"], by["raises", "execution"]["status"]) == ("ok", "error")
+    assert by["faker", "accuracy"]["status"] == "mismatch" and sum(r["points"] for r in local.rows) > 0
+    cancelled = by["zcancelled", "execution"]
+    assert cancelled["status"] == "crashed" and re.fullmatch(r"the Slurm job \d+_3 was cancelled.* before its "
+                                                             r"notebook (ran|finished)", cancelled["reason"]), cancelled
+    for student in [*students, "zcancelled"]:
+        assert (tmp_path / "slurm" / student / "fixlab.html").exists()
+    for student in students:  # each ran in its array task, in the sandbox
+        assert "kernel host: sandbox" in (tmp_path / "slurm" / student / "fixlab.ipynb").read_text()
+    ran = sorted((tmp_path / "slurm" / ".grader" / "slurm").glob("batch-0-*.out"))
+    assert [o.name for o in ran] == ["batch-0-0.out", "batch-0-1.out", "batch-0-2.out"]
+    assert all(o.read_text().count("[slurm-array] ") == 1 for o in ran)
+    assert not mini.jobs(), mini.jobs()
+    inside = []
+    for p in psutil.process_iter():
+        try:
+            if p.cwd().startswith(str(tmp_path)):
+                inside.append(p.cmdline())
+        except psutil.Error:
+            continue
+    assert inside == []

@@ -36,7 +36,7 @@ bridge, the qdiscs and the driver's link. ``stop()`` waits for that and ``leftov
 what remains (nothing, or a bug). The driver's link is named ``lk<owner pid>x<hex>``; a
 start-up sweep removes any whose owner is gone (``sweep_stale_links``).
 
-Imports only the standard library and ``labkit.proc``.
+Imports only the standard library, ``labkit.proc`` and ``labkit.sockets``.
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.proc import OwnedProcess, kill_tree
+from labkit.sockets import netns_id, nic_counters
 
 NIC = "lan0"                   # each node's one interface
 SUBNETS = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: set aside for benchmarking networks
@@ -404,7 +405,7 @@ class EmulatedNetwork:
 
     def counters(self, node: str) -> dict[str, tuple[int, int]]:
         """{interface: (bytes sent, bytes received)} inside ``node``, since the node was made."""
-        return netns_counters(self._node(node).pid)
+        return nic_counters(pid=self._node(node).pid)
 
     def listening(self, node: str, port: int) -> bool:
         """Whether a TCP socket listens on ``port`` inside ``node`` (the launcher's readiness
@@ -460,9 +461,9 @@ class EmulatedNetwork:
                               death_signal=None).start()
         node = Node(name, address or "", holder)
         deadline = time.monotonic() + SETUP_TIMEOUT_S
-        mine = _netns_id(os.getpid())
+        mine = netns_id(os.getpid())
         while True:  # unshare has made the namespace once the holder's differs from ours
-            ns = _netns_id(holder.pid)
+            ns = netns_id(holder.pid)
             if ns is not None and ns != mine:
                 node.netns = ns
                 return node
@@ -522,37 +523,13 @@ def _release(holder: OwnedProcess) -> None:
 
 # ------------------------------------------------------------------------------ /proc readers
 
-def _netns_id(pid: int) -> tuple[int, int] | None:
-    try:
-        st = os.stat(f"/proc/{pid}/ns/net")
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def _netns_of_all() -> dict[int, tuple[int, int]]:
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            ns = _netns_id(int(entry))
+            ns = netns_id(int(entry))
             if ns is not None:
                 out[int(entry)] = ns
-    return out
-
-
-def netns_counters(pid: int) -> dict[str, tuple[int, int]]:
-    """{interface: (bytes sent, bytes received)} in the network namespace of process ``pid``,
-    from ``/proc/<pid>/net/dev``; {} once the process is gone."""
-    try:
-        lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        name, _, fields = line.partition(":")
-        f = fields.split()
-        if len(f) >= 9:
-            out[name.strip()] = (int(f[8]), int(f[0]))
     return out
 
 

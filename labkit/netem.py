@@ -669,3 +669,23 @@ def throughput(net: EmulatedNetwork, src: str, dst: str, nbytes: int = 50_000_00
     timed to the receiver's ack (after one warm-up transfer of as many bytes)."""
     (_, seconds), = transfers(net, src, dst, [nbytes], repeats=1, pause=0, port=port)
     return nbytes / seconds
+
+
+LINK_SIZES = (1024, 4096) + tuple(2 ** p for p in range(20, 26))  # 1-4 KiB fix alpha; 1-32 MiB fix B
+
+
+def measure_link(link, sizes=LINK_SIZES, repeats: int = 3):
+    """alpha and B of an emulated ``link`` for ``labkit.costmodel``: timed transfers between two
+    nodes of a network of its own, fitted to the median time of each size.
+
+    Small messages fix alpha; large ones, of the size a training step moves, fix B. Sizes in
+    between are left out: a token bucket lets its burst (1 ms at the rate) through at once,
+    which no straight line through alpha and B describes."""
+    import pandas as pd
+
+    from labkit import costmodel
+
+    with EmulatedNetwork(2, link) as net:
+        rows = transfers(net, "node1", "node0", sizes, repeats=repeats)
+    med = pd.DataFrame(rows, columns=["bytes", "seconds"]).groupby("bytes")["seconds"].median()
+    return costmodel.fit_link(med.index, med.values, source=f"emulated {parse_link(link)} link (micro-benchmark)")

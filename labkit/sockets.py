@@ -186,8 +186,9 @@ class TaskBytes:
     this host, ``{"<task> sent": bytes, "<task> recv": bytes}`` from its sockets.
 
     The tasks are those whose hello file (``<type>-<index>.hello.json``, written by every
-    task at start-up) lies in ``run_dir`` and names a process alive here: on 127.0.0.1 the
-    whole cluster, on a real cluster the tasks sharing this node."""
+    task at start-up) lies in ``run_dir`` and names a process alive here, in this network
+    namespace (``ss`` sees that namespace's sockets only): on 127.0.0.1 the whole cluster, on
+    a real cluster or an emulated node (``labkit.netem``) the tasks sharing this node."""
 
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
@@ -195,10 +196,10 @@ class TaskBytes:
 
     def pids(self) -> dict[str, int]:
         if self._pids is None:
-            found = {}
+            found, here = {}, netns_id()
             for path in sorted(self.run_dir.glob("*.hello.json")):
                 hello = json.loads(path.read_text())
-                if psutil.pid_exists(int(hello["pid"])):
+                if psutil.pid_exists(int(hello["pid"])) and netns_id(int(hello["pid"])) == here:
                     found[hello["task"]] = int(hello["pid"])
             self._pids = found
         return self._pids

@@ -49,4 +49,6 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     # synchronous PS is the ring's SGD: the same losses at N = 2 (up to float rounding)
     rows = {(r["arch"], r["workers"]): r for r in table}
     assert rows[("ps", 2)]["last_loss"] == pytest.approx(rows[("ring", 2)]["last_loss"], rel=1e-3)
+    assert rec["same_sgd"] == {"model": "mlp", "workers": 2, "ps_last_loss": rows[("ps", 2)]["last_loss"],
+                               "ring_last_loss": rows[("ring", 2)]["last_loss"]}
     check_executed(nb, FIGURE_CELLS)

@@ -66,7 +66,7 @@ class Outcome:
 def student_problem(name: str, labs: list[Lab]) -> str | None:
     """Why a student folder name cannot be graded under its own name, or None."""
     own = {n.lower() for n in OWN_FILES} | {lab.notebook.lower() for lab in labs}
-    if name.lower() in own or name.lower() == REFERENCE:
+    if name.lower() in own:
         return f"the folder name {name!r} is one the grader writes itself; rename the student's folder"
     if not STUDENT_NAME.match(name):
         return (f"the folder name {name!r} is not a plain name (letters, digits, '.', '_', '@', '+', '-'); "

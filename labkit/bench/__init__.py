@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "grading": "labkit.bench.grading",
     "lenet": "labkit.bench.lenet",
     "ring_vs_ps": "labkit.bench.ring_vs_ps",
+    "netem": "labkit.bench.netem",
 }
 
 

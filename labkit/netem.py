@@ -315,10 +315,10 @@ class EmulatedNetwork:
         try:
             if self.mode == "root":
                 sweep_stale_links()
-            self.subnet = _free_subnet()
+            planned = self.plan()
             self.switch = self._hold("switch", None)
-            for i, name in enumerate(self.names):
-                self.nodes[name] = self._hold(name, str(self.subnet.network_address + i + 1))
+            for name in self.names:
+                self.nodes[name] = self._hold(name, planned[name])
             self._wire()
             self._state = "running"
         except BaseException as e:
@@ -383,15 +383,24 @@ class EmulatedNetwork:
         """Whether this process reaches the nodes' addresses itself (root mode's driver link)."""
         return self.driver_link is not None
 
+    def plan(self) -> dict[str, str]:
+        """{node: address}, chosen now (a /24 no route of this machine uses) and kept by
+        ``start()``: a launcher builds the tasks' ``TF_CONFIG`` before it starts the network."""
+        if self.subnet is None:
+            self.subnet = _free_subnet()
+        return {name: str(self.subnet.network_address + i + 1) for i, name in enumerate(self.names)}
+
     def address(self, node: str) -> str:
-        return self._node(node).address
+        if node not in self.names:
+            raise ValueError(f"no node {node!r}; nodes are {self.names}")
+        return self.plan()[node]
 
     def addresses(self) -> dict[str, str]:
-        return {n: node.address for n, node in self.nodes.items()}
+        return self.plan()
 
     def node_of(self, address: str) -> str | None:
         """The node that holds ``address`` (None if none does)."""
-        return next((n for n, node in self.nodes.items() if node.address == address), None)
+        return next((n for n, a in self.plan().items() if a == address), None)
 
     def command(self, node: str, argv) -> list[str]:
         """``argv`` run inside ``node``'s namespace (``nsenter``, which then becomes ``argv``:

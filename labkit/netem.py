@@ -233,6 +233,21 @@ def availability(link=None) -> tuple[str | None, str]:
     return mode, why
 
 
+def usable(links, log=print) -> bool:
+    """Whether a lab's section on emulated ``links`` (a link or a list) can run here; if not,
+    ``log`` says why (none given, or the reason and what still works)."""
+    links = [links] if isinstance(links, str) or links is None else list(links)
+    links = [parse_link(link) for link in links if link]
+    if not links:
+        log("skipped: no emulated link given (set it in the parameters cell, e.g. '1gbit')")
+        return False
+    mode, why = availability(max(links, key=lambda link: link.delay_s))
+    if mode is None:
+        log(f"skipped: cannot emulate network links here: {why}. {WHAT_STILL_WORKS}")
+        return False
+    return True
+
+
 def require(link=None) -> str:
     """The mode links like ``link`` are emulated in here ("root" or "userns"), or an
     ``EmulationUnavailable`` that says why and what still works."""

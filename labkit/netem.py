@@ -66,7 +66,7 @@ SUBNETS = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: set aside for bench
 DRIVER_HOST = 254              # the driver's address on the switch: .254 (root mode)
 GRACE_S = 10                   # SIGTERM to SIGKILL, for tasks left in a namespace
 SETUP_TIMEOUT_S = 30
-WHAT_STILL_WORKS = ("what still works: every lab on 127.0.0.1 (leave link empty: the tasks then share the "
+WHAT_STILL_WORKS = ("What still works: every lab on 127.0.0.1 (leave link empty: the tasks then share the "
                     "loopback, which is never the bottleneck), and on real nodes over ssh or Slurm (hosts_file)")
 
 RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}

@@ -106,6 +106,9 @@ def _add_grade(sub) -> None:
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
+    p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
+                                                        "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
+    p.add_argument("--slurm-args", default="", help="more sbatch arguments, quoted: --slurm-args '--cpus-per-task=2'")
     p.set_defaults(func=_grade)
 
 
@@ -126,6 +129,8 @@ def _spec_arguments(p) -> None:
 
 def _launcher_arguments(p) -> None:
     _remote_arguments(p)
+    p.add_argument("--launcher", help="how tasks start: local, ssh or slurm (default $LABKIT_LAUNCHER, else Slurm "
+                                      "inside an allocation without --hosts, else by host: here or over ssh)")
     p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
 
 
@@ -143,9 +148,10 @@ def _launcher(args, program: str, **kwargs):
     from labkit import cluster, launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
-    return spec, launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None,
-                                remote_dir=args.remote_dir,
-                                remote_python=args.remote_python, program_argv=shlex.split(args.args), **kwargs)
+    c = launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
+                       remote_python=args.remote_python, program_argv=shlex.split(args.args),
+                       launcher=args.launcher, **kwargs)
+    return c.spec, c  # as the launcher placed it (Slurm: on the allocation's nodes)
 
 
 def _cluster(args) -> int:

@@ -45,6 +45,14 @@ def cluster_args(link, nodes: int) -> dict:
             "launcher_options": {"link": str(netem.parse_link(link))}, "threads": (1, 2)}
 
 
+def task_nodes(result) -> dict[str, str]:
+    """Each task of a finished run (a ``ClusterResult``) by its node: the emulated node's name
+    where the run had emulated links (its ``network.json``), else the task's host."""
+    path = result.run_dir / "network.json"
+    by_address = {a: n for n, a in json.loads(path.read_text())["nodes"].items()} if path.exists() else {}
+    return {t.name: by_address.get(t.host, t.host) for t in result}
+
+
 class NetemLauncher(LocalLauncher):
     """Launcher options: ``link`` ("1gbit", "1gbit,0.2ms": ``netem.parse_link``); ``grace``:
     seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes."""

@@ -30,6 +30,7 @@ that is not a version-4 notebook, an empty or oversized one) become rows that sa
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -309,10 +310,12 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
 
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
           labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
-          force: bool = False) -> Outcome:
+          force: bool = False, slurm: str | None = None, slurm_args=()) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a submissions folder, running
     only what changed since the last batch in ``out`` (``force``: everything).
-    ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none"."""
+    ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none".
+    ``slurm``: a partition to run the notebooks in, as job arrays (``slurm_array``), with
+    ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time."""
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
@@ -329,6 +332,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     jobs, notes, refused = find_jobs(chosen, out, sub, Path(notebooks),
                                      known={lab.notebook for lab in rub.labs.values()})
     setup, warning = make_setup(sub is None, sandbox, log)
+    run = _executor(slurm, slurm_args, rub.path, out, log)
     try:
         _claim(out)
         for n in notes:
@@ -340,7 +344,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
                     questions={(lab.key, name): q for lab in chosen
                                for name, q in answers.questions(lab, Path(notebooks) / lab.notebook).items()})
         book.save(Path(rubric).read_text())
-        return _run_batch(book, setup, parallel, force, log)
+        return _run_batch(book, setup, parallel, force, log, run)
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
@@ -365,7 +369,23 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
-def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log) -> Outcome:
+def _executor(partition: str | None, args, rubric, out: Path, log):
+    """What runs the notebooks: ``runner.run_all`` here, or ``slurm_array.run_all`` on ``partition``."""
+    if not partition:
+        return run_all
+    import functools
+
+    from labkit.grading import slurm_array
+
+    try:
+        slurm_array.check(partition)
+    except slurm_array.slurm.SlurmError as e:
+        raise GradeError(f"cannot grade on Slurm: {e}") from None
+    return functools.partial(slurm_array.run_all, partition=partition, rubric=rubric, folder=out / ".grader" / "slurm",
+                             sbatch_args=list(args), log=log)
+
+
+def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all) -> Outcome:
     from labkit.grading.checks import Checking
     from labkit.grading.hidden import HIDDEN
 
@@ -432,10 +452,10 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log) -> Out
             log(f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
                 f"last run (--force runs them again)")
         if to_run:
-            log(f"running {len(to_run)} notebook(s), {parallel} at a time, "
+            log(f"running {len(to_run)} notebook(s), {f'{parallel} at a time' if run is run_all else 'on Slurm'}, "
                 f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
                 f"limits by {setup.backend}")
-        run_all(to_run, setup, parallel, then=then)
+        run(to_run, setup, parallel, then=then)
     finally:
         outcome.rows[:] = book.write_reports(log)
         _similarity(book, log)
@@ -476,7 +496,8 @@ def main(args) -> int:
         signal.signal(sig, interrupt)
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
-                        sandbox="none" if args.no_sandbox else None, force=args.force)
+                        sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
+                        slurm_args=shlex.split(args.slurm_args or ""))
     except (GradeError, RubricError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,9 +2,9 @@
 
 - ``final_grades.csv``: one row per student, Otter-Grader's ``final_grades.csv`` layout: a
   column per check (``<lab>: <check>``, its points, or ``pending`` while a TA has not scored
-  it), each lab's execution status and total, then ``total``, ``possible``, ``pending`` (points
-  awaiting a TA), ``percent_correct`` and ``status`` (``graded``, ``pending``, or ``incomplete``
-  when a lab's notebook has not been graded yet: a stopped batch);
+  it), each lab's ``<lab> execution`` status and ``<lab> total``, then ``total``, ``possible``,
+  ``pending`` (points awaiting a TA), ``percent_correct`` and ``status`` (``graded``,
+  ``pending``, or ``incomplete`` when a lab's notebook has not been graded yet: a stopped batch);
 - ``canvas.csv``: Canvas's gradebook import format: ``Student``, ``ID``, ``SIS User ID``,
   ``SIS Login ID``, ``Section``, one column per lab, and a ``Points Possible`` row. A lab whose
   answers still await a TA is left blank (Canvas leaves a blank cell's grade as it is), and

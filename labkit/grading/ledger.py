@@ -5,8 +5,9 @@ records and values, and the fingerprint of what it ran (``fingerprint``: the sub
 content hash, the lab's rubric section, the sandbox, and the grader's own code). The folder is
 cleared when the notebook starts again, so a run that never ended leaves no outcome.
 
-Grading the same folder again re-runs a notebook only when its fingerprint changed or it has
-no outcome (a batch killed halfway resumes with the rest); ``--force`` re-runs all. The batch's
+Grading the same folder again re-runs a notebook only when its fingerprint changed, it has
+no outcome (a batch killed halfway resumes with the rest), or its run ``crashed`` (the grader
+could not run it: a runner that died, a cancelled Slurm task); ``--force`` re-runs all. The batch's
 manifest (``.grader/batch.json``: the rubric, the notebooks in order, the questions) lets the
 reports be rebuilt from these files alone (``grade.publish``), with the TAs' scores.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 OUTCOME = "outcome.json"
 MANIFEST = "batch.json"
 VERSION = 1
+RERUN = {"crashed"}   # how a run ends when the grader, not the notebook, failed it: run it again
 
 
 def _write_json(path: Path, data) -> None:
@@ -82,7 +84,9 @@ def reusable(job, fp: dict | None) -> dict | None:
     if fp is None or job.source.is_symlink():
         return None
     data = load_outcome(job)
-    return data if data is not None and data.get("fingerprint") == fp else None
+    if data is None or data.get("fingerprint") != fp or data["rows"][0].get("status") in RERUN:
+        return None
+    return data
 
 
 def write_manifest(out: Path, data: dict) -> None:

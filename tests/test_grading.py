@@ -303,15 +303,17 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     # as a student's install: the kit first on the path, this checkout's editable finder gone
     student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
                f"sys.path.insert(0, {str(kit)!r})\n")
-    probe = (student + "import labkit, labkit.lr as lr, labkit.reference as ref\n"
+    probe = (student + "import labkit, labkit.lr as lr, labkit.costmodel as cm, labkit.reference as ref\n"
              "print(labkit.__file__)\n"
-             "for get in (lambda: lr.sgd_step, lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
+             "for get in (lambda: lr.sgd_step, lambda: cm.critical_path('ring', 1, 2),\n"
+             "            lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
              "    try:\n        get()\n    except LookupError as e:\n        print(e)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == str(kit / "labkit" / "__init__.py")
     assert "not part of the student kit; pass step=sgd_step" in lines[1]
+    assert "not part of the student kit; pass terms=comm_terms" in lines[2]
     assert "not part of the student kit; pass gradient=sparse_lr_gradient" in lines[-1]
     graded = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)

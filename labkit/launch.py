@@ -1,4 +1,4 @@
-"""Start, watch and stop one process per TensorFlow task, locally or over ssh; gather results.
+"""Start, watch and stop one process per TensorFlow task (here, over ssh or through Slurm); gather results.
 
     spec = cluster.local(ps=1, workers=2)
     with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
@@ -30,53 +30,50 @@ What it guarantees:
   versions; a cluster whose tasks disagree with each other or with the launcher is
   stopped with ``VersionSkew`` (``check_versions``).
 
-Remote hosts (any host that is not this machine) start over ssh::
+How a task is started is its *launcher*'s business (``labkit.launchers``: ``local``, ``ssh``,
+``slurm``, one interface, a registry by name); the Cluster never asks where a task runs.
+``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
+Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
+tasks then go on the allocation's nodes, ``labkit.launchers.slurm``), else each task by its
+host: this machine's addresses here, any other host over ssh::
 
-    ssh -- HOST sh -c 'cd REMOTE_DIR && mkdir -p RUN
-                       env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ... &
-                       echo $! > RUN/worker-1.pid; (watch stdin) &; wait'
+    ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
 
-The task's output streams back into the local log; result files are copied back with
-``ssh HOST 'tar -cf - ...'`` at the end; stopping signals the remote pid. ``ssh`` and
-``remote_dir`` are arguments (defaults: ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``, so a
-notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the exact
-per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
+``ssh`` and ``remote_dir`` are arguments (defaults: ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``,
+so a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
+exact per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
 missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
 from __future__ import annotations
 
 import atexit
-import io
-import json
 import os
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task, accepts, free_ports, port_is_free
+from labkit import launchers
+from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task
+from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
+# re-exported: nodes.py, the tests and older notebooks name these through launch
+from labkit.launchers.ssh import (DEFAULT_SSH, REMOTE_TERM_GRACE_S, default_remote_dir, default_ssh,  # noqa: F401
+                                  remote_command, remote_failure_hint, remote_returncode)
 from labkit.paths import runs_root
-from labkit.proc import OwnedProcess, descendants
+from labkit.proc import descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
-# TaskFailed and PortInUse are re-exported: notebooks and tests catch them as launch.TaskFailed
+# TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK, EXIT_PORT_IN_USE,  # noqa: F401
-                             VERSION_KEYS, PortInUse, TaskFailed, describe_exit, task_file, versions)
+                             VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit, task_file, versions)
 
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 POLL_S = 0.05
-REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 
 
 class ClusterTimeout(TimeoutError):
@@ -86,21 +83,6 @@ class ClusterTimeout(TimeoutError):
         self.seconds, self.running = seconds, running
         super().__init__(f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
                          f"every task was stopped (raise the timeout, or see the logs for a hang)")
-
-
-class VersionSkew(RuntimeError):
-    """Tasks (or tasks and the launcher) run different TensorFlow/keras/labkit/Python versions."""
-
-
-def default_ssh() -> list[str]:
-    """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
-    else ``ssh -o BatchMode=yes -o ConnectTimeout=10``."""
-    return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
-
-
-def default_remote_dir() -> str:
-    """``$LABKIT_REMOTE_DIR``, else ``labkit`` (relative to the remote home)."""
-    return os.environ.get("LABKIT_REMOTE_DIR", "").strip() or "labkit"
 
 
 def program_module(program: str) -> str:
@@ -154,39 +136,6 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
                           "from the same commit), or pass check_versions=False to run anyway")
 
 
-# --------------------------------------------------------------------------- processes
-
-@dataclass
-class _TaskProc:
-    task: Task
-    remote: bool
-    argv: list[str]
-    command: str              # the exact command line, for printing
-    env: dict[str, str]
-    log_path: Path
-    proc: OwnedProcess | None = None
-    t_start: float | None = None
-    t_end: float | None = None
-    t_end_epoch: float | None = None  # when the launcher saw the exit, on the tasks' clock
-    returncode: int | None = None     # a remote task killed by signal N: -N, as for a local one
-    ended: str | None = None
-    signalled: bool = False           # the launcher stopped it (SIGTERM, then SIGKILL after the grace)
-    injected: int | None = None       # the signal Cluster.kill() sent it
-
-    def poll(self) -> int | None:
-        if self.returncode is None and self.proc is not None:
-            rc = self.proc.poll()
-            if rc is not None:
-                self.returncode, self.t_end, self.t_end_epoch = rc, time.monotonic(), time.time()
-                if self.remote:
-                    self.returncode = remote_returncode(rc)
-        return self.returncode
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.poll() is None
-
-
 _LIVE: set["Cluster"] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -211,6 +160,9 @@ class Cluster:
       remote hosts, relative to the remote home or absolute; default ``default_remote_dir()``),
       ``remote_python`` (relative to ``remote_dir``);
       ``local_hosts``: extra host names to treat as this machine;
+    - ``launcher``: how every task starts, by name (``local``, ``ssh``, ``slurm``, or one
+      registered in ``labkit.launchers``); empty: chosen per task (see the module docstring);
+      ``launcher_options``: settings for it (Slurm: ``{"srun": [extra srun arguments]}``);
     - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
       threads per task (default: the task picks from its host's cores);
     - ``timeout``: seconds from ``start()`` until everything must have finished;
@@ -226,7 +178,8 @@ class Cluster:
                  remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
-                 dry_run: bool = False, program_argv=(), **args):
+                 dry_run: bool = False, program_argv=(), launcher: str | None = None,
+                 launcher_options: dict | None = None, **args):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(f"spec must be a labkit.cluster.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
                              f"got {type(spec).__name__}")
@@ -254,6 +207,9 @@ class Cluster:
         self.remote_dir = str(remote_dir) if remote_dir is not None else default_remote_dir()
         self.remote_python = str(remote_python)
         self.local_hosts = local_addresses() | set(local_hosts)
+        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python, tuple(self.ssh), self.remote_dir,
+                            self.remote_python, frozenset(self.local_hosts), dict(launcher_options or {}))
+        self.spec, self._launchers = _assign_launchers(spec, launcher, settings)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
         self.ps_grace, self.term_grace = float(ps_grace), float(term_grace)
@@ -261,16 +217,13 @@ class Cluster:
         self.result: ClusterResult | None = None
         self.startup_s: float | None = None
         self.teardown_s: float | None = None
-        self._procs: list[_TaskProc] = []
+        self._procs: list[TaskProcess] = []
         self._t_start: float | None = None
         self._t_trainers_done: float | None = None
         self._state = "new"
         self._build()
 
     # ----------------------------------------------------------------- commands
-    def _is_remote(self, task: Task) -> bool:
-        return task.host not in self.local_hosts
-
     def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
         env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
@@ -283,20 +236,11 @@ class Cluster:
         argv_tail = ["-m", self.module, *cli_args(self.args), *self.program_argv]
         self._procs = []
         for task in self.spec.tasks():
+            launcher = self._launchers[task.name]
+            env = self._task_env(task, launcher.task_run_dir(task))
+            argv, command = launcher.command(task, env, argv_tail)
             log = self.run_dir / task_file(task.type, task.index, ".log")
-            if self._is_remote(task):
-                env = self._task_env(task, self.remote_run)
-                pid_file = f"{self.remote_run}/{task_file(task.type, task.index, '.pid')}"
-                remote = remote_command(self.remote_dir, self.remote_run, pid_file, env,
-                                        [self.remote_python, *argv_tail])
-                argv = [*self.ssh, "--", task.host, remote]  # '--': a host is never read as an option
-                self._procs.append(_TaskProc(task, True, argv, shlex.join(argv), env, log))
-            else:
-                env = self._task_env(task, str(self.run_dir.resolve()))
-                argv = [self.python, *argv_tail]
-                command = (f"cd {shlex.quote(os.getcwd())} && env "
-                           + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv))
-                self._procs.append(_TaskProc(task, False, argv, command, env, log))
+            self._procs.append(TaskProcess(task, launcher, argv, command, env, log))
 
     def commands(self) -> list[tuple[str, str]]:
         """``(task, command line)`` for every task: what ``start()`` runs, ready to paste."""
@@ -345,7 +289,7 @@ class Cluster:
         return self
 
     def _check_ports(self) -> None:
-        taken = [p.task for p in self._procs if not p.remote and not port_is_free(p.task.port)]
+        taken = [p.task for p in self._procs if p.launcher.port_taken(p.task)]
         if not taken:
             return
         if self.spec.auto_ports:
@@ -355,22 +299,15 @@ class Cluster:
         raise PortInUse(t.name, t.address, _port_owner(t.port))
 
     def _move_ports(self, tasks: list[Task]) -> None:
-        used = {p.task.port for p in self._procs}
-        new = free_ports(len(tasks), avoid=used)
-        self.spec = self.spec.with_addresses({t.name: f"{t.host}:{port}" for t, port in zip(tasks, new)})
+        self.spec = self._launchers[tasks[0].name].move_ports(self.spec, tasks)
         self._build()
 
     def _spawn(self) -> None:
-        """Start every task. Each gets SIGTERM from the kernel if this process dies (``OwnedProcess``);
-        a remote task's ssh client also gets a pipe as stdin that only this process holds: once we
-        are gone, however we went, the task's wrapper on its node reads end-of-file and stops it."""
+        """Start every task through its launcher: each stands as a local child that dies with
+        this process, however it goes (``labkit.launchers``)."""
         for p in self._procs:
             p.log_path.write_text(f"# {p.command}\n")
-            if p.remote:
-                p.proc = OwnedProcess(p.argv, p.log_path, stdin=subprocess.PIPE).start()
-                _arm(p.proc)
-            else:
-                p.proc = OwnedProcess(p.argv, p.log_path, env={**os.environ, **p.env}).start()
+            p.proc = p.launcher.spawn(p)
             p.t_start = time.monotonic()
 
     def _wait_ready(self) -> None:
@@ -379,7 +316,7 @@ class Cluster:
         while pending:
             self._raise_on_failure()
             for p in list(pending):
-                if p.poll() is not None or accepts(p.task.host, p.task.port):
+                if p.poll() is not None or p.launcher.ready(p.task):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
                 raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
@@ -496,14 +433,13 @@ class Cluster:
         if first.returncode == EXIT_PORT_IN_USE:
             raise PortInUse(first.task.name, first.task.address, returncode=first.returncode, log_tail=log_tail,
                             log_path=first.log_path)
-        hint = remote_failure_hint(first.task.host, first.returncode, log_tail, self.remote_dir, self.remote_python,
-                                   started=f"[{first.task.name} " in log_tail) if first.remote else ""
+        hint = first.launcher.failure_hint(first, log_tail)
         raise TaskFailed(first.task.name, first.returncode, log_tail, first.log_path,
                          detail=self._where(first) + (f" ({hint})" if hint else ""),
                          consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others})
 
     @staticmethod
-    def _failed_on_its_own(p: _TaskProc) -> bool:
+    def _failed_on_its_own(p: TaskProcess) -> bool:
         """Exited non-zero or died, and not because the launcher stopped it. A task that died
         of SIGKILL while the launcher had only sent SIGTERM was killed by someone else."""
         rc = p.poll()
@@ -513,9 +449,9 @@ class Cluster:
             return True
         return rc == -signal.SIGKILL and p.ended != "killed"
 
-    def _failure_order(self, p: _TaskProc) -> tuple:
+    def _failure_order(self, p: TaskProcess) -> tuple:
         own_end = None
-        if not p.remote:
+        if p.launcher.files_here:
             try:
                 own_end = (_read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json")) or {}) \
                     .get("ended_epoch")
@@ -524,9 +460,9 @@ class Cluster:
         return (p.injected is None, not (p.returncode or 0) < 0, own_end or p.t_end_epoch or float("inf"))
 
     @staticmethod
-    def _where(p: _TaskProc) -> str:
+    def _where(p: TaskProcess) -> str:
         """' on HOST after 3.2 s': where it ran, and for how long (its own run, not the others' teardown)."""
-        on = f" on {p.task.host}" if p.remote else ""
+        on = p.launcher.where(p)
         wall = (p.t_end or time.monotonic()) - p.t_start if p.t_start else None
         return on + (f" after {wall:.1f} s" if wall is not None else "")
 
@@ -562,33 +498,29 @@ class Cluster:
         if not p.running:
             raise ValueError(f"task {name} is not running")
         p.injected = int(sig)  # if it fails now, it is the cause, whatever its peers do
-        if p.remote:
-            self._remote_signal(p.task.host, [p], sig)
-        else:
-            os.kill(p.proc.pid, sig)
+        p.launcher.signal([p], sig)
 
-    def _terminate(self, procs: list[_TaskProc]) -> None:
+    def _terminate(self, procs: list[TaskProcess]) -> None:
         """SIGTERM every tree at once (a task then writes its result), SIGKILL what is
         left after ``term_grace``; ``ended`` becomes terminated or killed."""
         procs = [p for p in procs if p.running]
         if not procs:
             return
         trees = {id(p): descendants(p.proc.pid) for p in procs}
-        for host in {p.task.host for p in procs if p.remote}:
-            self._remote_signal(host, [p for p in procs if p.remote and p.task.host == host], signal.SIGTERM)
         for p in procs:
             p.signalled, p.ended = True, "terminated"
-            if not p.remote:  # a remote task's ssh client ends by itself once the task has written its result
-                _signal_group(p.proc.pid, signal.SIGTERM)
+        for launcher, group in _by_launcher(procs):
+            launcher.stop(group, signal.SIGTERM)
         deadline = time.monotonic() + self.term_grace
         while any(p.running for p in procs) and time.monotonic() < deadline:
             time.sleep(0.02)
         late = [p for p in procs if p.running]
-        for host in {p.task.host for p in late if p.remote}:
-            self._remote_signal(host, [p for p in late if p.remote and p.task.host == host], signal.SIGKILL)
         for p in late:
             p.ended = "killed"
-            _signal_group(p.proc.pid, signal.SIGKILL)
+        for launcher, group in _by_launcher(late):
+            launcher.stop(group, signal.SIGKILL)
+        for p in late:
+            signal_group(p.proc.pid, signal.SIGKILL)  # the local child too, whatever the launcher did
             try:
                 p.proc.popen.wait(2.0)  # reap it here, so the return code says SIGKILL
             except subprocess.TimeoutExpired:
@@ -599,74 +531,41 @@ class Cluster:
                 _kill_quietly(child)
 
     def _sweep(self) -> None:
-        """Last check that no process of ours is left (a child of a task still running, say).
-        Tasks already reaped are skipped: their pids may belong to other processes by now."""
+        """Last check that no process of ours is left (a child of a task still running, say),
+        then each launcher releases what it still holds. Tasks already reaped are skipped:
+        their pids may belong to other processes by now."""
         for p in self._procs:
             if p.proc is not None and p.running:
                 for child in descendants(p.proc.pid):
                     _kill_quietly(child)
                 self._terminate([p])
-
-    # ------------------------------------------------------------------- remote
-    def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):
-        remote = f"cd {shlex.quote(self.remote_dir)} && {command}"
-        return subprocess.run([*self.ssh, "--", host, remote], capture_output=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, text=not binary)
-
-    def _remote_signal(self, host: str, procs: list[_TaskProc], sig: int) -> None:
-        """Send ``sig`` to tasks on ``host``, by the pids their wrappers wrote; a pid is signalled
-        only while its environment still names this run's task (the pid may be reused)."""
-        def one(p: _TaskProc) -> str:
-            pid_file = shlex.quote(f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.pid')}")
-            mine = [shlex.quote(f"{ENV_RUN_DIR}={self.remote_run}"), shlex.quote(f"{ENV_TASK}={p.task.name}")]
-            return (f"p=$(cat {pid_file} 2>/dev/null) && grep -qsxzF {mine[0]} /proc/$p/environ && "
-                    f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p")
-        script = "; ".join(f"{{ {one(p)}; }}" for p in procs) + "; true"
-        try:
-            self._ssh(host, script, timeout=15)
-        except (subprocess.TimeoutExpired, OSError) as e:
-            print(f"labkit: could not signal tasks on {host}: {e}", file=sys.stderr)
-
-    def _copy_back(self) -> list[str]:
-        """Copy remote hosts' result and hello files into the local run directory."""
-        notes = []
-        for host in sorted({p.task.host for p in self._procs if p.remote}):
+        # a start interrupted (Ctrl-C) between a child's fork and its bookkeeping leaves a
+        # task nobody tracks: found by its exact command line among this process's children
+        unrecorded = [p.argv for p in self._procs if p.proc is None and p.log_path.exists()]
+        for child in psutil.Process().children() if unrecorded else ():
             try:
-                out = self._ssh(host, f"tar -cf - -C {shlex.quote(self.remote_run)} .", timeout=120, binary=True)
-            except (subprocess.TimeoutExpired, OSError) as e:
-                notes.append(f"could not copy results back from {host}: {e}")
-                continue
-            if out.returncode != 0:
-                notes.append(f"could not copy results back from {host}: {out.stderr.decode(errors='replace').strip()}")
-                continue
-            with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
-                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
-                tar.extractall(tmp, **safe)
-                for f in Path(tmp).glob("*.json"):
-                    shutil.copyfile(f, self.run_dir / f.name)
-        return notes
+                if child.cmdline() in unrecorded:
+                    for grandchild in descendants(child.pid):
+                        _kill_quietly(grandchild)
+                    _kill_quietly(child)
+            except psutil.Error:
+                pass  # gone meanwhile
+        for launcher, group in _by_launcher([p for p in self._procs if p.proc is not None]):
+            launcher.release(group)
 
     def hellos(self) -> dict[str, dict]:
         """Each task's hello (pid, host, versions), read where the task wrote it."""
         out = {}
-        for p in self._procs:
-            if not p.remote:
-                h = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".hello.json"))
-                if h:
-                    out[p.task.name] = h
-        for host in sorted({p.task.host for p in self._procs if p.remote}):
-            names = [f"{self.remote_run}/{task_file(p.task.type, p.task.index, '.hello.json')}"
-                     for p in self._procs if p.remote and p.task.host == host]
-            done = self._ssh(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
-            for line in done.stdout.splitlines():
-                if line.strip():
-                    h = _parse_hello(line, host)
-                    out[h["task"]] = h
+        for launcher, group in _by_launcher(self._procs):
+            out.update(launcher.hellos(group))
         return out
 
     # ------------------------------------------------------------------ results
     def _gather(self) -> ClusterResult:
-        notes = self._copy_back() if any(p.remote for p in self._procs if p.proc) else []
+        notes = []
+        for launcher, group in _by_launcher(self._procs):
+            if any(p.proc for p in group):
+                notes += launcher.collect(group)
         tasks = []
         for p in self._procs:
             result = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json"))
@@ -685,7 +584,7 @@ class Cluster:
         return res.save()
 
     # ------------------------------------------------------------------- status
-    def _proc(self, name: str) -> _TaskProc:
+    def _proc(self, name: str) -> TaskProcess:
         for p in self._procs:
             if p.task.name == name:
                 return p
@@ -702,24 +601,13 @@ class Cluster:
         return out
 
     def pids(self) -> dict[str, int]:
-        """Local pid of each started task (for remote tasks: their ssh client)."""
+        """The pid of each started task's local child (the task here; its ssh client or srun elsewhere)."""
         return {p.task.name: p.proc.pid for p in self._procs if p.proc is not None}
 
     def local_pids(self) -> dict[str, int]:
-        """Pid of each started task that runs on this machine (what a local sampler can watch):
-        the one its hello names, once written, where that is another process (a task forked by
-        ``labkit.tasks.forkserver`` runs beside the stand-in the launcher started), else the
-        started process's."""
-        out = {}
-        for p in self._procs:
-            if p.proc is None or p.remote:
-                continue
-            try:
-                hello = _read_json(self.run_dir / task_file(p.task.type, p.task.index, ".hello.json")) or {}
-            except ValueError:  # being written
-                hello = {}
-            out[p.task.name] = hello["pid"] if hello.get("forkserver") and hello.get("pid") else p.proc.pid
-        return out
+        """Pid of each started task that runs on this machine (what a local sampler can watch)."""
+        pids = {p.task.name: p.launcher.local_pid(p) for p in self._procs if p.proc is not None}
+        return {name: pid for name, pid in pids.items() if pid is not None}
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         return task_log_tail(self._proc(name).log_path, lines)
@@ -737,95 +625,41 @@ class Cluster:
         return f"Cluster({self.module}, {self.run_dir}, {self._state}, {self.status() if self._procs else {}})"
 
 
-def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str], argv: list[str],
-                   grace: float = REMOTE_TERM_GRACE_S) -> str:
-    """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
-
-    The script starts the task in the background, writes its pid (what ``stop()`` and
-    ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
-    it starts the ssh client and then holds the pipe open, so end-of-file means the
-    launcher or its ssh client is gone (SIGKILL included), and the task gets SIGTERM (it
-    writes its result), then SIGKILL after ``grace`` s. An ssh whose stdin was never
-    connected (``ssh -n``) sends no line, and the watch stays off. The script exits with
-    the task's status, so a task killed by signal N ends ssh with 128 + N, where ssh's own
-    failures are 255."""
-    q = shlex.quote
-    task = "env " + " ".join(f"{k}={q(v)}" for k, v in env.items()) + " " + shlex.join(argv)
-    script = "\n".join([
-        f"cd {q(remote_dir)} 2>/dev/null || {{ echo {q(f'cd: {remote_dir}: No such file or directory')} >&2; "
-        "exit 127; }",
-        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(f'{argv[0]}: No such file or directory')} >&2; "
-        "exit 127; }",
-        f"mkdir -p {q(run)} || exit 1",
-        "exec 3<&0",
-        f"{task} </dev/null &",
-        "task=$!",
-        f"echo $task > {q(pid_file)}",
-        "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "
-        f"sleep {int(grace)}; kill -KILL $task; fi ) <&3 >/dev/null 2>&1 &",
-        "watch=$!",
-        "exec 3<&-",
-        "wait $task; rc=$?",
-        "kill $watch 2>/dev/null",
-        "exit $rc",
-    ])
-    return f"sh -c {q(script)}"
+def use(launcher: str | None) -> None:
+    """Make ``launcher`` the way every Cluster of this process starts its tasks when not told
+    (``$LABKIT_LAUNCHER``): a notebook's ``launcher`` parameter. Empty leaves the choice as it
+    was (the module docstring); an unknown name is a ValueError now, not at the first run."""
+    name = (launcher or "").strip()
+    if name:
+        launchers.get(name)
+        os.environ[launchers.ENV_LAUNCHER] = name
 
 
-def remote_returncode(ssh_returncode: int) -> int:
-    """A remote task's return code as a local one's: ``remote_command``'s script ends ssh with
-    128 + N when the task died of signal N, which becomes -N; ssh's own 255 and the task's
-    exit codes stay."""
-    sig = ssh_returncode - 128
-    if ssh_returncode != 255 and sig > 0 and sig in signal.valid_signals():
-        return -sig
-    return ssh_returncode
+def placed(spec: ClusterSpec, launcher: str | None = None) -> ClusterSpec:
+    """``spec`` as its launcher will place it (inside a Slurm allocation: on the allocation's
+    nodes, on ports the run picks again), to print before a run; other specs as given."""
+    here = frozenset(local_addresses())
+    settings = Settings(runs_root(), "runs", sys.executable, local_hosts=here)
+    return _assign_launchers(spec, launcher, settings)[0]
 
 
-def _arm(proc: OwnedProcess) -> None:
-    """Write the line that arms ``remote_command``'s stdin watch; the pipe then stays open."""
-    try:
-        proc.popen.stdin.write(b"\n")
-        proc.popen.stdin.flush()
-    except OSError:  # ssh exited at once (a bad host, say): poll() reports that
-        pass
+def _assign_launchers(spec: ClusterSpec, name: str | None, settings: Settings) \
+        -> tuple[ClusterSpec, dict[str, Launcher]]:
+    """The spec as the launchers place it, and each task's launcher (by task name): one
+    launcher object per way, shared by the tasks it starts."""
+    chosen = launchers.choose(name, spec, settings.local_hosts)
+    made = {way: launchers.get(way)(settings) for way in dict.fromkeys(chosen.values())}
+    for one in made.values():
+        spec = one.place(spec)  # a launcher that picks the nodes itself (Slurm) moves the tasks there
+    return spec, {task: made[way] for task, way in chosen.items()}
 
 
-def _parse_hello(line: str, host: str) -> dict:
-    """One line of a remote task's hello file, or a ``VersionSkew`` that says what to do: a
-    node that writes something else runs another kit (or something else wrote there)."""
-    try:
-        hello = json.loads(line)
-        if isinstance(hello, dict) and isinstance(hello.get("task"), str):
-            return hello
-        problem = "it has no task name"
-    except json.JSONDecodeError as e:
-        problem = f"it is not JSON ({e.msg})"
-    raise VersionSkew(f"a task on {host} wrote a hello the launcher cannot read ({problem}): {line.strip()[:120]!r}; "
-                      f"the kit there is likely another version: reinstall it with `make cluster-setup "
-                      f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway")
-
-
-def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
-                        started: bool = False) -> str:
-    """What a remote task's failure most likely means, and the fix ('' if unclear): ssh's own
-    exit code 255 (``started``: after the task had logged, so the connection broke), a missing
-    kit directory, interpreter or task module."""
-    guide = "see docs/cluster.md"
-    if returncode == 255 and started:
-        return (f"the ssh connection to {host} ended while the task ran: the node rebooted, its network "
-                f"dropped or sshd was stopped; the task's log there ends here, {guide}")
-    if returncode == 255:
-        return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
-                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
-    missing = "No such file or directory" in log_tail or "not found" in log_tail
-    if missing and (f"cd: {remote_dir}" in log_tail or remote_python in log_tail):
-        return (f"the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
-                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
-    if "No module named" in log_tail:
-        return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
-                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
-    return ""
+def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProcess]]]:
+    """``procs`` grouped by their launcher, in order of first appearance."""
+    groups: dict[int, tuple[Launcher, list[TaskProcess]]] = {}
+    for p in procs:
+        groups.setdefault(id(p.launcher), (p.launcher, []))[1].append(p)
+    return list(groups.values())
 
 
 def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
@@ -838,16 +672,6 @@ def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
         return [], offset
     end = chunk.rfind(b"\n") + 1  # whole lines only
     return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _kill_quietly(proc: psutil.Process) -> None:

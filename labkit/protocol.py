@@ -75,6 +75,11 @@ class TaskFailed(RuntimeError):
                 f"stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
 
 
+class VersionSkew(RuntimeError):
+    """Tasks (or tasks and the launcher) run different TensorFlow/keras/labkit/Python versions,
+    or a node's task wrote a hello this launcher cannot read."""
+
+
 class PortInUse(TaskFailed):
     """A task's port is taken by another process: raised by the launcher's check before
     a local task starts, and by the task itself when its server cannot bind (it then

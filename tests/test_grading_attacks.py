@@ -46,7 +46,7 @@ def _set(records: dict, ref: str, value) -> None:
     parts = ref.split(".")
     node = records
     for part, nxt in zip(parts, parts[1:]):
-        child = [None] * 3 if nxt.lstrip("-").isdigit() else {}
+        child = [None] * 8 if nxt.lstrip("-").isdigit() else {}   # indices up to 7, or -1 .. -8
         key = int(part) if isinstance(node, list) else part
         if not isinstance(node[key] if isinstance(node, list) else node.get(key), (dict, list)):
             node[key] = child

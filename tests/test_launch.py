@@ -128,6 +128,24 @@ def test_keyboard_interrupt_during_wait_stops_everything(clusters):
     assert not alive(c.pids().values())
 
 
+def test_a_start_interrupted_before_a_child_is_recorded_leaves_nothing(clusters, monkeypatch):
+    """Ctrl-C may land after a task's process exists but before the Cluster has recorded it
+    (a loaded machine deschedules the kernel there); stop() finds it by its command line."""
+    from labkit.launchers.local import LocalLauncher
+
+    real = LocalLauncher.spawn
+
+    def interrupted(self, tp):
+        real(self, tp)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LocalLauncher, "spawn", interrupted)
+    c = make(clusters, cluster.local(ps=1, workers=1), **LONG)
+    with pytest.raises(KeyboardInterrupt):
+        c.start()
+    assert c.status() == {"ps:0": "new", "worker:0": "new"}  # the clusters fixture checks no process is left
+
+
 ORPHAN_LAUNCHER = """
 import sys, time
 from labkit import cluster
@@ -183,11 +201,11 @@ def test_taken_port_in_a_local_spec_is_avoided(clusters):
 def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
     """Another process binds the port after the launcher checked it: the task exits with
     code 98 and the launcher restarts the cluster on other ports."""
-    import labkit.launch
+    import labkit.launchers.local
 
     spec = cluster.local(ps=1, workers=1)
     taken = spec.task("ps", 0).port
-    monkeypatch.setattr(labkit.launch, "port_is_free", lambda port: True)  # the check misses the thief
+    monkeypatch.setattr(labkit.launchers.local, "port_is_free", lambda port: True)  # the check misses the thief
     with _listen(taken):
         c = make(clusters, spec, **LONG).start()
         assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}

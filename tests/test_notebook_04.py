@@ -40,8 +40,9 @@ def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
     assert table["Idle"]["cpu_user_pct"] is not None
     for tp in rec["throughput"][2:]:  # the two-worker runs: each worker's own sockets, and the simulation
         assert tp["measured_over_analytic"] == pytest.approx(1.0, abs=0.25)
-        assert tp["bytes_per_step"] == pytest.approx(rec["ring_simulation"]["2"], rel=0.25)
-    assert rec["ring_simulation"] == {"1": 0, "2": 246_824}  # 2(N-1)/N x 61,706 x 4 bytes
+        assert tp["bytes_per_step"] == pytest.approx(rec["ring_simulation"]["largest_bytes_per_worker"], rel=0.25)
+    assert rec["ring_simulation"] == {"bytes_per_worker": {"1": 0, "2": 246_824}, "largest_workers": 2,
+                                      "largest_bytes_per_worker": 246_824}  # 2(N-1)/N x 61,706 x 4 bytes
     assert {r["task"] for r in rec["tasks"]} == {"worker:0", "worker:1"}
     # 1 x 100 and 2 x 50 are the same SGD: the same first-epoch loss, as predicted and audited
     eq = rec["equivalent_configs"]

@@ -88,7 +88,7 @@ def run(quick: bool = False) -> dict:
             lab1.mkdir(parents=True)
             (lab1 / "01_single_node_lr.ipynb").write_bytes((REPO / "notebooks" / "01_single_node_lr.ipynb").read_bytes())
             ratios.append(ratio("sandboxed / unsandboxed, Lab 1 (reference, rubric parameters)",
-                                _side_by_side("Lab 1", 1, 1, rows, rubric=REPO / "notebooks" / "rubric.toml",
+                                _side_by_side("Lab 1", 1, 2, rows, rubric=REPO / "notebooks" / "rubric.toml",
                                               submissions=lab1.parent, labs=["lab1"], out=tmp / "out-lab1"),
                                 "<= 1.3"))
             labs = load_rubric(REPO / "notebooks" / "rubric.toml").labs

@@ -206,8 +206,8 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
     run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout, **forkserver.launch_args(spec), mode=mode,
-                   batch_size=batch_size,
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout,
+                   **forkserver.launch_args(spec, task_args.get("launcher")), mode=mode, batch_size=batch_size,
                    steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
                    train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
                    seed=seed, sample_interval=sample_interval,
@@ -332,7 +332,7 @@ class Study(experiments.Sweep):
 
         Two measurements: ``sockets``, the bytes the workers' own TCP sockets sent and
         received (exact per task: ``labkit.sockets``); and ``host``, the host counters of
-        the workers' NICs and ``lo``, what dstat would show: per host the bytes sent per
+        the workers' NICs and ``lo`` (dstat's totals would leave ``lo`` out): per host the bytes sent per
         second over its longest trainer window, summed over hosts, over the global steps per
         second. On 127.0.0.1 that is ``lo``, which also counts any other program's loopback
         traffic; on a cluster, NICs plus each host's ``lo`` (worker 0 talks to its co-located

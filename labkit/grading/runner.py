@@ -409,8 +409,9 @@ def kill_descendants(rounds: int = 200) -> list[int]:
             break
         for p in kids:
             try:
-                p.kill()
-                killed.append(p.pid)
+                if p.status() != psutil.STATUS_ZOMBIE:  # a zombie is dead already: only reaped below
+                    p.kill()
+                    killed.append(p.pid)
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(kids, timeout=0.5)

@@ -11,8 +11,9 @@ alone (``import tensorflow`` in it finds the module loaded).
 
     Cluster(spec, program, **forkserver.launch_args(spec), ...)   # local tasks start through it
 
-``launch_args`` gives the launcher's ``python`` argument: a small script that runs
-``forkclient.py``, the task's stand-in. The launcher starts and signals the stand-in as it
+``launch_args`` gives the ``Cluster``'s ``python`` argument, which the local launcher runs each
+task with (``labkit.launchers.local``): a small script that runs ``forkclient.py``, the task's
+stand-in. The launcher starts and signals the stand-in as it
 would the task; the stand-in forwards signals to the task and exits as the task did; the task
 dies with its stand-in, however that ends (a pipe it watches). A task's hello and result name
 its own pid (which the launcher's live view samples) and the server (``forkserver``: its pid,
@@ -21,8 +22,8 @@ when it started and when it was ready), so the server's start-up can be counted 
 The server is this process's (a kernel's): started on first use, ended with it (``labkit.proc``:
 it dies with its parent, whatever signal ends that one). It keeps the modules it imported: a
 kernel that changed the kit's code restarts to run the new code. ``LABKIT_NO_FORKSERVER=1``
-starts every task as its own interpreter, as does a cluster with a remote task, or a machine
-where the server cannot start (then a warning says why).
+starts every task as its own interpreter, as do the other launchers (ssh, Slurm, emulated
+nodes) and a machine where the server cannot start (then a warning says why).
 """
 from __future__ import annotations
 
@@ -246,11 +247,15 @@ def get() -> ForkServer | None:
         return _server
 
 
-def launch_args(spec) -> dict:
-    """The launcher's arguments that start ``spec``'s tasks through this process's fork server:
-    ``{"python": ...}`` when every task runs on this machine, else {} (remote tasks start over
-    ssh, each its own interpreter)."""
-    if not spec.is_local:
+def launch_args(spec, launcher: str | None = None) -> dict:
+    """The ``Cluster`` arguments that start ``spec``'s tasks through this process's fork server:
+    ``{"python": ...}`` when the local launcher runs every task (``labkit.launchers.choose`` with
+    ``launcher``, the name the Cluster gets), else {}: tasks over ssh, as Slurm job steps or in an
+    emulated node's network namespace start as their own interpreters there."""
+    from labkit import launchers
+    from labkit.launch import local_addresses
+
+    if set(launchers.choose(launcher, spec, local_addresses()).values()) != {"local"}:
         return {}
     server = get()
     return {"python": server.python} if server is not None else {}

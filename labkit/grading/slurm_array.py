@@ -1,0 +1,266 @@
+"""Run a grading batch's notebooks as Slurm job arrays: one array task per notebook, on the
+cluster's nodes, with the rubric's memory and time as the job's limits.
+
+``run_all`` has ``runner.run_all``'s contract (``then(job, result)`` as each notebook ends,
+``{job.key: RunResult}`` at the end), so the grader scores, checks and reports exactly as for
+a local run; only where a notebook executes changes:
+
+1. here: each notebook is ``prepare``d (its work folder and cleaned copy, and the rows for
+   files that will not run); the batch is written to ``<out>/.grader/slurm/``; one
+   ``sbatch --array`` per set of limits (a lab, usually), with ``--mem`` = the lab's
+   ``memory_mb`` plus ``MEMORY_MARGIN_MB`` for the job's own process, and ``--time`` = its
+   ``notebook_timeout`` and ``start_timeout`` plus ``TIME_MARGIN_S``, rounded up to minutes;
+2. on a node, the array task (``python -m labkit.grading.slurm_array BATCH INDEX``) runs its
+   notebook with ``runner.run_all`` as a local batch of one: the same sandbox (a node without
+   it runs nothing and says so), the same cgroup limits, the same timeouts; it writes the
+   ``RunResult`` to the job's private folder and exits. The kernel sees nothing of Slurm's
+   environment (so its clusters run in the sandbox, as locally);
+3. here again, ``squeue`` and the result files say which notebooks have ended; a result is
+   passed to ``then`` as it arrives (the grader's checks run here, in their own sandboxes,
+   while other notebooks still run), and an array task that left no result (cancelled, over
+   its time or memory, a failed node) becomes that notebook's row, with Slurm's reason from
+   ``scontrol show job``. The batch goes on.
+
+Everything in ``<out>`` and the interpreter must be on a filesystem the nodes share with this
+machine. Interrupting the grader (Ctrl-C, SIGTERM) cancels the arrays. Stopping an array task
+(``scancel``, its time limit) makes its node process stop the notebook's whole group.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from labkit import slurm
+from labkit.grading.runner import Job, RunResult, Setup, prepare
+from labkit.grading.runner import run_all as run_here
+
+MEMORY_MARGIN_MB = 256     # the array task's own process, over the notebook group's cap
+TIME_MARGIN_S = 120        # queueing a node's sandbox and kernel start, over the notebook's limits
+RESULT = "slurm-result.json"
+LOST_AFTER_S = 5.0         # a task gone from squeue without a result: wait this long for the file (NFS)
+
+
+def limits(lab) -> tuple[int, int]:
+    """(``--mem`` in MB, ``--time`` in minutes) for one notebook of ``lab``."""
+    memory = int(math.ceil(lab.memory_mb + MEMORY_MARGIN_MB))
+    minutes = int(math.ceil((lab.notebook_timeout + lab.start_timeout + TIME_MARGIN_S) / 60))
+    return memory, minutes
+
+
+def check(partition: str) -> None:
+    """A ``SlurmError`` that says what to do unless ``partition`` exists and is up."""
+    out = slurm.command("sinfo", "--noheader", f"--partition={partition}", "--format=%a")
+    if not out.strip():
+        known = slurm.command("sinfo", "--noheader", "--format=%R", check=False).split()
+        raise slurm.SlurmError(f"Slurm has no partition {partition!r}; its partitions: {', '.join(known) or 'none'}")
+    if "up" not in out.split():
+        raise slurm.SlurmError(f"Slurm partition {partition!r} is {out.split()[0]}; pick one that is up (`sinfo`)")
+
+
+def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, partition: str, rubric,
+            folder, sbatch_args=(), poll: float = 0.5, log=print) -> dict:
+    """Run ``jobs`` on Slurm (see the module docstring). How many run at once is Slurm's to
+    decide (``parallel`` is not used); ``sbatch_args`` go to every ``sbatch`` (such as
+    ``--cpus-per-task=2`` or ``--exclude=node7``)."""
+    folder = Path(folder).absolute()
+    folder.mkdir(parents=True, exist_ok=True)
+    results, steps, waiting = {}, [], {}   # waiting: array task id -> job
+
+    def ended(job: Job, result: RunResult) -> None:
+        results[job.key] = result
+        step = then(job, result) if then else None
+        if step is not None:
+            steps.append(step)
+
+    batches: dict[tuple, list[Job]] = {}
+    for job in jobs:
+        early = prepare(job)
+        if early is not None:
+            ended(job, early)
+        else:
+            batches.setdefault(limits(job.lab), []).append(job)
+    arrays = []
+    try:
+        for n, ((memory, minutes), group) in enumerate(batches.items()):
+            array = _submit(group, setup, partition, rubric, folder / f"batch-{n}", memory, minutes, sbatch_args)
+            arrays.append(array)
+            waiting.update({f"{array}_{i}": job for i, job in enumerate(group)})
+            log(f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, --mem={memory}M "
+                f"--time={minutes} in partition {partition}")
+        lost: dict[str, float] = {}
+        started: set[str] = set()  # array tasks seen past PENDING
+        while waiting or steps:
+            if waiting:
+                listed = slurm.jobs(arrays)
+                for task, job in list(waiting.items()):
+                    result = _result(job)
+                    state = _state(task, listed)
+                    if state not in (None, "PENDING"):
+                        started.add(task)
+                    if result is None and state is None:
+                        lost.setdefault(task, time.monotonic())
+                        if time.monotonic() - lost[task] < LOST_AFTER_S:
+                            continue
+                        result = _why_gone(task, folder, limits(job.lab)[1], task in started)
+                    if result is not None:
+                        del waiting[task]
+                        ended(job, result)
+            for step in list(steps):
+                if step.poll() is not None:
+                    steps.remove(step)
+            time.sleep(poll)
+    finally:
+        if waiting and arrays:
+            slurm.cancel(arrays)
+        for step in steps:
+            step.kill()
+    return results
+
+
+def _submit(group: list[Job], setup: Setup, partition: str, rubric, base: Path, memory: int, minutes: int,
+            sbatch_args) -> str:
+    """Write one array's batch file and script, submit it; its job id."""
+    batch = {"rubric": str(Path(rubric).absolute()), "sandbox": setup.sandbox.name,
+             "package": str(setup.package), "data": [str(d) for d in setup.data], "data_env": dict(setup.data_env),
+             "jobs": [{"student": j.student, "lab": j.lab.key, "source": str(j.source.absolute()),
+                       "executed": str(j.executed.absolute()), "workdir": str(j.workdir.absolute()),
+                       "log": str(j.log.absolute()), "private": str(j.private.absolute())} for j in group]}
+    base.with_suffix(".json").write_text(json.dumps(batch, indent=1))
+    script = base.with_suffix(".sh")
+    script.write_text("#!/bin/sh\n# one notebook of a labkit grading batch; see labkit/grading/slurm_array.py\n"
+                      f"exec {shlex.quote(sys.executable)} -m labkit.grading.slurm_array "
+                      f"{shlex.quote(str(base.with_suffix('.json')))} \"$SLURM_ARRAY_TASK_ID\"\n")
+    out = slurm.command("sbatch", "--parsable", f"--array=0-{len(group) - 1}", f"--partition={partition}",
+                        f"--job-name=labkit-grade-{group[0].lab.key}", f"--mem={memory}M", f"--time={minutes}",
+                        "--ntasks=1", f"--output={base}-%a.out", f"--chdir={Path.cwd()}",
+                        *map(str, sbatch_args), str(script))
+    return out.strip().split(";")[0]
+
+
+def _result(job: Job) -> RunResult | None:
+    path = job.private / RESULT
+    try:
+        return RunResult(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, TypeError) as e:
+        return RunResult("crashed", f"the Slurm job wrote an unreadable result ({type(e).__name__}: {e})")
+
+
+def _state(task: str, listed: dict[str, str]) -> str | None:
+    """The array task's state in squeue's listing, None when it is not listed (pending tasks
+    may be listed together, as ``ID_[3-7]``)."""
+    if task in listed:
+        return listed[task]
+    array, _, index = task.partition("_")
+    for job, state in listed.items():
+        m = re.fullmatch(rf"{re.escape(array)}_\[([^\]]+)\]", job)
+        if m and any(_in_range(int(index), part) for part in m.group(1).split("%")[0].split(",")):
+            return state
+    return None
+
+
+def _in_range(i: int, part: str) -> bool:
+    lo, _, hi = part.partition("-")
+    return int(lo) <= i <= int(hi or lo)
+
+
+def _why_gone(task: str, folder: Path, minutes_of: int, started: bool) -> RunResult:
+    """The row of an array task that ended without a result: Slurm's view of how it ended.
+    A pending array task that is cancelled leaves no record at all (``scontrol`` no longer
+    knows it), which ``started`` tells apart from a record Slurm has since dropped."""
+    try:
+        text = slurm.command("scontrol", "show", "job", task, check=False)
+    except slurm.SlurmError as e:
+        text = str(e)
+    state = re.search(r"JobState=(\S+)", text)
+    reason = re.search(r"Reason=(\S+)", text)
+    state, reason = (state.group(1) if state else "unknown"), (reason.group(1) if reason else "")
+    why = f" ({reason})" if reason and reason != "None" else ""
+    if state == "TIMEOUT":
+        return RunResult("timeout", f"the Slurm job {task} reached its {minutes_of} min time limit and was stopped")
+    if state == "OUT_OF_MEMORY":
+        return RunResult("memory", f"the Slurm job {task} went over its memory limit and was stopped")
+    if state == "CANCELLED":
+        return RunResult("crashed", f"the Slurm job {task} was cancelled{why} before its notebook finished")
+    if state == "unknown" and not started:
+        return RunResult("crashed", f"the Slurm job {task} was cancelled while it waited to start, before its "
+                                    f"notebook ran")
+    last = [ln for ln in _tail(folder, task).splitlines() if ln.strip()][-1:]
+    said = f"; its output ends: {last[0].strip()[:200]}" if last else ""
+    return RunResult("crashed", f"the Slurm job {task} ended {state}{why} without a result{said}")
+
+
+def _tail(folder: Path, task: str) -> str:
+    from labkit.proc import tail
+
+    index = task.partition("_")[2]
+    outs = sorted(folder.glob(f"batch-*-{index}.out"), key=lambda p: p.stat().st_mtime)
+    return tail(outs[-1], 5) if outs else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# On the node: one array task.
+
+def run_task(batch: dict, index: int) -> RunResult:
+    """Run notebook ``index`` of ``batch`` here, as a local batch of one."""
+    from labkit.grading import limits as cgroups
+    from labkit.grading.release import student_package
+    from labkit.grading.rubric import load_rubric
+    from labkit.grading.sandbox import SANDBOXES
+
+    spec = batch["jobs"][index]
+    lab = load_rubric(batch["rubric"]).labs[spec["lab"]]
+    job = Job(spec["student"], lab, Path(spec["source"]), Path(spec["executed"]), Path(spec["workdir"]),
+              Path(spec["log"]), Path(spec["private"]))
+    sandbox = SANDBOXES[batch["sandbox"]]
+    why = sandbox.unavailable()
+    if why:
+        return RunResult("crashed", f"node {socket.gethostname()} cannot run the sandbox ({why}); the notebook did "
+                                    f"not run: install it on every node, or exclude this one (SLURM_ARGS=--exclude=...)")
+    kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
+    try:
+        setup = Setup(sandbox=sandbox, backend=cgroups.best_backend(), package=Path(batch["package"]),
+                      data=[Path(d) for d in batch["data"]], data_env=dict(batch["data_env"]))
+        if sandbox.confined:
+            setup.student_kit = student_package(kit)
+        return run_here([job], setup, 1)[job.key]
+    finally:
+        shutil.rmtree(kit, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    """``python -m labkit.grading.slurm_array BATCH INDEX``: what an array task runs."""
+    from labkit.proc import unwind_on_signals
+
+    batch_path, index = (argv or sys.argv[1:])[:2]
+    batch = json.loads(Path(batch_path).read_text())
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        del os.environ[name]  # the notebook runs as it would locally, not as part of this job
+    unwind_on_signals()  # scancel and the time limit send SIGTERM: unwind, stopping the notebook's group
+    private = Path(batch["jobs"][int(index)]["private"])
+    try:
+        result = run_task(batch, int(index))
+    except KeyboardInterrupt as e:
+        print(f"[slurm-array] stopped: {e}", file=sys.stderr)
+        return 143
+    tmp = private / (RESULT + ".tmp")
+    tmp.write_text(json.dumps(asdict(result)))
+    os.replace(tmp, private / RESULT)
+    print(f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']}: "
+          f"{result.status} {result.reason}".rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

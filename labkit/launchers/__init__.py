@@ -1,0 +1,116 @@
+"""Ways to start a cluster's tasks: one small interface, one module per way, found by name.
+
+``labkit.launch.Cluster`` owns a run's bookkeeping (which task failed first, timeouts, ps
+shutdown, results, teardown order); a *launcher* owns the mechanics of one way to run a
+task's process, and the Cluster reaches a task only through its launcher:
+
+======== =================================================================== ==============
+name     how a task runs                                                     task's files
+======== =================================================================== ==============
+local    a child process here (``launchers.local``)                          written here
+ssh      ``ssh -- HOST sh -c WRAPPER`` on another node (``launchers.ssh``)   copied back
+slurm    ``srun`` job step inside the allocation (``launchers.slurm``)       shared filesystem
+netem    a child here, inside its emulated node's network namespace          written here
+         (``launchers.netem``: ``launcher_options={"link": "1gbit"}``)
+======== =================================================================== ==============
+
+The interface is ``labkit.launchers.base.Launcher``; each method has a default that does
+the local thing, so a new way overrides only what differs:
+
+- ``place(spec)`` -> the spec the tasks really run with (Slurm: the allocation's nodes);
+- ``task_run_dir(task)``: the run directory as the task's node sees it;
+- ``command(task, env, argv_tail)`` -> ``(argv, printable command)``; ``spawn(tp)`` -> the
+  started ``OwnedProcess`` (a local child that stands for the task: the task itself, its
+  ssh client, its ``srun``), which ``wait`` is built on: its exit is the task's exit;
+- ``returncode(rc)``: that child's exit code as the task's (``-N`` for signal N);
+- ``signal(tps, sig)``: deliver ``sig`` to the tasks (``Cluster.kill``, fault injection);
+  ``stop(tps, sig)``: teardown, SIGTERM first and SIGKILL for what survives the grace;
+  ``release(tps)``: last cleanup once all are down (Slurm: cancel steps left over);
+- ``collect(tps)``: bring the result files into the local run directory;
+  ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
+  streams the task's output into the local log file);
+- ``port_taken(task)``, ``ready(task)``: the port checks before and after the start;
+- ``where(tp)``, ``failure_hint(tp, log_tail)``, ``local_pid(tp)``: what ``TaskFailed`` and
+  the live view say about a task.
+
+A launcher is made once per Cluster with the run's ``Settings`` (run directory, interpreter,
+ssh options, ``launcher_options``). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
+runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else Slurm when the
+process runs inside a Slurm allocation (``SLURM_JOB_ID``) and the spec names only this
+machine (no hosts file); else each task by its host: this machine's addresses ``local``, any
+other ``ssh``.
+
+A new way to start tasks (say, local tasks inside network namespaces) is a subclass of
+``Launcher`` with a ``name``, registered once::
+
+    from labkit import launchers
+    from labkit.launchers.local import LocalLauncher
+
+    @launchers.register
+    class NetnsLauncher(LocalLauncher):
+        name = "netns"
+        def command(self, task, env, argv_tail):
+            argv, text = super().command(task, env, argv_tail)
+            return ["ip", "netns", "exec", NS[task.host], *argv], "ip netns exec ... " + text
+
+    Cluster(spec, "ps_sgd", launcher="netns")
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+from labkit.launchers.base import Launcher, Settings, TaskProcess  # noqa: F401  (the interface, by its package)
+
+ENV_LAUNCHER = "LABKIT_LAUNCHER"  # a launcher's name: what Cluster uses when not told
+
+# Built in, imported when first used (the Slurm one only where Slurm is asked for).
+_BUILTIN = {
+    "local": "labkit.launchers.local:LocalLauncher",
+    "ssh": "labkit.launchers.ssh:SshLauncher",
+    "slurm": "labkit.launchers.slurm:SlurmLauncher",
+    "netem": "labkit.launchers.netem:NetemLauncher",
+}
+_REGISTERED: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Make a ``Launcher`` subclass available by its ``name`` (a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, Launcher)) or not cls.name:
+        raise ValueError(f"register takes a labkit.launchers.base.Launcher subclass with a name, got {cls!r}")
+    _REGISTERED[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_REGISTERED))
+
+
+def get(name: str) -> type:
+    """The launcher class called ``name``; a ValueError that lists the known ones otherwise."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in _BUILTIN:
+        raise ValueError(f"unknown launcher {name!r}; choose one of {', '.join(names())} (or leave it empty: "
+                         f"this machine's tasks run here, others over ssh, and inside a Slurm allocation "
+                         f"through srun)")
+    module, _, attr = _BUILTIN[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:
+    """Task name -> launcher name for ``spec`` (the rules are in the module docstring)."""
+    environ = os.environ if environ is None else environ
+    name = (name or "").strip() or environ.get(ENV_LAUNCHER, "").strip()
+    if not name or name == "auto":
+        if environ.get("SLURM_JOB_ID") and all(t.host in local_hosts for t in spec.tasks()):
+            name = "slurm"
+    if name and name != "auto":
+        get(name)  # a clear error for a name nobody registered
+        away = [t for t in spec.tasks() if t.host not in local_hosts]
+        if name == "local" and away:
+            raise ValueError(f"the local launcher runs tasks on this machine only, but {away[0].name} is on "
+                             f"{away[0].host}; leave the launcher empty (other hosts are reached over ssh) "
+                             f"or choose another one ({', '.join(names())})")
+        return {t.name: name for t in spec.tasks()}
+    return {t.name: "local" if t.host in local_hosts else "ssh" for t in spec.tasks()}

@@ -1,0 +1,241 @@
+"""Tasks on other nodes, started over ssh::
+
+    ssh -- HOST sh -c 'cd REMOTE_DIR && mkdir -p RUN
+                       env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ... &
+                       echo $! > RUN/worker-1.pid; (watch stdin) &; wait'
+
+The task's output streams back into the local log; result files are copied back with
+``ssh HOST 'tar -cf - ...'`` at the end; signals go to the pid the wrapper wrote, over
+ssh. ``-- HOST``: a host is never read as an option. A task whose launcher dies, even by
+SIGKILL, is stopped by its wrapper, which sees the ssh session's stdin close
+(``remote_command``). A failure of ssh itself (exit 255) or of a node without the kit says
+so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from labkit.cluster import Task
+from labkit.launchers.base import Launcher, TaskProcess
+from labkit.proc import OwnedProcess
+from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
+
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
+
+
+def default_ssh() -> list[str]:
+    """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
+    else ``ssh -o BatchMode=yes -o ConnectTimeout=10``."""
+    return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
+
+
+def default_remote_dir() -> str:
+    """``$LABKIT_REMOTE_DIR``, else ``labkit`` (relative to the remote home)."""
+    return os.environ.get("LABKIT_REMOTE_DIR", "").strip() or "labkit"
+
+
+class SshLauncher(Launcher):
+    name = "ssh"
+    files_here = False  # they are on the node until collect() copies them back
+
+    def task_run_dir(self, task: Task) -> str:
+        return self.settings.remote_run
+
+    def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
+        s = self.settings
+        pid_file = f"{s.remote_run}/{task_file(task.type, task.index, '.pid')}"
+        remote = remote_command(s.remote_dir, s.remote_run, pid_file, env, [s.remote_python, *argv_tail])
+        argv = [*s.ssh, "--", task.host, remote]  # '--': a host is never read as an option
+        return argv, shlex.join(argv)
+
+    def spawn(self, tp: TaskProcess) -> OwnedProcess:
+        """The ssh client gets a pipe as stdin that only this process holds: once we are gone,
+        however we went, the task's wrapper on its node reads end-of-file and stops it."""
+        proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE).start()
+        _arm(proc)
+        return proc
+
+    def returncode(self, rc: int) -> int:
+        return remote_returncode(rc)
+
+    # --------------------------------------------------------------------------- signals
+    def signal(self, tps: list[TaskProcess], sig: int) -> None:
+        for host, group in _by_host(tps).items():
+            self._remote_signal(host, group, sig)
+
+    def stop(self, tps: list[TaskProcess], sig: int) -> None:
+        """On the nodes only: a task's ssh client ends by itself once the task has written its
+        result (after SIGKILL, the Cluster kills the clients that are left)."""
+        self.signal(tps, sig)
+
+    def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):
+        remote = f"cd {shlex.quote(self.settings.remote_dir)} && {command}"
+        return subprocess.run([*self.settings.ssh, "--", host, remote], capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, text=not binary)
+
+    def _remote_signal(self, host: str, tps: list[TaskProcess], sig: int) -> None:
+        """Send ``sig`` to tasks on ``host``, by the pids their wrappers wrote; a pid is signalled
+        only while its environment still names this run's task (the pid may be reused)."""
+        run = self.settings.remote_run
+
+        def one(tp: TaskProcess) -> str:
+            pid_file = shlex.quote(f"{run}/{tp.file('.pid')}")
+            mine = [shlex.quote(f"{ENV_RUN_DIR}={run}"), shlex.quote(f"{ENV_TASK}={tp.task.name}")]
+            return (f"p=$(cat {pid_file} 2>/dev/null) && grep -qsxzF {mine[0]} /proc/$p/environ && "
+                    f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p")
+        script = "; ".join(f"{{ {one(tp)}; }}" for tp in tps) + "; true"
+        try:
+            self._ssh(host, script, timeout=15)
+        except (subprocess.TimeoutExpired, OSError) as e:
+            print(f"labkit: could not signal tasks on {host}: {e}", file=sys.stderr)
+
+    # ---------------------------------------------------------------------------- files
+    def collect(self, tps: list[TaskProcess]) -> list[str]:
+        """Copy the hosts' result and hello files into the local run directory."""
+        notes, run = [], self.settings.remote_run
+        for host in sorted(_by_host(tps)):
+            try:
+                out = self._ssh(host, f"tar -cf - -C {shlex.quote(run)} .", timeout=120, binary=True)
+            except (subprocess.TimeoutExpired, OSError) as e:
+                notes.append(f"could not copy results back from {host}: {e}")
+                continue
+            if out.returncode != 0:
+                notes.append(f"could not copy results back from {host}: {out.stderr.decode(errors='replace').strip()}")
+                continue
+            with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
+                tar.extractall(tmp, **safe)
+                for f in Path(tmp).glob("*.json"):
+                    shutil.copyfile(f, self.settings.run_dir / f.name)
+        return notes
+
+    def hellos(self, tps: list[TaskProcess]) -> dict[str, dict]:
+        out = {}
+        for host, group in _by_host(tps).items():
+            names = [f"{self.settings.remote_run}/{tp.file('.hello.json')}" for tp in group]
+            done = self._ssh(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
+            for line in done.stdout.splitlines():
+                if line.strip():
+                    h = _parse_hello(line, host)
+                    out[h["task"]] = h
+        return out
+
+    # ------------------------------------------------------------------------- reports
+    def where(self, tp: TaskProcess) -> str:
+        return f" on {tp.task.host}"
+
+    def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
+        return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.settings.remote_dir,
+                                   self.settings.remote_python, started=f"[{tp.task.name} " in log_tail)
+
+    def local_pid(self, tp: TaskProcess) -> int | None:
+        return None  # the local child is its ssh client
+
+
+def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:
+    out: dict[str, list[TaskProcess]] = {}
+    for tp in tps:
+        out.setdefault(tp.task.host, []).append(tp)
+    return out
+
+
+def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str], argv: list[str],
+                   grace: float = REMOTE_TERM_GRACE_S) -> str:
+    """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
+
+    The script starts the task in the background, writes its pid (what ``stop()`` and
+    ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
+    it starts the ssh client and then holds the pipe open, so end-of-file means the
+    launcher or its ssh client is gone (SIGKILL included), and the task gets SIGTERM (it
+    writes its result), then SIGKILL after ``grace`` s. An ssh whose stdin was never
+    connected (``ssh -n``) sends no line, and the watch stays off. The script exits with
+    the task's status, so a task killed by signal N ends ssh with 128 + N, where ssh's own
+    failures are 255."""
+    q = shlex.quote
+    task = "env " + " ".join(f"{k}={q(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+    script = "\n".join([
+        f"cd {q(remote_dir)} 2>/dev/null || {{ echo {q(f'cd: {remote_dir}: No such file or directory')} >&2; "
+        "exit 127; }",
+        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(f'{argv[0]}: No such file or directory')} >&2; "
+        "exit 127; }",
+        f"mkdir -p {q(run)} || exit 1",
+        "exec 3<&0",
+        f"{task} </dev/null &",
+        "task=$!",
+        f"echo $task > {q(pid_file)}",
+        "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "
+        f"sleep {int(grace)}; kill -KILL $task; fi ) <&3 >/dev/null 2>&1 &",
+        "watch=$!",
+        "exec 3<&-",
+        "wait $task; rc=$?",
+        "kill $watch 2>/dev/null",
+        "exit $rc",
+    ])
+    return f"sh -c {q(script)}"
+
+
+def remote_returncode(ssh_returncode: int) -> int:
+    """A remote task's return code as a local one's: ``remote_command``'s script ends ssh with
+    128 + N when the task died of signal N, which becomes -N; ssh's own 255 and the task's
+    exit codes stay."""
+    sig = ssh_returncode - 128
+    if ssh_returncode != 255 and sig > 0 and sig in signal.valid_signals():
+        return -sig
+    return ssh_returncode
+
+
+def _arm(proc: OwnedProcess) -> None:
+    """Write the line that arms ``remote_command``'s stdin watch; the pipe then stays open."""
+    try:
+        proc.popen.stdin.write(b"\n")
+        proc.popen.stdin.flush()
+    except OSError:  # ssh exited at once (a bad host, say): poll() reports that
+        pass
+
+
+def _parse_hello(line: str, host: str) -> dict:
+    """One line of a remote task's hello file, or a ``VersionSkew`` that says what to do: a
+    node that writes something else runs another kit (or something else wrote there)."""
+    try:
+        hello = json.loads(line)
+        if isinstance(hello, dict) and isinstance(hello.get("task"), str):
+            return hello
+        problem = "it has no task name"
+    except json.JSONDecodeError as e:
+        problem = f"it is not JSON ({e.msg})"
+    raise VersionSkew(f"a task on {host} wrote a hello the launcher cannot read ({problem}): {line.strip()[:120]!r}; "
+                      f"the kit there is likely another version: reinstall it with `make cluster-setup "
+                      f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway")
+
+
+def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
+                        started: bool = False) -> str:
+    """What a remote task's failure most likely means, and the fix ('' if unclear): ssh's own
+    exit code 255 (``started``: after the task had logged, so the connection broke), a missing
+    kit directory, interpreter or task module."""
+    guide = "see docs/cluster.md"
+    if returncode == 255 and started:
+        return (f"the ssh connection to {host} ended while the task ran: the node rebooted, its network "
+                f"dropped or sshd was stopped; the task's log there ends here, {guide}")
+    if returncode == 255:
+        return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
+                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
+    missing = "No such file or directory" in log_tail or "not found" in log_tail
+    if missing and (f"cd: {remote_dir}" in log_tail or remote_python in log_tail):
+        return (f"the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
+                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
+    if "No module named" in log_tail:
+        return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
+                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
+    return ""

@@ -103,7 +103,8 @@ def test_a_notebooks_launcher_parameter(monkeypatch):
     empty leaves it be; a typo is an error at once. ``placed`` is the spec as it will run."""
     from labkit import launch
 
-    monkeypatch.delenv("LABKIT_LAUNCHER", raising=False)
+    monkeypatch.setenv("LABKIT_LAUNCHER", "")  # records its absence: what launch.use sets below is undone after
+    monkeypatch.delenv("LABKIT_LAUNCHER")     # the test, not left to every later cluster of this process
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     launch.use("")
     assert "LABKIT_LAUNCHER" not in os.environ

@@ -206,13 +206,19 @@ class ForkServer:
         os.chmod(self.python, 0o755)
         self.process = OwnedProcess([sys.executable, "-u", "-m", "labkit.tasks.forkserver", self.socket], self.log,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
+        try:
+            self._wait_ready(timeout)
+        except BaseException:  # not ready, or interrupted (the stop button) while it imports: it goes
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.socket):
             if self.process.poll() is not None:
                 raise RuntimeError(f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
                                    f"{self.process.log_tail()}")
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"the fork server was not ready after {timeout:.0f} s; see {self.log}")
             time.sleep(0.02)
 

@@ -5,11 +5,13 @@
         result = c.wait()                 # or c.follow(on_line), any wait
 
 **In JupyterLab** (``labkit.progress.is_live()``) the cell shows, refreshed in place every
-``refresh`` seconds while the block runs: a table of every task (state, CPU, memory, the
-host's network rate) and a CPU / memory / network figure of the last ``window`` seconds.
+``refresh`` seconds while the block runs: a table of every task (state, CPU, memory, its
+node's network rate) and a CPU / memory / network figure of the last ``window`` seconds.
 The numbers come from a ``ResourceSampler`` per local task on the driver, watching the
 pid the launcher started (and its children): the tasks' own samples reach the driver only
-in their result files, at the end. Remote tasks show their state; their nodes' figures
+in their result files, at the end. A task on an emulated node (``labkit.netem``: a network
+namespace of its own) shows its node's NICs but ``lo``, i.e. what crosses the node's link;
+on 127.0.0.1 every task shows the host's NICs, ``lo`` included, which they all share. Remote tasks show their state; their nodes' figures
 come with the results. Updates go through IPython ``display_id`` outputs, not widgets, so
 a notebook saved afterwards keeps the last table and figure.
 
@@ -75,6 +77,7 @@ class LiveView:
         self.errors: list[str] = []  # a redraw that failed stops the live updates, never the run
         self._samplers: dict[str, object] = {}   # task -> ResourceSampler of its local pid
         self._pids: dict[str, int] = {}
+        self._netns: dict[str, tuple | None] = {}  # task -> the network namespace its sampler counts
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._table = self._figure = None         # IPython DisplayHandles (live)
@@ -161,20 +164,23 @@ class LiveView:
     # ------------------------------------------------------------------ data
     def _watch_new_tasks(self) -> None:
         """A sampler for every local task pid not yet watched (tasks restarted on other
-        ports after a port race get new pids)."""
+        ports after a port race get new pids), and a new one for a task that has since
+        entered its emulated node's network namespace (``nsenter`` runs it there)."""
         from labkit.monitor import ResourceSampler
+        from labkit.sockets import netns_id
 
         for name, pid in self.cluster.local_pids().items():
-            if self._pids.get(name) == pid:
+            ns = netns_id(pid)
+            if self._pids.get(name) == pid and (ns is None or self._netns.get(name) == ns):
                 continue
             old = self._samplers.pop(name, None)
             if old is not None:
                 old.stop()
+            self._pids[name], self._netns[name] = pid, ns
             try:
-                self._samplers[name] = ResourceSampler(interval=self.interval, pids=[pid]).start()
-                self._pids[name] = pid
+                self._samplers[name] = ResourceSampler(interval=self.interval, pids=[pid], **_node_nics(pid)).start()
             except ValueError:  # exited before we looked: nothing to watch
-                self._pids[name] = pid
+                pass
 
     def frame(self, window: float | None = None):
         """The driver's samples of the local tasks, merged (``summaries.merge_frames``),
@@ -199,7 +205,8 @@ class LiveView:
             s = self._samplers.get(t.name)
             last = s.latest() if s is not None else None
             dt = (last or {}).get("dt") or float("nan")
-            rows.append({"task": t.name, "host": t.host, "state": status.get(t.name, "new"),
+            nics = "-" if s is None else ", ".join(s.nics) if s.nics is not None else "all, lo included"
+            rows.append({"task": t.name, "host": t.host, "state": status.get(t.name, "new"), "nics": nics,
                          "cpu_pct": (last or {}).get("proc_cpu"), "rss_bytes": (last or {}).get("proc_rss"),
                          "host_cpu_pct": None if last is None else last["cpu_user"] + last["cpu_system"],
                          "net_recv_per_s": None if last is None else last["net_recv"] / dt,
@@ -255,6 +262,8 @@ class LiveView:
         t = self.table()
 
         def fmt(col, value):
+            if col in ("host", "state", "nics"):
+                return str(value)
             if value is None or value != value:
                 return "-"
             if col == "rss_bytes":
@@ -265,10 +274,10 @@ class LiveView:
 
         head = "".join(f"<th>{html.escape(c)}</th>" for c in ["task", *t.columns])
         body = "".join("<tr><td>" + html.escape(name) + "</td>"
-                       + "".join(f"<td>{html.escape(fmt(c, row[c]) if c not in ('host', 'state') else str(row[c]))}"
-                                 "</td>" for c in t.columns) + "</tr>" for name, row in t.iterrows())
+                       + "".join(f"<td>{html.escape(fmt(c, row[c]))}</td>" for c in t.columns) + "</tr>"
+                       for name, row in t.iterrows())
         return (f"<b>{html.escape(self.title)}</b> &middot; {elapsed:.0f} s &middot; cpu_pct: 100 = one core; "
-                f"network: the host's NICs, lo included<table><tr>{head}</tr>{body}</table>")
+                f"network: the task's node, on the NICs named<table><tr>{head}</tr>{body}</table>")
 
     def _error(self, message: str) -> None:
         self.errors.append(message)
@@ -325,6 +334,17 @@ def log_tail(source, task: str | list[str] | None = None, lines: int = 30) -> Lo
 
 
 # ---------------------------------------------------------------------------- helpers
+
+def _node_nics(pid: int) -> dict:
+    """The sampler's network options for a task: on an emulated node (a network namespace other
+    than ours) that node's NICs but ``lo``; else {} (the host's NICs, ``lo`` included)."""
+    from labkit.sockets import netns_id, nic_counters
+
+    ns = netns_id(pid)
+    if ns is None or ns == netns_id():
+        return {}
+    return {"netns_pid": pid, "nics": sorted(n for n in nic_counters(pid=pid) if n != "lo")}
+
 
 def _png(fig):
     """A figure as an IPython PNG image (rendered here, off the cell's thread if need be)."""

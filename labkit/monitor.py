@@ -20,7 +20,8 @@ previous one:
                    between them count once per process, as in top)
 ``nprocs``         how many watched processes were alive
 ``net_recv``,      bytes received/sent during the interval on the selected NICs
-``net_sent``       (default: all, *including* ``lo``); per NIC ``net_recv_<nic>``
+``net_sent``       (default: all, *including* ``lo``); per NIC ``net_recv_<nic>``;
+                   with ``netns_pid``, the NICs of that process's network namespace
 ``disk_read``,     host bytes read/written on physical disks during the interval
 ``disk_write``     (NaN where the kernel exposes no disk counters, e.g. containers)
 =================  ==============================================================
@@ -29,6 +30,10 @@ Semantics worth knowing when reading the numbers:
 
 - Host columns (CPU, memory, network, disk) are host-wide: every sampler on one host
   sees the same values. Do not add them up across tasks of one host; compare nodes.
+- An emulated node (``labkit.netem``) is a network namespace with its own NICs (``lan0``
+  and its own ``lo``): a sampler inside it (a task's own) counts them; one outside (the
+  driver's live view) counts them with ``netns_pid`` = a pid inside. CPU, memory and disk
+  stay the machine's: the emulated nodes share it.
 - On ``lo`` every byte is sent and received by the same host, so ``bytes_sent ==
   bytes_recv`` there and ``net_recv`` alone is the traffic. dstat leaves ``lo`` out,
   which is why a 127.0.0.1 cluster showed no network traffic in dstat.
@@ -90,6 +95,8 @@ class ResourceSampler:
     ``pids``: processes to watch (default: the current one; ``[]`` watches none, for a
     host-only view). ``children``: also watch their descendants. ``nics``: interfaces to
     count (default: every interface, ``lo`` included, and any that appear later).
+    ``netns_pid``: count the interfaces of the network namespace that process is in (an
+    emulated node's, ``labkit.netem``), not this process's.
     ``on_sample(row)`` is called from the sampler thread after each sample (live views);
     ``latest()`` is the cheap alternative for polling. Use as a context manager::
 
@@ -100,7 +107,8 @@ class ResourceSampler:
     """
 
     def __init__(self, interval: float = 0.5, pids: Iterable[int] | None = None, children: bool = True,
-                 nics: Iterable[str] | None = None, on_sample: Callable[[dict], None] | None = None):
+                 nics: Iterable[str] | None = None, on_sample: Callable[[dict], None] | None = None,
+                 netns_pid: int | None = None):
         if not isinstance(interval, (int, float)) or not interval >= MIN_INTERVAL:
             raise ValueError(f"interval={interval!r}: give the sampling interval in seconds, "
                              f">= {MIN_INTERVAL} (0.5 is a good default)")
@@ -109,11 +117,13 @@ class ResourceSampler:
         self.on_sample = on_sample
         self.host = socket.gethostname()
         self.nics = None if nics is None else [str(n) for n in nics]
+        self.netns_pid = None if netns_pid is None else _process(netns_pid).pid
         if self.nics is not None:
-            known = psutil.net_io_counters(pernic=True)
+            known = nic_counters(pid=self.netns_pid)
             missing = [n for n in self.nics if n not in known]
             if missing:
-                raise ValueError(f"nics={self.nics}: no interface named {missing} on {self.host}; "
+                where = f"in the network namespace of pid {self.netns_pid}" if self.netns_pid else f"on {self.host}"
+                raise ValueError(f"nics={self.nics}: no interface named {missing} {where}; "
                                  f"choose from {sorted(known)} or pass nics=None for all")
         roots = [_process(p) for p in pids] if pids is not None else [psutil.Process()]  # ValueError if gone
         self._roots = {p.pid: p for p in roots}
@@ -141,7 +151,7 @@ class ResourceSampler:
         self._last_t = self._t0
         self._last_epoch = self.start_epoch
         self._last_cpu = psutil.cpu_times()
-        self._last_net = _net_counters(self.nics)
+        self._last_net = _net_counters(self.nics, self.netns_pid)
         self._last_disk = _disk_counters()
         self._procs: dict[int, psutil.Process] = {}
         self._proc_cpu: dict[int, float] = {}
@@ -255,7 +265,7 @@ class ResourceSampler:
 
         row.update(self._sample_processes(epoch, dt))
 
-        net = _net_counters(self.nics)
+        net = _net_counters(self.nics, self.netns_pid)
         recv = sent = 0
         for nic, (r, s) in net.items():
             r0, s0 = self._last_net.get(nic, (r, s))  # a NIC that just appeared starts at 0
@@ -372,7 +382,8 @@ class ResourceSampler:
         frame = self.to_frame()
         columns = {c: [_jsonable(v) for v in frame[c].tolist()] for c in frame.columns}
         return {"format": FORMAT, "host": self.host, "interval": self.interval, "pids": list(self.pids),
-                "children": self.children, "nics": self.nics, "start_epoch": self.start_epoch,
+                "children": self.children, "nics": self.nics, "netns_pid": self.netns_pid,
+                "start_epoch": self.start_epoch,
                 "marks": frame.attrs["marks"], "errors": list(self.errors), "exited": list(self.exited),
                 "columns": columns}
 
@@ -383,6 +394,7 @@ class ResourceSampler:
         rows = summaries.rows_from_dict(d)  # ValueError unless it is one
         self = cls.__new__(cls)
         self.interval, self.children, self.nics = d["interval"], d["children"], d["nics"]
+        self.netns_pid = d.get("netns_pid")
         self.host, self.pids, self.start_epoch = d["host"], list(d["pids"]), d["start_epoch"]
         self.on_sample, self._roots, self._state = None, {}, "stopped"
         self.marks = [Mark(**m) for m in d["marks"]]
@@ -450,9 +462,9 @@ def _cpu_percentages(before, after) -> dict:
     return {f"cpu_{f}": 100.0 * delta[f] / span for f in CPU_FIELDS}
 
 
-def _net_counters(nics) -> dict[str, tuple[int, int]]:
+def _net_counters(nics, pid: int | None = None) -> dict[str, tuple[int, int]]:
     """{nic: (bytes received, bytes sent)}, the order of the sampler's columns."""
-    return {n: (recv, sent) for n, (sent, recv) in nic_counters(nics).items()}
+    return {n: (recv, sent) for n, (sent, recv) in nic_counters(nics, pid).items()}
 
 
 def _disk_counters() -> tuple[int, int] | None:

@@ -3,7 +3,10 @@
 - **Per interface** (``nic_counters``, ``nic_bytes``, ``pick_nic``): psutil's host counters,
   what dstat shows. On 127.0.0.1 every task of a cluster shares ``lo``, whose counters are
   system-wide: they give the cluster's total traffic (and anyone else's), never one task's;
-  on ``lo`` every byte is sent and received by the same host, so sent == received.
+  on ``lo`` every byte is sent and received by the same host, so sent == received. An
+  emulated node (``labkit.netem``) is a network namespace with interfaces of its own:
+  ``nic_counters(pid=P)`` reads those of the namespace process P is in, whichever
+  namespace the reader is in (``netns_id`` tells namespaces apart).
 - **Per process** (``tcp_bytes``, ``own_tcp_bytes``, ``TaskBytes``): the kernel's per-socket
   TCP counters (``tcp_info``: ``bytes_sent``, ``bytes_received``), which ``ss -tinp`` lists
   with the owning process. Summed over a process's sockets they give that task's traffic,
@@ -35,12 +38,41 @@ _ACKED = re.compile(r"\bbytes_acked:(\d+)")
 _RECV = re.compile(r"\bbytes_received:(\d+)")
 
 
-def nic_counters(nics: Iterable[str] | None = None) -> dict[str, tuple[int, int]]:
+def nic_counters(nics: Iterable[str] | None = None, pid: int | None = None) -> dict[str, tuple[int, int]]:
     """{interface: (bytes sent, bytes received)} since boot, for ``nics`` (default: every
-    interface); an interface that is missing is left out. Counters that wrap are unwrapped."""
-    counters = psutil.net_io_counters(pernic=True, nowrap=True)
+    interface); an interface that is missing is left out. Counters that wrap are unwrapped.
+
+    ``pid``: the interfaces of the network namespace process ``pid`` is in (an emulated node),
+    read from ``/proc/<pid>/net/dev`` (64-bit counters, which do not wrap); {} once it is gone."""
     wanted = None if nics is None else set(nics)
+    if pid is not None:
+        return {n: c for n, c in _proc_net_dev(pid).items() if wanted is None or n in wanted}
+    counters = psutil.net_io_counters(pernic=True, nowrap=True)
     return {n: (c.bytes_sent, c.bytes_recv) for n, c in counters.items() if wanted is None or n in wanted}
+
+
+def _proc_net_dev(pid: int) -> dict[str, tuple[int, int]]:
+    try:
+        lines = Path(f"/proc/{int(pid)}/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:  # "  lan0: rx_bytes rx_packets ... (8 receive fields) tx_bytes ..."
+        name, _, fields = line.partition(":")
+        f = fields.split()
+        if len(f) >= 9:
+            out[name.strip()] = (int(f[8]), int(f[0]))
+    return out
+
+
+def netns_id(pid: int | None = None) -> tuple[int, int] | None:
+    """The network namespace process ``pid`` (default: this one) is in, as ``(device, inode)``
+    of ``/proc/<pid>/ns/net``: equal for processes that share one; None once it is gone."""
+    try:
+        st = os.stat(f"/proc/{os.getpid() if pid is None else int(pid)}/ns/net")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def nic_bytes(nic: str | None) -> tuple[int, int]:
@@ -154,8 +186,9 @@ class TaskBytes:
     this host, ``{"<task> sent": bytes, "<task> recv": bytes}`` from its sockets.
 
     The tasks are those whose hello file (``<type>-<index>.hello.json``, written by every
-    task at start-up) lies in ``run_dir`` and names a process alive here: on 127.0.0.1 the
-    whole cluster, on a real cluster the tasks sharing this node."""
+    task at start-up) lies in ``run_dir`` and names a process alive here, in this network
+    namespace (``ss`` sees that namespace's sockets only): on 127.0.0.1 the whole cluster, on
+    a real cluster or an emulated node (``labkit.netem``) the tasks sharing this node."""
 
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
@@ -163,10 +196,10 @@ class TaskBytes:
 
     def pids(self) -> dict[str, int]:
         if self._pids is None:
-            found = {}
+            found, here = {}, netns_id()
             for path in sorted(self.run_dir.glob("*.hello.json")):
                 hello = json.loads(path.read_text())
-                if psutil.pid_exists(int(hello["pid"])):
+                if psutil.pid_exists(int(hello["pid"])) and netns_id(int(hello["pid"])) == here:
                     found[hello["task"]] = int(hello["pid"])
             self._pids = found
         return self._pids

@@ -8,7 +8,9 @@ come from a live sampler, a task's result file (``to_dict()``) or several tasks 
   ``start_epoch`` and ``interval`` in ``attrs``;
 - ``summarize(frame, start, end)``: one dict of the reports' columns over a window that marks
   or seconds bound; ``summarize_tasks``: one row per task of a merged frame;
-- ``merge_frames({task: samples})``: several tasks on one time axis, with ``task`` and ``host``.
+- ``merge_frames({task: samples})``: several tasks on one time axis, with ``task`` and ``host``;
+- ``node_rates(merged, nodes)``: one row per node, the bytes/s on its NICs: on emulated links
+  (``labkit.netem``) each node's own ``lan0``, where on 127.0.0.1 every task shares ``lo``.
 
 Imports nothing of labkit, so plots, the launcher's results and the dstat CSV can use it.
 """
@@ -96,18 +98,10 @@ def summarize(frame, start: float | str | None = None, end: float | str | None =
     if "task" in frame.columns and frame["task"].nunique() > 1:
         raise ValueError(f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
                          "row per task, or select one: frame[frame.task == NAME]")
-    marks = frame.attrs.get("marks", []) if marks is None else marks
-    lo = _resolve(start, marks, "start", after=-math.inf)
-    hi = _resolve(end, marks, "end", after=-math.inf if lo is None else lo)
-    lo = -math.inf if lo is None else lo
-    hi = math.inf if hi is None else hi
-    if hi < lo:
-        raise ValueError(f"end ({end!r} at {hi:.2f} s) comes before start ({start!r} at {lo:.2f} s)")
+    lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
     import numpy as np
 
-    t, dt = frame["t"].to_numpy(float), frame["dt"].to_numpy(float)
-    w = np.clip(np.minimum(t, hi) - np.maximum(t - dt, lo), 0, None)  # overlap of each interval with the window
-    frac = np.divide(w, dt, out=np.zeros_like(w), where=dt > 0)
+    w, frac = _overlap(frame, lo, hi)
     touched = w > 0
 
     def mean(col):
@@ -134,6 +128,25 @@ def summarize(frame, start: float | str | None = None, end: float | str | None =
     out["net_recv_bytes_per_s"] = out["net_recv_bytes"] / duration if duration > 0 else math.nan
     out["net_sent_bytes_per_s"] = out["net_sent_bytes"] / duration if duration > 0 else math.nan
     return {k: out[k] for k in SUMMARY_KEYS}
+
+
+def _overlap(frame, lo: float, hi: float):
+    """Each sample's seconds inside the window [lo, hi], and that as a share of its interval."""
+    import numpy as np
+
+    t, dt = frame["t"].to_numpy(float), frame["dt"].to_numpy(float)
+    w = np.clip(np.minimum(t, hi) - np.maximum(t - dt, lo), 0, None)
+    return w, np.divide(w, dt, out=np.zeros_like(w), where=dt > 0)
+
+
+def _window(start, end, marks) -> tuple[float, float]:
+    lo = _resolve(start, marks, "start", after=-math.inf)
+    hi = _resolve(end, marks, "end", after=-math.inf if lo is None else lo)
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    if hi < lo:
+        raise ValueError(f"end ({end!r} at {hi:.2f} s) comes before start ({start!r} at {lo:.2f} s)")
+    return lo, hi
 
 
 def _resolve(point, marks, which: str, after: float) -> float | None:
@@ -172,6 +185,54 @@ def summarize_tasks(frame, start: float | str | None = None, end: float | str | 
                       **summarize(part, start, end, marks=task_marks)}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("task")
 
+
+
+def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str | None = None,
+               end: float | str | None = None, marks=None):
+    """One row per node of a merged frame: the bytes/s its NICs received and sent over a window.
+
+    A node's network counters are host-wide, the same for every task on it, so each node is read
+    once, from its first task. ``nodes``: task -> node (default: the frame's ``host`` column;
+    emulated nodes share one host name, so pass the tasks' hosts from the cluster spec).
+    ``start``/``end``: seconds on the frame's axis or mark labels (looked up in ``marks``,
+    default every task's: pass one task's marks, e.g. the chief's training window).
+
+    Columns: ``tasks`` on the node; ``nics``: the NICs counted, all but ``lo`` (on emulated links
+    the node's ``lan0``: what crosses its link); ``recv_bytes_per_s``, ``sent_bytes_per_s`` and
+    ``bytes_per_s`` (their sum) on them; ``lo_bytes_per_s``: traffic between tasks of the node,
+    which never reaches its link (one side: on ``lo`` sent == received); ``duration_s``."""
+    import numpy as np
+    import pandas as pd
+
+    if "task" not in frame.columns:
+        raise ValueError("node_rates reads a merged frame (merge_frames, or ClusterResult.samples()): it has no "
+                         "'task' column")
+    lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
+    node_of = dict(nodes) if nodes is not None else dict(zip(frame["task"], frame["host"]))
+    unknown = sorted(set(frame["task"]) - set(node_of))
+    if unknown:
+        raise ValueError(f"nodes names no node for task(s) {unknown}; give every task of the frame its node")
+    rows = {}
+    for task in dict.fromkeys(frame["task"]):
+        node = node_of[task]
+        if node in rows:
+            rows[node]["tasks"] += f", {task}"
+            continue
+        part = frame[frame["task"] == task]
+        w, frac = _overlap(part, lo, hi)
+        duration = float(w.sum())
+
+        def rate(col: str) -> float:
+            x = part[col].to_numpy(float) if col in part else np.zeros(len(part))
+            return float(np.nansum(x * frac)) / duration if duration > 0 else math.nan
+
+        nics = sorted({c.split("_", 2)[2] for c in part.columns if c.startswith(NIC_PREFIXES)} - {"lo"})
+        nics = [n for n in nics if rate(f"net_recv_{n}") + rate(f"net_sent_{n}") > 0] or nics
+        recv = sum(rate(f"net_recv_{n}") for n in nics)
+        sent = sum(rate(f"net_sent_{n}") for n in nics)
+        rows[node] = {"tasks": task, "nics": ", ".join(nics), "recv_bytes_per_s": recv, "sent_bytes_per_s": sent,
+                      "bytes_per_s": recv + sent, "lo_bytes_per_s": rate("net_recv_lo"), "duration_s": duration}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("node")
 
 
 # ---------------------------------------------------------------------------------------

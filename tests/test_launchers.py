@@ -41,7 +41,7 @@ def test_inside_a_slurm_allocation_tasks_go_through_slurm_unless_a_hosts_file_is
 
 
 def test_bad_choices_say_what_to_do():
-    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, slurm, ssh"):
+    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, netem, slurm, ssh"):
         launchers.choose("sge", _spec("127.0.0.1"), HERE, environ={})
     with pytest.raises(ValueError, match=r"runs tasks on this machine only, but worker:1 is on node1"):
         launchers.choose("local", _spec("127.0.0.1", "node1"), HERE, environ={})

@@ -273,3 +273,29 @@ def test_plots_draw_marks():
     assert len(plots.resource_timeline({"w0": a, "w1": b}, layout="rows").axes) == 8
     with pytest.raises(ValueError, match="layout"):
         plots.resource_timeline(a.to_frame(), layout="grid")
+
+
+def test_node_rates_reads_each_node_once_and_keeps_lo_apart():
+    """Two tasks on node A see the same counters (read once); node B's link carried the traffic
+    A's lo did not: per node, its NICs but lo, over a window."""
+    from labkit.summaries import frame, node_rates
+
+    def task(recv_lan, sent_lan, lo):
+        rows = [{"t": t, "dt": 1.0, "epoch": 1000.0 + t, "net_recv_lan0": recv_lan, "net_sent_lan0": sent_lan,
+                 "net_recv_lo": lo, "net_sent_lo": lo, "net_recv": recv_lan + lo, "net_sent": sent_lan + lo}
+                for t in (1.0, 2.0, 3.0, 4.0)]
+        return frame(rows, [{"label": "go", "t": 2.0, "epoch": 1002.0}], "box", 1000.0, 1.0)
+
+    merged = merge_frames({"ps:0": task(100, 300, 50), "worker:0": task(100, 300, 50), "worker:1": task(300, 100, 0)})
+    nodes = {"ps:0": "node0", "worker:0": "node0", "worker:1": "node1"}
+    rates = node_rates(merged, nodes)
+    assert list(rates.index) == ["node0", "node1"] and rates.loc["node0", "tasks"] == "ps:0, worker:0"
+    assert rates.loc["node0", "recv_bytes_per_s"] == pytest.approx(100)  # not 200: one node, one NIC
+    assert rates.loc["node0", "sent_bytes_per_s"] == pytest.approx(300)
+    assert rates.loc["node0", "lo_bytes_per_s"] == pytest.approx(50) and rates.loc["node1", "lo_bytes_per_s"] == 0
+    assert rates.loc["node1", "bytes_per_s"] == pytest.approx(400) and rates.loc["node1", "nics"] == "lan0"
+    assert node_rates(merged, nodes, start=2.5)["duration_s"].tolist() == pytest.approx([1.5, 1.5])
+    assert node_rates(merged, nodes, start="go")["duration_s"].tolist() == pytest.approx([2.0, 2.0])
+    assert list(node_rates(merged).index) == ["box"]  # by the frame's host column: one machine
+    with pytest.raises(ValueError, match="worker:1"):
+        node_rates(merged, {"ps:0": "node0", "worker:0": "node0"})

@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "slurm_grading": "labkit.bench.slurm_grading",
     "lenet": "labkit.bench.lenet",
     "ring_vs_ps": "labkit.bench.ring_vs_ps",
+    "netem": "labkit.bench.netem",
 }
 
 

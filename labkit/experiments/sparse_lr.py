@@ -127,12 +127,13 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
                  train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
                  learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
                  save_weights: bool = True, run: str | None = None, timeout: float = 1800,
-                 sample_interval: float = 0.25, gradient=None) -> Cluster:
+                 sample_interval: float = 0.25, gradient=None, **cluster_kwargs) -> Cluster:
     """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
 
     ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1. ``gradient``: the
     notebook's ``sparse_lr_gradient``, which the workers train with (default: the kit's
-    reference, which the student kit does not have)."""
+    reference, which the student kit does not have). ``cluster_kwargs`` go to the ``Cluster``
+    (e.g. ``labkit.launchers.netem.cluster_args(link, nodes)``: emulated links)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     plan = parse_runs(runs)
@@ -142,7 +143,7 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
                    runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
                    test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
                    seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval,
-                   gradient_source=gradient_source(gradient) if gradient is not None else None)
+                   gradient_source=gradient_source(gradient) if gradient is not None else None, **cluster_kwargs)
 
 
 def gradient_source(fn) -> str:

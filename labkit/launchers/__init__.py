@@ -10,6 +10,8 @@ name     how a task runs                                                     tas
 local    a child process here (``launchers.local``)                          written here
 ssh      ``ssh -- HOST sh -c WRAPPER`` on another node (``launchers.ssh``)   copied back
 slurm    ``srun`` job step inside the allocation (``launchers.slurm``)       shared filesystem
+netem    a child here, inside its emulated node's network namespace          written here
+         (``launchers.netem``: ``launcher_options={"link": "1gbit"}``)
 ======== =================================================================== ==============
 
 The interface is ``labkit.launchers.base.Launcher``; each method has a default that does
@@ -67,6 +69,7 @@ _BUILTIN = {
     "local": "labkit.launchers.local:LocalLauncher",
     "ssh": "labkit.launchers.ssh:SshLauncher",
     "slurm": "labkit.launchers.slurm:SlurmLauncher",
+    "netem": "labkit.launchers.netem:NetemLauncher",
 }
 _REGISTERED: dict[str, type] = {}
 

@@ -23,7 +23,7 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test grade bench release cluster-setup clean
+.PHONY: setup data lab test grade grade-answers grade-merge grade-export bench release cluster-setup clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,20 @@ test: setup
 
 grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)
+
+# After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores, and the
+# gradebook exports (README "Grading"). None of these runs a notebook.
+SCORES ?=
+ROSTER ?=
+grade-answers: setup
+	$(PY) -m labkit grade-answers --out out/grade
+
+grade-merge: setup
+	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
+	$(PY) -m labkit grade-merge $(SCORES) --out out/grade
+
+grade-export: setup
+	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(GRADE_ARGS)
 
 bench: setup data
 	$(PY) -m labkit bench --out out/bench

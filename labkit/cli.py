@@ -98,7 +98,7 @@ def _add_grade(sub) -> None:
     p = sub.add_parser("grade", help="run notebooks in isolation, check them against the rubric, write reports")
     p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb "
                                                   "(default: the reference notebooks in --notebooks)")
-    p.add_argument("--out", default="out/grade", help="output folder (cleared first; default out/grade)")
+    p.add_argument("--out", default="out/grade", help="output folder; grading it again reruns only what changed (default out/grade)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="notebooks run at a time (default 1)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
@@ -106,10 +106,31 @@ def _add_grade(sub) -> None:
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
+    p.add_argument("--force", action="store_true",
+                   help="run every notebook again (default: only those whose submission, rubric or grader changed, "
+                        "or whose last run did not end)")
     p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
                                                         "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
     p.add_argument("--slurm-args", default="", help="more sbatch arguments, quoted: --slurm-args '--cpus-per-task=2'")
     p.set_defaults(func=_grade)
+
+    p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "
+                                             "answer for the TAs (into OUT/answers/)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_answers(a))
+
+    p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
+    p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_merge(a))
+
+    p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): students are matched by "
+                                    "SIS Login ID, SIS User ID or ID; kept for later merges")
+    p.add_argument("--column", action="append", metavar="LAB=NAME",
+                   help="a lab's column as Canvas names the assignment, e.g. lab1='Lab 1 (12345)'; repeatable")
+    p.set_defaults(func=lambda a: _grader("publish").main_export(a))
 
 
 def _add_release(sub) -> None:

@@ -2,7 +2,10 @@
 
 This is the one place for "analytic bytes per step": Labs 2, 4 and 5 compare their
 measured traffic against :func:`step_bytes`. Lab 5 then explains and extrapolates its
-measured scaling with :class:`CostModel`:
+measured scaling with :class:`CostModel`, whose communication terms (the messages and bytes
+on a step's critical path, :func:`critical_path`) are Lab 5's exercise: every function here
+that needs them takes the student's ``comm_terms`` as ``terms=`` (default: the kit's reference,
+``labkit.solutions.lab5``, which the student kit leaves out):
 
     t_step(N) = t_compute(batch) + t_comm(N)
     t_comm    = messages * alpha + critical_bytes / B
@@ -36,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from itertools import combinations
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -89,6 +92,14 @@ def round_robin_shards(variable_bytes: Sequence[float], n_ps: int) -> tuple[floa
     return tuple(loads)
 
 
+def _check_shards(model_bytes: float, shards: Sequence[float]) -> tuple[float, ...]:
+    shards = tuple(float(s) for s in shards)
+    if not shards or min(shards) < 0 or not math.isclose(sum(shards), model_bytes, rel_tol=1e-6):
+        raise ValueError(f"shards must hold the whole model ({model_bytes:.0f} bytes), got {sum(shards):.0f} "
+                         f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()")
+    return shards
+
+
 @dataclass(frozen=True)
 class StepBytes:
     """Analytic bytes that one synchronous step puts on the wire, per task.
@@ -135,27 +146,106 @@ def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
     if arch == "ring":
         per_dir = 2 * (n - 1) / n * m
         return StepBytes("ring", n, m, per_dir, per_dir)
-    shards = tuple(float(s) for s in (shards if shards is not None else even_shards(m, n_ps)))
-    if not shards or not math.isclose(sum(shards), m, rel_tol=1e-6):
-        raise ValueError(f"shards must hold the whole model ({m:.0f} bytes), got {sum(shards):.0f} "
-                         f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()")
+    shards = _check_shards(m, shards if shards is not None else even_shards(m, n_ps))
     per_ps = tuple(n * s for s in shards)
     return StepBytes("ps", n, m, m, m, per_ps, per_ps)
 
 
-def comm_terms(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
-               shards: Sequence[float] | None = None) -> tuple[int, float]:
-    """(messages, bytes) on the critical path of one step; t_comm = messages*alpha + bytes/B.
+# ---------------------------------------------------------------------------------------
+# The critical path of a step: Lab 5's exercise
+# ---------------------------------------------------------------------------------------
 
-    PS: push then pull, so the busiest task's sent + received bytes count in full
-    (the ps's 2*N*M/k, or a worker's 2M when there are more ps than workers), in 2 rounds.
-    Ring: each of the 2(N-1) rounds sends and receives M/N at the same time on a
-    full-duplex link, so one direction counts: 2(N-1)/N*M.
-    """
-    sb = step_bytes(arch, model_bytes, workers, n_ps, shards)
-    if arch == "ring":
-        return 2 * (sb.workers - 1), sb.worker_sent
-    return 2, sb.busiest_task
+Terms = Callable[..., tuple]  # comm_terms(arch, M, N, n_ps=1, shards=None) -> (messages, bytes)
+
+
+def reference_terms() -> Terms:
+    """The kit's reference ``comm_terms(arch, M, N, n_ps=1, shards=None) -> (messages, bytes)``,
+    Lab 5's exercise (``labkit.solutions.lab5``; also ``costmodel.comm_terms``). The student kit
+    has none: pass your own where a function takes ``terms=``."""
+    from labkit.reference import solution
+
+    return solution("lab5", "comm_terms", "terms=comm_terms, your function from section 3")
+
+
+def __getattr__(name: str):
+    if name == "comm_terms":  # the reference lives with the solutions, which the student kit leaves out
+        return reference_terms()
+    raise AttributeError(f"module 'labkit.costmodel' has no attribute {name!r}")
+
+
+def critical_path(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
+                  shards: Sequence[float] | None = None, terms: Terms | None = None) -> tuple[float, float]:
+    """(messages, bytes) on the critical path of one step, by ``terms`` (default
+    :func:`reference_terms`): t_comm = messages*alpha + bytes/B.
+
+    The inputs are checked before ``terms`` sees them (``shards``, PS only: one per ps task,
+    together the whole model) and its answer after, so a wrong exercise fails here with a
+    message, not as a strange fit."""
+    _check_arch(arch)
+    n = _check_count("workers", workers)
+    k = _check_count("n_ps", n_ps) if arch == "ps" else n_ps  # a ring has no ps: its runs say 0
+    m = _check_positive("model_bytes", model_bytes)
+    if arch == "ps" and shards is not None:
+        shards = _check_shards(m, shards)
+        if len(shards) != k:
+            raise ValueError(f"{len(shards)} shard(s) for n_ps={k}: give one per ps task")
+    fn = terms if terms is not None else reference_terms()
+    call = f"{getattr(fn, '__name__', 'terms')}({arch!r}, M={m:g}, N={n}, n_ps={k})"
+    out = fn(arch, m, n, k, shards if arch == "ps" else None)
+    try:
+        msgs, nbytes = (float(v) for v in out)
+    except (TypeError, ValueError):
+        raise ValueError(f"{call} returned {out!r}; return (messages, bytes), two numbers") from None
+    if not (math.isfinite(msgs) and math.isfinite(nbytes) and msgs >= 0 and nbytes >= 0):
+        raise ValueError(f"{call} returned {out!r}; messages and bytes must be finite and >= 0")
+    return msgs, nbytes
+
+
+def check_terms(terms: Terms, measured: pd.DataFrame | None = None, tolerance: float = 0.25) -> pd.DataFrame:
+    """Check ``terms`` (the student's ``comm_terms``) without a reference: properties every
+    correct answer has, then its bytes against what measured runs put on the busiest link.
+
+    ``measured``: one row per run with communication, columns arch, workers, n_ps, shards,
+    model_bytes and ``measured_bytes`` (ring: what a worker sent per step; PS: the busiest
+    task's sent + received per step). Raises ValueError saying what is off; returns the runs
+    with ``your_bytes`` and ``deviation`` = your_bytes / measured_bytes - 1."""
+    name = getattr(terms, "__name__", "terms")
+    for arch in ARCHS:
+        for n in (1, 2, 3, 6):
+            msgs, nbytes = critical_path(arch, 1e6, n, terms=terms)
+            twice = critical_path(arch, 2e6, n, terms=terms)
+            if msgs != int(msgs):
+                raise ValueError(f"{name}({arch!r}, N={n}) gives {msgs} messages: count whole messages")
+            if twice[0] != msgs or not math.isclose(twice[1], 2 * nbytes, rel_tol=1e-9, abs_tol=1e-6):
+                raise ValueError(f"{name}({arch!r}, N={n}): twice the model gives {twice}, against {(msgs, nbytes)} "
+                                 f"for M: the bytes should double and the messages stay the same")
+    if critical_path("ring", 1e6, 1, terms=terms) != (0.0, 0.0):
+        raise ValueError(f"{name}('ring', N=1) gives {critical_path('ring', 1e6, 1, terms=terms)}: "
+                         f"a ring of one worker has nobody to talk to")
+    if critical_path("ring", 1e6, 2, terms=terms)[0] < 1:
+        raise ValueError(f"{name}('ring', N=2) sends no message: two workers must exchange their gradients")
+    ps = [critical_path("ps", 1e6, 4, k, terms=terms)[1] for k in (1, 2, 4)]
+    if any(b > a * (1 + 1e-9) for a, b in zip(ps, ps[1:])):
+        raise ValueError(f"{name}('ps', N=4): n_ps = 1, 2, 4 even shards give {ps} bytes; more ps tasks sharing "
+                         f"the model evenly cannot load the busiest link more")
+    if critical_path("ps", 1e6, 4, 2, (9e5, 1e5), terms)[1] <= critical_path("ps", 1e6, 4, 2, terms=terms)[1]:
+        raise ValueError(f"{name}('ps', N=4, n_ps=2): shards (900 KB, 100 KB) give no more bytes than an even "
+                         f"split; the ps holding more of the model serves more bytes")
+    if measured is None or not len(measured):
+        return pd.DataFrame()
+    out = measured.copy()
+    out["your_bytes"] = [critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps),
+                                       tuple(r.shards) if isinstance(r.shards, (list, tuple)) else None, terms)[1]
+                         for r in out.itertuples()]
+    out["deviation"] = out["your_bytes"] / out["measured_bytes"] - 1
+    off = out[out["deviation"].abs() > tolerance]
+    if len(off):
+        r = off.iloc[0]
+        raise ValueError(f"{r['arch']} N={r['workers']}: your bytes on the critical path are {r['your_bytes']:,.0f}, "
+                         f"but the run measured {r['measured_bytes']:,.0f} ({r['deviation']:+.0%}; at most "
+                         f"±{tolerance:.0%}): which task's link is the busiest, and which of its directions lie "
+                         f"on the path one after the other?")
+    return out
 
 
 def sparse_ps_step_bytes(n_unique: float, value_bytes: int = 4, index_bytes: int = 8) -> float:
@@ -326,11 +416,13 @@ class CostModel:
 
     ``cores``: set it when all workers share one machine (127.0.0.1): compute per worker
     then stretches by N/cores once N exceeds the cores. Leave None for a cluster.
+    ``terms``: the communication terms, Lab 5's ``comm_terms`` (default the kit's reference).
     """
     per_sample_s: float
     link: Link
     step_overhead_s: float = 0.0
     cores: int | None = None
+    terms: Terms | None = field(default=None, compare=False)
 
     def __post_init__(self):
         _check_positive("per_sample_s", self.per_sample_s)
@@ -349,7 +441,7 @@ class CostModel:
 
     def t_comm(self, arch: str, model_bytes: float, workers: int, n_ps: int = 1,
                shards: Sequence[float] | None = None) -> float:
-        return self.link.seconds(*comm_terms(arch, model_bytes, workers, n_ps, shards))
+        return self.link.seconds(*critical_path(arch, model_bytes, workers, n_ps, shards, self.terms))
 
     def t_step(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
                shards: Sequence[float] | None = None) -> float:
@@ -407,19 +499,19 @@ def _row_shards(r) -> tuple[float, ...] | None:
 
 
 def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False,
-                     alpha_s: float | None = None) -> tuple[Link, float]:
+                     alpha_s: float | None = None, terms: Terms | None = None) -> tuple[Link, float]:
     """Fit alpha and B (and a per-step overhead) so the model explains measured step times.
 
     Each row's compute (per_sample_s * batch, stretched for ``cores``) is taken as known;
     the rest of its step time is regressed on its messages and critical-path bytes. Returns
     (link, overhead_s). Rows without communication only inform the overhead. ``alpha_s``
     fixes the latency (e.g. the loopback micro-benchmark's) and fits B alone: one run with
-    communication is then enough.
+    communication is then enough. ``terms``: the messages and bytes of each run (:func:`critical_path`).
     """
     runs = _check_runs(runs)
     cols, target = [], []
     for r in runs.itertuples():
-        msgs, nbytes = comm_terms(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r))
+        msgs, nbytes = critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r), terms)
         comp = r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores)
         w = 1.0 / r.step_s  # relative error, as in fit_link
         known = msgs * alpha_s if alpha_s is not None else 0.0
@@ -434,18 +526,18 @@ def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead:
     link = Link(float(coef[0]), float(1.0 / coef[1]), "fit to measured runs" if alpha_s is None
                 else "B fitted to measured runs, alpha given")
     overhead = float(coef[2]) if fit_overhead else 0.0
-    pred = predict_runs(runs, link, cores=cores, step_overhead_s=overhead)
+    pred = predict_runs(runs, link, cores=cores, step_overhead_s=overhead, terms=terms)
     return replace(link, rel_error=float(pred["rel_error"].abs().median())), overhead
 
 
 def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
-                 step_overhead_s: float = 0.0) -> pd.DataFrame:
+                 step_overhead_s: float = 0.0, terms: Terms | None = None) -> pd.DataFrame:
     """The runs with the model's predicted step_s and images_per_s, and rel_error =
     (predicted - measured) / measured step time."""
     runs = _check_runs(runs)
     pred = []
     for r in runs.itertuples():
-        m = CostModel(r.per_sample_s, link, step_overhead_s, cores)
+        m = CostModel(r.per_sample_s, link, step_overhead_s, cores, terms)
         pred.append(m.t_step(r.arch, r.model_bytes, int(r.workers), int(r.batch), int(r.n_ps), _row_shards(r)))
     runs["predicted_step_s"] = pred
     runs["predicted_images_per_s"] = runs["workers"] * runs["batch"] / runs["predicted_step_s"]
@@ -457,13 +549,13 @@ def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
 # Crossover: where ring all-reduce beats a parameter server
 # ---------------------------------------------------------------------------------------
 
-def _linear_comm(arch: str, workers: int, link: Link, n_ps: int) -> tuple[float, float]:
+def _linear_comm(arch: str, workers: int, link: Link, n_ps: int, terms: Terms | None) -> tuple[float, float]:
     """t_comm = a + b*M for even shards: (a seconds, b seconds per model byte)."""
-    msgs, nbytes = comm_terms(arch, 1.0, workers, n_ps)
+    msgs, nbytes = critical_path(arch, 1.0, workers, n_ps, terms=terms)
     return msgs * link.alpha_s, nbytes / link.bandwidth
 
 
-def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1) -> float:
+def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1, terms: Terms | None = None) -> float:
     """The model size above which ring all-reduce communicates faster than PS with ``n_ps``
     even shards (0: ring always faster; inf: never). Compute is the same for both and cancels.
 
@@ -471,8 +563,8 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1) -> float:
     wins once M is more than a few alpha*B (the link's latency-bandwidth product).
     """
     n = _check_count("workers", workers)
-    a_ps, b_ps = _linear_comm("ps", n, link, n_ps)
-    a_r, b_r = _linear_comm("ring", n, link, n_ps)
+    a_ps, b_ps = _linear_comm("ps", n, link, n_ps, terms)
+    a_r, b_r = _linear_comm("ring", n, link, n_ps, terms)
     if a_r <= a_ps and b_r <= b_ps:
         return 0.0
     if b_r >= b_ps:
@@ -480,7 +572,8 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1) -> float:
     return max(0.0, (a_r - a_ps) / (b_ps - b_r))
 
 
-def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024) -> int:
+def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024,
+                      terms: Terms | None = None) -> int:
     """The largest N up to which the ring communicates faster than PS (1 if not even at N=2;
     ``max_workers`` if at every N). At N=2 both pay 2 latencies and the ring moves fewer
     bytes; each further worker adds 2 ring latencies, so a model under ~alpha*B loses the
@@ -488,14 +581,15 @@ def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers
     m = _check_positive("model_bytes", model_bytes)
     last = 1
     for n in range(2, max_workers + 1):
-        if m <= crossover_model_bytes(n, link, n_ps):
+        if m <= crossover_model_bytes(n, link, n_ps, terms):
             break
         last = n
     return last
 
 
 def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: Iterable[Link],
-                  n_ps: int = 1, per_sample_s: float | None = None, batch: int = 32) -> pd.DataFrame:
+                  n_ps: int = 1, per_sample_s: float | None = None, batch: int = 32,
+                  terms: Terms | None = None) -> pd.DataFrame:
     """Ring vs PS over model size x N x network: one row per point with t_ps, t_ring and
     ``ring_speedup`` = t_ps / t_ring (> 1: the ring is faster). Communication only, unless
     ``per_sample_s`` adds the (shared) compute, which shrinks the ratio toward 1."""
@@ -504,8 +598,8 @@ def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: I
         for n in workers:
             for m in model_bytes:
                 tc = per_sample_s * batch if per_sample_s else 0.0
-                t_ps = tc + link.seconds(*comm_terms("ps", m, n, n_ps))
-                t_ring = tc + link.seconds(*comm_terms("ring", m, n, n_ps))
+                t_ps = tc + link.seconds(*critical_path("ps", m, n, n_ps, terms=terms))
+                t_ring = tc + link.seconds(*critical_path("ring", m, n, n_ps, terms=terms))
                 rows.append({"network": link.source, "bandwidth": link.bandwidth, "alpha_s": link.alpha_s,
                              "workers": n, "model_bytes": float(m), "n_ps": n_ps, "t_ps": t_ps, "t_ring": t_ring,
                              "ring_speedup": t_ps / t_ring if t_ring > 0 else math.inf,
@@ -530,7 +624,7 @@ class PublishedModel:
     so compute comes from TensorFlow's own K80 benchmark on the same cloud (GCE).
     """
     name: str
-    size_mib: float        # report 003 Table 3.1 "Model size (MB)": Keras Applications file sizes, in MiB
+    size_mib: float        # report 003 Table 3.1 "Model size (MB)" of the ImageNet (224x224) models, read as MiB
     gflops: float          # report 003 Table 3.1, forward pass per 224x224 image
     k80_images_per_s: float
     note: str = field(default="", compare=False)
@@ -563,7 +657,8 @@ NETWORKS = {"1 Gb/s": Link(CLOUD_ALPHA_S, gbit(1), "1 Gb/s"), "10 Gb/s": Link(CL
 
 
 def report_003_curves(workers: Iterable[int] = range(1, 7), networks: dict[str, Link] | None = None,
-                      batch: int = 32, n_ps: int = 1, baseline: str = "self") -> pd.DataFrame:
+                      batch: int = 32, n_ps: int = 1, baseline: str = "self",
+                      terms: Terms | None = None) -> pd.DataFrame:
     """Predicted images/s and speed-up for report 003's models, networks and 1-6 workers
     (batch 32 per worker and one ps, as in its Tables 3.2-3.3): one row per
     (model, network, arch, N). The thesis trained on 32x32 CIFAR-10 images, which need far
@@ -573,7 +668,7 @@ def report_003_curves(workers: Iterable[int] = range(1, 7), networks: dict[str, 
     frames = []
     for name, net in (networks or NETWORKS).items():
         for spec in REPORT_003_MODELS.values():
-            cm = CostModel(spec.per_sample_s, net)
+            cm = CostModel(spec.per_sample_s, net, terms=terms)
             for arch in ARCHS:
                 df = cm.predict(arch, spec.model_bytes, workers, batch, n_ps, baseline)
                 df.insert(0, "network", name)

@@ -147,7 +147,7 @@ class AsyncPSEpochs(Runner):
     def run(self, steps: int) -> list[float]:
         t0 = time.perf_counter()
         remote = []
-        if self.first_step_s is None:  # one step alone first: it traces and reaches every task
+        if self.first_step_s is None:  # one step alone first: traced on the chief, run on one worker
             remote.append(self.coordinator.schedule(self.train_step, args=(self.iterator,)))
             self.coordinator.join()
             self.first_step_s = time.perf_counter() - t0

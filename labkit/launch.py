@@ -625,6 +625,24 @@ class Cluster:
         return f"Cluster({self.module}, {self.run_dir}, {self._state}, {self.status() if self._procs else {}})"
 
 
+def use(launcher: str | None) -> None:
+    """Make ``launcher`` the way every Cluster of this process starts its tasks when not told
+    (``$LABKIT_LAUNCHER``): a notebook's ``launcher`` parameter. Empty leaves the choice as it
+    was (the module docstring); an unknown name is a ValueError now, not at the first run."""
+    name = (launcher or "").strip()
+    if name:
+        launchers.get(name)
+        os.environ[launchers.ENV_LAUNCHER] = name
+
+
+def placed(spec: ClusterSpec, launcher: str | None = None) -> ClusterSpec:
+    """``spec`` as its launcher will place it (inside a Slurm allocation: on the allocation's
+    nodes, on ports the run picks again), to print before a run; other specs as given."""
+    here = frozenset(local_addresses())
+    settings = Settings(runs_root(), "runs", sys.executable, local_hosts=here)
+    return _assign_launchers(spec, launcher, settings)[0]
+
+
 def _assign_launchers(spec: ClusterSpec, name: str | None, settings: Settings) \
         -> tuple[ClusterSpec, dict[str, Launcher]]:
     """The spec as the launchers place it, and each task's launcher (by task name): one

@@ -58,7 +58,7 @@ JobAcctGatherType=jobacct_gather/none
 KillWait=5
 MinJobAge=600
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:{oversubscribe}
+PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe={oversubscribe}
 """
 
 
@@ -79,7 +79,7 @@ def _program(name: str) -> str:
 class MiniSlurm:
     """A one-node Slurm in ``folder`` (see the module docstring). ``cpus``: the node's CPUs
     (default: this machine's); ``memory_mb``: its memory (default: 90% of this machine's);
-    ``oversubscribe``: jobs that may share a core."""
+    ``oversubscribe``: jobs that may share a core (1: none, each job has its CPUs to itself)."""
 
     def __init__(self, folder, cpus: int | None = None, memory_mb: int | None = None, partition: str = "debug",
                  oversubscribe: int = 4, start_timeout: float = 60.0):
@@ -116,7 +116,8 @@ class MiniSlurm:
         ctld_port, slurmd_port = free_ports(2)
         self.conf.write_text(CONF.format(host=self.host, dir=self.folder, ctld_port=ctld_port,
                                          slurmd_port=slurmd_port, cpus=self.cpus, memory_mb=self.memory_mb,
-                                         partition=self.partition, oversubscribe=self.oversubscribe))
+                                         partition=self.partition,
+                                         oversubscribe=f"FORCE:{self.oversubscribe}" if self.oversubscribe > 1 else "NO"))
         env = {**os.environ, **self.env()}
         try:
             self._daemon(["munged", "--foreground", "--force", f"--socket={self.folder}/munge.sock",

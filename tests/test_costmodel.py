@@ -55,6 +55,64 @@ def test_comm_terms_by_hand():
     assert cm.comm_terms("ring", m, 1) == (0, 0)
 
 
+def measured_rows(m=23_298_088, workers=(1, 2, 3), framing=1.03):
+    """What Lab 5's runs measure on the critical path (ring: a worker's bytes sent; PS: the ps's sent +
+    received), from the analytic bytes with a little framing, as Scaling.critical_bytes gives it."""
+    rows = []
+    for n in workers:
+        ps = cm.step_bytes("ps", m, n)
+        rows.append({"arch": "ps", "workers": n, "n_ps": 1, "shards": (m,), "model_bytes": m,
+                     "measured_bytes": framing * ps.busiest_task})
+        if n > 1:
+            rows.append({"arch": "ring", "workers": n, "n_ps": 0, "shards": None, "model_bytes": m,
+                         "measured_bytes": framing * cm.step_bytes("ring", m, n).worker_sent})
+    return pd.DataFrame(rows)
+
+
+def test_check_terms_passes_the_reference_and_says_what_is_wrong():
+    ref = cm.reference_terms()
+    checked = cm.check_terms(ref, measured_rows())
+    assert len(checked) == 5 and (checked["deviation"].abs() < 0.05).all()
+
+    def both_ways_ring(arch, M, N, n_ps=1, shards=None):  # counts the ring's two directions
+        msgs, nbytes = ref(arch, M, N, n_ps, shards)
+        return msgs, 2 * nbytes if arch == "ring" else nbytes
+
+    def one_way_ps(arch, M, N, n_ps=1, shards=None):      # the ps's sends only
+        msgs, nbytes = ref(arch, M, N, n_ps, shards)
+        return msgs, nbytes / 2 if arch == "ps" else nbytes
+
+    def even_only(arch, M, N, n_ps=1, shards=None):       # ignores an uneven split
+        return ref(arch, M, N, n_ps, None)
+
+    def no_tuple(arch, M, N, n_ps=1, shards=None):
+        return None
+
+    def lonely_ring(arch, M, N, n_ps=1, shards=None):
+        return (2 * N, 2 * M) if arch == "ring" else ref(arch, M, N, n_ps, shards)
+
+    for fn, match in ((both_ways_ring, "ring N=2: your bytes .*\\+94%"), (one_way_ps, "ps N=1: your bytes .*-51%"),
+                      (even_only, "900 KB, 100 KB"), (no_tuple, "return \\(messages, bytes\\)"),
+                      (lonely_ring, "nobody to talk to")):
+        with pytest.raises(ValueError, match=match):
+            cm.check_terms(fn, measured_rows())
+
+
+def test_the_cost_model_uses_the_terms_it_is_given():
+    ref = cm.reference_terms()
+
+    def doubled(arch, M, N, n_ps=1, shards=None):
+        msgs, nbytes = ref(arch, M, N, n_ps, shards)
+        return msgs, 2 * nbytes
+
+    link = Link(1e-4, 1e8)
+    assert CostModel(1e-3, link, terms=doubled).t_comm("ring", 1e8, 4) == pytest.approx(6e-4 + 3.0)
+    assert cm.crossover_model_bytes(3, link, terms=doubled) == pytest.approx(cm.crossover_model_bytes(3, link) / 2)
+    assert cm.critical_path("ring", 1e6, 3, n_ps=0) == (4, pytest.approx(4e6 / 3))  # a ring run has no ps
+    with pytest.raises(ValueError, match="one per ps task"):
+        cm.critical_path("ps", 10, 2, n_ps=3, shards=(5, 5))
+
+
 def test_step_time_and_throughput_by_hand():
     model = CostModel(per_sample_s=1e-3, link=Link(1e-4, 1e8))
     t = model.t_step("ring", 1e8, workers=4, batch=32)

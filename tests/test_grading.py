@@ -63,7 +63,6 @@ cells = ["fig-a", "fig-b"]
 name = "answers"
 kind = "analysis"
 points = 2
-min_chars = 20
 """
 
 
@@ -101,7 +100,14 @@ GOOD = {"acc": 0.95, "loss": 0.2, "steps": [10, 10, 10], "local": {"w0": 7, "w1"
 
 
 def scores(rub, nb, records):
-    return {c.name: evaluate(c, nb, records) for c in rub.labs["a"].checks}
+    """Every check's score; the analysis answers as they stand before a TA has scored them."""
+    from labkit.grading import answers
+
+    lab = rub.labs["a"]
+    qs = answers.questions(lab, None)
+    found = answers.locate(nb, qs)
+    return {c.name: answers.score(qs[c.name], found[c.name], None) if c.manual else evaluate(c, nb, records)
+            for c in lab.checks}
 
 
 def test_rubric_loads_with_defaults_and_overrides(tmp_path):
@@ -114,8 +120,8 @@ def test_rubric_loads_with_defaults_and_overrides(tmp_path):
 def test_every_kind_passes_on_a_good_notebook(tmp_path):
     rub = load_rubric(write(tmp_path, RUBRIC))
     got = scores(rub, notebook(GOOD), GOOD)
-    assert {n: s.status for n, s in got.items()} == dict.fromkeys(got, "pass")
-    assert sum(s.points for s in got.values()) == rub.labs["a"].max_points
+    assert {n: s.status for n, s in got.items()} == {**dict.fromkeys(got, "pass"), "answers": "pending"}
+    assert sum(s.points for s in got.values()) == rub.labs["a"].max_points - 2   # the answers await a TA
 
 
 def test_failures_and_partial_credit(tmp_path):
@@ -131,9 +137,14 @@ def test_failures_and_partial_credit(tmp_path):
     assert got["ring cheaper"].status == "fail" and "bytes.ring < bytes.ps" in got["ring cheaper"].reason
     assert (got["plots"].status, got["plots"].points) == ("partial", 1.0)
     assert "no cell tagged 'fig-b'" in got["plots"].reason
-    a = got["answers"]
-    assert (a.status, a.points) == ("partial", round(2 / 3, 2))
-    assert "answer 1 (analysis) still has the placeholder" in a.reason and "answer 2" in a.reason
+    a = got["answers"]  # length earns nothing: a TA reads what is there (the placeholder is left out)
+    assert (a.status, a.points) == ("pending", 0.0) and a.value == answers_sha("short\n\n" + "x" * 30)
+
+
+def answers_sha(text):
+    from labkit.grading.answers import answer_sha
+
+    return answer_sha(text)
 
 
 def test_null_tags_in_a_submission_are_no_tags(tmp_path):
@@ -168,7 +179,7 @@ def test_a_check_that_breaks_on_a_notebook_costs_that_row_not_the_batch(tmp_path
     by = {r["check"]: r for r in rows}
     assert by["ring cheaper"]["status"] == "grader-error" and by["ring cheaper"]["points"] == 0
     assert by["ring cheaper"]["reason"] == "the grader could not check this notebook: KeyError: 'bytes'"
-    assert by["acc high"]["status"] == "pass" and by["answers"]["status"] == "pass"
+    assert by["acc high"]["status"] == "pass" and by["answers"]["status"] == "pending"
 
 
 def test_missing_records_are_their_own_status(tmp_path):
@@ -176,7 +187,7 @@ def test_missing_records_are_their_own_status(tmp_path):
     got = scores(rub, notebook({}, figs=[], answers=[]), {})
     assert got["acc high"].status == "missing" and "record 'acc' not found" in got["acc high"].reason
     assert got["has acc"].status == "missing"
-    assert got["answers"].status == "fail" and "no answer cells tagged 'analysis'" in got["answers"].reason
+    assert got["answers"].status == "pending" and "no cell tagged 'analysis'" in got["answers"].reason
 
 
 def test_threshold_below_partial_floor_and_tolerances(tmp_path):
@@ -292,15 +303,17 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     # as a student's install: the kit first on the path, this checkout's editable finder gone
     student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
                f"sys.path.insert(0, {str(kit)!r})\n")
-    probe = (student + "import labkit, labkit.lr as lr, labkit.reference as ref\n"
+    probe = (student + "import labkit, labkit.lr as lr, labkit.costmodel as cm, labkit.reference as ref\n"
              "print(labkit.__file__)\n"
-             "for get in (lambda: lr.sgd_step, lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
+             "for get in (lambda: lr.sgd_step, lambda: cm.critical_path('ring', 1, 2),\n"
+             "            lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
              "    try:\n        get()\n    except LookupError as e:\n        print(e)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == str(kit / "labkit" / "__init__.py")
     assert "not part of the student kit; pass step=sgd_step" in lines[1]
+    assert "not part of the student kit; pass terms=comm_terms" in lines[2]
     assert "not part of the student kit; pass gradient=sparse_lr_gradient" in lines[-1]
     graded = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -372,7 +385,9 @@ def test_reports(tmp_path):
     report.write_summary(rows, list(rub.labs.values()), tmp_path / "s.md")
     text = (tmp_path / "s.md").read_text()
     assert "| al\\|ce | 1.5/2 | 1.5/2 |" in text and "cell 3 raised ValueError: boom" in text
-    report.write_feedback(None, rows, tmp_path / "f.html", "al|ce: a")
+    from labkit.grading.feedback import write_feedback
+
+    write_feedback(None, rows, tmp_path / "f.html", "al|ce: a")
     page = (tmp_path / "f.html").read_text()
     assert "1.5/2 points" in page and "ValueError: boom" in page
 

@@ -96,3 +96,22 @@ def test_a_registered_launcher_runs_every_task_its_way(wrapped):
     with pytest.raises(TaskFailed, match=r"task worker:1 exited with code 1 in wrapper worker:1 after") as info:
         failing.run()
     assert "worker:1 fails" in info.value.log_tail
+
+
+def test_a_notebooks_launcher_parameter(monkeypatch):
+    """``launch.use(launcher)``: the notebook's parameter becomes every later cluster's choice;
+    empty leaves it be; a typo is an error at once. ``placed`` is the spec as it will run."""
+    from labkit import launch
+
+    monkeypatch.delenv("LABKIT_LAUNCHER", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    launch.use("")
+    assert "LABKIT_LAUNCHER" not in os.environ
+    with pytest.raises(ValueError, match="unknown launcher 'slrum'"):
+        launch.use("slrum")
+    launch.use("ssh")
+    assert os.environ["LABKIT_LAUNCHER"] == "ssh"
+    c = Cluster(cluster.local(ps=0, workers=1), "ps_sgd", dry_run=True, remote_dir="kit")
+    assert c.commands()[0][1].startswith("ssh ")
+    spec = cluster.local(ps=1, workers=2)
+    assert launch.placed(spec) == spec  # outside an allocation nothing moves

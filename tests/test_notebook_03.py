@@ -67,6 +67,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert 1000 < rec["sync_unique_per_step"] < 100 * 34  # popular values repeat across rows
     audit = rec["audit_001"]
     assert audit["seconds_at_350_megabytes_per_s"] == pytest.approx(1.47, abs=0.01)
+    assert audit["seconds_float32_at_350_megabits_per_s"] == pytest.approx(6.17, abs=0.01)  # near the 7.121 s
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
     netem_labs.check_lab3(nb, rec)
     check_executed(nb, FIGURES)

@@ -18,11 +18,20 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 10  # prediction, bytes, terms, audit, five answers, emulated links' answer
+    assert regions == 9  # the prediction, comm_terms, the audit, five answers and the emulated links' answer
     sources = "\n".join(c.source for c in student.cells)
-    assert "ring_terms = (2 * (N - 1)" not in sources and "M_mlp = 4 *" not in sources
-    assert sources.count("raise NotImplementedError()") == 4
+    assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources
+    assert sources.count("raise NotImplementedError()") == 3
     assert "ring_vs_ps.scaling(" in sources  # plumbing, not an exercise
+    # the student's comm_terms drives the calibration and the extrapolation; the starting point fails the check
+    assert "sweep.calibrate(terms=comm_terms)" in sources and "report_003(range(1, 7), terms=comm_terms)" in sources
+    cell = next(c for c in student.cells if c.source.startswith("def comm_terms"))
+    namespace = {}
+    exec(cell.source, namespace)
+    from labkit import costmodel
+
+    with pytest.raises(NotImplementedError):
+        costmodel.check_terms(namespace["comm_terms"])
 
 
 @pytest.mark.notebook

@@ -147,6 +147,15 @@ def test_bytes_per_step_per_task_match_the_analytic_model(two_workers):
     assert two_workers.bytes_deviation()["max_abs_deviation"] < 0.25
     busiest = two_workers.busiest_task()
     assert busiest["ps"] > 1.5 * busiest["ring"]
+    # the critical path Lab 5's comm_terms is checked against: the ps's both directions (4M), a ring worker's one (M)
+    critical = two_workers.critical_bytes().set_index("arch")
+    assert critical.loc["ps", "measured_task"] == "ps:0" and critical.loc["ring", "measured_task"] == "worker (mean)"
+    assert critical.loc["ps", "measured_bytes"] == pytest.approx(4 * m, rel=0.25)
+    assert critical.loc["ring", "measured_bytes"] == pytest.approx(m, rel=0.25)
+    from labkit import costmodel
+
+    checked = two_workers.check_terms(costmodel.reference_terms())
+    assert list(checked["arch"]) == ["ps", "ring"] and (checked["deviation"].abs() < 0.25).all()
 
 
 @pytest.mark.cluster

@@ -6,6 +6,7 @@ a TA's notebook would inside ``salloc``: one ``srun`` job step per task.
 
 After the module: no daemon, job or step of its Slurm is left, even when a test failed.
 """
+import json
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from helpers import alive
 from labkit import cluster, slurm
 from labkit.launch import Cluster, TaskFailed
 from labkit.minislurm import MiniSlurm, missing
@@ -115,6 +117,38 @@ def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation
     assert c.result["ps:0"].result["shutdown"] == "terminated"  # the others got SIGTERM and wrote their results
 
 
+LAUNCHER = """
+import sys, time
+from labkit import cluster
+from labkit.launch import Cluster
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="slurm", steps=10**7, train_limit=1000, test_limit=200)
+c.start()
+print(c.run_dir, flush=True)
+time.sleep(600)
+"""
+
+
+def test_steps_do_not_outlive_a_launcher_killed_with_sigkill(allocation, mini, tmp_path):
+    """A notebook kernel killed with SIGKILL runs no cleanup: each srun gets SIGTERM from the
+    kernel (PR_SET_PDEATHSIG) and cancels its step, so the tasks end and squeue lists no step."""
+    import sys
+
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        run_dir = launcher.stdout.readline().strip()  # start() returned: every server is up
+        assert run_dir, "the launcher did not start its cluster"
+        assert len(mini.steps()) == 2, mini.steps()
+        pids = [json.loads(open(f"{run_dir}/{t}.hello.json").read())["pid"] for t in ("ps-0", "worker-0")]
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 30
+    while (mini.steps() or alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not mini.steps(), f"steps outlived their launcher: {mini.steps()}"
+    assert not alive(pids), "tasks outlived their launcher"
+
+
 def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with pytest.raises(ValueError, match=r"not in one \(no SLURM_JOB_ID\).*salloc"):
@@ -185,3 +219,10 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
         except psutil.Error:
             continue
     assert inside == []
+
+
+def test_placed_shows_where_a_notebooks_cluster_will_run(allocation, mini):
+    from labkit import launch
+
+    spec = launch.placed(cluster.local(ps=1, workers=2))
+    assert spec.hosts() == [mini.host] and [t.port - spec.tasks()[0].port for t in spec.tasks()] == [0, 1, 2]

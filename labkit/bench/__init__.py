@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "sparse": "labkit.bench.sparse",
     "launcher": "labkit.bench.launcher",
     "grading": "labkit.bench.grading",
+    "slurm_grading": "labkit.bench.slurm_grading",
     "lenet": "labkit.bench.lenet",
     "ring_vs_ps": "labkit.bench.ring_vs_ps",
     "netem": "labkit.bench.netem",

@@ -3,7 +3,8 @@
     s = scaling(workers=(1, 2, 3), models=("lenet5", "mlp"), steps=16)
     s.table()            # images/s, time per step, speed-up per (model, architecture, N)
     s.task_bytes()       # bytes per step per task, measured vs analytic, deviations flagged
-    cal = s.calibrate()  # the alpha-beta cost model fitted to these runs
+    s.check_terms(comm_terms)            # Lab 5's exercise against the bytes the runs measured
+    cal = s.calibrate(terms=comm_terms)  # the alpha-beta cost model fitted to these runs
     cal.errors()         # predicted vs measured step times; cal.fit_error()
     cal.curves()         # predicted scaling for N = 1..max, to overlay on the measured points
     s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
@@ -322,6 +323,36 @@ class Scaling(experiments.Sweep):
         out["settings"] = self.settings
         return out
 
+    def critical_bytes(self):
+        """Per run with communication, the bytes the cost model's critical path should hold, as
+        measured: ring, what a worker sent per step (the mean over workers); PS, the busiest
+        task's sent + received per step (``measured_task``). The frame
+        :func:`labkit.costmodel.check_terms` compares an answer with."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            if r.analytic().total == 0:
+                continue
+            measured = {t: v for t, v in r.task_bytes().items() if not t.startswith("chief")}
+            if r.arch == "ring":
+                sent = [v.get("sent", math.nan) for t, v in measured.items() if t.startswith("worker:")]
+                task, value = "worker (mean)", sum(sent) / len(sent) if sent else math.nan
+            else:
+                task, value = max(((t, v.get("sent", 0.0) + v.get("recv", 0.0)) for t, v in measured.items()),
+                                  key=lambda tv: tv[1], default=("-", math.nan))
+            rows.append({"model": r.model, "arch": r.arch, "workers": r.workers, "n_ps": max(r.n_ps, 1),
+                         "shards": r.shards(), "model_bytes": r.train["model_bytes"], "measured_task": task,
+                         "measured_bytes": value})
+        return pd.DataFrame(rows)
+
+    def check_terms(self, terms):
+        """Lab 5's exercise, ``comm_terms``, without a reference: the properties any answer has,
+        and its bytes against :meth:`critical_bytes` (:func:`labkit.costmodel.check_terms`), which
+        raises saying what is off. Returns the runs with ``your_bytes`` beside ``measured_bytes``."""
+        checked = costmodel.check_terms(terms, self.critical_bytes())
+        return checked.drop(columns=["shards"], errors="ignore")
+
     def cost_runs(self):
         """The runs as :mod:`labkit.costmodel` reads them: per_sample_s of each model from its
         ring N=1 run (one worker, no communication), the ps shards as placed."""
@@ -336,11 +367,12 @@ class Scaling(experiments.Sweep):
         t["shards"] = [shards[(row.model, row.arch, row.workers, row.n_ps)] for row in t.itertuples()]
         return t
 
-    def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None) -> "Calibration":
+    def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None, terms=None) -> "Calibration":
         """Fit alpha and B of each architecture to the measured step times (each has its own
         transport: gRPC variable reads for PS, collective ops for the ring), and compare with
         one link for both and with the loopback micro-benchmark's (``loopback``, measured
-        here if None). Compute per sample comes from each model's ring N=1 run.
+        here if None). Compute per sample comes from each model's ring N=1 run. ``terms``: the
+        messages and bytes of a step, Lab 5's ``comm_terms`` (default the kit's reference).
 
         ``fit_workers``: fit on the runs with these N only (default all) and predict the
         rest: a test on runs the model has not seen. Where a fit is impossible (no run with
@@ -354,11 +386,11 @@ class Scaling(experiments.Sweep):
         def fit(part, what: str) -> costmodel.Link | None:
             """alpha and B; else B alone with the micro-benchmark's alpha; else None."""
             try:
-                return costmodel.fit_link_to_runs(part, cores=self.cores)[0]
+                return costmodel.fit_link_to_runs(part, cores=self.cores, terms=terms)[0]
             except ValueError:
                 pass
             try:
-                link = costmodel.fit_link_to_runs(part, cores=self.cores, alpha_s=loopback.alpha_s)[0]
+                link = costmodel.fit_link_to_runs(part, cores=self.cores, alpha_s=loopback.alpha_s, terms=terms)[0]
                 notes.append(f"{what}: too few runs (or too noisy) to fit alpha and B; B fitted with the loopback "
                              f"micro-benchmark's alpha")
                 return link
@@ -377,7 +409,7 @@ class Scaling(experiments.Sweep):
         if load is not None and load > 1:
             notes.append(f"the machine was busy (load {load:.1f} per core at the start): every process got a share "
                          f"of the cores, and a run of more processes got more of them; step times are noisy")
-        return Calibration(runs, links, shared, loopback, self.cores, notes)
+        return Calibration(runs, links, shared, loopback, self.cores, notes, terms)
 
 
 @dataclass
@@ -389,17 +421,19 @@ class Calibration:
     loopback: costmodel.Link       # the TCP micro-benchmark's
     cores: int | None
     notes: list = field(default_factory=list)
+    terms: object = None           # the communication terms it was fitted with (None: the kit's reference)
 
     def per_sample_s(self) -> dict[str, float]:
         return self.runs.groupby("model")["per_sample_s"].first().to_dict()
 
     def model(self, arch: str, model: str, link: costmodel.Link | None = None) -> costmodel.CostModel:
-        return costmodel.CostModel(self.per_sample_s()[model], link or self.links[arch], cores=self.cores)
+        return costmodel.CostModel(self.per_sample_s()[model], link or self.links[arch], cores=self.cores,
+                                   terms=self.terms)
 
     def _predict(self, links: dict):
         import pandas as pd
 
-        parts = [costmodel.predict_runs(self.runs[self.runs["arch"] == a], links[a], cores=self.cores)
+        parts = [costmodel.predict_runs(self.runs[self.runs["arch"] == a], links[a], cores=self.cores, terms=self.terms)
                  for a in ARCHS if (self.runs["arch"] == a).any()]
         return pd.concat(parts).sort_index()
 
@@ -501,8 +535,8 @@ class Calibration:
         rows = []
         for n in workers:
             for m in sizes:
-                t_ps = self.links["ps"].seconds(*costmodel.comm_terms("ps", m, n))
-                t_ring = self.links["ring"].seconds(*costmodel.comm_terms("ring", m, n))
+                t_ps = self.links["ps"].seconds(*costmodel.critical_path("ps", m, n, terms=self.terms))
+                t_ring = self.links["ring"].seconds(*costmodel.critical_path("ring", m, n, terms=self.terms))
                 rows.append({"network": "this machine (fitted)", "workers": n, "model_bytes": float(m),
                              "t_ps": t_ps, "t_ring": t_ring, "ring_speedup": t_ps / t_ring if t_ring else math.inf,
                              "winner": "ring" if t_ring < t_ps else "ps"})
@@ -512,7 +546,8 @@ class Calibration:
         """Per N, the model size above which the ring communicates faster than one ps on this
         machine's fitted links (t_comm is linear in M for each: solve a_ps + b_ps M = a_r + b_r M)."""
         def line(arch: str, n: int) -> tuple[float, float]:  # t_comm = a + b * M
-            t1, t2 = (self.links[arch].seconds(*costmodel.comm_terms(arch, m, n)) for m in (1.0, 2.0))
+            t1, t2 = (self.links[arch].seconds(*costmodel.critical_path(arch, m, n, terms=self.terms))
+                      for m in (1.0, 2.0))
             return t1 - (t2 - t1), t2 - t1
 
         out = {}
@@ -569,16 +604,18 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
 
 # ------------------------------------------------------------------------------ report 003
 
-def report_003(workers=range(1, 7)):
+def report_003(workers=range(1, 7), terms=None):
     """Report 003's models on 1 and 10 Gb/s: predicted curves (:func:`costmodel.report_003_curves`),
-    the crossover grid over model size x N, and the crossover records."""
+    the crossover grid over model size x N, and the crossover records. ``terms``: Lab 5's
+    ``comm_terms`` (default the kit's reference)."""
     import numpy as np
 
-    curves = costmodel.report_003_curves(workers)
+    workers = list(workers)
+    curves = costmodel.report_003_curves(workers, terms=terms)
     nets = list(costmodel.NETWORKS.values())
-    grid = costmodel.crossover_map(np.logspace(3, 9.5, 60), [n for n in workers if n >= 2], nets)
+    grid = costmodel.crossover_map(np.logspace(3, 9.5, 60), [n for n in workers if n >= 2], nets, terms=terms)
     marks = {m.name: m.model_bytes for m in costmodel.REPORT_003_MODELS.values()}
-    crossover = {net.source: {str(n): costmodel.crossover_model_bytes(n, net) for n in workers if n >= 2}
+    crossover = {net.source: {str(n): costmodel.crossover_model_bytes(n, net, terms=terms) for n in workers if n >= 2}
                  for net in nets}
     at_max = curves[curves["workers"] == max(workers)].pivot_table(index=["model", "network"], columns="arch",
                                                                    values="speedup").add_suffix("_speedup")

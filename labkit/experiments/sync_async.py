@@ -316,7 +316,7 @@ class Study(experiments.Sweep):
 
         Two measurements: ``sockets``, the bytes the workers' own TCP sockets sent and
         received (exact per task: ``labkit.sockets``); and ``host``, the host counters of
-        the workers' NICs and ``lo``, what dstat would show: per host the bytes sent per
+        the workers' NICs and ``lo`` (dstat's totals would leave ``lo`` out): per host the bytes sent per
         second over its longest trainer window, summed over hosts, over the global steps per
         second. On 127.0.0.1 that is ``lo``, which also counts any other program's loopback
         traffic; on a cluster, NICs plus each host's ``lo`` (worker 0 talks to its co-located

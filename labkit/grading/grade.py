@@ -5,11 +5,21 @@ Layout of a submissions folder: ``DIR/<student>/<lab notebook>.ipynb``. Without 
 reference notebooks in ``notebooks/`` are graded as student ``reference``. Output in ``out``:
 
     grades.csv, summary.md            every run (report.md, report.csv too for the reference run)
+    final_grades.csv, canvas.csv      the gradebook exports (``exports``)
+    similarity.html, similarity.csv   pairs of students whose code or answers match (``similarity``)
+    answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored
     <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
     <notebook>.ipynb|.html|.log       the same for the reference run
     .work/<student>/<notebook stem>/  the folder each notebook ran in (artifacts, runs/): the only
                                       one its sandbox could write
-    .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it)
+    .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it),
+                                      with its outcome (``ledger``); .grader/batch.json, the batch
+
+Grading the same folder again runs only the notebooks whose submission (by content hash),
+rubric section or grader changed, or whose last run did not end (``ledger``): a killed batch
+resumes where it stopped; ``force=True`` runs all. Each notebook's line says its time and the
+batch's ETA. The reports are rebuilt from the stored runs (``publish``), which is also how TA
+scores reach them without a notebook running again.
 
 Every notebook of a submissions folder runs in a sandbox (``labkit.grading.sandbox``); where
 bubblewrap is missing the batch refuses to start, unless ``--no-sandbox`` says to trust every
@@ -25,17 +35,20 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import report
+from labkit.grading import answers, ledger, report
+from labkit.grading.publish import Book, PublishError
 from labkit.grading.rubric import Lab, Score, evaluate, gate, load_rubric
 from labkit.grading.runner import Job, RunResult, Setup, run_all
 from labkit.record import Missing, lookup
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
-OWN_FILES = {"grades.csv", "summary.md", "report.md", "report.csv", ".work", ".grader", MARKER}
+OWN_FILES = {"grades.csv", "summary.md", "report.md", "report.csv", ".work", ".grader", MARKER, "final_grades.csv",
+             "canvas.csv", "similarity.html", "similarity.csv", "answers", answers.SCORES_FILE}
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
 MAX_EXECUTED_BYTES = 64 * 2**20
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
@@ -52,10 +65,13 @@ class Outcome:
     reference: bool
     entries: list[dict] = field(default_factory=list)
     warning: str = ""
+    ran: list[tuple] = field(default_factory=list)    # (student, lab) of the notebooks this batch ran
+    kept: list[tuple] = field(default_factory=list)   # those whose last run was still good, not run again
 
     @property
     def not_passed(self) -> list[dict]:
-        return [r for r in self.rows if r["status"] not in report.GOOD]
+        """Rows that did not pass; an answer awaiting a TA is not a failure."""
+        return [r for r in self.rows if r["status"] not in report.GOOD | {report.PENDING}]
 
     @property
     def exit_code(self) -> int:
@@ -158,10 +174,11 @@ def read_executed(job: Job, result: RunResult):
 
 
 def notebook_scores(job: Job, result: RunResult, nb, records: dict) -> dict[str, Score]:
-    """Scores of the checks that read the notebook; external (hidden) checks are left out."""
+    """Scores of the checks that read the notebook; external (hidden) and manual (analysis)
+    checks are left out."""
     scores = {}
     for check in job.lab.checks:
-        if check.external:
+        if check.external or check.manual:
             continue
         if nb is None:
             scores[check.name] = Score(0.0, check.points, "not-run", f"the notebook did not run: {result.reason}")
@@ -195,7 +212,9 @@ def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[s
     scores = dict(scores)
     for check in job.lab.checks:
         got = checked.get(check.name)
-        if check.external:
+        if check.manual:  # scored from the submitted text when the reports are written (publish)
+            scores[check.name] = Score(0.0, check.points, report.PENDING, "")
+        elif check.external:
             scores[check.name] = got or Score(0.0, check.points, "not-run",
                                               f"the notebook did not run: {result.reason}")
         elif got is not None and got.status != "pass":
@@ -230,14 +249,14 @@ def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
 # ---------------------------------------------------------------------------------------------
 # The batch
 
-def _clear(out: Path) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not (out / MARKER).exists():
-            raise GradeError(f"{out} is not empty and was not written by labkit grade; pick a new or empty "
-                             f"folder with --out (grading clears its output folder first)")
-        shutil.rmtree(out)
+def _claim(out: Path) -> None:
+    """Make ``out`` ours: new, empty, or written by an earlier batch (whose runs it reuses)."""
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise GradeError(f"{out} is not empty and was not written by labkit grade; pick a new or empty folder "
+                         f"with --out")
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("written by `python -m labkit grade`; cleared on the next run\n")
+    (out / MARKER).write_text("written by `python -m labkit grade`; a later batch reuses the runs it still "
+                              "holds (--force: none)\n")
 
 
 def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
@@ -291,8 +310,9 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
 
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
           labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
-          slurm: str | None = None, slurm_args=()) -> Outcome:
-    """Grade the reference notebooks (``submissions=None``) or a submissions folder.
+          force: bool = False, slurm: str | None = None, slurm_args=()) -> Outcome:
+    """Grade the reference notebooks (``submissions=None``) or a submissions folder, running
+    only what changed since the last batch in ``out`` (``force``: everything).
     ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none".
     ``slurm``: a partition to run the notebooks in, as job arrays (``slurm_array``), with
     ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time."""
@@ -314,15 +334,39 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     setup, warning = make_setup(sub is None, sandbox, log)
     run = _executor(slurm, slurm_args, rub.path, out, log)
     try:
-        _clear(out)
+        _claim(out)
         for n in notes:
             log(n)
         if warning:
             log(f"WARNING: every notebook {warning}")
-        return _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log, run)
+        book = Book(out, chosen, jobs, refused, reference=sub is None, warning=warning,
+                    title="Reference notebooks" if sub is None else f"Grades: {sub}", notebooks=str(notebooks),
+                    questions={(lab.key, name): q for lab in chosen
+                               for name, q in answers.questions(lab, Path(notebooks) / lab.notebook).items()})
+        book.save(Path(rubric).read_text())
+        return _run_batch(book, setup, parallel, force, log, run)
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
+
+
+class Progress:
+    """One line per notebook: how it ended, its time, and the batch's elapsed time and ETA."""
+
+    def __init__(self, total: int, log=print):
+        self.total, self.log, self.done, self.t0 = total, log, 0, time.monotonic()
+
+    def line(self, name: str, text: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.t0
+        left = self.total - self.done
+        eta = f", ETA {_clock(elapsed / self.done * left)}" if left else ", done"
+        self.log(f"[{self.done}/{self.total}] {name}: {text}; batch {_clock(elapsed)}{eta}")
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
 def _executor(partition: str | None, args, rubric, out: Path, log):
@@ -341,28 +385,46 @@ def _executor(partition: str | None, args, rubric, out: Path, log):
                              sbatch_args=list(args), log=log)
 
 
-def _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log, run=run_all) -> Outcome:
+def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all) -> Outcome:
     from labkit.grading.checks import Checking
     from labkit.grading.hidden import HIDDEN
 
-    outcome = Outcome(rows=list(refused), out=out, reference=sub is None, warning=warning)
-    done: dict[tuple, list[dict]] = {}
-    order = {job.key: i for i, job in enumerate(jobs)}
+    out, warning = book.out, book.warning
+    outcome = Outcome(rows=list(book.refused), out=out, reference=book.reference, warning=warning)
+    stored: dict[tuple, dict] = {}
+    prints: dict[tuple, dict | None] = {}
+    to_run = []
+    for job in book.jobs:
+        prints[job.key] = ledger.fingerprint(job, setup.sandbox.name)
+        kept = None if force else ledger.reusable(job, prints[job.key])
+        if kept is not None:
+            stored[job.key] = kept
+            outcome.kept.append(job.key)
+        else:
+            to_run.append(job)
+    progress = Progress(len(to_run), log)
+    ta = answers.read_scores(out)
+    current = {key: book.job_rows(job, stored[key], ta)[0] for job in book.jobs if (key := job.key) in stored}
+
+    def collect() -> list[dict]:
+        return list(book.refused) + [r for job in book.jobs for r in current.get(job.key, [])]
 
     def write(job: Job, result: RunResult, scores: dict, records: dict, notes: list[str]) -> None:
-        rows = rows_for(job, result, scores, notes)
-        done[job.key] = rows
-        outcome.rows[:] = refused + [r for key in sorted(done, key=order.get) for r in done[key]]
+        stored[job.key] = {"fingerprint": prints[job.key], "rows": rows_for(job, result, scores, notes),
+                           "records": records, "values": {n: s.value for n, s in scores.items()},
+                           "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
+                           "executed": result.ran}
+        ledger.save_outcome(job, stored[job.key])
+        rows = current[job.key] = book.job_rows(job, stored[job.key], ta)[0]
+        book.write_page(job, rows, stored[job.key], force=True)
+        outcome.rows[:] = collect()
         report.write_csv(outcome.rows, out / "grades.csv")
-        name = job.lab.notebook if outcome.reference else f"{job.student}/{job.lab.notebook}"
-        report.write_feedback(job.executed if result.ran else None, rows, job.executed.with_suffix(".html"),
-                              f"{job.student}: {job.lab.key} ({job.lab.title})", warning)
-        if outcome.reference:
-            outcome.entries.append({"lab": job.lab, "rows": rows, "records": records,
-                                    "values": {n: s.value for n, s in scores.items()}})
-        got = sum(r["points"] for r in rows[1:])
-        log(f"[{len(done)}/{len(jobs)}] {name}: {rows[0]['status']}, {got:g}/{job.lab.max_points:g} points"
-            + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
+        outcome.ran.append(job.key)
+        tot = report.totals(rows)[job.key]
+        progress.line(job.lab.notebook if book.reference else f"{job.student}/{job.lab.notebook}",
+                      f"{rows[0]['status']}, {report.pts(tot[0], tot[1])} points"
+                      + (f" (+{tot[2]:g} pending)" if tot[2] else "")
+                      + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
 
     def then(job: Job, result: RunResult):
         nb, records, problem = read_executed(job, result)
@@ -386,19 +448,41 @@ def _run_batch(jobs, refused, chosen, setup, warning, out, sub, parallel, log, r
             return None
 
     try:
-        if jobs:
-            log(f"running {len(jobs)} notebook(s), {f'{parallel} at a time' if run is run_all else 'on Slurm'}, "
+        if outcome.kept:
+            log(f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
+                f"last run (--force runs them again)")
+        if to_run:
+            log(f"running {len(to_run)} notebook(s), {f'{parallel} at a time' if run is run_all else 'on Slurm'}, "
                 f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
                 f"limits by {setup.backend}")
-        run(jobs, setup, parallel, then=then)
+        run(to_run, setup, parallel, then=then)
     finally:
-        report.write_csv(outcome.rows, out / "grades.csv")
-        report.write_summary(outcome.rows, chosen, out / "summary.md",
-                             "Reference notebooks" if outcome.reference else f"Grades: {sub}", warning)
+        outcome.rows[:] = book.write_reports(log)
+        _similarity(book, log)
         if outcome.reference:
-            outcome.entries.sort(key=lambda e: chosen.index(e["lab"]))
+            for job in book.jobs:
+                if job.key in stored:
+                    outcome.entries.append({"lab": job.lab, "records": stored[job.key].get("records") or {},
+                                            "rows": [r for r in outcome.rows if (r["student"], r["lab"]) == job.key],
+                                            "values": stored[job.key].get("values") or {}})
             report.write_reference_report(outcome.entries, out / "report.md", out / "report.csv", warning)
     return outcome
+
+
+def _similarity(book: Book, log) -> None:
+    """similarity.html: flags only; a failure to compare never costs the batch its reports."""
+    from labkit.grading import similarity
+
+    if book.reference:
+        return
+    try:
+        pairs = similarity.report(book)
+    except (OSError, ValueError) as e:
+        log(f"similarity report not written: {type(e).__name__}: {e}")
+        return
+    if pairs:
+        log(f"similarity.html: {len(pairs)} pair(s) of notebooks share code or answers above the threshold "
+            f"(flags only: no points change)")
 
 
 def main(args) -> int:
@@ -412,17 +496,18 @@ def main(args) -> int:
         signal.signal(sig, interrupt)
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
-                        sandbox="none" if args.no_sandbox else None, slurm=args.slurm,
+                        sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
                         slurm_args=shlex.split(args.slurm_args or ""))
-    except (GradeError, RubricError) as e:
+    except (GradeError, RubricError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv",
-              file=sys.stderr)
+        print(f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv, "
+              f"and grading again resumes with the rest", file=sys.stderr)
         return 130
     bad = outcome.not_passed
+    waiting = sum(1 for r in outcome.rows if r["status"] == report.PENDING)
     print(f"wrote {outcome.out / 'grades.csv'} and {outcome.out / 'summary.md'}"
           + (f" and {outcome.out / 'report.md'}" if outcome.reference else "")
-          + f"; {len(bad)} row(s) not passed")
+          + f"; {len(bad)} row(s) not passed" + (f", {waiting} answer(s) awaiting a TA" if waiting else ""))
     return outcome.exit_code

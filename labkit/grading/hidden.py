@@ -26,8 +26,6 @@ Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
    the student kit ships neither) and compares with a tolerance;
    ``folder`` is the probe's output folder, for probes that leave files (a cluster run); keyword
    arguments after ``inputs`` are defaults the rubric's ``args`` add to;
-   an exercise written as assignments rather than a function can use the ``formulas`` probe
-   (``lab5_bytes_formulas`` does);
 3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
    when it shows the exercise works, its name to the lab's ``evidence``.
 """
@@ -82,7 +80,7 @@ def judge(name: str, rubric_args: dict, folder: Path) -> Verdict:
     if status is None:
         raise Unverifiable("the student's functions did not finish (time or memory limit, or the process died)")
     if not status.get("ok"):
-        what = ", ".join(h.functions) or ", ".join(args.get("targets", [])) or "code"
+        what = ", ".join(h.functions) or "code"
         return Verdict(False, f"running your {what} failed: {status.get('error', '?')}")
     arrays = _arrays(folder / f"{name}.npz")
     try:
@@ -278,28 +276,23 @@ def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lab 5: bytes per step and the cost model's terms, against the kit's analytic model
+# Lab 5: the cost model's communication terms, against the reference on inputs the run never had
 
-LAB5_TARGETS = ("ps_sends", "ring_worker_sends", "ps_terms", "ring_terms")
+@hidden("lab5_comm_terms", functions=["comm_terms"], probe_name="comm_terms", inputs=probe.inputs_comm_terms)
+def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Messages exactly, bytes to a byte (or 1e-6), for every case of ``probe.inputs_comm_terms``:
+    model sizes, worker and ps counts and uneven shards that the notebook's runs never had."""
+    from labkit.solutions.lab5 import comm_terms
 
-
-def reference_lab5(M: float, N: int, n_ps: int) -> dict:
-    from labkit.costmodel import comm_terms, step_bytes
-
-    return {"ps_sends": step_bytes("ps", M, N).ps_sent[0], "ring_worker_sends": step_bytes("ring", M, N).worker_sent,
-            "ps_terms": comm_terms("ps", M, N, n_ps), "ring_terms": comm_terms("ring", M, N, n_ps)}
-
-
-@hidden("lab5_bytes_formulas", functions=[], probe_name="formulas", inputs=probe.settings_formulas,
-        targets=list(LAB5_TARGETS))
-def judge_lab5_formulas(args: dict, arrays: dict, folder: Path) -> Verdict:
-    """The student's formulas for what the ps and a ring worker send per step, and the cost model's
-    (messages, bytes) on the critical path, at model sizes and worker counts the run never had."""
-    for k, inputs in enumerate(probe.inputs_formulas(args.get("grid"))):
-        want = reference_lab5(**inputs)
-        for t in args["targets"]:
-            if _close(arrays[f"{k}_{t}"], np.asarray(want[t], np.float64), 1.0, 1e-9) > 1:
-                shown = ", ".join(f"{key} = {v:g}" for key, v in inputs.items())
-                return Verdict(False, f"{t} at {shown} is {arrays[f'{k}_{t}'].tolist()}, the model says "
-                                      f"{np.asarray(want[t]).tolist()}")
+    cases = probe.inputs_comm_terms(**args)
+    got = arrays["terms"]
+    if got.shape != (len(cases), 2):
+        return Verdict(False, f"comm_terms gave {got.shape[0]} answers for {len(cases)} cases")
+    for case, (msgs, nbytes) in zip(cases, got):
+        want_msgs, want_bytes = comm_terms(**case)
+        if msgs != want_msgs or _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1:
+            shards = f", shards={tuple(round(x) for x in case['shards'])}" if case["shards"] else ""
+            where = f"comm_terms({case['arch']!r}, M={case['M']:.0f}, N={case['N']}, n_ps={case['n_ps']}{shards})"
+            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}); the cost model's critical path has "
+                                  f"({want_msgs:g}, {want_bytes:,.0f})")
     return Verdict(True)

@@ -69,9 +69,7 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
                 exec(compile(ast.Module([node], []), filename, "exec"), namespace)
             except Exception as e:  # an import the student kit lacks, say: the function may not need it
                 notes.append(f"cell {i} line {node.lineno}: {type(e).__name__}: {e}")
-    found = {n: namespace[n] for n in names if callable(namespace.get(n))}
-    found["__namespace__"] = namespace   # imports and definitions, for exercises written as formulas
-    return found, notes
+    return {n: namespace[n] for n in names if callable(namespace.get(n))}, notes
 
 
 def _definition(node) -> bool:
@@ -201,62 +199,36 @@ def ring_allreduce(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Formulas an exercise writes as assignments (Lab 5's bytes and cost-model terms)
+# Lab 5: the cost model's communication terms
 
-def last_assignments(notebook: Path, targets) -> tuple[list, list[str]]:
-    """The notebook's last top-level assignment to each of ``targets`` (as compiled statements,
-    in notebook order), and the targets nothing assigns."""
-    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    found = {}
-    for i, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        try:
-            tree = ast.parse("\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in targets:
-                found[node.targets[0].id] = (i, node.lineno, compile(ast.Module([node], []), f"<cell {i}>", "exec"))
-    order = sorted(found.values(), key=lambda t: t[:2])
-    return [code for _, _, code in order], [t for t in targets if t not in found]
+def inputs_comm_terms(seed: int = 0, sizes: int = 2) -> list[dict]:
+    """Model sizes drawn from ``seed``, N = 1..8 workers, 1-9 ps tasks (more ps than workers too),
+    each ps count with an even split (``shards`` None) and a random uneven one; the ring once per N."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for M in (float(rng.integers(10_000, 10**9)) for _ in range(int(sizes))):
+        for N in (1, 2, 3, 5, 8):
+            out.append({"arch": "ring", "M": M, "N": N, "n_ps": 1, "shards": None})
+            for k in (1, 2, 3, 9):
+                out.append({"arch": "ps", "M": M, "N": N, "n_ps": k, "shards": None})
+                if k > 1:
+                    out.append({"arch": "ps", "M": M, "N": N, "n_ps": k,
+                                "shards": tuple(float(x) for x in M * rng.dirichlet(np.ones(k)))})
+    return out
 
 
-def inputs_formulas(grid: dict | None = None) -> list[dict]:
-    """Every combination of the grid's values: {"M": [...], "N": [...], "n_ps": [...]}."""
-    import itertools
-
-    grid = grid or {"M": [31_400.0, 6_612_608.0], "N": [1, 2, 3, 5], "n_ps": [1, 2]}
-    keys = sorted(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
-
-
-@probe("formulas")
-def formulas(fns: dict, args: dict, out: Path) -> dict:
-    """The exercise's assignments to ``targets``, evaluated with the grader's ``grid`` of inputs
-    (bound to the names the notebook uses: M, N, n_ps), after the notebook's imports and definitions."""
-    targets = list(args["targets"])
-    codes, missing = last_assignments(fns["__notebook__"], targets)
-    if missing:
-        raise LookupError(f"no top-level assignment to {', '.join(missing)} in the notebook's code cells")
-    arrays = {}
-    for k, inputs in enumerate(inputs_formulas(args.get("grid"))):
-        scope = {**fns["__namespace__"], **inputs}
-        for code in codes:
-            exec(code, scope)
-        for t in targets:
-            arrays[f"{k}_{t}"] = np.asarray(scope[t], np.float64)
-    return arrays
-
-
-def settings_formulas(targets, grid: dict | None = None) -> dict:
-    if not targets or not all(isinstance(t, str) for t in targets):
-        raise ValueError("targets must name the variables the exercise assigns")
-    inputs_formulas(grid)
-    return {"targets": list(targets), "grid": grid}
+@probe("comm_terms")
+def comm_terms(fns: dict, args: dict, out: Path) -> dict:
+    """``comm_terms(arch, M, N, n_ps, shards) -> (messages, bytes)`` on every case: one row each."""
+    fn = fns["comm_terms"]
+    rows = []
+    for case in inputs_comm_terms(**args):
+        result = fn(case["arch"], case["M"], case["N"], case["n_ps"], case["shards"])
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TypeError(f"comm_terms must return (messages, bytes); for {case['arch']!r} it returned "
+                            f"{type(result).__name__}")
+        rows.append([float(result[0]), float(result[1])])
+    return {"terms": np.asarray(rows, np.float64)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +285,6 @@ def main(argv=None) -> int:
         name = check["check"]
         try:
             fns, notes = load_functions(spec["notebook"], check["functions"])
-            fns["__notebook__"] = spec["notebook"]
             missing = [f for f in check["functions"] if f not in fns]
             if missing:
                 hint = f" ({'; '.join(notes[:3])})" if notes else ""

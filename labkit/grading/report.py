@@ -1,27 +1,28 @@
 """What grading writes: ``grades.csv`` (one row per student, lab and check), ``summary.md``
-(totals and every failure with its reason), ``report.md``/``report.csv`` (the reference run:
-records and checks) and an HTML feedback page per submission (the executed notebook with
-its check results on top). Every writer replaces its file atomically, so a reader never
-sees half a file, and ``grades.csv`` is rewritten after each notebook so it always exists.
+(totals and every failure with its reason) and ``report.md``/``report.csv`` (the reference run:
+records and checks). Feedback pages are ``feedback``'s, the gradebook exports ``exports``'.
+Every writer replaces its file atomically, so a reader never sees half a file, and
+``grades.csv`` is rewritten after each notebook so it always exists.
+
+Totals count ``pending`` rows (answers awaiting a TA) apart: "12/20 (+3 pending)".
 """
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import os
-import re
 from collections import defaultdict
 from pathlib import Path
 
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
+PENDING = "pending"      # an answer awaiting a TA's score: not a failure, not points yet
 NEVER_RAN = {"unreadable", "refused", "not-submitted"}
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -34,7 +35,7 @@ def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:
     w.writeheader()
     for r in rows:
         w.writerow({k: _cell(r.get(k)) for k in fields})
-    _write(path, buf.getvalue())
+    write_text(path, buf.getvalue())
 
 
 def _cell(v):
@@ -50,18 +51,21 @@ def _md(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _pts(points: float, most: float) -> str:
-    return f"{points:g}/{most:g}"
+def pts(points: float, most: float, pending: float = 0.0) -> str:
+    return f"{points:g}/{most:g}" + (f" (+{pending:g} pending)" if pending else "")
 
 
 def totals(rows: list[dict]) -> dict:
-    """{(student, lab): [points, max]} over the check rows."""
-    out = defaultdict(lambda: [0.0, 0.0])
+    """{(student, lab): [points, max, pending]} over the check rows (pending: the points of the
+    answers still awaiting a TA)."""
+    out = defaultdict(lambda: [0.0, 0.0, 0.0])
     for r in rows:
         if r["check"] != EXECUTION:
             t = out[(r["student"], r["lab"])]
             t[0] += r["points"]
             t[1] += r["max"]
+            if r["status"] == PENDING:
+                t[2] += r["max"]
     return out
 
 
@@ -76,10 +80,9 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
              f"{sum(1 for r in rows if r['check'] == EXECUTION)} notebook(s).", "", "## Totals", "",
              "| student | " + " | ".join(keys) + " | total |", "|---|" + "---|" * (len(keys) + 1)]
     for s in students:
-        cells = [_pts(*tot[(s, k)]) if (s, k) in tot else "-" for k in keys]
-        p = sum(tot[(s, k)][0] for k in keys if (s, k) in tot)
-        m = sum(tot[(s, k)][1] for k in keys if (s, k) in tot)
-        lines.append(f"| {_md(s)} | " + " | ".join(cells) + f" | {_pts(p, m)} |")
+        cells = [pts(*tot[(s, k)]) if (s, k) in tot else "-" for k in keys]
+        p, m, w = (sum(tot[(s, k)][i] for k in keys if (s, k) in tot) for i in range(3))
+        lines.append(f"| {_md(s)} | " + " | ".join(cells) + f" | {pts(p, m, w)} |")
     lines += ["", "## Labs", "", "| lab | notebook | graded | ran to the end | mean | min | max | out of |",
               "|---|---|---|---|---|---|---|---|"]
     for lab in labs:
@@ -90,16 +93,21 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
                          f"| {min(scores):g} | {max(scores):g} | {lab.max_points:g} |")
     # a notebook that never ran gets one line, not one per check
     absent = {(r["student"], r["lab"]) for r in rows if r["check"] == EXECUTION and r["status"] in NEVER_RAN}
-    bad = [r for r in rows if r["status"] not in GOOD
+    bad = [r for r in rows if r["status"] not in GOOD | {PENDING}
            and (r["check"] == EXECUTION or (r["student"], r["lab"]) not in absent)]
+    waiting = [r for r in rows if r["status"] == PENDING]
+    if waiting:
+        lines += ["", f"## Awaiting a TA ({len(waiting)} answer(s), {sum(r['max'] for r in waiting):g} points)", "",
+                  "Export them with `python -m labkit grade-answers`, score them in the CSVs, and merge those with "
+                  "`python -m labkit grade-merge`; the totals above count them apart (`+N pending`)."]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]
-        lines += [f"| {_md(r['student'])} | {r['lab']} | {_md(r['check'])} | {_pts(r['points'], r['max'])} "
+        lines += [f"| {_md(r['student'])} | {r['lab']} | {_md(r['check'])} | {pts(r['points'], r['max'])} "
                   f"| {r['status']} | {_md(r['reason'])} |" for r in bad]
     else:
         lines.append("Every check passed.")
-    _write(path, "\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, warning: str = "") -> None:
@@ -117,11 +125,11 @@ def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, w
         got = sum(r["points"] for r in checks)
         lines += [f"## {lab.key}: {lab.title}", "",
                   f"`{lab.notebook}`: {run['status']}" + (f" ({run['reason']})" if run["reason"] else "")
-                  + f", {run['seconds']} s; {_pts(got, lab.max_points)} points.", "",
+                  + f", {run['seconds']} s; {pts(got, lab.max_points)} points.", "",
                   "| check | points | status | value | reason |", "|---|---|---|---|---|"]
         for r in checks:
             value = e["values"].get(r["check"])
-            lines.append(f"| {_md(r['check'])} | {_pts(r['points'], r['max'])} | {r['status']} "
+            lines.append(f"| {_md(r['check'])} | {pts(r['points'], r['max'])} | {r['status']} "
                          f"| {_md(_short(value))} | {_md(r['reason'])} |")
             csv_rows.append({"lab": lab.key, "kind": "check", "name": r["check"], "value": _short(value, 1000),
                              "points": r["points"], "max": r["max"], "status": r["status"], "reason": r["reason"]})
@@ -130,7 +138,7 @@ def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, w
             lines.append(f"| {_md(name)} | {_md(_short(value))} |")
             csv_rows.append({"lab": lab.key, "kind": "record", "name": name, "value": _short(value, 1000)})
         lines.append("")
-    _write(md_path, "\n".join(lines))
+    write_text(md_path, "\n".join(lines))
     write_csv(csv_rows, csv_path, ["lab", "kind", "name", "value", "points", "max", "status", "reason"])
 
 
@@ -139,35 +147,3 @@ def _short(value, limit: int = 80) -> str:
         return ""
     text = f"{value:.4g}" if isinstance(value, float) else value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_STATUS_COLOR = {"pass": "#1a7f37", "ok": "#1a7f37", "partial": "#9a6700"}
-
-
-def write_feedback(executed: Path | None, rows: list[dict], path: Path, title: str, warning: str = "") -> None:
-    """An HTML page: the check results, then the executed notebook (sanitized) when there is one."""
-    got = sum(r["points"] for r in rows if r["check"] != EXECUTION)
-    most = sum(r["max"] for r in rows if r["check"] != EXECUTION)
-    trs = "".join(
-        f"<tr><td>{html.escape(r['check'])}</td><td>{_pts(r['points'], r['max']) if r['check'] != EXECUTION else ''}"
-        f"</td><td style='color:{_STATUS_COLOR.get(r['status'], '#cf222e')};font-weight:bold'>{html.escape(r['status'])}"
-        f"</td><td>{html.escape(str(r['reason']))}</td></tr>" for r in rows)
-    header = (f"<section id='labkit-grade' style='font-family:sans-serif;margin:1em 2em;padding:1em;"
-              f"border:2px solid #888;border-radius:6px'><h2>{html.escape(title)}: {_pts(got, most)} points</h2>"
-              + (f"<p style='color:#cf222e;font-weight:bold'>WARNING: this notebook {html.escape(warning)}.</p>"
-                 if warning else "") +
-              f"<table style='border-collapse:collapse' border='1' cellpadding='4'><tr><th>check</th><th>points</th>"
-              f"<th>status</th><th>reason</th></tr>{trs}</table></section>")
-    body = None
-    if executed is not None and executed.is_file():
-        try:
-            from nbconvert import HTMLExporter
-
-            body, _ = HTMLExporter(template_name="lab", sanitize_html=True).from_filename(str(executed))
-        except Exception as e:  # a page without the notebook beats no page; say why
-            header += f"<p>The executed notebook could not be rendered: {html.escape(f'{type(e).__name__}: {e}')}</p>"
-    if body is None:
-        body = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-                f"<body><main></main></body></html>")
-    m = re.search(r"<main[^>]*>", body) or re.search(r"<body[^>]*>", body)
-    _write(path, body[: m.end()] + header + body[m.end():])

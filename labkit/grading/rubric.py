@@ -6,8 +6,10 @@ key to fix before any notebook runs. ``evaluate(check, nb, records)`` scores one
 executed notebook, with partial credit where a fraction has a meaning.
 
 Check kinds are a registry (``KINDS``, filled by ``@kind``), as verifiers and hidden checks
-are: a kind names its keys and how it scores. Kinds that read the notebook score here; a
-``hidden`` check is scored by the grader's own check process (``labkit.grading.checks``).
+are: a kind names its keys and who scores it (``Kind.scorer``). Kinds that read the notebook
+score here; a ``hidden`` check is scored by the grader's own check process
+(``labkit.grading.checks``); an ``analysis`` answer by people: it is ``pending`` until a TA's
+score is merged (``labkit.grading.answers``).
 
 Evidence: a lab's ``evidence`` names the checks whose value the grader establishes itself
 (a ``verify`` re-check or a ``hidden`` check). Until every one of them earns points, the
@@ -48,14 +50,19 @@ class RubricError(ValueError):
     """The rubric file is malformed; the message names the lab, check and key to fix."""
 
 
+SCORERS = ("notebook", "grader", "people")
+
+
 @dataclass(frozen=True)
 class Kind:
-    """A check kind: its keys, and how it scores (``None``: by the grader's check process)."""
+    """A check kind: its keys, and who scores it: ``notebook`` (``score`` reads the executed
+    notebook), ``grader`` (the grader's check process) or ``people`` (a TA, ``answers``)."""
     name: str
     required: frozenset
     optional: frozenset
-    score: Callable | None          # (spec, nb, records) -> (fraction, reason, value)
+    score: Callable | None          # (spec, nb, records) -> (fraction, reason, value), for "notebook"
     gated: bool = True              # False: scored on its own, whatever the lab's evidence says
+    scorer: str = "notebook"
 
 
 KINDS: dict[str, Kind] = {}
@@ -86,7 +93,12 @@ class Check:
     @property
     def external(self) -> bool:
         """Scored by the grader's check process rather than from the notebook's records."""
-        return KINDS[self.kind].score is None
+        return KINDS[self.kind].scorer == "grader"
+
+    @property
+    def manual(self) -> bool:
+        """Scored by people (a TA), from the submitted text; never from the run."""
+        return KINDS[self.kind].scorer == "people"
 
     @property
     def is_evidence(self) -> bool:
@@ -129,7 +141,7 @@ class Score:
     """The outcome of one check: points earned, status and a reason a student can act on."""
     points: float
     max: float
-    status: str            # pass | partial | fail | missing | mismatch | unverified | not-run | grader-error
+    status: str            # pass | partial | fail | missing | mismatch | unverified | not-run | grader-error | pending
     reason: str = ""
     value: object = None   # the value the check looked at (for report.md)
 
@@ -243,8 +255,9 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
         if verify["name"] not in VERIFIERS:
             raise RubricError(f"{where} {name!r}: unknown verifier {verify['name']!r}; "
                               f"registered: {', '.join(sorted(VERIFIERS))}")
-        if k.score is None:
-            raise RubricError(f"{where} {name!r}: a {kind_name} check is the grader's own; it takes no verify")
+        if k.scorer != "notebook":
+            raise RubricError(f"{where} {name!r}: a {kind_name} check is not scored from the notebook's records; "
+                              f"it takes no verify")
     return Check(lab=lab, name=name, kind=kind_name, points=float(points), spec=c, verify=verify)
 
 
@@ -252,7 +265,7 @@ def _check_keys(kind_name: str, c: dict, where: str) -> None:
     """The values of a check's keys: numbers, record names, cell lists, a registered hidden check."""
     if kind_name == "threshold" and "min" not in c and "max" not in c:
         raise RubricError(f"{where}: a threshold needs min and/or max")
-    for k in ("min", "max", "partial_min", "partial_max", "tolerance", "factor", "min_chars"):
+    for k in ("min", "max", "partial_min", "partial_max", "tolerance", "factor"):
         if k in c and not _is_number(c[k]):
             raise RubricError(f"{where}: {k} must be a number, not {c[k]!r}")
     if kind_name == "figures" and c.get("min", 1) < 1:
@@ -273,6 +286,12 @@ def _check_keys(kind_name: str, c: dict, where: str) -> None:
         raise RubricError(f"{where}: records must be a non-empty list of record names")
     if "cells" in c and (not isinstance(c["cells"], list) or not all(isinstance(x, str) for x in c["cells"])):
         raise RubricError(f"{where}: cells must be a list of cell tags or ids")
+    if "records" in c and kind_name == "analysis" and (
+            not isinstance(c["records"], list) or not all(isinstance(x, str) for x in c["records"])):
+        raise RubricError(f"{where}: records must be a list of record names (shown to the TA next to the answer)")
+    for k in ("question", "placeholder"):
+        if k in c and (not isinstance(c[k], str) or not c[k]):
+            raise RubricError(f"{where}: {k} must be a non-empty string")
     if kind_name == "hidden":
         from labkit.grading.hidden import HIDDEN
 
@@ -313,8 +332,9 @@ def _close(a: float, b: float, tol: float) -> bool:
 def evaluate(check: Check, nb, records: dict) -> Score:
     """Score ``check`` on an executed notebook ``nb`` (nbformat node) with its ``records``."""
     score = KINDS[check.kind].score
-    if score is None:
-        raise ValueError(f"check {check.name!r} ({check.kind}) is scored by the grader's check process")
+    if KINDS[check.kind].scorer != "notebook":
+        raise ValueError(f"check {check.name!r} ({check.kind}) is scored by "
+                         f"{'people' if check.manual else 'the grader' + chr(39) + 's check process'}")
     try:
         fraction, reason, value = score(check.spec, nb, records)
     except Missing as e:
@@ -436,28 +456,14 @@ def _eval_figures(c, nb, records):
     return ok / len(names), "; ".join(short), counts
 
 
-@kind("analysis", optional={"cells", "min_chars", "placeholder"}, gated=False)
-def _eval_analysis(c, nb, records):
-    names = c.get("cells") or ["analysis"]
-    placeholder = c.get("placeholder", PLACEHOLDER)
-    min_chars = int(c.get("min_chars", 80))
-    cells = [(name, cell) for name in names for cell in named_cells(nb, name)]
-    if not cells:
-        return 0.0, f"no answer cells tagged {', '.join(map(repr, names))} (keep the tag on your answer cells)", 0
-    problems = []
-    for i, (name, cell) in enumerate(cells):
-        text = cell.source if isinstance(cell.source, str) else "".join(cell.source)
-        if placeholder.lower() in text.lower():
-            problems.append(f"answer {i + 1} ({name}) still has the placeholder")
-        elif len(" ".join(text.split())) < min_chars:
-            problems.append(f"answer {i + 1} ({name}) is shorter than {min_chars} characters")
-    answered = len(cells) - len(problems)
-    return answered / len(cells), "; ".join(problems), answered
-
+# An analysis answer: people score it (labkit.grading.answers finds the answer cells, by id or
+# tag, in the submitted notebook, and merges the TA's scores); nothing here reads the run.
+KINDS["analysis"] = Kind("analysis", frozenset(), frozenset({"cells", "placeholder", "question", "records"}), None,
+                         gated=False, scorer="people")
 
 # A hidden check: the grader imports the student's functions into a fresh sandboxed process and
 # runs them on its own inputs (labkit.grading.hidden); scored there, never from the notebook.
-KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None)
+KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None, scorer="grader")
 
 
 def _images(cell) -> int:

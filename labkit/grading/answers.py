@@ -1,0 +1,374 @@
+"""Analysis answers: people score them, the grader finds them and keeps the books.
+
+An ``analysis`` check earns nothing by itself. Its answer is ``pending`` until a TA's score
+is merged; an answer still holding the placeholder (or empty) is ``fail`` at once, and one
+the grader cannot find is ``pending`` with a reason that says so (the TA reads the notebook):
+never a silent 0.
+
+Finding answers (``locate``). The rubric names each check's answer cells (``cells``: tags or
+cell ids, default the tag ``analysis``). In the reference notebook those names give the answer
+cells' ids, which ``make release`` keeps; in a submission each expected answer is the cell with
+that id, whatever its tags or type now (a retyped or untagged cell is matched and noted). When
+the id is gone, the cell right after the question's cell (found by its id) is taken, and noted;
+when neither is there, the answer is reported missing. A tagged cell that no id claims (a
+duplicated answer cell) is read with the answer above it, and noted.
+
+The TA's side: ``export`` writes, per question, ``answers/<lab>/<check>.html`` (the question,
+the answer key, every student's answer side by side with the student's own measured numbers)
+and a ``.csv`` of the same rows with empty ``score`` and ``comment`` columns. ``merge`` reads
+filled-in CSVs into ``ta_scores.csv`` in the output folder; every report is then rebuilt from
+the stored runs (``grade.publish``) without running a notebook. A score is tied to the answer
+it was given for (``answer_sha``): when a resubmitted answer changes, it is pending again.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit.record import Missing, cell_tags, lookup
+
+PLACEHOLDER = "YOUR ANSWER HERE"
+DEFAULT_NAMES = ["analysis"]
+SCORES_FILE = "ta_scores.csv"
+SCORE_FIELDS = ["lab", "check", "student", "score", "max", "comment", "answer_sha", "source"]
+EXPORT_FIELDS = ["lab", "check", "student", "answer", "numbers", "notes", "status", "answer_sha", "max", "score",
+                 "comment"]
+NOTE_ROWS = ("(question)", "(answer key)")   # the first rows of an exported CSV: read by people, skipped by merge
+_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+_BACKTICKED = re.compile(r"`([A-Za-z_][\w.\-]*)`")
+
+
+class ScoresError(ValueError):
+    """A scores CSV cannot be merged; the message names the file, the row and what to fix."""
+
+
+@dataclass
+class Question:
+    """One analysis check, as the reference notebook asks and answers it."""
+    lab: str
+    check: str
+    max: float
+    names: list                 # the rubric's cell names (tags or ids)
+    answer_ids: list = field(default_factory=list)     # the reference's answer cells, by id
+    question_ids: list = field(default_factory=list)   # the question cell before each (or None)
+    text: str = ""              # the question (Markdown)
+    key: str = ""               # the answer key (Markdown): for TAs only, never on a feedback page
+    records: list = field(default_factory=list)        # records named by the rubric or in backticks
+    placeholder: str = PLACEHOLDER
+
+
+@dataclass
+class Answer:
+    text: str = ""
+    cells: list = field(default_factory=list)   # indices of the cells read, in the submitted notebook
+    notes: list = field(default_factory=list)   # how they were found, when not simply by id and tag
+    found: bool = False
+
+    @property
+    def answered(self) -> bool:
+        return bool(" ".join(self.text.split()))
+
+    @property
+    def sha(self) -> str:
+        return answer_sha(self.text)
+
+
+def answer_sha(text: str) -> str:
+    """A short hash of an answer's words (whitespace does not count), tying a TA's score to it."""
+    return hashlib.sha256(" ".join(str(text).split()).encode()).hexdigest()[:12]
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return src if isinstance(src, str) else "".join(src)
+
+
+def _matches(cell, names) -> bool:
+    return any(n in cell_tags(cell) or cell.get("id") == n for n in names)
+
+
+def _without_markers(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if ln.strip() not in _MARKERS).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# The questions and their key, from the reference notebook
+
+def questions(lab, reference: Path | None) -> dict[str, Question]:
+    """{check name: Question} for the lab's analysis checks; without a reference notebook the
+    answers are found by their names alone."""
+    import nbformat
+
+    nb = None
+    if reference is not None and Path(reference).is_file():
+        nb = nbformat.read(str(reference), as_version=4)
+    out = {}
+    for check in [c for c in lab.checks if c.manual]:
+        names = list(check.spec.get("cells") or DEFAULT_NAMES)
+        q = Question(lab.key, check.name, check.points, names, placeholder=check.spec.get("placeholder", PLACEHOLDER))
+        if nb is not None:
+            answer_cells = [i for i, c in enumerate(nb.cells) if _matches(c, names)]
+            q.answer_ids = [nb.cells[i].get("id") for i in answer_cells]
+            q.question_ids = [_question_cell(nb, i, check.spec.get("question"), names) for i in answer_cells]
+            by_id = {c.get("id"): c for c in nb.cells}
+            q.text = "\n\n".join(_source(by_id[qid]) for qid in dict.fromkeys(q.question_ids) if qid in by_id)
+            q.key = "\n\n".join(_without_markers(_source(nb.cells[i])) for i in answer_cells)
+        named = list(check.spec.get("records", []))
+        q.records = named + [r for r in dict.fromkeys(_BACKTICKED.findall(q.text + "\n" + q.key)) if r not in named]
+        out[check.name] = q
+    return out
+
+
+def _question_cell(nb, answer: int, named: str | None, names) -> str | None:
+    """The id of the question's cell: the rubric's ``question``, else the nearest Markdown cell
+    above the answer that is not an answer itself."""
+    if named:
+        return named
+    for cell in reversed(nb.cells[:answer]):
+        if cell.get("cell_type") == "markdown" and not _matches(cell, names) and "analysis" not in cell_tags(cell):
+            return cell.get("id")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the answers in a submission
+
+def locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
+    """{check name: Answer} in the submitted notebook ``nb`` (see the module docstring)."""
+    cells = nb.cells
+    index = {c.get("id"): i for i, c in enumerate(cells) if c.get("id")}
+    claimed: dict[int, str] = {}
+    found = {name: Answer() for name in qs}
+    for name, q in qs.items():
+        a = found[name]
+        if not q.answer_ids:  # no reference: the cells the names match
+            for i, c in enumerate(cells):
+                if _matches(c, q.names) and i not in claimed:
+                    claimed[i] = name
+                    a.cells.append(i)
+            if not a.cells:
+                a.notes.append(f"no cell tagged {', '.join(map(repr, q.names))} (keep the tag on your answer cells)")
+            continue
+        for aid, qid in zip(q.answer_ids, q.question_ids):
+            i = index.get(aid)
+            if i is None and qid in index:
+                after = index[qid] + 1
+                if after < len(cells) and after not in claimed and cells[after].get("id") not in _all_ids(qs):
+                    i = after
+                    a.notes.append(f"answer cell {aid} is gone; read the cell after the question ({qid}) instead")
+            if i is None:
+                a.notes.append(f"answer cell {aid} is not in the notebook (deleted, or its content moved to a new "
+                               f"cell): the TA reads the notebook")
+                continue
+            claimed[i] = name
+            a.cells.append(i)
+            cell = cells[i]
+            if cell.get("cell_type") != "markdown":
+                a.notes.append(f"answer cell {aid} is a {cell.get('cell_type')} cell now; its text is read as "
+                               f"the answer")
+            elif not ({"analysis", *q.names} & set(cell_tags(cell))):
+                a.notes.append(f"answer cell {aid} lost its tag; found by its cell id")
+    _duplicates(cells, qs, found, claimed)
+    for name, q in qs.items():
+        a = found[name]
+        a.cells.sort()
+        a.found = bool(a.cells)
+        texts = [_without_markers(_source(cells[i])) for i in a.cells]
+        a.text = "\n\n".join(t for t in texts if t and q.placeholder.lower() not in t.lower())
+    return found
+
+
+def _all_ids(qs) -> set:
+    return {aid for q in qs.values() for aid in q.answer_ids}
+
+
+def _duplicates(cells, qs, found, claimed) -> None:
+    """Tagged cells no id claimed (a copied answer cell): read with the nearest answer above."""
+    tags = {"analysis"} | {n for q in qs.values() for n in q.names}
+    for i, c in enumerate(cells):
+        if i in claimed or not (set(cell_tags(c)) & tags):
+            continue
+        above = [j for j in claimed if j < i]
+        owner = claimed[max(above)] if above else next(iter(qs))
+        claimed[i] = owner
+        found[owner].cells.append(i)
+        found[owner].notes.append(f"also read cell {i} (id {c.get('id')}), tagged like an answer cell: a copy "
+                                  f"of one?")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores: automatic where nothing needs judging, else pending until a TA's is merged
+
+def score(q: Question, a: Answer | None, ta: dict | None):
+    """The Score of one answer: the TA's (for this very answer), else pending or fail."""
+    from labkit.grading.rubric import Score
+
+    notes = "; ".join(a.notes) if a else ""
+    if a is None:
+        return Score(0.0, q.max, "not-run", "the notebook could not be read, so neither could the answer")
+    if ta is not None and ta.get("answer_sha") == a.sha and ta.get("score") not in ("", None):
+        pts = min(max(float(ta["score"]), 0.0), q.max)
+        status = "pass" if pts >= q.max else "partial" if pts > 0 else "fail"
+        reason = "scored by a TA" + (f": {ta['comment']}" if ta.get("comment") else "")
+        return Score(pts, q.max, status, reason + (f" ({notes})" if notes else ""), a.sha)
+    stale = (f"; a TA scored an earlier version of this answer ({ta['score']}/{q.max:g}): export the answers "
+             f"again" if ta is not None and ta.get("answer_sha") != a.sha else "")
+    if not a.found:
+        return Score(0.0, q.max, "pending", f"answer not found: {notes}{stale}", a.sha)
+    if not a.answered:
+        return Score(0.0, q.max, "fail", "not answered: the answer cell still holds the placeholder or nothing"
+                     + (f" ({notes})" if notes else "") + stale, a.sha)
+    return Score(0.0, q.max, "pending", "awaiting a TA's score" + (f" ({notes})" if notes else "") + stale, a.sha)
+
+
+def read_scores(out: Path) -> dict[tuple, dict]:
+    """{(lab, check, student): row} from the output folder's ``ta_scores.csv``."""
+    path = Path(out) / SCORES_FILE
+    if not path.is_file():
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        return {(r["lab"], r["check"], r["student"]): r for r in csv.DictReader(f)}
+
+
+def numbers(records: dict, q: Question, limit: int = 160) -> str:
+    """The student's own values of the records the question and its key name."""
+    shown = []
+    for ref in q.records:
+        try:
+            v = lookup(records, ref)
+        except (Missing, TypeError, ValueError):
+            continue
+        text = f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
+        shown.append(f"{ref} = {text if len(text) <= limit else text[:limit - 3] + '...'}")
+    return "; ".join(shown)
+
+
+# ---------------------------------------------------------------------------------------------
+# The TA's files
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60] or "question"
+
+
+def export(out: Path, items: list[dict], qs: dict[tuple, Question], render_markdown) -> list[Path]:
+    """Write ``answers/<lab>/<check>.csv`` and ``.html`` per question. ``items``: one per
+    (student, lab) with ``student``, ``lab``, ``records``, ``answers`` {check: Answer or None} and
+    ``scores`` {check: Score}."""
+    from labkit.grading.report import write_text
+
+    written = []
+    for (lab, check), q in qs.items():
+        rows = []
+        for it in [i for i in items if i["lab"] == lab]:
+            a, s = it["answers"].get(check), it["scores"][check]
+            rows.append({"lab": lab, "check": check, "student": it["student"],
+                         "answer": a.text if a else "", "numbers": numbers(it["records"], q),
+                         "notes": "; ".join(a.notes) if a else s.reason, "status": s.status,
+                         "answer_sha": a.sha if a else "", "max": f"{q.max:g}",
+                         "score": f"{s.points:g}" if s.status not in ("pending", "not-run") else "",
+                         "comment": _comment(s.reason)})
+        base = Path(out) / "answers" / lab / slug(check)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerow({"lab": lab, "check": check, "student": NOTE_ROWS[0], "answer": q.text})
+        w.writerow({"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key})
+        w.writerows(rows)
+        write_text(base.with_suffix(".csv"), buf.getvalue())
+        write_text(base.with_suffix(".html"), _page(q, rows, render_markdown))
+        written += [base.with_suffix(".csv"), base.with_suffix(".html")]
+    return written
+
+
+def _comment(reason: str) -> str:
+    m = re.match(r"scored by a TA: (.*?)(?: \(.*\))?$", reason)
+    return m.group(1) if m else ""
+
+
+def _page(q: Question, rows: list[dict], render_markdown) -> str:
+    from labkit.grading.feedback import page
+
+    trs = "".join(
+        f"<tr><td class='who'>{html.escape(r['student'])}<br><span class='st'>{html.escape(r['status'])}"
+        f"{' ' + html.escape(r['score']) + '/' + html.escape(r['max']) if r['score'] else ''}</span></td>"
+        f"<td class='ans'>{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</td>"
+        f"<td class='num'>{html.escape(r['numbers']).replace('; ', '<br>')}</td>"
+        f"<td class='notes'>{html.escape(r['notes'])}</td></tr>" for r in rows)
+    body = (f"<h1>{html.escape(q.lab)}: {html.escape(q.check)} ({q.max:g} point{'s' if q.max != 1 else ''})</h1>"
+            f"<div class='qk'><section><h2>Question</h2>{render_markdown(q.text) if q.text else '<em>(not found in the reference notebook)</em>'}</section>"
+            f"<section><h2>Answer key</h2>{render_markdown(q.key) if q.key else '<em>(none)</em>'}</section></div>"
+            f"<p>Score in the CSV next to this page ({html.escape(slug(q.check))}.csv: columns <code>score</code>, "
+            f"<code>comment</code>), then merge it: <code>python -m labkit grade-merge FILE.csv</code>.</p>"
+            f"<table><tr><th>student</th><th>answer</th><th>the student's numbers</th><th>notes</th></tr>{trs}</table>")
+    css = ("body{font-family:sans-serif;margin:1em 2em} .qk{display:flex;gap:2em} .qk section{flex:1;"
+           "border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} td,th{border:1px solid "
+           "#ccc;padding:4px;vertical-align:top;text-align:left} td.ans{width:50%} td.num{font-family:monospace;"
+           "font-size:90%} .st{color:#666;font-size:85%}")
+    return page(f"{q.lab}: {q.check}", body, css)
+
+
+def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: dict[tuple, str]) -> list[str]:
+    """Read filled-in CSVs into ``ta_scores.csv``; returns what was merged, one line per file.
+
+    ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha}.
+    A file with any bad row merges nothing and raises ScoresError listing every bad row."""
+    from labkit.grading.report import write_csv
+
+    stored = read_scores(out)
+    summary = []
+    for path in files:
+        path = Path(path)
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                rows = list(csv.DictReader(f))
+                header = rows and list(rows[0]) or []
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            raise ScoresError(f"{path}: cannot read it as a CSV file: {e}") from None
+        missing = [c for c in ("lab", "check", "student", "score") if c not in header]
+        if missing:
+            raise ScoresError(f"{path}: no column(s) {', '.join(missing)}; merge the CSV `grade-answers` wrote, "
+                              f"with its score and comment columns filled in")
+        new, bad = {}, []
+        for n, r in enumerate(rows, start=2):
+            if (r.get("student") or "") in NOTE_ROWS:
+                continue
+            score_text = (r.get("score") or "").strip()
+            if not score_text:
+                continue  # not scored yet: stays pending
+            key = (r["lab"], r["check"], r["student"])
+            q = known.get(key[:2])
+            if q is None:
+                bad.append(f"row {n}: no analysis check {key[1]!r} in lab {key[0]!r}")
+                continue
+            if key not in answers:
+                bad.append(f"row {n}: no graded notebook of student {key[2]!r} for {key[0]}")
+                continue
+            try:
+                pts = float(score_text)
+            except ValueError:
+                bad.append(f"row {n}: score {score_text!r} is not a number")
+                continue
+            if not 0 <= pts <= q.max:
+                bad.append(f"row {n}: score {pts:g} is outside 0..{q.max:g}")
+                continue
+            sha = (r.get("answer_sha") or "").strip() or answers[key]
+            new[key] = {"lab": key[0], "check": key[1], "student": key[2], "score": f"{pts:g}", "max": f"{q.max:g}",
+                        "comment": (r.get("comment") or "").strip(), "answer_sha": sha, "source": path.name}
+        if bad:
+            raise ScoresError(f"{path}: nothing merged; fix these rows and merge it again:\n  " + "\n  ".join(bad))
+        stale = sum(1 for k, v in new.items() if v["answer_sha"] != answers[k])
+        stored.update(new)
+        summary.append(f"{path}: {len(new)} score(s) merged" + (f", {stale} for an answer that has changed since "
+                                                                f"(still pending)" if stale else ""))
+    write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
+    return summary
+
+
+def to_json(a: Answer) -> dict:
+    return asdict(a)

@@ -1,0 +1,253 @@
+"""Every report of a batch, rebuilt from what its runs left and what the TAs scored.
+
+A batch's output folder holds its manifest and each notebook's outcome (``ledger``); the
+TAs' scores are in ``ta_scores.csv`` (``answers.merge``). ``Book.load(out)`` reads them back,
+``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
+answers found again in the submitted file and scored by the TA where one has), and
+``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``final_grades.csv``,
+``canvas.csv`` and the feedback pages whose rows changed. No notebook runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit.grading import answers, exports, feedback, ledger, report
+from labkit.grading.runner import Job
+
+EXPORT_SETTINGS = "export.json"   # the Canvas roster and column names `grade-export` was last given
+
+
+class PublishError(ValueError):
+    """The output folder holds no batch to publish; the message says what to run first."""
+
+
+def job_record(job: Job) -> dict:
+    return {"student": job.student, "lab": job.lab.key, **{k: str(getattr(job, k)) for k in
+                                                          ("source", "executed", "workdir", "log", "private")}}
+
+
+def job_from(d: dict, labs: dict) -> Job:
+    return Job(d["student"], labs[d["lab"]], *(Path(d[k]) for k in ("source", "executed", "workdir", "log", "private")))
+
+
+@dataclass
+class Book:
+    out: Path
+    labs: list                       # rubric.Lab, in the batch's order
+    jobs: list                       # runner.Job, in the batch's order
+    refused: list = field(default_factory=list)    # rows of student folders the grader refused
+    questions: dict = field(default_factory=dict)  # {(lab, check): answers.Question}
+    reference: bool = False
+    warning: str = ""
+    title: str = "Grades"
+    notebooks: str = ""              # the reference notebooks' folder (the similarity report's template)
+
+    # ------------------------------------------------------------------ the manifest
+    def save(self, rubric_text: str) -> None:
+        (self.out / ".grader").mkdir(parents=True, exist_ok=True)
+        (self.out / ".grader" / "rubric.toml").write_text(rubric_text)
+        ledger.write_manifest(self.out, {
+            "labs": [lab.key for lab in self.labs], "jobs": [job_record(j) for j in self.jobs],
+            "refused": self.refused, "questions": [asdict(q) for q in self.questions.values()],
+            "reference": self.reference, "warning": self.warning, "title": self.title,
+            "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else ""})
+
+    @classmethod
+    def load(cls, out) -> "Book":
+        from labkit.grading.rubric import load_rubric
+
+        out = Path(out)
+        man = ledger.read_manifest(out)
+        if man is None:
+            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); run "
+                               f"`python -m labkit grade DIR --out {out}` first")
+        rub = load_rubric(out / ".grader" / "rubric.toml")
+        qs = [answers.Question(**q) for q in man["questions"]]
+        return cls(out, [rub.labs[k] for k in man["labs"]], [job_from(d, rub.labs) for d in man["jobs"]],
+                   man["refused"], {(q.lab, q.check): q for q in qs}, man["reference"], man["warning"], man["title"],
+                   man.get("notebooks", ""))
+
+    # ------------------------------------------------------------------ rows
+    def lab_questions(self, lab_key: str) -> dict:
+        return {q.check: q for (lab, _), q in self.questions.items() if lab == lab_key}
+
+    def found(self, job: Job, stored: dict) -> dict | None:
+        """{check: Answer} in the submitted notebook as graded (None when it could not be read)."""
+        import nbformat
+
+        if not stored.get("input") or not job.clean_input.is_file():
+            return None
+        try:
+            nb = nbformat.read(str(job.clean_input), as_version=4)
+        except (OSError, ValueError):
+            return None
+        return answers.locate(nb, self.lab_questions(job.lab.key))
+
+    def job_rows(self, job: Job, stored: dict, ta: dict) -> tuple[list[dict], dict | None, dict]:
+        """(rows, answers, analysis scores) of one graded notebook."""
+        found = self.found(job, stored)
+        scores = {}
+        for name, q in self.lab_questions(job.lab.key).items():
+            scores[name] = answers.score(q, None if found is None else found.get(name),
+                                         ta.get((job.lab.key, name, job.student)))
+        rows = []
+        for r in stored["rows"]:
+            s = scores.get(r["check"])
+            rows.append(r if s is None else {**r, "points": s.points, "max": s.max, "status": s.status,
+                                             "reason": s.reason})
+        return rows, found, scores
+
+    def stored(self) -> dict:
+        """{job key: stored outcome} for the notebooks graded so far."""
+        return {job.key: out for job in self.jobs if (out := ledger.load_outcome(job)) is not None}
+
+    def rows(self, ta: dict | None = None, stored: dict | None = None) -> list[dict]:
+        ta = answers.read_scores(self.out) if ta is None else ta
+        stored = self.stored() if stored is None else stored
+        rows = list(self.refused)
+        for job in self.jobs:
+            if job.key in stored:
+                rows += self.job_rows(job, stored[job.key], ta)[0]
+        return rows
+
+    # ------------------------------------------------------------------ writing
+    def write_tables(self, rows: list[dict], log=print) -> None:
+        report.write_csv(rows, self.out / "grades.csv")
+        report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning)
+        exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
+        settings = _read_json(self.out / ".grader" / EXPORT_SETTINGS) or {}
+        roster = exports.read_roster(Path(settings["roster"])) if settings.get("roster") else None
+        for note in exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns")):
+            log(f"canvas.csv: {note}")
+
+    def write_page(self, job: Job, rows: list[dict], stored: dict, force: bool = False) -> bool:
+        """The feedback page of ``job``, when its rows changed since the page was written."""
+        digest = hashlib.sha256(json.dumps([rows, self.warning, stored.get("fingerprint")], default=str)
+                                .encode()).hexdigest()[:16]
+        mark = job.private / "page.sha"
+        path = job.executed.with_suffix(".html")
+        if not force and path.is_file() and mark.is_file() and mark.read_text() == digest:
+            return False
+        feedback.write_feedback(job.executed if stored.get("executed") else None, rows, path,
+                                f"{job.student}: {job.lab.key} ({job.lab.title})", self.warning)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(digest)
+        return True
+
+    def write_reports(self, log=print) -> list[dict]:
+        """Every table and every feedback page whose rows changed; returns the rows."""
+        ta, stored = answers.read_scores(self.out), self.stored()
+        rows = list(self.refused)
+        for job in self.jobs:
+            if job.key in stored:
+                mine = self.job_rows(job, stored[job.key], ta)[0]
+                self.write_page(job, mine, stored[job.key])
+                rows += mine
+        self.write_tables(rows, log)
+        return rows
+
+    def answer_items(self) -> list[dict]:
+        """Per graded notebook: its student, lab, records, answers and analysis scores."""
+        ta, items = answers.read_scores(self.out), []
+        for job in self.jobs:
+            stored = ledger.load_outcome(job)
+            if stored is not None:
+                _, found, scores = self.job_rows(job, stored, ta)
+                items.append({"student": job.student, "lab": job.lab.key, "records": stored.get("records") or {},
+                              "answers": found or {}, "scores": scores})
+        return items
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def save_export_settings(out: Path, roster: str | None, columns: dict) -> None:
+    path = Path(out) / ".grader" / EXPORT_SETTINGS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"roster": str(Path(roster).resolve()) if roster else None, "columns": columns}))
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands: grade-answers, grade-merge, grade-export
+
+def export_answers(out, log=print) -> list[Path]:
+    book = Book.load(out)
+    if not book.questions:
+        raise PublishError("the rubric of this batch has no analysis checks; nothing to export")
+    written = answers.export(book.out, book.answer_items(), book.questions, feedback.markdown_html)
+    pending = sum(1 for r in book.rows() if r["status"] == report.PENDING)
+    log(f"wrote {len(written) // 2} question(s) to {book.out / 'answers'}/ (an .html page and a .csv each); "
+        f"{pending} answer(s) await a score")
+    return written
+
+
+def merge_scores(out, files, log=print) -> list[dict]:
+    book = Book.load(out)
+    current = {}
+    for item in book.answer_items():
+        for check, a in item["answers"].items():
+            current[(item["lab"], check, item["student"])] = a.sha
+        for check in item["scores"]:
+            current.setdefault((item["lab"], check, item["student"]), answers.answer_sha(""))
+    for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current):
+        log(line)
+    rows = book.write_reports(log)
+    pending = sum(1 for r in rows if r["status"] == report.PENDING)
+    log(f"rebuilt {book.out / 'grades.csv'}, summary.md, final_grades.csv, canvas.csv and the feedback pages; "
+        f"{pending} answer(s) still pending")
+    return rows
+
+
+def export_gradebook(out, roster: str | None = None, columns: dict | None = None, log=print) -> list[dict]:
+    book = Book.load(out)
+    if roster:
+        exports.read_roster(Path(roster))  # a bad roster is refused before anything is written
+    save_export_settings(book.out, roster, columns or {})
+    rows = book.rows()
+    book.write_tables(rows, log)
+    log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
+    return rows
+
+
+def _run(fn) -> int:
+    import sys
+
+    from labkit.grading.rubric import RubricError
+
+    try:
+        fn()
+    except (PublishError, answers.ScoresError, RubricError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main_answers(args) -> int:
+    """``grade-answers``: the TA's pages and CSVs, one per question."""
+    return _run(lambda: export_answers(args.out))
+
+
+def main_merge(args) -> int:
+    """``grade-merge``: the TA's filled-in CSVs into every report."""
+    return _run(lambda: merge_scores(args.out, args.files))
+
+
+def main_export(args) -> int:
+    """``grade-export``: final_grades.csv and canvas.csv, with a Canvas roster and column names."""
+    def columns():
+        out = {}
+        for item in args.column or []:
+            lab, sep, name = item.partition("=")
+            if not sep or not lab or not name:
+                raise ValueError(f"--column {item!r}: write LAB=NAME, e.g. lab1='Lab 1 (12345)'")
+            out[lab] = name
+        return out
+
+    return _run(lambda: export_gradebook(args.out, args.roster, columns()))

@@ -10,15 +10,24 @@ to the receiver's ack, in rounds (median reported). Per configured rate:
   (``/proc/net/dev``); it counts a segmentation-offload packet's headers once, so it reads
   about the payload rate.
 
-Then ``alpha`` and ``B`` of the 1 Gbit/s link as the cost model sees them (``netem.measure_link``).
+Then the cost model (``labkit.costmodel``) on that link: Lab 5's MLP as ring N=1 (compute per
+image), ps N=2 and ring N=2, each a cluster on emulated 1 Gbit/s nodes (``launchers.netem``) and the
+same on 127.0.0.1, in rounds, interleaved. Each setting's step time is predicted from ring N=1's
+compute and a link measured by a micro-benchmark alone (the emulated link's: ``netem.measure_link``;
+loopback's: ``costmodel.measure_loopback_link``), a prediction that saw none of the N=2 runs; the
+error is |predicted / measured - 1|, median over rounds. Goal on the emulated link: below 0.25.
 """
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 
 from labkit.bench import entry, ratio
 
 RATES = ("100mbit", "1gbit")
+LINK = "1gbit"
+CONTENDERS = (("ring", 1), ("ps", 2), ("ring", 2))  # Lab 5's MLP: compute baseline, then N=2 both ways
 CEILING = 1448 / 1514  # TCP payload per Ethernet frame (MSS with timestamps / frame): what a shaped link can carry
 
 
@@ -40,6 +49,35 @@ def _one_rate(link: str, nbytes: int, rounds: int) -> dict:
             "payload / ceiling": statistics.median(payload) / configured / CEILING}
 
 
+def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
+    """Step times and the cost model's errors, emulated vs loopback (see the module docstring)."""
+    from labkit import costmodel, netem
+    from labkit.experiments import ring_vs_ps
+    from labkit.launchers.netem import cluster_args
+
+    links = {"emulated": netem.measure_link(LINK), "loopback": costmodel.measure_loopback_link()}
+    cores = len(os.sched_getaffinity(0))
+    found: dict = {(where, arch, n): {"step_s": [], "error": []} for where in links for arch, n in CONTENDERS}
+    with tempfile.TemporaryDirectory(prefix="labkit-bench-netem-") as runs_dir:
+        os.environ["LABKIT_RUNS"] = runs_dir
+        for r in range(rounds):
+            for where, link in links.items():
+                runs = [ring_vs_ps.run_one(arch, "mlp", n, batch_size=64, steps=steps, epochs=2, test_limit=500,
+                                           run=f"{where}-{arch}-w{n}-{r}", timeout=900,
+                                           **(cluster_args(LINK, n + 1) if where == "emulated" else {}))
+                        for arch, n in CONTENDERS]
+                sweep = ring_vs_ps.Scaling(runs, settings={"cores": cores})
+                errors = sweep.calibrate(loopback=link).errors("loopback").set_index(["arch", "workers"])
+                for arch, n in CONTENDERS:
+                    found[(where, arch, n)]["step_s"].append(float(errors.loc[(arch, n), "step_s"]))
+                    found[(where, arch, n)]["error"].append(abs(float(errors.loc[(arch, n), "rel_error"])))
+    rows = [{"network": f"{where} ({LINK})" if where == "emulated" else "127.0.0.1", "setup": f"{arch} N={n}",
+             "step ms": 1e3 * statistics.median(v["step_s"]), "|model error|": statistics.median(v["error"])}
+            for (where, arch, n), v in found.items() if n > 1]
+    err = {(where, arch): statistics.median(v["error"]) for (where, arch, n), v in found.items() if n > 1}
+    return rows, {"links": links, "err": err}
+
+
 def run(quick: bool = False) -> dict:
     from labkit import netem
 
@@ -56,12 +94,26 @@ def run(quick: bool = False) -> dict:
                             r["payload / rate"], ">= 0.9"))
         ratios.append(ratio(f"{r['link']}: TCP payload / configured rate, at most", r["payload / rate"], "<= 1.1"))
     ratios.append(ratio("1gbit: cost model's B (micro-benchmark) / configured rate", link.bandwidth / 125e6, ""))
-    return {"title": "Emulated links: achieved vs configured rate",
-            "rows": rows, "ratios": ratios,
+    cost_rounds, steps = (1, 8) if quick else (2, 16)
+    cost_rows, cost = _cost_model(cost_rounds, steps)
+    err = cost["err"]
+    ratios += [ratio(f"cost model |predicted / measured - 1| on emulated {LINK}, {arch} N=2", err[("emulated", arch)],
+                     "<= 0.25") for arch in ("ps", "ring")]
+    ratios += [ratio(f"the same on 127.0.0.1 (loopback micro-benchmark), {arch} N=2", err[("loopback", arch)], "")
+               for arch in ("ps", "ring")]
+    ratios.append(ratio(f"cost model error, emulated {LINK} / 127.0.0.1, ps N=2",
+                        err[("emulated", "ps")] / max(err[("loopback", "ps")], 1e-9), ""))
+    loop = cost["links"]["loopback"]
+    return {"title": "Emulated links: achieved vs configured rate, and the cost model on them",
+            "rows": rows + cost_rows, "ratios": ratios,
             "notes": [f"{mode} mode; one TCP stream node1 -> node0, median of {rounds} rounds "
                       f"(each: a warm-up transfer, then the timed one)",
                       f"1gbit link for the cost model: alpha {link.alpha_s * 1e6:.0f} us, "
-                      f"B {link.bandwidth / 1e6:.1f} MB/s (fit error {link.rel_error:.3f})"]}
+                      f"B {link.bandwidth / 1e6:.1f} MB/s (fit error {link.rel_error:.3f}); loopback: alpha "
+                      f"{loop.alpha_s * 1e6:.0f} us, B {loop.bandwidth / 1e6:,.0f} MB/s",
+                      f"cost model: MLP (M = 23.3 MB), per-worker batch 64, {steps} steps per run over 2 epochs, one "
+                      f"intra-op thread per task; median of {cost_rounds} round(s), each emulated and loopback in turn; "
+                      f"compute per image from each round's ring N=1; the nodes share this machine's cores"]}
 
 
 if __name__ == "__main__":

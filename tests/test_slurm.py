@@ -7,7 +7,6 @@ a TA's notebook would inside ``salloc``: one ``srun`` job step per task.
 After the module: no daemon, job or step of its Slurm is left, even when a test failed.
 """
 import json
-import os
 import re
 import signal
 import subprocess

@@ -112,6 +112,9 @@ def _add_grade(sub) -> None:
     p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
                                                         "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
     p.add_argument("--slurm-args", default="", help="more sbatch arguments, quoted: --slurm-args '--cpus-per-task=2'")
+    p.add_argument("--similar", type=float, metavar="SHARE",
+                   help="similarity.html flags pairs sharing at least this share of the smaller notebook's "
+                        "fingerprints (default 0.5); it never changes points")
     p.set_defaults(func=_grade)
 
     p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "

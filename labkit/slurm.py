@@ -147,15 +147,26 @@ def cancel(ids, sig: int | None = None) -> None:
     command("scancel", "--quiet", *how, *ids, check=False)
 
 
-def jobs(job_ids) -> dict[str, str]:
-    """Job id -> state (PENDING, RUNNING, COMPLETING ...) of those of ``job_ids`` still known to
-    squeue; array tasks are listed as ``ARRAYJOB_TASK``."""
-    ids = ",".join(str(j) for j in job_ids)
-    if not ids:
-        return {}
+def jobs(job_id: str) -> dict[str, str]:
+    """Job or array task id -> state (PENDING, RUNNING, COMPLETING ...) of job ``job_id``'s parts
+    that squeue still lists; array tasks are listed as ``ARRAY_TASK`` (pending ones may be
+    listed together, as ``ARRAY_[3-7]``). A job Slurm has forgotten lists nothing; a squeue that
+    fails otherwise is a ``SlurmError``, never an empty listing."""
+    if shutil.which("squeue") is None:
+        raise SlurmError("squeue is not installed here: install Slurm's client commands (Debian: apt install "
+                         "slurm-client)")
+    try:
+        done = subprocess.run(["squeue", "--noheader", "--array", "--jobs", str(job_id), "--format", "%i %T"],
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"squeue did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up (`scontrol ping`)?") \
+            from None
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return {}
+        raise SlurmError(f"squeue failed (exit {done.returncode}): {done.stderr.strip()}")
     out = {}
-    text = command("squeue", "--noheader", "--array", "--jobs", ids, "--format", "%i %T", check=False)
-    for line in text.splitlines():
+    for line in done.stdout.splitlines():
         job, _, state = line.strip().partition(" ")
         if job:
             out[job] = state.strip()

@@ -12,3 +12,16 @@ def runs_dir(tmp_path_factory):
         path = tmp_path_factory.mktemp("runs")
         mp.setenv("LABKIT_RUNS", str(path))
         yield path
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_it_was():
+    """Every test leaves ``os.environ`` as it found it: a variable one test sets (a notebook's
+    ``launch.use`` sets ``LABKIT_LAUNCHER``, say) must not change how later tests run their clusters."""
+    import os
+
+    saved = dict(os.environ)
+    yield
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})

@@ -127,3 +127,15 @@ def test_a_group_caps_memory_and_tasks_and_ends_everything_in_it(tmp_path):
     finally:
         group.close()
     assert not any(d.exists() for d in group.dirs)
+
+
+def test_an_unconfined_run_is_not_sent_into_the_graders_slurm_allocation(tmp_path, monkeypatch):
+    """``--no-sandbox`` inside ``salloc``: the notebook's clusters must still run on this machine,
+    so neither the grader's Slurm allocation nor its LABKIT_* settings reach the kernel."""
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_NODELIST", "node[0-1]")
+    monkeypatch.setenv("LABKIT_LAUNCHER", "slurm")
+    view = View(cwd=tmp_path, env={"SEEN": "yes"}, scratch=tmp_path)
+    _, env = SANDBOXES["none"].command(["true"], view)
+    assert env["SEEN"] == "yes" and "PATH" in env
+    assert not [k for k in env if k.startswith(("SLURM_", "LABKIT_"))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import os
-import signal
 import subprocess
 import sys
 import textwrap

@@ -103,8 +103,8 @@ def test_a_notebooks_launcher_parameter(monkeypatch):
     empty leaves it be; a typo is an error at once. ``placed`` is the spec as it will run."""
     from labkit import launch
 
-    monkeypatch.setenv("LABKIT_LAUNCHER", "")  # records its absence: what launch.use sets below is undone after
-    monkeypatch.delenv("LABKIT_LAUNCHER")     # the test, not left to every later cluster of this process
+    monkeypatch.setenv("LABKIT_LAUNCHER", "")  # so that monkeypatch restores what launch.use sets below
+    monkeypatch.delenv("LABKIT_LAUNCHER")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     launch.use("")
     assert "LABKIT_LAUNCHER" not in os.environ

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+import _netem_labs as netem_labs
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 from labkit.grading import verify
 from labkit.grading.rubric import load_rubric
@@ -12,6 +13,7 @@ NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 TINY = {"deploy_modes": ["single"], "batch_sizes": [50], "target_loss": 0.45, "max_steps": 300,
         "train_limit": 3000, "test_limit": 500, "eval_every": 25, "single_batch_sizes": [50, 200],
         "show_modern_api": False, "timeout": 300}
+TINY.update(netem_labs.LAB2)  # the section on emulated links, at its smallest
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
 
@@ -21,7 +23,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 10  # the optimizer, the prediction, the audit's number and the seven answers
+    assert regions == 11  # optimizer, prediction, audit, seven answers, emulated links' answer
     cell = next(c for c in student.cells if c.source.startswith("def make_optimizer"))
     assert "SyncReplicasOptimizer" not in cell.source and "raise NotImplementedError()" in cell.source
     namespace = {}
@@ -63,6 +65,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     graphs = list((tmp_path / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
     assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
 
+    netem_labs.check_lab2(nb, rec)
     check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 
     # The rubric's checks of Lab 2 at these records, with the verifier reading the task result files.

@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
+import _netem_labs as netem_labs
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
 NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
 TINY = {"profile_features": [10_000, 2_000_000], "profile_batches": [10], "train_rows": 10_000, "test_rows": 2000,
         "samples": 4000, "eval_every": 1000, "sweep_batch_sizes": [1, 100], "sweep_samples": 200}
+TINY.update(netem_labs.LAB3)  # the section on emulated links, at its smallest
 FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 
@@ -18,7 +20,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 8  # the sparse gradient, the prediction, the audit's numbers and the five answers
+    assert regions == 9  # gradient, prediction, audit, five answers, emulated links' answer
     cell = next(c for c in student.cells if c.source.startswith("def sparse_lr_gradient"))
     assert "unsorted_segment_sum" not in cell.source and "raise NotImplementedError()" in cell.source
     pytest.importorskip("tensorflow")
@@ -67,4 +69,5 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert audit["seconds_at_350_megabytes_per_s"] == pytest.approx(1.47, abs=0.01)
     assert audit["seconds_float32_at_350_megabits_per_s"] == pytest.approx(6.17, abs=0.01)  # near the 7.121 s
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
+    netem_labs.check_lab3(nb, rec)
     check_executed(nb, FIGURES)

@@ -3,10 +3,12 @@ at tiny parameters (the MLP only, N = 1 and 2, two steps per run: four clusters)
 grader checks."""
 import pytest
 
+import _netem_labs as netem_labs
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 TINY = {"workers": [2], "models": ["mlp"], "steps": 2, "batch_size": 32}
+TINY.update(netem_labs.LAB5)  # the section on emulated links, at its smallest
 FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines")
 
 
@@ -16,7 +18,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 8  # the prediction, comm_terms, the audit and five answers
+    assert regions == 9  # the prediction, comm_terms, the audit, five answers and the emulated links' answer
     sources = "\n".join(c.source for c in student.cells)
     assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources
     assert sources.count("raise NotImplementedError()") == 3
@@ -60,4 +62,5 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rows[("ps", 2)]["last_loss"] == pytest.approx(rows[("ring", 2)]["last_loss"], rel=1e-3)
     assert rec["same_sgd"] == {"model": "mlp", "workers": 2, "ps_last_loss": rows[("ps", 2)]["last_loss"],
                                "ring_last_loss": rows[("ring", 2)]["last_loss"]}
+    netem_labs.check_lab5(nb, rec)
     check_executed(nb, FIGURE_CELLS)

@@ -7,11 +7,11 @@ a TA's notebook would inside ``salloc``: one ``srun`` job step per task.
 After the module: no daemon, job or step of its Slurm is left, even when a test failed.
 """
 import json
-import os
 import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -99,19 +99,19 @@ def test_lab2_sync_runs_through_slurm_with_equal_steps_per_worker(allocation, mi
 
 
 def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation, mini):
-    c = Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="slurm", steps=10_000_000, term_grace=5, **TINY)
+    c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="slurm", steps=10_000_000, term_grace=5, **TINY)
     assert all(" srun " in cmd for _, cmd in c.commands())  # chosen by itself: inside an allocation
     with c:
         running = mini.steps()
-        assert len(running) == 3, running
-        c.kill("worker:1")  # scancel --signal=KILL to its step, as Slurm's OOM handling would
+        assert len(running) == 2, running
+        c.kill("worker:0")  # scancel --signal=KILL to its step, as Slurm's OOM handling would
         t0 = time.monotonic()
         with pytest.raises(TaskFailed) as info:
             c.wait(timeout=120)
         noticed = time.monotonic() - t0
     failed = info.value
-    assert failed.task == "worker:1" and failed.returncode == -signal.SIGKILL, str(failed)
-    assert f"worker:1 was killed by SIGKILL on {mini.host}" in str(failed) and "Killed" in failed.log_tail
+    assert failed.task == "worker:0" and failed.returncode == -signal.SIGKILL, str(failed)
+    assert f"worker:0 was killed by SIGKILL on {mini.host}" in str(failed) and "Killed" in failed.log_tail
     assert noticed < 15, f"TaskFailed took {noticed:.1f} s"
     assert not mini.steps(), f"steps left after TaskFailed: {mini.steps()}"
     assert c.result["ps:0"].result["shutdown"] == "terminated"  # the others got SIGTERM and wrote their results
@@ -156,6 +156,20 @@ def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatc
 
 
 # ------------------------------------------------------------------------------ grading a class
+
+def test_array_tasks_as_squeue_lists_them_and_their_limits():
+    from labkit.grading.rubric import load_rubric
+    from labkit.grading.slurm_array import _state, limits
+
+    listed = {"7_0": "RUNNING", "7_[2-4,6%2]": "PENDING"}  # pending tasks listed together, throttled
+    assert [_state(f"7_{i}", listed) for i in range(7)] == ["RUNNING", None, "PENDING", "PENDING", "PENDING", None,
+                                                          "PENDING"]
+    assert _state("8_0", listed) is None
+    lab2 = load_rubric(Path(__file__).resolve().parents[1] / "notebooks" / "rubric.toml").labs["lab2"]
+    memory, minutes = limits(lab2)
+    assert memory == lab2.memory_mb + 256 and (minutes - 1) * 60 < lab2.notebook_timeout + lab2.start_timeout + 120 \
+        <= minutes * 60
+
 
 def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path):
     """Three fixture submissions (test_grading_batch's lab: a correct one, one that raises, one

@@ -346,7 +346,7 @@ class Scaling(experiments.Sweep):
             else:
                 task, value = max(((t, v.get("sent", 0.0) + v.get("recv", 0.0)) for t, v in measured.items()),
                                   key=lambda tv: tv[1], default=("-", math.nan))
-            rows.append({"model": r.model, "arch": r.arch, "workers": r.workers, "n_ps": max(r.n_ps, 1),
+            rows.append({"model": r.model, "arch": r.arch, "workers": r.workers, "n_ps": r.n_ps,
                          "shards": r.shards(), "model_bytes": r.train["model_bytes"], "measured_task": task,
                          "measured_bytes": value})
         return pd.DataFrame(rows)

@@ -310,12 +310,15 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
 
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
           labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
-          force: bool = False, slurm: str | None = None, slurm_args=()) -> Outcome:
+          force: bool = False, slurm: str | None = None, slurm_args=(), similar: float | None = None) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a submissions folder, running
     only what changed since the last batch in ``out`` (``force``: everything).
     ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none".
     ``slurm``: a partition to run the notebooks in, as job arrays (``slurm_array``), with
-    ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time."""
+    ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time. ``similar``: the
+    similarity report's threshold (default ``similarity.THRESHOLD``)."""
+    if similar is not None and not 0 < similar <= 1:
+        raise GradeError(f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1")
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
@@ -344,7 +347,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
                     questions={(lab.key, name): q for lab in chosen
                                for name, q in answers.questions(lab, Path(notebooks) / lab.notebook).items()})
         book.save(Path(rubric).read_text())
-        return _run_batch(book, setup, parallel, force, log, run)
+        return _run_batch(book, setup, parallel, force, log, run, similar)
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
@@ -385,7 +388,8 @@ def _executor(partition: str | None, args, rubric, out: Path, log):
                              sbatch_args=list(args), log=log)
 
 
-def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all) -> Outcome:
+def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all,
+               similar: float | None = None) -> Outcome:
     from labkit.grading.checks import Checking
     from labkit.grading.hidden import HIDDEN
 
@@ -458,7 +462,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
         run(to_run, setup, parallel, then=then)
     finally:
         outcome.rows[:] = book.write_reports(log)
-        _similarity(book, log)
+        _similarity(book, log, similar)
         if outcome.reference:
             for job in book.jobs:
                 if job.key in stored:
@@ -469,14 +473,14 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
     return outcome
 
 
-def _similarity(book: Book, log) -> None:
+def _similarity(book: Book, log, threshold: float | None = None) -> None:
     """similarity.html: flags only; a failure to compare never costs the batch its reports."""
     from labkit.grading import similarity
 
     if book.reference:
         return
     try:
-        pairs = similarity.report(book)
+        pairs = similarity.report(book, similarity.THRESHOLD if threshold is None else threshold)
     except (OSError, ValueError) as e:
         log(f"similarity report not written: {type(e).__name__}: {e}")
         return
@@ -497,7 +501,7 @@ def main(args) -> int:
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
                         sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
-                        slurm_args=shlex.split(args.slurm_args or ""))
+                        slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar)
     except (GradeError, RubricError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

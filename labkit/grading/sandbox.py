@@ -125,7 +125,10 @@ class Unconfined:
     def command(self, argv: list[str], view: View) -> tuple[list[str], dict[str, str]]:
         home = view.scratch / "home"
         home.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+        # Not the grader's LABKIT_* settings, nor a Slurm allocation the grader may run in: a
+        # notebook's cluster runs on this machine (inside an allocation the launcher would
+        # otherwise start its tasks as job steps), as it does in the bwrap sandbox's clean env.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_", "SLURM_"))}
         env.update(LANG=env.get("LANG", "C.UTF-8"), **home_env(str(home)), **view.env)
         setpriv = shutil.which("setpriv")
         return ([setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []) + list(argv), env

@@ -43,6 +43,7 @@ from pathlib import Path
 from labkit import slurm
 from labkit.grading.runner import Job, RunResult, Setup, prepare
 from labkit.grading.runner import run_all as run_here
+from labkit.proc import tail
 
 MEMORY_MARGIN_MB = 256     # the array task's own process, over the notebook group's cap
 TIME_MARGIN_S = 120        # queueing a node's sandbox and kernel start, over the notebook's limits
@@ -89,19 +90,28 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, part
             ended(job, early)
         else:
             batches.setdefault(limits(job.lab), []).append(job)
-    arrays = []
+    arrays, outputs = [], {}   # outputs: array task id -> its output file
     try:
         for n, ((memory, minutes), group) in enumerate(batches.items()):
-            array = _submit(group, setup, partition, rubric, folder / f"batch-{n}", memory, minutes, sbatch_args)
+            base = folder / f"batch-{n}"
+            array = _submit(group, setup, partition, rubric, base, memory, minutes, sbatch_args)
             arrays.append(array)
             waiting.update({f"{array}_{i}": job for i, job in enumerate(group)})
+            outputs.update({f"{array}_{i}": Path(f"{base}-{i}.out") for i in range(len(group))})
             log(f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, --mem={memory}M "
                 f"--time={minutes} in partition {partition}")
         lost: dict[str, float] = {}
         started: set[str] = set()  # array tasks seen past PENDING
         while waiting or steps:
             if waiting:
-                listed = slurm.jobs(arrays)
+                try:
+                    listed = {}
+                    for array in {task.partition("_")[0] for task in waiting}:
+                        listed.update(slurm.jobs(array))
+                except slurm.SlurmError as e:  # squeue failed this time: nothing is known to be gone
+                    log(f"note: {e}; trying again")
+                    time.sleep(5 * poll)
+                    continue
                 for task, job in list(waiting.items()):
                     result = _result(job)
                     state = _state(task, listed)
@@ -111,7 +121,7 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, part
                         lost.setdefault(task, time.monotonic())
                         if time.monotonic() - lost[task] < LOST_AFTER_S:
                             continue
-                        result = _why_gone(task, folder, limits(job.lab)[1], task in started)
+                        result = _why_gone(task, outputs[task], limits(job.lab)[1], task in started)
                     if result is not None:
                         del waiting[task]
                         ended(job, result)
@@ -175,17 +185,18 @@ def _in_range(i: int, part: str) -> bool:
     return int(lo) <= i <= int(hi or lo)
 
 
-def _why_gone(task: str, folder: Path, minutes_of: int, started: bool) -> RunResult:
+def _why_gone(task: str, output: Path, minutes_of: int, started: bool) -> RunResult:
     """The row of an array task that ended without a result: Slurm's view of how it ended.
     A pending array task that is cancelled leaves no record at all (``scontrol`` no longer
     knows it), which ``started`` tells apart from a record Slurm has since dropped."""
     try:
         text = slurm.command("scontrol", "show", "job", task, check=False)
+        forgotten = "JobState=" not in text  # scontrol says "Job 12_3 not found", or nothing
     except slurm.SlurmError as e:
-        text = str(e)
+        text, forgotten = str(e), False
     state = re.search(r"JobState=(\S+)", text)
     reason = re.search(r"Reason=(\S+)", text)
-    state, reason = (state.group(1) if state else "unknown"), (reason.group(1) if reason else "")
+    state, reason = (state.group(1) if state else ""), (reason.group(1) if reason else "")
     why = f" ({reason})" if reason and reason != "None" else ""
     if state == "TIMEOUT":
         return RunResult("timeout", f"the Slurm job {task} reached its {minutes_of} min time limit and was stopped")
@@ -193,20 +204,13 @@ def _why_gone(task: str, folder: Path, minutes_of: int, started: bool) -> RunRes
         return RunResult("memory", f"the Slurm job {task} went over its memory limit and was stopped")
     if state == "CANCELLED":
         return RunResult("crashed", f"the Slurm job {task} was cancelled{why} before its notebook finished")
-    if state == "unknown" and not started:
+    if forgotten and not started:
         return RunResult("crashed", f"the Slurm job {task} was cancelled while it waited to start, before its "
                                     f"notebook ran")
-    last = [ln for ln in _tail(folder, task).splitlines() if ln.strip()][-1:]
-    said = f"; its output ends: {last[0].strip()[:200]}" if last else ""
-    return RunResult("crashed", f"the Slurm job {task} ended {state}{why} without a result{said}")
-
-
-def _tail(folder: Path, task: str) -> str:
-    from labkit.proc import tail
-
-    index = task.partition("_")[2]
-    outs = sorted(folder.glob(f"batch-*-{index}.out"), key=lambda p: p.stat().st_mtime)
-    return tail(outs[-1], 5) if outs else ""
+    last = [ln for ln in tail(output, 5).splitlines() if ln.strip()][-1:]
+    said = f"; its output ({output}) ends: {last[0].strip()[:200]}" if last else ""
+    how = f"ended {state}{why}" if state else "ended (Slurm no longer says how)"
+    return RunResult("crashed", f"the Slurm job {task} {how} without a result{said}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -288,6 +288,7 @@ class TaskRuntime:
         if self.steps.get("local") and self.timings.get("train_s"):
             self.steps["local_per_s"] = self.steps["local"] / self.timings["train_s"]
         if self._sampler is not None:
+            self._sampler.sample_now()
             out.update(configuration_part(self._sampler.to_dict(), started, ended, prefix=f"{config.name}: "))
         write_json(self.run_dir / configuration_file(config.name, self.task.type, self.task.index), out)
 

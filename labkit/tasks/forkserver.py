@@ -253,6 +253,12 @@ def get() -> ForkServer | None:
         return _server
 
 
+def running() -> ForkServer | None:
+    """This process's fork server if one runs, without starting one: it is meant to outlive the
+    clusters it started, so whoever looks for processes left behind leaves it out."""
+    return _server if _server is not None and _server.running else None
+
+
 def launch_args(spec, launcher: str | None = None) -> dict:
     """The ``Cluster`` arguments that start ``spec``'s tasks through this process's fork server:
     ``{"python": ...}`` when the local launcher runs every task (``labkit.launchers.choose`` with

@@ -2,7 +2,9 @@
 
 The launcher runs it as the task's interpreter (``forkclient.py PYTHON SOCKET -m MODULE ARGS``,
 through the small script ``ForkServer.python``); it hands its arguments, environment, working
-directory and standard streams (the task's log) to the server, which forks the task. Then it
+directory, standard streams (the task's log) and network namespace to the server, which forks
+the task (in that namespace: a stand-in that the netem launcher starts inside an emulated node
+gets a task on that node). Then it
 stands for the task: the signals it gets go to the task, and it exits as the task did (a task
 killed by signal N kills it with N). It holds one end of a pipe whose other end the task
 watches: however this process ends, SIGKILL included, the task kills itself at once.
@@ -51,9 +53,15 @@ def main(argv: list[str]) -> None:
     for s in FORWARDED:
         signal.signal(s, forward)
     lifeline, keep = os.pipe()  # ``keep`` stays open as long as this process lives
+    fds = [0, 1, 2, lifeline]
+    try:  # the network this stand-in was started in (an emulated node's): the task joins it
+        fds.append(os.open("/proc/self/ns/net", os.O_RDONLY))
+    except OSError:
+        pass
     payload = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-    socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], [0, 1, 2, lifeline])
-    os.close(lifeline)
+    socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], fds)
+    for fd in fds[3:]:
+        os.close(fd)
     stream = sock.makefile("rb")
     started = read_message(stream)
     if not started or "pid" not in started:

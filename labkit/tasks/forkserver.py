@@ -11,10 +11,11 @@ alone (``import tensorflow`` in it finds the module loaded).
 
     Cluster(spec, program, **forkserver.launch_args(spec), ...)   # local tasks start through it
 
-``launch_args`` gives the ``Cluster``'s ``python`` argument, which the local launcher runs each
-task with (``labkit.launchers.local``): a small script that runs ``forkclient.py``, the task's
-stand-in. The launcher starts and signals the stand-in as it
-would the task; the stand-in forwards signals to the task and exits as the task did; the task
+``launch_args`` gives the ``Cluster``'s ``python`` argument, which the local and netem
+launchers run each task with (``labkit.launchers.local``, ``.netem``): a small script that runs
+``forkclient.py``, the task's stand-in. The launcher starts and signals the stand-in as it
+would the task; the task joins the stand-in's network namespace (an emulated node's, where the
+netem launcher started the stand-in inside one); the stand-in forwards signals to the task and exits as the task did; the task
 dies with its stand-in, however that ends (a pipe it watches). A task's hello and result name
 its own pid (which the launcher's live view samples) and the server (``forkserver``: its pid,
 when it started and when it was ready), so the server's start-up can be counted once.
@@ -22,8 +23,8 @@ when it started and when it was ready), so the server's start-up can be counted 
 The server is this process's (a kernel's): started on first use, ended with it (``labkit.proc``:
 it dies with its parent, whatever signal ends that one). It keeps the modules it imported: a
 kernel that changed the kit's code restarts to run the new code. ``LABKIT_NO_FORKSERVER=1``
-starts every task as its own interpreter, as do the other launchers (ssh, Slurm, emulated
-nodes) and a machine where the server cannot start (then a warning says why).
+starts every task as its own interpreter, as do the launchers whose tasks run elsewhere (ssh,
+Slurm) and a machine where the server cannot start (then a warning says why).
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ PRELOAD = ("tensorflow", "keras", "pandas", "labkit.tasks.common", "labkit.tasks
            "labkit.tasks.strategy_train", "labkit.train_loop", "labkit.epochs", "labkit.models", "labkit.data",
            "labkit.sparse", "labkit.clickdata", "labkit.summaries", "labkit.sockets", "labkit.record")
 CLIENT = Path(__file__).with_name("forkclient.py")
+CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
+FORKING_LAUNCHERS = {"local", "netem"}  # tasks that run on this machine, started by this process
 READY_TIMEOUT_S = 180.0
 REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
 
@@ -141,7 +144,9 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        stdin, stdout, stderr, lifeline = fds
+        stdin, stdout, stderr, lifeline, *netns = fds
+        for fd in netns:  # before any thread starts: the threads TensorFlow starts later inherit it
+            _join_network(fd)
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
             os.close(fd)
@@ -150,6 +155,8 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
         os.environ.update(request["env"])
         os.environ[ENV] = json.dumps(info)
         os.chdir(request["cwd"])
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[1:1] = extra  # as an interpreter started with the task's PYTHONPATH would search
         argv = request["argv"]
         if len(argv) < 2 or argv[0] not in ("-m", "-c"):
             raise ValueError(f"the fork server runs -m MODULE ARGS or -c CODE ARGS, got {argv[:2]}")
@@ -173,6 +180,20 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
             except (OSError, ValueError):
                 pass
         os._exit(code)
+
+
+def _join_network(fd: int) -> None:
+    """Move this process into the network namespace ``fd`` names (its stand-in's), unless it is
+    there already: setns needs CAP_SYS_ADMIN even for the namespace one is in."""
+    here, there = os.stat("/proc/self/ns/net"), os.fstat(fd)
+    if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"could not join the stand-in's network namespace: {os.strerror(err)}")
+    os.close(fd)
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -261,13 +282,13 @@ def running() -> ForkServer | None:
 
 def launch_args(spec, launcher: str | None = None) -> dict:
     """The ``Cluster`` arguments that start ``spec``'s tasks through this process's fork server:
-    ``{"python": ...}`` when the local launcher runs every task (``labkit.launchers.choose`` with
-    ``launcher``, the name the Cluster gets), else {}: tasks over ssh, as Slurm job steps or in an
-    emulated node's network namespace start as their own interpreters there."""
+    ``{"python": ...}`` when every task runs on this machine, started by this process (the
+    local or netem launcher: ``labkit.launchers.choose`` with ``launcher``, the name the Cluster
+    gets), else {}: tasks over ssh or as Slurm job steps start as their own interpreters there."""
     from labkit import launchers
     from labkit.launch import local_addresses
 
-    if set(launchers.choose(launcher, spec, local_addresses()).values()) != {"local"}:
+    if not set(launchers.choose(launcher, spec, local_addresses()).values()) <= FORKING_LAUNCHERS:
         return {}
     server = get()
     return {"python": server.python} if server is not None else {}

@@ -134,6 +134,7 @@ class ResourceSampler:
         self.start_epoch: float | None = None
         self._rows: list[dict] = []
         self._lock = threading.Lock()
+        self._sampling = threading.Lock()  # one sample at a time: the thread's, or sample_now's
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._state = "new"
@@ -227,9 +228,16 @@ class ResourceSampler:
                 self._error("sampler stopped after 10 failed samples in a row (see the errors before this one)")
                 return
 
+    def sample_now(self) -> None:
+        """Take a sample at once, covering the time since the previous one: a window that ends
+        now (a configuration of a shared cluster) then has its last interval, however short."""
+        if self._state == "running" and time.monotonic() - self._last_t >= 0.02:
+            self._sample_safely()
+
     def _sample_safely(self) -> bool:
         try:
-            row = self._sample()
+            with self._sampling:
+                row = self._sample()
         except Exception:  # keep the watched program alive; surface the error instead
             self._error("sample failed:\n" + traceback.format_exc(limit=4))
             return False
@@ -399,7 +407,7 @@ class ResourceSampler:
         self.on_sample, self._roots, self._state = None, {}, "stopped"
         self.marks = [Mark(**m) for m in d["marks"]]
         self.errors, self.exited = list(d["errors"]), list(d["exited"])
-        self._lock, self._stop, self._thread = threading.Lock(), threading.Event(), None
+        self._lock, self._sampling, self._stop, self._thread = threading.Lock(), threading.Lock(), threading.Event(), None
         self._warned = set()
         self._rows = rows
         return self

@@ -35,6 +35,7 @@ from helpers import alive
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster, ClusterResult, TaskFailed
+from labkit.tasks import forkserver
 
 pytestmark = pytest.mark.cluster
 
@@ -92,7 +93,9 @@ def _no_children(node_sshd: int | None = None):
     """Nothing of ours is left running here. The test's sshd (``node_sshd``) and its sessions
     stand for the nodes: a session winds down by itself after its ssh client has gone."""
     on_nodes = {node_sshd} | {p.pid for p in alive_tree(node_sshd)} if node_sshd else set()
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in on_nodes]
+    server = forkserver.running()  # this process's own, which ends with it
+    ours = {server.process.pid} if server else set()
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in on_nodes | ours]
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:5]) for p in left]}"
 
 

@@ -13,6 +13,7 @@ from helpers import alive
 from labkit import cluster, netem
 from labkit.launch import Cluster, TaskFailed
 from labkit.launchers.netem import netem_nodes
+from labkit.tasks import forkserver
 
 RATE = "200mbit"
 
@@ -68,12 +69,16 @@ def probe(tmp_path, monkeypatch):
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
 
 
-def test_tasks_run_on_their_nodes_across_a_shaped_link(probe):
+@pytest.mark.parametrize("forked", [False, True], ids=["own-interpreter", "forked"])
+def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     """cs744's placement on node0..1: ps:0 and worker:0 share node0's namespace, worker:1 has
-    node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run."""
+    node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run.
+    The same for tasks forked from this process's fork server: each joins its stand-in's node."""
     spec = cluster.from_hosts(netem_nodes(2), ps=1, workers=2)
+    forking = forkserver.launch_args(spec, "netem") if forked else {}
+    assert bool(forking) == forked
     c = Cluster(spec, "probe.task", lab="test", launcher="netem", launcher_options={"link": RATE}, env=probe,
-                timeout=120)
+                timeout=120, **forking)
     net = c._launchers["ps:0"].network
     hosts = {t.name: t.host for t in c.spec.tasks()}
     assert hosts == {"ps:0": net.address("node0"), "worker:0": net.address("node0"), "worker:1": net.address("node1")}
@@ -85,6 +90,7 @@ def test_tasks_run_on_their_nodes_across_a_shaped_link(probe):
     assert ns["ps:0"] == ns["worker:0"] != ns["worker:1"]
     assert os.stat("/proc/self/ns/net").st_ino not in ns.values()
     assert {t.name: t.metrics["pid"] for t in result} == pids  # what the live view samples is the task
+    assert all(bool(t.result.get("forkserver")) == forked for t in result)
     w0 = result["worker:0"].metrics
     rate = w0["received"] / w0["seconds"]
     assert w0["received"] == 2_000_000 and rate < 1.1 * netem.parse_link(RATE).bytes_per_s
@@ -119,6 +125,7 @@ import json, sys, time
 from labkit import cluster
 from labkit.launch import Cluster
 from labkit.launchers.netem import netem_nodes
+from labkit.tasks import forkserver
 c = Cluster(cluster.from_hosts(netem_nodes(2), ps=1, workers=1), "probe.task", lab="test", launcher="netem",
             launcher_options={"link": "100mbit", "grace": 2}, env={"PROBE_HANG": "1"}).start()
 net = c._launchers["ps:0"].network

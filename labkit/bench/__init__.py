@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "lenet": "labkit.bench.lenet",
     "ring_vs_ps": "labkit.bench.ring_vs_ps",
     "netem": "labkit.bench.netem",
+    "startup": "labkit.bench.startup",
 }
 
 

@@ -7,8 +7,9 @@ A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_s
   are the configuration (``mode``, ``batch_size`` ...) followed by ``result``, the
   ``labkit.results.ClusterResult`` of the cluster that ran it; ``run.config`` is that
   configuration as a dict, ``run.chief`` the task that led and measured the training.
-  Runs of one cluster (Lab 3 runs its configurations one after the other in one
-  cluster) share the same ``result``.
+  Labs 2, 4 and 5 run the configurations of one cluster shape one after the other in one
+  cluster (``labkit.experiments.shared``): each run's ``result`` is its configuration's own
+  part of it, read as a cluster's. Lab 3's runs of one cluster share its ``result``.
 - ``Sweep.settings``: the arguments the sweep ran with, as a JSON-able dict.
 - ``Sweep.find(...)``: the run of one configuration.
 - The lab's tables: methods returning pandas DataFrames (``table()``, ``summary()`` ...).

@@ -13,13 +13,19 @@
 ``sweep`` returns a ``Sweep`` (``labkit.experiments``): one ``Run`` per configuration; the
 tables are pandas DataFrames, ``fault_tolerance`` returns a dict.
 
-Every run is a real cluster: one ``labkit.tasks.strategy_train`` process per worker,
-started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file, under a
-live view (``labkit.live``: a per-task table and figure in JupyterLab, each run's resource
-figure when headless). The chief writes TensorBoard scalars to ``<run dir>/tensorboard``.
-Resources are each task's own samples between its ``train start``/``train end`` marks.
-Host-wide numbers (CPU, memory, network) are averaged over nodes, not summed over tasks:
-every task on a host sees the same host.
+Every worker count is one real cluster: one ``labkit.tasks.strategy_train`` process per
+worker, started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file,
+under a live view (``labkit.live``: a per-task table and figure in JupyterLab, titled with the
+configuration running; each cluster's resource figure when headless). Its batch sizes run one
+after the other in it, each from scratch (``labkit.experiments.shared``): TensorFlow starts once
+per worker count, and each configuration trains to the same weights as in a cluster of its own.
+Each configuration has a folder of its own (``<sweep>/w2-b50``, beside the cluster's
+``<sweep>/cluster-w2``), where its chief writes TensorBoard scalars (``tensorboard/``).
+Resources are each task's own samples between its ``train start``/``train end`` marks of that
+configuration; ``tasks()`` also gives the process's RSS when the configuration began (its
+baseline: TensorFlow's runtime and what the configurations before it left). Host-wide numbers
+(CPU, memory, network) are averaged over nodes, not summed over tasks: every task on a host
+sees the same host. The fault-tolerance demo starts clusters of its own.
 """
 from __future__ import annotations
 
@@ -28,11 +34,12 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster, experiments, live, paths
-from labkit.experiments import positive_ints
+from labkit.experiments import positive_ints, shared
 from labkit.launch import Cluster, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
+from labkit.tasks import forkserver
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -64,10 +71,18 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
     run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = paths.run_dir(LAB, run)
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, strategy=strategy,
-                   model=model, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout,
+                   **forkserver.launch_args(spec, task_args.get("launcher")), strategy=strategy, model=model,
+                   batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
                    test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
                    tensorboard_dir=run_dir / "tensorboard", task_bytes=True, **task_args)
+
+
+def _config_printer(log):
+    def on_line(config, task: str, line: str) -> None:
+        if config is not None:
+            _epoch_printer(config.label, log)(task, line)
+    return on_line if log else None
 
 
 def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> ClusterResult:
@@ -114,7 +129,9 @@ class Sweep(experiments.Sweep):
         return pd.DataFrame(rows + [idle]).set_index("config")
 
     def tasks(self):
-        """One row per task of every run: its process's CPU (100 = one core) and memory,
+        """One row per task of every run: its process's CPU (100 = one core) and memory, and
+        its RSS when the configuration began (``proc_rss_baseline_bytes``: the process had
+        started for an earlier configuration of its cluster, or NaN for a cluster of its own),
         its host's CPU and network, its throughput and bytes per step."""
         import pandas as pd
 
@@ -124,7 +141,9 @@ class Sweep(experiments.Sweep):
                 res, tr = t.resources(), t.training
                 rows.append({"config": run.label, "task": t.name, "host": t.host,
                              "ended": t.ended, "proc_cpu_pct": res.get("proc_cpu_pct"),
-                             "proc_rss_bytes": res.get("proc_rss_bytes"), "cpu_user_pct": res.get("cpu_user_pct"),
+                             "proc_rss_bytes": res.get("proc_rss_bytes"),
+                             "proc_rss_baseline_bytes": t.baseline.get("proc_rss_bytes"),
+                             "cpu_user_pct": res.get("cpu_user_pct"),
                              "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
                              "images_per_s": tr.get("images_per_s"),
                              "bytes_per_step": tr.get("bytes_per_step_per_worker"),
@@ -199,10 +218,12 @@ def _node_average(result: ClusterResult) -> dict:
 def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, train_limit: int | None = 6000,
           test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, idle: dict | None = None,
           idle_s: float = 3.0, progress: bool = True, log=print, timeout: float = 900, **kwargs) -> Sweep:
-    """Train LeNet once per (workers, per-worker batch size), each run a fresh cluster.
+    """Train LeNet once per (workers, per-worker batch size): one cluster per worker count, whose
+    batch sizes run one after the other in it, each from scratch (``labkit.experiments.shared``).
 
     ``idle``: a baseline from ``idle_baseline`` (measured first, ``idle_s`` seconds, if not
-    given). ``log`` gets one line per epoch per run; ``progress`` shows a bar over runs."""
+    given). ``log`` gets one line per epoch per run; ``progress`` shows a bar over runs.
+    ``timeout``: seconds one run may take (the first of a cluster: from when its servers are up)."""
     workers, batch_sizes = positive_ints("workers", workers), positive_ints("batch_sizes", batch_sizes)
     if train_limit is not None:
         for w in workers:
@@ -215,15 +236,20 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                 "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL),
                 "steps_per_epoch": kwargs.get("steps_per_epoch")}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
-    configs = [(w, b) for w in workers for b in batch_sizes]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with tqdm(configs, desc="sweep", unit="run", disable=not progress) as bar:
-        for w, b in bar:
-            bar.set_postfix_str(f"{w} worker(s) x batch {b}")
-            res = train_cluster(w, b, epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr,
-                                seed=seed, hosts=hosts, run=f"sweep-{stamp}/w{w}-b{b}", timeout=timeout, log=log,
-                                **kwargs)
-            result.runs.append(Run(w, b, res))
+    base = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    with tqdm(total=len(workers) * len(batch_sizes), desc="sweep", unit="run", disable=not progress) as bar:
+        for w in workers:
+            configs = [shared.Config(f"w{w}-b{b}", f"{w} x {b}", {
+                "batch_size": b, "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/w{w}-b{b}") / "tensorboard")})
+                for b in batch_sizes]
+
+            def make(w=w, **shared_args):
+                return make_cluster(w, batch_sizes[0], epochs=epochs, train_limit=train_limit, test_limit=test_limit,
+                                    lr=lr, seed=seed, hosts=hosts, run=f"{base}/cluster-w{w}", **kwargs,
+                                    **shared_args)
+
+            results = shared.run(make, configs, timeout=timeout, on_line=_config_printer(log), bar=bar)
+            result.runs += [Run(w, b, r) for b, r in zip(batch_sizes, results)]
     return result
 
 

@@ -13,10 +13,13 @@
 ``scaling`` returns a ``Scaling`` sweep (``labkit.experiments``): one ``Run`` per (model,
 architecture, N); its tables are pandas DataFrames.
 
-Every run is a real cluster of ``labkit.tasks.strategy_train`` processes started by
-``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
-(``labkit.live``), training with the one loop of ``labkit.train_loop``, whose chief writes
-TensorBoard scalars to ``<run dir>/tensorboard``:
+Every (architecture, N) is a real cluster of ``labkit.tasks.strategy_train`` processes started
+by ``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
+(``labkit.live``, titled with the run under way), training with the one loop of
+``labkit.train_loop``. Its models run one after the other in it, each from scratch
+(``labkit.experiments.shared``): TensorFlow starts once per cluster shape. Each run has a
+folder of its own (``<sweep>/mlp-ring-w2``, beside the cluster's ``<sweep>/cluster-ring-w2``),
+where its chief writes TensorBoard scalars (``tensorboard/``):
 
 - ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
   chief and N workers. ``ps_sync`` (the default) is synchronous SGD, the ring's: per step,
@@ -47,10 +50,11 @@ import time
 from dataclasses import dataclass, field
 
 from labkit import cluster, costmodel, experiments, live, paths
-from labkit.experiments import positive_ints
+from labkit.experiments import positive_ints, shared
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
+from labkit.tasks import forkserver
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -101,7 +105,8 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     run_dir = paths.run_dir(LAB, run)
     extra = {"ps_sync": ps_sync} if arch == "ps" else {}
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
-                   strategy=STRATEGY[arch], model=model, batch_size=batch_size, epochs=epochs,
+                   **forkserver.launch_args(spec, cluster_kwargs.get("launcher")), strategy=STRATEGY[arch],
+                   model=model, batch_size=batch_size, epochs=epochs,
                    steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
                    sample_interval=sample_interval, tensorboard_dir=run_dir / "tensorboard", task_bytes=True,
                    **extra, **cluster_kwargs)
@@ -566,9 +571,11 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
             epochs: int = 2, n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
             test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, progress: bool = True, log=print,
             timeout: float = 600, **kwargs) -> Scaling:
-    """Run every (N, model, architecture), each a fresh cluster, N=1 always included (the
-    baseline of the speed-ups and of the cost model's compute). ``log`` gets one line per
-    run; ``progress`` shows a bar over runs."""
+    """Run every (N, model, architecture), N=1 always included (the baseline of the speed-ups
+    and of the cost model's compute): one cluster per (architecture, N), whose models run one
+    after the other in it, each from scratch (``labkit.experiments.shared``). ``log`` gets one
+    line per run; ``progress`` shows a bar over runs. ``timeout``: seconds one run may take
+    (the first of a cluster: from when its servers are up)."""
     workers = tuple(sorted(set(positive_ints("workers", workers)) | {1}))
     models = (models,) if isinstance(models, str) else tuple(models)  # "mlp" is one model, not three
     archs = (archs,) if isinstance(archs, str) else tuple(archs)
@@ -585,20 +592,29 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
                                "batch_size": batch_size, "steps": steps, "epochs": epochs, "n_ps": n_ps,
                                "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
                                "cores": _local_cores() if local else None, "load_per_core": load})
-    configs = [(n, m, a) for n in workers for m in models for a in archs]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:
-        for n, m, a in bar:
-            bar.set_postfix_str(f"{m} {a} N={n}")
-            run = run_one(a, m, n, batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
-                          hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
-                          run=f"scaling-{stamp}/{m}-{a}-w{n}", timeout=timeout, **kwargs)
-            result.runs.append(run)
-            if log:
-                tr = run.train
-                log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  {n * batch_size / tr['images_per_s']:.3f} s/step"
-                    f"  loss {tr['history'][0]['train_loss']:.3f} -> {tr['history'][-1]['train_loss']:.3f}"
-                    f"  {run.result.wall_s:.0f} s")
+    base = f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
+    settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync, hosts=hosts,
+                    train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, **kwargs)
+    runs = {}
+    with tqdm(total=len(workers) * len(models) * len(archs), desc="runs", unit="run", disable=not progress) as bar:
+        for n in workers:
+            for a in archs:
+                configs = [shared.Config(f"{m}-{a}-w{n}", f"{m} {a} N={n}", {
+                    "model": m, "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/{m}-{a}-w{n}") / "tensorboard")})
+                    for m in models]
+
+                def make(a=a, n=n, **shared_args):
+                    return make_cluster(a, models[0], n, run=f"{base}/cluster-{a}-w{n}", **settings, **shared_args)
+
+                results = shared.run(make, configs, timeout=timeout, bar=bar, static=False)
+                for m, res in zip(models, results):
+                    run = runs[(n, m, a)] = Run(a, m, n, n_ps if a == "ps" else 0, res)
+                    if log:
+                        tr = run.train
+                        log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  "
+                            f"{n * batch_size / tr['images_per_s']:.3f} s/step  loss {tr['history'][0]['train_loss']:.3f}"
+                            f" -> {tr['history'][-1]['train_loss']:.3f}  {run.result.wall_s:.0f} s")
+    result.runs += [runs[(n, m, a)] for n in workers for m in models for a in archs]
     return result
 
 

@@ -15,12 +15,17 @@
 ``sweep`` returns a ``Study`` (a ``labkit.experiments.Sweep``): one ``Run`` per (mode, deploy
 mode, batch size); its tables are pandas DataFrames, ``records()`` a dict.
 
-Every run is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers in
-report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
-of a hosts file, under a live view (``labkit.live``). Resources of every task are summarized
-over the chief's training window (its ``train start``/``train end`` marks), so the ps is
-measured over the same seconds. The chief's evaluations and training loss become TensorBoard
-scalars in ``runs/lab2/<run>/tensorboard`` (``labkit.scalars``), by global step.
+Every deploy mode is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers
+in report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
+of a hosts file, under a live view (``labkit.live``, titled with the run under way). Its runs
+(mode x batch size) go one after the other in it, each from fresh variables
+(``labkit.experiments.shared``): TensorFlow starts once per deploy mode. Each run has a folder
+of its own (``<study>/sync-cluster2-b50``, beside the cluster's ``<study>/cluster-cluster2``)
+holding every task's result for that run. Resources of every task are summarized over the
+chief's training window of the run (its ``train start``/``train end`` marks), so the ps is
+measured over the same seconds; ``tasks()`` also gives each process's RSS when the run began
+(its baseline). The chief's evaluations and training loss become TensorBoard scalars in
+``<run folder>/tensorboard`` (``labkit.scalars``), by global step.
 """
 from __future__ import annotations
 
@@ -32,10 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster, experiments, live, paths, scalars
-from labkit.experiments import function_source, positive_ints
+from labkit.experiments import function_source, positive_ints, shared
 from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.results import ClusterResult
+from labkit.tasks import forkserver
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -200,19 +206,26 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
     run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout, mode=mode, batch_size=batch_size,
+    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout,
+                   **forkserver.launch_args(spec, task_args.get("launcher")), mode=mode, batch_size=batch_size,
                    steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
                    train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
                    seed=seed, sample_interval=sample_interval,
                    optimizer_source=optimizer_source(optimizer) if optimizer is not None else None, **task_args)
 
 
-def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
-    """Train once to the end (``make_cluster``'s arguments) under a live view; ``log`` gets the
-    chief's lines (each periodic evaluation) as they come. Writes the chief's TensorBoard scalars."""
+def _printer(log, label: str):
     def on_line(task: str, line: str) -> None:
         if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
-            log(f"{mode} {deploy} b{batch_size} | {line.split('] ', 1)[-1]}")
+            log(f"{label} | {line.split('] ', 1)[-1]}")
+    return on_line
+
+
+def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
+    """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
+    view; ``log`` gets the chief's lines (each periodic evaluation) as they come. Writes the
+    chief's TensorBoard scalars."""
+    on_line = _printer(log, f"{mode} {deploy} b{batch_size}")
 
     c = make_cluster(mode, deploy, batch_size, **kwargs)
     with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
@@ -273,7 +286,9 @@ class Study(experiments.Sweep):
         """Report 000 Table 1.2.1 for one deploy mode and batch size (default: ``headline()``):
         per mode and task, over the chief's training window, the host's average user CPU,
         memory used and network receive/send per second, the task process's CPU (100 = one
-        core) and RSS; then the final test loss and accuracy (chief) and the training time."""
+        core) and RSS, and its RSS when the run began (``proc_rss_baseline_bytes``: its process
+        had started for an earlier run of the cluster, or NaN for a cluster of its own); then the
+        final test loss and accuracy (chief) and the training time."""
         import pandas as pd
 
         from labkit.summaries import summarize_tasks
@@ -285,6 +300,7 @@ class Study(experiments.Sweep):
             res = summarize_tasks(r.samples(), start, end)
             table = res[["host", *RESOURCE_COLUMNS]].copy()
             for t in r.result:
+                table.loc[t.name, "proc_rss_baseline_bytes"] = t.baseline.get("proc_rss_bytes", math.nan)
                 table.loc[t.name, "local_steps"] = t.steps.get("local")
                 table.loc[t.name, "test_loss"] = t.metrics.get("test_loss")
                 table.loc[t.name, "test_accuracy"] = t.metrics.get("test_accuracy")
@@ -409,11 +425,14 @@ def _choices(name: str, values, allowed) -> tuple:
 
 
 def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, progress: bool = True, log=print,
-          study: Study | None = None, **kwargs) -> Study:
-    """Run every (deploy mode, batch size, mode), each a fresh cluster (``make_cluster``'s
-    arguments: target_loss, max_steps, learning_rate, hosts, optimizer ...). Modes run side
-    by side per configuration, so a sync/async pair shares the machine's conditions. Returns
-    ``study`` (default a new ``Study``, whose settings are these arguments) with the runs added."""
+          study: Study | None = None, timeout: float = 600, **kwargs) -> Study:
+    """Run every (deploy mode, batch size, mode) (``make_cluster``'s arguments: target_loss,
+    max_steps, learning_rate, hosts, optimizer ...): one cluster per deploy mode, whose runs go
+    one after the other in it, each from fresh variables (``labkit.experiments.shared``). Modes
+    run side by side per batch size, so a sync/async pair shares the machine's conditions.
+    ``timeout``: seconds one run may take (the first of a cluster: from when its servers are up).
+    Returns ``study`` (default a new ``Study``, whose settings are these arguments) with the
+    runs added."""
     modes = _choices("modes", modes, MODES)
     deploys = _choices("deploy modes", deploys, tuple(cluster.MODES))
     batch_sizes = positive_ints("batch sizes", batch_sizes, "[50, 200]")
@@ -426,13 +445,26 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
     if study is None:
         study = Study(settings={"modes": list(modes), "deploy_modes": list(deploys), "batch_sizes": list(batch_sizes),
                                 **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
-                                   if k != "optimizer"}})
-    configs = [(d, b, m) for d in deploys for b in batch_sizes for m in modes]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with tqdm(configs, desc="runs", unit="run", disable=not progress) as bar:
-        for d, b, m in bar:
-            bar.set_postfix_str(f"{m}, {d}, batch {b}")
-            study.runs.append(run(m, d, b, run=f"study-{stamp}/{m}-{d}-b{b}", log=log, **kwargs))
+                                   if k != "optimizer"}, "timeout": timeout})
+    base = f"study-{time.strftime('%Y%m%d-%H%M%S')}"
+    with tqdm(total=len(deploys) * len(batch_sizes) * len(modes), desc="runs", unit="run",
+              disable=not progress) as bar:
+        for d in deploys:
+            configs = [shared.Config(f"{m}-{d}-b{b}", f"{m} {d} b{b}", {"mode": m, "batch_size": b})
+                       for b in batch_sizes for m in modes]
+
+            def make(d=d, **shared_args):
+                return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
+
+            def on_line(config, task, line):
+                if config is not None:
+                    _printer(log, config.label)(task, line)
+
+            results = shared.run(make, configs, timeout=timeout, on_line=on_line, bar=bar, static=False)
+            for config, result in zip(configs, results):
+                done = Run(config.args["mode"], d, config.args["batch_size"], result)
+                done.write_scalars()
+                study.runs.append(done)
     return study
 
 
@@ -451,7 +483,8 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
         if log and task == "chief:0" and "epoch " in line:
             log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
 
-    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, strategy="ps",
+    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, **forkserver.launch_args(spec),
+                strategy="ps",
                 model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
                 train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
     with live.watch(c), c:

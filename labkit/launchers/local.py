@@ -9,6 +9,7 @@ import shlex
 
 from labkit.cluster import Task, port_is_free
 from labkit.launchers.base import Launcher, TaskProcess
+from labkit.results import read_json
 
 
 class LocalLauncher(Launcher):
@@ -26,3 +27,12 @@ class LocalLauncher(Launcher):
     def signal(self, tps: list[TaskProcess], sig: int) -> None:
         for tp in tps:
             os.kill(tp.proc.pid, sig)
+
+    def local_pid(self, tp: TaskProcess) -> int | None:
+        """The child's pid; for a task forked by ``labkit.tasks.forkserver`` (the child is its
+        stand-in) the pid its hello names, once written."""
+        try:
+            hello = read_json(self.settings.run_dir / tp.file(".hello.json")) or {}
+        except ValueError:  # being written
+            hello = {}
+        return hello["pid"] if hello.get("forkserver") and hello.get("pid") else super().local_pid(tp)

@@ -21,7 +21,9 @@ What the runtime does, and why:
   ``LABKIT_INTER_OP_THREADS``), and applies them to ``ConfigProto`` and ``tf.config``.
 - **A hello file** (``<type>-<index>.hello.json``, one line) with the task's pid, host
   and TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported,
-  so the launcher can refuse a cluster whose nodes disagree.
+  so the launcher can refuse a cluster whose nodes disagree. A task forked by
+  ``labkit.tasks.forkserver`` (TensorFlow imported there once) also names the server, in
+  the hello and the result (``forkserver``).
 - **Resource samples** of this process and its host (``labkit.monitor``), so the same
   code gives per-node CPU, memory and network on a real cluster.
 - **One result file** (``<type>-<index>.json``): metrics, steps, timings, series,
@@ -34,6 +36,14 @@ What the runtime does, and why:
   the result with ``shutdown: "terminated"`` and exits 143, even while the main thread
   is inside a TensorFlow call, and even when nobody reads the task's output any more.
   An exception writes the traceback into the result and the log and exits 1.
+- **Several configurations in one process** (``--configs``, ``configurations``): TensorFlow's
+  start-up (import, server, strategy) is paid once, and each configuration runs inside
+  ``rt.configuration(config)``, which gives it fresh ``metrics``/``steps``/``timings``/
+  ``series``, marks its window in the samples, and writes its own result file when it ends
+  (``results.configuration_file``; the samples over its window and the process's baseline
+  then, ``results.configuration_part``), so a task killed later keeps the configurations it
+  finished. The program makes everything else fresh per configuration (graphs, variables,
+  datasets, checkpoints); what a process cannot make twice is said where it is made.
 - **Parameter-server shutdown**, which TensorFlow does not provide: ``DoneSignal`` (TF1:
   every trainer enqueues once into a shared queue on each ps, which dequeues once per
   trainer and exits; a trainer that finds the ps gone when it signals has finished, see
@@ -44,20 +54,24 @@ This module imports TensorFlow only inside ``TaskRuntime.tf()``.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from labkit.cluster import accepts, from_tf_config, port_is_free, split_address
+from labkit.results import configuration_file, configuration_part
 
 # re-exported: task programs and the grader name these through the runtime
 from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR,  # noqa: F401
@@ -65,6 +79,61 @@ from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR
                              versions)
 
 TRAINER_JOBS = ("chief", "worker")
+# The log lines that open and close a configuration (the experiments follow them: progress, timeouts).
+CONFIGURATION_LINE = re.compile(r"\] configuration (?P<number>\d+)/(?P<count>\d+) (?P<name>\S+): (?P<event>start|done)$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration a task runs: its place in the list, its name (None: the task's only one,
+    whose results are the process's own) and the program's arguments with its own on top."""
+    index: int
+    count: int
+    name: str | None
+    args: argparse.Namespace
+
+    def describe(self) -> dict:
+        return {"index": self.index, "count": self.count, "name": self.name}
+
+
+def add_configs_option(parser: argparse.ArgumentParser, varying: tuple[str, ...]) -> None:
+    """``--configs JSON``: the configurations to run one after the other in this process."""
+    parser.add_argument("--configs", default=None, metavar="JSON",
+                        help="several configurations, one after the other in this process (TensorFlow starts "
+                             "once): a JSON list of objects, each with 'name' (its result files are "
+                             "NAME.<task>.json in the run directory) and any of: " + ", ".join(varying))
+
+
+def configurations(parser: argparse.ArgumentParser, args: argparse.Namespace, varying: tuple[str, ...],
+                   check=None) -> list[Configuration]:
+    """The configurations of ``--configs`` (see ``add_configs_option``), each checked with
+    ``check(parser, args)`` as the command line is; without it, one: the command line's."""
+    if args.configs is None:
+        return [Configuration(0, 1, None, args)]
+    try:
+        items = json.loads(args.configs)
+    except json.JSONDecodeError as e:
+        parser.error(f"--configs is not JSON ({e})")
+    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+        parser.error('--configs must be a JSON list of objects, e.g. [{"name": "b50", "batch_size": 50}]')
+    out, names = [], set()
+    for index, item in enumerate(items):
+        name = item.get("name")
+        if not isinstance(name, str) or not _NAME.match(name) or name in names:
+            parser.error(f"configuration {index + 1} of --configs needs a 'name' of its own, one path component of "
+                         f"letters, digits, '_', '-' or '.'; got {name!r}")
+        names.add(name)
+        unknown = sorted(set(item) - {"name"} - set(varying))
+        if unknown:
+            parser.error(f"configuration {name!r} sets {unknown}, which must be the same for every configuration "
+                         f"of a cluster; a configuration may set: {', '.join(varying)}")
+        merged = argparse.Namespace(**{**vars(args), **{k: v for k, v in item.items() if k != "name"},
+                                       "configs": None})
+        if check is not None:
+            check(parser, merged)
+        out.append(Configuration(index, len(items), name, merged))
+    return out
 
 
 def thread_limits(spec, task) -> tuple[int, int]:
@@ -114,6 +183,10 @@ class TaskRuntime:
             "threads": {"intra_op": self.intra_op, "inter_op": self.inter_op}, "started_epoch": self.started_epoch,
             "metrics": self.metrics, "steps": self.steps, "timings": self.timings, "series": self.series,
         }
+        if os.environ.get("LABKIT_FORKSERVER"):  # forked from labkit.tasks.forkserver, TensorFlow imported there
+            self.result["forkserver"] = json.loads(os.environ["LABKIT_FORKSERVER"])
+        self._process = self.result        # the process's own result; a configuration swaps in its own
+        self._config: Configuration | None = None
         self._sampler = None
         self._tf = None
         self._finishing = threading.Lock()
@@ -121,7 +194,8 @@ class TaskRuntime:
         self._handle_sigterm()
         # The hello says: alive, and a SIGTERM from now on ends in a result file.
         write_json(self.path(".hello.json"), {k: self.result[k] for k in
-                                              ("task", "host", "pid", "versions", "program", "started_epoch")})
+                                              ("task", "host", "pid", "versions", "program", "started_epoch",
+                                               "forkserver") if k in self.result})
         if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
             self.finish(PortInUse(self.task.name, self.task.address, " (found before importing TensorFlow)"))
 
@@ -152,8 +226,71 @@ class TaskRuntime:
         return time.time() - self.started_epoch
 
     def mark(self, label: str) -> None:
+        """Mark this moment in the samples; inside a configuration, as ``"<name>: <label>"``."""
         if self._sampler is not None:
-            self._sampler.mark(label)
+            self._sampler.mark(f"{self._config.name}: {label}" if self._config is not None else label)
+
+    def first_step(self) -> None:
+        """Note that training begins (once per process): ``first_step_epoch`` in the result and
+        ``timings["first_step_s"]`` since the process started, TensorFlow's start-up."""
+        if "first_step_epoch" not in self._process:
+            self._process["first_step_epoch"] = time.time()
+            self._process["timings"]["first_step_s"] = self.since_start()
+
+    @contextlib.contextmanager
+    def configuration(self, config: Configuration):
+        """Run one configuration of several in this process (see the module docstring).
+
+        Inside the block ``metrics``, ``steps``, ``timings``, ``series`` and ``result`` are the
+        configuration's own, marks are named ``"<name>: <label>"``, and the log says
+        ``configuration 2/3 NAME: start`` / ``done``. Leaving the block writes the configuration's
+        result file (``results.configuration_file``): its results, its args, the process's samples
+        over its window and the baseline when it began; an exception is recorded there too, and
+        raised on (the task fails). A configuration without a name is the process's only one:
+        its results are the process's own, as without ``--configs``."""
+        if config.name is None:
+            yield self
+            return
+        base = self._process
+        self.metrics, self.steps, self.timings, self.series = {}, {}, {}, {}
+        self.result = {**{k: base[k] for k in ("format", "program", "task", "type", "index", "address", "host",
+                                               "pid", "versions", "threads", "started_epoch")},
+                       "args": {k: v for k, v in vars(config.args).items() if k != "configs"},
+                       "configuration": config.describe(), "metrics": self.metrics, "steps": self.steps,
+                       "timings": self.timings, "series": self.series}
+        self._config = config
+        started = self.result["configuration_started_epoch"] = time.time()
+        self.log(f"configuration {config.index + 1}/{config.count} {config.name}: start")
+        self.mark("start")
+        status = "error"
+        try:
+            yield self
+            status = "ok"
+        except BaseException:
+            self.result["error"] = traceback.format_exc()
+            raise
+        finally:
+            self.mark("end")
+            self._write_configuration(config, started, status)
+            self._config = None
+            self.result = base
+            self.metrics, self.steps, self.timings, self.series = (base["metrics"], base["steps"], base["timings"],
+                                                                   base["series"])
+            base.setdefault("configurations", []).append({"name": config.name, "status": status,
+                                                          "started_epoch": started, "ended_epoch": time.time()})
+        self.log(f"configuration {config.index + 1}/{config.count} {config.name}: done")
+
+    def _write_configuration(self, config: Configuration, started: float, status: str) -> None:
+        """The configuration's result file, as a task's own: its results, and the samples over its window."""
+        out, ended = self.result, time.time()
+        out.update(status=status, shutdown="finished", ended_epoch=ended)
+        self.timings["total_s"] = ended - started
+        if self.steps.get("local") and self.timings.get("train_s"):
+            self.steps["local_per_s"] = self.steps["local"] / self.timings["train_s"]
+        if self._sampler is not None:
+            self._sampler.sample_now()
+            out.update(configuration_part(self._sampler.to_dict(), started, ended, prefix=f"{config.name}: "))
+        write_json(self.run_dir / configuration_file(config.name, self.task.type, self.task.index), out)
 
     @contextlib.contextmanager
     def timed(self, name: str):
@@ -237,13 +374,15 @@ class TaskRuntime:
         threading.Thread(target=load, name="labkit-warm-up", daemon=True).start()
 
     # ------------------------------------------------- parameter-server shutdown
-    def serve_until_done(self, server, done: "DoneSignal", fetches=None, linger: float = 5.0):
+    def serve_until_done(self, server, done: "DoneSignal", fetches=None, linger: float = 5.0, last: bool = True):
         """TF1 ps: block until every trainer has signalled ``done``, then return
         ``fetches`` evaluated on the ps (e.g. the final global step).
 
         Before returning (the task then exits), wait up to ``linger`` seconds for every
         trainer to leave (its port closes): the last trainer's signal completes the dequeue,
-        and a ps that left at once would cut the reply to it."""
+        and a ps that left at once would cut the reply to it. ``last=False``: the end of one
+        configuration of several; the ps serves on (the trainers go on to the next), so it
+        neither waits for them to leave nor records a shutdown."""
         tf = self.tf()
         dequeue = done.dequeue(self.task.index)
         with tf.compat.v1.Session(server.target, config=self.session_config()) as sess:
@@ -251,9 +390,10 @@ class TaskRuntime:
             self.log(f"serving until {done.trainers} trainer(s) signal done")
             sess.run(dequeue)
             value = sess.run(fetches) if fetches is not None else None
-        self.result["shutdown"] = "done-queue"
         self.log("every trainer signalled done")
-        self._wait_for_trainers_to_leave(linger)
+        if last:
+            self._process["shutdown"] = "done-queue"
+            self._wait_for_trainers_to_leave(linger)
         return value
 
     def _wait_for_trainers_to_leave(self, linger: float, poll: float = 0.05) -> None:
@@ -291,7 +431,8 @@ class TaskRuntime:
 
     def session_creator(self, server, scaffold=None, max_wait_secs: float = 300):
         """TF1 ``SessionCreator`` for ``MonitoredSession``: the chief initializes the
-        variables; other trainers wait for them, polling every second.
+        variables; other trainers wait for them, polling every 0.2 s (a configuration of
+        several waits for the chief's initialization each time).
 
         ``MonitoredTrainingSession`` builds the same creators, but its non-chief one
         sleeps a hard-coded 30 s between polls, so a worker that starts before the chief
@@ -308,7 +449,7 @@ class TaskRuntime:
                 manager = tf.compat.v1.train.SessionManager(
                     local_init_op=scaffold.local_init_op, local_init_feed_dict=scaffold.local_init_feed_dict,
                     ready_op=scaffold.ready_op, ready_for_local_init_op=scaffold.ready_for_local_init_op,
-                    graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=1)
+                    graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=0.2)
                 sess = manager.wait_for_session(server.target, config=config, max_wait_secs=max_wait_secs)
                 if sess is None:
                     raise TimeoutError(f"waited {max_wait_secs:.0f} s for the chief to initialize the variables; "
@@ -354,6 +495,10 @@ class TaskRuntime:
         signal during the first) waits for the exit."""
         self._finishing.acquire()
         try:
+            if self._config is not None:  # ended inside a configuration: the process's own result is written
+                self._process["configuration_running"] = self._config.name
+                self.result, self.timings, self.steps = self._process, self._process["timings"], self._process["steps"]
+                self._config = None
             if shutdown is not None:
                 self.result["shutdown"] = shutdown
             self.result.setdefault("shutdown", "finished")

@@ -34,10 +34,21 @@ Pitfalls of this API on TF 2.21, and where each is handled:
   (``StartBarrier``, a shared queue on ps 0) and an empty token queue;
 - the ps never exiting: ``DoneSignal`` (each trainer signals, each ps dequeues, exits);
 - the chief's close waiting ``stop_grace_period_secs`` (120 s by default) for its sync
-  queue runner: ``--stop-grace`` (2 s);
+  queue runner: ``--stop-grace`` (0.25 s: when the last round's tokens are out, the runner
+  waits for gradients no trainer will send, and only the session's close ends that wait);
 - slow exits after training: the runtime writes the result, then ``os._exit``.
 
-Result (``<type>-<index>.json``): steps ``local`` and ``global_at_exit`` (trainers),
+Several configurations in one cluster (``--configs``, ``VARYING``: mode, batch size, stopping,
+learning rate, data, seed) run one after the other, each in a graph of its own whose stateful
+ops (variables, the sync token queue and gradient accumulators, the barrier and done queues)
+live in a resource container named after the configuration, on the ps as on the trainers: every
+configuration starts from fresh variables, optimizer state and global step, as a fresh process
+would (the same graph-level and op seeds). The ps ends each configuration when every trainer has
+signalled its done queue (recording that configuration's ``global_final``), and exits after the
+last. A finished configuration's variables stay in its container until the process ends (7,850
+weights: nothing worth a ``Session.reset``, which would close the other tasks' sessions too).
+
+Result (``<type>-<index>.json``; per configuration, ``results.configuration_file``): steps ``local`` and ``global_at_exit`` (trainers),
 ``global_final`` (ps 0, after every trainer finished: the number of updates applied);
 ``stop`` (why and at which global step); ``net`` (bytes sent and received while it
 trained: on the task's NIC and ``lo``, and on its own TCP sockets); series ``train``
@@ -48,17 +59,22 @@ every ``--eval-every`` global steps, ``t`` in seconds since training started); m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
+from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
+                                 run_graph_task, shared_queue)
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
 MNIST_TRAIN = 60000
+# What a configuration may set; the rest (the optimizer's source, the NIC, sampling) is the cluster's.
+VARYING = ("mode", "batch_size", "steps", "epochs", "target_loss", "learning_rate", "train_limit", "test_limit",
+           "eval_every", "log_every", "seed", "barrier")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,7 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=25, help="record the training loss every N local steps")
     p.add_argument("--barrier", action=argparse.BooleanOptionalAction, default=True,
                    help="trainers wait for each other before the first step")
-    p.add_argument("--stop-grace", type=float, default=2.0, help="seconds the chief's session close waits for its "
+    p.add_argument("--stop-grace", type=float, default=0.25, help="seconds the chief's session close waits for its "
                                                                  "threads (TensorFlow's default: 120)")
     p.add_argument("--optimizer-source", default=None, help="Python source defining make_optimizer(tf, mode, "
                                                             "learning_rate, num_workers), used instead of the kit's")
@@ -86,7 +102,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                  "auto (the one holding the task's address), a name, or none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
+    add_configs_option(p, VARYING)
     args = p.parse_args(argv)
+    check_args(p, args)
+    args.plan = configurations(p, args, VARYING, check_args)
+    return args
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The command line's (or a configuration's) arguments make sense together."""
+    if args.mode not in MODES:
+        p.error(f"mode must be one of {MODES}, got {args.mode!r}")
     for name in ("steps", "batch_size", "train_limit", "test_limit"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -98,7 +124,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--target-loss needs --eval-every > 0: the chief checks the test loss every N global steps")
     if args.eval_every < 0:
         p.error(f"--eval-every must be >= 0, got {args.eval_every}")
-    return args
 
 
 def last_step(args, num_trainers: int) -> int:
@@ -242,19 +267,43 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
             yield x[idx], y[idx]
 
 
+@contextlib.contextmanager
+def fresh_graph(tf, config):
+    """A graph of the configuration's own, its stateful ops in its own resource container (on
+    every task the same: the ps's variables and queues of one configuration are never another's)."""
+    graph = tf.Graph()
+    with graph.as_default(), graph.container(config.name or ""):
+        yield graph
+
+
 def run_ps(rt: TaskRuntime, tf, server, args) -> None:
-    model = build_model(tf, rt, args)
-    done = DoneSignal(tf, rt.spec)
-    final_step = rt.serve_until_done(server, done, model.global_step if rt.task.index == 0 else None)
-    if final_step is not None:
-        rt.steps["global_final"] = int(final_step)
+    for config in args.plan:
+        with rt.configuration(config), fresh_graph(tf, config):
+            model = build_model(tf, rt, config.args)
+            done = DoneSignal(tf, rt.spec)
+            final_step = rt.serve_until_done(server, done, model.global_step if rt.task.index == 0 else None,
+                                             last=config.index == config.count - 1)
+            if final_step is not None:
+                rt.steps["global_final"] = int(final_step)
 
 
 def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
     from labkit.data import load_mnist
+
+    loaded: dict = {}
+    for config in args.plan:
+        a = config.args
+        key = (a.train_limit, a.test_limit, a.seed)
+        if key not in loaded:
+            loaded[key] = load_mnist(limit=a.train_limit, test_limit=a.test_limit, seed=a.seed)
+        with rt.configuration(config), fresh_graph(tf, config):
+            train(rt, tf, server, a, loaded[key])
+
+
+def train(rt: TaskRuntime, tf, server, args, data) -> None:
+    """One trainer's run of one configuration, from building the graph to signalling done."""
     from labkit.sockets import NetCounter, pick_nic
 
-    data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
     rank, n = rt.trainer_rank, rt.num_trainers
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]
     y_train = data.y_train[rank::n]
@@ -289,6 +338,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
             rt.timings["barrier_s"] = barrier.wait(raw)
         global_start = int(raw(model.global_step))
         net.start()
+        rt.first_step()
         with rt.timed("train"):
             t0 = time.monotonic()
             while not sess.should_stop():
@@ -337,7 +387,8 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    with TaskRuntime("ps_sgd", args=vars(args), sample_interval=args.sample_interval) as rt:
+    with TaskRuntime("ps_sgd", args={k: v for k, v in vars(args).items() if k != "plan"},
+                     sample_interval=args.sample_interval) as rt:
         run_graph_task(rt, args, run_ps, run_trainer)
 
 

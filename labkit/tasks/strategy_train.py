@@ -22,14 +22,39 @@ with the same folder resumes after the last epoch every worker saved. The result
 the loop's whole result under ``train`` (history, throughput, bytes per step, weight
 checksum), its headline numbers under ``metrics``, and resources sampled between the
 ``train start``/``train end`` marks.
+
+Several configurations in one cluster (``--configs``; ``VARYING``: model, batch size, epochs,
+learning rate, data, seed, checkpoint and TensorBoard folders, ``ps_sync``) run one after the
+other under the one strategy of the process. What TensorFlow 2.21 lets a process make once, and
+what each configuration makes afresh:
+
+- once: the strategy, and with it the cluster and (MWMS) the collectives. Collectives must be
+  configured before any other op ("Collective ops must be configured at program startup"); a
+  second ``MultiWorkerMirroredStrategy`` of the same cluster works, one of another cluster
+  fails ("Collective ops are already configured"). ``ParameterServerStrategy`` has one
+  ``ClusterCoordinator`` (a singleton per strategy) and connects to its cluster once. The
+  ps and worker tasks of a PS cluster only serve: every configuration is the chief's;
+- per configuration (``labkit.train_loop.train``): the model and optimizer (variables, slots,
+  ``iterations``), the epoch counter and checkpoints, the datasets and iterators, the traced
+  step functions (new collective instances under MWMS), the validation copy. Before each,
+  ``fresh_start`` resets Keras's global state (layer names, as in a fresh process) and, under
+  PS with several ps tasks, brings the strategy's round-robin placement back to ps 0, where a
+  fresh process puts its first variable.
+
+From the same seed a configuration trains to the same weights as in a fresh process: the
+initializers are seeded, and the batches are stateless permutations of (seed, epoch).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 
-from labkit.tasks.common import TaskRuntime
+from labkit.tasks.common import TaskRuntime, add_configs_option, configurations
 
 STRATEGIES = ("mwms", "ps", "default")
+# What a configuration may set; the strategy, the NIC and the byte counters are the cluster's.
+VARYING = ("model", "batch_size", "epochs", "lr", "momentum", "train_limit", "test_limit", "steps_per_epoch", "seed",
+           "checkpoint_dir", "tensorboard_dir", "ps_sync")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,12 +79,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                           "gradient of one closure per worker; default asynchronous")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
+    add_configs_option(p, VARYING)
     args = p.parse_args(argv)
+    check_args(p, args)
+    args.plan = configurations(p, args, VARYING, check_args)
+    return args
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The command line's (or a configuration's) sizes are positive."""
     for name in ("batch_size", "epochs", "train_limit", "test_limit", "steps_per_epoch"):
         value = getattr(args, name)
-        if value is not None and value <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive, got {value}")
-    return args
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            p.error(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
 
 
 def make_strategy(tf, rt: TaskRuntime, kind: str):
@@ -79,9 +111,57 @@ def make_strategy(tf, rt: TaskRuntime, kind: str):
     return None
 
 
+def fresh_start(tf, rt: TaskRuntime, strategy) -> None:
+    """Before a configuration: what the ones before it left in this process is released, and
+    Keras's global state is reset (its layer-name counters: the same names as in a fresh
+    process); under ParameterServerStrategy with several ps tasks, throwaway scalars move the
+    strategy's round-robin placement (a counter that lives as long as the strategy) back to
+    ps 0, so the model's variables land where a fresh process puts them."""
+    import keras
+
+    keras.backend.clear_session(free_memory=True)
+    n_ps = rt.spec.num_tasks("ps")
+    if strategy is None or n_ps < 2 or not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return
+    with strategy.scope():
+        probe = tf.Variable(0.0, trainable=False, name="placement_probe")
+        landed = int(probe.device.split("/task:")[1].split("/")[0])
+        _ = [tf.Variable(0.0, trainable=False, name="placement_probe") for _ in range(n_ps - 1 - landed)]
+    gc.collect()
+
+
+def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic, counters) -> None:
+    """Train one configuration with ``labkit.train_loop.train``; its results go to ``rt``."""
+    from labkit.train_loop import train
+
+    rt.first_step()
+    with rt.timed("train"):
+        result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
+                       momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
+                       checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
+                       steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
+                       counters=counters)
+    trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
+    rt.steps["local"] = trained_steps
+    if args.strategy == "mwms" and trained_steps:
+        # This worker's own sockets (--task-bytes) where ss can tell; else its share of the NIC,
+        # whose counters see every task on this host, and every other program too.
+        own = (result.get("counters_per_step") or {}).get(f"{rt.task.name} sent")
+        here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
+        share = result["bytes_per_step"] / here if nic is not None else None
+        result["nic_bytes_per_step_per_worker"] = share
+        result["bytes_per_step_per_worker"] = own if own is not None else share
+    rt.result["train"] = result
+    rt.series["history"] = result["history"]
+    rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
+    rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
+                      start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    with TaskRuntime("strategy_train", args=vars(args), sample_interval=args.sample_interval) as rt:
+    with TaskRuntime("strategy_train", args={k: v for k, v in vars(args).items() if k != "plan"},
+                     sample_interval=args.sample_interval) as rt:
         tf = rt.tf()
         if args.strategy == "ps" and rt.task.type != "chief":
             server = rt.server()  # a ps holds variables, a worker runs the chief's closures
@@ -91,39 +171,27 @@ def main(argv=None) -> None:
         if args.strategy == "mwms":
             rt.mark("server up")
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy) if args.strategy == "ps" else None
 
         from labkit.data import load_mnist
         from labkit.sockets import pick_nic
-        from labkit.train_loop import train
 
-        data = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
         nic = pick_nic(args.nic, rt.task.host)
         counters = None
         if args.task_bytes:
             from labkit.sockets import TaskBytes
 
             counters = TaskBytes(rt.run_dir)
-        with rt.timed("train"):
-            result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                           momentum=args.momentum, seed=args.seed, strategy=strategy,
-                           checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
-                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters)
-        trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
-        rt.steps["local"] = trained_steps
-        if args.strategy == "mwms" and trained_steps:
-            # This worker's own sockets (--task-bytes) where ss can tell; else its share of the NIC,
-            # whose counters see every task on this host, and every other program too.
-            own = (result.get("counters_per_step") or {}).get(f"{rt.task.name} sent")
-            here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
-            share = result["bytes_per_step"] / here if nic is not None else None
-            result["nic_bytes_per_step_per_worker"] = share
-            result["bytes_per_step_per_worker"] = own if own is not None else share
-        rt.result["train"] = result
-        rt.series["history"] = result["history"]
-        rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
-        rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
-                          start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+        loaded: dict = {}
+        for config in args.plan:
+            a = config.args
+            key = (a.train_limit, a.test_limit, a.seed)
+            if key not in loaded:
+                loaded[key] = load_mnist(limit=a.train_limit, test_limit=a.test_limit, seed=a.seed)
+            if config.name is not None:
+                fresh_start(tf, rt, strategy)
+            with rt.configuration(config):
+                train_configuration(rt, a, strategy, coordinator, loaded[key], nic, counters)
 
 
 if __name__ == "__main__":

@@ -25,3 +25,13 @@ def _environment_as_it_was():
     for key in set(os.environ) - set(saved):
         del os.environ[key]
     os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
+
+
+def pytest_configure(config):
+    """Ctrl-C as a terminal gives it, whoever started the run: a shell without job control
+    starts a background command (``make test &``) with SIGINT ignored, which every child inherits;
+    the tests that interrupt a cluster, a kernel or the grader would then wait for nothing."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

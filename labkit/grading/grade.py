@@ -496,7 +496,7 @@ def main(args) -> int:
     def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's group is killed
         raise KeyboardInterrupt(f"signal {signum}")
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: a background shell ignores it
         signal.signal(sig, interrupt)
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,

@@ -136,6 +136,17 @@ def configurations(parser: argparse.ArgumentParser, args: argparse.Namespace, va
     return out
 
 
+def mnist_for(args, cache: dict):
+    """The MNIST split ``args`` names (``train_limit``, ``test_limit``, ``seed``), loaded once per
+    split into ``cache``: a process's configurations that train on the same split share its arrays."""
+    from labkit.data import load_mnist
+
+    key = (args.train_limit, args.test_limit, args.seed)
+    if key not in cache:
+        cache[key] = load_mnist(limit=args.train_limit, test_limit=args.test_limit, seed=args.seed)
+    return cache[key]
+
+
 def thread_limits(spec, task) -> tuple[int, int]:
     """(intra-op, inter-op) threads for ``task``: the launcher's choice, else the cores of
     this host shared among the cluster's tasks on it."""

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
-                                 run_graph_task, shared_queue)
+                                 mnist_for, run_graph_task, shared_queue)
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
@@ -288,16 +288,10 @@ def run_ps(rt: TaskRuntime, tf, server, args) -> None:
 
 
 def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
-    from labkit.data import load_mnist
-
     loaded: dict = {}
     for config in args.plan:
-        a = config.args
-        key = (a.train_limit, a.test_limit, a.seed)
-        if key not in loaded:
-            loaded[key] = load_mnist(limit=a.train_limit, test_limit=a.test_limit, seed=a.seed)
         with rt.configuration(config), fresh_graph(tf, config):
-            train(rt, tf, server, a, loaded[key])
+            train(rt, tf, server, config.args, mnist_for(config.args, loaded))
 
 
 def train(rt: TaskRuntime, tf, server, args, data) -> None:

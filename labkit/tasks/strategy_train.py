@@ -49,7 +49,7 @@ from __future__ import annotations
 import argparse
 import gc
 
-from labkit.tasks.common import TaskRuntime, add_configs_option, configurations
+from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
 
 STRATEGIES = ("mwms", "ps", "default")
 # What a configuration may set; the strategy, the NIC and the byte counters are the cluster's.
@@ -173,7 +173,6 @@ def main(argv=None) -> None:
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy) if args.strategy == "ps" else None
 
-        from labkit.data import load_mnist
         from labkit.sockets import pick_nic
 
         nic = pick_nic(args.nic, rt.task.host)
@@ -184,14 +183,11 @@ def main(argv=None) -> None:
             counters = TaskBytes(rt.run_dir)
         loaded: dict = {}
         for config in args.plan:
-            a = config.args
-            key = (a.train_limit, a.test_limit, a.seed)
-            if key not in loaded:
-                loaded[key] = load_mnist(limit=a.train_limit, test_limit=a.test_limit, seed=a.seed)
             if config.name is not None:
                 fresh_start(tf, rt, strategy)
             with rt.configuration(config):
-                train_configuration(rt, a, strategy, coordinator, loaded[key], nic, counters)
+                train_configuration(rt, config.args, strategy, coordinator, mnist_for(config.args, loaded), nic,
+                                    counters)
 
 
 if __name__ == "__main__":

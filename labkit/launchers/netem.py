@@ -8,7 +8,8 @@ The placement is the spec's, as on a real cluster: every distinct host of the sp
 emulated node (``labkit.netem``), named by it, and the tasks of one host share its namespace
 and talk over its ``lo``; the others cross two shaped links (the sender's and the receiver's)
 through the switch. The tasks run here, as the local launcher's do (the same process,
-log, signals and death with this process), started through ``nsenter`` inside their node.
+log, signals and death with this process), started through ``nsenter`` inside their node (a
+task forked by ``labkit.tasks.forkserver`` joins the namespace its stand-in was started in).
 
 The network is planned when the Cluster is made (its addresses go into ``TF_CONFIG``),
 started with the first task and taken down once every task is down (``release``); its

@@ -220,7 +220,10 @@ def test_stop_ends_what_runs_in_the_namespaces_and_leaves_nothing():
     link = net.driver_link
     stubborn = subprocess.Popen(net.command("node0", ["sh", "-c", STUBBORN]), stdout=subprocess.PIPE, text=True)
     assert stubborn.stdout.readline() == "ready\n"
-    polite = subprocess.Popen(net.command("node1", ["sleep", "600"]))
+    # in its namespace before stop() begins: nsenter that has not yet entered would fail on its own
+    polite = subprocess.Popen(net.command("node1", ["sh", "-c", "echo ready; exec sleep 600"]), stdout=subprocess.PIPE,
+                              text=True)
+    assert polite.stdout.readline() == "ready\n"
     t0 = time.monotonic()
     assert net.stop() == []
     assert time.monotonic() - t0 < 10

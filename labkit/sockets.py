@@ -135,37 +135,57 @@ class NetCounter:
         return self.result
 
 
-def parse_ss(text: str) -> dict[int, tuple[int, int]]:
-    """``ss -tinpH`` output -> {pid: (bytes sent, bytes received)} summed over its sockets.
+def parse_ss_sockets(text: str) -> dict[tuple[int, str, str], tuple[int, int]]:
+    """``ss -tinpH`` output -> {(pid, local address, peer address): (bytes sent, bytes received)},
+    one entry per socket and process that holds it.
 
     Each socket is a line with ``users:(("name",pid=N,fd=F),...)`` followed by an indented
-    line of ``tcp_info`` fields; a counter the kernel leaves out is 0. A socket shared by
-    several processes (inherited across fork) counts for each of them."""
-    out: dict[int, list[int]] = {}
-    pids: list[int] = []
+    line of ``tcp_info`` fields; a counter the kernel leaves out is 0 (``bytes_acked`` stands in
+    for a missing ``bytes_sent``). A socket shared by several processes (inherited across fork)
+    counts for each of them; one whose process ``ss`` cannot name counts for nobody."""
+    out: dict[tuple[int, str, str], tuple[int, int]] = {}
+    keys: list[tuple[int, str, str]] = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        if not line[0].isspace():  # a socket's first line: state, addresses, users
-            pids = [int(p) for p in _PID.findall(line)]
+        if not line[0].isspace():  # a socket's first line: state, queues, addresses, users
+            fields = line.split()
+            local, peer = (fields[3], fields[4]) if len(fields) > 4 else ("?", "?")
+            keys = [(int(p), local, peer) for p in dict.fromkeys(_PID.findall(line))]
             continue
         sent = _SENT.search(line) or _ACKED.search(line)
         recv = _RECV.search(line)
-        for pid in dict.fromkeys(pids):
-            acc = out.setdefault(pid, [0, 0])
-            acc[0] += int(sent.group(1)) if sent else 0
-            acc[1] += int(recv.group(1)) if recv else 0
-        pids = []
+        for key in keys:
+            out[key] = (int(sent.group(1)) if sent else 0, int(recv.group(1)) if recv else 0)
+        keys = []
+    return out
+
+
+def parse_ss(text: str) -> dict[int, tuple[int, int]]:
+    """``ss -tinpH`` output -> {pid: (bytes sent, bytes received)} summed over its sockets
+    (``parse_ss_sockets``)."""
+    out: dict[int, list[int]] = {}
+    for (pid, _local, _peer), (sent, recv) in parse_ss_sockets(text).items():
+        acc = out.setdefault(pid, [0, 0])
+        acc[0] += sent
+        acc[1] += recv
     return {pid: (s, r) for pid, (s, r) in out.items()}
+
+
+def _ss_text(timeout: float) -> str | None:
+    """What ``ss -tinpH`` prints; None if ``ss`` is not installed."""
+    ss = shutil.which("ss")
+    if ss is None:
+        return None
+    return subprocess.run([ss, "-tinpH"], capture_output=True, text=True, timeout=timeout, check=True).stdout
 
 
 def tcp_bytes(pids: Iterable[int] | None = None, timeout: float = 10.0) -> dict[int, tuple[int, int]] | None:
     """{pid: (bytes sent, bytes received)} over the open TCP sockets of ``pids`` (default:
     every process ``ss`` may show, i.e. this user's). None if ``ss`` is not installed."""
-    ss = shutil.which("ss")
-    if ss is None:
+    text = _ss_text(timeout)
+    if text is None:
         return None
-    text = subprocess.run([ss, "-tinpH"], capture_output=True, text=True, timeout=timeout, check=True).stdout
     counts = parse_ss(text)
     if pids is None:
         return counts
@@ -188,11 +208,18 @@ class TaskBytes:
     The tasks are those whose hello file (``<type>-<index>.hello.json``, written by every
     task at start-up) lies in ``run_dir`` and names a process alive here, in this network
     namespace (``ss`` sees that namespace's sockets only): on 127.0.0.1 the whole cluster, on
-    a real cluster or an emulated node (``labkit.netem``) the tasks sharing this node."""
+    a real cluster or an emulated node (``labkit.netem``) the tasks sharing this node.
+
+    Each reading adds what every socket moved since the reading before, so the counts only grow:
+    a socket that closes (a configuration's channels, when a shared cluster moves on to the next
+    one) takes none of its bytes back, and one that opens brings all of its own. What a socket
+    moves after the last reading that saw it open is not counted."""
 
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
         self._pids: dict[str, int] | None = None
+        self._last: dict[tuple[int, str, str], tuple[int, int]] = {}  # each socket open at the last reading
+        self._total: dict[int, list[int]] = {}  # pid -> [sent, received], accumulated
 
     def pids(self) -> dict[str, int]:
         if self._pids is None:
@@ -206,9 +233,15 @@ class TaskBytes:
 
     def __call__(self) -> dict[str, int]:
         pids = self.pids()
-        counts = tcp_bytes(pids.values()) or {}
+        text = _ss_text(10.0)
+        now = {k: v for k, v in parse_ss_sockets(text).items() if k[0] in pids.values()} if text else {}
+        for key, (sent, recv) in now.items():
+            last_sent, last_recv = self._last.get(key, (0, 0))
+            acc = self._total.setdefault(key[0], [0, 0])
+            acc[0] += sent - last_sent if sent >= last_sent else sent  # lower: a new socket on the same ports
+            acc[1] += recv - last_recv if recv >= last_recv else recv
+        self._last = now
         out = {}
         for task, pid in pids.items():
-            sent, recv = counts.get(pid, (0, 0))
-            out[f"{task} sent"], out[f"{task} recv"] = sent, recv
+            out[f"{task} sent"], out[f"{task} recv"] = self._total.get(pid, (0, 0))
         return out

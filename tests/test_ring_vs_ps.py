@@ -21,6 +21,23 @@ ESTAB 0 0 127.0.0.1:40000 127.0.0.1:40001
 """
 
 
+def _ss(*sockets_sent):
+    return "".join(f"ESTAB 0 0 127.0.0.1:{port} 127.0.0.1:29301 users:((\"python\",pid=11,fd=9))\n"
+                   f"\t cubic bytes_sent:{sent} bytes_received:{2 * sent}\n" for port, sent in sockets_sent)
+
+
+def test_task_bytes_only_grow_when_sockets_close_and_open(monkeypatch, tmp_path):
+    """A socket that closes between two readings takes none of its bytes back; one that opens
+    (on ports a closed one used, too) brings all of its own."""
+    readings = iter([_ss((1, 100)), _ss((1, 300), (2, 50)), _ss((2, 80)), _ss((2, 80), (1, 10)), None])
+    monkeypatch.setattr(sockets, "_ss_text", lambda timeout: next(readings))
+    counter = sockets.TaskBytes(tmp_path)
+    counter._pids = {"worker:0": 11}
+    sent = [counter()["worker:0 sent"] for _ in range(4)]
+    assert sent == [100, 350, 380, 390]
+    assert counter()["worker:0 recv"] == 780  # no ss: what was counted stays
+
+
 def test_ss_output_is_summed_per_process():
     # a socket shared by two processes counts for both; bytes_acked stands in for a missing bytes_sent;
     # a socket whose process ss cannot name counts for nobody

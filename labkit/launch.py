@@ -46,13 +46,11 @@ missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -66,7 +64,7 @@ from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
 from labkit.launchers.ssh import (DEFAULT_SSH, REMOTE_TERM_GRACE_S, default_remote_dir, default_ssh,  # noqa: F401
                                   remote_command, remote_failure_hint, remote_returncode)
 from labkit.paths import runs_root
-from labkit.proc import descendants
+from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
@@ -136,15 +134,7 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
                           "from the same commit), or pass check_versions=False to run anyway")
 
 
-_LIVE: set["Cluster"] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _stop_live_clusters() -> None:
-    """Nothing outlives the interpreter that started it."""
-    for c in list(_LIVE):
-        c.stop()
+_LIVE = StopAtExit()  # every running Cluster, stopped at interpreter exit
 
 
 class Cluster:
@@ -264,8 +254,7 @@ class Cluster:
         self._state = "starting"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._t_start = time.monotonic()
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             for attempt in range(4):
                 self._check_ports()
@@ -373,8 +362,7 @@ class Cluster:
             self.stop()
             raise
         finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            _LIVE.discard(self)
 
     def run(self, timeout: float | None = None) -> ClusterResult:
         """``start()`` + ``wait()``, with everything stopped on the way out."""
@@ -482,8 +470,7 @@ class Cluster:
                 break
             except KeyboardInterrupt as e:
                 interrupted = e
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         try:
             self.result = self._gather()
         except (OSError, ValueError, subprocess.SubprocessError) as e:

@@ -40,7 +40,6 @@ Imports only the standard library, ``labkit.proc`` and ``labkit.sockets``.
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import ipaddress
 import json
@@ -53,12 +52,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.proc import OwnedProcess, kill_tree
+from labkit.proc import OwnedProcess, StopAtExit, kill_tree
 from labkit.sockets import netns_id, nic_counters
 
 NIC = "lan0"                   # each node's one interface
@@ -273,14 +271,7 @@ class Node:
         return self.holder.pid
 
 
-_LIVE: set["EmulatedNetwork"] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _stop_live_networks() -> None:
-    for net in list(_LIVE):
-        net.stop()
+_LIVE = StopAtExit()  # every running EmulatedNetwork, stopped at interpreter exit
 
 
 class EmulatedNetwork:
@@ -325,8 +316,7 @@ class EmulatedNetwork:
         if self.log_dir is None:
             self.log_dir = Path(tempfile.mkdtemp(prefix="labkit-netem-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             if self.mode == "root":
                 sweep_stale_links()
@@ -369,8 +359,7 @@ class EmulatedNetwork:
         if self.driver_link and _link_exists(self.driver_link):
             subprocess.run(["ip", "link", "del", self.driver_link], capture_output=True, timeout=30)
         left = self._wait_gone(time.monotonic() + 5)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if self._own_logs and self.log_dir is not None and not left:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         self._state = "stopped"

@@ -16,6 +16,7 @@ dies with the process that started it, whatever signal ends that one.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import queue
@@ -81,6 +82,31 @@ def unwind_on_signals(signals=(signal.SIGTERM, signal.SIGHUP)) -> None:
 
     for sig in signals:
         signal.signal(sig, unwind)
+
+
+class StopAtExit:
+    """The objects with a ``stop()`` that this process has running (clusters, emulated networks):
+    whatever its owner has not stopped is stopped when the interpreter exits, so nothing
+    outlives the interpreter that started it. Registries made later stop first (``atexit``)."""
+
+    def __init__(self):
+        self._live: set = set()
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def add(self, obj) -> None:
+        with self._lock:
+            self._live.add(obj)
+
+    def discard(self, obj) -> None:
+        with self._lock:
+            self._live.discard(obj)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for obj in live:
+            obj.stop()
 
 
 def _die_with_parent(sig: int, parent: int):

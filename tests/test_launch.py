@@ -475,3 +475,26 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
         assert not psutil.Process().children(recursive=True), f"cycle {i}: children left"
         assert all(cluster.port_is_free(t.port) for t in c.spec.tasks()), f"cycle {i}: a port is still bound"
     print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")
+
+
+def test_what_its_owner_left_running_is_stopped_at_interpreter_exit(tmp_path):
+    """``proc.StopAtExit`` (the registry of running Clusters and emulated networks): an object
+    still in it when the interpreter exits is stopped; one its owner discarded is not."""
+    code = f"""
+from pathlib import Path
+from labkit.proc import StopAtExit
+
+class Thing:
+    def __init__(self, name):
+        self.name = name
+    def stop(self):
+        Path({str(tmp_path)!r}, self.name).write_text("stopped")
+
+live = StopAtExit()
+left, done = Thing("left"), Thing("done")
+live.add(left)
+live.add(done)
+live.discard(done)
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert (tmp_path / "left").read_text() == "stopped" and not (tmp_path / "done").exists()

@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive
+from helpers import alive, kill_and_expect_task_failed
 from labkit import cluster, slurm
-from labkit.launch import Cluster, TaskFailed
+from labkit.launch import Cluster
 from labkit.minislurm import MiniSlurm, missing
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
@@ -104,12 +104,8 @@ def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation
     with c:
         running = mini.steps()
         assert len(running) == 2, running
-        c.kill("worker:0")  # scancel --signal=KILL to its step, as Slurm's OOM handling would
-        t0 = time.monotonic()
-        with pytest.raises(TaskFailed) as info:
-            c.wait(timeout=120)
-        noticed = time.monotonic() - t0
-    failed = info.value
+        # scancel --signal=KILL to its step, as Slurm's OOM handling would
+        failed, noticed = kill_and_expect_task_failed(c, "worker:0", timeout=120)
     assert failed.task == "worker:0" and failed.returncode == -signal.SIGKILL, str(failed)
     assert f"worker:0 was killed by SIGKILL on {mini.host}" in str(failed) and "Killed" in failed.log_tail
     assert noticed < 15, f"TaskFailed took {noticed:.1f} s"

@@ -30,6 +30,12 @@ so both share the ceiling that makes PS level off: batch * k * B / (2M) images/s
 Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
 loopback TCP micro-benchmark (:func:`loopback_transfers` + :func:`fit_link`) or from the
 measured runs themselves (:func:`fit_link_to_runs`). Imports no TensorFlow.
+
+A step also spends host time per byte it moves (serialising, copying, reducing): the gamma of
+the alpha-beta-gamma model of collectives (Thakur, Rabenseifner and Gropp 2005). It belongs to
+the hosts and the transport, not the link, so :class:`HostCost` holds it per architecture,
+:func:`fit_host_cost` calibrates it where the wire is nearly free (runs on 127.0.0.1) and
+:class:`CostModel` adds it to any link's wire time: t_comm = messages*alpha + bytes*(1/B + gamma).
 """
 from __future__ import annotations
 
@@ -405,6 +411,39 @@ def measure_loopback_link(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
 # The step-time model
 # ---------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class HostCost:
+    """gamma: host seconds per byte on a step's critical path, per architecture (``ps``, ``ring``).
+
+    What a step's transport does per byte besides the wire (serialise, copy, reduce) costs
+    the same on any link between the same hosts, so it is calibrated where the wire is
+    nearly free (:func:`fit_host_cost` on loopback runs) and added to another link's wire
+    time. Each architecture has its own: PS moves the weights as gRPC variable reads, the
+    ring as collective ops. NaN: not calibrated (no run of that architecture moved bytes).
+    """
+    ps: float = 0.0
+    ring: float = 0.0
+    source: str = ""
+    rel_error: float = float("nan")  # median |predicted / measured - 1| on the runs it was fitted to
+
+    def __post_init__(self):
+        for arch in ARCHS:
+            g = getattr(self, arch)
+            if not (isinstance(g, (int, float, np.number)) and (math.isnan(g) or (math.isfinite(g) and g >= 0))):
+                raise ValueError(f"HostCost.{arch} must be >= 0 seconds per byte (or NaN: not calibrated), got {g!r}")
+
+    def s_per_byte(self, arch: str) -> float:
+        g = getattr(self, _check_arch(arch))
+        if math.isnan(g):
+            raise ValueError(f"no host cost (gamma) for {arch!r}: it was calibrated on no {arch} run that moved "
+                             f"bytes; calibrate on runs with N >= 2 of both architectures")
+        return g
+
+    def seconds(self, arch: str, nbytes: float) -> float:
+        """Host seconds for ``nbytes`` on the critical path (0 for no bytes, calibrated or not)."""
+        return self.s_per_byte(arch) * nbytes if nbytes else 0.0
+
+
 def _cpu_stretch(workers: int, cores: int | None) -> float:
     """How much longer each worker computes when N workers share ``cores`` (1 on a cluster)."""
     return max(1.0, workers / cores) if cores else 1.0
@@ -417,12 +456,15 @@ class CostModel:
     ``cores``: set it when all workers share one machine (127.0.0.1): compute per worker
     then stretches by N/cores once N exceeds the cores. Leave None for a cluster.
     ``terms``: the communication terms, Lab 5's ``comm_terms`` (default the kit's reference).
+    ``host``: gamma per architecture (:class:`HostCost`), host seconds per critical-path byte
+    added to the link's; None: the link alone (the alpha-beta model).
     """
     per_sample_s: float
     link: Link
     step_overhead_s: float = 0.0
     cores: int | None = None
     terms: Terms | None = field(default=None, compare=False)
+    host: HostCost | None = None
 
     def __post_init__(self):
         _check_positive("per_sample_s", self.per_sample_s)
@@ -441,7 +483,8 @@ class CostModel:
 
     def t_comm(self, arch: str, model_bytes: float, workers: int, n_ps: int = 1,
                shards: Sequence[float] | None = None) -> float:
-        return self.link.seconds(*critical_path(arch, model_bytes, workers, n_ps, shards, self.terms))
+        msgs, nbytes = critical_path(arch, model_bytes, workers, n_ps, shards, self.terms)
+        return self.link.seconds(msgs, nbytes) + (self.host.seconds(arch, nbytes) if self.host else 0.0)
 
     def t_step(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
                shards: Sequence[float] | None = None) -> float:
@@ -531,18 +574,53 @@ def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead:
 
 
 def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
-                 step_overhead_s: float = 0.0, terms: Terms | None = None) -> pd.DataFrame:
+                 step_overhead_s: float = 0.0, terms: Terms | None = None,
+                 host: HostCost | None = None) -> pd.DataFrame:
     """The runs with the model's predicted step_s and images_per_s, and rel_error =
-    (predicted - measured) / measured step time."""
+    (predicted - measured) / measured step time. ``host``: gamma added to the link (:class:`HostCost`)."""
     runs = _check_runs(runs)
     pred = []
     for r in runs.itertuples():
-        m = CostModel(r.per_sample_s, link, step_overhead_s, cores, terms)
+        m = CostModel(r.per_sample_s, link, step_overhead_s, cores, terms, host)
         pred.append(m.t_step(r.arch, r.model_bytes, int(r.workers), int(r.batch), int(r.n_ps), _row_shards(r)))
     runs["predicted_step_s"] = pred
     runs["predicted_images_per_s"] = runs["workers"] * runs["batch"] / runs["predicted_step_s"]
     runs["rel_error"] = runs["predicted_step_s"] / runs["step_s"] - 1
     return runs
+
+
+def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, terms: Terms | None = None,
+                  source: str = "fit to measured runs") -> HostCost:
+    """gamma per architecture: the host seconds per critical-path byte that ``runs`` spent
+    beyond their compute and what ``link`` (alpha and B, measured apart) says the wire takes.
+
+    Fit it where the wire is nearly free, runs on 127.0.0.1 with the loopback micro-benchmark's
+    link: what is left of a step there is the hosts' work per byte, which a slower link between
+    the same hosts adds to its own wire time. Per architecture, a least-squares fit through the
+    origin on relative error (rows weighted by 1/step_s, as :func:`fit_link_to_runs`), clipped
+    at 0; an architecture without a run that moves bytes gets NaN (not calibrated).
+    """
+    runs = _check_runs(runs)
+    if runs.empty:
+        raise ValueError("fit_host_cost needs runs; give runs with N >= 2 (and each model's 1-worker run for compute)")
+    sums = {arch: [0.0, 0.0] for arch in ARCHS}  # sum(w^2 * rest * bytes), sum(w^2 * bytes^2)
+    for r in runs.itertuples():
+        msgs, nbytes = critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r), terms)
+        if nbytes <= 0:
+            continue
+        rest = r.step_s - r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores) - link.seconds(msgs, nbytes)
+        w2 = 1.0 / r.step_s ** 2
+        sums[r.arch][0] += w2 * rest * nbytes
+        sums[r.arch][1] += w2 * nbytes ** 2
+    gamma = {arch: max(0.0, num / den) if den else math.nan for arch, (num, den) in sums.items()}
+    if all(math.isnan(g) for g in gamma.values()):
+        raise ValueError("no run moves bytes on the wire (all have N = 1), so no host cost per byte can be "
+                         "fitted; include runs with N >= 2")
+    host = HostCost(gamma["ps"], gamma["ring"], source)
+    comm = runs[[critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r), terms)[1] > 0
+                 for r in runs.itertuples()]]
+    pred = predict_runs(comm, link, cores=cores, terms=terms, host=host)
+    return replace(host, rel_error=float(pred["rel_error"].abs().median()))
 
 
 # ---------------------------------------------------------------------------------------

@@ -372,6 +372,15 @@ class Scaling(experiments.Sweep):
         t["shards"] = [shards[(row.model, row.arch, row.workers, row.n_ps)] for row in t.itertuples()]
         return t
 
+    def predict(self, link: costmodel.Link, host: costmodel.HostCost | None = None, terms=None):
+        """Every run's step time predicted from its model's ring N=1 compute, ``link`` (alpha
+        and B, e.g. an emulated link's micro-benchmark) and ``host`` (gamma per architecture,
+        e.g. :meth:`Calibration.host_cost` of loopback runs; None: the link alone), fitted to
+        none of these runs: ``rel_error`` = predicted / measured step time - 1."""
+        cols = ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s", "images_per_s",
+                "predicted_images_per_s", "rel_error"]
+        return costmodel.predict_runs(self.cost_runs(), link, cores=self.cores, terms=terms, host=host)[cols]
+
     def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None, terms=None) -> "Calibration":
         """Fit alpha and B of each architecture to the measured step times (each has its own
         transport: gRPC variable reads for PS, collective ops for the ring), and compare with
@@ -434,6 +443,14 @@ class Calibration:
     def model(self, arch: str, model: str, link: costmodel.Link | None = None) -> costmodel.CostModel:
         return costmodel.CostModel(self.per_sample_s()[model], link or self.links[arch], cores=self.cores,
                                    terms=self.terms)
+
+    def host_cost(self) -> costmodel.HostCost:
+        """gamma per architecture from these runs: what their steps took per critical-path byte
+        beyond compute and the loopback micro-benchmark's wire (:func:`labkit.costmodel.fit_host_cost`).
+        Meaningful for runs on 127.0.0.1, where that wire is nearly free: a prediction for a
+        slower link between the same hosts adds it (:meth:`Scaling.predict`)."""
+        return costmodel.fit_host_cost(self.runs, self.loopback, cores=self.cores, terms=self.terms,
+                                       source="loopback runs beyond the loopback micro-benchmark's link")
 
     def _predict(self, links: dict):
         import pandas as pd

@@ -237,6 +237,111 @@ def test_loopback_benchmark_is_plausible():
     assert 1e7 < link.bandwidth < 1e12  # between 10 MB/s and 1 TB/s
 
 
+# --- gamma: the hosts' time per byte (HostCost) --------------------------------------------
+
+def test_host_cost_adds_gamma_per_critical_path_byte_to_the_link():
+    link, host = Link(1e-4, 1e8), cm.HostCost(ps=1e-9, ring=4e-9)
+    plain, with_host = CostModel(1e-3, link), CostModel(1e-3, link, host=host)
+    for arch, n in (("ps", 3), ("ring", 3)):
+        _, nbytes = cm.critical_path(arch, 1e8, n)
+        extra = with_host.t_step(arch, 1e8, n, 32) - plain.t_step(arch, 1e8, n, 32)
+        assert extra == pytest.approx(getattr(host, arch) * nbytes)
+    assert with_host.t_comm("ring", 1e8, 4) == pytest.approx(6e-4 + 1.5e8 * (1 / 1e8 + 4e-9))
+    assert with_host.t_step("ring", 1e8, 1, 32) == plain.t_step("ring", 1e8, 1, 32)  # no bytes, no host cost
+    assert CostModel(1e-3, link, host=cm.HostCost()).t_step("ps", 1e8, 2, 32) == plain.t_step("ps", 1e8, 2, 32)
+
+
+def gamma_runs(host, per_sample=2.8e-4, cores=2, noise=0.0, rng=None, m=23.3e6):
+    """Lab 5's MLP as ring N=1, ps N=2 and ring N=2 on 127.0.0.1, with a host cost per byte."""
+    rows = []
+    for arch, n in (("ring", 1), ("ps", 2), ("ring", 2)):
+        t = CostModel(per_sample, LOOPBACK, cores=cores, host=host).t_step(arch, m, n, 64)
+        rows.append({"model": "mlp", "arch": arch, "workers": n, "batch": 64, "model_bytes": m,
+                     "per_sample_s": per_sample, "step_s": t * (rng.lognormal(0, noise) if rng else 1.0)})
+    return pd.DataFrame(rows)
+
+
+LOOPBACK = Link(30e-6, 5e9)
+
+
+def test_fit_host_cost_recovers_a_known_gamma_per_architecture():
+    truth = cm.HostCost(ps=0.6e-9, ring=3.5e-9)
+    host = cm.fit_host_cost(gamma_runs(truth), LOOPBACK, cores=2)
+    assert host.ps == pytest.approx(truth.ps, rel=1e-6) and host.ring == pytest.approx(truth.ring, rel=1e-6)
+    assert host.rel_error == pytest.approx(0, abs=1e-9)
+    # with noise, several rounds of runs still recover it closely
+    rng = np.random.default_rng(4)
+    noisy = pd.concat([gamma_runs(truth, noise=0.03, rng=rng) for _ in range(5)], ignore_index=True)
+    host = cm.fit_host_cost(noisy, LOOPBACK, cores=2)
+    assert host.ps == pytest.approx(truth.ps, rel=0.3) and host.ring == pytest.approx(truth.ring, rel=0.15)
+    # the link's wire time is taken out first: a slower link leaves less of the step to gamma
+    slow = Link(30e-6, 1e9)
+    assert cm.fit_host_cost(gamma_runs(truth), slow, cores=2).ring < truth.ring - 0.5 / slow.bandwidth
+
+
+def test_gamma_from_loopback_runs_predicts_a_slower_links_runs():
+    """The issue's case: gamma calibrated where the wire is nearly free, carried to a 1 Gbit/s link
+    between the same hosts. Without it the ring's prediction falls short by the host time."""
+    truth = cm.HostCost(ps=0.6e-9, ring=3.5e-9)
+    host = cm.fit_host_cost(gamma_runs(truth), LOOPBACK, cores=2)
+    wire = Link(1e-4, 124.7e6)
+    emulated = pd.DataFrame([{**r, "step_s": CostModel(r["per_sample_s"], wire, cores=2, host=truth).t_step(
+        r["arch"], r["model_bytes"], r["workers"], 64)} for r in gamma_runs(truth).to_dict("records")])
+    with_gamma = cm.predict_runs(emulated, wire, cores=2, host=host)
+    link_only = cm.predict_runs(emulated, wire, cores=2)
+    assert with_gamma["rel_error"].abs().max() < 1e-9
+    ring2 = (link_only["arch"] == "ring") & (link_only["workers"] == 2)
+    assert link_only.loc[ring2, "rel_error"].item() < -0.2  # the host's 3.5 ns/B on M: ~80 ms of ~290
+
+
+def test_fit_host_cost_clips_at_zero_and_marks_an_architecture_without_bytes():
+    fast = gamma_runs(cm.HostCost())
+    fast["step_s"] *= 0.9  # faster than compute + wire: no negative host time
+    assert cm.fit_host_cost(fast, LOOPBACK, cores=2).ring == 0
+    ring_only = gamma_runs(cm.HostCost(ring=2e-9))
+    ring_only = ring_only[ring_only["arch"] == "ring"]
+    host = cm.fit_host_cost(ring_only, LOOPBACK, cores=2)
+    assert np.isnan(host.ps) and host.ring == pytest.approx(2e-9)
+    with pytest.raises(ValueError, match="no host cost.*'ps'"):
+        CostModel(1e-3, LOOPBACK, host=host).t_step("ps", 1e6, 2, 32)
+
+
+def test_lab5_carries_gamma_from_its_loopback_calibration_to_other_runs(monkeypatch):
+    """ring_vs_ps: Calibration.host_cost fits gamma to the calibrated (loopback) runs with the loopback
+    micro-benchmark's link; Scaling.predict adds it to another link, fitting nothing to those runs."""
+    from labkit.experiments import ring_vs_ps
+
+    truth, wire = cm.HostCost(ps=0.6e-9, ring=3.5e-9), Link(1e-4, 124.7e6)
+    loop = ring_vs_ps.Calibration(gamma_runs(truth), {}, None, LOOPBACK, cores=2)
+    host = loop.host_cost()
+    assert (host.ps, host.ring) == (pytest.approx(truth.ps), pytest.approx(truth.ring))
+    measured = gamma_runs(truth)
+    measured["step_s"] = [CostModel(r.per_sample_s, wire, cores=2, host=truth).t_step(r.arch, r.model_bytes,
+                                                                                       r.workers, 64)
+                          for r in measured.itertuples()]
+    emulated = ring_vs_ps.Scaling(settings={"cores": 2})
+    monkeypatch.setattr(ring_vs_ps.Scaling, "cost_runs", lambda self: measured.assign(
+        n_ps=1, shards=None, images_per_s=measured["workers"] * 64 / measured["step_s"]))
+    with_gamma, link_only = emulated.predict(wire, host=host), emulated.predict(wire)
+    assert list(with_gamma.columns) == ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s",
+                                        "images_per_s", "predicted_images_per_s", "rel_error"]
+    assert with_gamma["rel_error"].abs().max() < 1e-9 and link_only["rel_error"].min() < -0.2
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: cm.HostCost(ps=-1e-9), "HostCost.ps must be >= 0"),
+    (lambda: cm.HostCost(ring=float("inf")), "HostCost.ring must be >= 0"),
+    (lambda: cm.HostCost(ring="fast"), "HostCost.ring"),
+    (lambda: cm.HostCost().seconds("allreduce", 1), "unknown architecture"),
+    (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:1], LOOPBACK), "N >= 2"),
+    (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:0], LOOPBACK), "needs runs"),
+    (lambda: cm.fit_host_cost(pd.DataFrame({"arch": ["ps"]}), LOOPBACK), "lack column"),
+])
+def test_host_cost_bad_input_says_what_to_do(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
 # --- crossover ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [3, 4, 5, 6])

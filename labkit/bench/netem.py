@@ -161,7 +161,8 @@ def run(quick: bool = False) -> dict:
                       f"intra-op thread per task; median of {cost_rounds} round(s), each emulated and loopback in turn; "
                       f"compute per image from each round's ring N=1; the nodes share this machine's cores",
                       f"gamma (host time per critical-path byte, from each round's loopback runs; median): ps "
-                      f"{gamma['ps'] * 1e9:.2f} ns/B, ring {gamma['ring'] * 1e9:.2f} ns/B"]}
+                      f"{gamma['ps'] * 1e9:.2f} ns/B, ring {gamma['ring'] * 1e9:.2f} ns/B"
+                      + ("" if cost_rounds > 1 else "; loopback with gamma needs a second round to hold out (nan)")]}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
     exp.summary()       # accuracy vs the known optimum, s per 1k iterations, bytes/step vs the bound
     exp.curves()        # test error every K samples (reports 001/004's figures)
     exp.bottlenecks()   # per task: avg and peak CPU, network, disk, memory (001 Table 3, 004 Table 2)
-    exp.verdicts()      # which resource saturates, in words
+    exp.verdicts()      # which resource saturates, in words (on emulated nodes: from each node's link)
+    exp.links("sync b100")  # on emulated nodes (labkit.launchers.netem): how busy each node's link was
     sweep = train([f"{m}:{b}" for m in ("sync", "async") for b in (1, 100, 1000, 10000)], samples=20_000,
                   eval_every=0)
     sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
@@ -506,7 +507,7 @@ class Experiment(experiments.Sweep):
         log-loss, s per 1k iterations, bytes per step and their bound, global and per-worker
         steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
         the cluster's directory; ``summary``, ``bottlenecks`` and ``verdicts`` (at
-        ``link_gbit``), the settings; with ``profile`` (``profile_ops``)
+        ``link_gbit``; on emulated nodes at the run's own link), the settings; with ``profile`` (``profile_ops``)
         the sparse speed-up at its largest size and batch, and the profile; with ``sweep``
         (a second ``Experiment``) its summary; ``artifacts`` (``save_weights``) as given."""
         summary = self.summary()

@@ -17,7 +17,7 @@ export LABKIT_DATA_MIRROR := $(if $(findstring ://,$(DATA_MIRROR)),$(DATA_MIRROR
 endif
 
 SUBMISSIONS ?=
-JOBS        ?= 1
+JOBS        ?=
 SLURM       ?=
 SLURM_ARGS  ?=
 GRADE_ARGS  ?=
@@ -44,7 +44,7 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade -j $(JOBS) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)
 
 # After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores, and the
 # gradebook exports (README "Grading"). None of these runs a notebook.

@@ -99,7 +99,8 @@ def _add_grade(sub) -> None:
     p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb "
                                                   "(default: the reference notebooks in --notebooks)")
     p.add_argument("--out", default="out/grade", help="output folder; grading it again reruns only what changed (default out/grade)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="notebooks run at a time (default 1)")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="notebooks run at a time (default: one per core, as many as memory holds)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
     p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable")

@@ -10,7 +10,9 @@ come from a live sampler, a task's result file (``to_dict()``) or several tasks 
   or seconds bound; ``summarize_tasks``: one row per task of a merged frame;
 - ``merge_frames({task: samples})``: several tasks on one time axis, with ``task`` and ``host``;
 - ``node_rates(merged, nodes)``: one row per node, the bytes/s on its NICs: on emulated links
-  (``labkit.netem``) each node's own ``lan0``, where on 127.0.0.1 every task shares ``lo``.
+  (``labkit.netem``) each node's own ``lan0``, where on 127.0.0.1 every task shares ``lo``;
+  ``link_use(merged, nodes, bytes_per_s)``: the same as shares of a link's rate, and how
+  long the link was busy.
 
 Imports nothing of labkit, so plots, the launcher's results and the dstat CSV can use it.
 """
@@ -209,16 +211,8 @@ def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str
                          "'task' column")
     lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
     node_of = dict(nodes) if nodes is not None else dict(zip(frame["task"], frame["host"]))
-    unknown = sorted(set(frame["task"]) - set(node_of))
-    if unknown:
-        raise ValueError(f"nodes names no node for task(s) {unknown}; give every task of the frame its node")
     rows = {}
-    for task in dict.fromkeys(frame["task"]):
-        node = node_of[task]
-        if node in rows:
-            rows[node]["tasks"] += f", {task}"
-            continue
-        part = frame[frame["task"] == task]
+    for node, (tasks, part) in _node_parts(frame, node_of).items():
         w, frac = _overlap(part, lo, hi)
         duration = float(w.sum())
 
@@ -230,9 +224,63 @@ def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str
         nics = [n for n in nics if rate(f"net_recv_{n}") + rate(f"net_sent_{n}") > 0] or nics
         recv = sum(rate(f"net_recv_{n}") for n in nics)
         sent = sum(rate(f"net_sent_{n}") for n in nics)
-        rows[node] = {"tasks": task, "nics": ", ".join(nics), "recv_bytes_per_s": recv, "sent_bytes_per_s": sent,
+        rows[node] = {"tasks": tasks, "nics": ", ".join(nics), "recv_bytes_per_s": recv, "sent_bytes_per_s": sent,
                       "bytes_per_s": recv + sent, "lo_bytes_per_s": rate("net_recv_lo"), "duration_s": duration}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("node")
+
+
+def link_use(frame, nodes: Mapping[str, str], bytes_per_s: float, start: float | str | None = None,
+             end: float | str | None = None, marks=None):
+    """One row per node: how busy its link was over a window, against ``bytes_per_s`` each way.
+
+    ``in_share``/``out_share``: bytes received/sent on its NICs (all but ``lo``, as
+    ``node_rates``) over what the link carries each way in the window. ``busy_share``: the
+    share of the window the link needs to move both directions' bytes one after the other, at
+    most all of each sample's interval. A synchronous step's pull and push take turns (the
+    gradient goes out only once the weights are in), so each direction's share alone
+    understates how long the link was busy; where the directions do overlap within a
+    sample, the cap keeps a saturated full-duplex link at 1. ``tasks`` on the node."""
+    import numpy as np
+    import pandas as pd
+
+    if not bytes_per_s > 0:
+        raise ValueError(f"bytes_per_s={bytes_per_s!r}: give the link's rate each way, in bytes/s")
+    lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
+    rows = {}
+    for node, (tasks, part) in _node_parts(frame, nodes).items():
+        w, frac = _overlap(part, lo, hi)
+        duration = float(w.sum())
+        got, put = _nic_bytes(part, "recv"), _nic_bytes(part, "sent")
+        dt = part["dt"].to_numpy(float)
+        busy = np.minimum(1.0, np.divide(got + put, bytes_per_s * dt, out=np.zeros_like(dt), where=dt > 0))
+        capacity = bytes_per_s * duration
+        rows[node] = {"tasks": tasks,
+                      "in_share": float(np.sum(got * frac)) / capacity if duration > 0 else math.nan,
+                      "out_share": float(np.sum(put * frac)) / capacity if duration > 0 else math.nan,
+                      "busy_share": float(np.sum(busy * w)) / duration if duration > 0 else math.nan,
+                      "duration_s": duration}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("node")
+
+
+def _node_parts(frame, nodes: Mapping[str, str]) -> dict:
+    """node -> (its tasks, "a, b"; the samples of its first task): a node's counters are the same
+    for every task on it."""
+    unknown = sorted(set(frame["task"]) - set(nodes))
+    if unknown:
+        raise ValueError(f"nodes names no node for task(s) {unknown}; give every task of the frame its node")
+    out = {}
+    for task in dict.fromkeys(frame["task"]):
+        node = nodes[task]
+        out[node] = (f"{out[node][0]}, {task}", out[node][1]) if node in out else (task, frame[frame["task"] == task])
+    return out
+
+
+def _nic_bytes(part, direction: str):
+    """Bytes per sample ``direction`` ("recv" or "sent") on every NIC of the samples but ``lo``."""
+    import numpy as np
+
+    cols = [c for c in part.columns if c.startswith(f"net_{direction}_") and c != f"net_{direction}_lo"]
+    return np.nansum(part[cols].to_numpy(float), axis=1) if cols else np.zeros(len(part))
 
 
 # ---------------------------------------------------------------------------------------

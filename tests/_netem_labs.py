@@ -1,6 +1,8 @@
 """What the labs' sections on emulated links (issue 19) must show, checked on a notebook the lab's own
 test ran under papermill (one run for the whole notebook): each section's tiny parameters, and its
 effect, or, where links cannot be emulated here, that it said so and skipped."""
+import pytest
+
 from labkit import netem
 
 # Added to each lab test's tiny parameters: the slow link, where the effect shows on a busy 2-core machine.
@@ -34,7 +36,9 @@ def check_lab2(nb, rec) -> None:
 
 def check_lab3(nb, rec) -> None:
     """Report 001's dense step, sync, on a 100 Mbit/s link: the link alone needs most of a round,
-    and the link into the ps's node (the gradients) is its busy direction."""
+    the link into the ps's node (the gradients) is its busy direction, and the kit's verdict, read
+    at the run's own link, says network-bound on a link of the cluster (node0: the ps's; node1:
+    worker 1's, which carries the same bytes)."""
     if not _available(nb, "lab3-netem", "100mbit"):
         return
     rows = {r["run"]: r for r in rec["emulated_dense"] if r["link"] == "100mbit"}
@@ -42,6 +46,10 @@ def check_lab3(nb, rec) -> None:
     assert sync["bytes_per_step"] > 15e6  # 16 x 10^6 features: w pulled, (index, value) pairs pushed
     assert sync["link_share"] > 0.5, sync
     assert sync["ps_link_in"] > 2 * sync["ps_link_out"], sync
+    assert sync["verdict"].startswith("network-bound: node"), sync
+    assert "at 100mbit" in sync["verdict"] and sync["busiest_link"] in ("node0", "node1"), sync
+    assert sync["network_utilisation"] > max(0.5, sync["cpu_utilisation"]), sync
+    assert sync["ps_link_busy"] == pytest.approx(sync["ps_link_in"] + sync["ps_link_out"], abs=0.05), sync
 
 
 def check_lab5(nb, rec) -> None:

@@ -395,18 +395,18 @@ def graded(tmp_path_factory):
     k = make_class(tmp_path_factory.mktemp("workflow"))
     every = {(s, lab) for s in STUDENTS for lab in ("alpha", "beta")}
     first = subprocess.Popen(_grade_cli(k, "-j", "2"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, tree = [], []
+    lines, tree = [], {}
     try:
-        for line in first.stdout:
+        for line in first.stdout:  # every process the batch ran so far (at any one line, all may be between jobs)
             lines.append(line)
+            tree.update((p.pid, p) for p in psutil.Process(first.pid).children(recursive=True))
             if line.startswith("[6/12]"):
-                tree = psutil.Process(first.pid).children(recursive=True)
                 break
     finally:
         first.kill()
         first.wait(30)
     assert tree, "".join(lines)
-    _, left = psutil.wait_procs(tree, timeout=30)   # the runners and kernels end with the grader
+    _, left = psutil.wait_procs(list(tree.values()), timeout=30)   # the runners and kernels end with the grader
     assert alive([p.pid for p in left]) == []
     done_before = {(s, Path(lab).name) for s, lab in _outcomes(k["out"])}
     assert 6 <= len(done_before) < 12

@@ -7,7 +7,8 @@
     exp.summary()       # accuracy vs the known optimum, s per 1k iterations, bytes/step vs the bound
     exp.curves()        # test error every K samples (reports 001/004's figures)
     exp.bottlenecks()   # per task: avg and peak CPU, network, disk, memory (001 Table 3, 004 Table 2)
-    exp.verdicts()      # which resource saturates, in words
+    exp.verdicts()      # which resource saturates, in words (on emulated nodes: from each node's link)
+    exp.links("sync b100")  # on emulated nodes (labkit.launchers.netem): how busy each node's link was
     sweep = train([f"{m}:{b}" for m in ("sync", "async") for b in (1, 100, 1000, 10000)], samples=20_000,
                   eval_every=0)
     sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
@@ -385,44 +386,91 @@ class Experiment(experiments.Sweep):
         out = pd.DataFrame(rows).set_index(["run", "task"])
         return out.replace([np.inf, -np.inf], np.nan)
 
-    def verdicts(self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8):
-        """Which resource saturates in each run, in words, from ``bottlenecks()``.
+    def network(self) -> dict | None:
+        """The emulated network the runs had (``labkit.launchers.netem.described``), else None."""
+        from labkit.launchers.netem import described
 
-        Utilisation, 0-1: CPU = the busiest host's busy share, averaged over the run
-        (``host_cpu_avg``); network = the ps's TCP bytes/s (the sum of its workers' socket
-        bytes, sent + received: every worker step crosses the ps's link), halved because a
-        ``link_gbit`` NIC carries that rate in each direction and the two directions carry
-        about the same (weights out, gradients in); disk = host bytes/s against
-        ``disk_bytes_per_s``; memory = the peak share of host memory in use. A resource at
-        or above ``threshold`` saturates; if none does, the run is latency-bound."""
+        return described(self.run_dir)
+
+    def links(self, label: str, frame=None):
+        """On emulated nodes: per node, how busy its link was over run ``label``'s window
+        (``summaries.link_use`` at the run's own link rate: ``in_share``, ``out_share``,
+        ``busy_share``), busiest first. A ValueError on 127.0.0.1: no link to read."""
+        from labkit.launchers.netem import task_nodes
+        from labkit.summaries import link_use
+
+        net = self.network()
+        if net is None:
+            raise ValueError(f"{self.run_dir} ran without emulated links (no network.json): its tasks shared lo")
+        frame = self.samples() if frame is None else frame
+        use = link_use(frame, task_nodes(self.result), net["rate_bits"] / 8, *self.window(label, frame))
+        return use.sort_values("busy_share", ascending=False)
+
+    def verdicts(self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8,
+                 most: float = 0.5):
+        """Which resource bounds each run, in words, from ``bottlenecks()`` (and, on emulated
+        nodes, each node's NIC).
+
+        Utilisation, 0-1, over each run's window: disk = host bytes/s against
+        ``disk_bytes_per_s``; memory = the peak share of host memory in use. On 127.0.0.1:
+        CPU = the busiest host's busy share (``host_cpu_avg``); network = the ps's TCP bytes/s
+        (every worker's socket bytes, sent + received), halved (a ``link_gbit`` NIC carries
+        that rate each way, and weights out and gradients in are about equal). A resource at
+        or above ``threshold`` saturates; if none does, the run is latency-bound.
+
+        On emulated nodes (the run's ``network.json``) ``link_gbit`` is not used: network =
+        the busiest node's link's ``busy_share`` at the run's own rate (``links``: both
+        directions' bytes one after the other, since a step's pull and push take turns), so
+        traffic between tasks of one node, on its ``lo``, does not count; CPU = our tasks' CPU
+        over the cores the nodes share (the host's figure holds other programs' too). There
+        the phases of a step take turns, so no resource need saturate: the busiest one, busy
+        more than ``most`` of the window, bounds the run (it takes most of each step)."""
         import pandas as pd
 
-        table = self.bottlenecks()
-        link = link_gbit * 1e9 / 8
+        table, net = self.bottlenecks(), self.network()
+        frame = self.samples() if net else None
         rows = []
         for label in self.labels:
             t = table.loc[label]
-            use = {"CPU": t["host_cpu_avg"].max() / 100,
-                   "network": t["task_tcp_bytes_per_s"].max() / 2 / link,
-                   "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s,
-                   "memory": t["mem_used_peak_share"].max()}
-            known = {k: v for k, v in use.items() if v == v}
-            top = max(known, key=known.get)
-            ours = t["proc_cpu_avg"].sum()
-            link_use = (f"{100 * use['network']:.2f}% of {link_gbit:g} Gbit/s each way" if use["network"] == use["network"]
-                        else "not measured")
-            detail = (f"host CPU {100 * use['CPU']:.0f}% busy on average (our tasks {ours:.0f}% of one core in "
-                      f"total); ps link {link_use}; disk "
-                      + (f"{100 * use['disk']:.1f}% of {disk_bytes_per_s / 1e6:.0f} MB/s" if use['disk'] == use['disk']
-                         else "not measured") + f"; memory {100 * use['memory']:.0f}% used at peak")
-            if known[top] >= threshold:
-                verdict = f"{top}-bound: {top} saturates ({100 * known[top]:.0f}%)"
+            use = {"CPU": math.nan, "network": math.nan,
+                   "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s, "memory": t["mem_used_peak_share"].max()}
+            if net:
+                where, texts = self._emulated_use(label, t, frame, net, use)
             else:
-                verdict = (f"no resource saturates (busiest: {top}, {100 * known[top]:.0f}%): the step is "
-                           "latency-bound (RPC round trips and per-step overhead)")
-            rows.append({"run": label, "verdict": verdict, "detail": detail,
+                where, texts = self._loopback_use(t, link_gbit, use)
+            texts += [("disk " + (f"{use['disk']:.1%} of {disk_bytes_per_s / 1e6:.0f} MB/s" if use["disk"] == use["disk"]
+                                  else "not measured")), f"memory {use['memory']:.0%} used at peak"]
+            rows.append({"run": label, "verdict": _judge(use, threshold, most if net else None, where),
+                         "detail": "; ".join(texts), "busiest_link": where.get("node"),
                          **{f"{k.lower()}_utilisation": v for k, v in use.items()}})
         return pd.DataFrame(rows).set_index("run")
+
+    @staticmethod
+    def _loopback_use(t, link_gbit: float, use: dict) -> tuple[dict, list[str]]:
+        """CPU and network utilisation on 127.0.0.1 (see ``verdicts``), and their detail."""
+        use["CPU"] = t["host_cpu_avg"].max() / 100
+        use["network"] = t["task_tcp_bytes_per_s"].max() / 2 / (link_gbit * 1e9 / 8)
+        link = (f"{use['network']:.2%} of {link_gbit:g} Gbit/s each way" if use["network"] == use["network"]
+                else "not measured")
+        return {}, [f"host CPU {use['CPU']:.0%} busy on average (our tasks {t['proc_cpu_avg'].sum():.0f}% of one "
+                    f"core in total)", f"ps link {link}"]
+
+    def _emulated_use(self, label: str, t, frame, net: dict, use: dict) -> tuple[dict, list[str]]:
+        """CPU and network utilisation on emulated nodes (see ``verdicts``), the busiest link, detail."""
+        from labkit.launchers.netem import machine_cores
+
+        cores = net.get("cores") or machine_cores()
+        ours = t["proc_cpu_avg"].sum()
+        use["CPU"] = ours / 100 / cores
+        links = self.links(label, frame)
+        node, top = links.index[0], links.iloc[0]
+        use["network"] = top["busy_share"]
+        per_node = ", ".join(f"{n} {r.busy_share:.0%} (in {r.in_share:.0%}, out {r.out_share:.0%})"
+                             for n, r in links.iterrows())
+        return ({"node": node, "network": f"{node}'s link ({top['tasks']}) at {net['link']}"},
+                [f"our tasks' CPU {ours:.0f}% of one core, {use['CPU']:.0%} of the {cores} cores the nodes share "
+                 f"(host {t['host_cpu_avg'].max():.0f}% busy, other programs included)",
+                 f"links busy {per_node} of {net['link']} each way"])
 
     def sweep_table(self, value: str = "train_s"):
         """Report 004 Table 3: ``value`` (default seconds of training for the fixed number of
@@ -459,7 +507,7 @@ class Experiment(experiments.Sweep):
         log-loss, s per 1k iterations, bytes per step and their bound, global and per-worker
         steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
         the cluster's directory; ``summary``, ``bottlenecks`` and ``verdicts`` (at
-        ``link_gbit``), the settings; with ``profile`` (``profile_ops``)
+        ``link_gbit``; on emulated nodes at the run's own link), the settings; with ``profile`` (``profile_ops``)
         the sparse speed-up at its largest size and batch, and the profile; with ``sweep``
         (a second ``Experiment``) its summary; ``artifacts`` (``save_weights``) as given."""
         summary = self.summary()
@@ -488,6 +536,21 @@ class Experiment(experiments.Sweep):
             out["artifacts"] = artifacts
         out["settings"] = self.settings
         return out
+
+
+def _judge(use: dict, threshold: float, most: float | None, where: dict) -> str:
+    """The verdict of ``Experiment.verdicts`` from its utilisations; ``where``: what to call a
+    resource (the busiest link); ``most``: None on 127.0.0.1 (only saturation counts)."""
+    known = {k: v for k, v in use.items() if v == v}
+    top = max(known, key=known.get)
+    what = where.get(top, top)
+    if known[top] >= threshold:
+        return f"{top}-bound: {what} saturates ({known[top]:.0%})"
+    if most is not None and known[top] > most:
+        return (f"{top}-bound: {what} busy {known[top]:.0%} of the run, more than any other resource "
+                "(the phases of a step take turns)")
+    return (f"no resource saturates (busiest: {top}, {known[top]:.0%}): the step is latency-bound "
+            "(RPC round trips and per-step overhead)")
 
 
 # ------------------------------------------------------------------------------ re-checking

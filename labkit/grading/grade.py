@@ -29,6 +29,7 @@ that is not a version-4 notebook, an empty or oversized one) become rows that sa
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -308,7 +309,7 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
     return ([root], {"LABKIT_DATA": str(root)}) if root.is_dir() else ([], {})
 
 
-def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int = 1,
+def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int | None = None,
           labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
           force: bool = False, slurm: str | None = None, slurm_args=(), similar: float | None = None) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a submissions folder, running
@@ -319,7 +320,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     similarity report's threshold (default ``similarity.THRESHOLD``)."""
     if similar is not None and not 0 < similar <= 1:
         raise GradeError(f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1")
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+    if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
     chosen = list(rub.labs.values())
@@ -330,6 +331,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
         chosen = [lab for lab in chosen if lab.key in labs or lab.notebook in labs]
     if not chosen:
         raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
+    parallel = parallel or auto_parallel(chosen)
     out = Path(out)
     sub = Path(submissions) if submissions else None
     jobs, notes, refused = find_jobs(chosen, out, sub, Path(notebooks),
@@ -351,6 +353,17 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
+
+
+def auto_parallel(labs: list[Lab]) -> int:
+    """Notebooks to run at once by default: one per usable core, as many as memory holds at the
+    largest lab's limit. A run leaves its cores idle for part of its time (kernel start, imports,
+    the grader's checks, single-process cells, idle baselines), which a second run fills."""
+    import psutil
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    largest = max(max(lab.memory_mb, lab.check_memory_mb) for lab in labs) * 2**20
+    return max(1, min(cores, int(psutil.virtual_memory().available // largest)))
 
 
 class Progress:

@@ -14,8 +14,8 @@ task forked by ``labkit.tasks.forkserver`` joins the namespace its stand-in was 
 The network is planned when the Cluster is made (its addresses go into ``TF_CONFIG``),
 started with the first task and taken down once every task is down (``release``); its
 namespaces die with this process however it ends (``labkit.netem``: held by processes that
-stop what runs in them). ``network.json`` in the run directory records the link, the nodes
-and their addresses. Where links cannot be emulated, making the Cluster raises
+stop what runs in them). ``network.json`` in the run directory records the link, the nodes,
+their addresses and the cores they share (``described``). Where links cannot be emulated, making the Cluster raises
 ``netem.EmulationUnavailable``, which says why and what still works.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from pathlib import Path
 
 from labkit import netem
 from labkit.cluster import ClusterSpec, Task, join_address
@@ -46,12 +47,27 @@ def cluster_args(link, nodes: int) -> dict:
             "launcher_options": {"link": str(netem.parse_link(link))}, "threads": (1, 2)}
 
 
+def described(run_dir) -> dict | None:
+    """The emulated network a run had (its ``network.json``: link, ``rate_bits``, nodes and their
+    addresses, ``cores`` the nodes shared), or None where it had none: what its counters mean."""
+    path = Path(run_dir) / "network.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def task_nodes(result) -> dict[str, str]:
     """Each task of a finished run (a ``ClusterResult``) by its node: the emulated node's name
     where the run had emulated links (its ``network.json``), else the task's host."""
-    path = result.run_dir / "network.json"
-    by_address = {a: n for n, a in json.loads(path.read_text())["nodes"].items()} if path.exists() else {}
+    net = described(result.run_dir) or {"nodes": {}}
+    by_address = {a: n for n, a in net["nodes"].items()}
     return {t.name: by_address.get(t.host, t.host) for t in result}
+
+
+def machine_cores() -> int:
+    """The cores this process may run on, which every emulated node shares."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no affinity call, but no emulated nodes either
+        return os.cpu_count() or 1
 
 
 class NetemLauncher(LocalLauncher):
@@ -101,7 +117,8 @@ class NetemLauncher(LocalLauncher):
         if not self.network.running:
             self.network.start()
             self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.settings.run_dir / "network.json").write_text(json.dumps(self.network.describe(), indent=1))
+            info = {**self.network.describe(), "cores": machine_cores()}
+            (self.settings.run_dir / "network.json").write_text(json.dumps(info, indent=1))
         return self.network
 
     # ------------------------------------------------------------------------------ states

@@ -223,6 +223,7 @@ def test_lookup_paths():
     ('left = "bytes.ring"', "left = 3", "left must be a record name"),
     ('name = "plots"', 'name = "acc high"', "two checks are named 'acc high'"),
     ('cells = ["fig-a", "fig-b"]', 'cells = ["fig-a", "fig-b"]\nmin = 0', "min is the number of figures"),
+    ("memory_mb = 512", 'memory_mb = 512\nexpected_s = "long"', "expected_s must be the seconds a run takes"),
 ])
 def test_rubric_errors_name_what_to_fix(tmp_path, old, new, message):
     assert old in RUBRIC
@@ -482,3 +483,45 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
     arrays["built"] = np.asarray(json.dumps(built))
     verdict = hidden.judge_ps_optimizer({"steps": 20, "modes": ["sync"]}, arrays, tmp_path)
     assert not verdict.ok and verdict.reason.startswith("async: make_optimizer built")
+
+
+def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
+    """Longest expected first: a lab's median seconds in earlier batches in this output folder,
+    else the rubric's expected_s; ties keep the batch's order. expected_s changes no outcome, so
+    it is not part of the fingerprint that decides what runs again."""
+    import dataclasses
+    import json
+    from types import SimpleNamespace
+
+    from labkit.grading import ledger
+    from labkit.grading.grade import longest_first
+
+    base = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
+    labs = {k: dataclasses.replace(base, key=k, expected_s=e) for k, e in (("l1", 10), ("l2", 40), ("l3", 0), ("l4", 0))}
+    jobs = [SimpleNamespace(lab=labs[k], name=f"{s}-{k}") for s in ("ann", "bob") for k in labs]
+    assert [j.name for j in longest_first(jobs, {})] == ["ann-l2", "bob-l2", "ann-l1", "bob-l1",
+                                                         "ann-l3", "ann-l4", "bob-l3", "bob-l4"]
+    for student, lab, secs in (("ann", "l4", 50.0), ("bob", "l4", 70.0), ("cat", "l4", 90.0), ("ann", "l1", "")):
+        path = tmp_path / "out" / ".grader" / student / lab / ledger.OUTCOME
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"rows": [{"lab": lab, "check": "execution", "seconds": secs}]}))
+    measured = ledger.measured_seconds(tmp_path / "out")
+    assert measured == {"l4": 70.0}   # the median; a run without seconds (never ran) says nothing
+    assert [j.name for j in longest_first(jobs, measured)][:4] == ["ann-l4", "bob-l4", "ann-l2", "bob-l2"]
+    assert ledger.lab_hash(labs["l1"]) == ledger.lab_hash(dataclasses.replace(labs["l1"], expected_s=999))
+    assert ledger.lab_hash(labs["l1"]) != ledger.lab_hash(dataclasses.replace(labs["l1"], memory_mb=1024))
+
+
+def test_eta_weighs_the_notebooks_left_by_their_expected_seconds(monkeypatch):
+    """Longest first, the count of notebooks left would promise a late end; their expected
+    seconds do not. With any notebook of unknown length, the count it is."""
+    from labkit.grading import grade as grading
+
+    clock = iter([0.0, 60.0, 60.0, 80.0])
+    monkeypatch.setattr(grading.time, "monotonic", lambda: next(clock))
+    lines = []
+    weighted = grading.Progress({"a": 60.0, "b": 10.0, "c": 10.0}, lines.append)
+    weighted.line("a", "A", "ok")          # 60 s for 60 expected: 20 left
+    by_count = grading.Progress({"a": 60.0, "b": 0.0}, lines.append)
+    by_count.line("a", "A", "ok")          # 20 s for one of two notebooks
+    assert lines[0].endswith("[1/3] A: ok; batch 1:00, ETA 0:20") and lines[1].endswith("batch 0:20, ETA 0:20")

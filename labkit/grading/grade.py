@@ -366,18 +366,32 @@ def auto_parallel(labs: list[Lab]) -> int:
     return max(1, min(cores, int(psutil.virtual_memory().available // largest)))
 
 
+def longest_first(jobs: list[Job], measured: dict[str, float]) -> list[Job]:
+    """The jobs, longest expected first (a lab's seconds in earlier batches here, else the
+    rubric's ``expected_s``; ties keep their order), so a batch does not end on one long
+    notebook running alone while the other slots stand idle."""
+    return sorted(jobs, key=lambda job: -(measured.get(job.lab.key) or job.lab.expected_s))
+
+
 class Progress:
-    """One line per notebook: how it ended, its time, and the batch's elapsed time and ETA."""
+    """One line per notebook: how it ended, its time, and the batch's elapsed time and ETA.
 
-    def __init__(self, total: int, log=print):
-        self.total, self.log, self.done, self.t0 = total, log, 0, time.monotonic()
+    ``expected``: each job's expected seconds (0: unknown). The ETA scales the time so far by
+    the expected seconds left over those done, so a batch that starts with its longest
+    notebooks does not promise to end late; with any unknown, by the count of notebooks."""
 
-    def line(self, name: str, text: str) -> None:
-        self.done += 1
+    def __init__(self, expected: dict, log=print):
+        self.expected, self.log, self.done, self.t0 = dict(expected), log, [], time.monotonic()
+
+    def line(self, key, name: str, text: str) -> None:
+        self.done.append(key)
         elapsed = time.monotonic() - self.t0
-        left = self.total - self.done
-        eta = f", ETA {_clock(elapsed / self.done * left)}" if left else ", done"
-        self.log(f"[{self.done}/{self.total}] {name}: {text}; batch {_clock(elapsed)}{eta}")
+        left = [k for k in self.expected if k not in self.done]
+        known = all(self.expected.values())
+        share = (sum(self.expected[k] for k in left) / sum(self.expected[k] for k in self.done) if known
+                 else len(left) / len(self.done))
+        eta = f", ETA {_clock(elapsed * share)}" if left else ", done"
+        self.log(f"[{len(self.done)}/{len(self.expected)}] {name}: {text}; batch {_clock(elapsed)}{eta}")
 
 
 def _clock(seconds: float) -> str:
@@ -419,7 +433,9 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
             outcome.kept.append(job.key)
         else:
             to_run.append(job)
-    progress = Progress(len(to_run), log)
+    measured = ledger.measured_seconds(out)
+    to_run = longest_first(to_run, measured)
+    progress = Progress({job.key: measured.get(job.lab.key) or job.lab.expected_s for job in to_run}, log)
     ta = answers.read_scores(out)
     current = {key: book.job_rows(job, stored[key], ta)[0] for job in book.jobs if (key := job.key) in stored}
 
@@ -438,7 +454,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
         report.write_csv(outcome.rows, out / "grades.csv")
         outcome.ran.append(job.key)
         tot = report.totals(rows)[job.key]
-        progress.line(job.lab.notebook if book.reference else f"{job.student}/{job.lab.notebook}",
+        progress.line(job.key, job.lab.notebook if book.reference else f"{job.student}/{job.lab.notebook}",
                       f"{rows[0]['status']}, {report.pts(tot[0], tot[1])} points"
                       + (f" (+{tot[2]:g} pending)" if tot[2] else "")
                       + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))

@@ -53,7 +53,9 @@ def kit_hash() -> str:
 
 
 def lab_hash(lab) -> str:
-    return hashlib.sha256(json.dumps(dataclasses.asdict(lab), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The lab's rubric section, but for ``expected_s``, which orders a batch and changes no outcome."""
+    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k != "expected_s"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def fingerprint(job, sandbox: str) -> dict | None:
@@ -87,6 +89,20 @@ def reusable(job, fp: dict | None) -> dict | None:
     if data is None or data.get("fingerprint") != fp or data["rows"][0].get("status") in RERUN:
         return None
     return data
+
+
+def measured_seconds(out: Path) -> dict[str, float]:
+    """Per lab, the median seconds its notebooks ran in earlier batches in ``out`` (the
+    execution rows of the stored outcomes): what a batch orders its notebooks by."""
+    import statistics
+
+    found: dict[str, list[float]] = {}
+    for path in Path(out, ".grader").glob(f"*/*/{OUTCOME}"):
+        data = _read_json(path)
+        row = data["rows"][0] if isinstance(data, dict) and data.get("rows") else {}
+        if isinstance(row, dict) and isinstance(row.get("seconds"), (int, float)) and row["seconds"] > 0:
+            found.setdefault(str(row.get("lab")), []).append(float(row["seconds"]))
+    return {lab: statistics.median(v) for lab, v in found.items()}
 
 
 def write_manifest(out: Path, data: dict) -> None:

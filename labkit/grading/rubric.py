@@ -121,6 +121,8 @@ class Lab:
     check_timeout: float
     check_memory_mb: float
     evidence: tuple[str, ...] = ()
+    expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
+
 
     @property
     def max_points(self) -> float:
@@ -187,7 +189,7 @@ def _settings(table: dict, where: str, allow_all: bool) -> dict:
 
 def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence"}
+    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s"}
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -217,8 +219,11 @@ def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
         if not by_name[e].is_evidence:
             raise RubricError(f"{where}: evidence {e!r} must be a check the grader establishes itself "
                               f"(kind = \"hidden\", or a check with verify = ...)")
+    expected = table.get("expected_s", 0.0)
+    if not _is_number(expected) or expected < 0:
+        raise RubricError(f"{where}: expected_s must be the seconds a run takes (a number >= 0), not {expected!r}")
     return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               evidence=tuple(evidence), **settings)
+               evidence=tuple(evidence), expected_s=float(expected), **settings)
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:

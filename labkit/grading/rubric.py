@@ -123,7 +123,6 @@ class Lab:
     evidence: tuple[str, ...] = ()
     expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
 
-
     @property
     def max_points(self) -> float:
         return sum(c.points for c in self.checks)

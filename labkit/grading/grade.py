@@ -377,8 +377,9 @@ class Progress:
     """One line per notebook: how it ended, its time, and the batch's elapsed time and ETA.
 
     ``expected``: each job's expected seconds (0: unknown). The ETA scales the time so far by
-    the expected seconds left over those done, so a batch that starts with its longest
-    notebooks does not promise to end late; with any unknown, by the count of notebooks."""
+    the expected seconds left over those done (with any unknown, by the count of notebooks), so
+    a batch that starts with its longest notebooks does not promise as late an end as the count
+    would. Notebooks still running count as left, so with ``-j N`` the first lines run high."""
 
     def __init__(self, expected: dict, log=print):
         self.expected, self.log, self.done, self.t0 = dict(expected), log, [], time.monotonic()

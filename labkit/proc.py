@@ -84,6 +84,15 @@ def unwind_on_signals(signals=(signal.SIGTERM, signal.SIGHUP)) -> None:
         signal.signal(sig, unwind)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a cgroup or ``taskset`` may narrow),
+    which every task of a local cluster and every emulated node shares."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class StopAtExit:
     """The objects with a ``stop()`` that this process has running (clusters, emulated networks):
     whatever its owner has not stopped is stopped when the interpreter exits, so nothing

@@ -461,14 +461,15 @@ def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywh
 def test_default_parallelism_is_one_per_core_within_memory(monkeypatch):
     """`make grade` without JOBS: a notebook per usable core, but never more than memory holds at
     the largest lab's limit (a run's own or its checks'), and always at least one."""
+    import os
     from types import SimpleNamespace
 
     from labkit.grading import grade as grading
 
     labs = [SimpleNamespace(memory_mb=4096, check_memory_mb=3072), SimpleNamespace(memory_mb=6144, check_memory_mb=3072)]
-    monkeypatch.setattr(grading.os, "sched_getaffinity", lambda pid: set(range(4)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
     for free_gib, want in ((64, 4), (13, 2), (5, 1)):
         monkeypatch.setattr(psutil, "virtual_memory", lambda g=free_gib: SimpleNamespace(available=g * 2**30))
         assert grading.auto_parallel(labs) == want, free_gib
-    monkeypatch.setattr(grading.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert grading.auto_parallel(labs) == 1

@@ -12,7 +12,8 @@ import pytest
 from helpers import alive
 from labkit import cluster, netem
 from labkit.launch import Cluster, TaskFailed
-from labkit.launchers.netem import described, machine_cores, netem_nodes
+from labkit.launchers.netem import described, netem_nodes
+from labkit.proc import usable_cores
 from labkit.tasks import forkserver
 
 RATE = "200mbit"
@@ -96,7 +97,7 @@ def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     assert w0["received"] == 2_000_000 and rate < 1.1 * netem.parse_link(RATE).bytes_per_s
     saved = described(c.run_dir)  # what the verdicts read: the link, the nodes, the cores they shared
     assert saved["link"] == RATE and saved["nodes"] == {"node0": hosts["ps:0"], "node1": hosts["worker:1"]}
-    assert saved["cores"] == machine_cores() and described(c.run_dir / "network") is None
+    assert saved["cores"] == usable_cores() and described(c.run_dir / "network") is None
     # worker:1's bytes crossed node1's lan0; worker:0's samples count node0's, the ps's traffic too
     sent = sum(result["worker:1"].result["samples"]["columns"]["net_sent_lan0"])
     assert sent > 2_000_000

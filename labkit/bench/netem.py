@@ -70,9 +70,10 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
     from labkit import costmodel, netem
     from labkit.experiments import ring_vs_ps
     from labkit.launchers.netem import cluster_args
+    from labkit.proc import usable_cores
 
     links = {"emulated": netem.measure_link(LINK), "loopback": costmodel.measure_loopback_link()}
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     keys = [(where, arch, n) for where in links for arch, n in CONTENDERS if n > 1]
     found: dict = {k: {"step_s": [], "link only": [], "link + gamma": []} for k in keys}
     loop_runs, hosts = [], []

@@ -31,6 +31,7 @@ BATCH = 64
 def run(quick: bool = False) -> dict:
     from labkit import costmodel
     from labkit.experiments import ring_vs_ps
+    from labkit.proc import usable_cores
 
     rounds, steps = (1, 8) if quick else (3, 20)
     loopback = costmodel.measure_loopback_link()
@@ -40,7 +41,7 @@ def run(quick: bool = False) -> dict:
         for r in range(rounds):
             runs = [ring_vs_ps.run_one(arch, MODEL, n, batch_size=BATCH, steps=steps, epochs=2, test_limit=500,
                                        run=f"{arch}-w{n}-{r}", timeout=900) for _, arch, n in CONTENDERS]
-            sweep = ring_vs_ps.Scaling(runs, settings={"cores": ring_vs_ps._local_cores()})
+            sweep = ring_vs_ps.Scaling(runs, settings={"cores": usable_cores()})
             table = sweep.table().set_index(["arch", "workers"])
             tb = sweep.task_bytes()
             err = sweep.calibrate(loopback=loopback).errors("loopback").set_index(["arch", "workers"])["rel_error"]

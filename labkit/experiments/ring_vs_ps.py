@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from labkit import cluster, costmodel, experiments, live, paths
 from labkit.experiments import positive_ints, shared
 from labkit.launch import Cluster
+from labkit.proc import usable_cores
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
 from labkit.tasks import forkserver
@@ -62,13 +63,6 @@ ARCHS = costmodel.ARCHS  # ("ps", "ring")
 STRATEGY = {"ps": "ps", "ring": "mwms"}
 MODELS = ("lenet5", "mlp")
 TOLERANCE = 0.25  # a measured byte count further than this from the analytic one is flagged
-
-
-def _local_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 # ------------------------------------------------------------------------------ one run
@@ -601,14 +595,14 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     if not models or not all(isinstance(m, str) and m for m in models):
         raise ValueError(f"models must be model names of labkit.models, e.g. ('lenet5', 'mlp'); got {models!r}")
     local = not hosts
-    load = os.getloadavg()[0] / _local_cores() if local and hasattr(os, "getloadavg") else None
+    load = os.getloadavg()[0] / usable_cores() if local and hasattr(os, "getloadavg") else None
     if load is not None and load > 1 and log:
         log(f"note: this machine is busy (load {load:.1f} per core): the tasks share the cores with other "
             f"programs, so step times will be noisy")
     result = Scaling(settings={"workers": list(workers), "models": list(models), "archs": list(archs),
                                "batch_size": batch_size, "steps": steps, "epochs": epochs, "n_ps": n_ps,
                                "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
-                               "cores": _local_cores() if local else None, "load_per_core": load})
+                               "cores": usable_cores() if local else None, "load_per_core": load})
     base = f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
     settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync, hosts=hosts,
                     train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, **kwargs)

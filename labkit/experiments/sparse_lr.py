@@ -457,9 +457,9 @@ class Experiment(experiments.Sweep):
 
     def _emulated_use(self, label: str, t, frame, net: dict, use: dict) -> tuple[dict, list[str]]:
         """CPU and network utilisation on emulated nodes (see ``verdicts``), the busiest link, detail."""
-        from labkit.launchers.netem import machine_cores
+        from labkit.proc import usable_cores
 
-        cores = net.get("cores") or machine_cores()
+        cores = net.get("cores") or usable_cores()
         ours = t["proc_cpu_avg"].sum()
         use["CPU"] = ours / 100 / cores
         links = self.links(label, frame)

@@ -29,7 +29,6 @@ that is not a version-4 notebook, an empty or oversized one) become rows that sa
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -361,7 +360,9 @@ def auto_parallel(labs: list[Lab]) -> int:
     the grader's checks, single-process cells, idle baselines), which a second run fills."""
     import psutil
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from labkit.proc import usable_cores
+
+    cores = usable_cores()
     largest = max(max(lab.memory_mb, lab.check_memory_mb) for lab in labs) * 2**20
     return max(1, min(cores, int(psutil.virtual_memory().available // largest)))
 

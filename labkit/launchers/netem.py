@@ -29,7 +29,7 @@ from labkit import netem
 from labkit.cluster import ClusterSpec, Task, join_address
 from labkit.launchers.base import Settings, TaskProcess
 from labkit.launchers.local import LocalLauncher
-from labkit.proc import OwnedProcess
+from labkit.proc import OwnedProcess, usable_cores
 
 
 def netem_nodes(n: int) -> list[str]:
@@ -60,14 +60,6 @@ def task_nodes(result) -> dict[str, str]:
     net = described(result.run_dir) or {"nodes": {}}
     by_address = {a: n for n, a in net["nodes"].items()}
     return {t.name: by_address.get(t.host, t.host) for t in result}
-
-
-def machine_cores() -> int:
-    """The cores this process may run on, which every emulated node shares."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux: no affinity call, but no emulated nodes either
-        return os.cpu_count() or 1
 
 
 class NetemLauncher(LocalLauncher):
@@ -117,7 +109,7 @@ class NetemLauncher(LocalLauncher):
         if not self.network.running:
             self.network.start()
             self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-            info = {**self.network.describe(), "cores": machine_cores()}
+            info = {**self.network.describe(), "cores": usable_cores()}
             (self.settings.run_dir / "network.json").write_text(json.dumps(info, indent=1))
         return self.network
 

@@ -150,11 +150,10 @@ def mnist_for(args, cache: dict):
 def thread_limits(spec, task) -> tuple[int, int]:
     """(intra-op, inter-op) threads for ``task``: the launcher's choice, else the cores of
     this host shared among the cluster's tasks on it."""
+    from labkit.proc import usable_cores
+
     env_intra, env_inter = os.environ.get(ENV_INTRA_OP), os.environ.get(ENV_INTER_OP)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     here = sum(1 for t in spec.tasks() if t.host == task.host)
     intra = int(env_intra) if env_intra else max(1, cores // max(1, here))
     inter = int(env_inter) if env_inter else 2

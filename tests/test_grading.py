@@ -494,12 +494,12 @@ def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
     from types import SimpleNamespace
 
     from labkit.grading import ledger
-    from labkit.grading.grade import longest_first
+    from labkit.grading.grade import expected_seconds, longest_first
 
     base = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
     labs = {k: dataclasses.replace(base, key=k, expected_s=e) for k, e in (("l1", 10), ("l2", 40), ("l3", 0), ("l4", 0))}
-    jobs = [SimpleNamespace(lab=labs[k], name=f"{s}-{k}") for s in ("ann", "bob") for k in labs]
-    assert [j.name for j in longest_first(jobs, {})] == ["ann-l2", "bob-l2", "ann-l1", "bob-l1",
+    jobs = [SimpleNamespace(lab=labs[k], name=f"{s}-{k}", key=(s, k)) for s in ("ann", "bob") for k in labs]
+    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, {}))] == ["ann-l2", "bob-l2", "ann-l1", "bob-l1",
                                                          "ann-l3", "ann-l4", "bob-l3", "bob-l4"]
     for student, lab, secs in (("ann", "l4", 50.0), ("bob", "l4", 70.0), ("cat", "l4", 90.0), ("ann", "l1", "")):
         path = tmp_path / "out" / ".grader" / student / lab / ledger.OUTCOME
@@ -507,7 +507,7 @@ def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
         path.write_text(json.dumps({"rows": [{"lab": lab, "check": "execution", "seconds": secs}]}))
     measured = ledger.measured_seconds(tmp_path / "out")
     assert measured == {"l4": 70.0}   # the median; a run without seconds (never ran) says nothing
-    assert [j.name for j in longest_first(jobs, measured)][:4] == ["ann-l4", "bob-l4", "ann-l2", "bob-l2"]
+    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, measured))][:4] == ["ann-l4", "bob-l4", "ann-l2", "bob-l2"]
     assert ledger.lab_hash(labs["l1"]) == ledger.lab_hash(dataclasses.replace(labs["l1"], expected_s=999))
     assert ledger.lab_hash(labs["l1"]) != ledger.lab_hash(dataclasses.replace(labs["l1"], memory_mb=1024))
 

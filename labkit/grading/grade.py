@@ -367,11 +367,16 @@ def auto_parallel(labs: list[Lab]) -> int:
     return max(1, min(cores, int(psutil.virtual_memory().available // largest)))
 
 
-def longest_first(jobs: list[Job], measured: dict[str, float]) -> list[Job]:
-    """The jobs, longest expected first (a lab's seconds in earlier batches here, else the
-    rubric's ``expected_s``; ties keep their order), so a batch does not end on one long
-    notebook running alone while the other slots stand idle."""
-    return sorted(jobs, key=lambda job: -(measured.get(job.lab.key) or job.lab.expected_s))
+def expected_seconds(jobs: list[Job], measured: dict[str, float]) -> dict:
+    """{job.key: seconds expected}: its lab's in earlier batches here (``ledger.measured_seconds``),
+    else the rubric's ``expected_s`` (0: unknown)."""
+    return {job.key: measured.get(job.lab.key) or job.lab.expected_s for job in jobs}
+
+
+def longest_first(jobs: list[Job], expected: dict) -> list[Job]:
+    """The jobs, longest ``expected`` first (ties keep their order), so a batch does not end on
+    one long notebook running alone while the other slots stand idle."""
+    return sorted(jobs, key=lambda job: -expected[job.key])
 
 
 class Progress:
@@ -435,9 +440,9 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
             outcome.kept.append(job.key)
         else:
             to_run.append(job)
-    measured = ledger.measured_seconds(out)
-    to_run = longest_first(to_run, measured)
-    progress = Progress({job.key: measured.get(job.lab.key) or job.lab.expected_s for job in to_run}, log)
+    expected = expected_seconds(to_run, ledger.measured_seconds(out))
+    to_run = longest_first(to_run, expected)
+    progress = Progress(expected, log)
     ta = answers.read_scores(out)
     current = {key: book.job_rows(job, stored[key], ta)[0] for job in book.jobs if (key := job.key) in stored}
 

@@ -604,8 +604,10 @@ def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, term
     if runs.empty:
         raise ValueError("fit_host_cost needs runs; give runs with N >= 2 (and each model's 1-worker run for compute)")
     sums = {arch: [0.0, 0.0] for arch in ARCHS}  # sum(w^2 * rest * bytes), sum(w^2 * bytes^2)
+    moves = []  # whether each run moves bytes: the runs the fit's error is measured on
     for r in runs.itertuples():
         msgs, nbytes = critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r), terms)
+        moves.append(nbytes > 0)
         if nbytes <= 0:
             continue
         rest = r.step_s - r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores) - link.seconds(msgs, nbytes)
@@ -617,9 +619,7 @@ def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, term
         raise ValueError("no run moves bytes on the wire (all have N = 1), so no host cost per byte can be "
                          "fitted; include runs with N >= 2")
     host = HostCost(gamma["ps"], gamma["ring"], source)
-    comm = runs[[critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps), _row_shards(r), terms)[1] > 0
-                 for r in runs.itertuples()]]
-    pred = predict_runs(comm, link, cores=cores, terms=terms, host=host)
+    pred = predict_runs(runs[moves], link, cores=cores, terms=terms, host=host)
     return replace(host, rel_error=float(pred["rel_error"].abs().median()))
 
 

@@ -77,6 +77,15 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
     keys = [(where, arch, n) for where in links for arch, n in CONTENDERS if n > 1]
     found: dict = {k: {"step_s": [], "link only": [], "link + gamma": []} for k in keys}
     loop_runs, hosts = [], []
+
+    def errors(where: str, what: str, pred) -> None:
+        """Each N=2 setting's |rel_error| in ``pred`` (one row per arch and N) into ``found``."""
+        pred = pred.set_index(["arch", "workers"])
+        for _, arch, n in (k for k in keys if k[0] == where):
+            found[(where, arch, n)][what].append(abs(float(pred.loc[(arch, n), "rel_error"])))
+            if what == "link only":
+                found[(where, arch, n)]["step_s"].append(float(pred.loc[(arch, n), "step_s"]))
+
     with tempfile.TemporaryDirectory(prefix="labkit-bench-netem-") as runs_dir:
         os.environ["LABKIT_RUNS"] = runs_dir
         for r in range(rounds):
@@ -94,18 +103,12 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
                 if where == "emulated":  # loopback with gamma: from the other rounds, below
                     predictions["link + gamma"] = sweep.predict(links[where], host=hosts[-1])
                 for what, pred in predictions.items():
-                    pred = pred.set_index(["arch", "workers"])
-                    for _, arch, n in (k for k in keys if k[0] == where):
-                        found[(where, arch, n)][what].append(abs(float(pred.loc[(arch, n), "rel_error"])))
-                        if what == "link only":
-                            found[(where, arch, n)]["step_s"].append(float(pred.loc[(arch, n), "step_s"]))
+                    errors(where, what, pred)
         for r in range(rounds if rounds > 1 else 0):  # loopback with gamma fitted to the other rounds' runs
             others = pd.concat([f for i, f in enumerate(loop_runs) if i != r], ignore_index=True)
             host = costmodel.fit_host_cost(others, links["loopback"], cores=cores)
-            pred = costmodel.predict_runs(loop_runs[r], links["loopback"], cores=cores, host=host)
-            pred = pred.set_index(["arch", "workers"])
-            for _, arch, n in (k for k in keys if k[0] == "loopback"):
-                found[("loopback", arch, n)]["link + gamma"].append(abs(float(pred.loc[(arch, n), "rel_error"])))
+            errors("loopback", "link + gamma",
+                   costmodel.predict_runs(loop_runs[r], links["loopback"], cores=cores, host=host))
 
     def med(v: list) -> float:
         return statistics.median(v) if v else float("nan")

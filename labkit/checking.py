@@ -161,7 +161,7 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
     work.mkdir()
     clean, params = private / "input.ipynb", private / "parameters.json"
     nb = nbformat.read(str(notebook), as_version=4)
-    _clear_outputs(nb)
+    _clear_outputs(nb, lab.kernel)
     nbformat.write(nb, str(clean))
     params.write_text(json.dumps(lab.parameters))   # YAML reads JSON
     executed, logfile = folder / lab.notebook, folder / "run.log"
@@ -183,13 +183,15 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
             _advance(bar, logfile)
             time.sleep(0.5)
         seconds = time.monotonic() - t0
+        returncode = proc.poll()
     _advance(bar, logfile)
     bar.close()
-    return _ended(lab, nb, executed, logfile, seconds, peak, timed_out)
+    return _ended(lab, nb, Run("crashed", round(seconds, 1), peak, executed, logfile), returncode, timed_out)
 
 
-def _clear_outputs(nb) -> None:
-    """What the grader runs: the cells without anything a run produces."""
+def _clear_outputs(nb, kernel: str) -> None:
+    """What the grader runs: the cells without anything a run produces, for the rubric's kernel (a
+    notebook's own kernelspec is not the student's to choose)."""
     for cell in nb.cells:
         if cell.get("cell_type") == "code":
             cell.outputs, cell.execution_count = [], None
@@ -197,6 +199,8 @@ def _clear_outputs(nb) -> None:
             cell.pop("outputs", None)
         (cell.get("metadata") or {}).pop("papermill", None)
     nb.metadata.pop("papermill", None)
+    nb.metadata["kernelspec"] = {"name": kernel, "language": "python", "display_name": kernel}
+    nb.metadata["language_info"] = {"name": "python"}
 
 
 def _tree_rss(pid: int) -> int:
@@ -234,39 +238,41 @@ def _advance(bar, logfile: Path) -> None:
         bar.update(int(done[-1][0]) - bar.n)
 
 
-def _ended(lab: Lab, submitted, executed: Path, logfile: Path, seconds: float, peak: int, timed_out: bool) -> Run:
-    """The Run, from the executed notebook papermill saved after each cell, and its log."""
+def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: bool) -> Run:
+    """``out`` filled in from the executed notebook (papermill saves it as each cell starts and
+    ends: a cell that never started has no start time), the runner's exit code and its log."""
     from labkit.proc import tail
 
-    out = Run("crashed", round(seconds, 1), peak, executed, logfile)
     nb = out.executed_nb
+    index = [i for i, c in enumerate(submitted.cells) if not set(SKIPPED_TAGS) & set(_tags(c))]
     ran = [c for c in nb.cells if not set(SKIPPED_TAGS) & set(_tags(c))] if nb is not None else []
-    mine = [c for c in submitted.cells if not set(SKIPPED_TAGS) & set(_tags(c))]
-    if nb is None or len(ran) != len(mine):
-        last = next((ln for ln in reversed(tail(logfile, 30).splitlines()) if ln.strip()), "no output")
+    if nb is None or len(ran) != len(index):
+        last = next((ln for ln in reversed(tail(out.log, 30).splitlines()) if ln.strip()), "no output")
         out.error = f"the notebook did not run: {last.strip()}"
         return out
-    index = [i for i, c in enumerate(submitted.cells) if not set(SKIPPED_TAGS) & set(_tags(c))]
     out.cells = [None] * len(submitted.cells)
     for i, cell in zip(index, ran):
         meta = (cell.get("metadata") or {}).get("papermill") or {}
         if cell.get("cell_type") == "code":
-            out.cells[i] = meta.get("status", "pending")
+            out.cells[i] = "failed" if meta.get("exception") else "completed" if meta.get("start_time") else "not-run"
             if (meta.get("duration") or 0) > out.slowest[0]:
                 out.slowest = (round(meta["duration"], 1), i)
-    stopped = next((i for i, s in enumerate(out.cells) if s in ("failed", "running")), None)
-    out.cell = stopped
-    if timed_out:
-        out.status, out.error = "timeout", f"the run passed the grader's {lab.notebook_timeout:g} s limit"
-    elif stopped is not None and out.cells[stopped] == "failed":
-        out.status, out.error = "error", _error(ran[index.index(stopped)])
-    elif stopped is not None:
-        log_text = tail(logfile, 60)
-        out.status = "timeout" if "CellTimeoutError" in log_text else "dead-kernel" if "DeadKernel" in log_text \
-            else "crashed"
-        out.error = {"timeout": f"the cell passed the grader's {lab.cell_timeout:g} s cell limit",
-                     "dead-kernel": "the kernel died (out of memory?)"}.get(out.status, "the run ended here")
-    elif all(s in (None, "completed") for s in out.cells):
+    started = [i for i, s in enumerate(out.cells) if s in ("failed", "completed")]
+    failed = next((i for i, s in enumerate(out.cells) if s == "failed"), None)
+    log_text = tail(out.log, 60)
+    if failed is not None and not timed_out:
+        out.status, out.cell, out.error = "error", failed, _error(ran[index.index(failed)])
+    elif timed_out or returncode != 0:
+        out.cell = started[-1] if started else None
+        out.status = "timeout" if timed_out or "CellTimeoutError" in log_text else \
+            "dead-kernel" if "DeadKernelError" in log_text else "crashed"
+        out.error = (f"the run passed the grader's {lab.notebook_timeout:g} s limit" if timed_out else
+                     f"the cell passed the grader's {lab.cell_timeout:g} s cell limit" if out.status == "timeout" else
+                     "the kernel died (out of memory?)" if out.status == "dead-kernel" else
+                     next((ln.strip() for ln in reversed(log_text.splitlines()) if ln.strip()), "it ended here"))
+        if out.cell is not None:
+            out.cells[out.cell] = "stopped"
+    else:
         out.status = "ok"
     return out
 
@@ -336,43 +342,45 @@ def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
     if not lab.exercises:
         return []
     ids = {c.get("id"): i for i, c in enumerate(nb.cells)}
-    unwritten, gone, checks, failed = [], [], 0, []
+    written, notes, todo = 0, [], []
+    checks, check_notes, check_todo = 0, [], []
     for e in lab.exercises:
         label = ", ".join(e["defines"]) or "the exercise"
-        i = ids.get(e["cell"])
+        i, j = _exercise_cell(nb, ids, e), ids.get(e.get("self_check"))
+        then = f", then run {_cell(j)}, its self-check, until it passes" if j is not None else ""
+        done = i is not None and e["stub"] not in nb.cells[i].source
+        written += done
         if i is None:
-            i = next((j for j, c in enumerate(nb.cells) if c.get("cell_type") == "code" and e["defines"]
-                      and any(re.search(rf"^\s*def {re.escape(n)}\(", c.source, re.M) for n in e["defines"])), None)
-        if i is None:
-            gone.append(f"{label} (cell id {e['cell']} is gone, and no code cell defines it)")
-        elif e["stub"] in nb.cells[i].source:
-            unwritten.append((label, i))
-        if "self_check" not in e:
-            continue
-        checks += 1
-        j = ids.get(e["self_check"])
-        state = r.cells[j] if j is not None and j < len(r.cells) else None
-        if j is None:
-            failed.append((label, None, "its self-check cell is gone"))
-        elif state != "completed":
-            why = r.error if r.cell == j else "not reached: the run stopped before it" if r.cell is not None \
-                and r.cell < j else "did not run"
-            failed.append((label, j, why))
-    lines = []
+            notes.append(f"{label} is gone (no cell {e['cell']}, and no code cell defines it)")
+            todo.append(f"put {label} back (the grader looks for it by name){then}")
+        elif not done:
+            notes.append(f"{label} ({_cell(i)}) still raises NotImplementedError")
+            todo.append(f"write {label} in {_cell(i)} (replace raise NotImplementedError() with your code){then}")
+        if "self_check" in e:
+            checks += 1
+            why = "its cell is gone" if j is None else None if r.cells[j:j + 1] == ["completed"] else \
+                r.error if r.cell == j else "not reached: the run stopped before it" if r.cell is not None else \
+                "did not run"
+            if why:
+                check_notes.append(f"{label}'s self-check ({_cell(j)}): {why}")
+                if done and j is not None:
+                    check_todo.append(f"fix {label} until its self-check, {_cell(j)}, passes")
     n = len(lab.exercises)
-    done = n - len(unwritten) - len(gone)
-    todo = [f"write {label} in {_cell(i)} (replace raise NotImplementedError() with your code)" for label, i in unwritten]
-    todo += [f"restore {g}" for g in gone]
-    text = f"{done} of {n} written" + (": " + "; ".join(
-        [f"{label} ({_cell(i)}) still raises NotImplementedError" for label, i in unwritten] + gone) if done < n else "")
-    lines.append(Line("ok" if done == n else "FAIL", "exercises", text, todo))
+    lines = [Line("ok" if written == n else "FAIL", "exercises",
+                  f"{written} of {n} written" + (": " + "; ".join(notes) if notes else ""), todo)]
     if checks:
-        text = f"{checks - len(failed)} of {checks} passed" + (": " + "; ".join(
-            f"{label}'s self-check ({_cell(j)}): {why}" for label, j, why in failed) if failed else "")
-        todo = [f"run {_cell(j)}, {label}'s self-check, until it passes" for label, j, _ in failed
-                if j is not None and label not in [u for u, _ in unwritten]]
-        lines.append(Line("ok" if not failed else "FAIL", "self-checks", text, todo))
+        lines.append(Line("FAIL" if check_notes else "ok", "self-checks", f"{checks - len(check_notes)} of {checks} "
+                          f"passed" + (": " + "; ".join(check_notes) if check_notes else ""), check_todo))
     return lines
+
+
+def _exercise_cell(nb, ids: dict, exercise: dict) -> int | None:
+    """The exercise's cell: by its id, else the code cell that defines its function."""
+    if exercise["cell"] in ids:
+        return ids[exercise["cell"]]
+    names = [re.escape(n) for n in exercise["defines"]]
+    return next((i for i, c in enumerate(nb.cells) if c.get("cell_type") == "code" and names
+                 and re.search(rf"^\s*def ({'|'.join(names)})\(", c.source, re.M)), None)
 
 
 def records_line(lab: Lab, records: dict, r: Run) -> Line:
@@ -441,8 +449,9 @@ def answers_line(lab: Lab, nb) -> Line:
 
 
 def hidden_line(lab: Lab) -> Line:
-    return Line("info", "hidden", f"the grader adds {lab.hidden_checks} checks of its own ({lab.hidden_points:g} of "
-                                  f"the {lab.points:g} automatic points): hidden, and not shown here")
+    checks = f"{lab.hidden_checks} check{'s' if lab.hidden_checks != 1 else ''}"
+    return Line("info", "hidden", f"the grader adds {checks} of its own ({lab.hidden_points:g} of the "
+                                  f"{lab.points:g} automatic points): hidden, and not shown here")
 
 
 def _cell(i) -> str:
@@ -476,7 +485,7 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
     lines = report(lab, path, nb, result)
     log("\n".join(str(ln) for ln in lines))
     ok = not any(ln.status == "FAIL" for ln in lines)
-    todo = [t for ln in lines for t in ln.todo]
+    todo = next_steps(lines, result)
     if ok and not todo:
         log(f"\n  Ready to submit: upload {lab.notebook} to the lab's assignment. The grader runs it again and adds "
             f"its hidden checks; TAs score the answers.\n  The run's outputs: {result.executed}")
@@ -486,6 +495,15 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
         log("\n".join(f"  {n}. {step}" for n, step in enumerate(steps, 1)))
         log(f"  The run's outputs: {result.executed}")
     return ok
+
+
+def next_steps(lines: list[Line], result: Run) -> list[str]:
+    """What to do, exercises first; a run stopped by an exercise not yet written adds no step of its own."""
+    unwritten = any(ln.what == "exercises" and ln.status == "FAIL" for ln in lines)
+    first = [t for ln in lines if ln.what in ("file", "exercises", "self-checks") for t in ln.todo]
+    rest = [t for ln in lines if ln.what not in ("file", "exercises", "self-checks") for t in ln.todo
+            if not (ln.what == "run" and unwritten and result.error.startswith("NotImplementedError"))]
+    return first + rest
 
 
 def check_all(files=(), labs=None, rubric="notebooks/rubric.toml", notebooks="notebooks", out="out/check",

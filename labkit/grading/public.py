@@ -10,7 +10,7 @@ grader's rubric and the reference notebooks. Per lab it keeps
 - the checks a student's machine can run on its own, without the grader: ``record`` (records
   present), ``figures`` (figures shown) and ``analysis`` (the answer cells, by id: filled or not);
 - the exercises: each code cell of the reference notebook with a solution region, by id, the
-  names its solution defines, and for a function the first later cell that calls it, the
+  names its solution defines, and for a function the first later cell that uses it, the
   notebook's own self-check;
 - the points: automatic (every check but the answers) and answers (scored by TAs);
 
@@ -109,7 +109,7 @@ def _records(lab: Lab) -> list[str]:
 
 def exercises(nb) -> list[dict]:
     """Each code cell with a solution region: its id, the names its solution defines, the stub a
-    released copy holds, and for a function the id of the first later code cell that calls it
+    released copy holds, and for a function the id of the first later code cell that uses it
     (the notebook's self-check of that function)."""
     cells = nb.cells
     out = []
@@ -149,7 +149,7 @@ def _defined(source: str, regions) -> tuple[list[str], list[str]]:
     except SyntaxError:  # a cell with IPython syntax (%magic): no names to show
         return [], []
     functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and any(n.lineno <= a and b <= n.end_lineno for a, b in regions)]
+                 and any(n.lineno < a <= n.end_lineno for a, _ in regions)]   # a region begins in its body
     if functions:
         return functions, []
     assigned, used_after = [], set()

@@ -39,7 +39,7 @@ data: setup
 	$(PY) -m labkit data fetch --dataset mnist --dataset a9a
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -m jupyterlab notebooks/
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -151,7 +151,7 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
     killed). The run's own files are in ``folder/work`` (its working directory) and ``folder/.check``."""
     import nbformat
 
-    from labkit.proc import OwnedProcess
+    from labkit.proc import OwnedProcess, tree_rss
 
     folder = Path(folder).resolve()
     if folder.exists():
@@ -179,7 +179,7 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
                 proc.kill()
                 timed_out = True
                 break
-            peak = max(peak, _tree_rss(proc.pid))
+            peak = max(peak, tree_rss(proc.pid))
             _advance(bar, logfile)
             time.sleep(0.5)
         seconds = time.monotonic() - t0
@@ -201,25 +201,6 @@ def _clear_outputs(nb, kernel: str) -> None:
     nb.metadata.pop("papermill", None)
     nb.metadata["kernelspec"] = {"name": kernel, "language": "python", "display_name": kernel}
     nb.metadata["language_info"] = {"name": "python"}
-
-
-def _tree_rss(pid: int) -> int:
-    """Resident memory of ``pid`` and its descendants (shared pages counted in each: a ceiling)."""
-    import psutil
-
-    from labkit.proc import descendants
-
-    total = 0
-    try:
-        procs = [psutil.Process(pid), *descendants(pid)]
-    except psutil.NoSuchProcess:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total
 
 
 def _progress(total: int, desc: str):
@@ -278,11 +259,16 @@ def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: boo
 
 
 def _error(cell) -> str:
+    """``Name: message``, the message's line that says most: TensorFlow wraps an error raised in a
+    tf.function in a traceback of its own that ends with the original exception's line."""
     for o in cell.get("outputs") or []:
         if o.get("output_type") == "error":
-            value = " ".join(str(o.get("evalue", "")).split())
-            value = value if len(value) <= 200 else value[:197] + "..."
-            return f"{o.get('ename')}: {value}" if value else str(o.get("ename"))
+            name, lines = o.get("ename", "an error"), [ln.strip() for ln in str(o.get("evalue", "")).splitlines()
+                                                      if ln.strip()]
+            last = lines[-1] if lines else ""
+            message = last[len(name) + 1:].strip() if last.startswith(name + ":") else lines[0] if lines else ""
+            message = message if len(message) <= 160 else message[:157] + "..."
+            return f"{name}: {message}" if message else name
     return "an error"
 
 
@@ -424,28 +410,40 @@ def figure_lines(lab: Lab, nb, executed, r: Run) -> list[Line]:
 
 
 def answers_line(lab: Lab, nb) -> Line:
-    """Every answer cell filled: found by its id, holding text and no placeholder."""
-    ids = {c.get("id"): i for i, c in enumerate(nb.cells)}
-    questions = [c for c in lab.checks if c["kind"] == "analysis"]
-    empty, gone = [], []
-    for q in questions:
-        found = [ids[i] for i in q["cells"] if i in ids]
-        if len(found) < len(q["cells"]):
-            gone.append(f"{q['name']} (cell id {', '.join(i for i in q['cells'] if i not in ids)})")
-            continue
-        texts = [nb.cells[i].source for i in found]
-        if any(q["placeholder"].lower() in t.lower() for t in texts) or not any(t.strip() for t in texts):
-            empty.append((q["name"], found[0], q["placeholder"]))
-    filled = len(questions) - len(empty) - len(gone)
-    if not questions:
+    """Every answer cell filled (text, and no placeholder), found as the grader finds it: by its id,
+    else the cell right below its question, which the grader reads with a note for the TA."""
+    asked = [c for c in lab.checks if c["kind"] == "analysis"]
+    if not asked:
         return Line("info", "answers", "this lab has no answer cells")
-    todo = [f"answer in {_cell(i)} ({name}): replace {mark} with your answer, in that cell"
-            for name, i, mark in empty]
-    todo += [f"put back the answer cell of {g}: the grader reads the answer from that cell" for g in gone]
-    text = f"{filled} of {len(questions)} filled" + (": " + "; ".join(
-        [f"{name} ({_cell(i)}) still holds {mark} or nothing" for name, i, mark in empty]
-        + [f"{g} is gone" for g in gone]) if filled < len(questions) else "")
-    return Line("ok" if filled == len(questions) else "FAIL", "answers", text, todo)
+    ids = {c.get("id"): i for i, c in enumerate(nb.cells)}
+    known = {a for q in asked for a in q["cells"]}
+    empty, moved, gone = {}, [], []
+    for q in asked:
+        found = []
+        for aid, qid in zip(q["cells"], q.get("questions") or [""] * len(q["cells"])):
+            below = ids[qid] + 1 if qid in ids else len(nb.cells)
+            if aid in ids:
+                found.append(ids[aid])
+            elif below < len(nb.cells) and nb.cells[below].get("id") not in known:
+                found.append(below)
+                moved.append(f"{q['name']} from {_cell(below)}, below its question")
+        texts = [nb.cells[i].source for i in found]
+        if not found:
+            gone.append(q["name"])
+        elif any(q["placeholder"].lower() in t.lower() for t in texts) or not any(t.strip() for t in texts):
+            empty.setdefault(q["placeholder"], []).append((q["name"], found[0]))
+    unfilled = [a for names in empty.values() for a in names]
+    notes = [f"still {mark} or empty: " + ", ".join(f"{name} ({_cell(i)})" for name, i in names)
+             for mark, names in empty.items()]
+    notes += [f"no answer cell: {', '.join(gone)}"] if gone else []
+    notes += [f"read {', '.join(moved)} (its answer cell is gone; the grader reads it there too)"] if moved else []
+    todo = [f"answer in {_cells([i for _, i in names])}: replace {mark} with your answer, in the same cell"
+            for mark, names in empty.items()]
+    todo += [f"write the answer to {name} in a Markdown cell right below its question" for name in gone]
+    filled = len(asked) - len(unfilled) - len(gone)
+    status = "FAIL" if unfilled or gone else "warn" if moved else "ok"
+    return Line(status, "answers", f"{filled} of {len(asked)} filled" + (": " + "; ".join(notes) if notes else ""),
+                todo)
 
 
 def hidden_line(lab: Lab) -> Line:
@@ -456,6 +454,10 @@ def hidden_line(lab: Lab) -> Line:
 
 def _cell(i) -> str:
     return f"cell {i + 1}" if i is not None else "a cell"
+
+
+def _cells(indices: list[int]) -> str:
+    return _cell(indices[0]) if len(indices) == 1 else "cells " + ", ".join(str(i + 1) for i in indices)
 
 
 def _mb(n: int) -> str:

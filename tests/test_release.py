@@ -82,7 +82,7 @@ def test_the_public_rubric_names_no_hidden_check_and_holds_no_input_or_answer_ke
             if c.verify:
                 assert c.verify["name"] not in text
         for table in mine["checks"]:
-            assert set(table) <= {"name", "kind", "points", "records", "cells", "min", "placeholder"}
+            assert set(table) <= {"name", "kind", "points", "records", "cells", "questions", "min", "placeholder"}
         # the answer key: no sentence of a reference answer
         ref = nbformat.read(str(REPO / "notebooks" / lab.notebook), as_version=4)
         for c in [c for c in lab.checks if c.manual]:
@@ -148,6 +148,28 @@ def test_the_kit_is_written_for_students(kit):
         target = kit / path if "/" in path else kit / "notebooks" / path
         assert target.exists(), path
     assert (kit / ".gitignore").read_text().count(".venv/") == 1
+
+
+def recipes(makefile: str) -> dict[str, list[str]]:
+    """Each rule's target and its recipe lines, and each variable's definition (as ``NAME=``)."""
+    out, target = {}, None
+    for line in makefile.splitlines():
+        if line.startswith("\t") and target:
+            out[target].append(line)
+        elif m := re.match(r"^(\S+):(?!=)", line):
+            target = m.group(1)
+            out[target] = [line]
+        elif m := re.match(r"^(\w+)\s*[?:]?=", line):
+            target = None
+            out[m.group(1) + "="] = [line]
+    return out
+
+
+def test_the_kits_makefile_installs_as_the_instructors_does(kit):
+    """The targets both Makefiles have build the same venv and fetch the same data, the same way."""
+    student, instructor = recipes((kit / "Makefile").read_text()), recipes((REPO / "Makefile").read_text())
+    for name in ("PYTHON=", "VENV=", "PY=", "STAMP=", "setup", "$(STAMP)", "data", "lab", "cluster-setup", "HOSTS="):
+        assert student[name] == instructor[name], name
 
 
 def test_the_kit_cli_lists_no_grader_command(kit):
@@ -254,7 +276,8 @@ def test_check_names_what_the_released_notebook_lacks(small, tmp_path):
     assert "FAIL  self-checks 0 of 1 passed: double's self-check (cell 3): NotImplementedError" in text
     assert "FAIL  records     0 of 2 present; missing: doubled, guess (the run stopped at cell 3" in text
     assert "FAIL  figures     0 of 1 shown: none in plot (cell 6)" in text
-    assert "FAIL  answers     0 of 1 filled: answer Q1 (cell 8) still holds YOUR ANSWER HERE" in text
+    assert "FAIL  answers     0 of 1 filled: still YOUR ANSWER HERE or empty: answer Q1 (cell 8)" in text
+    assert "answer in cell 8: replace YOUR ANSWER HERE with your answer, in the same cell" in text
     assert "info  hidden      the grader adds 1 check of its own (2 of the 4 automatic points)" in text
     assert "doubled right" not in text and "5.5" not in text   # the hidden check: counted, never named
     assert "1. write double in cell 2" in text and "Restart Kernel and Run All Cells" in text
@@ -296,6 +319,25 @@ def test_check_names_the_file_the_grader_expects_and_a_cell_past_its_limit(small
     assert not list(Path(tmp_path / "out").rglob("*.pid"))
 
 
+def test_answers_are_found_where_the_grader_finds_them(small):
+    """By the answer cell's id; else the cell below its question, as the grader reads it (a warning);
+    an answer that keeps the placeholder is not an answer."""
+    ref, student = small
+    lab = checking.load(student / "rubric.toml")["fix"]
+    nb = nbformat.read(str(ref / "fix.ipynb"), as_version=4)
+    assert checking.answers_line(lab, nb).status == "ok"
+    nb.cells[7].source = "Because 2 x 3 is 6.\n\nYOUR ANSWER HERE"
+    line = checking.answers_line(lab, nb)
+    assert line.status == "FAIL" and "still YOUR ANSWER HERE or empty: answer Q1 (cell 8)" in line.text
+    nb.cells[7] = cell("Because it doubles.", markdown=True)   # a new cell, with a new id, below the question
+    line = checking.answers_line(lab, nb)
+    assert line.status == "warn" and "read answer Q1 from cell 8, below its question" in line.text, line.text
+    nb.cells.pop()
+    line = checking.answers_line(lab, nb)
+    assert line.status == "FAIL" and "no answer cell: answer Q1" in line.text
+    assert line.todo == ["write the answer to answer Q1 in a Markdown cell right below its question"]
+
+
 def test_check_refuses_the_graders_rubric_and_an_unknown_lab(small, tmp_path):
     ref, student = small
     with pytest.raises(checking.RubricFileError, match="not a public rubric"):
@@ -335,7 +377,8 @@ def serve_lab(command: str, cwd: Path, env: dict, tmp: Path) -> list[str]:
     config = tmp / "jupyter-config"
     config.mkdir()
     (config / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"port": port, "port_retries": 0, "ip": "127.0.0.1", "open_browser": False},
+        "ServerApp": {"port": port, "port_retries": 0, "ip": "127.0.0.1", "open_browser": False,
+                      "allow_root": True},   # CI runs as root
         "IdentityProvider": {"token": token}}))
     env = {**env, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "jupyter-ws"), "JUPYTERLAB_SETTINGS_DIR": str(tmp / "jupyter-settings")}
@@ -357,12 +400,21 @@ def serve_lab(command: str, cwd: Path, env: dict, tmp: Path) -> list[str]:
                 assert time.monotonic() < deadline, log.read_text()[-3000:]
                 time.sleep(1)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        stop_group(server)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group ``proc`` leads (make, JupyterLab), SIGKILL what is left after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
         try:
-            server.wait(30)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:   # every process of the group has ended
+            break
+        try:
+            proc.wait(wait)
         except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(10)
+            continue
+    proc.wait(10)
 
 
 def completed(reference: Path) -> nbformat.NotebookNode:

@@ -8,7 +8,8 @@ grader's rubric and the reference notebooks. Per lab it keeps
   cell and notebook timeouts, kernel start, memory);
 - the records the lab's checks read (names only);
 - the checks a student's machine can run on its own, without the grader: ``record`` (records
-  present), ``figures`` (figures shown) and ``analysis`` (the answer cells, by id: filled or not);
+  present), ``figures`` (figures shown) and ``analysis`` (the answer cells and their questions'
+  cells, by id, as the grader finds them: ``labkit.grading.answers.questions``; filled or not);
 - the exercises: each code cell of the reference notebook with a solution region, by id, the
   names its solution defines, and for a function the first later cell that uses it, the
   notebook's own self-check;
@@ -29,8 +30,8 @@ import tomllib
 from pathlib import Path
 
 from labkit.checking import FORMAT
-from labkit.grading.rubric import PLACEHOLDER, Lab, load_rubric
-from labkit.record import named_cells
+from labkit.grading.answers import questions
+from labkit.grading.rubric import Lab, load_rubric
 
 PUBLIC_KINDS = ("record", "figures", "analysis")   # what a student's machine checks as the grader does
 LIMITS = ("kernel", "cell_timeout", "notebook_timeout", "start_timeout", "memory_mb")
@@ -55,14 +56,15 @@ def public_rubric(rubric="notebooks/rubric.toml", notebooks=None) -> dict:
         if not reference.is_file():
             raise ValueError(f"{rubric}: lab {key}'s notebook {reference} is not there; the public rubric "
                              f"reads the exercises and answer cells from it")
-        labs[key] = public_lab(lab, _read(reference))
+        labs[key] = public_lab(lab, reference)
     return {"format": FORMAT, "labs": labs}
 
 
-def public_lab(lab: Lab, reference) -> dict:
-    """One lab's public table, from its ``Lab`` and reference notebook (an nbformat node)."""
+def public_lab(lab: Lab, reference: Path) -> dict:
+    """One lab's public table, from its ``Lab`` and reference notebook."""
     shown = [c for c in lab.checks if c.kind in PUBLIC_KINDS and c.verify is None]
     hidden = [c for c in lab.checks if c not in shown and not c.manual]
+    asked = questions(lab, reference)
     return {
         "notebook": lab.notebook,
         "title": lab.title,
@@ -73,12 +75,12 @@ def public_lab(lab: Lab, reference) -> dict:
         "hidden_points": sum(c.points for c in hidden),
         "records": _records(lab),
         "parameters": dict(lab.parameters),
-        "checks": [_public_check(c, reference) for c in shown],
-        "exercises": exercises(reference),
+        "checks": [_public_check(c, asked.get(c.name)) for c in shown],
+        "exercises": exercises(_read(reference)),
     }
 
 
-def _public_check(check, reference) -> dict:
+def _public_check(check, question) -> dict:
     spec = check.spec
     out = {"name": check.name, "kind": check.kind, "points": check.points}
     if check.kind == "record":
@@ -86,10 +88,10 @@ def _public_check(check, reference) -> dict:
     elif check.kind == "figures":
         out["cells"] = list(spec.get("cells", []))
         out["min"] = int(spec.get("min", 1))
-    else:  # analysis: the reference's answer cells, by id, which the release keeps
-        names = spec.get("cells") or ["analysis"]
-        out["cells"] = [c.get("id") for n in names for c in named_cells(reference, n) if c.get("id")]
-        out["placeholder"] = spec.get("placeholder", PLACEHOLDER)
+    else:  # analysis: the reference's answer cells and the question above each, by id (the release keeps ids)
+        out["cells"] = list(question.answer_ids)
+        out["questions"] = [qid or "" for qid in question.question_ids]
+        out["placeholder"] = question.placeholder
     return out
 
 

@@ -46,6 +46,27 @@ PROGRAM = "strategy_train"
 MODEL = "lenet5"
 # Table 2.1.1's columns: host-wide averages while training, then the run's outcome.
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s")
+# Report 000's Table 2.1.1 as printed (30 epochs of MNIST, TF 2.0 MultiWorkerMirroredStrategy):
+# workers, batch size, average network receive and send (dstat, bytes/s), validation loss and
+# accuracy, time (s). The Idle row is left out.
+REPORT_000_TABLE = (
+    (1, 50, 56_494, 38_754, 0.1563, 0.9518, 9 * 60 + 48), (1, 100, 57_997, 23_030, 0.1674, 0.9527, 8 * 60 + 32),
+    (1, 200, 52_452, 24_094, 0.1469, 0.9571, 8 * 60 + 32), (2, 50, 9_691_353, 9_738_355, 0.1491, 0.9548, 19 * 60 + 29),
+    (2, 100, 7_211_978, 7_218_599, 0.2406, 0.9293, 9 * 60 + 7), (2, 200, 4_320_017, 4_306_106, 0.3467, 0.8997, 7 * 60 + 44),
+    (3, 50, 11_666_126, 11_655_754, 0.1636, 0.9506, 18 * 60 + 33),
+    (3, 100, 8_036_325, 8_038_431, 0.2529, 0.9249, 10 * 60 + 55),
+    (3, 200, 5_071_573, 5_077_728, 0.3558, 0.9879, 9 * 60 + 0),
+)
+
+
+def report_000():
+    """Report 000's Table 2.1.1 (without the Idle row), one row per configuration, as printed
+    (its 98.79% for 3 x 200 is most likely a typo: see the lab)."""
+    import pandas as pd
+
+    columns = ["workers", "batch_size", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "val_loss", "val_accuracy",
+               "time_s"]
+    return pd.DataFrame(REPORT_000_TABLE, columns=columns)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -366,6 +387,36 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                       "run_dir": str(reference.run_dir)},
         "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
     }
+
+
+def send_rate_audit(predicted: dict):
+    """Report 000's average network send beside predictions of it, one row per configuration:
+    ``predicted`` maps a reading (``global``, ``per_worker``) to ``{"N x B": bytes/s}``; each
+    reading gets the report's rate over its prediction (``report_over_<reading>``)."""
+    import pandas as pd
+
+    report = report_000()
+    report.index = [f"{n} x {b}" for n, b in zip(report["workers"], report["batch_size"])]
+    out = pd.DataFrame({"report_sent_bytes_per_s": report["net_sent_bytes_per_s"]})
+    for reading, values in predicted.items():
+        out[f"predicted_{reading}"] = pd.Series(values, dtype=float)
+        out[f"report_over_{reading}"] = out["report_sent_bytes_per_s"] / out[f"predicted_{reading}"]
+    return out.dropna(subset=[f"predicted_{r}" for r in predicted]).rename_axis("config")
+
+
+def describe_peer_failure(ft: dict) -> str:
+    """What each survivor of the kill met, in words: TensorFlow's error, when, and its message."""
+    peer = ft["peer_failure"]
+    lines = [peer["summary"]]
+    for name, s in peer["survivors"].items():
+        exited = (f"it exited {s['exit_after_s']:.3f} s after the kill" if s["exit_after_s"] is not None
+                  else f"still running {peer['survivor_wait_s']:g} s after the kill, stopped by the launcher")
+        if s["error"]:
+            lines.append(f"{name}: {s['error']} {s['error_after_s']:.3f} s after the kill; {exited}")
+            lines += [f"    {line}" for line in s["message"].splitlines()]
+        else:
+            lines.append(f"{name}: no TensorFlow error in its result file; {exited} (return code {s['returncode']})")
+    return "\n".join(lines)
 
 
 def _await_exits(c: Cluster, tasks: list[str], bound: float, poll: float = 0.02) -> dict[str, float | None]:

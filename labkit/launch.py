@@ -68,8 +68,9 @@ from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
-from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK, EXIT_PORT_IN_USE,  # noqa: F401
-                             VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit, task_file, versions)
+from labkit.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
+                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit,
+                             grpc_options, log_hint, task_file, versions)
 
 POLL_S = 0.05
 
@@ -216,10 +217,11 @@ class Cluster:
     # ----------------------------------------------------------------- commands
     def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
         env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
-               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+               ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS)))}
         if self.threads:
             env[ENV_INTRA_OP], env[ENV_INTER_OP] = map(str, self.threads)
-        env.update({k: str(v) for k, v in self.env.items()})
+        env.update({k: str(v) for k, v in self.env.items() if k != ENV_GRPC_OPTIONS})
         return env
 
     def _build(self) -> None:
@@ -421,7 +423,7 @@ class Cluster:
         if first.returncode == EXIT_PORT_IN_USE:
             raise PortInUse(first.task.name, first.task.address, returncode=first.returncode, log_tail=log_tail,
                             log_path=first.log_path)
-        hint = first.launcher.failure_hint(first, log_tail)
+        hint = log_hint(log_tail) or first.launcher.failure_hint(first, log_tail)
         raise TaskFailed(first.task.name, first.returncode, log_tail, first.log_path,
                          detail=self._where(first) + (f" ({hint})" if hint else ""),
                          consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others})

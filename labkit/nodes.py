@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.launch import (VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses,
-                           remote_failure_hint)
+                           remote_failure_hint, remote_returncode)
+from labkit.launchers.ssh import EXIT_NO_KIT, enter_kit, missing_line
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -78,7 +79,7 @@ class Remote:
     def run(self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None,
             in_dir: bool = True) -> str:
         """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``."""
-        remote = f"cd {shlex.quote(self.remote_dir)} && {command}" if in_dir else command
+        remote = f"{enter_kit(self.remote_dir)}\n{command}" if in_dir else command
         # the node stops the command itself at the timeout: killing the local ssh client alone would
         # leave a pip install running there, under the next attempt's feet
         remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
@@ -93,7 +94,8 @@ class Remote:
         if done.returncode == 124:  # coreutils timeout stopped it
             raise NodeError(host, step, "timeout", out, f"did not finish within {timeout:.0f} s, so it was stopped")
         if done.returncode != 0:
-            hint = remote_failure_hint(host, done.returncode, out, self.remote_dir, self.remote_python)
+            hint = remote_failure_hint(host, remote_returncode(done.returncode), out, self.remote_dir,
+                                       self.remote_python)
             raise NodeError(host, step, done.returncode, out, hint)
         return done.stdout.decode("utf-8", "replace")
 
@@ -210,8 +212,9 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
     py = shlex.quote(remote.remote_python)
 
     def versions(node: Node) -> Node:
-        missing = shlex.quote(f"{remote.remote_python}: No such file or directory")
-        out = remote.run(node.host, f"test -x {py} || {{ echo {missing}; exit 127; }}; {py} -c {shlex.quote(_VERSIONS)}",
+        missing = shlex.quote(missing_line(remote.remote_python))
+        out = remote.run(node.host, f"test -x {py} || {{ echo {missing} >&2; exit {EXIT_NO_KIT}; }}; "
+                                    f"{py} -c {shlex.quote(_VERSIONS)}",
                          "check versions", timeout=120)
         try:
             info = json.loads(out.strip().splitlines()[-1])

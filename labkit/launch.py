@@ -78,10 +78,10 @@ POLL_S = 0.05
 class ClusterTimeout(TimeoutError):
     """The global timeout expired; ``running`` names the tasks that were still running."""
 
-    def __init__(self, seconds: float, running: list[str], what: str = "finish"):
-        self.seconds, self.running = seconds, running
+    def __init__(self, seconds: float, running: list[str], what: str = "finish", detail: str = ""):
+        self.seconds, self.running, self.detail = seconds, running, detail
         super().__init__(f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
-                         f"every task was stopped (raise the timeout, or see the logs for a hang)")
+                         f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})")
 
 
 def program_module(program: str) -> str:
@@ -310,8 +310,9 @@ class Cluster:
                 if p.poll() is not None or p.launcher.ready(p.task):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
+                why = "; ".join(h for launcher, group in _by_launcher(pending) if (h := launcher.unready_hint(group)))
                 raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
-                                     what="bring every server up")
+                                     what="bring every server up", detail=why)
             if pending:
                 time.sleep(POLL_S)
 

@@ -44,8 +44,13 @@ DEFAULT_PYTHON = ".venv/bin/python"
 DEFAULT_INSTALL = "make setup"
 DEFAULT_DATASETS = ("mnist", "a9a")
 _SKIP_DIRS = {".git", ".venv", "data", "runs", "out", "release", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
-_VERSIONS = ("import json, socket; from labkit.protocol import versions; "
-             "print(json.dumps({'host': socket.gethostname(), 'versions': versions()}))")
+# The node's versions; its Python's even where the kit does not import there (a .venv made with
+# another Python, without the kit's packages): that is what VersionSkew then shows.
+_VERSIONS = ("import json, platform, socket\n"
+             "v = {'python': platform.python_version()}\n"
+             "try:\n    from labkit.protocol import versions\n    v = versions()\n"
+             "except Exception as e:\n    v['error'] = f'{type(e).__name__}: {e}'\n"
+             "print(json.dumps({'host': socket.gethostname(), 'versions': v}))")
 
 
 class NodeError(RuntimeError):
@@ -226,6 +231,11 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
 
     _parallel(versions, nodes)
     check_versions({n.host: {"host": n.hostname, "versions": n.versions} for n in nodes})
+    broken = [n for n in nodes if "error" in n.versions]
+    if broken:
+        n = broken[0]
+        raise NodeError(n.host, "check versions", 1, n.versions["error"],
+                        "the kit does not import there: its .venv is incomplete; run `make cluster-setup` again")
     for n in nodes:
         say(n.host, f"ok: {n.hostname}, " + ", ".join(f"{k} {v}" for k, v in n.versions.items()))
 

@@ -30,13 +30,15 @@ from labkit.launchers.base import Launcher, TaskProcess
 from labkit.proc import OwnedProcess
 from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+# ServerAlive*: a node whose network drops is noticed in about 15 s (ssh exits 255), not when TCP gives up
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+               "-o", "ServerAliveCountMax=3")
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 
 
 def default_ssh() -> list[str]:
     """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
-    else ``ssh -o BatchMode=yes -o ConnectTimeout=10``."""
+    else ``DEFAULT_SSH``."""
     return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
 
 
@@ -141,6 +143,26 @@ class SshLauncher(Launcher):
 
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
+
+    def unready_hint(self, tps: list[TaskProcess]) -> str:
+        """A server that listens on its node but cannot be reached from here: a firewall. Asked
+        of each node over ssh (its /proc/net/tcp*: TCP sockets in state 0A, listening)."""
+        blocked = []
+        for host, group in _by_host(tps).items():
+            ports = " ".join(f":{tp.task.port:04X} " for tp in group)
+            script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
+                      f"&& echo $p; done; true")
+            try:
+                out = self._ssh(host, script, timeout=20).stdout
+            except (subprocess.TimeoutExpired, OSError):
+                continue
+            listening = {int(w.strip(":"), 16) for w in out.split()}
+            blocked += [tp.task for tp in group if tp.task.port in listening]
+        if not blocked:
+            return ""
+        where = ", ".join(f"{t.name} on {t.address}" for t in blocked)
+        return (f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
+                f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)")
 
 
 def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:

@@ -205,12 +205,12 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
         pytest.skip("no iptables (Debian's package; .ci/run installs it)")
     assert lab.sh("node2", fw, user=False).returncode == 0
     firewall = ("from labkit import cluster; from labkit.launch import Cluster, ClusterTimeout\n"
-                "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=2)\n"
-                "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=25).run()\n"
+                "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=3)\n"
+                "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=25).run()\n    print('no timeout')\n"
                 "except ClusterTimeout as e:\n    print(e)\n")
     done = subprocess.run(lab.command("node0", "cd labkit && .venv/bin/python -"), input=firewall,
                           capture_output=True, text=True, timeout=180)
-    assert "worker:1 on 10.10.1.3:2222 listens on its node, but this machine cannot connect" in done.stdout, \
+    assert "worker:2 on 10.10.1.3:2222 listens on its node, but this machine cannot connect" in done.stdout, \
         done.stdout + done.stderr[-3000:]
     assert lab.sh("node2", "iptables -F INPUT", user=False).returncode == 0
     _no_tasks_left(lab)

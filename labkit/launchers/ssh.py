@@ -206,6 +206,8 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
 
 
 EXIT_NO_KIT = 127  # what a node's shell says when the kit's directory or interpreter is missing
+# What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)
+SESSION_LOST = ("not responding.", "closed by remote host", "Broken pipe", "Connection reset by peer")
 
 
 def missing_line(path: str) -> str:
@@ -258,10 +260,11 @@ def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: s
                         started: bool = False) -> str:
     """What a remote task's failure most likely means, and the fix ('' if the evidence says
     nothing more than the exit itself). Each hint needs its own evidence: a signal (the task
-    was killed on its node); ssh's exit code 255 (``started``: after the task had logged, so the
-    connection broke); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
+    was killed on its node); ssh's exit code 255 (``started``: after the task had logged, or ssh
+    says a session it had opened broke, ``SESSION_LOST``: the connection broke); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
     directory or interpreter; an import error for one of the kit's modules."""
     guide = "see docs/cluster.md"
+    started = started or any(said in log_tail for said in SESSION_LOST)
     if returncode is not None and returncode < 0:
         if returncode == -signal.SIGKILL:
             return (f"something on {host} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "

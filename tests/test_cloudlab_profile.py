@@ -7,7 +7,6 @@ with plain values and calls the profile's ``build``, which only needs ``geni.rsp
 """
 import importlib.util
 import shlex
-import subprocess
 import sys
 import types
 from pathlib import Path

@@ -31,7 +31,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from labkit.record import Missing, figure_count, lookup, named_cells, read_records
+from labkit.record import Missing, cell_tags, figure_count, lookup, named_cells, read_records
 
 FORMAT = "labkit public rubric 1"   # the public rubric's `format`: what labkit.grading.public writes
 SELF = "LABKIT_CHECK_RUN"           # set in the check's own kernel: labkit.check() there does nothing
@@ -65,13 +65,17 @@ class Lab:
 
     @property
     def short(self) -> str:
-        """The lab as ``make check LAB=`` names it: ``lab1`` is ``1``."""
-        return self.key[3:] if re.fullmatch(r"lab\d+", self.key) else self.key
+        return short_name(self.key)
 
     def known_ids(self) -> set:
         """The ids of the cells this rubric names: exercises, self-checks and answers."""
         ids = {e["cell"] for e in self.exercises} | {e["self_check"] for e in self.exercises if "self_check" in e}
         return ids | {i for c in self.checks if c["kind"] == "analysis" for i in c["cells"]}
+
+
+def short_name(key: str) -> str:
+    """A lab as ``make check LAB=`` names it: ``lab1`` is ``1``."""
+    return key[3:] if re.fullmatch(r"lab\d+", key) else key
 
 
 def load(path) -> dict[str, Lab]:
@@ -132,7 +136,7 @@ class Run:
     log: Path
     cell: int | None = None        # where it stopped: index in the submitted notebook
     error: str = ""                # "NotImplementedError: ..." or what went wrong
-    cells: list = field(default_factory=list)    # per submitted cell: papermill's status, or None
+    cells: list = field(default_factory=list)    # per submitted code cell: completed, failed, stopped, not-run
     slowest: tuple = (0.0, None)   # (seconds, cell index) of the longest cell
 
     @property
@@ -225,8 +229,8 @@ def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: boo
     from labkit.proc import tail
 
     nb = out.executed_nb
-    index = [i for i, c in enumerate(submitted.cells) if not set(SKIPPED_TAGS) & set(_tags(c))]
-    ran = [c for c in nb.cells if not set(SKIPPED_TAGS) & set(_tags(c))] if nb is not None else []
+    index = [i for i, c in enumerate(submitted.cells) if not set(SKIPPED_TAGS) & set(cell_tags(c))]
+    ran = [c for c in nb.cells if not set(SKIPPED_TAGS) & set(cell_tags(c))] if nb is not None else []
     if nb is None or len(ran) != len(index):
         last = next((ln for ln in reversed(tail(out.log, 30).splitlines()) if ln.strip()), "no output")
         out.error = f"the notebook did not run: {last.strip()}"
@@ -270,11 +274,6 @@ def _error(cell) -> str:
             message = message if len(message) <= 160 else message[:157] + "..."
             return f"{name}: {message}" if message else name
     return "an error"
-
-
-def _tags(cell) -> list:
-    tags = (cell.get("metadata") or {}).get("tags") or []
-    return tags if isinstance(tags, list) else []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,9 +508,10 @@ def next_steps(lines: list[Line], result: Run) -> list[str]:
 
 
 def check_all(files=(), labs=None, rubric="notebooks/rubric.toml", notebooks="notebooks", out="out/check",
-              log=print) -> bool:
+              log=print, again=None) -> bool:
     """Check ``files`` (any notebooks) or, without them, the notebooks of ``labs`` (names; default every
-    lab) in ``notebooks``; True when every public check of every one passes."""
+    lab) in ``notebooks``; True when every public check of every one passes. ``again``: the command
+    the next steps end with (default: ``make check`` for that lab)."""
     import nbformat
 
     known = load(rubric)
@@ -533,7 +533,7 @@ def check_all(files=(), labs=None, rubric="notebooks/rubric.toml", notebooks="no
             log(f"\n{lab.key}: {lab.title}\n  FAIL  file        {f} not found: the grader expects {lab.notebook}")
             results.append(False)
             continue
-        command = f"make check LAB={lab.short}" + (f" NOTEBOOK={f}" if files else "")
+        command = again or f"make check LAB={lab.short}" + (f" NOTEBOOK={f}" if files else "")
         results.append(check_notebook(lab, f, Path(out), command, log=log))
     if len(results) > 1:
         log(f"\n{sum(results)} of {len(results)} notebooks pass every check make check runs")
@@ -563,7 +563,7 @@ def check(notebook=None, lab=None, rubric=None, out=None) -> bool | None:
     rubric = Path(rubric) if rubric else path.parent / "rubric.toml"
     out = Path(out) if out else path.resolve().parent.parent / "out" / "check"
     print(f"checking {path.name} as last saved: save it first (Ctrl-S) for your latest changes to count")
-    return check_all([path], [lab] if lab else None, rubric=rubric, out=out)
+    return check_all([path], [lab] if lab else None, rubric=rubric, out=out, again="labkit.check()")
 
 
 def main(args) -> int:

@@ -40,6 +40,7 @@ import shutil
 import string
 from pathlib import Path
 
+from labkit.checking import short_name
 from labkit.grading.public import BEGIN, CODE_STUB, END, public_rubric, to_toml
 from labkit.record import cell_tags
 
@@ -165,19 +166,14 @@ def student_readme(template: str, public: dict) -> str:
     """The student README: ``template`` with the labs' tables from the public rubric."""
     labs = public["labs"]
     rows = ["| lab | notebook | what it shows |", "|---|---|---|"]
-    rows += [f"| {_short(key)} | `notebooks/{lab['notebook']}` | {lab['title']} |" for key, lab in labs.items()]
+    rows += [f"| {short_name(key)} | `notebooks/{lab['notebook']}` | {lab['title']} |" for key, lab in labs.items()]
     points = ["| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit |",
               "|---|---|---|---|---|"]
-    points += [f"| {_short(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
+    points += [f"| {short_name(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
                f"{_minutes(lab['notebook_timeout'])} |" for key, lab in labs.items()]
     first = next(iter(labs))
     return string.Template(template).substitute(labs_table="\n".join(rows), points_table="\n".join(points),
-                                                lab_example=_short(first))
-
-
-def _short(key: str) -> str:
-    """How ``make check LAB=`` names a lab: ``lab1`` as ``1``."""
-    return key[3:] if re.fullmatch(r"lab\d+", key) else key
+                                                lab_example=short_name(first))
 
 
 def _minutes(seconds: float) -> str:

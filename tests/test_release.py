@@ -338,6 +338,24 @@ def test_answers_are_found_where_the_grader_finds_them(small):
     assert line.todo == ["write the answer to answer Q1 in a Markdown cell right below its question"]
 
 
+def test_labkit_check_from_a_cell_checks_the_notebook_jupyterlab_has_open(monkeypatch, tmp_path):
+    """JupyterLab tells its kernels their notebook (JPY_SESSION_NAME); the public rubric is beside it,
+    the runs go to the kit's out/check/; in the check's own run (or the grader's) it does nothing."""
+    seen = {}
+    monkeypatch.setattr(checking, "check_all", lambda files, labs, **kw: seen.update(files=files, labs=labs, **kw)
+                        or True)
+    notebook = tmp_path / "kit" / "notebooks" / "fix.ipynb"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebook))
+    assert checking.check() is True
+    assert seen == {"files": [notebook], "labs": None, "rubric": notebook.parent / "rubric.toml",
+                    "out": tmp_path / "kit" / "out" / "check", "again": "labkit.check()"}
+    for variable in (checking.SELF, "LABKIT_GRADED"):
+        with monkeypatch.context() as m:
+            m.setenv(variable, "1")
+            seen.clear()
+            assert checking.check() is None and not seen
+
+
 def test_check_refuses_the_graders_rubric_and_an_unknown_lab(small, tmp_path):
     ref, student = small
     with pytest.raises(checking.RubricFileError, match="not a public rubric"):

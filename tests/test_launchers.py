@@ -76,7 +76,7 @@ class WrappedLauncher(LocalLauncher):
 @pytest.fixture
 def wrapped(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setitem(launchers._REGISTERED, WrappedLauncher.name, WrappedLauncher)
+    monkeypatch.setitem(launchers.LAUNCHERS, WrappedLauncher.name, WrappedLauncher)
     (tmp_path / "via").mkdir()
     (tmp_path / "via" / "__init__.py").write_text("")
     (tmp_path / "via" / "task.py").write_text(PROGRAM)

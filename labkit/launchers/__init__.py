@@ -57,45 +57,37 @@ A new way to start tasks (say, local tasks inside network namespaces) is a subcl
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 from labkit.launchers.base import Launcher, Settings, TaskProcess  # noqa: F401  (the interface, by its package)
+from labkit.registry import Registry
 
 ENV_LAUNCHER = "LABKIT_LAUNCHER"  # a launcher's name: what Cluster uses when not told
 
 # Built in, imported when first used (the Slurm one only where Slurm is asked for).
-_BUILTIN = {
+LAUNCHERS = Registry("launcher", builtin={
     "local": "labkit.launchers.local:LocalLauncher",
     "ssh": "labkit.launchers.ssh:SshLauncher",
     "slurm": "labkit.launchers.slurm:SlurmLauncher",
     "netem": "labkit.launchers.netem:NetemLauncher",
-}
-_REGISTERED: dict[str, type] = {}
+}, hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
+        "through srun")
 
 
 def register(cls: type) -> type:
     """Make a ``Launcher`` subclass available by its ``name`` (a class decorator)."""
     if not (isinstance(cls, type) and issubclass(cls, Launcher)) or not cls.name:
         raise ValueError(f"register takes a labkit.launchers.base.Launcher subclass with a name, got {cls!r}")
-    _REGISTERED[cls.name] = cls
-    return cls
+    return LAUNCHERS.add(cls.name, cls)
 
 
 def names() -> list[str]:
-    return sorted(set(_BUILTIN) | set(_REGISTERED))
+    return sorted(LAUNCHERS)
 
 
 def get(name: str) -> type:
     """The launcher class called ``name``; a ValueError that lists the known ones otherwise."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in _BUILTIN:
-        raise ValueError(f"unknown launcher {name!r}; choose one of {', '.join(names())} (or leave it empty: "
-                         f"this machine's tasks run here, others over ssh, and inside a Slurm allocation "
-                         f"through srun)")
-    module, _, attr = _BUILTIN[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return LAUNCHERS[name]
 
 
 def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:

@@ -30,8 +30,35 @@ from pathlib import Path
 
 import psutil
 
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 LINUX = sys.platform.startswith("linux")
+# Looked up once, here: a child between fork and exec (``preexec_fn``) may only call it.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if LINUX else None
+
+
+def prctl(option: int, value: int) -> None:
+    """Linux's ``prctl(option, value)``, the kit's one call of it; a no-op elsewhere."""
+    if _PRCTL is not None and _PRCTL(option, value, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}, {value}): {os.strerror(err)}")
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """This process gets ``sig`` when ``parent`` (the pid it was started by) dies; if it has died
+    already (this process was re-parented), it gets ``sig`` now. Linux only; elsewhere only the
+    second half holds."""
+    prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def own_descendants(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Make this process the owner of its whole tree: descendants orphaned below it are
+    re-parented to it rather than to init (``PR_SET_CHILD_SUBREAPER``), so it can still kill
+    them; and it gets ``sig`` when ``parent`` dies (``die_with_parent``). Install the handler
+    for ``sig`` first: if ``parent`` is gone already, ``sig`` arrives at once."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    die_with_parent(sig, parent)
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -134,15 +161,8 @@ class StopAtExit:
 
 
 def _die_with_parent(sig: int, parent: int):
-    """A ``preexec_fn``: in the child, before exec, ask for ``sig`` when the parent dies; if it
-    died already (the child was re-parented), take the signal now."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
-
-    def ask() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), sig)
-    return ask
+    """A ``preexec_fn``: in the child, before exec, ``die_with_parent(sig, parent)``."""
+    return lambda: die_with_parent(sig, parent)
 
 
 class _Spawner:

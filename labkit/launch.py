@@ -31,16 +31,17 @@ What it guarantees:
   stopped with ``VersionSkew`` (``check_versions``).
 
 How a task is started is its *launcher*'s business (``labkit.launchers``: ``local``, ``ssh``,
-``slurm``, one interface, a registry by name); the Cluster never asks where a task runs.
-``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
+``slurm``, ``netem``, one interface, a registry by name); the Cluster never asks where a task
+runs. ``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
 Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
 tasks then go on the allocation's nodes, ``labkit.launchers.slurm``), else each task by its
 host: this machine's addresses here, any other host over ssh::
 
     ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
 
-``ssh`` and ``remote_dir`` are arguments (defaults: ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``,
-so a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
+A launcher's settings are its ``launcher_options`` (the ssh launcher's ``ssh``, ``remote_dir``,
+``remote_python``, ``local_hosts``, defaulting to ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``, so
+a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
 exact per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
 missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
@@ -60,9 +61,6 @@ import psutil
 from labkit import launchers
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task
 from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
-# re-exported: nodes.py, the tests and older notebooks name these through launch
-from labkit.launchers.ssh import (DEFAULT_SSH, REMOTE_TERM_GRACE_S, default_remote_dir, default_ssh,  # noqa: F401
-                                  remote_command, remote_failure_hint, remote_returncode)
 from labkit.paths import runs_root
 from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
@@ -147,13 +145,11 @@ class Cluster:
     - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
       ``run`` = program + time stamp);
     - ``python``: the interpreter for local tasks (default: this one);
-    - ``ssh`` (argv list; default ``default_ssh()``), ``remote_dir`` (where the kit lives on
-      remote hosts, relative to the remote home or absolute; default ``default_remote_dir()``),
-      ``remote_python`` (relative to ``remote_dir``);
-      ``local_hosts``: extra host names to treat as this machine;
     - ``launcher``: how every task starts, by name (``local``, ``ssh``, ``slurm``, or one
       registered in ``labkit.launchers``); empty: chosen per task (see the module docstring);
-      ``launcher_options``: settings for it (Slurm: ``{"srun": [extra srun arguments]}``);
+      ``launcher_options``: the launchers' settings, each reading its own keys (ssh:
+      ``{"ssh": [...], "remote_dir": ..., "remote_python": ..., "local_hosts": [...]}``; Slurm:
+      ``{"srun": [extra srun arguments]}``; netem: ``{"link": "1gbit"}``);
     - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
       threads per task (default: the task picks from its host's cores);
     - ``timeout``: seconds from ``start()`` until everything must have finished;
@@ -165,8 +161,7 @@ class Cluster:
     """
 
     def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
-                 run_dir=None, python: str | None = None, ssh=None, remote_dir: str | None = None,
-                 remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
+                 run_dir=None, python: str | None = None, env: dict | None = None,
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
                  dry_run: bool = False, program_argv=(), launcher: str | None = None,
@@ -193,13 +188,9 @@ class Cluster:
             below = f"{lab}/{self.run_name}"
         self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
-        ssh = default_ssh() if ssh is None else ssh
-        self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
-        self.remote_dir = str(remote_dir) if remote_dir is not None else default_remote_dir()
-        self.remote_python = str(remote_python)
-        self.local_hosts = local_addresses() | set(local_hosts)
-        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python, tuple(self.ssh), self.remote_dir,
-                            self.remote_python, frozenset(self.local_hosts), dict(launcher_options or {}))
+        options = dict(launcher_options or {})
+        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
+                            local_addresses() | frozenset(options.get("local_hosts", ())), options)
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
@@ -638,10 +629,24 @@ def _assign_launchers(spec: ClusterSpec, name: str | None, settings: Settings) \
     """The spec as the launchers place it, and each task's launcher (by task name): one
     launcher object per way, shared by the tasks it starts."""
     chosen = launchers.choose(name, spec, settings.local_hosts)
-    made = {way: launchers.get(way)(settings) for way in dict.fromkeys(chosen.values())}
+    ways = list(dict.fromkeys(chosen.values()))
+    _check_options(settings.options, ways)
+    made = {way: launchers.get(way)(settings) for way in ways}
     for one in made.values():
         spec = one.place(spec)  # a launcher that picks the nodes itself (Slurm) moves the tasks there
     return spec, {task: made[way] for task, way in chosen.items()}
+
+
+def _check_options(options: dict, ways: list[str]) -> None:
+    """A ValueError for a ``launcher_options`` key no registered launcher reads. A key of a
+    launcher not in use (the ssh settings of a cluster whose hosts are all here) is left unread."""
+    own = {key for way in ways for key in launchers.get(way).OPTIONS}
+    left = set(options) - own
+    if left:  # the others are imported only now, to tell a typo from another launcher's key
+        unknown = sorted(left - {key for way in launchers.names() for key in launchers.get(way).OPTIONS})
+        if unknown:
+            raise ValueError(f"launcher_options {unknown} are not the {' or '.join(ways)} launcher's; it takes "
+                             f"{', '.join(sorted(own)) or 'none'}")
 
 
 def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProcess]]]:

@@ -329,8 +329,9 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
                         "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.2:{ports[2]}"]})
     remote_dir = tmp_path / "remote home" / "labkit"
     remote_dir.mkdir(parents=True)
-    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"], remote_dir=str(remote_dir),
-             remote_python=sys.executable, steps=100, **TINY)
+    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"],
+                                               "remote_dir": str(remote_dir), "remote_python": sys.executable},
+             steps=100, **TINY)
     cmds = dict(c.commands())
     assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes -- 127.0.0.2 ")
     assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
@@ -363,8 +364,8 @@ def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
     (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
     port = cluster.free_ports(1)[0]
     c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
-                ssh=[str(fake_ssh(tmp_path))], remote_dir=str(tmp_path), remote_python=sys.executable,
-                env={"PYTHONPATH": str(tmp_path)})
+                launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(tmp_path),
+                                  "remote_python": sys.executable}, env={"PYTHONPATH": str(tmp_path)})
     clusters.append(c)
     with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
                                           r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
@@ -377,8 +378,8 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})
     remote_dir = tmp_path / "r"
     remote_dir.mkdir()
-    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path))], remote_dir=str(remote_dir), remote_python=sys.executable,
-             **LONG).start(wait_ready=False)
+    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(remote_dir),
+                                               "remote_python": sys.executable}, **LONG).start(wait_ready=False)
     run = remote_dir / c.remote_run
     deadline = time.monotonic() + 60
     while not all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
@@ -395,7 +396,7 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.10.1.1 node0\n10.10.1.2 node1\n10.10.1.3 node2\n")
     spec = cluster.mode("cluster2", hosts=hosts)
-    c = Cluster(spec, "ps_sgd", dry_run=True, remote_dir="labkit", steps=100)
+    c = Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"remote_dir": "labkit"}, steps=100)
     c.start()
     out = capsys.readouterr().out
     assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -- 10.10.1.2 " in out

@@ -112,7 +112,7 @@ def test_a_notebooks_launcher_parameter(monkeypatch):
         launch.use("slrum")
     launch.use("ssh")
     assert os.environ["LABKIT_LAUNCHER"] == "ssh"
-    c = Cluster(cluster.local(ps=0, workers=1), "ps_sgd", dry_run=True, remote_dir="kit")
+    c = Cluster(cluster.local(ps=0, workers=1), "ps_sgd", dry_run=True, launcher_options={"remote_dir": "kit"})
     assert c.commands()[0][1].startswith("ssh ")
     spec = cluster.local(ps=1, workers=2)
     assert launch.placed(spec) == spec  # outside an allocation nothing moves

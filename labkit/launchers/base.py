@@ -19,11 +19,8 @@ class Settings:
     run_dir: Path                      # the run directory here, absolute: logs, results, cluster.json
     remote_run: str                    # the same run below the kit's directory on a node: runs/<lab>/<run>
     python: str                        # the interpreter for tasks started here
-    ssh: tuple[str, ...] = ()          # the ssh command (argv), for launchers that reach nodes over ssh
-    remote_dir: str = "labkit"         # where the kit lives on those nodes
-    remote_python: str = ".venv/bin/python"  # its interpreter, relative to remote_dir
     local_hosts: frozenset = frozenset()     # names and addresses that mean this machine
-    options: dict = field(default_factory=dict)  # Cluster(launcher_options=...): a launcher's own settings
+    options: dict = field(default_factory=dict)  # Cluster(launcher_options=...): each launcher reads its OPTIONS
 
 
 @dataclass
@@ -67,9 +64,11 @@ class Launcher:
 
     ``files_here``: a task writes its hello and result files straight into ``settings.run_dir``
     (this machine, or a filesystem it shares with the nodes), where the Cluster may read them
-    while the run goes on; otherwise ``collect`` brings them at the end."""
+    while the run goes on; otherwise ``collect`` brings them at the end. ``OPTIONS``: the keys of
+    ``launcher_options`` it reads (the Cluster refuses a key no launcher reads)."""
     name = ""
     files_here = True
+    OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings):
         self.settings = settings

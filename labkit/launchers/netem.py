@@ -66,13 +66,10 @@ class NetemLauncher(LocalLauncher):
     """Launcher options: ``link`` ("1gbit", "1gbit,0.2ms": ``netem.parse_link``); ``grace``:
     seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes."""
     name = "netem"
+    OPTIONS = ("link", "grace")
 
     def __init__(self, settings: Settings):
         super().__init__(settings)
-        unknown = set(settings.options) - {"link", "grace"}
-        if unknown:
-            raise ValueError(f"launcher_options {sorted(unknown)} are not the netem launcher's; it takes "
-                             f"link (e.g. '1gbit') and grace (seconds)")
         self.link = netem.parse_link(settings.options.get("link"))
         if self.link is None:
             raise ValueError("the netem launcher needs a link: launcher_options={'link': '1gbit'} "

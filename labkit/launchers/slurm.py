@@ -45,6 +45,7 @@ RELEASE_WAIT_S = 15.0  # how long release() waits for cancelled steps to leave s
 class SlurmLauncher(Launcher):
     name = "slurm"
     files_here = True  # on the filesystem the nodes share with this machine
+    OPTIONS = ("srun",)
 
     def __init__(self, settings: Settings):
         super().__init__(settings)

@@ -521,11 +521,13 @@ class Cluster:
                     _kill_quietly(child)
                 self._terminate([p])
         # a start interrupted (Ctrl-C) between a child's fork and its bookkeeping leaves a
-        # task nobody tracks: found by its exact command line among this process's children
-        unrecorded = [p.argv for p in self._procs if p.proc is None and p.log_path.exists()]
+        # task nobody tracks: found among this process's children by the environment it was
+        # given (its command line may be a stand-in's or a wrapper's)
+        unrecorded = {(p.env[ENV_RUN_DIR], p.task.name) for p in self._procs if p.proc is None and p.log_path.exists()}
         for child in psutil.Process().children() if unrecorded else ():
             try:
-                if child.cmdline() in unrecorded:
+                env = child.environ()
+                if (env.get(ENV_RUN_DIR), env.get(ENV_TASK)) in unrecorded:
                     for grandchild in descendants(child.pid):
                         _kill_quietly(grandchild)
                     _kill_quietly(child)

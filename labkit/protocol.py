@@ -19,6 +19,7 @@ EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
 ENV_RUN_DIR = "LABKIT_RUN_DIR"          # where the task writes its files
 ENV_TASK = "LABKIT_TASK"                # its name, for the log
 ENV_INTRA_OP, ENV_INTER_OP = "LABKIT_INTRA_OP_THREADS", "LABKIT_INTER_OP_THREADS"
+ENV_FORKSERVER = "LABKIT_FORKSERVER"    # set in a task forked by labkit.launchers.forkserver: the server, as JSON
 
 VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
 

@@ -7,10 +7,9 @@ interrupt reaches only the kernel, which must stop them itself."""
 import json
 import time
 
-import psutil
 import pytest
 
-from helpers import alive
+from helpers import alive, children
 from labkit import cluster
 from _kernel import kernel, ok, reply, text
 
@@ -64,7 +63,7 @@ def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
 def _gone(kernel_pid: int, pids: list[int], ports: list[int]) -> None:
     survivors = alive(pids)
     assert not survivors, f"task processes survived the interrupt: {survivors}"
-    left = psutil.Process(kernel_pid).children(recursive=True)
+    left = children(kernel_pid)
     assert not left, f"the kernel still has children: {[(p.pid, p.cmdline()[:4]) for p in left]}"
     assert all(cluster.port_is_free(p) for p in ports), f"a port of {ports} is still bound"
 
@@ -77,7 +76,7 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
         def spawned():  # every task process exists (they are still importing TensorFlow)
             if not (tmp_path / "starting.json").exists():
                 return None
-            kids = psutil.Process(kernel_pid).children()
+            kids = children(kernel_pid, recursive=False)
             return [p.pid for p in kids] if len(kids) >= 2 else None
 
         pids = _interrupt(km, kc, STARTING, spawned)

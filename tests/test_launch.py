@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, children, kill_and_expect_task_failed
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
@@ -41,9 +41,9 @@ def clusters(tmp_path, monkeypatch):
     for c in made:
         c.stop()
     deadline = time.monotonic() + 5
-    while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
+    while children() and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = psutil.Process().children(recursive=True)
+    left = children()
     assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
     for c in made:
         for t in c.spec.tasks():
@@ -186,7 +186,7 @@ def test_taken_port_in_an_explicit_spec_is_a_clear_error(clusters):
     with _listen(a):
         with pytest.raises(PortInUse, match=f"ps:0 \\(127.0.0.1:{a}\\) is in use"):
             make(clusters, spec, **TINY).start()
-    assert not psutil.Process().children()
+    assert not children(recursive=False)
 
 
 def test_taken_port_in_a_local_spec_is_avoided(clusters):
@@ -403,7 +403,7 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
     with pytest.raises(RuntimeError, match="dry run"):
         c.wait()
-    assert not psutil.Process().children()
+    assert not children(recursive=False)
     cli = subprocess.run([sys.executable, "-m", "labkit", "cluster", "--mode", "cluster2", "--hosts", str(hosts),
                           "--print-commands"], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
@@ -473,7 +473,7 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
         stops.append(time.monotonic() - t0)
         survivors = alive(pids)
         assert not survivors, f"cycle {i}: {survivors} survived stop()"
-        assert not psutil.Process().children(recursive=True), f"cycle {i}: children left"
+        assert not children(), f"cycle {i}: children left"
         assert all(cluster.port_is_free(t.port) for t in c.spec.tasks()), f"cycle {i}: a port is still bound"
     print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")
 

@@ -35,7 +35,7 @@ from helpers import alive
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster, ClusterResult, TaskFailed
-from labkit.tasks import forkserver
+from labkit.launchers import forkserver
 
 pytestmark = pytest.mark.cluster
 

@@ -39,7 +39,6 @@ from labkit.launch import Cluster, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -93,7 +92,7 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = paths.run_dir(LAB, run)
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout,
-                   **forkserver.launch_args(spec, task_args.get("launcher")), strategy=strategy, model=model,
+                   strategy=strategy, model=model,
                    batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
                    test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
                    tensorboard_dir=run_dir / "tensorboard", task_bytes=True, **task_args)

@@ -55,7 +55,6 @@ from labkit.launch import Cluster
 from labkit.proc import usable_cores
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -99,7 +98,7 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     run_dir = paths.run_dir(LAB, run)
     extra = {"ps_sync": ps_sync} if arch == "ps" else {}
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
-                   **forkserver.launch_args(spec, cluster_kwargs.get("launcher")), strategy=STRATEGY[arch],
+                   strategy=STRATEGY[arch],
                    model=model, batch_size=batch_size, epochs=epochs,
                    steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
                    sample_interval=sample_interval, tensorboard_dir=run_dir / "tensorboard", task_bytes=True,

@@ -36,7 +36,6 @@ from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab3"
 PROGRAM = "sparse_lr"
@@ -142,7 +141,6 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers)
     run = run or f"{PROGRAM}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=paths.run_dir(LAB, run), timeout=timeout,
-                   **forkserver.launch_args(spec, cluster_kwargs.get("launcher")),
                    runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
                    test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
                    seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval,

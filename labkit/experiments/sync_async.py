@@ -41,7 +41,6 @@ from labkit.experiments import function_source, positive_ints, shared
 from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -207,7 +206,7 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
     spec = cluster.build(deploy, hosts=hosts or None)
     run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout,
-                   **forkserver.launch_args(spec, task_args.get("launcher")), mode=mode, batch_size=batch_size,
+                   mode=mode, batch_size=batch_size,
                    steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
                    train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
                    seed=seed, sample_interval=sample_interval,
@@ -483,8 +482,7 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
         if log and task == "chief:0" and "epoch " in line:
             log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
 
-    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, **forkserver.launch_args(spec),
-                strategy="ps",
+    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, strategy="ps",
                 model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
                 train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
     with live.watch(c), c:

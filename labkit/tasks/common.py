@@ -22,7 +22,7 @@ What the runtime does, and why:
 - **A hello file** (``<type>-<index>.hello.json``, one line) with the task's pid, host
   and TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported,
   so the launcher can refuse a cluster whose nodes disagree. A task forked by
-  ``labkit.tasks.forkserver`` (TensorFlow imported there once) also names the server, in
+  ``labkit.launchers.forkserver`` (TensorFlow imported there once) also names the server, in
   the hello and the result (``forkserver``).
 - **Resource samples** of this process and its host (``labkit.monitor``), so the same
   code gives per-node CPU, memory and network on a real cluster.
@@ -74,7 +74,7 @@ from labkit.cluster import accepts, from_tf_config, port_is_free, split_address
 from labkit.results import configuration_file, configuration_part
 
 # re-exported: task programs and the grader name these through the runtime
-from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR,  # noqa: F401
+from labkit.protocol import (ENV_FORKSERVER, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR,  # noqa: F401
                              EXIT_OK, EXIT_PORT_IN_USE, EXIT_TERMINATED, RESULT_FORMAT, PortInUse, task_file,
                              versions)
 
@@ -193,8 +193,8 @@ class TaskRuntime:
             "threads": {"intra_op": self.intra_op, "inter_op": self.inter_op}, "started_epoch": self.started_epoch,
             "metrics": self.metrics, "steps": self.steps, "timings": self.timings, "series": self.series,
         }
-        if os.environ.get("LABKIT_FORKSERVER"):  # forked from labkit.tasks.forkserver, TensorFlow imported there
-            self.result["forkserver"] = json.loads(os.environ["LABKIT_FORKSERVER"])
+        if os.environ.get(ENV_FORKSERVER):  # forked from labkit.launchers.forkserver, TensorFlow imported there
+            self.result["forkserver"] = json.loads(os.environ[ENV_FORKSERVER])
         self._process = self.result        # the process's own result; a configuration swaps in its own
         self._config: Configuration | None = None
         self._sampler = None

@@ -1,4 +1,4 @@
-"""The stand-in of a task that the fork server starts (``labkit.tasks.forkserver``).
+"""The stand-in of a task that the fork server starts (``labkit.launchers.forkserver``).
 
 The launcher runs it as the task's interpreter (``forkclient.py PYTHON SOCKET -m MODULE ARGS``,
 through the small script ``ForkServer.python``); it hands its arguments, environment, working

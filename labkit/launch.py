@@ -3,9 +3,16 @@
     spec = cluster.local(ps=1, workers=2)
     with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
         result = c.wait(timeout=300)                              # TaskFailed / ClusterTimeout, never a hang
-        # or c.follow(on_line): the same wait, each new log line passed to on_line(task, line)
+        # or c.follow(on_event): the same wait, each task's events (labkit.events) passed on as they come
     result.table()      # one row per task: how it ended, steps, metrics, resources
     result.samples()    # every task's resource samples, merged, for plots
+
+**Events.** Each task emits typed events (``labkit.events``: started, epoch, eval, done ...)
+on a channel of its own, which its launcher brings into ``runs/<lab>/<run>/<task>.events.jsonl``
+as they come (ssh: on the session's stdout). The Cluster reads them whenever it waits
+(``start``, ``wait``, ``follow``) and hands each to its subscribers (``on_event=``,
+``subscribe``), in order per task, on the waiting thread; ``events()`` keeps them all. The log
+holds the task's words for people; nothing reads it to learn what happened.
 
 What it guarantees:
 - **Ownership.** Each task is a child in its own session with its own log file under
@@ -53,22 +60,21 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 
-from labkit import launchers
+from labkit import events, launchers, paths
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task
 from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
-from labkit.paths import runs_root
+from labkit.paths import run_name, runs_root
 from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
-                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit,
-                             grpc_options, log_hint, task_file, versions)
+                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, chief_of,
+                             describe_exit, grpc_options, log_hint, task_file, versions)
 
 POLL_S = 0.05
 
@@ -143,7 +149,7 @@ class Cluster:
     line (``batch_size=50`` -> ``--batch-size 50``). The launcher's own:
 
     - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
-      ``run`` = program + time stamp);
+      ``run`` = ``paths.run_name(program)``);
     - ``python``: the interpreter for local tasks (default: this one);
     - ``launcher``: how every task starts, by name (``local``, ``ssh``, ``slurm``, or one
       registered in ``labkit.launchers``); empty: chosen per task (see the module docstring);
@@ -157,6 +163,7 @@ class Cluster:
       may take to exit after the trainers finish; ``term_grace``: SIGTERM to SIGKILL;
     - ``check_versions``: refuse a cluster with mismatched versions (``VersionSkew``);
     - ``dry_run``: ``start()`` prints the commands and starts nothing;
+    - ``on_event``: called with each event of the tasks (``labkit.events``; ``subscribe`` adds more);
     - ``program_argv``: more command-line arguments for the program, as given.
     """
 
@@ -165,7 +172,7 @@ class Cluster:
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
                  dry_run: bool = False, program_argv=(), launcher: str | None = None,
-                 launcher_options: dict | None = None, **args):
+                 launcher_options: dict | None = None, on_event=None, **args):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(f"spec must be a labkit.cluster.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
                              f"got {type(spec).__name__}")
@@ -177,9 +184,8 @@ class Cluster:
             raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
         self.spec, self.program, self.module = spec, program, program_module(program)
         self.args, self.program_argv = dict(args), [str(a) for a in program_argv]
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run_name = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
-        self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run_name
+        self.run_name = run or run_name(program.rsplit(".", 1)[-1])
+        self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)
         # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from
         # another sweep's <run>, whose leftover results and pid files must never be read as ours
         try:
@@ -200,14 +206,18 @@ class Cluster:
         self.startup_s: float | None = None
         self.teardown_s: float | None = None
         self._procs: list[TaskProcess] = []
+        self._subscribers: list = [on_event] if on_event is not None else []
+        self._events: list[events.Event] = []
+        self._tails: dict[str, events.Tail] = {}
         self._t_start: float | None = None
         self._t_trainers_done: float | None = None
         self._state = "new"
         self._build()
 
     # ----------------------------------------------------------------- commands
-    def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
-        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
+    def _task_env(self, task: Task, launcher: Launcher) -> dict[str, str]:
+        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: launcher.task_run_dir(task), ENV_TASK: task.name,
+               **launcher.task_env(task),
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS)))}
         if self.threads:
@@ -220,10 +230,11 @@ class Cluster:
         self._procs = []
         for task in self.spec.tasks():
             launcher = self._launchers[task.name]
-            env = self._task_env(task, launcher.task_run_dir(task))
+            env = self._task_env(task, launcher)
             argv, command = launcher.command(task, env, argv_tail)
             log = self.run_dir / task_file(task.type, task.index, ".log")
-            self._procs.append(TaskProcess(task, launcher, argv, command, env, log))
+            self._procs.append(TaskProcess(task, launcher, argv, command, env, log,
+                                           self.run_dir / task_file(task.type, task.index, events.SUFFIX)))
 
     def commands(self) -> list[tuple[str, str]]:
         """``(task, command line)`` for every task: what ``start()`` runs, ready to paste."""
@@ -289,6 +300,8 @@ class Cluster:
         this process, however it goes (``labkit.launchers``)."""
         for p in self._procs:
             p.log_path.write_text(f"# {p.command}\n")
+            p.events_path.write_bytes(b"")  # a start again (a port was taken) begins the stream anew
+            self._tails[p.task.name] = events.Tail(p.events_path)
             p.proc = p.launcher.spawn(p)
             p.t_start = time.monotonic()
 
@@ -296,6 +309,7 @@ class Cluster:
         deadline = self._t_start + min(self.start_timeout, self.timeout)
         pending = list(self._procs)
         while pending:
+            self._deliver()
             self._raise_on_failure()
             for p in list(pending):
                 if p.poll() is not None or p.launcher.ready(p.task):
@@ -324,6 +338,7 @@ class Cluster:
             deadline = min(deadline, time.monotonic() + timeout)
         try:
             while True:
+                self._deliver()
                 self._raise_on_failure()
                 trainers = [p for p in self._procs if p.task.type != "ps"]
                 ps = [p for p in self._procs if p.task.type == "ps"]
@@ -345,6 +360,7 @@ class Cluster:
             self.teardown_s = time.monotonic() - self._t_trainers_done
             self._state = "finished"
             self.result = self._gather()
+            self._deliver()  # the last events, written just before the exits
             ends = [t.result.get("ended_epoch") for t in self.result.trainers() if t.result]
             if ends and len(ends) == len(self.result.trainers()) and all(ends):
                 # from the moment the last trainer had written its result, not from when we
@@ -363,37 +379,56 @@ class Cluster:
         with self:
             return self.wait(timeout)
 
-    def follow(self, on_line=None, until=None, poll: float = 0.1) -> ClusterResult | None:
-        """``wait()``, passing each new line of the tasks' logs to ``on_line(task, line)`` as
-        it is written (a lab prints its chief's evaluations, or moves a progress bar).
+    def follow(self, on_event=None, until=None, poll: float = 0.1) -> ClusterResult | None:
+        """``wait()``, passing each event of the tasks (``labkit.events``) to ``on_event(event)``
+        (``subscribe``: those received so far, then each as it comes; a lab prints its chief's
+        epochs, or moves a progress bar).
 
-        Returns ``wait()``'s result, or None as soon as ``until(seen)`` is true (``seen``:
-        task -> its lines so far), leaving the cluster running (to kill a task mid-run, say).
-        A failed task raises ``TaskFailed`` as ``wait`` does; starts the cluster if it is new."""
-        if self._state == "new":
-            self.start()
-        offsets = {p.task.name: 0 for p in self._procs}
-        seen: dict[str, list[str]] = {name: [] for name in offsets}
-
-        def read() -> None:
-            for p in self._procs:
-                lines, offsets[p.task.name] = _new_lines(p.log_path, offsets[p.task.name])
-                seen[p.task.name] += lines
-                for line in lines:
-                    if on_line is not None:
-                        on_line(p.task.name, line)
-
-        deadline = (self._t_start or time.monotonic()) + self.timeout
-        while True:
-            read()
-            if until is not None and until(seen):
-                return None
-            if any(s != "running" for s in self.status().values()) or time.monotonic() > deadline:
-                try:
+        Returns ``wait()``'s result, or None as soon as ``until()`` is true (checked after each
+        round of events), leaving the cluster running (to kill a task mid-run, say). A failed
+        task raises ``TaskFailed`` as ``wait`` does; starts the cluster if it is new."""
+        unsubscribe = self.subscribe(on_event) if on_event is not None else None
+        try:
+            if self._state == "new":
+                self.start()
+            deadline = (self._t_start or time.monotonic()) + self.timeout
+            while True:
+                self._deliver()
+                if until is not None and until():
+                    return None
+                if any(s != "running" for s in self.status().values()) or time.monotonic() > deadline:
                     return self.wait()  # every task done, or one failed: wait() gathers or raises
-                finally:
-                    read()  # the last lines, written just before the exit
-            time.sleep(poll)
+                time.sleep(poll)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+    # ------------------------------------------------------------------- events
+    def subscribe(self, fn, replay: bool = True):
+        """Call ``fn(event)`` with every event (see the module docstring): first those received so
+        far (``replay``), then each as it comes. Returns a function that ends the subscription."""
+        for event in list(self._events) if replay else ():
+            fn(event)
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    def events(self, task: str | None = None, kind: str | None = None) -> list:
+        """The events received so far, in order of arrival: all, or ``task``'s, or of ``kind``."""
+        return [e for e in self._events if (task is None or e.task == task) and (kind is None or e.kind == kind)]
+
+    @property
+    def chief(self) -> str:
+        """The name of the task that leads the training (``protocol.chief_of``)."""
+        return chief_of(self.spec.jobs)
+
+    def _deliver(self) -> None:
+        """Read what the tasks have emitted since the last call; hand each event to the subscribers."""
+        for p in self._procs:
+            tail = self._tails.get(p.task.name)
+            for event in tail.read() if tail is not None else ():
+                self._events.append(event)
+                for fn in list(self._subscribers):
+                    fn(event)
 
     def _raise_on_failure(self) -> None:
         """Raise ``TaskFailed`` (or ``PortInUse``) once any task has failed, after stopping the rest.
@@ -469,6 +504,11 @@ class Cluster:
             self.result = self._gather()
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
+        try:
+            self._deliver()  # what the tasks said before they went (a subscriber's error must not stop the teardown)
+        except Exception as e:
+            print(f"labkit: an event subscriber failed while {self.run_dir} stopped: {type(e).__name__}: {e}",
+                  file=sys.stderr)
         self._state = "stopped"
         if interrupted is not None:
             raise interrupted
@@ -657,18 +697,6 @@ def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProc
     for p in procs:
         groups.setdefault(id(p.launcher), (p.launcher, []))[1].append(p)
     return list(groups.values())
-
-
-def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The whole lines written to ``path`` since byte ``offset``, and the new offset."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1  # whole lines only
-    return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
 
 
 def _kill_quietly(proc: psutil.Process) -> None:

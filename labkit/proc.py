@@ -205,13 +205,15 @@ class OwnedProcess:
     KeyboardInterrupt) kills whatever is still running. ``death_signal`` (Linux) is what
     the child gets when this process dies (None: nothing). ``stdin=subprocess.PIPE`` gives
     the child a pipe that this process holds open and never writes to (``popen.stdin``):
-    the child reads end-of-file once this process is gone, however it went.
+    the child reads end-of-file once this process is gone, however it went. Its output goes
+    to ``log_path``, stdout and stderr together, unless ``stdout_path`` takes its stdout.
     """
 
     def __init__(self, cmd, log_path, env=None, cwd=None, timeout: float | None = None, stdin=None,
-                 death_signal: int | None = signal.SIGTERM):
+                 death_signal: int | None = signal.SIGTERM, stdout_path=None):
         self.cmd = [str(c) for c in cmd]
         self.log_path = Path(log_path)
+        self.stdout_path = Path(stdout_path) if stdout_path is not None else None
         self.env, self.cwd, self.timeout = env, cwd, timeout
         self.stdin = subprocess.DEVNULL if stdin is None else stdin
         self.death_signal = death_signal
@@ -221,9 +223,10 @@ class OwnedProcess:
     def start(self) -> "OwnedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         preexec = _die_with_parent(self.death_signal, os.getpid()) if LINUX and self.death_signal else None
-        with open(self.log_path, "ab") as log:
-            self.popen = _spawner.popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=self.stdin,
-                                        env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=preexec)
+        with open(self.log_path, "ab") as log, open(self.stdout_path or os.devnull, "ab") as out:
+            self.popen = _spawner.popen(self.cmd, stdout=out if self.stdout_path else log, stderr=log,
+                                        stdin=self.stdin, env=self.env, cwd=self.cwd, start_new_session=True,
+                                        preexec_fn=preexec)
         self.started = time.monotonic()
         return self
 

@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from labkit.epochs import RUNNERS, Runner
+from labkit.protocol import is_chief
 from labkit.sockets import nic_bytes
 
 STRATEGY_NAMES = {"single": "default", "mwms": "MultiWorkerMirroredStrategy", "ps": "ParameterServerStrategy"}
@@ -51,7 +52,8 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
           checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
           eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
           on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
-          counters: Callable[[], dict] | None = None) -> dict:
+          counters: Callable[[], dict] | None = None,
+          on_resume: Callable[[int, int], None] | None = None) -> dict:
     """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
 
     model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
@@ -67,7 +69,8 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     steps_per_epoch: default one pass over the training set (global batches / PS steps).
     nic: a network interface (``"lo"`` locally) whose byte counters are read around the
       training steps of every epoch; None: not measured.
-    on_epoch: called with each epoch's history entry (after ``log``).
+    on_epoch: called with each epoch's history entry (after ``log``); on_resume: with the epoch a
+      restored checkpoint holds and ``epochs``, before the first epoch after it.
     ps_sync: under ParameterServerStrategy, synchronous SGD: a step is one update from the
       mean gradient of one closure per worker over one global batch of ``batch_size x
       workers``, the ring's SGD; default asynchronous (a step is one worker's batch and update).
@@ -82,6 +85,7 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     plan = setup(strategy, coordinator, int(batch_size), len(data.x_train), steps_per_epoch, ps_sync)
     trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size,
                       log=log)
+    trainer.on_resume = on_resume
     return trainer.fit(epochs, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
                        meter=Meter(nic, counters), on_epoch=on_epoch)
 
@@ -174,8 +178,8 @@ def _role(strategy) -> dict:
         jobs = spec.jobs
         workers = sum(spec.num_tasks(j) for j in ("chief", "worker") if j in jobs)
         task_type, task_id = resolver.task_type or "worker", int(resolver.task_id or 0)
-        chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in jobs)
-        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": chief, "workers": workers}
+        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": is_chief(task_type, task_id, jobs),
+                "workers": workers}
     if strategy.num_replicas_in_sync != 1:
         raise ValueError(f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas is not "
                          f"supported; use the default strategy, MultiWorkerMirroredStrategy or "
@@ -342,6 +346,7 @@ class Trainer:
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.checkpoint = tf.train.Checkpoint(model=self.net, optimizer=self.optimizer, epoch=self.epoch)
         self.runner: Runner | None = None
+        self.on_resume: Callable[[int, int], None] | None = None  # told the epoch a checkpoint restored
 
     # -- the step --------------------------------------------------------------------
 
@@ -395,6 +400,8 @@ class Trainer:
         if int(self.epoch.numpy()) != start:
             raise RuntimeError(f"checkpoint ckpt-{start} in {ckpts.dir} holds epoch {int(self.epoch.numpy())}")
         self.log(f"resumed from {ckpts.dir / f'ckpt-{start}'}: {start} of {epochs} epochs done")
+        if self.on_resume is not None:
+            self.on_resume(start, epochs)
         return start, ckpts.history(start), _weights_sha256(self.net)
 
     def fit_epoch(self, epoch: int, meter: Meter) -> dict:

@@ -20,7 +20,7 @@ from labkit.launch import Cluster
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=10_000_000, train_limit=1000,
             test_limit=200, sample_interval=0.25, timeout=200)
 with c, live.watch(c, refresh=0.5) as view:
-    c.follow(until=lambda seen: view.figures >= 2)  # runs until the view has redrawn its figure twice
+    c.follow(until=lambda: view.figures >= 2)  # runs until the view has redrawn its figure twice
 print(json.dumps({"live": view.live, "updates": view.updates, "figures": view.figures, "errors": view.errors}))
 """
 

@@ -213,22 +213,14 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
                    optimizer_source=optimizer_source(optimizer) if optimizer is not None else None, **task_args)
 
 
-def _printer(log, label: str):
-    def on_line(task: str, line: str) -> None:
-        if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
-            log(f"{label} | {line.split('] ', 1)[-1]}")
-    return on_line
-
-
 def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
     """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
-    view; ``log`` gets the chief's lines (each periodic evaluation) as they come. Writes the
-    chief's TensorBoard scalars."""
-    on_line = _printer(log, f"{mode} {deploy} b{batch_size}")
-
+    view; ``log`` gets the chief's evaluations as they come, and its end. Writes the chief's
+    TensorBoard scalars."""
+    say = experiments.printer(log, ("eval", "done"))
     c = make_cluster(mode, deploy, batch_size, **kwargs)
     with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
-        done = Run(mode, deploy, batch_size, c.follow(on_line))
+        done = Run(mode, deploy, batch_size, c.follow(say and (lambda e: say(e, f"{mode} {deploy} b{batch_size}"))))
     done.write_scalars()
     return done
 
@@ -455,11 +447,9 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
             def make(d=d, **shared_args):
                 return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
 
-            def on_line(config, task, line):
-                if config is not None:
-                    _printer(log, config.label)(task, line)
-
-            results = shared.run(make, configs, timeout=timeout, on_line=on_line, bar=bar, static=False)
+            say = experiments.printer(log, ("eval", "done"))
+            results = shared.run(make, configs, timeout=timeout, bar=bar, static=False,
+                                 on_event=(lambda config, e: say(e, config.label) if config else None) if say else None)
             for config, result in zip(configs, results):
                 done = Run(config.args["mode"], d, config.args["batch_size"], result)
                 done.write_scalars()
@@ -478,16 +468,13 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
     run_dir = paths.run_dir(LAB, f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
 
-    def on_line(task: str, line: str) -> None:
-        if log and task == "chief:0" and "epoch " in line:
-            log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
-
+    say = experiments.printer(log, ("epoch",))
     c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, strategy="ps",
                 model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
                 train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
     with live.watch(c), c:
-        result = c.follow(on_line)
-    tr = result["chief:0"].result["train"]
+        result = c.follow(say and (lambda e: say(e, f"modern ps b{batch_size}")))
+    tr = result.chief().training
     steps = sum(h["steps"] for h in tr["history"])
     return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
             "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,

@@ -18,7 +18,8 @@ The interface is ``labkit.launchers.base.Launcher``; each method has a default t
 the local thing, so a new way overrides only what differs:
 
 - ``place(spec)`` -> the spec the tasks really run with (Slurm: the allocation's nodes);
-- ``task_run_dir(task)``: the run directory as the task's node sees it;
+- ``task_run_dir(task)``: the run directory as the task's node sees it; ``task_env(task)``: more
+  environment for it (where its events go, when not into its run directory);
 - ``command(task, env, argv_tail)`` -> ``(argv, printable command)``; ``spawn(tp)`` -> the
   started ``OwnedProcess`` (a local child that stands for the task: the task itself, its
   ssh client, its ``srun``), which ``wait`` is built on: its exit is the task's exit;
@@ -28,7 +29,8 @@ the local thing, so a new way overrides only what differs:
   ``release(tps)``: last cleanup once all are down (Slurm: cancel steps left over);
 - ``collect(tps)``: bring the result files into the local run directory;
   ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
-  streams the task's output into the local log file);
+  streams the task's output into the local log file, and its events (``labkit.events``) into
+  ``TaskProcess.events_path`` as they come, where the Cluster reads them);
 - ``port_taken(task)``, ``ready(task)``: the port checks before and after the start;
 - ``where(tp)``, ``failure_hint(tp, log_tail)``, ``local_pid(tp)``: what ``TaskFailed`` and
   the live view say about a task.

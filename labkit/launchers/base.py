@@ -33,6 +33,7 @@ class TaskProcess:
     command: str              # the exact command line, for printing
     env: dict[str, str]
     log_path: Path
+    events_path: Path                 # where its events arrive here (labkit.events), whoever brings them
     proc: OwnedProcess | None = None
     t_start: float | None = None
     t_end: float | None = None
@@ -87,6 +88,13 @@ class Launcher:
     def task_run_dir(self, task: Task) -> str:
         """The run directory as the task's node sees it (the task's ``LABKIT_RUN_DIR``)."""
         return str(self.settings.run_dir.resolve())
+
+    def task_env(self, task: Task) -> dict[str, str]:
+        """More environment for the task. By default it writes its events into its file in its
+        run directory, which is ``events_path`` here (this machine, or a filesystem it shares);
+        a launcher whose tasks' files stay elsewhere names a channel that comes home
+        (``labkit.events.ENV``)."""
+        return {}
 
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
         """``(argv, text)``: what ``spawn`` runs for ``task`` with its environment ``env`` and the

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.cluster import Task
+from labkit.events import ENV as EVENTS_ENV
 from labkit.launchers.base import Launcher, Settings, TaskProcess
 from labkit.proc import OwnedProcess
 from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
@@ -42,6 +43,7 @@ from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
                "-o", "ServerAliveCountMax=3")
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
+EVENTS_FD = 3  # a remote task's events: this descriptor, the ssh session's stdout
 
 
 def default_ssh() -> list[str]:
@@ -104,6 +106,11 @@ class SshLauncher(Launcher):
     def task_run_dir(self, task: Task) -> str:
         return self.settings.remote_run
 
+    def task_env(self, task: Task) -> dict[str, str]:
+        """Events on descriptor 3, which ``remote_command`` joins to the session's stdout: they come
+        home as the task writes them, apart from its log (the session's stderr)."""
+        return {EVENTS_ENV: f"fd:{EVENTS_FD}"}
+
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
         o, run = self.options, self.settings.remote_run
         pid_file = f"{run}/{task_file(task.type, task.index, '.pid')}"
@@ -113,8 +120,9 @@ class SshLauncher(Launcher):
 
     def spawn(self, tp: TaskProcess) -> OwnedProcess:
         """The ssh client gets a pipe as stdin that only this process holds: once we are gone,
-        however we went, the task's wrapper on its node reads end-of-file and stops it."""
-        proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE).start()
+        however we went, the task's wrapper on its node reads end-of-file and stops it. Its
+        stdout is the task's events, its stderr the task's log (``remote_command``)."""
+        proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE, stdout_path=tp.events_path).start()
         _arm(proc)
         return proc
 
@@ -222,8 +230,9 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
                    grace: float = REMOTE_TERM_GRACE_S) -> str:
     """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
 
-    The script starts the task in the background, writes its pid (what ``stop()`` and
-    ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
+    The script starts the task in the background, its output on the session's stderr (the
+    task's log here) and its events (``task_env``) on the session's stdout, writes its pid (what
+    ``stop()`` and ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
     it starts the ssh client and then holds the pipe open, so end-of-file means the
     launcher or its ssh client is gone (SIGKILL included), and the task gets SIGTERM (it
     writes its result), then SIGKILL after ``grace`` s. An ssh whose stdin was never
@@ -237,7 +246,7 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
         f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(missing_line(argv[0]))} >&2; exit {EXIT_NO_KIT}; }}",
         f"mkdir -p {q(run)} || exit 1",
         "exec 3<&0",
-        f"{task} </dev/null &",
+        f"{task} </dev/null {EVENTS_FD}>&1 1>&2 &",
         "task=$!",
         f"echo $task > {q(pid_file)}",
         "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit import events
 from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
                                  mnist_for, run_graph_task, shared_queue)
 
@@ -353,6 +354,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                                       "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
                     next_eval = step + args.eval_every
                     rt.log(f"global step {step}: test loss {test_loss:.4f}, accuracy {test_acc:.4f}")
+                    rt.emit(events.Eval(run=None, global_step=int(step), metrics={
+                        "test_loss": float(test_loss), "test_accuracy": float(test_acc)}))
                     if args.target_loss is not None and test_loss <= args.target_loss and stop["reason"] != "target":
                         # everyone stops after the next global step (sync trainers are already making it)
                         raw(model.lower_stop, {model.stop_at: step + 1})
@@ -377,6 +380,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                               "local_step": local, "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
     rt.signal_done(server.target, done)
     rt.log(f"done: {local} local steps, global step {rt.steps['global_at_exit']}, stop {stop}, metrics {rt.metrics}")
+    rt.emit(events.Done(run=None, local_steps=local, global_steps=rt.steps["global_at_exit"],
+                        seconds=rt.timings["train_s"], metrics=dict(rt.metrics)))
 
 
 def main(argv=None) -> None:

@@ -87,6 +87,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit import events
 from labkit.sockets import own_tcp_bytes
 from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
 
@@ -414,6 +415,8 @@ class Trainer:
         entry["series"]["eval"].append(row)
         self.rt.log(f"{entry['label']} eval samples={row['samples']} global_step={step} "
                     f"test_error={row['test_error']:.4f} test_logloss={row['test_logloss']:.4f}")
+        self.rt.emit(events.Eval(run=entry["label"], global_step=step, samples=row["samples"],
+                                 metrics={k: row[k] for k in ("test_error", "test_accuracy", "test_logloss")}))
         return row
 
     def train(self, index: int, run: Run) -> dict:
@@ -477,6 +480,8 @@ class Trainer:
         rt.log(f"{run.label}: {local} local steps of {step} global, {train_s:.1f} s, "
                f"{m.get('tcp_bytes_per_step', math.nan):,.0f} B/step (bound {m['bound_bytes_per_step']:,.0f})"
                + (f", test accuracy {m['test_accuracy']:.4f}" if chief else ""))
+        rt.emit(events.Done(run=run.label, local_steps=local, global_steps=step, seconds=train_s,
+                            metrics={k: v for k, v in m.items() if k.startswith(("test_", "tcp_"))}))
         return entry
 
     def finish(self, server) -> None:

@@ -50,6 +50,7 @@ import argparse
 import gc
 import time
 
+from labkit import events
 from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
 
 STRATEGIES = ("mwms", "ps", "default")
@@ -153,9 +154,11 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                            momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
                            checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
                            steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters)
+                           counters=counters, on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
+                           on_resume=lambda start, epochs: rt.emit(events.Resumed(start_epoch=start, epochs=epochs)))
     except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
-        rt.result["peer_failure"] = peer_failure(e)
+        met = rt.result["peer_failure"] = peer_failure(e)
+        rt.emit(events.PeerFailure(error=met["error"], message=met["message"]))
         rt.log(f"training stopped by TensorFlow's {type(e).__name__}")
         raise
     trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
@@ -173,6 +176,13 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
     rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
                       start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+
+
+def epoch_event(entry: dict, epochs: int) -> events.Epoch:
+    """The ``epoch`` event of a history entry of ``train_loop.train`` (after its checkpoint)."""
+    return events.Epoch(epoch=entry["epoch"], epochs=epochs, train_loss=entry["train_loss"],
+                        images_per_s=entry["images_per_s"], seconds=entry["train_seconds"],
+                        val_loss=entry.get("val_loss"), val_accuracy=entry.get("val_accuracy"))
 
 
 def peer_failure(e) -> dict:

@@ -34,6 +34,7 @@ from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
+from labkit.sockets import step_bytes
 
 LAB = "lab3"
 PROGRAM = "sparse_lr"
@@ -334,7 +335,7 @@ class Experiment(experiments.Sweep):
         for (mode, batch), label in zip(self.plan, self.labels):
             chief, tr = self.chief(label), self.trainers(label)
             m = chief["metrics"]
-            tcp = [e["metrics"].get("tcp_bytes_per_step") for e in tr.values()]
+            tcp = [step_bytes(e.get("traffic") or {}) for e in tr.values()]
             tcp = [v for v in tcp if v is not None]
             bound = float(np.mean([e["metrics"]["bound_bytes_per_step"] for e in tr.values()]))
             measured = float(np.mean(tcp)) if tcp else math.nan
@@ -408,7 +409,8 @@ class Experiment(experiments.Sweep):
         rows = []
         for label in self.labels:
             lo, hi = self.window(label, frame)
-            tcp_rates = {name: e["metrics"].get("tcp_bytes_per_step", math.nan) * e["steps"]["local"] / e["train_s"]
+            moved = {name: step_bytes(e.get("traffic") or {}) for name, e in self.trainers(label).items()}
+            tcp_rates = {name: (math.nan if moved[name] is None else moved[name]) * e["steps"]["local"] / e["train_s"]
                          for name, e in self.trainers(label).items()}
             measured = [v for v in tcp_rates.values() if not math.isnan(v)]
             tcp_rates["ps:0"] = sum(measured) if measured else math.nan  # every worker's traffic is the ps's

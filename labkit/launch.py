@@ -320,6 +320,7 @@ class Cluster:
                                      what="bring every server up", detail=why)
             if pending:
                 time.sleep(POLL_S)
+        self._raise_on_failure()  # a task that exited in the last round (its peers were up at once)
 
     # --------------------------------------------------------------------- wait
     def wait(self, timeout: float | None = None) -> ClusterResult:

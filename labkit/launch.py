@@ -196,7 +196,7 @@ class Cluster:
         self.python = python or sys.executable
         options = dict(launcher_options or {})
         settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
-                            local_addresses() | frozenset(options.get("local_hosts", ())), options)
+                            frozenset(local_addresses() | set(options.get("local_hosts", ()))), options)
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)

@@ -36,14 +36,16 @@ the local thing, so a new way overrides only what differs:
   the live view say about a task.
 
 A launcher is made once per Cluster with the run's ``Settings`` (run directory, interpreter,
-ssh options, ``launcher_options``). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
+``launcher_options``, of which it reads the keys it names in ``OPTIONS``: how to reach nodes over
+ssh is the ssh launcher's, the link the netem launcher's). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
 runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else Slurm when the
 process runs inside a Slurm allocation (``SLURM_JOB_ID``) and the spec names only this
 machine (no hosts file); else each task by its host: this machine's addresses ``local``, any
 other ``ssh``.
 
-A new way to start tasks (say, local tasks inside network namespaces) is a subclass of
-``Launcher`` with a ``name``, registered once::
+The launchers are a ``labkit.registry.Registry`` (``LAUNCHERS``). A new way to start tasks
+(say, local tasks inside network namespaces) is a subclass of ``Launcher`` with a ``name``,
+registered once::
 
     from labkit import launchers
     from labkit.launchers.local import LocalLauncher

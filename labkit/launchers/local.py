@@ -39,10 +39,15 @@ class LocalLauncher(Launcher):
         return argv, text
 
     def started_argv(self, tp: TaskProcess) -> list[str]:
-        """What to run for the task: its command, through the fork server's stand-in when it forks
-        (started here on first use; None where it cannot start: then the task's own interpreter)."""
-        server = forkserver.get() if self.forks else None
-        return [server.python, *tp.argv[1:]] if server is not None else tp.argv
+        """What to run for the task: its command, with the fork server's stand-in for its
+        interpreter when it forks (a subclass's wrapper before it stays); the server starts here
+        on first use, and where it cannot, the task runs its own interpreter."""
+        argv = list(tp.argv)
+        if self.forks and self.settings.python in argv:
+            server = forkserver.get()
+            if server is not None:
+                argv[argv.index(self.settings.python)] = server.python
+        return argv
 
     def spawn(self, tp: TaskProcess) -> OwnedProcess:
         return OwnedProcess(self.started_argv(tp), tp.log_path, env={**os.environ, **tp.env}).start()

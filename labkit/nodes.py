@@ -76,7 +76,8 @@ class Remote:
 
     def __init__(self, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON):
         self.options = SshOptions.of(ssh, remote_dir, remote_python)
-        self.ssh, self.remote_dir, self.remote_python = self.options  # what the steps and messages name
+        o = self.options  # what the steps and messages name:
+        self.ssh, self.remote_dir, self.remote_python = o.ssh, o.remote_dir, o.remote_python
 
     def run(self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None,
             in_dir: bool = True) -> str:

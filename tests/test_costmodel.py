@@ -464,3 +464,22 @@ def test_plots_draw_predictions_measurements_and_the_crossover():
     ax = plots.task_bytes(tasks).get_axes()[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["ps N=2 ps:0", "ps N=2 worker:0"]  # no total
     assert [b.get_height() for b in ax.patches] == [2.0, 1.0, 2.0, 1.0]
+
+
+def test_plots_draw_report_003_measured_and_say_when_skipped():
+    from labkit import plots
+
+    measured = pd.DataFrame({"arch": ["ps"] * 3 + ["ring"] * 3, "workers": [1, 2, 3] * 2,
+                             "images_per_s": [50, 55, 56, 500, 150, 170], "speedup": [1, 1.1, 1.12, 1, 0.3, 0.34]})
+    cm_ = CostModel(3e-3, Link(5e-5, 1.3e7), cores=2)
+    predicted = pd.concat([cm_.predict(a, 6.9e6, range(1, 7), 32).assign(where=w)
+                           for a in ("ps", "ring") for w in ("these nodes", "a core per node")])
+    nodes = pd.DataFrame({"arch": ["ps", "ps", "ring"], "workers": [2, 2, 2], "node": ["node0", "node1", "node0"],
+                          "tasks": ["ps:0, chief:0", "worker:0", "worker:0"], "bytes_per_step": [2.8e7, 1.4e7, 1.4e7]})
+    fig = plots.emulated_scaling(measured, predicted, nodes)
+    images, speedup, traffic = fig.get_axes()[:3]
+    assert len(images.lines) == 6 and len(traffic.lines) == 3  # per arch: points and two model curves; node lines
+    assert "Figs 4.3, 4.4" in speedup.get_title()
+    fig, ax = plots.subplots(1, 1)
+    plots.skipped(ax, "emulated links: skipped (see above)")
+    assert not ax.axison and ax.texts[0].get_text() == "emulated links: skipped (see above)"

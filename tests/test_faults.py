@@ -103,24 +103,14 @@ def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
     assert result["worker:0"].returncode == 0 and result["worker:0"].steps["local"] > 0
 
 
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_ps_failure_shows_the_coordinators_own_recovery_and_its_limit(tmp_path, monkeypatch):
-    """ClusterCoordinator: the lost worker's closures run on the other two (every step still has
-    three slices, none on the dead worker) and training goes on; the lost ps ends the chief with
-    UnavailableError, within seconds."""
-    from labkit.experiments import ring_vs_ps
+def test_fault_trace_draws_steps_slices_and_kills():
+    from labkit import plots
 
-    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    out = ring_vs_ps.ps_failure(3, "lenet5", batch_size=32, kill_worker_after=6, kill_ps_after=8, test_limit=200,
-                                timeout=300, log=None)
-    worker, ps = out["summary"]
-    assert worker["task"] == "worker:1" and ps["task"] == "ps:0"
-    assert worker["error_names_task"] and "UnavailableError" in worker["error"], worker
-    assert worker["error_s"] < 10, worker
-    assert worker["steps_after"] >= 8 and worker["slices_on_after"] == [0, 2] and worker["slices_per_step_after"] == [3]
-    assert out["failure"]["task"] == "chief:0" and out["failure"]["error"] == "UnavailableError", out["failure"]
-    assert ps["run_failed_s"] is not None and 0 <= ps["run_failed_s"] < 30, ps
-    assert ps["steps_after"] <= 2, ps  # a step in flight may finish; none after the coordinator gives up
-    losses = [s["loss"] for s in out["steps"]]
-    assert losses[-1] < losses[0]  # it trained on, with two workers
+    steps = [_step(n, float(n), (0, 1, 2) if n < 4 else (0, 2, 0)) for n in range(1, 8)]
+    fig = plots.fault_trace(steps, [{"task": "worker:1", "after_step": 3}])
+    top, bottom = fig.get_axes()[:2]
+    assert [t.get_text() for t in top.texts] == ["worker:1 killed"]
+    grid = bottom.collections[0].get_array().reshape(3, 7)
+    assert list(grid[1, :3]) == [1, 1, 1] and 1 not in list(grid[:, 3:].ravel())  # worker 1's slices move
+    empty = plots.fault_trace([], [])
+    assert any("no step" in t.get_text() for ax in empty.get_axes() for t in ax.texts)

@@ -43,10 +43,21 @@ def test_ss_output_is_summed_per_process():
     # a socket shared by two processes counts for both; bytes_acked stands in for a missing bytes_sent;
     # a socket whose process ss cannot name counts for nobody
     assert sockets.parse_ss(SS_SAMPLE) == {11: (5103, 10384), 22: (5000, 0)}
-    got = sockets.tcp_bytes()
-    if got is None:
+    import os
+    import socket
+
+    if sockets.tcp_bytes() is None:
         pytest.skip("ss (iproute2) is not installed")
-    assert all(s >= 0 and r >= 0 for s, r in got.values())
+    # every process's sockets, this one's among them: 60 kB sent and received here shows under our pid
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as client:
+        conn, _ = server.accept()
+        with conn:
+            client.sendall(b"x" * 60_000)
+            got = 0
+            while got < 60_000:
+                got += len(conn.recv(65536))
+            sent, recv = sockets.tcp_bytes()[os.getpid()]
+    assert sent >= 60_000 - 1 and recv >= 60_000, (sent, recv)
 
 
 def test_own_tcp_bytes_count_this_process_traffic():

@@ -394,7 +394,8 @@ class Cluster:
             read()
             if until is not None and until(seen):
                 return None
-            if any(s != "running" for s in self.status().values()) or time.monotonic() > deadline:
+            # a task killed as expected (kill(..., expected=True)) is the experiment's: follow on without it
+            if any(s not in ("running", "killed") for s in self.status().values()) or time.monotonic() > deadline:
                 try:
                     return self.wait()  # every task done, or one failed: wait() gathers or raises
                 finally:

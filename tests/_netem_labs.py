@@ -57,7 +57,8 @@ def check_lab5(nb, rec) -> None:
     the ps's node is the busiest in PS and its traffic per step grows with N, a ring worker's stays
     nearly flat; the PS's images/s levels off at its link's ceiling while the ring runs several times
     faster; the cost model, told the emulated link and the gamma of the lab's loopback runs (it saw
-    none of these runs), predicts the PS steps within 25%, and gamma is positive for both."""
+    none of these runs), predicts the PS steps within 25%; gamma is positive for the ring, and small
+    against the link's time per byte."""
     if not _available(nb, "lab5-netem", "100mbit"):
         return
     assert rec["emulated_settings"]["model"] == "cifar_cnn" and rec["emulated_settings"]["workers"] == [1, 2, 3]
@@ -82,4 +83,7 @@ def check_lab5(nb, rec) -> None:
     # ring is not asserted: at two steps per run on a busy machine its rounds wait behind full switch queues
     # (latency under load) that the idle link's alpha does not hold; make bench's netem benchmark measures it
     assert fit["ps"] < 0.25, fit
-    assert fit["gamma_ps_s_per_byte"] > 0 and fit["gamma_ring_s_per_byte"] > 0, fit  # the hosts' work per byte
+    # the hosts' work per byte, from the loopback runs: the ring's collectives copy and add every chunk (the PS's
+    # may fit at 0 on a busy machine); at 100 Mbit/s the wire's time per byte dwarfs both
+    assert fit["gamma_ring_s_per_byte"] > 0 and fit["gamma_ps_s_per_byte"] >= 0, fit
+    assert max(fit["gamma_ring_s_per_byte"], fit["gamma_ps_s_per_byte"]) < 0.5 / fit["bandwidth_bytes_per_s"], fit

@@ -93,11 +93,12 @@ def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
     c = Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="test", steps=400, train_limit=2000, test_limit=500,
                 timeout=240)
-    with c:
-        c.start()
+    polls = []
+    with c:  # started, every server up
         time.sleep(1.0)
         c.kill("worker:1", expected=True)
-        result = c.wait(timeout=200)
+        result = c.follow(until=lambda seen: polls.append(1) and False)  # follows on, without the dead worker
+    assert len(polls) > 5, "follow() stopped following when the expected kill landed"
     ended = {t.name: t.ended for t in result}
     assert ended["worker:1"] == "killed" and result["worker:1"].returncode == -9
     assert result["worker:0"].returncode == 0 and result["worker:0"].steps["local"] > 0

@@ -74,7 +74,10 @@ class Trace:
         (``error_s`` later; ``error_names_task``: whether that line names the task: a lost ps
         shows first as workers' closures failing); the failure that ended the run, if it
         ended after this kill (``run_failed_s``); the steps completed after it (before the next
-        kill), the workers their slices ran on, and the median step time before and after."""
+        kill), the workers their slices ran on, and the median step time before and after. The
+        first step after a kill was in flight when it landed (a slice may have finished on the
+        task just killed): ``first_step_after_s`` is its time, and the workers and step times
+        after it are those of the steps that followed."""
         out = []
         bounds = [k["t"] for k in self.kills[1:]] + [float("inf")]
         for kill, until in zip(self.kills, bounds):
@@ -90,10 +93,10 @@ class Trace:
                 "error": first["message"][:200] if first else None, "error_names_task": bool(naming),
                 "run_failed_s": self.failure["t"] - kill["t"] if failed else None,
                 "run_failed": f"{self.failure['task']}: {self.failure['error'] or 'see its log'}" if failed else None,
-                "steps_after": len(after), "slices_on_after": sorted({w for s in after for w in s["slices_on"]}),
-                "slices_per_step_after": sorted({len(s["slices_on"]) for s in after}),
+                "steps_after": len(after), "slices_on_after": sorted({w for s in after[1:] for w in s["slices_on"]}),
+                "slices_per_step_after": sorted({len(s["slices_on"]) for s in after[1:]}),
                 "step_s_before": statistics.median(s["seconds"] for s in before[-10:]) if before else None,
-                "step_s_after": statistics.median(s["seconds"] for s in after) if after else None,
+                "step_s_after": statistics.median(s["seconds"] for s in after[1:]) if after[1:] else None,
                 "first_step_after_s": after[0]["seconds"] if after else None})
         return out
 

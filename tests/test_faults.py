@@ -33,8 +33,8 @@ def _step(n, t, on=(0, 1, 2), seconds=0.1):
 
 def test_summary_says_per_kill_what_the_coordinator_reported_and_what_ran_after():
     trace = faults.Trace(
-        steps=[_step(1, 1.0), _step(2, 2.0), _step(3, 3.5, (0, 2, 0), 0.5), _step(4, 4.0, (2, 0, 0)),
-               _step(5, 5.0, (0, 2, 2))],
+        steps=[_step(1, 1.0), _step(2, 2.0), _step(3, 3.5, (0, 1, 0), 0.5), _step(4, 4.0, (2, 0, 0)),
+               _step(5, 5.0, (0, 2, 2))],  # step 3 was in flight: its slice 1 ran before worker 1 died
         kills=[{"task": "worker:1", "after_step": 2, "t": 2.5}, {"task": "ps:0", "after_step": 5, "t": 5.5}],
         events=[{"t": 2.8, "message": "Worker /job:worker/replica:0/task:1 failed with UnavailableError():Socket "
                                       "closed"},
@@ -45,7 +45,8 @@ def test_summary_says_per_kill_what_the_coordinator_reported_and_what_ran_after(
     worker, ps = trace.summary()
     assert worker["task"] == "worker:1" and worker["error_s"] == pytest.approx(0.3) and worker["error_names_task"]
     assert worker["steps_after"] == 3 and worker["slices_on_after"] == [0, 2] and worker["slices_per_step_after"] == [3]
-    assert worker["first_step_after_s"] == 0.5 and worker["step_s_before"] == 0.1 and worker["run_failed"] is None
+    assert worker["first_step_after_s"] == 0.5 and worker["step_s_before"] == 0.1 and worker["step_s_after"] == 0.1
+    assert worker["run_failed"] is None
     # a lost ps shows first as a worker's closure failing, then as the chief's own failure
     assert ps["error_s"] == pytest.approx(0.2) and not ps["error_names_task"] and ps["steps_after"] == 0
     assert ps["run_failed_s"] == pytest.approx(0.5) and ps["run_failed"] == "chief:0: UnavailableError"

@@ -231,7 +231,7 @@ def _one_frame(data):
 
 
 # ---------------------------------------------------------------------------------------
-# Lab 5: scaling curves, crossover map, bytes against the analytic model (labkit.costmodel)
+# Lab 5: scaling curves, crossover map, bytes per task, report 003 measured, a fault trace (Labs 2-4 share some)
 # ---------------------------------------------------------------------------------------
 
 _ARCH_NAMES = {"ps": "parameter server", "ring": "ring all-reduce"}

@@ -142,11 +142,12 @@ def inject(cluster, kills, chief: str = "chief:0") -> Trace:
 
 
 def _ended_epoch(cluster, task: str) -> float | None:
-    """When ``task`` wrote its result (its ``ended_epoch``), from what the stopped cluster gathered."""
+    """When TensorFlow stopped ``task`` (its result's ``peer_failure``, ``labkit.tasks.strategy_train``),
+    else when it wrote its result (``ended_epoch``), from what the stopped cluster gathered."""
     result = getattr(cluster, "result", None)
     if result is None:
         return None
     for t in result:
         if t.name == task and t.result:
-            return t.result.get("ended_epoch")
+            return (t.result.get("peer_failure") or {}).get("failed_epoch") or t.result.get("ended_epoch")
     return None

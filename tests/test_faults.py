@@ -6,8 +6,6 @@ real async PS cluster (its workers carry on alone); the demo itself on a real sy
 cluster of three workers, which must show TensorFlow's own behaviour: the lost worker's
 closures run on the others and training goes on; the lost ps stops the chief with
 UnavailableError."""
-import time
-
 import pytest
 
 from labkit import cluster, faults
@@ -87,22 +85,36 @@ def test_inject_kills_after_the_given_steps_and_keeps_the_failure():
 
 # ------------------------------------------------------------------------------ real clusters
 
+SURVIVOR_PROGRAM = """
+import socket, time
+from labkit.tasks.common import TaskRuntime
+
+with TaskRuntime("survivor") as rt:  # worker:1 runs until killed; worker:0 logs for a few seconds, then ends well
+    server = socket.create_server(("0.0.0.0", rt.task.port))  # up, as the launcher sees a server
+    for i in range(30 if rt.task.index == 0 else 10**6):
+        rt.log(f"tick {i}")
+        time.sleep(0.1)
+"""
+
+
 @pytest.mark.cluster
 def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
-    """Async TF1 PS: a worker killed as the experiment's own fault is no failure of the cluster; the
-    other worker trains on to the end, and the killed one's outcome says so."""
+    """A task killed as the experiment's own fault is no failure of the cluster: follow() goes on
+    reading the others' logs, the survivor ends on its own, and the killed one's outcome says so."""
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    c = Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="test", steps=400, train_limit=2000, test_limit=500,
-                timeout=240)
-    polls = []
-    with c:  # started, every server up
-        time.sleep(1.0)
+    (tmp_path / "survivor").mkdir()
+    (tmp_path / "survivor" / "__init__.py").write_text("")
+    (tmp_path / "survivor" / "task.py").write_text(SURVIVOR_PROGRAM)
+    c = Cluster(cluster.local(ps=0, workers=2), "survivor.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
+                timeout=60)
+    ticks = []
+    with c:  # started, every task up
+        c.follow(until=lambda seen: len(seen["worker:0"]) > 3)
         c.kill("worker:1", expected=True)
-        result = c.follow(until=lambda seen: polls.append(1) and False)  # follows on, without the dead worker
-    assert len(polls) > 5, "follow() stopped following when the expected kill landed"
-    ended = {t.name: t.ended for t in result}
-    assert ended["worker:1"] == "killed" and result["worker:1"].returncode == -9
-    assert result["worker:0"].returncode == 0 and result["worker:0"].steps["local"] > 0
+        result = c.follow(lambda task, line: ticks.append(line) if task == "worker:0" else None)
+    assert any("tick 29" in line for line in ticks), "follow() stopped reading when the expected kill landed"
+    ended = {t.name: (t.ended, t.returncode) for t in result}
+    assert ended == {"worker:0": ("exited", 0), "worker:1": ("killed", -9)}, ended
 
 
 def test_fault_trace_draws_steps_slices_and_kills():

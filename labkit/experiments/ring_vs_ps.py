@@ -754,7 +754,8 @@ class Emulated:
         """Per architecture, images/s at the largest N over images/s at the next one down,
         measured and predicted: about 1 where the speed-up has levelled off."""
         t = self.table().set_index(["arch", "workers"])["images_per_s"]
-        p = self.sweep.predict(self.link, host=host, terms=terms).set_index(["arch", "workers"])["predicted_images_per_s"]
+        p = self.sweep.predict(self.link, host=host, terms=terms).set_index(["arch", "workers"])
+        p = p["predicted_images_per_s"]
         n = sorted(self.sweep.settings["workers"])
         if len(n) < 2:
             return {}
@@ -780,8 +781,8 @@ class Emulated:
         """What the notebook records: the runs, the per-node traffic, the fit, the growth at the largest N."""
         return {"emulated_scaling": self.table(), "emulated_node_rates": self.nodes(),
                 "emulated_fit_error": self.fit_error(host, terms), "emulated_growth": self.growth(host, terms),
-                "emulated_settings": {"link": self.link_name, **{k: self.sweep.settings[k] for k in
-                                                                  ("model", "workers", "steps", "batch_size", "cores")}}}
+                "emulated_settings": {"link": self.link_name, **{
+                    k: self.sweep.settings[k] for k in ("model", "workers", "steps", "batch_size", "cores")}}}
 
     def record(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
         """``records(...)``, each recorded in the notebook (``labkit.record``); returns them."""

@@ -1,4 +1,4 @@
-"""Train a Keras model (on MNIST, or synthetic images for the CIFAR-scale CNN) under a ``tf.distribute`` strategy, one task per process.
+"""Train a Keras model on MNIST (or synthetic images) under a ``tf.distribute`` strategy, one task per process.
 
 ``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
 as every task of a cluster; the loop is ``labkit.train_loop.train`` (Keras 3 ``fit`` fails

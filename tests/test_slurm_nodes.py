@@ -162,9 +162,10 @@ def test_a_labs_cluster_runs_as_job_steps_over_the_nodes_each_on_its_own_nic(slu
 
 def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_path):
     """The instructor, root on node0, runs ``make grade ... SLURM=debug``: three Lab 1
-    submissions (two solved, one the released copy) as one array, one task per node, each in
-    the bubblewrap sandbox (its own network namespace, inside the node's)."""
+    submissions (one solved, the released copy, one that raises) as one array, one task per
+    node, each in the bubblewrap sandbox (its own network namespace, inside the node's)."""
     import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
 
     from helpers import read_csv
     from labkit.grading.release import release_notebook
@@ -175,7 +176,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     lab, s = slurm3
     reference = nbformat.read(REPO / "notebooks" / "01_single_node_lr.ipynb", as_version=4)
     released, _ = release_notebook(reference, "01_single_node_lr.ipynb")
-    for student, nb in (("alice", reference), ("bob", reference), ("carol", released)):
+    raises = new_notebook(cells=[new_code_cell("import labkit\n1 / 0")], metadata=reference.metadata)
+    for student, nb in (("alice", reference), ("bob", released), ("carol", raises)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, str(tmp_path / "subs" / student / "01_single_node_lr.ipynb"))
     out = tmp_path / "out"
@@ -184,6 +186,7 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
                            f"SUBMISSIONS={tmp_path / 'subs'} SLURM={s.partition} SLURM_ARGS=--cpus-per-task=2 "
                            f"GRADE_ARGS='--lab lab1 --out {out}'", user=False, timeout=900)
     print(f"\nmake grade, 3 Lab 1 submissions as a Slurm array on 3 nodes: {time.monotonic() - t0:.1f} s")
+    print(done.stdout[-1500:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"submitted Slurm array \d+: 3 notebook\(s\) of lab1, --mem=\d+M --time=\d+ in partition debug",
                      done.stdout), done.stdout
@@ -195,9 +198,9 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     assert sorted(node for node, _ in ran.values()) == NAMES, ran  # --cpus-per-task=2: one notebook per node
     rows = {(r["student"], r["check"]): r for r in read_csv(out / "grades.csv")}
     points = {st: sum(float(r["points"]) for (who, _), r in rows.items() if who == st) for st in ran}
-    assert rows["alice", "execution"]["status"] == rows["bob", "execution"]["status"] == "ok", ran
-    assert rows["carol", "execution"]["status"] == "error" and points["alice"] == points["bob"] > points["carol"], \
-        (rows["carol", "execution"], points)
+    assert [rows[st, "execution"]["status"] for st in ("alice", "bob", "carol")] == ["ok", "error", "error"], ran
+    assert "ZeroDivisionError" in rows["carol", "execution"]["reason"], rows["carol", "execution"]
+    assert points["alice"] > max(points["bob"], points["carol"]), points
     assert not s.jobs(), s.jobs()
 
 

@@ -253,6 +253,11 @@ def test_slurms_own_words_in_a_steps_log_become_hints(monkeypatch):
     assert hint.startswith("Slurm lost node2 (down*: Not responding): its slurmd stopped answering, so Slurm ended "
                            "job 7") and "On node2, restart slurmd" in hint and "--exclude=node2" in hint, hint
     assert "Slurm lost node2" in _slurm_hint("7", "node2", 1, "srun: error: Node failure on node2", nodes)
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node1": "drained: bad disk"})
+    assert _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes).startswith(
+        "Slurm took node1 (drained: bad disk) out of service, so it ended job 7")
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {})
+    assert "`sinfo -R` says which and why" in _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes)
     cancelled = "slurmstepd-node1: error: *** STEP 7.1 ON node1 CANCELLED AT 2026-01-01T10:00:00 ***"
     hint = _slurm_hint("7", "node1", -signal.SIGKILL, cancelled, nodes)
     assert hint == "its step 7.1 on node1 was cancelled (`scancel`, by a person or an administrator); job 7 still " \

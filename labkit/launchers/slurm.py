@@ -157,26 +157,17 @@ class SlurmLauncher(Launcher):
         return hello.get("pid") if hello.get("host") == socket.gethostname() else None
 
 
-_CANCELLED = re.compile(r"\*\*\* (?:STEP|JOB) (\S+) ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?(?:,| \*\*\*)")
+_CANCELLED = re.compile(r"\*\*\* (STEP|JOB) (\S+) ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?(?:,| \*\*\*)")
 
 
 def _slurm_hint(job: str, node: str, returncode: int | None, log_tail: str, nodes) -> str:
     """What Slurm's own words in a step's log (srun's and slurmstepd's), or a SIGKILL on its
-    node, say happened; '' if they say nothing. A node failure asks ``sinfo`` which node."""
-    lower = log_tail.lower()
+    node, say happened; '' if they say nothing. A node failure asks ``sinfo`` which node, and
+    why; a cancelled step asks ``squeue`` whether the job still holds its nodes."""
     cancelled = _CANCELLED.search(log_tail)
-    why = cancelled.group(3) if cancelled else None
+    kind, step, where, why = cancelled.groups() if cancelled else (None, None, None, None)
     if why == "NODE FAILURE" or "Node failure on" in log_tail:
-        try:
-            down = slurm.down_nodes(nodes)
-        except slurm.SlurmError:
-            down = {}
-        lost = ", ".join(f"{n} ({state})" for n, state in down.items()) or "a node (`sinfo -R` says which)"
-        first = next(iter(down), "NODE")
-        return (f"Slurm lost {lost}: its slurmd stopped answering, so Slurm ended job {job} and its steps on every "
-                f"node. On {first}, restart slurmd (`sudo systemctl restart slurmd`): it stops what the job left "
-                f"running there and returns the node to service (else `sudo scontrol update nodename={first} "
-                f"state=resume`); then salloc again (with --exclude={first} until then)")
+        return _node_failure(job, nodes)
     if why == "TIME LIMIT":
         return f"job {job} reached its time limit and Slurm stopped its steps: salloc again with a longer --time"
     if cancelled and why is None:
@@ -184,15 +175,35 @@ def _slurm_hint(job: str, node: str, returncode: int | None, log_tail: str, node
             held = bool(slurm.jobs(job))
         except slurm.SlurmError:
             held = None
-        if held is False:
+        if kind == "JOB" or held is False:
             return (f"job {job} was cancelled (`scancel`, by a person or an administrator), and its steps with it: "
                     f"get a new allocation")
-        return (f"its step {cancelled.group(1)} on {cancelled.group(2)} was cancelled (`scancel`, by a person or an "
-                f"administrator)" + (f"; job {job} still holds its nodes: run again" if held else ""))
-    if "oom" in lower and "kill" in lower:
+        return (f"its step {step} on {where} was cancelled (`scancel`, by a person or an administrator)"
+                + (f"; job {job} still holds its nodes: run again" if held else ""))
+    if "oom" in log_tail.lower() and "kill" in log_tail.lower():
         return f"Slurm's memory limit killed it on {node}: ask for more memory (--mem) in the allocation"
     if returncode == -signal.SIGKILL:
         return (f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
                 f"there), or a person (`kill -9`, `scancel --signal=KILL`); give it more memory (--mem in the "
                 f"allocation, fewer tasks on that node, smaller batches)")
     return ""
+
+
+def _node_failure(job: str, nodes) -> str:
+    """Slurm ended the job because a node failed: which one (``sinfo``), why, and what to do."""
+    try:
+        down = slurm.down_nodes(nodes)
+    except slurm.SlurmError:
+        down = {}
+    if not down:
+        return (f"a node of job {job} failed, so Slurm ended the job and its steps on every node: `sinfo -R` says "
+                f"which and why; salloc again (with --exclude=NODE until it is back)")
+    lost, first = ", ".join(f"{n} ({state})" for n, state in down.items()), next(iter(down))
+    if all("Not responding" in state for state in down.values()):
+        return (f"Slurm lost {lost}: its slurmd stopped answering, so Slurm ended job {job} and its steps on every "
+                f"node. On {first}, restart slurmd (`sudo systemctl restart slurmd`): it stops what the job left "
+                f"running there and returns the node to service (else `sudo scontrol update nodename={first} "
+                f"state=resume`); then salloc again (with --exclude={first} until then)")
+    return (f"Slurm took {lost} out of service, so it ended job {job} and its steps on every node: `scontrol show "
+            f"node {first}` says why; once it is fixed, `sudo scontrol update nodename={first} state=resume`; salloc "
+            f"again (with --exclude={first} until then)")

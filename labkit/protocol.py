@@ -100,8 +100,8 @@ class TaskFailed(RuntimeError):
         then = "".join(f"\n  then {name} {how}" for name, how in self.consequences.items())
         if then:
             then = f"\nwhich the others did not survive (consequences, not causes):{then}"
-        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; the other tasks were "
-                f"stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
+        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; every other task still "
+                f"running was stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
 
 
 class VersionSkew(RuntimeError):

@@ -131,6 +131,7 @@ class MiniSlurm:
         self.slurmd_timeout = int(slurmd_timeout)
         self.conf = self.folder / ("etc/slurm.conf" if nodes is not None else "slurm.conf")
         self.daemons: dict[str, OwnedProcess] = {}   # "munged", "slurmctld", "slurmd on NODE"
+        self._mounted: list[str] = []                 # the emulated nodes that mount Slurm's folders
         self.up_s: float | None = None
 
     # ------------------------------------------------------------------------------ where
@@ -209,6 +210,7 @@ class MiniSlurm:
             script = [f"mkdir -p -m 700 {NODE_RUN}/state", f"mkdir -p -m 755 {NODE_MUNGE}",
                       f"mount --bind {shlex.quote(str(self.conf.parent))} /etc/slurm",
                       f"mount --bind {shlex.quote(str(self.folder / 'munge'))} {NODE_MUNGE}"]
+            self._mounted.append(node)
             done = self.lab.network.run(node, ["sh", "-ec", "\n".join(script)], timeout=30)
             if done.returncode != 0:
                 raise SlurmStartError(f"could not prepare Slurm's folders on {node}: {done.stderr.strip()}")
@@ -264,10 +266,10 @@ class MiniSlurm:
     def stop(self) -> None:
         """Cancel every job, stop the daemons, kill whatever they started, and (emulated) take
         Slurm's mounts and files off the nodes."""
-        if not self.daemons:
+        if not self.daemons and not self._mounted:
             return
         try:
-            if all(d.poll() is None for d in self.daemons.values()):
+            if self.daemons and all(d.poll() is None for d in self.daemons.values()):
                 self.run("scancel", "--full", f"--partition={self.partition}", check=False, timeout=30)
                 deadline = time.monotonic() + 20
                 while self.jobs() and time.monotonic() < deadline:
@@ -283,9 +285,10 @@ class MiniSlurm:
             self._unmount()
 
     def _unmount(self) -> None:
-        if not self.emulated or not self.lab.network.running:
+        mounted, self._mounted = self._mounted, []
+        if not self.lab or not self.lab.network.running:
             return  # gone with the nodes
-        for node in self.names:
+        for node in mounted:
             self.lab.network.run(node, ["sh", "-c", f"umount /etc/slurm {NODE_MUNGE}; rm -rf {NODE_RUN} {NODE_MUNGE}"],
                                  timeout=30)
 

@@ -102,7 +102,7 @@ def row(student: str, lab, info: dict, earned: float) -> dict | None:
         share, counted = policy.fraction(info.get("late_seconds"))
         points = min(share * lab.max_points, max(earned, 0.0))
         reason += f"; the late penalty ({policy.describe()}) counts {counted}: -{points:g} points"
-    return {"student": student, "lab": lab.key, "check": CHECK, "points": -points, "max": 0.0, "status": CHECK,
+    return {"student": student, "lab": lab.key, "check": CHECK, "points": -points if points else 0.0, "max": 0.0, "status": CHECK,
             "reason": reason, "seconds": ""}
 
 

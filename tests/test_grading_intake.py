@@ -291,7 +291,7 @@ def test_two_tas_who_disagree_are_a_conflict_until_one_file_is_preferred(tmp_pat
     assert "ta_a.csv row 2 gives 2 ('clear'), ta_b.csv row 2 gives 1 ('vague')" in str(e.value)
     assert "--prefer FILE" in str(e.value) and not (tmp_path / answers.SCORES_FILE).exists()
     lines = answers.merge(tmp_path, [a, b], Q, NOW, prefer=b)
-    assert lines == [f"{a}: 1 score(s) merged, 1 conflict(s) lost to ta_b.csv (--prefer)",
+    assert lines == [f"{a}: 1 score(s) merged, 1 conflict(s) lost (--prefer ta_b.csv)",
                      f"{b}: 1 score(s) merged, 1 conflict(s) won (--prefer)"]
     held = answers.read_scores(tmp_path)
     assert (held[("alpha", "answer Q1", "ann")]["score"], held[("alpha", "answer Q1", "bob")]["score"]) == ("1", "1")

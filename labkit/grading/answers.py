@@ -370,7 +370,7 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
         for g in gs:
             c = counts.setdefault(g.path, {"merged": 0, "unchanged": 0, "stale": 0, "won": 0, "lost": 0})
             if choice is None:
-                c["unchanged"] += 1
+                c["unchanged" if not _differs(stored.get(key), g) else "lost"] += 1
             elif g.value == choice.value:
                 c["merged"] += 1
                 c["stale"] += g.value[2] != answers[key]
@@ -395,7 +395,7 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
         summary.append(f"{path}: {done} score(s) merged" + (f", {same} unchanged" if same else "")
                        + (f", {stale} for an answer that has changed since (still pending)" if stale else "")
                        + (f", {won} conflict(s) won (--prefer)" if won else "")
-                       + (f", {lost} conflict(s) lost to {prefer.name} (--prefer)" if lost else ""))
+                       + (f", {lost} conflict(s) lost (--prefer {prefer.name})" if lost else ""))
     return summary
 
 

@@ -449,11 +449,17 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
     does not replace (same student and lab); returns their keys."""
     try:
         prior = Book.load(book.out)
-    except (PublishError, ValueError, KeyError, OSError):
+    except PublishError:   # nothing graded there yet
         return []
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise GradeError(f"the class graded in {book.out} cannot be read back ({type(e).__name__}: {e}), so this batch "
+                         f"would replace it; grade into a new --out") from None
     if prior.reference:
         return []
     mine = {job.key for job in book.jobs} | {(r["student"], r["lab"]) for r in book.refused}
+    gone = sorted({job.lab.key for job in prior.jobs if job.key not in mine and job.lab.key not in rub.labs})
+    if gone:
+        log(f"note: lab(s) {', '.join(gone)} graded in {book.out} before are not in the rubric now; they leave the reports")
     carried = [job for job in prior.jobs if job.key not in mine and job.lab.key in rub.labs]
     for job in carried:
         job.lab = rub.labs[job.lab.key]

@@ -146,12 +146,15 @@ class Book:
         report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning,
                              missing=self.missing(rows, roster) if roster is not None else None,
                              regrades=exports.changes(self.out, rows, self.labs), notes=self.intake_notes)
-        stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
         exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
         people = {s: v.get("person") or {} for s, v in self.intake.items()}
         for note in exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"),
                                          people):
             log(f"canvas.csv: {note}")
+        try:   # figures only: a plot that fails never costs the batch its grades
+            stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
+        except (ValueError, TypeError, OSError, RuntimeError) as e:
+            log(f"summary.html not written: {type(e).__name__}: {e}")
 
     def missing(self, rows: list[dict], roster: list[dict]) -> list[dict]:
         """[{name, login, labs}]: who on the roster has no graded notebook of a lab of this book."""
@@ -169,7 +172,6 @@ class Book:
                 out.append({"name": person.get("Student", ""), "login": person.get("SIS Login ID") or
                             person.get("SIS User ID") or person.get("ID", ""), "labs": labs})
         return out
-
 
     def write_page(self, job: Job, rows: list[dict], stored: dict, force: bool = False) -> bool:
         """The feedback page of ``job``, when its rows changed since the page was written."""

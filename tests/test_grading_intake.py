@@ -191,6 +191,18 @@ def test_a_gradescope_export_is_laid_out_by_its_metadata(tmp_path):
     assert rec["students"]["jsmith"]["person"]["sid"] == "S1001"
 
 
+def test_grade_import_lays_out_a_download_to_look_at_first(tmp_path):
+    labs_of(tmp_path)
+    nbs = reference_notebooks(tmp_path)
+    r = _cli("grade-import", gradescope_download(tmp_path), "--into", tmp_path / "subs", "--rubric",
+             tmp_path / "rubric.toml", "--notebooks", nbs, "--due", "2024-10-02T00:00:00Z")
+    assert r.returncode == 0, r.stderr
+    assert "imported 4 notebook(s) of 4 student(s) from Gradescope's download export.zip" in r.stdout
+    assert "make grade SUBMISSIONS=" in r.stdout and (tmp_path / "subs" / "S1002" / "alpha.ipynb").is_file()
+    r = _cli("grade-import", tmp_path / "nothing.zip", "--into", tmp_path / "x", "--rubric", tmp_path / "rubric.toml")
+    assert r.returncode == 2 and "error:" in r.stderr
+
+
 def test_a_broken_metadata_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "export.zip"
     with zipfile.ZipFile(bad, "w") as zf:

@@ -108,8 +108,8 @@ def _add_grade(sub) -> None:
                                                   "(default: the labs some student submitted)")
     p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): names the students of a download, "
                                     "lists who did not submit; kept for the exports")
-    p.add_argument("--due", help="the due date, e.g. 2024-10-01T23:59-07:00: a Gradescope submission created after "
-                                 "it is late (Canvas marks late files itself)")
+    p.add_argument("--due", help="the due date, e.g. 2024-10-01T23:59-07:00 (no zone: this machine's): a Gradescope "
+                                 "submission created after it is late (Canvas marks late files itself)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")

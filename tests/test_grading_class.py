@@ -271,11 +271,11 @@ def test_the_pages_go_back_to_canvas(term):
     out = term["out"]
     r = cli("grade-deliver", "--out", out)
     assert r.returncode == 0, r.stderr
-    with zipfile.ZipFile(out / "deliver" / "canvas-lab1.zip") as zf:
+    with zipfile.ZipFile(out / "deliver" / "canvas" / "lab1.zip") as zf:
         names = zf.namelist()
     assert len(names) == 30 and f"{NAMES[5]}_LATE_5005_90050_feedback-lab1.html" in names
     assert f"{NAMES[4]}_LATE_5004_90040_feedback-lab1.html" in names     # the graded upload, not the first
-    assert len(list((out / "deliver").glob("*@uni.edu.zip"))) == 31
+    assert len(list((out / "deliver" / "students").glob("*@uni.edu.zip"))) == 31
     seconds = time.monotonic() - term["t0"]
     record = json.dumps({"class_run_seconds": round(seconds), "grade_seconds": round(term["steps"]["grade"].seconds)})
     print(f"\nclass run (grading, merges, exports, late student, delivery): {record}")

@@ -476,11 +476,11 @@ def test_the_pages_are_packed_per_student_and_for_canvas(canvas_class):
     r = _cli("grade-deliver", "--out", out)
     assert r.returncode == 0, r.stderr
     assert "Re-Upload Submissions" in r.stdout
-    with zipfile.ZipFile(out / "deliver" / "jdoe.zip") as zf:
+    with zipfile.ZipFile(out / "deliver" / "students" / "jdoe.zip") as zf:
         assert zf.namelist() == ["jdoe/alpha.html", "jdoe/beta.html"]   # beta's says it was not submitted
         assert "jdoe: alpha" in zf.read("jdoe/alpha.html").decode()
         assert "not-submitted" in zf.read("jdoe/beta.html").decode()
-    with zipfile.ZipFile(out / "deliver" / "canvas-alpha.zip") as zf:
+    with zipfile.ZipFile(out / "deliver" / "canvas" / "alpha.zip") as zf:
         names = sorted(zf.namelist())
     assert "doejane_LATE_12346_67891_feedback-alpha.html" in names and "smithjohn_12345_67890_feedback-alpha.html" in names
     for name in names:   # what Canvas's re-upload reads: the user id, then the submitted file's attachment id

@@ -1,8 +1,8 @@
 """Feedback pages packed for the students (``grade-deliver``), in ``OUT/deliver/``:
 
-- ``<student>.zip``: ``<student>/<lab notebook>.html``, the student's page of every lab graded,
-  for any LMS (or e-mail): one zip per student, holding nothing of anyone else;
-- ``canvas-<lab>.zip``, for labs that came from Canvas's download: every student's page named
+- ``students/<student>.zip``: ``<student>/<lab notebook>.html``, the student's page of every lab
+  graded, for any LMS (or e-mail): one zip per student, holding nothing of anyone else;
+- ``canvas/<lab>.zip``, for labs that came from Canvas's download: every student's page named
   ``<name>_[LATE_]<user id>_<attachment id>_feedback-<lab>.html``, the prefix of the file they
   submitted. Canvas's "Re-Upload Submissions" (on the assignment's page) takes this zip and
   attaches each file as a comment to its student's submission, matching it by the user id and
@@ -46,24 +46,26 @@ def write(book, rows: list[dict]) -> list[Path]:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
+    (folder / "students").mkdir()
     written = []
     by_student = pages(book)
     for student, items in by_student.items():
-        written.append(_zip(folder / f"{student}.zip", [(p, f"{student}/{p.name}") for _, p in items]))
+        written.append(_zip(folder / "students" / f"{student}.zip", [(p, f"{student}/{p.name}") for _, p in items]))
     for lab in book.labs:
         files = [(p, f"{prefix}_feedback-{lab.key}.html") for items in by_student.values() for job, p in items
                  if job.lab.key == lab.key and (prefix := book.submitted(job).get("canvas_prefix"))]
         if files:
-            written.append(_zip(folder / f"canvas-{lab.key}.zip", files))
+            (folder / "canvas").mkdir(exist_ok=True)
+            written.append(_zip(folder / "canvas" / f"{lab.key}.zip", files))
     return written
 
 
 def describe(book, written: list[Path]) -> list[str]:
     """What was written and what the instructor does with it."""
-    students = [p for p in written if not p.name.startswith("canvas-")]
-    canvas = [p for p in written if p.name.startswith("canvas-")]
-    lines = [f"wrote {len(students)} student zip(s) to {Path(book.out) / FOLDER}/ (<student>.zip: that student's "
-             f"feedback pages only)"]
+    students = [p for p in written if p.parent.name == "students"]
+    canvas = [p for p in written if p.parent.name == "canvas"]
+    lines = [f"wrote {len(students)} student zip(s) to {Path(book.out) / FOLDER / 'students'}/ (<student>.zip: that "
+             f"student's feedback pages only)"]
     for p in canvas:
         lines.append(f"{p}: on Canvas, open the assignment, choose Re-Upload Submissions and give it this zip; each "
                      f"page becomes a comment on its student's submission")

@@ -14,7 +14,7 @@ Output in ``out``:
 
     grades.csv, summary.md            every run (report.md, report.csv too for the reference run)
     summary.html                      per lab, the score distribution and each check's pass rate (``stats``)
-    deliver/                          the feedback pages packed per student and for Canvas (``grade-deliver``)
+    deliver/students, deliver/canvas  the feedback pages packed per student and for Canvas (``grade-deliver``)
     final_grades.csv, canvas.csv      the gradebook exports (``exports``)
     similarity.html, similarity.csv   pairs of students whose code or answers match (``similarity``)
     answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored

@@ -397,16 +397,19 @@ def _when(value) -> dt.datetime | None:
     return None
 
 
-def parse_time(text: str) -> dt.datetime:
+def parse_time(text: str, local: bool = False) -> dt.datetime:
     """An ISO-8601 time (``2024-10-01T23:59:00-07:00``, or Gradescope's ``2024-10-01 06:58:05.7 Z``);
-    without a zone it is UTC."""
+    without a zone it is UTC (Gradescope's own), or this machine's time zone with ``local`` (a
+    due date as an instructor writes it)."""
     t = re.sub(r"\s*Z$", "+00:00", text.strip())
     t = re.sub(r"(\.\d{6})\d+", r"\1", t)
     try:
         when = dt.datetime.fromisoformat(t)
     except ValueError:
         raise IntakeError(f"{text!r} is not a date and time; write it as 2024-10-01T23:59:00-07:00") from None
-    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    if when.tzinfo:
+        return when
+    return when.astimezone() if local else when.replace(tzinfo=dt.timezone.utc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +440,7 @@ def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict
         raise IntakeError(f"{source} is already laid out as DIR/<student>/<notebook>.ipynb; grade it as it is")
     notes: list[str] = []
     items = entries(source, notes)
-    due_at = parse_time(due) if due else None
+    due_at = parse_time(due, local=True) if due else None
     found = canvas_candidates(items, notes) if layout == "canvas" else gradescope_candidates(items, notes, due_at)
     if layout == "canvas" and due:
         notes.append("--due is not used for Canvas: its download marks late files itself (LATE)")

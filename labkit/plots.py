@@ -697,7 +697,7 @@ def check_pass_rates(frame, title: str | None = None):
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
     ax.set_xlabel("share of students (answers: share of the points)")
-    ax.legend(loc="lower right", fontsize="x-small")
+    fig.legend(loc="outside lower center", ncols=3, fontsize="x-small")
     if title:
         ax.set_title(title)
     return fig

@@ -458,7 +458,9 @@ def test_only_the_labs_submitted_are_graded_and_a_later_batch_adds_to_the_class(
     assert ("aabsent", "beta", "execution") not in after                       # only the lab submitted
     canvas = {ln[3]: ln for ln in csv.reader(open(out / "canvas.csv", newline=""))}
     assert set(canvas) >= {"jsmith", "jdoe", "rroe", "llee", "kkim", "aabsent"} and canvas["aabsent"][6] == ""
-    assert "| Absent, Abe | aabsent | beta |" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "| Absent, Abe | aabsent | beta |" in summary
+    assert summary.startswith(f"# Grades: {canvas_class['download']}, {late_one}\n")   # the class: both batches
     # one lab alone: its export has no column of labs nobody submitted
     only = tmp_path / "only"
     (only / "ann").mkdir(parents=True)

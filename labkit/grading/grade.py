@@ -474,6 +474,9 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
                 mine_entry["labs"].setdefault(lab, info)
                 mine_entry["person"] = mine_entry.get("person") or entry.get("person") or {}
     book.intake_notes = list(dict.fromkeys(prior.intake_notes + book.intake_notes))
+    if carried:   # the class's title names every batch
+        source = book.title.removeprefix("Grades: ")
+        book.title = prior.title + ("" if source in prior.title.removeprefix("Grades: ").split(", ") else f", {source}")
     if carried:
         log(f"adding to the {len({j.student for j in carried})} student(s) graded in {book.out} before: their "
             f"{len(carried)} notebook(s) stay as graded unless their file or the rubric changed")

@@ -29,6 +29,7 @@ The kinds:
 ``eval``           an evaluation during training: the run, samples and global step, its metrics
 ``done``           a training run ended on this task: the run, local and global steps, seconds, metrics
 ``peer_failure``   TensorFlow stopped training with an error (a peer lost): its class and message
+``tf_error``       TensorFlow logged an error and went on (a coordinator's lost closure, retried elsewhere)
 ``ended``          the task wrote its result and exits: status, shutdown, exit code
 =================  ================================================================================
 
@@ -146,6 +147,11 @@ class Done(Event):
 @kind("peer_failure")
 class PeerFailure(Event):
     error: str
+    message: str
+
+
+@kind("tf_error")
+class TfError(Event):
     message: str
 
 

@@ -166,6 +166,13 @@ class TaskOutcome:
         return r["train"]
 
     @property
+    def traffic(self) -> dict:
+        """What the task's bytes meter read over its training (``labkit.sockets.traffic``: its own
+        sockets, its node's NICs, the local tasks' sockets, each also per step), under the same
+        names whichever program measured it; {} if it measured none."""
+        return (self.result or {}).get("traffic") or {}
+
+    @property
     def baseline(self) -> dict:
         """A configuration of a shared cluster: what the process held when it began (RSS, host
         memory in use; ``results.baseline``). {} for a task that ran one configuration."""

@@ -13,7 +13,9 @@
   which is how Lab 5 shows a parameter server's load growing with the workers while each
   ring worker's stays flat, on one machine.
 - ``Meter``, the one meter: any of them around a window (a task's training), with stretches
-  left out (an evaluation) and per-step figures under one set of names (``per_step``).
+  left out (an evaluation); ``traffic`` is what every program records of it, under one set of
+  names (``sent_bytes_per_step``, ``nic_sent_bytes_per_step``, ``counters_per_step`` ...), so a
+  table reads a task's bytes without knowing which program measured them.
 
 Socket counters live as long as their socket: read them around a window in which the
 connections stay open (gRPC keeps its channels for the life of a task). Imports no
@@ -211,6 +213,21 @@ def per_step(reading: dict, steps: int) -> dict:
     if "counters" in reading:
         out["counters_per_step"] = {k: v / n for k, v in reading["counters"].items()}
     return out
+
+
+def traffic(readings: list[dict], steps: int) -> dict:
+    """What a task records of its traffic, the same for every program: its ``Meter`` readings over
+    the windows of its training added up, the ``steps`` they held, and each figure per step."""
+    total: dict = {"window_s": sum(r["window_s"] for r in readings)}
+    for key in dict.fromkeys(k for r in readings for k in r if k.endswith("_bytes")):
+        values = [r.get(key) for r in readings]
+        total[key] = None if any(v is None for v in values) else sum(values)
+    if any("nics" in r for r in readings):
+        total["nics"] = next(r["nics"] for r in readings if "nics" in r)
+    if any("counters" in r for r in readings):
+        names = dict.fromkeys(k for r in readings for k in r.get("counters", {}))
+        total["counters"] = {k: sum(r.get("counters", {}).get(k, 0) for r in readings) for k in names}
+    return {**total, "steps": steps, **per_step(total, steps)}
 
 
 def step_bytes(traffic: dict, way: str = "both") -> float | None:

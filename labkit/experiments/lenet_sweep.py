@@ -39,6 +39,7 @@ from labkit.launch import Cluster, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
+from labkit.sockets import step_bytes
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -155,8 +156,7 @@ class Sweep(experiments.Sweep):
                              "proc_rss_baseline_bytes": t.baseline.get("proc_rss_bytes"),
                              "cpu_user_pct": res.get("cpu_user_pct"),
                              "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
-                             "images_per_s": tr.get("images_per_s"),
-                             "bytes_per_step": tr.get("bytes_per_step_per_worker"),
+                             "images_per_s": tr.get("images_per_s"), "bytes_per_step": worker_bytes(run.result, t),
                              "train_s": t.timings.get("train_s"), "wall_s": t.wall_s})
         return pd.DataFrame(rows).set_index(["config", "task"])
 
@@ -178,14 +178,12 @@ class Sweep(experiments.Sweep):
         over workers) against the ring's analytic 2(N-1)/N x model bytes."""
         import pandas as pd
 
-        from labkit.costmodel import step_bytes
-
         rows = []
         for run in self.runs:
             tr, n = run.train, run.workers
-            measured = [t.training.get("bytes_per_step_per_worker") for t in run.result]
+            measured = [worker_bytes(run.result, t) for t in run.result]
             measured = [m for m in measured if m is not None]
-            analytic = step_bytes("ring", tr["model_bytes"], n).worker_sent
+            analytic = 2 * (n - 1) / n * tr["model_bytes"]  # 2(N-1) rounds of the ring, a chunk of M/N sent in each
             mean = sum(measured) / len(measured) if measured else math.nan
             rows.append({"config": run.label, "workers": n, "batch_size": run.batch_size,
                          "global_batch": tr["global_batch"], "images_per_s": tr["images_per_s"],
@@ -214,6 +212,18 @@ class Sweep(experiments.Sweep):
             out["resume_evidence"] = resume_evidence(fault)
         out["settings"] = self.settings
         return out
+
+
+def worker_bytes(result: ClusterResult, task) -> float | None:
+    """Bytes ``task`` (a ring worker) sent per step: its own sockets' (``TaskOutcome.traffic``),
+    else its share of its node's NIC, whose counters see every task on the host (and every other
+    program too); None where neither was measured."""
+    traffic = task.traffic
+    own = step_bytes(traffic, "sent")
+    if own is not None:
+        return own
+    nic = traffic.get("nic_sent_bytes_per_step")
+    return nic / sum(1 for t in result if t.host == task.host) if nic is not None else None
 
 
 def _node_average(result: ClusterResult) -> dict:

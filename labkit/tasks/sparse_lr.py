@@ -91,7 +91,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit import events
-from labkit.sockets import Meter, per_step, step_bytes
+from labkit import sockets
+from labkit.sockets import Meter, step_bytes
 from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
@@ -457,7 +458,7 @@ class Trainer:
                 if chief and args.eval_every and step * entry["samples_per_step"] >= next_eval and step < target:
                     self.evaluate(entry, step, local, t0)
                     next_eval = (step * entry["samples_per_step"] // args.eval_every + 1) * args.eval_every
-            traffic = self.meter.stop()
+            reading = self.meter.stop()
         # the chief's evaluations are not training: in sync every worker waits for them too
         train_s = entry["train_s"] = rt.timings[f"{run.label}_s"] - self.eval_s
         entry["eval_s"] = self.eval_s
@@ -468,7 +469,7 @@ class Trainer:
                  dense_bytes_per_step=dense_ps_step_bytes(self.num_features), num_features=self.num_features,
                  s_per_1k_global_steps=1000 * train_s / max(step, 1), s_per_1k_local_steps=1000 * train_s / max(local, 1),
                  examples_per_s=local * run.batch_size / train_s)
-        entry["traffic"] = {**traffic, "steps": local, **per_step(traffic, local)}
+        entry["traffic"] = sockets.traffic([reading], local)
         if chief:
             final = self.evaluate(entry, int(sess.run(g.global_step)) - g0, local, t0)
             m.update(test_accuracy=final["test_accuracy"], test_error=final["test_error"],

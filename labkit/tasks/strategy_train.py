@@ -1,4 +1,4 @@
-"""Train a Keras model on MNIST under a ``tf.distribute`` strategy, one cluster task per process.
+"""Train a Keras model on MNIST (or synthetic images) under a ``tf.distribute`` strategy, one task per process.
 
 ``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
 as every task of a cluster; the loop is ``labkit.train_loop.train`` (Keras 3 ``fit`` fails
@@ -62,7 +62,8 @@ VARYING = ("model", "batch_size", "epochs", "lr", "momentum", "train_limit", "te
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m labkit.tasks.strategy_train", description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=STRATEGIES, default="mwms")
-    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression)")
+    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression, "
+                                                     "cifar_cnn: on synthetic 32x32x3 images)")
     p.add_argument("--batch-size", type=int, default=50, help="examples per worker per step")
     p.add_argument("--epochs", type=int, default=3, help="epochs to reach (a resumed run trains the rest)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
@@ -84,6 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
+    p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: a step event per step, with the "
+                                                              "worker that ran each slice, and one per error "
+                                                              "TensorFlow logs (a fault demo follows them)")
     add_configs_option(p, VARYING)
     args = p.parse_args(argv)
     check_args(p, args)
@@ -154,7 +158,8 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                            momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
                            checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
                            steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters, on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
+                           counters=counters, on_step=step_tracer(rt) if args.trace_steps else None,
+                           on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
                            on_resume=lambda start, epochs: rt.emit(events.Resumed(start_epoch=start, epochs=epochs)))
     except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
         met = rt.result["peer_failure"] = peer_failure(e)
@@ -163,14 +168,7 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
         raise
     trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
     rt.steps["local"] = trained_steps
-    if args.strategy == "mwms" and trained_steps:
-        # This worker's own sockets (--task-bytes) where ss can tell; else its share of the NIC,
-        # whose counters see every task on this host, and every other program too.
-        own = (result.get("counters_per_step") or {}).get(f"{rt.task.name} sent")
-        here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
-        share = result["bytes_per_step"] / here if nic is not None else None
-        result["nic_bytes_per_step_per_worker"] = share
-        result["bytes_per_step_per_worker"] = own if own is not None else share
+    rt.result["traffic"] = result["traffic"]  # where every program keeps it (labkit.sockets.traffic)
     rt.result["train"] = result
     rt.series["history"] = result["history"]
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
@@ -183,6 +181,47 @@ def epoch_event(entry: dict, epochs: int) -> events.Epoch:
     return events.Epoch(epoch=entry["epoch"], epochs=epochs, train_loss=entry["train_loss"],
                         images_per_s=entry["images_per_s"], seconds=entry["train_seconds"],
                         val_loss=entry.get("val_loss"), val_accuracy=entry.get("val_accuracy"))
+
+
+def step_tracer(rt: TaskRuntime):
+    """``on_step`` for ``--trace-steps``: a ``step`` event per step, which ``labkit.faults``
+    follows, and a line for people."""
+    from labkit.faults import step_line
+
+    def on_step(step: dict) -> None:
+        rt.emit(events.Step(step=step["step"], seconds=step["seconds"], loss=step["loss"],
+                            slices_on=list(step["slices_on"])))
+        rt.log(step_line(step))
+    return on_step
+
+
+def report_tf_errors(rt: TaskRuntime) -> None:
+    """Every error TensorFlow logs (its ``ClusterCoordinator`` reports a lost worker's closure, and
+    runs it elsewhere) becomes a ``tf_error`` event, beside its line in the log."""
+    import logging
+
+    class ToEvents(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            rt.emit(events.TfError(message=record.getMessage()))
+
+    logging.getLogger("tensorflow").addHandler(ToEvents(level=logging.ERROR))
+
+
+def data_for(args, cache: dict):
+    """The model's data: MNIST for the 28x28 models; for one with an input shape of its own
+    (``labkit.models.INPUT_SHAPES``: the CIFAR-scale CNN), synthetic images of that shape,
+    ``train_limit`` and ``test_limit`` of them (default 10,000 and 1,000)."""
+    from labkit.models import INPUT_SHAPES
+
+    shape = INPUT_SHAPES.get(args.model)
+    if shape is None:
+        return mnist_for(args, cache)
+    key = (shape, args.train_limit, args.test_limit, args.seed)
+    if key not in cache:
+        from labkit.data import synthetic_images
+
+        cache[key] = synthetic_images(shape, args.train_limit or 10_000, args.test_limit or 1_000, args.seed)
+    return cache[key]
 
 
 def peer_failure(e) -> dict:
@@ -209,6 +248,8 @@ def main(argv=None) -> None:
             rt.mark("server up")
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy) if args.strategy == "ps" else None
+        if args.trace_steps:
+            report_tf_errors(rt)
 
         from labkit.sockets import pick_nic
 
@@ -223,7 +264,7 @@ def main(argv=None) -> None:
             if config.name is not None:
                 fresh_start(tf, rt, strategy)
             with rt.configuration(config):
-                train_configuration(rt, config.args, strategy, coordinator, mnist_for(config.args, loaded), nic,
+                train_configuration(rt, config.args, strategy, coordinator, data_for(config.args, loaded), nic,
                                     counters)
 
 

@@ -3,6 +3,7 @@ says who calls what, and how to add one). Each method's default is the local one
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +164,12 @@ class Launcher:
     def local_pid(self, tp: TaskProcess) -> int | None:
         """The pid of the task's own process on this machine, if it runs here (for live sampling)."""
         return tp.proc.pid if tp.proc is not None else None
+
+
+def pasteable(env: dict[str, str], argv: list[str]) -> str:
+    """A command started here as one line to paste in a shell: ``cd DIR && env K=V ... ARGV``."""
+    return (f"cd {shlex.quote(os.getcwd())} && env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            + " " + shlex.join(argv))
 
 
 def signal_group(pid: int, sig: int) -> None:

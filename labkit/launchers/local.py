@@ -10,12 +10,11 @@ it runs the same program."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 from labkit.cluster import Task, port_is_free
 from labkit.launchers import forkserver
-from labkit.launchers.base import Launcher, Settings, TaskProcess
+from labkit.launchers.base import Launcher, Settings, TaskProcess, pasteable
 from labkit.proc import OwnedProcess
 from labkit.results import read_json
 
@@ -34,9 +33,7 @@ class LocalLauncher(Launcher):
 
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
         argv = [self.settings.python, *argv_tail]
-        text = (f"cd {shlex.quote(os.getcwd())} && env "
-                + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv))
-        return argv, text
+        return argv, pasteable(env, argv)
 
     def started_argv(self, tp: TaskProcess) -> list[str]:
         """What to run for the task: its command, with the fork server's stand-in for its

@@ -435,6 +435,8 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
                                 **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
                                    if k != "optimizer"}, "timeout": timeout})
     base = f"study-{time.strftime('%Y%m%d-%H%M%S')}"
+    say = experiments.printer(log, ("eval", "done"))
+    printed = (lambda config, e: say(e, config.label) if config else None) if say else None
     with tqdm(total=len(deploys) * len(batch_sizes) * len(modes), desc="runs", unit="run",
               disable=not progress) as bar:
         for d in deploys:
@@ -444,9 +446,7 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
             def make(d=d, **shared_args):
                 return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
 
-            say = experiments.printer(log, ("eval", "done"))
-            results = shared.run(make, configs, timeout=timeout, bar=bar, static=False,
-                                 on_event=(lambda config, e: say(e, config.label) if config else None) if say else None)
+            results = shared.run(make, configs, timeout=timeout, bar=bar, static=False, on_event=printed)
             for config, result in zip(configs, results):
                 done = Run(config.args["mode"], d, config.args["batch_size"], result)
                 done.write_scalars()

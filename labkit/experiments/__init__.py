@@ -75,6 +75,13 @@ def printer(log, kinds: tuple[str, ...]):
     return on_event
 
 
+def config_printer(log, kinds: tuple[str, ...]):
+    """``shared.run``'s ``on_event(config, event)``: ``printer``'s lines, labelled with each
+    configuration's label; None without ``log``."""
+    say = printer(log, kinds)
+    return (lambda config, e: say(e, config.label) if config is not None else None) if say else None
+
+
 def positive_ints(name: str, values, example: str = "(1, 2, 3)") -> tuple[int, ...]:
     """One positive integer or several (numpy's too) as a tuple of ints: a sweep's axis. Anything
     else raises a ValueError that names ``name`` and shows ``example``."""

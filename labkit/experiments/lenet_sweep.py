@@ -257,8 +257,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                 "steps_per_epoch": kwargs.get("steps_per_epoch")}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     base = paths.run_name("sweep")
-    say = experiments.printer(log, ("epoch", "resumed"))
-    printed = (lambda config, e: say(e, config.label) if config else None) if say else None
+    printed = experiments.config_printer(log, ("epoch", "resumed"))
     with tqdm(total=len(workers) * len(batch_sizes), desc="sweep", unit="run", disable=not progress) as bar:
         for w in workers:
             configs = [shared.Config(f"w{w}-b{b}", f"{w} x {b}", {

@@ -435,8 +435,7 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
                                 **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
                                    if k != "optimizer"}, "timeout": timeout})
     base = f"study-{time.strftime('%Y%m%d-%H%M%S')}"
-    say = experiments.printer(log, ("eval", "done"))
-    printed = (lambda config, e: say(e, config.label) if config else None) if say else None
+    printed = experiments.config_printer(log, ("eval", "done"))
     with tqdm(total=len(deploys) * len(batch_sizes) * len(modes), desc="runs", unit="run",
               disable=not progress) as bar:
         for d in deploys:

@@ -311,8 +311,9 @@ class Cluster:
         while pending:
             self._deliver()
             self._raise_on_failure()
+            written = set(os.listdir(self.run_dir))  # a fresh listing: on NFS, it shows what other nodes wrote
             for p in list(pending):
-                if p.poll() is not None or p.launcher.ready(p.task):
+                if p.poll() is not None or (self._said_hello(p, written) and p.launcher.ready(p.task)):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
                 why = "; ".join(h for launcher, group in _by_launcher(pending) if (h := launcher.unready_hint(group)))
@@ -321,6 +322,13 @@ class Cluster:
             if pending:
                 time.sleep(POLL_S)
         self._raise_on_failure()  # a task that exited in the last round (its peers were up at once)
+
+    @staticmethod
+    def _said_hello(p: TaskProcess, written: set[str]) -> bool:
+        """Whether the task has written its hello (in ``written``, the run directory's files), which
+        it does once it has found its port free, where its files are here: until then, another
+        process that took its port would pass for its server."""
+        return not p.launcher.files_here or p.file(".hello.json") in written
 
     # --------------------------------------------------------------------- wait
     def wait(self, timeout: float | None = None) -> ClusterResult:

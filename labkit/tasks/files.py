@@ -2,7 +2,8 @@
 
 - **The hello** (``<type>-<index>.hello.json``, one line): the task's pid, host and
   TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported, so the
-  launcher can refuse a cluster whose nodes disagree. A task forked by
+  launcher can refuse a cluster whose nodes disagree, and once the task has found its port free,
+  so the launcher takes what answers there for the task's server (``launch.Cluster``). A task forked by
   ``labkit.launchers.forkserver`` also names the server (``forkserver``).
 - **The result** (``<type>-<index>.json``): metrics, steps, timings, series, resource samples
   and how the task ended (``new_result``, ``seal``). The runtime writes it, then ends the
@@ -52,7 +53,7 @@ def new_result(program: str, task, args: dict, threads: tuple[int, int], started
 
 
 def write_hello(path: Path, result: dict) -> None:
-    """The hello: alive, with these versions (and from then on, a SIGTERM ends in a result file)."""
+    """The hello: alive, with these versions, and the port was free."""
     write_json(path, {k: result[k] for k in HELLO_KEYS if k in result})
 
 

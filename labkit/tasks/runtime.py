@@ -50,11 +50,13 @@ class TaskRuntime:
         self._finishing = threading.Lock()
         self._warming = False
         self._events = events.channel_for(self.run_dir, self.task.type, self.task.index)
-        signals.on_sigterm(self._terminated)
-        files.write_hello(self.path(".hello.json"), self.result)  # from now on, SIGTERM ends in a result file
-        self.emit(events.Started(pid=os.getpid(), host=self.result["host"], program=program))
+        signals.on_sigterm(self._terminated)  # from now on, SIGTERM ends in a result file
         if not port_is_free(self.task.port):  # fail in a second, not after TensorFlow's import
             self.finish(PortInUse(self.task.name, self.task.address, " (found before importing TensorFlow)"))
+        # The hello says: alive, these versions, and my port was free (what the launcher's readiness needs:
+        # another process that took the port would answer on it)
+        files.write_hello(self.path(".hello.json"), self.result)
+        self.emit(events.Started(pid=os.getpid(), host=self.result["host"], program=program))
 
     def bind(self, result: dict) -> None:
         """Make ``result`` (the process's, or a configuration's) the one ``metrics``, ``steps``,

@@ -50,8 +50,9 @@ grade: setup data
 # gradebook exports (README "Grading"). None of these runs a notebook.
 SCORES ?=
 ROSTER ?=
+ANONYMOUS ?=
 grade-answers: setup
-	$(PY) -m labkit grade-answers --out out/grade
+	$(PY) -m labkit grade-answers --out out/grade $(if $(ANONYMOUS),--anonymous)
 
 grade-merge: setup
 	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }

@@ -15,6 +15,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from labkit.grading.csvsafe import escape
+
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
@@ -30,11 +32,12 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:
+    """Every CSV the grader writes: text cells escaped against formula injection (``csvsafe``)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: _cell(r.get(k)) for k in fields})
+        w.writerow({k: escape(_cell(r.get(k))) for k in fields})
     write_text(path, buf.getvalue())
 
 
@@ -98,8 +101,8 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
     waiting = [r for r in rows if r["status"] == PENDING]
     if waiting:
         lines += ["", f"## Awaiting a TA ({len(waiting)} answer(s), {sum(r['max'] for r in waiting):g} points)", "",
-                  "Export them with `python -m labkit grade-answers`, score them in the CSVs, and merge those with "
-                  "`python -m labkit grade-merge`; the totals above count them apart (`+N pending`)."]
+                  "Export them with `make grade-answers`, score them in the CSVs, and merge those with "
+                  "`make grade-merge SCORES=\"...\"`; the totals above count them apart (`+N pending`)."]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]

@@ -33,7 +33,7 @@ from labkit.grading.sanitize import Page, clean
 from labkit.record import cell_name, cell_tags
 
 TEMPLATES = Path(__file__).with_name("templates")
-OUTPUT_KB = 2048         # the rubric's page_output_kb when a caller gives none
+OUTPUT_KB = 1024         # the rubric's page_output_kb when a caller gives none
 MAX_NOTEBOOK_BYTES = 64 * 2**20   # an executed notebook past this is not rendered at all (grade reads no more)
 CSS = ("math[display=block]{display:block;margin:0.6em 0;font-size:110%} code.tex-error{color:#9a6700} "
        "a.anchor-link,.jp-Collapser{display:none} .jp-InputArea{overflow:hidden} "

@@ -40,8 +40,8 @@ class Task:
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
     log: Path                      # the renderer's output (tracebacks)
     done: Callable[[], None] | None = None   # called once the page (or its fallback) is written
-    timeout: float = TIMEOUT_S
-    memory_mb: float = MEMORY_MB
+    timeout: float | None = None   # seconds (None: TIMEOUT_S)
+    memory_mb: float | None = None  # (None: MEMORY_MB)
 
     def start(self) -> "Rendering":
         return Rendering(self)
@@ -54,18 +54,19 @@ class Rendering:
         from labkit.proc import OwnedProcess
 
         self.task = task
+        self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
         task.log.parent.mkdir(parents=True, exist_ok=True)
         self.spec = task.log.with_name(f".render-{uuid.uuid4().hex[:12]}.json")
-        self.spec.write_text(json.dumps({"kind": task.kind, "args": task.args, "memory_mb": task.memory_mb},
+        self.spec.write_text(json.dumps({"kind": task.kind, "args": task.args, "memory_mb": self.memory_mb},
                                         default=str))
         try:
-            self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", task.memory_mb * 2**20, TASKS)
+            self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
         except OSError:  # no way to cap the group here: the process's own data limit still holds
             self.group = None
         argv = [sys.executable, "-m", "labkit.grading.render", str(self.spec)]
         self.proc = OwnedProcess(self.group.enter_command(argv) if self.group else argv, task.log,
                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=task.log.parent)
-        self.deadline = time.monotonic() + task.timeout
+        self.deadline = time.monotonic() + self.timeout
         self.result: bool | None = None
         self.proc.start()
 
@@ -76,9 +77,9 @@ class Rendering:
         if code is None and time.monotonic() < self.deadline:
             return None
         if code is None:
-            why = f"rendering it took longer than {self.task.timeout:g} s"
+            why = f"rendering it took longer than {self.timeout:g} s"
         elif self.group is not None and self.group.oom_kills():
-            why = f"rendering it needed more than {self.task.memory_mb:g} MB"
+            why = f"rendering it needed more than {self.memory_mb:g} MB"
         elif code != 0:
             why = f"rendering it failed ({_last_line(self.task.log) or f'exit code {code}'})"
         else:

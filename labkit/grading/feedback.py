@@ -140,9 +140,9 @@ def _row(r: dict, descriptions: dict, page: Page, cells: set) -> str:
 
     desc = descriptions.get(r["check"], "") if isinstance(r["check"], str) else ""
     reason = html.escape(str(r["reason"]))
-    if r["check"] == EXECUTION:  # "cell 5" links to the cell, where the page shows it
+    if r["check"] == EXECUTION:  # the grader's "cell 5" (said first, before any message) links to the cell
         reason = re.sub(r"\bcell (\d+)\b", lambda m: f"<a href='#{page.id('cell-' + m.group(1))}'>{m.group(0)}</a>"
-                        if int(m.group(1)) in cells else m.group(0), reason)
+                        if int(m.group(1)) in cells else m.group(0), reason, count=1)
     return (f"<tr><td>{html.escape(str(r['check']))}"
             + (f"<div class='labkit-desc'>{html.escape(desc)}</div>" if desc else "")
             + f"</td><td>{_pts(r['points'], r['max']) if r['check'] != EXECUTION else ''}</td>"

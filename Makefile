@@ -23,7 +23,7 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test grade grade-answers grade-merge grade-export bench release cluster-setup clean
+.PHONY: setup data lab test grade grade-answers grade-merge grade-export bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,15 @@ CLUSTER_ARGS ?=
 cluster-setup: setup
 	@test -n "$(HOSTS)" || { echo "usage: make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=...] [CLUSTER_ARGS=...]" >&2; exit 2; }
 	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
+
+# Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
+# the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).
+#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [CLOUDLAB_ARGS="--command '...'"]
+NODES         ?= 4
+LINK          ?= 1gbit
+CLOUDLAB_ARGS ?=
+cloudlab-local: setup
+	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(CLOUDLAB_ARGS)
 
 clean:
 	rm -rf out runs notebooks/runs release .pytest_cache

@@ -285,8 +285,27 @@ def _add_nodes(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_cloudlab_local(sub) -> None:
+    def run(a):
+        from labkit import cloudlab_local, netem
+
+        try:
+            return cloudlab_local.session(a.nodes, a.link, a.user, a.command)
+        except (ValueError, netem.EmulationUnavailable, netem.NetworkSetupError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    p = sub.add_parser("cloudlab-local", help="emulated CloudLab nodes on this machine (network namespaces on a "
+                                              "shaped LAN, sshd, an account): a shell on node0 (docs/cluster.md)")
+    p.add_argument("--nodes", type=int, default=4, help="how many nodes: node0, node1, ... (default 4)")
+    p.add_argument("--link", default="1gbit", help="each node's link: RATE[,DELAY], e.g. 1gbit,0.2ms (default 1gbit)")
+    p.add_argument("--user", default="ta", help="the experiment's account on every node (default ta)")
+    p.add_argument("--command", help="run this on node0 as the account instead of a shell, then take all down")
+    p.set_defaults(func=run)
+
+
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_bench, _add_monitor, _add_grade, _add_release]
+REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_cloudlab_local, _add_bench, _add_monitor, _add_grade, _add_release]
 
 
 def build_parser() -> argparse.ArgumentParser:

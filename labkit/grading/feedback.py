@@ -10,10 +10,9 @@ it against the allow-list: the last step, after every conversion. Before that:
 - HTML (Markdown cells' own and outputs') is cleaned on its own as well, so one output's
   unclosed tags cannot swallow the cells after it;
 - figures stay inline (data URIs); SVG as ``<img src="data:image/svg+xml;base64,...">``;
-- an output, or a cell's text, longer than the rubric's ``page_output_kb`` is cut, with a note
-  that says so; TensorFlow's start-up lines on stderr (absl's log lines, oneDNN's notice) are
-  folded into a note rather than shown as an error;
-- cells carry the number JupyterLab shows ("Cell 5/42"), the one every reason uses.
+- the notebook is shown as ``notebook_view`` shapes it: cells numbered as JupyterLab numbers
+  them ("Cell 5/42", the number every reason uses), outputs over the rubric's ``page_output_kb``
+  cut with a note, TensorFlow's start-up lines folded into a note rather than shown as an error.
 
 A page shows only what the student's own run produced and the grader's verdicts: no answer
 key, no reference solution, nothing of a hidden check but its verdict, nothing of a classmate.
@@ -22,15 +21,15 @@ Pages render in a process of their own, limited in time and memory (``render``):
 """
 from __future__ import annotations
 
-import copy
 import html
 import re
 from pathlib import Path
 
 from markupsafe import Markup
 
+from labkit.grading.notebook_view import cell_numbers, displayable, kb
 from labkit.grading.sanitize import Page, clean
-from labkit.record import cell_name, cell_tags
+from labkit.record import cell_name
 
 TEMPLATES = Path(__file__).with_name("templates")
 OUTPUT_KB = 1024         # the rubric's page_output_kb when a caller gives none
@@ -46,13 +45,6 @@ CSS = ("math[display=block]{display:block;margin:0.6em 0;font-size:110%} code.te
        ".labkit-next li{margin:0.3em 0}")
 STATUS_COLOR = {"pass": "#1a7f37", "ok": "#1a7f37", "partial": "#9a6700", "pending": "#0969da"}
 GATED = re.compile(r"no points while the lab's evidence does not hold \((.*)\); on its own this check was (\S+)$")
-# TensorFlow's start-up lines on stderr: absl's log format (I/W severity), and its notices
-TF_NOISE = re.compile(
-    r"[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] .*"
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
-    r"|E\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] Unable to register cu(DNN|FFT|BLAS) factory.*"
-    r"|[EW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] failed call to cuInit.*")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,134 +197,7 @@ def header(rows: list[dict], title: str, page: Page, warning: str = "", descript
 
 
 # ---------------------------------------------------------------------------------------------
-# The notebook: numbered, cut to size, without what needs a script
-
-def _cut(text: str, limit: int) -> str:
-    """``text`` up to ``limit`` characters, ended at a line break where there is one near."""
-    head = text[:limit]
-    nl = head.rfind("\n")
-    return head[:nl + 1] if nl > limit // 2 else head
-
-
-def _note(summary: str, text: str = "") -> dict:
-    """An output the page shows as the grader's note (``labkit_note``)."""
-    return {"output_type": "display_data", "data": {}, "metadata": {"labkit_note": {"summary": summary,
-                                                                                     "text": text}}}
-
-
-def _size(value) -> int:
-    return len(value) if isinstance(value, str) else len(str(value))
-
-
-def _kb(n: int) -> str:
-    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} KB"
-
-
-def _fit_output(out: dict, limit: int) -> list[dict]:
-    """``out`` as the page shows it: cut to ``limit`` characters per MIME type, with a note when cut."""
-    kind = out.get("output_type")
-    if kind == "stream":
-        text = out.get("text", "")
-        text = text if isinstance(text, str) else "".join(text)
-        notes = []
-        if out.get("name") == "stderr":
-            lines = text.splitlines(keepends=True)
-            noise = [ln for ln in lines if TF_NOISE.fullmatch(ln.rstrip("\n"))]
-            if noise:
-                text = "".join(ln for ln in lines if not TF_NOISE.fullmatch(ln.rstrip("\n")))
-                notes.append(_note(f"TensorFlow's start-up messages ({len(noise)} line(s) on stderr; not errors, "
-                                   f"also in the run's log)", _cut("".join(noise), limit)))
-        if len(text) > limit:
-            notes.append(_note(f"This output is {_kb(len(text))}; the page shows its first {_kb(limit)} (the "
-                               f"rubric's page_output_kb)."))
-            text = _cut(text, limit)
-        return ([{**out, "text": text}] if text.strip() else []) + notes
-    if kind == "error":
-        tb = list(out.get("traceback") or [])
-        if sum(map(len, tb)) > limit:
-            kept, total = [], 0
-            for line in tb:
-                total += len(line)
-                if total > limit:
-                    break
-                kept.append(line)
-            return [{**out, "traceback": kept}, _note(f"This traceback is longer than {_kb(limit)}; the page shows "
-                                                      f"its start (the rubric's page_output_kb).")]
-        return [out]
-    data = out.get("data")
-    if not isinstance(data, dict):
-        return [out]
-    big = {m: _size(v) for m, v in data.items() if _size(v) > limit}
-    if not big:
-        return [out]
-    data = dict(data)
-    for mime in big:
-        if mime in ("text/plain", "text/html", "text/markdown"):
-            data[mime] = _cut(data[mime] if isinstance(data[mime], str) else "".join(data[mime]), limit)
-        else:  # an image or a formula cut in half means nothing: left out
-            data.pop(mime)
-    if not data:
-        data["text/plain"] = ""
-    what = ", ".join(f"{m} {_kb(n)}" for m, n in big.items())
-    return [{**out, "data": data}, _note(f"This output is over the {_kb(limit)} a page shows of one output (the "
-                                         f"rubric's page_output_kb): {what}; cut, or left out where a part would "
-                                         f"mean nothing (images, formulas).")]
-
-
-def cell_numbers(nb, source_ids: list | None) -> list:
-    """Per cell of the executed ``nb``: its number in the submitted notebook (from 1), or None
-    for a cell the grader's run added (papermill's parameters and error cells). By cell id when
-    the submission has them, else by position."""
-    added = ("injected-parameters", "papermill-error-cell-tag")
-    if source_ids and all(source_ids):
-        where = {cid: i + 1 for i, cid in enumerate(source_ids)}
-        return [where.get(c.get("id")) for c in nb.cells]
-    out, n = [], 0
-    for c in nb.cells:
-        if any(t in cell_tags(c) for t in added):
-            out.append(None)
-        else:
-            n += 1
-            out.append(n)
-    return out
-
-
-def displayable(nb, limit: int, numbers: list):
-    """A copy of ``nb`` as the page shows it: papermill's error banners and what needs a script
-    (widgets, JavaScript) left out, every output and cell text cut to ``limit`` characters
-    (with a note), each cell with its number (``metadata.labkit``)."""
-    nb = copy.deepcopy(nb)
-    nb.metadata.pop("widgets", None)
-    drop = ("application/javascript", "application/vnd.jupyter.widget-view+json",
-            "application/vnd.jupyter.widget-state+json", "text/vnd.mermaid")
-    cells = []
-    for cell, number in zip(nb.cells, numbers):
-        if "papermill-error-cell-tag" in cell_tags(cell):
-            continue
-        meta = cell.setdefault("metadata", {})
-        meta["labkit"] = {"number": number, "injected": "injected-parameters" in cell_tags(cell), "cut": ""}
-        source = cell.get("source", "")
-        source = source if isinstance(source, str) else "".join(source)
-        if len(source) > limit:
-            cell["source"] = _cut(source, limit)
-            meta["labkit"]["cut"] = (f"This cell's text is {_kb(len(source))}; the page shows its first "
-                                     f"{_kb(limit)} (the rubric's page_output_kb).")
-        outputs = []
-        for out in cell.get("outputs") or []:
-            (out.get("metadata") or {}).pop("labkit_note", None)   # a note is the grader's to write
-            data = out.get("data")
-            if isinstance(data, dict):
-                for mime in drop:
-                    data.pop(mime, None)
-                if not data and out.get("output_type") in ("display_data", "execute_result"):
-                    data["text/plain"] = ""
-            outputs += _fit_output(out, limit)
-        if cell.get("cell_type") == "code":
-            cell["outputs"] = outputs
-        cells.append(cell)
-    nb.cells = cells
-    return nb
-
+# The page
 
 def _prompt(cell) -> str:
     meta = (cell.get("metadata") or {}).get("labkit") or {}
@@ -395,8 +260,8 @@ def write_feedback(executed: str | None, rows: list[dict], path: str, title: str
         return
     size = Path(executed).stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
-        write_text(path, plain_page(rows, title, f"The executed notebook is {_kb(size)}, over the "
-                                                 f"{_kb(MAX_NOTEBOOK_BYTES)} a page is made from: print less.",
+        write_text(path, plain_page(rows, title, f"The executed notebook is {kb(size)}, over the "
+                                                 f"{kb(MAX_NOTEBOOK_BYTES)} a page is made from: print less.",
                                     warning, descriptions))
         return
     nb = nbformat.read(str(executed), as_version=4)

@@ -202,7 +202,7 @@ def header(rows: list[dict], title: str, page: Page, warning: str = "", descript
 def _prompt(cell) -> str:
     meta = (cell.get("metadata") or {}).get("labkit") or {}
     if meta.get("injected"):
-        return "the grader's parameters"
+        return "grader"   # papermill's injected parameters: no cell of the student's
     return html.escape(cell_name(meta["number"] - 1).capitalize()) if meta.get("number") else ""
 
 

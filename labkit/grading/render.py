@@ -8,7 +8,7 @@ data limit too), and killed past ``TIMEOUT_S``.
 
 ``Task`` is one page to write: a renderer's name (``RENDERERS``), its JSON arguments, and the
 page to write instead when rendering fails (``fallback``: the check table and why the notebook
-is not shown). ``Task.start()`` returns a ``Rendering`` whose ``poll()`` is None until it has
+is not shown; the next rebuild of the reports tries that page again). ``Task.start()`` returns a ``Rendering`` whose ``poll()`` is None until it has
 ended; the batch polls it with the notebooks it runs, so their timeouts still hold while a page
 renders. ``run(tasks, parallel)`` writes a list of pages, N at a time, and waits.
 """
@@ -39,7 +39,7 @@ class Task:
     path: Path                     # the page it writes
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
     log: Path                      # the renderer's output (tracebacks)
-    done: Callable[[], None] | None = None   # called once the page (or its fallback) is written
+    done: Callable[[], None] | None = None   # called once the page is written (not for a fallback: tried again)
     timeout: float | None = None   # seconds (None: TIMEOUT_S)
     memory_mb: float | None = None  # (None: MEMORY_MB)
 
@@ -56,7 +56,7 @@ class Rendering:
         self.task = task
         self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
         task.log.parent.mkdir(parents=True, exist_ok=True)
-        self.spec = task.log.with_name(f".render-{uuid.uuid4().hex[:12]}.json")
+        self.spec = task.log.resolve().with_name(f".render-{uuid.uuid4().hex[:12]}.json")
         self.spec.write_text(json.dumps({"kind": task.kind, "args": task.args, "memory_mb": self.memory_mb},
                                         default=str))
         try:
@@ -65,7 +65,7 @@ class Rendering:
             self.group = None
         argv = [sys.executable, "-m", "labkit.grading.render", str(self.spec)]
         self.proc = OwnedProcess(self.group.enter_command(argv) if self.group else argv, task.log,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=task.log.parent)
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})   # the grader's folder: its paths hold
         self.deadline = time.monotonic() + self.timeout
         self.result: bool | None = None
         self.proc.start()
@@ -89,7 +89,7 @@ class Rendering:
             from labkit.grading.report import write_text
 
             write_text(self.task.path, self.task.fallback(f"The executed notebook is not shown: {why}."))
-        if self.task.done:
+        elif self.task.done:
             self.task.done()
         self.result = True
         return True

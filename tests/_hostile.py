@@ -59,7 +59,11 @@ def payloads(beacon: str) -> dict[str, str]:
         "overlay": (f"<div style='position:fixed;top:0;left:0;width:100%;height:100%;background:white;"
                     f"z-index:99999'>{FAKE}</div><div class='jp-Dialog'>{FAKE} (dialog)</div>"
                     f"<div style='margin-top:-3000px;transform:translateY(-3000px)'>{FAKE} (moved)</div>"
-                    f"<div id='labkit-grade'>{FAKE} (id)</div>"),
+                    f"<div id='labkit-grade'>{FAKE} (id)</div>"
+                    f"<div style='height:1px;width:1px;line-height:0;white-space:nowrap;letter-spacing:-9px'>"
+                    f"{FAKE} (overflow)</div>"
+                    f"<math><mpadded voffset='-3000px' height='0' depth='0'><mtext>{FAKE} (math up)</mtext></mpadded>"
+                    f"<mspace width='-300em'/><mtext>{FAKE} (math left)</mtext></math>"),
         "math": (f"<math><mtext><img src='{b}/math-img'></mtext><maction actiontype='statusline' "
                  f"href='{b}/maction'><mi>x</mi></maction><annotation-xml encoding='text/html'>"
                  f"<iframe src='{b}/math-annotation'></iframe></annotation-xml></math>"),
@@ -79,6 +83,7 @@ def math_payloads(beacon: str) -> dict[str, str]:
         "math-text": f"$\\text{{<iframe src={b}/m-text>}}$",
         "math-style": f"$$\\style{{background:url({b}/m-style)}}{{x}}$$",
         "math-env": f"\\begin{{equation}}<base href={b}/m-env/>\\end{{equation}}",
+        "math-overlap": f"$\\hspace{{-300em}}\\text{{{FAKE} (tex left)}}\\mathrlap{{\\Huge x}}$",
     }
 
 
@@ -205,8 +210,11 @@ def audit(page: str, beacon: str | None = None) -> list[str]:
                     problems.append(f"<{tag} {name}={value!r}> is not one of the page's own")
                 elif nonce is None:
                     nonce = mine.group(1)
-            if name == "style" and re.search(r"position|margin|transform|url|z-index|float|display", value, re.I):
-                problems.append(f"<{tag} style={value!r}> can move or fetch")
+            if name == "style" and any(d.split(":")[0].strip() not in sanitize.STYLE_PROPERTIES
+                                       for d in value.split(";") if d.strip()):
+                problems.append(f"<{tag} style={value!r}> can move, size or fetch")
+            if tag in sanitize.MATHML_TAGS and name in sanitize.MATHML_LENGTHS and value.strip().startswith("-"):
+                problems.append(f"<{tag} {name}={value!r}> is negative")
             if name == "class":
                 for c in value.split():
                     if c not in sanitize.CLASSES and not sanitize._TOKEN_CLASS.fullmatch(c):

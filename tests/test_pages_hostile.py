@@ -181,18 +181,42 @@ LIVE_DOM = """() => [...document.querySelectorAll('*')].map(e => [e.localName,
     e.namespaceURI])"""
 
 FAKES_BELOW = """(fake) => {
+    const visible = (e) => {          // its box, clipped by every ancestor that clips
+        let r = e.getBoundingClientRect(), [t, l, b, rr] = [r.top, r.left, r.bottom, r.right];
+        for (let a = e.parentElement; a; a = a.parentElement) {
+            if (getComputedStyle(a).overflow !== 'visible') {
+                const c = a.getBoundingClientRect();
+                [t, l, b, rr] = [Math.max(t, c.top), Math.max(l, c.left), Math.min(b, c.bottom), Math.min(rr, c.right)];
+            }
+        }
+        return {top: t, left: l, bottom: b, right: rr, empty: b <= t || rr <= l};
+    };
+    const inside = (box, x, y) => {
+        const hit = document.elementFromPoint(x, y);
+        return !hit || hit === box || box.contains(hit);
+    };
+    window.scrollTo(0, 0);
     const head = document.querySelector('main > section, h1');
-    const bottom = head.getBoundingClientRect().bottom;
+    const h = head.getBoundingClientRect();
     const bad = [];
-    for (const e of document.querySelectorAll('body *')) {
+    for (const e of document.querySelectorAll('body *')) {    // no fake grade shows above the real one
         if (e.childElementCount === 0 && e.textContent.includes(fake)) {
-            const r = e.getBoundingClientRect();
-            if (r.height > 0 && r.top < bottom) bad.push([e.localName, r.top, bottom]);
+            const v = visible(e);
+            if (!v.empty && v.top < h.bottom) bad.push([e.localName, e.textContent.slice(0, 40), v.top, h.bottom]);
         }
     }
-    const r = head.getBoundingClientRect();
-    const hit = document.elementFromPoint(r.left + 5, r.top + 5);
-    return {bad, covered: !(hit && (hit === head || head.contains(hit)))};
+    let covered = false;                                        // nothing is drawn over the real grade
+    for (let i = 1; i < 8; i++) for (let j = 1; j < 5; j++)
+        covered = covered || !inside(head, h.left + i * h.width / 8, h.top + j * h.height / 5);
+    const spilled = [];                                         // nor over another cell of a table
+    for (const td of document.querySelectorAll('td')) {
+        td.scrollIntoView({block: 'center'});
+        const r = td.getBoundingClientRect();
+        if (r.width > 4 && r.height > 4 && !inside(td, r.left + r.width / 2, r.top + Math.min(r.height / 2, 8)))
+            spilled.push(td.textContent.slice(0, 60));
+    }
+    window.scrollTo(0, 0);
+    return {bad, covered, spilled};
 }"""
 
 
@@ -267,7 +291,7 @@ def test_no_page_navigates_requests_or_shows_what_is_not_allowed_in_chromium(hos
                     seen[name] = got
                     assert got["requests"] == [] and got["navigations"] == [] and got["moved"] == [], (name, got)
                     assert _live_problems(got["dom"]) == [], (name, _live_problems(got["dom"]))
-                    assert got["fakes"] == {"bad": [], "covered": False}, (name, got["fakes"])
+                    assert got["fakes"] == {"bad": [], "covered": False, "spilled": []}, (name, got["fakes"])
         finally:
             browser.close()
     assert hits == [], hits

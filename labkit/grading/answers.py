@@ -407,8 +407,8 @@ def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
         f"<tr><td class='labkit-desc'>{html.escape(r['student'])}<br>{html.escape(r['status'])}"
         f"{' ' + html.escape(r['score']) + '/' + html.escape(r['max']) if r['score'] else ''}</td>"
         f"<td>{''.join(f'<p class=labkit-warn>{html.escape(f)}</p>' for f in r.get('flags') or [])}"
-        f"{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</td>"
-        f"<td><table class='labkit-note'>{values(r)}</table></td>"
+        f"<div class='labkit-box'>{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</div></td>"
+        f"<td><div class='labkit-box'><table class='labkit-note'>{values(r)}</table></div></td>"
         f"<td>{html.escape(r['notes'])}</td></tr>" for r in rows)
     page = Page(f"{q.lab}: {q.check}")
     body = (f"<h1>{html.escape(q.lab)}: {html.escape(q.check)} ({q.max:g} point{'s' if q.max != 1 else ''})</h1>"

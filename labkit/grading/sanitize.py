@@ -18,10 +18,12 @@ own namespaces, so nothing breaks out of a ``<math>``), with:
   table", nor move the page's own anchors;
 - **classes** only those the page's own templates use (JupyterLab's stylesheet has classes
   that draw dialogs and overlays, such as ``jp-Dialog``);
-- **style** attributes with colours, alignment, fonts, borders, padding and sizes only: no
-  ``position``, ``margin``, ``transform``, ``z-index``, ``float`` or ``display``, and no value
-  with ``url(``, an escape or a function but colours, so nothing can cover the grade with a fake
-  one or fetch anything.
+- **style** attributes with colours, alignment and font weight or style only: nothing that
+  positions, moves or sizes a box (``position``, ``margin``, ``transform``, ``width``,
+  ``line-height``...), and no value with ``url(``, an escape or a function but colours; MathML
+  lengths never negative and no ``voffset``: nothing can cover the grade, a TA's column or a
+  cell with a fake one, or fetch anything. Each cell of a page also clips what overflows it
+  (``CONTAIN``, in every page's stylesheet).
 
 The head is the grader's alone: a charset, a Content-Security-Policy that forbids every
 script, request, form target and base URL (``CSP``), the title (escaped) and a stylesheet
@@ -54,7 +56,10 @@ MATHML_ATTRS = {"display", "mathvariant", "mathsize", "mathcolor", "mathbackgrou
                 "stretchy", "fence", "separator", "largeop", "movablelimits", "accent", "accentunder", "lspace",
                 "rspace", "minsize", "maxsize", "symmetric", "form", "linethickness", "columnalign", "rowalign",
                 "columnspacing", "rowspacing", "columnlines", "rowlines", "frame", "framespacing", "notation",
-                "width", "height", "depth", "voffset", "columnspan", "rowspan"}
+                "width", "height", "depth", "columnspan", "rowspan"}   # no voffset: it moves glyphs off their box
+MATHML_LENGTHS = {"mathsize", "lspace", "rspace", "minsize", "maxsize", "width", "height", "depth", "linethickness"}
+_LENGTH = re.compile(r"(\d{1,2}(\.\d+)?|\.\d+)(em|ex|mu|px|pt|%)?|(very){0,2}(thin|thick)mathspace|"
+                     r"mediummathspace|small|normal|big|infinity|thin|medium|thick")   # never negative
 ATTRS = {
     "*": {"class", "id", "title", "lang", "dir", "style"},
     "a": {"href"}, "img": {"src", "alt", "width", "height"}, "td": {"colspan", "rowspan", "align"},
@@ -62,14 +67,8 @@ ATTRS = {
     "li": {"value"}, "details": {"open"}, "div": {"data-mime-type"}, "table": {"border"},
     **{t: set(MATHML_ATTRS) for t in MATHML_TAGS}}
 IMAGE_SRC = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*")
-STYLE_PROPERTIES = {
-    "color", "background-color", "font-weight", "font-style", "font-family", "font-size", "font-variant",
-    "text-align", "text-decoration", "text-transform", "vertical-align", "white-space", "line-height",
-    "letter-spacing", "word-break", "overflow-wrap", "word-wrap", "list-style-type", "caption-side",
-    "border", "border-top", "border-right", "border-bottom", "border-left", "border-color", "border-style",
-    "border-width", "border-collapse", "border-spacing", "border-radius", "padding", "padding-top",
-    "padding-right", "padding-bottom", "padding-left", "width", "min-width", "max-width", "height",
-    "min-height", "max-height", "empty-cells", "table-layout"}
+STYLE_PROPERTIES = {"color", "background-color", "font-weight", "font-style", "text-align", "text-decoration",
+                    "vertical-align"}   # what Markdown tables and coloured text need; nothing that sizes or moves
 _STYLE_VALUE = re.compile(r"([-#\w\s.,%!'\"]|(rgba?|hsla?)\([\d\s.,%/]*\))*")
 # Classes the page's own templates (nbconvert's lab template, labkit's) and Python's renderers use;
 # the stylesheet gives none of them a position, a transform or a negative margin.
@@ -82,9 +81,12 @@ CLASSES = {
     "jp-RenderedHTML", "jp-RenderedText", "jp-RenderedImage", "jp-RenderedSVG", "jp-RenderedLatex",
     "jp-mod-noOutputs", "jp-mod-noInput", "jp-needs-light-background", "jp-needs-dark-background", "unconfined",
     "highlight", "hl-ipython3", "hl-python", "cm-editor", "cm-s-jupyter", "dataframe", "tex-error",
-    "labkit-desc", "labkit-warn", "labkit-note", "labkit-cut", "labkit-next", "labkit-flag", "labkit-side",
+    "labkit-desc", "labkit-warn", "labkit-box", "labkit-note", "labkit-cut", "labkit-next", "labkit-flag", "labkit-side",
     "jp-Collapser", "jp-InputCollapser", "jp-Cell-inputCollapser", "jp-OutputCollapser", "jp-Cell-outputCollapser"}
 _TOKEN_CLASS = re.compile(r"[a-z]{1,3}\d?|ansi-(bold|underline|[a-z]+-(fg|bg)|[a-z]+-intense-(fg|bg))")  # pygments, ansi
+
+
+CONTAIN = ".jp-Notebook-cell,.labkit-box,.labkit-side{overflow:auto}"   # what a cell or a table box holds stays in it
 
 
 def new_nonce() -> str:
@@ -105,7 +107,7 @@ class Page:
         """The whole page: the grader's head, and ``body`` cleaned (the last step, always).
         ``css`` and ``body_class`` are the grader's constants; ``css`` may write ``#@NAME`` for
         the element with id ``self.id(NAME)``."""
-        css = css.replace("#@", f"#{self.nonce}-")
+        css = css.replace("#@", f"#{self.nonce}-") + "\n" + CONTAIN
         return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
                 f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
                 f"<title>{html.escape(self.title)}</title><style>{css}</style></head>"
@@ -135,6 +137,8 @@ def _filter(nonce: str | None):
             return " ".join(kept) or None
         if attr == "style":
             return _style(value)
+        if tag in MATHML_TAGS and attr in MATHML_LENGTHS:
+            return value if _LENGTH.fullmatch(value.strip()) else None
         if attr == "rel":
             return value
         return value if "url" not in value.lower() or attr in ("title", "alt") else None

@@ -5,7 +5,8 @@ TAs' scores are in ``ta_scores.csv`` (``answers.merge``). ``Book.load(out)`` rea
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
 ``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``final_grades.csv``,
-``canvas.csv`` and the feedback pages whose rows changed. No notebook runs.
+``canvas.csv`` and the feedback pages whose rows changed (``page_task``: each rendered in a
+limited process of its own, ``render``). No notebook runs.
 """
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ class Book:
         out = Path(out)
         man = ledger.read_manifest(out)
         if man is None:
-            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); run "
-                               f"`python -m labkit grade DIR --out {out}` first")
+            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); grade first: "
+                               f"`make grade SUBMISSIONS=DIR` (or `python -m labkit grade DIR --out {out}`)")
         rub = load_rubric(out / ".grader" / "rubric.toml")
         qs = [answers.Question(**q) for q in man["questions"]]
         return cls(out, [rub.labs[k] for k in man["labs"]], [job_from(d, rub.labs) for d in man["jobs"]],

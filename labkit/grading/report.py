@@ -2,7 +2,8 @@
 (totals and every failure with its reason) and ``report.md``/``report.csv`` (the reference run:
 records and checks). Feedback pages are ``feedback``'s, the gradebook exports ``exports``'.
 Every writer replaces its file atomically, so a reader never sees half a file, and
-``grades.csv`` is rewritten after each notebook so it always exists.
+``grades.csv`` is rewritten after each notebook so it always exists. ``write_csv`` is the one
+CSV writer: every text cell goes through ``csvsafe.escape``, so no cell starts a spreadsheet formula.
 
 Totals count ``pending`` rows (answers awaiting a TA) apart: "12/20 (+3 pending)".
 """

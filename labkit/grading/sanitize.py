@@ -81,7 +81,7 @@ CLASSES = {
     "jp-RenderedHTML", "jp-RenderedText", "jp-RenderedImage", "jp-RenderedSVG", "jp-RenderedLatex",
     "jp-mod-noOutputs", "jp-mod-noInput", "jp-needs-light-background", "jp-needs-dark-background", "unconfined",
     "highlight", "hl-ipython3", "hl-python", "cm-editor", "cm-s-jupyter", "dataframe", "tex-error",
-    "labkit-desc", "labkit-warn", "labkit-box", "labkit-note", "labkit-cut", "labkit-next", "labkit-flag", "labkit-side",
+    "warn", "labkit-desc", "labkit-warn", "labkit-box", "labkit-note", "labkit-cut", "labkit-next", "labkit-flag", "labkit-side",
     "jp-Collapser", "jp-InputCollapser", "jp-Cell-inputCollapser", "jp-OutputCollapser", "jp-Cell-outputCollapser"}
 _TOKEN_CLASS = re.compile(r"[a-z]{1,3}\d?|ansi-(bold|underline|[a-z]+-(fg|bg)|[a-z]+-intense-(fg|bg))")  # pygments, ansi
 

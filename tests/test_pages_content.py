@@ -202,7 +202,7 @@ def test_anonymous_codes_are_stable_and_merge_maps_them_back(tmp_path):
     back = answers.students_by_code(tmp_path)
     f = tmp_path / "scores.csv"
     f.write_text(f"lab,check,student,score,comment\nl,answer Q1,{first['bob']},1.5,ok\n")
-    answers.merge(tmp_path, [f], _questions(), {("l", "answer Q1", "bob"): "sha"}, back)
+    answers.merge(tmp_path, [f], _questions(), {("l", "answer Q1", "bob"): "sha"}, aliases=back)
     assert list(answers.read_scores(tmp_path)) == [("l", "answer Q1", "bob")]
 
 

@@ -148,7 +148,8 @@ def test_the_table_shows_descriptions_folds_the_gate_and_ends_with_what_to_do(tm
     assert "Checks that did not pass: sgd_step." in steps[1] and "make check" in steps[2]
     assert steps[-1] == "1 written answer(s) await a TA's score: nothing to do for them."
     assert page.index("What to do next") > page.index("3 checks:")
-    assert feedback.next_steps([_row("execution", "ok"), _row("a", "pass", points=1.0)]) == \
+    assert feedback.next_steps([_row("execution", "ok"), _row("a", "pass", points=1.0),
+                                _row("late", "late", "submitted late by 2.0 h")]) == \
         ["Every check the grader scores passed: nothing to do."]
 
 

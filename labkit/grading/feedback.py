@@ -145,7 +145,7 @@ def _row(r: dict, descriptions: dict, page: Page, cells: set) -> str:
 def next_steps(rows: list[dict]) -> list[str]:
     """What the student does next, most urgent first (plain text; ``make check`` is the student
     kit's own check)."""
-    from labkit.grading.report import EXECUTION, GOOD, NEVER_RAN, PENDING
+    from labkit.grading.report import EXECUTION, GOOD, LATE, NEVER_RAN, PENDING
 
     run = next((r for r in rows if r["check"] == EXECUTION), None)
     checks = [r for r in rows if r["check"] != EXECUTION]
@@ -160,7 +160,7 @@ def next_steps(rows: list[dict]) -> list[str]:
     if gated:
         steps.append(f"The grader could not confirm your results ({'; '.join(sorted(gated))}); until it can, the "
                      f"checks that read your records earn nothing. Make those checks pass first.")
-    failed = [r["check"] for r in checks if r["status"] not in GOOD | {PENDING}
+    failed = [r["check"] for r in checks if r["status"] not in GOOD | {PENDING, LATE}
               and not (r["status"] == "unverified" and GATED.match(str(r["reason"])))]
     if failed:
         steps.append(f"Checks that did not pass: {', '.join(failed)}. Each reason above says what the grader "

@@ -283,7 +283,9 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
         from labkit.grading.release import student_package
 
         setup.package = Path(__import__("labkit").__file__).resolve().parent
-        setup.student_kit = student_package(Path(tempfile.mkdtemp(prefix="labkit-student-kit-")))
+        kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
+        kit.chmod(0o755)   # the runs' users read it
+        setup.student_kit = student_package(kit)
     else:
         setup.package = Path(__import__("labkit").__file__).resolve().parent
     setup.data, setup.data_env = _data_dirs(log)
@@ -431,6 +433,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
     outcome = Outcome(rows=list(book.refused), out=out, reference=book.reference, warning=warning)
     stored: dict[tuple, dict] = {}
     prints: dict[tuple, dict | None] = {}
+    untrusted: dict[tuple, str] = {}   # stored outcomes whose signature did not hold (ledger.integrity)
     to_run = []
     for job in book.jobs:
         prints[job.key] = ledger.fingerprint(job, setup.sandbox.name)
@@ -440,6 +443,9 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
             outcome.kept.append(job.key)
         else:
             to_run.append(job)
+            if why := ledger.integrity(job):
+                untrusted[job.key] = why
+                log(f"note: {job.student}/{job.lab.notebook}: {why}")
     expected = expected_seconds(to_run, ledger.measured_seconds(out))
     to_run = longest_first(to_run, expected)
     progress = Progress(expected, log)
@@ -468,7 +474,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
 
     def then(job: Job, result: RunResult):
         nb, records, problem = read_executed(job, result)
-        notes = [problem] + ([f"flagged: the submitted file carried what only a run may produce, ignored "
+        notes = [problem, untrusted.get(job.key, "")] + ([f"flagged: the submitted file carried what only a run may produce, ignored "
                               f"({'; '.join(job.flags[:5])}{'; ...' if len(job.flags) > 5 else ''})"]
                              if job.flags else []) + ([warning] if warning else [])
         scores = notebook_scores(job, result, nb, records)

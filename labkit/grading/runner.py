@@ -35,8 +35,10 @@ into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``, ``disk``, ``de
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -55,6 +57,7 @@ from labkit.record import cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
 DISK_POLL_S = 2.0                 # how often a work folder on the host disk (``disks.Folders``) is measured
+MAX_OUTPUT_BYTES = 256 * 2**20    # the largest executed notebook the runner writes (the grader reads 64 MB)
 
 
 @dataclass
@@ -593,6 +596,9 @@ def _execute(spec: dict) -> RunResult:
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
         cell = running_cell(out, src, injected)
+        if isinstance(e, OSError) and e.errno == errno.EFBIG:  # papermill's copy of the notebook, at RLIMIT_FSIZE
+            return RunResult("disk", f"the notebook's outputs grew past {MAX_OUTPUT_BYTES // 2**20} MB {_where(cell)}, "
+                                     f"more than the grader keeps of a run; print less", cell)
         return RunResult("crashed", f"the notebook could not run {_where(cell)}: {type(e).__name__}: "
                                     f"{_one_line(e)}", cell, type(e).__name__, _one_line(e))
 
@@ -604,6 +610,9 @@ def main(argv=None) -> int:
     _CAPTURE = logcap.Capture(spec["log"])   # from here on, what the runner and the kernel print is capped
     _own_the_tree(spec["parent"])
     limits.limit_self(spec["memory_mb"] * 2**20, spec.get("max_processes"))
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]   # the kernel sets its own (the run's disk) below this
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES if hard == resource.RLIM_INFINITY
+                                               else min(MAX_OUTPUT_BYTES, hard), hard))
     try:
         result = _execute(spec)
     finally:

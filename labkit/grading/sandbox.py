@@ -213,8 +213,8 @@ class Bubblewrap:
                  "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
         ro, rw = python_paths() + [Path(p) for p in view.ro], [Path(p) for p in view.rw]
         args += _parents([*ro, *rw, *(Path(inside) for _, inside in view.overlays)])
-        for p in ro:
-            args += _bind("--ro-bind", p)
+        for p in ro:  # not checked on the host: a run's disk exists only in the namespace bwrap starts in
+            args += ["--ro-bind", str(p), str(p)]
         for p in rw:
             args += ["--bind", str(p), str(p)]
         for host, inside in view.overlays:
@@ -269,10 +269,11 @@ def _parents(targets: list[Path]) -> list[str]:
     mode 0755: bwrap makes them 0700 and root's, which a run's user could not walk through.
     Folders inside another mount point are left alone (they are that mount's own)."""
     outer = set(targets) | {Path(p) for p in SYSTEM}
+    made = {Path(p) for p in ("/", "/tmp", "/dev", "/proc")}   # the sandbox's own, already there
     wanted = set()
     for t in targets:
         for parent in t.parents:
-            if parent == Path("/") or any(parent == o or o in parent.parents for o in outer):
+            if parent in made or any(parent == o or o in parent.parents for o in outer):
                 continue
             wanted.add(parent)
     out = []

@@ -10,8 +10,9 @@ reference notebooks in ``notebooks/`` are graded as student ``reference``. Outpu
     answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored
     <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
     <notebook>.ipynb|.html|.log       the same for the reference run
-    .work/<student>/<notebook stem>/  the folder each notebook ran in (artifacts, runs/): the only
-                                      one its sandbox could write
+    .work/<student>/<notebook stem>/  where each notebook ran (artifacts, runs/): the only folder
+                                      its sandbox could write, on the run's own disk, removed once
+                                      the grader's checks have read it
     .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it),
                                       with its outcome (``ledger``); .grader/batch.json, the batch
 

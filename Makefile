@@ -1,4 +1,5 @@
-# labkit: `make grade` runs every lab notebook and checks it; `make test` runs the tests.
+# labkit: `make grade` runs every lab notebook and checks it; `make test` runs the tests;
+# `make release` writes the student kit, which has its own README and Makefile.
 # Every target depends on `setup`, which builds .venv once (a stamp file makes later calls no-ops).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -23,7 +24,7 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test grade grade-answers grade-merge grade-export bench release cluster-setup clean
+.PHONY: setup data lab test check grade grade-answers grade-merge grade-export bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -38,7 +39,7 @@ data: setup
 	$(PY) -m labkit data fetch --dataset mnist --dataset a9a
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -m jupyterlab notebooks/
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -63,8 +64,17 @@ grade-export: setup
 bench: setup data
 	$(PY) -m labkit bench --out out/bench
 
+RELEASE ?= release
 release: setup
-	$(PY) -m labkit release --out release
+	$(PY) -m labkit release --out $(RELEASE)
+
+# The student kit's `make check` on the reference notebooks: the public rubric, then each lab run as
+# the grader runs it (LAB=N for one lab; NOTEBOOK=FILE for another notebook).
+LAB      ?=
+NOTEBOOK ?=
+check: setup data
+	$(PY) -m labkit release --public-rubric out/check/rubric.toml
+	$(PY) -m labkit check $(if $(NOTEBOOK),"$(NOTEBOOK)") $(if $(LAB),--lab $(LAB)) --rubric out/check/rubric.toml
 
 # Prepare a cluster's nodes over ssh: copy this kit, install it, fetch the data, check versions
 # (docs/cluster.md).  make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=DIR_OR_URL] [CLUSTER_ARGS=...]
@@ -73,6 +83,15 @@ CLUSTER_ARGS ?=
 cluster-setup: setup
 	@test -n "$(HOSTS)" || { echo "usage: make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=...] [CLUSTER_ARGS=...]" >&2; exit 2; }
 	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
+
+# Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
+# the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).
+#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [CLOUDLAB_ARGS="--command '...'"]
+NODES         ?= 4
+LINK          ?= 1gbit
+CLOUDLAB_ARGS ?=
+cloudlab-local: setup
+	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(CLOUDLAB_ARGS)
 
 clean:
 	rm -rf out runs notebooks/runs release .pytest_cache

@@ -33,6 +33,12 @@ def bytes_axis(ax, axis: str = "y", per_second: bool = False) -> None:
     target.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
 
 
+def skipped(ax, why: str) -> None:
+    """An empty panel that says why it is empty (a section that did not run here, say)."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, wrap=True)
+
+
 def use_theme() -> None:
     """Apply the labs' seaborn theme (once)."""
     global _themed
@@ -610,6 +616,43 @@ def sync_async_curves(curves, target_loss: float | None = None, title: str | Non
     axes[0][0].legend(loc="lower right")
     if target_loss is not None:
         axes[1][0].legend(loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lab 3: report 001's dense step on emulated links
+# ---------------------------------------------------------------------------------------
+
+def emulated_dense(frame, title: str | None = None):
+    """Per (link, run) of ``experiments.sparse_lr.emulated_dense``: the measured time per 1k
+    iterations against one step's bytes at the link's rate (left); the ps's link, the shares of
+    the window it spent receiving and sending, and their sum, the verdict's busy share (right).
+    An empty frame (no links emulated here) gives two panels that say so."""
+    fig, axes = subplots(1, 2, figsize=(10, 3.2))
+    if len(frame) == 0:
+        skipped(axes[0], "emulated links: skipped (see above)")
+        skipped(axes[1], "")
+        return fig
+    _need_columns(frame, ("link", "run", "s_per_1k_iterations", "link_s_per_step", "ps_link_in", "ps_link_out",
+                          "ps_link_busy"), "emulated_dense")
+    labels = [f"{link}\n{run}" for link, run in zip(frame["link"], frame["run"])]
+    c_meas, c_in = palette(2)
+    axes[0].bar(labels, frame["s_per_1k_iterations"], color=c_meas, label="measured")
+    axes[0].bar(labels, 1e3 * frame["link_s_per_step"], color="none", edgecolor="black", hatch="//",
+                label="one step's bytes at the link's rate")
+    axes[0].set_ylabel("s per 1k iterations")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(labels, frame["ps_link_in"], color=c_in, label="into the ps's node")
+    axes[1].bar(labels, frame["ps_link_out"], bottom=frame["ps_link_in"], color="none", edgecolor="black",
+                label="out of it")
+    axes[1].scatter(labels, frame["ps_link_busy"], color="black", marker="_", s=400, zorder=3,
+                    label="busy share (the verdict's)")
+    axes[1].axhline(0.5, color="grey", ls="--", lw=0.8)
+    axes[1].axhline(1, color="grey", ls=":", lw=0.8)
+    axes[1].set_ylabel("share of the window at the link's rate")
+    axes[1].legend(fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

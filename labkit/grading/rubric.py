@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labkit.record import Missing, lookup, named_cells
+from labkit.record import MIN_FIGURE_PIXELS, Missing, figure_count, lookup, named_cells
 
 PLACEHOLDER = "YOUR ANSWER HERE"
-IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
-MIN_FIGURE_PIXELS = 100      # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
 
 # Settings a lab inherits from [defaults] and may override.
 SETTINGS = {
@@ -447,12 +445,12 @@ def _eval_figures(c, nb, records):
     need = int(c.get("min", 1))
     names = c.get("cells")
     if not names:
-        n = sum(_images(cell) for cell in nb.cells)
+        n = sum(figure_count(cell) for cell in nb.cells)
         return min(n / need, 1.0), (f"{n} figure(s) in the notebook, expected at least {need}" if n < need else ""), n
     counts, short = {}, []
     for name in names:
         cells = named_cells(nb, name)
-        counts[name] = sum(_images(cell) for cell in cells)
+        counts[name] = sum(figure_count(cell) for cell in cells)
         if not cells:
             short.append(f"no cell tagged {name!r}")
         elif counts[name] < need:
@@ -470,38 +468,6 @@ KINDS["analysis"] = Kind("analysis", frozenset(), frozenset({"cells", "placehold
 # A hidden check: the grader imports the student's functions into a fresh sandboxed process and
 # runs them on its own inputs (labkit.grading.hidden); scored there, never from the notebook.
 KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None, scorer="grader")
-
-
-def _images(cell) -> int:
-    """Figures a code cell showed in this run (only code cells have outputs to read)."""
-    if cell.get("cell_type") != "code":
-        return 0
-    return sum(1 for out in cell.get("outputs") or [] if isinstance(out, dict) and _is_figure(out.get("data") or {}))
-
-
-def _is_figure(data: dict) -> bool:
-    """An image of at least MIN_FIGURE_PIXELS on each side (a 1-pixel PNG is not a figure)."""
-    import base64
-    import binascii
-    import io
-
-    for mime in ("image/png", "image/jpeg"):
-        if mime in data:
-            raw = data[mime]
-            try:
-                blob = base64.b64decode("".join(raw) if isinstance(raw, list) else raw, validate=False)
-                from PIL import Image
-
-                with Image.open(io.BytesIO(blob)) as im:  # reads the header only
-                    w, h = im.size
-            except (binascii.Error, OSError, ValueError, TypeError):
-                return False
-            return w >= MIN_FIGURE_PIXELS and h >= MIN_FIGURE_PIXELS
-    svg = data.get("image/svg+xml")
-    if svg:
-        text = "".join(svg) if isinstance(svg, list) else str(svg)
-        return "<svg" in text and text.count("<path") >= 5
-    return False
 
 
 def _fmt(values) -> str:

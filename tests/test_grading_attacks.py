@@ -24,7 +24,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers import cell
+from helpers import WRITABLE, cell
 from labkit.grading import limits
 from labkit.grading.grade import grade
 from labkit.grading.rubric import KINDS, evaluate, gate, load_rubric
@@ -243,24 +243,6 @@ BIG_ARTIFACT = textwrap.dedent("""\
     with open('artifacts/lab1_core_weights.npz', 'wb') as f:
         f.truncate(100 * 2**20)                 # 100 MB (sparse): within the disk, over what a verifier reads""")
 DISK_MB = 128      # the attack rubric's disk_mb
-# every path under /proc and /sys that opens for writing (links lead to the process's own files)
-WRITABLE = textwrap.dedent("""\
-    def writable(tops=('/proc', '/sys')):
-        import os
-        found = []
-        for top in tops:
-            for folder, dirs, files in os.walk(top):
-                for name in files:
-                    path = os.path.join(folder, name)
-                    if os.path.islink(path):
-                        continue
-                    try:
-                        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
-                    except OSError:
-                        continue
-                    os.close(fd)
-                    found.append(path)
-        return found""")
 ROOTER = WRITABLE + textwrap.dedent("""
     # as root, a sysctl write would give the host kernel a program to run outside every namespace
     import json, os
@@ -615,7 +597,7 @@ def test_a_full_disk_is_a_row_and_leaves_the_machine_its_space(attacked):
     assert [p for p in (out / ".work").rglob("*") if p.is_file()] == []
     on_disk = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.is_symlink())
     assert on_disk < 100 * 2**20, on_disk
-    assert not list(Path(tempfile.gettempdir()).glob(f"labkit-disks-*/*/work/fill"))
+    assert not list(Path(tempfile.gettempdir()).glob("labkit-disks-*/*/work/fill"))
 
 
 def test_a_stderr_flood_leaves_a_capped_log(attacked):

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import cell
+from helpers import WRITABLE, cell
 from labkit.grading.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,23 +38,11 @@ RUBRIC = textwrap.dedent("""\
     points = 1
     record = "uid"
 """)
-WHO = textwrap.dedent("""\
+WHO = WRITABLE + textwrap.dedent("""\
     import json, os, sys
     import labkit
-    found = []
-    for top in ('/proc', '/sys'):
-        for folder, dirs, files in os.walk(top):
-            for name in files:
-                path = os.path.join(folder, name)
-                if os.path.islink(path):
-                    continue
-                try:
-                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY))
-                    found.append(path)
-                except OSError:
-                    pass
     labkit.record('uid', os.getuid())
-    print('WHO', json.dumps({'uid': os.getuid(), 'writable': found}))
+    print('WHO', json.dumps({'uid': os.getuid(), 'writable': writable()}))
     fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2
     os.write(fd, b'FLOOD-START\\n')
     for _ in range(50):

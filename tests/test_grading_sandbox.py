@@ -12,33 +12,13 @@ import time
 
 import pytest
 
+from helpers import WRITABLE
 from labkit.grading import limits
 from labkit.grading.sandbox import SANDBOXES, View, lease_account
 
 BWRAP = SANDBOXES["bwrap"]
 needs_bwrap = pytest.mark.skipif(BWRAP.unavailable() is not None, reason=f"{BWRAP.unavailable()} (.ci/run installs it)")
 ROOT = os.geteuid() == 0
-
-# Every path under /proc and /sys that opens for writing (links are left out: /proc/<pid>/fd/N
-# and cwd lead to the process's own files, not to /proc's). Read back by the tests as JSON.
-WRITABLE = """
-import json, os
-found = []
-for top in ('/proc', '/sys'):
-    for folder, dirs, files in os.walk(top):
-        for name in files + dirs:
-            path = os.path.join(folder, name)
-            if os.path.islink(path) or (name in dirs and path.startswith('/sys')):
-                continue
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
-            except OSError:
-                continue
-            os.close(fd)
-            found.append(path)
-print('WRITABLE', json.dumps(found))
-"""
-
 
 def run_inside(tmp_path, code: str, **view_args) -> subprocess.CompletedProcess:
     """``code`` in the sandbox as a run's account (a leased uid under root), its folder writable."""
@@ -90,7 +70,8 @@ def test_no_sandboxed_process_is_root_and_nothing_under_proc_or_sys_opens_for_wr
     no file under /proc (sysctls, sysrq-trigger, /proc/self/*) or /sys opens for writing, so a
     notebook cannot change the host kernel's settings, and no core dump is written."""
     r = run_inside(tmp_path, WRITABLE + textwrap.dedent("""
-        import resource
+        import json, os, resource
+        print('WRITABLE', json.dumps(writable()))
         status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
         print('ID', json.dumps([os.getuid(), os.geteuid(), os.getgid(), os.getgroups(), status['CapEff'].strip(),
                                 status['CapBnd'].strip(), status['NoNewPrivs'].strip()]))

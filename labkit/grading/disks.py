@@ -171,7 +171,7 @@ class FolderDisk:
         return Path(path)
 
     def used(self) -> int:
-        return usage(self.work)
+        return usage(self.work) + usage(self.ipc)
 
     def full(self) -> bool:
         return self.used() >= self.size

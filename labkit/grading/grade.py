@@ -545,7 +545,7 @@ def main(args) -> int:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
                         sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
                         slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar)
-    except (GradeError, RubricError, PublishError) as e:
+    except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -54,14 +54,18 @@ def key_path() -> Path:
 def _key(path: Path) -> bytes:
     """The key at ``path``, made on first use (32 random bytes, mode 0600); refused when another
     user owns it or others may read it."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(32).hex().encode())
-    except FileExistsError:
-        pass
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32).hex().encode())
+        except FileExistsError:
+            pass
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise IntegrityError(f"the grader keeps the key that signs its outcomes in {path}, and cannot: {e}; set "
+                             f"{KEY_ENV} to a file of yours outside the output folder") from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:

@@ -355,7 +355,6 @@ class _Running:
     def kill(self) -> None:
         self.stop()
         self.group.close()
-        release(self.job)
 
 
 def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: float = 0.25) -> dict:

@@ -223,7 +223,9 @@ class Bubblewrap:
         args += ["--remount-ro", "/", "--remount-ro", "/proc", "--clearenv"]
         if view.account.uid is None:  # else the payload changes folder, once it is the run's user (0700 folders)
             args += ["--chdir", str(view.cwd)]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **home_env(INSIDE_HOME), **view.env}
+        # a leased uid has no passwd entry: getpass.getuser() and its users read the name from here
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "student", "LOGNAME": "student",
+               **home_env(INSIDE_HOME), **view.env}
         for k, v in env.items():
             args += ["--setenv", k, v]
         return args + ["--", *self.payload(view), *argv], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

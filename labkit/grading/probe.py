@@ -15,7 +15,8 @@ in SPEC it
    ``property`` the only decorators), and no ``__init_subclass__``. Anything else is skipped
    with a note the check's reason shows. So no statement of the notebook runs here (not a
    patch of the kit, a file write or a printed record), and the student's code runs only when
-   a probe calls the functions;
+   a probe calls the functions. (An import runs the library's own code, and so may a library
+   base class's metaclass when a class is defined on it: never code from the notebook.)
 2. runs the named functions on inputs built from the rubric's arguments (a seed, sizes) by
    the check's probe (``PROBES``);
 3. writes what they returned to ``<out>/<check>.npz`` (arrays only, no pickles) and how it

@@ -373,14 +373,18 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                 g.kill()
 
 
-def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path):
+def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monkeypatch):
+    """As ``make grade`` runs it: the rubric, the notebooks and the output folder named relative
+    to the current folder (the grader's checks run elsewhere, and still find them)."""
+    monkeypatch.chdir(tmp_path)
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     nbformat.write(lab_notebook(), str(nbs / "fixlab.ipynb"))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
-    outcome = grade(rubric, None, tmp_path / "out", labs=["fix"], notebooks=nbs, log=lambda m: None)
+    outcome = grade("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks", log=lambda m: None)
     assert outcome.exit_code == 1
+    assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"   # its verifier ran
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## fix: Fixture lab" in report and "| total | 0/2 | fail | 210 |" in report
     assert "| core_test_accuracy |" in report and (tmp_path / "out" / "fixlab.ipynb").exists()

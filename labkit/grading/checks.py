@@ -44,7 +44,7 @@ class _Process:
 
         self.group = limits.open_group(uuid.uuid4().hex[:16], memory_mb * 2**20, tasks, backends=[setup.backend])
         cmd, env = setup.sandbox.command(argv, view)
-        capped = [sys.executable, "-I", "-S", str(LOGCAP), str(log), "--", *prefix, *cmd]
+        capped = [sys.executable, "-I", "-S", str(LOGCAP), str(Path(log).absolute()), "--", *prefix, *cmd]
         self.proc = OwnedProcess(self.group.enter_command(capped), log, env=env, cwd=view.scratch)
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout

@@ -702,3 +702,38 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
     assert b["procs"] < 20   # its own kernel's few processes, none of A's
     if os.geteuid() == 0:
         assert a["uid"] != b["uid"]
+
+
+def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
+    """Between two batches someone rewrites one stored outcome (full points) and copies another
+    student's over a third: neither is trusted, both notebooks run again and their rows say why;
+    the untouched one is kept."""
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(textwrap.dedent("""\
+        [labs.one]
+        notebook = "one.ipynb"
+        [[labs.one.checks]]
+        name = "recorded"
+        kind = "record"
+        points = 1
+        record = "x"
+    """))
+    for student, value in (("ann", None), ("bob", 1), ("cat", None)):
+        code = "import labkit\nlabkit.record('x', 1)" if value else "pass"
+        write(tmp_path / "subs" / student / "one.ipynb", code_notebook(code))
+    out = tmp_path / "out"
+    first = grade(rubric, tmp_path / "subs", out, parallel=2, log=lambda m: None)
+    assert {r["student"]: r["points"] for r in first.rows if r["check"] == "recorded"} == {"ann": 0, "bob": 1, "cat": 0}
+    forged = json.loads((out / ".grader" / "ann" / "one" / "outcome.json").read_text())
+    forged["rows"][1].update(points=1.0, status="pass", reason="")
+    (out / ".grader" / "ann" / "one" / "outcome.json").write_text(json.dumps(forged))
+    (out / ".grader" / "cat" / "one" / "outcome.json").write_bytes(
+        (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes())
+    notes = []
+    second = grade(rubric, tmp_path / "subs", out, parallel=2, log=notes.append)
+    assert sorted(second.ran) == [("ann", "one"), ("cat", "one")] and second.kept == [("bob", "one")]
+    rows = {(r["student"], r["check"]): r for r in second.rows}
+    assert {s: rows[(s, "recorded")]["points"] for s in ("ann", "bob", "cat")} == {"ann": 0, "bob": 1, "cat": 0}
+    for student in ("ann", "cat"):
+        assert "not as the grader wrote it" in rows[(student, "execution")]["reason"]
+        assert any(n.startswith(f"note: {student}/one.ipynb: its stored outcome") for n in notes)

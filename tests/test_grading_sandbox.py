@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -406,3 +407,22 @@ def test_the_graders_state_is_signed(tmp_path, monkeypatch):
     with pytest.raises(ledger.IntegrityError, match="mode 0600"):
         ledger.save_outcome(job("ann"), good)
     ledger._key.cache_clear()
+
+
+def test_a_killed_graders_empty_disk_folder_is_removed_by_the_next():
+    """A grader killed with SIGKILL leaves the empty host folder its holder mounted over (the
+    mounts end with the namespace); the next holder removes it, and no live grader's."""
+    import tempfile
+
+    from labkit.grading import disks
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(tempfile.mkdtemp(prefix=f"{disks.CONTAINER}{dead.pid}-"))
+    live = Path(tempfile.mkdtemp(prefix=f"{disks.CONTAINER}{os.getpid()}-"))
+    try:
+        assert stale in disks.remove_stale() and not stale.exists() and live.exists()
+    finally:
+        live.rmdir()
+        if stale.exists():
+            stale.rmdir()

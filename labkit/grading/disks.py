@@ -38,6 +38,7 @@ import uuid
 from pathlib import Path
 
 PARTS = ("work", "ipc", "probe", "judge")
+CONTAINER = "labkit-disks-"   # + the grader's pid: the host folder the holder mounts its runs' disks under
 INODES_PER_MB = 64          # files a run may create per MB of disk (each costs kernel memory)
 MAX_WALK = 200_000          # entries a usage walk of a host folder counts before calling it full
 
@@ -98,7 +99,8 @@ class Holder:
     """The batch's mount namespace, held by a child process that mounts on request."""
 
     def __init__(self):
-        self.container = Path(tempfile.mkdtemp(prefix="labkit-disks-"))
+        remove_stale()
+        self.container = Path(tempfile.mkdtemp(prefix=f"{CONTAINER}{os.getpid()}-"))
         self.proc = subprocess.Popen([sys.executable, "-I", "-S", __file__, str(self.container)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True, preexec_fn=_die_with_parent)
@@ -197,6 +199,21 @@ class Folders:
 
     def close(self) -> None:
         pass
+
+
+def remove_stale() -> list[Path]:
+    """The empty host folders that killed graders' holders covered (their mounts ended with them)."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{CONTAINER}*-*"):
+        pid = folder.name[len(CONTAINER):].split("-", 1)[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        try:
+            folder.rmdir()   # only if empty: nothing of a run was ever written to the host folder
+            removed.append(folder)
+        except OSError:
+            continue
+    return removed
 
 
 def usage(folder: Path) -> int:

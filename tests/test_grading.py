@@ -504,9 +504,11 @@ def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
     assert [j.name for j in longest_first(jobs, expected_seconds(jobs, {}))] == ["ann-l2", "bob-l2", "ann-l1", "bob-l1",
                                                          "ann-l3", "ann-l4", "bob-l3", "bob-l4"]
     for student, lab, secs in (("ann", "l4", 50.0), ("bob", "l4", 70.0), ("cat", "l4", 90.0), ("ann", "l1", "")):
-        path = tmp_path / "out" / ".grader" / student / lab / ledger.OUTCOME
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"rows": [{"lab": lab, "check": "execution", "seconds": secs}]}))
+        job = SimpleNamespace(student=student, lab=labs[lab], private=tmp_path / "out" / ".grader" / student / lab)
+        ledger.save_outcome(job, {"rows": [{"lab": lab, "check": "execution", "seconds": secs}]})
+    forged = tmp_path / "out" / ".grader" / "eve" / "l1" / ledger.OUTCOME   # not signed by the grader: not counted
+    forged.parent.mkdir(parents=True)
+    forged.write_text(json.dumps({"rows": [{"lab": "l1", "check": "execution", "seconds": 9999.0}]}))
     measured = ledger.measured_seconds(tmp_path / "out")
     assert measured == {"l4": 70.0}   # the median; a run without seconds (never ran) says nothing
     assert [j.name for j in longest_first(jobs, expected_seconds(jobs, measured))][:4] == ["ann-l4", "bob-l4", "ann-l2", "bob-l2"]

@@ -22,7 +22,9 @@ per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for e
 the weights, and timings. They show a progress bar (``labkit.progress``: a widget in JupyterLab,
 text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.paths``).
 ``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
-``batch_accuracies`` splits the test set into small batches (Lab 1's audit of report 000's 97%).
+``batch_readings`` re-evaluates weights on many random 50-image batches (Lab 1's audit of report
+000's 97%). ``softmax_gradient``: the loss's gradient in NumPy (float64), for checks that need
+plain SGD without TensorFlow (Lab 2's round).
 
 ``train_to_target`` / ``target_sweep``: one process, plain SGD from the seeded start until the
 test loss, checked every ``eval_every`` steps, reaches a target (report 002's stopping rule),
@@ -136,16 +138,42 @@ def evaluate(W, b, x, y) -> tuple[float, float]:
     return float((z.argmax(axis=1) == y).mean()), float(-log_p.mean())
 
 
-def batch_accuracies(W, b, x, y, batch_size: int = BATCH_SIZE) -> np.ndarray:
-    """Accuracy of weights (W, b) on each run of ``batch_size`` consecutive test images (the
-    last, shorter batch is left out): how much one small evaluation batch can mislead."""
+def softmax_gradient(W, b, x, y) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(dW, db, loss)``: the mean cross-entropy of weights (W, b) on one batch and its gradient,
+    in float64, from the hand-derived dL/dz = (softmax(z) - onehot(y)) / batch."""
+    x = np.asarray(x, np.float64).reshape(len(x), -1)
+    y = np.asarray(y).astype(np.int64)
+    z = x @ np.asarray(W, np.float64) + np.asarray(b, np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = float(-np.log(p[rows, y]).mean())
+    p[rows, y] -= 1
+    p /= len(y)
+    return x.T @ p, p.sum(axis=0), loss
+
+
+def batch_readings(W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE, trials: int = 4000,
+                   seed: int = 0) -> np.ndarray:
+    """Accuracy readings of weights (W, b) on small random batches of the test set: ``trials``
+    rows of ``readings`` batches each, every batch ``batch_size`` images drawn at random (with
+    replacement), shape ``(trials, readings)``. The weights are evaluated once on every image;
+    a batch reads the share of its images they get right, in steps of 1/batch_size. A row's
+    maximum is the best of ``readings`` readings, as a curve read once per epoch shows it."""
     x, y = _as_xy(x, y, "test")
+    readings = _positive_int("readings", readings, "e.g. 50, one per epoch of report 000's run")
     batch_size = _positive_int("batch_size", batch_size, "e.g. 50, the reports' batch")
-    n = len(x) // batch_size * batch_size
-    if n == 0:
-        raise ValueError(f"batch_size={batch_size} is larger than the {len(x)} test images")
-    z = x[:n] @ np.asarray(W, np.float32) + np.asarray(b, np.float32)
-    return (z.argmax(axis=1) == y[:n]).reshape(-1, batch_size).mean(axis=1)
+    trials = _positive_int("trials", trials, "e.g. 4000")
+    right = (x @ np.asarray(W, np.float32) + np.asarray(b, np.float32)).argmax(axis=1) == y
+    rng = np.random.default_rng(seed)
+    out = np.empty((trials, readings))
+    chunk = max(1, 2_000_000 // (readings * batch_size))  # draws per chunk: memory stays small
+    for start in range(0, trials, chunk):
+        n = min(chunk, trials - start)
+        picks = rng.integers(0, len(y), size=(n, readings, batch_size))
+        out[start:start + n] = right[picks].mean(axis=2)
+    return out
 
 
 # ----------------------------------------------------------------------------- trainers

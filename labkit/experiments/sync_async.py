@@ -226,7 +226,7 @@ def write_graphs(sync_round=None, deploy: str = "cluster2", logdir=None, learnin
     source = round_source(sync_round) if sync_round is not None else None
     root = Path(logdir) if logdir else paths.run_dir(LAB, f"graphs-{time.strftime('%Y%m%d-%H%M%S')}")
     rt = types.SimpleNamespace(task=types.SimpleNamespace(type="worker", index=0), spec=cluster.build(deploy),
-                               num_trainers=cluster.MODES[deploy][1])
+                               num_trainers=cluster.MODES[deploy][1], trainer_rank=0)
     for mode in MODES:
         args = types.SimpleNamespace(mode=mode, seed=0, steps=1, epochs=None, batch_size=50, train_limit=60000,
                                      learning_rate=learning_rate, round_source=source)

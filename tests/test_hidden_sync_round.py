@@ -3,7 +3,6 @@ tasks (1 ps + 2 workers, a few rounds), and judged on the tasks' step counts and
 weights against SGD on the mean gradient, recomputed without TensorFlow. Lab 1's model of the best
 of n readings, judged on cases of the grader's. The two halves are called directly, as the grader's
 processes call them."""
-import numpy as np
 import pytest
 
 from labkit.grading import hidden, probe

@@ -639,17 +639,20 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
 # ------------------------------------------------------------------------------ report 002's start, emulated links
 
 def late_start(recovery_wait_secs: float = 30, deploy: str = "cluster2", batch_size: int = 50, *,
-               log=print, **kwargs):
+               chief_delay_s: float = 2.0, log=print, **kwargs):
     """Async ``deploy`` started as report 002's Table 4 ran: no start barrier, and a non-chief
     worker that finds the variables not yet initialized sleeps ``recovery_wait_secs`` before it
     looks again (``MonitoredTrainingSession`` hard-codes 30 s; the kit's runs poll every 0.2 s).
-    ``run``'s other arguments (``target_loss`` ...). Returns ``(run, table)``: one row per worker
-    with its iterations and share of the global step, ``waited_s`` (from its server's start to
-    its session being ready: the wait for the chief's initialization), ``session_ready_s`` (the
-    same from its process's start, TensorFlow's import included), and its training time."""
+    The chief opens its session ``chief_delay_s`` late, so that the others get there first (on
+    127.0.0.1 the chief, started first, would usually win). ``run``'s other arguments
+    (``target_loss`` ...). Returns ``(run, table)``: one row per worker with its iterations and
+    share of the global step, ``waited_s`` (from its server's start to its session being ready:
+    the wait for the chief's initialization, and the chief's delay), ``session_ready_s`` (the same
+    from its process's start, TensorFlow's import included), and its training time."""
     import pandas as pd
 
-    done = run("async", deploy, batch_size, log=log, no_barrier=True, recovery_wait_secs=recovery_wait_secs, **kwargs)
+    done = run("async", deploy, batch_size, log=log, no_barrier=True, recovery_wait_secs=recovery_wait_secs,
+               chief_delay_secs=chief_delay_s, **kwargs)
     g = done.global_step()
     rows = []
     for t in done.workers:

@@ -32,6 +32,8 @@ waiting for a token that never comes; a trainer that arrives after the others st
 Report 002's start (``--no-barrier --recovery-wait-secs 30``): no start barrier, and a non-chief
 trainer that finds the variables uninitialized sleeps 30 s before it looks again, as
 ``MonitoredTrainingSession``'s does; the chief may train alone meanwhile (its Table 4).
+``--chief-delay-secs`` makes the chief the last to open its session, so that the others find the
+variables uninitialized (on 127.0.0.1 the chief, started first, usually wins that race).
 
 Pitfalls of this API on TF 2.21, and where each is handled:
 - ``tf.compat.v1.device(replica_device_setter(...))``, not ``tf.device``: ``build_model``;
@@ -120,6 +122,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--recovery-wait-secs", type=float, default=0.2,
                    help="seconds a non-chief trainer sleeps when it finds the variables uninitialized, before it "
                         "looks again (TensorFlow's MonitoredTrainingSession: 30)")
+    p.add_argument("--chief-delay-secs", type=float, default=0.0,
+                   help="the chief opens its session this many seconds late, as a chief that comes up last does")
     p.add_argument("--save-weights", action="store_true", help="the chief's result holds the final weights")
     p.add_argument("--nic", default="auto", help="interface whose bytes are counted while training (besides lo): "
                                                  "auto (the one holding the task's address), a name, or none")
@@ -414,6 +418,9 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     stream = batches(x_train, y_train, args.batch_size, args.seed + rank)
     net = NetCounter(pick_nic(args.nic, rt.task.host))
     creator = rt.session_creator(server, recovery_wait_secs=args.recovery_wait_secs)
+    if rt.is_chief and args.chief_delay_secs > 0:
+        rt.log(f"opening the session {args.chief_delay_secs:g} s late (--chief-delay-secs)")
+        time.sleep(args.chief_delay_secs)
     with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks(tf, rt, model),
                                              stop_grace_period_secs=args.stop_grace) as sess:
         rt.timings["session_ready_s"] = rt.since_start()

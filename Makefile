@@ -1,4 +1,5 @@
-# labkit: `make grade` runs every lab notebook and checks it; `make test` runs the tests.
+# labkit: `make grade` runs every lab notebook and checks it; `make test` runs the tests;
+# `make release` writes the student kit, which has its own README and Makefile.
 # Every target depends on `setup`, which builds .venv once (a stamp file makes later calls no-ops).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -23,7 +24,8 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test grade grade-answers grade-merge grade-export bench release cluster-setup clean
+.PHONY: setup data lab test check grade grade-import grade-answers grade-merge grade-export grade-deliver bench \
+        release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -38,33 +40,59 @@ data: setup
 	$(PY) -m labkit data fetch --dataset mnist --dataset a9a
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	$(PY) -m jupyterlab notebooks/
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)
-
-# After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores, and the
-# gradebook exports (README "Grading"). None of these runs a notebook.
-SCORES ?=
+# SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
+# export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook
+# export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
+LAB    ?=
 ROSTER ?=
+DUE    ?=
+grade: setup data
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
+
+# Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
+DOWNLOAD ?=
+INTO     ?= submissions
+grade-import: setup
+	@test -n "$(DOWNLOAD)" || { echo "usage: make grade-import DOWNLOAD=submissions.zip [INTO=submissions] [ROSTER=...] [DUE=...]" >&2; exit 2; }
+	$(PY) -m labkit grade-import $(DOWNLOAD) --into $(INTO) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)')
+
+# After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores (PREFER: the
+# file that wins a conflict), the gradebook exports and the feedback pages packed for the LMS
+# (README "Grading"). None of these runs a notebook.
+SCORES ?=
+PREFER ?=
 grade-answers: setup
 	$(PY) -m labkit grade-answers --out out/grade
 
 grade-merge: setup
 	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
-	$(PY) -m labkit grade-merge $(SCORES) --out out/grade
+	$(PY) -m labkit grade-merge $(SCORES) --out out/grade $(if $(PREFER),--prefer $(PREFER))
 
 grade-export: setup
 	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(GRADE_ARGS)
 
+grade-deliver: setup
+	$(PY) -m labkit grade-deliver --out out/grade
+
 bench: setup data
 	$(PY) -m labkit bench --out out/bench
 
+RELEASE ?= release
 release: setup
-	$(PY) -m labkit release --out release
+	$(PY) -m labkit release --out $(RELEASE)
+
+# The student kit's `make check` on the reference notebooks: the public rubric, then each lab run as
+# the grader runs it (LAB=N for one lab; NOTEBOOK=FILE for another notebook).
+LAB      ?=
+NOTEBOOK ?=
+check: setup data
+	$(PY) -m labkit release --public-rubric out/check/rubric.toml
+	$(PY) -m labkit check $(if $(NOTEBOOK),"$(NOTEBOOK)") $(if $(LAB),--lab $(LAB)) --rubric out/check/rubric.toml
 
 # Prepare a cluster's nodes over ssh: copy this kit, install it, fetch the data, check versions
 # (docs/cluster.md).  make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=DIR_OR_URL] [CLUSTER_ARGS=...]
@@ -73,6 +101,15 @@ CLUSTER_ARGS ?=
 cluster-setup: setup
 	@test -n "$(HOSTS)" || { echo "usage: make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=...] [CLUSTER_ARGS=...]" >&2; exit 2; }
 	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
+
+# Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
+# the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).
+#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [CLOUDLAB_ARGS="--command '...'"]
+NODES         ?= 4
+LINK          ?= 1gbit
+CLOUDLAB_ARGS ?=
+cloudlab-local: setup
+	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(CLOUDLAB_ARGS)
 
 clean:
 	rm -rf out runs notebooks/runs release .pytest_cache

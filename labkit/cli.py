@@ -96,14 +96,20 @@ def _release(args) -> int:
 
 def _add_grade(sub) -> None:
     p = sub.add_parser("grade", help="run notebooks in isolation, check them against the rubric, write reports")
-    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb "
+    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb, or Canvas's "
+                                                  "'Download Submissions' zip, or Gradescope's export "
                                                   "(default: the reference notebooks in --notebooks)")
     p.add_argument("--out", default="out/grade", help="output folder; grading it again reruns only what changed (default out/grade)")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="notebooks run at a time (default: one per core, as many as memory holds)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
-    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable")
+    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable "
+                                                  "(default: the labs some student submitted)")
+    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): names the students of a download, "
+                                    "lists who did not submit; kept for the exports")
+    p.add_argument("--due", help="the due date, e.g. 2024-10-01T23:59-07:00 (no zone: this machine's): a Gradescope "
+                                 "submission created after it is late (Canvas marks late files itself)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
@@ -126,7 +132,24 @@ def _add_grade(sub) -> None:
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
     p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--prefer", metavar="FILE", help="one of the files: it wins every conflict it is part of (two "
+                                                    "files disagreeing, or a score changed since it was exported)")
     p.set_defaults(func=lambda a: _grader("publish").main_merge(a))
+
+    p = sub.add_parser("grade-import", help="lay out Canvas's or Gradescope's download as DIR/<student>/<notebook>"
+                                            ".ipynb with intake.json (grade does this itself; this is to look first)")
+    p.add_argument("download", help="Canvas's 'Download Submissions' zip or Gradescope's export (zip or folder)")
+    p.add_argument("--into", required=True, help="the folder to write (replaced if an import wrote it)")
+    p.add_argument("--rubric", default="notebooks/rubric.toml")
+    p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder (matches misnamed files)")
+    p.add_argument("--roster", help="Canvas's gradebook export: names each student as the gradebook does")
+    p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
+    p.set_defaults(func=lambda a: _grader("grade").main_import(a))
+
+    p = sub.add_parser("grade-deliver", help="pack the feedback pages: one zip per student, and per lab a zip for "
+                                             "Canvas's Re-Upload Submissions (into OUT/deliver/)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_deliver(a))
 
     p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
@@ -138,10 +161,30 @@ def _add_grade(sub) -> None:
 
 
 def _add_release(sub) -> None:
-    p = sub.add_parser("release", help="the student kit (notebooks and package without solutions) into --out")
+    p = sub.add_parser("release", help="the student kit (notebooks and package without solutions, its own README, "
+                                       "Makefile and public rubric) into --out")
     p.add_argument("--out", default="release")
-    p.add_argument("--notebooks", default="notebooks")
+    p.add_argument("--notebooks", default="notebooks", help="the reference notebooks and their rubric.toml")
+    p.add_argument("--public-rubric", metavar="FILE", help="write only the public rubric, to FILE (what make check "
+                                                           "runs the notebooks with)")
     p.set_defaults(func=_release)
+
+
+def _add_check(sub) -> None:
+    def run(a):
+        from labkit import checking
+
+        return checking.main(a)
+
+    p = sub.add_parser("check", help="run lab notebooks as the grader will, before you submit them, and say what "
+                                     "is missing (make check)")
+    p.add_argument("files", nargs="*", metavar="NOTEBOOK", help="notebooks to check (default: each lab's notebook "
+                                                                "in --notebooks)")
+    p.add_argument("--lab", action="append", help="check this lab: its number, key or notebook name; repeatable")
+    p.add_argument("--rubric", default="notebooks/rubric.toml", help="the public rubric (make release writes it)")
+    p.add_argument("--notebooks", default="notebooks", help="the labs' folder (default notebooks)")
+    p.add_argument("--out", default="out/check", help="where each lab's run goes (default out/check/<lab>/)")
+    p.set_defaults(func=run)
 
 
 def _spec_arguments(p) -> None:
@@ -283,16 +326,42 @@ def _add_nodes(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_cloudlab_local(sub) -> None:
+    def run(a):
+        from labkit import cloudlab_local, netem
+
+        try:
+            return cloudlab_local.session(a.nodes, a.link, a.user, a.command)
+        except (ValueError, netem.EmulationUnavailable, netem.NetworkSetupError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    p = sub.add_parser("cloudlab-local", help="emulated CloudLab nodes on this machine (network namespaces on a "
+                                              "shaped LAN, sshd, an account): a shell on node0 (docs/cluster.md)")
+    p.add_argument("--nodes", type=int, default=4, help="how many nodes: node0, node1, ... (default 4)")
+    p.add_argument("--link", default="1gbit", help="each node's link: RATE[,DELAY], e.g. 1gbit,0.2ms (default 1gbit)")
+    p.add_argument("--user", default="ta", help="the experiment's account on every node (default ta)")
+    p.add_argument("--command", help="run this on node0 as the account instead of a shell, then take all down")
+    p.set_defaults(func=run)
+
+
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_bench, _add_monitor, _add_grade, _add_release]
+REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_cloudlab_local, _add_check, _add_bench,
+              _add_monitor, _add_grade, _add_release]
+# Registrars whose subcommands live in a subpackage the student kit (make release) leaves out: they
+# are registered only where that subpackage is present.
+NEEDS = {_add_bench: "labkit.bench", _add_grade: "labkit.grading", _add_release: "labkit.grading"}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from importlib.util import find_spec
+
     parser = argparse.ArgumentParser(prog="python -m labkit",
                                      description="labkit: distributed TensorFlow labs, measured")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in REGISTRARS:
-        add(sub)
+        if add not in NEEDS or find_spec(NEEDS[add]) is not None:
+            add(sub)
     return parser
 
 

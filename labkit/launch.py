@@ -68,8 +68,9 @@ from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
-from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK, EXIT_PORT_IN_USE,  # noqa: F401
-                             VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit, task_file, versions)
+from labkit.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
+                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit,
+                             grpc_options, log_hint, task_file, versions)
 
 POLL_S = 0.05
 
@@ -77,10 +78,10 @@ POLL_S = 0.05
 class ClusterTimeout(TimeoutError):
     """The global timeout expired; ``running`` names the tasks that were still running."""
 
-    def __init__(self, seconds: float, running: list[str], what: str = "finish"):
-        self.seconds, self.running = seconds, running
+    def __init__(self, seconds: float, running: list[str], what: str = "finish", detail: str = ""):
+        self.seconds, self.running, self.detail = seconds, running, detail
         super().__init__(f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
-                         f"every task was stopped (raise the timeout, or see the logs for a hang)")
+                         f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})")
 
 
 def program_module(program: str) -> str:
@@ -216,10 +217,11 @@ class Cluster:
     # ----------------------------------------------------------------- commands
     def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
         env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
-               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+               ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS)))}
         if self.threads:
             env[ENV_INTRA_OP], env[ENV_INTER_OP] = map(str, self.threads)
-        env.update({k: str(v) for k, v in self.env.items()})
+        env.update({k: str(v) for k, v in self.env.items() if k != ENV_GRPC_OPTIONS})
         return env
 
     def _build(self) -> None:
@@ -308,8 +310,9 @@ class Cluster:
                 if p.poll() is not None or p.launcher.ready(p.task):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
+                why = "; ".join(h for launcher, group in _by_launcher(pending) if (h := launcher.unready_hint(group)))
                 raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
-                                     what="bring every server up")
+                                     what="bring every server up", detail=why)
             if pending:
                 time.sleep(POLL_S)
 
@@ -421,7 +424,7 @@ class Cluster:
         if first.returncode == EXIT_PORT_IN_USE:
             raise PortInUse(first.task.name, first.task.address, returncode=first.returncode, log_tail=log_tail,
                             log_path=first.log_path)
-        hint = first.launcher.failure_hint(first, log_tail)
+        hint = log_hint(log_tail) or first.launcher.failure_hint(first, log_tail)
         raise TaskFailed(first.task.name, first.returncode, log_tail, first.log_path,
                          detail=self._where(first) + (f" ({hint})" if hint else ""),
                          consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others})

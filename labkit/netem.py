@@ -60,6 +60,7 @@ from labkit.proc import OwnedProcess, StopAtExit, kill_tree
 from labkit.sockets import netns_id, nic_counters
 
 NIC = "lan0"                   # each node's one interface
+NAMESPACES = ("uts", "mount")  # what a node may have of its own besides its network (unshare's names)
 SUBNETS = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: set aside for benchmarking networks
 DRIVER_HOST = 254              # the driver's address on the switch: .254 (root mode)
 GRACE_S = 10                   # SIGTERM to SIGKILL, for tasks left in a namespace
@@ -76,9 +77,11 @@ _LINK_HELP = ("write RATE or RATE,DELAY, e.g. link='1gbit' or link='1gbit,0.2ms'
               "gbit (per second, each direction), DELAY in us, ms or s (one way, node to node)")
 
 # The holder: keeps its namespace alive until its owner closes the pipe on its stdin (or dies),
-# then stops what still runs in the namespace (TERM, KILL after the grace) and exits.
+# then stops what still runs in the namespace (TERM, KILL after the grace) and exits. An owner
+# that stops it writes a line first; end-of-file alone means the owner died (SIGKILL, say), and
+# then the holder that has LABKIT_ORPHANED set removes that folder (the owner's logs) last.
 HOLDER = r"""
-read _ignored
+read why
 others() {
     left=""
     for d in /proc/[0-9]*; do
@@ -87,12 +90,14 @@ others() {
     return 0
 }
 others
-[ -z "$left" ] && exit 0
-echo "stopping what still runs here:$left"
-kill -TERM $left 2>/dev/null
-i=0
-while [ -n "$left" ] && [ "$i" -lt "$((GRACE * 10))" ]; do sleep 0.1; i=$((i + 1)); others; done
-[ -n "$left" ] && echo "killing$left" && kill -KILL $left 2>/dev/null
+if [ -n "$left" ]; then
+    echo "stopping what still runs here:$left"
+    kill -TERM $left 2>/dev/null
+    i=0
+    while [ -n "$left" ] && [ "$i" -lt "$((GRACE * 10))" ]; do sleep 0.1; i=$((i + 1)); others; done
+    [ -n "$left" ] && echo "killing$left" && kill -KILL $left 2>/dev/null
+fi
+[ -z "$why" ] && [ -n "$LABKIT_ORPHANED" ] && rm -rf -- "$LABKIT_ORPHANED"
 exit 0
 """
 
@@ -282,9 +287,18 @@ class EmulatedNetwork:
     end); ``grace``: seconds tasks left in a namespace get between SIGTERM and SIGKILL.
     ``mode``: "root" or "userns" to insist on one (default: root's where it works).
     ``start()`` raises ``EmulationUnavailable`` where links cannot be emulated, and
-    ``NetworkSetupError`` (after taking down what it made) if a step fails."""
+    ``NetworkSetupError`` (after taking down what it made) if a step fails.
 
-    def __init__(self, nodes, link="1gbit", log_dir=None, grace: float = GRACE_S, mode: str | None = None):
+    For whole emulated machines (``labkit.cloudlab_local``): ``subnet`` fixes the nodes' /24
+    (node *i* gets its host *i* + 1, e.g. CloudLab's 10.10.1.1, ...: the addresses exist only
+    inside the namespaces, so two networks on one subnet do not meet); ``driver=False`` leaves
+    out this process's own link to the switch; ``namespaces`` gives each node more namespaces of
+    its own besides the network's ("uts": a host name, "mount": its own mounts), which
+    ``command`` and ``run`` enter too. ``orphaned``: a folder to remove if the owner dies without
+    stopping the network (SIGKILL): by default the log folder this network made itself."""
+
+    def __init__(self, nodes, link="1gbit", log_dir=None, grace: float = GRACE_S, mode: str | None = None,
+                 subnet=None, driver: bool = True, namespaces=(), orphaned=None):
         names = [f"node{i}" for i in range(nodes)] if isinstance(nodes, int) else [str(n) for n in nodes]
         if not names or len(set(names)) != len(names) or len(names) > 250:
             raise ValueError(f"nodes={nodes!r}: give 1-250 distinct node names, or a count")
@@ -293,14 +307,23 @@ class EmulatedNetwork:
             raise ValueError(f"link={link!r}: an emulated network needs a link; {_LINK_HELP}")
         if mode not in (None, "root", "userns"):
             raise ValueError(f"mode={mode!r}: choose 'root', 'userns' or None (the best that works here)")
+        unknown = set(namespaces) - set(NAMESPACES)
+        if unknown:
+            raise ValueError(f"namespaces={namespaces!r}: choose among {', '.join(NAMESPACES)}")
         self.names, self.grace, self.wanted_mode = names, float(grace), mode
+        self.driver, self.namespaces = bool(driver), tuple(n for n in NAMESPACES if n in namespaces)
         self.mode: str | None = None
         self.nodes: dict[str, Node] = {}
         self.switch: Node | None = None
         self.subnet: ipaddress.IPv4Network | None = None
+        if subnet is not None:
+            self.subnet = ipaddress.ip_network(subnet)
+            if self.subnet.version != 4 or self.subnet.num_addresses - 2 < len(names):
+                raise ValueError(f"subnet={subnet!r}: an IPv4 network with room for {len(names)} nodes")
         self.driver_link: str | None = None
         self._own_logs = log_dir is None
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.orphaned = Path(orphaned) if orphaned is not None else None
         self._state = "new"
 
     # ------------------------------------------------------------------ lifecycle
@@ -315,6 +338,7 @@ class EmulatedNetwork:
         self._state = "starting"
         if self.log_dir is None:
             self.log_dir = Path(tempfile.mkdtemp(prefix="labkit-netem-"))
+            self.orphaned = self.orphaned or self.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         _LIVE.add(self)
         try:
@@ -409,7 +433,7 @@ class EmulatedNetwork:
     def command(self, node: str, argv) -> list[str]:
         """``argv`` run inside ``node``'s namespace (``nsenter``, which then becomes ``argv``:
         the same pid, so signals and ``PR_SET_PDEATHSIG`` reach the program itself)."""
-        return self._enter(self._node(node).pid) + [str(a) for a in argv]
+        return self._enter(self._node(node).pid, self.namespaces) + [str(a) for a in argv]
 
     def run(self, node: str, argv, **kwargs) -> subprocess.CompletedProcess:
         """``subprocess.run`` of ``argv`` inside ``node`` (output captured as text, 60 s timeout)."""
@@ -455,22 +479,31 @@ class EmulatedNetwork:
     def _all_nodes(self) -> dict[str, Node]:
         return {**self.nodes, **({"switch": self.switch} if self.switch else {})}
 
-    def _enter(self, pid: int) -> list[str]:
+    def _enter(self, pid: int, extra=()) -> list[str]:
         user = ["--user", "--preserve-credentials"] if self.mode == "userns" else []
-        return ["nsenter", f"--target={pid}", *user, "--net", "--"]
+        return ["nsenter", f"--target={pid}", *user, "--net", *(f"--{n}" for n in extra), "--"]
+
+    def set_link(self, node: str, up: bool) -> None:
+        """Take ``node``'s link down (its switch port goes down: the cable pulled) or up again."""
+        port = f"p{self.names.index(node)}"
+        self._node(node)
+        self._batch(self.switch.pid, "ip", [f"link set {port} {'up' if up else 'down'}"])
 
     def _hold(self, name: str, address: str | None) -> Node:
         """Start the holder of a new namespace: in user-namespace mode the switch's holder makes
-        the user namespace, and every node's namespace belongs to it."""
+        the user namespace, and every node's namespace belongs to it. A node's holder also makes
+        its other namespaces (``namespaces``; a mount namespace's mounts stay private to it)."""
+        extra = [f"--{n}" for n in self.namespaces] if address else []
         if self.mode == "root":
-            prefix = ["unshare", "--net", "--"]
+            prefix = ["unshare", "--net", *extra, "--"]
         elif self.switch is None:
             prefix = ["unshare", "--user", "--map-root-user", "--net", "--"]
         else:
             prefix = ["nsenter", f"--target={self.switch.pid}", "--user", "--preserve-credentials", "--",
-                      "unshare", "--net", "--"]
+                      "unshare", "--net", *extra, "--"]
         argv = [*prefix, "sh", "-c", HOLDER.replace("$((GRACE * 10))", str(int(self.grace * 10)))]
-        holder = OwnedProcess(argv, self.log_dir / f"{name}.holder.log", stdin=subprocess.PIPE,
+        env = {**os.environ, "LABKIT_ORPHANED": str(self.orphaned)} if self.orphaned and not address else None
+        holder = OwnedProcess(argv, self.log_dir / f"{name}.holder.log", env=env, stdin=subprocess.PIPE,
                               death_signal=None).start()
         node = Node(name, address or "", holder)
         deadline = time.monotonic() + SETUP_TIMEOUT_S
@@ -510,7 +543,7 @@ class EmulatedNetwork:
                                          "link set lo up"])
             self._batch(node.pid, "tc", [line.format(dev=NIC) for line in shaping(self.link)])
         self._batch(sw, "tc", [line.format(dev=port) for port in ports for line in shaping(self.link)])
-        if self.mode == "root":
+        if self.mode == "root" and self.driver:
             self.driver_link = f"lk{os.getpid()}x{random.randrange(16 ** 3):03x}"
             self._batch(None, "ip", [f"link add name {self.driver_link} type veth peer name drv netns {sw}"])
             self._batch(sw, "ip", ["link set drv master br0", "link set drv up"])
@@ -527,8 +560,9 @@ class EmulatedNetwork:
 
 
 def _release(holder: OwnedProcess) -> None:
-    """Close the pipe a holder reads: it stops what runs in its namespace and exits."""
+    """Tell a holder to stop (a line, then end-of-file): it stops what runs in its namespace and exits."""
     try:
+        holder.popen.stdin.write(b"stop\n")
         holder.popen.stdin.close()
     except OSError:  # it is gone already, and its end of the pipe with it
         pass

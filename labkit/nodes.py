@@ -36,15 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.launch import (VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses,
-                           remote_failure_hint)
+                           remote_failure_hint, remote_returncode)
+from labkit.launchers.ssh import EXIT_NO_KIT, enter_kit, missing_line
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
 DEFAULT_INSTALL = "make setup"
 DEFAULT_DATASETS = ("mnist", "a9a")
 _SKIP_DIRS = {".git", ".venv", "data", "runs", "out", "release", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
-_VERSIONS = ("import json, socket; from labkit.protocol import versions; "
-             "print(json.dumps({'host': socket.gethostname(), 'versions': versions()}))")
+# The node's versions; its Python's even where the kit does not import there (a .venv made with
+# another Python, without the kit's packages): that is what VersionSkew then shows.
+_VERSIONS = ("import json, platform, socket\n"
+             "v = {'python': platform.python_version()}\n"
+             "try:\n    from labkit.protocol import versions\n    v = versions()\n"
+             "except Exception as e:\n    v['error'] = f'{type(e).__name__}: {e}'\n"
+             "print(json.dumps({'host': socket.gethostname(), 'versions': v}))")
 
 
 class NodeError(RuntimeError):
@@ -78,7 +84,7 @@ class Remote:
     def run(self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None,
             in_dir: bool = True) -> str:
         """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``."""
-        remote = f"cd {shlex.quote(self.remote_dir)} && {command}" if in_dir else command
+        remote = f"{enter_kit(self.remote_dir)}\n{command}" if in_dir else command
         # the node stops the command itself at the timeout: killing the local ssh client alone would
         # leave a pip install running there, under the next attempt's feet
         remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
@@ -93,7 +99,8 @@ class Remote:
         if done.returncode == 124:  # coreutils timeout stopped it
             raise NodeError(host, step, "timeout", out, f"did not finish within {timeout:.0f} s, so it was stopped")
         if done.returncode != 0:
-            hint = remote_failure_hint(host, done.returncode, out, self.remote_dir, self.remote_python)
+            hint = remote_failure_hint(host, remote_returncode(done.returncode), out, self.remote_dir,
+                                       self.remote_python)
             raise NodeError(host, step, done.returncode, out, hint)
         return done.stdout.decode("utf-8", "replace")
 
@@ -210,8 +217,9 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
     py = shlex.quote(remote.remote_python)
 
     def versions(node: Node) -> Node:
-        missing = shlex.quote(f"{remote.remote_python}: No such file or directory")
-        out = remote.run(node.host, f"test -x {py} || {{ echo {missing}; exit 127; }}; {py} -c {shlex.quote(_VERSIONS)}",
+        missing = shlex.quote(missing_line(remote.remote_python))
+        out = remote.run(node.host, f"test -x {py} || {{ echo {missing} >&2; exit {EXIT_NO_KIT}; }}; "
+                                    f"{py} -c {shlex.quote(_VERSIONS)}",
                          "check versions", timeout=120)
         try:
             info = json.loads(out.strip().splitlines()[-1])
@@ -223,6 +231,11 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
 
     _parallel(versions, nodes)
     check_versions({n.host: {"host": n.hostname, "versions": n.versions} for n in nodes})
+    broken = [n for n in nodes if "error" in n.versions]
+    if broken:
+        n = broken[0]
+        raise NodeError(n.host, "check versions", 1, n.versions["error"],
+                        "the kit does not import there: its .venv is incomplete; run `make cluster-setup` again")
     for n in nodes:
         say(n.host, f"ok: {n.hostname}, " + ", ".join(f"{k} {v}" for k, v in n.versions.items()))
 

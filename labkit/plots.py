@@ -33,6 +33,12 @@ def bytes_axis(ax, axis: str = "y", per_second: bool = False) -> None:
     target.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
 
 
+def skipped(ax, why: str) -> None:
+    """An empty panel that says why it is empty (a section that did not run here, say)."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, wrap=True)
+
+
 def use_theme() -> None:
     """Apply the labs' seaborn theme (once)."""
     global _themed
@@ -77,13 +83,6 @@ def palette(n: int) -> list:
     import seaborn as sns
 
     return sns.color_palette("colorblind", max(n, 1))
-
-
-def skipped(ax, why: str) -> None:
-    """Mark ``ax`` as a figure that has nothing to show here, and why (a section that could not
-    run on this machine, or that its parameters left out): the text, and no axes."""
-    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
-    ax.set_axis_off()
 
 
 def draw_marks(axes, marks, colors: dict | None = None) -> None:
@@ -416,7 +415,8 @@ def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
     if readings.ndim != 2 or not readings.size:
         raise ValueError(f"best_readings needs a (trials, readings) array, got shape {readings.shape}")
     best = readings.max(axis=1)
-    step = float(np.min(np.diff(np.unique(readings)))) if len(np.unique(readings)) > 1 else 0.02
+    seen = np.unique(readings)
+    step = float(np.min(np.diff(seen))) if len(seen) > 1 else 0.02  # one image's worth of accuracy
     fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
     for ax, values, what, color in ((axes[0], readings.ravel(), "one reading", palette(2)[0]),
                                     (axes[1], best, f"the best of {readings.shape[1]} readings", palette(2)[1])):
@@ -667,3 +667,86 @@ def worker_shares(frame, title: str | None = None):
     if title:
         ax.set_title(title)
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Lab 3: report 001's dense step on emulated links
+# ---------------------------------------------------------------------------------------
+
+def emulated_dense(frame, title: str | None = None):
+    """Per (link, run) of ``experiments.sparse_lr.emulated_dense``: the measured time per 1k
+    iterations against one step's bytes at the link's rate (left); the ps's link, the shares of
+    the window it spent receiving and sending, and their sum, the verdict's busy share (right).
+    An empty frame (no links emulated here) gives two panels that say so."""
+    fig, axes = subplots(1, 2, figsize=(10, 3.2))
+    if len(frame) == 0:
+        skipped(axes[0], "emulated links: skipped (see above)")
+        skipped(axes[1], "")
+        return fig
+    _need_columns(frame, ("link", "run", "s_per_1k_iterations", "link_s_per_step", "ps_link_in", "ps_link_out",
+                          "ps_link_busy"), "emulated_dense")
+    labels = [f"{link}\n{run}" for link, run in zip(frame["link"], frame["run"])]
+    c_meas, c_in = palette(2)
+    axes[0].bar(labels, frame["s_per_1k_iterations"], color=c_meas, label="measured")
+    axes[0].bar(labels, 1e3 * frame["link_s_per_step"], color="none", edgecolor="black", hatch="//",
+                label="one step's bytes at the link's rate")
+    axes[0].set_ylabel("s per 1k iterations")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(labels, frame["ps_link_in"], color=c_in, label="into the ps's node")
+    axes[1].bar(labels, frame["ps_link_out"], bottom=frame["ps_link_in"], color="none", edgecolor="black",
+                label="out of it")
+    axes[1].scatter(labels, frame["ps_link_busy"], color="black", marker="_", s=400, zorder=3,
+                    label="busy share (the verdict's)")
+    axes[1].axhline(0.5, color="grey", ls="--", lw=0.8)
+    axes[1].axhline(1, color="grey", ls=":", lw=0.8)
+    axes[1].set_ylabel("share of the window at the link's rate")
+    axes[1].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Grading statistics (summary.html, labkit.grading.stats)
+# ---------------------------------------------------------------------------------------
+
+def score_histogram(totals, most: float, title: str | None = None):
+    """How a lab's total scores spread over 0..``most``, one bar per point (or per ``most``/20)."""
+    import numpy as np
+
+    fig, ax = subplots(figsize=(6, 2.8))
+    step = max(1.0, most / 20)
+    edges = np.arange(0, most + step, step)
+    ax.hist(list(totals), bins=edges if len(edges) > 1 else 1, color=palette(1)[0], edgecolor="white")
+    ax.set_xlim(0, max(most, step))
+    ax.set_xlabel(f"lab total (of {most:g} points)")
+    ax.set_ylabel("students")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def check_pass_rates(frame, title: str | None = None):
+    """Per check, the share of students who passed it (and who got part of it): ``frame`` has
+    columns ``check``, ``pass`` and ``partial`` (shares, 0..1), in the rubric's order; analysis
+    answers give ``mean`` (their TA scores' mean share) instead, in another colour."""
+    _need_columns(frame, ("check", "pass", "partial", "mean"), "check_pass_rates")
+    colors = palette(3)
+    fig, ax = subplots(figsize=(7, 0.35 * len(frame) + 1.2))
+    ys = list(range(len(frame)))[::-1]
+    answer = frame["mean"].notna()
+    ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "pass"], color=colors[0], label="passed")
+    ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "partial"], left=frame.loc[~answer, "pass"],
+            color=colors[1], label="partial credit")
+    ax.barh([y for y, a in zip(ys, answer) if a], frame.loc[answer, "mean"], color=colors[2],
+            label="answer: mean TA score")
+    ax.set_yticks(ys, list(frame["check"]))
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
+    ax.set_xlabel("share of students (answers: share of the points)")
+    fig.legend(loc="outside lower center", ncols=3, fontsize="x-small")
+    if title:
+        ax.set_title(title)
+    return fig
+

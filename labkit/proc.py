@@ -41,6 +41,21 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants (pages they share count in each: a ceiling)."""
+    total = 0
+    try:
+        procs = [psutil.Process(pid), *descendants(pid)]
+    except psutil.NoSuchProcess:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended, or another user's, since listed
+            continue
+    return total
+
+
 def kill_tree(pid: int, grace: float = 3.0, include_self: bool = True) -> list[int]:
     """SIGTERM ``pid``'s process group and every descendant, SIGKILL what survives ``grace``
     seconds. Returns the pids that had to be killed with SIGKILL."""

@@ -29,6 +29,11 @@ def _kernel_shell():
     return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
 
 
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (JupyterLab's, papermill's, the grader's); False in a script."""
+    return _kernel_shell() is not None
+
+
 def is_live() -> bool:
     """True in a kernel that Jupyter Server started for a notebook open in a frontend
     (JupyterLab, Notebook 7): Jupyter Server sets ``JPY_SESSION_NAME`` in its kernels'

@@ -22,6 +22,35 @@ ENV_INTRA_OP, ENV_INTER_OP = "LABKIT_INTRA_OP_THREADS", "LABKIT_INTER_OP_THREADS
 
 VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
 
+# gRPC's own retries, off in every task. TensorFlow sends each RunGraph call with a request id and
+# its worker service refuses an id it has seen ("ABORTED: The same RunGraph (Worker) request was
+# received twice"): a call the gRPC library sent again on a new attempt (its retry layer, on by
+# default, replays a call whose first attempt it judged unseen) killed a long async run over ssh.
+# TensorFlow's own RPC retries are already off (GRPC_MAX_RETRIES, default 0); TF_GRPC_DEFAULT_OPTIONS
+# gives every channel TensorFlow makes this argument, so a broken call is an error, never a replay.
+ENV_GRPC_OPTIONS = "TF_GRPC_DEFAULT_OPTIONS"
+NO_GRPC_RETRIES = "grpc.enable_retries=0"
+
+
+def grpc_options(current: str | None) -> str:
+    """``TF_GRPC_DEFAULT_OPTIONS`` for a task: ``current`` (the user's, if any) with gRPC's
+    retries turned off, unless ``current`` sets ``grpc.enable_retries`` itself."""
+    options = [o for o in (current or "").split(",") if o.strip()]
+    if not any(o.strip().startswith("grpc.enable_retries=") for o in options):
+        options.append(NO_GRPC_RETRIES)
+    return ",".join(options)
+
+
+def log_hint(log_tail: str) -> str:
+    """What a task's log says happened, whatever launcher ran it ('' if nothing known)."""
+    if "request was received twice" in log_tail:
+        return ("TensorFlow's worker service got one call twice (the same request id): the gRPC library sent "
+                "it again after a first attempt it could not confirm, typically over a slow or lossy link. The "
+                f"kit turns gRPC's retries off in every task ({ENV_GRPC_OPTIONS}={NO_GRPC_RETRIES}): check that "
+                f"nothing sets {ENV_GRPC_OPTIONS} with grpc.enable_retries=1 for the tasks, then run again; the "
+                "run's results up to here are in its folder")
+    return ""
+
 
 def task_file(task_type: str, index: int, suffix: str) -> str:
     """The file name a task writes in the run directory: ``worker-1.json`` (result),
@@ -71,8 +100,8 @@ class TaskFailed(RuntimeError):
         then = "".join(f"\n  then {name} {how}" for name, how in self.consequences.items())
         if then:
             then = f"\nwhich the others did not survive (consequences, not causes):{then}"
-        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; the other tasks were "
-                f"stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
+        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; every other task still "
+                f"running was stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
 
 
 class VersionSkew(RuntimeError):

@@ -8,8 +8,8 @@ frames are converted.
 
 Only a code cell's outputs are records: nbformat has no outputs on Markdown or raw cells,
 so a record pasted into one (``pre_baked`` finds them) is never read. The cell helpers the
-grader and the release share (``cell_tags``, ``named_cells``) live here too, with the
-notebook's records. Imports nothing from labkit.
+grader, the release and ``make check`` share (``cell_tags``, ``named_cells``, ``figure_count``)
+live here too, with the notebook's records. Imports nothing from labkit.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 MIME = "application/vnd.labkit.record+json"
+MIN_FIGURE_PIXELS = 100      # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
 
 
 def to_jsonable(value):
@@ -106,6 +107,38 @@ def code_cells(nb) -> list:
 def named_cells(nb, name: str) -> list:
     """Cells tagged ``name``, or the cell whose id is ``name``."""
     return [cell for cell in nb.cells if name in cell_tags(cell) or cell.get("id") == name]
+
+
+def figure_count(cell) -> int:
+    """Figures a code cell showed in this run (only code cells have outputs to read)."""
+    if cell.get("cell_type") != "code":
+        return 0
+    return sum(1 for out in cell.get("outputs") or [] if isinstance(out, dict) and is_figure(out.get("data") or {}))
+
+
+def is_figure(data: dict) -> bool:
+    """An image of at least MIN_FIGURE_PIXELS on each side (a 1-pixel PNG is not a figure)."""
+    import base64
+    import binascii
+    import io
+
+    for mime in ("image/png", "image/jpeg"):
+        if mime in data:
+            raw = data[mime]
+            try:
+                blob = base64.b64decode("".join(raw) if isinstance(raw, list) else raw, validate=False)
+                from PIL import Image
+
+                with Image.open(io.BytesIO(blob)) as im:  # reads the header only
+                    w, h = im.size
+            except (binascii.Error, OSError, ValueError, TypeError):
+                return False
+            return w >= MIN_FIGURE_PIXELS and h >= MIN_FIGURE_PIXELS
+    svg = data.get("image/svg+xml")
+    if svg:
+        text = "".join(svg) if isinstance(svg, list) else str(svg)
+        return "<svg" in text and text.count("<path") >= 5
+    return False
 
 
 def pre_baked(nb) -> list[str]:

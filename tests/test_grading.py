@@ -278,6 +278,8 @@ def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path)
     cells[0].metadata.papermill = {"duration": 1}
     (tmp_path / "nb").mkdir()
     nbformat.write(new_notebook(cells=cells), str(tmp_path / "nb" / "x.ipynb"))
+    (tmp_path / "nb" / "rubric.toml").write_text(  # the kit's public rubric is made from it
+        '[labs.x]\nnotebook = "x.ipynb"\n[[labs.x.checks]]\nname = "answer"\npoints = 1\nkind = "analysis"\n')
     [(dest, regions)] = release.release(tmp_path / "nb", tmp_path / "rel", log=lambda m: None)
     nb = nbformat.read(str(dest), as_version=4)
     assert regions == 3 and len(nb.cells) == 2
@@ -288,7 +290,7 @@ def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path)
 
 def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     """``make release``: notebooks, the package without labkit.solutions and labkit.grading, and the
-    project files; in it the kit's references say what to pass instead, and grading says it is not there."""
+    project files; in it the kit's references say what to pass instead, and grading is no command."""
     import subprocess
     import sys
     from pathlib import Path
@@ -318,7 +320,7 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     assert "not part of the student kit; pass gradient=sparse_lr_gradient" in lines[-1]
     graded = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert graded.returncode == 2 and "this is the student kit" in graded.stderr
+    assert graded.returncode == 2 and "invalid choice: 'grade'" in graded.stderr   # not a command of this kit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,7 +412,7 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     lab = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
     for name in ("a.ipynb", "b.ipynb", "scratch.ipynb"):
         (tmp_path / name).write_text("{}")
-    jobs, notes, refused = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
+    jobs, notes, refused, _ = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
     assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []
 

@@ -3,8 +3,11 @@
 One small sweep (1 and 2 workers) serves several tests; the fault-tolerance test uses its
 2-worker run as the uninterrupted reference.
 """
+import json
 import math
+from pathlib import Path
 
+import psutil
 import pytest
 
 from labkit.experiments import lenet_sweep
@@ -84,6 +87,21 @@ def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_wei
     assert ft["reference"]["run_dir"] == str(sweep.find(2, BATCH).result.run_dir)  # the sweep's run, not a new one
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
     assert "epoch 1/2" in ft["failure"]["log_tail"]
+    # The survivor met TensorFlow's own error (the dead peer's connections were reset), wrote it
+    # into its result file and exited by itself, well before the launcher's bound; the launcher
+    # reported it as a consequence of the kill.
+    peer = ft["peer_failure"]
+    survivor = peer["survivors"]["worker:0"]
+    assert peer["errors"] == ["UnavailableError"], peer
+    assert not survivor["stopped_by_launcher"] and survivor["returncode"] == 1, survivor
+    assert 0 <= survivor["error_after_s"] <= survivor["exit_after_s"] + 0.5, survivor
+    assert peer["mwms_failure_s"] == survivor["error_after_s"] < lenet_sweep.SURVIVOR_WAIT_S / 2, peer
+    assert "worker:0 exited with code 1" in ft["failure"]["message"], ft["failure"]["message"]
+    for hello in (Path(ft["run_dir"]) / "interrupted").glob("worker-*.hello.json"):  # nothing left running
+        pid = json.loads(hello.read_text())["pid"]
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, hello
+    evidence = lenet_sweep.resume_evidence(ft)
+    assert evidence["survivor_error"] == "UnavailableError" and evidence["mwms_failure_s"] == peer["mwms_failure_s"]
     resumed = ft["resumed"]
     assert resumed["start_epoch"] == 1 and resumed["first_epoch_trained"] == 2
     assert resumed["restored_checkpointed_weights"], resumed

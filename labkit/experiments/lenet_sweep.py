@@ -46,6 +46,27 @@ PROGRAM = "strategy_train"
 MODEL = "lenet5"
 # Table 2.1.1's columns: host-wide averages while training, then the run's outcome.
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s")
+# Report 000's Table 2.1.1 as printed (30 epochs of MNIST, TF 2.0 MultiWorkerMirroredStrategy):
+# workers, batch size, average network receive and send (dstat, bytes/s), validation loss and
+# accuracy, time (s). The Idle row is left out.
+REPORT_000_TABLE = (
+    (1, 50, 56_494, 38_754, 0.1563, 0.9518, 9 * 60 + 48), (1, 100, 57_997, 23_030, 0.1674, 0.9527, 8 * 60 + 32),
+    (1, 200, 52_452, 24_094, 0.1469, 0.9571, 8 * 60 + 32), (2, 50, 9_691_353, 9_738_355, 0.1491, 0.9548, 19 * 60 + 29),
+    (2, 100, 7_211_978, 7_218_599, 0.2406, 0.9293, 9 * 60 + 7), (2, 200, 4_320_017, 4_306_106, 0.3467, 0.8997, 7 * 60 + 44),
+    (3, 50, 11_666_126, 11_655_754, 0.1636, 0.9506, 18 * 60 + 33),
+    (3, 100, 8_036_325, 8_038_431, 0.2529, 0.9249, 10 * 60 + 55),
+    (3, 200, 5_071_573, 5_077_728, 0.3558, 0.9879, 9 * 60 + 0),
+)
+
+
+def report_000():
+    """Report 000's Table 2.1.1 (without the Idle row), one row per configuration, as printed
+    (its 98.79% for 3 x 200 is most likely a typo: see the lab)."""
+    import pandas as pd
+
+    columns = ["workers", "batch_size", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "val_loss", "val_accuracy",
+               "time_s"]
+    return pd.DataFrame(REPORT_000_TABLE, columns=columns)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -255,26 +276,39 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 
 # ------------------------------------------------------------------------------ a lost worker
 
+SURVIVOR_WAIT_S = 60.0  # how long the survivors of a kill may take to meet TensorFlow's error
+
+
 def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
                     kill: str = "worker:1", train_limit: int | None = 6000, test_limit: int | None = 2000,
                     lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | Sweep | None = None,
-                    log=print, progress: bool = True, timeout: float = 900, **kwargs) -> dict:
-    """Kill a worker mid-training, restart the same cluster, resume from the checkpoints.
+                    survivor_wait_s: float = SURVIVOR_WAIT_S, log=print, progress: bool = True,
+                    timeout: float = 900, **kwargs) -> dict:
+    """Kill a worker mid-training, let the survivors meet TensorFlow's own error, restart the
+    same cluster, resume from the checkpoints.
 
     1. Start ``workers`` workers checkpointing every epoch; once every worker has logged
-       (so saved) epoch ``kill_after_epoch``, SIGKILL ``kill`` through the launcher, which
-       raises ``TaskFailed`` with the task's log tail and stops the others.
-    2. Start the same cluster (same addresses, same checkpoints): it resumes after the last
+       (so saved) epoch ``kill_after_epoch``, SIGKILL ``kill`` through the launcher.
+    2. Leave the survivors alone: their next all-reduce fails with TensorFlow's own error
+       (the dead peer's kernel closed its connections: ``UnavailableError`` at once). Each
+       survivor writes the error's class, message and time into its result file
+       (``peer_failure``) and exits. Only then does the launcher report ``TaskFailed`` (the
+       killed worker as the cause, the survivors' exits as consequences); a survivor still
+       running ``survivor_wait_s`` after the kill is stopped by the launcher, and said so.
+       ``collective_timeout`` (a keyword for the tasks) bounds how long a collective waits
+       for a peer that hangs without closing its connections (none by default).
+    3. Start the same cluster (same addresses, same checkpoints): it resumes after the last
        epoch every worker saved and trains to ``epochs``.
-    3. Compare with an uninterrupted run of the same settings and seed (``reference``: a run's
+    4. Compare with an uninterrupted run of the same settings and seed (``reference``: a run's
        ``ClusterResult``, or a ``Sweep`` whose run of this configuration is used when the sweep
        ran with the same settings; else a run made here).
 
     Each run is under a live view; ``progress`` shows a bar over the runs. Returns a dict:
-    ``run_dir`` (the demo's folder, one run directory per run inside), ``failure`` (the
-    TaskFailed message, task, return code, log tail), ``resumed`` (start epoch, restored vs
-    checkpointed weight checksums, history), ``reference`` (history), final accuracies and
-    their difference in points.
+    ``run_dir`` (the demo's folder, one run directory per run inside), ``peer_failure`` (what
+    TensorFlow raised in the survivors and how long after the kill: ``mwms_failure_s``),
+    ``failure`` (the TaskFailed message, task, return code, log tail), ``resumed`` (start
+    epoch, restored vs checkpointed weight checksums, history), ``reference`` (history), final
+    accuracies and their difference in points.
     """
     if not 1 <= kill_after_epoch < epochs:
         raise ValueError(f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
@@ -284,6 +318,8 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     names = [f"worker:{i}" for i in range(workers)]
     if kill not in names:
         raise ValueError(f"kill={kill!r} is not a task of this cluster; give one of {', '.join(names)}")
+    if not survivor_wait_s > 0:
+        raise ValueError(f"survivor_wait_s must be a positive number of seconds, got {survivor_wait_s!r}")
     say = log or (lambda _message: None)
     if isinstance(reference, Sweep):
         reference = _same_run(reference, workers, batch_size, epochs=epochs, train_limit=train_limit,
@@ -303,24 +339,25 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
         bar.set_postfix_str("interrupted")
         first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
                              **settings)
-        failure = None
         with live.watch(first), first:
             spec = first.spec  # the addresses it really used (local ports may have moved)
             if first.follow(_epoch_printer("interrupted", log), until=saved_everywhere) is not None:
                 raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
                                    f"{first.run_dir}")
             say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
+            killed_epoch = time.time()
             try:
                 first.kill(kill)
             except ValueError:  # the only ValueError left: the task is no longer running
                 raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so "
                                    f"that epoch {kill_after_epoch + 1} lasts a few seconds") from None
-            try:
-                first.follow()
-            except TaskFailed as e:
-                failure = {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
+            survivors = [n for n in names if n != kill]
+            waited = _await_exits(first, survivors, survivor_wait_s)
+            failure = _task_failed(first)
         if failure is None:
             raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
+        peer = _peer_failure(first.result, survivors, killed_epoch, waited, survivor_wait_s)
+        say(f"the survivors: {peer['summary']}")
         say(f"TaskFailed: {failure['message'].splitlines()[0]}")
 
         bar.update()
@@ -340,7 +377,7 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     return {
         "workers": workers, "batch_size": batch_size, "epochs": epochs, "seed": seed, "killed": kill,
         "kill_after_epoch": kill_after_epoch, "run_dir": str(ckpt.parent), "checkpoint_dir": str(ckpt),
-        "failure": failure,
+        "peer_failure": peer, "failure": failure,
         "resumed": {"start_epoch": start, "first_epoch_trained": start + 1,
                     "restored_weights_sha256": res["restored_weights_sha256"],
                     "checkpointed_weights_sha256": checkpointed,
@@ -350,6 +387,84 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                       "run_dir": str(reference.run_dir)},
         "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
     }
+
+
+def send_rate_audit(predicted: dict):
+    """Report 000's average network send beside predictions of it, one row per configuration:
+    ``predicted`` maps a reading (``global``, ``per_worker``) to ``{"N x B": bytes/s}``; each
+    reading gets the report's rate over its prediction (``report_over_<reading>``)."""
+    import pandas as pd
+
+    report = report_000()
+    report.index = [f"{n} x {b}" for n, b in zip(report["workers"], report["batch_size"])]
+    out = pd.DataFrame({"report_sent_bytes_per_s": report["net_sent_bytes_per_s"]})
+    for reading, values in predicted.items():
+        out[f"predicted_{reading}"] = pd.Series(values, dtype=float)
+        out[f"report_over_{reading}"] = out["report_sent_bytes_per_s"] / out[f"predicted_{reading}"]
+    return out.dropna(subset=[f"predicted_{r}" for r in predicted]).rename_axis("config")
+
+
+def describe_peer_failure(ft: dict) -> str:
+    """What each survivor of the kill met, in words: TensorFlow's error, when, and its message."""
+    peer = ft["peer_failure"]
+    lines = [peer["summary"]]
+    for name, s in peer["survivors"].items():
+        exited = (f"it exited {s['exit_after_s']:.3f} s after the kill" if s["exit_after_s"] is not None
+                  else f"still running {peer['survivor_wait_s']:g} s after the kill, stopped by the launcher")
+        if s["error"]:
+            lines.append(f"{name}: {s['error']} {s['error_after_s']:.3f} s after the kill; {exited}")
+            lines += [f"    {line}" for line in s["message"].splitlines()]
+        else:
+            lines.append(f"{name}: no TensorFlow error in its result file; {exited} (return code {s['returncode']})")
+    return "\n".join(lines)
+
+
+def _await_exits(c: Cluster, tasks: list[str], bound: float, poll: float = 0.02) -> dict[str, float | None]:
+    """Seconds until each of ``tasks`` ended on its own (None: still running after ``bound``),
+    without the launcher stepping in: ``Cluster.follow`` would stop them as soon as it saw the
+    killed task's exit."""
+    t0, ended = time.monotonic(), {}
+    while True:
+        status = c.status()
+        for name in tasks:
+            if name not in ended and status[name] != "running":
+                ended[name] = time.monotonic() - t0
+        if len(ended) == len(tasks) or time.monotonic() - t0 > bound:
+            return {name: ended.get(name) for name in tasks}
+        time.sleep(poll)
+
+
+def _task_failed(c: Cluster) -> dict | None:
+    """The launcher's ``TaskFailed`` for a cluster with a dead task, as a dict (None if it finished)."""
+    try:
+        c.follow()
+    except TaskFailed as e:
+        return {"task": e.task, "returncode": e.returncode, "message": str(e), "log_tail": e.log_tail}
+    return None
+
+
+def _peer_failure(result: ClusterResult, survivors: list[str], killed_epoch: float, waited: dict,
+                  bound: float) -> dict:
+    """What each survivor met after the kill: TensorFlow's error (its class and message, from
+    the task's result file), seconds from the kill to the error (``error_after_s``, from the
+    survivor's clock: the same machine's here, a node's on a cluster) and to its exit as the
+    launcher saw it (``exit_after_s``); ``mwms_failure_s``, the slowest survivor's error."""
+    tasks = {t.name: t for t in result}
+    rows = {}
+    for name in survivors:
+        met = (tasks[name].result or {}).get("peer_failure") if name in tasks else None
+        rows[name] = {"error": met["error"] if met else None, "message": met["message"] if met else None,
+                      "error_after_s": met["failed_epoch"] - killed_epoch if met else None,
+                      "exit_after_s": waited.get(name), "stopped_by_launcher": waited.get(name) is None,
+                      "returncode": tasks[name].returncode if name in tasks else None}
+    times = [r["error_after_s"] for r in rows.values()]
+    errors = sorted({r["error"] for r in rows.values() if r["error"]})
+    met_all = all(t is not None for t in times)
+    summary = (f"every survivor met TensorFlow's {', '.join(errors)} within {max(times):.2f} s of the kill"
+               if met_all else f"not every survivor met an error within {bound:g} s: the launcher stopped "
+               f"{', '.join(n for n, r in rows.items() if r['stopped_by_launcher']) or 'none'}")
+    return {"survivors": rows, "errors": errors, "mwms_failure_s": max(times) if met_all else None,
+            "survivor_wait_s": bound, "summary": summary}
 
 
 def _same_run(sweep: Sweep, workers: int, batch_size: int, **settings) -> ClusterResult | None:
@@ -371,11 +486,14 @@ def fault_curves(ft: dict):
 
 
 def resume_evidence(ft: dict) -> dict:
-    """The numbers that show the recovery: which task failed and how, the epoch the restarted
+    """The numbers that show the failure and the recovery: which task failed and how, the error
+    the survivors met and how many seconds after the kill (``mwms_failure_s``), the epoch the restarted
     cluster resumed at, whether it restored the checkpointed weights (1/0), and the final
     accuracies against the uninterrupted run."""
     r = ft["resumed"]
+    peer = ft["peer_failure"]
     return {"failed_task": ft["failure"]["task"], "returncode": ft["failure"]["returncode"],
+            "survivor_error": ", ".join(peer["errors"]) or None, "mwms_failure_s": peer["mwms_failure_s"],
             "kill_after_epoch": ft["kill_after_epoch"], "start_epoch": r["start_epoch"],
             "first_epoch_trained": r["first_epoch_trained"], "epochs": ft["epochs"],
             "restored_checkpointed_weights": int(r["restored_checkpointed_weights"]),

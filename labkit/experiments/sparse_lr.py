@@ -197,6 +197,65 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
     return experiment
 
 
+EMULATED_COLUMNS = ("link", "run", "local_steps", "s_per_1k_iterations", "bytes_per_step", "link_s_per_step",
+                    "link_share", "ps_link_in", "ps_link_out", "ps_link_busy", "busiest_link", "network_utilisation",
+                    "cpu_utilisation", "verdict", "detail")
+
+
+def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, workers: int = 2, **kwargs):
+    """Report 001's dense step (``labkit.experiments.dense_lr_step``), sync then async, in one
+    cluster per emulated link of ``links`` (``labkit.netem``, ``labkit.launchers.netem``): the
+    ps and worker 0 on node0, each other worker on a node of its own.
+
+    One row per (link, run): steps per worker, seconds per 1k iterations, bytes per worker step
+    and the seconds they take at the link's rate (``link_s_per_step``; over the time per sync
+    round, ``link_share``), the ps's link in each direction and busy (``Experiment.links``), and
+    the kit's verdict at the run's own link (``Experiment.verdicts``). ``kwargs`` are
+    ``make_cluster``'s (data, num_features, ...; ``hosts`` is the emulated nodes'). An empty
+    frame where links cannot be emulated here: ``netem.usable`` says why."""
+    import pandas as pd
+
+    from labkit import netem
+    from labkit.experiments.dense_lr_step import sparse_lr_gradient as dense
+    from labkit.launchers.netem import cluster_args
+
+    rows = []
+    if netem.usable(links):
+        settings = {k: v for k, v in kwargs.items() if k != "hosts"}
+        for link in links:
+            exp = train([f"sync:{batch_size}", f"async:{batch_size}"], samples=samples, eval_every=0,
+                        save_weights=False, gradient=dense, progress=False, workers=workers, **settings,
+                        **cluster_args(link, workers))
+            rows += _emulated_rows(link, exp)
+    return pd.DataFrame(rows, columns=list(EMULATED_COLUMNS))
+
+
+def _emulated_rows(link: str, exp: "Experiment") -> list[dict]:
+    """``emulated_dense``'s rows for one link's cluster."""
+    from labkit import netem
+    from labkit.launchers.netem import task_nodes
+
+    rate = netem.parse_link(link).bytes_per_s
+    table, verdicts, frame = exp.summary(), exp.verdicts(), exp.samples()  # verdicts: the run's own link rate
+    ps_node = task_nodes(exp.result)["ps:0"]
+    rows = []
+    for label in exp.labels:
+        ps_link = exp.links(label, frame).loc[ps_node]
+        row, verdict = table.loc[label], verdicts.loc[label]
+        link_s = row["bytes_per_step"] / rate
+        rows.append({"link": link, "run": label, "local_steps": row["local_steps"],
+                     "s_per_1k_iterations": row["s_per_1k_iterations"], "bytes_per_step": row["bytes_per_step"],
+                     "link_s_per_step": link_s,
+                     "link_share": link_s / (row["s_per_1k_iterations"] / 1e3) if label.startswith("sync")
+                     else math.nan,
+                     "ps_link_in": ps_link["in_share"], "ps_link_out": ps_link["out_share"],
+                     "ps_link_busy": ps_link["busy_share"], "busiest_link": verdict["busiest_link"],
+                     "network_utilisation": verdict["network_utilisation"],
+                     "cpu_utilisation": verdict["cpu_utilisation"], "verdict": verdict["verdict"],
+                     "detail": verdict["detail"]})
+    return rows
+
+
 @dataclass
 class Run(experiments.Run):
     """One configuration of the cluster's plan: mode and batch size. Every run of an
@@ -508,7 +567,8 @@ class Experiment(experiments.Sweep):
         steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
         the cluster's directory; ``summary``, ``bottlenecks`` and ``verdicts`` (at
         ``link_gbit``; on emulated nodes at the run's own link), the settings; with ``profile`` (``profile_ops``)
-        the sparse speed-up at its largest size and batch, and the profile; with ``sweep``
+        the sparse speed-up at its largest size and batch, the dense step's allocated bytes at its
+        largest size per batch (``dense_alloc_bytes``: {"b10": ...}), and the profile; with ``sweep``
         (a second ``Experiment``) its summary; ``artifacts`` (``save_weights``) as given."""
         summary = self.summary()
         out = {}
@@ -526,6 +586,9 @@ class Experiment(experiments.Sweep):
         if profile is not None:
             speed = speedups(profile)
             out["sparse_speedup"] = speed.xs(speed.index.get_level_values("batch").max(), level="batch").iloc[-1].speedup
+            largest = speed.index.get_level_values("num_features").max()
+            out["dense_alloc_bytes"] = {f"b{b}": float(v) for b, v in
+                                        speed.xs(largest, level="num_features")["dense_alloc_bytes"].items()}
             out["profile"] = profile
         out.update(summary=summary.reset_index(), bottlenecks=self.bottlenecks().reset_index(),
                    verdicts=self.verdicts(link_gbit=link_gbit).reset_index())

@@ -1,11 +1,24 @@
-"""``make release``: the student kit, i.e. the kit without its solutions (the nbgrader conventions).
+"""``make release``: the student kit, i.e. the kit without its solutions (the nbgrader conventions),
+with a README, a Makefile and a rubric of its own.
 
-``release(notebooks, out)`` writes ``out/notebooks/`` (the student versions of the lab
-notebooks), ``out/labkit/`` (the package without the grader-only subpackages,
-``GRADER_ONLY``: ``labkit.solutions``, the reference implementations of the exercises, and
-``labkit.grading``, the grader and its hidden checks) and the project files a student installs
-it with. ``student_package`` is the same package on its own: the grader's sandbox shows a
-student's code exactly this view of the kit.
+``release(notebooks, out)`` writes into ``out/``
+
+- ``notebooks/``: the student versions of the lab notebooks (below), and ``notebooks/rubric.toml``:
+  the *public* rubric (``labkit.grading.public``), which ``make check`` (``labkit.checking``) runs
+  them with, in place of the grader's;
+- ``labkit/``: the package without its instructor-only subpackages (``INSTRUCTOR_ONLY``:
+  ``labkit.solutions``, the reference implementations of the exercises; ``labkit.grading``, the
+  grader and its hidden checks; ``labkit.bench``, which benchmarks both). ``student_package`` is
+  the same package on its own: the grader's sandbox shows a student's code exactly this view;
+- ``README.md``, ``Makefile`` and ``.gitignore`` written for a student, from
+  ``templates/student/`` (the README's per-lab tables come from the rubric), the files a student
+  installs the kit with and the CloudLab profile (``PROJECT_FILES``), and ``docs/`` without its
+  instructor-only passages
+  (between ``<!-- instructor-only -->`` and ``<!-- /instructor-only -->`` lines, or a line, such
+  as a table's row, that holds ``<!-- instructor-only -->``).
+
+The README's ``sh`` code blocks are the commands a student runs, in order, on a fresh copy of
+the kit (a test runs them so); commands that need a cluster are in ``bash`` blocks.
 
 In a reference notebook:
 
@@ -24,17 +37,23 @@ from __future__ import annotations
 
 import re
 import shutil
+import string
 from pathlib import Path
 
+from labkit.checking import short_name
+from labkit.grading.public import BEGIN, CODE_STUB, END, public_rubric, to_toml
 from labkit.record import cell_tags
 
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
-GRADER_ONLY = ("solutions", "grading")     # subpackages of labkit the student kit leaves out
-PROJECT_FILES = ("pyproject.toml", "requirements.txt", "README.md", "Makefile", "docs")
+INSTRUCTOR_ONLY = ("solutions", "grading", "bench")   # subpackages of labkit the student kit leaves out
+PROJECT_FILES = ("pyproject.toml", "requirements.txt", "cloudlab")   # files, or folders copied whole
+STUDENT_FILES = {"README.md": "README.md", "Makefile": "Makefile", "gitignore": ".gitignore"}  # template: kit
+TEMPLATES = Path(__file__).with_name("templates") / "student"
+INSTRUCTOR_ONLY_MD = [   # what student_docs removes: a block between marker lines, or a line holding the marker
+    re.compile(r"^[ \t]*<!-- instructor-only -->[ \t]*\n.*?^[ \t]*<!-- /instructor-only -->[ \t]*\n", re.S | re.M),
+    re.compile(r"^.*<!-- instructor-only -->.*\n", re.M)]
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -86,7 +105,7 @@ def release_notebook(nb, name: str = "notebook"):
 
 
 def student_package(dest: Path) -> Path:
-    """Copy labkit without its grader-only subpackages to ``dest/labkit``; returns that folder."""
+    """Copy labkit without its instructor-only subpackages to ``dest/labkit``; returns that folder."""
     target = Path(dest) / "labkit"
     if target.exists():
         shutil.rmtree(target)
@@ -95,22 +114,25 @@ def student_package(dest: Path) -> Path:
     def ignore(folder, names):
         dropped = set(skip(folder, names))
         if Path(folder).resolve() == PACKAGE:
-            dropped |= {n for n in names if n in GRADER_ONLY}
+            dropped |= {n for n in names if n in INSTRUCTOR_ONLY}
         return dropped
 
     shutil.copytree(PACKAGE, target, ignore=ignore)
     return target
 
 
-def release(notebooks="notebooks", out="release", log=print) -> list[tuple[Path, int]]:
-    """Write the student kit to ``out``: every notebook in ``notebooks`` in its student version
-    (``out/notebooks/``), the package without its solutions and grader, and the project files."""
+def release(notebooks="notebooks", out="release", rubric=None, log=print) -> list[tuple[Path, int]]:
+    """Write the student kit to ``out`` (see the module docstring): every notebook in ``notebooks``
+    in its student version, the public rubric of ``rubric`` (default ``notebooks/rubric.toml``),
+    the package without its instructor-only parts, and the student's README, Makefile and docs."""
     import nbformat
 
     src_dir, out = Path(notebooks), Path(out)
+    rubric = Path(rubric) if rubric is not None else src_dir / "rubric.toml"
     sources = sorted(src_dir.glob("*.ipynb"))
     if not sources:
         raise ValueError(f"no notebooks in {src_dir}/ to release")
+    public = public_rubric(rubric, src_dir)
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     written = []
     for src in sources:
@@ -121,23 +143,72 @@ def release(notebooks="notebooks", out="release", log=print) -> list[tuple[Path,
         written.append((dest, regions))
         log(f"{dest}: {regions} solution region(s) removed" + ("" if regions else
             " (WARNING: none; students get the full solution)"))
+    (out / "notebooks" / "rubric.toml").write_text(to_toml(public))
+    log(f"{out / 'notebooks' / 'rubric.toml'}: the public rubric ({len(public['labs'])} labs; no hidden check, "
+        f"verifier input, reference value or answer key)")
     student_package(out)
+    log(f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in INSTRUCTOR_ONLY)}")
     for name in PROJECT_FILES:
         src = PACKAGE.parent / name
         if src.is_dir():
-            shutil.copytree(src, out / name, dirs_exist_ok=True)
-        elif src.is_file():
+            shutil.copytree(src, out / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
             shutil.copy2(src, out / name)
-    log(f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in GRADER_ONLY)}")
+    for template, name in STUDENT_FILES.items():
+        text = (TEMPLATES / template).read_text()
+        (out / name).write_text(student_readme(text, public) if name == "README.md" else text)
+    student_docs(PACKAGE.parent / "docs", out / "docs")
+    log(f"{out}: README.md, Makefile and .gitignore for students; docs/ without its instructor-only passages")
     return written
 
 
+def student_readme(template: str, public: dict) -> str:
+    """The student README: ``template`` with the labs' tables from the public rubric."""
+    labs = public["labs"]
+    rows = ["| lab | notebook | what it shows |", "|---|---|---|"]
+    rows += [f"| {short_name(key)} | `notebooks/{lab['notebook']}` | {lab['title']} |" for key, lab in labs.items()]
+    points = ["| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit |",
+              "|---|---|---|---|---|"]
+    points += [f"| {short_name(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
+               f"{_minutes(lab['notebook_timeout'])} |" for key, lab in labs.items()]
+    first = next(iter(labs))
+    return string.Template(template).substitute(labs_table="\n".join(rows), points_table="\n".join(points),
+                                                lab_example=short_name(first))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+def student_docs(src: Path, dest: Path) -> None:
+    """Copy the docs folder, each Markdown file without its instructor-only passages."""
+    for path in sorted(src.rglob("*")):
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.suffix == ".md":
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = path.read_text()
+            for marked in INSTRUCTOR_ONLY_MD:
+                text = marked.sub("", text)
+            target.write_text(text)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
 def main(args) -> int:
-    """The ``release`` subcommand."""
+    """The ``release`` subcommand; with ``--public-rubric FILE``, only the public rubric (``make check``
+    in the instructor's kit runs the reference notebooks with it)."""
     import sys
 
     try:
-        release(args.notebooks, args.out)
+        if args.public_rubric:
+            dest = Path(args.public_rubric)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(to_toml(public_rubric(Path(args.notebooks) / "rubric.toml", args.notebooks)))
+        else:
+            release(args.notebooks, args.out)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

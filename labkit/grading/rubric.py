@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labkit.record import Missing, lookup, named_cells
+from labkit.record import MIN_FIGURE_PIXELS, Missing, figure_count, lookup, named_cells
 
 PLACEHOLDER = "YOUR ANSWER HERE"
-IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
-MIN_FIGURE_PIXELS = 100      # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
 
 # Settings a lab inherits from [defaults] and may override.
 SETTINGS = {
@@ -122,6 +120,7 @@ class Lab:
     check_memory_mb: float
     evidence: tuple[str, ...] = ()
     expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
+    late_penalty: object = None    # late.Policy, or None: late work is shown and costs nothing
 
     @property
     def max_points(self) -> float:
@@ -158,11 +157,13 @@ def load_rubric(path) -> Rubric:
     unknown = set(raw) - {"defaults", "labs"}
     if unknown:
         raise RubricError(f"{path}: unknown top-level table(s) {sorted(unknown)}; use [defaults] and [labs.NAME]")
+    table = dict(raw.get("defaults", {}))
+    late_default = _late(table.pop("late_penalty", None), f"{path} [defaults]")
     defaults = dict(SETTINGS)
-    defaults.update(_settings(raw.get("defaults", {}), f"{path} [defaults]", allow_all=False))
+    defaults.update(_settings(table, f"{path} [defaults]", allow_all=False))
     labs = {}
     for key, table in raw.get("labs", {}).items():
-        labs[key] = _lab(key, table, defaults, path)
+        labs[key] = _lab(key, table, defaults, path, late_default)
     notebooks = [lab.notebook for lab in labs.values()]
     dup = {n for n in notebooks if notebooks.count(n) > 1}
     if dup:
@@ -186,9 +187,18 @@ def _settings(table: dict, where: str, allow_all: bool) -> dict:
     return out
 
 
-def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
+def _late(value, where: str):
+    from labkit.grading import late
+
+    try:
+        return late.parse(value, where)
+    except late.PolicyError as e:
+        raise RubricError(str(e)) from None
+
+
+def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s"}
+    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s", "late_penalty"}
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -221,8 +231,9 @@ def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
     expected = table.get("expected_s", 0.0)
     if not _is_number(expected) or expected < 0:
         raise RubricError(f"{where}: expected_s must be the seconds a run takes (a number >= 0), not {expected!r}")
+    late_penalty = _late(table["late_penalty"], where) if "late_penalty" in table else late_default
     return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               evidence=tuple(evidence), expected_s=float(expected), **settings)
+               evidence=tuple(evidence), expected_s=float(expected), late_penalty=late_penalty, **settings)
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:
@@ -445,12 +456,12 @@ def _eval_figures(c, nb, records):
     need = int(c.get("min", 1))
     names = c.get("cells")
     if not names:
-        n = sum(_images(cell) for cell in nb.cells)
+        n = sum(figure_count(cell) for cell in nb.cells)
         return min(n / need, 1.0), (f"{n} figure(s) in the notebook, expected at least {need}" if n < need else ""), n
     counts, short = {}, []
     for name in names:
         cells = named_cells(nb, name)
-        counts[name] = sum(_images(cell) for cell in cells)
+        counts[name] = sum(figure_count(cell) for cell in cells)
         if not cells:
             short.append(f"no cell tagged {name!r}")
         elif counts[name] < need:
@@ -468,38 +479,6 @@ KINDS["analysis"] = Kind("analysis", frozenset(), frozenset({"cells", "placehold
 # A hidden check: the grader imports the student's functions into a fresh sandboxed process and
 # runs them on its own inputs (labkit.grading.hidden); scored there, never from the notebook.
 KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None, scorer="grader")
-
-
-def _images(cell) -> int:
-    """Figures a code cell showed in this run (only code cells have outputs to read)."""
-    if cell.get("cell_type") != "code":
-        return 0
-    return sum(1 for out in cell.get("outputs") or [] if isinstance(out, dict) and _is_figure(out.get("data") or {}))
-
-
-def _is_figure(data: dict) -> bool:
-    """An image of at least MIN_FIGURE_PIXELS on each side (a 1-pixel PNG is not a figure)."""
-    import base64
-    import binascii
-    import io
-
-    for mime in ("image/png", "image/jpeg"):
-        if mime in data:
-            raw = data[mime]
-            try:
-                blob = base64.b64decode("".join(raw) if isinstance(raw, list) else raw, validate=False)
-                from PIL import Image
-
-                with Image.open(io.BytesIO(blob)) as im:  # reads the header only
-                    w, h = im.size
-            except (binascii.Error, OSError, ValueError, TypeError):
-                return False
-            return w >= MIN_FIGURE_PIXELS and h >= MIN_FIGURE_PIXELS
-    svg = data.get("image/svg+xml")
-    if svg:
-        text = "".join(svg) if isinstance(svg, list) else str(svg)
-        return "<svg" in text and text.count("<path") >= 5
-    return False
 
 
 def _fmt(values) -> str:

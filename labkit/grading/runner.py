@@ -41,7 +41,7 @@ import psutil
 from labkit.grading import limits
 from labkit.grading.report import NEVER_RAN
 from labkit.grading.sandbox import View
-from labkit.proc import OwnedProcess, tail
+from labkit.proc import OwnedProcess, tail, tree_rss
 from labkit.record import cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
@@ -231,7 +231,7 @@ class _Running:
                 "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
                           f"they were killed", cell))
         if self.group.backend == "rlimit":  # no cgroup: cap the tree's total RSS by polling
-            rss = _tree_rss(self.proc.pid)
+            rss = tree_rss(self.proc.pid)
             if rss > self.lab.memory_mb * 2**20:
                 self.stop()
                 cell = self._running_cell()
@@ -330,20 +330,6 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: f
         for item in running:
             item.kill()
     return results
-
-
-def _tree_rss(pid: int) -> int:
-    total = 0
-    try:
-        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
 
 
 # ---------------------------------------------------------------------------------------------

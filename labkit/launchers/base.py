@@ -107,6 +107,10 @@ class Launcher:
         """Whether the task's server accepts connections."""
         return accepts(task.host, task.port)
 
+    def unready_hint(self, tps: list[TaskProcess]) -> str:
+        """Why these running tasks' servers never became ready, when the launcher can tell ('')."""
+        return ""
+
     def returncode(self, rc: int) -> int:
         """The spawned child's exit code as the task's own."""
         return rc

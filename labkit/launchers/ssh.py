@@ -30,13 +30,15 @@ from labkit.launchers.base import Launcher, TaskProcess
 from labkit.proc import OwnedProcess
 from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+# ServerAlive*: a node whose network drops is noticed in about 15 s (ssh exits 255), not when TCP gives up
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+               "-o", "ServerAliveCountMax=3")
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 
 
 def default_ssh() -> list[str]:
     """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
-    else ``ssh -o BatchMode=yes -o ConnectTimeout=10``."""
+    else ``DEFAULT_SSH``."""
     return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
 
 
@@ -142,6 +144,26 @@ class SshLauncher(Launcher):
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
 
+    def unready_hint(self, tps: list[TaskProcess]) -> str:
+        """A server that listens on its node but cannot be reached from here: a firewall. Asked
+        of each node over ssh (its /proc/net/tcp*: TCP sockets in state 0A, listening)."""
+        blocked = []
+        for host, group in _by_host(tps).items():
+            ports = " ".join(f":{tp.task.port:04X} " for tp in group)
+            script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
+                      f"&& echo $p; done; true")
+            try:
+                out = self._ssh(host, script, timeout=20).stdout
+            except (subprocess.TimeoutExpired, OSError):
+                continue
+            listening = {int(w.strip(":"), 16) for w in out.split()}
+            blocked += [tp.task for tp in group if tp.task.port in listening]
+        if not blocked:
+            return ""
+        where = ", ".join(f"{t.name} on {t.address}" for t in blocked)
+        return (f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
+                f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)")
+
 
 def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:
     out: dict[str, list[TaskProcess]] = {}
@@ -165,10 +187,8 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
     q = shlex.quote
     task = "env " + " ".join(f"{k}={q(v)}" for k, v in env.items()) + " " + shlex.join(argv)
     script = "\n".join([
-        f"cd {q(remote_dir)} 2>/dev/null || {{ echo {q(f'cd: {remote_dir}: No such file or directory')} >&2; "
-        "exit 127; }",
-        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(f'{argv[0]}: No such file or directory')} >&2; "
-        "exit 127; }",
+        enter_kit(remote_dir),
+        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(missing_line(argv[0]))} >&2; exit {EXIT_NO_KIT}; }}",
         f"mkdir -p {q(run)} || exit 1",
         "exec 3<&0",
         f"{task} </dev/null &",
@@ -183,6 +203,23 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
         "exit $rc",
     ])
     return f"sh -c {q(script)}"
+
+
+EXIT_NO_KIT = 127  # what a node's shell says when the kit's directory or interpreter is missing
+# What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)
+SESSION_LOST = ("not responding.", "closed by remote host", "Broken pipe", "Connection reset by peer")
+
+
+def missing_line(path: str) -> str:
+    """The line a node's command prints, exiting ``EXIT_NO_KIT``, when ``path`` (the kit's
+    directory or interpreter) is not there: what ``remote_failure_hint`` looks for."""
+    return f"labkit: {path}: No such file or directory"
+
+
+def enter_kit(remote_dir: str) -> str:
+    """A shell line: ``cd`` into the kit on a node, or say it is missing and exit ``EXIT_NO_KIT``."""
+    return (f"cd {shlex.quote(remote_dir)} 2>/dev/null || {{ echo {shlex.quote(missing_line(remote_dir))} >&2; "
+            f"exit {EXIT_NO_KIT}; }}")
 
 
 def remote_returncode(ssh_returncode: int) -> int:
@@ -221,21 +258,30 @@ def _parse_hello(line: str, host: str) -> dict:
 
 def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
                         started: bool = False) -> str:
-    """What a remote task's failure most likely means, and the fix ('' if unclear): ssh's own
-    exit code 255 (``started``: after the task had logged, so the connection broke), a missing
-    kit directory, interpreter or task module."""
+    """What a remote task's failure most likely means, and the fix ('' if the evidence says
+    nothing more than the exit itself). Each hint needs its own evidence: a signal (the task
+    was killed on its node); ssh's exit code 255 (``started``: after the task had logged, or ssh
+    says a session it had opened broke, ``SESSION_LOST``: the connection broke); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
+    directory or interpreter; an import error for one of the kit's modules."""
     guide = "see docs/cluster.md"
+    started = started or any(said in log_tail for said in SESSION_LOST)
+    if returncode is not None and returncode < 0:
+        if returncode == -signal.SIGKILL:
+            return (f"something on {host} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
+                    f"there), or a person; give it more memory (fewer tasks on that node, smaller batches), {guide}")
+        return f"it got {signal.Signals(-returncode).name} on {host}: the node shut down, or a person stopped it, {guide}"
     if returncode == 255 and started:
         return (f"the ssh connection to {host} ended while the task ran: the node rebooted, its network "
                 f"dropped or sshd was stopped; the task's log there ends here, {guide}")
     if returncode == 255:
         return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
                 f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
-    missing = "No such file or directory" in log_tail or "not found" in log_tail
-    if missing and (f"cd: {remote_dir}" in log_tail or remote_python in log_tail):
+    lines = log_tail.splitlines()
+    if returncode == EXIT_NO_KIT and not started and \
+            any(ln.strip() in (missing_line(remote_dir), missing_line(remote_python)) for ln in lines):
         return (f"the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
                 f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
-    if "No module named" in log_tail:
+    if any(ln.startswith("ModuleNotFoundError: No module named 'labkit") for ln in lines):
         return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
                 f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
     return ""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import time
 
 from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
 
@@ -77,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
     p.add_argument("--ps-sync", action="store_true", help="ps: synchronous SGD, one update per step from the mean "
                                                           "gradient of one closure per worker; default asynchronous")
+    p.add_argument("--collective-timeout", type=float, default=None,
+                   help="mwms: seconds one collective may wait for its peers before it fails with "
+                        "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
     add_configs_option(p, VARYING)
@@ -92,15 +96,21 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+    timeout = getattr(args, "collective_timeout", None)
+    if timeout is not None and not timeout > 0:
+        p.error(f"--collective-timeout must be a positive number of seconds, got {timeout!r}")
 
 
-def make_strategy(tf, rt: TaskRuntime, kind: str):
+def make_strategy(tf, rt: TaskRuntime, kind: str, collective_timeout: float | None = None):
+    """The strategy of ``kind``; under MWMS ``collective_timeout`` bounds how long a collective
+    waits for a peer (a peer that hangs, or whose host vanished without closing its connections)."""
     if kind == "mwms":
         if "ps" in rt.spec.jobs:
             raise ValueError("--strategy mwms needs a cluster of workers only (cluster.local(ps=0, workers=N))")
         ring = tf.distribute.experimental.CommunicationImplementation.RING
-        return tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=ring))
+        options = tf.distribute.experimental.CommunicationOptions(implementation=ring,
+                                                                  timeout_seconds=collective_timeout)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     if kind == "ps":
         if "ps" not in rt.spec.jobs or "chief" not in rt.spec.jobs:
             raise ValueError("--strategy ps needs ps, chief and worker jobs (cluster.local(ps=1, workers=N, chief=True))")
@@ -134,13 +144,20 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
     """Train one configuration with ``labkit.train_loop.train``; its results go to ``rt``."""
     from labkit.train_loop import train
 
+    import tensorflow as tf
+
     rt.first_step()
-    with rt.timed("train"):
-        result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                       momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
-                       checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
-                       steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                       counters=counters)
+    try:
+        with rt.timed("train"):
+            result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
+                           momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
+                           checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
+                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
+                           counters=counters)
+    except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
+        rt.result["peer_failure"] = peer_failure(e)
+        rt.log(f"training stopped by TensorFlow's {type(e).__name__}")
+        raise
     trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
     rt.steps["local"] = trained_steps
     if args.strategy == "mwms" and trained_steps:
@@ -158,6 +175,16 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                       start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
 
 
+def peer_failure(e) -> dict:
+    """What TensorFlow raised when training stopped, for the result file: the error's class
+    (``UnavailableError``, ``DeadlineExceededError``, ...), its message without the op's
+    Python stack, and when (``failed_epoch``, this host's clock)."""
+    paragraphs = [p.strip() for p in str(e.message).split("\n\n")]
+    said = [p for p in paragraphs if p and not p.startswith(("File ", "Detected at node", "Graph execution error"))]
+    return {"error": type(e).__name__, "message": "\n".join(said) or str(e.message).strip(),
+            "failed_epoch": time.time()}
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     with TaskRuntime("strategy_train", args={k: v for k, v in vars(args).items() if k != "plan"},
@@ -167,7 +194,7 @@ def main(argv=None) -> None:
             server = rt.server()  # a ps holds variables, a worker runs the chief's closures
             rt.exit_when_port_closes(rt.spec.task("chief", 0).address)
             server.join()
-        strategy = make_strategy(tf, rt, args.strategy)  # MWMS: before any other op
+        strategy = make_strategy(tf, rt, args.strategy, args.collective_timeout)  # MWMS: before any other op
         if args.strategy == "mwms":
             rt.mark("server up")
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")

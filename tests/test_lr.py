@@ -152,6 +152,18 @@ def test_batch_readings_reread_the_weights_on_random_batches_as_binomial_draws(s
         lr.batch_readings(run.W, run.b, small.x_test, small.y_test, readings=0)
 
 
+def test_best_readings_plots_one_reading_and_the_best_of_each_trial():
+    from labkit import plots
+
+    readings = (np.random.default_rng(0).random((300, 20, 50)) < 0.9).mean(axis=2)
+    fig = plots.best_readings(readings, levels=(0.94, 0.97))
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+    assert legends[1][1] == f">= 97%: {(readings.max(axis=1) >= 0.97).mean():.1%}"  # the best of each trial
+    assert legends[0][0] == f">= 94%: {(readings >= 0.94).mean():.1%}"               # every single reading
+    with pytest.raises(ValueError, match="a .trials, readings. array"):
+        plots.best_readings(readings[0])
+
+
 def test_softmax_gradient_is_the_finite_difference_of_the_loss():
     rng = np.random.default_rng(0)
     x, y = rng.random((6, 784)), rng.integers(0, 10, 6)

@@ -132,6 +132,19 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     assert not alive(c.pids().values())
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_late_start_leaves_the_workers_idle_while_the_chief_trains_alone(runs_dir):
+    """Report 002's Table 4 in small: no barrier, a chief that opens its session last, workers that
+    sleep recovery_wait_secs when they find the variables uninitialized (5 s here, TensorFlow's 30 in
+    the lab): the chief makes every step, the others wake to a finished run and make none."""
+    run, table = sync_async.late_start(5, "cluster", 50, max_steps=150, eval_every=150, log=None, **SETTINGS)
+    assert run.global_step() == 150 and table.loc["worker:0", "iterations"] == 150, table
+    assert table.loc["worker:1", "iterations"] == 0 and table.loc["worker:1", "share"] == 0, table
+    assert table.loc["worker:1", "waited_s"] >= 5 > table.loc["worker:0", "waited_s"] - 2, table  # the chief: its 2 s
+    assert run.result["worker:1"].result["stop"]["before_first_step"] is True
+
+
 # ------------------------------------------------------------------ no cluster needed
 
 WRONG_ROUNDS = {  # body lines after the pushes, and the message check_sync_round gives
@@ -198,6 +211,16 @@ def test_check_sync_round_accepts_a_round_and_says_what_is_wrong_with_others(tmp
         assert time.monotonic() - t < 30, name  # a blocked round gives up, once
     with pytest.raises(ValueError, match="named sync_round"):
         sync_async.round_source(lambda *a: None)
+
+
+def test_emulated_shares_without_links_is_an_empty_table_and_a_panel_that_says_so(capsys):
+    from labkit import plots
+
+    frame = sync_async.emulated_shares([])
+    assert "skipped: no emulated link given" in capsys.readouterr().out
+    assert len(frame) == 0 and {"link", "worker", "share", "link_ms_per_step"} <= set(frame.columns)
+    fig = plots.worker_shares(frame)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["emulated links: skipped (see above)"]
 
 
 def test_round_source_round_trips_through_the_task():

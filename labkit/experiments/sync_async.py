@@ -53,7 +53,6 @@ LAB = "lab2"
 PROGRAM = "ps_sgd"
 MODES = ("sync", "async")
 MODEL_BYTES = (784 * 10 + 10) * 4  # softmax regression in float32: 31,400 bytes
-ROUND = ("sync_round", "(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)", "sync_round")
 # Table 1.2.1's resource columns: host CPU and memory, the host's network per second, the task process.
 RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s",
                     "proc_cpu_pct", "proc_rss_bytes")
@@ -65,9 +64,9 @@ def round_source(fn) -> str:
     """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
     shared)`` function, to send to the tasks (``--round-source``); they define it and build their
     sync graph with it."""
-    source = function_source(fn, *ROUND)
-    from labkit.tasks.ps_sgd import load_round
+    from labkit.tasks.ps_sgd import ROUND_SIGNATURE, load_round
 
+    source = function_source(fn, "sync_round", ROUND_SIGNATURE, "sync_round")
     load_round(source)  # what the tasks will do with it: define sync_round, nothing else
     return source
 
@@ -495,8 +494,9 @@ class Study(experiments.Sweep):
         ones), per mode: final accuracy, training time, global step (and per second), steps per
         worker, bytes per step (and over the analytic), and the run's directory (relative to the
         working directory when inside it), whose task result files let the grader re-check the
-        steps; then Table 1.2.1 (``tasks``), the ``summary`` and ``iterations`` of every run, and
-        the sweep's settings."""
+        steps; then Table 1.2.1 (``tasks``), the ``summary`` and ``iterations`` of every run, the
+        sweep's settings, and, with ``local_steps``, ``counted``: the global step and each worker's
+        steps of the runs where every worker made that many."""
         deploy, batch_size = self._or_headline(deploy, batch_size)
         bytes_table = self.bytes_per_step()
         out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},

@@ -50,6 +50,7 @@ test: setup
 # export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
 LAB    ?=
 ROSTER ?=
+ANONYMOUS ?=
 DUE    ?=
 grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
@@ -67,7 +68,7 @@ grade-import: setup
 SCORES ?=
 PREFER ?=
 grade-answers: setup
-	$(PY) -m labkit grade-answers --out out/grade
+	$(PY) -m labkit grade-answers --out out/grade $(if $(ANONYMOUS),--anonymous)
 
 grade-merge: setup
 	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }

@@ -127,6 +127,8 @@ def _add_grade(sub) -> None:
     p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "
                                              "answer for the TAs (into OUT/answers/)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--anonymous", action="store_true",
+                   help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back")
     p.set_defaults(func=lambda a: _grader("publish").main_answers(a))
 
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")

@@ -107,33 +107,6 @@ def pick_nic(choice: str, host: str) -> str | None:
     return "lo" if address.startswith("127.") else None
 
 
-class NetCounter:
-    """Bytes on the wire between ``start()`` and ``stop()``, counted two ways:
-
-    - ``sent_bytes``/``recv_bytes``: the host counters of the task's NIC and ``lo`` (its
-      traffic with tasks on the same host), what dstat shows. On 127.0.0.1 they see the
-      whole cluster, and anything else on ``lo``; there sent == received.
-    - ``tcp_sent_bytes``/``tcp_recv_bytes``: this process's own TCP sockets (the kernel's
-      per-socket counters): exactly this task's traffic; absent where ``ss`` is missing.
-    """
-
-    def __init__(self, nic: str | None):
-        self.nics = sorted({n for n in (nic, "lo") if n})
-        self._meter = Meter(nics=self.nics)
-        self.result: dict = {}
-
-    def start(self) -> None:
-        self._meter.start()
-
-    def stop(self) -> dict:
-        r = self._meter.stop()
-        self.result = {"nics": self.nics, "sent_bytes": r["nic_sent_bytes"], "recv_bytes": r["nic_recv_bytes"],
-                       "window_s": r["window_s"]}
-        if r.get("sent_bytes") is not None:
-            self.result.update(tcp_sent_bytes=r["sent_bytes"], tcp_recv_bytes=r["recv_bytes"])
-        return self.result
-
-
 class Meter:
     """Bytes on the wire over a window, the kit's one meter: ``start()`` opens it, ``stop()``
     closes it and returns what moved (a *reading*); ``pause()``/``resume()`` leave a stretch out

@@ -120,13 +120,17 @@ record = "never"
 # The processes these start carry a marker in their command line (a sleep of an odd length), so a
 # test finds them from outside the sandbox, where the pids they see are not the machine's.
 HANG_MARK, DETACH_MARK = "4242.1", "4242.2"
-HANG = ("import subprocess, time\n"
+# the kernel's own stderr (ipykernel sends fd 2 to the notebook; this is the one it started with),
+# which the runner copies into the run's capped .log as it comes
+KERNEL_STDERR = "getattr(sys.stderr, '_original_stdstream_copy', None) or 2"
+HANG = ("import os, subprocess, sys, time\n"
         f"child = subprocess.Popen(['sleep', '{HANG_MARK}'], start_new_session=True)\n"
-        "open('child.pid', 'w').write(str(child.pid))\n"
+        f"os.write({KERNEL_STDERR}, f'started child {{child.pid}}\\n'.encode())\n"
         "time.sleep(10**6)")
 # a grandchild that leaves the kernel's tree (double fork) and hides in its own session
-DETACH = ("import subprocess, time\n"
-          f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo $! > grandchild.pid'], check=True)\n"
+DETACH = ("import subprocess, sys, time\n"
+          f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo started grandchild $! >&2'], check=True, "
+          f"stderr={KERNEL_STDERR})\n"
           "time.sleep(10**6)")
 
 
@@ -212,45 +216,46 @@ def test_correct_submission_passes_everything(batch):
 def test_exception_reports_cell_name_and_message(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "raises", "execution")
-    assert st == "error" and reason == "cell 3 raised ValueError: boom in cell 3"
+    assert st == "error" and reason == "cell 4 raised ValueError: boom in cell 3"  # counted from 1, as JupyterLab does
     st, reason, pts = status(rows, "raises", "total")
-    assert (st, pts) == ("missing", 0) and reason.endswith("(the run stopped in cell 3: ValueError)")
+    assert (st, pts) == ("missing", 0) and reason.endswith("(the run stopped in cell 4: ValueError)")
     assert status(rows, "raises", "analysis")[0] == "pending"  # what was written still counts
 
 
 def test_cell_timeout_kills_the_kernel_and_its_children(batch):
     rows = rows_by(batch["runs"][2][0])
-    assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 3 ran past the 10 s cell timeout")
+    assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 4 ran past the 10 s cell timeout")
     for jobs, (_, out) in batch["runs"].items():
-        assert (out / ".work" / "hangs" / "fixlab" / "child.pid").read_text()  # the child did start
+        assert "started child" in (out / "hangs" / "fixlab.log").read_text()  # the child did start
+        assert not (out / ".work" / "hangs" / "fixlab").exists()   # its work folder is gone with its disk
     assert running_with(HANG_MARK) == []
 
 
 def test_notebook_timeout_kills_the_whole_tree(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "good", "execution", lab="slow")
-    assert st == "timeout" and reason == "the notebook ran past its 15 s limit (in cell 1); its processes were killed"
+    assert st == "timeout" and reason == "the notebook ran past its 15 s limit (in cell 2); its processes were killed"
     assert status(rows, "good", "never", lab="slow")[0] == "missing"
-    assert (batch["runs"][2][1] / ".work" / "good" / "fixslow" / "grandchild.pid").read_text()
+    assert "started grandchild" in (batch["runs"][2][1] / "good" / "fixslow.log").read_text()
     assert running_with(DETACH_MARK) == []
 
 
 def test_dead_kernel(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "crasher", "execution", lab="slow")
-    assert st == "dead-kernel" and reason.startswith("the kernel died (in cell 1)")
+    assert st == "dead-kernel" and reason.startswith("the kernel died (in cell 2)")
 
 
 def test_tree_memory_cap_kills_the_tree(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "forker", "execution", lab="slow")
-    assert (st, reason) == ("memory", "the notebook's processes used more than 1200 MB (in cell 1); they were killed")
+    assert (st, reason) == ("memory", "the notebook's processes used more than 1200 MB (in cell 2); they were killed")
 
 
 def test_memory_limit(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "hog", "execution")
-    assert st == "memory" and reason.startswith("cell 3 ran out of memory (limit 1200 MB): ")
+    assert st == "memory" and reason.startswith("cell 4 ran out of memory (limit 1200 MB): ")
     assert "MemoryError" in reason
 
 
@@ -283,7 +288,7 @@ def test_unreadable_and_missing_notebooks(batch):
 def test_released_notebook_fails_where_the_solution_was_removed(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "released", "execution")
-    assert (st, reason) == ("error", "cell 3 raised NotImplementedError")
+    assert (st, reason) == ("error", "cell 4 raised NotImplementedError")
     for check in ("total", "plot", "steps add up", "accuracy", "analysis"):
         assert status(rows, "released", check)[0] in ("missing", "fail"), check
         assert status(rows, "good", check)[0] == ("pending" if check == "analysis" else "pass"), check
@@ -297,7 +302,8 @@ def test_reports_and_feedback_pages(batch):
     summary = (out / "summary.md").read_text()
     assert "| good | 7/8 (+1 pending) | 0/1 | 7/9 (+1 pending) |" in summary and "boom in cell 3" in summary
     page = (out / "raises" / "fixlab.html").read_text()
-    assert "cell 3 raised ValueError: boom in cell 3" in page and "boom in cell 3" in page.split("labkit-grade")[-1]
+    top, notebook = page.split("What to do next", 1)
+    assert "cell 4</a> raised ValueError: boom in cell 3" in top and "boom in cell 3" in notebook
     assert (out / "good" / "fixlab.ipynb").exists() and (out / "broken" / "fixlab.html").exists()
     assert outcome.exit_code == 0  # submissions: the batch completed
 
@@ -340,10 +346,11 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                                          "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"]
                                         + (["--no-sandbox"] if sandbox == "none" else []),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        pid_files[sig] = out / ".work" / "s" / "fixlab" / "child.pid"
+        pid_files[sig] = out / "s" / "fixlab.log"   # the kernel's stderr, capped, flushed as it comes
     try:
         deadline = time.monotonic() + 120
-        while not all(p.exists() and p.read_text() for p in pid_files.values()) and time.monotonic() < deadline:
+        while not all(p.exists() and "started child" in p.read_text() for p in pid_files.values()) \
+                and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(running_with(HANG_MARK)) == 2  # both children run
         # every process of the two runs (runners, kernels, children): each must end by itself. The
@@ -367,14 +374,18 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                 g.kill()
 
 
-def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path):
+def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monkeypatch):
+    """As ``make grade`` runs it: the rubric, the notebooks and the output folder named relative
+    to the current folder (the grader's checks run elsewhere, and still find them)."""
+    monkeypatch.chdir(tmp_path)
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     nbformat.write(lab_notebook(), str(nbs / "fixlab.ipynb"))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
-    outcome = grade(rubric, None, tmp_path / "out", labs=["fix"], notebooks=nbs, log=lambda m: None)
+    outcome = grade("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks", log=lambda m: None)
     assert outcome.exit_code == 1
+    assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"   # its verifier ran
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## fix: Fixture lab" in report and "| total | 0/2 | fail | 210 |" in report
     assert "| core_test_accuracy |" in report and (tmp_path / "out" / "fixlab.ipynb").exists()

@@ -6,7 +6,8 @@
 - ``session_creator``: the chief initializes the variables, the other trainers wait for them,
   polling every ``recovery_wait_secs``. ``MonitoredTrainingSession`` builds the same creators,
   but its non-chief one sleeps a hard-coded 30 s between polls, so a worker that starts before
-  the chief has initialized the variables idles for 30 s while the chief trains alone.
+  the chief has initialized the variables idles for 30 s while the chief trains alone
+  (``recovery_wait_secs=30`` does the same).
 - ``run_graph_task``: the start every graph-mode program shares.
 """
 from __future__ import annotations

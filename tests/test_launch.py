@@ -283,7 +283,7 @@ def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
     c = Cluster(cluster.local(ps=0, workers=2), "peers.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
                 program_argv=[how], timeout=60)
     clusters.append(c)
-    c.start()
+    c.start(wait_ready=how != "error")  # forked, worker:1 can fail before start() would return: wait() sees it
     pids = c.pids()
     if how != "error":
         assert c.follow(until=lambda: any(e.label == "connected" for e in c.events("worker:0", "mark"))) is None

@@ -65,7 +65,6 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     graphs = list((tmp_path / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
     assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
 
-    netem_labs.check_lab2(nb, rec)
     check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 
     # The rubric's checks of Lab 2 at these records, with the verifier reading the task result files.
@@ -83,3 +82,4 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
             ctx = verify.Context(workdir=tmp_path, records=rec, params=TINY, claimed=verify.lookup(rec, check.ref))
             verdict = verify.run(check.verify, ctx)
             assert verdict.ok, (check.name, verdict)
+    netem_labs.check_lab2(nb, rec)  # last: it skips where links cannot be emulated

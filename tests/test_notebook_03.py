@@ -75,5 +75,5 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert audit["ps_link_bytes_per_iteration"] == 1_080_402_496  # four workers' through the ps's link
     assert audit["ps_link_megabits_per_s_needed"] == pytest.approx(1213.8, abs=0.1)
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
-    netem_labs.check_lab3(nb, rec)
     check_executed(nb, FIGURES)
+    netem_labs.check_lab3(nb, rec)  # last: it skips where links cannot be emulated

@@ -62,5 +62,5 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rows[("ps", 2)]["last_loss"] == pytest.approx(rows[("ring", 2)]["last_loss"], rel=1e-3)
     assert rec["same_sgd"] == {"model": "mlp", "workers": 2, "ps_last_loss": rows[("ps", 2)]["last_loss"],
                                "ring_last_loss": rows[("ring", 2)]["last_loss"]}
-    netem_labs.check_lab5(nb, rec)
     check_executed(nb, FIGURE_CELLS)
+    netem_labs.check_lab5(nb, rec)  # last: it skips where links cannot be emulated

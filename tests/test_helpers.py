@@ -1,8 +1,11 @@
 """The test suite's own helpers: what they report when the thing they check does not hold."""
+import time
+
 import nbformat
 import pytest
 
 import _netem_labs as netem_labs
+from helpers import WaitTimeout, logged, wait_until, wait_while
 from labkit import netem
 
 
@@ -20,3 +23,37 @@ def test_a_lab_section_on_emulated_links_skips_with_the_reason_where_links_canno
         netem_labs.check_lab2(said, {})
     with pytest.raises(AssertionError, match="lab2-netem: neither ran nor said why it skipped"):
         netem_labs.check_lab2(_notebook("done"), {})
+
+
+def test_wait_until_returns_what_came_and_says_what_it_waited_for_and_saw_last():
+    values = iter([None, 0, [], "ready"])
+    assert wait_until(lambda: next(values), 5, 0.01, "ready") == "ready"
+    count = iter(range(1000))
+    with pytest.raises(WaitTimeout, match=r"waited 0.05 s for the count to pass 10\^6 \(at \d+\); last seen: 0") as info:
+        wait_until(lambda: max(0, next(count) - 10**6), 0.05, 0.01, lambda: f"the count to pass 10^6 (at {next(count)})")
+    assert isinstance(info.value, AssertionError)  # a test fails, saying so
+
+
+def test_wait_while_returns_once_the_probe_is_empty_and_names_what_was_left():
+    left = iter([[3, 4], [4], []])
+    assert wait_while(lambda: next(left), 5, 0.01, "pids to end") == []
+    with pytest.raises(WaitTimeout, match=r"waited 0 s for pids to end; last seen: \[7\]"):
+        wait_while(lambda: [7], 0, 0.01, "pids to end")  # a bound already spent still looks once
+
+
+def test_wait_until_checks_once_more_at_its_deadline_and_stops_at_an_exception():
+    t0 = time.monotonic()
+    calls = []
+    with pytest.raises(WaitTimeout):
+        wait_until(lambda: calls.append(time.monotonic() - t0), 0.2, 10, "never")
+    assert len(calls) == 2 and calls[1] >= 0.2  # the interval is cut to the deadline, not slept past it
+    with pytest.raises(RuntimeError, match="gone"):
+        wait_until(lambda: (_ for _ in ()).throw(RuntimeError("gone")), 5, 0.01)
+
+
+def test_logged_finds_a_line_once_the_log_holds_it(tmp_path):
+    log = tmp_path / "worker-0.log"
+    find = logged(log, "global step ")
+    assert find() is None  # no log yet
+    log.write_text("# cmd\n[worker:0 1.00s] global step 100: test loss 0.5\n")
+    assert find() == "[worker:0 1.00s] global step 100: test loss 0.5"

@@ -4,11 +4,10 @@ One sync run (1 ps + 3 workers, stopped by the target loss, with the optimizer s
 one async run (1 ps + 2 workers, stopped by the step count) serve most tests; one more cluster is
 killed mid-run.
 """
-import time
 
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, kill_and_expect_task_failed, logged, wait_until
 from labkit.experiments import sync_async
 from labkit.tasks import ps_sgd
 
@@ -115,12 +114,12 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     still notices the death and stops everyone."""
     c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10 ** 7, eval_every=50, **SETTINGS)
     with c:
-        log = c.run_dir / "worker-0.log"
-        deadline = time.monotonic() + 240
-        while "global step 50:" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, c.log_tail("worker:0")
-            assert all(s == "running" for s in c.status().values()), c.status()
-            time.sleep(0.1)
+        def trained():  # the chief's test loss at global step 50; until then, every task runs
+            line = logged(c.run_dir / "worker-0.log", "global step 50:")()
+            assert line or all(s == "running" for s in c.status().values()), c.status()
+            return line
+
+        wait_until(trained, 240, 0.1, lambda: f"global step 50:\n{c.log_tail('worker:0')}")
         _, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert elapsed < 15, f"TaskFailed took {elapsed:.1f} s"
     assert not alive(c.pids().values())

@@ -24,7 +24,7 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test check grade grade-answers grade-merge grade-export bench release cluster-setup cloudlab-local clean
+.PHONY: setup data lab test test-fast check grade grade-answers grade-merge grade-export bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,11 @@ lab: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
+# tests/conftest.py, which fails a fast test that loads either), in about a minute.
+test-fast: setup
+	$(PY) -m pytest -m fast $(PYTEST_ARGS)
 
 grade: setup data
 	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)

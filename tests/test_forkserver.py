@@ -36,6 +36,7 @@ def wait_for_line(path, prefix: str, timeout: float = 60) -> str:
     return wait_until(first, timeout, 0.02, lambda: f"a line {prefix!r} in {path}: {path.read_text()!r}")
 
 
+@pytest.mark.tensorflow
 def test_a_forked_task_gets_its_arguments_environment_directory_and_streams(server, tmp_path):
     log = tmp_path / "log"
     code = ("import os, sys, json, tensorflow; print('task', json.dumps([os.getpid(), os.getppid(), os.getcwd(), "
@@ -50,6 +51,7 @@ def test_a_forked_task_gets_its_arguments_environment_directory_and_streams(serv
     assert "oops" in log.read_text()
 
 
+@pytest.mark.tensorflow
 def test_signals_reach_the_task_and_its_stand_in_ends_as_it_did(server, tmp_path):
     log = tmp_path / "log"
     with open(log, "w") as out:
@@ -60,6 +62,7 @@ def test_signals_reach_the_task_and_its_stand_in_ends_as_it_did(server, tmp_path
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.tensorflow
 def test_a_task_dies_with_its_stand_in_whatever_kills_it(server, tmp_path):
     log = tmp_path / "log"
     with open(log, "w") as out:

@@ -1,4 +1,6 @@
 """The test suite's own helpers: what they report when the thing they check does not hold."""
+import os
+import re
 import time
 
 import nbformat
@@ -57,3 +59,53 @@ def test_logged_finds_a_line_once_the_log_holds_it(tmp_path):
     assert find() is None  # no log yet
     log.write_text("# cmd\n[worker:0 1.00s] global step 100: test loss 0.5\n")
     assert find() == "[worker:0 1.00s] global step 100: test loss 0.5"
+
+
+GUARDED = '''
+import subprocess, sys
+
+import pytest
+
+
+def test_starts_a_process_that_loads_tensorflow():
+    subprocess.run([sys.executable, "-c", "import tensorflow"], check=True)
+
+
+def test_loads_tensorflow_here():
+    import tensorflow  # noqa: F401
+
+
+def test_starts_a_plain_process():
+    subprocess.run([sys.executable, "-c", "import json"], check=True)
+
+
+@pytest.mark.tensorflow
+def test_marked_for_what_it_loads():
+    subprocess.run([sys.executable, "-c", "import tensorflow"], check=True)
+'''
+
+
+def test_a_fast_test_that_loads_tensorflow_fails_and_says_which_marker_it_lacks(tmp_path):
+    """The fast lane's guard (tests/conftest.py, tests/_guard), on a copy of it, with a stand-in
+    ``tensorflow`` package (empty, so nothing real loads)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    shutil.copy(here / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(here / "_guard", tmp_path / "_guard")
+    (tmp_path / "stand_in" / "tensorflow").mkdir(parents=True)
+    (tmp_path / "stand_in" / "tensorflow" / "__init__.py").write_text("")
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-W", "ignore",
+                           str(tmp_path / "test_guarded.py")], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "stand_in")}, timeout=120)
+    out = done.stdout
+    assert "2 failed, 2 passed" in out, out
+    assert re.search(r"_ test_starts_a_process_that_loads_tensorflow _+\na fast test \(it has none of the markers "
+                     r"cluster, notebook, kernel, tensorflow.*\) loaded .*: pid \d+ imported tensorflow \(\S*python -c "
+                     r"import tensorflow\)", out), out
+    assert re.search(r"_ test_loads_tensorflow_here _+\na fast test .*: this process imported tensorflow\.", out), out
+    assert "Mark it with the one that says what it starts" in out

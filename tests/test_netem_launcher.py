@@ -69,7 +69,8 @@ def probe(tmp_path, monkeypatch):
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
 
 
-@pytest.mark.parametrize("forked", [False, True], ids=["own-interpreter", "forked"])
+@pytest.mark.parametrize("forked", [False, pytest.param(True, marks=pytest.mark.cluster)],  # the fork server: TensorFlow
+                         ids=["own-interpreter", "forked"])
 def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     """cs744's placement on node0..1: ps:0 and worker:0 share node0's namespace, worker:1 has
     node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run.

@@ -17,6 +17,7 @@ TINY.update(netem_labs.LAB2)  # the section on emulated links, at its smallest
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
 
+@pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=7, figures=FIGURES)
 

@@ -14,6 +14,7 @@ TINY.update(netem_labs.LAB3)  # the section on emulated links, at its smallest
 FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 
+@pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURES)
 

@@ -16,6 +16,7 @@ def test_to_jsonable_converts_numpy_pandas_and_nonfinite():
         to_jsonable(object())
 
 
+@pytest.mark.kernel
 def test_record_round_trip_through_a_kernel(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [

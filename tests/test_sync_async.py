@@ -155,6 +155,7 @@ def _wrong_rate():
     return make_optimizer
 
 
+@pytest.mark.tensorflow
 def test_check_optimizer_accepts_the_reference_and_says_what_is_wrong():
     assert sync_async.check_optimizer(make_optimizer, workers=3) == {"async": "GradientDescentOptimizer",
                                                                       "sync": "SyncReplicasOptimizer"}
@@ -207,6 +208,7 @@ def test_bad_experiment_arguments_are_clear_errors():
         sync_async.sweep(("sync", "bsp"), progress=False)
 
 
+@pytest.mark.tensorflow
 def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
     """Report 000's Figures 1.2.1-1.2.2: the sync graph holds SyncReplicasOptimizer's accumulators
     and token queue; the async graph applies its gradients directly."""

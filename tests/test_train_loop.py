@@ -20,6 +20,7 @@ def quiet(**kw):
     return dict(batch_size=50, lr=0.05, log=None, **kw)
 
 
+@pytest.mark.tensorflow
 def test_loop_reduces_loss_and_reports(mnist, tmp_path):
     r = train("lenet5", mnist, epochs=2, tensorboard_dir=tmp_path / "tb", **quiet())
     h = r["history"]
@@ -33,6 +34,7 @@ def test_loop_reduces_loss_and_reports(mnist, tmp_path):
     assert list((tmp_path / "tb").iterdir()), "the chief writes TensorBoard scalars"
 
 
+@pytest.mark.tensorflow
 def test_resume_continues_at_next_epoch_with_checkpointed_weights(mnist, tmp_path):
     first = train("lenet5", mnist, epochs=1, checkpoint_dir=tmp_path, **quiet())
     assert not first["resumed"]
@@ -61,9 +63,10 @@ def test_resume_continues_at_next_epoch_with_checkpointed_weights(mnist, tmp_pat
     (dict(lr=float("nan")), "lr must be a positive finite number"),
     (dict(momentum=1.0), "momentum must be in"),
     (dict(steps_per_epoch=0), "steps_per_epoch must be"),
-    (dict(batch_size=5000), "fewer than one global batch"),
-    (dict(model="resnet"), "unknown model 'resnet'"),
-    (dict(model=lambda: "not a model"), "not a keras.Model"),
+    # past the checks of the arguments: these build the model (TensorFlow)
+    pytest.param(dict(batch_size=5000), "fewer than one global batch", marks=pytest.mark.tensorflow),
+    pytest.param(dict(model="resnet"), "unknown model 'resnet'", marks=pytest.mark.tensorflow),
+    pytest.param(dict(model=lambda: "not a model"), "not a keras.Model", marks=pytest.mark.tensorflow),
     (dict(data=object()), "data must have x_train"),
 ])
 def test_bad_input_is_refused_clearly(mnist, kwargs, match):

@@ -28,7 +28,11 @@ def test_loop_reduces_loss_and_reports(mnist, tmp_path):
     assert h[1]["train_loss"] < h[0]["train_loss"] < np.log(10)  # below chance after one epoch
     assert r["val_loss"] < 1.5 and r["val_accuracy"] > 0.5
     assert r["steps_per_epoch"] == 1500 // 50 and r["global_batch"] == 50 and r["workers"] == 1
-    assert r["images_per_s"] > 0 and r["step_time_s"] > 0
+    # throughput leaves the first step out (it traces the step function): 59 steps of 50 images in what is left
+    assert 0 < r["first_step_s"] < r["train_seconds"] == pytest.approx(sum(e["train_seconds"] for e in h))
+    assert r["step_time_s"] * (2 * 30 - 1) == pytest.approx(r["train_seconds"] - r["first_step_s"])
+    assert r["images_per_s"] * r["step_time_s"] == pytest.approx(50)
+    assert all(e["steps"] == 30 and e["images"] == 30 * 50 for e in h)
     assert r["params"] == 61_706 and r["model_bytes"] == 61_706 * 4
     json.dumps(r)  # plain types only: ready for a result file
     assert list((tmp_path / "tb").iterdir()), "the chief writes TensorBoard scalars"

@@ -24,7 +24,8 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test test-fast check grade grade-answers grade-merge grade-export bench release cluster-setup cloudlab-local clean
+.PHONY: setup data lab test test-fast check grade grade-import grade-answers grade-merge grade-export grade-deliver \
+        bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -49,22 +50,39 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m fast $(PYTEST_ARGS)
 
-grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(GRADE_ARGS)
-
-# After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores, and the
-# gradebook exports (README "Grading"). None of these runs a notebook.
-SCORES ?=
+# SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
+# export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook
+# export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
+LAB    ?=
 ROSTER ?=
+DUE    ?=
+grade: setup data
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
+
+# Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
+DOWNLOAD ?=
+INTO     ?= submissions
+grade-import: setup
+	@test -n "$(DOWNLOAD)" || { echo "usage: make grade-import DOWNLOAD=submissions.zip [INTO=submissions] [ROSTER=...] [DUE=...]" >&2; exit 2; }
+	$(PY) -m labkit grade-import $(DOWNLOAD) --into $(INTO) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)')
+
+# After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores (PREFER: the
+# file that wins a conflict), the gradebook exports and the feedback pages packed for the LMS
+# (README "Grading"). None of these runs a notebook.
+SCORES ?=
+PREFER ?=
 grade-answers: setup
 	$(PY) -m labkit grade-answers --out out/grade
 
 grade-merge: setup
 	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
-	$(PY) -m labkit grade-merge $(SCORES) --out out/grade
+	$(PY) -m labkit grade-merge $(SCORES) --out out/grade $(if $(PREFER),--prefer $(PREFER))
 
 grade-export: setup
 	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(GRADE_ARGS)
+
+grade-deliver: setup
+	$(PY) -m labkit grade-deliver --out out/grade
 
 bench: setup data
 	$(PY) -m labkit bench --out out/bench

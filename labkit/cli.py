@@ -96,14 +96,20 @@ def _release(args) -> int:
 
 def _add_grade(sub) -> None:
     p = sub.add_parser("grade", help="run notebooks in isolation, check them against the rubric, write reports")
-    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb "
+    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb, or Canvas's "
+                                                  "'Download Submissions' zip, or Gradescope's export "
                                                   "(default: the reference notebooks in --notebooks)")
     p.add_argument("--out", default="out/grade", help="output folder; grading it again reruns only what changed (default out/grade)")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="notebooks run at a time (default: one per core, as many as memory holds)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
-    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable")
+    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable "
+                                                  "(default: the labs some student submitted)")
+    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): names the students of a download, "
+                                    "lists who did not submit; kept for the exports")
+    p.add_argument("--due", help="the due date, e.g. 2024-10-01T23:59-07:00 (no zone: this machine's): a Gradescope "
+                                 "submission created after it is late (Canvas marks late files itself)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
                         "you can reach (every report says so)")
@@ -126,7 +132,24 @@ def _add_grade(sub) -> None:
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
     p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--prefer", metavar="FILE", help="one of the files: it wins every conflict it is part of (two "
+                                                    "files disagreeing, or a score changed since it was exported)")
     p.set_defaults(func=lambda a: _grader("publish").main_merge(a))
+
+    p = sub.add_parser("grade-import", help="lay out Canvas's or Gradescope's download as DIR/<student>/<notebook>"
+                                            ".ipynb with intake.json (grade does this itself; this is to look first)")
+    p.add_argument("download", help="Canvas's 'Download Submissions' zip or Gradescope's export (zip or folder)")
+    p.add_argument("--into", required=True, help="the folder to write (replaced if an import wrote it)")
+    p.add_argument("--rubric", default="notebooks/rubric.toml")
+    p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder (matches misnamed files)")
+    p.add_argument("--roster", help="Canvas's gradebook export: names each student as the gradebook does")
+    p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
+    p.set_defaults(func=lambda a: _grader("grade").main_import(a))
+
+    p = sub.add_parser("grade-deliver", help="pack the feedback pages: one zip per student, and per lab a zip for "
+                                             "Canvas's Re-Upload Submissions (into OUT/deliver/)")
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.set_defaults(func=lambda a: _grader("publish").main_deliver(a))
 
     p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")

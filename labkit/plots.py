@@ -656,3 +656,48 @@ def emulated_dense(frame, title: str | None = None):
     if title:
         fig.suptitle(title)
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Grading statistics (summary.html, labkit.grading.stats)
+# ---------------------------------------------------------------------------------------
+
+def score_histogram(totals, most: float, title: str | None = None):
+    """How a lab's total scores spread over 0..``most``, one bar per point (or per ``most``/20)."""
+    import numpy as np
+
+    fig, ax = subplots(figsize=(6, 2.8))
+    step = max(1.0, most / 20)
+    edges = np.arange(0, most + step, step)
+    ax.hist(list(totals), bins=edges if len(edges) > 1 else 1, color=palette(1)[0], edgecolor="white")
+    ax.set_xlim(0, max(most, step))
+    ax.set_xlabel(f"lab total (of {most:g} points)")
+    ax.set_ylabel("students")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def check_pass_rates(frame, title: str | None = None):
+    """Per check, the share of students who passed it (and who got part of it): ``frame`` has
+    columns ``check``, ``pass`` and ``partial`` (shares, 0..1), in the rubric's order; analysis
+    answers give ``mean`` (their TA scores' mean share) instead, in another colour."""
+    _need_columns(frame, ("check", "pass", "partial", "mean"), "check_pass_rates")
+    colors = palette(3)
+    fig, ax = subplots(figsize=(7, 0.35 * len(frame) + 1.2))
+    ys = list(range(len(frame)))[::-1]
+    answer = frame["mean"].notna()
+    ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "pass"], color=colors[0], label="passed")
+    ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "partial"], left=frame.loc[~answer, "pass"],
+            color=colors[1], label="partial credit")
+    ax.barh([y for y, a in zip(ys, answer) if a], frame.loc[answer, "mean"], color=colors[2],
+            label="answer: mean TA score")
+    ax.set_yticks(ys, list(frame["check"]))
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
+    ax.set_xlabel("share of students (answers: share of the points)")
+    fig.legend(loc="outside lower center", ncols=3, fontsize="x-small")
+    if title:
+        ax.set_title(title)
+    return fig

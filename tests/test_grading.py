@@ -412,7 +412,7 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     lab = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
     for name in ("a.ipynb", "b.ipynb", "scratch.ipynb"):
         (tmp_path / name).write_text("{}")
-    jobs, notes, refused = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
+    jobs, notes, refused, _ = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
     assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []
 

@@ -170,8 +170,8 @@ def submissions(root):
         nbformat.write(nb, str(root / student / "fixlab.ipynb"))
     (root / "broken").mkdir()
     (root / "broken" / "fixlab.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ')
-    (root / "absent").mkdir()
-    nbformat.write(ref, str(root / "absent" / "fixlab (1).ipynb"))
+    (root / "absent").mkdir()   # a notebook of no lab (a misnamed one is graded: test_grading_intake)
+    nbformat.write(new_notebook(cells=[new_code_cell("print('scratch')")]), str(root / "absent" / "notes.ipynb"))
     for student, code in (("good", DETACH), ("crasher", CRASH), ("forker", FORK_HOGS)):
         (root / student).mkdir(exist_ok=True)
         slow = new_notebook(cells=[new_code_cell("import time"), new_code_cell(code)])
@@ -277,7 +277,7 @@ def test_unreadable_and_missing_notebooks(batch):
     assert st == "unreadable" and "invalid JSON" in reason
     assert status(rows, "broken", "total")[0] == "not-run"
     st, reason, _ = status(rows, "absent", "execution")
-    assert st == "not-submitted" and reason == "no fixlab.ipynb in absent/ (found: fixlab (1).ipynb)"
+    assert st == "not-submitted" and reason == "no fixlab.ipynb in absent/ (found: notes.ipynb)"
 
 
 def test_released_notebook_fails_where_the_solution_was_removed(batch):

@@ -19,6 +19,10 @@ and a ``.csv`` of the same rows with empty ``score`` and ``comment`` columns. ``
 filled-in CSVs into ``ta_scores.csv`` in the output folder; every report is then rebuilt from
 the stored runs (``grade.publish``) without running a notebook. A score is tied to the answer
 it was given for (``answer_sha``): when a resubmitted answer changes, it is pending again.
+Each exported row carries the ``base`` it starts from (``version`` of the stored score), so
+``merge`` refuses what would silently change a score: two files that disagree, a file scored
+before the stored score was given, a score for an earlier version of an answer. The instructor
+then says which file wins (``--prefer``).
 """
 from __future__ import annotations
 
@@ -36,9 +40,9 @@ from labkit.record import Missing, cell_tags, lookup
 PLACEHOLDER = "YOUR ANSWER HERE"
 DEFAULT_NAMES = ["analysis"]
 SCORES_FILE = "ta_scores.csv"
-SCORE_FIELDS = ["lab", "check", "student", "score", "max", "comment", "answer_sha", "source"]
-EXPORT_FIELDS = ["lab", "check", "student", "answer", "numbers", "notes", "status", "answer_sha", "max", "score",
-                 "comment"]
+SCORE_FIELDS = ["lab", "check", "student", "score", "max", "comment", "answer_sha", "source", "given"]
+EXPORT_FIELDS = ["lab", "check", "student", "answer", "numbers", "notes", "status", "answer_sha", "base", "max",
+                 "score", "comment"]
 NOTE_ROWS = ("(question)", "(answer key)")   # the first rows of an exported CSV: read by people, skipped by merge
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.\-]*)`")
@@ -262,17 +266,19 @@ def export(out: Path, items: list[dict], qs: dict[tuple, Question], render_markd
     ``scores`` {check: Score}."""
     from labkit.grading.report import write_text
 
-    written = []
+    written, ta = [], read_scores(out)
     for (lab, check), q in qs.items():
         rows = []
         for it in [i for i in items if i["lab"] == lab]:
             a, s = it["answers"].get(check), it["scores"][check]
+            held = ta.get((lab, check, it["student"]))
             rows.append({"lab": lab, "check": check, "student": it["student"],
                          "answer": a.text if a else "", "numbers": numbers(it["records"], q),
                          "notes": "; ".join(a.notes) if a else s.reason, "status": s.status,
-                         "answer_sha": a.sha if a else "", "max": f"{q.max:g}",
+                         "answer_sha": a.sha if a else "", "base": version(held), "max": f"{q.max:g}",
                          "score": f"{s.points:g}" if s.status not in ("pending", "not-run") else "",
-                         "comment": _comment(s.reason)})
+                         "comment": held["comment"] if held and a and held.get("answer_sha") == a.sha
+                         else _comment(s.reason)})
         base = Path(out) / "answers" / lab / slug(check)
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS, lineterminator="\n")
@@ -313,61 +319,178 @@ def _page(q: Question, rows: list[dict], render_markdown) -> str:
     return page(f"{q.lab}: {q.check}", body, css)
 
 
-def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: dict[tuple, str]) -> list[str]:
+def version(stored: dict | None) -> str:
+    """The version of a stored TA score: an exported CSV row carries it (``base``), so a merge can
+    tell an update of that score from a file that was scored before it ('' when none)."""
+    if not stored:
+        return ""
+    text = "\0".join(str(stored.get(k) or "") for k in ("score", "comment", "answer_sha", "given"))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+@dataclass
+class _Given:
+    """One scored row of one file."""
+    path: Path
+    row: int
+    value: tuple           # (score, comment, answer_sha)
+    base: str | None       # the version it started from; None: the file has no base column
+
+
+def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: dict[tuple, str],
+          prefer: Path | None = None) -> list[str]:
     """Read filled-in CSVs into ``ta_scores.csv``; returns what was merged, one line per file.
 
     ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha}.
-    A file with any bad row merges nothing and raises ScoresError listing every bad row."""
+    A file with any bad row merges nothing and raises ScoresError listing every bad row. So does
+    a conflict, listing each: two files (or two rows) that score one answer differently; a file
+    that scored an earlier version of an answer whose current version has a score; a score that
+    differs from the stored one, which changed after the file was exported (its ``base``) or
+    which the file does not say it started from. ``prefer`` (one of ``files``) wins every
+    conflict it takes part in."""
     from labkit.grading.report import write_csv
 
     stored = read_scores(out)
-    summary = []
-    for path in files:
-        path = Path(path)
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                rows = list(csv.DictReader(f))
-                header = rows and list(rows[0]) or []
-        except (OSError, UnicodeDecodeError, csv.Error) as e:
-            raise ScoresError(f"{path}: cannot read it as a CSV file: {e}") from None
-        missing = [c for c in ("lab", "check", "student", "score") if c not in header]
-        if missing:
-            raise ScoresError(f"{path}: no column(s) {', '.join(missing)}; merge the CSV `grade-answers` wrote, "
-                              f"with its score and comment columns filled in")
-        new, bad = {}, []
-        for n, r in enumerate(rows, start=2):
-            if (r.get("student") or "") in NOTE_ROWS:
-                continue
-            score_text = (r.get("score") or "").strip()
-            if not score_text:
-                continue  # not scored yet: stays pending
-            key = (r["lab"], r["check"], r["student"])
-            q = known.get(key[:2])
-            if q is None:
-                bad.append(f"row {n}: no analysis check {key[1]!r} in lab {key[0]!r}")
-                continue
-            if key not in answers:
-                bad.append(f"row {n}: no graded notebook of student {key[2]!r} for {key[0]}")
-                continue
-            try:
-                pts = float(score_text)
-            except ValueError:
-                bad.append(f"row {n}: score {score_text!r} is not a number")
-                continue
-            if not 0 <= pts <= q.max:
-                bad.append(f"row {n}: score {pts:g} is outside 0..{q.max:g}")
-                continue
-            sha = (r.get("answer_sha") or "").strip() or answers[key]
-            new[key] = {"lab": key[0], "check": key[1], "student": key[2], "score": f"{pts:g}", "max": f"{q.max:g}",
-                        "comment": (r.get("comment") or "").strip(), "answer_sha": sha, "source": path.name}
-        if bad:
-            raise ScoresError(f"{path}: nothing merged; fix these rows and merge it again:\n  " + "\n  ".join(bad))
-        stale = sum(1 for k, v in new.items() if v["answer_sha"] != answers[k])
-        stored.update(new)
-        summary.append(f"{path}: {len(new)} score(s) merged" + (f", {stale} for an answer that has changed since "
-                                                                f"(still pending)" if stale else ""))
+    given: dict[tuple, list[_Given]] = {}
+    for path in map(Path, files):
+        for key, g in _read_scored(path, known, answers):
+            given.setdefault(key, []).append(g)
+    prefer = Path(prefer) if prefer else None
+    if prefer is not None and all(prefer.resolve() != Path(f).resolve() for f in files):
+        raise ScoresError(f"--prefer {prefer}: not one of the files being merged ({', '.join(map(str, files))})")
+    merged, conflicts, counts = {}, [], {}
+    for key, gs in sorted(given.items()):
+        choice, why = _decide(key, gs, stored.get(key), answers[key], prefer)
+        if why:
+            conflicts.append(why)
+            continue
+        if choice is not None:
+            merged[key] = choice
+        contested = bool(prefer) and choice is not None and bool(_decide(key, gs, stored.get(key), answers[key], None)[1])
+        for g in gs:
+            c = counts.setdefault(g.path, {"merged": 0, "unchanged": 0, "stale": 0, "won": 0, "lost": 0})
+            if choice is None:
+                c["unchanged" if not _differs(stored.get(key), g) else "lost"] += 1
+            elif g.value == choice.value:
+                c["merged"] += 1
+                c["stale"] += g.value[2] != answers[key]
+                c["won"] += contested and g is choice
+            else:
+                c["lost"] += 1
+    if conflicts:
+        raise ScoresError(f"{len(conflicts)} conflict(s), nothing merged:\n  " + "\n  ".join(conflicts)
+                          + "\nSay which file wins with --prefer FILE (make grade-merge SCORES=... PREFER=FILE), or "
+                            "correct the files and merge them again.")
+    now = _now()
+    for key, g in merged.items():
+        score, comment, sha = g.value
+        stored[key] = {"lab": key[0], "check": key[1], "student": key[2], "score": score,
+                       "max": f"{known[key[:2]].max:g}", "comment": comment, "answer_sha": sha,
+                       "source": g.path.name, "given": now}
     write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
+    summary = []
+    for path in map(Path, files):
+        c = counts.get(path, {})
+        done, same, stale, won, lost = (c.get(k, 0) for k in ("merged", "unchanged", "stale", "won", "lost"))
+        summary.append(f"{path}: {done} score(s) merged" + (f", {same} unchanged" if same else "")
+                       + (f", {stale} for an answer that has changed since (still pending)" if stale else "")
+                       + (f", {won} conflict(s) won (--prefer)" if won else "")
+                       + (f", {lost} conflict(s) lost (--prefer {prefer.name})" if lost else ""))
     return summary
+
+
+def _read_scored(path: Path, known: dict, answers: dict) -> list[tuple[tuple, _Given]]:
+    """The scored rows of one CSV as (key, _Given); ScoresError lists every bad row."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+            header = rows and list(rows[0]) or []
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ScoresError(f"{path}: cannot read it as a CSV file: {e}") from None
+    missing = [c for c in ("lab", "check", "student", "score") if c not in header]
+    if missing:
+        raise ScoresError(f"{path}: no column(s) {', '.join(missing)}; merge the CSV `grade-answers` wrote, "
+                          f"with its score and comment columns filled in")
+    out, bad = [], []
+    for n, r in enumerate(rows, start=2):
+        if (r.get("student") or "") in NOTE_ROWS:
+            continue
+        score_text = (r.get("score") or "").strip()
+        if not score_text:
+            continue  # not scored yet: stays pending
+        key = (r["lab"], r["check"], r["student"])
+        q = known.get(key[:2])
+        if q is None:
+            bad.append(f"row {n}: no analysis check {key[1]!r} in lab {key[0]!r}")
+            continue
+        if key not in answers:
+            bad.append(f"row {n}: no graded notebook of student {key[2]!r} for {key[0]}")
+            continue
+        try:
+            pts = float(score_text)
+        except ValueError:
+            bad.append(f"row {n}: score {score_text!r} is not a number")
+            continue
+        if not 0 <= pts <= q.max:
+            bad.append(f"row {n}: score {pts:g} is outside 0..{q.max:g}")
+            continue
+        sha = (r.get("answer_sha") or "").strip() or answers[key]
+        base = (r.get("base") or "").strip() if "base" in header else None
+        out.append((key, _Given(path, n, (f"{pts:g}", (r.get("comment") or "").strip(), sha), base)))
+    if bad:
+        raise ScoresError(f"{path}: nothing merged; fix these rows and merge it again:\n  " + "\n  ".join(bad))
+    return out
+
+
+def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer: Path | None):
+    """(the row to store or None to keep the stored one, '' or the conflict in words)."""
+    where = "/".join(key)
+    preferred = [g for g in gs if prefer is not None and _same(g.path, prefer)]
+    if len({g.value for g in preferred}) > 1:
+        return None, f"{where}: {_rows(preferred)} of the preferred file disagree"
+    if preferred:
+        return (preferred[0] if _differs(st, preferred[0]) else None), ""
+    if len({g.value for g in gs}) > 1:
+        return None, f"{where}: " + ", ".join(f"{_rows([g])} gives {_shown(g.value)}" for g in gs)
+    g = gs[0]
+    if not _differs(st, g):
+        return None, ""
+    if st is None or (st.get("answer_sha") != current and g.value[2] == current):
+        return g, ""
+    held = f"{SCORES_FILE} holds {_shown((st.get('score'), st.get('comment')))} (from {st.get('source')}"
+    held += f", merged {st['given']})" if st.get("given") else ")"
+    if g.value[2] != current and st.get("answer_sha") == current:
+        return None, (f"{where}: {_rows(gs)} scored an earlier version of the answer ({_shown(g.value)}); "
+                      f"{held} for the answer as it is now")
+    if any(x.base == version(st) for x in gs):
+        return g, ""
+    if all(x.base is None for x in gs):
+        return None, (f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, and the file has no base column to "
+                      f"say which score it started from")
+    return None, f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, given after the file was exported"
+
+
+def _differs(st: dict | None, g: _Given) -> bool:
+    return st is None or (st.get("score"), st.get("comment") or "", st.get("answer_sha")) != g.value
+
+
+def _same(a: Path, b: Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _rows(gs: list[_Given]) -> str:
+    return ", ".join(f"{g.path.name} row {g.row}" for g in gs)
+
+
+def _shown(value: tuple) -> str:
+    score, comment = value[0], value[1]
+    return f"{score}" + (f" ({comment!r})" if comment else "")
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def to_json(a: Answer) -> dict:

@@ -1,10 +1,20 @@
 """``make grade``: run every notebook (the reference ones, or each student's), score it against
 the rubric, re-check its claims, and write the reports.
 
-Layout of a submissions folder: ``DIR/<student>/<lab notebook>.ipynb``. Without one, the
-reference notebooks in ``notebooks/`` are graded as student ``reference``. Output in ``out``:
+Layout of a submissions folder: ``DIR/<student>/<lab notebook>.ipynb``; Canvas's and Gradescope's
+downloads are laid out so first (``intake``, into ``out/.intake/``), and a student's lone notebook
+under another name (``... (1).ipynb``, or any name, holding the lab's cells) is graded with a note.
+Only the labs some student submitted are graded, unless ``labs`` names them. Without a
+submissions folder, the reference notebooks in ``notebooks/`` are graded as student ``reference``.
+
+A batch adds to the class already graded in ``out``: the book (``publish.Book``) keeps every
+notebook graded there before, and this batch's notebooks replace only their own student and
+lab. So grading one late student into the class's folder leaves everyone else in every report.
+Output in ``out``:
 
     grades.csv, summary.md            every run (report.md, report.csv too for the reference run)
+    summary.html                      per lab, the score distribution and each check's pass rate (``stats``)
+    deliver/students, deliver/canvas  the feedback pages packed per student and for Canvas (``grade-deliver``)
     final_grades.csv, canvas.csv      the gradebook exports (``exports``)
     similarity.html, similarity.csv   pairs of students whose code or answers match (``similarity``)
     answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored
@@ -39,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, ledger, report
+from labkit.grading import answers, intake, ledger, report
 from labkit.grading.publish import Book, PublishError
 from labkit.grading.rubric import Lab, Score, evaluate, gate, load_rubric
 from labkit.grading.runner import Job, RunResult, Setup, run_all
@@ -47,8 +57,9 @@ from labkit.record import Missing, lookup
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
-OWN_FILES = {"grades.csv", "summary.md", "report.md", "report.csv", ".work", ".grader", MARKER, "final_grades.csv",
-             "canvas.csv", "similarity.html", "similarity.csv", "answers", answers.SCORES_FILE}
+OWN_FILES = {"grades.csv", "summary.md", "summary.html", "report.md", "report.csv", ".work", ".grader", ".intake",
+             MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
+             answers.SCORES_FILE}
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
 MAX_EXECUTED_BYTES = 64 * 2**20
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
@@ -71,7 +82,7 @@ class Outcome:
     @property
     def not_passed(self) -> list[dict]:
         """Rows that did not pass; an answer awaiting a TA is not a failure."""
-        return [r for r in self.rows if r["status"] not in report.GOOD | {report.PENDING}]
+        return [r for r in self.rows if r["status"] not in report.GOOD | {report.PENDING, report.LATE}]
 
     @property
     def exit_code(self) -> int:
@@ -92,42 +103,67 @@ def student_problem(name: str, labs: list[Lab]) -> str | None:
 
 
 def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path,
-              known: set[str] | None = None) -> tuple[list[Job], list[str], list[dict]]:
-    """The notebooks to run; notes about files that will not be graded (those no section of the
-    rubric names, ``known``: default those of ``labs``); and rows for refused student folders."""
-    notes, refused = [], []
+              known: set[str] | None = None, every: list[Lab] | None = None):
+    """(the notebooks to run; notes about files that will not be graded (those no section of the
+    rubric names, ``known``: default those of ``labs``); rows for refused student folders;
+    {(student, lab): note} for notebooks found under another name). ``every``: all the
+    rubric's labs, which a misnamed notebook is matched against (default ``labs``)."""
+    notes, refused, renamed = [], [], {}
     graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
         pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
         notes += [f"not graded: notebooks/{p.name} has no rubric section" for p in sorted(notebooks.glob("*.ipynb"))
                   if p.name not in graded]
     else:
-        if not submissions.is_dir():
-            raise GradeError(f"submissions folder {submissions} does not exist; expected DIR/<student>/<notebook>.ipynb")
-        entries = sorted(submissions.iterdir())
-        folders = [p for p in entries if p.is_dir() and not p.name.startswith((".", "__"))]
-        if not folders:
-            loose = sorted(p.name for p in submissions.glob("*.ipynb"))
-            raise GradeError(f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb"
-                             + (f" (found notebooks directly in it: {', '.join(loose)})" if loose else ""))
-        students = []
-        for s in folders:
-            why = student_problem(s.name, labs) or (f"{s.name}/ is a symbolic link; copy the student's folder in"
-                                                   if s.is_symlink() else None)
-            if why:
-                refused += [r for lab in labs for r in _refused_rows(s.name, lab, why)]
-            else:
-                students.append(s)
-        notes += [f"not graded: {p.name} (not a student folder)" for p in entries
-                  if p not in folders and not p.name.startswith(".")]
-        pairs = [(s.name, lab, s / lab.notebook, out / s.name) for s in students for lab in labs]
+        students, refused = student_folders(submissions, labs)
+        notes += [f"not graded: {p.name} (not a student folder)" for p in sorted(submissions.iterdir())
+                  if not p.is_dir() and not p.name.startswith(".") and p.name != intake.RECORD]
+        refs = intake.reference_ids(every or labs, notebooks)
+        pairs = []
         for s in students:
+            used = set()
+            for lab in labs:
+                src, note = intake.find_notebook(s, lab, every or labs, refs)
+                if src is not None:
+                    used.add(src.name)
+                    if note:
+                        renamed[(s.name, lab.key)] = note
+                pairs.append((s.name, lab, src or s / lab.notebook, out / s.name))
             notes += [f"not graded: {s.name}/{p.name} (no rubric section for it)"
-                      for p in sorted(s.glob("*.ipynb")) if p.name not in graded]
+                      for p in sorted(s.glob("*.ipynb")) if p.name not in graded and p.name not in used]
     jobs = [Job(student, lab, src, where / lab.notebook, out / ".work" / student / Path(lab.notebook).stem,
                 (where / lab.notebook).with_suffix(".log"), out / ".grader" / student / Path(lab.notebook).stem)
             for student, lab, src, where in pairs]
-    return jobs, notes, refused
+    return jobs, notes, refused, renamed
+
+
+def student_folders(submissions: Path, labs: list[Lab]) -> tuple[list[Path], list[dict]]:
+    """(the student folders of ``submissions`` to grade, rows for those refused)."""
+    if not submissions.is_dir():
+        raise GradeError(f"submissions folder {submissions} does not exist; expected DIR/<student>/<notebook>.ipynb, "
+                         f"or Canvas's or Gradescope's download")
+    folders = [p for p in sorted(submissions.iterdir()) if p.is_dir() and not p.name.startswith((".", "__"))]
+    if not folders:
+        loose = sorted(p.name for p in submissions.glob("*.ipynb"))
+        raise GradeError(f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb, or "
+                         f"Canvas's or Gradescope's download" + (f" (found notebooks directly in it: {', '.join(loose)})"
+                                                                   if loose else ""))
+    students, refused = [], []
+    for s in folders:
+        why = student_problem(s.name, labs) or (f"{s.name}/ is a symbolic link; copy the student's folder in"
+                                               if s.is_symlink() else None)
+        if why:
+            refused += [r for lab in labs for r in _refused_rows(s.name, lab, why)]
+        else:
+            students.append(s)
+    return students, refused
+
+
+def present_labs(labs: list[Lab], submissions: Path, notebooks: Path) -> list[Lab]:
+    """The labs of which some student folder holds a notebook (by name or by its cells)."""
+    students, _ = student_folders(submissions, labs)
+    refs = intake.reference_ids(labs, notebooks)
+    return [lab for lab in labs if any(intake.find_notebook(s, lab, labs, refs)[0] is not None for s in students)]
 
 
 def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
@@ -310,48 +346,141 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
 
 def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int | None = None,
           labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
-          force: bool = False, slurm: str | None = None, slurm_args=(), similar: float | None = None) -> Outcome:
-    """Grade the reference notebooks (``submissions=None``) or a submissions folder, running
-    only what changed since the last batch in ``out`` (``force``: everything).
+          force: bool = False, slurm: str | None = None, slurm_args=(), similar: float | None = None,
+          roster: str | None = None, due: str | None = None) -> Outcome:
+    """Grade the reference notebooks (``submissions=None``) or a class's submissions (a folder,
+    or Canvas's or Gradescope's download), running only what changed since the last batch in
+    ``out`` (``force``: everything), and adding them to the class graded there.
+    ``labs``: the labs to grade (default: those submitted; the reference run: all).
     ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none".
     ``slurm``: a partition to run the notebooks in, as job arrays (``slurm_array``), with
     ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time. ``similar``: the
-    similarity report's threshold (default ``similarity.THRESHOLD``)."""
+    similarity report's threshold (default ``similarity.THRESHOLD``). ``roster``: Canvas's
+    gradebook export (names the students of a download; kept for the exports). ``due``: the due
+    date Gradescope's submission times are compared with (ISO 8601)."""
     if similar is not None and not 0 < similar <= 1:
         raise GradeError(f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1")
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
-    chosen = list(rub.labs.values())
+    every = list(rub.labs.values())
+    if not every:
+        raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
     if labs:
         unknown = [k for k in labs if k not in rub.labs and not rub.lab_for(k)]
         if unknown:
             raise GradeError(f"unknown lab(s) {unknown}; the rubric has {', '.join(rub.labs)}")
-        chosen = [lab for lab in chosen if lab.key in labs or lab.notebook in labs]
-    if not chosen:
-        raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
-    parallel = parallel or auto_parallel(chosen)
-    out = Path(out)
+    out, notebooks = Path(out), Path(notebooks)
     sub = Path(submissions) if submissions else None
-    jobs, notes, refused = find_jobs(chosen, out, sub, Path(notebooks),
-                                     known={lab.notebook for lab in rub.labs.values()})
+    record = {}
+    if sub is not None:
+        sub, record = _take_in(sub, out, every, notebooks, roster, due, log)
+    chosen = [lab for lab in every if lab.key in labs or lab.notebook in labs] if labs else (
+        every if sub is None else present_labs(every, sub, notebooks))
+    if not chosen:
+        raise GradeError(f"no student in {submissions} submitted a notebook of any lab of {rub.path} "
+                         f"({', '.join(lab.notebook for lab in every)}), by name or by its cells")
+    parallel = parallel or auto_parallel(chosen)
+    jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
+                                              every=every)
     setup, warning = make_setup(sub is None, sandbox, log)
     run = _executor(slurm, slurm_args, rub.path, out, log)
     try:
         _claim(out)
+        if roster:
+            from labkit.grading.publish import save_export_settings
+
+            save_export_settings(out, roster, None)
         for n in notes:
             log(n)
         if warning:
             log(f"WARNING: every notebook {warning}")
         book = Book(out, chosen, jobs, refused, reference=sub is None, warning=warning,
-                    title="Reference notebooks" if sub is None else f"Grades: {sub}", notebooks=str(notebooks),
-                    questions={(lab.key, name): q for lab in chosen
-                               for name, q in answers.questions(lab, Path(notebooks) / lab.notebook).items()})
+                    title="Reference notebooks" if sub is None else f"Grades: {submissions}", notebooks=str(notebooks),
+                    intake=_submitted(record, renamed), intake_notes=list(record.get("notes") or []))
+        carried = [] if sub is None else _add_prior(book, rub, log)
+        book.questions = {(lab.key, name): q for lab in book.labs
+                          for name, q in answers.questions(lab, notebooks / lab.notebook).items()}
         book.save(Path(rubric).read_text())
-        return _run_batch(book, setup, parallel, force, log, run, similar)
+        return _run_batch(book, setup, parallel, force, log, run, similar, carried=set(carried))
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
+
+
+def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: str | None, due: str | None,
+             log) -> tuple[Path, dict]:
+    """(the submissions folder to grade, its intake record): an LMS download is laid out in
+    ``out/.intake/`` first (``intake``); a folder is graded where it is."""
+    from labkit.grading import exports
+    from labkit.grading.publish import export_settings
+
+    if not source.exists():
+        raise GradeError(f"submissions {source} does not exist; give a folder DIR/<student>/<notebook>.ipynb, or "
+                         f"Canvas's or Gradescope's download (.zip)")
+    try:
+        layout = intake.detect(source)
+        if layout == "folders":
+            if due:
+                log("note: --due is for Gradescope's export; a folder of student folders says nothing of when")
+            return source, intake.read_record(source)
+        _claim(out)
+        roster = roster or export_settings(out).get("roster")
+        people = exports.read_roster(Path(roster)) if roster else None
+        dest = out / ".intake" / f"{layout}-{intake.digest(source)}"
+        return dest, intake.import_download(source, dest, labs, notebooks, people, due, log).record
+    except (intake.IntakeError, ValueError, OSError) as e:
+        raise GradeError(str(e)) from None
+
+
+def _submitted(record: dict, renamed: dict) -> dict:
+    """The book's intake entries for this batch: the download's record, and the notebooks
+    ``find_jobs`` found under another name."""
+    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()}}
+                for s, v in (record.get("students") or {}).items()}
+    for (student, lab), note in renamed.items():
+        info = students.setdefault(student, {"person": {}, "labs": {}})["labs"].setdefault(lab, {})
+        info["notes"] = [note, *[n for n in info.get("notes", []) if n != note]]
+    return students
+
+
+def _add_prior(book: Book, rub, log) -> list[tuple]:
+    """Add to ``book`` the notebooks an earlier batch graded into its folder that this batch
+    does not replace (same student and lab); returns their keys."""
+    try:
+        prior = Book.load(book.out)
+    except PublishError:   # nothing graded there yet
+        return []
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise GradeError(f"the class graded in {book.out} cannot be read back ({type(e).__name__}: {e}), so this batch "
+                         f"would replace it; grade into a new --out") from None
+    if prior.reference:
+        return []
+    mine = {job.key for job in book.jobs} | {(r["student"], r["lab"]) for r in book.refused}
+    gone = sorted({job.lab.key for job in prior.jobs if job.key not in mine and job.lab.key not in rub.labs})
+    if gone:
+        log(f"note: lab(s) {', '.join(gone)} graded in {book.out} before are not in the rubric now; they leave the reports")
+    carried = [job for job in prior.jobs if job.key not in mine and job.lab.key in rub.labs]
+    for job in carried:
+        job.lab = rub.labs[job.lab.key]
+    book.jobs = carried + book.jobs
+    book.refused = [r for r in prior.refused if (r["student"], r["lab"]) not in mine] + book.refused
+    keys = {lab.key for lab in book.labs} | {job.lab.key for job in carried}
+    book.labs = [lab for lab in rub.labs.values() if lab.key in keys]
+    for student, entry in prior.intake.items():
+        for lab, info in (entry.get("labs") or {}).items():
+            if (student, lab) not in mine:
+                mine_entry = book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})
+                mine_entry["labs"].setdefault(lab, info)
+                mine_entry["person"] = mine_entry.get("person") or entry.get("person") or {}
+    book.intake_notes = list(dict.fromkeys(prior.intake_notes + book.intake_notes))
+    if carried:   # the class's title names every batch
+        source = book.title.removeprefix("Grades: ")
+        book.title = prior.title + ("" if source in prior.title.removeprefix("Grades: ").split(", ") else f", {source}")
+    if carried:
+        log(f"adding to the {len({j.student for j in carried})} student(s) graded in {book.out} before: their "
+            f"{len(carried)} notebook(s) stay as graded unless their file or the rubric changed")
+    return [job.key for job in carried]
 
 
 def auto_parallel(labs: list[Lab]) -> int:
@@ -423,7 +552,7 @@ def _executor(partition: str | None, args, rubric, out: Path, log):
 
 
 def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all,
-               similar: float | None = None) -> Outcome:
+               similar: float | None = None, carried: set = frozenset()) -> Outcome:
     from labkit.grading.checks import Checking
     from labkit.grading.hidden import HIDDEN
 
@@ -435,6 +564,8 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
     for job in book.jobs:
         prints[job.key] = ledger.fingerprint(job, setup.sandbox.name)
         kept = None if force else ledger.reusable(job, prints[job.key])
+        if kept is None and job.key in carried and prints[job.key] is None:
+            kept = ledger.load_outcome(job)   # graded by an earlier batch whose file is gone: it stays as graded
         if kept is not None:
             stored[job.key] = kept
             outcome.kept.append(job.key)
@@ -537,7 +668,8 @@ def main(args) -> int:
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
                         sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
-                        slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar)
+                        slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar,
+                        roster=args.roster, due=args.due)
     except (GradeError, RubricError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -551,3 +683,19 @@ def main(args) -> int:
           + (f" and {outcome.out / 'report.md'}" if outcome.reference else "")
           + f"; {len(bad)} row(s) not passed" + (f", {waiting} answer(s) awaiting a TA" if waiting else ""))
     return outcome.exit_code
+
+
+def main_import(args) -> int:
+    """The ``grade-import`` subcommand: lay out an LMS download for inspection, grading nothing."""
+    from labkit.grading import exports
+    from labkit.grading.rubric import RubricError
+
+    try:
+        labs = list(load_rubric(args.rubric).labs.values())
+        people = exports.read_roster(Path(args.roster)) if args.roster else None
+        intake.import_download(args.download, args.into, labs, args.notebooks, people, args.due)
+    except (intake.IntakeError, RubricError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"grade it with: make grade SUBMISSIONS={args.into}")
+    return 0

@@ -53,8 +53,9 @@ def kit_hash() -> str:
 
 
 def lab_hash(lab) -> str:
-    """The lab's rubric section, but for ``expected_s``, which orders a batch and changes no outcome."""
-    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k != "expected_s"}
+    """The lab's rubric section, but for ``expected_s`` (it orders a batch) and ``late_penalty``
+    (applied when the reports are written): neither changes a run's outcome."""
+    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -4,8 +4,13 @@ A batch's output folder holds its manifest and each notebook's outcome (``ledger
 TAs' scores are in ``ta_scores.csv`` (``answers.merge``). ``Book.load(out)`` reads them back,
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
-``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``final_grades.csv``,
-``canvas.csv`` and the feedback pages whose rows changed. No notebook runs.
+``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,
+``final_grades.csv``, ``canvas.csv`` and the feedback pages whose rows changed. No notebook runs.
+
+What the LMS said of each submission (``intake``: the file's name, lateness, the student's LMS
+ids) is kept in the manifest and added to the rows here: its notes to the ``execution`` row, a
+``late`` row (``late``) to late work. A later batch into the same folder adds its notebooks to
+the book (``grade``): the book is the class, whichever batch graded whom.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, exports, feedback, ledger, report
+from labkit.grading import answers, exports, feedback, late, ledger, report
 from labkit.grading.runner import Job
 
 EXPORT_SETTINGS = "export.json"   # the Canvas roster and column names `grade-export` was last given
@@ -44,6 +49,8 @@ class Book:
     warning: str = ""
     title: str = "Grades"
     notebooks: str = ""              # the reference notebooks' folder (the similarity report's template)
+    intake: dict = field(default_factory=dict)     # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
+    intake_notes: list = field(default_factory=list)   # the intake's notes on what it did not grade
 
     # ------------------------------------------------------------------ the manifest
     def save(self, rubric_text: str) -> None:
@@ -53,7 +60,8 @@ class Book:
             "labs": [lab.key for lab in self.labs], "jobs": [job_record(j) for j in self.jobs],
             "refused": self.refused, "questions": [asdict(q) for q in self.questions.values()],
             "reference": self.reference, "warning": self.warning, "title": self.title,
-            "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else ""})
+            "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else "", "intake": self.intake,
+            "intake_notes": self.intake_notes})
 
     @classmethod
     def load(cls, out) -> "Book":
@@ -68,7 +76,7 @@ class Book:
         qs = [answers.Question(**q) for q in man["questions"]]
         return cls(out, [rub.labs[k] for k in man["labs"]], [job_from(d, rub.labs) for d in man["jobs"]],
                    man["refused"], {(q.lab, q.check): q for q in qs}, man["reference"], man["warning"], man["title"],
-                   man.get("notebooks", ""))
+                   man.get("notebooks", ""), man.get("intake") or {}, man.get("intake_notes") or [])
 
     # ------------------------------------------------------------------ rows
     def lab_questions(self, lab_key: str) -> dict:
@@ -98,7 +106,22 @@ class Book:
             s = scores.get(r["check"])
             rows.append(r if s is None else {**r, "points": s.points, "max": s.max, "status": s.status,
                                              "reason": s.reason})
-        return rows, found, scores
+        return self._with_intake(job, rows), found, scores
+
+    def submitted(self, job: Job) -> dict:
+        """What the intake recorded of the file ``job`` graded ({} when nothing)."""
+        return ((self.intake.get(job.student) or {}).get("labs") or {}).get(job.lab.key) or {}
+
+    def _with_intake(self, job: Job, rows: list[dict]) -> list[dict]:
+        """``rows`` with the intake's notes on the execution row and the late row, if late."""
+        info = self.submitted(job)
+        if not info:
+            return rows
+        notes = "; ".join(info.get("notes") or [])
+        if notes and rows and rows[0]["check"] == report.EXECUTION:
+            rows = [{**rows[0], "reason": "; ".join(x for x in (rows[0]["reason"], notes) if x)}, *rows[1:]]
+        penalty = late.row(job.student, job.lab, info, sum(r["points"] for r in rows[1:]))
+        return rows + [penalty] if penalty else rows
 
     def stored(self) -> dict:
         """{job key: stored outcome} for the notebooks graded so far."""
@@ -115,13 +138,40 @@ class Book:
 
     # ------------------------------------------------------------------ writing
     def write_tables(self, rows: list[dict], log=print) -> None:
-        report.write_csv(rows, self.out / "grades.csv")
-        report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning)
-        exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
-        settings = _read_json(self.out / ".grader" / EXPORT_SETTINGS) or {}
+        from labkit.grading import stats
+
+        settings = export_settings(self.out)
         roster = exports.read_roster(Path(settings["roster"])) if settings.get("roster") else None
-        for note in exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns")):
+        report.write_csv(rows, self.out / "grades.csv")
+        report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning,
+                             missing=self.missing(rows, roster) if roster is not None else None,
+                             regrades=exports.changes(self.out, rows, self.labs), notes=self.intake_notes)
+        exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
+        people = {s: v.get("person") or {} for s, v in self.intake.items()}
+        for note in exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"),
+                                         people):
             log(f"canvas.csv: {note}")
+        try:   # figures only: a plot that fails never costs the batch its grades
+            stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
+        except (ValueError, TypeError, OSError, RuntimeError) as e:
+            log(f"summary.html not written: {type(e).__name__}: {e}")
+
+    def missing(self, rows: list[dict], roster: list[dict]) -> list[dict]:
+        """[{name, login, labs}]: who on the roster has no graded notebook of a lab of this book."""
+        index = exports.roster_index(roster)
+        submitted = {}
+        for r in rows:
+            if r["check"] == report.EXECUTION and r["status"] != "not-submitted":
+                person = index.get(r["student"].lower())
+                if person is not None:
+                    submitted.setdefault(id(person), set()).add(r["lab"])
+        out = []
+        for person in roster:
+            labs = [lab.key for lab in self.labs if lab.key not in submitted.get(id(person), set())]
+            if labs:
+                out.append({"name": person.get("Student", ""), "login": person.get("SIS Login ID") or
+                            person.get("SIS User ID") or person.get("ID", ""), "labs": labs})
+        return out
 
     def write_page(self, job: Job, rows: list[dict], stored: dict, force: bool = False) -> bool:
         """The feedback page of ``job``, when its rows changed since the page was written."""
@@ -168,10 +218,18 @@ def _read_json(path: Path):
         return None
 
 
-def save_export_settings(out: Path, roster: str | None, columns: dict) -> None:
+def export_settings(out: Path) -> dict:
+    """The roster and Canvas column names the last ``grade-export`` (or ``grade --roster``) gave."""
+    return _read_json(Path(out) / ".grader" / EXPORT_SETTINGS) or {}
+
+
+def save_export_settings(out: Path, roster: str | None, columns: dict | None) -> None:
+    """Keep the roster and column names for every later report; what is not given stays as it was."""
+    old = export_settings(out)
     path = Path(out) / ".grader" / EXPORT_SETTINGS
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"roster": str(Path(roster).resolve()) if roster else None, "columns": columns}))
+    path.write_text(json.dumps({"roster": str(Path(roster).resolve()) if roster else old.get("roster"),
+                                "columns": {**(old.get("columns") or {}), **(columns or {})}}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +246,8 @@ def export_answers(out, log=print) -> list[Path]:
     return written
 
 
-def merge_scores(out, files, log=print) -> list[dict]:
+def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]:
+    """Merge the TAs' CSVs; a conflict refuses them all unless ``prefer`` (one of ``files``) wins it."""
     book = Book.load(out)
     current = {}
     for item in book.answer_items():
@@ -196,7 +255,8 @@ def merge_scores(out, files, log=print) -> list[dict]:
             current[(item["lab"], check, item["student"])] = a.sha
         for check in item["scores"]:
             current.setdefault((item["lab"], check, item["student"]), answers.answer_sha(""))
-    for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current):
+    for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current,
+                              prefer=Path(prefer) if prefer else None):
         log(line)
     rows = book.write_reports(log)
     pending = sum(1 for r in rows if r["status"] == report.PENDING)
@@ -211,9 +271,39 @@ def export_gradebook(out, roster: str | None = None, columns: dict | None = None
         exports.read_roster(Path(roster))  # a bad roster is refused before anything is written
     save_export_settings(book.out, roster, columns or {})
     rows = book.rows()
+    when, changed = exports.changes(book.out, rows, book.labs)
     book.write_tables(rows, log)
+    exports.save_exported(book.out, rows, book.labs, _now())
     log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
+    if changed:
+        log(f"{len(changed)} grade(s) changed since the export of {when} (listed in summary.md):")
+        for c in changed:
+            log(f"  {c['student']} {c['lab']}: {_shown(c['exported'])} -> {_shown(c['now'])}")
     return rows
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _shown(score) -> str:
+    return "not exported" if score is None else "blank" if score == "" else score
+
+
+def deliver_pages(out, log=print) -> list[Path]:
+    """Every feedback page brought up to date, then packed for the LMS (``deliver``)."""
+    from labkit.grading import deliver
+
+    book = Book.load(out)
+    if book.reference:
+        raise PublishError(f"{book.out} holds the reference run; delivering is for a class's submissions")
+    rows = book.write_reports(log)
+    written = deliver.write(book, rows)
+    for line in deliver.describe(book, written):
+        log(line)
+    return written
 
 
 def _run(fn) -> int:
@@ -236,7 +326,12 @@ def main_answers(args) -> int:
 
 def main_merge(args) -> int:
     """``grade-merge``: the TA's filled-in CSVs into every report."""
-    return _run(lambda: merge_scores(args.out, args.files))
+    return _run(lambda: merge_scores(args.out, args.files, prefer=args.prefer))
+
+
+def main_deliver(args) -> int:
+    """``grade-deliver``: one zip of feedback pages per student, and Canvas's re-upload zips."""
+    return _run(lambda: deliver_pages(args.out))
 
 
 def main_export(args) -> int:

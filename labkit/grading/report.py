@@ -1,6 +1,8 @@
 """What grading writes: ``grades.csv`` (one row per student, lab and check), ``summary.md``
-(totals and every failure with its reason) and ``report.md``/``report.csv`` (the reference run:
-records and checks). Feedback pages are ``feedback``'s, the gradebook exports ``exports``'.
+(totals, late work, who did not submit, the grades changed since the last export, and every
+failure with its reason) and ``report.md``/``report.csv`` (the reference run: records and
+checks). Feedback pages are ``feedback``'s, the gradebook exports ``exports``', the figures of
+``summary.html`` ``stats``'.
 Every writer replaces its file atomically, so a reader never sees half a file, and
 ``grades.csv`` is rewritten after each notebook so it always exists.
 
@@ -19,6 +21,7 @@ FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "secon
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
 PENDING = "pending"      # an answer awaiting a TA's score: not a failure, not points yet
+LATE = "late"            # the row late work gets (``late``): shown apart, not a failure
 NEVER_RAN = {"unreadable", "refused", "not-submitted"}
 
 
@@ -69,9 +72,13 @@ def totals(rows: list[dict]) -> dict:
     return out
 
 
-def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "") -> None:
+def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "",
+                  missing: list[dict] | None = None, regrades: tuple[str, list] = ("", []),
+                  notes: list[str] = ()) -> None:
     """Per-student and per-lab totals, then every row that is not a pass, with its reason.
-    ``warning`` (a run without a sandbox, say) goes at the top."""
+    ``warning`` (a run without a sandbox, say) goes at the top. ``missing``: who on the roster
+    did not submit (None: no roster); ``regrades``: (when, changes) since the last export
+    (``exports.changes``); ``notes``: what the intake did not grade."""
     tot = totals(rows)
     students = sorted({r["student"] for r in rows})
     keys = [lab.key for lab in labs]
@@ -93,13 +100,16 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
                          f"| {min(scores):g} | {max(scores):g} | {lab.max_points:g} |")
     # a notebook that never ran gets one line, not one per check
     absent = {(r["student"], r["lab"]) for r in rows if r["check"] == EXECUTION and r["status"] in NEVER_RAN}
-    bad = [r for r in rows if r["status"] not in GOOD | {PENDING}
+    bad = [r for r in rows if r["status"] not in GOOD | {PENDING, LATE}
            and (r["check"] == EXECUTION or (r["student"], r["lab"]) not in absent)]
     waiting = [r for r in rows if r["status"] == PENDING]
     if waiting:
         lines += ["", f"## Awaiting a TA ({len(waiting)} answer(s), {sum(r['max'] for r in waiting):g} points)", "",
-                  "Export them with `python -m labkit grade-answers`, score them in the CSVs, and merge those with "
-                  "`python -m labkit grade-merge`; the totals above count them apart (`+N pending`)."]
+                  "Export them with `make grade-answers`, score them in the CSVs, and merge those with "
+                  "`make grade-merge SCORES=...`; the totals above count them apart (`+N pending`)."]
+    lines += _late_work(rows) + _missing(missing) + _regrades(*regrades)
+    if notes:
+        lines += ["", f"## Files not graded ({len(notes)})", "", *[f"- {_md(n)}" for n in notes]]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]
@@ -108,6 +118,37 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
     else:
         lines.append("Every check passed.")
     write_text(path, "\n".join(lines) + "\n")
+
+
+def _late_work(rows: list[dict]) -> list[str]:
+    late = [r for r in rows if r["check"] == LATE]
+    if not late:
+        return []
+    return ["", f"## Late work ({len(late)})", "", "| student | lab | penalty | how late |", "|---|---|---|---|"] + [
+        f"| {_md(r['student'])} | {r['lab']} | {r['points']:g} | {_md(r['reason'])} |" for r in late]
+
+
+def _missing(missing: list[dict] | None) -> list[str]:
+    if missing is None:
+        return []
+    lines = ["", f"## Did not submit ({len(missing)} on the roster)", ""]
+    if not missing:
+        return lines + ["Everyone on the roster has a graded notebook of every lab here."]
+    return lines + ["| student | login | labs not submitted |", "|---|---|---|"] + [
+        f"| {_md(m['name'])} | {_md(m['login'])} | {', '.join(m['labs'])} |" for m in missing]
+
+
+def _regrades(when: str, changed: list[dict]) -> list[str]:
+    if not when:
+        return []
+    lines = ["", f"## Changed since the export of {when} ({len(changed)})", ""]
+    if not changed:
+        return lines + ["No lab score has changed since; `canvas.csv` holds the same grades."]
+    def shown(v):
+        return "(not exported)" if v is None else "(blank)" if v == "" else v
+    return lines + ["Upload `canvas.csv` again (`make grade-export`) to send these:", "",
+                    "| student | lab | exported | now |", "|---|---|---|---|"] + [
+        f"| {_md(c['student'])} | {c['lab']} | {shown(c['exported'])} | {shown(c['now'])} |" for c in changed]
 
 
 def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, warning: str = "") -> None:

@@ -120,6 +120,7 @@ class Lab:
     check_memory_mb: float
     evidence: tuple[str, ...] = ()
     expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
+    late_penalty: object = None    # late.Policy, or None: late work is shown and costs nothing
 
     @property
     def max_points(self) -> float:
@@ -156,11 +157,13 @@ def load_rubric(path) -> Rubric:
     unknown = set(raw) - {"defaults", "labs"}
     if unknown:
         raise RubricError(f"{path}: unknown top-level table(s) {sorted(unknown)}; use [defaults] and [labs.NAME]")
+    table = dict(raw.get("defaults", {}))
+    late_default = _late(table.pop("late_penalty", None), f"{path} [defaults]")
     defaults = dict(SETTINGS)
-    defaults.update(_settings(raw.get("defaults", {}), f"{path} [defaults]", allow_all=False))
+    defaults.update(_settings(table, f"{path} [defaults]", allow_all=False))
     labs = {}
     for key, table in raw.get("labs", {}).items():
-        labs[key] = _lab(key, table, defaults, path)
+        labs[key] = _lab(key, table, defaults, path, late_default)
     notebooks = [lab.notebook for lab in labs.values()]
     dup = {n for n in notebooks if notebooks.count(n) > 1}
     if dup:
@@ -184,9 +187,18 @@ def _settings(table: dict, where: str, allow_all: bool) -> dict:
     return out
 
 
-def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
+def _late(value, where: str):
+    from labkit.grading import late
+
+    try:
+        return late.parse(value, where)
+    except late.PolicyError as e:
+        raise RubricError(str(e)) from None
+
+
+def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s"}
+    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s", "late_penalty"}
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -219,8 +231,9 @@ def _lab(key: str, table: dict, defaults: dict, path: Path) -> Lab:
     expected = table.get("expected_s", 0.0)
     if not _is_number(expected) or expected < 0:
         raise RubricError(f"{where}: expected_s must be the seconds a run takes (a number >= 0), not {expected!r}")
+    late_penalty = _late(table["late_penalty"], where) if "late_penalty" in table else late_default
     return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               evidence=tuple(evidence), expected_s=float(expected), **settings)
+               evidence=tuple(evidence), expected_s=float(expected), late_penalty=late_penalty, **settings)
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:

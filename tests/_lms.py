@@ -1,0 +1,81 @@
+"""Downloads as Canvas and Gradescope give them to an instructor, built for tests.
+
+Canvas, "Download Submissions": one zip of loose files named
+``<name>_[LATE_]<user id>_<attachment id>_<file name as uploaded>`` (Canvas adds ``-1``, ``-2`` to
+a re-uploaded file's name), and its gradebook export (the roster). Gradescope, "Export
+Submissions": ``assignment_<id>_export/`` with ``submission_metadata.yml`` (Ruby-symbol keys, as
+Gradescope writes them) and one ``submission_<id>/`` folder per submission.
+"""
+from __future__ import annotations
+
+import csv
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class CanvasFile:
+    name: str              # Canvas's lower-case name: smithjohn
+    user_id: int
+    attachment_id: int
+    filename: str          # as the student uploaded it (Canvas's -N included)
+    data: bytes
+    late: bool = False
+
+    @property
+    def zip_name(self) -> str:
+        return "_".join([self.name] + (["LATE"] if self.late else []) + [str(self.user_id), str(self.attachment_id),
+                                                                          self.filename])
+
+
+def canvas_zip(path: Path, files: list[CanvasFile]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in files:
+            zf.writestr(f.zip_name, f.data)
+    return path
+
+
+def canvas_roster(path: Path, people: list[tuple], assignment: str = "Alpha (901)") -> Path:
+    """Canvas's gradebook export: (display name "Last, First", ID, SIS User ID, SIS Login ID) per student."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
+        w.writerow(["    Points Possible", "", "", "", "", "6"])
+        for display, uid, sis, login in people:
+            w.writerow([display, str(uid), sis, login, "Sec 1", ""])
+    return path
+
+
+@dataclass
+class GradescopeSubmission:
+    id: int
+    submitters: list               # [(name, email, sid)]
+    created_at: str                # as Gradescope writes it: 2024-10-01 06:58:05.746365000 Z
+    files: dict = field(default_factory=dict)   # {name in the submission's folder: bytes}
+
+
+def _q(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def metadata_yml(subs: list[GradescopeSubmission]) -> str:
+    lines = ["---"]
+    for s in subs:
+        lines.append(f"submission_{s.id}:")
+        lines.append("  :submitters:")
+        for name, email, sid in s.submitters:
+            lines += [f"  - :name: {name}", f"    :email: {email}", f"    :sid: {_q(sid)}",
+                      "    section_name: dmls-001"]
+        lines += [f"  :created_at: {s.created_at}", "  :score: 0.0", "  :history: []"]
+    return "\n".join(lines) + "\n"
+
+
+def gradescope_zip(path: Path, subs: list[GradescopeSubmission], assignment: int = 4242) -> Path:
+    root = f"assignment_{assignment}_export"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{root}/submission_metadata.yml", metadata_yml(subs))
+        for s in subs:
+            for name, data in s.files.items():
+                zf.writestr(f"{root}/submission_{s.id}/{name}", data)
+    return path

@@ -53,7 +53,7 @@ def pytest_configure(config):
 # are watched too. Fast tests run first, in ``make test`` as well: before anything loads TensorFlow
 # here or starts the fork server, so the guard sees each one, and a failure among them shows early.
 HEAVY = ("cluster", "notebook", "kernel", "tensorflow", "browser", "slurm", "cloudlab", "slow")
-WATCHED = ("tensorflow", "ipykernel")
+WATCHED = ("tensorflow", "ipykernel")  # as in _guard/sitecustomize.py, which the processes load
 GUARD = Path(__file__).resolve().parent / "_guard"
 _guard: dict = {}  # while a fast test runs: its notes folder, this process's watched imports, the environment before
 

@@ -55,9 +55,10 @@ test-fast: setup
 # export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
 LAB    ?=
 ROSTER ?=
+ANONYMOUS ?=
 DUE    ?=
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args '$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
 
 # Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
 DOWNLOAD ?=
@@ -72,7 +73,7 @@ grade-import: setup
 SCORES ?=
 PREFER ?=
 grade-answers: setup
-	$(PY) -m labkit grade-answers --out out/grade
+	$(PY) -m labkit grade-answers --out out/grade $(if $(ANONYMOUS),--anonymous)
 
 grade-merge: setup
 	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
@@ -109,12 +110,13 @@ cluster-setup: setup
 
 # Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
 # the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).
-#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [CLOUDLAB_ARGS="--command '...'"]
+# SLURM=1: with a Slurm across them (slurmctld on node0, a slurmd on each; docs/cluster.md section 9).
+#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [SLURM=1] [CLOUDLAB_ARGS="--command '...'"]
 NODES         ?= 4
 LINK          ?= 1gbit
 CLOUDLAB_ARGS ?=
 cloudlab-local: setup
-	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(CLOUDLAB_ARGS)
+	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(if $(SLURM),--slurm) $(CLOUDLAB_ARGS)
 
 clean:
 	rm -rf out runs notebooks/runs release .pytest_cache

@@ -118,7 +118,7 @@ def _add_grade(sub) -> None:
                         "or whose last run did not end)")
     p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
                                                         "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
-    p.add_argument("--slurm-args", default="", help="more sbatch arguments, quoted: --slurm-args '--cpus-per-task=2'")
+    p.add_argument("--slurm-args", default="", help="more sbatch arguments, with '=' and quoted: --slurm-args='--cpus-per-task=2 --exclude=node7'")
     p.add_argument("--similar", type=float, metavar="SHARE",
                    help="similarity.html flags pairs sharing at least this share of the smaller notebook's "
                         "fingerprints (default 0.5); it never changes points")
@@ -127,6 +127,8 @@ def _add_grade(sub) -> None:
     p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "
                                              "answer for the TAs (into OUT/answers/)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p.add_argument("--anonymous", action="store_true",
+                   help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back")
     p.set_defaults(func=lambda a: _grader("publish").main_answers(a))
 
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
@@ -328,11 +330,11 @@ def _add_nodes(sub) -> None:
 
 def _add_cloudlab_local(sub) -> None:
     def run(a):
-        from labkit import cloudlab_local, netem
+        from labkit import cloudlab_local, minislurm, netem
 
         try:
-            return cloudlab_local.session(a.nodes, a.link, a.user, a.command)
-        except (ValueError, netem.EmulationUnavailable, netem.NetworkSetupError) as e:
+            return cloudlab_local.session(a.nodes, a.link, a.user, a.command, slurm=a.slurm)
+        except (ValueError, netem.EmulationUnavailable, netem.NetworkSetupError, minislurm.SlurmStartError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
 
@@ -342,6 +344,8 @@ def _add_cloudlab_local(sub) -> None:
     p.add_argument("--link", default="1gbit", help="each node's link: RATE[,DELAY], e.g. 1gbit,0.2ms (default 1gbit)")
     p.add_argument("--user", default="ta", help="the experiment's account on every node (default ta)")
     p.add_argument("--command", help="run this on node0 as the account instead of a shell, then take all down")
+    p.add_argument("--slurm", action="store_true", help="with a Slurm across the nodes (slurmctld on node0, a "
+                                                        "slurmd on each) and the account's home shared by them")
     p.set_defaults(func=run)
 
 

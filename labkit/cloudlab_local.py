@@ -21,6 +21,9 @@ Each node is what a CloudLab node is to the kit:
   so ``getent hosts node1`` resolves, and ``/etc/passwd``, ``group`` and ``shadow`` add the
   experiment's account. The rest of the file system (the kit's checkout, the data mirror,
   the Python the kit runs on) is this machine's;
+- **a shared home** (``shared_home=True``): the account's home is then one folder every node
+  mounts, as a Slurm cluster's NFS home is (the kit, its ``.venv`` and the runs' folders must be
+  on every node: docs/cluster.md section 9); it lives in the owner's log folder, and goes with it;
 - **an account** (``user``, default ``ta``) that exists only inside the nodes (its passwd entry is
   bound over the node's ``/etc/passwd``): no user is added to this machine, so none can be left;
 - **a real OpenSSH sshd** (Debian's openssh-server) on port 22: key-only login (no password,
@@ -42,6 +45,7 @@ Needs root (mount namespaces, sshd); ``unavailable()`` says what is missing, for
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shlex
@@ -120,16 +124,18 @@ _LIVE = StopAtExit()
 class LocalCloudLab:
     """``nodes`` emulated CloudLab nodes (a count: node0, node1, ...; or names) on ``link``
     (``netem.parse_link``), each with an sshd and the account ``user``. ``log_dir``: where sshd
-    and the namespace holders log (default: a temporary folder, removed at the end)."""
+    and the namespace holders log (default: a temporary folder, removed at the end);
+    ``shared_home``: one home for the account on every node (see the module docstring)."""
 
     def __init__(self, nodes=4, link="1gbit", user: str = USER, subnet: str = SUBNET, log_dir=None,
-                 grace: float = 5.0):
+                 grace: float = 5.0, shared_home: bool = False):
         self.network = netem.EmulatedNetwork(nodes, link, log_dir=None, grace=grace, mode="root", subnet=subnet,
                                              driver=False, namespaces=("uts", "mount"))
         self.names = self.network.names
         if not user.isidentifier() or user == "root":
             raise ValueError(f"user={user!r}: give an account name such as 'ta' (not root: CloudLab's is yours)")
         self.user, self.uid = user, _free_id()
+        self.shared_home = bool(shared_home)
         self._own_logs = log_dir is None
         self.log_dir = Path(log_dir) if log_dir else None
         self.sshd: dict[str, OwnedProcess] = {}
@@ -152,6 +158,9 @@ class LocalCloudLab:
         _LIVE.add(self)
         try:
             self.network.start()
+            if self.shared_home:
+                self._shared_home().mkdir(mode=0o755)
+                os.chown(self._shared_home(), self.uid, self.uid)
             for name in self.names:
                 self._prepare(name)
             self._keys()
@@ -260,9 +269,10 @@ class LocalCloudLab:
                        f"mount -o remount,bind,ro {shlex.quote(pyroot)}", f"umount {NODE_DIR}/python",
                        f"rmdir {NODE_DIR}/python"]
         home = self.home_dir
-        script += [f"mount -t tmpfs -o mode=755,size=4g labkit-home {HOME_ROOT}",
-                   f"mkdir -m 755 {home} {home}/.ssh", f"chmod 700 {home}/.ssh",
-                   f"chown -R {self.uid}:{self.uid} {home}"]
+        script += [f"mount -t tmpfs -o mode=755,size=4g labkit-home {HOME_ROOT}", f"mkdir -m 755 {home}"]
+        if self.shared_home:
+            script += [f"mount --bind {shlex.quote(str(self._shared_home()))} {home}"]
+        script += [f"mkdir -p -m 700 {home}/.ssh", f"chown -R {self.uid}:{self.uid} {home}"]
         self._root(node, script, env)
         etc = {"hosts": self.etc_hosts(), "hostname": node + "\n",
                "passwd": Path("/etc/passwd").read_text().rstrip("\n") +
@@ -278,6 +288,9 @@ class LocalCloudLab:
                  if os.path.exists(f"/etc/{f}")]
         self._root(node, [*binds, f"ssh-keygen -q -t ed25519 -N '' -C {node} -f {NODE_DIR}/ssh_host_ed25519_key"], env)
 
+    def _shared_home(self) -> Path:
+        return self.log_dir / "home"
+
     def _root(self, node: str, lines: list[str], env: dict) -> None:
         done = self.network.run(node, ["env", *(f"{k}={v}" for k, v in env.items()), "sh", "-ec", "\n".join(lines)],
                                 timeout=START_TIMEOUT_S)
@@ -291,7 +304,7 @@ class LocalCloudLab:
         self.sh(first, "ssh-keygen -q -t ed25519 -N '' -C \"$USER@$(hostname)\" -f ~/.ssh/id_ed25519", check=True,
                 timeout=START_TIMEOUT_S)
         self.public_key = (self.home(first) / ".ssh/id_ed25519.pub").read_text()
-        for node in self.names:
+        for node in self.names[:1] if self.shared_home else self.names:
             self.sh(node, f"printf '%s' {shlex.quote(self.public_key)} >> ~/.ssh/authorized_keys && "
                           f"chmod 600 ~/.ssh/authorized_keys", check=True, timeout=START_TIMEOUT_S)
 
@@ -314,15 +327,26 @@ class LocalCloudLab:
             time.sleep(0.02)
 
 
-def session(nodes: int = 4, link: str = "1gbit", user: str = USER, command: str | None = None, log=print) -> int:
-    """``make cloudlab-local``: bring the nodes up, then run ``command`` on node0 as the account
-    (its exit code is ours), or open a login shell there when this is a terminal, or else hold
-    the nodes until stdin closes; everything goes down afterwards, however this process ends."""
-    with LocalCloudLab(nodes, link, user=user) as lab:
+def session(nodes: int = 4, link: str = "1gbit", user: str = USER, command: str | None = None, slurm: bool = False,
+            log=print) -> int:
+    """``make cloudlab-local``: bring the nodes up (``slurm``: with a Slurm across them, and the
+    account's home shared by the nodes), then run ``command`` on node0 as the account (its exit
+    code is ours), or open a login shell there when this is a terminal, or else hold the nodes
+    until stdin closes; everything goes down afterwards, however this process ends."""
+    with contextlib.ExitStack() as stack:
+        lab = stack.enter_context(LocalCloudLab(nodes, link, user=user, shared_home=slurm))
         log(f"{len(lab.names)} emulated CloudLab nodes up in {lab.up_s:.1f} s (link {lab.network.link}):\n"
-            f"{lab.table()}\n"
-            f"On node0 as {lab.user}: `getent hosts {' '.join(lab.names)} > hosts.txt`, then docs/cluster.md. "
-            f"The nodes and everything on them go when this command ends.")
+            f"{lab.table()}")
+        if slurm:
+            from labkit.minislurm import MiniSlurm
+
+            cluster = stack.enter_context(MiniSlurm(nodes=lab))
+            log(f"Slurm up in {cluster.up_s:.1f} s: slurmctld on {cluster.host}, a slurmd on every node, all idle; "
+                f"the home of {lab.user} is the same folder on every node (a cluster's shared home). On any node: "
+                f"`sinfo`, `salloc --nodes={len(lab.names)}`, then docs/cluster.md section 9.")
+        else:
+            log(f"On node0 as {lab.user}: `getent hosts {' '.join(lab.names)} > hosts.txt`, then docs/cluster.md.")
+        log("The nodes and everything on them go when this command ends.")
         if command:
             return subprocess.run(lab.command(lab.names[0], command)).returncode
         if sys.stdin.isatty():

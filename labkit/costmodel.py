@@ -1,41 +1,31 @@
-"""Bytes on the wire and an alpha-beta model of one synchronous data-parallel step.
+"""An alpha-beta(-gamma) model of one synchronous data-parallel step, fitted to measured runs.
 
-This is the one place for "analytic bytes per step": Labs 2, 4 and 5 compare their
-measured traffic against :func:`step_bytes`. Lab 5 then explains and extrapolates its
-measured scaling with :class:`CostModel`, whose communication terms (the messages and bytes
-on a step's critical path, :func:`critical_path`) are Lab 5's exercise: every function here
-that needs them takes the student's ``comm_terms`` as ``terms=`` (default: the kit's reference,
-``labkit.solutions.lab5``, which the student kit leaves out):
+Lab 5 explains and extrapolates its measured scaling with :class:`CostModel`:
 
     t_step(N) = t_compute(batch) + t_comm(N)
     t_comm    = messages * alpha + critical_bytes / B
 
 Symbols: M model bytes (float32 trainable weights, :func:`labkit.models.model_bytes`),
 N workers, k parameter-server tasks, alpha seconds per message, B bytes/s per node link
-(full duplex). Per step:
-
-- PS: every worker pulls M of weights and pushes M of gradients (2M); the busiest ps
-  serves N workers, 2*N*M/k bytes, both directions counted: within a synchronous step the
-  pushes follow the pulls, so the two directions do not overlap. Pull and push are two
-  rounds whose latencies overlap across workers: 2 messages on the critical path.
-- Ring all-reduce: reduce-scatter then all-gather, 2(N-1) rounds, each sending and
-  receiving M/N at once: 2(N-1)/N*M bytes each way per worker in 2(N-1) messages; the two
-  directions overlap on a full-duplex link, so one direction counts.
-
-Lab 5's PS runs are synchronous (``ps_sync``: one update per round from the mean of one
-gradient per slice of the global batch), as this model assumes. An asynchronous PS lets one
-worker's compute overlap another's transfers; its ps link still carries 2M per worker step,
-so both share the ceiling that makes PS level off: batch * k * B / (2M) images/s.
+(full duplex). The communication terms, the messages and bytes on a step's critical path
+(:func:`critical_path`), are Lab 5's exercise, and so is the traffic of each task they come
+from: the kit measures bytes on the wire (``labkit.sockets``, ``labkit.summaries``), it does
+not predict them. Every function here that needs the terms takes the student's ``comm_terms``
+as ``terms=`` (default: the kit's reference, ``labkit.solutions.lab5``, which the student kit
+leaves out, as it leaves out the reference per-task traffic, ``step_bytes``).
 
 Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
 loopback TCP micro-benchmark (:func:`loopback_transfers` + :func:`fit_link`) or from the
 measured runs themselves (:func:`fit_link_to_runs`). Imports no TensorFlow.
 
-A step also spends host time per byte it moves (serialising, copying, reducing): the gamma of
-the alpha-beta-gamma model of collectives (Thakur, Rabenseifner and Gropp 2005). It belongs to
-the hosts and the transport, not the link, so :class:`HostCost` holds it per architecture,
-:func:`fit_host_cost` calibrates it where the wire is nearly free (runs on 127.0.0.1) and
-:class:`CostModel` adds it to any link's wire time: t_comm = messages*alpha + bytes*(1/B + gamma).
+A step also spends host time per byte it moves (serialising, copying, reducing). Thakur,
+Rabenseifner and Gropp's (2005) model of collectives has a gamma, the time per byte of the
+local reduction; this kit *extends* it: its gamma is the hosts' time per byte of everything
+the transport does besides the wire (gRPC serialisation and copies included), charged to every
+critical-path byte, for PS as well as for the ring. It belongs to the hosts and the transport,
+not the link, so :class:`HostCost` holds it per architecture, :func:`fit_host_cost` calibrates
+it where the wire is nearly free (runs on 127.0.0.1) and :class:`CostModel` adds it to any
+link's wire time: t_comm = messages*alpha + bytes*(1/B + gamma).
 """
 from __future__ import annotations
 
@@ -106,57 +96,6 @@ def _check_shards(model_bytes: float, shards: Sequence[float]) -> tuple[float, .
     return shards
 
 
-@dataclass(frozen=True)
-class StepBytes:
-    """Analytic bytes that one synchronous step puts on the wire, per task.
-
-    ``total`` is the sum over tasks of bytes sent, which is what the system-wide ``lo``
-    counter sees on one side on 127.0.0.1; on a cluster compare a node's NIC with its
-    task's ``sent``/``recv``. For asynchronous PS, one worker step is ``workers=1``.
-    """
-    arch: str
-    workers: int
-    model_bytes: float
-    worker_sent: float
-    worker_recv: float
-    ps_sent: tuple[float, ...] = ()
-    ps_recv: tuple[float, ...] = ()
-
-    @property
-    def total(self) -> float:
-        return self.workers * self.worker_sent + sum(self.ps_sent)
-
-    @property
-    def busiest_task(self) -> float:
-        """Bytes sent + received by the most loaded task."""
-        return max([self.worker_sent + self.worker_recv] + [s + r for s, r in zip(self.ps_sent, self.ps_recv)])
-
-    def per_task(self) -> pd.DataFrame:
-        """One row per task: task name, bytes sent, bytes received."""
-        rows = [{"task": f"worker:{i}", "sent": self.worker_sent, "recv": self.worker_recv}
-                for i in range(self.workers)]
-        rows += [{"task": f"ps:{i}", "sent": s, "recv": r} for i, (s, r) in enumerate(zip(self.ps_sent, self.ps_recv))]
-        return pd.DataFrame(rows)
-
-
-def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
-               shards: Sequence[float] | None = None) -> StepBytes:
-    """Analytic bytes per synchronous step for ``arch`` ('ps' or 'ring').
-
-    ``shards``: bytes held by each ps (default :func:`even_shards`; see
-    :func:`round_robin_shards`). Ignored for the ring, which has no ps.
-    """
-    _check_arch(arch)
-    n = _check_count("workers", workers)
-    m = _check_positive("model_bytes", model_bytes)
-    if arch == "ring":
-        per_dir = 2 * (n - 1) / n * m
-        return StepBytes("ring", n, m, per_dir, per_dir)
-    shards = _check_shards(m, shards if shards is not None else even_shards(m, n_ps))
-    per_ps = tuple(n * s for s in shards)
-    return StepBytes("ps", n, m, m, m, per_ps, per_ps)
-
-
 # ---------------------------------------------------------------------------------------
 # The critical path of a step: Lab 5's exercise
 # ---------------------------------------------------------------------------------------
@@ -174,8 +113,14 @@ def reference_terms() -> Terms:
 
 
 def __getattr__(name: str):
-    if name == "comm_terms":  # the reference lives with the solutions, which the student kit leaves out
+    """``comm_terms`` and ``step_bytes``: the references, which live with the solutions (the
+    student kit leaves them out: writing the first, and measuring what the second predicts, is Lab 5)."""
+    if name == "comm_terms":
         return reference_terms()
+    if name == "step_bytes":
+        from labkit.reference import solution
+
+        return solution("lab5", "step_bytes", "the measured bytes per task (ring_vs_ps.Scaling.task_bytes())")
     raise AttributeError(f"module 'labkit.costmodel' has no attribute {name!r}")
 
 
@@ -209,12 +154,12 @@ def critical_path(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
 
 def check_terms(terms: Terms, measured: pd.DataFrame | None = None, tolerance: float = 0.25) -> pd.DataFrame:
     """Check ``terms`` (the student's ``comm_terms``) without a reference: properties every
-    correct answer has, then its bytes against what measured runs put on the busiest link.
+    correct answer has, then its bytes against the critical-path bytes measured runs showed.
 
     ``measured``: one row per run with communication, columns arch, workers, n_ps, shards,
-    model_bytes and ``measured_bytes`` (ring: what a worker sent per step; PS: the busiest
-    task's sent + received per step). Raises ValueError saying what is off; returns the runs
-    with ``your_bytes`` and ``deviation`` = your_bytes / measured_bytes - 1."""
+    model_bytes and ``measured_bytes`` (``ring_vs_ps.Scaling.critical_bytes``). Raises
+    ValueError saying what is off; returns the runs with ``your_bytes`` and ``deviation`` =
+    your_bytes / measured_bytes - 1."""
     name = getattr(terms, "__name__", "terms")
     for arch in ARCHS:
         for n in (1, 2, 3, 6):
@@ -267,7 +212,7 @@ def sparse_ps_step_bytes(n_unique: float, value_bytes: int = 4, index_bytes: int
 def dense_ps_step_bytes(num_features: int, value_bytes: int = 4) -> float:
     """Lab 3: bytes of a dense PS step (report 001): the whole weight vector pulled and a
     gradient as long as it pushed, ``2 x num_features x value_bytes``."""
-    return step_bytes("ps", float(num_features) * value_bytes, 1).busiest_task
+    return 2.0 * num_features * value_bytes
 
 
 # ---------------------------------------------------------------------------------------
@@ -637,8 +582,9 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1, terms: Terms 
     """The model size above which ring all-reduce communicates faster than PS with ``n_ps``
     even shards (0: ring always faster; inf: never). Compute is the same for both and cancels.
 
-    PS pays 2 latencies but ~2NM/k bytes; the ring 2(N-1) latencies but only ~2M: the ring
-    wins once M is more than a few alpha*B (the link's latency-bandwidth product).
+    Each architecture's t_comm is a + b*M by ``terms``: where the one with fewer latencies
+    (a) has more bytes per model byte (b), they tie at M = (a_ring - a_ps) / (b_ps - b_ring),
+    a multiple of alpha*B (the link's latency-bandwidth product).
     """
     n = _check_count("workers", workers)
     a_ps, b_ps = _linear_comm("ps", n, link, n_ps, terms)
@@ -653,9 +599,7 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1, terms: Terms 
 def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024,
                       terms: Terms | None = None) -> int:
     """The largest N up to which the ring communicates faster than PS (1 if not even at N=2;
-    ``max_workers`` if at every N). At N=2 both pay 2 latencies and the ring moves fewer
-    bytes; each further worker adds 2 ring latencies, so a model under ~alpha*B loses the
-    ring's lead at some N, while a larger one keeps it at every N."""
+    ``max_workers`` if at every N): :func:`crossover_model_bytes` at each N in turn."""
     m = _check_positive("model_bytes", model_bytes)
     last = 1
     for n in range(2, max_workers + 1):

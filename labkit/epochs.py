@@ -12,7 +12,9 @@
   A step is one closure per slice of the ring's global batch; each adds its gradient into
   sums that live beside the variables on the ps; after the barrier (``join``) the ps applies
   the sum, the mean gradient, once, and zeroes it. Each worker pulls M and pushes M per
-  step, and nothing more crosses the wire.
+  step, and nothing more crosses the wire. With the trainer's ``on_step``, every step is
+  reported with the worker that ran each slice: when a worker dies, the coordinator runs its
+  closures on the others (Lab 5's failure demo).
 
 A runner is built from the trainer (its ``plan``, ``data``, ``seed``, ``net``, ``optimizer``,
 ``gradients`` and ``sgd_step``) and the epochs to run; ``run(steps)`` trains that many steps
@@ -176,6 +178,7 @@ class SyncPSEpochs(Runner):
         self.iterator = _per_worker(plan, self._arrays(data))
         self.accumulate = self._accumulate(trainer, self.sums)
         self.apply_mean = self._apply_mean(trainer.optimizer, self.sums, variables)
+        self.on_step = trainer.on_step  # called after every step with _traced's dict (None: not traced)
 
     @staticmethod
     def _sums_beside(strategy, variables) -> list:
@@ -213,9 +216,12 @@ class SyncPSEpochs(Runner):
 
         @tf.function
         def accumulate(iterator, epoch, index):
+            """(loss, the index of the worker that ran it): the coordinator may move a closure to
+            another worker (one that failed), which the trace of steps shows."""
             x_all, y_all = next(iterator)
             idx = _epoch_order(n, seed, epoch)[index * plan.batch_size:(index + 1) * plan.batch_size]
-            return plan.strategy.run(add_gradient, args=(tf.gather(x_all, idx), tf.gather(y_all, idx)))
+            loss = plan.strategy.run(add_gradient, args=(tf.gather(x_all, idx), tf.gather(y_all, idx)))
+            return loss, tf.distribute.coordinator.experimental_get_current_worker_index()
 
         return accumulate
 
@@ -259,11 +265,21 @@ class SyncPSEpochs(Runner):
         t0 = time.perf_counter()
         first_slices = []
         for _ in range(steps):
-            first_slices.append(self._round()[0])
+            t_step = time.perf_counter()
+            remote = self._round()
+            first_slices.append(remote[0])
             if self.first_step_s is None:
                 self.first_step_s = time.perf_counter() - t0
+            if self.on_step is not None:
+                self.on_step(self._traced(remote, time.perf_counter() - t_step))
         # Slice 0's share of each global-batch mean, scaled up: the ring's estimate on its chief.
-        return [float(r.fetch()) * self.workers for r in first_slices]
+        return [float(r.fetch()[0]) * self.workers for r in first_slices]
+
+    def _traced(self, remote: list, seconds: float) -> dict:
+        """One step for ``on_step``: its number, seconds, loss and the worker that ran each slice."""
+        done = [r.fetch() for r in remote]
+        return {"step": self.position, "seconds": seconds, "loss": float(done[0][0]) * self.workers,
+                "slices_on": [int(w) for _, w in done]}
 
 
 RUNNERS: dict[str, type[Runner]] = {"single": MirroredEpochs, "mwms": MirroredEpochs, "ps": AsyncPSEpochs,

@@ -397,7 +397,8 @@ class Cluster:
             read()
             if until is not None and until(seen):
                 return None
-            if any(s != "running" for s in self.status().values()) or time.monotonic() > deadline:
+            # a task killed as expected (kill(..., expected=True)) is the experiment's: follow on without it
+            if any(s not in ("running", "killed") for s in self.status().values()) or time.monotonic() > deadline:
                 try:
                     return self.wait()  # every task done, or one failed: wait() gathers or raises
                 finally:
@@ -482,12 +483,20 @@ class Cluster:
         if interrupted is not None:
             raise interrupted
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` to one task (fault injection: kill a worker mid-run)."""
+    def kill(self, name: str, sig: int = signal.SIGKILL, expected: bool = False) -> None:
+        """Send ``sig`` to one task (fault injection: kill a worker mid-run).
+
+        ``expected``: the task's death is the experiment, a fault its peers are meant to
+        survive (ParameterServerStrategy's coordinator carries on without a worker): it is no
+        failure of the cluster, which runs on, and its outcome says ``killed``. A peer that
+        then fails because of it still raises ``TaskFailed``, naming that peer."""
         p = self._proc(name)
         if not p.running:
             raise ValueError(f"task {name} is not running")
-        p.injected = int(sig)  # if it fails now, it is the cause, whatever its peers do
+        if expected:
+            p.signalled, p.ended = True, "killed"  # as if the launcher had stopped it
+        else:
+            p.injected = int(sig)  # if it fails now, it is the cause, whatever its peers do
         p.launcher.signal([p], sig)
 
     def _terminate(self, procs: list[TaskProcess]) -> None:

@@ -231,7 +231,7 @@ def _one_frame(data):
 
 
 # ---------------------------------------------------------------------------------------
-# Lab 5: scaling curves, crossover map, bytes against the analytic model (labkit.costmodel)
+# Lab 5: scaling curves, crossover map, bytes per task, report 003 measured, a fault trace (Labs 2-4 share some)
 # ---------------------------------------------------------------------------------------
 
 _ARCH_NAMES = {"ps": "parameter server", "ring": "ring all-reduce"}
@@ -377,6 +377,104 @@ def bytes_vs_analytic(frame, label: str = "run", tolerance: float = 0.25, title:
     if title:
         ax.set_title(title)
     return fig
+
+
+def task_bytes(frame, title: str | None = None):
+    """Bytes each task sent and received per step, as multiples of the model's bytes M: one
+    pair of bars per (run, task). ``frame``: ``ring_vs_ps.Scaling.task_bytes()`` (columns
+    ``run``, ``task``, ``sent_over_model``, ``recv_over_model``); ``total`` rows are left out."""
+    import numpy as np
+
+    _need_columns(frame, ("run", "task", "sent_over_model", "recv_over_model"), "task_bytes")
+    frame = frame[frame["task"] != "total"]
+    fig, ax = subplots(1, 1, figsize=(max(5.0, 0.8 * len(frame) + 2), 3.4))
+    x = np.arange(len(frame))
+    c_sent, c_recv = palette(2)
+    ax.bar(x - 0.2, frame["sent_over_model"], 0.4, color=c_sent, label="sent")
+    ax.bar(x + 0.2, frame["recv_over_model"], 0.4, color=c_recv, label="received")
+    ax.set_xticks(x, [f"{r} {t}" for r, t in zip(frame["run"], frame["task"])], rotation=30, ha="right",
+                  fontsize="x-small")
+    ax.set_ylabel("bytes per step / M")
+    ax.legend(loc="upper left")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def emulated_scaling(measured, predicted, nodes, title: str | None = None):
+    """Report 003's Figures 4.1-4.4, measured on emulated links: images/s and speed-up against N
+    per architecture (points: ``measured``, ``ring_vs_ps.Emulated.table()``; lines: the cost
+    model's ``predicted``, ``Emulated.curves()``: solid on these nodes, dashed on nodes with a
+    core each), and the bytes per step through each node's NIC (``nodes``, ``Emulated.nodes()``)."""
+    _need_columns(measured, ("arch", "workers", "images_per_s", "speedup"), "emulated_scaling")
+    _need_columns(predicted, ("arch", "workers", "images_per_s", "speedup", "where"), "emulated_scaling")
+    fig, axes = subplots(1, 3, figsize=(13, 3.5))
+    colors = dict(zip(("ps", "ring"), palette(2)))
+    for arch, color in colors.items():
+        m = measured[measured["arch"] == arch]
+        for ax, metric in zip(axes[:2], ("images_per_s", "speedup")):
+            ax.plot(m["workers"], m[metric], "o", color=color, ms=7, mec="white", label=f"{arch} measured")
+            for where, style in (("these nodes", "-"), ("a core per node", "--")):
+                p = predicted[(predicted["arch"] == arch) & (predicted["where"] == where)]
+                ax.plot(p["workers"], p[metric], style, color=color, lw=1.4, label=f"{arch} cost model, {where}")
+        n = nodes[nodes["arch"] == arch]
+        if len(n):
+            busiest = n.groupby("workers")["bytes_per_step"].max()
+            axes[2].plot(busiest.index, busiest.values, "o-", color=color, label=f"{arch}: busiest node")
+            if arch == "ps":
+                others = n[~n["tasks"].str.contains("ps:")].groupby("workers")["bytes_per_step"].mean()
+                axes[2].plot(others.index, others.values, "s:", color=color, mfc="none", label="ps: a worker's node")
+    axes[0].set(xlabel="workers (N)", ylabel="images/s", title="images/s (Figs 4.1, 4.2)")
+    axes[1].set(xlabel="workers (N)", ylabel="speed-up over N = 1", title="speed-up (Figs 4.3, 4.4)")
+    axes[2].set(xlabel="workers (N)", ylabel="bytes per step through the NIC", title="per-node traffic")
+    bytes_axis(axes[2])
+    for ax in axes:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    _legend_outside(fig, axes)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def fault_trace(steps, kills, title: str | None = None):
+    """A traced PS run (``ring_vs_ps.ps_failure``): per step, its time (top) and the worker
+    that ran each slice of its global batch (bottom); the kills as vertical lines."""
+    import numpy as np
+
+    fig, (top, bottom) = subplots(2, 1, sharex=True, figsize=(9, 4.6))
+    if not steps:
+        skipped(top, "no step was traced")
+        return fig
+    x = [s["step"] for s in steps]
+    top.plot(x, [s["seconds"] for s in steps], ".-", lw=1)
+    top.set_ylabel("seconds per step")
+    width = max(len(s["slices_on"]) for s in steps)
+    grid = np.full((width, len(steps)), np.nan)
+    for j, s in enumerate(steps):
+        grid[:len(s["slices_on"]), j] = s["slices_on"]
+    workers = int(np.nanmax(grid)) + 1
+    cmap = _discrete_cmap(workers)
+    bottom.pcolormesh(np.arange(len(x) + 1) + x[0] - 0.5, np.arange(width + 1) - 0.5, grid, cmap=cmap,
+                      vmin=-0.5, vmax=workers - 0.5, shading="flat")
+    bottom.set(ylabel="slice of the batch", xlabel="step", yticks=range(width))
+    bottom.grid(False)
+    for w in range(workers):
+        bottom.plot([], [], "s", color=cmap(w), label=f"worker {w}")
+    for k in kills:
+        for ax in (top, bottom):
+            ax.axvline(k["after_step"] + 0.5, color="red", lw=1.2, ls="--")
+        top.annotate(f"{k['task']} killed", xy=(k["after_step"] + 0.5, 1), xycoords=("data", "axes fraction"),
+                     xytext=(3, -12), textcoords="offset points", color="red", fontsize="small")
+    bottom.legend(loc="upper left", fontsize="x-small", ncol=workers)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _discrete_cmap(n: int):
+    from matplotlib.colors import ListedColormap
+
+    return ListedColormap(palette(n))
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ frames are converted.
 
 Only a code cell's outputs are records: nbformat has no outputs on Markdown or raw cells,
 so a record pasted into one (``pre_baked`` finds them) is never read. The cell helpers the
-grader, the release and ``make check`` share (``cell_tags``, ``named_cells``, ``figure_count``)
-live here too, with the notebook's records. Imports nothing from labkit.
+grader, the release and ``make check`` share (``cell_tags``, ``named_cells``, ``figure_count``,
+``cell_name``: the number a student sees) live here too, with the notebook's records. Imports
+nothing from labkit.
 """
 from __future__ import annotations
 
@@ -93,6 +94,11 @@ def _notebook(notebook):
 # ---------------------------------------------------------------------------------------------
 # Cells
 
+def cell_name(index: int) -> str:
+    """A cell as the student finds it: JupyterLab's "Cell 5/42" counts from 1 (``index`` from 0)."""
+    return f"cell {index + 1}"
+
+
 def cell_tags(cell) -> list:
     """A cell's tags; a student's notebook may carry ``"tags": null`` or no metadata at all."""
     tags = (cell.get("metadata") or {}).get("tags") or []
@@ -149,11 +155,11 @@ def pre_baked(nb) -> list[str]:
         outs = cell.get("outputs") or []
         if cell.get("cell_type") == "code":
             if outs:
-                found.append(f"cell {i}: {len(outs)} stored output(s)")
+                found.append(f"{cell_name(i)}: {len(outs)} stored output(s)")
         elif outs or "outputs" in cell:
-            found.append(f"cell {i} ({cell.get('cell_type')}): outputs in a non-code cell")
+            found.append(f"{cell_name(i)} ({cell.get('cell_type')}): outputs in a non-code cell")
         elif MIME in json.dumps(cell.get("source", "")):
-            found.append(f"cell {i} ({cell.get('cell_type')}): a record pasted into its text")
+            found.append(f"{cell_name(i)} ({cell.get('cell_type')}): a record pasted into its text")
     return found
 
 

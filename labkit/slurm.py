@@ -1,5 +1,6 @@
 """Slurm as the kit uses it: the allocation a process runs in, where a cluster's tasks go in
-it, and the few client commands the kit runs (``srun``, ``squeue``, ``scancel``, ``sbatch``).
+it, and the few client commands the kit runs (``srun``, ``squeue``, ``scancel``, ``sbatch``,
+``sinfo`` for the nodes Slurm took out of service).
 
 Placement follows TensorFlow's ``tf.distribute.cluster_resolver.SlurmClusterResolver``, so a
 TF_CONFIG the kit builds is the one the resolver would build inside one step of the same
@@ -145,6 +146,20 @@ def cancel(ids, sig: int | None = None) -> None:
         return
     how = ["--signal", signal.Signals(sig).name.removeprefix("SIG")] if sig is not None else []
     command("scancel", "--quiet", *how, *ids, check=False)
+
+
+def down_nodes(nodes) -> dict[str, str]:
+    """Those of ``nodes`` that Slurm has taken out of service (down, drained, failed or not
+    responding): node -> its state and Slurm's reason (``down*: Not responding``)."""
+    out = {}
+    listing = command("sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}",
+                      "--states=down,drain,fail,no_respond", "--format=%N|%T|%E", check=False)
+    for line in listing.splitlines():
+        node, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        if node:
+            out[node] = f"{state}: {reason}" if reason and reason != "none" else state
+    return out
 
 
 def jobs(job_id: str) -> dict[str, str]:

@@ -51,7 +51,7 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
           checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
           eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
           on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
-          counters: Callable[[], dict] | None = None) -> dict:
+          counters: Callable[[], dict] | None = None, on_step: Callable[[dict], None] | None = None) -> dict:
     """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
 
     model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
@@ -74,6 +74,8 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     counters: a function returning cumulative counters (``{name: number}``, e.g. the per-task
       socket bytes of ``labkit.sockets.TaskBytes``), read around each epoch's training steps
       like ``nic``; their changes go to each history entry and, per step, to the result.
+    on_step: synchronous PS only, called after every step with its number, seconds, loss and the
+      worker that ran each slice (``labkit.epochs.SyncPSEpochs``): a trace of the coordinator's work.
 
     Epoch numbers are 1-based; ``history`` holds every epoch up to ``epochs``, including those
     before a resume (from the chief's checkpoint directory). Validation runs on the chief only.
@@ -82,6 +84,7 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     plan = setup(strategy, coordinator, int(batch_size), len(data.x_train), steps_per_epoch, ps_sync)
     trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size,
                       log=log)
+    trainer.on_step = on_step
     return trainer.fit(epochs, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
                        meter=Meter(nic, counters), on_epoch=on_epoch)
 
@@ -342,6 +345,7 @@ class Trainer:
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.checkpoint = tf.train.Checkpoint(model=self.net, optimizer=self.optimizer, epoch=self.epoch)
         self.runner: Runner | None = None
+        self.on_step: Callable[[dict], None] | None = None  # a runner that traces its steps calls it
 
     # -- the step --------------------------------------------------------------------
 

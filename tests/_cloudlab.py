@@ -38,3 +38,23 @@ def user_exists_here(name: str) -> bool:
 def mounts_here() -> str:
     with open(f"/proc/{os.getpid()}/mounts") as f:
         return f.read()
+
+
+def checkout(lab, mirror: str, node: str = "node0") -> None:
+    """The kit's checkout in the account's ``~/labkit`` on ``node`` (this checkout's files, as
+    ``git clone`` gives them), its ``.venv`` a link to this machine's (the stand-in for ``make
+    setup``: make's stamp says it is up to date), and the data from the course mirror ``mirror``."""
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from labkit import nodes
+
+    venv = shlex.quote(sys.prefix)
+    copy = subprocess.run(lab.command(node, f"mkdir -p labkit && tar -xf - -C labkit && ln -s {venv} labkit/.venv && "
+                                            "cd labkit && touch -r .venv/.labkit-installed requirements.txt pyproject.toml"),
+                          input=nodes.kit_tarball(Path(__file__).resolve().parents[1]), capture_output=True, timeout=120)
+    assert copy.returncode == 0, copy.stderr.decode()
+    done = lab.sh(node, f"cd labkit && make data DATA_MIRROR={shlex.quote(mirror)}", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

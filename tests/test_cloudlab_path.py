@@ -22,9 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _cloudlab import cloudlab
+from _cloudlab import checkout, cloudlab
 from helpers import wait_until, wait_while
-from labkit import nodes
 
 pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -49,14 +48,7 @@ def lab():
     t0 = time.monotonic()
     with cloudlab(4, "1gbit") as lab:
         up = time.monotonic() - t0
-        # the checkout's .venv is this one, installed from these requirements: make's stamp says so
-        copy = subprocess.run(lab.command("node0", "mkdir -p labkit && tar -xf - -C labkit && "
-                                                   f"ln -s {shlex.quote(VENV)} labkit/.venv && cd labkit && "
-                                                   "touch -r .venv/.labkit-installed requirements.txt pyproject.toml"),
-                              input=nodes.kit_tarball(REPO), capture_output=True, timeout=120)
-        assert copy.returncode == 0, copy.stderr.decode()
-        done = lab.sh("node0", f"cd labkit && make data DATA_MIRROR={shlex.quote(mirror)}", timeout=300)
-        assert done.returncode == 0, done.stdout + done.stderr
+        checkout(lab, mirror)
         lab.mirror, lab.up_with_checkout = mirror, time.monotonic() - t0
         print(f"\n4 emulated nodes up in {up:.1f} s (checkout and data on node0: {lab.up_with_checkout:.1f} s)")
         yield lab

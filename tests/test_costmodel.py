@@ -1,4 +1,5 @@
-"""The cost model: bytes-on-the-wire formulas, calibration, the loopback benchmark, crossover."""
+"""The cost model: calibration, the loopback benchmark, crossover; the reference bytes per task and
+communication terms (labkit.solutions.lab5, Lab 5's exercise), and that the student kit has neither."""
 
 import numpy as np
 import pandas as pd
@@ -6,44 +7,69 @@ import pytest
 
 from labkit import costmodel as cm
 from labkit.costmodel import CostModel, Link
+from labkit.solutions.lab5 import step_bytes
 
 LENET_BYTES = 61_706 * 4  # labkit.models.lenet5 in float32 (test_train_loop checks the count): M = 246.8 KB
 
 
-# --- bytes on the wire --------------------------------------------------------------------
+# --- bytes on the wire: the reference model -------------------------------------------------
 
 def test_ps_bytes_per_task_by_hand():
-    sb = cm.step_bytes("ps", 1000, workers=3, n_ps=1)
+    sb = step_bytes("ps", 1000, workers=3, n_ps=1)
     assert (sb.worker_sent, sb.worker_recv) == (1000, 1000)
     assert sb.ps_sent == (3000,) and sb.ps_recv == (3000,)
     assert sb.total == 6000  # 2*N*M
-    assert sb.busiest_task == 6000
     table = sb.per_task()
     assert list(table["task"]) == ["worker:0", "worker:1", "worker:2", "ps:0"]
     assert table["sent"].sum() == sb.total
 
 
 def test_ring_bytes_per_task_by_hand():
-    sb = cm.step_bytes("ring", 900, workers=3)
+    sb = step_bytes("ring", 900, workers=3)
     assert sb.worker_sent == sb.worker_recv == pytest.approx(1200)  # 2*(3-1)/3*900
     assert sb.total == pytest.approx(3600)  # 2*(N-1)*M
     assert sb.ps_sent == ()
-    assert cm.step_bytes("ring", 900, workers=1).total == 0
+    assert step_bytes("ring", 900, workers=1).total == 0
 
 
 def test_bytes_match_the_measured_lenet_table():
-    # LeNet's analytic bytes per step, as Lab 5 states them: PS 2M per worker step, ring 2(N-1)M in all
-    assert cm.step_bytes("ps", LENET_BYTES, 1).total / 1e3 == pytest.approx(493.6, abs=0.1)
-    assert cm.step_bytes("ring", LENET_BYTES, 2).total == pytest.approx(2 * LENET_BYTES)
-    assert cm.step_bytes("ring", LENET_BYTES, 3).total == pytest.approx(3 * 4 * LENET_BYTES / 3)
+    # LeNet's bytes per step: PS 2M per worker step, ring 2(N-1)M in all
+    assert step_bytes("ps", LENET_BYTES, 1).total / 1e3 == pytest.approx(493.6, abs=0.1)
+    assert step_bytes("ring", LENET_BYTES, 2).total == pytest.approx(2 * LENET_BYTES)
+    assert step_bytes("ring", LENET_BYTES, 3).total == pytest.approx(3 * 4 * LENET_BYTES / 3)
 
 
 def test_shards_even_round_robin_and_uneven_load():
     assert cm.even_shards(100, 4) == (25, 25, 25, 25)
     assert cm.round_robin_shards([10, 1, 20, 2, 5], 2) == (35, 3)
-    sb = cm.step_bytes("ps", 38, workers=2, n_ps=2, shards=(35, 3))
+    sb = step_bytes("ps", 38, workers=2, n_ps=2, shards=(35, 3))
     assert sb.ps_sent == (70, 6)
     assert cm.comm_terms("ps", 38, 2, 2, shards=(35, 3)) == (2, 140)
+
+
+def test_the_student_kit_has_no_model_of_the_bytes_nor_the_exercise(monkeypatch):
+    """Without labkit.solutions (make release leaves it out), the kit has neither the reference
+    comm_terms nor the bytes per task it would be one call from (issue 25): asking says what to
+    pass instead. What other labs need of those bytes (Lab 3's dense PS step) stays."""
+    import importlib
+
+    from labkit.reference import NotInStudentKit
+
+    real = importlib.import_module
+
+    def without_solutions(name, *args, **kwargs):
+        if name.startswith("labkit.solutions"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", without_solutions)
+    for name, instead in (("comm_terms", "your function"), ("step_bytes", "measured bytes per task")):
+        with pytest.raises(NotInStudentKit, match=instead):
+            getattr(cm, name)
+    assert not hasattr(cm, "StepBytes") and "busiest_task" not in vars(cm)
+    with pytest.raises(NotInStudentKit):
+        cm.critical_path("ring", 1e6, 3)  # the terms are the student's to give
+    assert cm.dense_ps_step_bytes(1000) == 8000
 
 
 def test_comm_terms_by_hand():
@@ -57,15 +83,15 @@ def test_comm_terms_by_hand():
 
 def measured_rows(m=23_298_088, workers=(1, 2, 3), framing=1.03):
     """What Lab 5's runs measure on the critical path (ring: a worker's bytes sent; PS: the ps's sent +
-    received), from the analytic bytes with a little framing, as Scaling.critical_bytes gives it."""
+    received), from the reference bytes with a little framing, as Scaling.critical_bytes gives it."""
     rows = []
     for n in workers:
-        ps = cm.step_bytes("ps", m, n)
+        ps = step_bytes("ps", m, n)
         rows.append({"arch": "ps", "workers": n, "n_ps": 1, "shards": (m,), "model_bytes": m,
-                     "measured_bytes": framing * ps.busiest_task})
+                     "measured_bytes": framing * (ps.ps_sent[0] + ps.ps_recv[0])})
         if n > 1:
             rows.append({"arch": "ring", "workers": n, "n_ps": 0, "shards": None, "model_bytes": m,
-                         "measured_bytes": framing * cm.step_bytes("ring", m, n).worker_sent})
+                         "measured_bytes": framing * step_bytes("ring", m, n).worker_sent})
     return pd.DataFrame(rows)
 
 
@@ -134,10 +160,10 @@ def test_predict_speedup_baselines():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: cm.step_bytes("allreduce", 1, 2), "ring"),
-    (lambda: cm.step_bytes("ps", 1, 0), "workers"),
-    (lambda: cm.step_bytes("ps", -5, 2), "model_bytes"),
-    (lambda: cm.step_bytes("ps", 100, 2, 2, shards=(10, 10)), "whole model"),
+    (lambda: step_bytes("allreduce", 1, 2), "ring"),
+    (lambda: step_bytes("ps", 1, 0), "workers"),
+    (lambda: step_bytes("ps", -5, 2), "model_bytes"),
+    (lambda: step_bytes("ps", 100, 2, 2, shards=(10, 10)), "whole model"),
     (lambda: Link(-1e-6, 1e9), "alpha"),
     (lambda: CostModel(0, Link(0, 1)), "per_sample_s"),
     (lambda: CostModel(1e-3, Link(0, 1)).predict("ps", 1, [1], 32, baseline="x"), "baseline"),
@@ -375,9 +401,9 @@ def test_ring_wins_for_large_models_many_workers_and_slow_links():
 def test_ps_with_one_shard_per_worker_moves_ring_order_bytes():
     m = 100 * cm.MIB
     for n in range(2, 9):
-        ps = cm.step_bytes("ps", m, n, n_ps=n)
-        ring = cm.step_bytes("ring", m, n)
-        per_node = ps.busiest_task / ring.busiest_task  # 2M vs 4(N-1)/N M, sent + received
+        ps = step_bytes("ps", m, n, n_ps=n)
+        ring = step_bytes("ring", m, n)
+        per_node = (ps.ps_sent[0] + ps.ps_recv[0]) / (ring.worker_sent + ring.worker_recv)  # 2M vs 4(N-1)/N M
         assert per_node == pytest.approx(n / (2 * (n - 1)))
         critical = cm.comm_terms("ps", m, n, n)[1] / cm.comm_terms("ring", m, n)[1]  # 2M vs 2(N-1)/N M
         assert critical == pytest.approx(n / (n - 1))
@@ -435,3 +461,28 @@ def test_plots_draw_predictions_measurements_and_the_crossover():
     frame = pd.DataFrame({"run": ["ps N=2", "ring N=3"], "measured": [1.0e6, 1.4e6], "analytic": [9.9e5, 9.9e5]})
     flagged = [t.get_text() for t in plots.bytes_vs_analytic(frame, label="run").get_axes()[0].texts]
     assert flagged == ["+1%", "+41% !"]
+
+    tasks = pd.DataFrame({"run": ["ps N=2"] * 3, "task": ["ps:0", "worker:0", "total"],
+                          "sent_over_model": [2.0, 1.0, 4.0], "recv_over_model": [2.0, 1.0, None]})
+    ax = plots.task_bytes(tasks).get_axes()[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["ps N=2 ps:0", "ps N=2 worker:0"]  # no total
+    assert [b.get_height() for b in ax.patches] == [2.0, 1.0, 2.0, 1.0]
+
+
+def test_plots_draw_report_003_measured_and_say_when_skipped():
+    from labkit import plots
+
+    measured = pd.DataFrame({"arch": ["ps"] * 3 + ["ring"] * 3, "workers": [1, 2, 3] * 2,
+                             "images_per_s": [50, 55, 56, 500, 150, 170], "speedup": [1, 1.1, 1.12, 1, 0.3, 0.34]})
+    cm_ = CostModel(3e-3, Link(5e-5, 1.3e7), cores=2)
+    predicted = pd.concat([cm_.predict(a, 6.9e6, range(1, 7), 32).assign(where=w)
+                           for a in ("ps", "ring") for w in ("these nodes", "a core per node")])
+    nodes = pd.DataFrame({"arch": ["ps", "ps", "ring"], "workers": [2, 2, 2], "node": ["node0", "node1", "node0"],
+                          "tasks": ["ps:0, chief:0", "worker:0", "worker:0"], "bytes_per_step": [2.8e7, 1.4e7, 1.4e7]})
+    fig = plots.emulated_scaling(measured, predicted, nodes)
+    images, speedup, traffic = fig.get_axes()[:3]
+    assert len(images.lines) == 6 and len(traffic.lines) == 3  # per arch: points and two model curves; node lines
+    assert "Figs 4.3, 4.4" in speedup.get_title()
+    fig, ax = plots.subplots(1, 1)
+    plots.skipped(ax, "emulated links: skipped (see above)")
+    assert not ax.axison and ax.texts[0].get_text() == "emulated links: skipped (see above)"

@@ -212,15 +212,15 @@ def test_correct_submission_passes_everything(batch):
 def test_exception_reports_cell_name_and_message(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "raises", "execution")
-    assert st == "error" and reason == "cell 3 raised ValueError: boom in cell 3"
+    assert st == "error" and reason == "cell 4 raised ValueError: boom in cell 3"  # counted from 1, as JupyterLab does
     st, reason, pts = status(rows, "raises", "total")
-    assert (st, pts) == ("missing", 0) and reason.endswith("(the run stopped in cell 3: ValueError)")
+    assert (st, pts) == ("missing", 0) and reason.endswith("(the run stopped in cell 4: ValueError)")
     assert status(rows, "raises", "analysis")[0] == "pending"  # what was written still counts
 
 
 def test_cell_timeout_kills_the_kernel_and_its_children(batch):
     rows = rows_by(batch["runs"][2][0])
-    assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 3 ran past the 10 s cell timeout")
+    assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 4 ran past the 10 s cell timeout")
     for jobs, (_, out) in batch["runs"].items():
         assert (out / ".work" / "hangs" / "fixlab" / "child.pid").read_text()  # the child did start
     assert running_with(HANG_MARK) == []
@@ -229,7 +229,7 @@ def test_cell_timeout_kills_the_kernel_and_its_children(batch):
 def test_notebook_timeout_kills_the_whole_tree(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "good", "execution", lab="slow")
-    assert st == "timeout" and reason == "the notebook ran past its 15 s limit (in cell 1); its processes were killed"
+    assert st == "timeout" and reason == "the notebook ran past its 15 s limit (in cell 2); its processes were killed"
     assert status(rows, "good", "never", lab="slow")[0] == "missing"
     assert (batch["runs"][2][1] / ".work" / "good" / "fixslow" / "grandchild.pid").read_text()
     assert running_with(DETACH_MARK) == []
@@ -238,19 +238,19 @@ def test_notebook_timeout_kills_the_whole_tree(batch):
 def test_dead_kernel(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "crasher", "execution", lab="slow")
-    assert st == "dead-kernel" and reason.startswith("the kernel died (in cell 1)")
+    assert st == "dead-kernel" and reason.startswith("the kernel died (in cell 2)")
 
 
 def test_tree_memory_cap_kills_the_tree(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "forker", "execution", lab="slow")
-    assert (st, reason) == ("memory", "the notebook's processes used more than 1200 MB (in cell 1); they were killed")
+    assert (st, reason) == ("memory", "the notebook's processes used more than 1200 MB (in cell 2); they were killed")
 
 
 def test_memory_limit(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "hog", "execution")
-    assert st == "memory" and reason.startswith("cell 3 ran out of memory (limit 1200 MB): ")
+    assert st == "memory" and reason.startswith("cell 4 ran out of memory (limit 1200 MB): ")
     assert "MemoryError" in reason
 
 
@@ -283,7 +283,7 @@ def test_unreadable_and_missing_notebooks(batch):
 def test_released_notebook_fails_where_the_solution_was_removed(batch):
     rows = rows_by(batch["runs"][2][0])
     st, reason, _ = status(rows, "released", "execution")
-    assert (st, reason) == ("error", "cell 3 raised NotImplementedError")
+    assert (st, reason) == ("error", "cell 4 raised NotImplementedError")
     for check in ("total", "plot", "steps add up", "accuracy", "analysis"):
         assert status(rows, "released", check)[0] in ("missing", "fail"), check
         assert status(rows, "good", check)[0] == ("pending" if check == "analysis" else "pass"), check
@@ -297,7 +297,8 @@ def test_reports_and_feedback_pages(batch):
     summary = (out / "summary.md").read_text()
     assert "| good | 7/8 (+1 pending) | 0/1 | 7/9 (+1 pending) |" in summary and "boom in cell 3" in summary
     page = (out / "raises" / "fixlab.html").read_text()
-    assert "cell 3 raised ValueError: boom in cell 3" in page and "boom in cell 3" in page.split("labkit-grade")[-1]
+    top, notebook = page.split("What to do next", 1)
+    assert "cell 4</a> raised ValueError: boom in cell 3" in top and "boom in cell 3" in notebook
     assert (out / "good" / "fixlab.ipynb").exists() and (out / "broken" / "fixlab.html").exists()
     assert outcome.exit_code == 0  # submissions: the batch completed
 

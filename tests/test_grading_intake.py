@@ -388,7 +388,7 @@ def test_summary_html_plots_each_lab_and_escapes_what_students_wrote(tmp_path):
     labs[0].checks[1].name = "Q1 <b>bold</b>"
     stats.write_html(rows, labs, tmp_path / "summary.html", "Grades: <subs>")
     page = (tmp_path / "summary.html").read_text()
-    assert page.count("src='data:image/png;base64,") == 2 and "<script" not in page and "<b>bold" not in page
+    assert page.count('src="data:image/png;base64,') == 2 and "<script" not in page and "<b>bold" not in page
     assert "Grades: &lt;subs&gt;" in page and "Content-Security-Policy" in page
 
 

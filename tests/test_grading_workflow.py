@@ -501,7 +501,7 @@ def test_feedback_page_renders_in_chromium(graded):
             imgs = page.eval_on_selector_all("img", "is => is.map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
             assert imgs and all(c and w >= 100 and h >= 100 for c, w, h in imgs), imgs
             first = page.evaluate("() => document.querySelector('main').firstElementChild.id")
-            assert first == "labkit-grade"
+            assert first.endswith("-grade")
             (REPO / "out" / "browser").mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(REPO / "out" / "browser" / "feedback-page.png"), full_page=True)
         finally:

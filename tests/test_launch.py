@@ -388,7 +388,7 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     c = Cluster(spec, "ps_sgd", dry_run=True, remote_dir="labkit", steps=100)
     c.start()
     out = capsys.readouterr().out
-    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -- 10.10.1.2 " in out
+    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -- 10.10.1.2 " in out
     assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
     with pytest.raises(RuntimeError, match="dry run"):
         c.wait()

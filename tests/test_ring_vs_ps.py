@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from labkit import sockets
+from labkit import costmodel, sockets
 from labkit.experiments import ring_vs_ps
+from labkit.solutions.lab5 import step_bytes
 
 SS_SAMPLE = """\
 ESTAB 0 0 127.0.0.1:50866 127.0.0.1:29301 users:(("python",pid=11,fd=29))
@@ -42,10 +43,21 @@ def test_ss_output_is_summed_per_process():
     # a socket shared by two processes counts for both; bytes_acked stands in for a missing bytes_sent;
     # a socket whose process ss cannot name counts for nobody
     assert sockets.parse_ss(SS_SAMPLE) == {11: (5103, 10384), 22: (5000, 0)}
-    got = sockets.tcp_bytes()
-    if got is None:
+    import os
+    import socket
+
+    if sockets.tcp_bytes() is None:
         pytest.skip("ss (iproute2) is not installed")
-    assert all(s >= 0 and r >= 0 for s, r in got.values())
+    # every process's sockets, this one's among them: 60 kB sent and received here shows under our pid
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as client:
+        conn, _ = server.accept()
+        with conn:
+            client.sendall(b"x" * 60_000)
+            got = 0
+            while got < 60_000:
+                got += len(conn.recv(65536))
+            sent, recv = sockets.tcp_bytes()[os.getpid()]
+    assert sent >= 60_000 - 1 and recv >= 60_000, (sent, recv)
 
 
 def test_own_tcp_bytes_count_this_process_traffic():
@@ -118,7 +130,10 @@ def test_asynchronous_ps_bytes_are_per_round_of_n_worker_steps(ps_sync):
     assert run.loop_steps_per_step() == (1 if ps_sync else 3)
     got = run.task_bytes()
     assert got["ps:0"]["sent"] == pytest.approx(3000) and got["worker:2"]["recv"] == pytest.approx(1000)
-    assert run.total_bytes() == pytest.approx(run.analytic().total) == pytest.approx(6000)
+    assert run.total_bytes() == pytest.approx(step_bytes("ps", 1000, 3).total) == pytest.approx(6000)
+    table = ring_vs_ps.Scaling([run]).task_bytes().set_index("task")
+    assert table.loc["ps:0", "sent_over_model"] == pytest.approx(3) and "deviation" not in table  # measured only
+    assert table.loc["worker:1", "recv_over_model"] == pytest.approx(1) and table.loc["total", "sent_over_model"] == 6
 
 
 # ------------------------------------------------------------------------------ real clusters
@@ -148,21 +163,22 @@ def final_weights(run) -> list:
 @pytest.mark.slow
 def test_bytes_per_step_per_task_match_the_analytic_model(two_workers):
     """PS at N=2: each worker sends and receives M per step, the ps 2M; ring: each worker M.
-    Every task's own sockets within 25% (a probe measured +0-4%)."""
-    t = two_workers.task_bytes().set_index(["arch", "task"])
+    Every task's own sockets within 25% of the reference model (a probe measured +0-4%)."""
+    t = two_workers.task_bytes(expected=step_bytes).set_index(["arch", "task"])
     m = two_workers.runs[0].train["model_bytes"]
-    assert t.loc[("ps", "ps:0"), "analytic_sent_bytes"] == 2 * m
-    assert t.loc[("ring", "worker:1"), "analytic_sent_bytes"] == m
+    assert t.loc[("ps", "ps:0"), "expected_sent_bytes"] == 2 * m
+    assert t.loc[("ring", "worker:1"), "expected_sent_bytes"] == m
     tasks = t.drop(index=[("ps", "chief:0"), ("ps", "total"), ("ring", "total")])
     assert set(tasks["method"]) == {"sockets"} and len(tasks) == 5
     for side in ("sent", "recv"):
-        ratio = tasks[f"{side}_bytes"] / tasks[f"analytic_{side}_bytes"]
-        assert ratio.between(0.75, 1.25).all(), tasks[[f"{side}_bytes", f"analytic_{side}_bytes"]]
+        ratio = tasks[f"{side}_bytes"] / tasks[f"expected_{side}_bytes"]
+        assert ratio.between(0.75, 1.25).all(), tasks[[f"{side}_bytes", f"expected_{side}_bytes"]]
+    assert tasks.loc[("ps", "ps:0"), "sent_over_model"] == pytest.approx(2, rel=0.25)  # N = 2 pulls of M
     # the chief only schedules closures; the synchronous update runs on the ps
     assert t.loc[("ps", "chief:0"), "sent_bytes"] < 0.01 * m
     # lo is system-wide: other programs can add bytes, never remove them
     assert (t.xs("total", level="task")["deviation"] > -0.1).all()
-    assert two_workers.bytes_deviation()["max_abs_deviation"] < 0.25
+    assert two_workers.bytes_deviation(step_bytes)["max_abs_deviation"] < 0.25
     busiest = two_workers.busiest_task()
     assert busiest["ps"] > 1.5 * busiest["ring"]
     # the critical path Lab 5's comm_terms is checked against: the ps's both directions (4M), a ring worker's one (M)
@@ -170,7 +186,6 @@ def test_bytes_per_step_per_task_match_the_analytic_model(two_workers):
     assert critical.loc["ps", "measured_task"] == "ps:0" and critical.loc["ring", "measured_task"] == "worker (mean)"
     assert critical.loc["ps", "measured_bytes"] == pytest.approx(4 * m, rel=0.25)
     assert critical.loc["ring", "measured_bytes"] == pytest.approx(m, rel=0.25)
-    from labkit import costmodel
 
     checked = two_workers.check_terms(costmodel.reference_terms())
     assert list(checked["arch"]) == ["ps", "ring"] and (checked["deviation"].abs() < 0.25).all()
@@ -197,9 +212,11 @@ def test_both_architectures_train_the_same_model_and_reduce_its_loss(two_workers
     assert list(table["arch"]) == ["ps", "ring"] and (table["images_per_s"] > 0).all()
     assert two_workers.find(arch="ring") is two_workers.get("ring", "mlp") is two_workers.runs[1]
     assert two_workers.runs[0].chief.name == "chief:0" and two_workers.runs[1].chief.name == "worker:0"
-    records = two_workers.records(crossover={"net": {"2": 1.0}})
-    assert list(records) == ["scaling_table", "task_bytes", "bytes_deviation", "busiest_task_bytes", "crossover",
+    checked = two_workers.check_terms(costmodel.reference_terms())
+    records = two_workers.records(crossover={"net": {"2": 1.0}}, terms_check=checked)
+    assert list(records) == ["scaling_table", "task_bytes", "busiest_task_bytes", "crossover", "terms_check",
                              "settings"]
+    assert records["terms_check"]["runs"] == 2 and records["terms_check"]["max_abs_deviation"] < 0.25
     assert table["speedup"].isna().all()  # no N=1 run to divide by
     with pytest.raises(ValueError, match="no 1-worker ring run"):
         two_workers.cost_runs()

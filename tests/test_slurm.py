@@ -229,3 +229,37 @@ def test_placed_shows_where_a_notebooks_cluster_will_run(allocation, mini):
 
     spec = launch.placed(cluster.local(ps=1, workers=2))
     assert spec.hosts() == [mini.host] and [t.port - spec.tasks()[0].port for t in spec.tasks()] == [0, 1, 2]
+
+
+def test_slurms_own_words_in_a_steps_log_become_hints(monkeypatch):
+    """A node failure names the node ``sinfo`` lists down, with what to do; a cancelled step says
+    whether the job still holds its nodes; a time limit and a SIGKILL on the node each say theirs
+    (no Slurm needed: its commands are stood in for)."""
+    from labkit.launchers.slurm import _slurm_hint
+
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node2": "down*: Not responding"})
+    monkeypatch.setattr(slurm, "jobs", lambda job: {"7": "RUNNING"})
+    nodes = ("node0", "node1", "node2")
+    failed = "slurmstepd-node0: error: *** STEP 7.0 ON node0 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, " \
+             "SEE SLURMCTLD LOG FOR DETAILS ***"
+    hint = _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes)
+    assert hint.startswith("Slurm lost node2 (down*: Not responding): its slurmd stopped answering, so Slurm ended "
+                           "job 7") and "On node2, restart slurmd" in hint and "--exclude=node2" in hint, hint
+    assert "Slurm lost node2" in _slurm_hint("7", "node2", 1, "srun: error: Node failure on node2", nodes)
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node1": "drained: bad disk"})
+    assert _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes).startswith(
+        "Slurm took node1 (drained: bad disk) out of service, so it ended job 7")
+    monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {})
+    assert "`sinfo -R` says which and why" in _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes)
+    cancelled = "slurmstepd-node1: error: *** STEP 7.1 ON node1 CANCELLED AT 2026-01-01T10:00:00 ***"
+    hint = _slurm_hint("7", "node1", -signal.SIGKILL, cancelled, nodes)
+    assert hint == "its step 7.1 on node1 was cancelled (`scancel`, by a person or an administrator); job 7 still " \
+                   "holds its nodes: run again", hint
+    monkeypatch.setattr(slurm, "jobs", lambda job: {})
+    assert _slurm_hint("7", "node1", -signal.SIGKILL, cancelled, nodes).startswith("job 7 was cancelled")
+    timed = "*** STEP 7.1 ON node1 CANCELLED AT 2026-01-01T10:00:00 DUE TO TIME LIMIT ***"
+    assert "reached its time limit" in _slurm_hint("7", "node1", -signal.SIGTERM, timed, nodes)
+    killed = "srun: error: node1: task 0: Killed"
+    assert _slurm_hint("7", "node1", -signal.SIGKILL, killed, nodes).startswith(
+        "something on node1 killed it: most often the kernel's OOM killer")
+    assert _slurm_hint("7", "node1", 1, "Traceback ...\nValueError: bad", nodes) == ""

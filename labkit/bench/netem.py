@@ -24,6 +24,13 @@ emulated link: the emulated prediction saw none of the emulated N=2 runs. The er
 "link only" is a prediction; "link + gamma" uses gamma fitted to the other rounds' loopback runs
 (held out; none with one round): fitted to its own round's, it would be exact by construction.
 
+Last, report 003 measured (Lab 5, section 10): the CIFAR-scale CNN (``models.cifar_cnn``,
+M = 6.9 MB, batch 32 per worker) under both architectures at N = 1, 2, 3 on emulated 100 Mbit/s
+links (``ring_vs_ps.emulated``), set beside the cost model's prediction with the gamma of the
+loopback runs above. What the thesis shows must hold: the PS's images/s levels off at its link's
+ceiling (N=3 over N=2: goal at most 1.15), the ring's keeps rising and runs well ahead of it
+(goal: at N=3 at least twice the PS's), and the model's error says how far to trust both.
+
 What it saw (2 cores shared by every node, a busy machine): with the link alone, ps N=2 within 8%
 but ring N=2 33% short, by about the time its loopback runs took beyond their link; with gamma
 (ps 0.7, ring 4.3 ns/byte, against 1/B = 8 ns/byte) both within 4%. On loopback the link alone
@@ -41,6 +48,7 @@ RATES = ("100mbit", "1gbit")
 LINK = "1gbit"
 CONTENDERS = (("ring", 1), ("ps", 2), ("ring", 2))  # Lab 5's MLP: compute baseline, then N=2 both ways
 CEILING = 1448 / 1514  # TCP payload per Ethernet frame (MSS with timestamps / frame): what a shaped link can carry
+CIFAR_LINK = "100mbit"  # report 003 measured: the CNN's M moves in about half a second, several times its compute
 
 
 def _one_rate(link: str, nbytes: int, rounds: int) -> dict:
@@ -122,6 +130,38 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
     return rows, {"links": links, "err": err, "gamma": gamma}
 
 
+def _report_003(steps: int, gamma: dict) -> tuple[list[dict], list[dict]]:
+    """Lab 5's CIFAR-scale CNN on emulated 100 Mbit/s links: (rows, ratios); see the module docstring."""
+    from labkit import costmodel
+    from labkit.experiments import ring_vs_ps
+
+    with tempfile.TemporaryDirectory(prefix="labkit-bench-report003-") as runs_dir:
+        os.environ["LABKIT_RUNS"] = runs_dir
+        em = ring_vs_ps.emulated(CIFAR_LINK, "cifar_cnn", (1, 2, 3), steps=steps, progress=False, log=None)
+    host = costmodel.HostCost(gamma["ps"], gamma["ring"], "the loopback runs above")
+    pred = em.predict(host).set_index(["arch", "workers"])
+    table = em.table().set_index(["arch", "workers"])
+    rows = [{"network": f"emulated ({CIFAR_LINK})", "setup": f"cifar_cnn {arch} N={n}",
+             "step ms": 1e3 * table.loc[(arch, n), "step_s"], "images/s": table.loc[(arch, n), "images_per_s"],
+             "predicted images/s": pred.loc[(arch, n), "predicted_images_per_s"] if (arch, n) in pred.index
+             else table.loc[(arch, n), "images_per_s"]} for arch, n in table.index]
+    growth, fit = em.growth(host), em.fit_error(host)
+    curves = em.curves(host).query("where == 'a core per node'").set_index(["arch", "workers"])["speedup"]
+    ratios = [ratio("report 003 measured: PS images/s, N=3 / N=2 (levels off)", growth["ps"]["measured"], "<= 1.15"),
+              ratio("the same, cost model", growth["ps"]["predicted"], ""),
+              ratio("ring images/s, N=3 / N=2, measured", growth["ring"]["measured"], ""),
+              ratio("the same, cost model", growth["ring"]["predicted"], ""),
+              ratio("ring / PS images/s at N=3, measured", table.loc[("ring", 3), "images_per_s"]
+                    / table.loc[("ps", 3), "images_per_s"], ">= 2"),
+              ratio("cost model |predicted / measured - 1|, median, PS (link + gamma)", fit["ps"], "<= 0.25"),
+              ratio("the same, ring", fit["ring"], ""),
+              ratio("cost model on a core per node: ring speed-up N=6 / N=3 (still rising)",
+                    curves[("ring", 6)] / curves[("ring", 3)], ""),
+              ratio("cost model on a core per node: PS speed-up N=6 / N=3 (levelled off)",
+                    curves[("ps", 6)] / curves[("ps", 3)], "")]
+    return rows, ratios
+
+
 def run(quick: bool = False) -> dict:
     from labkit import netem
 
@@ -154,8 +194,10 @@ def run(quick: bool = False) -> dict:
     ratios.append(ratio(f"cost model error, emulated {LINK} (link + gamma) / 127.0.0.1 (link only), ps N=2",
                         err[("emulated", "ps", "link + gamma")] / max(err[("loopback", "ps", "link only")], 1e-9), ""))
     loop = cost["links"]["loopback"]
-    return {"title": "Emulated links: achieved vs configured rate, and the cost model on them",
-            "rows": rows + cost_rows, "ratios": ratios,
+    report_rows, report_ratios = _report_003(8 if quick else 16, gamma)
+    ratios += report_ratios
+    return {"title": "Emulated links: achieved vs configured rate, the cost model on them, report 003 measured",
+            "rows": rows + cost_rows + report_rows, "ratios": ratios,
             "notes": [f"{mode} mode; one TCP stream node1 -> node0, median of {rounds} rounds "
                       f"(each: a warm-up transfer, then the timed one)",
                       f"1gbit link for the cost model: alpha {link.alpha_s * 1e6:.0f} us, "

@@ -189,14 +189,12 @@ class Sweep(experiments.Sweep):
         over workers) against the ring's analytic 2(N-1)/N x model bytes."""
         import pandas as pd
 
-        from labkit.costmodel import step_bytes
-
         rows = []
         for run in self.runs:
             tr, n = run.train, run.workers
             measured = [t.training.get("bytes_per_step_per_worker") for t in run.result]
             measured = [m for m in measured if m is not None]
-            analytic = step_bytes("ring", tr["model_bytes"], n).worker_sent
+            analytic = 2 * (n - 1) / n * tr["model_bytes"]  # 2(N-1) rounds of the ring, a chunk of M/N sent in each
             mean = sum(measured) / len(measured) if measured else math.nan
             rows.append({"config": run.label, "workers": n, "batch_size": run.batch_size,
                          "global_batch": tr["global_batch"], "images_per_s": tr["images_per_s"],

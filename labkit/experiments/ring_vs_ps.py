@@ -1,14 +1,17 @@
 """Lab 5: ring all-reduce vs parameter server on the same model and loop: scaling, bytes, a cost model.
 
-    s = scaling(workers=(1, 2, 3), models=("lenet5", "mlp"), steps=16)
+    s = scaling(workers=(1, 2), models=("lenet5", "mlp"), steps=16)
+    s.extend((3,))       # more N, with the same settings (after a prediction, say)
     s.table()            # images/s, time per step, speed-up per (model, architecture, N)
-    s.task_bytes()       # bytes per step per task, measured vs analytic, deviations flagged
+    s.task_bytes()       # bytes per step per task, measured by each task's own sockets
     s.check_terms(comm_terms)            # Lab 5's exercise against the bytes the runs measured
-    cal = s.calibrate(terms=comm_terms)  # the alpha-beta cost model fitted to these runs
-    cal.errors()         # predicted vs measured step times; cal.fit_error()
+    cal = s.calibrate(terms=comm_terms, fit_workers=(1, 2))  # the cost model, fitted to N <= 2
+    cal.errors()         # predicted vs measured step times (N = 3 held out); cal.fit_error()
     cal.curves()         # predicted scaling for N = 1..max, to overlay on the measured points
     s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
     s.record(calibration=cal)            # the notebook's records, in one call
+    e = emulated("100mbit", "cifar_cnn")  # report 003 measured: PS and ring on emulated links
+    f = ps_failure(3)    # a worker killed, then the ps: what ClusterCoordinator does
 
 ``scaling`` returns a ``Scaling`` sweep (``labkit.experiments``): one ``Run`` per (model,
 architecture, N); its tables are pandas DataFrames.
@@ -37,7 +40,16 @@ both architectures. Images/s leave out the first step (tracing, connection set-u
 Bytes per step: the ``lo`` counter (system-wide, one side) around the training steps gives
 the total; each task's own sockets (``labkit.sockets``) give its share, so the ps's load
 growing with N shows on one machine. On a cluster, tasks the measuring process cannot see
-(another node) fall back to their node's NIC counters over the chief's training window.
+(another node) fall back to their node's NIC counters over the chief's training window. The
+kit measures these bytes; predicting them (and which of them lie on a step's critical path)
+is the lab's work: the reference model is ``labkit.solutions.lab5``, which the student kit
+leaves out, and which the tests and benchmarks pass as ``expected``.
+
+``emulated`` runs one model over emulated links (``labkit.netem``, one node per task group,
+each node's link shaped) at N = 1, 2, 3 under both architectures: report 003's measurement on
+one machine, set beside the cost model's prediction (``Emulated``). ``ps_failure`` kills a PS
+worker mid-run, then the ps, and traces what TensorFlow's ``ClusterCoordinator`` did
+(``labkit.faults``).
 
 Locally every task gets one intra-op thread (``threads="auto"``), so a worker behaves like a
 one-core node: N workers share the machine's cores, which the cost model knows (``cores``).
@@ -49,7 +61,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, costmodel, experiments, live, paths
+from labkit import cluster, costmodel, experiments, faults, live, paths
 from labkit.experiments import positive_ints, shared
 from labkit.launch import Cluster
 from labkit.proc import usable_cores
@@ -62,7 +74,7 @@ PROGRAM = "strategy_train"
 ARCHS = costmodel.ARCHS  # ("ps", "ring")
 STRATEGY = {"ps": "ps", "ring": "mwms"}
 MODELS = ("lenet5", "mlp")
-TOLERANCE = 0.25  # a measured byte count further than this from the analytic one is flagged
+TOLERANCE = 0.25  # a measured byte count further than this from the expected one is flagged
 
 
 # ------------------------------------------------------------------------------ one run
@@ -70,13 +82,15 @@ TOLERANCE = 0.25  # a measured byte count further than this from the analytic on
 def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, steps: int = 16, epochs: int = 2,
                  n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
                  test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, run: str | None = None,
-                 timeout: float = 600, sample_interval: float = 0.25, threads="auto", **cluster_kwargs) -> Cluster:
+                 timeout: float = 600, sample_interval: float = 0.25, threads="auto", trace_steps: bool = False,
+                 **cluster_kwargs) -> Cluster:
     """A (not yet started) cluster training ``model`` under ``arch`` on ``workers`` workers.
 
     ``steps`` training steps in all, split over ``epochs`` (each epoch ends with the chief's
     validation, so the loss can be seen to fall). ``train_limit`` defaults to just enough
     images for those steps. ``threads``: (intra, inter) op threads per task; "auto" gives
-    every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster."""
+    every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster.
+    ``trace_steps`` (synchronous PS): the chief logs every step (``labkit.faults``)."""
     costmodel._check_arch(arch)
     if steps < epochs:
         raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
@@ -97,7 +111,7 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
         threads = (1, 2) if spec.is_local else None
     run = run or f"{model}-{arch}-w{workers}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = paths.run_dir(LAB, run)
-    extra = {"ps_sync": ps_sync} if arch == "ps" else {}
+    extra = {"ps_sync": ps_sync, "trace_steps": trace_steps} if arch == "ps" else {}
     return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
                    **forkserver.launch_args(spec, cluster_kwargs.get("launcher")), strategy=STRATEGY[arch],
                    model=model, batch_size=batch_size, epochs=epochs,
@@ -137,12 +151,14 @@ class Run(experiments.Run):
     def loop_steps_per_step(self) -> float:
         """The training loop's steps in one of this lab's steps (N x batch images): N for
         asynchronous PS, whose loop counts each worker's batch as a step; else 1. Bytes per
-        step are scaled by it, so they compare with the synchronous ``step_bytes``."""
+        step are scaled by it, so both PS modes count the bytes of N x batch images."""
         tr = self.train
         return self.workers * tr["per_worker_batch"] / tr["images_per_step"]
 
-    def analytic(self) -> costmodel.StepBytes:
-        return costmodel.step_bytes(self.arch, self.train["model_bytes"], self.workers, self.n_ps, self.shards())
+    @property
+    def moves_bytes(self) -> bool:
+        """Whether a step crosses the wire: every PS run (its workers reach the ps); a ring of two or more."""
+        return self.arch == "ps" or self.workers > 1
 
     def steps(self) -> int:
         tr = self.train
@@ -206,6 +222,18 @@ def run_one(arch: str, model: str, workers: int, **kwargs) -> Run:
 @dataclass
 class Scaling(experiments.Sweep):
     """The runs of one sweep over models x architectures x N, with the lab's tables."""
+    _run_settings: dict = field(default_factory=dict, repr=False)  # how scaling() ran them (not recorded)
+    _base: str = field(default="", repr=False)                     # the sweep's folder under runs/lab5
+
+    def extend(self, workers, progress: bool = True, log=print, timeout: float = 600) -> "Scaling":
+        """Run the sweep's models and architectures at more N (those it has not run), with the
+        settings :func:`scaling` ran it with, and add them; returns the sweep."""
+        if not self._run_settings:
+            raise ValueError("this Scaling was not made by ring_vs_ps.scaling(), so it cannot run more N; "
+                             "call scaling() with the workers you want")
+        done = set(self.settings["workers"])
+        new = tuple(n for n in sorted(set(positive_ints("workers", workers))) if n not in done)
+        return _extend(self, new, progress, log, timeout) if new else self
 
     @property
     def cores(self) -> int | None:
@@ -226,7 +254,7 @@ class Scaling(experiments.Sweep):
         """The scaling table: one row per run. ``step_s`` is seconds per step of N x batch
         images (for asynchronous PS, N x batch / images_per_s); ``speedup`` divides by the
         same architecture's N=1 (as report 003's figures do); ``bytes_per_step`` is the
-        total on the wire (``lo`` locally, one side), ``analytic_bytes`` its model."""
+        total on the wire (``lo`` locally, one side), ``bytes_over_model`` that over M."""
         import pandas as pd
 
         rows = []
@@ -237,7 +265,7 @@ class Scaling(experiments.Sweep):
             rows.append({"model": r.model, "arch": r.arch, "workers": n, "n_ps": r.n_ps, "batch": b,
                          "model_bytes": tr["model_bytes"], "steps": r.steps(),
                          "step_s": n * b / tr["images_per_s"], "images_per_s": tr["images_per_s"],
-                         "bytes_per_step": r.total_bytes(), "analytic_bytes": r.analytic().total,
+                         "bytes_per_step": r.total_bytes(), "bytes_over_model": r.total_bytes() / tr["model_bytes"],
                          "first_loss": hist[0]["train_loss"], "last_loss": hist[-1]["train_loss"],
                          "val_accuracy": tr.get("val_accuracy"), "wall_s": r.result.wall_s})
         t = pd.DataFrame(rows)
@@ -246,62 +274,67 @@ class Scaling(experiments.Sweep):
         t["efficiency"] = t["speedup"] / t["workers"]
         return t.sort_values(["model", "arch", "workers"], ignore_index=True)
 
-    def task_bytes(self, tolerance: float = TOLERANCE):
-        """Bytes per step per task (``sent_bytes``, ``recv_bytes``), measured against
-        :func:`labkit.costmodel.step_bytes` (``analytic_sent_bytes``, ``analytic_recv_bytes``),
-        plus a ``total`` row per run (``lo`` locally). ``deviation`` = measured / analytic - 1 of
-        the bytes sent; ``flag`` marks |deviation| > ``tolerance``. Runs without communication
-        (ring N=1) are left out; the PS chief only schedules steps, so its analytic bytes are 0
-        and it gets no deviation."""
+    def task_bytes(self, expected=None, tolerance: float = TOLERANCE):
+        """Bytes per step per task, as each task's own sockets counted them (``sent_bytes``,
+        ``recv_bytes``, and both over the model's bytes M), plus a ``total`` row per run (``lo``
+        locally). Runs without communication (ring N=1) are left out.
+
+        ``expected``: a model of each task's bytes, ``(arch, M, N, n_ps, shards) -> `` an object
+        with ``per_task()`` (task, sent, recv) and ``total`` (the reference,
+        ``labkit.solutions.lab5.step_bytes``, which the student kit leaves out): adds
+        ``expected_sent_bytes``/``expected_recv_bytes``, ``deviation`` = measured / expected - 1
+        of the bytes sent, and ``flag`` where |deviation| > ``tolerance``. The PS chief only
+        schedules steps: it is expected to send nothing, and gets no deviation."""
         import pandas as pd
 
         rows = []
         for r in self.runs:
-            sb = r.analytic()
-            if sb.total == 0:
+            if not r.moves_bytes:
                 continue
-            analytic = {row.task: (row.sent, row.recv) for row in sb.per_task().itertuples()}
+            m = r.train["model_bytes"]
+            model = expected(r.arch, m, r.workers, r.n_ps, r.shards()) if expected is not None else None
+            want = {row.task: (row.sent, row.recv) for row in model.per_task().itertuples()} if model else {}
             measured = r.task_bytes()
             for task in [t.name for t in r.result]:
                 got = measured.get(task, {})
-                a_sent, a_recv = analytic.get(task, (0.0, 0.0))
                 rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": task,
                              "sent_bytes": got.get("sent", math.nan), "recv_bytes": got.get("recv", math.nan),
-                             "analytic_sent_bytes": a_sent, "analytic_recv_bytes": a_recv,
+                             "sent_over_model": got.get("sent", math.nan) / m,
+                             "recv_over_model": got.get("recv", math.nan) / m,
+                             **({"expected_sent_bytes": want.get(task, (0.0, 0.0))[0],
+                                 "expected_recv_bytes": want.get(task, (0.0, 0.0))[1]} if model else {}),
                              "method": got.get("method", "-")})
+            total = r.total_bytes()
             rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": "total",
-                         "sent_bytes": r.total_bytes(), "recv_bytes": math.nan, "analytic_sent_bytes": sb.total,
-                         "analytic_recv_bytes": math.nan,
+                         "sent_bytes": total, "recv_bytes": math.nan, "sent_over_model": total / m,
+                         "recv_over_model": math.nan,
+                         **({"expected_sent_bytes": model.total, "expected_recv_bytes": math.nan} if model else {}),
                          "method": "lo counter" if r.train.get("nic") == "lo" else "sum of tasks"})
         t = pd.DataFrame(rows)
-        if t.empty:
+        if t.empty or expected is None:
             return t
-        t["deviation"] = [s / a - 1 if a > 0 else math.nan
-                          for s, a in zip(t["sent_bytes"], t["analytic_sent_bytes"])]
+        t["deviation"] = [s / a - 1 if a > 0 else math.nan for s, a in zip(t["sent_bytes"], t["expected_sent_bytes"])]
         t["flag"] = t["deviation"].abs() > tolerance
         return t
 
-    def bytes_deviation(self, tolerance: float = TOLERANCE) -> dict:
-        """The largest |deviation| of a task's measured bytes from the analytic ones, the task
-        it belongs to, and every row past ``tolerance``. The ``total`` rows count apart
-        (``lo_max_abs_deviation``): ``lo`` also carries whatever else the machine sends."""
-        t = self.task_bytes(tolerance)
+    def bytes_deviation(self, expected, tolerance: float = TOLERANCE) -> dict:
+        """Against ``expected`` (see :meth:`task_bytes`): the largest |deviation| of a task's
+        measured bytes, the task it belongs to, and every row past ``tolerance``. The ``total``
+        rows count apart (``lo_max_abs_deviation``): ``lo`` also carries whatever else the machine sends."""
+        t = self.task_bytes(expected, tolerance)
         if t.empty:
-            return {"max_abs_deviation": None, "worst": None, "mean_deviation": None,
-                    "lo_max_abs_deviation": None, "tolerance": tolerance, "flagged": []}
+            return {"max_abs_deviation": None, "worst": None, "lo_max_abs_deviation": None, "flagged": []}
         tasks = t[(t["task"] != "total") & t["deviation"].notna()]
         totals = t[(t["task"] == "total") & t["deviation"].notna()]
         worst = tasks.loc[tasks["deviation"].abs().idxmax()] if len(tasks) else None
         return {"max_abs_deviation": float(tasks["deviation"].abs().max()) if len(tasks) else None,
                 "worst": f"{worst['run']} {worst['task']}" if worst is not None else None,
-                "mean_deviation": float(tasks["deviation"].mean()) if len(tasks) else None,
                 "lo_max_abs_deviation": float(totals["deviation"].abs().max()) if len(totals) else None,
-                "tolerance": tolerance,
                 "flagged": [f"{row.run} {row.task}: {row.deviation:+.1%}" for row in t[t["flag"]].itertuples()]}
 
     def busiest_task(self, workers: int | None = None) -> dict[str, float]:
         """Per architecture, the most bytes any one task sent per step at ``workers`` (default
-        the largest N), over every model: the ps's N*M against a ring worker's 2(N-1)/N*M."""
+        the largest N), over every model, as measured."""
         t = self.task_bytes()
         if t.empty:
             return {}
@@ -309,29 +342,43 @@ class Scaling(experiments.Sweep):
         t = t[(t["workers"] == n) & (t["task"] != "total")]
         return {arch: float(t[t["arch"] == arch]["sent_bytes"].max()) for arch in ARCHS if (t["arch"] == arch).any()}
 
-    def records(self, calibration: "Calibration | None" = None, crossover: dict | None = None) -> dict:
-        """What the notebook records for the grader: the scaling table, bytes per task, their
-        largest deviation, the busiest task per architecture, the settings; with
-        ``calibration``, its ``fit_error()``; ``crossover`` ({network: {N: model bytes}}) as given."""
+    def worker_bytes(self, arch: str, model: str, workers: int | None = None) -> dict:
+        """What the workers of one run sent and received per step, as measured (the mean over
+        workers): ``{"workers", "model_bytes", "sent_per_step", "recv_per_step"}``."""
+        r = self.get(arch, model, workers)
+        per = [v for t, v in r.task_bytes().items() if t.startswith("worker:")]
+        return {"workers": r.workers, "model_bytes": r.train["model_bytes"],
+                "sent_per_step": sum(v.get("sent", math.nan) for v in per) / len(per) if per else math.nan,
+                "recv_per_step": sum(v.get("recv", math.nan) for v in per) / len(per) if per else math.nan}
+
+    def records(self, calibration: "Calibration | None" = None, crossover: dict | None = None,
+                terms_check=None) -> dict:
+        """What the notebook records for the grader: the scaling table, bytes per task, the
+        busiest task per architecture, the settings; with ``calibration``, its ``fit_error()``;
+        ``crossover`` ({network: {N: model bytes}}) as given; with ``terms_check`` (the frame
+        :meth:`check_terms` returned), the largest |deviation| of the student's terms from the
+        measured critical-path bytes."""
         out = {"scaling_table": self.table(), "task_bytes": self.task_bytes(),
-               "bytes_deviation": self.bytes_deviation(), "busiest_task_bytes": self.busiest_task()}
+               "busiest_task_bytes": self.busiest_task()}
         if calibration is not None:
             out["fit_error"] = calibration.fit_error()
         if crossover is not None:
             out["crossover"] = crossover
+        if terms_check is not None:
+            out["terms_check"] = {"runs": int(len(terms_check)),
+                                  "max_abs_deviation": float(terms_check["deviation"].abs().max())}
         out["settings"] = self.settings
         return out
 
     def critical_bytes(self):
-        """Per run with communication, the bytes the cost model's critical path should hold, as
-        measured: ring, what a worker sent per step (the mean over workers); PS, the busiest
-        task's sent + received per step (``measured_task``). The frame
-        :func:`labkit.costmodel.check_terms` compares an answer with."""
+        """Per run with communication, the bytes its step's critical path carried, as measured
+        (``measured_task``: whose sockets counted them): the frame :func:`labkit.costmodel.check_terms`
+        compares an answer with."""
         import pandas as pd
 
         rows = []
         for r in self.runs:
-            if r.analytic().total == 0:
+            if not r.moves_bytes:
                 continue
             measured = {t: v for t, v in r.task_bytes().items() if not t.startswith("chief")}
             if r.arch == "ring":
@@ -586,7 +633,7 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     and of the cost model's compute): one cluster per (architecture, N), whose models run one
     after the other in it, each from scratch (``labkit.experiments.shared``). ``log`` gets one
     line per run; ``progress`` shows a bar over runs. ``timeout``: seconds one run may take
-    (the first of a cluster: from when its servers are up)."""
+    (the first of a cluster: from when its servers are up). ``Scaling.extend`` adds more N later."""
     workers = tuple(sorted(set(positive_ints("workers", workers)) | {1}))
     models = (models,) if isinstance(models, str) else tuple(models)  # "mlp" is one model, not three
     archs = (archs,) if isinstance(archs, str) else tuple(archs)
@@ -599,13 +646,21 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     if load is not None and load > 1 and log:
         log(f"note: this machine is busy (load {load:.1f} per core): the tasks share the cores with other "
             f"programs, so step times will be noisy")
-    result = Scaling(settings={"workers": list(workers), "models": list(models), "archs": list(archs),
+    result = Scaling(settings={"workers": [], "models": list(models), "archs": list(archs),
                                "batch_size": batch_size, "steps": steps, "epochs": epochs, "n_ps": n_ps,
                                "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
                                "cores": usable_cores() if local else None, "load_per_core": load})
-    base = f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
-    settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync, hosts=hosts,
-                    train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, **kwargs)
+    result._run_settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
+                                hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
+                                **kwargs)
+    result._base = f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
+    return result.extend(workers, progress=progress, log=log, timeout=timeout)
+
+
+def _extend(sweep: Scaling, workers, progress: bool, log, timeout: float) -> Scaling:
+    """Run the sweep's models and architectures at each N of ``workers`` (see :meth:`Scaling.extend`)."""
+    settings, base = sweep._run_settings, sweep._base
+    models, archs = sweep.settings["models"], sweep.settings["archs"]
     runs = {}
     with tqdm(total=len(workers) * len(models) * len(archs), desc="runs", unit="run", disable=not progress) as bar:
         for n in workers:
@@ -619,14 +674,202 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
 
                 results = shared.run(make, configs, timeout=timeout, bar=bar, static=False)
                 for m, res in zip(models, results):
-                    run = runs[(n, m, a)] = Run(a, m, n, n_ps if a == "ps" else 0, res)
+                    run = runs[(n, m, a)] = Run(a, m, n, settings["n_ps"] if a == "ps" else 0, res)
                     if log:
                         tr = run.train
                         log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  "
-                            f"{n * batch_size / tr['images_per_s']:.3f} s/step  loss {tr['history'][0]['train_loss']:.3f}"
-                            f" -> {tr['history'][-1]['train_loss']:.3f}  {run.result.wall_s:.0f} s")
-    result.runs += [runs[(n, m, a)] for n in workers for m in models for a in archs]
-    return result
+                            f"{n * settings['batch_size'] / tr['images_per_s']:.3f} s/step  loss "
+                            f"{tr['history'][0]['train_loss']:.3f} -> {tr['history'][-1]['train_loss']:.3f}  "
+                            f"{run.result.wall_s:.0f} s")
+    sweep.runs += [runs[(n, m, a)] for n in workers for m in models for a in archs]
+    sweep.settings["workers"] = sorted(set(sweep.settings["workers"]) | set(workers))
+    return sweep
+
+
+# ------------------------------------------------------------------------------ report 003, measured
+
+@dataclass
+class Emulated:
+    """Runs of one model over emulated links (:func:`emulated`): the sweep, the link as its
+    micro-benchmark measured it, and what crossed each node's NIC."""
+    sweep: Scaling
+    link: costmodel.Link   # alpha and B of the emulated link (netem.measure_link), measured apart from the runs
+    link_name: str
+
+    @property
+    def steps(self) -> int:
+        return self.sweep.settings["steps"]
+
+    def table(self):
+        """images/s, seconds per step, speed-up over the same architecture at N=1, bytes per step."""
+        return self.sweep.table()[["arch", "workers", "step_s", "images_per_s", "speedup", "bytes_per_step"]]
+
+    def nodes(self):
+        """Per run and node, what crossed the node's NIC over the chief's training window, per step
+        (every step counted, the untimed first one too), and the tasks on the node."""
+        import pandas as pd
+
+        from labkit import summaries
+        from labkit.launchers.netem import task_nodes
+
+        rows = []
+        for r in self.sweep.runs:
+            samples = r.result.samples()
+            marks = [m for m in samples.attrs["marks"] if m.get("task") == r.chief.name]
+            rates = summaries.node_rates(samples, task_nodes(r.result), "train start", "train end", marks=marks)
+            for node, row in rates.iterrows():
+                rows.append({"arch": r.arch, "workers": r.workers, "node": node, "tasks": row["tasks"],
+                             "recv_bytes_per_s": row["recv_bytes_per_s"], "sent_bytes_per_s": row["sent_bytes_per_s"],
+                             "bytes_per_step": row["bytes_per_s"] * row["duration_s"] / self.steps})
+        return pd.DataFrame(rows)
+
+    def predict(self, host: costmodel.HostCost | None = None, terms=None):
+        """Every run with communication, its step time predicted from the ring N=1 run's compute,
+        the emulated link's alpha and B and ``host`` (gamma, from loopback runs; None: the link
+        alone), none of them fitted to these runs; ``link_only_rel_error``: the same without gamma."""
+        with_gamma = self.sweep.predict(self.link, host=host, terms=terms)
+        with_gamma["link_only_rel_error"] = self.sweep.predict(self.link, terms=terms)["rel_error"]
+        return with_gamma[~((with_gamma["arch"] == "ring") & (with_gamma["workers"] == 1))]
+
+    def curves(self, host: costmodel.HostCost | None = None, terms=None, workers=range(1, 7)):
+        """The cost model's images/s and speed-up (over the same architecture at N=1), per
+        architecture: on this machine (``where`` "these nodes": they share its cores, as the
+        runs did) and on nodes with a core each (``where`` "a core per node", report 003's
+        setting), N = 1..``workers``."""
+        import pandas as pd
+
+        runs = self.sweep.cost_runs()
+        first = runs.iloc[0]
+        frames = []
+        for where, cores in (("these nodes", self.sweep.cores), ("a core per node", None)):
+            for arch in ARCHS:
+                cm = costmodel.CostModel(float(first["per_sample_s"]), self.link, cores=cores, terms=terms,
+                                         host=host)
+                df = cm.predict(arch, float(first["model_bytes"]), list(workers), int(first["batch"]))
+                df["where"] = where
+                frames.append(df)
+        return pd.concat(frames, ignore_index=True)
+
+    def growth(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
+        """Per architecture, images/s at the largest N over images/s at the next one down,
+        measured and predicted: about 1 where the speed-up has levelled off."""
+        t = self.table().set_index(["arch", "workers"])["images_per_s"]
+        p = self.sweep.predict(self.link, host=host, terms=terms).set_index(["arch", "workers"])
+        p = p["predicted_images_per_s"]
+        n = sorted(self.sweep.settings["workers"])
+        if len(n) < 2:
+            return {}
+        hi, lo = n[-1], n[-2]
+        return {arch: {"from": lo, "to": hi, "measured": float(t[(arch, hi)] / t[(arch, lo)]),
+                       "predicted": float(p[(arch, hi)] / p[(arch, lo)])} for arch in ARCHS}
+
+    def fit_error(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
+        """Per architecture, the median |predicted / measured step time - 1| with gamma and with
+        the link alone; gamma, alpha and B as used."""
+        e = self.predict(host, terms)
+        out = {}
+        for arch in ARCHS:
+            part = e[e["arch"] == arch]
+            out[arch] = float(part["rel_error"].abs().median())
+            out[f"link_only_{arch}"] = float(part["link_only_rel_error"].abs().median())
+            out[f"gamma_{arch}_s_per_byte"] = getattr(host, arch) if host else 0.0
+        out["all"] = float(e["rel_error"].abs().median())
+        out["alpha_s"], out["bandwidth_bytes_per_s"] = self.link.alpha_s, self.link.bandwidth
+        return out
+
+    def records(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
+        """What the notebook records: the runs, the per-node traffic, the fit, the growth at the largest N."""
+        return {"emulated_scaling": self.table(), "emulated_node_rates": self.nodes(),
+                "emulated_fit_error": self.fit_error(host, terms), "emulated_growth": self.growth(host, terms),
+                "emulated_settings": {"link": self.link_name, **{
+                    k: self.sweep.settings[k] for k in ("model", "workers", "steps", "batch_size", "cores")}}}
+
+    def record(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
+        """``records(...)``, each recorded in the notebook (``labkit.record``); returns them."""
+        from labkit.record import record
+
+        out = self.records(host, terms)
+        for name, value in out.items():
+            record(name, value)
+        return out
+
+
+def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3), *, batch_size: int = 32,
+             steps: int = 8, epochs: int = 2, test_limit: int = 256, timeout: float = 600, progress: bool = True,
+             log=print) -> Emulated | None:
+    """``model`` under both architectures at each N of ``workers`` (1 always), each run a cluster
+    on emulated nodes whose links carry ``link`` each way (``labkit.launchers.netem``): the PS
+    puts the ps and the chief on node0 and worker i on node i+1, so every pull and push crosses
+    the ps's link; the ring puts worker i on node i. The nodes share this machine's cores, as
+    tasks on 127.0.0.1 do (the cost model knows: ``cores``). The link's alpha and B are measured
+    apart, by its micro-benchmark. Where links cannot be emulated here, ``log`` says why and
+    this returns None."""
+    from labkit import netem
+    from labkit.launchers.netem import cluster_args
+
+    if not netem.usable(link, log=log or (lambda _m: None)):
+        return None
+    ns = sorted(set(positive_ints("workers", workers)) | {1})
+    plan = [(arch, n) for n in ns for arch in ("ring", "ps")]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    runs = []
+    with tqdm(total=len(plan), desc=f"emulated {link}", unit="run", disable=not progress) as bar:
+        for arch, n in plan:
+            run = run_one(arch, model, n, batch_size=batch_size, steps=steps, epochs=epochs, test_limit=test_limit,
+                          timeout=timeout, run=f"emulated-{stamp}/{model}-{arch}-w{n}", **cluster_args(link, n + 1))
+            runs.append(run)
+            bar.update()
+            if log:
+                log(f"{run.label:<24} {run.train['images_per_s']:8.1f} img/s  {run.result.wall_s:.0f} s")
+    sweep = Scaling(runs, settings={"link": link, "model": model, "workers": ns, "steps": steps,
+                                    "batch_size": batch_size, "cores": usable_cores()})
+    return Emulated(sweep, netem.measure_link(link), str(link))
+
+
+# ------------------------------------------------------------------------------ PS under failure
+
+def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64, kill_worker_after: int = 15,
+               kill_ps_after: int = 15, worker: int = 1, hosts=None, timeout: float = 300, progress: bool = True,
+               log=print, **kwargs) -> dict:
+    """Synchronous PS on ``workers`` workers: kill ``worker:<worker>`` (SIGKILL) once the chief has
+    logged step ``kill_worker_after``, then the ps ``kill_ps_after`` steps later, and trace what
+    ``ClusterCoordinator`` does (``labkit.faults``): the steps, which worker ran each slice,
+    every error the coordinator logged, and the chief's own failure. The launcher treats both
+    kills as the experiment's: the cluster runs on until TensorFlow stops it.
+
+    Returns a JSON-able dict: ``summary`` (one row per kill: ``Trace.summary``), ``steps`` and
+    ``events`` (times ``t_s`` from the first traced step), ``kills``, ``failure`` (the task that
+    failed, its error class and message), ``run_dir``."""
+    if workers < 2:
+        raise ValueError(f"workers={workers}: a worker's loss can only be survived with at least 2")
+    if not 0 <= worker < workers:
+        raise ValueError(f"worker={worker} is not a worker of {workers}; give 0..{workers - 1}")
+    steps = kill_worker_after + kill_ps_after + 400  # enough to outlast both kills; the ps kill ends it
+    c = make_cluster("ps", model, workers, batch_size=batch_size, steps=steps, epochs=1, hosts=hosts,
+                     timeout=timeout, trace_steps=True, run=f"ps-failure-{time.strftime('%Y%m%d-%H%M%S')}",
+                     **kwargs)
+    kills = [(kill_worker_after, f"worker:{worker}"), (kill_worker_after + kill_ps_after, "ps:0")]
+    with live.watch(c, static=False), c:
+        trace = faults.inject(c, kills)
+    if log:
+        for row in trace.summary():
+            log(f"killed {row['task']} after step {row['after_step']}: coordinator error "
+                f"{_s(row['error_s'])} later; {row['steps_after']} steps after it"
+                + (f"; {row['run_failed']} {_s(row['run_failed_s'])} after the kill" if row["run_failed"] else ""))
+    t0 = trace.steps[0]["t"] if trace.steps else (trace.kills[0]["t"] if trace.kills else time.time())
+    rel = lambda rows: [{**{k: v for k, v in r.items() if k != "t"}, "t_s": r["t"] - t0} for r in rows]  # noqa: E731
+    failure = None
+    if trace.failure is not None:
+        failure = {k: trace.failure[k] for k in ("task", "returncode", "error", "message")}
+        failure["t_s"] = trace.failure["t"] - t0
+        failure["log_tail"] = "\n".join((trace.failure["log_tail"] or "").splitlines()[-12:])
+    return {"model": model, "workers": workers, "batch_size": batch_size, "summary": trace.summary(),
+            "steps": rel(trace.steps), "kills": rel(trace.kills), "events": rel(trace.events), "failure": failure,
+            "run_dir": str(c.run_dir)}
+
+
+def _s(seconds) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
 
 
 # ------------------------------------------------------------------------------ report 003

@@ -326,9 +326,8 @@ class Study(experiments.Sweep):
 
     def bytes_per_step(self):
         """Bytes on the wire per global step and per worker step, measured during training,
-        against the analytic model (``costmodel.step_bytes``): a worker step pulls the model
-        and pushes a gradient of the same size, 2 x model bytes; a sync global step is N
-        worker steps, an async one is one.
+        against the analytic model: a worker step pulls the model and pushes a gradient of the
+        same size, 2 x model bytes; a sync global step is N worker steps, an async one is one.
 
         Two measurements: ``sockets``, the bytes the workers' own TCP sockets sent and
         received (exact per task: ``labkit.sockets``); and ``host``, the host counters of
@@ -338,8 +337,6 @@ class Study(experiments.Sweep):
         traffic; on a cluster, NICs plus each host's ``lo`` (worker 0 talks to its co-located
         ps over ``lo``). ``measured`` is the sockets' number where ``ss`` was available."""
         import pandas as pd
-
-        from labkit.costmodel import step_bytes
 
         rows = []
         for r in self.runs:
@@ -363,11 +360,11 @@ class Study(experiments.Sweep):
                 host = rate / (chief["global_steps"] / chief["window_s"])
             measured = sockets if sockets is not None else host
             per_global = local / g  # worker steps per global step: N in sync, 1 in async
-            analytic_worker = step_bytes("ps", MODEL_BYTES, 1).total
+            analytic_worker = 2 * MODEL_BYTES  # the model pulled, a gradient as large pushed
             rows.append({"run": r.label, "mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size,
                          "workers": n, "method": "sockets" if sockets is not None else "host",
                          "bytes_per_global_step": measured,
-                         "analytic_bytes_per_global_step": step_bytes("ps", MODEL_BYTES, n if r.mode == "sync" else 1).total,
+                         "analytic_bytes_per_global_step": analytic_worker * (n if r.mode == "sync" else 1),
                          "bytes_per_worker_step": measured / per_global, "analytic_bytes_per_worker_step": analytic_worker,
                          "measured_over_analytic": measured / per_global / analytic_worker,
                          "host_bytes_per_global_step": host, "host_bytes_per_worker_step": host / per_global,

@@ -29,13 +29,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import html
-import io
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.record import Missing, cell_tags, lookup
+from labkit.record import Missing, cell_name, cell_tags, lookup
 
 PLACEHOLDER = "YOUR ANSWER HERE"
 DEFAULT_NAMES = ["analysis"]
@@ -44,6 +43,7 @@ SCORE_FIELDS = ["lab", "check", "student", "score", "max", "comment", "answer_sh
 EXPORT_FIELDS = ["lab", "check", "student", "answer", "numbers", "notes", "status", "answer_sha", "base", "max",
                  "score", "comment"]
 NOTE_ROWS = ("(question)", "(answer key)")   # the first rows of an exported CSV: read by people, skipped by merge
+NOT_ANSWERED = "not answered: the answer cell still holds the placeholder or nothing"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.\-]*)`")
 
@@ -202,7 +202,7 @@ def _duplicates(cells, qs, found, claimed) -> None:
         owner = claimed[max(above)] if above else next(iter(qs))
         claimed[i] = owner
         found[owner].cells.append(i)
-        found[owner].notes.append(f"also read cell {i} (id {c.get('id')}), tagged like an answer cell: a copy "
+        found[owner].notes.append(f"also read {cell_name(i)} (id {c.get('id')}), tagged like an answer cell: a copy "
                                   f"of one?")
 
 
@@ -220,37 +220,72 @@ def score(q: Question, a: Answer | None, ta: dict | None):
         pts = min(max(float(ta["score"]), 0.0), q.max)
         status = "pass" if pts >= q.max else "partial" if pts > 0 else "fail"
         reason = "scored by a TA" + (f": {ta['comment']}" if ta.get("comment") else "")
+        if not a.answered:  # the TA confirmed the automatic fail: keep saying why
+            reason = f"{NOT_ANSWERED}; {reason}"
         return Score(pts, q.max, status, reason + (f" ({notes})" if notes else ""), a.sha)
     stale = (f"; a TA scored an earlier version of this answer ({ta['score']}/{q.max:g}): export the answers "
              f"again" if ta is not None and ta.get("answer_sha") != a.sha else "")
     if not a.found:
         return Score(0.0, q.max, "pending", f"answer not found: {notes}{stale}", a.sha)
     if not a.answered:
-        return Score(0.0, q.max, "fail", "not answered: the answer cell still holds the placeholder or nothing"
-                     + (f" ({notes})" if notes else "") + stale, a.sha)
+        return Score(0.0, q.max, "fail", NOT_ANSWERED + (f" ({notes})" if notes else "") + stale, a.sha)
     return Score(0.0, q.max, "pending", "awaiting a TA's score" + (f" ({notes})" if notes else "") + stale, a.sha)
 
 
 def read_scores(out: Path) -> dict[tuple, dict]:
     """{(lab, check, student): row} from the output folder's ``ta_scores.csv``."""
+    from labkit.grading.csvsafe import read_rows
+
     path = Path(out) / SCORES_FILE
     if not path.is_file():
         return {}
-    with open(path, newline="", encoding="utf-8") as f:
-        return {(r["lab"], r["check"], r["student"]): r for r in csv.DictReader(f)}
+    return {(r["lab"], r["check"], r["student"]): r for r in read_rows(path)}
 
 
-def numbers(records: dict, q: Question, limit: int = 160) -> str:
-    """The student's own values of the records the question and its key name."""
+def named_values(records: dict, q: Question) -> list[tuple[str, str]]:
+    """(name, value) of the student's own records the question and its key name, a dict's keys
+    each on their own (``history.loss = [...]``), long lists shortened in the middle."""
     shown = []
     for ref in q.records:
         try:
             v = lookup(records, ref)
         except (Missing, TypeError, ValueError):
             continue
-        text = f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
-        shown.append(f"{ref} = {text if len(text) <= limit else text[:limit - 3] + '...'}")
-    return "; ".join(shown)
+        shown += _flatten(ref, v, 0)
+    return shown
+
+
+def _flatten(name: str, v, depth: int) -> list[tuple[str, str]]:
+    if isinstance(v, dict) and v and depth < 2:
+        items = list(v.items())
+        out = [p for k, x in items[:MAX_KEYS] for p in _flatten(f"{name}.{k}", x, depth + 1)]
+        return out + ([(name, f"... {len(items) - MAX_KEYS} more key(s)")] if len(items) > MAX_KEYS else [])
+    return [(name, _value(v))]
+
+
+def _value(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (int, str)):
+        text = str(v)
+        return text if len(text) <= 80 else text[:77] + "..."
+    if isinstance(v, list):
+        if len(v) <= 8:
+            return "[" + ", ".join(_value(x) for x in v) + "]"
+        return f"[{', '.join(_value(x) for x in v[:3])}, ..., {', '.join(_value(x) for x in v[-2:])}] ({len(v)} values)"
+    if isinstance(v, dict):
+        return f"{{{', '.join(list(map(str, v))[:6])}{', ...' if len(v) > 6 else ''}}} ({len(v)} keys)"
+    return _value(str(v))
+
+
+MAX_KEYS = 12
+
+
+def numbers(records: dict, q: Question) -> str:
+    """``named_values`` as one line: "name = value; ..." (the CSV's ``numbers`` column)."""
+    return "; ".join(f"{n} = {v}" for n, v in named_values(records, q))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,63 +295,145 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60] or "question"
 
 
-def export(out: Path, items: list[dict], qs: dict[tuple, Question], render_markdown) -> list[Path]:
-    """Write ``answers/<lab>/<check>.csv`` and ``.html`` per question. ``items``: one per
-    (student, lab) with ``student``, ``lab``, ``records``, ``answers`` {check: Answer or None} and
-    ``scores`` {check: Score}."""
-    from labkit.grading.report import write_text
+def codes(out: Path, students) -> dict[str, str]:
+    """{student: code} for anonymous grading: a random code per student, kept in
+    ``.grader/anonymous.csv`` of the output folder (the instructor's; the TAs get the pages and
+    CSVs in ``answers/``), so the same student has the same code in every export."""
+    import secrets
 
-    written, ta = [], read_scores(out)
+    from labkit.grading.csvsafe import read_rows
+    from labkit.grading.report import write_csv
+
+    path = Path(out) / ".grader" / ANONYMOUS_FILE
+    known = {r["student"]: r["code"] for r in read_rows(path)} if path.is_file() else {}
+    taken = set(known.values())
+    for s in sorted(set(students) - set(known)):
+        code = f"S{secrets.token_hex(3)}"
+        while code in taken:
+            code = f"S{secrets.token_hex(3)}"
+        known[s] = code
+        taken.add(code)
+    write_csv([{"student": s, "code": c} for s, c in sorted(known.items())], path, ["student", "code"])
+    return known
+
+
+def students_by_code(out: Path) -> dict[str, str]:
+    """{code: student} from the output folder's anonymous-grading codes (none: {})."""
+    from labkit.grading.csvsafe import read_rows
+
+    path = Path(out) / ".grader" / ANONYMOUS_FILE
+    return {r["code"]: r["student"] for r in read_rows(path)} if path.is_file() else {}
+
+
+def flag_notes(flags: list[dict], lab: str, check: str, name) -> dict[str, list[str]]:
+    """{student: notes} for one question: the similarity report's flagged pairs whose answers
+    to it match, and whose code matches; ``name`` shows a student (a code when anonymous)."""
+    out: dict[str, list[str]] = {}
+    for f in flags:
+        if f["lab"] != lab:
+            continue
+        for me, other, where in (("student_a", "student_b", "parts_a"), ("student_b", "student_a", "parts_b")):
+            if f["kind"] == "answers" and check not in f.get(where, "").split("; "):
+                continue
+            what = "this answer" if f["kind"] == "answers" else "the lab's code"
+            out.setdefault(f[me], []).append(f"flagged: {what} matches {name(f[other])}'s "
+                                             f"({float(f['similarity']):.0%} of fingerprints; similarity.html)")
+    return out
+
+
+def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: bool = False,
+           flags: list[dict] = ()) -> list:
+    """Write ``answers/<lab>/<check>.csv`` per question and return its ``.html`` page to render
+    (``render.Task``). ``items``: one per (student, lab) with ``student``, ``lab``, ``records``,
+    ``answers`` {check: Answer or None} and ``scores`` {check: Score}. ``anonymous``: students
+    as codes (``codes``), in the codes' order; ``flags``: the similarity report's pairs."""
+    from labkit.grading import render
+    from labkit.grading.report import write_csv
+
+    code = codes(out, {it["student"] for it in items}) if anonymous else {}
+
+    def name(student: str) -> str:
+        return code.get(student, student)
+
+    tasks, ta = [], read_scores(out)
     for (lab, check), q in qs.items():
-        rows = []
-        for it in [i for i in items if i["lab"] == lab]:
+        rows, marks = [], flag_notes(list(flags), lab, check, name)
+        for it in sorted([i for i in items if i["lab"] == lab], key=lambda i: name(i["student"])):
             a, s = it["answers"].get(check), it["scores"][check]
             held = ta.get((lab, check, it["student"]))
-            rows.append({"lab": lab, "check": check, "student": it["student"],
+            rows.append({"lab": lab, "check": check, "student": name(it["student"]),
                          "answer": a.text if a else "", "numbers": numbers(it["records"], q),
+                         "values": named_values(it["records"], q), "flags": marks.get(it["student"], []),
                          "notes": "; ".join(a.notes) if a else s.reason, "status": s.status,
                          "answer_sha": a.sha if a else "", "base": version(held), "max": f"{q.max:g}",
                          "score": f"{s.points:g}" if s.status not in ("pending", "not-run") else "",
                          "comment": held["comment"] if held and a and held.get("answer_sha") == a.sha
                          else _comment(s.reason)})
         base = Path(out) / "answers" / lab / slug(check)
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS, lineterminator="\n")
-        w.writeheader()
-        w.writerow({"lab": lab, "check": check, "student": NOTE_ROWS[0], "answer": q.text})
-        w.writerow({"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key})
-        w.writerows(rows)
-        write_text(base.with_suffix(".csv"), buf.getvalue())
-        write_text(base.with_suffix(".html"), _page(q, rows, render_markdown))
-        written += [base.with_suffix(".csv"), base.with_suffix(".html")]
-    return written
+        notes = [{"lab": lab, "check": check, "student": NOTE_ROWS[0], "answer": q.text},
+                 {"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key}]
+        write_csv(notes + [{**r, "notes": "; ".join(r["flags"] + ([r["notes"]] if r["notes"] else []))}
+                           for r in rows], base.with_suffix(".csv"), EXPORT_FIELDS)
+        path = base.with_suffix(".html")
+        tasks.append(render.Task("answers", {"path": str(path), "question": asdict(q), "rows": rows}, path,
+                                 lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
+                                 Path(out) / ".grader" / "answers.log"))
+    return tasks
+
+
+ANONYMOUS_FILE = "anonymous.csv"
 
 
 def _comment(reason: str) -> str:
-    m = re.match(r"scored by a TA: (.*?)(?: \(.*\))?$", reason)
+    m = re.search(r"scored by a TA: (.*?)(?: \(.*\))?$", reason)
     return m.group(1) if m else ""
 
 
-def _page(q: Question, rows: list[dict], render_markdown) -> str:
-    from labkit.grading.feedback import page
+def _plain(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def write_page(path: str, question: dict, rows: list[dict]) -> None:
+    """A question's page for the TAs (run by ``render``, in a limited process)."""
+    from labkit.grading.feedback import markdown_html
+    from labkit.grading.report import write_text
+
+    write_text(Path(path), _page(Question(**question), rows, markdown_html))
+
+
+def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
+    from labkit.grading.feedback import CSS
+    from labkit.grading.sanitize import Page
+
+    def values(r) -> str:
+        return "".join(f"<tr><th>{html.escape(str(n))}</th><td>{html.escape(str(v))}</td></tr>"
+                       for n, v in r.get("values") or [])
 
     trs = "".join(
-        f"<tr><td class='who'>{html.escape(r['student'])}<br><span class='st'>{html.escape(r['status'])}"
-        f"{' ' + html.escape(r['score']) + '/' + html.escape(r['max']) if r['score'] else ''}</span></td>"
-        f"<td class='ans'>{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</td>"
-        f"<td class='num'>{html.escape(r['numbers']).replace('; ', '<br>')}</td>"
-        f"<td class='notes'>{html.escape(r['notes'])}</td></tr>" for r in rows)
+        f"<tr><td class='labkit-desc'>{html.escape(r['student'])}<br>{html.escape(r['status'])}"
+        f"{' ' + html.escape(r['score']) + '/' + html.escape(r['max']) if r['score'] else ''}</td>"
+        f"<td>{''.join(f'<p class=labkit-warn>{html.escape(f)}</p>' for f in r.get('flags') or [])}"
+        f"<div class='labkit-box'>{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</div></td>"
+        f"<td><div class='labkit-box'><table class='labkit-note'>{values(r)}</table></div></td>"
+        f"<td>{html.escape(r['notes'])}</td></tr>" for r in rows)
+    page = Page(f"{q.lab}: {q.check}")
     body = (f"<h1>{html.escape(q.lab)}: {html.escape(q.check)} ({q.max:g} point{'s' if q.max != 1 else ''})</h1>"
-            f"<div class='qk'><section><h2>Question</h2>{render_markdown(q.text) if q.text else '<em>(not found in the reference notebook)</em>'}</section>"
-            f"<section><h2>Answer key</h2>{render_markdown(q.key) if q.key else '<em>(none)</em>'}</section></div>"
+            + (f"<p class='labkit-cut'>{html.escape(why)} The answers are shown as plain text.</p>" if why else "")
+            + f"<div class='labkit-flag'><section class='labkit-side'><h2>Question</h2>"
+            f"{render_markdown(q.text) if q.text else '<em>(not found in the reference notebook)</em>'}</section>"
+            f"<section class='labkit-side'><h2>Answer key</h2>"
+            f"{render_markdown(q.key) if q.key else '<em>(none)</em>'}</section></div>"
             f"<p>Score in the CSV next to this page ({html.escape(slug(q.check))}.csv: columns <code>score</code>, "
-            f"<code>comment</code>), then merge it: <code>python -m labkit grade-merge FILE.csv</code>.</p>"
-            f"<table><tr><th>student</th><th>answer</th><th>the student's numbers</th><th>notes</th></tr>{trs}</table>")
-    css = ("body{font-family:sans-serif;margin:1em 2em} .qk{display:flex;gap:2em} .qk section{flex:1;"
-           "border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} td,th{border:1px solid "
-           "#ccc;padding:4px;vertical-align:top;text-align:left} td.ans{width:50%} td.num{font-family:monospace;"
-           "font-size:90%} .st{color:#666;font-size:85%}")
-    return page(f"{q.lab}: {q.check}", body, css)
+            f"<code>comment</code>), then merge it: <code>make grade-merge SCORES=out/grade/answers/"
+            f"{html.escape(q.lab)}/{html.escape(slug(q.check))}.csv</code>.</p>"
+            f"<table class='labkit-answers'><tr><th>student</th><th>answer</th><th>the student's numbers</th>"
+            f"<th>notes</th></tr>{trs}</table>")
+    css = (CSS + " body{font-family:sans-serif;margin:1em 2em} .labkit-flag{display:flex;gap:2em} "
+           ".labkit-side{flex:1;border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} "
+           "td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left} "
+           ".labkit-note td,.labkit-note th{font-family:monospace;font-size:90%;border:none;padding:1px 4px} "
+           ".labkit-warn{color:#cf222e;font-weight:bold} .labkit-desc{color:#666}")
+    return page.html(body, css)
 
 
 def version(stored: dict | None) -> str:
@@ -338,10 +455,11 @@ class _Given:
 
 
 def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: dict[tuple, str],
-          prefer: Path | None = None) -> list[str]:
+          prefer: Path | None = None, aliases: dict[str, str] | None = None) -> list[str]:
     """Read filled-in CSVs into ``ta_scores.csv``; returns what was merged, one line per file.
 
-    ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha}.
+    ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha};
+    ``aliases``: {code: student} of anonymous grading (``codes``).
     A file with any bad row merges nothing and raises ScoresError listing every bad row. So does
     a conflict, listing each: two files (or two rows) that score one answer differently; a file
     that scored an earlier version of an answer whose current version has a score; a score that
@@ -353,7 +471,7 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
     stored = read_scores(out)
     given: dict[tuple, list[_Given]] = {}
     for path in map(Path, files):
-        for key, g in _read_scored(path, known, answers):
+        for key, g in _read_scored(path, known, answers, aliases or {}):
             given.setdefault(key, []).append(g)
     prefer = Path(prefer) if prefer else None
     if prefer is not None and all(prefer.resolve() != Path(f).resolve() for f in files):
@@ -399,11 +517,14 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
     return summary
 
 
-def _read_scored(path: Path, known: dict, answers: dict) -> list[tuple[tuple, _Given]]:
-    """The scored rows of one CSV as (key, _Given); ScoresError lists every bad row."""
+def _read_scored(path: Path, known: dict, answers: dict, aliases: dict) -> list[tuple[tuple, _Given]]:
+    """The scored rows of one CSV as (key, _Given), its cells unescaped (``csvsafe``) and
+    anonymous codes mapped back to students; ScoresError lists every bad row."""
+    from labkit.grading.csvsafe import unescape
+
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
+            rows = [{k: unescape(v) for k, v in r.items()} for r in csv.DictReader(f)]
             header = rows and list(rows[0]) or []
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ScoresError(f"{path}: cannot read it as a CSV file: {e}") from None
@@ -418,7 +539,7 @@ def _read_scored(path: Path, known: dict, answers: dict) -> list[tuple[tuple, _G
         score_text = (r.get("score") or "").strip()
         if not score_text:
             continue  # not scored yet: stays pending
-        key = (r["lab"], r["check"], r["student"])
+        key = (r["lab"], r["check"], aliases.get(r["student"], r["student"]))
         q = known.get(key[:2])
         if q is None:
             bad.append(f"row {n}: no analysis check {key[1]!r} in lab {key[0]!r}")

@@ -53,7 +53,7 @@ from labkit.grading import answers, intake, ledger, report
 from labkit.grading.publish import Book, PublishError
 from labkit.grading.rubric import Lab, Score, evaluate, gate, load_rubric
 from labkit.grading.runner import Job, RunResult, Setup, run_all
-from labkit.record import Missing, lookup
+from labkit.record import Missing, cell_name, lookup
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
@@ -269,7 +269,7 @@ def rows_for(job: Job, result: RunResult, scores: dict[str, Score], notes: list[
 
 def _stopped(result: RunResult) -> str:
     what = result.ename or result.status
-    return f"the run stopped in cell {result.cell}: {what}" if result.cell is not None else f"the run ended: {what}"
+    return f"the run stopped in {cell_name(result.cell)}: {what}" if result.cell is not None else f"the run ended: {what}"
 
 
 def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
@@ -580,14 +580,15 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
     def collect() -> list[dict]:
         return list(book.refused) + [r for job in book.jobs for r in current.get(job.key, [])]
 
-    def write(job: Job, result: RunResult, scores: dict, records: dict, notes: list[str]) -> None:
+    def write(job: Job, result: RunResult, scores: dict, records: dict, notes: list[str]):
+        """Store the outcome and its rows; returns its feedback page, rendering (polled like a run)."""
         stored[job.key] = {"fingerprint": prints[job.key], "rows": rows_for(job, result, scores, notes),
                            "records": records, "values": {n: s.value for n, s in scores.items()},
                            "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
                            "executed": result.ran}
         ledger.save_outcome(job, stored[job.key])
         rows = current[job.key] = book.job_rows(job, stored[job.key], ta)[0]
-        book.write_page(job, rows, stored[job.key], force=True)
+        page = book.page_task(job, rows, stored[job.key], force=True)
         outcome.rows[:] = collect()
         report.write_csv(outcome.rows, out / "grades.csv")
         outcome.ran.append(job.key)
@@ -596,6 +597,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
                       f"{rows[0]['status']}, {report.pts(tot[0], tot[1])} points"
                       + (f" (+{tot[2]:g} pending)" if tot[2] else "")
                       + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
+        return page.start()
 
     def then(job: Job, result: RunResult):
         nb, records, problem = read_executed(job, result)
@@ -605,18 +607,17 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
         scores = notebook_scores(job, result, nb, records)
         verified = to_verify(job, scores, records)
         hidden = [(c, HIDDEN[c.spec["check"]]) for c in job.lab.checks if c.external] if result.ran else []
+        after = _Steps()
         if not (verified or hidden):
-            write(job, result, merge(job, result, scores, {}), records, notes)
-            return None
+            return after.add(write(job, result, merge(job, result, scores, {}), records, notes))
         params = dict(job.lab.parameters)
         try:
-            return Checking(job, setup, records, params, hidden, verified,
-                            lambda checked: write(job, result, merge(job, result, scores, checked), records, notes))
+            return after.add(Checking(job, setup, records, params, hidden, verified, lambda checked: after.add(
+                write(job, result, merge(job, result, scores, checked), records, notes))))
         except OSError as e:  # the grader could not start its own checks: they are unverified, and say why
             why = f"the grader could not start its checks: {type(e).__name__}: {e}"
             checked = {c.name: Score(0.0, c.points, "unverified", why) for c, _ in verified + hidden}
-            write(job, result, merge(job, result, scores, checked), records, notes)
-            return None
+            return after.add(write(job, result, merge(job, result, scores, checked), records, notes))
 
     try:
         if outcome.kept:
@@ -638,6 +639,29 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
                                             "values": stored[job.key].get("values") or {}})
             report.write_reference_report(outcome.entries, out / "report.md", out / "report.csv", warning)
     return outcome
+
+
+class _Steps:
+    """What follows a notebook's run, one step after the other (the grader's checks, then the
+    feedback page's rendering), polled by the runner as one step: None until the last has ended."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, step) -> "_Steps":
+        self.items.append(step)
+        return self
+
+    def poll(self):
+        while self.items:
+            if self.items[0].poll() is None:
+                return None
+            self.items.pop(0)
+        return True
+
+    def kill(self) -> None:
+        for step in self.items:
+            step.kill()
 
 
 def _similarity(book: Book, log, threshold: float | None = None) -> None:

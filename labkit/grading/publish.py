@@ -5,7 +5,8 @@ TAs' scores are in ``ta_scores.csv`` (``answers.merge``). ``Book.load(out)`` rea
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
 ``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,
-``final_grades.csv``, ``canvas.csv`` and the feedback pages whose rows changed. No notebook runs.
+``final_grades.csv``, ``canvas.csv`` and the feedback pages whose rows changed (``page_task``:
+each rendered in a limited process of its own, ``render``). No notebook runs.
 
 What the LMS said of each submission (``intake``: the file's name, lateness, the student's LMS
 ids) is kept in the manifest and added to the rows here: its notes to the ``execution`` row, a
@@ -70,8 +71,8 @@ class Book:
         out = Path(out)
         man = ledger.read_manifest(out)
         if man is None:
-            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); run "
-                               f"`python -m labkit grade DIR --out {out}` first")
+            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); grade first: "
+                               f"`make grade SUBMISSIONS=DIR` (or `python -m labkit grade DIR --out {out}`)")
         rub = load_rubric(out / ".grader" / "rubric.toml")
         qs = [answers.Question(**q) for q in man["questions"]]
         return cls(out, [rub.labs[k] for k in man["labs"]], [job_from(d, rub.labs) for d in man["jobs"]],
@@ -173,30 +174,44 @@ class Book:
                             person.get("SIS User ID") or person.get("ID", ""), "labs": labs})
         return out
 
-    def write_page(self, job: Job, rows: list[dict], stored: dict, force: bool = False) -> bool:
-        """The feedback page of ``job``, when its rows changed since the page was written."""
-        digest = hashlib.sha256(json.dumps([rows, self.warning, stored.get("fingerprint")], default=str)
-                                .encode()).hexdigest()[:16]
+    def page_task(self, job: Job, rows: list[dict], stored: dict, force: bool = False):
+        """The feedback page of ``job`` to render (``render.Task``), or None when its rows,
+        the warning, the submission and the page settings are those it was last written with."""
+        from labkit.grading import render
+
+        digest = hashlib.sha256(json.dumps([rows, self.warning, stored.get("fingerprint"), job.lab.page_output_kb,
+                                            _descriptions(job.lab)], default=str).encode()).hexdigest()[:16]
         mark = job.private / "page.sha"
         path = job.executed.with_suffix(".html")
         if not force and path.is_file() and mark.is_file() and mark.read_text() == digest:
-            return False
-        feedback.write_feedback(job.executed if stored.get("executed") else None, rows, path,
-                                f"{job.student}: {job.lab.key} ({job.lab.title})", self.warning)
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text(digest)
-        return True
+            return None
+        title = f"{job.student}: {job.lab.key} ({job.lab.title})"
+        args = {"executed": str(job.executed) if stored.get("executed") else None, "rows": rows, "path": str(path),
+                "title": title, "warning": self.warning, "descriptions": _descriptions(job.lab),
+                "source": str(job.clean_input), "output_kb": job.lab.page_output_kb}
+
+        def done():
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.write_text(digest)
+
+        return render.Task("feedback", args, path, lambda why: feedback.plain_page(rows, title, why, self.warning,
+                                                                                  _descriptions(job.lab)),
+                           job.private / "page.log", done)
 
     def write_reports(self, log=print) -> list[dict]:
         """Every table and every feedback page whose rows changed; returns the rows."""
+        from labkit.grading import render
+        from labkit.proc import usable_cores
+
         ta, stored = answers.read_scores(self.out), self.stored()
-        rows = list(self.refused)
+        rows, pages = list(self.refused), []
         for job in self.jobs:
             if job.key in stored:
                 mine = self.job_rows(job, stored[job.key], ta)[0]
-                self.write_page(job, mine, stored[job.key])
+                pages.append(self.page_task(job, mine, stored[job.key]))
                 rows += mine
         self.write_tables(rows, log)
+        render.run([t for t in pages if t is not None], usable_cores())
         return rows
 
     def answer_items(self) -> list[dict]:
@@ -209,6 +224,10 @@ class Book:
                 items.append({"student": job.student, "lab": job.lab.key, "records": stored.get("records") or {},
                               "answers": found or {}, "scores": scores})
         return items
+
+
+def _descriptions(lab) -> dict:
+    return {c.name: c.spec.get("description", "") for c in lab.checks}
 
 
 def _read_json(path: Path):
@@ -235,14 +254,23 @@ def save_export_settings(out: Path, roster: str | None, columns: dict | None) ->
 # ---------------------------------------------------------------------------------------------
 # The commands: grade-answers, grade-merge, grade-export
 
-def export_answers(out, log=print) -> list[Path]:
+def export_answers(out, log=print, anonymous: bool = False) -> list[Path]:
+    """Per question, a CSV to score and a page to read (rendered in limited processes); with
+    ``anonymous``, students appear as codes (``answers.codes``). Flagged pairs of the similarity
+    report are marked next to their answers."""
+    from labkit.grading import render, similarity
+    from labkit.proc import usable_cores
+
     book = Book.load(out)
     if not book.questions:
         raise PublishError("the rubric of this batch has no analysis checks; nothing to export")
-    written = answers.export(book.out, book.answer_items(), book.questions, feedback.markdown_html)
+    pages = answers.export(book.out, book.answer_items(), book.questions, anonymous, similarity.flags(book.out))
+    render.run(pages, usable_cores())
+    written = [p for t in pages for p in (t.path.with_suffix(".csv"), t.path)]
     pending = sum(1 for r in book.rows() if r["status"] == report.PENDING)
-    log(f"wrote {len(written) // 2} question(s) to {book.out / 'answers'}/ (an .html page and a .csv each); "
-        f"{pending} answer(s) await a score")
+    log(f"wrote {len(pages)} question(s) to {book.out / 'answers'}/ (an .html page and a .csv each"
+        + (", students as codes; the key to them is .grader/anonymous.csv, which the TAs need not see" if anonymous
+           else "") + f"); {pending} answer(s) await a score")
     return written
 
 
@@ -256,7 +284,7 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
         for check in item["scores"]:
             current.setdefault((item["lab"], check, item["student"]), answers.answer_sha(""))
     for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current,
-                              prefer=Path(prefer) if prefer else None):
+                              prefer=Path(prefer) if prefer else None, aliases=answers.students_by_code(book.out)):
         log(line)
     rows = book.write_reports(log)
     pending = sum(1 for r in rows if r["status"] == report.PENDING)
@@ -321,7 +349,7 @@ def _run(fn) -> int:
 
 def main_answers(args) -> int:
     """``grade-answers``: the TA's pages and CSVs, one per question."""
-    return _run(lambda: export_answers(args.out))
+    return _run(lambda: export_answers(args.out, anonymous=getattr(args, "anonymous", False)))
 
 
 def main_merge(args) -> int:

@@ -4,7 +4,8 @@ failure with its reason) and ``report.md``/``report.csv`` (the reference run: re
 checks). Feedback pages are ``feedback``'s, the gradebook exports ``exports``', the figures of
 ``summary.html`` ``stats``'.
 Every writer replaces its file atomically, so a reader never sees half a file, and
-``grades.csv`` is rewritten after each notebook so it always exists.
+``grades.csv`` is rewritten after each notebook so it always exists. ``write_csv`` is the one
+CSV writer: every text cell goes through ``csvsafe.escape``, so no cell starts a spreadsheet formula.
 
 Totals count ``pending`` rows (answers awaiting a TA) apart: "12/20 (+3 pending)".
 """
@@ -16,6 +17,8 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
+
+from labkit.grading.csvsafe import escape
 
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
@@ -33,11 +36,12 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:
+    """Every CSV the grader writes: text cells escaped against formula injection (``csvsafe``)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: _cell(r.get(k)) for k in fields})
+        w.writerow({k: escape(_cell(r.get(k))) for k in fields})
     write_text(path, buf.getvalue())
 
 

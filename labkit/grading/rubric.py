@@ -39,6 +39,7 @@ SETTINGS = {
     "max_processes": 4096.0,      # the run's processes and threads together (a fork bomb stops here)
     "check_timeout": 300.0,       # s the grader's own checks of one notebook may take (hidden checks, verifiers)
     "check_memory_mb": 3072.0,    # memory of the process that runs them
+    "page_output_kb": 1024.0,     # KB of one output (or one cell's text) a feedback page shows; the rest is cut
 }
 _COMMON = {"name", "kind", "points", "verify", "description"}
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
@@ -118,6 +119,7 @@ class Lab:
     max_processes: float
     check_timeout: float
     check_memory_mb: float
+    page_output_kb: float
     evidence: tuple[str, ...] = ()
     expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
     late_penalty: object = None    # late.Policy, or None: late work is shown and costs nothing

@@ -42,7 +42,7 @@ from labkit.grading import limits
 from labkit.grading.report import NEVER_RAN
 from labkit.grading.sandbox import View
 from labkit.proc import OwnedProcess, tail, tree_rss
-from labkit.record import cell_tags
+from labkit.record import cell_name, cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
 
@@ -72,7 +72,7 @@ class Job:
 class RunResult:
     status: str                  # ok | error | timeout | memory | dead-kernel | crashed | unreadable | refused | not-submitted
     reason: str = ""
-    cell: int | None = None      # index of the cell it stopped in, counted in the submitted notebook
+    cell: int | None = None      # index (from 0) of the cell it stopped in, in the submitted notebook; shown as cell_name
     ename: str = ""
     evalue: str = ""
     seconds: float = 0.0
@@ -366,7 +366,7 @@ def source_index(source: Path, executed_index: int, injected: bool = True) -> in
 
 
 def _where(cell: int | None) -> str:
-    return f"(in cell {cell})" if cell is not None else "(while starting the kernel)"
+    return f"(in {cell_name(cell)})" if cell is not None else "(while starting the kernel)"
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -471,7 +471,7 @@ def _execute(spec: dict) -> RunResult:
         return RunResult("ok")
     except PapermillExecutionError as e:
         cell = source_index(src, e.cell_index, injected)
-        where = f"cell {cell}" if cell is not None else "the injected parameters cell"
+        where = cell_name(cell) if cell is not None else "the injected parameters cell"
         evalue = _one_line(e.evalue)
         exc = f"{e.ename}: {evalue}" if evalue else e.ename
         if e.ename in MEMORY_ENAMES:
@@ -480,7 +480,7 @@ def _execute(spec: dict) -> RunResult:
         return RunResult("error", f"{where} raised {exc}", cell, e.ename, evalue)
     except CellTimeoutError:
         cell = running_cell(out, src, injected)
-        return RunResult("timeout", f"cell {cell} ran past the {spec['cell_timeout']:g} s cell timeout", cell)
+        return RunResult("timeout", f"{cell_name(cell)} ran past the {spec['cell_timeout']:g} s cell timeout", cell)
     except DeadKernelError as e:
         cell = running_cell(out, src, injected)
         if any(sign in tail(spec["log"], 40) for sign in OOM_SIGNS):  # e.g. C++ code aborting on bad_alloc

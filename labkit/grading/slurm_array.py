@@ -261,8 +261,8 @@ def main(argv=None) -> int:
     tmp = private / (RESULT + ".tmp")
     tmp.write_text(json.dumps(asdict(result)))
     os.replace(tmp, private / RESULT)
-    print(f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']}: "
-          f"{result.status} {result.reason}".rstrip())
+    print(f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']} on "
+          f"{socket.gethostname()}: {result.status} {result.reason}".rstrip())
     return 0
 
 

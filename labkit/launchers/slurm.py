@@ -26,6 +26,7 @@ steps share the allocation's CPUs, ``--overcommit`` puts more tasks than CPUs on
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import socket
@@ -131,6 +132,9 @@ class SlurmLauncher(Launcher):
 
     def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
         job, node, guide = self.allocation.job_id, tp.task.host, "see docs/cluster.md, Slurm"
+        slurm_said = _slurm_hint(job, node, tp.returncode, log_tail, self.allocation.nodes)
+        if slurm_said:
+            return f"{slurm_said}, {guide}"
         if "execve(): " in log_tail or ("srun: error" in log_tail and self.settings.python in log_tail):
             return (f"{node} has no {self.settings.python}: srun runs the interpreter by the path it has here; "
                     f"put the kit and its .venv on a filesystem every node mounts (a shared home), {guide}")
@@ -140,8 +144,6 @@ class SlurmLauncher(Launcher):
         if "Unable to create step" in log_tail or "Invalid job id" in log_tail or "already completing" in log_tail:
             return (f"srun could not start a step in job {job}: the allocation has ended or cannot hold the step "
                     f"(`squeue -j {job}`), {guide}")
-        if "oom" in log_tail.lower() and "kill" in log_tail.lower():
-            return f"Slurm's memory limit killed it: ask for more memory (--mem) in the allocation, {guide}"
         if "No module named" in log_tail:
             return f"the kit on {node} lacks a module this launcher uses: it is another version of the kit, {guide}"
         return ""
@@ -153,3 +155,55 @@ class SlurmLauncher(Launcher):
         except ValueError:  # being written
             return None
         return hello.get("pid") if hello.get("host") == socket.gethostname() else None
+
+
+_CANCELLED = re.compile(r"\*\*\* (STEP|JOB) (\S+) ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?(?:,| \*\*\*)")
+
+
+def _slurm_hint(job: str, node: str, returncode: int | None, log_tail: str, nodes) -> str:
+    """What Slurm's own words in a step's log (srun's and slurmstepd's), or a SIGKILL on its
+    node, say happened; '' if they say nothing. A node failure asks ``sinfo`` which node, and
+    why; a cancelled step asks ``squeue`` whether the job still holds its nodes."""
+    cancelled = _CANCELLED.search(log_tail)
+    kind, step, where, why = cancelled.groups() if cancelled else (None, None, None, None)
+    if why == "NODE FAILURE" or "Node failure on" in log_tail:
+        return _node_failure(job, nodes)
+    if why == "TIME LIMIT":
+        return f"job {job} reached its time limit and Slurm stopped its steps: salloc again with a longer --time"
+    if cancelled and why is None:
+        try:
+            held = bool(slurm.jobs(job))
+        except slurm.SlurmError:
+            held = None
+        if kind == "JOB" or held is False:
+            return (f"job {job} was cancelled (`scancel`, by a person or an administrator), and its steps with it: "
+                    f"get a new allocation")
+        return (f"its step {step} on {where} was cancelled (`scancel`, by a person or an administrator)"
+                + (f"; job {job} still holds its nodes: run again" if held else ""))
+    if "oom" in log_tail.lower() and "kill" in log_tail.lower():
+        return f"Slurm's memory limit killed it on {node}: ask for more memory (--mem) in the allocation"
+    if returncode == -signal.SIGKILL:
+        return (f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
+                f"there), or a person (`kill -9`, `scancel --signal=KILL`); give it more memory (--mem in the "
+                f"allocation, fewer tasks on that node, smaller batches)")
+    return ""
+
+
+def _node_failure(job: str, nodes) -> str:
+    """Slurm ended the job because a node failed: which one (``sinfo``), why, and what to do."""
+    try:
+        down = slurm.down_nodes(nodes)
+    except slurm.SlurmError:
+        down = {}
+    if not down:
+        return (f"a node of job {job} failed, so Slurm ended the job and its steps on every node: `sinfo -R` says "
+                f"which and why; salloc again (with --exclude=NODE until it is back)")
+    lost, first = ", ".join(f"{n} ({state})" for n, state in down.items()), next(iter(down))
+    if all("Not responding" in state for state in down.values()):
+        return (f"Slurm lost {lost}: its slurmd stopped answering, so Slurm ended job {job} and its steps on every "
+                f"node. On {first}, restart slurmd (`sudo systemctl restart slurmd`): it stops what the job left "
+                f"running there and returns the node to service (else `sudo scontrol update nodename={first} "
+                f"state=resume`); then salloc again (with --exclude={first} until then)")
+    return (f"Slurm took {lost} out of service, so it ended job {job} and its steps on every node: `scontrol show "
+            f"node {first}` says why; once it is fixed, `sudo scontrol update nodename={first} state=resume`; salloc "
+            f"again (with --exclude={first} until then)")

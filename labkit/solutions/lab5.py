@@ -1,5 +1,15 @@
-"""Lab 5's exercise: the cost model's communication terms, (messages, bytes) on one step's critical path."""
+"""Lab 5's exercise and the model it rests on: the bytes each task moves in one synchronous
+step (``step_bytes``), and the cost model's communication terms, (messages, bytes) on one step's
+critical path (``comm_terms``). The student kit leaves both out: it measures what the first
+predicts, and asks the student for the second."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from labkit.costmodel import _check_arch, _check_count, _check_positive, _check_shards, even_shards
 
 
 def comm_terms(arch: str, M: float, N: int, n_ps: int = 1, shards=None) -> tuple[int, float]:
@@ -16,3 +26,50 @@ def comm_terms(arch: str, M: float, N: int, n_ps: int = 1, shards=None) -> tuple
         return 2 * (N - 1), 2 * (N - 1) / N * M
     shards = shards if shards is not None else [M / n_ps] * n_ps
     return 2, max(2 * N * max(shards), 2 * M)
+
+
+@dataclass(frozen=True)
+class StepBytes:
+    """Bytes that one synchronous step puts on the wire, per task.
+
+    ``total`` is the sum over tasks of bytes sent, which is what the system-wide ``lo``
+    counter sees on one side on 127.0.0.1; on a cluster compare a node's NIC with its
+    task's ``sent``/``recv``. For asynchronous PS, one worker step is ``workers=1``.
+    """
+    arch: str
+    workers: int
+    model_bytes: float
+    worker_sent: float
+    worker_recv: float
+    ps_sent: tuple[float, ...] = ()
+    ps_recv: tuple[float, ...] = ()
+
+    @property
+    def total(self) -> float:
+        return self.workers * self.worker_sent + sum(self.ps_sent)
+
+    def per_task(self) -> pd.DataFrame:
+        """One row per task: task name, bytes sent, bytes received."""
+        rows = [{"task": f"worker:{i}", "sent": self.worker_sent, "recv": self.worker_recv}
+                for i in range(self.workers)]
+        rows += [{"task": f"ps:{i}", "sent": s, "recv": r} for i, (s, r) in enumerate(zip(self.ps_sent, self.ps_recv))]
+        return pd.DataFrame(rows)
+
+
+def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
+               shards: Sequence[float] | None = None) -> StepBytes:
+    """Bytes per synchronous step for ``arch`` ('ps' or 'ring'), per task.
+
+    PS: every worker pulls M of weights and pushes M of gradients; ps task j, holding shard
+    s_j, serves N workers: N*s_j each way (``shards`` default: an even split). Ring all-reduce:
+    reduce-scatter then all-gather, 2(N-1) rounds of M/N each way: 2(N-1)/N*M each way per worker.
+    """
+    _check_arch(arch)
+    n = _check_count("workers", workers)
+    m = _check_positive("model_bytes", model_bytes)
+    if arch == "ring":
+        per_dir = 2 * (n - 1) / n * m
+        return StepBytes("ring", n, m, per_dir, per_dir)
+    shards = _check_shards(m, shards if shards is not None else even_shards(m, n_ps))
+    per_ps = tuple(n * s for s in shards)
+    return StepBytes("ps", n, m, m, m, per_ps, per_ps)

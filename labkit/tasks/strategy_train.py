@@ -1,4 +1,4 @@
-"""Train a Keras model on MNIST under a ``tf.distribute`` strategy, one cluster task per process.
+"""Train a Keras model on MNIST (or synthetic images) under a ``tf.distribute`` strategy, one task per process.
 
 ``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
 as every task of a cluster; the loop is ``labkit.train_loop.train`` (Keras 3 ``fit`` fails
@@ -61,7 +61,8 @@ VARYING = ("model", "batch_size", "epochs", "lr", "momentum", "train_limit", "te
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m labkit.tasks.strategy_train", description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=STRATEGIES, default="mwms")
-    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression)")
+    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression, "
+                                                     "cifar_cnn: on synthetic 32x32x3 images)")
     p.add_argument("--batch-size", type=int, default=50, help="examples per worker per step")
     p.add_argument("--epochs", type=int, default=3, help="epochs to reach (a resumed run trains the rest)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
@@ -83,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
+    p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: log every step, with the worker "
+                                                              "that ran each slice (a fault demo follows it)")
     add_configs_option(p, VARYING)
     args = p.parse_args(argv)
     check_args(p, args)
@@ -153,7 +156,7 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                            momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
                            checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
                            steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters)
+                           counters=counters, on_step=step_tracer(rt) if args.trace_steps else None)
     except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
         rt.result["peer_failure"] = peer_failure(e)
         rt.log(f"training stopped by TensorFlow's {type(e).__name__}")
@@ -173,6 +176,30 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
     rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
                       start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+
+
+def step_tracer(rt: TaskRuntime):
+    """``on_step`` for ``--trace-steps``: one log line per step, which ``labkit.faults`` reads."""
+    from labkit.faults import step_line
+
+    return lambda step: rt.log(step_line(step))
+
+
+def data_for(args, cache: dict):
+    """The model's data: MNIST for the 28x28 models; for one with an input shape of its own
+    (``labkit.models.INPUT_SHAPES``: the CIFAR-scale CNN), synthetic images of that shape,
+    ``train_limit`` and ``test_limit`` of them (default 10,000 and 1,000)."""
+    from labkit.models import INPUT_SHAPES
+
+    shape = INPUT_SHAPES.get(args.model)
+    if shape is None:
+        return mnist_for(args, cache)
+    key = (shape, args.train_limit, args.test_limit, args.seed)
+    if key not in cache:
+        from labkit.data import synthetic_images
+
+        cache[key] = synthetic_images(shape, args.train_limit or 10_000, args.test_limit or 1_000, args.seed)
+    return cache[key]
 
 
 def peer_failure(e) -> dict:
@@ -213,7 +240,7 @@ def main(argv=None) -> None:
             if config.name is not None:
                 fresh_start(tf, rt, strategy)
             with rt.configuration(config):
-                train_configuration(rt, config.args, strategy, coordinator, mnist_for(config.args, loaded), nic,
+                train_configuration(rt, config.args, strategy, coordinator, data_for(config.args, loaded), nic,
                                     counters)
 
 

@@ -1,0 +1,153 @@
+"""Faults injected into a running cluster, and what TensorFlow did about them, read from the chief's log.
+
+The chief of a synchronous ParameterServerStrategy run traces its steps (``strategy_train
+--trace-steps``): one log line per step with the worker that ran each slice (``step_line``).
+``inject`` follows the cluster's logs, kills tasks once the chief has logged given steps
+(``Cluster.kill(..., expected=True)``: the launcher lets the cluster run on without them, so
+what happens next is TensorFlow's doing) and notes, on this process's clock, every step, every
+kill and every error the coordinator logged (``ERROR:tensorflow:...``). A task that fails
+because of a kill (the chief, when its ps is gone) ends the run with ``TaskFailed``, which
+the trace keeps. ``Trace.summary()`` says, per kill, how long the coordinator took to report
+it, how many steps ran after it, and on which workers.
+
+What ``ClusterCoordinator`` (TensorFlow 2.21) does, as these traces show:
+
+- a **worker** dies: the closure it was running fails with ``UnavailableError``; the
+  coordinator logs ``Worker /job:worker/replica:0/task:I failed with UnavailableError``, puts
+  the closure back in its queue, where the other workers take it, and keeps trying to reach
+  the lost worker in the background. Training goes on with the others;
+- a **ps** dies: the closures that read or update its variables fail with ``UnavailableError``
+  naming ``/job:ps``; after a few such reports (``TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES``,
+  3 by default) the coordinator cancels every closure and ``join``/``schedule`` raise
+  ``UnavailableError`` in the chief: the program must restart from a checkpoint.
+
+Imports nothing from the layers above it (it is given the ``Cluster``; tasks import ``step_line``).
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from labkit.protocol import TaskFailed
+
+STEP = re.compile(r"\] step (?P<step>\d+): (?P<seconds>[0-9.]+) s, loss (?P<loss>\S+), "
+                  r"slices on workers (?P<on>[0-9 ]+)$")
+COORDINATOR_ERROR = re.compile(r"^ERROR:tensorflow:(?P<message>.*)$")
+WORKER_FAILED = re.compile(r"Worker /job:worker/replica:0/task:(?P<index>\d+) failed with (?P<error>\w+)")
+ERROR_CLASS = re.compile(r"(?:errors_impl\.|^)(?P<error>[A-Z]\w*Error)\b")
+
+
+def step_line(step: dict) -> str:
+    """The chief's log line for one traced step (``labkit.epochs.SyncPSEpochs``'s dict)."""
+    on = " ".join(str(w) for w in step["slices_on"])
+    return f"step {step['step']}: {step['seconds']:.3f} s, loss {step['loss']:.4f}, slices on workers {on}"
+
+
+def parse_step(line: str) -> dict | None:
+    """``step_line``'s dict back from a log line (with the task's prefix), or None."""
+    m = STEP.search(line.rstrip())
+    if not m:
+        return None
+    return {"step": int(m["step"]), "seconds": float(m["seconds"]), "loss": float(m["loss"]),
+            "slices_on": [int(w) for w in m["on"].split()]}
+
+
+def error_class(text: str) -> str | None:
+    """The last TensorFlow error class named in ``text`` (a log tail), e.g. ``UnavailableError``."""
+    found = [m["error"] for line in text.splitlines() for m in ERROR_CLASS.finditer(line.strip())]
+    return found[-1] if found else None
+
+
+@dataclass
+class Trace:
+    """What ``inject`` saw: times are ``time.time()`` on this process's clock."""
+    steps: list = field(default_factory=list)    # parse_step's dicts, with "t" (when the line was read)
+    kills: list = field(default_factory=list)    # {"task", "after_step", "t"}
+    events: list = field(default_factory=list)   # {"t", "message"}: the coordinator's ERROR lines
+    failure: dict | None = None                   # the TaskFailed that ended the run, if one did
+    result: object = None                         # the cluster's result, if it finished
+
+    def summary(self) -> list[dict]:
+        """Per kill: the task, the step it came after; the coordinator's first error after it
+        (``error_s`` later; ``error_names_task``: whether that line names the task: a lost ps
+        shows first as workers' closures failing); the failure that ended the run, if it
+        ended after this kill (``run_failed_s``); the steps completed after it (before the next
+        kill), the workers their slices ran on, and the median step time before and after. The
+        first step after a kill was in flight when it landed (a slice may have finished on the
+        task just killed): ``first_step_after_s`` is its time, and the workers and step times
+        after it are those of the steps that followed."""
+        out = []
+        bounds = [k["t"] for k in self.kills[1:]] + [float("inf")]
+        for kill, until in zip(self.kills, bounds):
+            before = [s for s in self.steps if s["t"] < kill["t"]]
+            after = [s for s in self.steps if kill["t"] <= s["t"] < until]
+            errors = [e for e in self.events if kill["t"] <= e["t"] < until]
+            naming = [e for e in errors if _names(e["message"], kill["task"])]
+            first = (naming or errors or [None])[0]
+            failed = self.failure is not None and kill["t"] <= self.failure["t"] < until
+            out.append({
+                "task": kill["task"], "after_step": kill["after_step"],
+                "error_s": first["t"] - kill["t"] if first else None,
+                "error": first["message"][:200] if first else None, "error_names_task": bool(naming),
+                "run_failed_s": self.failure["t"] - kill["t"] if failed else None,
+                "run_failed": f"{self.failure['task']}: {self.failure['error'] or 'see its log'}" if failed else None,
+                "steps_after": len(after), "slices_on_after": sorted({w for s in after[1:] for w in s["slices_on"]}),
+                "slices_per_step_after": sorted({len(s["slices_on"]) for s in after[1:]}),
+                "step_s_before": statistics.median(s["seconds"] for s in before[-10:]) if before else None,
+                "step_s_after": statistics.median(s["seconds"] for s in after[1:]) if after[1:] else None,
+                "first_step_after_s": after[0]["seconds"] if after else None})
+        return out
+
+
+def _names(message: str, task: str) -> bool:
+    """Whether a coordinator message is about ``task`` (``worker:1`` -> ``/job:worker/replica:0/task:1``)."""
+    job, index = task.split(":")
+    return f"/job:{job}/replica:0/task:{index}" in message or f"/job:{job}/task:{index}" in message
+
+
+def inject(cluster, kills, chief: str = "chief:0") -> Trace:
+    """Follow ``cluster`` (started if new) and kill each ``(after_step, task)`` of ``kills`` once
+    the chief has logged that step; return the ``Trace`` when the run ends, by finishing or by a
+    ``TaskFailed`` (kept in ``Trace.failure``, with the time the failed task ended)."""
+    trace = Trace()
+    pending = sorted(kills)
+
+    def on_line(task: str, line: str) -> None:
+        if task != chief:
+            return
+        now = time.time()
+        step = parse_step(line)
+        if step is not None:
+            trace.steps.append({**step, "t": now})
+        m = COORDINATOR_ERROR.match(line.strip())
+        if m:
+            trace.events.append({"t": now, "message": m["message"].strip()})
+
+    def kill_due(_seen) -> bool:
+        while pending and trace.steps and trace.steps[-1]["step"] >= pending[0][0]:
+            after, task = pending.pop(0)
+            cluster.kill(task, expected=True)
+            trace.kills.append({"task": task, "after_step": trace.steps[-1]["step"], "t": time.time()})
+        return False  # never stop following: the run ends by itself, or fails
+
+    try:
+        trace.result = cluster.follow(on_line, until=kill_due)
+    except TaskFailed as e:
+        ended = _ended_epoch(cluster, e.task)
+        trace.failure = {"task": e.task, "returncode": e.returncode, "error": error_class(e.log_tail or ""),
+                         "message": str(e).splitlines()[0], "log_tail": e.log_tail, "t": ended or time.time()}
+    return trace
+
+
+def _ended_epoch(cluster, task: str) -> float | None:
+    """When TensorFlow stopped ``task`` (its result's ``peer_failure``, ``labkit.tasks.strategy_train``),
+    else when it wrote its result (``ended_epoch``), from what the stopped cluster gathered."""
+    result = getattr(cluster, "result", None)
+    if result is None:
+        return None
+    for t in result:
+        if t.name == task and t.result:
+            return (t.result.get("peer_failure") or {}).get("failed_epoch") or t.result.get("ended_epoch")
+    return None

@@ -172,3 +172,26 @@ def kill_and_expect_task_failed(c, task: str = "worker:1", timeout: float = 60):
     elapsed = time.monotonic() - t0
     assert info.value.task == task and info.value.returncode == -signal.SIGKILL
     return info.value, elapsed
+
+
+# Code for a sandboxed process (a notebook's cell, the probe): ``writable(tops)`` lists every path
+# under ``tops`` that opens for writing. Links are left out: /proc/<pid>/fd/N and cwd lead to the
+# process's own files, not to /proc's.
+WRITABLE = """
+def writable(tops=('/proc', '/sys')):
+    import os
+    found = []
+    for top in tops:
+        for folder, dirs, files in os.walk(top):
+            for name in files:
+                path = os.path.join(folder, name)
+                if os.path.islink(path):
+                    continue
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+                except OSError:
+                    continue
+                os.close(fd)
+                found.append(path)
+    return found
+"""

@@ -1,6 +1,10 @@
 """Dishonest submissions, graded under the real rubric in one sandboxed batch: each earns nothing
 for work, ends with a status and a reason that say what happened, leaves nothing running, and
-cannot touch grades.csv, the reference notebooks, the solutions or another student's work.
+cannot touch grades.csv, the grader's state, the reference notebooks, the solutions or another
+student's work. Beyond the forgers: a notebook that tries to write sysctls as root, one that
+fills its disk, /tmp and /dev/shm, one that floods its stderr, one that dumps core, a hidden
+check's function that looks around, and two classmates that try to reach each other (an
+abstract Unix socket, /tmp, /dev/shm, signals) while both run.
 
 Every attack notebook is cheap (none trains anything; one imports TensorFlow, in the hidden
 check's probe). Points for work are every check's except ``analysis``, which people score
@@ -8,6 +12,7 @@ check's probe). Points for work are every check's except ``analysis``, which peo
 from __future__ import annotations
 
 import base64
+import tempfile
 import hashlib
 import json
 import os
@@ -19,7 +24,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers import cell, wait_while
+from helpers import WRITABLE, cell, wait_while
 from labkit.grading import limits
 from labkit.grading.grade import grade
 from labkit.grading.rubric import KINDS, evaluate, gate, load_rubric
@@ -28,6 +33,9 @@ from labkit.record import MIME, Missing, lookup
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 CGROUPS = NO_SANDBOX is None and limits.best_backend() != "rlimit"
+# what caps a fork bomb: a cgroup's pids.max, or, under root, RLIMIT_NPROC of the run's own uid (a
+# user's own RLIMIT_NPROC would count every process of the user running these tests)
+CAPPED = CGROUPS or os.geteuid() == 0
 pytestmark = [pytest.mark.notebook, pytest.mark.slow,
               pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
 
@@ -236,7 +244,84 @@ BIG_ARTIFACT = textwrap.dedent("""\
     import os
     os.makedirs('artifacts', exist_ok=True)
     with open('artifacts/lab1_core_weights.npz', 'wb') as f:
-        f.truncate(200 * 2**20)                 # 200 MB (sparse): over what a verifier reads""")
+        f.truncate(100 * 2**20)                 # 100 MB (sparse): within the disk, over what a verifier reads""")
+DISK_MB = 128      # the attack rubric's disk_mb
+ROOTER = WRITABLE + textwrap.dedent("""
+    # as root, a sysctl write would give the host kernel a program to run outside every namespace
+    import json, os
+    wrote = []
+    for path, text in (('/proc/sys/kernel/core_pattern', '|/tmp/evil'), ('/proc/sys/kernel/modprobe', '/tmp/evil'),
+                       ('/proc/sysrq-trigger', 'h'), ('/sys/kernel/uevent_helper', '/tmp/evil')):
+        try:
+            open(path, 'w').write(text)
+            wrote.append(path)
+        except OSError:
+            pass
+    print('ROOTER', json.dumps({'uid': os.getuid(), 'euid': os.geteuid(), 'gid': os.getgid(),
+                                'groups': os.getgroups(), 'writable': writable(), 'wrote': wrote}))""")
+FILLER = textwrap.dedent(f"""\
+    import json, os
+    def fill(path, limit=4 * {DISK_MB} * 2**20):
+        n = 0
+        try:
+            with open(path, 'wb', buffering=0) as f:
+                while n < limit:
+                    n += f.write(b'x' * 2**20)
+        except OSError as e:
+            return n, e.errno
+        return n, 0
+    spare = {{'shm': fill('/dev/shm/fill'), 'tmp': fill('/tmp/fill')}}
+    os.remove('/dev/shm/fill'), os.remove('/tmp/fill')
+    print('FILLED', json.dumps(spare), flush=True)
+    fill('fill')
+    open('one-more', 'wb').write(b'y' * 2**20)   # the work folder is full: this raises""")
+FLOODER = textwrap.dedent("""\
+    # 400 MB into the kernel's own stderr (the one it started with), from it and from a child
+    import os, subprocess, sys
+    fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2
+    os.write(fd, b'FLOOD-START\\n')
+    for _ in range(300):
+        os.write(fd, b'z' * 2**20)
+    subprocess.run([sys.executable, '-c', "import os\\nfor _ in range(100): os.write(2, b'w' * 2**20)\\n"
+                    "os.write(2, b'FLOOD-END\\\\n')"], stderr=fd, check=True)""")
+DUMPER = textwrap.dedent("""\
+    # a core dump of a crashing child, after raising the core size limit
+    import json, os, resource, subprocess, sys
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        raised = True
+    except (ValueError, OSError):
+        raised = False
+    child = subprocess.run([sys.executable, '-c', 'import os; os.abort()'])
+    print('DUMPER', json.dumps({'raised': raised, 'limit': resource.getrlimit(resource.RLIMIT_CORE),
+                                'code': child.returncode, 'files': sorted(os.listdir('.'))}))""")
+PROBER = WRITABLE + textwrap.dedent("""
+
+    def sgd_step(W, b, x, y, learning_rate):    # run by the hidden check's probe, on the grader's batches
+        import os
+        n = len(writable(('/proc/sys', '/proc/self', '/proc/1', '/sys/kernel', '/sys/fs')))
+        raise RuntimeError(f'PROBED uid={os.getuid()} gid={os.getgid()} groups={os.getgroups()} writable={n}')""")
+FORGER = textwrap.dedent("""\
+    # the grader's state, seen from the work folder: the ledger, the manifest, the rubric copy, the key
+    import json, os
+    out = os.path.normpath(os.path.join(os.getcwd(), '..', '..', '..'))
+    tried = {}
+    for rel in ('.grader/victim/01_single_node_lr/outcome.json', '.grader/batch.json', '.grader/rubric.toml',
+                'grades.csv', 'victim/01_single_node_lr.ipynb'):
+        path = os.path.join(out, rel)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, 'a') as f:
+                f.write('forged')
+            tried[rel] = 'written'
+        except OSError as e:
+            tried[rel] = e.strerror
+    for key in ('/root/.config/labkit/grader.key', os.path.expanduser('~/.config/labkit/grader.key')):
+        try:
+            tried[key] = 'read ' + open(key).read()
+        except OSError as e:
+            tried[key] = e.strerror
+    print('FORGER', json.dumps(tried))""")
 
 
 def code_notebook(*sources, parameters="seed = 0") -> nbformat.NotebookNode:
@@ -278,10 +363,16 @@ def submissions(root: Path, rubric) -> Path:
     write(subs / "victim" / nb1, code_notebook("x = 1"))
     write(subs / "survivor" / nb1, code_notebook(SURVIVOR, "import time\ntime.sleep(1)"))
     write(subs / "greedy" / nb1, code_notebook(RAISE_MEMORY_LIMIT))
-    if CGROUPS:  # without a cgroup nothing caps a root user's processes: no fork bomb on such a machine
+    if CAPPED:
         write(subs / "forker" / nb1, code_notebook(FORK_BOMB))
     write(subs / "patcher" / nb1, code_notebook(MONKEYPATCH))
     write(subs / "bigfile" / nb1, code_notebook(BIG_ARTIFACT, display_cell({"core_test_accuracy": 0.9})))
+    write(subs / "rooter" / nb1, code_notebook(ROOTER))
+    write(subs / "filler" / nb1, code_notebook(FILLER))
+    write(subs / "flooder" / nb1, code_notebook(FLOODER))
+    write(subs / "dumper" / nb1, code_notebook(DUMPER))
+    write(subs / "prober" / nb1, code_notebook(PROBER))
+    write(subs / "forger" / nb1, code_notebook(FORGER))
     # inputs the grader refuses, row by row
     write(subs / "grades.csv" / nb1, code_notebook("x = 1"))
     write(subs / "bad name;rm" / nb1, code_notebook("x = 1"))
@@ -309,7 +400,8 @@ def attacked(tmp_path_factory):
     text = (REPO / "notebooks" / "rubric.toml").read_text()
     assert "[defaults]\n" in text
     # the real rubric; a lower process cap keeps the fork bomb cheap
-    (root / "rubric.toml").write_text(text.replace("[defaults]\n", "[defaults]\nmax_processes = 400\n", 1))
+    (root / "rubric.toml").write_text(text.replace("[defaults]\n", f"[defaults]\nmax_processes = 400\ndisk_mb = {DISK_MB}\n",
+                                                   1))
     rubric = load_rubric(root / "rubric.toml")
     subs = submissions(root, rubric)
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.rglob("*.ipynb") if p.is_file()}
@@ -414,11 +506,11 @@ def test_memory_and_process_limits_are_hard(attacked):
     nb = nbformat.read(str(attacked["root"] / "out" / "greedy" / "01_single_node_lr.ipynb"), as_version=4)
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "NOT RAISED" in printed
-    if not CGROUPS:
-        pytest.skip("no cgroup here: the process cap is RLIMIT_NPROC, which the kernel ignores for root")
+    if not CAPPED:
+        pytest.skip("no cgroup here, and not root: the process cap would be this user's RLIMIT_NPROC")
     forker = rows_of(attacked, "forker")["execution"]
     assert forker["status"] in ("error", "memory"), forker
-    if forker["status"] == "error":
+    if forker["status"] == "error" and CGROUPS:
         assert "limit of 400 processes and threads" in forker["reason"]
 
 
@@ -465,3 +557,187 @@ def test_a_fair_notebook_keeps_every_automatic_point_under_the_gate():
 def test_the_batch_is_cheap(attacked):
     assert attacked["seconds"] < 240, attacked["seconds"]
     assert os.path.isdir(attacked["root"] / "out" / ".work")
+
+
+# ----------------------------------------------------------------------------------- the machine and the grader
+
+def printed(attacked, student, lab="lab1") -> str:
+    nb = nbformat.read(str(attacked["root"] / "out" / student / attacked["rubric"].labs[lab].notebook), as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+def said(attacked, student, word) -> dict:
+    line = next(ln for ln in printed(attacked, student).splitlines() if ln.startswith(word + " "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def test_no_notebook_runs_as_root_or_writes_the_host_kernels_settings(attacked):
+    """As root, the kernel is a leased uid with no groups; whoever grades, nothing under /proc
+    or /sys opens for writing (sysctls, sysrq-trigger, /proc/self/*), so none was written."""
+    seen = said(attacked, "rooter", "ROOTER")
+    assert seen["writable"] == [] and seen["wrote"] == []
+    if os.geteuid() == 0:
+        assert 0 not in (seen["uid"], seen["euid"], seen["gid"]) and seen["groups"] == []
+    else:
+        assert seen["uid"] == os.geteuid()
+    assert rows_of(attacked, "rooter")["execution"]["status"] == "ok"
+
+
+def test_the_hidden_checks_probe_is_no_more_privileged(attacked):
+    hidden = rows_of(attacked, "prober")["sgd_step on the grader's batches"]
+    assert hidden["status"] == "fail" and "PROBED" in hidden["reason"], hidden
+    facts = dict(part.split("=", 1) for part in hidden["reason"].split("PROBED ", 1)[1].split(" (")[0].split(" "))
+    assert facts["writable"] == "0"
+    if os.geteuid() == 0:
+        assert int(facts["uid"]) != 0 and int(facts["gid"]) != 0 and facts["groups"] == "[]"
+
+
+def test_a_full_disk_is_a_row_and_leaves_the_machine_its_space(attacked):
+    """The work folder, /tmp and /dev/shm each stop at the rubric's disk_mb; the run is a `disk`
+    row that says so; nothing of it is left on the host once it was checked."""
+    run = rows_of(attacked, "filler")["execution"]
+    assert run["status"] == "disk" and f"filled its {DISK_MB} MB of disk" in run["reason"], run
+    spare = said(attacked, "filler", "FILLED")
+    for where, (written, errno) in spare.items():
+        assert written <= DISK_MB * 2**20 and errno in (27, 28), (where, written, errno)   # EFBIG or ENOSPC
+    out = attacked["root"] / "out"
+    assert [p for p in (out / ".work").rglob("*") if p.is_file()] == []
+    on_disk = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.is_symlink())
+    assert on_disk < 100 * 2**20, on_disk
+    assert not list(Path(tempfile.gettempdir()).glob("labkit-disks-*/*/work/fill"))
+
+
+def test_a_stderr_flood_leaves_a_capped_log(attacked):
+    from labkit.grading import logcap
+
+    assert rows_of(attacked, "flooder")["execution"]["status"] == "ok"
+    log = (attacked["root"] / "out" / "flooder" / "01_single_node_lr.log").read_bytes()
+    assert len(log) <= logcap.HEAD + logcap.TAIL + 4096, len(log)
+    assert b"FLOOD-START" in log[:logcap.HEAD] and b"FLOOD-END" in log[-logcap.TAIL:]
+    assert b"bytes of output were cut here" in log
+
+
+def test_no_core_dump(attacked):
+    seen = said(attacked, "dumper", "DUMPER")
+    assert not seen["raised"] and seen["limit"] == [0, 0] and seen["code"] == -6
+    assert not [f for f in seen["files"] if f.startswith("core")]
+
+
+def test_the_graders_state_cannot_be_forged(attacked):
+    """From its work folder a notebook reaches no ledger, manifest, rubric copy, grades or key;
+    the victim's stored outcome still holds its signature."""
+    from labkit.grading import ledger
+    from labkit.grading.publish import Book
+
+    tried = said(attacked, "forger", "FORGER")
+    assert not [k for k, v in tried.items() if v == "written" or v.startswith("read ")], tried
+    book = Book.load(attacked["root"] / "out")   # the manifest and the rubric copy hold
+    victim = next(j for j in book.jobs if j.student == "victim")
+    assert ledger.load_outcome(victim)["rows"][0]["status"] == "ok"
+    assert b"forged" not in attacked["grades"].read_bytes()
+
+
+CLASSMATE_A = textwrap.dedent("""\
+    # listens on an abstract Unix socket and leaves files in /tmp and /dev/shm, for 15 s
+    import json, os, socket, time
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind('\\0labkit-classmates')
+    s.listen()
+    s.settimeout(0.5)
+    for folder in ('/tmp', '/dev/shm'):
+        open(f'{folder}/labkit-classmates', 'w').write('secret')
+    start, got = time.time(), []
+    while time.time() - start < 15:
+        try:
+            conn, _ = s.accept()
+            got.append(conn.recv(100).decode())
+        except socket.timeout:
+            pass
+    print('A', json.dumps({'start': start, 'end': time.time(), 'got': got, 'uid': os.getuid()}))""")
+CLASSMATE_B = textwrap.dedent("""\
+    # for 15 s: connects to A's socket, looks for A's files and processes, and signals all it may
+    import json, os, signal, socket, time
+    start, reached, seen = time.time(), [], set()
+    try:
+        os.kill(-1, signal.SIGKILL)            # every process this user may signal, but itself
+    except OSError:
+        pass
+    while time.time() - start < 15:
+        try:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect('\\0labkit-classmates')
+            c.send(b'hello')
+            reached.append('socket')
+        except OSError:
+            pass
+        seen |= {f for f in ('/tmp/labkit-classmates', '/dev/shm/labkit-classmates') if os.path.exists(f)}
+        time.sleep(0.3)
+    procs = [p for p in os.listdir('/proc') if p.isdigit()]
+    print('B', json.dumps({'start': start, 'end': time.time(), 'reached': reached, 'seen': sorted(seen),
+                           'procs': len(procs), 'uid': os.getuid()}))""")
+
+
+def test_classmates_running_together_cannot_reach_each_other(tmp_path):
+    """Two notebooks at once: no abstract socket, file in /tmp or /dev/shm, or signal crosses
+    from one run to the other (a network, mount and PID namespace each, and, as root, a uid each)."""
+    subs = tmp_path / "subs"
+    (tmp_path / "rubric.toml").write_text(textwrap.dedent("""\
+        [labs.pair]
+        notebook = "pair.ipynb"
+        [[labs.pair.checks]]
+        name = "ran"
+        kind = "record"
+        points = 1
+        record = "never"
+    """))
+    write(subs / "a" / "pair.ipynb", code_notebook(CLASSMATE_A))
+    write(subs / "b" / "pair.ipynb", code_notebook(CLASSMATE_B))
+    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=2, log=lambda m: None)
+    assert [r["status"] for r in outcome.rows if r["check"] == "execution"] == ["ok", "ok"]
+
+    def said_by(student, word):
+        nb = nbformat.read(str(tmp_path / "out" / student / "pair.ipynb"), as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        return json.loads(next(ln for ln in text.splitlines() if ln.startswith(word + " ")).split(" ", 1)[1])
+
+    a, b = said_by("a", "A"), said_by("b", "B")
+    assert a["start"] < b["end"] and b["start"] < a["end"], (a, b)   # they did run at the same time
+    assert a["got"] == [] and b["reached"] == [] and b["seen"] == []
+    assert b["procs"] < 20   # its own kernel's few processes, none of A's
+    if os.geteuid() == 0:
+        assert a["uid"] != b["uid"]
+
+
+def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
+    """Between two batches someone rewrites one stored outcome (full points) and copies another
+    student's over a third: neither is trusted, both notebooks run again and their rows say why;
+    the untouched one is kept."""
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(textwrap.dedent("""\
+        [labs.one]
+        notebook = "one.ipynb"
+        [[labs.one.checks]]
+        name = "recorded"
+        kind = "record"
+        points = 1
+        record = "x"
+    """))
+    for student, value in (("ann", None), ("bob", 1), ("cat", None)):
+        code = "import labkit\nlabkit.record('x', 1)" if value else "pass"
+        write(tmp_path / "subs" / student / "one.ipynb", code_notebook(code))
+    out = tmp_path / "out"
+    first = grade(rubric, tmp_path / "subs", out, parallel=2, log=lambda m: None)
+    assert {r["student"]: r["points"] for r in first.rows if r["check"] == "recorded"} == {"ann": 0, "bob": 1, "cat": 0}
+    forged = json.loads((out / ".grader" / "ann" / "one" / "outcome.json").read_text())
+    forged["rows"][1].update(points=1.0, status="pass", reason="")
+    (out / ".grader" / "ann" / "one" / "outcome.json").write_text(json.dumps(forged))
+    (out / ".grader" / "cat" / "one" / "outcome.json").write_bytes(
+        (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes())
+    notes = []
+    second = grade(rubric, tmp_path / "subs", out, parallel=2, log=notes.append)
+    assert sorted(second.ran) == [("ann", "one"), ("cat", "one")] and second.kept == [("bob", "one")]
+    rows = {(r["student"], r["check"]): r for r in second.rows}
+    assert {s: rows[(s, "recorded")]["points"] for s in ("ann", "bob", "cat")} == {"ann": 0, "bob": 1, "cat": 0}
+    for student in ("ann", "cat"):
+        assert "not as the grader wrote it" in rows[(student, "execution")]["reason"]
+        assert any(n.startswith(f"note: {student}/one.ipynb: its stored outcome") for n in notes)

@@ -120,13 +120,17 @@ record = "never"
 # The processes these start carry a marker in their command line (a sleep of an odd length), so a
 # test finds them from outside the sandbox, where the pids they see are not the machine's.
 HANG_MARK, DETACH_MARK = "4242.1", "4242.2"
-HANG = ("import subprocess, time\n"
+# the kernel's own stderr (ipykernel sends fd 2 to the notebook; this is the one it started with),
+# which the runner copies into the run's capped .log as it comes
+KERNEL_STDERR = "getattr(sys.stderr, '_original_stdstream_copy', None) or 2"
+HANG = ("import os, subprocess, sys, time\n"
         f"child = subprocess.Popen(['sleep', '{HANG_MARK}'], start_new_session=True)\n"
-        "open('child.pid', 'w').write(str(child.pid))\n"
+        f"os.write({KERNEL_STDERR}, f'started child {{child.pid}}\\n'.encode())\n"
         "time.sleep(10**6)")
 # a grandchild that leaves the kernel's tree (double fork) and hides in its own session
-DETACH = ("import subprocess, time\n"
-          f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo $! > grandchild.pid'], check=True)\n"
+DETACH = ("import subprocess, sys, time\n"
+          f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo started grandchild $! >&2'], check=True, "
+          f"stderr={KERNEL_STDERR})\n"
           "time.sleep(10**6)")
 
 
@@ -222,7 +226,8 @@ def test_cell_timeout_kills_the_kernel_and_its_children(batch):
     rows = rows_by(batch["runs"][2][0])
     assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 4 ran past the 10 s cell timeout")
     for jobs, (_, out) in batch["runs"].items():
-        assert (out / ".work" / "hangs" / "fixlab" / "child.pid").read_text()  # the child did start
+        assert "started child" in (out / "hangs" / "fixlab.log").read_text()  # the child did start
+        assert not (out / ".work" / "hangs" / "fixlab").exists()   # its work folder is gone with its disk
     assert running_with(HANG_MARK) == []
 
 
@@ -231,7 +236,7 @@ def test_notebook_timeout_kills_the_whole_tree(batch):
     st, reason, _ = status(rows, "good", "execution", lab="slow")
     assert st == "timeout" and reason == "the notebook ran past its 15 s limit (in cell 2); its processes were killed"
     assert status(rows, "good", "never", lab="slow")[0] == "missing"
-    assert (batch["runs"][2][1] / ".work" / "good" / "fixslow" / "grandchild.pid").read_text()
+    assert "started grandchild" in (batch["runs"][2][1] / "good" / "fixslow.log").read_text()
     assert running_with(DETACH_MARK) == []
 
 
@@ -340,10 +345,10 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                                          "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"]
                                         + (["--no-sandbox"] if sandbox == "none" else []),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        pid_files[sig] = out / ".work" / "s" / "fixlab" / "child.pid"
+        pid_files[sig] = out / "s" / "fixlab.log"   # the kernel's stderr, capped, flushed as it comes
     try:
-        wait_until(lambda: all(p.exists() and p.read_text() for p in pid_files.values()), 120, 0.2,
-                   "both runs' children to write their pid files")
+        wait_until(lambda: all(p.exists() and "started child" in p.read_text() for p in pid_files.values()),
+                   120, 0.2, "both runs' kernels to log that their child started")
         assert len(running_with(HANG_MARK)) == 2  # both children run
         # every process of the two runs (runners, kernels, children): each must end by itself. The
         # sleeping children die first; a runner still tearing down after them is no leak, so the
@@ -366,14 +371,18 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                 g.kill()
 
 
-def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path):
+def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monkeypatch):
+    """As ``make grade`` runs it: the rubric, the notebooks and the output folder named relative
+    to the current folder (the grader's checks run elsewhere, and still find them)."""
+    monkeypatch.chdir(tmp_path)
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
     nbformat.write(lab_notebook(), str(nbs / "fixlab.ipynb"))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
-    outcome = grade(rubric, None, tmp_path / "out", labs=["fix"], notebooks=nbs, log=lambda m: None)
+    outcome = grade("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks", log=lambda m: None)
     assert outcome.exit_code == 1
+    assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"   # its verifier ran
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## fix: Fixture lab" in report and "| total | 0/2 | fail | 210 |" in report
     assert "| core_test_accuracy |" in report and (tmp_path / "out" / "fixlab.ipynb").exists()

@@ -9,33 +9,43 @@ the grader keeps watching every other notebook (it is polled from ``runner.run_a
    hidden check's comparison, with the full kit and the reference, the run's folder and the
    probe's output read-only, the rubric's parameters, and no network.
 
-Each has its own cgroup (``check_memory_mb``, ``max_processes``) and a ``check_timeout``; a
-check whose process did not finish is ``unverified`` and says why. The grader itself never
-loads a student's artifact.
+Each has its own cgroup (``check_memory_mb``, ``max_processes``) and a ``check_timeout``, runs
+as the run's own user (``sandbox.Account``, never root) and writes only to its folder on the
+run's disk (``labkit.grading.disks``: ``probe/``, ``judge/``); its output goes through a
+capped log (``logcap``). A check whose process did not finish is ``unverified`` and says why.
+The grader itself never loads a student's artifact; the one file it reads back, the judge's
+verdicts, it reads without following links and up to ``MAX_VERDICTS_BYTES``, once every process
+of the run's user has ended.
 """
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from labkit.grading import limits
+from labkit.grading import disks, limits
 
 PROBE = Path(__file__).with_name("probe.py")
 PROBE_INSIDE = Path("/opt/labkit-probe/probe.py")
+LOGCAP = Path(__file__).with_name("logcap.py")
+MAX_VERDICTS_BYTES = 16 * 2**20
 
 
 class _Process:
     """One sandboxed check process in its own group, with a deadline."""
 
-    def __init__(self, argv: list[str], view, setup, memory_mb: float, tasks: float, timeout: float, log: Path):
+    def __init__(self, argv: list[str], view, setup, memory_mb: float, tasks: float, timeout: float, log: Path,
+                 prefix=()):
         from labkit.proc import OwnedProcess
 
         self.group = limits.open_group(uuid.uuid4().hex[:16], memory_mb * 2**20, tasks, backends=[setup.backend])
         cmd, env = setup.sandbox.command(argv, view)
-        self.proc = OwnedProcess(self.group.enter_command(cmd), log, env=env, cwd=view.scratch)
+        capped = [sys.executable, "-I", "-S", str(LOGCAP), str(Path(log).absolute()), "--", *prefix, *cmd]
+        self.proc = OwnedProcess(self.group.enter_command(capped), log, env=env, cwd=view.scratch)
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.proc.start()
@@ -65,15 +75,19 @@ class Checking:
         self.lab = job.lab
         self.hidden, self.verified = hidden, verified
         self.records, self.params = records, params
-        self.dir = job.private.resolve() / "checks"
-        for sub in ("probe", "judge"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        from labkit.grading.runner import provision
+
+        provision(job, setup, disks.Folders())   # a run of another machine's (Slurm) is checked in its host folder
+        self.disk = job.disk
+        self.dir = job.private.resolve() / "checks"   # the grader's: the specs, bound read-only
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.log = job.log.with_suffix(".checks.log")
         self.stage, self.proc, self.probe_note = None, None, ""
         self._start_probe() if hidden else self._start_judge()
 
     def _view(self, cwd: Path, rw, ro, student: bool, overlays=()):
-        v = self.setup.view(cwd, rw, cwd, {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}, ro=ro)
+        v = self.setup.view(cwd, rw, self.dir, {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}, ro=ro,
+                            job=self.job)
         if not student:
             v.overlays = []
             v.ro = [*v.ro, self.setup.package]
@@ -81,7 +95,7 @@ class Checking:
         return v
 
     def _start_probe(self):
-        out = self.dir / "probe"
+        out = self.disk.probe
         spec = {"notebook": str(self.job.clean_input.resolve()), "out": str(out),
                 "memory_bytes": int(self.lab.check_memory_mb * 2**20),
                 "checks": [{"check": c.spec["check"], "functions": list(h.functions), "probe": h.probe,
@@ -93,21 +107,23 @@ class Checking:
                           overlays=[(PROBE, PROBE_INSIDE)] if confined else [])
         self.stage = "probe"
         self.proc = _Process([sys.executable, str(script), str(self.dir / "probe.json")], view, self.setup,
-                             self.lab.check_memory_mb, self.lab.max_processes, self.lab.check_timeout, self.log)
+                             self.lab.check_memory_mb, self.lab.max_processes, self.lab.check_timeout, self.log,
+                             self.disk.prefix)
 
     def _start_judge(self):
-        out = self.dir / "judge"
-        spec = {"workdir": str(self.job.workdir.resolve()), "probe": str(self.dir / "probe"), "params": self.params,
+        out = self.disk.judge
+        spec = {"workdir": str(self.job.workdir.resolve()), "probe": str(self.disk.probe), "params": self.params,
                 "records": self.records, "memory_bytes": int(self.lab.check_memory_mb * 2**20), "probe_note": self.probe_note,
                 "verify": [{"name": c.name, "verify": c.verify, "claimed": claimed} for c, claimed in self.verified],
                 "hidden": [{"name": c.name, "check": c.spec["check"], "args": c.spec.get("args", {})}
                            for c, _ in self.hidden]}
-        (out / "spec.json").write_text(json.dumps(spec, default=str))
-        view = self._view(out, [out], [self.job.workdir.resolve(), self.dir / "probe"], student=False)
+        (self.dir / "judge.json").write_text(json.dumps(spec, default=str))
+        view = self._view(out, [out], [self.job.workdir.resolve(), self.disk.probe, self.dir / "judge.json"],
+                          student=False)
         self.stage = "judge"
-        self.proc = _Process([sys.executable, "-m", "labkit.grading.checks", str(out / "spec.json"),
+        self.proc = _Process([sys.executable, "-m", "labkit.grading.checks", str(self.dir / "judge.json"),
                               str(out / "result.json")], view, self.setup, self.lab.check_memory_mb,
-                             self.lab.max_processes, self.lab.check_timeout, self.log)
+                             self.lab.max_processes, self.lab.check_timeout, self.log, self.disk.prefix)
 
     def poll(self):
         why = self.proc.poll()
@@ -123,14 +139,11 @@ class Checking:
     def _scores(self, why: str) -> dict:
         from labkit.grading.rubric import Score, scored
 
-        try:
-            verdicts = json.loads((self.dir / "judge" / "result.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            verdicts = {}
+        verdicts = read_verdicts(self.disk.outside(self.disk.judge / "result.json"))
         out = {}
         for check in [c for c, _ in self.hidden] + [c for c, _ in self.verified]:
             v = verdicts.get(check.name)
-            if v is None:
+            if not isinstance(v, dict) or not isinstance(v.get("status"), str):
                 last = _last_line(self.log)
                 out[check.name] = Score(0.0, check.points, "unverified",
                                         f"the grader's check of this notebook {why or 'did not finish'}"
@@ -144,6 +157,24 @@ class Checking:
     def kill(self) -> None:
         if self.proc:
             self.proc.close()
+
+
+def read_verdicts(path: Path) -> dict:
+    """The judge's verdicts: a JSON object in a regular file of at most ``MAX_VERDICTS_BYTES``,
+    opened without following a link; {} for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_VERDICTS_BYTES:
+            return {}
+        try:
+            data = json.loads(f.read(MAX_VERDICTS_BYTES + 1))
+        except (OSError, ValueError):
+            return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _last_line(path: Path) -> str:

@@ -20,8 +20,9 @@ Output in ``out``:
     answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored
     <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
     <notebook>.ipynb|.html|.log       the same for the reference run
-    .work/<student>/<notebook stem>/  the folder each notebook ran in (artifacts, runs/): the only
-                                      one its sandbox could write
+    .work/<student>/<notebook stem>/  where each notebook ran (artifacts, runs/): the only folder
+                                      its sandbox could write, on the run's own disk, removed once
+                                      the grader's checks have read it
     .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it),
                                       with its outcome (``ledger``); .grader/batch.json, the batch
 
@@ -319,7 +320,9 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
         from labkit.grading.release import student_package
 
         setup.package = Path(__import__("labkit").__file__).resolve().parent
-        setup.student_kit = student_package(Path(tempfile.mkdtemp(prefix="labkit-student-kit-")))
+        kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
+        kit.chmod(0o755)   # the runs' users read it
+        setup.student_kit = student_package(kit)
     else:
         setup.package = Path(__import__("labkit").__file__).resolve().parent
     setup.data, setup.data_env = _data_dirs(log)
@@ -560,6 +563,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
     outcome = Outcome(rows=list(book.refused), out=out, reference=book.reference, warning=warning)
     stored: dict[tuple, dict] = {}
     prints: dict[tuple, dict | None] = {}
+    untrusted: dict[tuple, str] = {}   # stored outcomes whose signature did not hold (ledger.integrity)
     to_run = []
     for job in book.jobs:
         prints[job.key] = ledger.fingerprint(job, setup.sandbox.name)
@@ -571,6 +575,9 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
             outcome.kept.append(job.key)
         else:
             to_run.append(job)
+            if why := ledger.integrity(job):
+                untrusted[job.key] = why
+                log(f"note: {job.student}/{job.lab.notebook}: {why}")
     expected = expected_seconds(to_run, ledger.measured_seconds(out))
     to_run = longest_first(to_run, expected)
     progress = Progress(expected, log)
@@ -601,13 +608,14 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
 
     def then(job: Job, result: RunResult):
         nb, records, problem = read_executed(job, result)
-        notes = [problem] + ([f"flagged: the submitted file carried what only a run may produce, ignored "
-                              f"({'; '.join(job.flags[:5])}{'; ...' if len(job.flags) > 5 else ''})"]
-                             if job.flags else []) + ([warning] if warning else [])
+        notes = [problem, untrusted.get(job.key, "")]
+        notes += ([f"flagged: the submitted file carried what only a run may produce, ignored "
+                   f"({'; '.join(job.flags[:5])}{'; ...' if len(job.flags) > 5 else ''})"]
+                  if job.flags else []) + ([warning] if warning else [])
         scores = notebook_scores(job, result, nb, records)
         verified = to_verify(job, scores, records)
         hidden = [(c, HIDDEN[c.spec["check"]]) for c in job.lab.checks if c.external] if result.ran else []
-        after = _Steps()
+        after = _Steps(job)
         if not (verified or hidden):
             return after.add(write(job, result, merge(job, result, scores, {}), records, notes))
         params = dict(job.lab.parameters)
@@ -643,10 +651,11 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
 
 class _Steps:
     """What follows a notebook's run, one step after the other (the grader's checks, then the
-    feedback page's rendering), polled by the runner as one step: None until the last has ended."""
+    feedback page's rendering), polled by the runner as one step: None until the last has ended.
+    ``job`` is the notebook they follow: the runner releases its account and disk after the last."""
 
-    def __init__(self):
-        self.items = []
+    def __init__(self, job):
+        self.job, self.items = job, []
 
     def add(self, step) -> "_Steps":
         self.items.append(step)
@@ -694,7 +703,7 @@ def main(args) -> int:
                         sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
                         slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar,
                         roster=args.roster, due=args.due)
-    except (GradeError, RubricError, PublishError) as e:
+    except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,8 +14,9 @@ Backends, a registry tried in order (``BACKENDS``):
 - ``cgroup1``: the v1 ``memory`` and ``pids`` hierarchies (container hosts often have only these);
 - ``rlimit``: no cgroup available. The data segment limit is lowered together with its hard
   limit (``RLIMIT_DATA``), so a process cannot raise it again, and the number of processes of
-  the user (``RLIMIT_NPROC``; the kernel ignores it for root). The grader then also caps the
-  tree's total RSS by polling, as it always did.
+  the user (``RLIMIT_NPROC``; the kernel ignores it for root, so under a root grader the
+  sandbox sets it for the run's own uid, which no other run shares). The grader then also caps
+  the tree's total RSS by polling, as it always did.
 
 ``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
 """

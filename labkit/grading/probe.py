@@ -5,9 +5,18 @@ student's view of the kit (no solutions, no grader) and an empty folder to write
 bound there on its own, so it imports nothing from ``labkit.grading``. For each hidden check
 in SPEC it
 
-1. takes from the submitted notebook's code cells only the top-level ``import`` statements,
-   ``def``/``class`` definitions and assignments of literal constants (``load_functions``):
-   a statement that patches the kit, reads a file or prints a record never runs here;
+1. takes from the submitted notebook's code cells only plain definitions (``load_functions``,
+   ``plain``): top-level ``import`` statements, assignments of literal constants to names, and
+   ``def``/``class`` statements whose definition runs nothing of the student's: a function's
+   decorators are dropped (the probe traces with ``tf.function`` itself) and its annotations too;
+   every default value must be a literal, a name or a dotted name (``tf.float32``); a class has
+   no decorator, no keyword (``metaclass=``), only names or dotted names as bases, and a body of
+   a docstring, literal constants and such functions (``staticmethod``, ``classmethod`` and
+   ``property`` the only decorators), and no ``__init_subclass__``. Anything else is skipped
+   with a note the check's reason shows. So no statement of the notebook runs here (not a
+   patch of the kit, a file write or a printed record), and the student's code runs only when
+   a probe calls the functions. (An import runs the library's own code, and so may a library
+   base class's metaclass when a class is defined on it: never code from the notebook.)
 2. runs the named functions on inputs built from the rubric's arguments (a seed, sizes) by
    the check's probe (``PROBES``);
 3. writes what they returned to ``<out>/<check>.npz`` (arrays only, no pickles) and how it
@@ -44,8 +53,8 @@ def probe(name: str):
 # The student's functions
 
 def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
-    """``({name: function}, notes)`` from the notebook's code cells: imports, definitions and
-    literal constants, in notebook order (a later definition wins); nothing else runs."""
+    """``({name: function}, notes)`` from the notebook's code cells: imports, plain definitions
+    and literal constants (``plain``), in notebook order (a later definition wins); nothing else runs."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     namespace: dict = {"__name__": "student"}
     notes = []
@@ -63,7 +72,10 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
         filename = f"<cell {i}>"   # the source, for tracebacks and for tf.function's autograph
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         for node in tree.body:
-            if not _definition(node):
+            node, why = plain(node, namespace)
+            if why:
+                notes.append(f"cell {i} line {why[0]}: {why[1]}")
+            if node is None:
                 continue
             try:
                 exec(compile(ast.Module([node], []), filename, "exec"), namespace)
@@ -72,18 +84,125 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
     return {n: namespace[n] for n in names if callable(namespace.get(n))}, notes
 
 
-def _definition(node) -> bool:
-    if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+METHOD_DECORATORS = ("staticmethod", "classmethod", "property")
+
+
+def plain(node, namespace: dict):
+    """``(statement to run or None, (line, why) or None)``: ``node`` as a plain definition,
+    whose execution runs nothing of the student's (see the module docstring), or None with the
+    reason when it is not one. A function's decorators and annotations are dropped (noted)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return node, None
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return _constant(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        why = _defaults_problem(node)
+        if why:
+            return None, (node.lineno, f"{why}; not taken")
+        dropped = [ast.unparse(d) for d in node.decorator_list]
+        node = _strip(node)
+        node.decorator_list = []
+        return node, ((node.lineno, f"{node.name} taken without its decorator(s) @{', @'.join(dropped)}")
+                      if dropped else None)
+    if isinstance(node, ast.ClassDef):
+        why = _class(node, namespace)
+        return (None, (node.lineno, f"{why}; not taken")) if why else (_strip(node), None)
+    return None, None
+
+
+def _constant(node):
+    """``NAME = literal`` (an annotation is dropped: it would be evaluated)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    if node.value is None or not all(isinstance(t, ast.Name) for t in targets):
+        return None, None
+    try:
+        ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None, None
+    return ast.copy_location(ast.Assign(targets=targets, value=node.value), node), None
+
+
+def _reference(expr) -> bool:
+    """A literal, a name or a dotted name: evaluating it looks a value up and calls nothing."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    if isinstance(expr, ast.Name):
         return True
-    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if all(isinstance(t, ast.Name) for t in targets):
-            try:
-                ast.literal_eval(node.value)
-                return True
-            except ValueError:
-                return False
-    return False
+    try:
+        ast.literal_eval(expr)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _defaults_problem(fn) -> str | None:
+    args = fn.args
+    for value in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+        if not _reference(value):
+            return (f"the default value {ast.unparse(value)[:60]!r} of {fn.name} is not a literal or a name "
+                    f"(a default is evaluated when the function is defined)")
+    return None
+
+
+def _strip(node):
+    """``node`` with every annotation of its own definition (not of nested code) removed."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        node.returns = None
+    elif isinstance(node, ast.ClassDef):
+        body = []
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign):
+                if item.value is None:
+                    continue
+                item = ast.copy_location(ast.Assign(targets=[item.target], value=item.value), item)
+            elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                item = _strip(item)
+            body.append(item)
+        node.body = body or [ast.Pass()]
+    return ast.fix_missing_locations(node)
+
+
+def _class(node, namespace: dict) -> str | None:
+    """Why the class statement ``node`` is not a plain definition (None when it is)."""
+    name = node.name
+    if node.decorator_list:
+        return f"class {name} is decorated (a decorator runs when the class is defined)"
+    if node.keywords:
+        return f"class {name} has keyword arguments ({ast.unparse(node.keywords[0])[:40]}): a metaclass runs code"
+    for base in node.bases:
+        if not _reference(base) or isinstance(base, ast.Constant):
+            return f"the base {ast.unparse(base)[:40]!r} of class {name} is not a name or a dotted name"
+    for item in node.body:
+        if isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant):
+            continue   # a docstring
+        if isinstance(item, ast.Pass):
+            continue
+        if isinstance(item, (ast.Assign, ast.AnnAssign)):
+            if _constant(item)[0] is None:
+                return f"class {name} assigns something other than a literal to a name"
+            continue
+        if isinstance(item, ast.ClassDef):
+            why = _class(item, namespace)
+            if why:
+                return why
+            continue
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if item.name == "__init_subclass__":
+                return f"class {name} defines __init_subclass__, which would run when a subclass is defined"
+            for d in item.decorator_list:
+                if not (isinstance(d, ast.Name) and d.id in METHOD_DECORATORS and d.id not in namespace):
+                    return (f"the method {name}.{item.name} has the decorator @{ast.unparse(d)[:40]}; only "
+                            f"{', '.join(METHOD_DECORATORS)} are taken in a class")
+            why = _defaults_problem(item)
+            if why:
+                return why
+            continue
+        return f"class {name} runs a statement in its body ({ast.unparse(item).splitlines()[0][:40]})"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,6 +236,30 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
             arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
     return arrays
+
+
+def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
+    """``(q, n, batch_size, level)`` cases for Lab 1's model of the best of n small-batch accuracy
+    readings: accuracies 0.5-0.995, 1-300 readings, batches of 10-100 images, levels whose
+    level x batch_size is not a whole number (so "at least level" needs no rounding convention)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < int(cases):
+        batch = int(rng.integers(10, 101))
+        level = round(float(rng.uniform(0.6, 0.99)), 3)
+        if abs(level * batch - round(level * batch)) < 0.05:
+            continue
+        out.append({"q": round(float(rng.uniform(0.5, 0.995)), 4), "n": int(rng.integers(1, 301)),
+                    "batch_size": batch, "level": level})
+    return out
+
+
+@probe("best_reading")
+def best_reading(fns: dict, args: dict, out: Path) -> dict:
+    """``chance_best_reading(q, n, batch_size, level)`` on every case: one number each."""
+    fn = fns["chance_best_reading"]
+    return {"chances": np.asarray([float(fn(c["q"], c["n"], c["batch_size"], c["level"]))
+                                   for c in inputs_best_reading(**args)], np.float64)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,42 +375,32 @@ def comm_terms(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lab 2: the optimizer, in a short real cluster
+# Lab 2: the synchronous round, in a short real cluster
 
-def settings_ps_optimizer(deploy: str = "cluster", steps: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
-                          train_limit: int = 2000, test_limit: int = 500, modes=("sync",),
-                          timeout: float = 240) -> dict:
-    return {"deploy": deploy, "steps": int(steps), "batch_size": int(batch_size), "learning_rate": float(learning_rate),
-            "train_limit": int(train_limit), "test_limit": int(test_limit), "modes": list(modes),
-            "timeout": float(timeout)}
+def settings_sync_round(deploy: str = "cluster", rounds: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
+                        train_limit: int = 2000, test_limit: int = 500, seed: int = 0, timeout: float = 240) -> dict:
+    if int(rounds) < 1 or int(batch_size) < 1 or not float(learning_rate) > 0:
+        raise ValueError(f"rounds, batch_size and learning_rate must be positive, got {rounds}, {batch_size}, "
+                         f"{learning_rate}")
+    return {"deploy": str(deploy), "rounds": int(rounds), "batch_size": int(batch_size),
+            "learning_rate": float(learning_rate), "train_limit": int(train_limit), "test_limit": int(test_limit),
+            "seed": int(seed), "timeout": float(timeout)}
 
 
-@probe("ps_optimizer")
-def ps_optimizer(fns: dict, args: dict, out: Path) -> dict:
-    """``make_optimizer`` trains a parameter-server cluster of the kit's tasks for a fixed number
-    of global steps in each of ``modes`` (sync: the one a single process cannot show); the tasks'
-    result files land in ``out/runs`` for the judge. The other modes' optimizers are only built,
-    in a scratch graph, and named."""
-    import tensorflow as tf
-
+@probe("sync_round")
+def sync_round(fns: dict, args: dict, out: Path) -> dict:
+    """``sync_round`` runs a parameter-server cluster of the kit's tasks in sync mode for
+    ``rounds`` global steps from the seeded start; the chief saves the final weights. The
+    tasks' result files land in ``out/runs`` for the judge."""
     from labkit.experiments import sync_async
 
-    s = settings_ps_optimizer(**args)
+    s = settings_sync_round(**args)
     os.environ["LABKIT_RUNS"] = str(out / "runs")
-    built = {}
-    for mode in ("sync", "async"):
-        with tf.Graph().as_default():
-            opt = fns["make_optimizer"](tf, mode, s["learning_rate"], 2)
-            inner = getattr(opt, "_opt", None)
-            built[mode] = [type(opt).__name__, type(inner).__name__ if inner is not None else ""]
-    dirs = {}
-    for mode in s["modes"]:
-        run = sync_async.run(mode, s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["steps"],
-                             learning_rate=s["learning_rate"], train_limit=s["train_limit"],
-                             test_limit=s["test_limit"], eval_every=s["steps"], optimizer=fns["make_optimizer"],
-                             run=f"hidden-{mode}", timeout=s["timeout"])
-        dirs[mode] = str(Path(run.result.run_dir).resolve().relative_to(out.resolve()))
-    return {"run_dirs": np.asarray(json.dumps(dirs)), "built": np.asarray(json.dumps(built))}
+    run = sync_async.run("sync", s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["rounds"],
+                         learning_rate=s["learning_rate"], train_limit=s["train_limit"], test_limit=s["test_limit"],
+                         eval_every=0, seed=s["seed"], sync_round=fns["sync_round"], run="hidden-sync",
+                         timeout=s["timeout"], save_weights=True)
+    return {"run_dir": np.asarray(str(Path(run.result.run_dir).resolve().relative_to(out.resolve())))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ SETTINGS = {
     "start_timeout": 120.0,       # s for the kernel to start
     "memory_mb": 4096.0,          # the run's memory: per-process data limit and cap on the whole run
     "max_processes": 4096.0,      # the run's processes and threads together (a fork bomb stops here)
+    "disk_mb": 1024.0,            # the run's disk (a tmpfs: memory, within memory_mb) and its largest file
     "check_timeout": 300.0,       # s the grader's own checks of one notebook may take (hidden checks, verifiers)
     "check_memory_mb": 3072.0,    # memory of the process that runs them
     "page_output_kb": 1024.0,     # KB of one output (or one cell's text) a feedback page shows; the rest is cut
@@ -117,6 +118,7 @@ class Lab:
     start_timeout: float
     memory_mb: float
     max_processes: float
+    disk_mb: float
     check_timeout: float
     check_memory_mb: float
     page_output_kb: float

@@ -1,11 +1,21 @@
 """Run notebooks for grading, each in a sandbox of its own, N at a time, and say how each run ended.
 
 Every notebook runs under its own runner process (``python -m labkit.grading.runner SPEC``)
-that drives papermill. The runner is the grader's code and runs outside the sandbox; only the
-kernel, and so everything the student's code starts, runs inside it (``labkit.grading.sandbox``).
-The two talk over Unix sockets (Jupyter's ``ipc`` transport) in a private folder both see, so
-papermill writes the executed notebook where the kernel cannot reach it, and only what code
-cells produced in this run ends up in it (the runner gets a copy with every output cleared).
+that drives papermill. The runner is the grader's code and runs outside the sandbox, as the
+grader's user; only the kernel, and so everything the student's code starts, runs inside it
+(``labkit.grading.sandbox``), as the run's own user (``sandbox.Account``: a uid leased to this
+run while it and its checks last, when the grader is root). The two talk over Unix sockets
+(Jupyter's ``ipc`` transport) in a folder both see, so papermill writes the executed notebook
+where the kernel cannot reach it, and only what code cells produced in this run ends up in it
+(the runner gets a copy with every output cleared).
+
+Each run has a disk (``labkit.grading.disks``): a tmpfs of ``disk_mb`` owned by its user, in
+a mount namespace the grader holds, that holds its work folder, its sockets and its checks'
+output, and is unmounted once the grader's checks have read it (``release``). Its processes
+may write no file larger than that (``RLIMIT_FSIZE``) and no core dump. The runner's own
+stdout and stderr, which the kernel inherits, go through a pipe into a capped log
+(``labkit.grading.logcap``: the head and the tail, with a note of the cut), never straight into
+a host file.
 
 Limits (``labkit.grading.limits``): the grader puts each runner, and so its kernel and any
 cluster the notebook starts, in a cgroup of its own with a memory limit and a task cap; the
@@ -20,17 +30,18 @@ whole group, then removes it. The runner also
 
 The grader's side (``run_all``) prepares and starts runners one by one (a work folder exists
 only once its notebook starts), enforces the whole-notebook timeout, and turns every ending
-into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``, ``dead-kernel``, ``crashed``,
-``unreadable``, ``refused`` or ``not-submitted``. A failed run never stops the batch.
+into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``, ``disk``, ``dead-kernel``,
+``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed run never stops the batch.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -38,13 +49,15 @@ from pathlib import Path
 
 import psutil
 
-from labkit.grading import limits
+from labkit.grading import disks, limits, logcap
 from labkit.grading.report import NEVER_RAN
-from labkit.grading.sandbox import View
+from labkit.grading.sandbox import Account, View, lease_account
 from labkit.proc import OwnedProcess, tail, tree_rss
 from labkit.record import cell_name, cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
+DISK_POLL_S = 2.0                 # how often a work folder on the host disk (``disks.Folders``) is measured
+MAX_OUTPUT_BYTES = 256 * 2**20    # the largest executed notebook the runner writes (the grader reads 64 MB)
 
 
 @dataclass
@@ -58,6 +71,8 @@ class Job:
     log: Path                    # runner + kernel stdout/stderr (TensorFlow noise lands here)
     private: Path | None = None  # the grader's own files for this run (cleaned input, spec, result)
     flags: list = field(default_factory=list)   # what the submitted file carried that a run must produce
+    account: Account | None = None   # who its sandboxed processes run as, from its start to its checks' end
+    disk: object = None              # its disk (``disks.TmpfsDisk`` or ``disks.FolderDisk``), until ``release``
 
     @property
     def key(self) -> tuple:
@@ -70,7 +85,7 @@ class Job:
 
 @dataclass
 class RunResult:
-    status: str                  # ok | error | timeout | memory | dead-kernel | crashed | unreadable | refused | not-submitted
+    status: str                  # ok | error | timeout | memory | disk | dead-kernel | crashed | unreadable | refused | not-submitted
     reason: str = ""
     cell: int | None = None      # index (from 0) of the cell it stopped in, in the submitted notebook; shown as cell_name
     ename: str = ""
@@ -157,6 +172,8 @@ def prepare(job: Job) -> RunResult | None:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
+    job.private.chmod(0o700)          # the grader's own: no run's user may read or write it
+    job.private.parent.parent.chmod(0o700)
     job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
     for p in (job.executed, job.log):
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -176,30 +193,74 @@ class Setup:
     package: Path | None = None             # the real package directory
     data: list[Path] = field(default_factory=list)   # dataset folders, read-only
     data_env: dict = field(default_factory=dict)     # LABKIT_DATA for the kernel
+    keep_work: bool = False                 # leave work folders on the host disk (a Slurm node's runs)
 
-    def view(self, cwd: Path, rw: list[Path], scratch: Path, env: dict, ro=()) -> View:
+    def view(self, cwd: Path, rw: list[Path], scratch: Path, env: dict, ro=(), job: Job | None = None) -> View:
         overlays = [(self.student_kit, self.package)] if self.student_kit else []
-        return View(cwd=cwd, env={**self.data_env, **env}, scratch=scratch, ro=[*self.data, *ro], rw=rw,
+        view = View(cwd=cwd, env={**self.data_env, **env}, scratch=scratch, ro=[*self.data, *ro], rw=rw,
                     overlays=overlays)
+        if job is not None:
+            view.account = job.account or Account()
+            view.tmp_bytes = view.file_bytes = int(job.lab.disk_mb * 2**20)
+            view.processes = int(job.lab.max_processes)
+        return view
+
+    def disks(self):
+        """Where this batch's runs get their disks: tmpfs file systems in a namespace the grader
+        holds, or host folders (unsandboxed runs, a Slurm node's, or where no namespace can be made)."""
+        if not self.sandbox.confined or self.keep_work:
+            return disks.Folders(keep=self.keep_work)
+        try:
+            return disks.Holder()
+        except OSError as e:
+            print(f"labkit: {e}; each run's disk is a host folder whose size the grader polls", file=sys.stderr)
+            return disks.Folders()
+
+
+def provision(job: Job, setup: Setup, holder) -> None:
+    """Give ``job`` its account and disk (once; its checks reuse them)."""
+    if job.account is None:
+        job.account = lease_account() if setup.sandbox.confined else Account()
+    if job.disk is None:
+        size = job.lab.disk_mb * 2**20
+        if isinstance(holder, disks.Holder):
+            job.disk = holder.open(job.workdir.resolve(), size, job.account.uid, job.account.gid)
+        else:
+            job.disk = holder.open_folder(job.workdir.resolve(), job.private.resolve() / "checks", size,
+                                          job.account.owner)
+
+
+def release(job: Job) -> None:
+    """After the grader has read what it needs: remove the run's disk, give its uid back."""
+    try:
+        if job.disk is not None:
+            job.disk.close()
+    except OSError as e:  # the batch goes on; the namespace's end frees the disk at the latest
+        print(f"labkit: could not remove the disk of {job.student}/{job.lab.notebook}: {e}", file=sys.stderr)
+    finally:
+        job.disk = None
+        if job.account is not None:
+            job.account.release()
 
 
 class _Running:
-    def __init__(self, job: Job, setup: Setup):
+    def __init__(self, job: Job, setup: Setup, holder):
         self.job, self.lab, self.setup = job, job.lab, setup
         self.token = uuid.uuid4().hex
-        self.ipc = Path(tempfile.mkdtemp(prefix="lk-"))   # short: a Unix socket path has 107 bytes at most
+        provision(job, setup, holder)
         self.group = limits.open_group(self.token[:16], self.lab.memory_mb * 2**20, self.lab.max_processes,
                                        backends=[setup.backend])
         work = job.workdir.resolve()
-        view = setup.view(work, [work, self.ipc], job.private.resolve(),
+        view = setup.view(work, [work, job.disk.ipc], job.private.resolve(),
                           {"LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-                           "LABKIT_GRADED": "1"})
+                           "LABKIT_GRADED": "1"}, job=job)
         prefix, env = setup.sandbox.command(["KERNEL"], view)
         spec = {"input": str(job.clean_input.resolve()), "output": str(job.executed.resolve()), "workdir": str(work),
                 "parameters": dict(job.lab.parameters), "kernel": job.lab.kernel,
                 "cell_timeout": job.lab.cell_timeout, "start_timeout": job.lab.start_timeout,
                 "memory_mb": job.lab.memory_mb, "max_processes": job.lab.max_processes,
-                "ipc": str(self.ipc), "kernel_prefix": prefix[:-1], "group": [str(p) for p in self.group.procs],
+                "ipc": str(job.disk.ipc), "owner": job.account.owner if setup.sandbox.confined else None,
+                "kernel_prefix": prefix[:-1], "group": [str(p) for p in self.group.procs],
                 "log": str(job.log.resolve()), "parent": os.getpid()}
         self.spec_path = job.private.resolve() / "spec.json"
         self.result_path = job.private.resolve() / "result.json"
@@ -207,10 +268,10 @@ class _Running:
         if setup.sandbox.confined:  # the runner itself is ours: it needs no more than a path
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(job.private.resolve()),
                    "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        cmd = self.group.enter_command([sys.executable, "-m", "labkit.grading.runner", str(self.spec_path),
-                                        str(self.result_path)])
+        cmd = self.group.enter_command([*job.disk.prefix, sys.executable, "-m", "labkit.grading.runner",
+                                        str(self.spec_path), str(self.result_path)])
         self.proc = OwnedProcess(cmd, job.log, env=env, cwd=job.private)
-        self.t0 = time.monotonic()
+        self.t0 = self.measured = time.monotonic()
         self.proc.start()
 
     def poll(self) -> RunResult | None:
@@ -224,6 +285,14 @@ class _Running:
             return self._finish(RunResult(
                 "timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
                            f"its processes were killed", cell))
+        if self.job.disk.polled and time.monotonic() - self.measured > DISK_POLL_S:
+            self.measured = time.monotonic()
+            if self.job.disk.over():
+                self.stop()
+                cell = self._running_cell()
+                return self._finish(RunResult(
+                    "disk", f"the notebook wrote more than its {self.lab.disk_mb:g} MB of disk {_where(cell)}; its "
+                            f"processes were killed", cell))
         if self.group.oom_kills():  # the kernel killed a process at the group's memory limit: the run is over
             self.stop()
             cell = self._running_cell()
@@ -259,6 +328,10 @@ class _Running:
         elif result.status == "error" and self.group.task_limit_hits():
             result.reason += (f" (the run reached its limit of {self.lab.max_processes:g} processes and threads, "
                               f"so a fork failed)")
+        elif result.status in ("error", "dead-kernel", "crashed") and self.job.disk.full():
+            result.status = "disk"
+            result.reason += (f" (the run filled its {self.lab.disk_mb:g} MB of disk: disk_mb in the rubric; what it "
+                              f"wrote is removed after the grader's checks)")
         return result
 
     def _running_cell(self) -> int | None:
@@ -276,14 +349,12 @@ class _Running:
             with open(self.job.log, "a") as f:
                 f.write(f"\n[grader] killed processes still running after the run: {result.killed}\n")
         self.group.close()
-        shutil.rmtree(self.ipc, ignore_errors=True)
         result.seconds = round(time.monotonic() - self.t0, 1)
         return result
 
     def kill(self) -> None:
         self.stop()
         self.group.close()
-        shutil.rmtree(self.ipc, ignore_errors=True)
 
 
 def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: float = 0.25) -> dict:
@@ -293,16 +364,21 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: f
     ``poll()`` is None until it is done, and ``kill()``), which keeps the job's slot and is
     polled in the same loop, so every other notebook's limits are still enforced meanwhile.
 
+    A job's account and disk are released (``release``) once its last step is done.
+
     Returns {job.key: RunResult}. Interrupting (Ctrl-C) kills every running notebook's group.
     """
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, not {parallel}")
     pending, running, results = list(jobs), [], {}
+    holder = setup.disks()
 
     def ended(job, result):
         results[job.key] = result
         step = then(job, result) if then else None
-        if step is not None:
+        if step is None:
+            release(job)
+        else:
             running.append(step)
 
     try:
@@ -312,8 +388,8 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: f
                 early = prepare(job)
                 if early is None:
                     try:
-                        running.append(_Running(job, setup))
-                    except OSError as e:  # no cgroup left, a full disk: this notebook's row, not the batch
+                        running.append(_Running(job, setup, holder))
+                    except OSError as e:  # no cgroup or uid left, a full disk: this notebook's row, not the batch
                         early = RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}")
                 if early is not None:
                     ended(job, early)
@@ -326,9 +402,13 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: f
                 running.remove(item)
                 if isinstance(item, _Running):
                     ended(item.job, out)
+                else:  # a job's last step (the grader's checks) is done
+                    release(item.job)
     finally:
         for item in running:
             item.kill()
+            release(item.job)
+        holder.close()
     return results
 
 
@@ -410,6 +490,9 @@ def kill_descendants(rounds: int = 200) -> list[int]:
     return killed
 
 
+_CAPTURE: logcap.Capture | None = None   # this runner's capped log, flushed however it ends
+
+
 def _teardown(signum, frame) -> None:
     """SIGTERM/SIGHUP, or the grader died: kill everything the notebook started, then exit."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -418,6 +501,8 @@ def _teardown(signum, frame) -> None:
         left = kill_descendants()
         print(f"[runner] stopped by signal {signum}; killed {len(left)} process(es)", file=sys.stderr, flush=True)
     finally:
+        if _CAPTURE is not None:
+            _CAPTURE.finish(wait=0.5)
         os._exit(130)
 
 
@@ -438,17 +523,23 @@ def _own_the_tree(parent: int) -> None:
         _teardown(signal.SIGTERM, None)
 
 
-def _kernel_manager_class(prefix: list[str], ipc: str):
+def _kernel_manager_class(prefix: list[str], ipc: str, owner=None):
     from jupyter_client.manager import AsyncKernelManager
 
     class SandboxedKernelManager(AsyncKernelManager):
-        """A kernel started through the sandbox's command line, reached over Unix sockets in ``ipc``."""
+        """A kernel started through the sandbox's command line, reached over Unix sockets in
+        ``ipc``; its connection file (0600) belongs to the run's user (``owner``), who must read it."""
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             self.transport = "ipc"
             self.ip = f"{ipc}/k"
             self.connection_file = f"{ipc}/kernel.json"
+
+        def write_connection_file(self, **kwargs):
+            super().write_connection_file(**kwargs)
+            if owner:
+                os.chown(self.connection_file, *owner)
 
         def format_kernel_cmd(self, extra_arguments=None):
             return [*prefix, *super().format_kernel_cmd(extra_arguments)]
@@ -466,7 +557,8 @@ def _execute(spec: dict) -> RunResult:
         pm.execute_notebook(src, out, parameters=spec["parameters"], kernel_name=spec["kernel"],
                             cwd=spec["workdir"], execution_timeout=spec["cell_timeout"],
                             start_timeout=spec["start_timeout"], progress_bar=False, log_output=False,
-                            kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"]),
+                            kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"],
+                                                                       spec.get("owner")),
                             shutdown_kernel="immediate")
         return RunResult("ok")
     except PapermillExecutionError as e:
@@ -489,15 +581,23 @@ def _execute(spec: dict) -> RunResult:
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
         cell = running_cell(out, src, injected)
+        if isinstance(e, OSError) and e.errno == errno.EFBIG:  # papermill's copy of the notebook, at RLIMIT_FSIZE
+            return RunResult("disk", f"the notebook's outputs grew past {MAX_OUTPUT_BYTES // 2**20} MB {_where(cell)}, "
+                                     f"more than the grader keeps of a run; print less", cell)
         return RunResult("crashed", f"the notebook could not run {_where(cell)}: {type(e).__name__}: "
                                     f"{_one_line(e)}", cell, type(e).__name__, _one_line(e))
 
 
 def main(argv=None) -> int:
+    global _CAPTURE
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
+    _CAPTURE = logcap.Capture(spec["log"])   # from here on, what the runner and the kernel print is capped
     _own_the_tree(spec["parent"])
     limits.limit_self(spec["memory_mb"] * 2**20, spec.get("max_processes"))
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]   # the kernel sets its own (the run's disk) below this
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES if hard == resource.RLIM_INFINITY
+                                               else min(MAX_OUTPUT_BYTES, hard), hard))
     try:
         result = _execute(spec)
     finally:
@@ -505,6 +605,7 @@ def main(argv=None) -> int:
         if left:
             print(f"[runner] killed processes the notebook left running: {left}", file=sys.stderr)
     Path(result_path).write_text(json.dumps(asdict(result)))
+    _CAPTURE.finish()
     return 0
 
 

@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from labkit import slurm
-from labkit.grading.runner import Job, RunResult, Setup, prepare
+from labkit.grading.runner import Job, RunResult, Setup, prepare, release
 from labkit.grading.runner import run_all as run_here
 from labkit.proc import tail
 
@@ -80,7 +80,9 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, part
     def ended(job: Job, result: RunResult) -> None:
         results[job.key] = result
         step = then(job, result) if then else None
-        if step is not None:
+        if step is None:
+            release(job)
+        else:
             steps.append(step)
 
     batches: dict[tuple, list[Job]] = {}
@@ -128,12 +130,14 @@ def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, part
             for step in list(steps):
                 if step.poll() is not None:
                     steps.remove(step)
+                    release(step.job)
             time.sleep(poll)
     finally:
         if waiting and arrays:
             slurm.cancel(arrays)
         for step in steps:
             step.kill()
+            release(step.job)
     return results
 
 
@@ -235,8 +239,10 @@ def run_task(batch: dict, index: int) -> RunResult:
     kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
     try:
         setup = Setup(sandbox=sandbox, backend=cgroups.best_backend(), package=Path(batch["package"]),
-                      data=[Path(d) for d in batch["data"]], data_env=dict(batch["data_env"]))
+                      data=[Path(d) for d in batch["data"]], data_env=dict(batch["data_env"]),
+                      keep_work=True)   # the grader checks the work folder from its own machine
         if sandbox.confined:
+            kit.chmod(0o755)   # the run's user reads it
             setup.student_kit = student_package(kit)
         return run_here([job], setup, 1)[job.key]
     finally:

@@ -439,14 +439,15 @@ class TaskRuntime:
             self.log(f"the ps was gone when this task signalled done ({type(e).__name__}: {first[:160]}); "
                      f"training had finished, so this task ends normally")
 
-    def session_creator(self, server, scaffold=None, max_wait_secs: float = 300):
+    def session_creator(self, server, scaffold=None, max_wait_secs: float = 300, recovery_wait_secs: float = 0.2):
         """TF1 ``SessionCreator`` for ``MonitoredSession``: the chief initializes the
-        variables; other trainers wait for them, polling every 0.2 s (a configuration of
-        several waits for the chief's initialization each time).
+        variables; other trainers wait for them, polling every ``recovery_wait_secs`` (a
+        configuration of several waits for the chief's initialization each time).
 
         ``MonitoredTrainingSession`` builds the same creators, but its non-chief one
         sleeps a hard-coded 30 s between polls, so a worker that starts before the chief
-        has initialized the variables idles for 30 s while the chief trains alone."""
+        has initialized the variables idles for 30 s while the chief trains alone
+        (``recovery_wait_secs=30`` does the same)."""
         tf = self.tf()
         scaffold = scaffold or tf.compat.v1.train.Scaffold()
         config = self.session_config()
@@ -459,7 +460,7 @@ class TaskRuntime:
                 manager = tf.compat.v1.train.SessionManager(
                     local_init_op=scaffold.local_init_op, local_init_feed_dict=scaffold.local_init_feed_dict,
                     ready_op=scaffold.ready_op, ready_for_local_init_op=scaffold.ready_for_local_init_op,
-                    graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=0.2)
+                    graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=recovery_wait_secs)
                 sess = manager.wait_for_session(server.target, config=config, max_wait_secs=max_wait_secs)
                 if sess is None:
                     raise TimeoutError(f"waited {max_wait_secs:.0f} s for the chief to initialize the variables; "
@@ -623,7 +624,7 @@ def shared_queue(tf, name: str, ps_index: int, capacity: int):
 
 def define_function(source: str, name: str, option: str, signature: str):
     """The function ``name`` that Python ``source`` defines: a notebook's own exercise, sent to
-    the tasks with ``option`` (``--optimizer-source``), so the cluster trains with the student's
+    the tasks with ``option`` (``--round-source``), so the cluster trains with the student's
     code (the student kit has no reference to fall back on)."""
     namespace: dict = {}
     exec(compile(source, f"<{option}>", "exec"), namespace)  # the student's own code

@@ -1,0 +1,157 @@
+"""The grader as a user without privileges (``nobody``, when the tests run as root; the current
+user otherwise): the same sandbox in an unprivileged user namespace, the same disk cap in a
+mount namespace of its own, the same capped log and read-only /proc, the runs as that user
+(it cannot switch), its signing key in its own home. The root case is what every other grading
+test runs; this file is the other one."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import WRITABLE, cell
+from labkit.grading.sandbox import SANDBOXES
+
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+pytestmark = [pytest.mark.notebook,
+              pytest.mark.skipif(SANDBOXES["bwrap"].unavailable() is not None,
+                                 reason=f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")]
+
+RUBRIC = textwrap.dedent("""\
+    [defaults]
+    disk_mb = 32
+    notebook_timeout = 240
+    [labs.who]
+    notebook = "who.ipynb"
+    [[labs.who.checks]]
+    name = "recorded"
+    kind = "record"
+    points = 1
+    record = "uid"
+""")
+WHO = WRITABLE + textwrap.dedent("""\
+    import json, os, sys
+    import labkit
+    labkit.record('uid', os.getuid())
+    print('WHO', json.dumps({'uid': os.getuid(), 'writable': writable()}))
+    fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2
+    os.write(fd, b'FLOOD-START\\n')
+    for _ in range(50):
+        os.write(fd, b'z' * 2**20)
+    os.write(fd, b'FLOOD-END\\n')""")
+FILL = "open('fill', 'wb').write(b'x' * 64 * 2**20)   # twice the disk"
+
+
+# Run as root in a mount namespace of its own: any folder on the way to the interpreter, the
+# virtualenv or this checkout that others may not enter (root's home, say) is covered with an
+# empty tmpfs they may enter, holding only that way back in. Then the rest of the command line.
+REACHABLE = textwrap.dedent("""\
+    import os, subprocess, sys, tempfile
+    sep = sys.argv.index('--')
+    covers = {}
+    for target in sys.argv[1:sep]:
+        parts = os.path.realpath(target).split('/')[1:]
+        for i in range(len(parts)):
+            folder = '/' + '/'.join(parts[:i])
+            if not os.stat(folder).st_mode & 0o001:
+                covers.setdefault(folder, set()).add(parts[i])
+                break
+    for folder, children in sorted(covers.items(), key=lambda kv: -len(kv[0])):
+        kept = {c: tempfile.mkdtemp() for c in children}
+        for child, stash in kept.items():
+            subprocess.run(['mount', '--bind', os.path.join(folder, child), stash], check=True)
+        subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=0755', 'tmpfs', folder], check=True)
+        for child, stash in kept.items():
+            os.mkdir(os.path.join(folder, child))
+            subprocess.run(['mount', '--move', stash, os.path.join(folder, child)], check=True)
+    os.execvp(sys.argv[sep + 1], sys.argv[sep + 1:])""")
+
+
+def as_user() -> list[str]:
+    """The start of a command line that runs the rest as user nobody, who can run this checkout."""
+    if os.geteuid() != 0:
+        return []
+    needed = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(REPO)]
+    return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", REACHABLE, *needed, "--",
+            "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+
+
+def test_the_grader_as_an_unprivileged_user(tmp_path):
+    if os.geteuid() == 0 and not (shutil.which("setpriv") and shutil.which("unshare")):
+        pytest.skip("needs setpriv and unshare (util-linux) to become user nobody")
+    root = Path(tempfile.mkdtemp(prefix="labkit-unprivileged-"))   # tmp_path is root's alone
+    try:
+        for student, code in (("alice", WHO), ("mallory", FILL)):
+            (root / "subs" / student).mkdir(parents=True)
+            nbformat.write(nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(code)]),
+                           str(root / "subs" / student / "who.ipynb"))
+        (root / "rubric.toml").write_text(RUBRIC)
+        (root / "home").mkdir()
+        (root / "data").mkdir()
+        if os.geteuid() == 0:
+            for p in [root, *root.rglob("*")]:
+                os.lchown(p, NOBODY, NOBODY)
+        env = {"PATH": os.environ["PATH"], "HOME": str(root / "home"), "LANG": "C.UTF-8",
+               "LABKIT_DATA": str(root / "data")}
+        check = subprocess.run([*as_user(), sys.executable, "-c", "import labkit.grading.grade, papermill"],
+                               capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        if check.returncode != 0:
+            pytest.skip(f"user nobody cannot run this checkout's Python: {check.stderr.strip().splitlines()[-1:]}")
+        done = subprocess.run([*as_user(), sys.executable, "-m", "labkit", "grade", str(root / "subs"), "--out",
+                               str(root / "out"), "--rubric", str(root / "rubric.toml"), "-j", "2"],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "labkit:" not in done.stderr, done.stderr   # the runs' disks were held (no host-folder fallback)
+        rows = {(r["student"], r["check"]): r for r in _csv(root / "out" / "grades.csv")}
+        assert rows[("alice", "execution")]["status"] == "ok", rows
+        assert rows[("alice", "recorded")]["status"] == "pass"
+        mallory = rows[("mallory", "execution")]
+        assert mallory["status"] == "disk" and "filled its 32 MB of disk" in mallory["reason"], mallory
+
+        nb = nbformat.read(str(root / "out" / "alice" / "who.ipynb"), as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        seen = json.loads(next(ln for ln in text.splitlines() if ln.startswith("WHO ")).split(" ", 1)[1])
+        assert seen["uid"] == (NOBODY if os.geteuid() == 0 else os.geteuid()) and seen["writable"] == []
+
+        from labkit.grading import logcap
+
+        log = (root / "out" / "alice" / "who.log").read_bytes()
+        assert len(log) <= logcap.HEAD + logcap.TAIL + 4096 and b"FLOOD-END" in log[-logcap.TAIL:]
+        key = root / "home" / ".config" / "labkit" / "grader.key"
+        assert key.stat().st_uid == (NOBODY if os.geteuid() == 0 else os.geteuid())
+        assert oct(key.stat().st_mode & 0o777) == "0o600"
+        assert [p for p in (root / "out" / ".work").rglob("*") if p.is_file()] == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _csv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_run_without_a_namespace_for_its_disk_is_stopped_past_it(tmp_path):
+    """Where no disk can be held (``--no-sandbox``, a Slurm node's runs), the work folder is a
+    host folder whose size the grader polls: past ``disk_mb`` the run is stopped, a `disk` row."""
+    from labkit.grading.grade import grade
+
+    (tmp_path / "subs" / "s").mkdir(parents=True)
+    spill = "import time\nfor i in range(8):\n    open(f'spill{i}', 'wb').write(b'x' * 8 * 2**20)\ntime.sleep(60)"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(spill)]),
+                   str(tmp_path / "subs" / "s" / "who.ipynb"))
+    (tmp_path / "rubric.toml").write_text(RUBRIC)
+    outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", sandbox="none", log=lambda m: None)
+    run = next(r for r in outcome.rows if r["check"] == "execution")
+    assert run["status"] == "disk" and "wrote more than its 32 MB of disk (in cell 1)" in run["reason"], run
+    assert run["seconds"] < 30 and not (tmp_path / "out" / ".work" / "s" / "who").exists()

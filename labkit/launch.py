@@ -423,7 +423,9 @@ class Cluster:
         return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
 
     def events(self, task: str | None = None, kind: str | None = None) -> list:
-        """The events received so far, in order of arrival: all, or ``task``'s, or of ``kind``."""
+        """The events received so far (those the tasks have written are read now, and handed to
+        the subscribers first), in order of arrival: all, or ``task``'s, or of ``kind``."""
+        self._deliver()
         return [e for e in self._events if (task is None or e.task == task) and (kind is None or e.kind == kind)]
 
     @property

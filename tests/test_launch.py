@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive, children, kill_and_expect_task_failed
+from helpers import alive, children, kill_and_expect_task_failed, wait_until, wait_while
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
@@ -40,11 +40,7 @@ def clusters(tmp_path, monkeypatch):
     yield made
     for c in made:
         c.stop()
-    deadline = time.monotonic() + 5
-    while children() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = children()
-    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+    wait_while(children, 5, 0.05, "every process of the test (but its fork server) to end")
     for c in made:
         for t in c.spec.tasks():
             assert cluster.port_is_free(t.port), f"port {t.port} of {t.name} cannot be bound again"
@@ -89,7 +85,8 @@ def test_run_to_completion_gathers_every_task(clusters):
 
 def test_killed_worker_raises_task_failed_promptly(clusters):
     c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
-    time.sleep(1.0)
+    wait_until(lambda: c.events("worker:0", "eval"), 120, 0.05,
+               "the cluster to train (the chief's first evaluation, an event)")
     failed, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert "SIGKILL" in str(failed) and "worker:1" in failed.log_tail
     assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
@@ -167,10 +164,7 @@ def test_tasks_do_not_outlive_a_killed_launcher(clusters):
     finally:
         launcher.kill()
         launcher.wait()
-    deadline = time.monotonic() + 20
-    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(psutil.pid_exists(p) for p in pids), "tasks outlived their launcher"
+    wait_while(lambda: [p for p in pids if psutil.pid_exists(p)], 20, 0.1, "the tasks to end with their launcher")
 
 
 def _listen(port: int) -> socket.socket:
@@ -288,10 +282,8 @@ def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
     if how != "error":
         assert c.follow(until=lambda: any(e.label == "connected" for e in c.events("worker:0", "mark"))) is None
         c.kill("worker:1") if how == "kill" else os.kill(pids["worker:1"], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while not all(map(_waitable, pids.values())):  # the launcher looks only now: one poll sees both ended
-        assert time.monotonic() < deadline, "worker:0 did not fail after losing its peer"
-        time.sleep(0.02)
+    # the launcher looks only now: one poll sees both ended
+    wait_until(lambda: all(map(_waitable, pids.values())), 30, 0.02, "worker:0 to fail after losing its peer")
     with pytest.raises(TaskFailed) as info:
         c.wait()
     failed = info.value
@@ -381,10 +373,8 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(remote_dir),
                                                "remote_python": sys.executable}, **LONG).start(wait_ready=False)
     run = remote_dir / c.remote_run
-    deadline = time.monotonic() + 60
-    while not all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
-        assert time.monotonic() < deadline, "the remote tasks never started"
-        time.sleep(0.05)
+    wait_until(lambda: all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")), 60, 0.05,
+               "the remote tasks to start")
     pids = {name: int((run / f"{name}.pid").read_text()) for name in ("ps-0", "worker-0")}
     c.stop()
     assert not any(psutil.pid_exists(p) for p in pids.values())

@@ -5,11 +5,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import alive
+from helpers import alive, wait_while
 from labkit import cluster, netem
 from labkit.launch import Cluster, TaskFailed
 from labkit.launchers.netem import described, netem_nodes
@@ -69,7 +68,8 @@ def probe(tmp_path, monkeypatch):
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
 
 
-@pytest.mark.parametrize("forked", [False, True], ids=["own-interpreter", "forked"])
+@pytest.mark.parametrize("forked", [False, pytest.param(True, marks=pytest.mark.cluster)],  # the fork server: TensorFlow
+                         ids=["own-interpreter", "forked"])
 def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     """cs744's placement on node0..1: ps:0 and worker:0 share node0's namespace, worker:1 has
     node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run.
@@ -152,9 +152,6 @@ def test_nothing_outlives_a_launcher_killed_with_sigkill(probe, tmp_path):
         link = made["link"] and os.path.exists(f"/sys/class/net/{made['link']}")
         return inside + alive(made["tasks"] + made["holders"]) + ([made["link"]] if link else [])
 
-    deadline = time.monotonic() + 30
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left() == []
+    wait_while(left, 30, 0.1, "the driver's namespaces, tasks, holders and link to go with it")
     run = next((tmp_path / "runs" / "test").iterdir())
     assert {json.loads(p.read_text())["shutdown"] for p in run.glob("*-0.json")} == {"terminated"}

@@ -10,6 +10,7 @@ TINY = {"epochs": 2, "train_limit": 2000, "test_limit": 1000, "idle_s": 0.2}
 FIGURES = ("core-resources", "keras-resources", "learning-curves", "batch-accuracy")
 
 
+@pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
 

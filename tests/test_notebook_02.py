@@ -17,6 +17,7 @@ TINY.update(netem_labs.LAB2)  # the section on emulated links, at its smallest
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
 
+@pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     nb = check_stored_clean(NOTEBOOK, analysis=8, figures=FIGURES)
 
@@ -84,7 +85,6 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     late = next(c for c in nb.cells if c.id == "lab2-late")  # report 002's 30 s start: off by default
     assert "recovery_wait_secs is None: skipped" in "".join(o.get("text", "") for o in late.outputs)
 
-    netem_labs.check_lab2(nb, rec)
     check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 
     # The rubric's checks of Lab 2 at these records, with the verifier reading the task result files.
@@ -102,3 +102,4 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
             ctx = verify.Context(workdir=tmp_path, records=rec, params=TINY, claimed=verify.lookup(rec, check.ref))
             verdict = verify.run(check.verify, ctx)
             assert verdict.ok, (check.name, verdict)
+    netem_labs.check_lab2(nb, rec)  # last: it skips where links cannot be emulated

@@ -30,7 +30,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_notebook
 
-from helpers import cell
+from helpers import cell, wait_until
 from labkit import checking
 from labkit.grading import public, release
 from labkit.grading.rubric import load_rubric
@@ -420,18 +420,19 @@ def serve_lab(command: str, cwd: Path, env: dict, tmp: Path) -> list[str]:
         server = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                   start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
+        def contents():  # the served folder's listing, once JupyterLab answers
             assert server.poll() is None, log.read_text()[-3000:]
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as r:
                     listing = json.load(r)
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10) as r:
                     assert r.status == 200 and b"JupyterLab" in r.read()
-                return [item["name"] for item in listing["content"]]
+                return listing
             except OSError:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(1)
+                return None
+
+        listing = wait_until(contents, 180, 1, lambda: f"JupyterLab to answer:\n{log.read_text()[-3000:]}")
+        return [item["name"] for item in listing["content"]]
     finally:
         stop_group(server)
 

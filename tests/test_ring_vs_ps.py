@@ -79,6 +79,7 @@ def test_own_tcp_bytes_count_this_process_traffic():
     assert sent1 - sent0 >= 100_000 - 1 and recv1 - recv0 >= 100_000, (sent0, sent1, recv0, recv1)
 
 
+@pytest.mark.tensorflow  # make_cluster starts the fork server, which imports TensorFlow, even for a dry run
 def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
     ps = ring_vs_ps.make_cluster("ps", "mlp", 2, n_ps=2, steps=6, batch_size=32, dry_run=True)

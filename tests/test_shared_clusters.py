@@ -92,8 +92,10 @@ def _check_windows(first, second) -> None:
         assert a.result["pid"] == b.result["pid"] and (a.ended, b.ended) == ("finished", "finished")
         assert b.result["configuration_started_epoch"] >= a.result["ended_epoch"]
         for t in (a, b):
-            assert t.resources()["duration_s"] > 0 and t.resources()["proc_rss_bytes"] > 0
-            assert t.baseline["proc_rss_bytes"] > 0
+            # its training window lies in the configuration's own, in a process that holds TensorFlow's runtime
+            window = t.result["ended_epoch"] - t.result["configuration_started_epoch"]
+            assert 0 < t.resources()["duration_s"] <= window and t.resources()["proc_rss_bytes"] > 100e6
+            assert t.baseline["proc_rss_bytes"] > 100e6
             assert [m["label"] for m in t.result["samples"]["marks"]][0] == "start"
 
 
@@ -159,7 +161,7 @@ def test_sync_async_in_two_orders_gives_the_same_figures_and_a_timeout_fails_alo
     for mode in ("sync", "async"):  # the grader's task_steps reads <run_dir>/worker-*.json
         worker = json.loads((Path(records["run_dir"][mode]).resolve() / "worker-0.json").read_text())
         assert worker["steps"]["local"] == records["steps_per_worker"][mode]["worker:0"]
-    assert (ahead.tasks("single", 50)["proc_rss_baseline_bytes"] > 0).all()
+    assert (ahead.tasks("single", 50)["proc_rss_baseline_bytes"] > 100e6).all()  # TensorFlow's runtime, loaded
 
     def make(**kw):
         return sync_async.make_cluster("async", "single", 50, run="behind/cluster-single", **{k: PS[k] for k in (

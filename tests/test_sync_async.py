@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, kill_and_expect_task_failed, wait_until
 from labkit.experiments import sync_async
 from labkit.tasks import ps_sgd
 
@@ -121,12 +121,12 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     still notices the death and stops everyone."""
     c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10 ** 7, eval_every=50, **SETTINGS)
     with c:
-        log = c.run_dir / "worker-0.log"
-        deadline = time.monotonic() + 240
-        while "global step 50:" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, c.log_tail("worker:0")
-            assert all(s == "running" for s in c.status().values()), c.status()
-            time.sleep(0.1)
+        def trained():  # the chief's evaluation at global step 50 (an event); until then, every task runs
+            done = [e for e in c.events("worker:0", "eval") if e.global_step >= 50]
+            assert done or all(s == "running" for s in c.status().values()), c.status()
+            return done
+
+        wait_until(trained, 240, 0.1, lambda: f"global step 50:\n{c.log_tail('worker:0')}")
         _, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert elapsed < 15, f"TaskFailed took {elapsed:.1f} s"
     assert not alive(c.pids().values())
@@ -196,6 +196,7 @@ def _round_from(body: str, folder, name: str):
     return module.sync_round
 
 
+@pytest.mark.tensorflow
 def test_check_sync_round_accepts_a_round_and_says_what_is_wrong_with_others(tmp_path):
     """In one process, against NumPy: a correct round passes; a sum, untagged (stale) gradients,
     a release before the update, SyncReplicasOptimizer's own queues each fail with what to fix."""
@@ -257,6 +258,7 @@ def test_bad_experiment_arguments_are_clear_errors():
         sync_async.sweep(("sync", "bsp"), progress=False)
 
 
+@pytest.mark.tensorflow
 def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
     """Report 000's Figures 1.2.1-1.2.2: the sync graph holds the round's accumulators and token
     queues; the async graph applies its gradients directly."""

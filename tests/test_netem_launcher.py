@@ -103,7 +103,8 @@ def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
 
 def test_a_failed_task_names_its_node(probe):
     c = Cluster(cluster.from_hosts(netem_nodes(2), ps=0, workers=2), "probe.task", lab="test", launcher="netem",
-                launcher_options={"link": RATE}, env={**probe, "PYTHONPATH": "/nonexistent"}, timeout=60)
+                launcher_options={"link": RATE, "forkserver": False}, env={**probe, "PYTHONPATH": "/nonexistent"},
+                timeout=60)
     with pytest.raises(TaskFailed, match=r"exited with code 1 on emulated node node[01] after"):
         c.run()
     assert c._launchers["worker:0"].network.leftovers() == []
@@ -126,7 +127,7 @@ from labkit.launch import Cluster
 from labkit.launchers.netem import netem_nodes
 from labkit.launchers import forkserver
 c = Cluster(cluster.from_hosts(netem_nodes(2), ps=1, workers=1), "probe.task", lab="test", launcher="netem",
-            launcher_options={"link": "100mbit", "grace": 2}, env={"PROBE_HANG": "1"}).start()
+            launcher_options={"link": "100mbit", "grace": 2, "forkserver": False}, env={"PROBE_HANG": "1"}).start()
 net = c._launchers["ps:0"].network
 print(json.dumps({"tasks": list(c.local_pids().values()), "holders": [n.pid for n in net._all_nodes().values()],
                   "netns": [list(n.netns) for n in net._all_nodes().values()], "link": net.driver_link}), flush=True)

@@ -160,6 +160,24 @@ def alive(pids) -> list[int]:
     return running
 
 
+def children(pid: int | None = None, recursive: bool = True) -> list:
+    """The processes below ``pid`` (default: this one), without its fork server
+    (``labkit.launchers.forkserver``): the local launcher's, which ends with the process that
+    started it and is meant to outlive the clusters it forked."""
+    try:
+        procs = psutil.Process(pid).children(recursive=recursive)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in procs:
+        try:
+            if "labkit.launchers.forkserver" not in p.cmdline():
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass  # gone meanwhile
+    return out
+
+
 def kill_and_expect_task_failed(c, task: str = "worker:1", timeout: float = 60):
     """SIGKILL ``task`` of the running cluster ``c``; ``c.wait`` must raise ``TaskFailed`` naming it
     with the signal. Returns the exception and the seconds the launcher took to notice."""

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 HARNESS = """
 import sys
 from labkit import bench, cli
-bench.BENCHMARKS["chain"] = "chain_bench"
+bench.BENCHMARKS.refer("chain", "chain_bench:run")
 sys.exit(cli.main(["bench", "chain", "--out", sys.argv[1]]))
 """
 

@@ -7,11 +7,10 @@ interrupt reaches only the kernel, which must stop them itself."""
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
-from helpers import alive, logged, wait_until
-from labkit import cluster
+from helpers import alive, children, wait_until
+from labkit import cluster, events
 from _kernel import kernel, ok, reply, text
 
 pytestmark = pytest.mark.cluster
@@ -62,7 +61,7 @@ def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
 def _gone(kernel_pid: int, pids: list[int], ports: list[int]) -> None:
     survivors = alive(pids)
     assert not survivors, f"task processes survived the interrupt: {survivors}"
-    left = psutil.Process(kernel_pid).children(recursive=True)
+    left = children(kernel_pid)
     assert not left, f"the kernel still has children: {[(p.pid, p.cmdline()[:4]) for p in left]}"
     assert all(cluster.port_is_free(p) for p in ports), f"a port of {ports} is still bound"
 
@@ -75,17 +74,18 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
         def spawned():  # every task process exists (they are still importing TensorFlow)
             if not (tmp_path / "starting.json").exists():
                 return None
-            kids = psutil.Process(kernel_pid).children()
+            kids = children(kernel_pid, recursive=False)
             return [p.pid for p in kids] if len(kids) >= 2 else None
 
         pids = _interrupt(km, kc, STARTING, spawned)
         _gone(kernel_pid, pids, json.loads((tmp_path / "starting.json").read_text())["ports"])
 
-        def training():  # servers up (start() returned), the worker in its loop: it logged a test loss
+        def training():  # servers up (start() returned), the worker in its loop: its first evaluation's event
             if not (tmp_path / "running.json").exists():
                 return None
             running = json.loads((tmp_path / "running.json").read_text())
-            return running["pids"] if logged(Path(running["run_dir"]) / "worker-0.log", "global step ")() else None
+            said = events.read_all(Path(running["run_dir"]) / "worker-0.events.jsonl")
+            return running["pids"] if any(e.kind == "eval" for e in said) else None
 
         pids = _interrupt(km, kc, RUNNING, training)
         _gone(kernel_pid, pids, json.loads((tmp_path / "running.json").read_text())["ports"])

@@ -35,7 +35,7 @@ from helpers import alive, wait_until, wait_while
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster, ClusterResult, TaskFailed
-from labkit.tasks import forkserver
+from labkit.launchers import forkserver
 
 pytestmark = pytest.mark.cluster
 
@@ -190,8 +190,9 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     'cannot connect': the launcher must say SIGKILL on that host, not send the TA after keys."""
     ssh, remote_dir, daemon = real_ssh
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=str(remote_dir),
-                remote_python=sys.executable, env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
+    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd",
+                launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
+                env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
                 train_limit=1000, test_limit=200, sample_interval=0.25)
     assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
     with c:
@@ -218,7 +219,8 @@ import json, sys, time
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster
 spec, ssh, remote_dir, mirror = json.loads(sys.argv[1])
-c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=remote_dir, remote_python=sys.executable,
+c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd",
+            launcher_options={"ssh": ssh, "remote_dir": remote_dir, "remote_python": sys.executable},
             env={"LABKIT_DATA_MIRROR": mirror}, steps=10**7, train_limit=1000, test_limit=200).start()
 print(c.remote_run, flush=True)
 time.sleep(600)

@@ -122,15 +122,15 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
         clusters.append(c)
         return c
 
-    def kill_in_the_third(config, task, line):
-        if task == "worker:1" and line.endswith("configuration 3/3 long: start"):
+    def kill_in_the_third(config, event):
+        if event.task == "worker:1" and event.kind == "config_started" and event.name == "long":
             clusters[0].kill("worker:1")
 
     configs = [shared.Config("w2-b100", "2 x 100", {"batch_size": 100}),
                shared.Config("w2-b50", "2 x 50", {"batch_size": 50}),
                shared.Config("long", "2 x 50, long", {"batch_size": 50, "epochs": 100000})]
     with pytest.raises(TaskFailed) as failed:
-        shared.run(make, configs, timeout=300, on_line=kill_in_the_third)
+        shared.run(make, configs, timeout=300, on_event=kill_in_the_third)
     e = failed.value
     assert e.task == "worker:1" and e.returncode == -9 and "configuration 3/3 long: start" in e.log_tail
     assert any("while configuration 2 x 50, long (3 of 3) ran" in n for n in e.__notes__), e.__notes__

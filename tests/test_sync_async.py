@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed, logged, wait_until
+from helpers import alive, kill_and_expect_task_failed, wait_until
 from labkit.experiments import sync_async
 from labkit.tasks import ps_sgd
 
@@ -121,10 +121,10 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     still notices the death and stops everyone."""
     c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10 ** 7, eval_every=50, **SETTINGS)
     with c:
-        def trained():  # the chief's test loss at global step 50; until then, every task runs
-            line = logged(c.run_dir / "worker-0.log", "global step 50:")()
-            assert line or all(s == "running" for s in c.status().values()), c.status()
-            return line
+        def trained():  # the chief's evaluation at global step 50 (an event); until then, every task runs
+            done = [e for e in c.events("worker:0", "eval") if e.global_step >= 50]
+            assert done or all(s == "running" for s in c.status().values()), c.status()
+            return done
 
         wait_until(trained, 240, 0.1, lambda: f"global step 50:\n{c.log_tail('worker:0')}")
         _, elapsed = kill_and_expect_task_failed(c, "worker:1")

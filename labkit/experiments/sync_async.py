@@ -47,7 +47,6 @@ from labkit.experiments import function_source, positive_ints, shared
 from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -223,7 +222,7 @@ def write_graphs(sync_round=None, deploy: str = "cluster2", logdir=None, learnin
     if deploy not in cluster.MODES:
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     source = round_source(sync_round) if sync_round is not None else None
-    root = Path(logdir) if logdir else paths.run_dir(LAB, f"graphs-{time.strftime('%Y%m%d-%H%M%S')}")
+    root = Path(logdir) if logdir else paths.run_dir(LAB, prefix="graphs")
     rt = types.SimpleNamespace(task=types.SimpleNamespace(type="worker", index=0), spec=cluster.build(deploy),
                                num_trainers=cluster.MODES[deploy][1], trainer_rank=0)
     for mode in MODES:
@@ -321,31 +320,22 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
     if deploy not in cluster.MODES:
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
-    run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout,
-                   **forkserver.launch_args(spec, task_args.get("launcher")), mode=mode, batch_size=batch_size,
-                   steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
-                   train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
-                   seed=seed, sample_interval=sample_interval,
-                   round_source=round_source(sync_round) if sync_round is not None else None, **task_args)
-
-
-def _printer(log, label: str):
-    def on_line(task: str, line: str) -> None:
-        if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
-            log(f"{label} | {line.split('] ', 1)[-1]}")
-    return on_line
+    return experiments.make_cluster(
+        LAB, PROGRAM, spec, name=f"{mode}-{deploy}-b{batch_size}", run=run, timeout=timeout, mode=mode,
+        batch_size=batch_size, steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
+        train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every, seed=seed,
+        sample_interval=sample_interval, round_source=round_source(sync_round) if sync_round is not None else None,
+        **task_args)
 
 
 def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
     """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
-    view; ``log`` gets the chief's lines (each periodic evaluation) as they come. Writes the
-    chief's TensorBoard scalars."""
-    on_line = _printer(log, f"{mode} {deploy} b{batch_size}")
-
+    view; ``log`` gets the chief's evaluations as they come, and its end. Writes the chief's
+    TensorBoard scalars."""
+    say = experiments.printer(log, ("eval", "done"))
     c = make_cluster(mode, deploy, batch_size, **kwargs)
     with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
-        done = Run(mode, deploy, batch_size, c.follow(on_line))
+        done = Run(mode, deploy, batch_size, c.follow(say and (lambda e: say(e, f"{mode} {deploy} b{batch_size}"))))
     done.write_scalars()
     return done
 
@@ -458,14 +448,14 @@ class Study(experiments.Sweep):
 
         rows = []
         for r in self.runs:
-            nets = {t.name: t.result.get("net") or {} for t in r.workers}
+            nets = {t.name: t.traffic for t in r.workers}
             g, local = r.global_step(), sum(r.local_steps().values())
             if not g or not local:
                 continue
             n = len(r.workers)
             sockets = None
-            if all("tcp_sent_bytes" in v for v in nets.values()):
-                sockets = sum(v["tcp_sent_bytes"] + v["tcp_recv_bytes"] for v in nets.values()) / g
+            if all(v.get("sent_bytes") is not None for v in nets.values()):
+                sockets = sum(v["sent_bytes"] + v["recv_bytes"] for v in nets.values()) / g
             host = math.nan
             per_host: dict[str, dict] = {}
             for t in r.workers:
@@ -474,7 +464,7 @@ class Study(experiments.Sweep):
                     per_host[t.host] = v
             chief = nets[r.chief.name]
             if per_host and chief.get("global_steps"):
-                rate = sum(v["sent_bytes"] / v["window_s"] for v in per_host.values())
+                rate = sum(v["nic_sent_bytes"] / v["window_s"] for v in per_host.values())
                 host = rate / (chief["global_steps"] / chief["window_s"])
             measured = sockets if sockets is not None else host
             per_global = local / g  # worker steps per global step: N in sync, 1 in async
@@ -574,7 +564,8 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, loc
                                 "local_steps": local_steps,
                                 **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
                                    if k != "sync_round"}, "timeout": timeout})
-    base = f"study-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = paths.run_name("study")
+    printed = experiments.config_printer(log, ("eval", "done"))
     widest = max(deploys, key=lambda d: cluster.MODES[d][1])
     counted = [shared.Config(f"{m}-{widest}-k{local_steps}", f"{m} {widest} {local_steps} steps each",
                              {"mode": m, "batch_size": batch_sizes[0], "local_steps": local_steps, "target_loss": None,
@@ -588,11 +579,7 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, loc
             def make(d=d, **shared_args):
                 return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
 
-            def on_line(config, task, line):
-                if config is not None:
-                    _printer(log, config.label)(task, line)
-
-            results = shared.run(make, configs, timeout=timeout, on_line=on_line, bar=bar, static=False)
+            results = shared.run(make, configs, timeout=timeout, bar=bar, static=False, on_event=printed)
             for config, result in zip(configs, results):
                 done = Run(config.args["mode"], d, config.args["batch_size"], result)
                 done.write_scalars()
@@ -612,19 +599,14 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
     ``global_steps_per_s`` leaves out the first step (``first_step_s``: tracing the step function).
     ``log`` gets the chief's line per epoch; its scalars go to ``<run dir>/tensorboard``."""
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
-    run_dir = paths.run_dir(LAB, f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-    def on_line(task: str, line: str) -> None:
-        if log and task == "chief:0" and "epoch " in line:
-            log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
-
-    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, **forkserver.launch_args(spec),
-                strategy="ps",
-                model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
-                train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
+    say = experiments.printer(log, ("epoch",))
+    c = experiments.make_cluster(LAB, "strategy_train", spec, name=f"modern-ps-b{batch_size}", tensorboard=True,
+                                 timeout=timeout, strategy="ps", model="softmax_regression", batch_size=batch_size,
+                                 epochs=epochs, lr=learning_rate, train_limit=train_limit, test_limit=test_limit,
+                                 seed=seed)
     with live.watch(c), c:
-        result = c.follow(on_line)
-    tr = result["chief:0"].result["train"]
+        result = c.follow(say and (lambda e: say(e, f"modern ps b{batch_size}")))
+    tr = result.chief().training
     steps = sum(h["steps"] for h in tr["history"])
     return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
             "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,

@@ -41,6 +41,7 @@ import numpy as np
 
 from labkit.grading import probe
 from labkit.grading.verify import Unverifiable, Verdict
+from labkit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,14 @@ class Hidden:
         self.inputs(**self.args(args))
 
 
-HIDDEN: dict[str, Hidden] = {}
+HIDDEN = Registry("hidden check")
 
 
 def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
     def register(fn):
         if probe_name not in probe.PROBES:
             raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/probe.py")
-        HIDDEN[name] = Hidden(name, tuple(functions), probe_name, fn, inputs, defaults)
+        HIDDEN.add(name, Hidden(name, tuple(functions), probe_name, fn, inputs, defaults))
         return fn
     return register
 

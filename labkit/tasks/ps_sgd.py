@@ -60,8 +60,9 @@ weights: nothing worth a ``Session.reset``, which would close the other tasks' s
 
 Result (``<type>-<index>.json``; per configuration, ``results.configuration_file``): steps ``local`` and ``global_at_exit`` (trainers),
 ``global_final`` (ps 0, after every trainer finished: the number of updates applied);
-``stop`` (why and at which global step); ``net`` (bytes sent and received while it
-trained: on the task's NIC and ``lo``, and on its own TCP sockets); series ``train``
+``stop`` (why and at which global step); ``traffic`` (``labkit.sockets.traffic``: bytes sent
+and received while it trained, on its own TCP sockets and on its NIC and ``lo``, and per local
+step; ``global_steps``: the global steps in that window); series ``train``
 (every ``--log-every`` local steps) and, on the chief, ``eval`` (test loss and accuracy
 every ``--eval-every`` global steps, ``t`` in seconds since training started); metrics
 ``test_loss``/``test_accuracy`` (chief, at the end); ``weights`` (chief, ``--save-weights``:
@@ -78,6 +79,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit import events
 from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
                                  mnist_for, run_graph_task, shared_queue)
 
@@ -393,7 +395,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
 
 def train(rt: TaskRuntime, tf, server, args, data) -> None:
     """One trainer's run of one configuration, from building the graph to signalling done."""
-    from labkit.sockets import NetCounter, pick_nic
+    from labkit.sockets import Meter, pick_nic, traffic
 
     rank, n = rt.trainer_rank, rt.num_trainers
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]
@@ -416,7 +418,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     local, step, next_eval = 0, 0, args.eval_every
     stop = {"reason": "steps"}
     stream = batches(x_train, y_train, args.batch_size, args.seed + rank)
-    net = NetCounter(pick_nic(args.nic, rt.task.host))
+    nic = pick_nic(args.nic, rt.task.host)
+    meter = Meter(nics=sorted({n for n in (nic, "lo") if n}))  # its NIC and lo: its traffic with tasks on its host
     creator = rt.session_creator(server, recovery_wait_secs=args.recovery_wait_secs)
     if rt.is_chief and args.chief_delay_secs > 0:
         rt.log(f"opening the session {args.chief_delay_secs:g} s late (--chief-delay-secs)")
@@ -435,7 +438,7 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
         if global_start >= stop_step:  # the others stopped before this trainer got here (no barrier)
             stop.update(reason="target" if stop_step < last_step(args, n) else "steps", at_global_step=stop_step,
                         before_first_step=True)
-        net.start()
+        meter.start()
         rt.first_step()
         with rt.timed("train"):
             t0 = time.monotonic()
@@ -460,6 +463,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                                       "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
                     next_eval = step + args.eval_every
                     rt.log(f"global step {step}: test loss {test_loss:.4f}, accuracy {test_acc:.4f}")
+                    rt.emit(events.Eval(run=None, global_step=int(step), metrics={
+                        "test_loss": float(test_loss), "test_accuracy": float(test_acc)}))
                     if args.target_loss is not None and test_loss <= args.target_loss and stop["reason"] != "target":
                         # everyone stops after the next global step (sync trainers are already making it)
                         raw(model.lower_stop, {model.stop_at: step + 1})
@@ -467,12 +472,12 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                                     test_loss=float(test_loss), at_global_step=int(step) + 1)
                         rt.log(f"test loss {test_loss:.4f} <= {args.target_loss} at global step {step}: "
                                f"stopping at {step + 1}")
-        net.stop()
+        reading = meter.stop()
     rt.steps["local"] = local
     rt.steps["global_start"] = global_start
     rt.result["stop"] = stop
     rt.result["mode"] = mode
-    rt.result["net"] = {**net.result, "global_steps": int(step) - global_start}
+    rt.result["traffic"] = {**traffic([reading], local), "global_steps": int(step) - global_start}
 
     # The session is closed; the variables still live on the ps until we signal done.
     with tf.compat.v1.Session(server.target, config=rt.session_config()) as plain:
@@ -487,6 +492,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                               "local_step": local, "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
     rt.signal_done(server.target, done)
     rt.log(f"done: {local} local steps, global step {rt.steps['global_at_exit']}, stop {stop}, metrics {rt.metrics}")
+    rt.emit(events.Done(run=None, local_steps=local, global_steps=rt.steps["global_at_exit"],
+                        seconds=rt.timings["train_s"], metrics=dict(rt.metrics)))
 
 
 def main(argv=None) -> None:

@@ -336,7 +336,9 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
         RATE = 0.5
         COMPUTED = len(open('assignment', 'w').name)
     """)
-    nb = {"cells": [{"cell_type": "code", "source": code}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cells = [{"cell_type": "markdown", "source": "# Lab"}, {"cell_type": "code", "source": code},
+             {"cell_type": "code", "source": "def broken(:"}]
+    nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
     fns, notes = probe.load_functions(tmp_path / "nb.ipynb", ["sgd_step", "hook", "Base", "WithMeta", "Body", "Fine",
                                                               "mark"])
@@ -346,8 +348,10 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     text = "\n".join(notes)
     for words in ("sgd_step taken without its decorator(s) @mark('decorator')", "default value \"mark('default')\"",
                   "defines __init_subclass__", "keyword arguments (metaclass=Meta)",
-                  "class Body runs a statement in its body (mark('class-body'))"):
+                  "class Body runs a statement in its body (mark('class-body'))",
+                  "cell 3: not Python"):   # cells as JupyterLab numbers them, from 1
         assert words in text, (words, text)
+    assert all(n.startswith("cell 2 line ") for n in notes if "not Python" not in n), notes
 
 
 # ----------------------------------------------------------------------------------- the grader's state

@@ -615,7 +615,7 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
         scores = notebook_scores(job, result, nb, records)
         verified = to_verify(job, scores, records)
         hidden = [(c, HIDDEN[c.spec["check"]]) for c in job.lab.checks if c.external] if result.ran else []
-        after = _Steps()
+        after = _Steps(job)
         if not (verified or hidden):
             return after.add(write(job, result, merge(job, result, scores, {}), records, notes))
         params = dict(job.lab.parameters)
@@ -651,10 +651,11 @@ def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=ru
 
 class _Steps:
     """What follows a notebook's run, one step after the other (the grader's checks, then the
-    feedback page's rendering), polled by the runner as one step: None until the last has ended."""
+    feedback page's rendering), polled by the runner as one step: None until the last has ended.
+    ``job``: whose run it follows (the runner releases its uid and disk once the last has ended)."""
 
-    def __init__(self):
-        self.items = []
+    def __init__(self, job: Job):
+        self.job, self.items = job, []
 
     def add(self, step) -> "_Steps":
         self.items.append(step)

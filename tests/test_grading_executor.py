@@ -201,6 +201,19 @@ def test_interrupting_the_batch_kills_every_run_check_and_page_in_flight(jobs, m
     assert events[-1] == ("close",)
 
 
+def test_an_interrupted_start_still_releases_every_job_it_was_given(jobs):
+    jobs, events = jobs
+
+    class Interrupted(FakeExecutor):
+        def start(self, jobs):
+            raise KeyboardInterrupt("signal 15")
+
+    with pytest.raises(KeyboardInterrupt):
+        with Interrupted(3, {}, events) as fake:
+            batch.Batch(fake, None, Sink(events, {})).run(jobs)
+    assert events == [("release", "ann"), ("release", "bob"), ("release", "cat"), ("close",)]
+
+
 def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
     """Here: no cgroup, uid or disk left for a run is its crashed row, never the batch's end."""
     from labkit.grading.sandbox import SANDBOXES

@@ -89,8 +89,11 @@ class Batch:
                 flight = Flight(job)
                 self.flights.append(flight)
                 self.ended(flight, early)
-        if ready:
-            self.flights += [Flight(job, handle) for job, handle in zip(ready, self.executor.start(ready))]
+        if ready:   # in flight before they start: a start that fails halfway still releases them all
+            flights = [Flight(job) for job in ready]
+            self.flights += flights
+            for flight, handle in zip(flights, self.executor.start(ready)):
+                flight.handle = handle
 
     def _room(self, starting: int) -> bool:
         slots = self.executor.slots
@@ -149,7 +152,7 @@ class Batch:
 
     def stop(self) -> None:
         """End every flight still in the air: its run, its checks, its page; release its job."""
-        running = [f.handle for f in self.flights if f.result is None]
+        running = [f.handle for f in self.flights if f.result is None and f.handle is not None]
         try:
             if running:
                 self.executor.kill(running)

@@ -390,7 +390,14 @@ class LocalExecutor(Executor):
     def start(self, jobs: list[Job]) -> list:
         if self.holder is None:
             self.holder = self.setup.disks()
-        return [self._start(job) for job in jobs]
+        handles = []
+        try:
+            for job in jobs:
+                handles.append(self._start(job))
+        except BaseException:   # Ctrl-C halfway: the batch never gets these handles, so end them here
+            self.kill(handles)
+            raise
+        return handles
 
     def _start(self, job: Job):
         try:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from labkit.grading.checks import Checking
+from labkit.grading.rubric import Score
 from labkit.grading.runner import Job, RunResult, prepare, release
 from labkit.grading.scoring import Evidence, examine, score
 
@@ -130,9 +132,6 @@ class Batch:
 
     def checking(self, job: Job, evidence: Evidence):
         """The grader's checks of ``job`` (``poll()``: {check name: Score} once over)."""
-        from labkit.grading.checks import Checking
-        from labkit.grading.rubric import Score
-
         if not evidence.to_check:
             return Ready({})
         try:

@@ -253,3 +253,47 @@ def test_executors_are_found_by_name():
         executor.register(FakeRun)
     with pytest.raises(ValueError, match="parallel must be at least 1"):
         runner.LocalExecutor(None, parallel=0)
+
+
+def test_the_slurm_executor_asks_squeue_once_an_interval_and_cancels_in_one_call(jobs, tmp_path, monkeypatch):
+    """Slurm stands in here: squeue is asked once a poll interval for every task, a squeue that
+    fails is said once and nothing counts as gone meanwhile, a task gone without a result gets
+    Slurm's reason, and the batch's kill is one scancel of the tasks still in flight."""
+    import json
+
+    from labkit.grading import slurm_array
+
+    jobs, _ = jobs
+    asked, cancelled, said = [], [], []
+    listing = {"77_0": "RUNNING", "77_[1-3]": "PENDING"}
+
+    def squeue(array):
+        asked.append(array)
+        if listing is None:
+            raise slurm_array.slurm.SlurmError("squeue did not answer within 60 s")
+        return dict(listing)
+
+    monkeypatch.setattr(slurm_array, "check", lambda partition: None)
+    monkeypatch.setattr(slurm_array, "_submit", lambda group, *args: "77")
+    monkeypatch.setattr(slurm_array.slurm, "jobs", squeue)
+    monkeypatch.setattr(slurm_array.slurm, "cancel", lambda ids: cancelled.append(list(ids)))
+    monkeypatch.setattr(slurm_array.slurm, "command", lambda *argv, **kw: "JobId=77_3 JobState=TIMEOUT Reason=None")
+    monkeypatch.setattr(slurm_array, "LOST_AFTER_S", 0.0)
+    with slurm_array.SlurmExecutor(None, "debug", "rubric.toml", tmp_path / "slurm", log=said.append) as slurm:
+        slurm.interval = 3600.0   # one listing serves every poll below until it is renewed by hand
+        tasks = slurm.start(jobs[:4])
+        assert [t.id for t in tasks] == ["77_0", "77_1", "77_2", "77_3"] and slurm.slots is None
+        assert [slurm.poll(t) for t in tasks] == [None] * 4 and asked == ["77"]
+        jobs[0].private.mkdir(parents=True)
+        (jobs[0].private / slurm_array.RESULT).write_text(json.dumps({"status": "ok", "seconds": 12.5}))
+        assert slurm.poll(tasks[0]).status == "ok"
+        listing, slurm.listed_at = None, -1e9          # squeue fails: said once, nothing is gone
+        assert [slurm.poll(t) for t in tasks[1:]] == [None] * 3 and len(said) == 2   # (1: the submission)
+        assert said[-1] == "note: squeue did not answer within 60 s; trying again"
+        listing, slurm.retry_at, slurm.listed_at = {"77_[1-2]": "PENDING"}, 0.0, -1e9   # 77_3 is gone
+        gone = slurm.poll(tasks[3])
+        minutes = slurm_array.limits(jobs[3].lab)[1]
+        assert (gone.status, gone.reason) == ("timeout", f"the Slurm job 77_3 reached its {minutes} min time limit "
+                                                         f"and was stopped")
+        slurm.kill(tasks[1:3])
+    assert cancelled == [["77_1", "77_2"]]   # and close() found nothing left to cancel

@@ -24,8 +24,8 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test check grade grade-import grade-answers grade-merge grade-export grade-deliver bench \
-        release cluster-setup cloudlab-local clean
+.PHONY: setup data lab test test-fast check grade grade-import grade-answers grade-merge grade-export grade-deliver \
+        bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ lab: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
+# tests/conftest.py, which fails a fast test that loads either), in about a minute.
+test-fast: setup
+	$(PY) -m pytest -m fast $(PYTEST_ARGS)
 
 # SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
 # export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook

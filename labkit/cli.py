@@ -218,9 +218,10 @@ def _launcher(args, program: str, **kwargs):
     from labkit import cluster, launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
-    c = launch.Cluster(spec, program, ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
-                       remote_python=args.remote_python, program_argv=shlex.split(args.args),
-                       launcher=args.launcher, **kwargs)
+    ssh = {"ssh": shlex.split(args.ssh) if args.ssh else None, "remote_dir": args.remote_dir,
+           "remote_python": args.remote_python}
+    c = launch.Cluster(spec, program, program_argv=shlex.split(args.args), launcher=args.launcher,
+                       launcher_options={k: v for k, v in ssh.items() if v is not None}, **kwargs)
     return c.spec, c  # as the launcher placed it (Slurm: on the allocation's nodes)
 
 

@@ -1,13 +1,14 @@
-"""Faults injected into a running cluster, and what TensorFlow did about them, read from the chief's log.
+"""Faults injected into a running cluster, and what TensorFlow did about them, from the chief's events.
 
 The chief of a synchronous ParameterServerStrategy run traces its steps (``strategy_train
---trace-steps``): one log line per step with the worker that ran each slice (``step_line``).
-``inject`` follows the cluster's logs, kills tasks once the chief has logged given steps
-(``Cluster.kill(..., expected=True)``: the launcher lets the cluster run on without them, so
-what happens next is TensorFlow's doing) and notes, on this process's clock, every step, every
-kill and every error the coordinator logged (``ERROR:tensorflow:...``). A task that fails
-because of a kill (the chief, when its ps is gone) ends the run with ``TaskFailed``, which
-the trace keeps. ``Trace.summary()`` says, per kill, how long the coordinator took to report
+--trace-steps``): a ``step`` event per step with the worker that ran each slice (and a log line
+for people, ``step_line``), and a ``tf_error`` event for each error TensorFlow's coordinator
+logs (``labkit.events``). ``inject`` follows the cluster's events, kills tasks once the chief
+has made given steps (``Cluster.kill(..., expected=True)``: the launcher lets the cluster run on
+without them, so what happens next is TensorFlow's doing) and notes, on this process's clock,
+every step, every kill and every error the coordinator reported. A task that fails because of a
+kill (the chief, when its ps is gone) ends the run with ``TaskFailed``, which the trace keeps
+with the error TensorFlow stopped it with (its ``peer_failure`` event). ``Trace.summary()`` says, per kill, how long the coordinator took to report
 it, how many steps ran after it, and on which workers.
 
 What ``ClusterCoordinator`` (TensorFlow 2.21) does, as these traces show:
@@ -25,47 +26,26 @@ Imports nothing from the layers above it (it is given the ``Cluster``; tasks imp
 """
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from dataclasses import dataclass, field
 
+from labkit import events
 from labkit.protocol import TaskFailed
-
-STEP = re.compile(r"\] step (?P<step>\d+): (?P<seconds>[0-9.]+) s, loss (?P<loss>\S+), "
-                  r"slices on workers (?P<on>[0-9 ]+)$")
-COORDINATOR_ERROR = re.compile(r"^ERROR:tensorflow:(?P<message>.*)$")
-WORKER_FAILED = re.compile(r"Worker /job:worker/replica:0/task:(?P<index>\d+) failed with (?P<error>\w+)")
-ERROR_CLASS = re.compile(r"(?:errors_impl\.|^)(?P<error>[A-Z]\w*Error)\b")
 
 
 def step_line(step: dict) -> str:
-    """The chief's log line for one traced step (``labkit.epochs.SyncPSEpochs``'s dict)."""
+    """The chief's log line, for people, of one traced step (``labkit.epochs.SyncPSEpochs``'s dict)."""
     on = " ".join(str(w) for w in step["slices_on"])
     return f"step {step['step']}: {step['seconds']:.3f} s, loss {step['loss']:.4f}, slices on workers {on}"
-
-
-def parse_step(line: str) -> dict | None:
-    """``step_line``'s dict back from a log line (with the task's prefix), or None."""
-    m = STEP.search(line.rstrip())
-    if not m:
-        return None
-    return {"step": int(m["step"]), "seconds": float(m["seconds"]), "loss": float(m["loss"]),
-            "slices_on": [int(w) for w in m["on"].split()]}
-
-
-def error_class(text: str) -> str | None:
-    """The last TensorFlow error class named in ``text`` (a log tail), e.g. ``UnavailableError``."""
-    found = [m["error"] for line in text.splitlines() for m in ERROR_CLASS.finditer(line.strip())]
-    return found[-1] if found else None
 
 
 @dataclass
 class Trace:
     """What ``inject`` saw: times are ``time.time()`` on this process's clock."""
-    steps: list = field(default_factory=list)    # parse_step's dicts, with "t" (when the line was read)
+    steps: list = field(default_factory=list)    # {"step", "seconds", "loss", "slices_on", "t" (when it came)}
     kills: list = field(default_factory=list)    # {"task", "after_step", "t"}
-    events: list = field(default_factory=list)   # {"t", "message"}: the coordinator's ERROR lines
+    events: list = field(default_factory=list)   # {"t", "message"}: the errors the coordinator logged
     failure: dict | None = None                   # the TaskFailed that ended the run, if one did
     result: object = None                         # the cluster's result, if it finished
 
@@ -107,25 +87,27 @@ def _names(message: str, task: str) -> bool:
     return f"/job:{job}/replica:0/task:{index}" in message or f"/job:{job}/task:{index}" in message
 
 
-def inject(cluster, kills, chief: str = "chief:0") -> Trace:
+def inject(cluster, kills) -> Trace:
     """Follow ``cluster`` (started if new) and kill each ``(after_step, task)`` of ``kills`` once
-    the chief has logged that step; return the ``Trace`` when the run ends, by finishing or by a
-    ``TaskFailed`` (kept in ``Trace.failure``, with the time the failed task ended)."""
+    the chief has made that step; return the ``Trace`` when the run ends, by finishing or by a
+    ``TaskFailed`` (kept in ``Trace.failure``, with the error and the time TensorFlow stopped the
+    failed task: its ``peer_failure`` event, else when it wrote its result)."""
     trace = Trace()
     pending = sorted(kills)
+    stopped: dict[str, events.PeerFailure] = {}
 
-    def on_line(task: str, line: str) -> None:
-        if task != chief:
+    def note(e: events.Event) -> None:
+        if isinstance(e, events.PeerFailure):
+            stopped[e.task] = e
+        if not e.chief:
             return
-        now = time.time()
-        step = parse_step(line)
-        if step is not None:
-            trace.steps.append({**step, "t": now})
-        m = COORDINATOR_ERROR.match(line.strip())
-        if m:
-            trace.events.append({"t": now, "message": m["message"].strip()})
+        if isinstance(e, events.Step):
+            trace.steps.append({"step": e.step, "seconds": e.seconds, "loss": e.loss, "slices_on": list(e.slices_on),
+                                "t": time.time()})
+        elif isinstance(e, events.TfError):
+            trace.events.append({"t": time.time(), "message": e.message})
 
-    def kill_due(_seen) -> bool:
+    def kill_due() -> bool:
         while pending and trace.steps and trace.steps[-1]["step"] >= pending[0][0]:
             after, task = pending.pop(0)
             cluster.kill(task, expected=True)
@@ -133,21 +115,21 @@ def inject(cluster, kills, chief: str = "chief:0") -> Trace:
         return False  # never stop following: the run ends by itself, or fails
 
     try:
-        trace.result = cluster.follow(on_line, until=kill_due)
+        trace.result = cluster.follow(note, until=kill_due)
     except TaskFailed as e:
-        ended = _ended_epoch(cluster, e.task)
-        trace.failure = {"task": e.task, "returncode": e.returncode, "error": error_class(e.log_tail or ""),
-                         "message": str(e).splitlines()[0], "log_tail": e.log_tail, "t": ended or time.time()}
+        met = stopped.get(e.task)
+        trace.failure = {"task": e.task, "returncode": e.returncode, "error": met.error if met else None,
+                         "message": str(e).splitlines()[0], "log_tail": e.log_tail,
+                         "t": met.t if met else _ended_epoch(cluster, e.task) or time.time()}
     return trace
 
 
 def _ended_epoch(cluster, task: str) -> float | None:
-    """When TensorFlow stopped ``task`` (its result's ``peer_failure``, ``labkit.tasks.strategy_train``),
-    else when it wrote its result (``ended_epoch``), from what the stopped cluster gathered."""
+    """When ``task`` wrote its result (``ended_epoch``), from what the stopped cluster gathered."""
     result = getattr(cluster, "result", None)
     if result is None:
         return None
     for t in result:
         if t.name == task and t.result:
-            return (t.result.get("peer_failure") or {}).get("failed_epoch") or t.result.get("ended_epoch")
+            return t.result.get("ended_epoch")
     return None

@@ -3,9 +3,16 @@
     spec = cluster.local(ps=1, workers=2)
     with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
         result = c.wait(timeout=300)                              # TaskFailed / ClusterTimeout, never a hang
-        # or c.follow(on_line): the same wait, each new log line passed to on_line(task, line)
+        # or c.follow(on_event): the same wait, each task's events (labkit.events) passed on as they come
     result.table()      # one row per task: how it ended, steps, metrics, resources
     result.samples()    # every task's resource samples, merged, for plots
+
+**Events.** Each task emits typed events (``labkit.events``: started, epoch, eval, done ...)
+on a channel of its own, which its launcher brings into ``runs/<lab>/<run>/<task>.events.jsonl``
+as they come (ssh: on the session's stdout). The Cluster reads them whenever it waits
+(``start``, ``wait``, ``follow``) and hands each to its subscribers (``on_event=``,
+``subscribe``), in order per task, on the waiting thread; ``events()`` keeps them all. The log
+holds the task's words for people; nothing reads it to learn what happened.
 
 What it guarantees:
 - **Ownership.** Each task is a child in its own session with its own log file under
@@ -31,16 +38,17 @@ What it guarantees:
   stopped with ``VersionSkew`` (``check_versions``).
 
 How a task is started is its *launcher*'s business (``labkit.launchers``: ``local``, ``ssh``,
-``slurm``, one interface, a registry by name); the Cluster never asks where a task runs.
-``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
+``slurm``, ``netem``, one interface, a registry by name); the Cluster never asks where a task
+runs. ``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
 Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
 tasks then go on the allocation's nodes, ``labkit.launchers.slurm``), else each task by its
 host: this machine's addresses here, any other host over ssh::
 
     ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
 
-``ssh`` and ``remote_dir`` are arguments (defaults: ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``,
-so a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
+A launcher's settings are its ``launcher_options`` (the ssh launcher's ``ssh``, ``remote_dir``,
+``remote_python``, ``local_hosts``, defaulting to ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``, so
+a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
 exact per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
 missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
@@ -52,25 +60,21 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 
-from labkit import launchers
+from labkit import events, launchers, paths
 from labkit.cluster import LOCAL_HOSTS, ClusterSpec, Task
 from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
-# re-exported: nodes.py, the tests and older notebooks name these through launch
-from labkit.launchers.ssh import (DEFAULT_SSH, REMOTE_TERM_GRACE_S, default_remote_dir, default_ssh,  # noqa: F401
-                                  remote_command, remote_failure_hint, remote_returncode)
-from labkit.paths import runs_root
+from labkit.paths import run_name, runs_root
 from labkit.proc import StopAtExit, descendants
 from labkit.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.results import read_json as _read_json
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
-                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, describe_exit,
-                             grpc_options, log_hint, task_file, versions)
+                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, chief_of,
+                             describe_exit, grpc_options, log_hint, task_file, versions)
 
 POLL_S = 0.05
 
@@ -145,15 +149,13 @@ class Cluster:
     line (``batch_size=50`` -> ``--batch-size 50``). The launcher's own:
 
     - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
-      ``run`` = program + time stamp);
+      ``run`` = ``paths.run_name(program)``);
     - ``python``: the interpreter for local tasks (default: this one);
-    - ``ssh`` (argv list; default ``default_ssh()``), ``remote_dir`` (where the kit lives on
-      remote hosts, relative to the remote home or absolute; default ``default_remote_dir()``),
-      ``remote_python`` (relative to ``remote_dir``);
-      ``local_hosts``: extra host names to treat as this machine;
     - ``launcher``: how every task starts, by name (``local``, ``ssh``, ``slurm``, or one
       registered in ``labkit.launchers``); empty: chosen per task (see the module docstring);
-      ``launcher_options``: settings for it (Slurm: ``{"srun": [extra srun arguments]}``);
+      ``launcher_options``: the launchers' settings, each reading its own keys (ssh:
+      ``{"ssh": [...], "remote_dir": ..., "remote_python": ..., "local_hosts": [...]}``; Slurm:
+      ``{"srun": [extra srun arguments]}``; netem: ``{"link": "1gbit"}``);
     - ``env``: extra environment for every task; ``threads``: ``(intra, inter)`` op
       threads per task (default: the task picks from its host's cores);
     - ``timeout``: seconds from ``start()`` until everything must have finished;
@@ -161,16 +163,16 @@ class Cluster:
       may take to exit after the trainers finish; ``term_grace``: SIGTERM to SIGKILL;
     - ``check_versions``: refuse a cluster with mismatched versions (``VersionSkew``);
     - ``dry_run``: ``start()`` prints the commands and starts nothing;
+    - ``on_event``: called with each event of the tasks (``labkit.events``; ``subscribe`` adds more);
     - ``program_argv``: more command-line arguments for the program, as given.
     """
 
     def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
-                 run_dir=None, python: str | None = None, ssh=None, remote_dir: str | None = None,
-                 remote_python: str = ".venv/bin/python", local_hosts=(), env: dict | None = None,
+                 run_dir=None, python: str | None = None, env: dict | None = None,
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
                  dry_run: bool = False, program_argv=(), launcher: str | None = None,
-                 launcher_options: dict | None = None, **args):
+                 launcher_options: dict | None = None, on_event=None, **args):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(f"spec must be a labkit.cluster.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
                              f"got {type(spec).__name__}")
@@ -182,9 +184,8 @@ class Cluster:
             raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
         self.spec, self.program, self.module = spec, program, program_module(program)
         self.args, self.program_argv = dict(args), [str(a) for a in program_argv]
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.run_name = run or f"{program.rsplit('.', 1)[-1]}-{stamp}-{uuid.uuid4().hex[:4]}"
-        self.run_dir = Path(run_dir) if run_dir else runs_root() / lab / self.run_name
+        self.run_name = run or run_name(program.rsplit(".", 1)[-1])
+        self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)
         # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from
         # another sweep's <run>, whose leftover results and pid files must never be read as ours
         try:
@@ -193,13 +194,9 @@ class Cluster:
             below = f"{lab}/{self.run_name}"
         self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
-        ssh = default_ssh() if ssh is None else ssh
-        self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
-        self.remote_dir = str(remote_dir) if remote_dir is not None else default_remote_dir()
-        self.remote_python = str(remote_python)
-        self.local_hosts = local_addresses() | set(local_hosts)
-        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python, tuple(self.ssh), self.remote_dir,
-                            self.remote_python, frozenset(self.local_hosts), dict(launcher_options or {}))
+        options = dict(launcher_options or {})
+        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
+                            frozenset(local_addresses() | set(options.get("local_hosts", ()))), options)
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
@@ -209,14 +206,18 @@ class Cluster:
         self.startup_s: float | None = None
         self.teardown_s: float | None = None
         self._procs: list[TaskProcess] = []
+        self._subscribers: list = [on_event] if on_event is not None else []
+        self._events: list[events.Event] = []
+        self._tails: dict[str, events.Tail] = {}
         self._t_start: float | None = None
         self._t_trainers_done: float | None = None
         self._state = "new"
         self._build()
 
     # ----------------------------------------------------------------- commands
-    def _task_env(self, task: Task, run_dir: str) -> dict[str, str]:
-        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: run_dir, ENV_TASK: task.name,
+    def _task_env(self, task: Task, launcher: Launcher) -> dict[str, str]:
+        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: launcher.task_run_dir(task), ENV_TASK: task.name,
+               **launcher.task_env(task),
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
                ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS)))}
         if self.threads:
@@ -229,10 +230,11 @@ class Cluster:
         self._procs = []
         for task in self.spec.tasks():
             launcher = self._launchers[task.name]
-            env = self._task_env(task, launcher.task_run_dir(task))
+            env = self._task_env(task, launcher)
             argv, command = launcher.command(task, env, argv_tail)
             log = self.run_dir / task_file(task.type, task.index, ".log")
-            self._procs.append(TaskProcess(task, launcher, argv, command, env, log))
+            self._procs.append(TaskProcess(task, launcher, argv, command, env, log,
+                                           self.run_dir / task_file(task.type, task.index, events.SUFFIX)))
 
     def commands(self) -> list[tuple[str, str]]:
         """``(task, command line)`` for every task: what ``start()`` runs, ready to paste."""
@@ -298,6 +300,8 @@ class Cluster:
         this process, however it goes (``labkit.launchers``)."""
         for p in self._procs:
             p.log_path.write_text(f"# {p.command}\n")
+            p.events_path.write_bytes(b"")  # a start again (a port was taken) begins the stream anew
+            self._tails[p.task.name] = events.Tail(p.events_path)
             p.proc = p.launcher.spawn(p)
             p.t_start = time.monotonic()
 
@@ -305,9 +309,11 @@ class Cluster:
         deadline = self._t_start + min(self.start_timeout, self.timeout)
         pending = list(self._procs)
         while pending:
+            self._deliver()
             self._raise_on_failure()
+            written = set(os.listdir(self.run_dir))  # a fresh listing: on NFS, it shows what other nodes wrote
             for p in list(pending):
-                if p.poll() is not None or p.launcher.ready(p.task):
+                if p.poll() is not None or (self._said_hello(p, written) and p.launcher.ready(p.task)):
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
                 why = "; ".join(h for launcher, group in _by_launcher(pending) if (h := launcher.unready_hint(group)))
@@ -315,6 +321,14 @@ class Cluster:
                                      what="bring every server up", detail=why)
             if pending:
                 time.sleep(POLL_S)
+        self._raise_on_failure()  # a task that exited in the last round (its peers were up at once)
+
+    @staticmethod
+    def _said_hello(p: TaskProcess, written: set[str]) -> bool:
+        """Whether the task has written its hello (in ``written``, the run directory's files), which
+        it does once it has found its port free, where its files are here: until then, another
+        process that took its port would pass for its server."""
+        return not p.launcher.files_here or p.file(".hello.json") in written
 
     # --------------------------------------------------------------------- wait
     def wait(self, timeout: float | None = None) -> ClusterResult:
@@ -333,6 +347,7 @@ class Cluster:
             deadline = min(deadline, time.monotonic() + timeout)
         try:
             while True:
+                self._deliver()
                 self._raise_on_failure()
                 trainers = [p for p in self._procs if p.task.type != "ps"]
                 ps = [p for p in self._procs if p.task.type == "ps"]
@@ -354,6 +369,7 @@ class Cluster:
             self.teardown_s = time.monotonic() - self._t_trainers_done
             self._state = "finished"
             self.result = self._gather()
+            self._deliver()  # the last events, written just before the exits
             ends = [t.result.get("ended_epoch") for t in self.result.trainers() if t.result]
             if ends and len(ends) == len(self.result.trainers()) and all(ends):
                 # from the moment the last trainer had written its result, not from when we
@@ -372,38 +388,59 @@ class Cluster:
         with self:
             return self.wait(timeout)
 
-    def follow(self, on_line=None, until=None, poll: float = 0.1) -> ClusterResult | None:
-        """``wait()``, passing each new line of the tasks' logs to ``on_line(task, line)`` as
-        it is written (a lab prints its chief's evaluations, or moves a progress bar).
+    def follow(self, on_event=None, until=None, poll: float = 0.1) -> ClusterResult | None:
+        """``wait()``, passing each event of the tasks (``labkit.events``) to ``on_event(event)``
+        (``subscribe``: those received so far, then each as it comes; a lab prints its chief's
+        epochs, or moves a progress bar).
 
-        Returns ``wait()``'s result, or None as soon as ``until(seen)`` is true (``seen``:
-        task -> its lines so far), leaving the cluster running (to kill a task mid-run, say).
-        A failed task raises ``TaskFailed`` as ``wait`` does; starts the cluster if it is new."""
-        if self._state == "new":
-            self.start()
-        offsets = {p.task.name: 0 for p in self._procs}
-        seen: dict[str, list[str]] = {name: [] for name in offsets}
-
-        def read() -> None:
-            for p in self._procs:
-                lines, offsets[p.task.name] = _new_lines(p.log_path, offsets[p.task.name])
-                seen[p.task.name] += lines
-                for line in lines:
-                    if on_line is not None:
-                        on_line(p.task.name, line)
-
-        deadline = (self._t_start or time.monotonic()) + self.timeout
-        while True:
-            read()
-            if until is not None and until(seen):
-                return None
-            # a task killed as expected (kill(..., expected=True)) is the experiment's: follow on without it
-            if any(s not in ("running", "killed") for s in self.status().values()) or time.monotonic() > deadline:
-                try:
+        Returns ``wait()``'s result, or None as soon as ``until()`` is true (checked after each
+        round of events), leaving the cluster running (to kill a task mid-run, say). A failed
+        task raises ``TaskFailed`` as ``wait`` does; starts the cluster if it is new."""
+        unsubscribe = self.subscribe(on_event) if on_event is not None else None
+        try:
+            if self._state == "new":
+                self.start()
+            deadline = (self._t_start or time.monotonic()) + self.timeout
+            while True:
+                self._deliver()
+                if until is not None and until():
+                    return None
+                # a task killed as expected (kill(..., expected=True)) is the experiment's: follow on without it
+                if any(s not in ("running", "killed") for s in self.status().values()) or time.monotonic() > deadline:
                     return self.wait()  # every task done, or one failed: wait() gathers or raises
-                finally:
-                    read()  # the last lines, written just before the exit
-            time.sleep(poll)
+                time.sleep(poll)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+    # ------------------------------------------------------------------- events
+    def subscribe(self, fn, replay: bool = True):
+        """Call ``fn(event)`` with every event (see the module docstring): first those received so
+        far (``replay``), then each as it comes. Returns a function that ends the subscription."""
+        for event in list(self._events) if replay else ():
+            fn(event)
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    def events(self, task: str | None = None, kind: str | None = None) -> list:
+        """The events received so far (those the tasks have written are read now, and handed to
+        the subscribers first), in order of arrival: all, or ``task``'s, or of ``kind``."""
+        self._deliver()
+        return [e for e in self._events if (task is None or e.task == task) and (kind is None or e.kind == kind)]
+
+    @property
+    def chief(self) -> str:
+        """The name of the task that leads the training (``protocol.chief_of``)."""
+        return chief_of(self.spec.jobs)
+
+    def _deliver(self) -> None:
+        """Read what the tasks have emitted since the last call; hand each event to the subscribers."""
+        for p in self._procs:
+            tail = self._tails.get(p.task.name)
+            for event in tail.read() if tail is not None else ():
+                self._events.append(event)
+                for fn in list(self._subscribers):
+                    fn(event)
 
     def _raise_on_failure(self) -> None:
         """Raise ``TaskFailed`` (or ``PortInUse``) once any task has failed, after stopping the rest.
@@ -479,6 +516,11 @@ class Cluster:
             self.result = self._gather()
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             print(f"labkit: could not gather the results of {self.run_dir}: {e}", file=sys.stderr)
+        try:
+            self._deliver()  # what the tasks said before they went (a subscriber's error must not stop the teardown)
+        except Exception as e:
+            print(f"labkit: an event subscriber failed while {self.run_dir} stopped: {type(e).__name__}: {e}",
+                  file=sys.stderr)
         self._state = "stopped"
         if interrupted is not None:
             raise interrupted
@@ -539,11 +581,13 @@ class Cluster:
                     _kill_quietly(child)
                 self._terminate([p])
         # a start interrupted (Ctrl-C) between a child's fork and its bookkeeping leaves a
-        # task nobody tracks: found by its exact command line among this process's children
-        unrecorded = [p.argv for p in self._procs if p.proc is None and p.log_path.exists()]
+        # task nobody tracks: found among this process's children by the environment it was
+        # given (its command line may be a stand-in's or a wrapper's)
+        unrecorded = {(p.env[ENV_RUN_DIR], p.task.name) for p in self._procs if p.proc is None and p.log_path.exists()}
         for child in psutil.Process().children() if unrecorded else ():
             try:
-                if child.cmdline() in unrecorded:
+                env = child.environ()
+                if (env.get(ENV_RUN_DIR), env.get(ENV_TASK)) in unrecorded:
                     for grandchild in descendants(child.pid):
                         _kill_quietly(grandchild)
                     _kill_quietly(child)
@@ -647,10 +691,24 @@ def _assign_launchers(spec: ClusterSpec, name: str | None, settings: Settings) \
     """The spec as the launchers place it, and each task's launcher (by task name): one
     launcher object per way, shared by the tasks it starts."""
     chosen = launchers.choose(name, spec, settings.local_hosts)
-    made = {way: launchers.get(way)(settings) for way in dict.fromkeys(chosen.values())}
+    ways = list(dict.fromkeys(chosen.values()))
+    _check_options(settings.options, ways)
+    made = {way: launchers.get(way)(settings) for way in ways}
     for one in made.values():
         spec = one.place(spec)  # a launcher that picks the nodes itself (Slurm) moves the tasks there
     return spec, {task: made[way] for task, way in chosen.items()}
+
+
+def _check_options(options: dict, ways: list[str]) -> None:
+    """A ValueError for a ``launcher_options`` key no registered launcher reads. A key of a
+    launcher not in use (the ssh settings of a cluster whose hosts are all here) is left unread."""
+    own = {key for way in ways for key in launchers.get(way).OPTIONS}
+    left = set(options) - own
+    if left:  # the others are imported only now, to tell a typo from another launcher's key
+        unknown = sorted(left - {key for way in launchers.names() for key in launchers.get(way).OPTIONS})
+        if unknown:
+            raise ValueError(f"launcher_options {unknown} are not the {' or '.join(ways)} launcher's; it takes "
+                             f"{', '.join(sorted(own)) or 'none'}")
 
 
 def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProcess]]]:
@@ -659,18 +717,6 @@ def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProc
     for p in procs:
         groups.setdefault(id(p.launcher), (p.launcher, []))[1].append(p)
     return list(groups.values())
-
-
-def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The whole lines written to ``path`` since byte ``offset``, and the new offset."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1  # whole lines only
-    return chunk[:end].decode("utf-8", "replace").splitlines(), offset + end
 
 
 def _kill_quietly(proc: psutil.Process) -> None:

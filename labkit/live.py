@@ -2,11 +2,12 @@
 
     c = Cluster(spec, "ps_sgd", lab="lab2")
     with live.watch(c), c:                # the view first: it also shows the tasks starting
-        result = c.wait()                 # or c.follow(on_line), any wait
+        result = c.wait()                 # or c.follow(on_event), any wait
 
 **In JupyterLab** (``labkit.progress.is_live()``) the cell shows, refreshed in place every
-``refresh`` seconds while the block runs: a table of every task (state, CPU, memory, its
-node's network rate) and a CPU / memory / network figure of the last ``window`` seconds.
+``refresh`` seconds while the block runs: a table of every task (state, where it is from its
+latest event, ``labkit.events``: an epoch, a step, a configuration; CPU, memory, its node's
+network rate) and a CPU / memory / network figure of the last ``window`` seconds.
 The numbers come from a ``ResourceSampler`` per local task on the driver, watching the
 pid the launcher started (and its children): the tasks' own samples reach the driver only
 in their result files, at the end. A task on an emulated node (``labkit.netem``: a network
@@ -82,12 +83,16 @@ class LiveView:
         self._thread: threading.Thread | None = None
         self._table = self._figure = None         # IPython DisplayHandles (live)
         self._t0 = None
+        self._progress: dict[str, str] = {}       # task -> where it is, from its latest event
+        self._unsubscribe = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveView":
         if self._thread is not None:
             raise RuntimeError("this LiveView has started already; make a new one per cluster run")
         self._t0 = time.monotonic()
+        if hasattr(self.cluster, "subscribe"):
+            self._unsubscribe = self.cluster.subscribe(self._on_event)
         if self.live:
             from IPython.display import HTML, display
 
@@ -110,6 +115,8 @@ class LiveView:
         """Stop the thread and the samplers; with ``final``, show the whole run once
         (live: the last update; headless: the static figure)."""
         self._stop.set()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
         for s in self._samplers.values():
@@ -162,6 +169,12 @@ class LiveView:
             self._error("could not show the task logs:\n" + traceback.format_exc(limit=4))
 
     # ------------------------------------------------------------------ data
+    def _on_event(self, e) -> None:
+        """A task's event (``labkit.events``): where it is now, for the table's ``progress``."""
+        text = _progress(e)
+        if text is not None:
+            self._progress[e.task] = text
+
     def _watch_new_tasks(self) -> None:
         """A sampler for every local task pid not yet watched (tasks restarted on other
         ports after a port race get new pids), and a new one for a task that has since
@@ -206,7 +219,8 @@ class LiveView:
             last = s.latest() if s is not None else None
             dt = (last or {}).get("dt") or float("nan")
             nics = "-" if s is None else ", ".join(s.nics) if s.nics is not None else "all, lo included"
-            rows.append({"task": t.name, "host": t.host, "state": status.get(t.name, "new"), "nics": nics,
+            rows.append({"task": t.name, "host": t.host, "state": status.get(t.name, "new"),
+                         "progress": self._progress.get(t.name, ""), "nics": nics,
                          "cpu_pct": (last or {}).get("proc_cpu"), "rss_bytes": (last or {}).get("proc_rss"),
                          "host_cpu_pct": None if last is None else last["cpu_user"] + last["cpu_system"],
                          "net_recv_per_s": None if last is None else last["net_recv"] / dt,
@@ -262,7 +276,7 @@ class LiveView:
         t = self.table()
 
         def fmt(col, value):
-            if col in ("host", "state", "nics"):
+            if col in ("host", "state", "progress", "nics"):
                 return str(value)
             if value is None or value != value:
                 return "-"
@@ -282,6 +296,16 @@ class LiveView:
     def _error(self, message: str) -> None:
         self.errors.append(message)
         warnings.warn(f"labkit.live: {message}", RuntimeWarning, stacklevel=2)
+
+
+def _progress(e) -> str | None:
+    """A few words on where a task is, from one of its events; None for an event that says nothing new."""
+    what = {"started": lambda: "started", "mark": lambda: e.label, "config_started": lambda: f"config {e.name}",
+            "resumed": lambda: f"resumed after epoch {e.start_epoch}", "epoch": lambda: f"epoch {e.epoch}/{e.epochs}",
+            "step": lambda: f"step {e.step}", "eval": lambda: f"{e.run + ', ' if e.run else ''}step {e.global_step}",
+            "done": lambda: f"{e.run + ' ' if e.run else ''}done", "peer_failure": lambda: e.error,
+            "ended": lambda: e.shutdown}.get(e.kind)
+    return what() if what else None
 
 
 def watch(cluster, **kwargs) -> LiveView:

@@ -22,13 +22,16 @@ per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for e
 the weights, and timings. They show a progress bar (``labkit.progress``: a widget in JupyterLab,
 text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.paths``).
 ``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
-``batch_accuracies`` splits the test set into small batches (Lab 1's audit of report 000's 97%).
+``batch_readings`` re-evaluates weights on many random 50-image batches (Lab 1's audit of report
+000's 97%). ``softmax_gradient``: the loss's gradient in NumPy (float64), for checks that need
+plain SGD without TensorFlow (Lab 2's round).
 
 ``train_to_target`` / ``target_sweep``: one process, plain SGD from the seeded start until the
 test loss, checked every ``eval_every`` steps, reaches a target (report 002's stopping rule),
 with the process's CPU and memory while it trains: report 002's Tables 1 and 2.
 
-TensorFlow and Keras are imported inside the functions, so the grader imports this cheaply.
+TensorFlow, Keras and pandas are imported inside the functions, so the grader (and a task that
+only needs ``init_weights``) imports this cheaply.
 """
 from __future__ import annotations
 
@@ -37,10 +40,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LEARNING_RATE = 0.01
 BATCH_SIZE = 50
@@ -136,16 +141,42 @@ def evaluate(W, b, x, y) -> tuple[float, float]:
     return float((z.argmax(axis=1) == y).mean()), float(-log_p.mean())
 
 
-def batch_accuracies(W, b, x, y, batch_size: int = BATCH_SIZE) -> np.ndarray:
-    """Accuracy of weights (W, b) on each run of ``batch_size`` consecutive test images (the
-    last, shorter batch is left out): how much one small evaluation batch can mislead."""
+def softmax_gradient(W, b, x, y) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(dW, db, loss)``: the mean cross-entropy of weights (W, b) on one batch and its gradient,
+    in float64, from the hand-derived dL/dz = (softmax(z) - onehot(y)) / batch."""
+    x = np.asarray(x, np.float64).reshape(len(x), -1)
+    y = np.asarray(y).astype(np.int64)
+    z = x @ np.asarray(W, np.float64) + np.asarray(b, np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = float(-np.log(p[rows, y]).mean())
+    p[rows, y] -= 1
+    p /= len(y)
+    return x.T @ p, p.sum(axis=0), loss
+
+
+def batch_readings(W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE, trials: int = 4000,
+                   seed: int = 0) -> np.ndarray:
+    """Accuracy readings of weights (W, b) on small random batches of the test set: ``trials``
+    rows of ``readings`` batches each, every batch ``batch_size`` images drawn at random (with
+    replacement), shape ``(trials, readings)``. The weights are evaluated once on every image;
+    a batch reads the share of its images they get right, in steps of 1/batch_size. A row's
+    maximum is the best of ``readings`` readings, as a curve read once per epoch shows it."""
     x, y = _as_xy(x, y, "test")
+    readings = _positive_int("readings", readings, "e.g. 50, one per epoch of report 000's run")
     batch_size = _positive_int("batch_size", batch_size, "e.g. 50, the reports' batch")
-    n = len(x) // batch_size * batch_size
-    if n == 0:
-        raise ValueError(f"batch_size={batch_size} is larger than the {len(x)} test images")
-    z = x[:n] @ np.asarray(W, np.float32) + np.asarray(b, np.float32)
-    return (z.argmax(axis=1) == y[:n]).reshape(-1, batch_size).mean(axis=1)
+    trials = _positive_int("trials", trials, "e.g. 4000")
+    right = (x @ np.asarray(W, np.float32) + np.asarray(b, np.float32)).argmax(axis=1) == y
+    rng = np.random.default_rng(seed)
+    out = np.empty((trials, readings))
+    chunk = max(1, 2_000_000 // (readings * batch_size))  # draws per chunk: memory stays small
+    for start in range(0, trials, chunk):
+        n = min(chunk, trials - start)
+        picks = rng.integers(0, len(y), size=(n, readings, batch_size))
+        out[start:start + n] = right[picks].mean(axis=2)
+    return out
 
 
 # ----------------------------------------------------------------------------- trainers
@@ -444,6 +475,8 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
     if writer is not None:
         writer.close()
     W, b = trainer.weights()
+    import pandas as pd
+
     return LRRun(version, pd.DataFrame(rows), W, b, trainer.n, len(x_test), trainer.batch_size,
                  trainer.learning_rate, time.perf_counter() - t0, logdir,
                  {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss})
@@ -463,6 +496,8 @@ def compare(*runs: LRRun) -> pd.DataFrame:
     """Side by side, one row per run: accuracy, wall time, samples/s, and speed relative to the first."""
     if not runs:
         raise ValueError("compare() needs at least one LRRun")
+    import pandas as pd
+
     table = pd.DataFrame([r.summary() for r in runs]).set_index("version")
     speed = "speed_vs_" + runs[0].version
     table[speed] = table["samples_per_s"] / table["samples_per_s"].iloc[0]
@@ -472,6 +507,8 @@ def compare(*runs: LRRun) -> pd.DataFrame:
 
 def histories(*runs: LRRun) -> pd.DataFrame:
     """The runs' per-epoch histories in one long frame (one row per version and epoch)."""
+    import pandas as pd
+
     return pd.concat([r.history for r in runs], ignore_index=True)
 
 
@@ -480,28 +517,22 @@ def histories(*runs: LRRun) -> pd.DataFrame:
 TARGET_LOSS = 0.35  # report 002's stopping rule: test loss at most 0.35 (about 90% accuracy)
 
 
-def hand_derived_step(W, b, x, y, learning_rate):
-    """Plain SGD on tf.Variables with NumpyTrainer's hand-derived gradient, dL/dz = (softmax(z) -
-    onehot(y)) / batch: the kit's own step for runs that are not Lab 1's exercise (Lab 2's single
-    process), so they need neither the exercise's reference nor the student's Lab 1 answer."""
-    import tensorflow as tf
-
-    z = tf.matmul(x, W) + b
-    g = (tf.nn.softmax(z) - tf.one_hot(y, NUM_CLASSES, dtype=z.dtype)) / tf.cast(tf.shape(x)[0], z.dtype)
-    loss = cross_entropy(z, y)
-    W.assign_sub(learning_rate * tf.matmul(x, g, transpose_a=True))
-    b.assign_sub(learning_rate * tf.reduce_sum(g, axis=0))
-    return loss
-
-
-class _StepsTrainer(CoreTrainer):
-    """Core SGD that runs a given number of steps per call (not whole epochs), on full batches
-    drawn from a reshuffled stream: the steps between two evaluations in one graph call."""
+class _StepsTrainer(_Trainer):
+    """Plain SGD in TensorFlow that runs a given number of steps per call (not whole epochs), on
+    full batches drawn from a reshuffled stream: the steps between two evaluations in one graph
+    call. The step is NumpyTrainer's hand-derived gradient, dL/dz = (softmax(z) - onehot(y)) /
+    batch, written into the loop: these runs (Lab 2's single process) need neither Lab 1's
+    reference step nor the student's, and the kit offers no step function a student could hand in
+    as Lab 1's exercise."""
+    version = "core-steps"
 
     def __init__(self, x, y, batch_size: int, learning_rate: float, seed: int):
         import tensorflow as tf
 
-        super().__init__(x, y, batch_size, learning_rate, seed, step=hand_derived_step)
+        super().__init__(x, y, batch_size, learning_rate, seed)
+        self.W = tf.Variable(self.W0, name="W")
+        self.b = tf.Variable(self.b0, name="b")
+        self._x, self._y = tf.constant(self.x), tf.constant(self.y)
         self._graph_steps = tf.function(self._steps_graph, input_signature=[tf.TensorSpec([None, None], tf.int32)])
         self._stream = self._index_stream()
 
@@ -510,10 +541,16 @@ class _StepsTrainer(CoreTrainer):
 
         loss = tf.constant(0.0)
         for i in tf.range(tf.shape(idx)[0]):
-            rows = idx[i]
-            loss = tf.cast(self.step(self.W, self.b, tf.gather(self._x, rows), tf.gather(self._y, rows),
-                                     self.learning_rate), tf.float32)
+            x, y = tf.gather(self._x, idx[i]), tf.gather(self._y, idx[i])
+            z = tf.matmul(x, self.W) + self.b
+            g = (tf.nn.softmax(z) - tf.one_hot(y, NUM_CLASSES, dtype=z.dtype)) / tf.cast(tf.shape(x)[0], z.dtype)
+            loss = cross_entropy(z, y)
+            self.W.assign_sub(self.learning_rate * tf.matmul(x, g, transpose_a=True))
+            self.b.assign_sub(self.learning_rate * tf.reduce_sum(g, axis=0))
         return loss
+
+    def weights(self):
+        return self.W.numpy(), self.b.numpy()
 
     def _index_stream(self):
         while True:
@@ -582,6 +619,8 @@ def target_sweep(data, batch_sizes=(1, 5, 10, 20, 40, 100, 200, 600), learning_r
             use = sampler.summary("start", "end")
             rows.append({**row, "proc_cpu_pct": use["proc_cpu_pct"], "proc_rss_peak_bytes": use["proc_rss_peak_bytes"]})
             bar.set_postfix_str(f"batch {b}: {row['iterations']} iterations")
+    import pandas as pd
+
     return pd.DataFrame(rows).set_index("batch_size")
 
 

@@ -35,9 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.launch import (VersionSkew, check_versions, default_remote_dir, default_ssh, local_addresses,
-                           remote_failure_hint, remote_returncode)
-from labkit.launchers.ssh import EXIT_NO_KIT, enter_kit, missing_line
+from labkit.launch import VersionSkew, check_versions, local_addresses
+from labkit.launchers.ssh import EXIT_NO_KIT, SshOptions, missing_line, remote_failure_hint, remote_returncode
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -76,21 +75,17 @@ class Remote:
     """Run commands in the kit's directory on a host, over the configured ssh."""
 
     def __init__(self, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON):
-        ssh = default_ssh() if ssh is None else ssh
-        self.ssh = [str(s) for s in ([ssh] if isinstance(ssh, str) else ssh)]
-        self.remote_dir = remote_dir or default_remote_dir()
-        self.remote_python = remote_python
+        self.options = SshOptions.of(ssh, remote_dir, remote_python)
+        o = self.options  # what the steps and messages name:
+        self.ssh, self.remote_dir, self.remote_python = o.ssh, o.remote_dir, o.remote_python
 
     def run(self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None,
             in_dir: bool = True) -> str:
-        """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``."""
-        remote = f"{enter_kit(self.remote_dir)}\n{command}" if in_dir else command
-        # the node stops the command itself at the timeout: killing the local ssh client alone would
-        # leave a pip install running there, under the next attempt's feet
-        remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
+        """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``.
+        The node stops it at ``timeout``: a pip install must not run on under the next attempt's feet."""
         try:
-            done = subprocess.run([*self.ssh, "--", host, remote], input=stdin, capture_output=True,
-                                  timeout=timeout + 30, stdin=None if stdin is not None else subprocess.DEVNULL)
+            done = self.options.run(host, command, timeout + 30, in_kit=in_dir, remote_timeout=timeout, input=stdin,
+                                    text=False)
         except subprocess.TimeoutExpired:
             raise NodeError(host, step, "timeout", "", f"no answer within {timeout + 30:.0f} s") from None
         except OSError as e:

@@ -11,12 +11,14 @@ of a multi-worker run) and the launcher's task logs and result files alike, so o
    when the CLI runs from it.
 
 The root is resolved to an absolute path when asked for, so a later ``os.chdir`` does
-not move a run that has started. Imports nothing from labkit.
+not move a run that has started. A run (or a sweep of runs) made now is named by ``run_name``,
+the kit's one rule. Imports nothing from labkit.
 """
 from __future__ import annotations
 
 import os
 import re
+import secrets
 from datetime import datetime
 from pathlib import Path
 
@@ -29,10 +31,16 @@ def runs_root() -> Path:
     return Path(root).absolute() if root else Path.cwd() / "runs"
 
 
+def run_name(prefix: str) -> str:
+    """``<prefix>-<YYYYmmdd-HHMMSS>-<4 hex digits>``: a run, or a sweep's folder, made now. The time
+    sorts runs and says when; the random suffix keeps two made in the same second apart."""
+    return f"{prefix}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
 def run_dir(lab: str, run: str | None = None, prefix: str = "run") -> Path:
-    """``runs_root()/<lab>/<run>``; ``run`` defaults to ``<prefix>-<time stamp>``, and may be
+    """``runs_root()/<lab>/<run>``; ``run`` defaults to ``run_name(prefix)``, and may be
     ``<sweep>/<run>`` for the runs of one sweep. Nothing is created."""
-    run = run or f"{prefix}-{datetime.now():%Y%m%d-%H%M%S-%f}"
+    run = run or run_name(prefix)
     parts = [("lab", lab)] + [("run", part) for part in (run.split("/") if isinstance(run, str) else [run])]
     for what, name in parts:
         if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):

@@ -502,6 +502,35 @@ def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "e
     return fig
 
 
+def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
+    """Small-batch accuracy readings (``labkit.lr.batch_readings``: trials x readings): the
+    distribution of one reading (left) and of the best of each trial's readings (right), with
+    dotted lines at ``levels`` (the accuracies a report gave) and the share of each that reaches
+    them in the legend."""
+    import numpy as np
+
+    readings = np.asarray(readings, float)
+    if readings.ndim != 2 or not readings.size:
+        raise ValueError(f"best_readings needs a (trials, readings) array, got shape {readings.shape}")
+    best = readings.max(axis=1)
+    seen = np.unique(readings)
+    step = float(np.min(np.diff(seen))) if len(seen) > 1 else 0.02  # one image's worth of accuracy
+    fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
+    for ax, values, what, color in ((axes[0], readings.ravel(), "one reading", palette(2)[0]),
+                                    (axes[1], best, f"the best of {readings.shape[1]} readings", palette(2)[1])):
+        edges = np.arange(values.min() - step / 2, values.max() + step, step)
+        ax.hist(values, bins=edges, color=color, weights=np.full(len(values), 1 / len(values)))
+        for level, style in zip(levels, (":", "--", "-.")):
+            ax.axvline(level, color="0.2", ls=style, lw=1.2, label=f">= {level:.0%}: {np.mean(values >= level):.1%}")
+        ax.set_xlabel(f"accuracy, {what}")
+        ax.legend(loc="upper left")
+    axes[0].set_ylabel("share of readings")
+    axes[1].set_ylabel(f"share of the {len(best):,} trials")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 # ---------------------------------------------------------------------------------------
 # Lab 4: the LeNet sweep (labkit.experiments.lenet_sweep)
 # ---------------------------------------------------------------------------------------
@@ -719,6 +748,25 @@ def sync_async_curves(curves, target_loss: float | None = None, title: str | Non
     return fig
 
 
+def worker_shares(frame, title: str | None = None):
+    """Each worker's share of the global steps, one group of bars per link (the frame of
+    ``sync_async.emulated_shares``: link, worker, share), with a dotted line at an even share;
+    an empty frame (links not emulated here) gives a panel that says so."""
+    fig, ax = subplots(1, 1, figsize=(7, 3.2))
+    if frame is None or not len(frame):
+        skipped(ax, "emulated links: skipped (see above)")
+        return fig
+    _need_columns(frame, ("link", "worker", "share"), "worker_shares")
+    shares = frame.pivot(index="link", columns="worker", values="share").loc[list(dict.fromkeys(frame["link"]))]
+    shares.plot.bar(ax=ax, rot=0, color=palette(shares.shape[1]))
+    ax.axhline(1 / shares.shape[1], color="grey", lw=0.8, ls=":", label="an even share")
+    ax.set_ylabel("share of the global steps")
+    ax.legend(loc="upper right")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 # ---------------------------------------------------------------------------------------
 # Lab 3: report 001's dense step on emulated links
 # ---------------------------------------------------------------------------------------
@@ -799,3 +847,4 @@ def check_pass_rates(frame, title: str | None = None):
     if title:
         ax.set_title(title)
     return fig
+

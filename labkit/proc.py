@@ -30,8 +30,35 @@ from pathlib import Path
 
 import psutil
 
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 LINUX = sys.platform.startswith("linux")
+# Looked up once, here: a child between fork and exec (``preexec_fn``) may only call it.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if LINUX else None
+
+
+def prctl(option: int, value: int) -> None:
+    """Linux's ``prctl(option, value)``, the kit's one call of it; a no-op elsewhere."""
+    if _PRCTL is not None and _PRCTL(option, value, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}, {value}): {os.strerror(err)}")
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """This process gets ``sig`` when ``parent`` (the pid it was started by) dies; if it has died
+    already (this process was re-parented), it gets ``sig`` now. Linux only; elsewhere only the
+    second half holds."""
+    prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def own_descendants(parent: int, sig: int = signal.SIGTERM) -> None:
+    """Make this process the owner of its whole tree: descendants orphaned below it are
+    re-parented to it rather than to init (``PR_SET_CHILD_SUBREAPER``), so it can still kill
+    them; and it gets ``sig`` when ``parent`` dies (``die_with_parent``). Install the handler
+    for ``sig`` first: if ``parent`` is gone already, ``sig`` arrives at once."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    die_with_parent(sig, parent)
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -134,15 +161,8 @@ class StopAtExit:
 
 
 def _die_with_parent(sig: int, parent: int):
-    """A ``preexec_fn``: in the child, before exec, ask for ``sig`` when the parent dies; if it
-    died already (the child was re-parented), take the signal now."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
-
-    def ask() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), sig)
-    return ask
+    """A ``preexec_fn``: in the child, before exec, ``die_with_parent(sig, parent)``."""
+    return lambda: die_with_parent(sig, parent)
 
 
 class _Spawner:
@@ -185,13 +205,15 @@ class OwnedProcess:
     KeyboardInterrupt) kills whatever is still running. ``death_signal`` (Linux) is what
     the child gets when this process dies (None: nothing). ``stdin=subprocess.PIPE`` gives
     the child a pipe that this process holds open and never writes to (``popen.stdin``):
-    the child reads end-of-file once this process is gone, however it went.
+    the child reads end-of-file once this process is gone, however it went. Its output goes
+    to ``log_path``, stdout and stderr together, unless ``stdout_path`` takes its stdout.
     """
 
     def __init__(self, cmd, log_path, env=None, cwd=None, timeout: float | None = None, stdin=None,
-                 death_signal: int | None = signal.SIGTERM):
+                 death_signal: int | None = signal.SIGTERM, stdout_path=None):
         self.cmd = [str(c) for c in cmd]
         self.log_path = Path(log_path)
+        self.stdout_path = Path(stdout_path) if stdout_path is not None else None
         self.env, self.cwd, self.timeout = env, cwd, timeout
         self.stdin = subprocess.DEVNULL if stdin is None else stdin
         self.death_signal = death_signal
@@ -201,9 +223,10 @@ class OwnedProcess:
     def start(self) -> "OwnedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         preexec = _die_with_parent(self.death_signal, os.getpid()) if LINUX and self.death_signal else None
-        with open(self.log_path, "ab") as log:
-            self.popen = _spawner.popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=self.stdin,
-                                        env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=preexec)
+        with open(self.log_path, "ab") as log, open(self.stdout_path or os.devnull, "ab") as out:
+            self.popen = _spawner.popen(self.cmd, stdout=out if self.stdout_path else log, stderr=log,
+                                        stdin=self.stdin, env=self.env, cwd=self.cwd, start_new_session=True,
+                                        preexec_fn=preexec)
         self.started = time.monotonic()
         return self
 

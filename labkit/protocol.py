@@ -2,7 +2,8 @@
 
 The launcher never imports the task runtime, nor the runtime the launcher; both import
 this: the files a task writes in its run directory, the environment the launcher sets,
-the exit codes, the versions that must match across a cluster, and the errors a task's
+which task is the chief, the exit codes, the versions that must match across a cluster,
+and the errors a task's
 end becomes (``TaskFailed``, and ``PortInUse``, which the task raises and the launcher
 reports). Imports nothing beyond the standard library.
 """
@@ -19,6 +20,7 @@ EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
 ENV_RUN_DIR = "LABKIT_RUN_DIR"          # where the task writes its files
 ENV_TASK = "LABKIT_TASK"                # its name, for the log
 ENV_INTRA_OP, ENV_INTER_OP = "LABKIT_INTRA_OP_THREADS", "LABKIT_INTER_OP_THREADS"
+ENV_FORKSERVER = "LABKIT_FORKSERVER"    # set in a task forked by labkit.launchers.forkserver: the server, as JSON
 
 VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
 
@@ -50,6 +52,17 @@ def log_hint(log_tail: str) -> str:
                 f"nothing sets {ENV_GRPC_OPTIONS} with grpc.enable_retries=1 for the tasks, then run again; the "
                 "run's results up to here are in its folder")
     return ""
+
+
+def chief_of(jobs) -> str:
+    """The name of the task that leads training and measures it: the ``chief`` job's task, else
+    worker 0 (TensorFlow's convention for a cluster without a chief job). The kit's one rule."""
+    return "chief:0" if "chief" in jobs else "worker:0"
+
+
+def is_chief(task_type: str, index: int, jobs) -> bool:
+    """Whether task ``task_type:index`` of a cluster with ``jobs`` is its chief (``chief_of``)."""
+    return f"{task_type}:{int(index)}" == chief_of(jobs)
 
 
 def task_file(task_type: str, index: int, suffix: str) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.proc import tail
-from labkit.protocol import task_file
+from labkit.protocol import chief_of, task_file
 
 WINDOWS = ("train", "all")
 # The resource columns of ClusterResult.table(): host CPU and memory, the task's process, the host's network.
@@ -166,6 +166,13 @@ class TaskOutcome:
         return r["train"]
 
     @property
+    def traffic(self) -> dict:
+        """What the task's bytes meter read over its training (``labkit.sockets.traffic``: its own
+        sockets, its node's NICs, the local tasks' sockets, each also per step), under the same
+        names whichever program measured it; {} if it measured none."""
+        return (self.result or {}).get("traffic") or {}
+
+    @property
     def baseline(self) -> dict:
         """A configuration of a shared cluster: what the process held when it began (RSS, host
         memory in use; ``results.baseline``). {} for a task that ran one configuration."""
@@ -221,13 +228,10 @@ class ClusterResult:
         return [t for t in self.tasks if t.is_trainer]
 
     def chief(self) -> TaskOutcome:
-        """The task that leads training and measures it: the ``chief`` job's task, else worker 0
-        (TensorFlow's convention for a cluster without a chief job)."""
+        """The task that leads training and measures it (``protocol.chief_of``)."""
+        name = chief_of({t.type for t in self.tasks})
         for t in self.tasks:
-            if t.type == "chief":
-                return t
-        for t in self.tasks:
-            if t.type == "worker" and t.index == 0:
+            if t.name == name:
                 return t
         raise ValueError(f"{self.run_dir} has no chief and no worker 0; tasks are {[t.name for t in self.tasks]}")
 

@@ -12,7 +12,10 @@
   with the owning process. Summed over a process's sockets they give that task's traffic,
   which is how Lab 5 shows a parameter server's load growing with the workers while each
   ring worker's stays flat, on one machine.
-- ``NetCounter`` reads both around a window (a task's training).
+- ``Meter``, the one meter: any of them around a window (a task's training), with stretches
+  left out (an evaluation); ``traffic`` is what every program records of it, under one set of
+  names (``sent_bytes_per_step``, ``nic_sent_bytes_per_step``, ``counters_per_step`` ...), so a
+  table reads a task's bytes without knowing which program measured them.
 
 Socket counters live as long as their socket: read them around a window in which the
 connections stay open (gRPC keeps its channels for the life of a task). Imports no
@@ -104,35 +107,111 @@ def pick_nic(choice: str, host: str) -> str | None:
     return "lo" if address.startswith("127.") else None
 
 
-class NetCounter:
-    """Bytes on the wire between ``start()`` and ``stop()``, counted two ways:
+class Meter:
+    """Bytes on the wire over a window, the kit's one meter: ``start()`` opens it, ``stop()``
+    closes it and returns what moved (a *reading*); ``pause()``/``resume()`` leave a stretch out
+    (a chief's evaluation is not a training step). Three sources, each optional:
 
-    - ``sent_bytes``/``recv_bytes``: the host counters of the task's NIC and ``lo`` (its
-      traffic with tasks on the same host), what dstat shows. On 127.0.0.1 they see the
-      whole cluster, and anything else on ``lo``; there sent == received.
-    - ``tcp_sent_bytes``/``tcp_recv_bytes``: this process's own TCP sockets (the kernel's
-      per-socket counters): exactly this task's traffic; absent where ``ss`` is missing.
+    - ``own`` (default): this process's TCP sockets (``own_tcp_bytes``): exactly this task's
+      traffic, whatever else uses the network; ``sent_bytes``/``recv_bytes``, None where ``ss``
+      is missing;
+    - ``nics``: those interfaces' host counters (what dstat shows; on 127.0.0.1 ``lo`` carries
+      the whole cluster, and anything else): ``nic_sent_bytes``/``nic_recv_bytes``;
+    - ``counters``: a callable returning cumulative counters (``TaskBytes``: every local task's
+      sockets, ``{"worker:0 sent": ...}``): ``counters``, each one's change.
+
+    A reading also holds ``window_s``; ``per_step(reading, steps)`` divides it by the window's
+    steps, with the same names and ``_per_step`` after them, so every program's traffic reads alike.
     """
 
-    def __init__(self, nic: str | None):
-        self.nics = sorted({n for n in (nic, "lo") if n})
-        self._t0 = self._c0 = None
-        self.result: dict = {}
+    def __init__(self, nics=(), counters: "callable | None" = None, own: bool = True):
+        self.nics, self.counters, self.own = sorted(set(nics)), counters, own
+        self._base = self._out = self._left_out = None
 
-    def _read(self) -> tuple[int, int, tuple[int, int] | None]:
-        have = nic_counters(self.nics).values()
-        return sum(s for s, _ in have), sum(r for _, r in have), own_tcp_bytes()
+    def _read(self) -> dict:
+        out = {"t": time.monotonic()}
+        if self.own:
+            out["own"] = own_tcp_bytes()
+        if self.nics:
+            have = nic_counters(self.nics).values()
+            out["nic"] = (sum(s for s, _ in have), sum(r for _, r in have))
+        if self.counters is not None:
+            out["counters"] = dict(self.counters())
+        return out
 
     def start(self) -> None:
-        self._t0, self._c0 = time.monotonic(), self._read()
+        self._base, self._out = self._read(), None
+        self._left_out = {"t": 0.0, "own": (0, 0), "nic": (0, 0), "counters": {}}
+
+    def pause(self) -> None:
+        if self._base is not None:  # a window is open
+            self._out = self._read()
+
+    def resume(self) -> None:
+        if self._out is None:
+            return
+        back, gone = self._read(), self._out
+        self._out = None
+        left = self._left_out
+        left["t"] += back["t"] - gone["t"]
+        for key in ("own", "nic"):
+            if back.get(key) is not None and gone.get(key) is not None:
+                left[key] = tuple(a + b - c for a, b, c in zip(left[key], back[key], gone[key]))
+        for name, value in (back.get("counters") or {}).items():
+            left["counters"][name] = left["counters"].get(name, 0) + value - (gone.get("counters") or {}).get(name, 0)
 
     def stop(self) -> dict:
-        sent, recv, own = self._read()
-        self.result = {"nics": self.nics, "sent_bytes": sent - self._c0[0], "recv_bytes": recv - self._c0[1],
-                       "window_s": time.monotonic() - self._t0}
-        if own is not None and self._c0[2] is not None:
-            self.result.update(tcp_sent_bytes=own[0] - self._c0[2][0], tcp_recv_bytes=own[1] - self._c0[2][1])
-        return self.result
+        end, base, left = self._read(), self._base, self._left_out
+        reading = {"window_s": end["t"] - base["t"] - left["t"]}
+        if self.own:
+            moved = end["own"] is not None and base["own"] is not None
+            reading["sent_bytes"] = end["own"][0] - base["own"][0] - left["own"][0] if moved else None
+            reading["recv_bytes"] = end["own"][1] - base["own"][1] - left["own"][1] if moved else None
+        if self.nics:
+            reading.update(nics=self.nics, nic_sent_bytes=end["nic"][0] - base["nic"][0] - left["nic"][0],
+                           nic_recv_bytes=end["nic"][1] - base["nic"][1] - left["nic"][1])
+        if self.counters is not None:
+            reading["counters"] = {k: v - base["counters"].get(k, 0) - left["counters"].get(k, 0)
+                                   for k, v in end["counters"].items()}
+        self._base = self._out = None
+        return reading
+
+
+def per_step(reading: dict, steps: int) -> dict:
+    """A ``Meter`` reading per step: each byte count divided by ``steps`` (at least 1), named
+    ``<name>_per_step`` (``counters_per_step`` for the counters); None stays None."""
+    n = max(1, steps)
+    out = {f"{k}_per_step": (v / n if v is not None else None) for k, v in reading.items()
+           if k.endswith("_bytes")}
+    if "counters" in reading:
+        out["counters_per_step"] = {k: v / n for k, v in reading["counters"].items()}
+    return out
+
+
+def traffic(readings: list[dict], steps: int) -> dict:
+    """What a task records of its traffic, the same for every program: its ``Meter`` readings over
+    the windows of its training added up, the ``steps`` they held, and each figure per step."""
+    total: dict = {"window_s": sum(r["window_s"] for r in readings)}
+    for key in dict.fromkeys(k for r in readings for k in r if k.endswith("_bytes")):
+        values = [r.get(key) for r in readings]
+        total[key] = None if any(v is None for v in values) else sum(values)
+    if any("nics" in r for r in readings):
+        total["nics"] = next(r["nics"] for r in readings if "nics" in r)
+    if any("counters" in r for r in readings):
+        names = dict.fromkeys(k for r in readings for k in r.get("counters", {}))
+        total["counters"] = {k: sum(r.get("counters", {}).get(k, 0) for r in readings) for k in names}
+    return {**total, "steps": steps, **per_step(total, steps)}
+
+
+def step_bytes(traffic: dict, way: str = "both") -> float | None:
+    """Bytes a task's own sockets moved per step, from its ``traffic`` (a ``Meter`` reading with
+    ``per_step``'s figures): ``sent``, ``recv`` or ``both``; None where they were not counted (no ``ss``)."""
+    sent, recv = traffic.get("sent_bytes_per_step"), traffic.get("recv_bytes_per_step")
+    if way == "sent":
+        return sent
+    if way == "recv":
+        return recv
+    return None if sent is None or recv is None else sent + recv
 
 
 def parse_ss_sockets(text: str) -> dict[tuple[int, str, str], tuple[int, int]]:

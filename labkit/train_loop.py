@@ -11,7 +11,7 @@ in d2l's ``fit`` / ``fit_epoch`` shape:
   the returned dict;
 - ``labkit.epochs``: how one epoch's steps run, one runner per way of stepping (MWMS and the
   default strategy, asynchronous PS, synchronous PS), each with its own input pipeline;
-- ``Validation``: the chief's pass over the test set; ``Meter``: bytes around the steps.
+- ``Validation``: the chief's pass over the test set; ``labkit.sockets.Meter``: bytes around the steps.
 
 The global batch is the per-worker batch x the workers under MWMS and synchronous PS, whose
 SGD is the same: the loss is scaled by the global batch, so the gradients' sum is the mean
@@ -40,7 +40,8 @@ from typing import Callable
 import numpy as np
 
 from labkit.epochs import RUNNERS, Runner
-from labkit.sockets import nic_bytes
+from labkit.protocol import is_chief
+from labkit.sockets import Meter, nic_bytes, traffic
 
 STRATEGY_NAMES = {"single": "default", "mwms": "MultiWorkerMirroredStrategy", "ps": "ParameterServerStrategy"}
 SCALARS = ("train_loss", "val_loss", "val_accuracy", "images_per_s", "step_time_s")
@@ -51,7 +52,8 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
           checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
           eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
           on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
-          counters: Callable[[], dict] | None = None, on_step: Callable[[dict], None] | None = None) -> dict:
+          counters: Callable[[], dict] | None = None, on_step: Callable[[dict], None] | None = None,
+          on_resume: Callable[[int, int], None] | None = None) -> dict:
     """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
 
     model: a name from ``labkit.models`` or a function returning a fresh Keras model (logits out);
@@ -66,14 +68,17 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     tensorboard_dir: where the chief writes TensorBoard scalars; None: none.
     steps_per_epoch: default one pass over the training set (global batches / PS steps).
     nic: a network interface (``"lo"`` locally) whose byte counters are read around the
-      training steps of every epoch; None: not measured.
-    on_epoch: called with each epoch's history entry (after ``log``).
+      training steps of every epoch, with this process's own sockets (``labkit.sockets.Meter``);
+      None: the sockets only.
+    on_epoch: called with each epoch's history entry (after ``log``); on_resume: with the epoch a
+      restored checkpoint holds and ``epochs``, before the first epoch after it.
     ps_sync: under ParameterServerStrategy, synchronous SGD: a step is one update from the
       mean gradient of one closure per worker over one global batch of ``batch_size x
       workers``, the ring's SGD; default asynchronous (a step is one worker's batch and update).
     counters: a function returning cumulative counters (``{name: number}``, e.g. the per-task
       socket bytes of ``labkit.sockets.TaskBytes``), read around each epoch's training steps
-      like ``nic``; their changes go to each history entry and, per step, to the result.
+      like ``nic``. Each epoch's reading goes to its history entry (``traffic``), and their sum,
+      with every figure per step (``sockets.per_step``), to the result's ``traffic``.
     on_step: synchronous PS only, called after every step with its number, seconds, loss and the
       worker that ran each slice (``labkit.epochs.SyncPSEpochs``): a trace of the coordinator's work.
 
@@ -84,9 +89,11 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     plan = setup(strategy, coordinator, int(batch_size), len(data.x_train), steps_per_epoch, ps_sync)
     trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size,
                       log=log)
-    trainer.on_step = on_step
+    trainer.on_step, trainer.on_resume = on_step, on_resume
+    if nic is not None:
+        nic_bytes(nic)  # an unknown interface: a ValueError that lists those there are
     return trainer.fit(epochs, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
-                       meter=Meter(nic, counters), on_epoch=on_epoch)
+                       meter=Meter(nics=[nic] if nic else (), counters=counters), on_epoch=on_epoch)
 
 
 def _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size) -> None:
@@ -177,8 +184,8 @@ def _role(strategy) -> dict:
         jobs = spec.jobs
         workers = sum(spec.num_tasks(j) for j in ("chief", "worker") if j in jobs)
         task_type, task_id = resolver.task_type or "worker", int(resolver.task_id or 0)
-        chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and "chief" not in jobs)
-        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": chief, "workers": workers}
+        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": is_chief(task_type, task_id, jobs),
+                "workers": workers}
     if strategy.num_replicas_in_sync != 1:
         raise ValueError(f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas is not "
                          f"supported; use the default strategy, MultiWorkerMirroredStrategy or "
@@ -210,29 +217,6 @@ def _weights_sha256(model) -> str:
 
 
 # ------------------------------------------------------------------------------ measuring, checkpoints
-
-class Meter:
-    """Bytes on ``nic`` and the ``counters`` read around an epoch's training steps."""
-
-    def __init__(self, nic: str | None = None, counters: Callable[[], dict] | None = None):
-        self.nic, self.counters = nic, counters
-        self._nic0 = self._counts0 = None
-
-    def start(self) -> None:
-        self._nic0 = nic_bytes(self.nic)
-        self._counts0 = self.counters() if self.counters is not None else None
-
-    def stop(self) -> dict:
-        """The changes since ``start``: ``net_bytes_sent``/``_recv`` (with a nic), ``counters``."""
-        sent, recv = nic_bytes(self.nic)
-        counts = self.counters() if self.counters is not None else None
-        out = {}
-        if self.nic is not None:
-            out.update(net_bytes_sent=sent - self._nic0[0], net_bytes_recv=recv - self._nic0[1])
-        if counts is not None:
-            out["counters"] = {k: v - self._counts0.get(k, 0) for k, v in counts.items()}
-        return out
-
 
 class _Checkpoints:
     """Per-task checkpoints ``<dir>/<task_type>-<task_id>/ckpt-<epoch>``, plus the chief's history.
@@ -346,6 +330,7 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.net, optimizer=self.optimizer, epoch=self.epoch)
         self.runner: Runner | None = None
         self.on_step: Callable[[dict], None] | None = None  # a runner that traces its steps calls it
+        self.on_resume: Callable[[int, int], None] | None = None  # told the epoch a checkpoint restored
 
     # -- the step --------------------------------------------------------------------
 
@@ -372,7 +357,7 @@ class Trainer:
         """Train up to epoch ``epochs`` (resuming from ``checkpoint_dir``); return ``result``."""
         import tensorflow as tf
 
-        meter = meter or Meter()
+        meter = meter or Meter(own=False)
         ckpts = _Checkpoints(checkpoint_dir, self.plan, self.checkpoint, epochs) if checkpoint_dir is not None else None
         start, history, restored_sha = self.resume(ckpts, epochs)
         self.runner = RUNNERS[self.plan.runner](self, start, epochs)
@@ -387,7 +372,7 @@ class Trainer:
         run_s = time.perf_counter() - t_run
         if writer is not None:
             writer.close()
-        return self.result(history, start, epochs, run_s, restored_sha, ckpts, meter)
+        return self.result(history, start, epochs, run_s, restored_sha, ckpts)
 
     def resume(self, ckpts: _Checkpoints | None, epochs: int) -> tuple[int, list[dict], str | None]:
         """(epochs already done, their history, the restored weights' checksum) from the
@@ -399,6 +384,8 @@ class Trainer:
         if int(self.epoch.numpy()) != start:
             raise RuntimeError(f"checkpoint ckpt-{start} in {ckpts.dir} holds epoch {int(self.epoch.numpy())}")
         self.log(f"resumed from {ckpts.dir / f'ckpt-{start}'}: {start} of {epochs} epochs done")
+        if self.on_resume is not None:
+            self.on_resume(start, epochs)
         return start, ckpts.history(start), _weights_sha256(self.net)
 
     def fit_epoch(self, epoch: int, meter: Meter) -> dict:
@@ -413,7 +400,7 @@ class Trainer:
         self.epoch.assign(epoch)
         entry = {"epoch": epoch, "train_loss": float(np.mean(losses)), "steps": steps, "images": images,
                  "train_seconds": train_s, "step_time_s": train_s / steps, "images_per_s": images / train_s,
-                 **measured, "weights_sha256": _weights_sha256(self.net)}
+                 "traffic": measured, "weights_sha256": _weights_sha256(self.net)}
         if plan.chief:
             entry["val_loss"], entry["val_accuracy"] = self.validate(self.net)
         entry["seconds"] = time.perf_counter() - t0
@@ -437,7 +424,7 @@ class Trainer:
     # -- the result ------------------------------------------------------------------
 
     def result(self, history: list[dict], start: int, epochs: int, run_s: float, restored_sha: str | None,
-               ckpts: _Checkpoints | None, meter: Meter) -> dict:
+               ckpts: _Checkpoints | None) -> dict:
         """The run as a plain, JSON-able dict: what ran, the history, throughput, bytes, checksums."""
         plan, net = self.plan, self.net
         trained = [h for h in history if h["epoch"] > start]
@@ -458,7 +445,7 @@ class Trainer:
             **_throughput(trained, self.runner.first_step_s, plan.images_per_step), "run_seconds": run_s,
             "weights_sha256": _weights_sha256(net), "checkpoint_dir": str(ckpts.dir) if ckpts else None,
         }
-        result.update(_bytes(trained, meter))
+        result["traffic"] = traffic([h["traffic"] for h in trained], sum(h["steps"] for h in trained))
         if history and "val_loss" in history[-1]:
             result["val_loss"], result["val_accuracy"] = history[-1]["val_loss"], history[-1]["val_accuracy"]
         return result
@@ -475,17 +462,3 @@ def _throughput(trained: list[dict], first_step_s: float | None, images_per_step
     return {"train_seconds": train_s, "first_step_s": first_step_s,
             "images_per_s": steady_images / steady_s if steady_s > 0 else None,
             "step_time_s": steady_s / (steady_images / images_per_step) if steady_images else None}
-
-
-def _bytes(trained: list[dict], meter: Meter) -> dict:
-    """Bytes on the NIC over the trained epochs, and the counters per step."""
-    out = {}
-    total_steps = max(1, sum(h["steps"] for h in trained))
-    if meter.nic is not None:
-        sent = sum(h["net_bytes_sent"] for h in trained)
-        out.update(nic=meter.nic, net_bytes_sent=sent, net_bytes_recv=sum(h["net_bytes_recv"] for h in trained),
-                   bytes_per_step=sent / total_steps)
-    if meter.counters is not None and trained:
-        keys = dict.fromkeys(k for h in trained for k in h["counters"])
-        out["counters_per_step"] = {k: sum(h["counters"].get(k, 0) for h in trained) / total_steps for k in keys}
-    return out

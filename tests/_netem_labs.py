@@ -1,6 +1,8 @@
 """What the labs' sections on emulated links (issue 19) must show, checked on a notebook the lab's own
 test ran under papermill (one run for the whole notebook): each section's tiny parameters, and its
-effect, or, where links cannot be emulated here, that it said so and skipped."""
+effect, or, where links cannot be emulated here, that it said so and skipped; the test then skips
+too, with the reason, so a run shows what it did not check. Call a ``check_labN`` last in its test:
+the notebook's other checks have run by then."""
 import pytest
 
 from labkit import netem
@@ -16,17 +18,19 @@ def _said_skipped(nb, prefix: str) -> bool:
     return "skipped: cannot emulate network links here" in out
 
 
-def _available(nb, prefix: str, link: str) -> bool:
-    if netem.availability(link)[0] is None:
+def _require_links(nb, prefix: str, link: str) -> None:
+    """Skip the test where links like ``link`` cannot be emulated here, once the notebook's section
+    ``prefix`` said so; fail if it neither ran nor said why."""
+    mode, why = netem.availability(link)
+    if mode is None:
         assert _said_skipped(nb, prefix), f"{prefix}: neither ran nor said why it skipped"
-        return False
-    return True
+        pytest.skip(f"{prefix}: the notebook's other checks passed; its emulated links ({link}) were not "
+                    f"checked: {why}")
 
 
 def check_lab2(nb, rec) -> None:
     """Async cluster2 on a 10 Mbit/s link: worker 0, beside the ps, makes the most steps."""
-    if not _available(nb, "lab2-netem", "10mbit"):
-        return
+    _require_links(nb, "lab2-netem", "10mbit")
     rows = [r for r in rec["emulated_async_steps"] if r["link"] == "10mbit"]
     steps = {r["worker"]: r["steps"] for r in rows}
     assert {r["worker"]: r["node"] for r in rows} == {"worker:0": "node0", "worker:1": "node1", "worker:2": "node2"}
@@ -39,8 +43,7 @@ def check_lab3(nb, rec) -> None:
     the link into the ps's node (the gradients) is its busy direction, and the kit's verdict, read
     at the run's own link, says network-bound on a link of the cluster (node0: the ps's; node1:
     worker 1's, which carries the same bytes)."""
-    if not _available(nb, "lab3-netem", "100mbit"):
-        return
+    _require_links(nb, "lab3-netem", "100mbit")
     rows = {r["run"]: r for r in rec["emulated_dense"] if r["link"] == "100mbit"}
     sync = rows["sync b100"]
     assert sync["bytes_per_step"] > 15e6  # 16 x 10^6 features: w pulled, (index, value) pairs pushed
@@ -59,8 +62,7 @@ def check_lab5(nb, rec) -> None:
     faster; the cost model, told the emulated link and the gamma of the lab's loopback runs (it saw
     none of these runs), predicts the PS steps within 25%; gamma is positive for the ring, and small
     against the link's time per byte."""
-    if not _available(nb, "lab5-netem", "100mbit"):
-        return
+    _require_links(nb, "lab5-netem", "100mbit")
     assert rec["emulated_settings"]["model"] == "cifar_cnn" and rec["emulated_settings"]["workers"] == [1, 2, 3]
     per_node: dict = {}  # (arch, N) -> [(bytes per step through a node's NIC, its tasks)]
     for r in rec["emulated_node_rates"]:

@@ -9,11 +9,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers import WaitTimeout, wait_until
 from labkit import cluster
 from labkit.proc import OwnedProcess, tail
 
@@ -75,11 +75,15 @@ def sshd(folder: Path, hosts=("127.0.0.2", "127.0.0.3")):
            "-o", f"UserKnownHostsFile={folder / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
            "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR"]
     with OwnedProcess([binary, "-D", "-e", "-f", folder / "sshd_config"], folder / "sshd.log") as daemon:
-        deadline = time.monotonic() + 30
-        while not all(_accepts(h, port) for h in hosts):
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"sshd did not listen on {', '.join(hosts)} port {port}: {tail(folder / 'sshd.log', 5)}")
-            time.sleep(0.05)
+        def listening() -> bool:
+            if daemon.poll() is not None:
+                raise WaitTimeout(f"sshd exited ({daemon.poll()})")
+            return all(_accepts(h, port) for h in hosts)
+
+        try:
+            wait_until(listening, 30, 0.05, "sshd to listen")
+        except WaitTimeout as e:
+            pytest.skip(f"sshd did not listen on {', '.join(hosts)} port {port} ({e}): {tail(folder / 'sshd.log', 5)}")
         login = subprocess.run([*ssh, "--", hosts[0], "true"], capture_output=True, text=True, timeout=60,
                                stdin=subprocess.DEVNULL)
         if login.returncode != 0:

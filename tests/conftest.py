@@ -1,4 +1,11 @@
-"""Fixtures several test files share. (Shared checks are in ``helpers.py``.)"""
+"""Fixtures several test files share, and the fast lane's marker and guard. (Shared checks are in
+``helpers.py``.)"""
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 
 import labkit  # noqa: F401  (first: it keeps nbformat's import fast in this process, see labkit/__init__.py)
@@ -35,3 +42,75 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ------------------------------------------------------------------------------------ the fast lane
+# ``make test-fast`` runs the tests marked ``fast``: every test that carries none of the markers
+# below (pyproject.toml says what each means). A test that loads TensorFlow or a Jupyter kernel, in
+# this process or in one it starts, must carry one of them: a fast test that does fails, naming the
+# process, so the lane stays fast as tests are added. Processes a fast test starts load
+# ``_guard/sitecustomize.py`` (on PYTHONPATH), which notes such a process; this process's own imports
+# are watched too. Fast tests run first, in ``make test`` as well: before anything loads TensorFlow
+# here or starts the fork server, so the guard sees each one, and a failure among them shows early.
+HEAVY = ("cluster", "notebook", "kernel", "tensorflow", "browser", "slurm", "cloudlab", "slow")
+WATCHED = ("tensorflow", "ipykernel")  # as in _guard/sitecustomize.py, which the processes load
+GUARD = Path(__file__).resolve().parent / "_guard"
+_guard: dict = {}  # while a fast test runs: its notes folder, this process's watched imports, the environment before
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in HEAVY):
+            item.add_marker(pytest.mark.fast)
+    items.sort(key=lambda item: item.get_closest_marker("fast") is None)  # stable: fast first, in file order
+
+
+def _imports(event: str, args: tuple) -> None:
+    if event == "import" and args[0] in WATCHED and "imported" in _guard:
+        _guard["imported"].append(args[0])
+
+
+sys.addaudithook(_imports)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """Before a fast test's fixtures start anything: its processes load the guard and note in a folder of its own."""
+    if item.get_closest_marker("fast") is not None:
+        notes = Path(tempfile.mkdtemp(prefix="labkit-guard-"))
+        _guard.update(notes=notes, imported=[], environ={k: os.environ.get(k) for k in ("LABKIT_TEST_GUARD",
+                                                                                      "PYTHONPATH")})
+        os.environ["LABKIT_TEST_GUARD"] = str(notes)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(GUARD), os.environ.get("PYTHONPATH")]))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A fast test that passed fails if it, or a process it started, loaded TensorFlow or a Jupyter kernel."""
+    result = yield
+    if "notes" in _guard:
+        found = [f"this process imported {name}" for name in _guard["imported"]]
+        found += [f"pid {n.name.split('-')[0]} imported {n.name.split('-', 1)[1]} ({n.read_text()})"
+                  for n in sorted(_guard["notes"].iterdir())]
+        if found:
+            pytest.fail(f"a fast test (it has none of the markers {', '.join(HEAVY)}) loaded TensorFlow or a "
+                        f"Jupyter kernel: {'; '.join(found)}. Mark it with the one that says what it starts "
+                        f"(pyproject.toml).", pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        if "notes" in _guard:
+            for key, value in _guard["environ"].items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            shutil.rmtree(_guard["notes"], ignore_errors=True)
+            _guard.clear()

@@ -102,6 +102,50 @@ def read_csv(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+# ------------------------------------------------------------------------------------------ waiting
+
+class WaitTimeout(AssertionError):
+    """What a test waited for did not come in time (an ``AssertionError``: the test fails, saying so)."""
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.1, message="the condition"):
+    """Call ``predicate()`` every ``interval`` seconds until it returns something true, and return
+    that. After ``timeout`` seconds (one last call at the deadline) raise ``WaitTimeout`` naming
+    ``message``, what was awaited (a string, or a callable that gives it then: a log tail, say),
+    and the last value ``predicate`` returned. An exception ``predicate`` raises (an assertion that
+    what runs is still alive, a skip) ends the wait at once."""
+    return _poll(predicate, bool, timeout, interval, message)
+
+
+def wait_while(probe, timeout: float, interval: float = 0.1, message="the condition"):
+    """Call ``probe()`` every ``interval`` seconds while it returns something true (processes still
+    running, leftovers, jobs) and return its last, false value; after ``timeout`` seconds raise
+    ``WaitTimeout`` naming ``message`` and what ``probe`` still returned."""
+    return _poll(probe, lambda value: not value, timeout, interval, message)
+
+
+def _poll(probe, done, timeout: float, interval: float, message):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value):
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            what = message() if callable(message) else message
+            raise WaitTimeout(f"waited {timeout:g} s for {what}; last seen: {value!r}")
+        time.sleep(min(interval, left))
+
+
+def logged(path: Path, text: str):
+    """A predicate for ``wait_until``: the line of the log at ``path`` that holds ``text``, once one does."""
+    def find():
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return next((line for line in lines if text in line), None)
+
+    return find
+
+
 # -------------------------------------------------------------------------------------- processes
 
 def alive(pids) -> list[int]:
@@ -114,6 +158,24 @@ def alive(pids) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return running
+
+
+def children(pid: int | None = None, recursive: bool = True) -> list:
+    """The processes below ``pid`` (default: this one), without its fork server
+    (``labkit.launchers.forkserver``): the local launcher's, which ends with the process that
+    started it and is meant to outlive the clusters it forked."""
+    try:
+        procs = psutil.Process(pid).children(recursive=recursive)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in procs:
+        try:
+            if "labkit.launchers.forkserver" not in p.cmdline():
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass  # gone meanwhile
+    return out
 
 
 def kill_and_expect_task_failed(c, task: str = "worker:1", timeout: float = 60):

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import WaitTimeout, wait_until
 from labkit import cluster
 from labkit.proc import OwnedProcess, tail
 from labkit.record import read_records
@@ -62,20 +63,23 @@ def _get(url: str) -> int:
 def _settled_kernel(url: str, token: str, timeout: float = 120) -> None:
     """Wait until the notebook's one session has kept the same idle kernel for 3 s: JupyterLab
     sometimes replaces the first kernel it starts, and cells sent meanwhile are lost."""
-    deadline, kernel, since = time.monotonic() + timeout, None, 0.0
-    while time.monotonic() < deadline:
+    seen = {"kernel": None, "since": 0.0}
+
+    def settled():  # the sessions' (kernel, state), once the one kernel has stayed idle for 3 s
         with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=5) as r:
             sessions = json.load(r)
         now = [(s["kernel"]["id"], s["kernel"]["execution_state"]) for s in sessions]
         if len(now) == 1 and now[0][1] == "idle":
-            if now[0][0] != kernel:
-                kernel, since = now[0][0], time.monotonic()
-            elif time.monotonic() - since >= 3:
-                return
+            if now[0][0] != seen["kernel"]:
+                seen.update(kernel=now[0][0], since=time.monotonic())
+            elif time.monotonic() - seen["since"] >= 3:
+                return now
         else:
-            kernel = None
-        time.sleep(0.5)
-    raise TimeoutError(f"the notebook's kernel did not settle in {timeout} s (sessions: {now})")
+            seen["kernel"] = None
+        seen["now"] = now
+        return None
+
+    wait_until(settled, timeout, 0.5, lambda: f"the notebook's kernel to settle (sessions: {seen['now']})")
 
 
 @pytest.fixture
@@ -105,11 +109,11 @@ def jupyterlab(tmp_path):
         cmd.append("--allow-root")
     server = OwnedProcess(cmd, tmp_path / "jupyterlab.log", env=env, cwd=tmp_path).start()
     try:
-        deadline = time.monotonic() + 120
-        while _get(f"http://127.0.0.1:{port}/api/status?token={token}") != 200:
+        def answers() -> bool:
             assert server.poll() is None, f"JupyterLab exited:\n{tail(server.log_path)}"
-            assert time.monotonic() < deadline, f"JupyterLab did not answer in 120 s:\n{tail(server.log_path)}"
-            time.sleep(0.5)
+            return _get(f"http://127.0.0.1:{port}/api/status?token={token}") == 200
+
+        wait_until(answers, 120, 0.5, lambda: f"JupyterLab to answer:\n{tail(server.log_path)}")
         yield f"http://127.0.0.1:{port}", token, server
     finally:
         server.kill()
@@ -135,31 +139,33 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']")  # the kernel is up
             _settled_kernel(url, token)
 
+            def read_prompts(cells: str = ".jp-CodeCell") -> list[str]:
+                return page.locator(f"{cells} .jp-InputPrompt".strip()).all_inner_texts()
+
             for _ in range(3):  # Run > Run All Cells, until a cell has started
                 page.click(".lm-MenuBar-itemLabel:text-is('Run')")
                 page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-                started = time.monotonic()
-                while time.monotonic() - started < 20:
-                    if any(re.search(r"[*\d]", p) for p in page.locator(".jp-InputPrompt").all_inner_texts()):
-                        break
-                    time.sleep(0.5)
-                else:
+                try:
+                    wait_until(lambda: any(re.search(r"[*\d]", p) for p in read_prompts("")), 20, 0.5,
+                               "a cell to start")
+                    break
+                except WaitTimeout:
                     continue
-                break
             code_cells = page.locator(".jp-CodeCell")
             n_code = code_cells.count()
-            deadline = time.monotonic() + RUN_TIMEOUT_S
-            while True:  # done: no cell waiting or running ("[*]"), the kernel idle
-                prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+
+            def done():  # the prompts, once no cell waits or runs ("[*]") and the kernel is idle
+                prompts = read_prompts()
                 busy = any("*" in p for p in prompts)
                 idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() == 1
-                if not busy and idle and any(re.search(r"\d", p) for p in prompts):
-                    break
-                if time.monotonic() > deadline:
-                    page.screenshot(path=str(shots / "lab1-timeout.png"))
-                    pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_S} s; prompts {prompts}\n"
-                                f"{tail(server.log_path)}")
-                time.sleep(1.0)
+                return prompts if not busy and idle and any(re.search(r"\d", p) for p in prompts) else None
+
+            try:
+                prompts = wait_until(done, RUN_TIMEOUT_S, 1.0,
+                                     lambda: f"Run All to finish; prompts {read_prompts()}\n{tail(server.log_path)}")
+            except WaitTimeout:
+                page.screenshot(path=str(shots / "lab1-timeout.png"))
+                raise
 
             outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
             errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']")
@@ -175,9 +181,7 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
 
             before = notebook.stat().st_mtime
             page.keyboard.press("Control+s")  # what the student saves holds what the grader reads
-            deadline = time.monotonic() + 30
-            while notebook.stat().st_mtime == before and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: notebook.stat().st_mtime != before, 30, 0.2, "the notebook to be saved")
         finally:
             browser.close()
     records = read_records(notebook)

@@ -4,12 +4,12 @@ even when their owner is killed with SIGKILL."""
 import glob
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
 from _cloudlab import cloudlab, mounts_here, user_exists_here
+from helpers import wait_while
 
 pytestmark = [pytest.mark.cloudlab]
 
@@ -67,8 +67,6 @@ def test_the_command_leaves_nothing_when_killed_with_sigkill():
     finally:
         owner.kill()
         owner.wait()
-    deadline = time.monotonic() + 20
-    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    wait_while(lambda: [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], 20, 0.1,
+               "the nodes' processes to end with their owner")
     assert set(glob.glob("/tmp/labkit-cloudlab-*")) == before

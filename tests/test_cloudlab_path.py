@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from _cloudlab import checkout, cloudlab
+from helpers import wait_until, wait_while
 
 pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -75,10 +76,7 @@ def _tasks(lab) -> list[psutil.Process]:
 
 
 def _no_tasks_left(lab, within: float = 40) -> None:
-    deadline = time.monotonic() + within
-    while _tasks(lab) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _tasks(lab), [p.cmdline()[:6] for p in _tasks(lab)]
+    wait_while(lambda: _tasks(lab), within, 0.2, "every task on the nodes to end")
 
 
 def test_the_guide_on_four_nodes(lab):
@@ -135,14 +133,13 @@ def _run_in_background(lab, args: str) -> subprocess.Popen:
 def _remote_pid(lab, run: subprocess.Popen, node: str, task: str, timeout: float = 120) -> int:
     """The pid of ``task`` (e.g. worker-2) of ``run`` on ``node``, once it runs."""
     runs = lab.home(node) / "labkit/runs/faults"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def hello():
         found = [p for p in runs.glob(f"*/{task}.hello.json") if p.stat().st_mtime >= run.started - 1] \
             if runs.exists() else []
-        if found:
-            return int((found[0].parent / f"{task}.pid").read_text())
-        time.sleep(0.2)
-    raise AssertionError(f"{task} never started on {node}")
+        return found[0] if found else None
+
+    found = wait_until(hello, timeout, 0.2, f"{task} to start on {node}")
+    return int((found.parent / f"{task}.pid").read_text())
 
 
 def test_faults_give_the_guides_errors_and_leave_nothing(lab):

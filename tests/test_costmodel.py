@@ -257,7 +257,10 @@ def test_from_single_worker_sets_compute_per_sample():
 
 def test_loopback_benchmark_is_plausible():
     rows = cm.loopback_transfers(sizes=(1024, 65536, 1 << 20, 4 << 20), repeats=3)
-    assert len(rows) == 12 and (rows["seconds"] > 0).all()
+    assert rows["bytes"].value_counts().to_dict() == {1024: 3, 65536: 3, 1 << 20: 3, 4 << 20: 3}
+    assert (rows["seconds"] > 0).all()
+    median = rows.groupby("bytes")["seconds"].median()
+    assert median[4 << 20] > median[1024], median  # the same round trip, and 4096 times the bytes to copy
     link = cm.measure_loopback_link(sizes=(1024, 65536, 1 << 20, 4 << 20), repeats=3)
     assert 0 <= link.alpha_s < 0.05  # under 50 ms per message, even on a busy machine
     assert 1e7 < link.bandwidth < 1e12  # between 10 MB/s and 1 TB/s

@@ -157,6 +157,7 @@ def test_bad_idx_file_is_a_clear_error(tmp_path):
         data.read_idx(path)
 
 
+@pytest.mark.tensorflow
 def test_make_dataset_shards_disjointly_and_rejects_bad_batch():
     x = np.arange(20, dtype=np.float32)
     y = np.arange(20)

@@ -8,21 +8,16 @@ closures run on the others and training goes on; the lost ps stops the chief wit
 UnavailableError."""
 import pytest
 
-from labkit import cluster, faults
+from labkit import cluster, events, faults
 from labkit.launch import Cluster
 from labkit.protocol import TaskFailed
 
 
-def test_step_lines_round_trip_and_errors_are_named():
+def test_a_traced_step_is_an_event_and_a_line_for_people():
     step = {"step": 12, "seconds": 0.1234, "loss": 1.5, "slices_on": [0, 2, 0]}
-    line = "[chief:0   12.00s] " + faults.step_line(step)
-    assert faults.parse_step(line) == {**step, "seconds": 0.123}
-    assert faults.parse_step("[chief:0 1.0s] epoch 1/2: train_loss 0.5") is None
-    tail = ("Traceback (most recent call last):\n  ...\n"
-            "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n"
-            "  (1) CANCELLED:  Function was cancelled before it was started\n")
-    assert faults.error_class(tail) == "UnavailableError"
-    assert faults.error_class("nothing here") is None
+    assert faults.step_line(step) == "step 12: 0.123 s, loss 1.5000, slices on workers 0 2 0"
+    e = events.parse(events.stamped(events.Step(**step), "chief:0", True, None).to_json())
+    assert (e.step, e.seconds, e.loss, e.slices_on, e.chief) == (12, 0.1234, 1.5, [0, 2, 0], True)
 
 
 def _step(n, t, on=(0, 1, 2), seconds=0.1):
@@ -51,18 +46,18 @@ def test_summary_says_per_kill_what_the_coordinator_reported_and_what_ran_after(
 
 
 class FakeCluster:
-    """Replays chief log lines through follow(on_line, until); kill() records its calls; then fails."""
+    """Replays the chief's events through follow(on_event, until); kill() records its calls; then fails."""
 
-    def __init__(self, lines, fail: bool):
-        self.lines, self.fail, self.killed, self.result = lines, fail, [], None
+    def __init__(self, replay, fail: bool):
+        self.replay, self.fail, self.killed, self.result = replay, fail, [], None
 
-    def follow(self, on_line, until):
-        for line in self.lines:
-            on_line("chief:0", line)
-            on_line("worker:0", "[worker:0 1.0s] step 99: 0.1 s, loss 1, slices on workers 0")  # not the chief's
-            assert until({}) is False
+    def follow(self, on_event, until):
+        for e in self.replay:
+            on_event(e)
+            on_event(events.Step(task="worker:0", step=99, seconds=0.1, loss=1.0, slices_on=[0]))  # not the chief's
+            assert until() is False
         if self.fail:
-            raise TaskFailed("chief:0", 1, "errors_impl.UnavailableError: boom\n")
+            raise TaskFailed("chief:0", 1, "a log tail, for people\n")
         return "finished"
 
     def kill(self, name, expected=False):
@@ -71,28 +66,32 @@ class FakeCluster:
 
 
 def test_inject_kills_after_the_given_steps_and_keeps_the_failure():
-    lines = [f"[chief:0 {i}.0s] " + faults.step_line({"step": i, "seconds": 0.1, "loss": 1.0, "slices_on": [0, 1]})
-             for i in range(1, 8)]
-    lines.insert(4, "ERROR:tensorflow:Worker /job:worker/replica:0/task:1 failed with UnavailableError():x")
-    fake = FakeCluster(lines, fail=True)
+    chief = dict(task="chief:0", chief=True)
+    replay = [events.Step(**chief, step=i, seconds=0.1, loss=1.0, slices_on=[0, 1]) for i in range(1, 8)]
+    replay.insert(4, events.TfError(**chief, message="Worker /job:worker/replica:0/task:1 failed with "
+                                                     "UnavailableError():x"))
+    replay.append(events.PeerFailure(**chief, t=123.0, error="UnavailableError", message="the ps is gone"))
+    fake = FakeCluster(replay, fail=True)
     trace = faults.inject(fake, [(5, "ps:0"), (2, "worker:1")])
     assert fake.killed == ["worker:1", "ps:0"]
     assert [k["after_step"] for k in trace.kills] == [2, 5] and len(trace.steps) == 7
     assert trace.events[0]["message"].startswith("Worker /job:worker/replica:0/task:1 failed")
     assert trace.failure["task"] == "chief:0" and trace.failure["error"] == "UnavailableError"
-    assert faults.inject(FakeCluster(lines, fail=False), []).result == "finished"
+    assert trace.failure["t"] == 123.0  # when TensorFlow stopped it, by its own event
+    assert faults.inject(FakeCluster(replay, fail=False), []).result == "finished"
 
 
 # ------------------------------------------------------------------------------ real clusters
 
 SURVIVOR_PROGRAM = """
 import socket, time
+from labkit import events
 from labkit.tasks.common import TaskRuntime
 
 with TaskRuntime("survivor") as rt:  # worker:1 runs until killed; worker:0 logs for a few seconds, then ends well
     server = socket.create_server(("0.0.0.0", rt.task.port))  # up, as the launcher sees a server
     for i in range(30 if rt.task.index == 0 else 10**6):
-        rt.log(f"tick {i}")
+        rt.emit(events.Step(step=i, seconds=0.1, loss=0.0))
         time.sleep(0.1)
 """
 
@@ -100,7 +99,7 @@ with TaskRuntime("survivor") as rt:  # worker:1 runs until killed; worker:0 logs
 @pytest.mark.cluster
 def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
     """A task killed as the experiment's own fault is no failure of the cluster: follow() goes on
-    reading the others' logs, the survivor ends on its own, and the killed one's outcome says so."""
+    reading the others' events, the survivor ends on its own, and the killed one's outcome says so."""
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
     (tmp_path / "survivor").mkdir()
     (tmp_path / "survivor" / "__init__.py").write_text("")
@@ -109,10 +108,10 @@ def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
                 timeout=60)
     ticks = []
     with c:  # started, every task up
-        c.follow(until=lambda seen: len(seen["worker:0"]) > 3)
+        c.follow(until=lambda: len(c.events("worker:0", "step")) > 3)
         c.kill("worker:1", expected=True)
-        result = c.follow(lambda task, line: ticks.append(line) if task == "worker:0" else None)
-    assert any("tick 29" in line for line in ticks), "follow() stopped reading when the expected kill landed"
+        result = c.follow(lambda e: ticks.append(e.step) if (e.task, e.kind) == ("worker:0", "step") else None)
+    assert 29 in ticks, "follow() stopped reading when the expected kill landed"
     ended = {t.name: (t.ended, t.returncode) for t in result}
     assert ended == {"worker:0": ("exited", 0), "worker:1": ("killed", -9)}, ended
 

@@ -1,4 +1,4 @@
-"""The fork server (``labkit.tasks.forkserver``): a task forked from it behaves, for whoever
+"""The fork server (``labkit.launchers.forkserver``): a task forked from it behaves, for whoever
 started its stand-in, as a process of its own would: arguments, environment, working directory,
 streams, exit status and signals; and nothing it starts outlives its owner."""
 import json
@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
-from labkit.tasks import forkserver
+from helpers import wait_until
+from labkit.launchers import forkserver
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
 
@@ -30,15 +30,13 @@ def start(server, code: str, out, **kwargs) -> subprocess.Popen:
 
 
 def wait_for_line(path, prefix: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = [x for x in path.read_text().splitlines() if x.startswith(prefix)]
-        if lines:
-            return lines[0]
-        time.sleep(0.02)
-    raise AssertionError(f"no line {prefix!r} in {path}: {path.read_text()!r}")
+    def first():
+        return next((x for x in path.read_text().splitlines() if x.startswith(prefix)), None)
+
+    return wait_until(first, timeout, 0.02, lambda: f"a line {prefix!r} in {path}: {path.read_text()!r}")
 
 
+@pytest.mark.tensorflow
 def test_a_forked_task_gets_its_arguments_environment_directory_and_streams(server, tmp_path):
     log = tmp_path / "log"
     code = ("import os, sys, json, tensorflow; print('task', json.dumps([os.getpid(), os.getppid(), os.getcwd(), "
@@ -53,6 +51,7 @@ def test_a_forked_task_gets_its_arguments_environment_directory_and_streams(serv
     assert "oops" in log.read_text()
 
 
+@pytest.mark.tensorflow
 def test_signals_reach_the_task_and_its_stand_in_ends_as_it_did(server, tmp_path):
     log = tmp_path / "log"
     with open(log, "w") as out:
@@ -63,6 +62,7 @@ def test_signals_reach_the_task_and_its_stand_in_ends_as_it_did(server, tmp_path
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.tensorflow
 def test_a_task_dies_with_its_stand_in_whatever_kills_it(server, tmp_path):
     log = tmp_path / "log"
     with open(log, "w") as out:
@@ -85,7 +85,7 @@ def test_without_a_server_the_stand_in_runs_the_task_itself(tmp_path):
 def test_the_server_and_its_tasks_die_with_the_process_that_started_them(tmp_path):
     log = tmp_path / "log"
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from labkit.tasks import forkserver; from labkit.proc import "
+        [sys.executable, "-c", "import sys, time; from labkit.launchers import forkserver; from labkit.proc import "
                                "OwnedProcess; s = forkserver.get(); "  # the launcher starts stand-ins so
                                "task = OwnedProcess([s.python, '-c', 'import time; time.sleep(120)'], sys.argv[1])"
                                ".start(); print('ready', s.process.pid, task.pid, flush=True); time.sleep(120)",
@@ -94,12 +94,8 @@ def test_the_server_and_its_tasks_die_with_the_process_that_started_them(tmp_pat
     try:
         _, server_pid, stand_in_pid = wait_for_line(log, "ready ", timeout=180).split()
         server = psutil.Process(int(server_pid))
-        tasks = [c for c in server.children() if c.pid != int(stand_in_pid)]
-        deadline = time.monotonic() + 30
-        while not tasks and time.monotonic() < deadline:
-            time.sleep(0.05)
-            tasks = server.children()
-        assert tasks, "the server forked no task"
+        tasks = [c for c in server.children() if c.pid != int(stand_in_pid)] \
+            or wait_until(server.children, 30, 0.05, "the server to fork the task")
         owner.kill()  # SIGKILL: no cleanup runs in it
         gone, alive = psutil.wait_procs([server, psutil.Process(int(stand_in_pid)), *tasks], timeout=15)
         assert not alive, f"outlived their owner: {alive}"

@@ -472,19 +472,39 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
     dense = hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(True), tmp_path)
     assert not dense.ok and "one row per unique feature" in dense.reason
 
+    cases = probe.inputs_best_reading(seed=5)
+    from labkit.solutions.lab1 import chance_best_reading
+
+    right = np.asarray([chance_best_reading(**c) for c in cases])
+    assert hidden.judge_best_reading({"seed": 5}, {"chances": right}, tmp_path).ok
+    one = np.asarray([chance_best_reading(**{**c, "n": 1}) for c in cases])  # a single reading, not the best of n
+    wrong = hidden.judge_best_reading({"seed": 5}, {"chances": one}, tmp_path)
+    assert not wrong.ok and "the best of n binomial batch readings" in wrong.reason
+
+    # Lab 2's round: the tasks' files as the probe's cluster leaves them
+    settings = probe.settings_sync_round(rounds=4, train_limit=600, test_limit=100, seed=2)
     run = tmp_path / "runs" / "lab2" / "hidden-sync"
     run.mkdir(parents=True)
-    for i, local in enumerate((20, 13)):  # plain SGD under sync: the workers raced
-        (run / f"worker-{i}.json").write_text(json.dumps({"task": f"worker:{i}", "steps": {"local": local,
-                                                                                            "global_at_exit": 33}}))
-    built = {"sync": ["GradientDescentOptimizer", ""], "async": ["GradientDescentOptimizer", ""]}
-    arrays = {"run_dirs": np.asarray(json.dumps({"sync": "runs/lab2/hidden-sync"})), "built": np.asarray(json.dumps(built))}
-    verdict = hidden.judge_ps_optimizer({"steps": 20, "modes": ["sync"]}, arrays, tmp_path)
-    assert not verdict.ok and "sync: the workers made" in verdict.reason
-    built["async"] = ["SyncReplicasOptimizer", "GradientDescentOptimizer"]
-    arrays["built"] = np.asarray(json.dumps(built))
-    verdict = hidden.judge_ps_optimizer({"steps": 20, "modes": ["sync"]}, arrays, tmp_path)
-    assert not verdict.ok and verdict.reason.startswith("async: make_optimizer built")
+    arrays = {"run_dir": np.asarray("runs/lab2/hidden-sync")}
+
+    def workers(steps, W, b):
+        for i, local in enumerate(steps):
+            data = {"task": f"worker:{i}", "steps": {"local": local, "global_at_exit": max(steps)}}
+            if i == 0:
+                data["weights"] = {"W": W.tolist(), "b": b.tolist()}
+            (run / f"worker-{i}.json").write_text(json.dumps(data))
+
+    W, b = hidden.reference_sync_weights(settings, 2)
+    args = {"rounds": 4, "train_limit": 600, "test_limit": 100, "seed": 2}
+    workers((4, 4), W.astype(np.float32), b.astype(np.float32))
+    assert hidden.judge_sync_round(args, arrays, tmp_path).ok
+    W2, b2 = hidden.reference_sync_weights({**settings, "learning_rate": 2 * settings["learning_rate"]}, 2)
+    workers((4, 4), W2, b2)  # the sum of two gradients, not their mean
+    verdict = hidden.judge_sync_round(args, arrays, tmp_path)
+    assert not verdict.ok and "the mean of all 2 gradients" in verdict.reason
+    workers((4, 3), W, b)  # one worker made a step fewer: not one gradient per worker per round
+    verdict = hidden.judge_sync_round(args, arrays, tmp_path)
+    assert not verdict.ok and "every worker makes one step" in verdict.reason
 
 
 def test_a_batch_starts_the_longest_notebooks_first(tmp_path):

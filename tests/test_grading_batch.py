@@ -11,7 +11,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import alive, cell, read_csv
+from helpers import alive, cell, read_csv, wait_until
 from labkit.grading.grade import grade
 from labkit.grading.release import release_notebook
 
@@ -334,7 +334,6 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
     import signal
     import subprocess
     import sys
-    import time
 
     (tmp_path / "rubric.toml").write_text(RUBRIC.replace("cell_timeout = 10", "cell_timeout = 300"))
     graders, pid_files = {}, {}
@@ -348,10 +347,8 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         pid_files[sig] = out / "s" / "fixlab.log"   # the kernel's stderr, capped, flushed as it comes
     try:
-        deadline = time.monotonic() + 120
-        while not all(p.exists() and "started child" in p.read_text() for p in pid_files.values()) \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: all(p.exists() and "started child" in p.read_text() for p in pid_files.values()),
+                   120, 0.2, "both runs' kernels to log that their child started")
         assert len(running_with(HANG_MARK)) == 2  # both children run
         # every process of the two runs (runners, kernels, children): each must end by itself. The
         # sleeping children die first; a runner still tearing down after them is no leak, so the

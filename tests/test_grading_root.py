@@ -153,5 +153,5 @@ def test_a_run_without_a_namespace_for_its_disk_is_stopped_past_it(tmp_path):
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", sandbox="none", log=lambda m: None)
     run = next(r for r in outcome.rows if r["check"] == "execution")
-    assert run["status"] == "disk" and "wrote more than its 32 MB of disk (in cell 1)" in run["reason"], run
+    assert run["status"] == "disk" and "wrote more than its 32 MB of disk (in cell 2)" in run["reason"], run
     assert run["seconds"] < 30 and not (tmp_path / "out" / ".work" / "s" / "who").exists()

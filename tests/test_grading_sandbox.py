@@ -8,12 +8,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import WRITABLE
+from helpers import WRITABLE, wait_until, wait_while
 from labkit.grading import limits
 from labkit.grading.sandbox import SANDBOXES, View, lease_account
 
@@ -118,10 +117,7 @@ def test_a_leased_uid_is_one_runs_alone(monkeypatch):
         squatter = subprocess.Popen(["setpriv", f"--reuid={free}", f"--regid={free}", "--clear-groups",
                                      "sleep", "4242.7"])
         try:
-            deadline = time.monotonic() + 10
-            while not sandbox.uid_in_use(free) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert sandbox.uid_in_use(free)
+            wait_until(lambda: sandbox.uid_in_use(free), 10, 0.05, f"a process to run as uid {free}")
             monkeypatch.setattr(sandbox.random, "randrange", lambda n: free - sandbox.UID_BASE)
             c = lease_account()
             assert c.uid == free + 1   # skipped: a process still runs as it
@@ -149,10 +145,7 @@ def test_nothing_a_sandboxed_process_starts_outlives_it(tmp_path):
         print('started')
     """)
     assert r.stdout.strip() == "started"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _running(marker):
-        time.sleep(0.1)
-    assert _running(marker) == []
+    wait_while(lambda: _running(marker), 10, 0.1, "what the sandboxed process started to end with it")
 
 
 def _running(marker: str) -> list[int]:

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
-from helpers import alive
+from helpers import alive, wait_until, wait_while
 
 CHAIN_BENCH = """
 import sys
@@ -36,23 +35,25 @@ if __name__ == "__main__":
 HARNESS = """
 import sys
 from labkit import bench, cli
-bench.BENCHMARKS["chain"] = "chain_bench"
+bench.BENCHMARKS.refer("chain", "chain_bench:run")
 sys.exit(cli.main(["bench", "chain", "--out", sys.argv[1]]))
 """
 
 
 def _chain(top: int, timeout: float = 120) -> list[int]:
     """The pids under ``top`` once the innermost command (sleep 600) runs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        tree = psutil.Process(top).children(recursive=True)
+    seen = []
+
+    def running():
+        seen[:] = psutil.Process(top).children(recursive=True)
         try:
-            if any(p.cmdline()[:2] == ["sleep", "600"] for p in tree):
-                return [p.pid for p in tree]
+            if any(p.cmdline()[:2] == ["sleep", "600"] for p in seen):
+                return [p.pid for p in seen]
         except psutil.NoSuchProcess:
             pass
-        assert time.monotonic() < deadline, f"the chain never started: {[p.cmdline()[:4] for p in tree]}"
-        time.sleep(0.05)
+        return None
+
+    return wait_until(running, timeout, 0.05, lambda: f"the chain to start: {[p.cmdline()[:4] for p in seen]}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
@@ -66,10 +67,8 @@ def test_a_signalled_harness_leaves_nothing_running(tmp_path, sig):
         assert len(pids) >= 3  # the benchmark, the monitor, sleep
         os.kill(harness.pid, sig)
         harness.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(pids), f"{sig.name} of the harness left {[psutil.Process(p).cmdline() for p in alive(pids)]}"
+        wait_while(lambda: alive(pids), 30, 0.05, lambda: f"{sig.name} of the harness to end its chain; left: "
+                                                          f"{[psutil.Process(p).cmdline() for p in alive(pids)]}")
     finally:
         harness.kill()
         harness.wait()

@@ -5,13 +5,12 @@ The cells are what a lab notebook runs: a ``labkit.launch.Cluster`` of ``labkit.
 under a live view (``labkit.live``), waiting. The tasks run in their own sessions, so the
 interrupt reaches only the kernel, which must stop them itself."""
 import json
-import time
+from pathlib import Path
 
-import psutil
 import pytest
 
-from helpers import alive
-from labkit import cluster
+from helpers import alive, children, wait_until
+from labkit import cluster, events
 from _kernel import kernel, ok, reply, text
 
 pytestmark = pytest.mark.cluster
@@ -25,7 +24,8 @@ def make():
                    test_limit=200, sample_interval=0.25, timeout=300)
 def note(name, c):
     with open(name + ".tmp", "w") as f:
-        json.dump({"ports": [t.port for t in c.spec.tasks()], "pids": list(c.pids().values())}, f)
+        json.dump({"ports": [t.port for t in c.spec.tasks()], "pids": list(c.pids().values()),
+                   "run_dir": str(c.run_dir)}, f)
     os.replace(name + ".tmp", name)
 """
 
@@ -51,10 +51,7 @@ print(json.dumps({"status": [c1.status(), c2.status()],
 def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
     """Run ``code``, interrupt it once ``ready()`` returns the task pids; return them."""
     kc.execute(code)
-    deadline = time.monotonic() + timeout
-    while not (pids := ready()):
-        assert time.monotonic() < deadline, "the cluster never got to the point of the interrupt"
-        time.sleep(0.1)
+    pids = wait_until(ready, timeout, 0.1, "the cluster to get to the point of the interrupt")
     km.interrupt_kernel()
     content = reply(kc, timeout=60)
     assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
@@ -64,7 +61,7 @@ def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
 def _gone(kernel_pid: int, pids: list[int], ports: list[int]) -> None:
     survivors = alive(pids)
     assert not survivors, f"task processes survived the interrupt: {survivors}"
-    left = psutil.Process(kernel_pid).children(recursive=True)
+    left = children(kernel_pid)
     assert not left, f"the kernel still has children: {[(p.pid, p.cmdline()[:4]) for p in left]}"
     assert all(cluster.port_is_free(p) for p in ports), f"a port of {ports} is still bound"
 
@@ -77,17 +74,18 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
         def spawned():  # every task process exists (they are still importing TensorFlow)
             if not (tmp_path / "starting.json").exists():
                 return None
-            kids = psutil.Process(kernel_pid).children()
+            kids = children(kernel_pid, recursive=False)
             return [p.pid for p in kids] if len(kids) >= 2 else None
 
         pids = _interrupt(km, kc, STARTING, spawned)
         _gone(kernel_pid, pids, json.loads((tmp_path / "starting.json").read_text())["ports"])
 
-        def training():  # servers up (start() returned), the workers are in their loop
+        def training():  # servers up (start() returned), the worker in its loop: its first evaluation's event
             if not (tmp_path / "running.json").exists():
                 return None
-            time.sleep(1.0)
-            return json.loads((tmp_path / "running.json").read_text())["pids"]
+            running = json.loads((tmp_path / "running.json").read_text())
+            said = events.read_all(Path(running["run_dir"]) / "worker-0.events.jsonl")
+            return running["pids"] if any(e.kind == "eval" for e in said) else None
 
         pids = _interrupt(km, kc, RUNNING, training)
         _gone(kernel_pid, pids, json.loads((tmp_path / "running.json").read_text())["ports"])

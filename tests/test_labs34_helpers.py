@@ -46,6 +46,7 @@ def test_the_survivors_failure_in_words():
     assert "no TensorFlow error" in text and "still running 5 s after the kill, stopped by the launcher" in text
 
 
+@pytest.mark.tensorflow
 def test_peer_failure_keeps_tensorflows_words_without_the_ops_stack():
     tf = pytest.importorskip("tensorflow")
     message = ("Graph execution error:\n\nDetected at node sgd/CollectiveReduceV2 defined at (most recent call last):\n"
@@ -70,6 +71,7 @@ def test_fault_tolerance_checks_its_bound_before_starting_anything():
         lenet_sweep.fault_tolerance(survivor_wait_s=0, log=None, progress=False)
 
 
+@pytest.mark.tensorflow
 def test_the_emulated_section_without_links_is_an_empty_frame_and_two_panels_that_say_so():
     pytest.importorskip("tensorflow")
     from labkit.experiments import sparse_lr
@@ -85,6 +87,7 @@ def test_the_emulated_section_without_links_is_an_empty_frame_and_two_panels_tha
     assert [t.get_text() for t in ax.texts] == ["nothing to show: why"] and not ax.axison
 
 
+@pytest.mark.tensorflow
 def test_report_001s_dense_step_travels_to_the_tasks_and_is_dense():
     """The tasks define the step from its source (with its imports), and its gradient has a row
     for every feature: not Lab 3's exercise, which has one per distinct feature."""

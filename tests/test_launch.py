@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, children, kill_and_expect_task_failed, wait_until, wait_while
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
@@ -40,11 +40,7 @@ def clusters(tmp_path, monkeypatch):
     yield made
     for c in made:
         c.stop()
-    deadline = time.monotonic() + 5
-    while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = psutil.Process().children(recursive=True)
-    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+    wait_while(children, 5, 0.05, "every process of the test (but its fork server) to end")
     for c in made:
         for t in c.spec.tasks():
             assert cluster.port_is_free(t.port), f"port {t.port} of {t.name} cannot be bound again"
@@ -89,7 +85,8 @@ def test_run_to_completion_gathers_every_task(clusters):
 
 def test_killed_worker_raises_task_failed_promptly(clusters):
     c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
-    time.sleep(1.0)
+    wait_until(lambda: c.events("worker:0", "eval"), 120, 0.05,
+               "the cluster to train (the chief's first evaluation, an event)")
     failed, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert "SIGKILL" in str(failed) and "worker:1" in failed.log_tail
     assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
@@ -167,10 +164,7 @@ def test_tasks_do_not_outlive_a_killed_launcher(clusters):
     finally:
         launcher.kill()
         launcher.wait()
-    deadline = time.monotonic() + 20
-    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(psutil.pid_exists(p) for p in pids), "tasks outlived their launcher"
+    wait_while(lambda: [p for p in pids if psutil.pid_exists(p)], 20, 0.1, "the tasks to end with their launcher")
 
 
 def _listen(port: int) -> socket.socket:
@@ -186,7 +180,7 @@ def test_taken_port_in_an_explicit_spec_is_a_clear_error(clusters):
     with _listen(a):
         with pytest.raises(PortInUse, match=f"ps:0 \\(127.0.0.1:{a}\\) is in use"):
             make(clusters, spec, **TINY).start()
-    assert not psutil.Process().children()
+    assert not children(recursive=False)
 
 
 def test_taken_port_in_a_local_spec_is_avoided(clusters):
@@ -260,7 +254,7 @@ with TaskRuntime("peers") as rt:  # two workers joined like all-reduce peers: on
             break
         except OSError:
             time.sleep(0.05)
-    rt.log("connected to worker:1")
+    rt.mark("connected")  # an event (labkit.events) the test waits for
     link.recv(1)  # b'' once worker:1 is gone
     raise ConnectionError("lost worker:1")
 """
@@ -283,15 +277,13 @@ def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
     c = Cluster(cluster.local(ps=0, workers=2), "peers.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
                 program_argv=[how], timeout=60)
     clusters.append(c)
-    c.start()
+    c.start(wait_ready=how != "error")  # forked, worker:1 can fail before start() would return: wait() sees it
     pids = c.pids()
     if how != "error":
-        assert c.follow(until=lambda seen: any("connected" in line for line in seen["worker:0"])) is None
+        assert c.follow(until=lambda: any(e.label == "connected" for e in c.events("worker:0", "mark"))) is None
         c.kill("worker:1") if how == "kill" else os.kill(pids["worker:1"], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while not all(map(_waitable, pids.values())):  # the launcher looks only now: one poll sees both ended
-        assert time.monotonic() < deadline, "worker:0 did not fail after losing its peer"
-        time.sleep(0.02)
+    # the launcher looks only now: one poll sees both ended
+    wait_until(lambda: all(map(_waitable, pids.values())), 30, 0.02, "worker:0 to fail after losing its peer")
     with pytest.raises(TaskFailed) as info:
         c.wait()
     failed = info.value
@@ -329,8 +321,9 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
                         "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.2:{ports[2]}"]})
     remote_dir = tmp_path / "remote home" / "labkit"
     remote_dir.mkdir(parents=True)
-    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"], remote_dir=str(remote_dir),
-             remote_python=sys.executable, steps=100, **TINY)
+    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"],
+                                               "remote_dir": str(remote_dir), "remote_python": sys.executable},
+             steps=100, **TINY)
     cmds = dict(c.commands())
     assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes -- 127.0.0.2 ")
     assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
@@ -363,8 +356,8 @@ def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
     (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
     port = cluster.free_ports(1)[0]
     c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
-                ssh=[str(fake_ssh(tmp_path))], remote_dir=str(tmp_path), remote_python=sys.executable,
-                env={"PYTHONPATH": str(tmp_path)})
+                launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(tmp_path),
+                                  "remote_python": sys.executable}, env={"PYTHONPATH": str(tmp_path)})
     clusters.append(c)
     with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
                                           r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
@@ -377,13 +370,11 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})
     remote_dir = tmp_path / "r"
     remote_dir.mkdir()
-    c = make(clusters, spec, ssh=[str(fake_ssh(tmp_path))], remote_dir=str(remote_dir), remote_python=sys.executable,
-             **LONG).start(wait_ready=False)
+    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(remote_dir),
+                                               "remote_python": sys.executable}, **LONG).start(wait_ready=False)
     run = remote_dir / c.remote_run
-    deadline = time.monotonic() + 60
-    while not all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
-        assert time.monotonic() < deadline, "the remote tasks never started"
-        time.sleep(0.05)
+    wait_until(lambda: all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")), 60, 0.05,
+               "the remote tasks to start")
     pids = {name: int((run / f"{name}.pid").read_text()) for name in ("ps-0", "worker-0")}
     c.stop()
     assert not any(psutil.pid_exists(p) for p in pids.values())
@@ -395,14 +386,14 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.10.1.1 node0\n10.10.1.2 node1\n10.10.1.3 node2\n")
     spec = cluster.mode("cluster2", hosts=hosts)
-    c = Cluster(spec, "ps_sgd", dry_run=True, remote_dir="labkit", steps=100)
+    c = Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"remote_dir": "labkit"}, steps=100)
     c.start()
     out = capsys.readouterr().out
     assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -- 10.10.1.2 " in out
     assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
     with pytest.raises(RuntimeError, match="dry run"):
         c.wait()
-    assert not psutil.Process().children()
+    assert not children(recursive=False)
     cli = subprocess.run([sys.executable, "-m", "labkit", "cluster", "--mode", "cluster2", "--hosts", str(hosts),
                           "--print-commands"], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
@@ -472,7 +463,7 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
         stops.append(time.monotonic() - t0)
         survivors = alive(pids)
         assert not survivors, f"cycle {i}: {survivors} survived stop()"
-        assert not psutil.Process().children(recursive=True), f"cycle {i}: children left"
+        assert not children(), f"cycle {i}: children left"
         assert all(cluster.port_is_free(t.port) for t in c.spec.tasks()), f"cycle {i}: a port is still bound"
     print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")
 

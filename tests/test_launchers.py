@@ -76,7 +76,7 @@ class WrappedLauncher(LocalLauncher):
 @pytest.fixture
 def wrapped(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setitem(launchers._REGISTERED, WrappedLauncher.name, WrappedLauncher)
+    monkeypatch.setitem(launchers.LAUNCHERS, WrappedLauncher.name, WrappedLauncher)
     (tmp_path / "via").mkdir()
     (tmp_path / "via" / "__init__.py").write_text("")
     (tmp_path / "via" / "task.py").write_text(PROGRAM)
@@ -84,15 +84,16 @@ def wrapped(tmp_path, monkeypatch):
 
 
 def test_a_registered_launcher_runs_every_task_its_way(wrapped):
+    alone = {"forkserver": False}  # a stand-in program without TensorFlow: no fork server to import it
     c = Cluster(cluster.local(ps=0, workers=2), "via.task", lab="test", launcher="test-wrapped", env=wrapped,
-                timeout=60)
+                timeout=60, launcher_options=alone)
     assert all(cmd.startswith("env VIA_WRAPPER=") for _, cmd in c.commands())
     result = c.run()
     assert {t.name: t.metrics["via"] for t in result} == {"worker:0": "worker:0", "worker:1": "worker:1"}
     assert [t.ended for t in result] == ["exited", "exited"]
 
     failing = Cluster(cluster.local(ps=0, workers=2), "via.task", lab="test", launcher="test-wrapped",
-                      env={**wrapped, "VIA_FAIL": "1"}, timeout=60)
+                      env={**wrapped, "VIA_FAIL": "1"}, timeout=60, launcher_options=alone)
     with pytest.raises(TaskFailed, match=r"task worker:1 exited with code 1 in wrapper worker:1 after") as info:
         failing.run()
     assert "worker:1 fails" in info.value.log_tail
@@ -112,7 +113,7 @@ def test_a_notebooks_launcher_parameter(monkeypatch):
         launch.use("slrum")
     launch.use("ssh")
     assert os.environ["LABKIT_LAUNCHER"] == "ssh"
-    c = Cluster(cluster.local(ps=0, workers=1), "ps_sgd", dry_run=True, remote_dir="kit")
+    c = Cluster(cluster.local(ps=0, workers=1), "ps_sgd", dry_run=True, launcher_options={"remote_dir": "kit"})
     assert c.commands()[0][1].startswith("ssh ")
     spec = cluster.local(ps=1, workers=2)
     assert launch.placed(spec) == spec  # outside an allocation nothing moves

@@ -4,9 +4,9 @@ place through display_id updates; a headless kernel (papermill's) draws nothing 
 and one static figure at the end, and its progress bars are text, not widgets."""
 import json
 
-import psutil
 import pytest
 
+from helpers import children
 from labkit import live, progress
 from _kernel import kernel, ok, text
 
@@ -20,7 +20,7 @@ from labkit.launch import Cluster
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=10_000_000, train_limit=1000,
             test_limit=200, sample_interval=0.25, timeout=200)
 with c, live.watch(c, refresh=0.5) as view:
-    c.follow(until=lambda seen: view.figures >= 2)  # runs until the view has redrawn its figure twice
+    c.follow(until=lambda: view.figures >= 2)  # runs until the view has redrawn its figure twice
 print(json.dumps({"live": view.live, "updates": view.updates, "figures": view.figures, "errors": view.errors}))
 """
 
@@ -74,7 +74,7 @@ def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
         assert "100%" in text(msgs) and "2/2" in text(msgs)
         assert not [m for m in msgs if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
         kernel_pid = km.provisioner.process.pid
-        assert not psutil.Process(kernel_pid).children(recursive=True), "tasks left running in the kernel"
+        assert not children(kernel_pid), "tasks left running in the kernel"
 
 
 def test_progress_chooses_text_bars_unless_live(monkeypatch):

@@ -17,13 +17,15 @@ def small(mnist):
     return ImageData(mnist.x_train[:1525], mnist.y_train[:1525], mnist.x_test, mnist.y_test)
 
 
+@pytest.mark.tensorflow
 def test_core_reaches_85_percent_and_writes_tensorboard(mnist, tmp_path):
     run = lr.train_core(mnist, 5, tensorboard_dir=tmp_path / "runs", progress=False)
     h = run.history
     assert list(h["epoch"]) == [1, 2, 3, 4, 5] and set(h["version"]) == {"core"}
     assert run.summary()["test_accuracy"] >= 0.85, h
     assert h["train_loss"].iloc[-1] < h["train_loss"].iloc[0] < np.log(10)
-    assert run.summary()["samples_per_s"] > 0 and run.wall_s >= run.train_s > 0
+    assert run.wall_s >= run.train_s > 0  # the wall time adds the evaluations
+    assert run.summary()["samples_per_s"] == pytest.approx(5 * len(mnist.x_train) / run.train_s)  # every image, 5 times
 
     import tensorflow as tf
 
@@ -36,6 +38,7 @@ def test_core_reaches_85_percent_and_writes_tensorboard(mnist, tmp_path):
     assert steps["test_accuracy"] == steps["test_loss"] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.tensorflow
 def test_core_is_the_numpy_reference_step_for_step(small):
     # Same seed: same start, same shuffles; the last batch is short (1525 = 30 x 50 + 25).
     core, ref = lr.CoreTrainer(small.x_train, small.y_train, seed=3), lr.NumpyTrainer(small.x_train, small.y_train, seed=3)
@@ -46,6 +49,7 @@ def test_core_is_the_numpy_reference_step_for_step(small):
     assert core.steps_per_epoch == 31
 
 
+@pytest.mark.tensorflow
 def test_cross_entropy_is_the_sparse_softmax_formula():
     import tensorflow as tf
 
@@ -56,6 +60,7 @@ def test_cross_entropy_is_the_sparse_softmax_formula():
     assert float(lr.cross_entropy(logits, labels)) == pytest.approx(float(want), rel=1e-6)
 
 
+@pytest.mark.tensorflow
 def test_keras_learns_from_the_same_start(small):
     keras_run = lr.train_keras(small, 3, progress=False)
     numpy_run = lr.train("numpy", small, 3, progress=False)
@@ -67,6 +72,7 @@ def test_keras_learns_from_the_same_start(small):
     assert list(table.index) == ["numpy", "keras"] and table.loc["numpy", "speed_vs_numpy"] == 1
 
 
+@pytest.mark.tensorflow
 def test_check_step_tells_a_right_step_from_a_wrong_one():
     assert lr.check_step(lr.sgd_step) < 1e-6
 
@@ -92,6 +98,7 @@ def test_bad_settings_are_refused(small, kwargs, match):
         lr.train(args.pop("version"), small, args.pop("epochs"), progress=False, **args)
 
 
+@pytest.mark.tensorflow
 def test_bad_data_is_refused(small):
     with pytest.raises(ValueError, match="expected .n, 28, 28. or .n, 784."):
         lr.NumpyTrainer(small.x_train[:, :20], small.y_train)
@@ -131,16 +138,57 @@ def test_the_seeded_start_is_evaluated_before_the_first_step(small):
     assert run.history["test_loss"].iloc[0] < run.summary()["initial_test_loss"]
 
 
-def test_batch_accuracies_score_each_run_of_consecutive_test_images(small):
+def test_batch_readings_reread_the_weights_on_random_batches_as_binomial_draws(small):
+    from labkit.solutions.lab1 import chance_best_reading
+
     run = lr.train("numpy", small, 1, progress=False)
-    acc = lr.batch_accuracies(run.W, run.b, small.x_test, small.y_test, 50)
-    assert len(acc) == 2000 // 50 and set(np.round(acc * 50, 6)) <= set(range(51))  # whole images per batch
-    assert acc.mean() == pytest.approx(run.summary()["test_accuracy"])  # 2000 = 40 full batches
-    assert acc.std() > 0.01  # small batches scatter around the whole set's accuracy
-    with pytest.raises(ValueError, match="larger than the 2000 test images"):
-        lr.batch_accuracies(run.W, run.b, small.x_test, small.y_test, 5000)
+    q = run.summary()["test_accuracy"]
+    readings = lr.batch_readings(run.W, run.b, small.x_test, small.y_test, readings=20, batch_size=25, trials=3000,
+                                 seed=1)
+    assert readings.shape == (3000, 20) and set(np.round(readings.ravel() * 25, 6)) <= set(range(26))
+    assert readings.mean() == pytest.approx(q, abs=0.005)  # each image drawn at random: unbiased
+    assert readings.std() == pytest.approx(np.sqrt(q * (1 - q) / 25), rel=0.05)  # binomial spread
+    # the best of 20 readings, against the binomial model at q (4 standard errors of 3000 trials)
+    level = next((k - 0.5) / 25 for k in range(25, 0, -1) if chance_best_reading(q, 20, 25, (k - 0.5) / 25) > 0.1)
+    measured = (readings.max(axis=1) >= level).mean()
+    model = chance_best_reading(q, 20, 25, level)
+    assert 0.1 < model < 0.9 and abs(measured - model) < 4 * np.sqrt(model * (1 - model) / 3000), (measured, model)
+    again = lr.batch_readings(run.W, run.b, small.x_test, small.y_test, readings=20, batch_size=25, trials=3000, seed=1)
+    assert np.array_equal(readings, again)  # seeded
+    with pytest.raises(ValueError, match="readings must be a positive integer"):
+        lr.batch_readings(run.W, run.b, small.x_test, small.y_test, readings=0)
 
 
+def test_best_readings_plots_one_reading_and_the_best_of_each_trial():
+    from labkit import plots
+
+    readings = (np.random.default_rng(0).random((300, 20, 50)) < 0.9).mean(axis=2)
+    fig = plots.best_readings(readings, levels=(0.94, 0.97))
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+    assert legends[1][1] == f">= 97%: {(readings.max(axis=1) >= 0.97).mean():.1%}"  # the best of each trial
+    assert legends[0][0] == f">= 94%: {(readings >= 0.94).mean():.1%}"               # every single reading
+    with pytest.raises(ValueError, match="a .trials, readings. array"):
+        plots.best_readings(readings[0])
+
+
+def test_softmax_gradient_is_the_finite_difference_of_the_loss():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((6, 784)), rng.integers(0, 10, 6)
+    W, b = rng.normal(size=(784, 10)) * 0.1, rng.normal(size=10)
+    dW, db, loss = lr.softmax_gradient(W, b, x, y)
+    assert loss == pytest.approx(lr._loss64(W, b, x, y))
+    h = 1e-6
+    for i, j in ((0, 0), (100, 3), (783, 9)):
+        Wp, Wm = W.copy(), W.copy()
+        Wp[i, j] += h
+        Wm[i, j] -= h
+        assert dW[i, j] == pytest.approx((lr._loss64(Wp, b, x, y) - lr._loss64(Wm, b, x, y)) / (2 * h), rel=1e-5)
+    bp = b.copy()
+    bp[4] += h
+    assert db[4] == pytest.approx((lr._loss64(W, bp, x, y) - loss) / h, rel=1e-4)
+
+
+@pytest.mark.tensorflow
 def test_train_to_target_stops_at_the_first_evaluation_at_or_below_the_target(small):
     row = lr.train_to_target(small, 50, learning_rate=0.5, target_loss=0.6, eval_every=10)
     assert row["reached"] and row["test_loss"] <= 0.6 and row["iterations"] % 10 == 0
@@ -153,6 +201,7 @@ def test_train_to_target_stops_at_the_first_evaluation_at_or_below_the_target(sm
         lr.train_to_target(small, 50, target_loss=0)
 
 
+@pytest.mark.tensorflow
 def test_target_sweep_has_one_row_per_batch_size_with_the_process_resources(small):
     table = lr.target_sweep(small, (10, 100), learning_rate=0.5, target_loss=0.6, eval_every=10, progress=False)
     assert list(table.index) == [10, 100] and table["reached"].all()

@@ -10,6 +10,7 @@ import time
 import pandas as pd
 import pytest
 
+from helpers import wait_until
 from labkit import cli, plots, units
 from labkit.dstat import read_dstat_csv
 from labkit.monitor import ResourceSampler, idle_baseline
@@ -21,22 +22,13 @@ MB = 1_000_000
 SPINNER = "import time; b = b'x' * (200 << 20); t = time.time()\nwhile time.time() - t < 30: pass"
 
 
-def wait_for(predicate, timeout=20.0, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
-
-
 def test_sees_a_busy_grandchild_only_when_children_are_included(tmp_path):
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPINNER!r}], timeout=60)"
     with OwnedProcess([sys.executable, "-c", parent], tmp_path / "parent.log", timeout=60) as p:
         with ResourceSampler(0.2, pids=[p.pid], children=True) as tree, \
              ResourceSampler(0.2, pids=[p.pid], children=False) as alone:
             busy = lambda: (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
-            assert wait_for(busy), f"never saw the spinner: {tree.latest()}"
+            wait_until(busy, 20, 0.1, lambda: f"the spinner to show: {tree.latest()}")
             time.sleep(0.5)
     t, a = tree.to_frame(), alone.to_frame()
     assert t.proc_rss.max() > 150 * MB and t.nprocs.max() == 2
@@ -51,9 +43,9 @@ def test_a_process_that_exits_mid_sampling_is_dropped_cleanly():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
     try:  # left unreaped on purpose: a zombie counts as exited
         with ResourceSampler(0.1, pids=[child.pid]) as s:
-            assert wait_for(lambda: s.exited, timeout=15)
+            wait_until(lambda: s.exited, 15, 0.1, "the sampler to see the child exit")
             n = len(s.to_frame())
-            assert wait_for(lambda: len(s.to_frame()) >= n + 3, timeout=10)  # still sampling the host
+            wait_until(lambda: len(s.to_frame()) >= n + 3, 10, 0.1, "3 more samples of the host")  # still sampling
             assert s.running
     finally:
         child.kill()
@@ -82,7 +74,9 @@ def test_loopback_traffic_shows_on_lo():
         client.close()
         reader.join(timeout=20)
         conn.close()
-        time.sleep(0.3)
+        # a sample taken after the transfer (the last one, on leaving the block, may come within 20 ms of the previous)
+        wait_until(lambda: s.to_frame().get("net_recv_lo", pd.Series()).sum() >= len(payload), 10, 0.05,
+                   "a sample after the transfer")
     f = s.to_frame()
     assert sum(received) == len(payload)
     assert [c for c in f.columns if c.startswith("net_")] == ["net_recv", "net_sent", "net_recv_lo", "net_sent_lo"]
@@ -201,7 +195,7 @@ def test_errors_in_a_callback_are_surfaced_not_fatal():
 
     with pytest.warns(RuntimeWarning, match="on_sample callback failed"):
         with ResourceSampler(0.1, on_sample=broken) as s:
-            assert wait_for(lambda: len(s.to_frame()) >= 3, timeout=10)
+            wait_until(lambda: len(s.to_frame()) >= 3, 10, 0.1, "3 samples")
     assert "live view broke" in s.errors[0] and len(s.errors) >= 3
     assert f"{len(s.errors)} errors" in repr(s)
 

@@ -31,11 +31,11 @@ import psutil
 import pytest
 
 from _sshd import sshd
-from helpers import alive
+from helpers import alive, wait_until, wait_while
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster, ClusterResult, TaskFailed
-from labkit.tasks import forkserver
+from labkit.launchers import forkserver
 
 pytestmark = pytest.mark.cluster
 
@@ -180,10 +180,8 @@ def _two_node_spec() -> ClusterSpec:
 
 def _remote_pids(run: Path, names=("ps-0", "worker-0", "worker-1"), timeout: float = 120) -> dict[str, int]:
     """The pids the remote wrapper wrote, once every task has written its hello (it runs)."""
-    deadline = time.monotonic() + timeout
-    while not all((run / f"{n}.hello.json").exists() for n in names):
-        assert time.monotonic() < deadline, f"the remote tasks never started: {sorted(p.name for p in run.glob('*'))}"
-        time.sleep(0.05)
+    wait_until(lambda: all((run / f"{n}.hello.json").exists() for n in names), timeout, 0.05,
+               lambda: f"the remote tasks to start: {sorted(p.name for p in run.glob('*'))}")
     return {n: int((run / f"{n}.pid").read_text()) for n in names}
 
 
@@ -192,8 +190,9 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     'cannot connect': the launcher must say SIGKILL on that host, not send the TA after keys."""
     ssh, remote_dir, daemon = real_ssh
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=str(remote_dir),
-                remote_python=sys.executable, env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
+    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd",
+                launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
+                env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
                 train_limit=1000, test_limit=200, sample_interval=0.25)
     assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
     with c:
@@ -220,7 +219,8 @@ import json, sys, time
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster
 spec, ssh, remote_dir, mirror = json.loads(sys.argv[1])
-c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd", ssh=ssh, remote_dir=remote_dir, remote_python=sys.executable,
+c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd",
+            launcher_options={"ssh": ssh, "remote_dir": remote_dir, "remote_python": sys.executable},
             env={"LABKIT_DATA_MIRROR": mirror}, steps=10**7, train_limit=1000, test_limit=200).start()
 print(c.remote_run, flush=True)
 time.sleep(600)
@@ -242,16 +242,15 @@ def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_pa
     finally:
         launcher.kill()
         launcher.wait()
-    deadline = time.monotonic() + 30
-    while alive(pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pids.values()), "remote tasks outlived their launcher"
+    t0 = time.monotonic()
+    wait_while(lambda: alive(pids.values()), 30, 0.1, "the remote tasks to end with their launcher")
     for name in pids:  # SIGTERM from the wrapper, not SIGKILL: each wrote its result
         assert json.loads((run / f"{name}.json").read_text())["shutdown"] == "terminated", name
-    while not all(cluster.port_is_free(t.port) for t in spec.tasks()) and time.monotonic() < deadline:
-        time.sleep(0.1)  # the kernel closes the dead tasks' connections on its own time
-    taken = [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)]
-    assert not taken, subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+    # the kernel closes the dead tasks' connections on its own time (within the same 30 s)
+    wait_while(lambda: [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)],
+               max(0.0, 30 - (time.monotonic() - t0)), 0.1,
+               lambda: "the tasks' ports to be free:\n" + subprocess.run(["ss", "-tanp"], capture_output=True,
+                                                                         text=True).stdout)
     _no_children(daemon)
 
 

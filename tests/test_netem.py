@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive
+from helpers import alive, wait_until, wait_while
 from labkit import netem
 from labkit.netem import EmulatedNetwork, LinkSpec, parse_link
 from labkit.sockets import nic_counters
@@ -28,13 +28,6 @@ def _available(link=RATE) -> str:
     if mode is None:
         pytest.skip(f"links cannot be emulated here: {why}")
     return mode
-
-
-def _gone(net: EmulatedNetwork, timeout: float = 20) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while net.leftovers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return net.leftovers()
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -162,8 +155,10 @@ def test_two_networks_at_once_do_not_collide():
     _available()
     with EmulatedNetwork(2, RATE) as one, EmulatedNetwork(2, RATE) as two:
         assert one.subnet != two.subnet and one.driver_link != two.driver_link
-        assert netem.throughput(one, "node0", "node1", 1_000_000) > 0
-        assert netem.throughput(two, "node0", "node1", 1_000_000) > 0
+        # each shapes its own link: no more than the rate, but for the bucket's burst (64 KB) sent at once
+        ceiling = netem.parse_link(RATE).bytes_per_s * 1_000_000 / (1_000_000 - 64 * 1024)
+        assert 0 < netem.throughput(one, "node0", "node1", 1_000_000) < ceiling
+        assert 0 < netem.throughput(two, "node0", "node1", 1_000_000) < ceiling
 
 
 # ------------------------------------------------------------------------------ ownership
@@ -202,14 +197,15 @@ def test_nothing_outlives_an_owner_killed_with_sigkill(mode):
     finally:
         owner.kill()
         owner.wait()
-    deadline = time.monotonic() + 20
-    while (_processes_in(made["netns"]) or (made["link"] and os.path.exists(f"/sys/class/net/{made['link']}"))) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _processes_in(made["netns"]), "processes outlived the owner in its namespaces"
+
+    def link_left() -> bool:
+        return bool(made["link"]) and os.path.exists(f"/sys/class/net/{made['link']}")
+
+    wait_while(lambda: _processes_in(made["netns"]) or link_left(), 20, 0.1,
+               "the owner's namespaces to empty and its link to go")
     assert not alive([made["stubborn"], *made["holders"]])  # gone, or zombies init has yet to reap
     if mode == "root":
-        assert made["link"] and not os.path.exists(f"/sys/class/net/{made['link']}"), "the driver's link is left"
+        assert made["link"] and not link_left(), "the driver's link is left"
     else:
         assert made["link"] is None
 
@@ -244,7 +240,8 @@ def test_an_interrupt_during_start_leaves_nothing(monkeypatch):
     monkeypatch.setattr(EmulatedNetwork, "_wire", interrupted)
     with pytest.raises(KeyboardInterrupt):
         net.start()
-    assert _gone(net) == [] and net.nodes and all(n.holder.poll() is not None for n in net.nodes.values())
+    wait_while(net.leftovers, 20, 0.05, "the network's namespaces, links and processes to go")
+    assert net.nodes and all(n.holder.poll() is not None for n in net.nodes.values())
 
 
 def test_unprivileged_user_gets_the_same_links():
@@ -343,10 +340,12 @@ def test_the_live_view_shows_each_emulated_nodes_nic(tmp_path):
             assert dict(view.table()["nics"]) == {"ps:0": "all, lo included", "worker:0": "all, lo included"}
             late.stdin.write("go\n")
             late.stdin.flush()
-            deadline = time.monotonic() + 10
-            while view.table()["nics"]["ps:0"] != "lan0" and time.monotonic() < deadline:
-                time.sleep(0.05)
+
+            def moved():
                 view._watch_new_tasks()
+                return view.table()["nics"]["ps:0"] == "lan0"
+
+            wait_until(moved, 10, 0.05, lambda: f"the view to show ps:0's node's NIC: {dict(view.table()['nics'])}")
             assert dict(view.table()["nics"]) == {"ps:0": "lan0", "worker:0": "all, lo included"}
             assert view._samplers["ps:0"].netns_pid == late.pid
         finally:

@@ -5,16 +5,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import alive
+from helpers import alive, wait_while
 from labkit import cluster, netem
 from labkit.launch import Cluster, TaskFailed
 from labkit.launchers.netem import described, netem_nodes
 from labkit.proc import usable_cores
-from labkit.tasks import forkserver
 
 RATE = "200mbit"
 
@@ -70,16 +68,15 @@ def probe(tmp_path, monkeypatch):
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
 
 
-@pytest.mark.parametrize("forked", [False, True], ids=["own-interpreter", "forked"])
+@pytest.mark.parametrize("forked", [False, pytest.param(True, marks=pytest.mark.cluster)],  # the fork server: TensorFlow
+                         ids=["own-interpreter", "forked"])
 def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     """cs744's placement on node0..1: ps:0 and worker:0 share node0's namespace, worker:1 has
     node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run.
     The same for tasks forked from this process's fork server: each joins its stand-in's node."""
     spec = cluster.from_hosts(netem_nodes(2), ps=1, workers=2)
-    forking = forkserver.launch_args(spec, "netem") if forked else {}
-    assert bool(forking) == forked
-    c = Cluster(spec, "probe.task", lab="test", launcher="netem", launcher_options={"link": RATE}, env=probe,
-                timeout=120, **forking)
+    c = Cluster(spec, "probe.task", lab="test", launcher="netem", launcher_options={"link": RATE, "forkserver": forked},
+                env=probe, timeout=120)
     net = c._launchers["ps:0"].network
     hosts = {t.name: t.host for t in c.spec.tasks()}
     assert hosts == {"ps:0": net.address("node0"), "worker:0": net.address("node0"), "worker:1": net.address("node1")}
@@ -106,7 +103,8 @@ def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
 
 def test_a_failed_task_names_its_node(probe):
     c = Cluster(cluster.from_hosts(netem_nodes(2), ps=0, workers=2), "probe.task", lab="test", launcher="netem",
-                launcher_options={"link": RATE}, env={**probe, "PYTHONPATH": "/nonexistent"}, timeout=60)
+                launcher_options={"link": RATE, "forkserver": False}, env={**probe, "PYTHONPATH": "/nonexistent"},
+                timeout=60)
     with pytest.raises(TaskFailed, match=r"exited with code 1 on emulated node node[01] after"):
         c.run()
     assert c._launchers["worker:0"].network.leftovers() == []
@@ -127,9 +125,9 @@ import json, sys, time
 from labkit import cluster
 from labkit.launch import Cluster
 from labkit.launchers.netem import netem_nodes
-from labkit.tasks import forkserver
+from labkit.launchers import forkserver
 c = Cluster(cluster.from_hosts(netem_nodes(2), ps=1, workers=1), "probe.task", lab="test", launcher="netem",
-            launcher_options={"link": "100mbit", "grace": 2}, env={"PROBE_HANG": "1"}).start()
+            launcher_options={"link": "100mbit", "grace": 2, "forkserver": False}, env={"PROBE_HANG": "1"}).start()
 net = c._launchers["ps:0"].network
 print(json.dumps({"tasks": list(c.local_pids().values()), "holders": [n.pid for n in net._all_nodes().values()],
                   "netns": [list(n.netns) for n in net._all_nodes().values()], "link": net.driver_link}), flush=True)
@@ -155,9 +153,6 @@ def test_nothing_outlives_a_launcher_killed_with_sigkill(probe, tmp_path):
         link = made["link"] and os.path.exists(f"/sys/class/net/{made['link']}")
         return inside + alive(made["tasks"] + made["holders"]) + ([made["link"]] if link else [])
 
-    deadline = time.monotonic() + 30
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left() == []
+    wait_while(left, 30, 0.1, "the driver's namespaces, tasks, holders and link to go with it")
     run = next((tmp_path / "runs" / "test").iterdir())
     assert {json.loads(p.read_text())["shutdown"] for p in run.glob("*-0.json")} == {"terminated"}

@@ -14,6 +14,7 @@ TINY.update(netem_labs.LAB3)  # the section on emulated links, at its smallest
 FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 
+@pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURES)
 
@@ -75,5 +76,5 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert audit["ps_link_bytes_per_iteration"] == 1_080_402_496  # four workers' through the ps's link
     assert audit["ps_link_megabits_per_s_needed"] == pytest.approx(1213.8, abs=0.1)
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
-    netem_labs.check_lab3(nb, rec)
     check_executed(nb, FIGURES)
+    netem_labs.check_lab3(nb, rec)  # last: it skips where links cannot be emulated

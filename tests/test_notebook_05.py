@@ -83,9 +83,9 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rows[("ps", 3)]["last_loss"] == pytest.approx(rows[("ring", 3)]["last_loss"], rel=1e-3)
     assert rec["same_sgd"] == {"model": "mlp", "workers": 3, "ps_last_loss": rows[("ps", 3)]["last_loss"],
                                "ring_last_loss": rows[("ring", 3)]["last_loss"]}
-    netem_labs.check_lab5(nb, rec)
     check_ps_failure(rec)
     check_executed(nb, FIGURE_CELLS)
+    netem_labs.check_lab5(nb, rec)  # last: it skips where links cannot be emulated
 
 
 def check_ps_failure(rec) -> None:

@@ -16,6 +16,7 @@ def test_to_jsonable_converts_numpy_pandas_and_nonfinite():
         to_jsonable(object())
 
 
+@pytest.mark.kernel
 def test_record_round_trip_through_a_kernel(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -45,8 +46,9 @@ def test_only_code_cells_hold_records_and_what_a_file_carries_is_named():
     assert read_records(nb) == {"acc": 0.99}  # the Markdown cell's copy and the nameless payload are skipped
     del nb.cells[2]
     assert read_records(nb) == {}
-    assert pre_baked(nb) == ["cell 0 (markdown): outputs in a non-code cell",
-                             "cell 1 (markdown): a record pasted into its text", "cell 2: 1 stored output(s)"]
+    # cells numbered as JupyterLab shows them, from 1 (record.cell_name)
+    assert pre_baked(nb) == ["cell 1 (markdown): outputs in a non-code cell",
+                             "cell 2 (markdown): a record pasted into its text", "cell 3: 1 stored output(s)"]
     assert named_cells(nb, "md-results") == [md]
 
 

@@ -30,7 +30,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_notebook
 
-from helpers import cell
+from helpers import cell, wait_until
 from labkit import checking
 from labkit.grading import public, release
 from labkit.grading.rubric import load_rubric
@@ -139,6 +139,8 @@ def test_the_kit_is_written_for_students(kit):
         auto = sum(c.points for c in lab.checks if not c.manual)
         answers = sum(c.points for c in lab.checks if c.manual)
         assert re.search(rf"\| `{re.escape(lab.notebook)}` \| {auto:g} \| {answers:g} \|", readme), key
+        late = lab.late_penalty.describe() if lab.late_penalty else "none"   # the late policy, as the grader applies it
+        assert re.search(rf"\| `{re.escape(lab.notebook)}` \|.*\| {re.escape(late)} \|$", readme, re.M), key
     # every path the README names is in the kit (or made by running it: data/, out/, runs/)
     for path in re.findall(r"`([\w./<>-]+)`|\]\(([^)]+)\)", readme):
         path = path[0] or path[1]
@@ -148,6 +150,19 @@ def test_the_kit_is_written_for_students(kit):
         target = kit / path if "/" in path else kit / "notebooks" / path
         assert target.exists(), path
     assert (kit / ".gitignore").read_text().count(".venv/") == 1
+
+
+def test_the_readme_gives_each_labs_late_policy():
+    """A rubric's late_penalty reaches the student's README as the grader words it; none is 'none'."""
+    from labkit.grading.late import Policy
+
+    labs = {"lab1": {"notebook": "01.ipynb", "title": "t", "points": 10, "answer_points": 5,
+                     "notebook_timeout": 600, "late_penalty": Policy(per_day=0.1, max=0.5).describe()},
+            "lab2": {"notebook": "02.ipynb", "title": "t", "points": 8, "answer_points": 2,
+                     "notebook_timeout": 45, "late_penalty": "none"}}
+    readme = release.student_readme("$labs_table\n$points_table\n$lab_example", {"labs": labs})
+    assert "| `01.ipynb` | 10 | 5 | 10 min | 10% of the lab's points per day late, at most 50% |" in readme
+    assert "| `02.ipynb` | 8 | 2 | 45 s | none |" in readme
 
 
 def recipes(makefile: str) -> dict[str, list[str]]:
@@ -405,18 +420,19 @@ def serve_lab(command: str, cwd: Path, env: dict, tmp: Path) -> list[str]:
         server = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                   start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while True:
+        def contents():  # the served folder's listing, once JupyterLab answers
             assert server.poll() is None, log.read_text()[-3000:]
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as r:
                     listing = json.load(r)
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10) as r:
                     assert r.status == 200 and b"JupyterLab" in r.read()
-                return [item["name"] for item in listing["content"]]
+                return listing
             except OSError:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(1)
+                return None
+
+        listing = wait_until(contents, 180, 1, lambda: f"JupyterLab to answer:\n{log.read_text()[-3000:]}")
+        return [item["name"] for item in listing["content"]]
     finally:
         stop_group(server)
 

@@ -79,6 +79,7 @@ def test_own_tcp_bytes_count_this_process_traffic():
     assert sent1 - sent0 >= 100_000 - 1 and recv1 - recv0 >= 100_000, (sent0, sent1, recv0, recv1)
 
 
+@pytest.mark.tensorflow  # make_cluster starts the fork server, which imports TensorFlow, even for a dry run
 def test_clusters_are_built_for_each_architecture_and_bad_sizes_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
     ps = ring_vs_ps.make_cluster("ps", "mlp", 2, n_ps=2, steps=6, batch_size=32, dry_run=True)
@@ -112,11 +113,12 @@ def _ps_run(workers: int, ps_sync: bool, m: float = 1000.0, batch: int = 10):
     counters.update({f"ps:0 {side}": workers * m * per_loop_step for side in ("sent", "recv")})
     counters.update({"chief:0 sent": 0.0, "chief:0 recv": 0.0})
     train = {"per_worker_batch": batch, "images_per_step": batch * (workers if ps_sync else 1),
-             "model_bytes": m, "counters_per_step": counters, "nic": "lo",
+             "model_bytes": m,
              "variables": [{"name": "w", "device": "/job:ps/replica:0/task:0/device:CPU:0", "bytes": m}],
-             "bytes_per_step": 2 * workers * m * per_loop_step, "ps_sync": ps_sync}
+             "ps_sync": ps_sync}
+    traffic = {"counters_per_step": counters, "nics": ["lo"], "nic_sent_bytes_per_step": 2 * workers * m * per_loop_step}
     tasks = [TaskOutcome(name, name.split(":")[0], 0, "127.0.0.1", "exited", 0, 1.0, Path("log"),
-                         {"train": train} if name == "chief:0" else {})
+                         {"train": train, "traffic": traffic} if name == "chief:0" else {})
              for name in ["ps:0", "chief:0", *(f"worker:{i}" for i in range(workers))]]
     return ring_vs_ps.Run("ps", "mlp", workers, 1, ClusterResult("strategy_train", Path("."), {}, tasks))
 

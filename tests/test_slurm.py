@@ -10,13 +10,12 @@ import json
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, kill_and_expect_task_failed, wait_while
 from labkit import cluster, slurm
 from labkit.launch import Cluster
 from labkit.minislurm import MiniSlurm, missing
@@ -54,9 +53,7 @@ def allocation(mini, monkeypatch):
     monkeypatch.delenv("LABKIT_LAUNCHER", raising=False)
     yield job
     mini.run("scancel", job, check=False)
-    deadline = time.monotonic() + 30
-    while mini.jobs() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_while(mini.jobs, 30, 0.1, f"the allocation's job {job} to end after scancel")
 
 
 def test_tf_config_is_the_one_slurm_cluster_resolver_builds():
@@ -138,11 +135,7 @@ def test_steps_do_not_outlive_a_launcher_killed_with_sigkill(allocation, mini, t
     finally:
         launcher.kill()
         launcher.wait()
-    deadline = time.monotonic() + 30
-    while (mini.steps() or alive(pids)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not mini.steps(), f"steps outlived their launcher: {mini.steps()}"
-    assert not alive(pids), "tasks outlived their launcher"
+    wait_while(lambda: mini.steps() or alive(pids), 30, 0.1, "the steps and their tasks to end with their launcher")
 
 
 def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatch):

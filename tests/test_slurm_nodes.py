@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from _cloudlab import checkout, cloudlab
+from helpers import wait_until, wait_while
 from labkit.minislurm import MiniSlurm, missing
 from labkit.sockets import netns_id
 
@@ -221,13 +222,10 @@ for case in ("a step cancelled", "a node's slurmd killed"):
 
 
 def _step_of(s, task: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [line.split()[0] for line in s.steps() if line.endswith(f"-{task}")]
-        if found:
-            return found[0]
-        time.sleep(0.2)
-    raise AssertionError(f"no step of {task}: {s.steps()}")
+    def step():
+        return next((line.split()[0] for line in s.steps() if line.endswith(f"-{task}")), None)
+
+    return wait_until(step, timeout, 0.2, lambda: f"a step of {task}: {s.steps()}")
 
 
 def test_a_cancelled_step_and_a_killed_slurmd_give_clear_errors_and_leave_an_empty_queue(slurm3):
@@ -265,11 +263,9 @@ def test_a_cancelled_step_and_a_killed_slurmd_give_clear_errors_and_leave_an_emp
     left = _tasks(lab, "node1")  # the worker, if it still runs: a node without its slurmd cannot stop it
     print(f"left on node1 by the lost node: {[p.info['cmdline'][:4] for p in left]}")
     s.start_slurmd("node1")  # what the error says to do
-    deadline = time.monotonic() + 60
-    while (_tasks(lab) or "idle" not in s.run("sinfo", "--noheader", "--nodes=node1", "--format=%t")) \
-            and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not _tasks(lab), [p.info["cmdline"][:4] for p in _tasks(lab)]
+    wait_while(lambda: [p.info["cmdline"][:4] for p in _tasks(lab)]
+               or "idle" not in s.run("sinfo", "--noheader", "--nodes=node1", "--format=%t"), 60, 0.5,
+               "node1's slurmd to stop what was left there and the node to be idle")
     assert s.run("sinfo", "--noheader", "--Node", "--format=%N %t").split() == \
         [w for n in NAMES for w in (n, "idle")]
     assert not s.jobs() and not s.steps()
@@ -299,18 +295,13 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
                              capture_output=True, text=True, timeout=60)
         assert job.returncode == 0, job.stderr
         nets = {netns_id(p.pid) for p in tree} - {netns_id()}
-        deadline = time.monotonic() + 60
-        while not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep" and netns_id(p.pid) in nets]:
-            assert time.monotonic() < deadline, "the job never started"
-            time.sleep(0.2)
+        wait_until(lambda: [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep"
+                            and netns_id(p.pid) in nets], 60, 0.2, "the job to start")
         inside = [p for p in psutil.process_iter() if netns_id(p.pid) in nets]
     finally:
         owner.kill()
         owner.wait()
-    deadline = time.monotonic() + 30
-    while any(_alive(p) for p in inside) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p.pid for p in inside if _alive(p)]
+    wait_while(lambda: [p.pid for p in inside if _alive(p)], 30, 0.2, "every process in the nodes to end with them")
     assert set(Path(tempfile.gettempdir()).glob("labkit-cloudlab-*")) == before
 
 

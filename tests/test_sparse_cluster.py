@@ -35,6 +35,7 @@ def test_bytes_formulas():
     assert dense_ps_step_bytes(33_762_578) == 2 * 4 * 33_762_578
 
 
+@pytest.mark.tensorflow
 def test_numpy_batches_and_evaluation_match_tensorflow():
     tf = pytest.importorskip("tensorflow")
     from labkit import sparse
@@ -51,6 +52,7 @@ def test_numpy_batches_and_evaluation_match_tensorflow():
     assert ours["logloss"] == pytest.approx(ref["logloss"], rel=1e-4)
 
 
+@pytest.mark.tensorflow
 def test_gradient_check_accepts_the_reference_and_names_mistakes():
     tf = pytest.importorskip("tensorflow")
     from labkit import sparse

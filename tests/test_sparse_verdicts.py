@@ -44,7 +44,7 @@ def _experiment(tmp_path, node_bytes: dict, emulated: bool = True) -> Experiment
     for name, node in PLACED.items():
         kind, index = name.split(":")
         entry = {"label": "sync b100", "steps": {"local": 10, "global": 10}, "train_s": 10.0,
-                 "metrics": {"tcp_bytes_per_step": 2 * LINK_BYTES * 10}}
+                 "traffic": {"sent_bytes_per_step": LINK_BYTES * 10, "recv_bytes_per_step": LINK_BYTES * 10}}
         result = {"samples": _samples(*node_bytes[node]), "runs": [entry]}
         tasks.append(TaskOutcome(name, kind, int(index), ADDRESSES[node], "exited", 0, 10.0, tmp_path / "log",
                                  result))

@@ -1,14 +1,15 @@
 """Lab 2: sync and async SGD on real parameter-server clusters of ps_sgd tasks on 127.0.0.1, at tiny sizes.
 
-One sync run (1 ps + 3 workers, stopped by the target loss, with the optimizer sent as source) and
-one async run (1 ps + 2 workers, stopped by the step count) serve most tests; one more cluster is
-killed mid-run.
+One sync run (1 ps + 3 workers, stopped by the target loss, with the notebook's sync_round sent as
+source) and one async run (1 ps + 2 workers, each stopping after 150 steps of its own) serve most
+tests; one more cluster is killed mid-run. The round itself is checked in one process
+(check_sync_round), against right and wrong rounds.
 """
 import time
 
 import pytest
 
-from helpers import alive, kill_and_expect_task_failed
+from helpers import alive, kill_and_expect_task_failed, wait_until
 from labkit.experiments import sync_async
 from labkit.tasks import ps_sgd
 
@@ -16,20 +17,26 @@ SETTINGS = dict(train_limit=3000, test_limit=1000, learning_rate=0.5, seed=0, sa
 TARGET = 0.42
 
 
-def make_optimizer(tf, mode, learning_rate, num_workers):
-    """The notebook's function, as a student would write it (sent to the tasks as source)."""
-    sgd = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-    if mode == "async":
-        return sgd
-    return tf.compat.v1.train.SyncReplicasOptimizer(sgd, replicas_to_aggregate=num_workers,
-                                                    total_num_replicas=num_workers)
+def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared):
+    """The notebook's round, as a student would write it (sent to the tasks as source)."""
+    pushes = []
+    for accumulator, (grad, _) in zip(shared.accumulators, grads_and_vars):
+        pushes.append(accumulator.apply_grad(grad, local_step=global_step))
+    with tf.control_dependencies(pushes):
+        worker_op = shared.tokens[shared.worker].dequeue()
+    updates = []
+    for accumulator, (_, var) in zip(shared.accumulators, grads_and_vars):
+        updates.append(var.assign_sub(learning_rate * accumulator.take_grad(num_workers)))
+    with tf.control_dependencies(updates):
+        step = global_step.assign_add(1)
+    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])
 
 
 @pytest.fixture(scope="module")
 def study(runs_dir):
     sync = sync_async.run("sync", "cluster2", 50, target_loss=TARGET, max_steps=400, eval_every=25,
-                          optimizer=make_optimizer, log=None, **SETTINGS)
-    asyn = sync_async.run("async", "cluster", 50, max_steps=300, eval_every=100, log=None, **SETTINGS)
+                          sync_round=sync_round, log=None, **SETTINGS)
+    asyn = sync_async.run("async", "cluster", 50, local_steps=150, eval_every=100, log=None, **SETTINGS)
     return sync_async.Study([sync, asyn])
 
 
@@ -65,9 +72,8 @@ def test_sync_stops_at_the_target_loss(study):
 def test_async_local_steps_add_up_to_the_global_step(study):
     run = study.find("async")
     local = run.local_steps()
-    assert sum(local.values()) == run.global_step() >= 300, (local, run.global_step())
-    assert all(n > 0 for n in local.values())
-    assert run.chief.result["stop"]["reason"] == "steps"
+    assert local == {"worker:0": 150, "worker:1": 150} and run.global_step() == 300, (local, run.global_step())
+    assert {t.result["stop"]["reason"] for t in run.workers} == {"local_steps"}
     assert run.chief.metrics["test_accuracy"] >= 0.85, run.chief.metrics
 
 
@@ -115,75 +121,117 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     still notices the death and stops everyone."""
     c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10 ** 7, eval_every=50, **SETTINGS)
     with c:
-        log = c.run_dir / "worker-0.log"
-        deadline = time.monotonic() + 240
-        while "global step 50:" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, c.log_tail("worker:0")
-            assert all(s == "running" for s in c.status().values()), c.status()
-            time.sleep(0.1)
+        def trained():  # the chief's evaluation at global step 50 (an event); until then, every task runs
+            done = [e for e in c.events("worker:0", "eval") if e.global_step >= 50]
+            assert done or all(s == "running" for s in c.status().values()), c.status()
+            return done
+
+        wait_until(trained, 240, 0.1, lambda: f"global step 50:\n{c.log_tail('worker:0')}")
         _, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert elapsed < 15, f"TaskFailed took {elapsed:.1f} s"
     assert not alive(c.pids().values())
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_late_start_leaves_the_workers_idle_while_the_chief_trains_alone(runs_dir):
+    """Report 002's Table 4 in small: no barrier, a chief that opens its session last, workers that
+    sleep recovery_wait_secs when they find the variables uninitialized (5 s here, TensorFlow's 30 in
+    the lab): the chief makes every step, the others wake to a finished run and make none."""
+    run, table = sync_async.late_start(5, "cluster", 50, max_steps=150, eval_every=150, log=None, **SETTINGS)
+    assert run.global_step() == 150 and table.loc["worker:0", "iterations"] == 150, table
+    assert table.loc["worker:1", "iterations"] == 0 and table.loc["worker:1", "share"] == 0, table
+    assert table.loc["worker:1", "waited_s"] >= 5 > table.loc["worker:0", "waited_s"] - 2, table  # the chief: its 2 s
+    assert run.result["worker:1"].result["stop"]["before_first_step"] is True
+
+
 # ------------------------------------------------------------------ no cluster needed
 
-def _plain():
-    def make_optimizer(tf, mode, learning_rate, num_workers):
-        return tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-    return make_optimizer
+WRONG_ROUNDS = {  # body lines after the pushes, and the message check_sync_round gives
+    "sum": ("""\
+    with tf.control_dependencies([a.apply_grad(g, local_step=global_step) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
+        worker_op = shared.tokens[shared.worker].dequeue()
+    ups = [v.assign_sub(learning_rate * num_workers * a.take_grad(num_workers)) for a, (_, v) in zip(shared.accumulators, grads_and_vars)]
+    with tf.control_dependencies(ups):
+        step = global_step.assign_add(1)
+    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""", r"the mean \(not the sum\)"),
+    "untagged": ("""\
+    with tf.control_dependencies([a.apply_grad(g) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
+        worker_op = shared.tokens[shared.worker].dequeue()
+    ups = [v.assign_sub(learning_rate * a.take_grad(num_workers)) for a, (_, v) in zip(shared.accumulators, grads_and_vars)]
+    with tf.control_dependencies(ups):
+        step = global_step.assign_add(1)
+    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""", "dropped as stale|drops a gradient"),
+    "early_release": ("""\
+    with tf.control_dependencies([a.apply_grad(g, local_step=global_step) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
+        worker_op = shared.tokens[shared.worker].dequeue()
+    means = [a.take_grad(num_workers) for a in shared.accumulators]
+    with tf.control_dependencies(means):
+        release = tf.group([q.enqueue(global_step.read_value() + 1) for q in shared.tokens])
+    with tf.control_dependencies([release]):
+        step = global_step.assign_add(1)
+    with tf.control_dependencies([step]):
+        ups = [v.assign_sub(learning_rate * m) for m, (_, v) in zip(means, grads_and_vars)]
+    return worker_op, tf.group(ups)""", "returned at global step|the weights are off|accumulators hold"),
+    "syncreplicas": ("""\
+    opt = tf.compat.v1.train.SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
+                                                   replicas_to_aggregate=num_workers)
+    return opt.apply_gradients(grads_and_vars, global_step), opt.get_chief_queue_runner().enqueue_ops[0]""",
+                 "created 3 queue.s. or accumulator.s. of its own"),
+    "one_value": ("""\
+    return tf.no_op()""", "must return \\(worker_op, chief_op\\)"),
+}
 
 
-def _too_few():
-    def make_optimizer(tf, mode, learning_rate, num_workers):
-        sgd = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-        return sgd if mode == "async" else tf.compat.v1.train.SyncReplicasOptimizer(sgd, replicas_to_aggregate=1,
-                                                                                    total_num_replicas=1)
-    return make_optimizer
+def _round_from(body: str, folder, name: str):
+    """A module file defining sync_round with ``body`` (the kit reads a round's source, to send it)."""
+    import importlib.util
+
+    path = folder / f"round_{name}.py"
+    path.write_text("import tensorflow as tf\n\n\ndef sync_round(tf, grads_and_vars, global_step, learning_rate, "
+                    f"num_workers, shared):\n{body}\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sync_round
 
 
-def _always_sync():
-    def make_optimizer(tf, mode, learning_rate, num_workers):
-        sgd = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)
-        return tf.compat.v1.train.SyncReplicasOptimizer(sgd, replicas_to_aggregate=num_workers,
-                                                        total_num_replicas=num_workers)
-    return make_optimizer
-
-
-def _wrong_rate():
-    def make_optimizer(tf, mode, learning_rate, num_workers):
-        return tf.compat.v1.train.GradientDescentOptimizer(10 * learning_rate)
-    return make_optimizer
-
-
-def test_check_optimizer_accepts_the_reference_and_says_what_is_wrong():
-    assert sync_async.check_optimizer(make_optimizer, workers=3) == {"async": "GradientDescentOptimizer",
-                                                                      "sync": "SyncReplicasOptimizer"}
-    assert "make_optimizer(tf, mode" in sync_async.optimizer_source(make_optimizer)
-    for factory, message in ((_plain, "sync mode needs tf.compat.v1.train.SyncReplicasOptimizer"),
-                             (_too_few, "must both be 3, got 1 and 1"),
-                             (_always_sync, "async mode must not wrap"),
-                             (_wrong_rate, "learning rate is 5.0, expected 0.5")):
-        with pytest.raises(ValueError, match=message):
-            sync_async.check_optimizer(factory(), workers=3, learning_rate=0.5)
-    with pytest.raises(ValueError, match="named make_optimizer"):
-        sync_async.optimizer_source(lambda tf, mode, lr, n: None)
-
-    def helper():  # named otherwise: the tasks would find no make_optimizer in its source
-        pass
-    helper.__name__ = "make_optimizer"
-    with pytest.raises(ValueError, match="must define a function make_optimizer"):
-        sync_async.optimizer_source(helper)
-
-
-def test_optimizer_source_round_trips_through_the_task():
-    fn = ps_sgd.load_optimizer_factory(sync_async.optimizer_source(make_optimizer))
-    assert fn is not make_optimizer and fn.__name__ == "make_optimizer"
+@pytest.mark.tensorflow
+def test_check_sync_round_accepts_a_round_and_says_what_is_wrong_with_others(tmp_path):
+    """In one process, against NumPy: a correct round passes; a sum, untagged (stale) gradients,
+    a release before the update, SyncReplicasOptimizer's own queues each fail with what to fix."""
     from labkit.solutions import lab2
 
-    assert ps_sgd.load_optimizer_factory(None) is lab2.make_optimizer  # the kit's reference
-    with pytest.raises(ValueError, match="must define a function make_optimizer"):
-        ps_sgd.load_optimizer_factory("x = 1")
+    for fn in (sync_round, lab2.sync_round):
+        done = sync_async.check_sync_round(fn)  # the first also pays for TensorFlow's first session here
+        assert done["global_step"] == 3 and done["largest_error"] < 1e-4, done
+    for name, (body, message) in WRONG_ROUNDS.items():
+        t = time.monotonic()
+        with pytest.raises(ValueError, match=message):
+            sync_async.check_sync_round(_round_from(body, tmp_path, name), timeout=6)
+        assert time.monotonic() - t < 30, name  # a blocked round gives up, once
+    with pytest.raises(ValueError, match="named sync_round"):
+        sync_async.round_source(lambda *a: None)
+
+
+def test_emulated_shares_without_links_is_an_empty_table_and_a_panel_that_says_so(capsys):
+    from labkit import plots
+
+    frame = sync_async.emulated_shares([])
+    assert "skipped: no emulated link given" in capsys.readouterr().out
+    assert len(frame) == 0 and {"link", "worker", "share", "link_ms_per_step"} <= set(frame.columns)
+    fig = plots.worker_shares(frame)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["emulated links: skipped (see above)"]
+
+
+def test_round_source_round_trips_through_the_task():
+    fn = ps_sgd.load_round(sync_async.round_source(sync_round))
+    assert fn is not sync_round and fn.__name__ == "sync_round"
+    from labkit.solutions import lab2
+
+    assert ps_sgd.load_round(None) is lab2.sync_round  # the kit's reference
+    with pytest.raises(ValueError, match="must define a function sync_round"):
+        ps_sgd.load_round("x = 1")
 
 
 def test_task_arguments_and_stop_step():
@@ -192,7 +240,9 @@ def test_task_arguments_and_stop_step():
     args.mode = "async"
     assert ps_sgd.last_step(args, 3) == 120  # one batch per global step
     assert ps_sgd.last_step(ps_sgd.parse_args(["--steps", "77"]), 3) == 77
-    for argv in (["--target-loss", "0.3", "--eval-every", "0"], ["--target-loss", "-1"], ["--epochs", "0"]):
+    assert ps_sgd.last_step(ps_sgd.parse_args(["--local-steps", "5"]), 3) == ps_sgd.NO_STOP  # each stops by itself
+    for argv in (["--target-loss", "0.3", "--eval-every", "0"], ["--target-loss", "-1"], ["--epochs", "0"],
+                 ["--local-steps", "0"], ["--local-steps", "5", "--target-loss", "0.3"]):
         with pytest.raises(SystemExit):
             ps_sgd.parse_args(argv)
 
@@ -208,12 +258,13 @@ def test_bad_experiment_arguments_are_clear_errors():
         sync_async.sweep(("sync", "bsp"), progress=False)
 
 
+@pytest.mark.tensorflow
 def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
-    """Report 000's Figures 1.2.1-1.2.2: the sync graph holds SyncReplicasOptimizer's accumulators
-    and token queue; the async graph applies its gradients directly."""
+    """Report 000's Figures 1.2.1-1.2.2: the sync graph holds the round's accumulators and token
+    queues; the async graph applies its gradients directly."""
     import tensorflow as tf
 
-    root = sync_async.write_graphs(make_optimizer, "cluster2", logdir=tmp_path / "graphs")
+    root = sync_async.write_graphs(sync_round, "cluster2", logdir=tmp_path / "graphs")
     nodes = {}
     for mode in ("sync", "async"):
         (events,) = (root / mode).glob("events.out.tfevents.*")
@@ -221,8 +272,7 @@ def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
             if event.graph_def:
                 graph = tf.compat.v1.GraphDef.FromString(event.graph_def)
                 nodes[mode] = {n.name for n in graph.node}
-    assert any("conditional_accumulator" in n for n in nodes["sync"])
-    assert any("sync_token_q" in n for n in nodes["sync"])
-    assert not any("sync_replicas" in n for n in nodes["async"]) and "weights" in nodes["async"]
+    assert {"labkit_round_weights", "labkit_round_bias", "labkit_round_tokens_2"} <= nodes["sync"]
+    assert not any("labkit_round" in n for n in nodes["async"]) and "weights" in nodes["async"]
     with pytest.raises(ValueError, match="deploy mode 'cluster9'"):
         sync_async.write_graphs(deploy="cluster9", logdir=tmp_path)

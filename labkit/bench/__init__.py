@@ -1,7 +1,9 @@
 """``make bench``: benchmarks that report ratios measured side by side in one run.
 
 Absolute times drift on shared machines; ratios of contenders timed in the same run
-do not (much). Each benchmark is a module here with ``run(quick: bool) -> dict``:
+do not (much). Each benchmark is a module here with ``run(quick: bool) -> dict``, registered
+by name in ``BENCHMARKS`` (a ``labkit.registry.Registry``, by reference: a benchmark's module
+is imported only in the process that runs it):
 
     {"title": str,
      "rows":   [{column: value, ...}, ...],              # what was measured, one row per contender
@@ -22,18 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# name -> module; each module defines run(quick) and ends with `entry(run)`.
-BENCHMARKS: dict[str, str] = {
-    "lr_loop": "labkit.bench.lr_loop",
-    "sparse": "labkit.bench.sparse",
-    "launcher": "labkit.bench.launcher",
-    "grading": "labkit.bench.grading",
-    "slurm_grading": "labkit.bench.slurm_grading",
-    "lenet": "labkit.bench.lenet",
-    "ring_vs_ps": "labkit.bench.ring_vs_ps",
-    "netem": "labkit.bench.netem",
-    "startup": "labkit.bench.startup",
-}
+from labkit.registry import Registry
+
+# name -> "module:run"; each module defines run(quick) and ends with `entry(run)`.
+BENCHMARKS = Registry("benchmark", builtin={name: f"labkit.bench.{name}:run" for name in (
+    "lr_loop", "sparse", "launcher", "grading", "slurm_grading", "lenet", "ring_vs_ps", "netem", "startup")})
 
 
 def ratio(name: str, value: float, goal: str) -> dict:
@@ -75,7 +70,8 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
 
     with tempfile.TemporaryDirectory(prefix=f"labkit-bench-{name}-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "log.txt"
-        cmd = [sys.executable, "-m", BENCHMARKS[name], "--json", out] + (["--quick"] if quick else [])
+        module = BENCHMARKS.reference(name).partition(":")[0]
+        cmd = [sys.executable, "-m", module, "--json", out] + (["--quick"] if quick else [])
         t0 = time.monotonic()
         with OwnedProcess(cmd, log, timeout=timeout) as p:
             try:

@@ -28,7 +28,7 @@ BATCH = 50
 
 def run(quick: bool = False) -> dict:
     from labkit.costmodel import step_bytes
-    from labkit.experiments.lenet_sweep import train_cluster
+    from labkit.experiments.lenet_sweep import train_cluster, worker_bytes
 
     rounds, limit, epochs = (1, 2000, 1) if quick else (3, 12000, 2)
     got: dict[str, list[dict]] = {name: [] for name, _, _ in CONTENDERS}
@@ -39,7 +39,7 @@ def run(quick: bool = False) -> dict:
                 res = train_cluster(workers, BATCH, strategy=strategy, epochs=epochs, train_limit=limit,
                                     test_limit=1000, run=f"{name.replace(' ', '')}-{r}", log=None, timeout=900)
                 tr = res.chief().training
-                per_worker = [t.training.get("bytes_per_step_per_worker") for t in res]
+                per_worker = [worker_bytes(res, t) for t in res]
                 got[name].append({"images_per_s": tr["images_per_s"], "step_time_s": tr["step_time_s"],
                                   "bytes": statistics.mean(b for b in per_worker if b is not None)
                                   if strategy == "mwms" else None,

@@ -13,7 +13,7 @@ whose ``runs/`` collects the clusters it started. Then, per lab:
   to start (``started_epoch`` in the task result files, interpreter start included) to the
   chief's first training step (``first_step_epoch``; results written before that field
   existed: the chief's first mark that opens a training phase); plus, once, the start-up of
-  each fork server the tasks were forked from (``labkit.tasks.forkserver``: its process start
+  each fork server the tasks were forked from (``labkit.launchers.forkserver``: its process start
   until it had imported TensorFlow and listened), which their own start times leave out;
 - **ratio** = start-up / wall time. Goal: at most 0.3 for every lab.
 

@@ -1,5 +1,9 @@
 """Experiments: one module per lab, all with one shape.
 
+A lab makes its clusters with ``make_cluster`` (the spec, the run's name and folder, the
+``labkit.launch.Cluster``: the same for every lab; the lab gives its program's arguments) and
+follows them through their tasks' events (``labkit.events``), never their logs.
+
 A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_sweep.sweep``,
 ``ring_vs_ps.scaling``) runs a list of configurations and returns a ``Sweep``:
 
@@ -24,7 +28,58 @@ import textwrap
 import types
 from dataclasses import dataclass, field, fields
 
+from labkit import events, paths
 from labkit.results import ClusterResult, TaskOutcome
+
+
+def make_cluster(lab: str, program: str, spec, *, name: str, run: str | None = None, tensorboard: bool = False,
+                 **kwargs):
+    """A (not yet started) ``labkit.launch.Cluster`` running ``program`` on ``spec``, in
+    ``runs/<lab>/<run>``: the one way the labs make a cluster. ``run`` defaults to
+    ``paths.run_name(name)`` (``<sweep>/<run>`` for a sweep's); ``tensorboard``: the tasks'
+    ``tensorboard_dir`` is ``<run dir>/tensorboard``. The other keywords are the Cluster's (its
+    own, ``timeout``, ``launcher`` ...; the rest become the program's arguments)."""
+    from labkit.launch import Cluster
+
+    run = run or paths.run_name(name)
+    if tensorboard:
+        kwargs["tensorboard_dir"] = paths.run_dir(lab, run) / "tensorboard"
+    return Cluster(spec, program, lab=lab, run=run, **kwargs)
+
+
+def describe(e: events.Event) -> str:
+    """An event in a line for a lab's printout: the lab's words, whatever the task's log says."""
+    if isinstance(e, events.Epoch):
+        val = f" val_loss {e.val_loss:.4f} val_acc {e.val_accuracy:.4f}" if e.val_loss is not None else ""
+        return (f"epoch {e.epoch}/{e.epochs}: train_loss {e.train_loss:.4f}{val} {e.images_per_s:.0f} img/s "
+                f"{e.seconds:.1f} s")
+    if isinstance(e, events.Resumed):
+        return f"resumed from the checkpoint of epoch {e.start_epoch}: {e.start_epoch} of {e.epochs} epochs done"
+    figures = ", ".join(f"{k} {v:.4f}" for k, v in getattr(e, "metrics", {}).items() if isinstance(v, (int, float)))
+    if isinstance(e, events.Eval):
+        return f"global step {e.global_step}: {figures}"
+    if isinstance(e, events.Done):
+        return f"done: {e.local_steps} local steps, global step {e.global_steps}" + (f", {figures}" if figures else "")
+    return e.kind
+
+
+def printer(log, kinds: tuple[str, ...]):
+    """``on_event(event, label)`` that logs the chief's events of ``kinds`` as ``"<label> | ..."``
+    (``describe``); None without ``log``."""
+    if not log:
+        return None
+
+    def on_event(e: events.Event, label: str) -> None:
+        if e.chief and e.kind in kinds:
+            log(f"{label} | {describe(e)}")
+    return on_event
+
+
+def config_printer(log, kinds: tuple[str, ...]):
+    """``shared.run``'s ``on_event(config, event)``: ``printer``'s lines, labelled with each
+    configuration's label; None without ``log``."""
+    say = printer(log, kinds)
+    return (lambda config, e: say(e, config.label) if config is not None else None) if say else None
 
 
 def positive_ints(name: str, values, example: str = "(1, 2, 3)") -> tuple[int, ...]:

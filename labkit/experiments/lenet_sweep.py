@@ -33,13 +33,13 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, experiments, live, paths
+from labkit import cluster, events, experiments, live, paths
 from labkit.experiments import positive_ints, shared
 from labkit.launch import Cluster, TaskFailed
 from labkit.monitor import idle_baseline
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
+from labkit.sockets import step_bytes
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -71,11 +71,10 @@ def report_000():
 
 # ------------------------------------------------------------------------------ one run
 
-def _epoch_printer(label: str, log):
-    def on_line(task: str, line: str) -> None:
-        if task == "worker:0" and ("epoch " in line or "resumed from" in line):
-            log(f"{label} | {line.split('] ', 1)[-1]}")
-    return on_line if log else None
+def _epochs(log, label: str):
+    """``on_event`` that logs the chief's epochs (and a resume) under ``label``; None without ``log``."""
+    say = experiments.printer(log, ("epoch", "resumed"))
+    return (lambda e: say(e, label)) if say else None
 
 
 def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int | None = 6000,
@@ -90,28 +89,19 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     ``<run dir>/tensorboard``. Each worker counts its own TCP bytes (``--task-bytes``):
     the host-wide ``lo`` counters also carry other programs' traffic."""
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
-    run = run or f"w{workers}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = paths.run_dir(LAB, run)
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout,
-                   **forkserver.launch_args(spec, task_args.get("launcher")), strategy=strategy, model=model,
-                   batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
-                   test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval,
-                   tensorboard_dir=run_dir / "tensorboard", task_bytes=True, **task_args)
+    return experiments.make_cluster(
+        LAB, PROGRAM, spec, name=f"w{workers}-b{batch_size}", run=run, tensorboard=True, timeout=timeout,
+        strategy=strategy, model=model, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
+        test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval, task_bytes=True,
+        **task_args)
 
 
-def _config_printer(log):
-    def on_line(config, task: str, line: str) -> None:
-        if config is not None:
-            _epoch_printer(config.label, log)(task, line)
-    return on_line if log else None
-
-
-def train_cluster(workers: int, batch_size: int, *, log=print, **kwargs) -> ClusterResult:
-    """Run one configuration to the end under a live view; ``log`` gets the chief's epoch lines
-    as they come."""
+def train_cluster(workers: int, batch_size: int, *, log=print, label: str | None = None, **kwargs) -> ClusterResult:
+    """Run one configuration to the end under a live view; ``log`` gets a line per epoch of the
+    chief as it ends, after ``label`` (default ``"N x B"``)."""
     c = make_cluster(workers, batch_size, **kwargs)
     with live.watch(c), c:
-        return c.follow(_epoch_printer(f"{workers} x {batch_size}", log))
+        return c.follow(_epochs(log, label or f"{workers} x {batch_size}"))
 
 
 # ------------------------------------------------------------------------------ sweep
@@ -166,8 +156,7 @@ class Sweep(experiments.Sweep):
                              "proc_rss_baseline_bytes": t.baseline.get("proc_rss_bytes"),
                              "cpu_user_pct": res.get("cpu_user_pct"),
                              "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
-                             "images_per_s": tr.get("images_per_s"),
-                             "bytes_per_step": tr.get("bytes_per_step_per_worker"),
+                             "images_per_s": tr.get("images_per_s"), "bytes_per_step": worker_bytes(run.result, t),
                              "train_s": t.timings.get("train_s"), "wall_s": t.wall_s})
         return pd.DataFrame(rows).set_index(["config", "task"])
 
@@ -192,7 +181,7 @@ class Sweep(experiments.Sweep):
         rows = []
         for run in self.runs:
             tr, n = run.train, run.workers
-            measured = [t.training.get("bytes_per_step_per_worker") for t in run.result]
+            measured = [worker_bytes(run.result, t) for t in run.result]
             measured = [m for m in measured if m is not None]
             analytic = 2 * (n - 1) / n * tr["model_bytes"]  # 2(N-1) rounds of the ring, a chunk of M/N sent in each
             mean = sum(measured) / len(measured) if measured else math.nan
@@ -225,6 +214,18 @@ class Sweep(experiments.Sweep):
         return out
 
 
+def worker_bytes(result: ClusterResult, task) -> float | None:
+    """Bytes ``task`` (a ring worker) sent per step: its own sockets' (``TaskOutcome.traffic``),
+    else its share of its node's NIC, whose counters see every task on the host (and every other
+    program too); None where neither was measured."""
+    traffic = task.traffic
+    own = step_bytes(traffic, "sent")
+    if own is not None:
+        return own
+    nic = traffic.get("nic_sent_bytes_per_step")
+    return nic / sum(1 for t in result if t.host == task.host) if nic is not None else None
+
+
 def _node_average(result: ClusterResult) -> dict:
     """Host-wide resource averages over the nodes of a run (one task's view per host)."""
     per_host: dict[str, dict] = {}
@@ -255,7 +256,8 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                 "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL),
                 "steps_per_epoch": kwargs.get("steps_per_epoch")}
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
-    base = f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = paths.run_name("sweep")
+    printed = experiments.config_printer(log, ("epoch", "resumed"))
     with tqdm(total=len(workers) * len(batch_sizes), desc="sweep", unit="run", disable=not progress) as bar:
         for w in workers:
             configs = [shared.Config(f"w{w}-b{b}", f"{w} x {b}", {
@@ -267,7 +269,7 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
                                     lr=lr, seed=seed, hosts=hosts, run=f"{base}/cluster-w{w}", **kwargs,
                                     **shared_args)
 
-            results = shared.run(make, configs, timeout=timeout, on_line=_config_printer(log), bar=bar)
+            results = shared.run(make, configs, timeout=timeout, bar=bar, on_event=printed)
             result.runs += [Run(w, b, r) for b, r in zip(batch_sizes, results)]
     return result
 
@@ -278,23 +280,21 @@ SURVIVOR_WAIT_S = 60.0  # how long the survivors of a kill may take to meet Tens
 
 
 def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
-                    kill: str = "worker:1", train_limit: int | None = 6000, test_limit: int | None = 2000,
-                    lr: float = 0.05, seed: int = 0, hosts=None, reference: ClusterResult | Sweep | None = None,
-                    survivor_wait_s: float = SURVIVOR_WAIT_S, log=print, progress: bool = True,
-                    timeout: float = 900, **kwargs) -> dict:
+                    kill: str = "worker:1", reference: ClusterResult | Sweep | None = None,
+                    survivor_wait_s: float = SURVIVOR_WAIT_S, log=print, progress: bool = True, **settings) -> dict:
     """Kill a worker mid-training, let the survivors meet TensorFlow's own error, restart the
-    same cluster, resume from the checkpoints.
+    same cluster, resume from the checkpoints. ``settings`` are ``make_cluster``'s (train_limit,
+    lr, seed, hosts, timeout, ``collective_timeout`` for the tasks ...).
 
-    1. Start ``workers`` workers checkpointing every epoch; once every worker has logged
-       (so saved) epoch ``kill_after_epoch``, SIGKILL ``kill`` through the launcher.
+    1. Start ``workers`` workers checkpointing every epoch; once every worker's ``epoch`` event
+       says it has saved epoch ``kill_after_epoch``, SIGKILL ``kill`` through the launcher.
     2. Leave the survivors alone: their next all-reduce fails with TensorFlow's own error
        (the dead peer's kernel closed its connections: ``UnavailableError`` at once). Each
-       survivor writes the error's class, message and time into its result file
-       (``peer_failure``) and exits. Only then does the launcher report ``TaskFailed`` (the
-       killed worker as the cause, the survivors' exits as consequences); a survivor still
-       running ``survivor_wait_s`` after the kill is stopped by the launcher, and said so.
-       ``collective_timeout`` (a keyword for the tasks) bounds how long a collective waits
-       for a peer that hangs without closing its connections (none by default).
+       survivor says so (a ``peer_failure`` event; its result file keeps the error too) and
+       exits. Only then does the launcher report ``TaskFailed`` (the killed worker as the cause,
+       the survivors' exits as consequences); a survivor still running ``survivor_wait_s``
+       after the kill is stopped by the launcher, and said so. ``collective_timeout`` bounds
+       how long a collective waits for a peer that hangs without closing its connections.
     3. Start the same cluster (same addresses, same checkpoints): it resumes after the last
        epoch every worker saved and trains to ``epochs``.
     4. Compare with an uninterrupted run of the same settings and seed (``reference``: a run's
@@ -308,6 +308,33 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
     epoch, restored vs checkpointed weight checksums, history), ``reference`` (history), final
     accuracies and their difference in points.
     """
+    _check_fault(workers, epochs, kill_after_epoch, kill, survivor_wait_s)
+    settings["epochs"] = epochs
+    if isinstance(reference, Sweep):
+        reference = _same_run(reference, workers, batch_size, **settings)
+    base = paths.run_name("fault")
+    ckpt = paths.runs_root() / LAB / base / "checkpoints"
+    with tqdm(total=3 if reference is None else 2, desc="fault demo", unit="run", disable=not progress) as bar:
+        bar.set_postfix_str("interrupted")
+        first = make_cluster(workers, batch_size, checkpoint_dir=ckpt, run=f"{base}/interrupted", **settings)
+        peer, failure = _interrupt(first, kill, kill_after_epoch, survivor_wait_s, log)
+        bar.update()
+        bar.set_postfix_str("resumed")
+        resumed = train_cluster(workers, batch_size, spec=first.spec, checkpoint_dir=ckpt, run=f"{base}/resumed",
+                                log=log, label="resumed", **settings)
+        bar.update()
+        if reference is None:
+            bar.set_postfix_str("reference")
+            if log:
+                log("uninterrupted reference run, same settings and seed")
+            reference = train_cluster(workers, batch_size, run=f"{base}/reference", log=log, **settings)
+            bar.update()
+    return _fault_report(workers, batch_size, epochs, settings.get("seed", 0), kill, kill_after_epoch, ckpt, peer,
+                         failure, resumed, reference)
+
+
+def _check_fault(workers: int, epochs: int, kill_after_epoch: int, kill: str, survivor_wait_s: float) -> None:
+    """The demo's settings, checked before anything starts."""
     if not 1 <= kill_after_epoch < epochs:
         raise ValueError(f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
                          f"so that the kill lands mid-training")
@@ -318,57 +345,45 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
         raise ValueError(f"kill={kill!r} is not a task of this cluster; give one of {', '.join(names)}")
     if not survivor_wait_s > 0:
         raise ValueError(f"survivor_wait_s must be a positive number of seconds, got {survivor_wait_s!r}")
-    say = log or (lambda _message: None)
-    if isinstance(reference, Sweep):
-        reference = _same_run(reference, workers, batch_size, epochs=epochs, train_limit=train_limit,
-                              test_limit=test_limit, lr=lr, seed=seed, model=kwargs.get("model", MODEL),
-                              steps_per_epoch=kwargs.get("steps_per_epoch"))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"fault-{stamp}"
-    ckpt = paths.runs_root() / LAB / base / "checkpoints"
-    settings = dict(epochs=epochs, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed, timeout=timeout,
-                    **kwargs)
-    marker = f"epoch {kill_after_epoch}/{epochs}:"
 
-    def saved_everywhere(seen) -> bool:
-        return all(any(marker in line for line in lines) for lines in seen.values())
 
-    with tqdm(total=3 if reference is None else 2, desc="fault demo", unit="run", disable=not progress) as bar:
-        bar.set_postfix_str("interrupted")
-        first = make_cluster(workers, batch_size, hosts=hosts, checkpoint_dir=ckpt, run=f"{base}/interrupted",
-                             **settings)
-        with live.watch(first), first:
-            spec = first.spec  # the addresses it really used (local ports may have moved)
-            if first.follow(_epoch_printer("interrupted", log), until=saved_everywhere) is not None:
-                raise RuntimeError(f"training ended before epoch {kill_after_epoch} was saved everywhere; see "
-                                   f"{first.run_dir}")
-            say(f"killing {kill} (SIGKILL) after epoch {kill_after_epoch}")
-            killed_epoch = time.time()
-            try:
-                first.kill(kill)
-            except ValueError:  # the only ValueError left: the task is no longer running
-                raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so "
-                                   f"that epoch {kill_after_epoch + 1} lasts a few seconds") from None
-            survivors = [n for n in names if n != kill]
-            waited = _await_exits(first, survivors, survivor_wait_s)
-            failure = _task_failed(first)
-        if failure is None:
-            raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {first.run_dir}")
-        peer = _peer_failure(first.result, survivors, killed_epoch, waited, survivor_wait_s)
-        say(f"the survivors: {peer['summary']}")
-        say(f"TaskFailed: {failure['message'].splitlines()[0]}")
+def _interrupt(c: Cluster, kill: str, after_epoch: int, bound: float, log) -> tuple[dict, dict]:
+    """Run ``c`` under a live view until every worker has saved epoch ``after_epoch`` (its
+    ``epoch`` event), SIGKILL ``kill``, wait up to ``bound`` s for the survivors to end on their
+    own; return what they met (``_peer_failure``) and the launcher's ``TaskFailed`` (as a dict)."""
+    saved = {t.name: 0 for t in c.spec.tasks()}
 
-        bar.update()
-        bar.set_postfix_str("resumed")
-        c = make_cluster(workers, batch_size, spec=spec, checkpoint_dir=ckpt, run=f"{base}/resumed", **settings)
-        with live.watch(c), c:
-            resumed = c.follow(_epoch_printer("resumed", log))
-        bar.update()
-        if reference is None:
-            bar.set_postfix_str("reference")
-            say("uninterrupted reference run, same settings and seed")
-            reference = train_cluster(workers, batch_size, hosts=hosts, run=f"{base}/reference", log=log, **settings)
-            bar.update()
+    def note(e) -> None:
+        if isinstance(e, events.Epoch):
+            saved[e.task] = e.epoch
+
+    c.subscribe(note)
+    with live.watch(c), c:
+        if c.follow(_epochs(log, "interrupted"), until=lambda: min(saved.values()) >= after_epoch) is not None:
+            raise RuntimeError(f"training ended before epoch {after_epoch} was saved everywhere; see {c.run_dir}")
+        if log:
+            log(f"killing {kill} (SIGKILL) after epoch {after_epoch}")
+        killed_epoch = time.time()
+        try:
+            c.kill(kill)
+        except ValueError:  # the only ValueError left: the task is no longer running
+            raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so that "
+                               f"epoch {after_epoch + 1} lasts a few seconds") from None
+        survivors = [name for name in saved if name != kill]
+        waited = _await_exits(c, survivors, bound)
+        failure = _task_failed(c)
+    if failure is None:
+        raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {c.run_dir}")
+    peer = _peer_failure(c, survivors, killed_epoch, waited, bound)
+    if log:
+        log(f"the survivors: {peer['summary']}")
+        log(f"TaskFailed: {failure['message'].splitlines()[0]}")
+    return peer, failure
+
+
+def _fault_report(workers, batch_size, epochs, seed, kill, kill_after_epoch, ckpt, peer, failure, resumed,
+                  reference) -> dict:
+    """``fault_tolerance``'s dict: the kill, what the survivors met, the resume against the reference."""
     res, ref = resumed.chief().training, reference.chief().training
     start = res["start_epoch"]
     checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)
@@ -441,18 +456,18 @@ def _task_failed(c: Cluster) -> dict | None:
     return None
 
 
-def _peer_failure(result: ClusterResult, survivors: list[str], killed_epoch: float, waited: dict,
-                  bound: float) -> dict:
+def _peer_failure(c: Cluster, survivors: list[str], killed_epoch: float, waited: dict, bound: float) -> dict:
     """What each survivor met after the kill: TensorFlow's error (its class and message, from
-    the task's result file), seconds from the kill to the error (``error_after_s``, from the
-    survivor's clock: the same machine's here, a node's on a cluster) and to its exit as the
+    the task's ``peer_failure`` event), seconds from the kill to the error (``error_after_s``, on
+    the survivor's clock: the same machine's here, a node's on a cluster) and to its exit as the
     launcher saw it (``exit_after_s``); ``mwms_failure_s``, the slowest survivor's error."""
-    tasks = {t.name: t for t in result}
+    met = {e.task: e for e in c.events(kind="peer_failure")}
+    tasks = {t.name: t for t in c.result}
     rows = {}
     for name in survivors:
-        met = (tasks[name].result or {}).get("peer_failure") if name in tasks else None
-        rows[name] = {"error": met["error"] if met else None, "message": met["message"] if met else None,
-                      "error_after_s": met["failed_epoch"] - killed_epoch if met else None,
+        e = met.get(name)
+        rows[name] = {"error": e.error if e else None, "message": e.message if e else None,
+                      "error_after_s": e.t - killed_epoch if e else None,
                       "exit_after_s": waited.get(name), "stopped_by_launcher": waited.get(name) is None,
                       "returncode": tasks[name].returncode if name in tasks else None}
     times = [r["error_after_s"] for r in rows.values()]
@@ -466,8 +481,11 @@ def _peer_failure(result: ClusterResult, survivors: list[str], killed_epoch: flo
 
 
 def _same_run(sweep: Sweep, workers: int, batch_size: int, **settings) -> ClusterResult | None:
-    """The sweep's run of ``workers`` x ``batch_size`` when the sweep ran with ``settings``, else None."""
-    if any(sweep.settings.get(k) != v for k, v in settings.items()):
+    """The sweep's run of ``workers`` x ``batch_size`` when the sweep ran with the training
+    ``settings`` of the demo (``make_cluster``'s defaults where it gives none), else None."""
+    defaults = {"train_limit": 6000, "test_limit": 2000, "lr": 0.05, "seed": 0, "model": MODEL, "steps_per_epoch": None}
+    wanted = {"epochs": settings["epochs"], **{k: settings.get(k, v) for k, v in defaults.items()}}
+    if any(sweep.settings.get(k) != v for k, v in wanted.items()):
         return None
     return next((r.result for r in sweep.runs if r.matches(workers, batch_size)), None)
 

@@ -67,7 +67,6 @@ from labkit.launch import Cluster
 from labkit.proc import usable_cores
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -90,7 +89,7 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     validation, so the loss can be seen to fall). ``train_limit`` defaults to just enough
     images for those steps. ``threads``: (intra, inter) op threads per task; "auto" gives
     every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster.
-    ``trace_steps`` (synchronous PS): the chief logs every step (``labkit.faults``)."""
+    ``trace_steps`` (synchronous PS): the chief reports every step (``labkit.faults``)."""
     costmodel._check_arch(arch)
     if steps < epochs:
         raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
@@ -109,15 +108,12 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
         spec = cluster.build(hosts=hosts or None, ps=0, workers=workers)
     if threads == "auto":
         threads = (1, 2) if spec.is_local else None
-    run = run or f"{model}-{arch}-w{workers}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = paths.run_dir(LAB, run)
     extra = {"ps_sync": ps_sync, "trace_steps": trace_steps} if arch == "ps" else {}
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=run_dir, timeout=timeout, threads=threads,
-                   **forkserver.launch_args(spec, cluster_kwargs.get("launcher")), strategy=STRATEGY[arch],
-                   model=model, batch_size=batch_size, epochs=epochs,
-                   steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
-                   sample_interval=sample_interval, tensorboard_dir=run_dir / "tensorboard", task_bytes=True,
-                   **extra, **cluster_kwargs)
+    return experiments.make_cluster(
+        LAB, PROGRAM, spec, name=f"{model}-{arch}-w{workers}", run=run, tensorboard=True, timeout=timeout,
+        threads=threads, strategy=STRATEGY[arch], model=model, batch_size=batch_size, epochs=epochs,
+        steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
+        sample_interval=sample_interval, task_bytes=True, **extra, **cluster_kwargs)
 
 
 @dataclass
@@ -172,7 +168,7 @@ class Run(experiments.Run):
         out: dict[str, dict] = {}
         scale = self.loop_steps_per_step()
         for t in self.result:
-            per_step = ((t.result or {}).get("train") or {}).get("counters_per_step") or {}
+            per_step = t.traffic.get("counters_per_step") or {}
             for key, value in per_step.items():
                 task, side = key.rsplit(" ", 1)
                 out.setdefault(task, {"method": "sockets"})[side] = value * scale
@@ -184,9 +180,9 @@ class Run(experiments.Run):
     def total_bytes(self) -> float:
         """Bytes on the wire per step, all tasks together: the ``lo`` counter on 127.0.0.1
         (one side), else the sum of the tasks' bytes sent."""
-        tr = self.train
-        if tr.get("nic") == "lo":
-            return tr["bytes_per_step"] * self.loop_steps_per_step()
+        traffic = self.chief.traffic
+        if traffic.get("nics") == ["lo"]:
+            return traffic["nic_sent_bytes_per_step"] * self.loop_steps_per_step()
         per_task = self.task_bytes()
         return sum(v.get("sent", 0.0) for v in per_task.values()) if per_task else math.nan
 
@@ -309,7 +305,7 @@ class Scaling(experiments.Sweep):
                          "sent_bytes": total, "recv_bytes": math.nan, "sent_over_model": total / m,
                          "recv_over_model": math.nan,
                          **({"expected_sent_bytes": model.total, "expected_recv_bytes": math.nan} if model else {}),
-                         "method": "lo counter" if r.train.get("nic") == "lo" else "sum of tasks"})
+                         "method": "lo counter" if r.chief.traffic.get("nics") == ["lo"] else "sum of tasks"})
         t = pd.DataFrame(rows)
         if t.empty or expected is None:
             return t
@@ -653,7 +649,7 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     result._run_settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
                                 hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
                                 **kwargs)
-    result._base = f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
+    result._base = paths.run_name("scaling")
     return result.extend(workers, progress=progress, log=log, timeout=timeout)
 
 
@@ -811,12 +807,12 @@ def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3),
         return None
     ns = sorted(set(positive_ints("workers", workers)) | {1})
     plan = [(arch, n) for n in ns for arch in ("ring", "ps")]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = paths.run_name("emulated")
     runs = []
     with tqdm(total=len(plan), desc=f"emulated {link}", unit="run", disable=not progress) as bar:
         for arch, n in plan:
             run = run_one(arch, model, n, batch_size=batch_size, steps=steps, epochs=epochs, test_limit=test_limit,
-                          timeout=timeout, run=f"emulated-{stamp}/{model}-{arch}-w{n}", **cluster_args(link, n + 1))
+                          timeout=timeout, run=f"{base}/{model}-{arch}-w{n}", **cluster_args(link, n + 1))
             runs.append(run)
             bar.update()
             if log:
@@ -832,7 +828,7 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
                kill_ps_after: int = 15, worker: int = 1, hosts=None, timeout: float = 300, progress: bool = True,
                log=print, **kwargs) -> dict:
     """Synchronous PS on ``workers`` workers: kill ``worker:<worker>`` (SIGKILL) once the chief has
-    logged step ``kill_worker_after``, then the ps ``kill_ps_after`` steps later, and trace what
+    made step ``kill_worker_after``, then the ps ``kill_ps_after`` steps later, and trace what
     ``ClusterCoordinator`` does (``labkit.faults``): the steps, which worker ran each slice,
     every error the coordinator logged, and the chief's own failure. The launcher treats both
     kills as the experiment's: the cluster runs on until TensorFlow stops it.
@@ -846,7 +842,7 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
         raise ValueError(f"worker={worker} is not a worker of {workers}; give 0..{workers - 1}")
     steps = kill_worker_after + kill_ps_after + 400  # enough to outlast both kills; the ps kill ends it
     c = make_cluster("ps", model, workers, batch_size=batch_size, steps=steps, epochs=1, hosts=hosts,
-                     timeout=timeout, trace_steps=True, run=f"ps-failure-{time.strftime('%Y%m%d-%H%M%S')}",
+                     timeout=timeout, trace_steps=True, run=paths.run_name("ps-failure"),
                      **kwargs)
     kills = [(kill_worker_after, f"worker:{worker}"), (kill_worker_after + kill_ps_after, "ps:0")]
     with live.watch(c, static=False), c:

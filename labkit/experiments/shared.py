@@ -28,7 +28,9 @@ What stays as with a cluster per configuration:
   names the configuration that was running, and ``e.completed`` holds the results of those that
   finished before it (each task wrote its file when it finished one, so they survive it);
 - **progress**: ``bar`` advances once per configuration and names the one running; so does
-  the live view's title (``labkit.live``).
+  the live view's title (``labkit.live``). Both follow the chief's ``config_started`` and
+  ``config_done`` events (``labkit.events``); ``on_event(config, event)`` gets every event of
+  the tasks with the configuration it belongs to.
 """
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit import events
 from labkit.launch import Cluster, ClusterTimeout, TaskFailed
 from labkit.protocol import task_file
 from labkit.results import ClusterResult, TaskOutcome, configuration_file, configuration_part, read_json
-from labkit.tasks.common import CONFIGURATION_LINE, write_json
+from labkit.tasks.files import write_json
 
 START_ALLOWANCE_S = 300  # the cluster's own deadline: its start-up, on top of every configuration's timeout
 
@@ -64,42 +67,36 @@ def groups(items, shape) -> list[list]:
     return list(out.values())
 
 
-def chief_name(spec) -> str:
-    """The task that leads the training: the chief job's, else worker 0 (``ClusterResult.chief``)."""
-    return "chief:0" if "chief" in spec.jobs else "worker:0"
-
-
 class _Follower:
-    """Follows the chief's configuration lines: the running configuration, its deadline, the bar
-    and the view's title; passes every line on to ``on_line(config, task, line)``."""
+    """Follows the chief's configuration events: the running configuration, its deadline, the bar
+    and the view's title; passes every event on to ``on_event(config, event)``."""
 
-    def __init__(self, cluster: Cluster, configs: list[Config], timeout: float, on_line, bar, view, t0: float):
+    def __init__(self, cluster: Cluster, configs: list[Config], timeout: float, on_event, bar, view, t0: float):
         self.cluster, self.configs, self.timeout = cluster, configs, float(timeout)
-        self.on_line, self.bar, self.view = on_line, bar, view
+        self.on_event, self.bar, self.view = on_event, bar, view
         self.title = view.title
-        self.chief = chief_name(cluster.spec)
+        self.by_name = {k.name: k for k in configs}
         self.current: Config | None = None
         self.finished: list[str] = []
         self.deadline = t0 + self.timeout  # the first configuration's: from the servers' start
 
-    def line(self, task: str, line: str) -> None:
-        m = CONFIGURATION_LINE.search(line) if task == self.chief else None
-        if m and m["event"] == "start":
-            self.current = next((k for k in self.configs if k.name == m["name"]), None)
+    def event(self, e: events.Event) -> None:
+        if e.task == self.cluster.chief and isinstance(e, events.ConfigStarted):
+            self.current = self.by_name.get(e.name)
             if self.finished:
                 self.deadline = time.monotonic() + self.timeout
-            label = self.current.label if self.current else m["name"]
-            self.view.title = f"{self.title}: {label} ({m['number']}/{m['count']})"
+            label = self.current.label if self.current else e.name
+            self.view.title = f"{self.title}: {label} ({e.index + 1}/{e.count})"
             if self.bar is not None:
                 self.bar.set_postfix_str(label)
-        elif m and m["event"] == "done":
-            self.finished.append(m["name"])
+        elif e.task == self.cluster.chief and isinstance(e, events.ConfigDone) and e.status == "ok":
+            self.finished.append(e.name)
             if self.bar is not None:
                 self.bar.update()
-        if self.on_line is not None:
-            self.on_line(self.current, task, line)
+        if self.on_event is not None:
+            self.on_event(self.by_name.get(e.config), e)
 
-    def overdue(self, _seen) -> bool:
+    def overdue(self) -> bool:
         return time.monotonic() > self.deadline
 
     def running(self) -> Config | None:
@@ -127,7 +124,7 @@ class _Follower:
         return f"while configuration {running.label} ({number} of {len(self.configs)}) ran {where}{kept}"
 
 
-def run(make_cluster, configs: list[Config], *, timeout: float, on_line=None, bar=None,
+def run(make_cluster, configs: list[Config], *, timeout: float, on_event=None, bar=None,
         static: bool = True) -> list[ClusterResult]:
     """Run ``configs`` one after the other in one cluster, ``make_cluster(configs=..., timeout=...)``,
     under a live view (``static``: its final figure, as ``live.watch``); return one
@@ -142,8 +139,8 @@ def run(make_cluster, configs: list[Config], *, timeout: float, on_line=None, ba
     follower = None
     try:
         with live.watch(c, static=static) as view, c:  # returns once every server is up
-            follower = _Follower(c, configs, timeout, on_line, bar, view, time.monotonic())
-            result = c.follow(follower.line, until=follower.overdue)
+            follower = _Follower(c, configs, timeout, on_event, bar, view, time.monotonic())
+            result = c.follow(follower.event, until=follower.overdue)
             if result is None:
                 running = [name for name, state in c.status().items() if state == "running"]
                 raise ClusterTimeout(timeout, running, what=follower.what())

@@ -26,17 +26,15 @@ training samples (``Experiment.write_scalars``).
 from __future__ import annotations
 
 import math
-import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster, experiments, live, paths, scalars
+from labkit import cluster, events, experiments, live, scalars
 from labkit.experiments import function_source, positive_ints
 from labkit.launch import Cluster
 from labkit.progress import tqdm
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
+from labkit.sockets import step_bytes
 
 LAB = "lab3"
 PROGRAM = "sparse_lr"
@@ -140,13 +138,12 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     plan = parse_runs(runs)
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers)
-    run = run or f"{PROGRAM}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, run_dir=paths.run_dir(LAB, run), timeout=timeout,
-                   **forkserver.launch_args(spec, cluster_kwargs.get("launcher")),
-                   runs=[f"{m}:{b}" for m, b in plan], data=data, num_features=num_features, train_rows=train_rows,
-                   test_rows=test_rows, samples=samples, learning_rate=learning_rate, eval_every=eval_every,
-                   seed=seed, click_seed=click_seed, save_weights=save_weights, sample_interval=sample_interval,
-                   gradient_source=gradient_source(gradient) if gradient is not None else None, **cluster_kwargs)
+    return experiments.make_cluster(
+        LAB, PROGRAM, spec, name=PROGRAM, run=run, timeout=timeout, runs=[f"{m}:{b}" for m, b in plan], data=data,
+        num_features=num_features, train_rows=train_rows, test_rows=test_rows, samples=samples,
+        learning_rate=learning_rate, eval_every=eval_every, seed=seed, click_seed=click_seed,
+        save_weights=save_weights, sample_interval=sample_interval,
+        gradient_source=gradient_source(gradient) if gradient is not None else None, **cluster_kwargs)
 
 
 def gradient_source(fn) -> str:
@@ -158,13 +155,10 @@ def gradient_source(fn) -> str:
     return source
 
 
-_EVAL_LINE = re.compile(r"\] (?P<label>\w+ b\d+) eval samples=(?P<samples>\d+) .*test_error=(?P<err>[\d.]+)")
-_DONE_LINE = re.compile(r"\] (?P<label>\w+ b\d+): \d+ local steps")
-
-
 def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs) -> "Experiment":
     """Start the cluster under a live view, follow the chief's progress (a bar over training
-    samples), write its TensorBoard scalars, return the finished ``Experiment``.
+    samples, moved by its ``eval`` and ``done`` events), write its TensorBoard scalars, return
+    the finished ``Experiment``.
 
     Keyword arguments are ``make_cluster``'s. A failed task raises ``TaskFailed`` with its
     log tail; every task is stopped on the way out (also on KeyboardInterrupt)."""
@@ -173,22 +167,21 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
     samples = int(kwargs.get("samples", 200_000))
     finished: list[str] = []
 
-    def on_line(task: str, line: str) -> None:
-        if task != "worker:0":
+    def on_event(e: events.Event) -> None:
+        if not e.chief:
             return
-        m = _EVAL_LINE.search(line)
-        if m:
-            bar.n = min(len(finished) * samples + int(m["samples"]), bar.total)
-            bar.set_postfix_str(f"{m['label']}: test error {float(m['err']):.3f}")
+        if isinstance(e, events.Eval):
+            bar.n = min(len(finished) * samples + e.samples, bar.total)
+            bar.set_postfix_str(f"{e.run}: test error {e.metrics['test_error']:.3f}")
             bar.refresh()
-        elif _DONE_LINE.search(line):
-            finished.append(_DONE_LINE.search(line)["label"])
+        elif isinstance(e, events.Done):
+            finished.append(e.run)
             bar.n = min(len(finished) * samples, bar.total)
             bar.refresh()
 
     with tqdm(total=len(plan) * samples, desc=f"{len(plan)} run(s)", unit="sample", disable=not progress) as bar, \
             live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
-        result = c.follow(on_line)
+        result = c.follow(on_event)
     settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
                 **{k: v for k, v in kwargs.items() if k != "gradient"},  # JSON-able: the function is not
                 "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference"}
@@ -342,7 +335,7 @@ class Experiment(experiments.Sweep):
         for (mode, batch), label in zip(self.plan, self.labels):
             chief, tr = self.chief(label), self.trainers(label)
             m = chief["metrics"]
-            tcp = [e["metrics"].get("tcp_bytes_per_step") for e in tr.values()]
+            tcp = [step_bytes(e.get("traffic") or {}) for e in tr.values()]
             tcp = [v for v in tcp if v is not None]
             bound = float(np.mean([e["metrics"]["bound_bytes_per_step"] for e in tr.values()]))
             measured = float(np.mean(tcp)) if tcp else math.nan
@@ -416,7 +409,8 @@ class Experiment(experiments.Sweep):
         rows = []
         for label in self.labels:
             lo, hi = self.window(label, frame)
-            tcp_rates = {name: e["metrics"].get("tcp_bytes_per_step", math.nan) * e["steps"]["local"] / e["train_s"]
+            moved = {name: step_bytes(e.get("traffic") or {}) for name, e in self.trainers(label).items()}
+            tcp_rates = {name: (math.nan if moved[name] is None else moved[name]) * e["steps"]["local"] / e["train_s"]
                          for name, e in self.trainers(label).items()}
             measured = [v for v in tcp_rates.values() if not math.isnan(v)]
             tcp_rates["ps:0"] = sum(measured) if measured else math.nan  # every worker's traffic is the ps's

@@ -1,16 +1,19 @@
 """Lab 2: synchronous vs asynchronous SGD on a parameter-server cluster (softmax regression, MNIST).
 
-    check_optimizer(make_optimizer)              # the notebook's optimizer fits both modes
+    check_sync_round(sync_round)                 # the notebook's round, in one process, against NumPy
     study = sweep(("sync", "async"), ("single", "cluster2"), (50, 200), target_loss=0.35,
-                  optimizer=make_optimizer)
+                  sync_round=sync_round, local_steps=100)
     study.tasks("cluster2", 50)   # report 000 Table 1.2.1: per mode and task, resources and outcome
     study.summary()               # report 002 Tables 3 and 5: per mode, deploy mode and batch size
     study.iterations()            # report 002 Tables 4 and 6: iterations per worker
     study.curves()                # the chief's test loss/accuracy vs wall time and global step
     study.bytes_per_step()        # measured bytes per global step vs 2 x model bytes per worker step
     study.find("sync", "cluster2", 50)   # one Run: .result (ClusterResult), .chief, .samples()
+    study.counted                 # {mode: Run} where every worker made exactly local_steps steps
     study.record()                # what the notebook records for the grader, in one call
-    write_graphs(make_optimizer)  # report 000 Figs 1.2.1-1.2.2: the TF1 graphs, for TensorBoard
+    write_graphs(sync_round)      # report 000 Figs 1.2.1-1.2.2: the TF1 graphs, for TensorBoard
+    late_start(30)                # report 002's start: no barrier, workers sleeping 30 s (its Table 4)
+    emulated_shares(["1gbit", "10mbit"])  # async cluster2 on emulated links: each worker's share
 
 ``sweep`` returns a ``Study`` (a ``labkit.experiments.Sweep``): one ``Run`` per (mode, deploy
 mode, batch size); its tables are pandas DataFrames, ``records()`` a dict.
@@ -26,6 +29,9 @@ chief's training window of the run (its ``train start``/``train end`` marks), so
 measured over the same seconds; ``tasks()`` also gives each process's RSS when the run began
 (its baseline). The chief's evaluations and training loss become TensorBoard scalars in
 ``<run folder>/tensorboard`` (``labkit.scalars``), by global step.
+
+Sync mode runs the notebook's ``sync_round`` (Lab 2's exercise; ``labkit.tasks.ps_sgd`` builds it
+on the ps and runs its chief op); ``check_sync_round`` checks it first, in this process.
 """
 from __future__ import annotations
 
@@ -41,7 +47,6 @@ from labkit.experiments import function_source, positive_ints, shared
 from labkit.launch import Cluster
 from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.results import ClusterResult
-from labkit.tasks import forkserver
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -52,74 +57,184 @@ RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "n
                     "proc_cpu_pct", "proc_rss_bytes")
 
 
-# ------------------------------------------------------------------------------ the optimizer
+# ------------------------------------------------------------------------------ the synchronous round
 
-def optimizer_source(fn) -> str:
-    """The source of a ``make_optimizer(tf, mode, learning_rate, num_workers)`` function, to
-    send to the tasks (``--optimizer-source``); they define it and call it to build their graph."""
-    source = function_source(fn, "make_optimizer", "(tf, mode, learning_rate, num_workers)", "optimizer")
-    from labkit.tasks.ps_sgd import load_optimizer_factory
+def round_source(fn) -> str:
+    """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
+    shared)`` function, to send to the tasks (``--round-source``); they define it and build their
+    sync graph with it."""
+    from labkit.tasks.ps_sgd import ROUND_SIGNATURE, load_round
 
-    load_optimizer_factory(source)  # what the tasks will do with it: define make_optimizer, nothing else
+    source = function_source(fn, "sync_round", ROUND_SIGNATURE, "sync_round")
+    load_round(source)  # what the tasks will do with it: define sync_round, nothing else
     return source
 
 
-def check_optimizer(fn, workers: int = 3, learning_rate: float = 0.5) -> dict:
-    """Build ``fn``'s optimizer in a scratch graph for both modes and check it as the tasks
-    will (``ps_sgd.check_optimizer``): async must return plain SGD at ``learning_rate``, sync
-    a ``SyncReplicasOptimizer`` aggregating all ``workers``. Returns {mode: class name};
-    raises ValueError with what to fix. Also checks that the source can be sent to the tasks."""
+class RoundError(ValueError):
+    """A synchronous round that does not do what a round must; the message says what to fix."""
+
+
+def check_sync_round(fn, workers: int = 3, rounds: int = 3, batch_size: int = 8, learning_rate: float = 0.5,
+                     seed: int = 0, timeout: float = 20.0) -> dict:
+    """Run ``fn``'s round in one process, as the cluster will: ``workers`` threads each push
+    ``rounds`` gradients of batches of their own and wait, a chief thread runs the round's
+    chief op ``rounds`` times; then check, against NumPy (no reference round needed), that the
+    global step is ``rounds``, that each worker's step returned only after its round was
+    applied, and that the weights are plain SGD on the mean of the workers' gradients, round
+    after round. Returns what it checked; raises ``RoundError`` that says what to fix (a
+    blocked op gives up after ``timeout`` seconds)."""
+    import numpy as np
     import tensorflow as tf
 
+    from labkit.lr import softmax_gradient
     from labkit.tasks import ps_sgd
 
-    found = {}
-    logger, level = tf.get_logger(), tf.get_logger().level
-    logger.setLevel("ERROR")  # SyncReplicasOptimizer's deprecation notice
-    try:
-        for mode in ("async", "sync"):
-            with tf.Graph().as_default():
-                opt = fn(tf, mode, learning_rate, workers)
-                ps_sgd.check_optimizer(tf, opt, mode, workers, learning_rate)
-                found[mode] = type(opt).__name__
-    finally:
-        logger.setLevel(level)
-    optimizer_source(fn)
-    return found
+    round_source(fn)
+    rng = np.random.default_rng(seed)
+    X = rng.random((workers, rounds, batch_size, ps_sgd.NUM_FEATURES), dtype=np.float32)
+    Y = rng.integers(0, ps_sgd.NUM_CLASSES, (workers, rounds, batch_size))
+    W0, b0 = ps_sgd.init_weights(seed)
+    graph = tf.Graph()
+    with graph.as_default():
+        W = tf.compat.v1.get_variable("weights", initializer=tf.constant(W0))
+        b = tf.compat.v1.get_variable("bias", initializer=tf.constant(b0))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        harness = _RoundHarness(tf, workers, rounds, timeout, X, Y)
+        for i in range(workers):  # each worker builds its graph, as on the cluster; the queues are shared by name
+            x = tf.compat.v1.placeholder(tf.float32, [None, ps_sgd.NUM_FEATURES])
+            y = tf.compat.v1.placeholder(tf.int64, [None])
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=tf.matmul(x, W) + b))
+            worker_op, chief_op = ps_sgd.build_round(tf, fn, loss, [W, b], global_step, learning_rate, workers, i)
+            with tf.control_dependencies([worker_op]):
+                harness.add_worker(x, y, tf.identity(global_step.read_value()), chief_op)
+        queues = ps_sgd.SyncQueues.build(tf, [W, b], global_step, workers, 0)  # the same, by name: to look inside
+        harness.state = [global_step.read_value(), *(acc.num_accumulated() for acc in queues.accumulators)]
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 2, intra_op_parallelism_threads=1)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+        harness.run(sess)
+        g, W1, b1 = sess.run([global_step, W, b])
+    if g != rounds:
+        raise RoundError(f"after {rounds} rounds the global step is {g}: chief_op must add 1 to it once per round")
+    late = [(i, t, harness.seen[i, t]) for i in range(workers) for t in range(rounds) if harness.seen[i, t] != t + 1]
+    if late:
+        i, t, at = late[0]
+        raise RoundError(f"worker {i}'s step {t + 1} returned at global step {at}, not {t + 1}: a worker must be "
+                         f"released only after its round's update was applied (the tokens go in after it)")
+    Wr, br = W0.astype(np.float64), b0.astype(np.float64)
+    for t in range(rounds):
+        grads = [softmax_gradient(Wr, br, X[i, t], Y[i, t])[:2] for i in range(workers)]
+        Wr = Wr - learning_rate * np.mean([gw for gw, _ in grads], axis=0)
+        br = br - learning_rate * np.mean([gb for _, gb in grads], axis=0)
+    scale = max(np.abs(Wr - W0).max(), np.abs(br - b0).max())
+    error = max(np.abs(W1 - Wr).max(), np.abs(b1 - br).max()) / scale
+    if not error < 1e-3:
+        raise RoundError(f"after {rounds} rounds the weights are off from SGD on the mean of the {workers} "
+                         f"workers' gradients by {error:.3g} x the size of the whole update: does chief_op apply "
+                         f"the mean (not the sum) of all {workers} gradients, once per round, at learning_rate?")
+    return {"workers": workers, "rounds": rounds, "global_step": int(g), "largest_error": float(error)}
 
 
-def write_graphs(optimizer=None, deploy: str = "cluster2", logdir=None, learning_rate: float = 0.5) -> Path:
+class _RoundHarness:
+    """``check_sync_round``'s threads: one per worker, feeding its batches and recording the global
+    step each of its steps returned at (``seen``), and the chief's. A failure, or an op blocked
+    for ``timeout`` seconds, closes the session (which cancels what still waits in a queue) and is
+    raised as a ``RoundError`` that says, from the round's state, what is wrong."""
+
+    def __init__(self, tf, workers: int, rounds: int, timeout: float, X, Y):
+        import numpy as np
+
+        self.tf, self.workers, self.rounds, self.timeout, self.X, self.Y = tf, workers, rounds, timeout, X, Y
+        self.feeds, self.steps, self.chief_op, self.state = [], [], None, []
+        self.seen = np.full((workers, rounds), -1)
+        self.failures: list[str] = []
+        self.blocked: list[str] = []   # who gave up waiting: "worker" or "chief"
+        self.options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout * 1000))
+
+    def add_worker(self, x, y, step, chief_op) -> None:
+        self.feeds.append((x, y))
+        self.steps.append(step)
+        self.chief_op = self.chief_op if self.chief_op is not None else chief_op  # worker 0's: the chief's
+
+    def _loop(self, who: str, run, count: int) -> None:
+        for t in range(count):
+            try:
+                run(t)
+            except self.tf.errors.DeadlineExceededError:
+                self.blocked.append(who)
+                return self.failures.append("")
+            except self.tf.errors.CancelledError:
+                return
+            except Exception as e:  # the student's op failed: say which and how
+                return self.failures.append(f"{who}'s step {t + 1} failed: {type(e).__name__}: {e}")
+
+    def run(self, sess) -> None:
+        import threading
+
+        def worker(i):
+            def step(t):
+                self.seen[i, t] = sess.run(self.steps[i], {self.feeds[i][0]: self.X[i, t],
+                                                           self.feeds[i][1]: self.Y[i, t]}, options=self.options)
+            self._loop("worker", step, self.rounds)
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(self.workers)]
+        threads.append(threading.Thread(target=self._loop, args=(
+            "chief", lambda t: sess.run(self.chief_op, options=self.options), self.rounds), daemon=True))
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + self.timeout * (self.rounds + 1)
+        while any(th.is_alive() for th in threads) and not self.failures and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self.failures and not any(th.is_alive() for th in threads):
+            return
+        why = next((f for f in self.failures if f), "") or self._diagnose(sess)
+        sess.close()
+        for th in threads:
+            th.join(self.timeout)
+        raise RoundError(why)
+
+    def _diagnose(self, sess) -> str:
+        """Why the round is stuck, from the global step and the gradients the accumulators hold."""
+        g, *held = sess.run(self.state, options=self.tf.compat.v1.RunOptions(timeout_in_ms=5000))
+        waited = f"waited {self.timeout:g} s in round {g + 1}"
+        if min(held) < self.workers:
+            return (f"the chief {waited} for the workers' gradients, but the accumulators hold {min(held)} of "
+                    f"{self.workers}: worker_op must push each gradient (apply_grad) before it waits for its "
+                    f"token, tagged with the global step it was computed at (local_step): an accumulator drops "
+                    f"a gradient tagged with a step below the rounds it has taken, as stale")
+        if "worker" in self.blocked:
+            return (f"a worker {waited} for its token, with all {self.workers} gradients in: chief_op must take "
+                    f"their mean (take_grad(num_workers)), apply it, and then put one token into each worker's "
+                    f"queue, shared.tokens[w]; worker_op must wait on its own, shared.tokens[shared.worker]")
+        return f"the round {waited}, with all {self.workers} gradients in and no worker waiting"
+
+
+def write_graphs(sync_round=None, deploy: str = "cluster2", logdir=None, learning_rate: float = 0.5) -> Path:
     """Report 000's Figures 1.2.1-1.2.2: the ``tf.compat.v1`` graph a worker of ``deploy``
     builds, for sync and for async, as TensorBoard graphs in ``<logdir>/<mode>`` (default
     ``runs/lab2/graphs-<time>``). Built in this process by the tasks' own ``build_model``
-    with ``optimizer`` (the notebook's ``make_optimizer``; default the kit's); nothing starts."""
+    with ``sync_round`` (the notebook's; default the kit's); nothing starts."""
     import tensorflow as tf
 
     from labkit.tasks import ps_sgd
 
     if deploy not in cluster.MODES:
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
-    source = optimizer_source(optimizer) if optimizer is not None else None
-    root = Path(logdir) if logdir else paths.run_dir(LAB, f"graphs-{time.strftime('%Y%m%d-%H%M%S')}")
+    source = round_source(sync_round) if sync_round is not None else None
+    root = Path(logdir) if logdir else paths.run_dir(LAB, prefix="graphs")
     rt = types.SimpleNamespace(task=types.SimpleNamespace(type="worker", index=0), spec=cluster.build(deploy),
-                               num_trainers=cluster.MODES[deploy][1])
-    logger, level = tf.get_logger(), tf.get_logger().level
-    logger.setLevel("ERROR")  # SyncReplicasOptimizer's deprecation notice
-    try:
-        for mode in MODES:
-            args = types.SimpleNamespace(mode=mode, seed=0, steps=1, epochs=None, batch_size=50, train_limit=60000,
-                                         learning_rate=learning_rate, optimizer_source=source)
-            graph = tf.Graph()
-            with graph.as_default():
-                model = ps_sgd.build_model(tf, rt, args)
-            # a tensor the tasks' session hook consumes; unused here, TF would log an error when it is freed
-            getattr(getattr(model.optimizer, "ready_for_local_init_op", None), "mark_used", lambda: None)()
-            writer = tf.summary.create_file_writer(str(root / mode))
-            with writer.as_default():
-                tf.summary.graph(graph)
-            writer.close()
-    finally:
-        logger.setLevel(level)
+                               num_trainers=cluster.MODES[deploy][1], trainer_rank=0)
+    for mode in MODES:
+        args = types.SimpleNamespace(mode=mode, seed=0, steps=1, epochs=None, batch_size=50, train_limit=60000,
+                                     learning_rate=learning_rate, round_source=source)
+        graph = tf.Graph()
+        with graph.as_default():
+            ps_sgd.build_model(tf, rt, args)
+        writer = tf.summary.create_file_writer(str(root / mode))
+        with writer.as_default():
+            tf.summary.graph(graph)
+        writer.close()
     return root
 
 
@@ -195,41 +310,32 @@ class Run(experiments.Run):
 def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, target_loss: float | None = None,
                  max_steps: int = 2000, epochs: float | None = None, learning_rate: float = 0.5,
                  train_limit: int | None = 10000, test_limit: int | None = 2000, eval_every: int = 50,
-                 seed: int = 0, hosts=None, optimizer=None, run: str | None = None, timeout: float = 600,
+                 seed: int = 0, hosts=None, sync_round=None, run: str | None = None, timeout: float = 600,
                  sample_interval: float = 0.25, **task_args) -> Cluster:
     """A (not yet started) cluster for one run: ``deploy`` is a report 002 deploy mode
     (``single`` 1 ps + 1 worker, ``cluster`` 1 + 2, ``cluster2`` 1 + 3) on 127.0.0.1, or
-    on ``hosts`` (a hosts file or list). ``optimizer``: the notebook's ``make_optimizer``."""
+    on ``hosts`` (a hosts file or list). ``sync_round``: the notebook's round (sync mode)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: choose 'sync' or 'async'")
     if deploy not in cluster.MODES:
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
-    run = run or f"{mode}-{deploy}-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Cluster(spec, PROGRAM, lab=LAB, run=run, timeout=timeout,
-                   **forkserver.launch_args(spec, task_args.get("launcher")), mode=mode, batch_size=batch_size,
-                   steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
-                   train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every,
-                   seed=seed, sample_interval=sample_interval,
-                   optimizer_source=optimizer_source(optimizer) if optimizer is not None else None, **task_args)
-
-
-def _printer(log, label: str):
-    def on_line(task: str, line: str) -> None:
-        if log and task in ("worker:0", "chief:0") and ("test loss" in line or "done:" in line):
-            log(f"{label} | {line.split('] ', 1)[-1]}")
-    return on_line
+    return experiments.make_cluster(
+        LAB, PROGRAM, spec, name=f"{mode}-{deploy}-b{batch_size}", run=run, timeout=timeout, mode=mode,
+        batch_size=batch_size, steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
+        train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every, seed=seed,
+        sample_interval=sample_interval, round_source=round_source(sync_round) if sync_round is not None else None,
+        **task_args)
 
 
 def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
     """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
-    view; ``log`` gets the chief's lines (each periodic evaluation) as they come. Writes the
-    chief's TensorBoard scalars."""
-    on_line = _printer(log, f"{mode} {deploy} b{batch_size}")
-
+    view; ``log`` gets the chief's evaluations as they come, and its end. Writes the chief's
+    TensorBoard scalars."""
+    say = experiments.printer(log, ("eval", "done"))
     c = make_cluster(mode, deploy, batch_size, **kwargs)
     with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
-        done = Run(mode, deploy, batch_size, c.follow(on_line))
+        done = Run(mode, deploy, batch_size, c.follow(say and (lambda e: say(e, f"{mode} {deploy} b{batch_size}"))))
     done.write_scalars()
     return done
 
@@ -238,7 +344,9 @@ def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print,
 
 @dataclass
 class Study(experiments.Sweep):
-    """The runs of a sweep (``find(mode, deploy, batch_size)``), with the lab's tables."""
+    """The runs of a sweep (``find(mode, deploy, batch_size)``), with the lab's tables; ``counted``:
+    {mode: Run} of the runs where every worker made exactly ``settings["local_steps"]`` steps."""
+    counted: dict = field(default_factory=dict)
 
     def _at(self, deploy: str, batch_size: int) -> list[Run]:
         """The runs of one deploy mode and batch size, one per mode."""
@@ -340,14 +448,14 @@ class Study(experiments.Sweep):
 
         rows = []
         for r in self.runs:
-            nets = {t.name: t.result.get("net") or {} for t in r.workers}
+            nets = {t.name: t.traffic for t in r.workers}
             g, local = r.global_step(), sum(r.local_steps().values())
             if not g or not local:
                 continue
             n = len(r.workers)
             sockets = None
-            if all("tcp_sent_bytes" in v for v in nets.values()):
-                sockets = sum(v["tcp_sent_bytes"] + v["tcp_recv_bytes"] for v in nets.values()) / g
+            if all(v.get("sent_bytes") is not None for v in nets.values()):
+                sockets = sum(v["sent_bytes"] + v["recv_bytes"] for v in nets.values()) / g
             host = math.nan
             per_host: dict[str, dict] = {}
             for t in r.workers:
@@ -356,7 +464,7 @@ class Study(experiments.Sweep):
                     per_host[t.host] = v
             chief = nets[r.chief.name]
             if per_host and chief.get("global_steps"):
-                rate = sum(v["sent_bytes"] / v["window_s"] for v in per_host.values())
+                rate = sum(v["nic_sent_bytes"] / v["window_s"] for v in per_host.values())
                 host = rate / (chief["global_steps"] / chief["window_s"])
             measured = sockets if sockets is not None else host
             per_global = local / g  # worker steps per global step: N in sync, 1 in async
@@ -376,8 +484,9 @@ class Study(experiments.Sweep):
         ones), per mode: final accuracy, training time, global step (and per second), steps per
         worker, bytes per step (and over the analytic), and the run's directory (relative to the
         working directory when inside it), whose task result files let the grader re-check the
-        steps; then Table 1.2.1 (``tasks``), the ``summary`` and ``iterations`` of every run, and
-        the sweep's settings."""
+        steps; then Table 1.2.1 (``tasks``), the ``summary`` and ``iterations`` of every run, the
+        sweep's settings, and, with ``local_steps``, ``counted``: the global step and each worker's
+        steps of the runs where every worker made that many."""
         deploy, batch_size = self._or_headline(deploy, batch_size)
         bytes_table = self.bytes_per_step()
         out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
@@ -396,6 +505,13 @@ class Study(experiments.Sweep):
                 out[key][mode] = float(b[column].iloc[0]) if len(b) else None
             out["run_dir"][mode] = _relative(r.result.run_dir)
         out["headline"] = {"deploy": deploy, "batch_size": batch_size}
+        if self.counted:
+            some = next(iter(self.counted.values()))
+            out["counted"] = {"local_steps": self.settings.get("local_steps"), "deploy": some.deploy,
+                              "workers": len(some.workers),
+                              "global_step": {m: r.global_step() for m, r in self.counted.items()},
+                              "steps_per_worker": {m: r.local_steps() for m, r in self.counted.items()},
+                              "run_dir": {m: _relative(r.result.run_dir) for m, r in self.counted.items()}}
         out["table_1_2_1"] = self.tasks(deploy, batch_size).reset_index()
         out["summary"] = self.summary().reset_index()
         out["iterations"] = self.iterations()
@@ -421,12 +537,14 @@ def _choices(name: str, values, allowed) -> tuple:
     return values
 
 
-def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, progress: bool = True, log=print,
-          study: Study | None = None, timeout: float = 600, **kwargs) -> Study:
+def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, local_steps: int | None = None,
+          progress: bool = True, log=print, study: Study | None = None, timeout: float = 600, **kwargs) -> Study:
     """Run every (deploy mode, batch size, mode) (``make_cluster``'s arguments: target_loss,
-    max_steps, learning_rate, hosts, optimizer ...): one cluster per deploy mode, whose runs go
+    max_steps, learning_rate, hosts, sync_round ...): one cluster per deploy mode, whose runs go
     one after the other in it, each from fresh variables (``labkit.experiments.shared``). Modes
     run side by side per batch size, so a sync/async pair shares the machine's conditions.
+    ``local_steps`` K: the deploy mode with the most workers then runs each mode once more, at the
+    first batch size, with every worker stopping after K steps of its own (``Study.counted``).
     ``timeout``: seconds one run may take (the first of a cluster: from when its servers are up).
     Returns ``study`` (default a new ``Study``, whose settings are these arguments) with the
     runs added."""
@@ -439,29 +557,36 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, pro
             if limit // cluster.MODES[d][1] < b:
                 raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
                                  f"batch {b} examples; raise train_limit or lower the batch size")
+    if local_steps is not None:
+        local_steps = positive_ints("local_steps", local_steps, "100")[0]
     if study is None:
         study = Study(settings={"modes": list(modes), "deploy_modes": list(deploys), "batch_sizes": list(batch_sizes),
+                                "local_steps": local_steps,
                                 **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
-                                   if k != "optimizer"}, "timeout": timeout})
-    base = f"study-{time.strftime('%Y%m%d-%H%M%S')}"
-    with tqdm(total=len(deploys) * len(batch_sizes) * len(modes), desc="runs", unit="run",
+                                   if k != "sync_round"}, "timeout": timeout})
+    base = paths.run_name("study")
+    printed = experiments.config_printer(log, ("eval", "done"))
+    widest = max(deploys, key=lambda d: cluster.MODES[d][1])
+    counted = [shared.Config(f"{m}-{widest}-k{local_steps}", f"{m} {widest} {local_steps} steps each",
+                             {"mode": m, "batch_size": batch_sizes[0], "local_steps": local_steps, "target_loss": None,
+                              "epochs": None, "eval_every": 0}) for m in modes] if local_steps else []
+    with tqdm(total=len(deploys) * len(batch_sizes) * len(modes) + len(counted), desc="runs", unit="run",
               disable=not progress) as bar:
         for d in deploys:
             configs = [shared.Config(f"{m}-{d}-b{b}", f"{m} {d} b{b}", {"mode": m, "batch_size": b})
-                       for b in batch_sizes for m in modes]
+                       for b in batch_sizes for m in modes] + (counted if d == widest else [])
 
             def make(d=d, **shared_args):
                 return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
 
-            def on_line(config, task, line):
-                if config is not None:
-                    _printer(log, config.label)(task, line)
-
-            results = shared.run(make, configs, timeout=timeout, on_line=on_line, bar=bar, static=False)
+            results = shared.run(make, configs, timeout=timeout, bar=bar, static=False, on_event=printed)
             for config, result in zip(configs, results):
                 done = Run(config.args["mode"], d, config.args["batch_size"], result)
                 done.write_scalars()
-                study.runs.append(done)
+                if config in counted:
+                    study.counted[done.mode] = done
+                else:
+                    study.runs.append(done)
     return study
 
 
@@ -474,22 +599,75 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
     ``global_steps_per_s`` leaves out the first step (``first_step_s``: tracing the step function).
     ``log`` gets the chief's line per epoch; its scalars go to ``<run dir>/tensorboard``."""
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
-    run_dir = paths.run_dir(LAB, f"modern-ps-b{batch_size}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-    def on_line(task: str, line: str) -> None:
-        if log and task == "chief:0" and "epoch " in line:
-            log(f"modern ps b{batch_size} | {line.split('] ', 1)[-1]}")
-
-    c = Cluster(spec, "strategy_train", lab=LAB, run_dir=run_dir, timeout=timeout, **forkserver.launch_args(spec),
-                strategy="ps",
-                model="softmax_regression", batch_size=batch_size, epochs=epochs, lr=learning_rate,
-                train_limit=train_limit, test_limit=test_limit, seed=seed, tensorboard_dir=run_dir / "tensorboard")
+    say = experiments.printer(log, ("epoch",))
+    c = experiments.make_cluster(LAB, "strategy_train", spec, name=f"modern-ps-b{batch_size}", tensorboard=True,
+                                 timeout=timeout, strategy="ps", model="softmax_regression", batch_size=batch_size,
+                                 epochs=epochs, lr=learning_rate, train_limit=train_limit, test_limit=test_limit,
+                                 seed=seed)
     with live.watch(c), c:
-        result = c.follow(on_line)
-    tr = result["chief:0"].result["train"]
+        result = c.follow(say and (lambda e: say(e, f"modern ps b{batch_size}")))
+    tr = result.chief().training
     steps = sum(h["steps"] for h in tr["history"])
     return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
             "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,
             "time_s": tr["train_seconds"], "first_step_s": tr["first_step_s"], "test_accuracy": tr["val_accuracy"],
             "test_loss": tr["val_loss"], "stop": f"{epochs} epoch(s)",
             "global_steps_per_s": 1 / tr["step_time_s"], "wall_s": result.wall_s}
+
+
+# ------------------------------------------------------------------------------ report 002's start, emulated links
+
+def late_start(recovery_wait_secs: float = 30, deploy: str = "cluster2", batch_size: int = 50, *,
+               chief_delay_s: float = 2.0, log=print, **kwargs):
+    """Async ``deploy`` started as report 002's Table 4 ran: no start barrier, and a non-chief
+    worker that finds the variables not yet initialized sleeps ``recovery_wait_secs`` before it
+    looks again (``MonitoredTrainingSession`` hard-codes 30 s; the kit's runs poll every 0.2 s).
+    The chief opens its session ``chief_delay_s`` late, so that the others get there first (on
+    127.0.0.1 the chief, started first, would usually win). ``run``'s other arguments
+    (``target_loss`` ...). Returns ``(run, table)``: one row per worker with its iterations and
+    share of the global step, ``waited_s`` (from its server's start to its session being ready:
+    the wait for the chief's initialization, and the chief's delay), ``session_ready_s`` (the same
+    from its process's start, TensorFlow's import included), and its training time."""
+    import pandas as pd
+
+    done = run("async", deploy, batch_size, log=log, no_barrier=True, recovery_wait_secs=recovery_wait_secs,
+               chief_delay_secs=chief_delay_s, **kwargs)
+    g = done.global_step()
+    rows = []
+    for t in done.workers:
+        ready, up = t.timings.get("session_ready_s", math.nan), t.result.get("timings", {}).get("server_up_s")
+        rows.append({"worker": t.name, "iterations": int(t.steps.get("local", 0)),
+                     "share": int(t.steps.get("local", 0)) / g if g else math.nan,
+                     "waited_s": ready - up if up is not None else math.nan, "session_ready_s": ready,
+                     "train_s": t.timings.get("train_s"), "stop": (t.result.get("stop") or {}).get("reason")})
+    return done, pd.DataFrame(rows).set_index("worker")
+
+
+def emulated_shares(links, deploy: str = "cluster2", batch_size: int = 50, *, max_steps: int = 2000, log=print,
+                    **kwargs):
+    """Async ``deploy`` once per link of ``links`` on emulated nodes (``labkit.netem``): report
+    002's placement, the ps and worker 0 on node0 (they talk over its loopback), every other
+    worker on a node of its own, each node's link shaped to the rate. Each run makes
+    ``max_steps`` global steps and evaluates only at the end (so evaluations cost worker 0
+    nothing); ``run``'s other arguments. Returns one row per (link, worker): its node, steps,
+    share of the global step, steps/s, and ``link_ms_per_step``, the milliseconds a worker
+    step's bytes (a pull and a push of the model, ``costmodel.step_bytes``) take at the link's
+    rate. Empty where links cannot be emulated here (``netem.usable`` says why)."""
+    import pandas as pd
+
+    from labkit import netem
+    from labkit.costmodel import step_bytes
+    from labkit.launchers.netem import cluster_args, task_nodes
+
+    rows = []
+    if netem.usable(links):
+        step = step_bytes("ps", MODEL_BYTES, 1).total
+        for link in ([links] if isinstance(links, str) else links):
+            done = run("async", deploy, batch_size, max_steps=max_steps, target_loss=None, eval_every=max_steps,
+                       log=None, **kwargs, **cluster_args(link, cluster.MODES[deploy][2]))
+            steps, where = done.local_steps(), task_nodes(done.result)
+            for w in done.workers:
+                rows.append({"link": link, "worker": w.name, "node": where[w.name], "steps": steps[w.name],
+                             "share": steps[w.name] / sum(steps.values()), "steps_per_s": w.steps["local_per_s"],
+                             "link_ms_per_step": step / netem.parse_link(link).bytes_per_s * 1e3})
+    return pd.DataFrame(rows, columns=["link", "worker", "node", "steps", "share", "steps_per_s", "link_ms_per_step"])

@@ -41,6 +41,7 @@ import numpy as np
 
 from labkit.grading import probe
 from labkit.grading.verify import Unverifiable, Verdict
+from labkit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,14 @@ class Hidden:
         self.inputs(**self.args(args))
 
 
-HIDDEN: dict[str, Hidden] = {}
+HIDDEN = Registry("hidden check")
 
 
 def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
     def register(fn):
         if probe_name not in probe.PROBES:
             raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/probe.py")
-        HIDDEN[name] = Hidden(name, tuple(functions), probe_name, fn, inputs, defaults)
+        HIDDEN.add(name, Hidden(name, tuple(functions), probe_name, fn, inputs, defaults))
         return fn
     return register
 
@@ -153,6 +154,26 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
                           f"over the batch), the gradient and the update's sign", worst)
 
 
+@hidden("lab1_best_reading", functions=["chance_best_reading"], probe_name="best_reading",
+        inputs=probe.inputs_best_reading)
+def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The chance that the best of n binomial batch accuracies reaches a level, against the
+    reference, on cases the notebook never had (``probe.inputs_best_reading``)."""
+    from labkit.solutions.lab1 import chance_best_reading
+
+    cases = probe.inputs_best_reading(**args)
+    got = arrays["chances"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"chance_best_reading gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = chance_best_reading(**case)
+        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
+            return Verdict(False, f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
+                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}; the best of n "
+                                  f"binomial batch readings reaches the level with chance {want:.6g}")
+    return Verdict(True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lab 3: the sparse gradient, against the dense computation
 
@@ -196,50 +217,70 @@ def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lab 2: the optimizer, from the step counts the cluster's tasks wrote
+# Lab 2: the synchronous round, from the weights and step counts the cluster's tasks wrote
 
-@hidden("lab2_optimizer", functions=["make_optimizer"], probe_name="ps_optimizer", inputs=probe.settings_ps_optimizer)
-def judge_ps_optimizer(args: dict, arrays: dict, folder: Path) -> Verdict:
-    """Sync: every worker made every global step (one aggregated update per round). Async:
-    the workers' local steps add up to the global step (each applied its own). A mode the
-    cluster did not run is judged by the optimizer the function built for it."""
-    s = probe.settings_ps_optimizer(**args)
-    dirs = json.loads(str(arrays["run_dirs"]))
-    built = json.loads(str(arrays["built"]))
-    want = {"sync": ("SyncReplicasOptimizer", "GradientDescentOptimizer"), "async": ("GradientDescentOptimizer", "")}
-    for mode, names in want.items():
-        if mode not in s["modes"] and tuple(built.get(mode, ())) != names:
-            return Verdict(False, f"{mode}: make_optimizer built {built.get(mode)}, expected "
-                                  f"{' wrapping '.join(n for n in names if n)}")
-    found = {}
-    for mode in s["modes"]:
-        rel = dirs.get(mode) if isinstance(dirs, dict) else None
-        run = (folder / str(rel)).resolve() if rel else None
-        if run is None or folder.resolve() not in run.parents or not run.is_dir():
-            raise Unverifiable(f"the {mode} run left no folder of task results")
-        workers = {}
-        for f in sorted(run.glob("worker-*.json")):
-            if f.name.endswith(".hello.json"):
-                continue
+def reference_sync_weights(s: dict, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """The weights after ``s["rounds"]`` synchronous rounds of ``workers`` workers, computed in
+    float64 without TensorFlow: from the tasks' seeded start, each round one SGD step on the mean
+    of the workers' gradients, each on the next batch of its own shard and stream (the tasks'
+    ``batches``, seeded ``seed + rank``)."""
+    from labkit.data import load_mnist
+    from labkit.lr import softmax_gradient
+    from labkit.tasks.ps_sgd import NUM_FEATURES, batches, init_weights
+
+    data = load_mnist(limit=s["train_limit"], test_limit=s["test_limit"], seed=s["seed"])
+    x, y = data.x_train.reshape(-1, NUM_FEATURES), data.y_train
+    streams = [batches(x[r::workers], y[r::workers], s["batch_size"], s["seed"] + r) for r in range(workers)]
+    W, b = (a.astype(np.float64) for a in init_weights(s["seed"]))
+    for _ in range(s["rounds"]):
+        grads = [softmax_gradient(W, b, *next(stream))[:2] for stream in streams]
+        W = W - s["learning_rate"] * np.mean([g[0] for g in grads], axis=0)
+        b = b - s["learning_rate"] * np.mean([g[1] for g in grads], axis=0)
+    return W, b
+
+
+@hidden("lab2_sync_round", functions=["sync_round"], probe_name="sync_round", inputs=probe.settings_sync_round)
+def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Every worker made ``rounds`` steps and the global step is ``rounds`` (one update per
+    round), and the chief's final weights are plain SGD on the mean of the workers' gradients,
+    round after round, from the same seeded start and batches (``reference_sync_weights``)."""
+    from labkit.tasks.ps_sgd import init_weights
+
+    s = probe.settings_sync_round(**args)
+    rel = str(arrays["run_dir"])
+    run = (folder / rel).resolve()
+    if folder.resolve() not in run.parents or not run.is_dir():
+        raise Unverifiable("the sync run left no folder of task results")
+    workers = {}
+    for f in sorted(run.glob("worker-*.json")):
+        if not f.name.endswith(".hello.json"):
             data = json.loads(f.read_text())
-            workers[str(data.get("task"))] = data.get("steps", {})
-        if not workers:
-            raise Unverifiable(f"the {mode} run's workers wrote no result files")
-        local = {k: v.get("local") for k, v in workers.items()}
-        final = max(int(v.get("global_at_exit") or 0) for v in workers.values())
-        found[mode] = {"local": local, "global": final}
-        if not all(isinstance(v, int) for v in local.values()):
-            raise Unverifiable(f"the {mode} run's workers did not report their steps")
-        if mode == "sync" and (len(set(local.values())) != 1 or abs(next(iter(local.values())) - final) > 1):
-            return Verdict(False, f"sync: the workers made {local} local steps for {final} global steps; with "
-                                  f"SyncReplicasOptimizer aggregating every worker each makes one per global step",
-                           found)
-        if mode == "async" and sum(local.values()) != final:
-            return Verdict(False, f"async: the workers' local steps {local} add up to {sum(local.values())}, not "
-                                  f"the global step {final}; each worker should apply its own gradient", found)
-        if final < s["steps"]:
-            return Verdict(False, f"{mode}: the cluster stopped at global step {final} of {s['steps']}", found)
-    return Verdict(True, value=found)
+            workers[str(data.get("task"))] = data
+    if not workers or "worker:0" not in workers:
+        raise Unverifiable("the sync run's workers wrote no result files")
+    local = {k: v.get("steps", {}).get("local") for k, v in workers.items()}
+    final = {k: v.get("steps", {}).get("global_at_exit") for k, v in workers.items()}
+    found = {"local": local, "global": final}
+    if set(local.values()) != {s["rounds"]} or set(final.values()) != {s["rounds"]}:
+        return Verdict(False, f"after {s['rounds']} rounds the workers made {local} steps and saw global steps "
+                              f"{final}: in a synchronous round every worker makes one step and the chief one "
+                              f"update", found)
+    weights = workers["worker:0"].get("weights") or {}
+    try:
+        W, b = np.asarray(weights["W"], np.float64), np.asarray(weights["b"], np.float64)
+    except KeyError:
+        raise Unverifiable("the chief saved no final weights") from None
+    want_W, want_b = reference_sync_weights(s, len(workers))
+    W0, b0 = init_weights(s["seed"])
+    scale = max(np.abs(want_W - W0).max(), np.abs(want_b - b0).max())  # the whole update's size
+    error = max(_close(W, want_W, 1e-3 * scale, 1e-3), _close(b, want_b, 1e-3 * scale, 1e-3))
+    if error <= 1:
+        return Verdict(True, value={**found, "error": error})
+    if math.isinf(error):
+        return Verdict(False, f"the chief's final weights have shapes {W.shape}, {b.shape} or are not finite", found)
+    return Verdict(False, f"after {s['rounds']} rounds of {len(workers)} workers the weights are {error:.3g} x the "
+                          f"tolerance away from SGD on the mean of their gradients: does the chief apply the mean of "
+                          f"all {len(workers)} gradients, once per round, at the learning rate?", found)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,6 +238,30 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
     return arrays
 
 
+def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
+    """``(q, n, batch_size, level)`` cases for Lab 1's model of the best of n small-batch accuracy
+    readings: accuracies 0.5-0.995, 1-300 readings, batches of 10-100 images, levels whose
+    level x batch_size is not a whole number (so "at least level" needs no rounding convention)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < int(cases):
+        batch = int(rng.integers(10, 101))
+        level = round(float(rng.uniform(0.6, 0.99)), 3)
+        if abs(level * batch - round(level * batch)) < 0.05:
+            continue
+        out.append({"q": round(float(rng.uniform(0.5, 0.995)), 4), "n": int(rng.integers(1, 301)),
+                    "batch_size": batch, "level": level})
+    return out
+
+
+@probe("best_reading")
+def best_reading(fns: dict, args: dict, out: Path) -> dict:
+    """``chance_best_reading(q, n, batch_size, level)`` on every case: one number each."""
+    fn = fns["chance_best_reading"]
+    return {"chances": np.asarray([float(fn(c["q"], c["n"], c["batch_size"], c["level"]))
+                                   for c in inputs_best_reading(**args)], np.float64)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Lab 3: the sparse gradient
 
@@ -351,42 +375,32 @@ def comm_terms(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lab 2: the optimizer, in a short real cluster
+# Lab 2: the synchronous round, in a short real cluster
 
-def settings_ps_optimizer(deploy: str = "cluster", steps: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
-                          train_limit: int = 2000, test_limit: int = 500, modes=("sync",),
-                          timeout: float = 240) -> dict:
-    return {"deploy": deploy, "steps": int(steps), "batch_size": int(batch_size), "learning_rate": float(learning_rate),
-            "train_limit": int(train_limit), "test_limit": int(test_limit), "modes": list(modes),
-            "timeout": float(timeout)}
+def settings_sync_round(deploy: str = "cluster", rounds: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
+                        train_limit: int = 2000, test_limit: int = 500, seed: int = 0, timeout: float = 240) -> dict:
+    if int(rounds) < 1 or int(batch_size) < 1 or not float(learning_rate) > 0:
+        raise ValueError(f"rounds, batch_size and learning_rate must be positive, got {rounds}, {batch_size}, "
+                         f"{learning_rate}")
+    return {"deploy": str(deploy), "rounds": int(rounds), "batch_size": int(batch_size),
+            "learning_rate": float(learning_rate), "train_limit": int(train_limit), "test_limit": int(test_limit),
+            "seed": int(seed), "timeout": float(timeout)}
 
 
-@probe("ps_optimizer")
-def ps_optimizer(fns: dict, args: dict, out: Path) -> dict:
-    """``make_optimizer`` trains a parameter-server cluster of the kit's tasks for a fixed number
-    of global steps in each of ``modes`` (sync: the one a single process cannot show); the tasks'
-    result files land in ``out/runs`` for the judge. The other modes' optimizers are only built,
-    in a scratch graph, and named."""
-    import tensorflow as tf
-
+@probe("sync_round")
+def sync_round(fns: dict, args: dict, out: Path) -> dict:
+    """``sync_round`` runs a parameter-server cluster of the kit's tasks in sync mode for
+    ``rounds`` global steps from the seeded start; the chief saves the final weights. The
+    tasks' result files land in ``out/runs`` for the judge."""
     from labkit.experiments import sync_async
 
-    s = settings_ps_optimizer(**args)
+    s = settings_sync_round(**args)
     os.environ["LABKIT_RUNS"] = str(out / "runs")
-    built = {}
-    for mode in ("sync", "async"):
-        with tf.Graph().as_default():
-            opt = fns["make_optimizer"](tf, mode, s["learning_rate"], 2)
-            inner = getattr(opt, "_opt", None)
-            built[mode] = [type(opt).__name__, type(inner).__name__ if inner is not None else ""]
-    dirs = {}
-    for mode in s["modes"]:
-        run = sync_async.run(mode, s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["steps"],
-                             learning_rate=s["learning_rate"], train_limit=s["train_limit"],
-                             test_limit=s["test_limit"], eval_every=s["steps"], optimizer=fns["make_optimizer"],
-                             run=f"hidden-{mode}", timeout=s["timeout"])
-        dirs[mode] = str(Path(run.result.run_dir).resolve().relative_to(out.resolve()))
-    return {"run_dirs": np.asarray(json.dumps(dirs)), "built": np.asarray(json.dumps(built))}
+    run = sync_async.run("sync", s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["rounds"],
+                         learning_rate=s["learning_rate"], train_limit=s["train_limit"], test_limit=s["test_limit"],
+                         eval_every=0, seed=s["seed"], sync_round=fns["sync_round"], run="hidden-sync",
+                         timeout=s["timeout"], save_weights=True)
+    return {"run_dir": np.asarray(str(Path(run.result.run_dir).resolve().relative_to(out.resolve())))}
 
 
 # ---------------------------------------------------------------------------------------------

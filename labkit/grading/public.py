@@ -73,6 +73,7 @@ def public_lab(lab: Lab, reference: Path) -> dict:
         "answer_points": sum(c.points for c in lab.checks if c.manual),
         "hidden_checks": len(hidden),
         "hidden_points": sum(c.points for c in hidden),
+        "late_penalty": lab.late_penalty.describe() if lab.late_penalty else "none",
         "records": _records(lab),
         "parameters": dict(lab.parameters),
         "checks": [_public_check(c, asked.get(c.name)) for c in shown],

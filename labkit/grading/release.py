@@ -167,10 +167,10 @@ def student_readme(template: str, public: dict) -> str:
     labs = public["labs"]
     rows = ["| lab | notebook | what it shows |", "|---|---|---|"]
     rows += [f"| {short_name(key)} | `notebooks/{lab['notebook']}` | {lab['title']} |" for key, lab in labs.items()]
-    points = ["| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit |",
-              "|---|---|---|---|---|"]
+    points = ["| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit "
+              "| late work costs |", "|---|---|---|---|---|---|"]
     points += [f"| {short_name(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
-               f"{_minutes(lab['notebook_timeout'])} |" for key, lab in labs.items()]
+               f"{_minutes(lab['notebook_timeout'])} | {lab.get('late_penalty', 'none')} |" for key, lab in labs.items()]
     first = next(iter(labs))
     return string.Template(template).substitute(labs_table="\n".join(rows), points_table="\n".join(points),
                                                 lab_example=short_name(first))

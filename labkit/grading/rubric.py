@@ -5,8 +5,8 @@ format) and validates it up front, so a typo is reported with the lab, the check
 key to fix before any notebook runs. ``evaluate(check, nb, records)`` scores one check on an
 executed notebook, with partial credit where a fraction has a meaning.
 
-Check kinds are a registry (``KINDS``, filled by ``@kind``), as verifiers and hidden checks
-are: a kind names its keys and who scores it (``Kind.scorer``). Kinds that read the notebook
+Check kinds are a registry (``KINDS``, a ``labkit.registry.Registry`` filled by ``@kind``), as
+verifiers, hidden checks, launchers and benchmarks are: a kind names its keys and who scores it (``Kind.scorer``). Kinds that read the notebook
 score here; a ``hidden`` check is scored by the grader's own check process
 (``labkit.grading.checks``); an ``analysis`` answer by people: it is ``pending`` until a TA's
 score is merged (``labkit.grading.answers``).
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from labkit.record import MIN_FIGURE_PIXELS, Missing, figure_count, lookup, named_cells
+from labkit.registry import Registry
 
 PLACEHOLDER = "YOUR ANSWER HERE"
 
@@ -65,13 +66,13 @@ class Kind:
     scorer: str = "notebook"
 
 
-KINDS: dict[str, Kind] = {}
+KINDS = Registry("check kind")
 
 
 def kind(name: str, required=(), optional=(), gated: bool = True):
     """Register a check kind whose function scores it on the executed notebook."""
     def register(fn):
-        KINDS[name] = Kind(name, frozenset(required), frozenset(optional), fn, gated)
+        KINDS.add(name, Kind(name, frozenset(required), frozenset(optional), fn, gated))
         return fn
     return register
 
@@ -477,12 +478,12 @@ def _eval_figures(c, nb, records):
 
 # An analysis answer: people score it (labkit.grading.answers finds the answer cells, by id or
 # tag, in the submitted notebook, and merges the TA's scores); nothing here reads the run.
-KINDS["analysis"] = Kind("analysis", frozenset(), frozenset({"cells", "placeholder", "question", "records"}), None,
-                         gated=False, scorer="people")
+KINDS.add("analysis", Kind("analysis", frozenset(), frozenset({"cells", "placeholder", "question", "records"}), None,
+                          gated=False, scorer="people"))
 
 # A hidden check: the grader imports the student's functions into a fresh sandboxed process and
 # runs them on its own inputs (labkit.grading.hidden); scored there, never from the notebook.
-KINDS["hidden"] = Kind("hidden", frozenset({"check"}), frozenset({"args"}), None, scorer="grader")
+KINDS.add("hidden", Kind("hidden", frozenset({"check"}), frozenset({"args"}), None, scorer="grader"))
 
 
 def _fmt(values) -> str:

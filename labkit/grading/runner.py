@@ -55,7 +55,7 @@ from labkit.grading import disks, limits, logcap
 from labkit.grading.executor import Executor
 from labkit.grading.report import NEVER_RAN
 from labkit.grading.sandbox import Account, View, lease_account
-from labkit.proc import OwnedProcess, tail, tree_rss
+from labkit.proc import OwnedProcess, own_descendants, tail, tree_rss
 from labkit.record import cell_name, cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
@@ -518,15 +518,7 @@ def _own_the_tree(parent: int) -> None:
     first two are Linux-only; elsewhere the grader's group kill still applies."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _teardown)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the grader died before we could ask
-        _teardown(signal.SIGTERM, None)
+    own_descendants(parent, signal.SIGTERM)  # a grader gone before we could ask: SIGTERM now, _teardown
 
 
 def _kernel_manager_class(prefix: list[str], ipc: str, owner=None):

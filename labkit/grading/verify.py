@@ -29,11 +29,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from labkit.record import Missing, lookup
+from labkit.registry import Registry
 
-VERIFIERS: dict[str, Callable] = {}
+VERIFIERS = Registry("verifier")
 MAX_ARTIFACT_BYTES = 64 * 2**20
 MAX_RESULT_FILES = 256
 
@@ -79,10 +79,8 @@ class Unverifiable(Exception):
 
 
 def verifier(name: str):
-    def register(fn):
-        VERIFIERS[name] = fn
-        return fn
-    return register
+    """Register a verifier (``labkit.registry.Registry``): ``@verifier("lab3_weights")``."""
+    return VERIFIERS.register(name)
 
 
 def run(spec: dict, ctx: Context) -> Verdict:

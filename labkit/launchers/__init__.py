@@ -18,7 +18,8 @@ The interface is ``labkit.launchers.base.Launcher``; each method has a default t
 the local thing, so a new way overrides only what differs:
 
 - ``place(spec)`` -> the spec the tasks really run with (Slurm: the allocation's nodes);
-- ``task_run_dir(task)``: the run directory as the task's node sees it;
+- ``task_run_dir(task)``: the run directory as the task's node sees it; ``task_env(task)``: more
+  environment for it (where its events go, when not into its run directory);
 - ``command(task, env, argv_tail)`` -> ``(argv, printable command)``; ``spawn(tp)`` -> the
   started ``OwnedProcess`` (a local child that stands for the task: the task itself, its
   ssh client, its ``srun``), which ``wait`` is built on: its exit is the task's exit;
@@ -28,20 +29,23 @@ the local thing, so a new way overrides only what differs:
   ``release(tps)``: last cleanup once all are down (Slurm: cancel steps left over);
 - ``collect(tps)``: bring the result files into the local run directory;
   ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
-  streams the task's output into the local log file);
+  streams the task's output into the local log file, and its events (``labkit.events``) into
+  ``TaskProcess.events_path`` as they come, where the Cluster reads them);
 - ``port_taken(task)``, ``ready(task)``: the port checks before and after the start;
 - ``where(tp)``, ``failure_hint(tp, log_tail)``, ``local_pid(tp)``: what ``TaskFailed`` and
   the live view say about a task.
 
 A launcher is made once per Cluster with the run's ``Settings`` (run directory, interpreter,
-ssh options, ``launcher_options``). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
+``launcher_options``, of which it reads the keys it names in ``OPTIONS``: how to reach nodes over
+ssh is the ssh launcher's, the link the netem launcher's). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
 runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else Slurm when the
 process runs inside a Slurm allocation (``SLURM_JOB_ID``) and the spec names only this
 machine (no hosts file); else each task by its host: this machine's addresses ``local``, any
 other ``ssh``.
 
-A new way to start tasks (say, local tasks inside network namespaces) is a subclass of
-``Launcher`` with a ``name``, registered once::
+The launchers are a ``labkit.registry.Registry`` (``LAUNCHERS``). A new way to start tasks
+(say, local tasks inside network namespaces) is a subclass of ``Launcher`` with a ``name``,
+registered once::
 
     from labkit import launchers
     from labkit.launchers.local import LocalLauncher
@@ -57,45 +61,37 @@ A new way to start tasks (say, local tasks inside network namespaces) is a subcl
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 from labkit.launchers.base import Launcher, Settings, TaskProcess  # noqa: F401  (the interface, by its package)
+from labkit.registry import Registry
 
 ENV_LAUNCHER = "LABKIT_LAUNCHER"  # a launcher's name: what Cluster uses when not told
 
 # Built in, imported when first used (the Slurm one only where Slurm is asked for).
-_BUILTIN = {
+LAUNCHERS = Registry("launcher", builtin={
     "local": "labkit.launchers.local:LocalLauncher",
     "ssh": "labkit.launchers.ssh:SshLauncher",
     "slurm": "labkit.launchers.slurm:SlurmLauncher",
     "netem": "labkit.launchers.netem:NetemLauncher",
-}
-_REGISTERED: dict[str, type] = {}
+}, hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
+        "through srun")
 
 
 def register(cls: type) -> type:
     """Make a ``Launcher`` subclass available by its ``name`` (a class decorator)."""
     if not (isinstance(cls, type) and issubclass(cls, Launcher)) or not cls.name:
         raise ValueError(f"register takes a labkit.launchers.base.Launcher subclass with a name, got {cls!r}")
-    _REGISTERED[cls.name] = cls
-    return cls
+    return LAUNCHERS.add(cls.name, cls)
 
 
 def names() -> list[str]:
-    return sorted(set(_BUILTIN) | set(_REGISTERED))
+    return sorted(LAUNCHERS)
 
 
 def get(name: str) -> type:
     """The launcher class called ``name``; a ValueError that lists the known ones otherwise."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in _BUILTIN:
-        raise ValueError(f"unknown launcher {name!r}; choose one of {', '.join(names())} (or leave it empty: "
-                         f"this machine's tasks run here, others over ssh, and inside a Slurm allocation "
-                         f"through srun)")
-    module, _, attr = _BUILTIN[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return LAUNCHERS[name]
 
 
 def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:

@@ -3,6 +3,7 @@ says who calls what, and how to add one). Each method's default is the local one
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,8 @@ class Settings:
     run_dir: Path                      # the run directory here, absolute: logs, results, cluster.json
     remote_run: str                    # the same run below the kit's directory on a node: runs/<lab>/<run>
     python: str                        # the interpreter for tasks started here
-    ssh: tuple[str, ...] = ()          # the ssh command (argv), for launchers that reach nodes over ssh
-    remote_dir: str = "labkit"         # where the kit lives on those nodes
-    remote_python: str = ".venv/bin/python"  # its interpreter, relative to remote_dir
     local_hosts: frozenset = frozenset()     # names and addresses that mean this machine
-    options: dict = field(default_factory=dict)  # Cluster(launcher_options=...): a launcher's own settings
+    options: dict = field(default_factory=dict)  # Cluster(launcher_options=...): each launcher reads its OPTIONS
 
 
 @dataclass
@@ -36,6 +34,7 @@ class TaskProcess:
     command: str              # the exact command line, for printing
     env: dict[str, str]
     log_path: Path
+    events_path: Path                 # where its events arrive here (labkit.events), whoever brings them
     proc: OwnedProcess | None = None
     t_start: float | None = None
     t_end: float | None = None
@@ -67,9 +66,11 @@ class Launcher:
 
     ``files_here``: a task writes its hello and result files straight into ``settings.run_dir``
     (this machine, or a filesystem it shares with the nodes), where the Cluster may read them
-    while the run goes on; otherwise ``collect`` brings them at the end."""
+    while the run goes on; otherwise ``collect`` brings them at the end. ``OPTIONS``: the keys of
+    ``launcher_options`` it reads (the Cluster refuses a key no launcher reads)."""
     name = ""
     files_here = True
+    OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -88,6 +89,13 @@ class Launcher:
     def task_run_dir(self, task: Task) -> str:
         """The run directory as the task's node sees it (the task's ``LABKIT_RUN_DIR``)."""
         return str(self.settings.run_dir.resolve())
+
+    def task_env(self, task: Task) -> dict[str, str]:
+        """More environment for the task. By default it writes its events into its file in its
+        run directory, which is ``events_path`` here (this machine, or a filesystem it shares);
+        a launcher whose tasks' files stay elsewhere names a channel that comes home
+        (``labkit.events.ENV``)."""
+        return {}
 
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
         """``(argv, text)``: what ``spawn`` runs for ``task`` with its environment ``env`` and the
@@ -156,6 +164,12 @@ class Launcher:
     def local_pid(self, tp: TaskProcess) -> int | None:
         """The pid of the task's own process on this machine, if it runs here (for live sampling)."""
         return tp.proc.pid if tp.proc is not None else None
+
+
+def pasteable(env: dict[str, str], argv: list[str]) -> str:
+    """A command started here as one line to paste in a shell: ``cd DIR && env K=V ... ARGV``."""
+    return (f"cd {shlex.quote(os.getcwd())} && env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            + " " + shlex.join(argv))
 
 
 def signal_group(pid: int, sig: int) -> None:

@@ -9,7 +9,7 @@ emulated node (``labkit.netem``), named by it, and the tasks of one host share i
 and talk over its ``lo``; the others cross two shaped links (the sender's and the receiver's)
 through the switch. The tasks run here, as the local launcher's do (the same process,
 log, signals and death with this process), started through ``nsenter`` inside their node (a
-task forked by ``labkit.tasks.forkserver`` joins the namespace its stand-in was started in).
+task forked by ``labkit.launchers.forkserver`` joins the namespace its stand-in was started in).
 
 The network is planned when the Cluster is made (its addresses go into ``TF_CONFIG``),
 started with the first task and taken down once every task is down (``release``); its
@@ -66,13 +66,10 @@ class NetemLauncher(LocalLauncher):
     """Launcher options: ``link`` ("1gbit", "1gbit,0.2ms": ``netem.parse_link``); ``grace``:
     seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes."""
     name = "netem"
+    OPTIONS = (*LocalLauncher.OPTIONS, "link", "grace")
 
     def __init__(self, settings: Settings):
         super().__init__(settings)
-        unknown = set(settings.options) - {"link", "grace"}
-        if unknown:
-            raise ValueError(f"launcher_options {sorted(unknown)} are not the netem launcher's; it takes "
-                             f"link (e.g. '1gbit') and grace (seconds)")
         self.link = netem.parse_link(settings.options.get("link"))
         if self.link is None:
             raise ValueError("the netem launcher needs a link: launcher_options={'link': '1gbit'} "
@@ -102,7 +99,7 @@ class NetemLauncher(LocalLauncher):
     def spawn(self, tp: TaskProcess) -> OwnedProcess:
         """Start the network with the first task, then the task inside its node."""
         net = self._running()
-        argv = net.command(self.node[tp.task.host], tp.argv)
+        argv = net.command(self.node[tp.task.host], self.started_argv(tp))
         return OwnedProcess(argv, tp.log_path, env={**os.environ, **tp.env}).start()
 
     def _running(self) -> netem.EmulatedNetwork:

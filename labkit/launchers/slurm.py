@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import signal
 import socket
 import sys
@@ -36,7 +35,7 @@ import uuid
 
 from labkit import slurm
 from labkit.cluster import ClusterSpec, Task, port_is_free
-from labkit.launchers.base import Launcher, Settings, TaskProcess, signal_group
+from labkit.launchers.base import Launcher, Settings, TaskProcess, pasteable, signal_group
 from labkit.launchers.ssh import remote_returncode
 from labkit.results import read_json
 
@@ -46,6 +45,7 @@ RELEASE_WAIT_S = 15.0  # how long release() waits for cancelled steps to leave s
 class SlurmLauncher(Launcher):
     name = "slurm"
     files_here = True  # on the filesystem the nodes share with this machine
+    OPTIONS = ("srun",)
 
     def __init__(self, settings: Settings):
         super().__init__(settings)
@@ -73,9 +73,7 @@ class SlurmLauncher(Launcher):
         argv = ["srun", f"--jobid={self.allocation.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
                 "--overlap", "--overcommit", f"--job-name={self.step_name(task)}", "--kill-on-bad-exit=1",
                 *self.srun_args, self.settings.python, *argv_tail]
-        text = (f"cd {shlex.quote(os.getcwd())} && env "
-                + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv))
-        return argv, text
+        return argv, pasteable(env, argv)
 
     # ------------------------------------------------------------------------------ states
     def port_taken(self, task: Task) -> bool:

@@ -6,7 +6,14 @@
 
 The task's output streams back into the local log; result files are copied back with
 ``ssh HOST 'tar -cf - ...'`` at the end; signals go to the pid the wrapper wrote, over
-ssh. ``-- HOST``: a host is never read as an option. A task whose launcher dies, even by
+ssh. ``-- HOST``: a host is never read as an option. Every ssh command of the kit (these,
+and ``labkit.nodes``'s) is built by ``SshOptions.argv``.
+
+Launcher options (``Cluster(..., launcher_options={...})``, ``SshOptions``): ``ssh`` (the
+command, an argv list or a shell-like string; default ``$LABKIT_SSH``, else ``DEFAULT_SSH``),
+``remote_dir`` (the kit on the nodes, relative to the remote home or absolute; default
+``$LABKIT_REMOTE_DIR``, else ``labkit``), ``remote_python`` (relative to ``remote_dir``) and
+``local_hosts`` (more names that mean this machine: their tasks are not reached over ssh). A task whose launcher dies, even by
 SIGKILL, is stopped by its wrapper, which sees the ssh session's stdin close
 (``remote_command``). A failure of ssh itself (exit 255) or of a node without the kit says
 so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table).
@@ -23,10 +30,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.cluster import Task
-from labkit.launchers.base import Launcher, TaskProcess
+from labkit.events import ENV as EVENTS_ENV
+from labkit.launchers.base import Launcher, Settings, TaskProcess
 from labkit.proc import OwnedProcess
 from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
@@ -34,6 +43,7 @@ from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
                "-o", "ServerAliveCountMax=3")
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
+EVENTS_FD = 3  # a remote task's events: this descriptor, the ssh session's stdout
 
 
 def default_ssh() -> list[str]:
@@ -47,24 +57,72 @@ def default_remote_dir() -> str:
     return os.environ.get("LABKIT_REMOTE_DIR", "").strip() or "labkit"
 
 
+@dataclass(frozen=True)
+class SshOptions:
+    """How the kit reaches a node over ssh: the ssh command, the kit's directory there and its
+    interpreter; ``argv`` builds every ssh command line the kit runs."""
+    ssh: tuple[str, ...] = DEFAULT_SSH
+    remote_dir: str = "labkit"
+    remote_python: str = ".venv/bin/python"
+
+    @classmethod
+    def of(cls, ssh=None, remote_dir: str | None = None, remote_python: str | None = None) -> "SshOptions":
+        """Options from arguments that may be None (then ``$LABKIT_SSH``, ``$LABKIT_REMOTE_DIR``,
+        the defaults); ``ssh`` is an argv list or a string split as a shell would."""
+        ssh = default_ssh() if ssh is None else shlex.split(ssh) if isinstance(ssh, str) else ssh
+        if not ssh or not all(isinstance(a, (str, os.PathLike)) for a in ssh):
+            raise ValueError(f"ssh must be a command, as a list (['ssh', '-i', 'KEY']) or a string; got {ssh!r}")
+        return cls(tuple(str(a) for a in ssh), str(remote_dir) if remote_dir else default_remote_dir(),
+                   str(remote_python or cls.remote_python))
+
+    def argv(self, host: str, command: str, *, in_kit: bool = True, timeout: float | None = None) -> list[str]:
+        """``ssh ... -- HOST REMOTE``: ``command`` on ``host``, in the kit's directory (``in_kit``; a
+        missing one says so and exits ``EXIT_NO_KIT``) or the remote home; with ``timeout``, the node
+        itself stops it after that many seconds (coreutils ``timeout``: killing the local ssh client
+        alone would leave it running there). ``--``: a host is never read as an option."""
+        remote = f"{enter_kit(self.remote_dir)}\n{command}" if in_kit else command
+        if timeout is not None:
+            remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
+        return [*self.ssh, "--", host, remote]
+
+    def run(self, host: str, command: str, timeout: float, *, in_kit: bool = True, remote_timeout=None,
+            input: bytes | None = None, text: bool = True) -> subprocess.CompletedProcess:
+        """Run ``argv(host, command, ...)`` and capture its output; ``timeout``: seconds to wait here."""
+        return subprocess.run(self.argv(host, command, in_kit=in_kit, timeout=remote_timeout), input=input,
+                              capture_output=True, timeout=timeout,
+                              stdin=None if input is not None else subprocess.DEVNULL, text=text)
+
+
 class SshLauncher(Launcher):
     name = "ssh"
     files_here = False  # they are on the node until collect() copies them back
+    OPTIONS = ("ssh", "remote_dir", "remote_python", "local_hosts")
+
+    def __init__(self, settings: Settings):
+        super().__init__(settings)
+        o = settings.options
+        self.options = SshOptions.of(o.get("ssh"), o.get("remote_dir"), o.get("remote_python"))
 
     def task_run_dir(self, task: Task) -> str:
         return self.settings.remote_run
 
+    def task_env(self, task: Task) -> dict[str, str]:
+        """Events on descriptor 3, which ``remote_command`` joins to the session's stdout: they come
+        home as the task writes them, apart from its log (the session's stderr)."""
+        return {EVENTS_ENV: f"fd:{EVENTS_FD}"}
+
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
-        s = self.settings
-        pid_file = f"{s.remote_run}/{task_file(task.type, task.index, '.pid')}"
-        remote = remote_command(s.remote_dir, s.remote_run, pid_file, env, [s.remote_python, *argv_tail])
-        argv = [*s.ssh, "--", task.host, remote]  # '--': a host is never read as an option
+        o, run = self.options, self.settings.remote_run
+        pid_file = f"{run}/{task_file(task.type, task.index, '.pid')}"
+        remote = remote_command(o.remote_dir, run, pid_file, env, [o.remote_python, *argv_tail])
+        argv = o.argv(task.host, remote, in_kit=False)  # the wrapper enters the kit itself
         return argv, shlex.join(argv)
 
     def spawn(self, tp: TaskProcess) -> OwnedProcess:
         """The ssh client gets a pipe as stdin that only this process holds: once we are gone,
-        however we went, the task's wrapper on its node reads end-of-file and stops it."""
-        proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE).start()
+        however we went, the task's wrapper on its node reads end-of-file and stops it. Its
+        stdout is the task's events, its stderr the task's log (``remote_command``)."""
+        proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE, stdout_path=tp.events_path).start()
         _arm(proc)
         return proc
 
@@ -81,11 +139,6 @@ class SshLauncher(Launcher):
         result (after SIGKILL, the Cluster kills the clients that are left)."""
         self.signal(tps, sig)
 
-    def _ssh(self, host: str, command: str, timeout: float = 30.0, binary: bool = False):
-        remote = f"cd {shlex.quote(self.settings.remote_dir)} && {command}"
-        return subprocess.run([*self.settings.ssh, "--", host, remote], capture_output=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, text=not binary)
-
     def _remote_signal(self, host: str, tps: list[TaskProcess], sig: int) -> None:
         """Send ``sig`` to tasks on ``host``, by the pids their wrappers wrote; a pid is signalled
         only while its environment still names this run's task (the pid may be reused)."""
@@ -98,7 +151,7 @@ class SshLauncher(Launcher):
                     f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p")
         script = "; ".join(f"{{ {one(tp)}; }}" for tp in tps) + "; true"
         try:
-            self._ssh(host, script, timeout=15)
+            self.options.run(host, script, timeout=15)
         except (subprocess.TimeoutExpired, OSError) as e:
             print(f"labkit: could not signal tasks on {host}: {e}", file=sys.stderr)
 
@@ -108,7 +161,7 @@ class SshLauncher(Launcher):
         notes, run = [], self.settings.remote_run
         for host in sorted(_by_host(tps)):
             try:
-                out = self._ssh(host, f"tar -cf - -C {shlex.quote(run)} .", timeout=120, binary=True)
+                out = self.options.run(host, f"tar -cf - -C {shlex.quote(run)} .", timeout=120, text=False)
             except (subprocess.TimeoutExpired, OSError) as e:
                 notes.append(f"could not copy results back from {host}: {e}")
                 continue
@@ -126,7 +179,8 @@ class SshLauncher(Launcher):
         out = {}
         for host, group in _by_host(tps).items():
             names = [f"{self.settings.remote_run}/{tp.file('.hello.json')}" for tp in group]
-            done = self._ssh(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
+            done = self.options.run(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true",
+                                    timeout=30)
             for line in done.stdout.splitlines():
                 if line.strip():
                     h = _parse_hello(line, host)
@@ -138,8 +192,8 @@ class SshLauncher(Launcher):
         return f" on {tp.task.host}"
 
     def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
-        return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.settings.remote_dir,
-                                   self.settings.remote_python, started=f"[{tp.task.name} " in log_tail)
+        return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.options.remote_dir,
+                                   self.options.remote_python, started=f"[{tp.task.name} " in log_tail)
 
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
@@ -153,7 +207,7 @@ class SshLauncher(Launcher):
             script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
                       f"&& echo $p; done; true")
             try:
-                out = self._ssh(host, script, timeout=20).stdout
+                out = self.options.run(host, script, timeout=20).stdout
             except (subprocess.TimeoutExpired, OSError):
                 continue
             listening = {int(w.strip(":"), 16) for w in out.split()}
@@ -176,8 +230,9 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
                    grace: float = REMOTE_TERM_GRACE_S) -> str:
     """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
 
-    The script starts the task in the background, writes its pid (what ``stop()`` and
-    ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
+    The script starts the task in the background, its output on the session's stderr (the
+    task's log here) and its events (``task_env``) on the session's stdout, writes its pid (what
+    ``stop()`` and ``kill()`` signal), and watches the session's stdin: the launcher writes one line when
     it starts the ssh client and then holds the pipe open, so end-of-file means the
     launcher or its ssh client is gone (SIGKILL included), and the task gets SIGTERM (it
     writes its result), then SIGKILL after ``grace`` s. An ssh whose stdin was never
@@ -191,7 +246,7 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
         f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(missing_line(argv[0]))} >&2; exit {EXIT_NO_KIT}; }}",
         f"mkdir -p {q(run)} || exit 1",
         "exec 3<&0",
-        f"{task} </dev/null &",
+        f"{task} </dev/null {EVENTS_FD}>&1 1>&2 &",
         "task=$!",
         f"echo $task > {q(pid_file)}",
         "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "

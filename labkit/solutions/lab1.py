@@ -1,4 +1,5 @@
-"""Lab 1's exercise: one plain SGD step of softmax regression in TF Core."""
+"""Lab 1's exercises: one plain SGD step of softmax regression in TF Core, and the audit's model of
+the best of n small-batch accuracy readings."""
 from __future__ import annotations
 
 
@@ -14,3 +15,15 @@ def sgd_step(W, b, x, y, learning_rate: float):
     W.assign_sub(learning_rate * dW)
     b.assign_sub(learning_rate * db)
     return loss
+
+
+def chance_best_reading(q: float, n: int, batch_size: int = 50, level: float = 0.97) -> float:
+    """The chance that the best of ``n`` accuracy readings, each on ``batch_size`` images that
+    the model gets right independently with probability ``q``, is at least ``level``: one reading
+    reaches it with p = P(Binomial(batch_size, q) >= level x batch_size), and the best of n
+    independent readings misses it only when all n do, (1 - p)^n."""
+    import math
+
+    need = math.ceil(round(level * batch_size, 9))  # images right, out of batch_size
+    p = sum(math.comb(batch_size, k) * q ** k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
+    return 1 - (1 - p) ** n

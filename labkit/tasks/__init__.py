@@ -3,7 +3,8 @@
 The launcher (``labkit.launch.Cluster``) starts one process per task with ``TF_CONFIG``
 set; each program builds its task runtime with ``labkit.tasks.common.TaskRuntime``,
 which applies thread limits, samples resources and writes the task's result JSON.
-Programs report through that file, never through stdout.
+Programs report through that file and, as they go, through typed events (``labkit.events``);
+their log is for people, and nothing reads it to learn what happened.
 
 - ``ps_sgd``: softmax regression on MNIST on TensorFlow's parameter-server runtime
   (``tf.compat.v1`` graph mode, ``replica_device_setter``), async SGD or sync
@@ -17,5 +18,6 @@ Programs report through that file, never through stdout.
   from: Lab 4's batch sweep and kill/resume, Lab 5's ring vs PS scaling, Lab 2's modern-API
   comparison.
 
-``common`` holds the runtime they share.
+``common`` is the runtime they share (its concerns in ``runtime``, ``threads``, ``files``,
+``signals``, ``configs``, ``tf1`` and ``ps_shutdown``).
 """

@@ -5,36 +5,46 @@ a ``ps`` and a ``worker`` job (worker 0 is the chief, unless there is a ``chief`
 API is the one the course taught: ``tf.compat.v1`` graph mode, ``replica_device_setter``
 placing the variables on the ps tasks, and a ``MonitoredSession`` per trainer.
 
-Modes (``make_optimizer``):
-- ``async``: every trainer applies its own gradients to the ps as fast as it can; each
-  application is one global step, so the local steps add up to the global step.
-- ``sync``: ``SyncReplicasOptimizer`` with ``replicas_to_aggregate`` = every trainer. Each
-  trainer pushes its gradients into accumulators on the ps and waits for a token; the
-  chief's queue runner averages N gradients, applies them (one global step) and hands out
-  N tokens. The token queue starts empty (``num_tokens=0``), so every trainer makes one
-  step per global step.
+Modes:
+- ``async``: every trainer applies its own gradients to the ps as fast as it can, with
+  ``GradientDescentOptimizer.minimize(loss, global_step)``.
+- ``sync``: a synchronous round built by ``sync_round`` (Lab 2's exercise: the notebook sends
+  the student's own with ``--round-source``; else the kit's reference, ``labkit.solutions.lab2``,
+  which the student kit lacks). The kit gives it the gradients, the global step and the ps's
+  shared state (``SyncQueues``: one gradient accumulator per variable, and one empty token
+  queue per trainer); it returns the op every trainer runs per step (push its gradients, wait
+  for its token) and the op the chief's background thread runs again and again (take the mean
+  of all N gradients, apply it once, give each trainer a token), as ``SyncReplicasOptimizer``
+  does inside. ``check_round`` refuses a round that brings queues of its own.
 
-``--optimizer-source`` replaces ``make_optimizer`` with a function of the same name and
-signature given as Python source (the Lab 2 notebook passes the student's own), checked
-against the mode before training.
+Weights start from NumPy's seeded draw (``init_weights``, the same as Lab 1's), so a grader can
+recompute a run's updates without TensorFlow. ``--save-weights``: the chief's result also holds
+the final weights.
 
 Stopping: at ``--steps`` global steps (or ``--epochs`` passes over the training set), or,
 with ``--target-loss``, once the chief's periodic test loss (every ``--eval-every`` global
-steps, report 002's criterion) reaches it. The stop step is a variable on the ps that
-every trainer reads *after* each of its steps (a read ordered after the train op): when
-the chief lowers it to the next global step, every sync trainer still makes that step,
-so none is left waiting for a token that never comes.
+steps, report 002's criterion) reaches it, or, with ``--local-steps K``, when each trainer has
+made K steps of its own. The stop step is a variable on the ps that every trainer reads before
+its first step and *after* each of its steps (a read ordered after the train op): when the chief
+lowers it to the next global step, every sync trainer still makes that step, so none is left
+waiting for a token that never comes; a trainer that arrives after the others stopped makes none.
+
+Report 002's start (``--no-barrier --recovery-wait-secs 30``): no start barrier, and a non-chief
+trainer that finds the variables uninitialized sleeps 30 s before it looks again, as
+``MonitoredTrainingSession``'s does; the chief may train alone meanwhile (its Table 4).
+``--chief-delay-secs`` makes the chief the last to open its session, so that the others find the
+variables uninitialized (on 127.0.0.1 the chief, started first, usually wins that race).
 
 Pitfalls of this API on TF 2.21, and where each is handled:
 - ``tf.compat.v1.device(replica_device_setter(...))``, not ``tf.device``: ``build_model``;
 - device filters on every session and server: ``TaskRuntime.session_config``;
 - non-chief workers polling every 30 s for initialized variables:
-  ``TaskRuntime.session_creator`` (1 s);
-- sync: a chief that starts alone filling the aggregation slots: the start barrier
-  (``StartBarrier``, a shared queue on ps 0) and an empty token queue;
+  ``TaskRuntime.session_creator`` (0.2 s; ``--recovery-wait-secs``);
+- sync: trainers that start at different times: the start barrier (``StartBarrier``, a
+  shared queue on ps 0) and empty token queues;
 - the ps never exiting: ``DoneSignal`` (each trainer signals, each ps dequeues, exits);
 - the chief's close waiting ``stop_grace_period_secs`` (120 s by default) for its sync
-  queue runner: ``--stop-grace`` (0.25 s: when the last round's tokens are out, the runner
+  round's runner: ``--stop-grace`` (0.25 s: when the last round's tokens are out, the runner
   waits for gradients no trainer will send, and only the session's close ends that wait);
 - slow exits after training: the runtime writes the result, then ``os._exit``.
 
@@ -50,11 +60,14 @@ weights: nothing worth a ``Session.reset``, which would close the other tasks' s
 
 Result (``<type>-<index>.json``; per configuration, ``results.configuration_file``): steps ``local`` and ``global_at_exit`` (trainers),
 ``global_final`` (ps 0, after every trainer finished: the number of updates applied);
-``stop`` (why and at which global step); ``net`` (bytes sent and received while it
-trained: on the task's NIC and ``lo``, and on its own TCP sockets); series ``train``
+``stop`` (why and at which global step); ``traffic`` (``labkit.sockets.traffic``: bytes sent
+and received while it trained, on its own TCP sockets and on its NIC and ``lo``, and per local
+step; ``global_steps``: the global steps in that window); series ``train``
 (every ``--log-every`` local steps) and, on the chief, ``eval`` (test loss and accuracy
 every ``--eval-every`` global steps, ``t`` in seconds since training started); metrics
-``test_loss``/``test_accuracy`` (chief, at the end).
+``test_loss``/``test_accuracy`` (chief, at the end); ``weights`` (chief, ``--save-weights``:
+the final W and b); ``timings.session_ready_s`` (seconds after the process started that the
+trainer's session was ready: TensorFlow's start-up and any wait for the chief's initialization).
 """
 from __future__ import annotations
 
@@ -66,15 +79,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit import events
 from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
                                  mnist_for, run_graph_task, shared_queue)
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
 MNIST_TRAIN = 60000
-# What a configuration may set; the rest (the optimizer's source, the NIC, sampling) is the cluster's.
-VARYING = ("mode", "batch_size", "steps", "epochs", "target_loss", "learning_rate", "train_limit", "test_limit",
-           "eval_every", "log_every", "seed", "barrier")
+# What a configuration may set; the rest (the sync round's source, the NIC, sampling) is the cluster's.
+VARYING = ("mode", "batch_size", "steps", "epochs", "target_loss", "local_steps", "learning_rate", "train_limit",
+           "test_limit", "eval_every", "log_every", "seed", "barrier")
+NO_STOP = 2**62  # the stop step of a run that stops by --local-steps: never reached
+# Stateful containers a sync round must not create: its state is the kit's SyncQueues.
+CONTAINER_OPS = frozenset({"ConditionalAccumulator", "SparseConditionalAccumulator", "ResourceConditionalAccumulator",
+                           "FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
+                           "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2", "Barrier", "Stage",
+                           "MapStage", "OrderedMapStage"})
+ROUND_SIGNATURE = "(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -85,6 +106,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                               "instead (sets --steps)")
     p.add_argument("--target-loss", type=float, default=None, help="stop once the chief's test loss is at or below "
                                                                    "this (checked every --eval-every global steps)")
+    p.add_argument("--local-steps", type=int, default=None, help="each trainer stops after this many steps of its own "
+                                                                "(instead of a global stop step)")
     p.add_argument("--batch-size", type=int, default=50, help="examples per trainer step")
     p.add_argument("--learning-rate", type=float, default=0.5)
     p.add_argument("--train-limit", type=int, default=10000, help="MNIST training examples (stratified subset)")
@@ -96,8 +119,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="trainers wait for each other before the first step")
     p.add_argument("--stop-grace", type=float, default=0.25, help="seconds the chief's session close waits for its "
                                                                  "threads (TensorFlow's default: 120)")
-    p.add_argument("--optimizer-source", default=None, help="Python source defining make_optimizer(tf, mode, "
-                                                            "learning_rate, num_workers), used instead of the kit's")
+    p.add_argument("--round-source", default=None, help="Python source defining sync_round" + ROUND_SIGNATURE +
+                                                        ", the synchronous round, used instead of the kit's")
+    p.add_argument("--recovery-wait-secs", type=float, default=0.2,
+                   help="seconds a non-chief trainer sleeps when it finds the variables uninitialized, before it "
+                        "looks again (TensorFlow's MonitoredTrainingSession: 30)")
+    p.add_argument("--chief-delay-secs", type=float, default=0.0,
+                   help="the chief opens its session this many seconds late, as a chief that comes up last does")
+    p.add_argument("--save-weights", action="store_true", help="the chief's result holds the final weights")
     p.add_argument("--nic", default="auto", help="interface whose bytes are counted while training (besides lo): "
                                                  "auto (the one holding the task's address), a name, or none")
     p.add_argument("--seed", type=int, default=0)
@@ -120,6 +149,10 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--epochs must be positive, got {args.epochs}")
     if args.target_loss is not None and not args.target_loss > 0:
         p.error(f"--target-loss must be positive, got {args.target_loss}")
+    if args.local_steps is not None and args.local_steps <= 0:
+        p.error(f"--local-steps must be positive, got {args.local_steps}")
+    if args.local_steps is not None and (args.target_loss is not None or args.epochs is not None):
+        p.error("--local-steps is a stopping rule of its own: give it without --target-loss and --epochs")
     if args.target_loss is not None and args.eval_every <= 0:
         p.error("--target-loss needs --eval-every > 0: the chief checks the test loss every N global steps")
     if args.eval_every < 0:
@@ -128,7 +161,10 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def last_step(args, num_trainers: int) -> int:
     """The global step to stop at: ``--steps``, or ``--epochs`` passes over the training set
-    (async: one batch per global step; sync: one batch per trainer per global step)."""
+    (async: one batch per global step; sync: one batch per trainer per global step); none
+    (``NO_STOP``) with ``--local-steps``."""
+    if getattr(args, "local_steps", None):
+        return NO_STOP
     if args.epochs is None:
         return args.steps
     per_step = args.batch_size * (num_trainers if args.mode == "sync" else 1)
@@ -143,52 +179,115 @@ class Model:
     accuracy: object
     train_op: object
     global_step: object
-    optimizer: object
+    chief_op: object        # sync: what the chief's round runner runs again and again; async: None
+    weights: tuple          # (W, b)
     stop_step: object       # variable on the ps: trainers stop once the global step reaches it
     after_step: object      # (global step, stop step) read after the train op
     stop_at: object         # placeholder: lower the stop step to this (never raises it)
     lower_stop: object
 
 
-def load_optimizer_factory(source: str | None):
-    """``make_optimizer`` from ``--optimizer-source`` (the notebook's), else the kit's reference
-    (Lab 2's exercise, ``labkit.solutions.lab2``), which the student kit does not have."""
+def init_weights(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded start, W ~ N(0, 0.01^2) and b = 0, drawn by NumPy as Lab 1's trainers draw it,
+    so a run's updates can be recomputed without TensorFlow."""
+    from labkit import lr
+
+    return lr.init_weights(np.random.default_rng(seed))
+
+
+def load_round(source: str | None):
+    """``sync_round`` from ``--round-source`` (the notebook's), else the kit's reference (Lab 2's
+    exercise, ``labkit.solutions.lab2``), which the student kit does not have."""
     if not source:
         from labkit.reference import solution
 
-        return solution("lab2", "make_optimizer", "optimizer=make_optimizer, your function from the notebook")
-    return define_function(source, "make_optimizer", "--optimizer-source", "(tf, mode, learning_rate, num_workers)")
+        return solution("lab2", "sync_round", "sync_round=sync_round, your function from the notebook")
+    return define_function(source, "sync_round", "--round-source", ROUND_SIGNATURE)
 
 
-def check_optimizer(tf, optimizer, mode: str, num_workers: int, learning_rate: float | None = None) -> None:
-    """A ValueError that says what is wrong unless ``optimizer`` fits ``mode``: async, a
-    plain (unwrapped) optimizer; sync, a ``SyncReplicasOptimizer`` aggregating every
-    trainer's gradients. ``learning_rate``: the inner SGD's rate must be it."""
-    sync_cls = tf.compat.v1.train.SyncReplicasOptimizer
-    base_cls = tf.compat.v1.train.Optimizer
-    if mode == "sync":
-        if not isinstance(optimizer, sync_cls):
-            raise ValueError(f"sync mode needs tf.compat.v1.train.SyncReplicasOptimizer wrapping SGD, but "
-                             f"make_optimizer returned {type(optimizer).__name__}: without it every worker "
-                             f"applies its own gradients, which is async SGD")
-        want = (num_workers, num_workers)
-        got = (optimizer._replicas_to_aggregate, optimizer._total_num_replicas)
-        if got != want:
-            raise ValueError(f"sync mode with {num_workers} workers: replicas_to_aggregate and total_num_replicas "
-                             f"must both be {num_workers}, got {got[0]} and {got[1]}")
-        inner = optimizer._opt
-    else:
-        if isinstance(optimizer, sync_cls):
-            raise ValueError("async mode must not wrap the optimizer in SyncReplicasOptimizer: each worker "
-                             "applies its own gradients")
-        inner = optimizer
-    if not isinstance(inner, base_cls):
-        raise ValueError(f"make_optimizer must return a tf.compat.v1.train optimizer (graph mode), got "
-                         f"{type(inner).__name__}; Keras optimizers do not work with replica_device_setter")
-    if learning_rate is not None and isinstance(inner, tf.compat.v1.train.GradientDescentOptimizer):
-        lr = float(inner._learning_rate)
-        if not math.isclose(lr, learning_rate, rel_tol=1e-6):
-            raise ValueError(f"the SGD learning rate is {lr}, expected {learning_rate}")
+@dataclass
+class SyncQueues:
+    """The ps's shared state of a synchronous round (the ``shared`` argument of ``sync_round``):
+
+    - ``accumulators[i]``: a ``tf.compat.v1.ConditionalAccumulator`` on variable i's ps that
+      averages the gradients pushed into it (``apply_grad(g, local_step)``); ``take_grad(n)``
+      waits for n of them, returns their mean and starts the next round; a gradient whose
+      local_step is below the rounds taken so far is dropped as stale;
+    - ``tokens[w]``: worker w's token queue (a FIFO queue of int64 on the global step's ps, empty
+      at the start). One per worker, unlike ``SyncReplicasOptimizer``'s one shared queue, from
+      which a fast worker may take a slow one's token and push two gradients into one round;
+    - ``worker``: the rank of the worker building the graph (0 is the chief).
+
+    Every task builds the same names, so they are shared."""
+    accumulators: list
+    tokens: list
+    worker: int
+
+    @classmethod
+    def build(cls, tf, variables, global_step, workers: int, worker: int) -> "SyncQueues":
+        accumulators = []
+        for v in variables:
+            with tf.compat.v1.device(v.device):
+                accumulators.append(tf.compat.v1.ConditionalAccumulator(
+                    v.dtype.base_dtype, shape=v.shape, reduction_type="MEAN",
+                    shared_name=f"labkit_round_{v.op.name}", name=f"labkit_round_{v.op.name}"))
+        with tf.compat.v1.device(global_step.device):
+            tokens = [tf.compat.v1.FIFOQueue(-1, tf.int64, shapes=[[]], shared_name=f"labkit_round_tokens_{w}",
+                                             name=f"labkit_round_tokens_{w}") for w in range(workers)]
+        return cls(accumulators, tokens, worker)
+
+
+def build_round(tf, round_fn, loss, variables, global_step, learning_rate: float, num_workers: int, worker: int):
+    """``(train_op, chief_op)`` of one synchronous round for trainer ``worker``, built by
+    ``round_fn`` on the global step's ps from the loss's gradients and the kit's ``SyncQueues``,
+    and checked (``check_round``)."""
+    grads_and_vars = list(zip(tf.gradients(loss, variables), variables))
+    shared = SyncQueues.build(tf, variables, global_step, num_workers, worker)
+    graph = tf.compat.v1.get_default_graph()
+    before = set(graph.get_operations())
+    with tf.compat.v1.device(global_step.device):
+        built = round_fn(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)
+    return check_round(tf, built, [op for op in graph.get_operations() if op not in before])
+
+
+def check_round(tf, built, new_ops) -> tuple:
+    """``built``, what ``sync_round`` returned, as ``(worker_op, chief_op)``; a ValueError that
+    says what to fix unless it is two ops or tensors of this graph, built without queues or
+    accumulators of their own (``new_ops``: the ops it created)."""
+    if not (isinstance(built, (tuple, list)) and len(built) == 2):
+        raise ValueError(f"sync_round must return (worker_op, chief_op), got {type(built).__name__}")
+    graph = tf.compat.v1.get_default_graph()
+    ops = []
+    for name, op in zip(("worker_op", "chief_op"), built):
+        try:  # what a session can fetch: an op, a tensor, or what stands for one (an assignment's result)
+            ops.append(graph.as_graph_element(op, allow_tensor=True, allow_operation=True))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"sync_round's {name} must be an op or tensor of the graph it was called in, got "
+                             f"{type(op).__name__} ({e})") from None
+    own = [op for op in new_ops if op.type in CONTAINER_OPS]
+    if own:
+        raise ValueError(f"sync_round created {len(own)} queue(s) or accumulator(s) of its own ({own[0].type} "
+                         f"{own[0].name!r}): build the round from shared.accumulators and shared.tokens "
+                         f"(SyncReplicasOptimizer builds its own; it is the part this exercise asks you to write)")
+    return tuple(ops)
+
+
+def round_runner_hook(tf, chief_op, is_chief: bool):
+    """Sync: a session hook that, on the chief, runs ``chief_op`` again and again on a background
+    thread (a ``QueueRunner``, as ``SyncReplicasOptimizer``'s hook does), until the session closes.
+    The queue it is given is a dummy: closing it stops the runner between rounds; the session's
+    close cancels the round it waits in (the last round's tokens are out, no gradient will come),
+    which ends it quietly too."""
+    dummy = tf.compat.v1.FIFOQueue(1, tf.int32, shapes=[[]], name="labkit_round_runner")
+    runner = tf.compat.v1.train.QueueRunner(dummy, [chief_op], queue_closed_exception_types=(
+        tf.errors.OutOfRangeError, tf.errors.CancelledError))
+
+    class RoundRunner(tf.compat.v1.train.SessionRunHook):
+        def after_create_session(self, session, coord):
+            if is_chief:
+                runner.create_threads(session, coord=coord, daemon=True, start=True)
+
+    return RoundRunner()
 
 
 def build_model(tf, rt: TaskRuntime, args) -> Model:
@@ -205,33 +304,33 @@ def build_model(tf, rt: TaskRuntime, args) -> Model:
                                               initializer=tf.constant(last_step(args, rt.num_trainers), tf.int64))
         x = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES], name="x")
         y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-        w = tf.compat.v1.get_variable("weights", [NUM_FEATURES, NUM_CLASSES],
-                                      initializer=tf.compat.v1.random_normal_initializer(stddev=0.01, seed=args.seed))
-        b = tf.compat.v1.get_variable("bias", [NUM_CLASSES], initializer=tf.compat.v1.zeros_initializer())
+        W0, b0 = init_weights(args.seed)
+        w = tf.compat.v1.get_variable("weights", initializer=tf.constant(W0))
+        b = tf.compat.v1.get_variable("bias", initializer=tf.constant(b0))
         logits = tf.matmul(x, w) + b
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
-        factory = load_optimizer_factory(args.optimizer_source)
-        optimizer = factory(tf, args.mode, args.learning_rate, rt.num_trainers)
-        check_optimizer(tf, optimizer, args.mode, rt.num_trainers, args.learning_rate)
-        train_op = optimizer.minimize(loss, global_step=global_step)
+        chief_op = None
+        if args.mode == "async":
+            sgd = tf.compat.v1.train.GradientDescentOptimizer(args.learning_rate)
+            train_op = sgd.minimize(loss, global_step=global_step)
+        else:
+            train_op, chief_op = build_round(tf, load_round(args.round_source), loss, [w, b], global_step,
+                                             args.learning_rate, rt.num_trainers, rt.trainer_rank)
         with tf.control_dependencies([train_op]):
             after_step = (tf.identity(global_step.read_value()), tf.identity(stop_step.read_value()))
         stop_at = tf.compat.v1.placeholder(tf.int64, [], name="stop_at")
         lower_stop = stop_step.assign(tf.minimum(stop_step, stop_at))
-    return Model(x, y, loss, accuracy, train_op, global_step, optimizer, stop_step, after_step, stop_at, lower_stop)
-
-
-def is_sync(tf, model: Model) -> bool:
-    return isinstance(model.optimizer, tf.compat.v1.train.SyncReplicasOptimizer)
+    return Model(x, y, loss, accuracy, train_op, global_step, chief_op, (w, b), stop_step, after_step, stop_at,
+                 lower_stop)
 
 
 def hooks(tf, rt: TaskRuntime, model: Model) -> list:
-    """Sync: the optimizer's hook (chief: initial tokens and the queue runner that applies
-    the aggregated gradients). The token queue starts empty, so no trainer can take a
-    second step before every trainer's first gradient has been applied."""
-    if is_sync(tf, model):
-        return [model.optimizer.make_session_run_hook(rt.is_chief, num_tokens=0)]
+    """Sync: the round's runner (chief: applies the aggregated gradients, round after round).
+    The token queues start empty, so no trainer can take a second step before every
+    trainer's first gradient has been applied."""
+    if model.chief_op is not None:
+        return [round_runner_hook(tf, model.chief_op, rt.is_chief)]
     return []
 
 
@@ -296,7 +395,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
 
 def train(rt: TaskRuntime, tf, server, args, data) -> None:
     """One trainer's run of one configuration, from building the graph to signalling done."""
-    from labkit.sockets import NetCounter, pick_nic
+    from labkit.sockets import Meter, pick_nic, traffic
 
     rank, n = rt.trainer_rank, rt.num_trainers
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]
@@ -310,17 +409,21 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     test_feed = None
     if rt.is_chief:
         test_feed = {model.x: data.x_test.reshape(-1, NUM_FEATURES), model.y: data.y_test}
-    mode = "sync" if is_sync(tf, model) else "async"
-    rt.log(f"trainer {rank}/{n}: {len(x_train)} examples, batch {args.batch_size}, mode {mode}, "
-           f"stop at global step {last_step(args, n)}" + (f" or test loss <= {args.target_loss}" if args.target_loss
-                                                          else ""))
+    mode = args.mode
+    until = (f"{args.local_steps} steps of its own" if args.local_steps else f"global step {last_step(args, n)}"
+             + (f" or test loss <= {args.target_loss}" if args.target_loss else ""))
+    rt.log(f"trainer {rank}/{n}: {len(x_train)} examples, batch {args.batch_size}, mode {mode}, stop at {until}")
 
     train_rows, eval_rows = rt.series.setdefault("train", []), rt.series.setdefault("eval", [])
     local, step, next_eval = 0, 0, args.eval_every
     stop = {"reason": "steps"}
     stream = batches(x_train, y_train, args.batch_size, args.seed + rank)
-    net = NetCounter(pick_nic(args.nic, rt.task.host))
-    creator = rt.session_creator(server)
+    nic = pick_nic(args.nic, rt.task.host)
+    meter = Meter(nics=sorted({n for n in (nic, "lo") if n}))  # its NIC and lo: its traffic with tasks on its host
+    creator = rt.session_creator(server, recovery_wait_secs=args.recovery_wait_secs)
+    if rt.is_chief and args.chief_delay_secs > 0:
+        rt.log(f"opening the session {args.chief_delay_secs:g} s late (--chief-delay-secs)")
+        time.sleep(args.chief_delay_secs)
     with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks(tf, rt, model),
                                              stop_grace_period_secs=args.stop_grace) as sess:
         rt.timings["session_ready_s"] = rt.since_start()
@@ -330,18 +433,25 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
 
         if args.barrier:
             rt.timings["barrier_s"] = barrier.wait(raw)
-        global_start = int(raw(model.global_step))
-        net.start()
+        global_start, stop_step = (int(v) for v in raw([model.global_step, model.stop_step]))
+        step = global_start
+        if global_start >= stop_step:  # the others stopped before this trainer got here (no barrier)
+            stop.update(reason="target" if stop_step < last_step(args, n) else "steps", at_global_step=stop_step,
+                        before_first_step=True)
+        meter.start()
         rt.first_step()
         with rt.timed("train"):
             t0 = time.monotonic()
-            while not sess.should_stop():
+            while not sess.should_stop() and not stop.get("before_first_step"):
                 xb, yb = next(stream)
                 loss, (step, stop_step) = sess.run([model.loss, model.after_step], {model.x: xb, model.y: yb})
                 local += 1
                 if local % args.log_every == 0:
                     train_rows.append({"t": time.monotonic() - t0, "local_step": local, "global_step": int(step),
                                        "loss": float(loss)})
+                if args.local_steps and local >= args.local_steps:
+                    stop.update(reason="local_steps", at_global_step=int(step))
+                    break
                 if step >= stop_step:
                     if stop["reason"] != "target":  # the chief lowered the stop step, or --steps was reached
                         stop.update(reason="target" if stop_step < last_step(args, n) else "steps",
@@ -353,6 +463,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                                       "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
                     next_eval = step + args.eval_every
                     rt.log(f"global step {step}: test loss {test_loss:.4f}, accuracy {test_acc:.4f}")
+                    rt.emit(events.Eval(run=None, global_step=int(step), metrics={
+                        "test_loss": float(test_loss), "test_accuracy": float(test_acc)}))
                     if args.target_loss is not None and test_loss <= args.target_loss and stop["reason"] != "target":
                         # everyone stops after the next global step (sync trainers are already making it)
                         raw(model.lower_stop, {model.stop_at: step + 1})
@@ -360,16 +472,19 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                                     test_loss=float(test_loss), at_global_step=int(step) + 1)
                         rt.log(f"test loss {test_loss:.4f} <= {args.target_loss} at global step {step}: "
                                f"stopping at {step + 1}")
-        net.stop()
+        reading = meter.stop()
     rt.steps["local"] = local
     rt.steps["global_start"] = global_start
     rt.result["stop"] = stop
     rt.result["mode"] = mode
-    rt.result["net"] = {**net.result, "global_steps": int(step) - global_start}
+    rt.result["traffic"] = {**traffic([reading], local), "global_steps": int(step) - global_start}
 
     # The session is closed; the variables still live on the ps until we signal done.
     with tf.compat.v1.Session(server.target, config=rt.session_config()) as plain:
         rt.steps["global_at_exit"] = int(plain.run(model.global_step))
+        if rt.is_chief and args.save_weights:
+            W, b = plain.run(list(model.weights))
+            rt.result["weights"] = {"W": W.tolist(), "b": b.tolist()}
         if test_feed is not None:
             test_loss, test_acc = plain.run([model.loss, model.accuracy], test_feed)
             rt.metrics.update(test_loss=float(test_loss), test_accuracy=float(test_acc))
@@ -377,6 +492,8 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                               "local_step": local, "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
     rt.signal_done(server.target, done)
     rt.log(f"done: {local} local steps, global step {rt.steps['global_at_exit']}, stop {stop}, metrics {rt.metrics}")
+    rt.emit(events.Done(run=None, local_steps=local, global_steps=rt.steps["global_at_exit"],
+                        seconds=rt.timings["train_s"], metrics=dict(rt.metrics)))
 
 
 def main(argv=None) -> None:

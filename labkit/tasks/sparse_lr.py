@@ -61,9 +61,12 @@ in the resource samples) and:
 
 - ``steps``: ``local`` and ``global`` (this run's global steps when this task finished;
   trainers), ``target``; the ps's entries have ``rounds`` (sync runs);
-- ``metrics`` (trainers): ``tcp_bytes_per_step`` (this process's TCP payload, sent +
-  received, per training step, from the kernel's per-socket counters (``labkit.sockets``):
-  exact per process, unlike the host-wide ``lo`` counters that every program shares), ``unique_per_step`` and
+- ``traffic`` (trainers): the one meter's reading over the run (``labkit.sockets.Meter``):
+  this process's TCP payload from the kernel's per-socket counters, exact per process unlike
+  the host-wide ``lo`` counters every program shares, the chief's evaluations left out:
+  ``sent_bytes``, ``recv_bytes`` and per training step ``sent_bytes_per_step``,
+  ``recv_bytes_per_step`` (``sockets.step_bytes``: both ways);
+- ``metrics`` (trainers): ``unique_per_step`` and
   ``bound_bytes_per_step`` (the analytic O(nnz) bound for those unique features),
   ``dense_bytes_per_step`` (report 001's 2 x num_features x 4), ``s_per_1k_global_steps``,
   ``s_per_1k_local_steps``, ``examples_per_s``; chief: ``test_accuracy``,
@@ -87,7 +90,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.sockets import own_tcp_bytes
+from labkit import events
+from labkit import sockets
+from labkit.sockets import Meter, step_bytes
 from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
 
 MODES = ("async", "sync")
@@ -382,7 +387,8 @@ class Trainer:
                f"runs {[r.label for r in args.plan]}")
         self.sess = rt.session_creator(server).create_session()
         rt.timings["session_ready_s"] = rt.since_start()
-        self.eval_bytes, self.eval_s = 0, 0.0
+        self.meter = Meter()  # this process's own sockets: exactly its traffic, whatever else uses lo
+        self.eval_s = 0.0
 
     def start_together(self, index: int) -> int:
         """The barrier before run ``index``: everyone has arrived (finished the run before);
@@ -401,19 +407,20 @@ class Trainer:
         return int(sess.run(g.global_step))
 
     def evaluate(self, entry: dict, step: int, local: int, t0: float) -> dict:
-        """Test accuracy and log-loss now (chief); its traffic is kept out of the step bytes."""
-        started, before = time.monotonic(), own_tcp_bytes()
+        """Test accuracy and log-loss now (chief); its time and traffic are kept out of the steps'."""
+        started = time.monotonic()
+        self.meter.pause()
         acc, ll = self.sess.run([self.g.test_accuracy, self.g.test_logloss], self.test_feed)
-        after = own_tcp_bytes()
+        self.meter.resume()
         self.eval_s += time.monotonic() - started
-        if before is not None and after is not None:
-            self.eval_bytes += sum(after) - sum(before)
         row = {"t": time.monotonic() - t0, "samples": step * entry["samples_per_step"], "global_step": step,
                "local_step": local, "test_accuracy": float(acc), "test_error": 1.0 - float(acc),
                "test_logloss": float(ll)}
         entry["series"]["eval"].append(row)
         self.rt.log(f"{entry['label']} eval samples={row['samples']} global_step={step} "
                     f"test_error={row['test_error']:.4f} test_logloss={row['test_logloss']:.4f}")
+        self.rt.emit(events.Eval(run=entry["label"], global_step=step, samples=row["samples"],
+                                 metrics={k: row[k] for k in ("test_error", "test_accuracy", "test_logloss")}))
         return row
 
     def train(self, index: int, run: Run) -> dict:
@@ -429,11 +436,11 @@ class Trainer:
         stream = batches(self.shard, run.batch_size, args.seed + 1000 * self.rank + index)
         local, step, unique_sum = 0, 0, 0
         next_eval = args.eval_every
-        self.eval_bytes, self.eval_s = 0, 0.0
+        self.eval_s = 0.0
         chief = self.test_feed is not None
         with rt.timed(run.label):
             t0 = time.monotonic()
-            tcp0 = own_tcp_bytes()
+            self.meter.start()
             if chief:
                 self.evaluate(entry, 0, 0, t0)
             while step < target:
@@ -451,7 +458,7 @@ class Trainer:
                 if chief and args.eval_every and step * entry["samples_per_step"] >= next_eval and step < target:
                     self.evaluate(entry, step, local, t0)
                     next_eval = (step * entry["samples_per_step"] // args.eval_every + 1) * args.eval_every
-            tcp1 = own_tcp_bytes()
+            reading = self.meter.stop()
         # the chief's evaluations are not training: in sync every worker waits for them too
         train_s = entry["train_s"] = rt.timings[f"{run.label}_s"] - self.eval_s
         entry["eval_s"] = self.eval_s
@@ -462,8 +469,7 @@ class Trainer:
                  dense_bytes_per_step=dense_ps_step_bytes(self.num_features), num_features=self.num_features,
                  s_per_1k_global_steps=1000 * train_s / max(step, 1), s_per_1k_local_steps=1000 * train_s / max(local, 1),
                  examples_per_s=local * run.batch_size / train_s)
-        if tcp0 is not None and tcp1 is not None:
-            m["tcp_bytes_per_step"] = (sum(tcp1) - sum(tcp0) - self.eval_bytes) / max(local, 1)
+        entry["traffic"] = sockets.traffic([reading], local)
         if chief:
             final = self.evaluate(entry, int(sess.run(g.global_step)) - g0, local, t0)
             m.update(test_accuracy=final["test_accuracy"], test_error=final["test_error"],
@@ -474,9 +480,12 @@ class Trainer:
                 path = rt.run_dir / f"{WEIGHTS_FILE}-{run.file_label}.npz"
                 np.savez_compressed(path, indices=nz, values=w[nz], settings=json.dumps(data_settings(args)))
                 entry["weights"] = path.name
+        moved = step_bytes(entry["traffic"])
         rt.log(f"{run.label}: {local} local steps of {step} global, {train_s:.1f} s, "
-               f"{m.get('tcp_bytes_per_step', math.nan):,.0f} B/step (bound {m['bound_bytes_per_step']:,.0f})"
+               f"{moved if moved is not None else math.nan:,.0f} B/step (bound {m['bound_bytes_per_step']:,.0f})"
                + (f", test accuracy {m['test_accuracy']:.4f}" if chief else ""))
+        rt.emit(events.Done(run=run.label, local_steps=local, global_steps=step, seconds=train_s,
+                            metrics={k: v for k, v in m.items() if k.startswith("test_")}))
         return entry
 
     def finish(self, server) -> None:

@@ -50,6 +50,7 @@ import argparse
 import gc
 import time
 
+from labkit import events
 from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
 
 STRATEGIES = ("mwms", "ps", "default")
@@ -84,8 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
                                                              "training steps (labkit.sockets, needs `ss`)")
-    p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: log every step, with the worker "
-                                                              "that ran each slice (a fault demo follows it)")
+    p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: a step event per step, with the "
+                                                              "worker that ran each slice, and one per error "
+                                                              "TensorFlow logs (a fault demo follows them)")
     add_configs_option(p, VARYING)
     args = p.parse_args(argv)
     check_args(p, args)
@@ -156,21 +158,17 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                            momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
                            checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
                            steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters, on_step=step_tracer(rt) if args.trace_steps else None)
+                           counters=counters, on_step=step_tracer(rt) if args.trace_steps else None,
+                           on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
+                           on_resume=lambda start, epochs: rt.emit(events.Resumed(start_epoch=start, epochs=epochs)))
     except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
-        rt.result["peer_failure"] = peer_failure(e)
+        met = rt.result["peer_failure"] = peer_failure(e)
+        rt.emit(events.PeerFailure(error=met["error"], message=met["message"]))
         rt.log(f"training stopped by TensorFlow's {type(e).__name__}")
         raise
     trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
     rt.steps["local"] = trained_steps
-    if args.strategy == "mwms" and trained_steps:
-        # This worker's own sockets (--task-bytes) where ss can tell; else its share of the NIC,
-        # whose counters see every task on this host, and every other program too.
-        own = (result.get("counters_per_step") or {}).get(f"{rt.task.name} sent")
-        here = sum(1 for t in rt.spec.tasks() if t.host == rt.task.host)
-        share = result["bytes_per_step"] / here if nic is not None else None
-        result["nic_bytes_per_step_per_worker"] = share
-        result["bytes_per_step_per_worker"] = own if own is not None else share
+    rt.result["traffic"] = result["traffic"]  # where every program keeps it (labkit.sockets.traffic)
     rt.result["train"] = result
     rt.series["history"] = result["history"]
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
@@ -178,11 +176,35 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
                       start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
 
 
+def epoch_event(entry: dict, epochs: int) -> events.Epoch:
+    """The ``epoch`` event of a history entry of ``train_loop.train`` (after its checkpoint)."""
+    return events.Epoch(epoch=entry["epoch"], epochs=epochs, train_loss=entry["train_loss"],
+                        images_per_s=entry["images_per_s"], seconds=entry["train_seconds"],
+                        val_loss=entry.get("val_loss"), val_accuracy=entry.get("val_accuracy"))
+
+
 def step_tracer(rt: TaskRuntime):
-    """``on_step`` for ``--trace-steps``: one log line per step, which ``labkit.faults`` reads."""
+    """``on_step`` for ``--trace-steps``: a ``step`` event per step, which ``labkit.faults``
+    follows, and a line for people."""
     from labkit.faults import step_line
 
-    return lambda step: rt.log(step_line(step))
+    def on_step(step: dict) -> None:
+        rt.emit(events.Step(step=step["step"], seconds=step["seconds"], loss=step["loss"],
+                            slices_on=list(step["slices_on"])))
+        rt.log(step_line(step))
+    return on_step
+
+
+def report_tf_errors(rt: TaskRuntime) -> None:
+    """Every error TensorFlow logs (its ``ClusterCoordinator`` reports a lost worker's closure, and
+    runs it elsewhere) becomes a ``tf_error`` event, beside its line in the log."""
+    import logging
+
+    class ToEvents(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            rt.emit(events.TfError(message=record.getMessage()))
+
+    logging.getLogger("tensorflow").addHandler(ToEvents(level=logging.ERROR))
 
 
 def data_for(args, cache: dict):
@@ -226,6 +248,8 @@ def main(argv=None) -> None:
             rt.mark("server up")
             rt.log(f"MultiWorkerMirroredStrategy (RING) up: {strategy.num_replicas_in_sync} replicas")
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy) if args.strategy == "ps" else None
+        if args.trace_steps:
+            report_tf_errors(rt)
 
         from labkit.sockets import pick_nic
 

@@ -1,4 +1,4 @@
-"""The stand-in of a task that the fork server starts (``labkit.tasks.forkserver``).
+"""The stand-in of a task that the fork server starts (``labkit.launchers.forkserver``).
 
 The launcher runs it as the task's interpreter (``forkclient.py PYTHON SOCKET -m MODULE ARGS``,
 through the small script ``ForkServer.python``); it hands its arguments, environment, working
@@ -7,7 +7,9 @@ the task (in that namespace: a stand-in that the netem launcher starts inside an
 gets a task on that node). Then it
 stands for the task: the signals it gets go to the task, and it exits as the task did (a task
 killed by signal N kills it with N). It holds one end of a pipe whose other end the task
-watches: however this process ends, SIGKILL included, the task kills itself at once.
+watches: however this process ends, SIGKILL included, the task kills itself at once. If the
+server ends first (it dies with the process that started it, as the stand-in does), the task
+gets SIGTERM and time to write its result, as from a launcher (``wind_down``).
 
 If the server cannot be reached (it ended with the kernel that started it, and someone reruns
 the command a task log starts with), it runs the task in ``PYTHON`` itself, as the launcher
@@ -15,12 +17,14 @@ would have. Standard library only, and run with ``python -I -S``: it starts in m
 """
 import json
 import os
+import select
 import signal
 import socket
 import struct
 import sys
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STOP_GRACE_S = 10.0  # a task whose server is gone: SIGTERM, then SIGKILL after this
 
 
 def read_message(stream) -> dict | None:
@@ -30,6 +34,21 @@ def read_message(stream) -> dict | None:
         return None
     body = stream.read(struct.unpack("!I", head)[0])
     return json.loads(body) if body else None
+
+
+def wind_down(task: int, forward, grace: float = STOP_GRACE_S) -> str:
+    """End a task whose server is gone as its launcher would: SIGTERM (it writes its result), then
+    SIGKILL if it is still there after ``grace`` seconds. It is no child of this process: a pidfd
+    says when it has ended. Returns what it took."""
+    try:
+        done = os.pidfd_open(task)
+    except ProcessLookupError:
+        return "gone already"
+    forward(signal.SIGTERM, None)
+    if select.select([done], [], [], grace)[0]:
+        return "stopped (SIGTERM)"
+    forward(signal.SIGKILL, None)
+    return f"killed (SIGKILL, {grace:g} s after SIGTERM)"
 
 
 def main(argv: list[str]) -> None:
@@ -72,9 +91,9 @@ def main(argv: list[str]) -> None:
     for s in pending:
         forward(s, None)
     ended = read_message(stream)
-    if ended is None:  # the server is gone: the task's status with it; end the task, say so
-        forward(signal.SIGKILL, None)
-        print("labkit fork server: the server ended while the task ran; the task was killed", file=sys.stderr,
+    if ended is None:  # the server is gone (it dies with its owner), and the task's status with it
+        how = wind_down(task, forward)
+        print(f"labkit fork server: the server ended while the task ran; the task was {how}", file=sys.stderr,
               flush=True)
         sys.exit(1)
     status = ended["status"]

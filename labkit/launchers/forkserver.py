@@ -9,22 +9,23 @@ child takes the task's arguments, environment, working directory and standard st
 its program as ``python -m`` would: the same program, from the same files, as a task started
 alone (``import tensorflow`` in it finds the module loaded).
 
-    Cluster(spec, program, **forkserver.launch_args(spec), ...)   # local tasks start through it
-
-``launch_args`` gives the ``Cluster``'s ``python`` argument, which the local and netem
-launchers run each task with (``labkit.launchers.local``, ``.netem``): a small script that runs
+It is a mechanism of the launchers that start tasks here (``labkit.launchers.local``, and
+``.netem`` built on it): they start each task through this process's server, unless told
+otherwise (``launcher_options={"forkserver": False}``, another ``python``, or
+``LABKIT_NO_FORKSERVER=1``), by running ``ForkServer.python``, a small script that runs
 ``forkclient.py``, the task's stand-in. The launcher starts and signals the stand-in as it
 would the task; the task joins the stand-in's network namespace (an emulated node's, where the
-netem launcher started the stand-in inside one); the stand-in forwards signals to the task and exits as the task did; the task
-dies with its stand-in, however that ends (a pipe it watches). A task's hello and result name
-its own pid (which the launcher's live view samples) and the server (``forkserver``: its pid,
-when it started and when it was ready), so the server's start-up can be counted once.
+netem launcher started the stand-in inside one); the stand-in forwards signals to the task and
+exits as the task did; the task dies with its stand-in, however that ends (a pipe it watches).
+A task's hello and result name its own pid (which the launcher's live view samples) and the
+server (``forkserver``: its pid, when it started and when it was ready), so the server's
+start-up can be counted once.
 
 The server is this process's (a kernel's): started on first use, ended with it (``labkit.proc``:
 it dies with its parent, whatever signal ends that one). It keeps the modules it imported: a
-kernel that changed the kit's code restarts to run the new code. ``LABKIT_NO_FORKSERVER=1``
-starts every task as its own interpreter, as do the launchers whose tasks run elsewhere (ssh,
-Slurm) and a machine where the server cannot start (then a warning says why).
+kernel that changed the kit's code restarts to run the new code. Tasks that run elsewhere (ssh,
+Slurm) start as their own interpreters there, and so does every task on a machine where the
+server cannot start (then a warning says why).
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ import traceback
 import warnings
 from pathlib import Path
 
-ENV = "LABKIT_FORKSERVER"            # in a forked task: the server, as JSON
+from labkit.protocol import ENV_FORKSERVER
+
 DISABLE = "LABKIT_NO_FORKSERVER"     # "1": every task starts as its own interpreter
 # What every task program imports before its first step; TensorFlow loads Keras and pandas itself.
 PRELOAD = ("tensorflow", "keras", "pandas", "labkit.tasks.common", "labkit.tasks.ps_sgd", "labkit.tasks.sparse_lr",
@@ -52,7 +54,6 @@ PRELOAD = ("tensorflow", "keras", "pandas", "labkit.tasks.common", "labkit.tasks
            "labkit.sparse", "labkit.clickdata", "labkit.summaries", "labkit.sockets", "labkit.record")
 CLIENT = Path(__file__).with_name("forkclient.py")
 CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
-FORKING_LAUNCHERS = {"local", "netem"}  # tasks that run on this machine, started by this process
 READY_TIMEOUT_S = 180.0
 REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
 
@@ -153,7 +154,7 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
         threading.Thread(target=_watch_lifeline, args=(lifeline,), name="labkit-lifeline", daemon=True).start()
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ[ENV] = json.dumps(info)
+        os.environ[ENV_FORKSERVER] = json.dumps(info)
         os.chdir(request["cwd"])
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
         sys.path[1:1] = extra  # as an interpreter started with the task's PYTHONPATH would search
@@ -225,7 +226,7 @@ class ForkServer:
         Path(self.python).write_text(f"#!/bin/sh\nexec {q(sys.executable)} -I -S {q(CLIENT)} {q(sys.executable)} "
                                      f"{q(self.socket)} \"$@\"\n")
         os.chmod(self.python, 0o755)
-        self.process = OwnedProcess([sys.executable, "-u", "-m", "labkit.tasks.forkserver", self.socket], self.log,
+        self.process = OwnedProcess([sys.executable, "-u", "-m", "labkit.launchers.forkserver", self.socket], self.log,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
         try:
             self._wait_ready(timeout)
@@ -278,20 +279,6 @@ def running() -> ForkServer | None:
     """This process's fork server if one runs, without starting one: it is meant to outlive the
     clusters it started, so whoever looks for processes left behind leaves it out."""
     return _server if _server is not None and _server.running else None
-
-
-def launch_args(spec, launcher: str | None = None) -> dict:
-    """The ``Cluster`` arguments that start ``spec``'s tasks through this process's fork server:
-    ``{"python": ...}`` when every task runs on this machine, started by this process (the
-    local or netem launcher: ``labkit.launchers.choose`` with ``launcher``, the name the Cluster
-    gets), else {}: tasks over ssh or as Slurm job steps start as their own interpreters there."""
-    from labkit import launchers
-    from labkit.launch import local_addresses
-
-    if not set(launchers.choose(launcher, spec, local_addresses()).values()) <= FORKING_LAUNCHERS:
-        return {}
-    server = get()
-    return {"python": server.python} if server is not None else {}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""Lab 2's hidden check: the student's sync_round, run by the probe in a real cluster of the kit's
+tasks (1 ps + 2 workers, a few rounds), and judged on the tasks' step counts and the chief's final
+weights against SGD on the mean gradient, recomputed without TensorFlow. Lab 1's model of the best
+of n readings, judged on cases of the grader's. The two halves are called directly, as the grader's
+processes call them."""
+import pytest
+
+from labkit.grading import hidden, probe
+
+ARGS = {"rounds": 6, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 180}
+
+
+def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared):
+    """A correct round (the notebook's solution, written independently)."""
+    pushed = [acc.apply_grad(g, local_step=global_step) for acc, (g, _) in zip(shared.accumulators, grads_and_vars)]
+    with tf.control_dependencies(pushed):
+        worker_op = shared.tokens[shared.worker].dequeue()
+    mean = [acc.take_grad(num_workers) for acc in shared.accumulators]
+    with tf.control_dependencies([v.assign_sub(learning_rate * m) for m, (_, v) in zip(mean, grads_and_vars)]):
+        step = global_step.assign_add(1)
+    return worker_op, tf.group(*[q.enqueue(step) for q in shared.tokens])
+
+
+def verdict(fn, tmp_path, monkeypatch, **args):
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))  # the probe sets it too; restored after
+    arrays = probe.PROBES["sync_round"]({"sync_round": fn}, args, tmp_path)
+    return hidden.HIDDEN["lab2_sync_round"].judge(args, arrays, tmp_path)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_correct_round_passes_with_the_weights_of_mean_gradient_sgd(tmp_path, monkeypatch):
+    v = verdict(sync_round, tmp_path, monkeypatch, **ARGS)
+    assert v.ok, v
+    assert v.value["local"] == {"worker:0": 6, "worker:1": 6} and v.value["error"] < 0.01, v.value
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_round_that_sums_the_gradients_fails_on_the_weights(tmp_path, monkeypatch):
+    """One update per round, every worker released once: the counts come out right, the weights
+    (the sum of the gradients, not their mean) cannot."""
+    def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared):
+        pushed = [acc.apply_grad(g, local_step=global_step) for acc, (g, _) in zip(shared.accumulators,
+                                                                                  grads_and_vars)]
+        with tf.control_dependencies(pushed):
+            worker_op = shared.tokens[shared.worker].dequeue()
+        total = [num_workers * acc.take_grad(num_workers) for acc in shared.accumulators]
+        with tf.control_dependencies([v.assign_sub(learning_rate * t) for t, (_, v) in zip(total, grads_and_vars)]):
+            step = global_step.assign_add(1)
+        return worker_op, tf.group(*[q.enqueue(step) for q in shared.tokens])
+
+    v = verdict(sync_round, tmp_path, monkeypatch, **ARGS)
+    assert not v.ok and "the mean of all 2 gradients" in v.reason, v
+    assert v.value["local"] == {"worker:0": 6, "worker:1": 6}
+
+
+def test_the_best_reading_model_is_judged_on_the_graders_cases(tmp_path):
+    import math
+
+    def chance_best_reading(q, n, batch_size=50, level=0.97):
+        need = math.ceil(level * batch_size - 1e-9)
+        p = sum(math.comb(batch_size, k) * q ** k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
+        return 1 - (1 - p) ** n
+
+    def normal(q, n, batch_size=50, level=0.97):  # a normal approximation: poor in the tail that matters
+        z = (level - q) / math.sqrt(q * (1 - q) / batch_size)
+        return 1 - (0.5 * (1 + math.erf(z / math.sqrt(2)))) ** n
+
+    for fn, ok in ((chance_best_reading, True), (normal, False)):
+        arrays = probe.PROBES["best_reading"]({"chance_best_reading": fn}, {"seed": 2}, tmp_path)
+        v = hidden.HIDDEN["lab1_best_reading"].judge({"seed": 2}, arrays, tmp_path)
+        assert v.ok is ok, v
+    cases = probe.inputs_best_reading(seed=2, cases=40)
+    assert all(abs(c["level"] * c["batch_size"] - round(c["level"] * c["batch_size"])) >= 0.05 for c in cases)
+    assert len({c["batch_size"] for c in cases}) > 10 and min(c["n"] for c in cases) >= 1

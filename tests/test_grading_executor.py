@@ -1,7 +1,7 @@
 """The grading batch's loop (``batch.Batch``) driven by a fake executor, and the executors'
 registry: no notebook, no kernel, no sandbox. The fake counts polls, not seconds, so what
-happens in which order is exact: which notebooks start, when each is scored, when its uid and
-disk go back, that a run's limit is enforced while another notebook's page renders, and what
+happens in which order is exact: which notebooks start, when each is scored, that its uid and
+disk go back once its page is written, that a run's limit is enforced while another notebook's page renders, and what
 is killed when the grader is interrupted."""
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def jobs(tmp_path, monkeypatch):
     return out, events
 
 
-def _in_flight(events: list, slots: int) -> int:
+def _in_flight(events: list) -> int:
     """The most notebooks in flight at once: from start (or scoring, for one that never started)
     to the end of its page."""
     flying, most = set(), 0
@@ -147,19 +147,30 @@ def test_the_batch_prepares_runs_scores_and_renders_each_notebook_within_its_slo
     with FakeExecutor(2, plan, events) as fake:
         results = batch.Batch(fake, setup=None, sink=sink).run(jobs)
     assert [who[0] for what, *who in events if what == "start"] == ["ann", "bob", "cat", "dan"]
-    assert _in_flight(events, 2) <= 2
+    assert _in_flight(events) == 2
     # eve's notebook is missing: she never starts, yet has her rows and page; nothing is killed
     assert results[("eve", "a")].status == "not-submitted" and "eve" in sink.scored
     assert not any(what in ("kill", "page killed") for what, *_ in events) and events[-1] == ("close",)
     for student in ("ann", "bob", "cat", "dan", "eve"):
         mine = [what for what, *who in events if who and who[0] == student]
-        assert mine[-3:] == ["release", "scored", "page done"], (student, mine)   # uid and disk back before the page
+        assert mine[-3:] == ["scored", "page done", "release"], (student, mine)   # uid and disk back after the page
     rows = {s: {r["check"]: r for r in got.rows} for s, got in sink.scored.items()}
     assert rows["ann"]["done"]["status"] == "pass" and rows["ann"]["execution"]["reason"] == "a note"
     assert rows["bob"]["execution"]["status"] == "error" and rows["eve"]["done"]["status"] == "not-run"
     # bob's page holds his slot: dan starts only once a page is done
     assert events.index(("start", "dan")) > min(events.index(("page done", s)) for s in ("ann", "bob", "cat")
                                                  if ("page done", s) in events)
+
+
+def test_without_a_sink_a_flight_ends_with_its_run(jobs):
+    """What a Slurm node runs: no checks, no page; each job is released as its run ends."""
+    jobs, events = jobs
+    with FakeExecutor(1, {"ann": (2,), "bob": (1, "error")}, events) as fake:
+        results = batch.Batch(fake, setup=None).run([jobs[0], jobs[1], jobs[4]])
+    assert {k: r.status for k, r in results.items()} == {("ann", "a"): "ok", ("bob", "a"): "error",
+                                                          ("eve", "a"): "not-submitted"}
+    assert events == [("start", "ann"), ("ended", "ann"), ("release", "ann"), ("start", "bob"), ("ended", "bob"),
+                      ("release", "bob"), ("release", "eve"), ("close",)]
 
 
 def test_a_runs_limit_is_enforced_while_another_page_renders(jobs):
@@ -172,7 +183,7 @@ def test_a_runs_limit_is_enforced_while_another_page_renders(jobs):
     assert events.index(("scored", "bob")) < events.index(("page done", "ann"))
 
 
-def test_the_checks_hold_the_slot_and_the_uid_goes_back_once_they_end(jobs, monkeypatch):
+def test_the_checks_hold_the_slot_and_the_uid_goes_back_once_the_page_is_written(jobs, monkeypatch):
     jobs, events = jobs
     checks = {"ann": 4, "bob": 1}
     monkeypatch.setattr(batch.Batch, "checking",
@@ -180,7 +191,7 @@ def test_the_checks_hold_the_slot_and_the_uid_goes_back_once_they_end(jobs, monk
     with FakeExecutor(1, {"ann": (1,), "bob": (1,)}, events) as fake:
         batch.Batch(fake, None, Sink(events, {})).run(jobs[:2])
     ann = [what for what, *who in events if who == ["ann"]]
-    assert ann == ["start", "ended", "checks done", "release", "scored", "page done"]
+    assert ann == ["start", "ended", "checks done", "scored", "page done", "release"]
     assert events.index(("start", "bob")) > events.index(("page done", "ann"))
 
 
@@ -248,7 +259,7 @@ def test_executors_are_found_by_name():
     try:
         assert executor.get("elsewhere") is Elsewhere and "elsewhere" in executor.names()
     finally:
-        executor._REGISTERED.pop("elsewhere")
+        del executor.EXECUTORS["elsewhere"]
     with pytest.raises(ValueError, match="Executor subclass with a name"):
         executor.register(FakeRun)
     with pytest.raises(ValueError, match="parallel must be at least 1"):

@@ -6,11 +6,11 @@ Each notebook is a ``Flight`` through these steps (``Batch.advance``), each poll
 1. ``prepare`` (``runner``): its work folder and cleaned copy, or the row that says why it
    will not run; then its run, on the executor (``executor``: here, or on Slurm) until it ends;
 2. what the run left, read once (``scoring.examine``), and the grader's own checks
-   (``checks.Checking``) when its lab verifies claims or has hidden checks; once they end, its
-   uid and disk are given back (``runner.release``);
+   (``checks.Checking``) when its lab verifies claims or has hidden checks;
 3. ``scoring.score``, and the sink's ``record`` (``grade``'s: the stored outcome, grades.csv,
    the progress line), which returns the feedback page to write (``render.Task``);
-4. the page, rendering in a limited process of its own.
+4. the page, rendering in a limited process of its own; once it is written, the flight is
+   over and the run's uid and disk are given back (``runner.release``).
 
 The executor's ``slots`` bounds the notebooks in flight, steps 1 to 4, so a notebook's checks
 and page hold its slot. All steps of all flights are polled in one loop, so every run's limits
@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 from labkit.grading.checks import Checking
+from labkit.grading.executor import Ready
 from labkit.grading.rubric import Score
 from labkit.grading.runner import Job, RunResult, prepare, release
 from labkit.grading.scoring import Evidence, examine, score
@@ -38,19 +39,6 @@ class Flight:
     evidence: Evidence | None = None
     checks: object = None            # checks.Checking (or Ready), while the grader checks it
     page: object = None              # render.Rendering, while its page renders
-
-
-class Ready:
-    """A step that is already over: its ``poll()`` is ``value``."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def poll(self):
-        return self.value
-
-    def kill(self) -> None:
-        pass
 
 
 class Batch:
@@ -102,7 +90,7 @@ class Batch:
         return slots is None or len(self.flights) + starting < slots
 
     def advance(self, f: Flight) -> bool:
-        """Take ``f`` as far as it goes now; True once its last step is over."""
+        """Take ``f`` as far as it goes now; True once its last step is over (its job released)."""
         if f.result is None:
             result = self.executor.poll(f.handle)
             if result is None:
@@ -118,6 +106,7 @@ class Batch:
             if f.page.poll() is None:
                 return False
             f.page = None
+        release(f.job)
         return True
 
     def ended(self, f: Flight, result: RunResult) -> None:
@@ -125,7 +114,6 @@ class Batch:
         f.handle, f.result = None, result
         self.results[f.job.key] = result
         if self.sink is None:
-            release(f.job)
             return
         f.evidence = examine(f.job, result)
         f.checks = self.checking(f.job, f.evidence)
@@ -143,8 +131,7 @@ class Batch:
                           for c, _ in [*evidence.verified, *evidence.hidden]})
 
     def scored(self, f: Flight, checked: dict) -> None:
-        """The checks are over: give back the run's uid and disk, score it, and start its page."""
-        release(f.job)
+        """The checks are over: score the run, and start its page."""
         scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
         task = self.sink.record(f.job, f.result, scored)
         f.page = task.start() if task is not None else None

@@ -27,19 +27,19 @@ The interface is ``Executor``:
 
 An executor is made as ``get(name)(setup, log=..., **options)``; options are its own
 (``parallel``; ``partition``, ``rubric``, ``folder``, ``sbatch_args``). One that cannot run here
-raises ``ExecutorError`` with what to do. A new one is a subclass with a ``name``, registered
-with ``register`` (a class decorator).
+raises ``ExecutorError`` with what to do. The executors are a ``labkit.registry.Registry``
+(``EXECUTORS``), as the launchers are: a new one is a subclass with a ``name``, registered with
+``register`` (a class decorator).
 """
 from __future__ import annotations
 
-import importlib
+from labkit.registry import Registry
 
 # Built in, imported when first used (the Slurm one only where Slurm is asked for).
-EXECUTORS = {
+EXECUTORS = Registry("executor", builtin={
     "local": "labkit.grading.runner:LocalExecutor",
     "slurm": "labkit.grading.slurm_array:SlurmExecutor",
-}
-_REGISTERED: dict[str, type] = {}
+})
 
 
 class ExecutorError(ValueError):
@@ -78,19 +78,27 @@ def register(cls: type) -> type:
     """Make an ``Executor`` subclass available by its ``name`` (a class decorator)."""
     if not (isinstance(cls, type) and issubclass(cls, Executor)) or not cls.name:
         raise ValueError(f"register takes a labkit.grading.executor.Executor subclass with a name, got {cls!r}")
-    _REGISTERED[cls.name] = cls
-    return cls
+    return EXECUTORS.add(cls.name, cls)
 
 
 def names() -> list[str]:
-    return sorted(set(EXECUTORS) | set(_REGISTERED))
+    return sorted(EXECUTORS)
 
 
 def get(name: str) -> type:
     """The executor class called ``name``; a ValueError that lists the known ones otherwise."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in EXECUTORS:
-        raise ValueError(f"unknown executor {name!r}; choose one of {', '.join(names())}")
-    module, _, attr = EXECUTORS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return EXECUTORS[name]
+
+
+class Ready:
+    """A step that is already over, for the loop that polls steps: ``poll()`` is ``value``.
+    An executor's handle of a run that could not start, or checks with nothing to run."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def poll(self):
+        return self.value
+
+    def kill(self) -> None:
+        pass

@@ -52,7 +52,7 @@ from pathlib import Path
 import psutil
 
 from labkit.grading import disks, limits, logcap
-from labkit.grading.executor import Executor
+from labkit.grading.executor import Executor, Ready
 from labkit.grading.report import NEVER_RAN
 from labkit.grading.sandbox import Account, View, lease_account
 from labkit.proc import OwnedProcess, own_descendants, tail, tree_rss
@@ -360,19 +360,6 @@ class _Running:
         self.group.close()
 
 
-class _Ended:
-    """A run that could not start: ``poll()`` says why."""
-
-    def __init__(self, result: RunResult):
-        self.result = result
-
-    def poll(self) -> RunResult:
-        return self.result
-
-    def kill(self) -> None:
-        pass
-
-
 class LocalExecutor(Executor):
     """Each notebook under a runner process here (``_Running``), ``parallel`` at a time; its
     timeout, memory and disk are enforced as it is polled. The runs' disks come from one
@@ -403,7 +390,7 @@ class LocalExecutor(Executor):
         try:
             return _Running(job, self.setup, self.holder)
         except OSError as e:  # no cgroup or uid left, a full disk: this notebook's row, not the batch
-            return _Ended(RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}"))
+            return Ready(RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}"))
 
     def poll(self, handle) -> RunResult | None:
         return handle.poll()

@@ -43,8 +43,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from labkit import slurm
+from labkit.grading.batch import Batch
 from labkit.grading.executor import Executor, ExecutorError
-from labkit.grading.runner import Job, RunResult, Setup
+from labkit.grading.runner import Job, LocalExecutor, RunResult, Setup
 from labkit.proc import tail
 
 MEMORY_MARGIN_MB = 256     # the array task's own process, over the notebook group's cap
@@ -278,9 +279,6 @@ def run_task(batch: dict, index: int) -> RunResult:
         if sandbox.confined:
             kit.chmod(0o755)   # the run's user reads it
             setup.student_kit = student_package(kit)
-        from labkit.grading.batch import Batch
-        from labkit.grading.runner import LocalExecutor
-
         with LocalExecutor(setup, 1) as here:
             return Batch(here, setup).run([job])[job.key]
     finally:

@@ -36,6 +36,31 @@ def run_inside(tmp_path, code: str, **view_args) -> subprocess.CompletedProcess:
 
 
 @needs_bwrap
+def test_a_grader_in_a_symlinked_venv_runs_the_sandbox_in_that_venv(tmp_path):
+    """``.venv`` may be a link (to a shared or cached environment): inside, the interpreter is
+    still found by the link's name and still runs the venv, with its packages."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests run outside a venv")
+    link = tmp_path / "linked-venv"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    python = link / "bin" / Path(sys.executable).name
+    code = f"""
+        import sys
+        from labkit.grading.sandbox import SANDBOXES, View
+        cmd, env = SANDBOXES["bwrap"].command(
+            [sys.executable, "-c", "import sys, nbformat; print(sys.prefix)"],
+            View(cwd=__import__("pathlib").Path("/"), env={{}}, scratch=__import__("pathlib").Path({str(tmp_path)!r})))
+        import subprocess
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        print(r.returncode, r.stdout.strip(), r.stderr.strip()[-500:])
+    """
+    r = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=180,
+                       cwd=Path(__file__).parents[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["0", str(link)], r.stdout
+
+
+@needs_bwrap
 def test_a_sandboxed_process_sees_its_folder_and_nothing_of_the_grader(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_GRADER_SECRET", "x")
     (tmp_path / "outside.txt").write_text("the grader's")
@@ -336,7 +361,9 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
         RATE = 0.5
         COMPUTED = len(open('assignment', 'w').name)
     """)
-    nb = {"cells": [{"cell_type": "code", "source": code}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cells = [{"cell_type": "markdown", "source": "# Lab"}, {"cell_type": "code", "source": code},
+             {"cell_type": "code", "source": "def broken(:"}]
+    nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
     fns, notes = probe.load_functions(tmp_path / "nb.ipynb", ["sgd_step", "hook", "Base", "WithMeta", "Body", "Fine",
                                                               "mark"])
@@ -346,8 +373,10 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     text = "\n".join(notes)
     for words in ("sgd_step taken without its decorator(s) @mark('decorator')", "default value \"mark('default')\"",
                   "defines __init_subclass__", "keyword arguments (metaclass=Meta)",
-                  "class Body runs a statement in its body (mark('class-body'))"):
+                  "class Body runs a statement in its body (mark('class-body'))",
+                  "cell 3: not Python"):   # cells as JupyterLab numbers them, from 1
         assert words in text, (words, text)
+    assert all(n.startswith("cell 2 line ") for n in notes if "not Python" not in n), notes
 
 
 # ----------------------------------------------------------------------------------- the grader's state

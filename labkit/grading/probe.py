@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.record import cell_name  # light: json, math, re
+
 PROBES: dict = {}
 
 
@@ -67,20 +69,20 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
         try:
             tree = ast.parse(source)
         except SyntaxError as e:
-            notes.append(f"cell {i}: not Python ({e.msg}, line {e.lineno}); skipped")
+            notes.append(f"{cell_name(i)}: not Python ({e.msg}, line {e.lineno}); skipped")
             continue
-        filename = f"<cell {i}>"   # the source, for tracebacks and for tf.function's autograph
+        filename = f"<{cell_name(i)}>"   # the source, for tracebacks and for tf.function's autograph
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         for node in tree.body:
             node, why = plain(node, namespace)
             if why:
-                notes.append(f"cell {i} line {why[0]}: {why[1]}")
+                notes.append(f"{cell_name(i)} line {why[0]}: {why[1]}")
             if node is None:
                 continue
             try:
                 exec(compile(ast.Module([node], []), filename, "exec"), namespace)
             except Exception as e:  # an import the student kit lacks, say: the function may not need it
-                notes.append(f"cell {i} line {node.lineno}: {type(e).__name__}: {e}")
+                notes.append(f"{cell_name(i)} line {node.lineno}: {type(e).__name__}: {e}")
     return {n: namespace[n] for n in names if callable(namespace.get(n))}, notes
 
 

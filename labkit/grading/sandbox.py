@@ -155,8 +155,11 @@ class View:
 
 
 def python_paths() -> list[Path]:
-    """The interpreter's installation and the environment labkit runs in (a venv, usually)."""
-    return sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()})
+    """The interpreter's installation and the environment labkit runs in (a venv, usually), each
+    at its own path and at its target's: a symlinked venv is entered by the link's name
+    (``sys.executable``), whose ``pyvenv.cfg`` makes it the venv rather than the bare interpreter."""
+    return sorted({path for prefix in (sys.base_prefix, sys.prefix)
+                   for path in (Path(prefix).absolute(), Path(prefix).resolve())})
 
 
 def home_env(home: str) -> dict[str, str]:

@@ -33,7 +33,7 @@ starts (the batch calls it, ``batch.Batch``); ``LocalExecutor`` (the ``local`` e
 ``executor``) starts runners, enforces the whole-notebook timeout and the memory and disk caps,
 and turns every ending into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``,
 ``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed
-run never stops the batch; ``release`` gives a run's uid and disk back once its checks are over.
+run never stops the batch; ``release`` gives a run's uid and disk back once its page is written.
 """
 from __future__ import annotations
 

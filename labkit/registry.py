@@ -1,7 +1,7 @@
 """Named things of one sort, found by name: the kit's one registry idiom.
 
-Launchers, benchmarks, rubric check kinds, verifiers and hidden checks are each a
-``Registry``: a mapping from name to entry, filled two ways::
+Launchers, benchmarks, rubric check kinds, verifiers, hidden checks and grading executors are
+each a ``Registry``: a mapping from name to entry, filled two ways::
 
     LAUNCHERS = Registry("launcher", builtin={"slurm": "labkit.launchers.slurm:SlurmLauncher"})
 

@@ -160,22 +160,22 @@ def test_null_tags_in_a_submission_are_no_tags(tmp_path):
 
 
 def test_a_check_that_breaks_on_a_notebook_costs_that_row_not_the_batch(tmp_path, monkeypatch):
-    from labkit.grading import grade
+    from labkit.grading import scoring
     from labkit.grading.runner import Job, RunResult
 
     rub = load_rubric(write(tmp_path, RUBRIC))
     executed = tmp_path / "a.ipynb"
     nbformat.write(notebook(GOOD), str(executed))
     job = Job("s", rub.labs["a"], executed, executed, tmp_path, tmp_path / "log")
-    real = grade.evaluate
+    real = scoring.evaluate
 
     def evaluate(check, nb, records):
         if check.name == "ring cheaper":
             raise KeyError("bytes")
         return real(check, nb, records)
 
-    monkeypatch.setattr(grade, "evaluate", evaluate)
-    rows, _, _ = grade.score(job, RunResult("ok"))
+    monkeypatch.setattr(scoring, "evaluate", evaluate)
+    rows = scoring.score(job, RunResult("ok")).rows
     by = {r["check"]: r for r in rows}
     assert by["ring cheaper"]["status"] == "grader-error" and by["ring cheaper"]["points"] == 0
     assert by["ring cheaper"]["reason"] == "the grader could not check this notebook: KeyError: 'bytes'"

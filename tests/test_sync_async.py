@@ -276,3 +276,33 @@ def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
     assert not any("labkit_round" in n for n in nodes["async"]) and "weights" in nodes["async"]
     with pytest.raises(ValueError, match="deploy mode 'cluster9'"):
         sync_async.write_graphs(deploy="cluster9", logdir=tmp_path)
+
+
+def test_emulated_shares_run_in_the_student_kit(monkeypatch):
+    """The kit a student gets has no labkit.solutions: the emulated-link table needs none of it
+    (a worker step moves 2 x MODEL_BYTES: a pull of the weights, a push of the gradients). The
+    clusters are stood in for; the rows' arithmetic is the real one."""
+    import importlib
+    from types import SimpleNamespace
+
+    from labkit import netem
+    from labkit.launchers import netem as netem_launcher
+
+    real = importlib.import_module
+
+    def without_solutions(name, *args, **kwargs):
+        if name.startswith("labkit.solutions"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    workers = [SimpleNamespace(name=f"worker:{i}", steps={"local_per_s": 10.0 * (i + 1)}) for i in range(2)]
+    done = SimpleNamespace(workers=workers, result={}, local_steps=lambda: {"worker:0": 30, "worker:1": 10})
+    monkeypatch.setattr(importlib, "import_module", without_solutions)
+    monkeypatch.setattr(netem, "usable", lambda links: True)
+    monkeypatch.setattr(netem_launcher, "cluster_args", lambda link, nodes: {})
+    monkeypatch.setattr(netem_launcher, "task_nodes", lambda result: {"worker:0": "node0", "worker:1": "node1"})
+    monkeypatch.setattr(sync_async, "run", lambda *args, **kwargs: done)
+    frame = sync_async.emulated_shares(["10mbit"], max_steps=40)
+    assert list(frame["share"]) == [0.75, 0.25] and list(frame["node"]) == ["node0", "node1"]
+    assert frame["link_ms_per_step"].tolist() == [2 * sync_async.MODEL_BYTES / netem.parse_link("10mbit").bytes_per_s
+                                                  * 1e3] * 2

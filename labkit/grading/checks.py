@@ -1,7 +1,7 @@
 """The grader's own checks of one executed notebook, each in a sandboxed process with limits.
 
 After a notebook has run, ``Checking`` runs up to two processes, one after the other, while
-the grader keeps watching every other notebook (it is polled from ``runner.run_all``):
+the grader keeps watching every other notebook (the batch polls it with them, ``batch.Batch``):
 
 1. the probe (``probe.py``), only when the lab has hidden checks: the student's functions on
    the grader's inputs, in a sandbox that sees the student's kit and an empty folder;
@@ -68,10 +68,10 @@ class _Process:
 
 class Checking:
     """The probe (if any), then the judge, for one job; ``poll()`` is None until both are done,
-    then ``on_complete({check name: Score})`` is called and it returns True."""
+    then {check name: Score}."""
 
-    def __init__(self, job, setup, records: dict, params: dict, hidden: list, verified: list, on_complete):
-        self.job, self.setup, self.on_complete = job, setup, on_complete
+    def __init__(self, job, setup, records: dict, params: dict, hidden: list, verified: list):
+        self.job, self.setup = job, setup
         self.lab = job.lab
         self.hidden, self.verified = hidden, verified
         self.records, self.params = records, params
@@ -82,7 +82,7 @@ class Checking:
         self.dir = job.private.resolve() / "checks"   # the grader's: the specs, bound read-only
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = job.log.with_suffix(".checks.log")
-        self.stage, self.proc, self.probe_note = None, None, ""
+        self.stage, self.proc, self.probe_note, self.scores = None, None, "", None
         self._start_probe() if hidden else self._start_judge()
 
     def _view(self, cwd: Path, rw, ro, student: bool, overlays=()):
@@ -125,7 +125,9 @@ class Checking:
                               str(out / "result.json")], view, self.setup, self.lab.check_memory_mb,
                              self.lab.max_processes, self.lab.check_timeout, self.log, self.disk.prefix)
 
-    def poll(self):
+    def poll(self) -> dict | None:
+        if self.scores is not None:
+            return self.scores
         why = self.proc.poll()
         if why is None:
             return None
@@ -133,8 +135,8 @@ class Checking:
             self.probe_note = f"the process running your functions {why}" if why else ""
             self._start_judge()
             return None
-        self.on_complete(self._scores(why))
-        return True
+        self.scores = self._scores(why)
+        return self.scores
 
     def _scores(self, why: str) -> dict:
         from labkit.grading.rubric import Score, scored

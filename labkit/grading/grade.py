@@ -51,10 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.grading import answers, intake, ledger, report
+from labkit.grading.batch import Batch
 from labkit.grading.publish import Book, PublishError
-from labkit.grading.rubric import Lab, Score, evaluate, gate, load_rubric
-from labkit.grading.runner import Job, RunResult, Setup, run_all
-from labkit.record import Missing, cell_name, lookup
+from labkit.grading.rubric import Lab, load_rubric
+from labkit.grading.runner import Job, RunResult, Setup
+from labkit.grading.scoring import Scored, flag_note
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
@@ -62,7 +63,6 @@ OWN_FILES = {"grades.csv", "summary.md", "summary.html", "report.md", "report.cs
              MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
              answers.SCORES_FILE}
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
-MAX_EXECUTED_BYTES = 64 * 2**20
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
 
 
@@ -175,114 +175,6 @@ def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
                    for c in lab.checks]
 
 
-def _row(job: Job, check: str, points, most, status: str, reason: str, seconds="") -> dict:
-    return {"student": job.student, "lab": job.lab.key, "check": check, "points": points, "max": most,
-            "status": status, "reason": reason, "seconds": seconds}
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring one run
-
-@dataclass
-class Scored:
-    """What grading one notebook produced."""
-    rows: list[dict]
-    records: dict
-    values: dict
-
-
-def read_executed(job: Job, result: RunResult):
-    """(notebook, records, problem): the executed notebook and its code cells' records."""
-    import nbformat
-
-    from labkit.record import read_records
-
-    if not result.ran or not job.executed.is_file():
-        return None, {}, ""
-    size = job.executed.stat().st_size
-    if size > MAX_EXECUTED_BYTES:
-        return None, {}, (f"the executed notebook is {size / 2**20:.0f} MB of output, over the "
-                          f"{MAX_EXECUTED_BYTES // 2**20} MB the grader reads; print less")
-    try:
-        nb = nbformat.read(str(job.executed), as_version=4)
-        return nb, read_records(nb), ""
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a record with a corrupt payload, say
-        return None, {}, f"the executed notebook could not be read back: {type(e).__name__}: {e}"
-
-
-def notebook_scores(job: Job, result: RunResult, nb, records: dict) -> dict[str, Score]:
-    """Scores of the checks that read the notebook; external (hidden) and manual (analysis)
-    checks are left out."""
-    scores = {}
-    for check in job.lab.checks:
-        if check.external or check.manual:
-            continue
-        if nb is None:
-            scores[check.name] = Score(0.0, check.points, "not-run", f"the notebook did not run: {result.reason}")
-            continue
-        try:
-            s = evaluate(check, nb, records)
-            if s.status == "missing" and result.status != "ok":
-                s.reason += f" ({_stopped(result)})"
-        except Exception as e:  # a notebook shaped like nothing the checks expect: this row, not the batch
-            s = Score(0.0, check.points, "grader-error",
-                      f"the grader could not check this notebook: {type(e).__name__}: {e}")
-        scores[check.name] = s
-    return scores
-
-
-def to_verify(job: Job, scores: dict[str, Score], records: dict) -> list:
-    """(check, claimed value) for every check with a verifier that the notebook's records pass."""
-    out = []
-    for check in job.lab.checks:
-        if check.verify and check.name in scores and scores[check.name].status in ("pass", "partial"):
-            try:
-                out.append((check, lookup(records, check.ref)))
-            except Missing as e:
-                s = scores[check.name]
-                scores[check.name] = Score(0.0, s.max, "unverified", f"nothing to verify: {e}", s.value)
-    return out
-
-
-def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[str, Score]) -> dict[str, Score]:
-    """The notebook's scores with the grader's own checks applied, then the lab's evidence gate."""
-    scores = dict(scores)
-    for check in job.lab.checks:
-        got = checked.get(check.name)
-        if check.manual:  # scored from the submitted text when the reports are written (publish)
-            scores[check.name] = Score(0.0, check.points, report.PENDING, "")
-        elif check.external:
-            scores[check.name] = got or Score(0.0, check.points, "not-run",
-                                              f"the notebook did not run: {result.reason}")
-        elif got is not None and got.status != "pass":
-            s = scores[check.name]
-            scores[check.name] = Score(0.0, s.max, got.status, got.reason, s.value)
-    return gate(job.lab, scores)
-
-
-def rows_for(job: Job, result: RunResult, scores: dict[str, Score], notes: list[str]) -> list[dict]:
-    reason = "; ".join([r for r in [result.reason, *notes] if r])
-    rows = [_row(job, report.EXECUTION, 0.0, 0.0, result.status, reason, result.seconds)]
-    rows += [_row(job, c.name, scores[c.name].points, scores[c.name].max, scores[c.name].status,
-                  scores[c.name].reason) for c in job.lab.checks]
-    return rows
-
-
-def _stopped(result: RunResult) -> str:
-    what = result.ename or result.status
-    return f"the run stopped in {cell_name(result.cell)}: {what}" if result.cell is not None else f"the run ended: {what}"
-
-
-def score(job: Job, result: RunResult) -> tuple[list[dict], dict, dict]:
-    """(rows, records, values) from the notebook alone, without the grader's sandboxed checks
-    (a hidden check is not-run, a verified check keeps its notebook score)."""
-    nb, records, problem = read_executed(job, result)
-    scores = notebook_scores(job, result, nb, records)
-    scores = merge(job, result, scores, {})
-    rows = rows_for(job, result, scores, [problem])
-    return rows, records, {name: s.value for name, s in scores.items()}
-
-
 # ---------------------------------------------------------------------------------------------
 # The batch
 
@@ -387,8 +279,8 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
                                               every=every)
     setup, warning = make_setup(sub is None, sandbox, log)
-    run = _executor(slurm, slurm_args, rub.path, out, log)
     try:
+        executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
         _claim(out)
         if roster:
             from labkit.grading.publish import save_export_settings
@@ -405,7 +297,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
         book.questions = {(lab.key, name): q for lab in book.labs
                           for name, q in answers.questions(lab, notebooks / lab.notebook).items()}
         book.save(Path(rubric).read_text())
-        return _run_batch(book, setup, parallel, force, log, run, similar, carried=set(carried))
+        return _run_batch(book, setup, executor, force, log, similar, carried=set(carried))
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
@@ -538,139 +430,125 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
-def _executor(partition: str | None, args, rubric, out: Path, log):
-    """What runs the notebooks: ``runner.run_all`` here, or ``slurm_array.run_all`` on ``partition``."""
-    if not partition:
-        return run_all
-    import functools
+def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, rubric, out: Path, log):
+    """What runs the notebooks (``executor``): here, ``parallel`` at a time, or as Slurm job
+    arrays in the partition ``slurm``."""
+    from labkit.grading import executor
 
-    from labkit.grading import slurm_array
-
+    name, options = (("slurm", {"partition": slurm, "rubric": rubric, "folder": out / ".grader" / "slurm",
+                                "sbatch_args": list(slurm_args)}) if slurm else ("local", {"parallel": parallel}))
     try:
-        slurm_array.check(partition)
-    except slurm_array.slurm.SlurmError as e:
-        raise GradeError(f"cannot grade on Slurm: {e}") from None
-    return functools.partial(slurm_array.run_all, partition=partition, rubric=rubric, folder=out / ".grader" / "slurm",
-                             sbatch_args=list(args), log=log)
+        return executor.get(name)(setup, log=log, **options)
+    except executor.ExecutorError as e:
+        raise GradeError(str(e)) from None
 
 
-def _run_batch(book: Book, setup: Setup, parallel: int, force: bool, log, run=run_all,
-               similar: float | None = None, carried: set = frozenset()) -> Outcome:
-    from labkit.grading.checks import Checking
-    from labkit.grading.hidden import HIDDEN
-
-    out, warning = book.out, book.warning
-    outcome = Outcome(rows=list(book.refused), out=out, reference=book.reference, warning=warning)
-    stored: dict[tuple, dict] = {}
-    prints: dict[tuple, dict | None] = {}
-    untrusted: dict[tuple, str] = {}   # stored outcomes whose signature did not hold (ledger.integrity)
-    to_run = []
-    for job in book.jobs:
-        prints[job.key] = ledger.fingerprint(job, setup.sandbox.name)
-        kept = None if force else ledger.reusable(job, prints[job.key])
-        if kept is None and job.key in carried and prints[job.key] is None:
-            kept = ledger.load_outcome(job)   # graded by an earlier batch whose file is gone: it stays as graded
-        if kept is not None:
-            stored[job.key] = kept
-            outcome.kept.append(job.key)
-        else:
-            to_run.append(job)
-            if why := ledger.integrity(job):
-                untrusted[job.key] = why
-                log(f"note: {job.student}/{job.lab.notebook}: {why}")
-    expected = expected_seconds(to_run, ledger.measured_seconds(out))
-    to_run = longest_first(to_run, expected)
-    progress = Progress(expected, log)
-    ta = answers.read_scores(out)
-    current = {key: book.job_rows(job, stored[key], ta)[0] for job in book.jobs if (key := job.key) in stored}
-
-    def collect() -> list[dict]:
-        return list(book.refused) + [r for job in book.jobs for r in current.get(job.key, [])]
-
-    def write(job: Job, result: RunResult, scores: dict, records: dict, notes: list[str]):
-        """Store the outcome and its rows; returns its feedback page, rendering (polled like a run)."""
-        stored[job.key] = {"fingerprint": prints[job.key], "rows": rows_for(job, result, scores, notes),
-                           "records": records, "values": {n: s.value for n, s in scores.items()},
-                           "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
-                           "executed": result.ran}
-        ledger.save_outcome(job, stored[job.key])
-        rows = current[job.key] = book.job_rows(job, stored[job.key], ta)[0]
-        page = book.page_task(job, rows, stored[job.key], force=True)
-        outcome.rows[:] = collect()
-        report.write_csv(outcome.rows, out / "grades.csv")
-        outcome.ran.append(job.key)
-        tot = report.totals(rows)[job.key]
-        progress.line(job.key, job.lab.notebook if book.reference else f"{job.student}/{job.lab.notebook}",
-                      f"{rows[0]['status']}, {report.pts(tot[0], tot[1])} points"
-                      + (f" (+{tot[2]:g} pending)" if tot[2] else "")
-                      + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
-        return page.start()
-
-    def then(job: Job, result: RunResult):
-        nb, records, problem = read_executed(job, result)
-        notes = [problem, untrusted.get(job.key, "")]
-        notes += ([f"flagged: the submitted file carried what only a run may produce, ignored "
-                   f"({'; '.join(job.flags[:5])}{'; ...' if len(job.flags) > 5 else ''})"]
-                  if job.flags else []) + ([warning] if warning else [])
-        scores = notebook_scores(job, result, nb, records)
-        verified = to_verify(job, scores, records)
-        hidden = [(c, HIDDEN[c.spec["check"]]) for c in job.lab.checks if c.external] if result.ran else []
-        after = _Steps(job)
-        if not (verified or hidden):
-            return after.add(write(job, result, merge(job, result, scores, {}), records, notes))
-        params = dict(job.lab.parameters)
-        try:
-            return after.add(Checking(job, setup, records, params, hidden, verified, lambda checked: after.add(
-                write(job, result, merge(job, result, scores, checked), records, notes))))
-        except OSError as e:  # the grader could not start its own checks: they are unverified, and say why
-            why = f"the grader could not start its checks: {type(e).__name__}: {e}"
-            checked = {c.name: Score(0.0, c.points, "unverified", why) for c, _ in verified + hidden}
-            return after.add(write(job, result, merge(job, result, scores, checked), records, notes))
-
+def _run_batch(book: Book, setup: Setup, executor, force: bool, log, similar: float | None = None,
+               carried: set = frozenset()) -> Outcome:
+    """Run on ``executor`` the notebooks of ``book`` that changed since the last batch in its
+    folder (``force``: all; ``carried``: those an earlier batch graded), then rebuild every report."""
+    outcome = Outcome(rows=list(book.refused), out=book.out, reference=book.reference, warning=book.warning)
+    sink = _Recorder(book, outcome, log)
+    to_run = sink.plan(force, carried, setup.sandbox.name)
     try:
-        if outcome.kept:
-            log(f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
-                f"last run (--force runs them again)")
-        if to_run:
-            log(f"running {len(to_run)} notebook(s), {f'{parallel} at a time' if run is run_all else 'on Slurm'}, "
-                f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
-                f"limits by {setup.backend}")
-        run(to_run, setup, parallel, then=then)
+        _announce(outcome, to_run, executor, setup, log)
+        with executor:
+            Batch(executor, setup, sink).run(to_run)
     finally:
-        outcome.rows[:] = book.write_reports(log)
-        _similarity(book, log, similar)
-        if outcome.reference:
-            for job in book.jobs:
-                if job.key in stored:
-                    outcome.entries.append({"lab": job.lab, "records": stored[job.key].get("records") or {},
-                                            "rows": [r for r in outcome.rows if (r["student"], r["lab"]) == job.key],
-                                            "values": stored[job.key].get("values") or {}})
-            report.write_reference_report(outcome.entries, out / "report.md", out / "report.csv", warning)
+        _publish(book, outcome, sink.stored, log, similar)
     return outcome
 
 
-class _Steps:
-    """What follows a notebook's run, one step after the other (the grader's checks, then the
-    feedback page's rendering), polled by the runner as one step: None until the last has ended.
-    ``job`` is the notebook they follow: the runner releases its account and disk after the last."""
+class _Recorder:
+    """The batch's sink (``batch.Batch``): which stored outcomes are kept, then each notebook as
+    it is scored: its outcome stored (``ledger``), grades.csv rewritten, its progress line, and
+    its feedback page to render."""
 
-    def __init__(self, job):
-        self.job, self.items = job, []
+    def __init__(self, book: Book, outcome: Outcome, log):
+        self.book, self.outcome, self.log = book, outcome, log
+        self.stored: dict[tuple, dict] = {}      # {job key: outcome}, kept or graded in this batch
+        self.prints: dict[tuple, dict | None] = {}
+        self.untrusted: dict[tuple, str] = {}    # stored outcomes whose signature did not hold (ledger.integrity)
+        self.current: dict[tuple, list] = {}     # {job key: its rows now}
+        self.ta = answers.read_scores(book.out)
+        self.progress = Progress({}, log)
 
-    def add(self, step) -> "_Steps":
-        self.items.append(step)
-        return self
+    def plan(self, force: bool, carried: set, sandbox: str) -> list[Job]:
+        """The notebooks to run, longest first; every other one keeps its stored outcome."""
+        to_run = []
+        for job in self.book.jobs:
+            self.prints[job.key] = ledger.fingerprint(job, sandbox)
+            kept = self._kept(job, force, carried)
+            if kept is not None:
+                self.stored[job.key] = kept
+                self.current[job.key] = self.book.job_rows(job, kept, self.ta)[0]
+                self.outcome.kept.append(job.key)
+                continue
+            to_run.append(job)
+            if why := ledger.integrity(job):
+                self.untrusted[job.key] = why
+                self.log(f"note: {job.student}/{job.lab.notebook}: {why}")
+        expected = expected_seconds(to_run, ledger.measured_seconds(self.book.out))
+        self.progress = Progress(expected, self.log)
+        return longest_first(to_run, expected)
 
-    def poll(self):
-        while self.items:
-            if self.items[0].poll() is None:
-                return None
-            self.items.pop(0)
-        return True
+    def _kept(self, job: Job, force: bool, carried: set) -> dict | None:
+        """``job``'s stored outcome when it need not run again, else None."""
+        kept = None if force else ledger.reusable(job, self.prints[job.key])
+        if kept is None and job.key in carried and self.prints[job.key] is None:
+            kept = ledger.load_outcome(job)   # graded by an earlier batch whose file is gone: it stays as graded
+        return kept
 
-    def kill(self) -> None:
-        for step in self.items:
-            step.kill()
+    def notes(self, job: Job) -> list[str]:
+        """The execution row's notes besides the run's: a stored outcome someone changed, what the
+        submitted file carried, the batch's warning."""
+        return [self.untrusted.get(job.key, ""), flag_note(job), self.book.warning]
+
+    def record(self, job: Job, result: RunResult, scored: Scored):
+        """Store ``job``'s outcome and rewrite grades.csv with its rows; returns its page (``render.Task``)."""
+        stored = self.stored[job.key] = {
+            "fingerprint": self.prints[job.key], "rows": scored.rows, "records": scored.records,
+            "values": scored.values, "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
+            "executed": result.ran}
+        ledger.save_outcome(job, stored)
+        rows = self.current[job.key] = self.book.job_rows(job, stored, self.ta)[0]
+        self.outcome.rows[:] = self.book.refused + [r for j in self.book.jobs for r in self.current.get(j.key, [])]
+        report.write_csv(self.outcome.rows, self.book.out / "grades.csv")
+        self.outcome.ran.append(job.key)
+        name = job.lab.notebook if self.book.reference else f"{job.student}/{job.lab.notebook}"
+        self.progress.line(job.key, name, _ending(job, rows, result))
+        return self.book.page_task(job, rows, stored, force=True)
+
+
+def _ending(job: Job, rows: list[dict], result: RunResult) -> str:
+    """How a notebook ended, for its progress line: status, points, seconds, reason."""
+    got, most, pending = report.totals(rows)[job.key][:3]
+    return (f"{rows[0]['status']}, {report.pts(got, most)} points" + (f" (+{pending:g} pending)" if pending else "")
+            + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
+
+
+def _announce(outcome: Outcome, to_run: list[Job], executor, setup: Setup, log) -> None:
+    if outcome.kept:
+        log(f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
+            f"last run (--force runs them again)")
+    if to_run:
+        log(f"running {len(to_run)} notebook(s), {executor.describe()}, "
+            f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
+            f"limits by {setup.backend}")
+
+
+def _publish(book: Book, outcome: Outcome, stored: dict, log, similar: float | None) -> None:
+    """Every report rebuilt from the stored runs (``publish``); the reference run's report.md too."""
+    outcome.rows[:] = book.write_reports(log)
+    _similarity(book, log, similar)
+    if not outcome.reference:
+        return
+    for job in book.jobs:
+        if job.key in stored:
+            outcome.entries.append({"lab": job.lab, "records": stored[job.key].get("records") or {},
+                                    "rows": [r for r in outcome.rows if (r["student"], r["lab"]) == job.key],
+                                    "values": stored[job.key].get("values") or {}})
+    report.write_reference_report(outcome.entries, book.out / "report.md", book.out / "report.csv", book.warning)
 
 
 def _similarity(book: Book, log, threshold: float | None = None) -> None:

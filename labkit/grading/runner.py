@@ -28,10 +28,12 @@ whole group, then removes it. The runner also
   in the next round (what the sandbox's PID namespace does anyway, for ``--no-sandbox`` runs);
 - gives papermill a kernel manager that starts the kernel through the sandbox's command line.
 
-The grader's side (``run_all``) prepares and starts runners one by one (a work folder exists
-only once its notebook starts), enforces the whole-notebook timeout, and turns every ending
-into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``, ``disk``, ``dead-kernel``,
-``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed run never stops the batch.
+The grader's side: ``prepare`` gives a notebook its work folder and cleaned copy just before it
+starts (the batch calls it, ``batch.Batch``); ``LocalExecutor`` (the ``local`` executor,
+``executor``) starts runners, enforces the whole-notebook timeout and the memory and disk caps,
+and turns every ending into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``,
+``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed
+run never stops the batch; ``release`` gives a run's uid and disk back once its page is written.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ from pathlib import Path
 import psutil
 
 from labkit.grading import disks, limits, logcap
+from labkit.grading.executor import Executor, Ready
 from labkit.grading.report import NEVER_RAN
 from labkit.grading.sandbox import Account, View, lease_account
 from labkit.proc import OwnedProcess, own_descendants, tail, tree_rss
@@ -357,59 +360,49 @@ class _Running:
         self.group.close()
 
 
-def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, poll: float = 0.25) -> dict:
-    """Run ``jobs``, ``parallel`` at a time; each is ``prepare``d just before it starts (so no
-    notebook sees another's folder, even unsandboxed). ``then(job, result)`` is called as each
-    ends; it may return a further step for that job (the grader's checks: an object whose
-    ``poll()`` is None until it is done, and ``kill()``), which keeps the job's slot and is
-    polled in the same loop, so every other notebook's limits are still enforced meanwhile.
+class LocalExecutor(Executor):
+    """Each notebook under a runner process here (``_Running``), ``parallel`` at a time; its
+    timeout, memory and disk are enforced as it is polled. The runs' disks come from one
+    holder (``Setup.disks``), made at the first start and closed with the executor."""
+    name = "local"
 
-    A job's account and disk are released (``release``) once its last step is done.
+    def __init__(self, setup: Setup, parallel: int = 1, log=print):
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, not {parallel}")
+        self.setup, self.slots, self.holder = setup, parallel, None
 
-    Returns {job.key: RunResult}. Interrupting (Ctrl-C) kills every running notebook's group.
-    """
-    if parallel < 1:
-        raise ValueError(f"parallel must be at least 1, not {parallel}")
-    pending, running, results = list(jobs), [], {}
-    holder = setup.disks()
+    def describe(self) -> str:
+        return f"{self.slots} at a time"
 
-    def ended(job, result):
-        results[job.key] = result
-        step = then(job, result) if then else None
-        if step is None:
-            release(job)
-        else:
-            running.append(step)
+    def start(self, jobs: list[Job]) -> list:
+        if self.holder is None:
+            self.holder = self.setup.disks()
+        handles = []
+        try:
+            for job in jobs:
+                handles.append(self._start(job))
+        except BaseException:   # Ctrl-C halfway: the batch never gets these handles, so end them here
+            self.kill(handles)
+            raise
+        return handles
 
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                job = pending.pop(0)
-                early = prepare(job)
-                if early is None:
-                    try:
-                        running.append(_Running(job, setup, holder))
-                    except OSError as e:  # no cgroup or uid left, a full disk: this notebook's row, not the batch
-                        early = RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}")
-                if early is not None:
-                    ended(job, early)
-            if running:
-                time.sleep(poll)
-            for item in list(running):
-                out = item.poll()
-                if out is None:
-                    continue
-                running.remove(item)
-                if isinstance(item, _Running):
-                    ended(item.job, out)
-                else:  # a job's last step (the grader's checks) is done
-                    release(item.job)
-    finally:
-        for item in running:
-            item.kill()
-            release(item.job)
-        holder.close()
-    return results
+    def _start(self, job: Job):
+        try:
+            return _Running(job, self.setup, self.holder)
+        except OSError as e:  # no cgroup or uid left, a full disk: this notebook's row, not the batch
+            return Ready(RunResult("crashed", f"the grader could not start the run: {type(e).__name__}: {e}"))
+
+    def poll(self, handle) -> RunResult | None:
+        return handle.poll()
+
+    def kill(self, handles: list) -> None:
+        for handle in handles:
+            handle.kill()
+
+    def close(self) -> None:
+        if self.holder is not None:
+            self.holder.close()
+            self.holder = None
 
 
 # ---------------------------------------------------------------------------------------------

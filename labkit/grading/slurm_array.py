@@ -1,29 +1,31 @@
 """Run a grading batch's notebooks as Slurm job arrays: one array task per notebook, on the
 cluster's nodes, with the rubric's memory and time as the job's limits.
 
-``run_all`` has ``runner.run_all``'s contract (``then(job, result)`` as each notebook ends,
-``{job.key: RunResult}`` at the end), so the grader scores, checks and reports exactly as for
-a local run; only where a notebook executes changes:
+``SlurmExecutor`` is the ``slurm`` executor (``executor``): the batch (``batch.Batch``)
+prepares, checks, scores and reports exactly as for a local run; only where a notebook
+executes changes:
 
-1. here: each notebook is ``prepare``d (its work folder and cleaned copy, and the rows for
-   files that will not run); the batch is written to ``<out>/.grader/slurm/``; one
-   ``sbatch --array`` per set of limits (a lab, usually), with ``--mem`` = the lab's
-   ``memory_mb`` plus ``MEMORY_MARGIN_MB`` for the job's own process, and ``--time`` = its
-   ``notebook_timeout`` and ``start_timeout`` plus ``TIME_MARGIN_S``, rounded up to minutes;
+1. here: the batch ``prepare``s every notebook (its work folder and cleaned copy, and the rows
+   for files that will not run) and starts them all at once; the executor writes them to
+   ``<out>/.grader/slurm/`` and submits one ``sbatch --array`` per set of limits (a lab,
+   usually), with ``--mem`` = the lab's ``memory_mb`` plus ``MEMORY_MARGIN_MB`` for the job's
+   own process, and ``--time`` = its ``notebook_timeout`` and ``start_timeout`` plus
+   ``TIME_MARGIN_S``, rounded up to minutes;
 2. on a node, the array task (``python -m labkit.grading.slurm_array BATCH INDEX``) runs its
-   notebook with ``runner.run_all`` as a local batch of one: the same sandbox (a node without
-   it runs nothing and says so), the same cgroup limits, the same timeouts; it writes the
-   ``RunResult`` to the job's private folder and exits. The kernel sees nothing of Slurm's
+   notebook as a local batch of one (``runner.LocalExecutor``): the same sandbox (a node
+   without it runs nothing and says so), the same cgroup limits, the same timeouts; it writes
+   the ``RunResult`` to the job's private folder and exits. The kernel sees nothing of Slurm's
    environment (so its clusters run in the sandbox, as locally);
-3. here again, ``squeue`` and the result files say which notebooks have ended; a result is
-   passed to ``then`` as it arrives (the grader's checks run here, in their own sandboxes,
-   while other notebooks still run), and an array task that left no result (cancelled, over
-   its time or memory, a failed node) becomes that notebook's row, with Slurm's reason from
-   ``scontrol show job``. The batch goes on.
+3. here again, ``squeue`` (once a poll ``interval`` for all tasks) and the result files say which
+   notebooks have ended; a result goes to the batch as it arrives (the grader's checks run here,
+   in their own sandboxes, while other notebooks still run), and an array task that left no
+   result (cancelled, over its time or memory, a failed node) becomes that notebook's row, with
+   Slurm's reason from ``scontrol show job``. The batch goes on.
 
 Everything in ``<out>`` and the interpreter must be on a filesystem the nodes share with this
-machine. Interrupting the grader (Ctrl-C, SIGTERM) cancels the arrays. Stopping an array task
-(``scancel``, its time limit) makes its node process stop the notebook's whole group.
+machine. Interrupting the grader (Ctrl-C, SIGTERM) cancels the array tasks still in flight.
+Stopping an array task (``scancel``, its time limit) makes its node process stop the notebook's
+whole group.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from labkit import slurm
-from labkit.grading.runner import Job, RunResult, Setup, prepare, release
-from labkit.grading.runner import run_all as run_here
+from labkit.grading.batch import Batch
+from labkit.grading.executor import Executor, ExecutorError
+from labkit.grading.runner import Job, LocalExecutor, RunResult, Setup
 from labkit.proc import tail
 
 MEMORY_MARGIN_MB = 256     # the array task's own process, over the notebook group's cap
@@ -68,77 +71,109 @@ def check(partition: str) -> None:
         raise slurm.SlurmError(f"Slurm partition {partition!r} is {out.split()[0]}; pick one that is up (`sinfo`)")
 
 
-def run_all(jobs: list[Job], setup: Setup, parallel: int = 1, then=None, *, partition: str, rubric,
-            folder, sbatch_args=(), poll: float = 0.5, log=print) -> dict:
-    """Run ``jobs`` on Slurm (see the module docstring). How many run at once is Slurm's to
-    decide (``parallel`` is not used); ``sbatch_args`` go to every ``sbatch`` (such as
-    ``--cpus-per-task=2`` or ``--exclude=node7``)."""
-    folder = Path(folder).absolute()
-    folder.mkdir(parents=True, exist_ok=True)
-    results, steps, waiting = {}, [], {}   # waiting: array task id -> job
+class _Task:
+    """One notebook's array task, as the grader follows it."""
 
-    def ended(job: Job, result: RunResult) -> None:
-        results[job.key] = result
-        step = then(job, result) if then else None
-        if step is None:
-            release(job)
-        else:
-            steps.append(step)
+    def __init__(self, task: str, job: Job, output: Path):
+        self.id, self.job, self.output = task, job, output
+        self.started = False          # seen past PENDING
+        self.lost: float | None = None   # when squeue first stopped listing it without a result
 
-    batches: dict[tuple, list[Job]] = {}
-    for job in jobs:
-        early = prepare(job)
-        if early is not None:
-            ended(job, early)
-        else:
-            batches.setdefault(limits(job.lab), []).append(job)
-    arrays, outputs = [], {}   # outputs: array task id -> its output file
-    try:
-        for n, ((memory, minutes), group) in enumerate(batches.items()):
-            base = folder / f"batch-{n}"
-            array = _submit(group, setup, partition, rubric, base, memory, minutes, sbatch_args)
-            arrays.append(array)
-            waiting.update({f"{array}_{i}": job for i, job in enumerate(group)})
-            outputs.update({f"{array}_{i}": Path(f"{base}-{i}.out") for i in range(len(group))})
-            log(f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, --mem={memory}M "
-                f"--time={minutes} in partition {partition}")
-        lost: dict[str, float] = {}
-        started: set[str] = set()  # array tasks seen past PENDING
-        while waiting or steps:
-            if waiting:
-                try:
-                    listed = {}
-                    for array in {task.partition("_")[0] for task in waiting}:
-                        listed.update(slurm.jobs(array))
-                except slurm.SlurmError as e:  # squeue failed this time: nothing is known to be gone
-                    log(f"note: {e}; trying again")
-                    time.sleep(5 * poll)
-                    continue
-                for task, job in list(waiting.items()):
-                    result = _result(job)
-                    state = _state(task, listed)
-                    if state not in (None, "PENDING"):
-                        started.add(task)
-                    if result is None and state is None:
-                        lost.setdefault(task, time.monotonic())
-                        if time.monotonic() - lost[task] < LOST_AFTER_S:
-                            continue
-                        result = _why_gone(task, outputs[task], limits(job.lab)[1], task in started)
-                    if result is not None:
-                        del waiting[task]
-                        ended(job, result)
-            for step in list(steps):
-                if step.poll() is not None:
-                    steps.remove(step)
-                    release(step.job)
-            time.sleep(poll)
-    finally:
-        if waiting and arrays:
-            slurm.cancel(arrays)
-        for step in steps:
-            step.kill()
-            release(step.job)
-    return results
+
+class SlurmExecutor(Executor):
+    """The ``slurm`` executor: each notebook an array task on ``partition`` (see the module
+    docstring). How many run at once is Slurm's to decide (``slots`` None: the batch starts
+    them all); ``sbatch_args`` go to every ``sbatch`` (such as ``--cpus-per-task=2`` or
+    ``--exclude=node7``); the batch files go to ``folder``."""
+    name = "slurm"
+    slots = None
+    interval = 0.5
+
+    def __init__(self, setup: Setup, partition: str, rubric, folder, sbatch_args=(), log=print):
+        try:
+            check(partition)
+        except slurm.SlurmError as e:
+            raise ExecutorError(f"cannot grade on Slurm: {e}") from None
+        self.setup, self.partition, self.rubric, self.log = setup, partition, rubric, log
+        self.folder, self.sbatch_args = Path(folder).absolute(), list(sbatch_args)
+        self.arrays = 0
+        self.live: dict[str, _Task] = {}   # task id -> task whose end is not known yet
+        self.listed: dict[str, str] = {}
+        self.listed_at = self.retry_at = -math.inf
+
+    def describe(self) -> str:
+        return "on Slurm"
+
+    def start(self, jobs: list[Job]) -> list:
+        """One ``sbatch --array`` per set of limits (``limits``); the tasks in ``jobs``' order."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        groups: dict[tuple, list[Job]] = {}
+        for job in jobs:
+            groups.setdefault(limits(job.lab), []).append(job)
+        tasks, submitted = {}, []
+        try:
+            for (memory, minutes), group in groups.items():
+                base = self.folder / f"batch-{self.arrays}"
+                self.arrays += 1
+                array = _submit(group, self.setup, self.partition, self.rubric, base, memory, minutes,
+                                self.sbatch_args)
+                submitted.append(array)
+                tasks.update({id(job): _Task(f"{array}_{i}", job, Path(f"{base}-{i}.out"))
+                              for i, job in enumerate(group)})
+                self.log(f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, "
+                         f"--mem={memory}M --time={minutes} in partition {self.partition}")
+        except BaseException:   # the batch never hears of these: cancel them here
+            slurm.cancel(submitted)
+            raise
+        self.live.update({t.id: t for t in tasks.values()})
+        return [tasks[id(job)] for job in jobs]
+
+    def poll(self, task: _Task) -> RunResult | None:
+        """Its result file once written; a task gone from Slurm without one, Slurm's reason."""
+        listed = self._listing()
+        if listed is None:   # squeue failed this time: nothing is known to be gone
+            return None
+        result = _result(task.job)
+        state = _state(task.id, listed)
+        if state not in (None, "PENDING"):
+            task.started = True
+        if result is None and state is None:
+            task.lost = task.lost or time.monotonic()
+            if time.monotonic() - task.lost < LOST_AFTER_S:
+                return None
+            result = _why_gone(task.id, task.output, limits(task.job.lab)[1], task.started)
+        if result is not None:
+            self.live.pop(task.id, None)
+        return result
+
+    def _listing(self) -> dict[str, str] | None:
+        """squeue's listing of the arrays with tasks in flight, at most once an ``interval``;
+        None while squeue fails (said once, tried again after 5 intervals)."""
+        now = time.monotonic()
+        if now < self.retry_at:
+            return None
+        if now - self.listed_at >= self.interval:
+            try:
+                listed = {}
+                for array in {task.partition("_")[0] for task in self.live}:
+                    listed.update(slurm.jobs(array))
+            except slurm.SlurmError as e:
+                self.log(f"note: {e}; trying again")
+                self.retry_at = now + 5 * self.interval
+                return None
+            self.listed, self.listed_at = listed, now
+        return self.listed
+
+    def kill(self, tasks: list) -> None:
+        """``scancel`` these array tasks, in one call (a task's node stops its notebook's group)."""
+        for task in tasks:
+            self.live.pop(task.id, None)
+        slurm.cancel([task.id for task in tasks])
+
+    def close(self) -> None:
+        if self.live:   # tasks nobody waited for to the end
+            slurm.cancel(list(self.live))
+            self.live = {}
 
 
 def _submit(group: list[Job], setup: Setup, partition: str, rubric, base: Path, memory: int, minutes: int,
@@ -244,7 +279,8 @@ def run_task(batch: dict, index: int) -> RunResult:
         if sandbox.confined:
             kit.chmod(0o755)   # the run's user reads it
             setup.student_kit = student_package(kit)
-        return run_here([job], setup, 1)[job.key]
+        with LocalExecutor(setup, 1) as here:
+            return Batch(here, setup).run([job])[job.key]
     finally:
         shutil.rmtree(kit, ignore_errors=True)
 

@@ -22,7 +22,7 @@ Output in ``out``:
     <notebook>.ipynb|.html|.log       the same for the reference run
     .work/<student>/<notebook stem>/  where each notebook ran (artifacts, runs/): the only folder
                                       its sandbox could write, on the run's own disk, removed once
-                                      the grader's checks have read it
+                                      its checks have read it and its page is written
     .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it),
                                       with its outcome (``ledger``); .grader/batch.json, the batch
 
@@ -55,7 +55,7 @@ from labkit.grading.batch import Batch
 from labkit.grading.publish import Book, PublishError
 from labkit.grading.rubric import Lab, load_rubric
 from labkit.grading.runner import Job, RunResult, Setup
-from labkit.grading.scoring import Scored, flag_note
+from labkit.grading.scoring import Scored, flag_note, row
 
 REFERENCE = "reference"
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
@@ -168,10 +168,8 @@ def present_labs(labs: list[Lab], submissions: Path, notebooks: Path) -> list[La
 
 
 def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
-    rows = [{"student": student, "lab": lab.key, "check": report.EXECUTION, "points": 0.0, "max": 0.0,
-             "status": "refused", "reason": why, "seconds": ""}]
-    return rows + [{"student": student, "lab": lab.key, "check": c.name, "points": 0.0, "max": c.points,
-                    "status": "not-run", "reason": f"the notebook did not run: {why}", "seconds": ""}
+    rows = [row(student, lab.key, report.EXECUTION, 0.0, 0.0, "refused", why)]
+    return rows + [row(student, lab.key, c.name, 0.0, c.points, "not-run", f"the notebook did not run: {why}")
                    for c in lab.checks]
 
 

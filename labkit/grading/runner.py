@@ -11,8 +11,9 @@ where the kernel cannot reach it, and only what code cells produced in this run 
 
 Each run has a disk (``labkit.grading.disks``): a tmpfs of ``disk_mb`` owned by its user, in
 a mount namespace the grader holds, that holds its work folder, its sockets and its checks'
-output, and is unmounted once the grader's checks have read it (``release``). Its processes
-may write no file larger than that (``RLIMIT_FSIZE``) and no core dump. The runner's own
+output, and is unmounted once the grader's checks have read it and its page is written
+(``release``). Its processes may write no file larger than that (``RLIMIT_FSIZE``) and no
+core dump. The runner's own
 stdout and stderr, which the kernel inherits, go through a pipe into a capped log
 (``labkit.grading.logcap``: the head and the tail, with a note of the cut), never straight into
 a host file.

@@ -154,14 +154,15 @@ def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[s
 
 def rows_for(job: Job, result: RunResult, scores: dict[str, Score], notes: list[str]) -> list[dict]:
     reason = "; ".join([r for r in [result.reason, *notes] if r])
-    rows = [row(job, report.EXECUTION, 0.0, 0.0, result.status, reason, result.seconds)]
-    rows += [row(job, c.name, scores[c.name].points, scores[c.name].max, scores[c.name].status,
+    rows = [row(job.student, job.lab.key, report.EXECUTION, 0.0, 0.0, result.status, reason, result.seconds)]
+    rows += [row(job.student, job.lab.key, c.name, scores[c.name].points, scores[c.name].max, scores[c.name].status,
                  scores[c.name].reason) for c in job.lab.checks]
     return rows
 
 
-def row(job: Job, check: str, points, most, status: str, reason: str, seconds="") -> dict:
-    return {"student": job.student, "lab": job.lab.key, "check": check, "points": points, "max": most,
+def row(student: str, lab: str, check: str, points, most, status: str, reason: str, seconds="") -> dict:
+    """One line of the grade book: a check's points for one student's lab (``execution``: the run)."""
+    return {"student": student, "lab": lab, "check": check, "points": points, "max": most,
             "status": status, "reason": reason, "seconds": seconds}
 
 

@@ -213,3 +213,11 @@ def writable(tops=('/proc', '/sys')):
                 found.append(path)
     return found
 """
+
+
+def data_mirror() -> str:
+    """``LABKIT_DATA_MIRROR``, where emulated nodes fetch the datasets; the test skips without it."""
+    mirror = os.environ.get("LABKIT_DATA_MIRROR")
+    if not mirror:
+        pytest.skip("LABKIT_DATA_MIRROR is not set: the nodes fetch the data from it (see README, Data)")
+    return mirror

@@ -11,7 +11,6 @@ from the course mirror ``LABKIT_DATA_MIRROR`` (the nodes reach no internet here)
 Afterwards nothing is left: no process in any node, no namespace, no mount, no account, no file.
 """
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -23,7 +22,7 @@ import psutil
 import pytest
 
 from _cloudlab import checkout, cloudlab
-from helpers import wait_until, wait_while
+from helpers import data_mirror, wait_until, wait_while
 
 pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -34,17 +33,10 @@ INSTALL = f"--install 'ln -sfn {VENV} .venv'"  # the test's `make setup` (module
 TINY = "--steps 100000 --train-limit 1000 --test-limit 200 --sample-interval 0.25"
 
 
-def _mirror() -> str:
-    mirror = os.environ.get("LABKIT_DATA_MIRROR")
-    if not mirror:
-        pytest.skip("LABKIT_DATA_MIRROR is not set: the nodes fetch the data from it (see README, Data)")
-    return mirror
-
-
 @pytest.fixture(scope="module")
 def lab():
     """4 nodes; node0's account has the kit's checkout in ~/labkit, with its .venv and data."""
-    mirror = _mirror()
+    mirror = data_mirror()
     t0 = time.monotonic()
     with cloudlab(4, "1gbit") as lab:
         up = time.monotonic() - t0

@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from _sshd import sshd
-from helpers import alive, wait_until, wait_while
+from helpers import alive, data_mirror, wait_until, wait_while
 from labkit import cluster
 from labkit.cluster import ClusterSpec
 from labkit.launch import Cluster, ClusterResult, TaskFailed
@@ -55,13 +55,6 @@ if [ "$ns" = "-" ]; then exec "${run[@]}"; else exec ip netns exec "$ns" "${run[
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "--steps 150 --train-limit 1000 --test-limit 200 --sample-interval 0.25"
-
-
-def _mirror() -> str:
-    mirror = os.environ.get("LABKIT_DATA_MIRROR")
-    if not mirror:
-        pytest.skip("LABKIT_DATA_MIRROR is not set: the nodes fetch MNIST from it (see README, Data)")
-    return mirror
 
 
 def _fake_ssh(tmp_path: Path, nodes: dict[str, tuple[str, Path]]) -> str:
@@ -108,7 +101,7 @@ def alive_tree(pid: int) -> list[psutil.Process]:
 
 def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     """Setup works; then each failure of docs/cluster.md's table gives its message and fix."""
-    mirror = _mirror()
+    mirror = data_mirror()
     ports = cluster.free_ports(4)
     while not cluster.port_is_free(ports[0] + 1) or ports[0] + 1 in ports:
         ports = cluster.free_ports(4)
@@ -192,7 +185,7 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
     c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd",
                 launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
-                env={"LABKIT_DATA_MIRROR": _mirror()}, steps=10_000_000,
+                env={"LABKIT_DATA_MIRROR": data_mirror()}, steps=10_000_000,
                 train_limit=1000, test_limit=200, sample_interval=0.25)
     assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
     with c:
@@ -232,7 +225,7 @@ def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_pa
     each remote task's wrapper sees the session end and stops the task, which writes its result."""
     ssh, remote_dir, daemon = real_ssh
     spec = _two_node_spec()
-    args = json.dumps([spec.as_dict(), ssh, str(remote_dir), _mirror()])
+    args = json.dumps([spec.as_dict(), ssh, str(remote_dir), data_mirror()])
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, args], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "LABKIT_RUNS": str(tmp_path / "runs")})
     try:
@@ -312,7 +305,7 @@ def _traffic(task_result: dict, nic: str) -> float:
 def test_cluster_over_network_namespaces_shows_each_nodes_own_traffic(tmp_path, netns):
     """The guide's commands: set up node1 and node2, run ps_sgd on them from node0 (the
     driver, where the notebook would run) with LABKIT_SSH set, write per-node CSVs."""
-    mirror = _mirror()
+    mirror = data_mirror()
     ssh = _fake_ssh(tmp_path, {addr: (ns, tmp_path / name) for name, (ns, addr) in netns.items()})
     hosts = tmp_path / "hosts.txt"  # as in CloudLab's /etc/hosts: ADDRESS NAME ALIASES
     hosts.write_text("".join(f"{netns[n][1]}\t{n}-link-0 {n}\n" for n in ("node1", "node2")))

@@ -13,7 +13,7 @@ from labkit.grading import release, report
 from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
 from labkit.grading.runner import check_readable, source_index
 from labkit.grading import verify
-from labkit.record import MIME
+from labkit.record import MIME, cell_tags
 
 RUBRIC = """
 [defaults]
@@ -246,9 +246,17 @@ def test_rubric_file_errors(tmp_path):
 def test_the_repo_rubric_is_valid():
     from pathlib import Path
 
+    import ast
+
     rub = load_rubric(Path(__file__).parents[1] / "notebooks" / "rubric.toml")
     for lab in rub.labs.values():
-        assert lab.checks and (Path(__file__).parents[1] / "notebooks" / lab.notebook).exists(), lab.notebook
+        path = Path(__file__).parents[1] / "notebooks" / lab.notebook
+        assert lab.checks and path.exists(), lab.notebook
+        # papermill injects any name; one the parameters cell never sets changes nothing it claims to pin
+        cell = next(c for c in nbformat.read(str(path), as_version=4).cells if "parameters" in cell_tags(c))
+        names = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign) for t in node.targets
+                 if isinstance(t, ast.Name)}
+        assert set(lab.parameters) <= names, (lab.key, sorted(set(lab.parameters) - names))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,10 +31,18 @@ def runs_root() -> Path:
     return Path(root).absolute() if root else Path.cwd() / "runs"
 
 
+_ISSUED: set[str] = set()   # this process's names: a suffix drawn twice is drawn again
+
+
 def run_name(prefix: str) -> str:
-    """``<prefix>-<YYYYmmdd-HHMMSS>-<4 hex digits>``: a run, or a sweep's folder, made now. The time
-    sorts runs and says when; the random suffix keeps two made in the same second apart."""
-    return f"{prefix}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    """``<prefix>-<YYYYmmdd-HHMMSS>-<6 hex digits>``: a run, or a sweep's folder, made now. The time
+    sorts runs and says when; the random suffix keeps two made in the same second apart: never
+    within this process, and between processes (two notebooks) all but surely (24 bits)."""
+    while True:
+        name = f"{prefix}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+        if name not in _ISSUED:
+            _ISSUED.add(name)
+            return name
 
 
 def run_dir(lab: str, run: str | None = None, prefix: str = "run") -> Path:

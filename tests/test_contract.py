@@ -4,6 +4,7 @@ one bytes meter, and launcher options each launcher reads."""
 import json
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,14 @@ def test_one_chief_rule():
     assert protocol.is_chief("worker", 0, ("worker",)) and not protocol.is_chief("worker", 0, ("chief", "worker"))
 
 
-def test_run_names_made_in_the_same_second_differ():
+def test_run_names_made_in_the_same_second_differ(monkeypatch):
     names = {paths.run_name("sweep") for _ in range(50)}
     assert len(names) == 50 and all(n.startswith("sweep-") for n in names)
     assert paths.run_dir("lab4", prefix="fault").name.startswith("fault-")
+    drawn = iter(["abcdef", "abcdef", "012345"])   # the same suffix twice in one second
+    monkeypatch.setattr(paths.secrets, "token_hex", lambda n: next(drawn))
+    monkeypatch.setattr(paths, "datetime", type("Frozen", (), {"now": staticmethod(lambda: datetime(2026, 1, 1))}))
+    assert [paths.run_name("again") for _ in range(2)] == ["again-20260101-000000-abcdef", "again-20260101-000000-012345"]
 
 
 def test_the_meter_leaves_out_what_it_is_told_to(monkeypatch):

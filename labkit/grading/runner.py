@@ -13,10 +13,9 @@ Each run has a disk (``labkit.grading.disks``): a tmpfs of ``disk_mb`` owned by 
 a mount namespace the grader holds, that holds its work folder, its sockets and its checks'
 output, and is unmounted once the grader's checks have read it and its page is written
 (``release``). Its processes may write no file larger than that (``RLIMIT_FSIZE``) and no
-core dump. The runner's own
-stdout and stderr, which the kernel inherits, go through a pipe into a capped log
-(``labkit.grading.logcap``: the head and the tail, with a note of the cut), never straight into
-a host file.
+core dump. The runner's own stdout and stderr, which the kernel inherits, go through a pipe
+into a capped log (``labkit.grading.logcap``: the head and the tail, with a note of the cut),
+never straight into a host file.
 
 Limits (``labkit.grading.limits``): the grader puts each runner, and so its kernel and any
 cluster the notebook starts, in a cgroup of its own with a memory limit and a task cap; the

@@ -89,15 +89,17 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
 
 
 def check_ps_failure(rec) -> None:
-    """ClusterCoordinator (TensorFlow's own): the lost worker's closures run on the other two (every
-    step still has three slices, none on the dead worker) and training goes on; the lost ps ends the
+    """ClusterCoordinator (TensorFlow's own): the lost worker's closures run on the survivors (every
+    step still has three slices, none on the dead worker; which survivor takes a closure is the
+    queue's race, so under load one may take them all) and training goes on; the lost ps ends the
     chief with UnavailableError, within seconds, after at most the step in flight."""
     out = rec["ps_failure"]
     worker, ps = out["summary"]
     assert worker["task"] == "worker:1" and ps["task"] == "ps:0" and out["workers"] == 3
     assert worker["error_names_task"] and "UnavailableError" in worker["error"], worker
     assert worker["error_s"] < 10, worker
-    assert worker["steps_after"] >= 10 and worker["slices_on_after"] == [0, 2], worker
+    assert worker["steps_after"] >= 10 and worker["slices_on_after"] and 1 not in worker["slices_on_after"], worker
+    assert set(worker["slices_on_after"]) <= {0, 2}, worker
     assert worker["slices_per_step_after"] == [3] and worker["run_failed"] is None, worker
     assert out["failure"]["task"] == "chief:0" and out["failure"]["error"] == "UnavailableError", out["failure"]
     assert ps["run_failed_s"] is not None and 0 <= ps["run_failed_s"] < 30, ps

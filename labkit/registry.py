@@ -57,6 +57,13 @@ class Registry(MutableMapping):
         """A decorator: ``@REGISTRY.register("name")`` registers the function or class it decorates."""
         return lambda entry: self.add(name, entry)
 
+    def add_subclass(self, cls: type, base: type) -> type:
+        """Register ``cls``, a ``base`` subclass, by its ``name`` attribute (what a registry of
+        classes, such as the launchers' or the grading executors', offers as its ``register``)."""
+        if not (isinstance(cls, type) and issubclass(cls, base)) or not getattr(cls, "name", ""):
+            raise ValueError(f"register takes a {base.__module__}.{base.__qualname__} subclass with a name, got {cls!r}")
+        return self.add(cls.name, cls)
+
     def reference(self, name: str) -> str:
         """Where a built-in entry lives, ``"module:attribute"`` (its module, unimported: what a
         benchmark's process runs with ``-m``); a ValueError for an entry registered by object."""

@@ -76,9 +76,7 @@ class Executor:
 
 def register(cls: type) -> type:
     """Make an ``Executor`` subclass available by its ``name`` (a class decorator)."""
-    if not (isinstance(cls, type) and issubclass(cls, Executor)) or not cls.name:
-        raise ValueError(f"register takes a labkit.grading.executor.Executor subclass with a name, got {cls!r}")
-    return EXECUTORS.add(cls.name, cls)
+    return EXECUTORS.add_subclass(cls, Executor)
 
 
 def names() -> list[str]:

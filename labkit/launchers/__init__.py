@@ -80,9 +80,7 @@ LAUNCHERS = Registry("launcher", builtin={
 
 def register(cls: type) -> type:
     """Make a ``Launcher`` subclass available by its ``name`` (a class decorator)."""
-    if not (isinstance(cls, type) and issubclass(cls, Launcher)) or not cls.name:
-        raise ValueError(f"register takes a labkit.launchers.base.Launcher subclass with a name, got {cls!r}")
-    return LAUNCHERS.add(cls.name, cls)
+    return LAUNCHERS.add_subclass(cls, Launcher)
 
 
 def names() -> list[str]:

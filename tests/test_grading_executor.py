@@ -38,8 +38,9 @@ class FakeExecutor(executor.Executor):
     name = "fake"
     interval = 0.0
 
-    def __init__(self, slots, plan: dict, events: list, interrupt_at: int | None = None):
+    def __init__(self, slots, plan: dict, events: list, interrupt_at: int | None = None, memory_mb=None):
         self.slots, self.plan, self.events, self.interrupt_at, self.polls = slots, plan, events, interrupt_at, 0
+        self.memory_mb = memory_mb
 
     def start(self, jobs):
         self.events += [("start", j.student) for j in jobs]
@@ -68,6 +69,8 @@ class FakeExecutor(executor.Executor):
 
 class Step:
     """A check or a page that takes ``polls`` polls."""
+
+    memory_mb = 100.0   # a page's limit
 
     def __init__(self, what: str, student: str, polls: int, events: list, value=True):
         self.what, self.student, self.left, self.events, self.value = what, student, polls, events, value
@@ -127,14 +130,13 @@ def jobs(tmp_path, monkeypatch):
     return out, events
 
 
-def _in_flight(events: list) -> int:
-    """The most notebooks in flight at once: from start (or scoring, for one that never started)
-    to the end of its page."""
+def _most_at_once(events: list, begin=("start",), end=("ended", "stopped")) -> int:
+    """The most notebooks between a ``begin`` and an ``end`` event at once (default: running)."""
     flying, most = set(), 0
     for what, *who in events:
-        if what in ("start", "scored"):
+        if what in begin:
             flying.add(who[0])
-        if what in ("page done", "page killed"):
+        if what in end:
             flying.discard(who[0])
         most = max(most, len(flying))
     return most
@@ -147,7 +149,7 @@ def test_the_batch_prepares_runs_scores_and_renders_each_notebook_within_its_slo
     with FakeExecutor(2, plan, events) as fake:
         results = batch.Batch(fake, setup=None, sink=sink).run(jobs)
     assert [who[0] for what, *who in events if what == "start"] == ["ann", "bob", "cat", "dan"]
-    assert _in_flight(events) == 2
+    assert _most_at_once(events) == 2
     # eve's notebook is missing: she never starts, yet has her rows and page; nothing is killed
     assert results[("eve", "a")].status == "not-submitted" and "eve" in sink.scored
     assert not any(what in ("kill", "page killed") for what, *_ in events) and events[-1] == ("close",)
@@ -157,9 +159,8 @@ def test_the_batch_prepares_runs_scores_and_renders_each_notebook_within_its_slo
     rows = {s: {r["check"]: r for r in got.rows} for s, got in sink.scored.items()}
     assert rows["ann"]["done"]["status"] == "pass" and rows["ann"]["execution"]["reason"] == "a note"
     assert rows["bob"]["execution"]["status"] == "error" and rows["eve"]["done"]["status"] == "not-run"
-    # bob's page holds his slot: dan starts only once a page is done
-    assert events.index(("start", "dan")) > min(events.index(("page done", s)) for s in ("ann", "bob", "cat")
-                                                 if ("page done", s) in events)
+    # bob's page (4 polls) does not hold his slot: cat starts as bob's run ends, before his page is done
+    assert events.index(("ended", "bob")) < events.index(("start", "cat")) < events.index(("page done", "bob"))
 
 
 def test_without_a_sink_a_flight_ends_with_its_run(jobs):
@@ -183,16 +184,26 @@ def test_a_runs_limit_is_enforced_while_another_page_renders(jobs):
     assert events.index(("scored", "bob")) < events.index(("page done", "ann"))
 
 
-def test_the_checks_hold_the_slot_and_the_uid_goes_back_once_the_page_is_written(jobs, monkeypatch):
+@pytest.mark.parametrize("room", [True, False])
+def test_the_next_run_starts_during_the_checks_when_memory_allows(jobs, monkeypatch, room):
+    """One slot: bob's run starts as ann's ends, while ann's checks and page go on, when the
+    memory limits of both fit in the executor's memory; else only once ann's page is written.
+    Either way ann's uid and disk go back once her page is written."""
     jobs, events = jobs
+    lab = jobs[0].lab
     checks = {"ann": 4, "bob": 1}
     monkeypatch.setattr(batch.Batch, "checking",
                         lambda self, job, evidence: Step("checks", job.student, checks[job.student], events, {}))
-    with FakeExecutor(1, {"ann": (1,), "bob": (1,)}, events) as fake:
+    memory = lab.memory_mb + lab.check_memory_mb + Step.memory_mb if room else lab.memory_mb
+    with FakeExecutor(1, {"ann": (1,), "bob": (1,)}, events, memory_mb=memory) as fake:
         batch.Batch(fake, None, Sink(events, {})).run(jobs[:2])
     ann = [what for what, *who in events if who == ["ann"]]
     assert ann == ["start", "ended", "checks done", "scored", "page done", "release"]
-    assert events.index(("start", "bob")) > events.index(("page done", "ann"))
+    assert _most_at_once(events) == 1
+    if room:
+        assert events.index(("ended", "ann")) < events.index(("start", "bob")) < events.index(("checks done", "ann"))
+    else:
+        assert events.index(("start", "bob")) > events.index(("page done", "ann"))
 
 
 def test_interrupting_the_batch_kills_every_run_check_and_page_in_flight(jobs, monkeypatch):

@@ -379,6 +379,51 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     assert all(n.startswith("cell 2 line ") for n in notes if "not Python" not in n), notes
 
 
+def test_the_probe_runs_only_the_imports_the_functions_use(tmp_path, monkeypatch):
+    """A check of a function that uses only NumPy does not import what the notebook imports for
+    its other cells; one name of a multi-name import is imported alone; a function that looks
+    names up by string (``globals()``) gets every import."""
+    import sys
+
+    from labkit.grading import probe
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name in ("heavy", "light", "other"):
+        (pkg / f"{name}.py").write_text(f"open({str(tmp_path / name)!r}, 'w')\nVALUE = {name!r}\n")
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = textwrap.dedent("""
+        import numpy as np
+        import pkg.heavy as heavy
+        from pkg import light, other
+        SCALE = 2.0
+        def helper(x):
+            return light.VALUE, SCALE * np.asarray(x)
+        def wanted(x):
+            return helper(x)
+        def unwanted():
+            return heavy.VALUE
+        def dynamic():
+            return globals()["heavy"].VALUE
+    """)
+    nb = {"cells": [{"cell_type": "code", "source": code}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+
+    def imported():
+        return sorted(p.name for p in tmp_path.iterdir() if p.name in ("heavy", "light", "other"))
+
+    fns, notes = probe.load_functions(tmp_path / "nb.ipynb", ["wanted"])
+    assert fns["wanted"]([1.0])[0] == "light" and float(fns["wanted"]([1.0])[1][0]) == 2.0 and not notes
+    assert imported() == ["light"]
+    for name in ("pkg", "pkg.heavy", "pkg.light", "pkg.other"):
+        sys.modules.pop(name, None)
+    fns, _ = probe.load_functions(tmp_path / "nb.ipynb", ["dynamic"])
+    assert fns["dynamic"]() == "heavy" and imported() == ["heavy", "light", "other"]
+    for name in ("pkg", "pkg.heavy", "pkg.light", "pkg.other"):
+        sys.modules.pop(name, None)
+
+
 # ----------------------------------------------------------------------------------- the grader's state
 
 def test_the_graders_state_is_signed(tmp_path, monkeypatch):

@@ -12,9 +12,12 @@ Each notebook is a ``Flight`` through these steps (``Batch.advance``), each poll
 4. the page, rendering in a limited process of its own; once it is written, the flight is
    over and the run's uid and disk are given back (``runner.release``).
 
-The executor's ``slots`` bounds the notebooks in flight, steps 1 to 4, so a notebook's checks
-and page hold its slot. All steps of all flights are polled in one loop, so every run's limits
-hold while another is checked or rendered. Stopping the batch (Ctrl-C; SIGTERM raised as
+The executor's ``slots`` bounds the notebooks running (step 1): a run takes the cores, its
+checks and page (steps 2 to 4) are short and mostly wait. So once a run ends, the next notebook
+starts while its checks go on, as long as the memory limits of everything in flight (each run's
+``memory_mb``, each check's ``check_memory_mb``, each page's) fit in the executor's
+``memory_mb``; the first notebook always starts. All steps of all flights are polled in one
+loop, so every run's limits hold while another is checked or rendered. Stopping the batch (Ctrl-C; SIGTERM raised as
 ``KeyboardInterrupt``) kills every run, check and page in flight and gives back their uids and
 disks. Without a sink, a notebook's flight ends with its run (a Slurm node runs its one so).
 """
@@ -39,6 +42,15 @@ class Flight:
     evidence: Evidence | None = None
     checks: object = None            # checks.Checking (or Ready), while the grader checks it
     page: object = None              # render.Rendering, while its page renders
+
+
+def held_mb(f: Flight) -> float:
+    """The memory limit of the step ``f`` is at: its run's, its checks' or its page's."""
+    if f.result is None:
+        return f.job.lab.memory_mb
+    if f.checks is not None:
+        return f.job.lab.check_memory_mb
+    return f.page.memory_mb if f.page is not None else 0.0
 
 
 class Batch:
@@ -70,7 +82,7 @@ class Batch:
     def fill(self) -> None:
         """Prepare the next notebooks while there are slots, and start those that can run."""
         ready = []
-        while self.pending and self._room(len(ready)):
+        while self.pending and self._room(ready):
             job = self.pending.pop(0)
             early = prepare(job)
             if early is None:
@@ -85,9 +97,15 @@ class Batch:
             for flight, handle in zip(flights, self.executor.start(ready)):
                 flight.handle = handle
 
-    def _room(self, starting: int) -> bool:
-        slots = self.executor.slots
-        return slots is None or len(self.flights) + starting < slots
+    def _room(self, ready: list[Job]) -> bool:
+        """Whether the next pending notebook may start, beside ``ready`` (see the module docstring)."""
+        slots, budget = self.executor.slots, self.executor.memory_mb
+        if slots is not None and sum(f.result is None for f in self.flights) + len(ready) >= slots:
+            return False
+        if budget is None:
+            return True
+        held = sum(held_mb(f) for f in self.flights) + sum(job.lab.memory_mb for job in ready)
+        return held == 0 or held + self.pending[0].lab.memory_mb <= budget
 
     def advance(self, f: Flight) -> bool:
         """Take ``f`` as far as it goes now; True once its last step is over (its job released)."""

@@ -15,8 +15,9 @@ slurm    an array task on a Slurm node, one array per set of limits     Slurm's 
 
 The interface is ``Executor``:
 
-- ``slots``: how many notebooks the batch keeps in flight, each from its start until its page
-  is written (the grader's checks and the page hold the slot: they use this machine); None: all;
+- ``slots``: how many notebooks run at once; None: all;
+- ``memory_mb``: the memory the limits of what the batch has in flight here may add up to (runs,
+  the grader's checks, pages); None: no bound;
 - ``start(jobs)`` -> one handle per job, in order; the batch has ``prepare``d each. A run that
   cannot start is a handle whose ``poll`` says why (a ``RunResult``), never an exception;
 - ``poll(handle)`` -> its ``RunResult`` once the run has ended (by itself, or stopped at one of
@@ -50,6 +51,7 @@ class Executor:
     """Runs prepared jobs somewhere and says how each run ended (see the module docstring)."""
     name = ""
     slots: int | None = None
+    memory_mb: float | None = None
     interval = 0.25   # seconds between the batch's polls
 
     def describe(self) -> str:

@@ -379,7 +379,8 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
 def auto_parallel(labs: list[Lab]) -> int:
     """Notebooks to run at once by default: one per usable core, as many as memory holds at the
     largest lab's limit. A run leaves its cores idle for part of its time (kernel start, imports,
-    the grader's checks, single-process cells, idle baselines), which a second run fills."""
+    single-process cells, idle baselines), which a second run fills; the grader's checks and
+    pages take no slot (``batch``).
     import psutil
 
     from labkit.proc import usable_cores

@@ -6,17 +6,18 @@ bound there on its own, so it imports nothing from ``labkit.grading``. For each 
 in SPEC it
 
 1. takes from the submitted notebook's code cells only plain definitions (``load_functions``,
-   ``plain``): top-level ``import`` statements, assignments of literal constants to names, and
-   ``def``/``class`` statements whose definition runs nothing of the student's: a function's
-   decorators are dropped (the probe traces with ``tf.function`` itself) and its annotations too;
-   every default value must be a literal, a name or a dotted name (``tf.float32``); a class has
-   no decorator, no keyword (``metaclass=``), only names or dotted names as bases, and a body of
-   a docstring, literal constants and such functions (``staticmethod``, ``classmethod`` and
-   ``property`` the only decorators), and no ``__init_subclass__``. Anything else is skipped
-   with a note the check's reason shows. So no statement of the notebook runs here (not a
-   patch of the kit, a file write or a printed record), and the student's code runs only when
-   a probe calls the functions. (An import runs the library's own code, and so may a library
-   base class's metaclass when a class is defined on it: never code from the notebook.)
+   ``plain``): top-level ``import`` statements (only those binding a name the functions use),
+   assignments of literal constants to names, and ``def``/``class`` statements whose
+   definition runs nothing of the student's: a function's decorators are dropped (the probe
+   traces with ``tf.function`` itself) and its annotations too; every default value must be a
+   literal, a name or a dotted name (``tf.float32``); a class has no decorator, no keyword
+   (``metaclass=``), only names or dotted names as bases, and a body of a docstring, literal
+   constants and such functions (``staticmethod``, ``classmethod`` and ``property`` the only
+   decorators), and no ``__init_subclass__``. Anything else is skipped with a note the check's
+   reason shows. So no statement of the notebook runs here (not a patch of the kit, a file
+   write or a printed record), and the student's code runs only when a probe calls the
+   functions. (An import runs the library's own code, and so may a library base class's
+   metaclass when a class is defined on it: never code from the notebook.)
 2. runs the named functions on inputs built from the rubric's arguments (a seed, sizes) by
    the check's probe (``PROBES``);
 3. writes what they returned to ``<out>/<check>.npz`` (arrays only, no pickles) and how it
@@ -56,10 +57,12 @@ def probe(name: str):
 
 def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
     """``({name: function}, notes)`` from the notebook's code cells: imports, plain definitions
-    and literal constants (``plain``), in notebook order (a later definition wins); nothing else runs."""
+    and literal constants (``plain``), in notebook order (a later definition wins); nothing else runs.
+    Only the imports that bind a name the functions use run (``used_names``): a check of a NumPy
+    function does not pay for the TensorFlow a notebook imports for its other cells."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     namespace: dict = {"__name__": "student"}
-    notes = []
+    notes, taken = [], []
     for i, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
@@ -77,13 +80,61 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
             node, why = plain(node, namespace)
             if why:
                 notes.append(f"{cell_name(i)} line {why[0]}: {why[1]}")
-            if node is None:
-                continue
+            if node is not None:
+                taken.append((i, filename, node))
+    used = used_names([node for _, _, node in taken], names)
+    for i, filename, node in taken:
+        for statement in _needed(node, used):
             try:
-                exec(compile(ast.Module([node], []), filename, "exec"), namespace)
+                exec(compile(ast.Module([statement], []), filename, "exec"), namespace)
             except Exception as e:  # an import the student kit lacks, say: the function may not need it
-                notes.append(f"{cell_name(i)} line {node.lineno}: {type(e).__name__}: {e}")
+                notes.append(f"{cell_name(i)} line {statement.lineno}: {type(e).__name__}: {e}")
     return {n: namespace[n] for n in names if callable(namespace.get(n))}, notes
+
+
+DYNAMIC = {"globals", "vars", "eval", "exec", "__import__", "importlib", "locals"}
+
+
+def used_names(nodes: list, names) -> set[str] | None:
+    """The names the definitions of ``names`` use, directly or through other definitions
+    among ``nodes``; None (every import runs) when one looks names up by string (``globals()``)."""
+    defines: dict[str, list] = {}
+    for node in nodes:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            for name in _bound(node):
+                defines.setdefault(name, []).append(node)
+    used, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in used:
+            continue
+        used.add(name)
+        for node in defines.get(name, []):
+            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return None if used & DYNAMIC else used
+
+
+def _bound(node) -> list[str]:
+    """The names a top-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    return []
+
+
+def _needed(node, used: set[str] | None) -> list:
+    """``node`` to run: a definition always, an import only for the names of it ``used``, one
+    name per statement (``from m import a, b`` runs as ``from m import a`` when only ``a`` is)."""
+    if used is None or not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [node]
+    keep = [a for a in node.names if a.name == "*" or (a.asname or a.name).split(".")[0] in used]
+    if not keep:
+        return []
+    part = ast.Import(names=keep) if isinstance(node, ast.Import) else ast.ImportFrom(node.module, keep, node.level)
+    return [ast.copy_location(part, node)]
 
 
 METHOD_DECORATORS = ("staticmethod", "classmethod", "property")

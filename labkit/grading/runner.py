@@ -361,15 +361,19 @@ class _Running:
 
 
 class LocalExecutor(Executor):
-    """Each notebook under a runner process here (``_Running``), ``parallel`` at a time; its
-    timeout, memory and disk are enforced as it is polled. The runs' disks come from one
-    holder (``Setup.disks``), made at the first start and closed with the executor."""
+    """Each notebook under a runner process here (``_Running``), ``parallel`` at a time, and
+    what is in flight within the memory available when the batch starts; its timeout, memory
+    and disk are enforced as it is polled. The runs' disks come from one holder
+    (``Setup.disks``), made at the first start and closed with the executor."""
     name = "local"
 
     def __init__(self, setup: Setup, parallel: int = 1, log=print):
+        import psutil
+
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, not {parallel}")
         self.setup, self.slots, self.holder = setup, parallel, None
+        self.memory_mb = psutil.virtual_memory().available / 2**20
 
     def describe(self) -> str:
         return f"{self.slots} at a time"

@@ -380,7 +380,7 @@ def auto_parallel(labs: list[Lab]) -> int:
     """Notebooks to run at once by default: one per usable core, as many as memory holds at the
     largest lab's limit. A run leaves its cores idle for part of its time (kernel start, imports,
     single-process cells, idle baselines), which a second run fills; the grader's checks and
-    pages take no slot (``batch``).
+    pages take no slot (``batch``)."""
     import psutil
 
     from labkit.proc import usable_cores

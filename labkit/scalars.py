@@ -30,7 +30,7 @@ def write(logdir, rows: list[dict], step: str, keys, t: str = "t", end: float | 
     bad = [row for row in rows if step not in row or t not in row]
     if bad:
         raise ValueError(f"a row lacks its step {step!r} or time {t!r}: {bad[0]}; give the columns every row has")
-    from tensorboard.summary import Writer  # no TensorFlow API needed: events with their own wall time
+    from tensorboard.summary import Writer  # events with their own wall time (it imports TensorFlow for its files)
 
     start = (time.time() if end is None else end) - max((row[t] for row in rows), default=0.0)
     logdir = Path(logdir)

@@ -328,15 +328,18 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
         **task_args)
 
 
-def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, **kwargs) -> Run:
+def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, scalars: bool = True,
+        **kwargs) -> Run:
     """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
     view; ``log`` gets the chief's evaluations as they come, and its end. Writes the chief's
-    TensorBoard scalars."""
+    TensorBoard scalars, unless ``scalars`` is False (the grader's probe: TensorBoard's writer
+    imports TensorFlow, seconds of CPU in a process that has not)."""
     say = experiments.printer(log, ("eval", "done"))
     c = make_cluster(mode, deploy, batch_size, **kwargs)
     with live.watch(c, static=False), c:  # the lab draws its own timelines (Run.training_marks)
         done = Run(mode, deploy, batch_size, c.follow(say and (lambda e: say(e, f"{mode} {deploy} b{batch_size}"))))
-    done.write_scalars()
+    if scalars:
+        done.write_scalars()
     return done
 
 

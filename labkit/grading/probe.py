@@ -452,7 +452,7 @@ def sync_round(fns: dict, args: dict, out: Path) -> dict:
     run = sync_async.run("sync", s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["rounds"],
                          learning_rate=s["learning_rate"], train_limit=s["train_limit"], test_limit=s["test_limit"],
                          eval_every=0, seed=s["seed"], sync_round=fns["sync_round"], run="hidden-sync",
-                         timeout=s["timeout"], save_weights=True)
+                         timeout=s["timeout"], save_weights=True, scalars=False)
     return {"run_dir": np.asarray(str(Path(run.result.run_dir).resolve().relative_to(out.resolve())))}
 
 

@@ -16,10 +16,11 @@ The executor's ``slots`` bounds the notebooks running (step 1): a run takes the 
 checks and page (steps 2 to 4) are short and mostly wait. So once a run ends, the next notebook
 starts while its checks go on, as long as the memory limits of everything in flight (each run's
 ``memory_mb``, each check's ``check_memory_mb``, each page's) fit in the executor's
-``memory_mb``; the first notebook always starts. All steps of all flights are polled in one
-loop, so every run's limits hold while another is checked or rendered. Stopping the batch (Ctrl-C; SIGTERM raised as
-``KeyboardInterrupt``) kills every run, check and page in flight and gives back their uids and
-disks. Without a sink, a notebook's flight ends with its run (a Slurm node runs its one so).
+``memory_mb``; with nothing in flight, a notebook always starts. All steps of all flights are
+polled in one loop, so every run's limits hold while another is checked or rendered. Stopping
+the batch (Ctrl-C; SIGTERM raised as ``KeyboardInterrupt``) kills every run, check and page in
+flight and gives back their uids and disks. Without a sink, a notebook's flight ends with its
+run (a Slurm node runs its one so).
 """
 from __future__ import annotations
 

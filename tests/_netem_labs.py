@@ -10,7 +10,7 @@ from labkit import netem
 # Added to each lab test's tiny parameters: the slow link, where the effect shows on a busy 2-core machine.
 LAB2 = {"emulated_links": ["10mbit"]}
 LAB3 = {"emulated_links": ["100mbit"], "emulated_samples": 2000}
-LAB5 = {"emulated_workers": [1, 2, 3], "emulated_steps": 2}
+LAB5 = {"emulated_workers": [1, 2, 3], "emulated_steps": 4}  # 3 timed steps per run (1 once failed the fit: 0.34)
 
 
 def _said_skipped(nb, prefix: str) -> bool:
@@ -56,7 +56,7 @@ def check_lab3(nb, rec) -> None:
 
 
 def check_lab5(nb, rec) -> None:
-    """Report 003's CNN, PS vs ring, on emulated 100 Mbit/s links, N = 1, 2, 3 (two steps per run):
+    """Report 003's CNN, PS vs ring, on emulated 100 Mbit/s links, N = 1, 2, 3 (four steps per run):
     the ps's node is the busiest in PS and its traffic per step grows with N, a ring worker's stays
     nearly flat; the PS's images/s levels off at its link's ceiling while the ring runs several times
     faster; the cost model, told the emulated link and the gamma of the lab's loopback runs (it saw
@@ -70,19 +70,19 @@ def check_lab5(nb, rec) -> None:
     for n in (2, 3):
         assert "ps:0" in max(per_node[("ps", n)])[1], per_node  # the busiest node holds the ps
     ps_growth = max(per_node[("ps", 3)])[0] / max(per_node[("ps", 2)])[0]  # analytic 6M / 4M = 1.5
-    # a ring worker's node: the least loaded (with 2 steps, one worker's set-up traffic weighs)
+    # a ring worker's node: the least loaded (with few steps, one worker's set-up traffic weighs)
     ring = {n: min(per_node[("ring", n)])[0] for n in (2, 3)}
     ring_growth = ring[3] / ring[2]  # analytic (8/3)M / 2M = 1.33, and never above 2
     assert ps_growth > 1.3 and ring_growth < ps_growth and ring_growth < 1.45, (ps_growth, ring_growth, per_node)
     ips = {(r["arch"], r["workers"]): r["images_per_s"] for r in rec["emulated_scaling"]}
     # the ps's link carries N x as much for N x the images: images/s stays at its ceiling (within the noise
-    # of two steps), while a ring worker's bytes grow only from M to 4M/3
+    # of a few steps), while a ring worker's bytes grow only from M to 4M/3
     assert ips[("ps", 3)] < 1.4 * ips[("ps", 1)], ips
     assert ips[("ring", 3)] > 1.5 * ips[("ps", 3)], ips
     growth = rec["emulated_growth"]
     assert growth["ps"]["predicted"] == pytest.approx(1.0, abs=0.1) and growth["ring"]["predicted"] > 1.0, growth
     fit = rec["emulated_fit_error"]
-    # ring is not asserted: at two steps per run on a busy machine its rounds wait behind full switch queues
+    # ring is not asserted: at a few steps per run on a busy machine its rounds wait behind full switch queues
     # (latency under load) that the idle link's alpha does not hold; make bench's netem benchmark measures it
     assert fit["ps"] < 0.25, fit
     # the hosts' work per byte, from the loopback runs: the ring's collectives copy and add every chunk (the PS's

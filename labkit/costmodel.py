@@ -254,22 +254,30 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "fit") -> Link:
+def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "fit",
+             alpha_s: float | None = None) -> Link:
     """Fit t = alpha + bytes/B to transfer timings (one message each).
 
     Least squares on relative error (each row weighted by 1/t), so the small transfers
     that fix alpha count as much as the large ones that fix B; alpha >= 0 and B > 0.
+    ``alpha_s``: alpha measured apart (a shaped link's small messages, which its token
+    bucket lets through at once); B is then fitted alone, from one size or more.
     """
     x = np.asarray(list(nbytes), dtype=float)
     t = np.asarray(list(seconds), dtype=float)
-    if x.shape != t.shape or x.size < 2:
+    if x.shape != t.shape or x.size < (1 if alpha_s is not None else 2):
         raise ValueError("fit_link needs the same number (>= 2) of sizes and times")
     if np.any(t <= 0) or np.any(x < 0):
         raise ValueError("fit_link needs positive times and non-negative sizes")
-    if np.unique(x).size < 2:
+    if alpha_s is not None and not alpha_s >= 0:
+        raise ValueError(f"alpha_s must be a non-negative number of seconds, got {alpha_s!r}")
+    if alpha_s is None and np.unique(x).size < 2:
         raise ValueError("fit_link needs at least two different transfer sizes to separate alpha from B")
     w = 1.0 / t
-    alpha, inv_b = _nnls(np.column_stack([w, x * w]), np.ones_like(t))
+    if alpha_s is None:
+        alpha, inv_b = _nnls(np.column_stack([w, x * w]), np.ones_like(t))
+    else:
+        alpha, (inv_b,) = float(alpha_s), _nnls(np.column_stack([x * w]), (t - alpha_s) * w)
     if inv_b <= 0:
         raise ValueError("the timings do not grow with size, so no bandwidth can be fitted; "
                          "use larger transfers (e.g. up to tens of MB)")

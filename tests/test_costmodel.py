@@ -194,6 +194,22 @@ def test_fit_link_keeps_alpha_non_negative():
     assert link.alpha_s == 0 and link.bandwidth > 0
 
 
+
+def test_fit_link_with_alpha_given_fits_the_bandwidth_of_a_shaped_link():
+    """A token bucket passes small messages at once: through all sizes one line misses B (the
+    small ones pull it up); with alpha from the small ones, the large ones give the rate."""
+    alpha, bw = 1e-4, 12.2e6
+    small = np.array([1024.0, 4096.0])
+    large = 2.0 ** np.arange(20, 26)
+    times = np.concatenate([np.full(2, alpha), alpha + large / bw])
+    together = cm.fit_link(np.concatenate([small, large]), times)
+    assert together.bandwidth > 1.3 * bw   # the bias measure_link avoids
+    apart = cm.fit_link(large, alpha + large / bw, alpha_s=float(np.median(times[:2])))
+    assert apart.alpha_s == alpha and apart.bandwidth == pytest.approx(bw, rel=1e-6) and apart.rel_error < 1e-6
+    assert cm.fit_link([2.0 ** 20], [alpha + 2 ** 20 / bw], alpha_s=alpha).bandwidth == pytest.approx(bw)
+    with pytest.raises(ValueError, match="alpha_s"):
+        cm.fit_link(large, alpha + large / bw, alpha_s=-1.0)
+
 def synthetic_runs(link, per_sample, noise, rng, cores=None):
     rows = []
     for name, m, c in [("lenet", 246_824, per_sample[0]), ("mlp", 23e6, per_sample[1])]:

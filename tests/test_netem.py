@@ -126,6 +126,16 @@ def test_a_shaped_link_carries_its_rate_each_way_and_a_node_receives_at_most_its
         assert net.listening("node0", 22) is False
 
 
+def test_the_links_micro_benchmark_gives_its_rate_and_a_small_alpha():
+    """``measure_link``, what Lab 5's cost model is told: B is the shaped rate (TCP payload: a little
+    under), not the 50-100% more a line through the burst-sized messages gave at 100 Mbit/s."""
+    _available("100mbit")
+    link = netem.measure_link("100mbit", repeats=2)
+    rate = parse_link("100mbit").bytes_per_s
+    assert 0.9 * rate < link.bandwidth < 1.02 * rate, link
+    assert 0 <= link.alpha_s < 0.005 and link.rel_error < 0.1, link
+
+
 def test_delay_is_one_way_between_nodes():
     _available(f"{RATE},20ms")
     with EmulatedNetwork(2, f"{RATE},20ms") as net:

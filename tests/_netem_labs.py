@@ -10,7 +10,7 @@ from labkit import netem
 # Added to each lab test's tiny parameters: the slow link, where the effect shows on a busy 2-core machine.
 LAB2 = {"emulated_links": ["10mbit"]}
 LAB3 = {"emulated_links": ["100mbit"], "emulated_samples": 2000}
-LAB5 = {"emulated_workers": [1, 2, 3], "emulated_steps": 4}  # 3 timed steps per run (1 once failed the fit: 0.34)
+LAB5 = {"emulated_workers": [1, 2, 3], "emulated_steps": 4}  # 3 timed steps per run, not 1: the fit is judged on them
 
 
 def _said_skipped(nb, prefix: str) -> bool:

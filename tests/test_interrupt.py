@@ -5,6 +5,7 @@ The cells are what a lab notebook runs: a ``labkit.launch.Cluster`` of ``labkit.
 under a live view (``labkit.live``), waiting. The tasks run in their own sessions, so the
 interrupt reaches only the kernel, which must stop them itself."""
 import json
+import queue
 from pathlib import Path
 
 import pytest
@@ -49,9 +50,21 @@ print(json.dumps({"status": [c1.status(), c2.status()],
 
 
 def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
-    """Run ``code``, interrupt it once ``ready()`` returns the task pids; return them."""
+    """Run ``code``, interrupt it once ``ready()`` returns the task pids; return them. A cell
+    that ends before (its cluster failed to start, say) fails the test with the cell's error."""
     kc.execute(code)
-    pids = wait_until(ready, timeout, 0.1, "the cluster to get to the point of the interrupt")
+
+    def ready_or_ended():
+        try:
+            msg = kc.get_shell_msg(timeout=0)
+        except queue.Empty:
+            return ready()
+        content = msg["content"]
+        raise AssertionError(f"the cell ended before the interrupt: {content.get('status')} "
+                             f"{content.get('ename', '')}: {content.get('evalue', '')}\n"
+                             + "\n".join(content.get("traceback", []))[-3000:])
+
+    pids = wait_until(ready_or_ended, timeout, 0.1, "the cluster to get to the point of the interrupt")
     km.interrupt_kernel()
     content = reply(kc, timeout=60)
     assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content

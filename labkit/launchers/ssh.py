@@ -193,7 +193,7 @@ class SshLauncher(Launcher):
 
     def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
         return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.options.remote_dir,
-                                   self.options.remote_python, started=f"[{tp.task.name} " in log_tail)
+                                   self.options.remote_python, started=_started(tp, log_tail))
 
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
@@ -261,6 +261,14 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
 
 
 EXIT_NO_KIT = 127  # what a node's shell says when the kit's directory or interpreter is missing
+def _started(tp: TaskProcess, log_tail: str) -> bool:
+    """Whether the task ran on its node: it logged, or its ``started`` event came back over the
+    session (sent before TensorFlow's import, so a busy node's task may not have logged yet)."""
+    from labkit import events
+
+    return f"[{tp.task.name} " in log_tail or any(e.kind == "started" for e in events.read_all(tp.events_path))
+
+
 # What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)
 SESSION_LOST = ("not responding.", "closed by remote host", "Broken pipe", "Connection reset by peer")
 
@@ -315,7 +323,7 @@ def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: s
                         started: bool = False) -> str:
     """What a remote task's failure most likely means, and the fix ('' if the evidence says
     nothing more than the exit itself). Each hint needs its own evidence: a signal (the task
-    was killed on its node); ssh's exit code 255 (``started``: after the task had logged, or ssh
+    was killed on its node); ssh's exit code 255 (``started``: after the task had started, or ssh
     says a session it had opened broke, ``SESSION_LOST``: the connection broke); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
     directory or interpreter; an import error for one of the kit's modules."""
     guide = "see docs/cluster.md"

@@ -379,6 +379,28 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     assert all(n.startswith("cell 2 line ") for n in notes if "not Python" not in n), notes
 
 
+def test_a_method_decorator_the_notebook_rebinds_is_not_taken(tmp_path, monkeypatch):
+    """``@property`` in a class is taken only while it is Python's own: a notebook that defines its
+    own ``property`` above the class would run it when the class is defined."""
+    from labkit.grading import probe
+
+    monkeypatch.chdir(tmp_path)
+    code = textwrap.dedent("""
+        def property(f):
+            open('rebound', 'w')
+            return f
+        class Uses:
+            @property
+            def x(self):
+                return 1
+    """)
+    nb = {"cells": [{"cell_type": "code", "source": code}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    fns, notes = probe.load_functions(tmp_path / "nb.ipynb", ["Uses"])
+    assert fns == {} and any("has the decorator @property" in n for n in notes), notes
+    assert not (tmp_path / "rebound").exists()
+
+
 def test_the_probe_runs_only_the_imports_the_functions_use(tmp_path, monkeypatch):
     """A check of a function that uses only NumPy does not import what the notebook imports for
     its other cells; one name of a multi-name import is imported alone; a function that looks

@@ -62,7 +62,7 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
     function does not pay for the TensorFlow a notebook imports for its other cells."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     namespace: dict = {"__name__": "student"}
-    notes, taken = [], []
+    notes, taken, bound = [], [], set(namespace)
     for i, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
@@ -77,11 +77,12 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
         filename = f"<{cell_name(i)}>"   # the source, for tracebacks and for tf.function's autograph
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         for node in tree.body:
-            node, why = plain(node, namespace)
+            node, why = plain(node, bound)
             if why:
                 notes.append(f"{cell_name(i)} line {why[0]}: {why[1]}")
             if node is not None:
                 taken.append((i, filename, node))
+                bound.update(_bound(node))
     used = used_names([node for _, _, node in taken], names)
     for i, filename, node in taken:
         for statement in _needed(node, used):
@@ -121,8 +122,13 @@ def _bound(node) -> list[str]:
     if isinstance(node, ast.Assign):
         return [t.id for t in node.targets if isinstance(t, ast.Name)]
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [(a.asname or a.name).split(".")[0] for a in node.names]
+        return [_alias_name(a) for a in node.names]
     return []
+
+
+def _alias_name(alias: ast.alias) -> str:
+    """The name ``import a.b``, ``import a.b as c`` or ``from m import a`` binds: ``a``, ``c``, ``a``."""
+    return (alias.asname or alias.name).split(".")[0]
 
 
 def _needed(node, used: set[str] | None) -> list:
@@ -130,7 +136,7 @@ def _needed(node, used: set[str] | None) -> list:
     name per statement (``from m import a, b`` runs as ``from m import a`` when only ``a`` is)."""
     if used is None or not isinstance(node, (ast.Import, ast.ImportFrom)):
         return [node]
-    keep = [a for a in node.names if a.name == "*" or (a.asname or a.name).split(".")[0] in used]
+    keep = [a for a in node.names if a.name == "*" or _alias_name(a) in used]
     if not keep:
         return []
     part = ast.Import(names=keep) if isinstance(node, ast.Import) else ast.ImportFrom(node.module, keep, node.level)
@@ -140,10 +146,12 @@ def _needed(node, used: set[str] | None) -> list:
 METHOD_DECORATORS = ("staticmethod", "classmethod", "property")
 
 
-def plain(node, namespace: dict):
+def plain(node, bound: set[str]):
     """``(statement to run or None, (line, why) or None)``: ``node`` as a plain definition,
     whose execution runs nothing of the student's (see the module docstring), or None with the
-    reason when it is not one. A function's decorators and annotations are dropped (noted)."""
+    reason when it is not one. A function's decorators and annotations are dropped (noted).
+    ``bound``: the names the notebook's statements taken before it bind (a method's decorator
+    must be Python's own ``property``, not the notebook's)."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return node, None
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -158,7 +166,7 @@ def plain(node, namespace: dict):
         return node, ((node.lineno, f"{node.name} taken without its decorator(s) @{', @'.join(dropped)}")
                       if dropped else None)
     if isinstance(node, ast.ClassDef):
-        why = _class(node, namespace)
+        why = _class(node, bound)
         return (None, (node.lineno, f"{why}; not taken")) if why else (_strip(node), None)
     return None, None
 
@@ -219,7 +227,7 @@ def _strip(node):
     return ast.fix_missing_locations(node)
 
 
-def _class(node, namespace: dict) -> str | None:
+def _class(node, bound: set[str]) -> str | None:
     """Why the class statement ``node`` is not a plain definition (None when it is)."""
     name = node.name
     if node.decorator_list:
@@ -239,7 +247,7 @@ def _class(node, namespace: dict) -> str | None:
                 return f"class {name} assigns something other than a literal to a name"
             continue
         if isinstance(item, ast.ClassDef):
-            why = _class(item, namespace)
+            why = _class(item, bound)
             if why:
                 return why
             continue
@@ -247,7 +255,7 @@ def _class(node, namespace: dict) -> str | None:
             if item.name == "__init_subclass__":
                 return f"class {name} defines __init_subclass__, which would run when a subclass is defined"
             for d in item.decorator_list:
-                if not (isinstance(d, ast.Name) and d.id in METHOD_DECORATORS and d.id not in namespace):
+                if not (isinstance(d, ast.Name) and d.id in METHOD_DECORATORS and d.id not in bound):
                     return (f"the method {name}.{item.name} has the decorator @{ast.unparse(d)[:40]}; only "
                             f"{', '.join(METHOD_DECORATORS)} are taken in a class")
             why = _defaults_problem(item)

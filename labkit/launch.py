@@ -439,6 +439,7 @@ class Cluster:
             tail = self._tails.get(p.task.name)
             for event in tail.read() if tail is not None else ():
                 self._events.append(event)
+                p.said_started = p.said_started or event.kind == "started"
                 for fn in list(self._subscribers):
                     fn(event)
 

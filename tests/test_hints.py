@@ -36,17 +36,18 @@ def test_grpc_retries_are_off_in_tasks_unless_the_user_says_otherwise():
 def test_a_task_that_sent_its_started_event_ran_though_it_never_logged(tmp_path):
     """ssh's 255 after the task's ``started`` event (sent before TensorFlow's import) is a session
     that broke, not a host ssh could not reach: a busy node's task may not have logged a line yet."""
-    from types import SimpleNamespace
-
-    from labkit import events
+    from labkit import cluster, events
+    from labkit.launch import Cluster
     from labkit.launchers import ssh
 
-    tp = SimpleNamespace(task=SimpleNamespace(name="worker:1"), events_path=tmp_path / "worker-1.events.jsonl")
+    c = Cluster(cluster.local(ps=0, workers=2), "ps_sgd", run_dir=tmp_path, lab="hints")
+    tp = next(p for p in c._procs if p.task.name == "worker:1")
+    c._tails["worker:1"] = events.Tail(tp.events_path)
     tail = "# ssh -- 10.10.1.2 sh -c '...'\nssh: connect to host 10.10.1.2 port 22: Connection timed out\n"
     assert not ssh._started(tp, tail)
     assert "failed: unreachable host" in remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY)
     started = events.Started(pid=7, host="node1", program="labkit.tasks.ps_sgd")
     events.Channel(str(tp.events_path)).write(events.stamped(started, "worker:1", False, None))
-    assert ssh._started(tp, tail)
+    assert c.events("worker:1", "started") and ssh._started(tp, tail)   # the cluster read it as it came
     hint = remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY, started=ssh._started(tp, tail))
     assert "the ssh connection to 10.10.1.2 ended while the task ran" in hint

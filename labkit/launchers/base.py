@@ -27,7 +27,7 @@ class Settings:
 @dataclass
 class TaskProcess:
     """One task and the local process that stands for it. The launcher sets ``proc``
-    (``spawn``); the Cluster keeps the rest (times, how it ended, who signalled it)."""
+    (``spawn``); the Cluster keeps the rest (times, how it ended, who signalled it, whether it said it started)."""
     task: Task
     launcher: "Launcher"
     argv: list[str]
@@ -43,6 +43,7 @@ class TaskProcess:
     ended: str | None = None
     signalled: bool = False           # the launcher stopped it (SIGTERM, then SIGKILL after the grace)
     injected: int | None = None       # the signal Cluster.kill() sent it
+    said_started: bool = False        # its ``started`` event arrived (labkit.events): it runs where it was sent
 
     def poll(self) -> int | None:
         if self.returncode is None and self.proc is not None:

@@ -261,12 +261,12 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
 
 
 EXIT_NO_KIT = 127  # what a node's shell says when the kit's directory or interpreter is missing
+
+
 def _started(tp: TaskProcess, log_tail: str) -> bool:
     """Whether the task ran on its node: it logged, or its ``started`` event came back over the
     session (sent before TensorFlow's import, so a busy node's task may not have logged yet)."""
-    from labkit import events
-
-    return f"[{tp.task.name} " in log_tail or any(e.kind == "started" for e in events.read_all(tp.events_path))
+    return f"[{tp.task.name} " in log_tail or tp.said_started
 
 
 # What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)

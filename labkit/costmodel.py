@@ -265,8 +265,9 @@ def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "f
     """
     x = np.asarray(list(nbytes), dtype=float)
     t = np.asarray(list(seconds), dtype=float)
-    if x.shape != t.shape or x.size < (1 if alpha_s is not None else 2):
-        raise ValueError("fit_link needs the same number (>= 2) of sizes and times")
+    least = 1 if alpha_s is not None else 2
+    if x.shape != t.shape or x.size < least:
+        raise ValueError(f"fit_link needs the same number (>= {least}) of sizes and times")
     if np.any(t <= 0) or np.any(x < 0):
         raise ValueError("fit_link needs positive times and non-negative sizes")
     if alpha_s is not None and not alpha_s >= 0:

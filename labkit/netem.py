@@ -723,6 +723,7 @@ def throughput(net: EmulatedNetwork, src: str, dst: str, nbytes: int = 50_000_00
     return nbytes / seconds
 
 
+LARGE_BYTES = 2 ** 20   # messages from this size on fix a link's B
 LINK_SIZES = (1024, 4096) + tuple(2 ** p for p in range(20, 26))  # 1-4 KiB fix alpha; 1-32 MiB fix B
 
 
@@ -738,13 +739,13 @@ def measure_link(link, sizes=LINK_SIZES, repeats: int = 3):
 
     from labkit import costmodel
 
-    burst, large = burst_bytes(parse_link(link)), min((s for s in sizes if s >= 2**20), default=None)
-    if not any(s <= burst for s in sizes) or large is None:
+    spec = parse_link(link)
+    burst = burst_bytes(spec)
+    if not any(s <= burst for s in sizes) or not any(s >= LARGE_BYTES for s in sizes):
         raise ValueError(f"sizes {sizes}: give some within the burst ({burst} B) and some of 1 MiB or more")
     with EmulatedNetwork(2, link) as net:
         rows = transfers(net, "node1", "node0", sizes, repeats=repeats)
     med = pd.DataFrame(rows, columns=["bytes", "seconds"]).groupby("bytes")["seconds"].median()
     alpha = float(med[med.index <= burst].median())
-    big = med[med.index >= large]
-    return costmodel.fit_link(big.index, big.values, source=f"emulated {parse_link(link)} link (micro-benchmark)",
-                              alpha_s=alpha)
+    big = med[med.index >= LARGE_BYTES]
+    return costmodel.fit_link(big.index, big.values, source=f"emulated {spec} link (micro-benchmark)", alpha_s=alpha)

@@ -144,7 +144,17 @@ def _question_cell(nb, answer: int, named: str | None, names) -> str | None:
 # Finding the answers in a submission
 
 def locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
-    """{check name: Answer} in the submitted notebook ``nb`` (see the module docstring)."""
+    """{check name: Answer} in the submitted notebook ``nb`` (see the module docstring). Linear
+    in the notebook's cells; whatever a notebook's shape raises leaves every answer not found,
+    with the reason (the TA reads the notebook), never the batch's end."""
+    try:
+        return _locate(nb, qs)
+    except Exception as e:  # noqa: BLE001 - one student's notebook: their answers' reason
+        why = f"the grader could not read the answers: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        return {name: Answer(notes=[why]) for name in qs}
+
+
+def _locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
     cells = nb.cells
     index = {c.get("id"): i for i, c in enumerate(cells) if c.get("id")}
     claimed: dict[int, str] = {}
@@ -193,17 +203,35 @@ def _all_ids(qs) -> set:
 
 
 def _duplicates(cells, qs, found, claimed) -> None:
-    """Tagged cells no id claimed (a copied answer cell): read with the nearest answer above."""
+    """Tagged cells no id claimed (a copied answer cell): read with the nearest answer above.
+    One pass in cell order (the nearest claimed cell above is carried along), so 40,000 tagged
+    cells cost 40,000 steps, not their square."""
     tags = {"analysis"} | {n for q in qs.values() for n in q.names}
+    owner = None
     for i, c in enumerate(cells):
-        if i in claimed or not (set(cell_tags(c)) & tags):
+        if i in claimed:
+            owner = claimed[i]
             continue
-        above = [j for j in claimed if j < i]
-        owner = claimed[max(above)] if above else next(iter(qs))
-        claimed[i] = owner
-        found[owner].cells.append(i)
-        found[owner].notes.append(f"also read {cell_name(i)} (id {c.get('id')}), tagged like an answer cell: a copy "
-                                  f"of one?")
+        if not (set(cell_tags(c)) & tags):
+            continue
+        mine = owner if owner is not None else next(iter(qs))
+        claimed[i] = owner = mine
+        found[mine].cells.append(i)
+        _note(found[mine], f"also read {cell_name(i)} (id {str(c.get('id'))[:64]}), tagged like an answer cell: "
+                           f"a copy of one?")
+
+
+MAX_NOTES = 8            # notes kept per answer; the rest are counted (1,100 copied cells made 147 KB of notes)
+
+
+def _note(a: "Answer", text: str) -> None:
+    """Add a note to ``a``, or count it once MAX_NOTES are kept."""
+    if len(a.notes) < MAX_NOTES:
+        a.notes.append(text)
+        return
+    more = a.notes[MAX_NOTES:]
+    n = int(more[0].split()[2]) + 1 if more else 1
+    a.notes[MAX_NOTES:] = [f"... and {n} more note(s) like these"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +402,7 @@ def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: b
                  {"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key}]
         write_csv(notes + [{**r, "notes": "; ".join(r["flags"] + ([r["notes"]] if r["notes"] else []))}
                            for r in rows], base.with_suffix(".csv"), EXPORT_FIELDS)
+        _read_back(base.with_suffix(".csv"), len(notes) + len(rows))
         path = base.with_suffix(".html")
         tasks.append(render.Task("answers", {"path": str(path), "question": asdict(q), "rows": rows}, path,
                                  lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
@@ -382,6 +411,19 @@ def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: b
 
 
 ANONYMOUS_FILE = "anonymous.csv"
+
+
+def _read_back(path: Path, count: int) -> None:
+    """Read a written answers CSV as ``merge`` will (csv's own field limit), so a file the TAs
+    could not merge is never handed out."""
+    from labkit.grading.csvsafe import read_rows
+
+    try:
+        got = len(read_rows(path))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ScoresError(f"{path}: the grader wrote a CSV it cannot read back ({e}); report this") from None
+    if got != count:
+        raise ScoresError(f"{path}: {count} row(s) written, {got} read back; report this")
 
 
 def _comment(reason: str) -> str:

@@ -31,7 +31,14 @@ from labkit.grading.checks import Checking
 from labkit.grading.executor import Ready
 from labkit.grading.rubric import Score
 from labkit.grading.runner import Job, RunResult, prepare, release
-from labkit.grading.scoring import Evidence, examine, score
+from labkit.grading.scoring import Evidence, examine, notebook_scores, score
+
+MAX_WHY = 300   # characters of an exception's message in a row
+
+
+def _why(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:MAX_WHY]}{'...' if len(text) > MAX_WHY else ''}"
 
 
 @dataclass(eq=False)
@@ -85,7 +92,7 @@ class Batch:
         ready = []
         while self.pending and self._room(ready):
             job = self.pending.pop(0)
-            early = prepare(job)
+            early = self.prepared(job)
             if early is None:
                 ready.append(job)
             else:   # not run (missing, unreadable, refused): its rows and page all the same
@@ -97,6 +104,14 @@ class Batch:
             self.flights += flights
             for flight, handle in zip(flights, self.executor.start(ready)):
                 flight.handle = handle
+
+    @staticmethod
+    def prepared(job: Job) -> RunResult | None:
+        """``prepare``, inside the student's boundary: whatever reading their file raises is their row."""
+        try:
+            return prepare(job)
+        except Exception as e:  # noqa: BLE001 - the boundary: one student's file never stops the class
+            return RunResult("unreadable", f"the grader could not read this notebook: {_why(e)}")
 
     def _room(self, ready: list[Job]) -> bool:
         """Whether the next pending notebook may start, beside ``ready`` (see the module docstring)."""
@@ -134,7 +149,13 @@ class Batch:
         self.results[f.job.key] = result
         if self.sink is None:
             return
-        f.evidence = examine(f.job, result)
+        try:
+            f.evidence = examine(f.job, result)
+        except Exception as e:  # noqa: BLE001 - the boundary: this notebook's rows say why, the batch goes on
+            f.evidence = Evidence({}, {c.name: Score(0.0, c.points, "grader-error", f"the grader could not read "
+                                                     f"this run: {_why(e)}")
+                                       for c in f.job.lab.checks if not (c.external or c.manual)},
+                                  f"the grader could not read this run: {_why(e)}")
         f.checks = self.checking(f.job, f.evidence)
 
     def checking(self, job: Job, evidence: Evidence):
@@ -150,9 +171,17 @@ class Batch:
                           for c, _ in [*evidence.verified, *evidence.hidden]})
 
     def scored(self, f: Flight, checked: dict) -> None:
-        """The checks are over: score the run, and start its page."""
-        scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
-        task = self.sink.record(f.job, f.result, scored)
+        """The checks are over: score the run, and start its page. Whatever scoring or recording
+        raises is recorded as this notebook's row (its answers not read), never the batch's end."""
+        try:
+            scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
+            task = self.sink.record(f.job, f.result, scored)
+        except Exception as e:  # noqa: BLE001 - the boundary
+            f.result = self.results[f.job.key] = RunResult("unreadable", f"the grader could not score this "
+                                                                         f"notebook: {_why(e)}", seconds=f.result.seconds)
+            scored = score(f.job, f.result, Evidence({}, notebook_scores(f.job, f.result, None, {})), {},
+                           self.sink.notes(f.job))
+            task = self.sink.record(f.job, f.result, scored)
         f.page = task.start() if task is not None else None
 
     def stop(self) -> None:

@@ -79,7 +79,11 @@ def markdown_html(source: str, attachments: dict | None = None) -> Markup:
             return math_html(text.strip("$"), True)
 
     renderer = Renderer(escape=False, attachments=attachments or {}, exclude_anchor_links=True)
-    return Markup(clean(MarkdownWithMath(renderer=renderer).render(str(source))))
+    try:
+        return Markup(clean(MarkdownWithMath(renderer=renderer).render(str(source))))
+    except Exception as e:  # a missing attachment, a parser's bug: this text as written, not the page's end
+        return Markup(f"<p class='labkit-cut'>This text could not be rendered ({html.escape(type(e).__name__)}: "
+                      f"{html.escape(str(e)[:200])}); shown as written:</p><pre>{html.escape(str(source))}</pre>")
 
 
 def latex_html(source: str) -> Markup:

@@ -273,10 +273,11 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     if not chosen:
         raise GradeError(f"no student in {submissions} submitted a notebook of any lab of {rub.path} "
                          f"({', '.join(lab.notebook for lab in every)}), by name or by its cells")
-    parallel = parallel or auto_parallel(chosen)
     jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
                                               every=every)
     setup, warning = make_setup(sub is None, sandbox, log)
+    from labkit.grading.limits import shared   # runs that would share their limits run one at a time
+    parallel = parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
     try:
         executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
         _claim(out)

@@ -32,12 +32,16 @@ are gone (``-1``, `` (1)``), else its content: a notebook holding most of one la
 (``make release`` keeps them) is that lab's, under any name. Of several files of one student for
 one lab, the latest counts (Canvas: the highest attachment id; Gradescope: the latest
 ``:created_at``), and the others are noted. Every file that is not graded is noted, never
-dropped in silence; notebooks that match no lab are copied into the student's folder under their
-own name, so the grader's "not submitted" row names them.
+dropped in silence; files that match no lab are listed in the notes (never copied), and their
+submitter still gets a folder, so the grader's "not submitted" row names them.
 
 Archives are read entry by entry (no path from the archive is ever joined to a folder; links,
-absolute and ``..`` paths are refused), each entry at most ``runner.MAX_NOTEBOOK_BYTES`` + 1
-bytes: a larger one is kept that size, so the grader refuses it with a row that says why.
+absolute and ``..`` paths are refused, and noted), each entry at most ``runner.MAX_NOTEBOOK_BYTES`` + 1
+bytes: a larger one is kept that size, so the grader refuses it with a row that says why. One
+download gives at most ``MAX_READ_BYTES`` (its declared sizes are checked first, the bytes read
+as they come), one submission folder ``MAX_FILES`` files. Gradescope's metadata is read without
+YAML aliases, its submitters' fields short texts; its copy inside a submission folder is refused,
+and one ``:sid`` given by several people is never merged (each is graded apart, and flagged).
 """
 from __future__ import annotations
 
@@ -53,6 +57,9 @@ from pathlib import Path, PurePosixPath
 RECORD = "intake.json"
 METADATA = "submission_metadata.yml"
 MAX_ENTRIES = 100_000
+MAX_READ_BYTES = 3 * 2**30   # bytes read out of one download in all (checked on the sizes first, then as read)
+MAX_FILES = 20             # files read per submission folder (a lab takes one or two); the rest are listed
+MAX_FIELD = 200            # characters of a submitter's :name, :sid or :email
 MATCH_SHARE = 0.5          # share of a lab's cell ids a notebook must hold to be that lab's under another name
 _DIGITS = re.compile(r"[0-9]+")
 _RESUBMITTED = re.compile(r"^(?P<stem>.*?)(?:-(?P<n>[0-9]+)| \((?P<copy>[0-9]+)\))?(?P<ext>\.[A-Za-z0-9]+)$")
@@ -71,6 +78,21 @@ def _cap() -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Reading a download: a zip or a folder, entry by entry
+
+class Budget:
+    """The bytes one download may still give (``MAX_READ_BYTES``): every read draws on it, so a
+    zip bomb ends in an IntakeError, not in gigabytes on the disk."""
+
+    def __init__(self, source, total: int = MAX_READ_BYTES):
+        self.source, self.left = source, total
+
+    def take(self, data: bytes) -> bytes:
+        self.left -= len(data)
+        if self.left < 0:
+            raise IntakeError(f"{self.source}: more than {MAX_READ_BYTES / 2**30:g} GB read out of it, more than a "
+                              f"class's notebooks hold (a zip bomb?); nothing was imported")
+        return data
+
 
 @dataclass
 class Entry:
@@ -105,22 +127,27 @@ def _zip_entries(source: Path, notes: list[str]) -> list[Entry]:
     infos = zf.infolist()
     if len(infos) > MAX_ENTRIES:
         raise IntakeError(f"{source} holds {len(infos)} entries, over the {MAX_ENTRIES} an LMS download has")
+    declared = sum(min(i.file_size, _cap()) for i in infos)
+    if declared > MAX_READ_BYTES:
+        raise IntakeError(f"{source}: its entries hold {declared / 2**30:.1f} GB uncompressed, over the "
+                          f"{MAX_READ_BYTES / 2**30:g} GB the grader reads out of one download (a zip bomb?)")
+    budget = Budget(source)
     for info in infos:
         name = info.filename
-        if info.is_dir() or _skipped(name):
-            continue
         p = PurePosixPath(name)
-        if p.is_absolute() or ".." in p.parts or "\\" in name:
+        if p.is_absolute() or ".." in p.parts or "\\" in name:   # before _skipped: '..' starts with a dot
             notes.append(f"not read: {name!r} (a path out of the archive)")
+        elif info.is_dir() or _skipped(name):
+            continue
         elif stat.S_ISLNK(info.external_attr >> 16):
             notes.append(f"not read: {name} (a symbolic link)")
         else:
-            out.append(Entry(name, info.file_size, lambda i=info: _read_capped(zf.open(i))))
+            out.append(Entry(name, info.file_size, lambda i=info: budget.take(_read_capped(zf.open(i)))))
     return out
 
 
 def _folder_entries(source: Path, notes: list[str]) -> list[Entry]:
-    out = []
+    out, budget = [], Budget(source)
     for p in sorted(source.rglob("*")):
         rel = p.relative_to(source).as_posix()
         if _skipped(rel) or (p.is_dir() and not p.is_symlink()):
@@ -128,7 +155,7 @@ def _folder_entries(source: Path, notes: list[str]) -> list[Entry]:
         if p.is_symlink():
             notes.append(f"not read: {rel} (a symbolic link)")
         elif p.is_file():
-            out.append(Entry(rel, p.stat().st_size, lambda q=p: _read_capped(open(q, "rb"))))
+            out.append(Entry(rel, p.stat().st_size, lambda q=p: budget.take(_read_capped(open(q, "rb")))))
         if len(out) > MAX_ENTRIES:
             raise IntakeError(f"{source} holds over {MAX_ENTRIES} files, more than an LMS download has")
     return out
@@ -170,12 +197,24 @@ def canvas_name(filename: str) -> CanvasName | None:
 
 
 def _gradescope_root(items: list[Entry]) -> str | None:
-    """The folder (``''`` for the top) holding submission_metadata.yml, at most one level down."""
-    for e in items:
-        p = PurePosixPath(e.path)
-        if p.name == METADATA and len(p.parts) <= 2:
-            return "" if len(p.parts) == 1 else p.parts[0]
-    return None
+    """The export's root (``''`` for the top, else the one folder the whole export is in), by
+    where submission_metadata.yml is: at the top, else one level down with every entry under
+    that folder. A copy inside a submission folder is never the export's (``gradescope_candidates``
+    refuses it); two candidate roots are an IntakeError."""
+    metas = [PurePosixPath(e.path) for e in items if PurePosixPath(e.path).name == METADATA]
+    if any(len(m.parts) == 1 for m in metas):
+        return ""
+    wrapped = sorted({m.parts[0] for m in metas if len(m.parts) == 2})
+    if not wrapped:
+        return None
+    if len(wrapped) > 1:
+        raise IntakeError(f"{METADATA} is in {len(wrapped)} folders ({', '.join(wrapped[:5])}): which is the export? "
+                          f"Give Gradescope's export as it came, one at a time")
+    outside = [e.path for e in items if PurePosixPath(e.path).parts[0] != wrapped[0]]
+    if outside:
+        raise IntakeError(f"{METADATA} is in {wrapped[0]}/, but {len(outside)} file(s) are outside it "
+                          f"({', '.join(outside[:3])}): give Gradescope's export as it came")
+    return wrapped[0]
 
 
 def detect(source: Path) -> str:
@@ -261,12 +300,14 @@ class Person:
     name: str                     # as the LMS shows it
     ids: dict = field(default_factory=dict)   # canvas_user_id / canvas_name, or sid / email
     roster: dict | None = None    # the roster's row, when found
+    conflict: str = ""            # another submitter gives the same id: matched to the roster by email alone
 
 
 def find_in_roster(person: Person, index: dict) -> dict | None:
     """The roster row of ``person`` (``index``: ``exports.roster_index``)."""
     tries = [person.ids.get("canvas_user_id")] if person.lms == "canvas" else [
-        person.ids.get("sid"), person.ids.get("email"), (person.ids.get("email") or "").split("@")[0]]
+        None if person.conflict else person.ids.get("sid"), person.ids.get("email"),
+        (person.ids.get("email") or "").split("@")[0]]
     for value in tries:
         if value and str(value).strip().lower() in index:
             return index[str(value).strip().lower()]
@@ -332,23 +373,37 @@ def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime
     folders = {}
     for e in items:
         rel = PurePosixPath(e.path).parts[1:] if root else PurePosixPath(e.path).parts
-        if len(rel) >= 2:
-            folders.setdefault(rel[0], []).append(e)
-        elif e is not meta_entry:
+        if e is meta_entry:
+            continue
+        if PurePosixPath(e.path).name == METADATA:
+            notes.append(f"not read: {e.path} (a {METADATA} inside a submission folder is not the export's)")
+        elif len(rel) < 2:
             notes.append(f"not graded: {e.path} (not in a submission folder)")
+        elif len(folders.setdefault(rel[0], [])) >= MAX_FILES:
+            notes.append(f"not read: {e.path} (over the {MAX_FILES} files read of one submission)")
+        else:
+            folders[rel[0]].append(e)
     for folder in sorted(set(folders) - set(meta)):
         notes.append(f"not graded: {folder}/ ({METADATA} names no such submission)")
+    conflicts = _sid_conflicts(meta)
     for sub_id, info in meta.items():
         submitters = info.get(":submitters") or []
         if not submitters:
             notes.append(f"not graded: {sub_id} ({METADATA} names no submitter)")
             continue
+        if not isinstance(submitters, list) or (bad := _bad_submitter(submitters)):
+            notes.append(f"not graded: {sub_id} ({METADATA}: {bad if isinstance(submitters, list) else ':submitters is not a list'})")
+            continue
         created = _when(info.get(":created_at"))
         late_s = (created - due).total_seconds() if created and due else None
         for s in submitters:
-            sid, email = _text(s.get(":sid")), _text(s.get(":email"))
-            key = sid or email or f"{sub_id}:{_text(s.get(':name'))}"
-            person = people.setdefault(key, Person("gradescope", key, _text(s.get(":name")), {"sid": sid, "email": email}))
+            sid, email, name = _text(s.get(":sid")), _text(s.get(":email")), _text(s.get(":name"))
+            key = sid or email or f"{sub_id}:{name}"
+            clash = conflicts.get(sid)
+            if clash:   # one :sid, several people: never merged; each apart, and flagged
+                key = f"{sid}:{email or name}"
+            person = people.setdefault(key, Person("gradescope", key, name, {"sid": sid, "email": email}))
+            person.conflict = clash or ""
             group = [_text(o.get(":name")) for o in submitters if o is not s]
             for e in folders.get(sub_id, []):
                 c = Candidate(person, e, PurePosixPath(e.path).name,
@@ -359,10 +414,52 @@ def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime
                                      f"{due.isoformat()}" if late_s and late_s > 0 else "")
                 if group:
                     c.notes.append(f"a group submission with {', '.join(group)}")
+                if clash:
+                    c.notes.append(f"flagged: {clash}")
                 out.append(c)
         if sub_id not in folders:
             notes.append(f"not graded: {sub_id} (no folder of it in the export)")
     return out
+
+
+def _sid_conflicts(meta: dict) -> dict[str, str]:
+    """{sid: what to say} for every :sid given by submitters with different names or emails."""
+    seen: dict[str, set] = {}
+    for info in meta.values():
+        for s in info.get(":submitters") or [] if isinstance(info.get(":submitters"), list) else []:
+            if isinstance(s, dict) and _text(s.get(":sid")):
+                seen.setdefault(_text(s.get(":sid")), set()).add((_text(s.get(":name")), _text(s.get(":email"))))
+    return {sid: (f":sid {sid} is given by {len(who)} different submitters ("
+                  + "; ".join(f"{n or '?'} <{e or '?'}>" for n, e in sorted(who)) + "): graded apart, not merged; "
+                  f"check who is who on Gradescope") for sid, who in seen.items() if len(who) > 1}
+
+
+def _bad_submitter(submitters: list) -> str:
+    """Why a submission's :submitters cannot be read ('' when they can): each a mapping whose
+    :name, :sid and :email are short texts (or numbers)."""
+    for s in submitters:
+        if not isinstance(s, dict):
+            return "a submitter is not a mapping"
+        for k in (":name", ":sid", ":email"):
+            v = s.get(k)
+            if v is not None and (not isinstance(v, (str, int)) or isinstance(v, bool) or len(str(v)) > MAX_FIELD):
+                return f"a submitter's {k} is not a text of at most {MAX_FIELD} characters"
+    return ""
+
+
+def _no_aliases():
+    """A YAML safe loader that refuses anchors' aliases (a 484-byte alias bomb took 964 MB):
+    Gradescope's export has none."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.composer.ComposerError(None, None, "holds a YAML alias (*name), which Gradescope's "
+                                                              "export never has", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return Loader
 
 
 def read_metadata(data: bytes) -> dict:
@@ -370,8 +467,8 @@ def read_metadata(data: bytes) -> dict:
     import yaml
 
     try:
-        meta = yaml.safe_load(data.decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        meta = yaml.load(data.decode("utf-8"), Loader=_no_aliases())
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
         raise IntakeError(f"{METADATA} is not readable YAML ({e}); export the submissions from Gradescope again") from None
     if not isinstance(meta, dict) or not all(isinstance(v, dict) for v in meta.values()):
         raise IntakeError(f"{METADATA} does not map submission folders to their submitters; is this Gradescope's "
@@ -462,11 +559,9 @@ def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict
             "file": c.filename, "submitted_as": c.entry.path, "late": c.late, "late_seconds": c.late_seconds,
             "submitted_at": c.submitted_at, "marker": c.marker, "canvas_prefix": c.canvas_prefix,
             "notes": [n for n in [how, *c.notes, _others(others)] if n]}
-    for c, why in extra:
+    for c, why in extra:   # listed, never copied: a student's folder holds the notebooks graded
         student = names[c.person.key]
-        target = dest / student / _safe(c.filename)
-        if c.filename.lower().endswith(".ipynb") and not target.exists():
-            _write(target, c.entry.read())
+        (dest / student).mkdir(parents=True, exist_ok=True)
         students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
         notes.append(f"{student}: not graded: {c.entry.path} ({why})")
     record = {"version": 1, "lms": layout, "source": str(source.resolve()), "due": due_at.isoformat() if due_at else None,

@@ -240,6 +240,22 @@ def open_group(name: str, memory_bytes: int, tasks: int, backends=None) -> Group
     raise OSError("no way to limit a run here: " + "; ".join(errors))
 
 
+def shared(backend: str) -> str:
+    """Why runs under ``backend`` would share their limits ('' when each has its own). Without a
+    cgroup, a grader that is not root runs every notebook as its own uid: ``RLIMIT_NPROC`` counts
+    the processes of all of them together (one run's threads stop another's forks), and memory
+    held in memfds or tmpfs is in no process's data limit or RSS. Root gives each run a uid of
+    its own (``sandbox.lease_account``). The ways to give each run limits of its own here are a
+    cgroup delegated to this user (systemd's user manager: ``systemd-run --user --scope -p
+    Delegate=yes``, then the ``cgroup2`` backend) or running the grader as root."""
+    if backend != "rlimit" or os.geteuid() == 0:
+        return ""
+    return (f"as user {os.geteuid()} with no cgroup of its own (no delegated cgroup2 or cgroup v1 hierarchy it may "
+            f"write; systemd-run --user gives one where a systemd user manager runs), the runs would share one "
+            f"process count (RLIMIT_NPROC counts every process of this uid) and memory in memfds or /dev/shm "
+            f"would be counted for none")
+
+
 def best_backend() -> str:
     """The backend ``open_group`` uses here (tried with a throwaway group)."""
     g = open_group(f"probe-{os.getpid()}", 2**30, 64)

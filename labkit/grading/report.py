@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +26,9 @@ EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
 PENDING = "pending"      # an answer awaiting a TA's score: not a failure, not points yet
 LATE = "late"            # the row late work gets (``late``): shown apart, not a failure
+MAX_REASON = 2000        # characters of a reason or a note in a CSV or summary.md (one answer made 3 MB)
+MAX_CELL = 100_000       # characters of any CSV cell: under csv's field limit (131,072), so every CSV reads back
+CAPPED = {"reason": MAX_REASON, "notes": MAX_REASON}
 NEVER_RAN = {"unreadable", "refused", "not-submitted"}
 
 
@@ -41,8 +45,16 @@ def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: escape(_cell(r.get(k))) for k in fields})
+        w.writerow({k: escape(_capped(_cell(r.get(k)), CAPPED.get(k, MAX_CELL))) for k in fields})
     write_text(path, buf.getvalue())
+
+
+def _capped(v, limit: int):
+    """A text cell cut to ``limit`` characters, saying how much was cut."""
+    if not isinstance(v, str) or len(v) <= limit:
+        return v
+    note = f" ... [cut: {len(v) - limit} more characters]"
+    return v[:limit - len(note)] + note
 
 
 def _cell(v):
@@ -54,8 +66,23 @@ def _cell(v):
 
 
 def _md(text) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A short text (a name, a login) safe inside a Markdown table cell: no HTML, no link and no
+    image survive (``<``, ``>``, ``&`` as entities; brackets and backticks escaped)."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`\[\]|])", r"\\\1", " ".join(text.split()))
+
+
+def _code(text, limit: int = MAX_REASON) -> str:
+    """Free text a student controls (a reason, an exception's message, a file's name) as a
+    Markdown code span, where no link, image or HTML renders; one line, at most ``limit``
+    characters, its ``|`` escaped for the table (GFM reads ``\\|`` inside a span as ``|``)."""
+    text = " ".join(str(text).split())
+    if not text:
+        return ""
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text.replace('|', chr(92) + '|')} {fence}"
 
 
 def pts(points: float, most: float, pending: float = 0.0) -> str:
@@ -113,12 +140,12 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
                   "`make grade-merge SCORES=...`; the totals above count them apart (`+N pending`)."]
     lines += _late_work(rows) + _missing(missing) + _regrades(*regrades)
     if notes:
-        lines += ["", f"## Files not graded ({len(notes)})", "", *[f"- {_md(n)}" for n in notes]]
+        lines += ["", f"## Files not graded ({len(notes)})", "", *[f"- {_code(n)}" for n in notes]]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]
         lines += [f"| {_md(r['student'])} | {r['lab']} | {_md(r['check'])} | {pts(r['points'], r['max'])} "
-                  f"| {r['status']} | {_md(r['reason'])} |" for r in bad]
+                  f"| {r['status']} | {_code(r['reason'])} |" for r in bad]
     else:
         lines.append("Every check passed.")
     write_text(path, "\n".join(lines) + "\n")
@@ -129,7 +156,7 @@ def _late_work(rows: list[dict]) -> list[str]:
     if not late:
         return []
     return ["", f"## Late work ({len(late)})", "", "| student | lab | penalty | how late |", "|---|---|---|---|"] + [
-        f"| {_md(r['student'])} | {r['lab']} | {r['points']:g} | {_md(r['reason'])} |" for r in late]
+        f"| {_md(r['student'])} | {r['lab']} | {r['points']:g} | {_code(r['reason'])} |" for r in late]
 
 
 def _missing(missing: list[dict] | None) -> list[str]:

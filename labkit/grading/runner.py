@@ -40,6 +40,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -101,10 +102,17 @@ class RunResult:
         return self.status not in NEVER_RAN
 
 
-def check_readable(path: Path) -> str | None:
-    """Why ``path`` is not a notebook papermill can run, or None when it is."""
-    import nbformat
+MAX_CELLS = 2000                  # a lab notebook has about 60; 40,000 tagged cells made the answers quadratic
+MAX_DEPTH = 64                    # JSON nesting: a notebook needs about 10; 100,000 stopped the class
+MAX_SOURCE_CHARS = 2_000_000      # all cells' text (a lab's notebook holds under 50,000 characters)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
+
+def check_readable(path: Path) -> str | None:
+    """Why ``path`` is not a notebook papermill can run, or None when it is. The caps (size,
+    nesting, cells, text) are checked before the work they would make expensive: the file is
+    parsed once, its depth measured without recursion, and only a notebook within them is
+    validated. A message with "cap" in it is a refusal (``prepare``)."""
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
         return f"not a notebook the grader runs: {size / 2**20:.1f} MB, over the {MAX_NOTEBOOK_BYTES // 2**20} MB cap"
@@ -115,6 +123,19 @@ def check_readable(path: Path) -> str | None:
         return f"not a readable notebook: not UTF-8 text ({e.reason} at byte {e.start})"
     except json.JSONDecodeError as e:
         return f"not a readable notebook: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    except RecursionError:
+        return f"not a notebook the grader runs: its JSON is nested deeper than the {MAX_DEPTH}-level cap"
+    why = _shape(raw)
+    if why:
+        return why
+    if not any(isinstance(c, dict) and c.get("cell_type") == "code" and "".join(_text(c.get("source"))).strip()
+               for c in raw["cells"]):
+        return "an empty notebook: no code cell with any code in it"
+    return _validate(raw)
+
+
+def _shape(raw) -> str | None:
+    """Why the parsed JSON ``raw`` is not a version-4 notebook within the caps, or None."""
     if not isinstance(raw, dict):
         return "not a readable notebook: JSON, but not a version-4 notebook (not an object with 'cells')"
     if raw.get("nbformat") != 4:
@@ -123,9 +144,64 @@ def check_readable(path: Path) -> str | None:
                 if isinstance(version, int) else "not a readable notebook: JSON, but no nbformat version")
     if not isinstance(raw.get("cells"), list):
         return "not a readable notebook: JSON, but not a version-4 notebook (no 'cells' list)"
-    if not any(isinstance(c, dict) and c.get("cell_type") == "code" and "".join(c.get("source") or "").strip()
-               for c in raw["cells"]):
-        return "an empty notebook: no code cell with any code in it"
+    if len(raw["cells"]) > MAX_CELLS:
+        return f"not a notebook the grader runs: {len(raw['cells'])} cells, over the {MAX_CELLS}-cell cap"
+    depth, where = _depth(raw)
+    if depth > MAX_DEPTH:
+        return f"not a notebook the grader runs: its JSON is nested deeper than the {MAX_DEPTH}-level cap ({where})"
+    chars = sum(len(t) for c in raw["cells"] if isinstance(c, dict) for t in _text(c.get("source")))
+    if chars > MAX_SOURCE_CHARS:
+        return (f"not a notebook the grader runs: {chars} characters of cell text, over the {MAX_SOURCE_CHARS} "
+                f"character cap")
+    bad = _surrogate(raw)
+    if bad:
+        return (f"not a readable notebook: {bad} holds a lone UTF-16 surrogate (an escape like \\ud800 that is "
+                f"no character); save it from JupyterLab again")
+    return None
+
+
+def _text(source) -> list:
+    """A cell's source as the list of strings it is made of (nothing that is not text)."""
+    if isinstance(source, str):
+        return [source]
+    return [s for s in source if isinstance(s, str)] if isinstance(source, list) else []
+
+
+def _depth(raw) -> tuple[int, str]:
+    """(the deepest nesting of ``raw``, up to one past MAX_DEPTH, and where), without recursion."""
+    cells = raw.get("cells")
+    stack, deepest, where = [(raw, 1, "its metadata")], 0, ""
+    while stack and deepest <= MAX_DEPTH:
+        node, level, at = stack.pop()
+        if level > deepest:
+            deepest, where = level, at
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in items:
+            if isinstance(child, (dict, list)):
+                stack.append((child, level + 1, cell_name(key) if node is cells else at))
+    return deepest, where
+
+
+def _surrogate(raw) -> str:
+    """Where ``raw`` holds a string no UTF-8 file can (a lone surrogate): "cell N", "its
+    metadata", or '' when none does."""
+    stack = [({k: v for k, v in raw.items() if k != "cells"}, "its metadata")]
+    stack += [(c, cell_name(i)) for i, c in enumerate(raw["cells"])]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                return where
+        elif isinstance(node, dict):
+            stack += [(k, where) for k in node] + [(v, where) for v in node.values()]
+        elif isinstance(node, list):
+            stack += [(v, where) for v in node]
+    return ""
+
+
+def _validate(raw) -> str | None:
+    import nbformat
+
     try:
         nbformat.reads(json.dumps(raw), as_version=4)
     except Exception as e:  # nbformat raises several types for malformed documents
@@ -168,7 +244,10 @@ def prepare(job: Job) -> RunResult | None:
         found = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
         hint = f" (found: {', '.join(found)})" if found else ""
         return RunResult("not-submitted", f"no {job.source.name} in {folder.name}/{hint}")
-    why = check_readable(job.source)
+    try:
+        why = check_readable(job.source)
+    except (OSError, ValueError, RecursionError, MemoryError) as e:  # whatever the file does, its row
+        why = f"not a readable notebook: {type(e).__name__}: {_one_line(e)}"
     if why:
         return RunResult("refused" if "cap" in why else "unreadable", why)
     for d in (job.workdir, job.private):
@@ -177,7 +256,11 @@ def prepare(job: Job) -> RunResult | None:
         d.mkdir(parents=True)
     job.private.chmod(0o700)          # the grader's own: no run's user may read or write it
     job.private.parent.parent.chmod(0o700)
-    job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
+    try:
+        job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
+    except (OSError, ValueError, RecursionError, MemoryError) as e:  # UnicodeEncodeError is a ValueError
+        job.clean_input.unlink(missing_ok=True)
+        return RunResult("unreadable", f"not a notebook the grader can clean: {type(e).__name__}: {_one_line(e)}")
     for p in (job.executed, job.log):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.unlink(missing_ok=True)
@@ -372,6 +455,12 @@ class LocalExecutor(Executor):
 
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, not {parallel}")
+        why = limits.shared(setup.backend)
+        if parallel > 1 and why:
+            from labkit.grading.executor import ExecutorError
+
+            raise ExecutorError(f"-j {parallel} refused: {why}. Grade with -j 1, as root, or under a delegated "
+                                f"cgroup (systemd-run --user --scope -p Delegate=yes ...)")
         self.setup, self.slots, self.holder = setup, parallel, None
         self.memory_mb = psutil.virtual_memory().available / 2**20
 

@@ -36,6 +36,10 @@ SETTINGS = {"code": (12, 8), "answers": (6, 4)}   # kind: (k tokens per gram, w 
 MIN_FINGERPRINTS = 6     # documents with fewer (after the template's are removed) are not compared
 MIN_SHARED = 4           # nor pairs sharing fewer
 MAX_PASSAGES = 400       # shown per pair (a pair of whole notebooks copied has a few dozen)
+MAX_REPEATS = 16         # a fingerprint at more places than this in one document is dropped from it (periodic text)
+COMMON_SHARE = 0.5       # and one in more than this share of a class's documents (at least COMMON_MIN of them)
+COMMON_MIN = 10
+MAX_TOKENS = 200_000     # tokens read per document (a lab's code has a few thousand)
 CSV_FIELDS = ["lab", "kind", "student_a", "student_b", "similarity", "shared", "parts_a", "parts_b"]
 
 
@@ -118,7 +122,10 @@ def winnow(tokens: list[str], k: int, w: int) -> dict[int, list[int]]:
 
 
 def fingerprint(doc: Doc, kind: str) -> Doc:
-    doc.prints = winnow(doc.tokens, *SETTINGS[kind])
+    """``doc`` with its fingerprints: of its first MAX_TOKENS tokens, none at more than
+    MAX_REPEATS places (so every later step is linear in the document's length)."""
+    del doc.tokens[MAX_TOKENS:], doc.where[MAX_TOKENS:]
+    doc.prints = {h: ps for h, ps in winnow(doc.tokens, *SETTINGS[kind]).items() if len(ps) <= MAX_REPEATS}
     return doc
 
 
@@ -133,8 +140,10 @@ class Pair:
 
 
 def compare(docs: list[Doc], kind: str, lab: str, base: set, threshold: float) -> list[Pair]:
-    """Pairs at or above ``threshold``, most similar first; fingerprints in ``base`` do not count."""
-    prints = {d.student: set(d.prints) - base for d in docs}
+    """Pairs at or above ``threshold``, most similar first; fingerprints in ``base`` do not count,
+    nor those in more than COMMON_SHARE of the documents (boilerplate nobody released)."""
+    common = _common(docs)
+    prints = {d.student: set(d.prints) - base - common for d in docs}
     pairs = []
     for a, b in combinations(docs, 2):
         pa, pb = prints[a.student], prints[b.student]
@@ -146,6 +155,16 @@ def compare(docs: list[Doc], kind: str, lab: str, base: set, threshold: float) -
         if len(shared) >= MIN_SHARED and score >= threshold:
             pairs.append(Pair(lab, kind, a, b, round(score, 3), shared))
     return sorted(pairs, key=lambda p: (-p.similarity, p.a.student, p.b.student))
+
+
+def _common(docs: list[Doc]) -> set:
+    """Fingerprints in more than COMMON_SHARE of ``docs`` (and at least COMMON_MIN of them)."""
+    seen: dict[int, int] = {}
+    for d in docs:
+        for h in d.prints:
+            seen[h] = seen.get(h, 0) + 1
+    most = max(COMMON_MIN, COMMON_SHARE * len(docs))
+    return {h for h, n in seen.items() if n > most}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,23 +189,30 @@ def passages(doc: Doc, shared: set, k: int) -> list[tuple[int, int, int]]:
 
 
 def matches(p: Pair) -> list[tuple[tuple, tuple]]:
-    """Every pair of matching passages, (a's run, b's run), in a's order: each shared
-    fingerprint at each of its positions in either document."""
+    """Every pair of matching passages, (a's run, b's run), in a's order: the runs that each
+    shared fingerprint lies in, in either document. Each fingerprint is at MAX_REPEATS places at
+    most (``fingerprint``) and each place's run is found by bisection, so this is linear in the
+    shared fingerprints; at most MAX_PASSAGES pairs are kept."""
     k = SETTINGS[p.kind][0]
     ra, rb = passages(p.a, p.shared, k), passages(p.b, p.shared, k)
+    ka, kb = [r[:2] for r in ra], [r[:2] for r in rb]
     found = set()
-    for h in p.shared:
-        for pa in p.a.prints.get(h, []):
-            for pb in p.b.prints.get(h, []):
-                x, y = _run_at(p.a, pa, ra), _run_at(p.b, pb, rb)
-                if x and y:
-                    found.add((x, y))
-    return sorted(found)
+    for h in sorted(p.shared):
+        xs = {x for pos in p.a.prints.get(h, []) if (x := _run_at(p.a, pos, ra, ka))}
+        ys = {y for pos in p.b.prints.get(h, []) if (y := _run_at(p.b, pos, rb, kb))}
+        found.update((x, y) for x in xs for y in ys)
+        if len(found) > MAX_PASSAGES:
+            break
+    return sorted(found)[:MAX_PASSAGES]
 
 
-def _run_at(doc: Doc, pos: int, runs: list) -> tuple | None:
+def _run_at(doc: Doc, pos: int, runs: list, keys: list) -> tuple | None:
+    """The run of ``runs`` (sorted; ``keys``: their (part, start)) that holds token ``pos``."""
+    import bisect
+
     part, start, _ = doc.where[pos]
-    return next((r for r in runs if r[0] == part and r[1] <= start <= r[2]), None)
+    i = bisect.bisect_right(keys, (part, start)) - 1
+    return runs[i] if i >= 0 and runs[i][0] == part and runs[i][1] <= start <= runs[i][2] else None
 
 
 def parts(doc: Doc, runs) -> list[str]:
@@ -233,16 +259,19 @@ def _docs(book):
     items = {(it["student"], it["lab"]): it for it in book.answer_items()}
     out = {}
     for lab in book.labs:
-        code, prose = [], []
+        code, prose, left = [], [], []
         for job in [j for j in book.jobs if j.lab.key == lab.key and j.clean_input.is_file()]:
-            try:
+            try:   # one student's notebook: left out of the comparison, never the report's end
                 nb = nbformat.read(str(job.clean_input), as_version=4)
-            except (OSError, ValueError):
+                cells = [(cell_name(i), c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+                found = {k: a for k, a in (items.get(job.key, {}).get("answers") or {}).items() if a.text}
+                docs = (fingerprint(code_doc(job.student, [c for _, c in cells], [n for n, _ in cells]), "code"),
+                        fingerprint(text_doc(job.student, [a.text for a in found.values()], list(found)), "answers"))
+            except Exception as e:  # noqa: BLE001 - the boundary: named in the report
+                left.append(f"{job.student} ({type(e).__name__})")
                 continue
-            cells = [(cell_name(i), c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-            code.append(fingerprint(code_doc(job.student, [c for _, c in cells], [n for n, _ in cells]), "code"))
-            found = {k: a for k, a in (items.get(job.key, {}).get("answers") or {}).items() if a.text}
-            prose.append(fingerprint(text_doc(job.student, [a.text for a in found.values()], list(found)), "answers"))
+            code.append(docs[0])
+            prose.append(docs[1])
         base_code, base_text = set(), set()
         ref = Path(book.notebooks) / lab.notebook if book.notebooks else None
         if ref is not None and ref.is_file():
@@ -251,7 +280,7 @@ def _docs(book):
                                         "code").prints)
         qs = [q for (key, _), q in book.questions.items() if key == lab.key]
         base_text = set(fingerprint(text_doc("", [q.text for q in qs] + [q.placeholder for q in qs]), "answers").prints)
-        out[lab.key] = [("code", code, base_code), ("answers", prose, base_text)]
+        out[lab.key] = [("code", code, base_code, left), ("answers", prose, base_text, left)]
     return out
 
 
@@ -263,8 +292,9 @@ def report(book, threshold: float = THRESHOLD) -> list[Pair]:
     pairs = []
     compared = []
     for lab, kinds in _docs(book).items():
-        for kind, docs, base in kinds:
-            compared.append(f"{lab} {kind}: {len(docs)} submission(s)")
+        for kind, docs, base, left in kinds:
+            compared.append(f"{lab} {kind}: {len(docs)} submission(s)"
+                            + (f" (not read: {', '.join(left)})" if left else ""))
             pairs += compare(docs, kind, lab, base, threshold)
     found = {id(p): matches(p) for p in pairs}
     write_csv([{"lab": p.lab, "kind": p.kind, "student_a": p.a.student, "student_b": p.b.student,

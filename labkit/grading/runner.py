@@ -105,6 +105,7 @@ class RunResult:
 MAX_CELLS = 2000                  # a lab notebook has about 60; 40,000 tagged cells made the answers quadratic
 MAX_DEPTH = 64                    # JSON nesting: a notebook needs about 10; 100,000 stopped the class
 MAX_SOURCE_CHARS = 2_000_000      # all cells' text (a lab's notebook holds under 50,000 characters)
+REFUSED = "not a notebook the grader runs"   # how check_readable's refusals start (over a cap)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -112,7 +113,7 @@ def check_readable(path: Path) -> str | None:
     """Why ``path`` is not a notebook papermill can run, or None when it is. The caps (size,
     nesting, cells, text) are checked before the work they would make expensive: the file is
     parsed once, its depth measured without recursion, and only a notebook within them is
-    validated. A message with "cap" in it is a refusal (``prepare``)."""
+    validated. A message that starts with REFUSED is a refusal (``prepare``)."""
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
         return f"not a notebook the grader runs: {size / 2**20:.1f} MB, over the {MAX_NOTEBOOK_BYTES // 2**20} MB cap"
@@ -249,7 +250,7 @@ def prepare(job: Job) -> RunResult | None:
     except (OSError, ValueError, RecursionError, MemoryError) as e:  # whatever the file does, its row
         why = f"not a readable notebook: {type(e).__name__}: {_one_line(e)}"
     if why:
-        return RunResult("refused" if "cap" in why else "unreadable", why)
+        return RunResult("refused" if why.startswith(REFUSED) else "unreadable", why)
     for d in (job.workdir, job.private):
         if d.exists():
             shutil.rmtree(d)

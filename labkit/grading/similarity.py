@@ -24,6 +24,7 @@ import csv
 import hashlib
 import html
 import io
+import itertools
 import keyword
 import re
 import tokenize
@@ -39,7 +40,7 @@ MAX_PASSAGES = 400       # shown per pair (a pair of whole notebooks copied has 
 MAX_REPEATS = 16         # a fingerprint at more places than this in one document is dropped from it (periodic text)
 COMMON_SHARE = 0.5       # and one in more than this share of a class's documents (at least COMMON_MIN of them)
 COMMON_MIN = 10
-MAX_TOKENS = 200_000     # tokens read per document (a lab's code has a few thousand)
+MAX_TOKENS = 50_000      # tokens read per document (a lab's code has a few thousand): tokenizing stops there
 CSV_FIELDS = ["lab", "kind", "student_a", "student_b", "similarity", "shared", "parts_a", "parts_b"]
 
 
@@ -63,12 +64,16 @@ def code_doc(student: str, sources: list[str], labels: list[str] | None = None) 
     skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
             tokenize.ENDMARKER}
     for n, src in enumerate(sources):
+        left = MAX_TOKENS - len(doc.tokens)
+        if left <= 0:
+            break
         text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()) + "\n"
-        try:
-            toks = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        try:   # at most twice the tokens left (layout tokens are dropped below)
+            toks = list(itertools.islice(tokenize.generate_tokens(io.StringIO(text).readline), 2 * left + 16))
         except (tokenize.TokenError, IndentationError, SyntaxError):  # a cell that does not parse: its words
-            toks = [tokenize.TokenInfo(tokenize.NAME, m.group(), (i + 1, 0), (i + 1, 0), "")
-                    for i, ln in enumerate(text.splitlines()) for m in re.finditer(r"\S+", ln)]
+            toks = list(itertools.islice((tokenize.TokenInfo(tokenize.NAME, m.group(), (i + 1, 0), (i + 1, 0), "")
+                                          for i, ln in enumerate(text.splitlines()) for m in re.finditer(r"\S+", ln)),
+                                         left))
         for t in toks:
             if t.type in skip:
                 continue
@@ -90,7 +95,7 @@ def text_doc(student: str, texts: list[str], labels: list[str] | None = None) ->
     """Lower-cased words of prose answers, each with its character span."""
     doc = Doc(student, list(texts), list(labels or []))
     for n, text in enumerate(texts):
-        for m in re.finditer(r"[^\W_]+", text.lower()):
+        for m in itertools.islice(re.finditer(r"[^\W_]+", text.lower()), max(MAX_TOKENS - len(doc.tokens), 0)):
             doc.tokens.append(m.group())
             doc.where.append((n, m.start(), m.end()))
     return doc

@@ -444,38 +444,26 @@ def write_page(path: str, question: dict, rows: list[dict]) -> None:
 
 
 def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
+    """The page (``templates/pages/answers.html.j2``, autoescaped): the question, the key and
+    each answer rendered on its own (``render_markdown`` returns Markup; one that fails shows
+    as written, never the others), every other text escaped."""
+    from markupsafe import Markup
+
     from labkit.grading.feedback import CSS
+    from labkit.grading.render import template
     from labkit.grading.sanitize import Page
 
-    def values(r) -> str:
-        return "".join(f"<tr><th>{html.escape(str(n))}</th><td>{html.escape(str(v))}</td></tr>"
-                       for n, v in r.get("values") or [])
+    def shown(text: str):
+        return Markup(render_markdown(text)) if text else ""
 
-    trs = "".join(
-        f"<tr><td class='labkit-desc'>{html.escape(r['student'])}<br>{html.escape(r['status'])}"
-        f"{' ' + html.escape(r['score']) + '/' + html.escape(r['max']) if r['score'] else ''}</td>"
-        f"<td>{''.join(f'<p class=labkit-warn>{html.escape(f)}</p>' for f in r.get('flags') or [])}"
-        f"<div class='labkit-box'>{render_markdown(r['answer']) if r['answer'] else '<em>(no answer)</em>'}</div></td>"
-        f"<td><div class='labkit-box'><table class='labkit-note'>{values(r)}</table></div></td>"
-        f"<td>{html.escape(r['notes'])}</td></tr>" for r in rows)
-    page = Page(f"{q.lab}: {q.check}")
-    body = (f"<h1>{html.escape(q.lab)}: {html.escape(q.check)} ({q.max:g} point{'s' if q.max != 1 else ''})</h1>"
-            + (f"<p class='labkit-cut'>{html.escape(why)} The answers are shown as plain text.</p>" if why else "")
-            + f"<div class='labkit-flag'><section class='labkit-side'><h2>Question</h2>"
-            f"{render_markdown(q.text) if q.text else '<em>(not found in the reference notebook)</em>'}</section>"
-            f"<section class='labkit-side'><h2>Answer key</h2>"
-            f"{render_markdown(q.key) if q.key else '<em>(none)</em>'}</section></div>"
-            f"<p>Score in the CSV next to this page ({html.escape(slug(q.check))}.csv: columns <code>score</code>, "
-            f"<code>comment</code>), then merge it: <code>make grade-merge SCORES=out/grade/answers/"
-            f"{html.escape(q.lab)}/{html.escape(slug(q.check))}.csv</code>.</p>"
-            f"<table class='labkit-answers'><tr><th>student</th><th>answer</th><th>the student's numbers</th>"
-            f"<th>notes</th></tr>{trs}</table>")
+    body = template("answers.html.j2", q=q, why=why, question=shown(q.text), key=shown(q.key), slug=slug(q.check),
+                    rows=[(r, shown(r["answer"])) for r in rows])
     css = (CSS + " body{font-family:sans-serif;margin:1em 2em} .labkit-flag{display:flex;gap:2em} "
            ".labkit-side{flex:1;border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} "
            "td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left} "
            ".labkit-note td,.labkit-note th{font-family:monospace;font-size:90%;border:none;padding:1px 4px} "
            ".labkit-warn{color:#cf222e;font-weight:bold} .labkit-desc{color:#666}")
-    return page.html(body, css)
+    return Page(f"{q.lab}: {q.check}").html(body, css)
 
 
 def version(stored: dict | None) -> str:

@@ -14,6 +14,7 @@ renders. ``run(tasks, parallel)`` writes a list of pages, N at a time, and waits
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -25,6 +26,7 @@ from typing import Callable
 
 from labkit.grading import limits
 
+PAGES = Path(__file__).with_name("templates") / "pages"   # the grader's own page bodies (Jinja, autoescaped)
 TIMEOUT_S = 180.0        # one page; a class's pages render in seconds each
 MEMORY_MB = 2048.0
 TASKS = 32
@@ -104,6 +106,20 @@ class Rendering:
         """Stop it; no page is written (the next rebuild renders it again)."""
         self._end()
         self.result = False
+
+
+def template(name: str, **context) -> str:
+    """The body ``templates/pages/<name>`` makes of ``context``: every value is escaped but
+    ``Markup`` (HTML the grader rendered and cleaned itself); ``sanitize.Page`` cleans it last."""
+    return _environment().get_template(name).render(**context)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(PAGES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined)
 
 
 def run(tasks: list[Task], parallel: int = 1, poll: float = 0.1) -> None:

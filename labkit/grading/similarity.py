@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import html
 import io
 import itertools
 import keyword
@@ -225,19 +224,19 @@ def parts(doc: Doc, runs) -> list[str]:
     return list(dict.fromkeys(doc.labels[r[0]] if r[0] < len(doc.labels) else f"part {r[0] + 1}" for r in runs))
 
 
-def _show(doc: Doc, run: tuple[int, int, int], kind: str) -> str:
-    """A passage as HTML: the cell's matching lines, or the answer with the match marked."""
+def _side(doc: Doc, run: tuple[int, int, int], kind: str) -> dict:
+    """A passage for the page: the cell's matching lines, or the answer with the match marked
+    (``templates/pages/similarity.html.j2`` escapes every part)."""
     part, start, end = run
     text = doc.parts[part]
-    label = html.escape(doc.labels[part] if part < len(doc.labels) else f"part {part + 1}")
+    label = doc.labels[part] if part < len(doc.labels) else f"part {part + 1}"
     if kind == "code":
-        return (f"<div class='labkit-side'><b>{label}, line{'s' if end > start else ''} {start}"
-                f"{f'-{end}' if end > start else ''}</b><pre>"
-                f"{html.escape(chr(10).join(text.splitlines()[start - 1:end]))}</pre></div>")
+        return {"label": label, "lines": f"line{'s' if end > start else ''} {start}{f'-{end}' if end > start else ''}",
+                "lead": False, "before": "\n".join(text.splitlines()[start - 1:end]), "match": "", "after": "",
+                "trail": False}
     lo, hi = max(start - 80, 0), min(end + 80, len(text))
-    return (f"<div class='labkit-side'><b>{label}</b><pre>{'...' if lo else ''}{html.escape(text[lo:start])}"
-            f"<mark>{html.escape(text[start:end])}</mark>{html.escape(text[end:hi])}{'...' if hi < len(text) else ''}"
-            f"</pre></div>")
+    return {"label": label, "lines": "", "lead": lo > 0, "before": text[lo:start], "match": text[start:end],
+            "after": text[end:hi], "trail": hi < len(text)}
 
 
 def flags(out) -> list[dict]:
@@ -319,26 +318,11 @@ _CSS = ("body{font-family:sans-serif;margin:1em 2em} table{border-collapse:colla
 
 
 def _body(pairs: list[Pair], found: dict, compared: list[str], threshold: float, page) -> str:
-    head = (f"<h1>Similarity report</h1><p>Pairs of students whose code (identifiers, comments and layout "
-            f"ignored) or analysis answers share at least {threshold:.0%} of the smaller one's fingerprints "
-            f"(winnowing), beyond what the starting notebook and the questions contain. <strong>This flags pairs "
-            f"for a person to look at; it changes no points.</strong> Compared: {html.escape('; '.join(compared))}."
-            f"</p>")
-    if not pairs:
-        return head + "<p>No pair reaches the threshold.</p>"
-    rows = "".join(f"<tr><td>{html.escape(p.lab)}</td><td>{p.kind}</td><td>{html.escape(p.a.student)}</td>"
-                   f"<td>{html.escape(p.b.student)}</td><td>{p.similarity:.0%}</td><td>{len(p.shared)}</td>"
-                   f"<td><a href='#{page.id(f'pair-{i}')}'>{len(found[id(p)])} passage(s)</a></td></tr>"
-                   for i, p in enumerate(pairs))
-    details = []
-    for i, p in enumerate(pairs):
-        shown = found[id(p)][:MAX_PASSAGES]
-        more = len(found[id(p)]) - len(shown)
-        blocks = "".join(f"<div class='labkit-flag'>{_show(p.a, a, p.kind)}{_show(p.b, b, p.kind)}</div>"
-                         for a, b in shown)
-        details.append(f"<details id='{page.id(f'pair-{i}')}' open><summary>{html.escape(p.lab)} {p.kind}: "
-                       f"<b>{html.escape(p.a.student)}</b> (left) and <b>{html.escape(p.b.student)}</b> (right), "
-                       f"{p.similarity:.0%}, {len(found[id(p)])} matching passage(s)</summary>{blocks}"
-                       + (f"<p>... and {more} more passage(s).</p>" if more else "") + "</details>")
-    return (head + "<table><tr><th>lab</th><th>kind</th><th>student</th><th>student</th><th>similarity</th>"
-            f"<th>shared fingerprints</th><th></th></tr>{rows}</table><h2>Matching passages</h2>" + "".join(details))
+    from labkit.grading.render import template
+
+    shown = [{"lab": p.lab, "kind": p.kind, "a": p.a.student, "b": p.b.student, "similarity": f"{p.similarity:.0%}",
+              "shared": len(p.shared), "anchor": page.id(f"pair-{i}"), "count": len(found[id(p)]),
+              "more": max(len(found[id(p)]) - MAX_PASSAGES, 0),
+              "passages": [(_side(p.a, x, p.kind), _side(p.b, y, p.kind)) for x, y in found[id(p)][:MAX_PASSAGES]]}
+             for i, p in enumerate(pairs)]
+    return template("similarity.html.j2", pairs=shown, compared=compared, threshold=threshold)

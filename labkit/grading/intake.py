@@ -431,7 +431,7 @@ def _sid_conflicts(meta: dict) -> dict[str, str]:
                 seen.setdefault(_text(s.get(":sid")), set()).add((_text(s.get(":name")), _text(s.get(":email"))))
     return {sid: (f":sid {sid} is given by {len(who)} different submitters ("
                   + "; ".join(f"{n or '?'} <{e or '?'}>" for n, e in sorted(who)) + "): graded apart, not merged; "
-                  f"check who is who on Gradescope") for sid, who in seen.items() if len(who) > 1}
+                  "check who is who on Gradescope") for sid, who in seen.items() if len(who) > 1}
 
 
 def _bad_submitter(submitters: list) -> str:

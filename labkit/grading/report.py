@@ -25,7 +25,8 @@ EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
 PENDING = "pending"      # an answer awaiting a TA's score: not a failure, not points yet
 LATE = "late"            # the row late work gets (``late``): shown apart, not a failure
-NEVER_RAN = {"unreadable", "refused", "not-submitted"}
+NOT_NOTEBOOK = "not-a-notebook"   # handed in, but not as a notebook (a .py, a .pdf): the row says what came
+NEVER_RAN = {"unreadable", "refused", "not-submitted", NOT_NOTEBOOK}
 
 
 def write_text(path: Path, text: str) -> None:

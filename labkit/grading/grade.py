@@ -61,8 +61,8 @@ from labkit.grading.scoring import Scored, flag_note, row
 REFERENCE = "reference"
 REFERENCE_OUT = "out/reference"   # the reference self-check's own folder and gradebook
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
-OWN_FILES = {"grades.csv", gradebook.FILE, gradebook.FILE + "-wal", gradebook.FILE + "-shm", "summary.md", "summary.html", "report.md", "report.csv", ".work", ".grader", ".intake",
-             MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
+OWN_FILES = {"grades.csv", "summary.md", "summary.html", "report.md", "report.csv", ".work", ".grader", ".intake",
+             gradebook.FILE, gradebook.FILE + "-wal", gradebook.FILE + "-shm", MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
              answers.SCORES_FILE}
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"

@@ -360,7 +360,8 @@ def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: 
 def _submitted(record: dict, renamed: dict) -> dict:
     """The book's intake entries for this batch: the download's record, and the notebooks
     ``find_jobs`` found under another name."""
-    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()}}
+    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()},
+                    **({"received": v["received"]} if v.get("received") else {})}
                 for s, v in (record.get("students") or {}).items()}
     for (student, lab), note in renamed.items():
         info = students.setdefault(student, {"person": {}, "labs": {}})["labs"].setdefault(lab, {})
@@ -453,7 +454,12 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
                 mine_entry = book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})
                 mine_entry["labs"].setdefault(lab, info)
                 mine_entry["person"] = mine_entry.get("person") or entry.get("person") or {}
-    here = tuple(f"{s}:" for s in {job.student for job in book.jobs})   # what this batch says of them is current
+    this_batch = {s for s, _ in mine}
+    for student, entry in prior.intake.items():   # what they handed in that is not a notebook, until a batch says anew
+        if entry.get("received") and student not in this_batch:
+            book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})["received"] = \
+                entry["received"]
+    here = tuple(f"{s}:" for s in this_batch)   # what this batch says of them is current
     book.intake_notes = list(dict.fromkeys([n for n in prior.intake_notes if not n.startswith(here)]
                                            + book.intake_notes))
     if carried:   # the class's title names every batch

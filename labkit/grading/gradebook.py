@@ -104,6 +104,7 @@ class Gradebook:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path_of(out), isolation_level=None, timeout=60)
+        path_of(out).chmod(0o600)   # the grader's alone, as .grader is (SQLite gives its -wal and -shm the same)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, exports, feedback, late, ledger, report
+from labkit.grading import answers, exports, feedback, intake, late, ledger, report
 from labkit.grading.runner import Job
 
 EXPORT_SETTINGS = "export.json"   # the Canvas roster and column names `grade-export` was last given
@@ -122,10 +122,19 @@ class Book:
                          and not p.name.endswith(".ipynb"))
         return [g for g in got if g]
 
+    def _handed_in_nothing_else(self, job: Job) -> bool:
+        """Whether the student handed in no notebook of any lab (so what they sent is for every one)."""
+        if self.intake:
+            return not (self.intake.get(job.student) or {}).get("labs")
+        return not any(job.source.parent.glob("*.ipynb"))
+
     def _not_a_notebook(self, job: Job, rows: list[dict]) -> list[dict]:
         """A lab not submitted by someone who handed in other files: its rows say what came and what
         the grader expects, rather than that nothing came."""
         got = self.received(job) if rows and rows[0]["status"] == "not-submitted" else []
+        if not self._handed_in_nothing_else(job):   # a file named for this lab counts; any other, for another lab
+            stem = Path(job.lab.notebook).stem.lower()
+            got = [g for g in got if Path(intake.plain_name(g)).stem.lower() == stem]
         if not got:
             return rows
         why = (f"received {', '.join(got)}, not a notebook; the grader expects {job.lab.notebook}, the lab's Jupyter "

@@ -53,12 +53,13 @@ test-fast: setup
 # SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
 # export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook
 # export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
+# Without SUBMISSIONS the reference notebooks are graded into out/reference, never into the class's out/grade.
 LAB    ?=
 ROSTER ?=
 ANONYMOUS ?=
 DUE    ?=
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out out/grade $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out $(if $(SUBMISSIONS),out/grade,out/reference) $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
 
 # Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
 DOWNLOAD ?=
@@ -80,7 +81,7 @@ grade-merge: setup
 	$(PY) -m labkit grade-merge $(SCORES) --out out/grade $(if $(PREFER),--prefer $(PREFER))
 
 grade-export: setup
-	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(GRADE_ARGS)
+	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(if $(NEW_ASSIGNMENT),--new-assignment) $(GRADE_ARGS)
 
 grade-deliver: setup
 	$(PY) -m labkit grade-deliver --out out/grade

@@ -99,7 +99,9 @@ def _add_grade(sub) -> None:
     p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb, or Canvas's "
                                                   "'Download Submissions' zip, or Gradescope's export "
                                                   "(default: the reference notebooks in --notebooks)")
-    p.add_argument("--out", default="out/grade", help="output folder; grading it again reruns only what changed (default out/grade)")
+    p.add_argument("--out", default=None, help="output folder; grading it again reruns only what changed (default "
+                                               "out/grade for submissions, out/reference for the reference notebooks: "
+                                               "a class's gradebook never holds the self-check)")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="notebooks run at a time (default: one per core, as many as memory holds)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
@@ -159,6 +161,9 @@ def _add_grade(sub) -> None:
                                     "SIS Login ID, SIS User ID or ID; kept for later merges")
     p.add_argument("--column", action="append", metavar="LAB=NAME",
                    help="a lab's column as Canvas names the assignment, e.g. lab1='Lab 1 (12345)'; repeatable")
+    p.add_argument("--new-assignment", action="store_true",
+                   help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
+                        "for it (default: refused)")
     p.set_defaults(func=lambda a: _grader("publish").main_export(a))
 
 

@@ -568,16 +568,16 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     roster = out.parent / "canvas_export.csv"
     with open(roster, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)"])
-        w.writerow(["    Points Possible", "", "", "", "", "6"])
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta (902)"])
+        w.writerow(["    Points Possible", "", "", "", "", "6", "2"])
         for i, s in enumerate(STUDENTS):
-            w.writerow([f"{s.title()}, Student", str(100 + i), f"U{i}", s, "Sec 1", ""])
+            w.writerow([f"{s.title()}, Student", str(100 + i), f"U{i}", s, "Sec 1", "", ""])
     r = subprocess.run([sys.executable, "-m", "labkit", "grade-export", "--out", str(out), "--roster", str(roster),
                         "--column", "alpha=Alpha (901)"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     with open(out / "canvas.csv", newline="") as f:
         lines = list(csv.reader(f))
-    assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta"]
+    assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta (902)"]
     assert lines[1] == ["    Points Possible", "", "", "", "", "6", "2"]
     canvas = {ln[3]: ln for ln in lines[2:]}
     assert canvas["ann"] == ["Ann, Student", "100", "U0", "ann", "Sec 1", "5.5", "2"]

@@ -519,10 +519,10 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
             c = counts.setdefault(g.path, {"merged": 0, "unchanged": 0, "stale": 0, "won": 0, "lost": 0})
             if choice is None:
                 c["unchanged" if not _differs(stored.get(key), g) else "lost"] += 1
-            elif g.value == choice.value:
+            elif (g.value[0], g.value[2]) == (choice.value[0], choice.value[2]):
                 c["merged"] += 1
                 c["stale"] += g.value[2] != answers[key]
-                c["won"] += contested and g is choice
+                c["won"] += contested and g.path == choice.path
             else:
                 c["lost"] += 1
     if conflicts:
@@ -596,6 +596,7 @@ def _read_scored(path: Path, known: dict, answers: dict, aliases: dict) -> list[
 def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer: Path | None):
     """(the row to store or None to keep the stored one, '' or the conflict in words)."""
     where = "/".join(key)
+    gs = _agreeing(gs, prefer)
     preferred = [g for g in gs if prefer is not None and _same(g.path, prefer)]
     if len({g.value for g in preferred}) > 1:
         return None, f"{where}: {_rows(preferred)} of the preferred file disagree"
@@ -619,6 +620,19 @@ def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer:
         return None, (f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, and the file has no base column to "
                       f"say which score it started from")
     return None, f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, given after the file was exported"
+
+
+def _agreeing(gs: list[_Given], prefer: Path | None) -> list[_Given]:
+    """``gs``, or one row when they give the same score for the same answer: two TAs who agree on
+    the points do not conflict, and the student reads every comment they wrote (the preferred
+    file's first)."""
+    if len(gs) < 2 or len({(g.value[0], g.value[2]) for g in gs}) > 1:
+        return gs
+    first = sorted(gs, key=lambda g: not (prefer is not None and _same(g.path, prefer)))
+    comments = list(dict.fromkeys(g.value[1] for g in first if g.value[1]))
+    bases = [g.base for g in first if g.base is not None]
+    return [_Given(first[0].path, first[0].row, (first[0].value[0], " / ".join(comments), first[0].value[2]),
+                   bases[0] if bases else None)]
 
 
 def _differs(st: dict | None, g: _Given) -> bool:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.grading.report import EXECUTION, LATE, PENDING, write_csv, write_text
@@ -126,22 +128,93 @@ def lab_scores(rows: list[dict], labs: list) -> dict[tuple, str]:
     return out
 
 
+ASSIGNMENT = re.compile(r"^(?P<title>.+) \((?P<id>[0-9]+)\)$")   # Canvas's own column header: Title (assignment id)
+
+
+def assignment_columns(roster: list[dict] | None) -> list[str]:
+    """The roster's assignment columns, as Canvas heads them (``Lab 1 (12345)``)."""
+    return [k for k in (roster[0] if roster else {}) if k and ASSIGNMENT.match(k.strip())]
+
+
+@dataclass
+class Columns:
+    """Each lab's column in canvas.csv, and the labs refused one (a column that would make Canvas
+    create a new assignment, which only ``allow_new`` accepts)."""
+    names: dict                              # {lab key: column}
+    refused: dict = field(default_factory=dict)   # {lab key: why}
+
+
+def lab_columns(labs: list, roster: list[dict] | None, columns: dict | None = None,
+                allow_new: bool = False) -> Columns:
+    """The column of each lab: ``--column LAB=NAME``, else the rubric's ``canvas_assignment``,
+    else the roster's assignment whose title is the lab's title (or key). Without a roster, the
+    lab's title. A name that is not a column of the roster (or, with no roster, not of Canvas's
+    ``Title (id)`` form) would create a new assignment: refused unless ``allow_new``."""
+    columns, have = columns or {}, assignment_columns(roster)
+    by_title = {}
+    for name in have:
+        by_title.setdefault(ASSIGNMENT.match(name.strip())["title"].strip().lower(), []).append(name)
+    out = Columns({})
+    for lab in labs:
+        asked = columns.get(lab.key) or getattr(lab, "canvas_assignment", "") or ""
+        found = [asked] if asked else (by_title.get(lab.title.strip().lower()) or by_title.get(lab.key.lower()) or [])
+        if len(found) > 1:
+            out.refused[lab.key] = (f"the roster has {len(found)} assignments titled {lab.title!r} ({', '.join(found)}); "
+                                    f"name one with canvas_assignment in the rubric or --column {lab.key}=...")
+            continue
+        name = found[0] if found else lab.title
+        out.names[lab.key] = name
+        if allow_new:
+            continue
+        if roster is not None and name not in have:
+            out.refused[lab.key] = (
+                f"{name!r} is not an assignment column of the roster (it has: {', '.join(have) or 'none'}), so Canvas "
+                f"would create a new assignment; name the lab's column with canvas_assignment = 'Title (id)' in the "
+                f"rubric or --column {lab.key}='Title (id)', or ask for a new assignment with --new-assignment")
+        elif roster is None and not ASSIGNMENT.match(name):
+            out.refused[lab.key] = (
+                f"{name!r} is not a Canvas column (Title (assignment id)), so Canvas would create a new assignment; "
+                f"give the roster (Canvas's gradebook export), or canvas_assignment in the rubric, or --new-assignment")
+    return out
+
+
+def match_roster(students, roster: list[dict], people: dict | None = None) -> dict[str, dict]:
+    """{student: the roster's row} by the student's name as SIS Login ID, SIS User ID or ID,
+    else by the LMS's ids the intake kept (``people``: Canvas's user id is the roster's ID,
+    Gradescope's sid its SIS User ID, its email its SIS Login ID)."""
+    keys, people = roster_index(roster), people or {}
+    out = {}
+    for s in students:
+        ids = people.get(s) or {}
+        for value in (ids.get("canvas_user_id"), ids.get("sid"), ids.get("email"), s):
+            if value and str(value).strip().lower() in keys:
+                out[s] = keys[str(value).strip().lower()]
+                break
+    return out
+
+
 def canvas(rows: list[dict], labs: list, roster: list[dict] | None = None,
-           columns: dict | None = None, people: dict | None = None) -> tuple[list[dict], list[str], list[str]]:
+           columns: dict | None = None, people: dict | None = None, matched: dict | None = None,
+           lab_names: Columns | None = None) -> tuple[list[dict], list[str], list[str]]:
     """(rows, column names, notes) of the Canvas import file. ``people``: {student: the
-    LMS's ids} from the intake, used for students without a roster."""
-    columns, people_ids = columns or {}, people or {}
-    names = {lab.key: columns.get(lab.key) or lab.title for lab in labs}
+    LMS's ids} from the intake, used to find them in the roster and for students without one;
+    ``matched``: {student: roster row} as the gradebook found them (default ``match_roster``);
+    ``lab_names``: the labs' columns (default ``lab_columns``, a new assignment allowed: the
+    export, not this table, refuses one)."""
+    people_ids = people or {}
+    cols = lab_names or lab_columns(labs, roster, columns, allow_new=True)
+    labs = [lab for lab in labs if lab.key not in cols.refused]
+    names = cols.names
     scores = lab_scores(rows, labs)
     students = sorted({r["student"] for r in rows})
-    notes, people = [], {}
+    notes, people = [f"{lab}: no column ({why})" for lab, why in cols.refused.items()], {}
     if roster is None:
         people = {s: _unrostered(s, people_ids.get(s) or {}) for s in students}
     else:
-        keys = roster_index(roster)
+        found = matched if matched is not None else match_roster(students, roster, people_ids)
         for s in students:
-            if s.lower() in keys:
-                people[s] = {k: keys[s.lower()].get(k, "") for k in CANVAS_ID_FIELDS}
+            if s in found:
+                people[s] = {k: found[s].get(k, "") for k in CANVAS_ID_FIELDS}
             else:
                 notes.append(f"{s}: not in the roster (no SIS Login ID, SIS User ID or ID {s!r}); left out")
     out = [{"Student": POINTS_POSSIBLE, **{names[lab.key]: f"{lab.max_points:g}" for lab in labs}}]
@@ -160,6 +233,11 @@ def canvas(rows: list[dict], labs: list, roster: list[dict] | None = None,
     return out, CANVAS_ID_FIELDS + [names[lab.key] for lab in labs], notes
 
 
+def left_out(notes: list[str]) -> list[str]:
+    """The students ``canvas`` left out (its notes name them)."""
+    return [n.split(":", 1)[0] for n in notes if n.endswith("; left out")]
+
+
 def _unrostered(student: str, person: dict) -> dict:
     """Canvas's student columns without a roster: the LMS's own ids where the intake has them."""
     if person.get("canvas_user_id"):
@@ -170,8 +248,9 @@ def _unrostered(student: str, person: dict) -> dict:
 
 
 def write_canvas(rows: list[dict], labs: list, path: Path, roster: list[dict] | None = None,
-                 columns: dict | None = None, people: dict | None = None) -> list[str]:
-    table, fields, notes = canvas(rows, labs, roster, columns, people)
+                 columns: dict | None = None, people: dict | None = None, matched: dict | None = None,
+                 lab_names: Columns | None = None) -> list[str]:
+    table, fields, notes = canvas(rows, labs, roster, columns, people, matched, lab_names)
     write_csv(table, path, fields)
     return notes
 
@@ -189,14 +268,18 @@ def save_exported(out: Path, rows: list[dict], labs: list, when: str) -> None:
     write_text(Path(out) / ".grader" / EXPORTED, json.dumps(data))
 
 
-def changes(out: Path, rows: list[dict], labs: list) -> tuple[str, list[dict]]:
+def changes(out: Path, rows: list[dict], labs: list, sent: tuple | None = None) -> tuple[str, list[dict]]:
     """(when the last export was, [{student, lab, exported, now}] for every lab score that differs
-    from it); ('', []) before the first export."""
-    try:
-        data = json.loads((Path(out) / ".grader" / EXPORTED).read_text())
-        before = {(s, lab): v for s, lab, v in data["scores"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return "", []
+    from it); ('', []) before the first export. ``sent``: (when, {(student, lab): score}) of
+    the last export sent, as the gradebook keeps it (default: ``.grader/exported.json``)."""
+    if sent is not None:
+        data, before = {"when": sent[0]}, dict(sent[1])
+    else:
+        try:
+            data = json.loads((Path(out) / ".grader" / EXPORTED).read_text())
+            before = {(s, lab): v for s, lab, v in data["scores"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return "", []
     now = lab_scores(rows, labs)
     keys = sorted(set(before) | set(now))
     return data.get("when", ""), [{"student": s, "lab": lab, "exported": before.get((s, lab)), "now": now.get((s, lab))}

@@ -50,7 +50,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, intake, ledger, report
+from labkit.grading import answers, gradebook, intake, ledger, report
+from labkit.grading import stored as stored_files
 from labkit.grading.batch import Batch
 from labkit.grading.publish import Book, PublishError
 from labkit.grading.rubric import Lab, load_rubric
@@ -58,9 +59,10 @@ from labkit.grading.runner import Job, RunResult, Setup
 from labkit.grading.scoring import Scored, flag_note, row
 
 REFERENCE = "reference"
+REFERENCE_OUT = "out/reference"   # the reference self-check's own folder and gradebook
 MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
 OWN_FILES = {"grades.csv", "summary.md", "summary.html", "report.md", "report.csv", ".work", ".grader", ".intake",
-             MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
+             gradebook.FILE, gradebook.FILE + "-wal", gradebook.FILE + "-shm", MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
              answers.SCORES_FILE}
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
@@ -104,12 +106,13 @@ def student_problem(name: str, labs: list[Lab]) -> str | None:
 
 
 def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path,
-              known: set[str] | None = None, every: list[Lab] | None = None):
+              known: set[str] | None = None, every: list[Lab] | None = None, handles: dict | None = None):
     """(the notebooks to run; notes about files that will not be graded (those no section of the
     rubric names, ``known``: default those of ``labs``); rows for refused student folders;
     {(student, lab): note} for notebooks found under another name). ``every``: all the
-    rubric's labs, which a misnamed notebook is matched against (default ``labs``)."""
-    notes, refused, renamed = [], [], {}
+    rubric's labs, which a misnamed notebook is matched against (default ``labs``). ``handles``:
+    {folder name: the gradebook's name for that person} (default: the folder name)."""
+    notes, refused, renamed, handles = [], [], {}, handles or {}
     graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
         pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
@@ -120,16 +123,20 @@ def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: P
         notes += [f"not graded: {p.name} (not a student folder)" for p in sorted(submissions.iterdir())
                   if not p.is_dir() and not p.name.startswith(".") and p.name != intake.RECORD]
         refs = intake.reference_ids(every or labs, notebooks)
-        pairs = []
+        pairs, seen = [], {}
         for s in students:
-            used = set()
+            used, who = set(), handles.get(s.name, s.name)
+            if who in seen:
+                notes.append(f"not graded: {s.name}/ (the gradebook knows it as the same person as {seen[who]}/)")
+                continue
+            seen[who] = s.name
             for lab in labs:
                 src, note = intake.find_notebook(s, lab, every or labs, refs)
                 if src is not None:
                     used.add(src.name)
                     if note:
-                        renamed[(s.name, lab.key)] = note
-                pairs.append((s.name, lab, src or s / lab.notebook, out / s.name))
+                        renamed[(who, lab.key)] = note
+                pairs.append((who, lab, src or s / lab.notebook, out / who))
             notes += [f"not graded: {s.name}/{p.name} (no rubric section for it)"
                       for p in sorted(s.glob("*.ipynb")) if p.name not in graded and p.name not in used]
     jobs = [Job(student, lab, src, where / lab.notebook, out / ".work" / student / Path(lab.notebook).stem,
@@ -265,6 +272,28 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
             raise GradeError(f"unknown lab(s) {unknown}; the rubric has {', '.join(rub.labs)}")
     out, notebooks = Path(out), Path(notebooks)
     sub = Path(submissions) if submissions else None
+    _claim(out)
+    db = _open_gradebook(out, sub is None, log)
+    try:
+        return _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log, sandbox, force, slurm,
+                      slurm_args, similar, roster, due, rubric)
+    finally:
+        db.close()
+
+
+def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
+    """The gradebook of ``out``: the class's, or the reference self-check's (never both)."""
+    db = gradebook.open_class(out)
+    try:
+        db.claim(gradebook.REFERENCE if reference else gradebook.CLASS)
+    except gradebook.GradebookError as e:
+        db.close()
+        raise GradeError(str(e)) from None
+    return db
+
+
+def _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log, sandbox, force, slurm, slurm_args,
+           similar, roster, due, rubric) -> Outcome:
     record = {}
     if sub is not None:
         sub, record = _take_in(sub, out, every, notebooks, roster, due, log)
@@ -273,14 +302,15 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     if not chosen:
         raise GradeError(f"no student in {submissions} submitted a notebook of any lab of {rub.path} "
                          f"({', '.join(lab.notebook for lab in every)}), by name or by its cells")
+    handles = {} if sub is None else identify(db, sub, record, roster, log)
+    record = _by_handle(record, handles)
     jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
-                                              every=every)
+                                              every=every, handles=handles)
     setup, warning = make_setup(sub is None, sandbox, log)
     from labkit.grading.limits import shared   # runs that would share their limits run one at a time
     parallel = parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
     try:
         executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
-        _claim(out)
         if roster:
             from labkit.grading.publish import save_export_settings
 
@@ -296,7 +326,8 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
         book.questions = {(lab.key, name): q for lab in book.labs
                           for name, q in answers.questions(lab, notebooks / lab.notebook).items()}
         book.save(Path(rubric).read_text())
-        return _run_batch(book, setup, executor, force, log, similar, carried=set(carried))
+        _submissions(db, book, record)
+        return _run_batch(book, setup, executor, force, log, similar, carried=set(carried), db=db)
     finally:
         if setup.student_kit is not None:
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
@@ -330,12 +361,69 @@ def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: 
 def _submitted(record: dict, renamed: dict) -> dict:
     """The book's intake entries for this batch: the download's record, and the notebooks
     ``find_jobs`` found under another name."""
-    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()}}
+    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()},
+                    **({"received": v["received"]} if v.get("received") else {})}
                 for s, v in (record.get("students") or {}).items()}
     for (student, lab), note in renamed.items():
         info = students.setdefault(student, {"person": {}, "labs": {}})["labs"].setdefault(lab, {})
         info["notes"] = [note, *[n for n in info.get("notes", []) if n != note]]
     return students
+
+
+def identify(db: gradebook.Gradebook, sub: Path, record: dict, roster: str | None, log) -> dict[str, str]:
+    """{student folder of ``sub``: the gradebook's name for that person}. A person is found by
+    the LMS's ids the intake recorded (a folder of the grader's own layout: by its name, or a
+    roster's SIS Login ID), and made the first time; a roster then gives names to those found."""
+    from labkit.grading import exports
+    from labkit.grading.legacy import intake_ids
+    from labkit.grading.publish import export_settings
+
+    people = record.get("students") or {}
+    handles = {}
+    for folder in sorted(p.name for p in sub.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))):
+        person = (people.get(folder) or {}).get("person") or {}
+        handles[folder] = db.identify(intake_ids(person, folder), folder, person.get("name") or "")
+    moved = {f: h for f, h in handles.items() if f != h}
+    if moved:
+        log(f"the gradebook knows {len(moved)} student(s) by the name an earlier batch gave them: "
+            + ", ".join(f"{f} -> {h}" for f, h in sorted(moved.items())[:10]) + (", ..." if len(moved) > 10 else ""))
+    roster = roster or export_settings(db.out).get("roster")
+    if roster:
+        try:
+            attached = db.attach_roster(exports.read_roster(Path(roster)), str(roster))
+        except (ValueError, OSError) as e:
+            raise GradeError(str(e)) from None
+        if attached["unmatched"]:
+            log(f"roster: {len(attached['unmatched'])} student(s) of it have submitted nothing graded yet")
+    return handles
+
+
+def _by_handle(record: dict, handles: dict) -> dict:
+    """The intake record with its students under the gradebook's names."""
+    if not record.get("students"):
+        return record
+    students = {}
+    for s, v in record["students"].items():
+        labs = {k: ({**x, "group": [handles.get(m, m) for m in x["group"]]} if x.get("group") else x)
+                for k, x in (v.get("labs") or {}).items()}
+        students[handles.get(s, s)] = {**v, "labs": labs}
+    return {**record, "students": students}
+
+
+def _submissions(db: gradebook.Gradebook, book: Book, record: dict) -> None:
+    """Each submitted file of this batch, with what the LMS said of it, into the gradebook."""
+    import hashlib
+
+    if book.reference:
+        return
+    for job in book.jobs:
+        info = book.submitted(job)
+        try:
+            sha = hashlib.sha256(job.source.read_bytes()).hexdigest()
+        except OSError:
+            sha = None
+        if sha or info:
+            db.submitted(job.student, job.lab.key, sha, record.get("lms") or "folder", info)
 
 
 def _add_prior(book: Book, rub, log) -> list[tuple]:
@@ -367,7 +455,14 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
                 mine_entry = book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})
                 mine_entry["labs"].setdefault(lab, info)
                 mine_entry["person"] = mine_entry.get("person") or entry.get("person") or {}
-    book.intake_notes = list(dict.fromkeys(prior.intake_notes + book.intake_notes))
+    this_batch = {s for s, _ in mine}
+    for student, entry in prior.intake.items():   # what they handed in that is not a notebook, until a batch says anew
+        if entry.get("received") and student not in this_batch:
+            book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})["received"] = \
+                entry["received"]
+    here = tuple(f"{s}:" for s in this_batch)   # what this batch says of them is current
+    book.intake_notes = list(dict.fromkeys([n for n in prior.intake_notes if not n.startswith(here)]
+                                           + book.intake_notes))
     if carried:   # the class's title names every batch
         source = book.title.removeprefix("Grades: ")
         book.title = prior.title + ("" if source in prior.title.removeprefix("Grades: ").split(", ") else f", {source}")
@@ -444,11 +539,11 @@ def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, ru
 
 
 def _run_batch(book: Book, setup: Setup, executor, force: bool, log, similar: float | None = None,
-               carried: set = frozenset()) -> Outcome:
+               carried: set = frozenset(), db=None) -> Outcome:
     """Run on ``executor`` the notebooks of ``book`` that changed since the last batch in its
     folder (``force``: all; ``carried``: those an earlier batch graded), then rebuild every report."""
     outcome = Outcome(rows=list(book.refused), out=book.out, reference=book.reference, warning=book.warning)
-    sink = _Recorder(book, outcome, log)
+    sink = _Recorder(book, outcome, log, db)
     to_run = sink.plan(force, carried, setup.sandbox.name)
     try:
         _announce(outcome, to_run, executor, setup, log)
@@ -464,14 +559,15 @@ class _Recorder:
     it is scored: its outcome stored (``ledger``), grades.csv rewritten, its progress line, and
     its feedback page to render."""
 
-    def __init__(self, book: Book, outcome: Outcome, log):
-        self.book, self.outcome, self.log = book, outcome, log
+    def __init__(self, book: Book, outcome: Outcome, log, db=None):
+        self.book, self.outcome, self.log, self.db = book, outcome, log, db
         self.stored: dict[tuple, dict] = {}      # {job key: outcome}, kept or graded in this batch
         self.prints: dict[tuple, dict | None] = {}
         self.untrusted: dict[tuple, str] = {}    # stored outcomes whose signature did not hold (ledger.integrity)
         self.current: dict[tuple, list] = {}     # {job key: its rows now}
         self.ta = answers.read_scores(book.out)
         self.progress = Progress({}, log)
+        self.followers: dict[tuple, list[Job]] = {}   # {job key: the group members credited with its run}
 
     def plan(self, force: bool, carried: set, sandbox: str) -> list[Job]:
         """The notebooks to run, longest first; every other one keeps its stored outcome."""
@@ -480,9 +576,14 @@ class _Recorder:
             self.prints[job.key] = ledger.fingerprint(job, sandbox)
             kept = self._kept(job, force, carried)
             if kept is not None:
+                self._in_gradebook(job, kept)
                 self.stored[job.key] = kept
                 self.current[job.key] = self.book.job_rows(job, kept, self.ta)[0]
                 self.outcome.kept.append(job.key)
+                continue
+            leader = self._leader(job, to_run)
+            if leader is not None:
+                self.followers.setdefault(leader.key, []).append(job)
                 continue
             to_run.append(job)
             if why := ledger.integrity(job):
@@ -492,12 +593,48 @@ class _Recorder:
         self.progress = Progress(expected, self.log)
         return longest_first(to_run, expected)
 
+    def _leader(self, job: Job, to_run: list[Job]) -> Job | None:
+        """The member of ``job``'s group whose run of the same file it shares (None: it runs itself)."""
+        group = set(self.book.submitted(job).get("group") or ())
+        fp = self.prints[job.key]
+        for other in to_run:
+            if (other.student in group and other.lab.key == job.lab.key and fp is not None
+                    and self.prints[other.key] == fp):
+                return other
+        return None
+
+    def _credit(self, leader: Job, stored: dict) -> None:
+        """Credit the run of a group's file to every other member: their outcome is the leader's,
+        under their own name, with the executed notebook and the submitted copy beside it."""
+        for job in self.followers.get(leader.key, []):
+            mine = {**stored, "rows": [{**r, "student": job.student} for r in stored["rows"]]}
+            for src, dest in ((leader.executed, job.executed), (leader.clean_input, job.clean_input)):
+                if src.is_file():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, dest)
+            if self.db is not None:
+                self.db.record_run(job.student, job.lab.key, mine)
+            ledger.save_outcome(job, mine)
+            self.stored[job.key] = mine
+            self.current[job.key] = self.book.job_rows(job, mine, self.ta)[0]
+            self.outcome.ran.append(job.key)
+            self.log(f"{job.student}/{job.lab.notebook}: the group's file, run once as {leader.student}'s: "
+                     f"credited to {job.student} too")
+
     def _kept(self, job: Job, force: bool, carried: set) -> dict | None:
         """``job``'s stored outcome when it need not run again, else None."""
         kept = None if force else ledger.reusable(job, self.prints[job.key])
         if kept is None and job.key in carried and self.prints[job.key] is None:
             kept = ledger.load_outcome(job)   # graded by an earlier batch whose file is gone: it stays as graded
         return kept
+
+    def _in_gradebook(self, job: Job, kept: dict) -> None:
+        """A run kept from before is in the gradebook too (one whose batch was killed between
+        writing its outcome and its gradebook row is written now)."""
+        if self.db is not None:
+            held = self.db.latest_run(job.student, job.lab.key)
+            if held is None or held.get("fingerprint") != kept.get("fingerprint") or held.get("rows") != kept["rows"]:
+                self.db.record_run(job.student, job.lab.key, kept)
 
     def notes(self, job: Job) -> list[str]:
         """The execution row's notes besides the run's: a stored outcome someone changed, what the
@@ -510,8 +647,14 @@ class _Recorder:
             "fingerprint": self.prints[job.key], "rows": scored.rows, "records": scored.records,
             "values": scored.values, "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
             "executed": result.ran}
+        cut = stored_files.cut(job.executed, job.clean_input, job.lab.page_output_kb)
+        if cut and scored.rows:
+            scored.rows[0]["reason"] = "; ".join(x for x in (scored.rows[0]["reason"], cut) if x)
+        if self.db is not None:   # the gradebook first: an outcome file without its run there runs again
+            self.db.record_run(job.student, job.lab.key, stored)
         ledger.save_outcome(job, stored)
         rows = self.current[job.key] = self.book.job_rows(job, stored, self.ta)[0]
+        self._credit(job, stored)
         self.outcome.rows[:] = self.book.refused + [r for j in self.book.jobs for r in self.current.get(j.key, [])]
         report.write_csv(self.outcome.rows, self.book.out / "grades.csv")
         self.outcome.ran.append(job.key)
@@ -576,6 +719,7 @@ def main(args) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: a background shell ignores it
         signal.signal(sig, interrupt)
+    args.out = args.out or ("out/grade" if args.submissions else REFERENCE_OUT)
     try:
         outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
                         sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,

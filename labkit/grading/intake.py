@@ -18,8 +18,9 @@ of Canvas's gradebook export (the roster).
 ``:submitters`` (``:name``, ``:email``, ``:sid``) and ``:created_at``, as otter-grader's
 ``GradescopeParser`` (otter/grade/metadata.py) and its sample exports read it; the export
 carries no lateness mark (tools that charge late penalties on it take the due date apart), so
-a submission is late when ``:created_at`` is after the due date given with ``--due``. A
-group submission is graded once per submitter.
+a submission is late when ``:created_at`` is after the due date given with ``--due`` (without
+it, every row says lateness was not computed). A group submission is laid out for each submitter,
+its record naming the others (``group``): the grader runs it once and credits every member.
 
 Students are named by the roster (Canvas's gradebook export, as ``grade-export --roster``
 reads it): Canvas's user id matches its ``ID``, Gradescope's ``:sid`` its ``SIS User ID`` and
@@ -55,6 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 RECORD = "intake.json"
+NO_DUE = ("lateness was not computed: Gradescope's export marks nothing late, and no due date was given "
+          "(--due, or DUE= with make) to compare each submission's :created_at with")
 METADATA = "submission_metadata.yml"
 MAX_ENTRIES = 100_000
 MAX_READ_BYTES = 3 * 2**30   # bytes read out of one download in all (checked on the sizes first, then as read)
@@ -176,16 +179,26 @@ class CanvasName:
     user_id: str
     attachment_id: str
     original: str           # the file's own name, as the student uploaded it (with Canvas's -N)
+    anonymous_id: str = ""  # anonymous grading: Canvas's anonymous id, and no name or user id
 
     @property
     def prefix(self) -> str:
-        """What Canvas matches a re-uploaded file by: name, LATE, user id and attachment id."""
+        """What Canvas matches a re-uploaded file by: name, LATE, user id and attachment id
+        (anonymous grading: LATE, anon_<anonymous id>, attachment id)."""
+        if self.anonymous_id:
+            return "_".join((["LATE"] if self.late else []) + ["anon", self.anonymous_id, self.attachment_id])
         return "_".join([self.name] + (["LATE"] if self.late else []) + [self.user_id, self.attachment_id])
 
 
 def canvas_name(filename: str) -> CanvasName | None:
-    """The parts of a Canvas download's file name, or None when it is not one."""
+    """The parts of a Canvas download's file name, or None when it is not one. Anonymous
+    grading names a file ``[LATE_]anon_<anonymous id>_<attachment id>_<file>`` (canvas-lms
+    ``ContentZipper#get_filename``: no name, and the anonymous id where the user id was)."""
     parts = filename.split("_")
+    at = 1 if parts[:1] == ["LATE"] else 0
+    if parts[at:at + 1] == ["anon"] and len(parts) > at + 3 and parts[at + 1] and _DIGITS.fullmatch(parts[at + 2]):
+        return CanvasName(f"anon_{parts[at + 1]}", bool(at), "", parts[at + 2], "_".join(parts[at + 3:]),
+                          anonymous_id=parts[at + 1])
     digits = [i for i, p in enumerate(parts) if _DIGITS.fullmatch(p)][:2]
     if len(digits) < 2 or digits[1] != digits[0] + 1 or digits[0] < 1 or digits[1] + 1 >= len(parts):
         return None
@@ -346,6 +359,7 @@ class Candidate:
     marker: str = ""
     canvas_prefix: str = ""
     notes: list = field(default_factory=list)
+    group: list = field(default_factory=list)   # the other submitters' person keys (a group submission)
 
 
 def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
@@ -356,8 +370,10 @@ def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
         if parts is None or "/" in e.path:
             notes.append(f"not graded: {e.path} (not named as Canvas names a submitted file)")
             continue
-        person = people.setdefault(parts.user_id, Person("canvas", parts.user_id, parts.name,
-                                                          {"canvas_user_id": parts.user_id, "canvas_name": parts.name}))
+        ids = ({"canvas_anon_id": parts.anonymous_id, "canvas_name": parts.name} if parts.anonymous_id
+               else {"canvas_user_id": parts.user_id, "canvas_name": parts.name})
+        key = f"anon:{parts.anonymous_id}" if parts.anonymous_id else parts.user_id
+        person = people.setdefault(key, Person("canvas", key, parts.name, ids))
         out.append(Candidate(person, e, parts.original, (int(parts.attachment_id), resubmission(parts.original)),
                              late=parts.late, marker="Canvas's LATE mark" if parts.late else "",
                              canvas_prefix=parts.prefix))
@@ -414,6 +430,8 @@ def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime
                                      f"{due.isoformat()}" if late_s and late_s > 0 else "")
                 if group:
                     c.notes.append(f"a group submission with {', '.join(group)}")
+                    c.group = [_text(o.get(":sid")) or _text(o.get(":email")) or f"{sub_id}:{_text(o.get(':name'))}"
+                               for o in submitters if o is not s]
                 if clash:
                     c.notes.append(f"flagged: {clash}")
                 out.append(c)
@@ -541,6 +559,9 @@ def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict
     found = canvas_candidates(items, notes) if layout == "canvas" else gradescope_candidates(items, notes, due_at)
     if layout == "canvas" and due:
         notes.append("--due is not used for Canvas: its download marks late files itself (LATE)")
+    if layout == "gradescope" and not due:
+        notes.append(NO_DUE)
+        log(f"note: {NO_DUE}")
     index = roster_index(roster) if roster else {}
     names = _name_people({c.person.key: c.person for c in found}.values(), index, notes)
     refs = reference_ids(labs, Path(notebooks))
@@ -558,11 +579,13 @@ def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict
         entry["labs"][lab.key] = {
             "file": c.filename, "submitted_as": c.entry.path, "late": c.late, "late_seconds": c.late_seconds,
             "submitted_at": c.submitted_at, "marker": c.marker, "canvas_prefix": c.canvas_prefix,
-            "notes": [n for n in [how, *c.notes, _others(others)] if n]}
+            "notes": [n for n in [how, *c.notes, _others(others)] if n],
+            **({"group": sorted(names[k] for k in c.group if k in names)} if c.group else {})}
     for c, why in extra:   # listed, never copied: a student's folder holds the notebooks graded
         student = names[c.person.key]
-        (dest / student).mkdir(parents=True, exist_ok=True)
-        students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
+        (dest / student).mkdir(parents=True, exist_ok=True)   # a row for them all the same, saying what came
+        entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
+        entry.setdefault("received", []).append({"file": c.filename, "why": why})
         notes.append(f"{student}: not graded: {c.entry.path} ({why})")
     record = {"version": 1, "lms": layout, "source": str(source.resolve()), "due": due_at.isoformat() if due_at else None,
               "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "students": students,

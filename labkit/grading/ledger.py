@@ -81,6 +81,16 @@ def _signature(data, context: str) -> str:
     return hmac.new(_key(key_path()), f"{context}\0{text}".encode(), hashlib.sha256).hexdigest()
 
 
+def sign(data, context: str) -> str:
+    """The grader's signature of ``data`` (JSON-able) for ``context`` (the gradebook signs its runs so)."""
+    return _signature(data, context)
+
+
+def verify(data, signature, context: str) -> bool:
+    """Whether ``signature`` is the grader's of ``data`` for ``context``."""
+    return isinstance(signature, str) and hmac.compare_digest(signature, _signature(data, context))
+
+
 def _write_json(path: Path, data, context: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(json.dumps(data, default=str))   # as it will read back
@@ -121,9 +131,10 @@ def kit_hash() -> str:
 
 
 def lab_hash(lab) -> str:
-    """The lab's rubric section, but for ``expected_s`` (it orders a batch) and ``late_penalty``
-    (applied when the reports are written): neither changes a run's outcome."""
-    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty")}
+    """The lab's rubric section, but for ``expected_s`` (it orders a batch), ``late_penalty``
+    (applied when the reports are written) and ``canvas_assignment`` (the export's column): none
+    changes a run's outcome."""
+    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty", "canvas_assignment")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

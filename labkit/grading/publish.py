@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, exports, feedback, late, ledger, report
+from labkit.grading import answers, exports, feedback, intake, late, ledger, report
 from labkit.grading.runner import Job
 
 EXPORT_SETTINGS = "export.json"   # the Canvas roster and column names `grade-export` was last given
@@ -113,8 +113,39 @@ class Book:
         """What the intake recorded of the file ``job`` graded ({} when nothing)."""
         return ((self.intake.get(job.student) or {}).get("labs") or {}).get(job.lab.key) or {}
 
+    def received(self, job: Job) -> list[str]:
+        """The files the student handed in that are not notebooks ('notes.pdf', ...): what the
+        intake recorded, or what their folder holds."""
+        got = [x.get("file", "") for x in (self.intake.get(job.student) or {}).get("received") or []]
+        if not got and not self.intake and job.source.parent.is_dir():
+            got = sorted(p.name for p in job.source.parent.iterdir() if p.is_file() and not p.name.startswith(".")
+                         and not p.name.endswith(".ipynb"))
+        return [g for g in got if g]
+
+    def _handed_in_nothing_else(self, job: Job) -> bool:
+        """Whether the student handed in no notebook of any lab (so what they sent is for every one)."""
+        if self.intake:
+            return not (self.intake.get(job.student) or {}).get("labs")
+        return not any(job.source.parent.glob("*.ipynb"))
+
+    def _not_a_notebook(self, job: Job, rows: list[dict]) -> list[dict]:
+        """A lab not submitted by someone who handed in other files: its rows say what came and what
+        the grader expects, rather than that nothing came."""
+        got = self.received(job) if rows and rows[0]["status"] == "not-submitted" else []
+        if not self._handed_in_nothing_else(job):   # a file named for this lab counts; any other, for another lab
+            stem = Path(job.lab.notebook).stem.lower()
+            got = [g for g in got if Path(intake.plain_name(g)).stem.lower() == stem]
+        if not got:
+            return rows
+        why = (f"received {', '.join(got)}, not a notebook; the grader expects {job.lab.notebook}, the lab's Jupyter "
+               f"notebook (File > Download as .ipynb), and runs nothing else")
+        return [{**rows[0], "status": report.NOT_NOTEBOOK, "reason": why},
+                *[{**r, "reason": f"the notebook did not run: {why}"} if r["status"] == "not-run" else r
+                  for r in rows[1:]]]
+
     def _with_intake(self, job: Job, rows: list[dict]) -> list[dict]:
         """``rows`` with the intake's notes on the execution row and the late row, if late."""
+        rows = self._not_a_notebook(job, rows)
         info = self.submitted(job)
         if not info:
             return rows
@@ -124,9 +155,17 @@ class Book:
         penalty = late.row(job.student, job.lab, info, sum(r["points"] for r in rows[1:]))
         return rows + [penalty] if penalty else rows
 
+    def gradebook(self):
+        """The class's gradebook (``gradebook``), an earlier layout's folder imported into it once."""
+        from labkit.grading import gradebook
+
+        return gradebook.open_class(self.out)
+
     def stored(self) -> dict:
-        """{job key: stored outcome} for the notebooks graded so far."""
-        return {job.key: out for job in self.jobs if (out := ledger.load_outcome(job)) is not None}
+        """{job key: stored outcome} for the notebooks graded so far: each one's last run in the
+        gradebook whose signature holds."""
+        with self.gradebook() as db:
+            return {job.key: out for job in self.jobs if (out := db.latest_run(job.student, job.lab.key)) is not None}
 
     def rows(self, ta: dict | None = None, stored: dict | None = None) -> list[dict]:
         ta = answers.read_scores(self.out) if ta is None else ta
@@ -138,37 +177,45 @@ class Book:
         return rows
 
     # ------------------------------------------------------------------ writing
-    def write_tables(self, rows: list[dict], log=print) -> None:
+    def write_tables(self, rows: list[dict], log=print, allow_new: bool = True) -> list[str]:
+        """grades.csv, summary.md/.html, final_grades.csv and canvas.csv, from ``rows`` and the
+        gradebook (the roster's people, the last export sent); returns canvas.csv's notes."""
         from labkit.grading import stats
 
         settings = export_settings(self.out)
-        roster = exports.read_roster(Path(settings["roster"])) if settings.get("roster") else None
+        with self.gradebook() as db:
+            given = db.roster_rows()
+            sent = db.last_sent()
+        roster = [row for _, row in given] if given else None
+        matched = {handle: row for handle, row in given if handle is not None}
         report.write_csv(rows, self.out / "grades.csv")
         report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning,
-                             missing=self.missing(rows, roster) if roster is not None else None,
-                             regrades=exports.changes(self.out, rows, self.labs), notes=self.intake_notes)
+                             missing=self.missing(rows, given) if roster is not None else None,
+                             regrades=exports.changes(self.out, rows, self.labs, sent) if sent else ("", []),
+                             notes=self.intake_notes)
         exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
         people = {s: v.get("person") or {} for s, v in self.intake.items()}
-        for note in exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"),
-                                         people):
+        columns = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new=allow_new)
+        notes = exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"), people,
+                                     matched, columns)
+        for note in notes:
             log(f"canvas.csv: {note}")
         try:   # figures only: a plot that fails never costs the batch its grades
             stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
         except (ValueError, TypeError, OSError, RuntimeError) as e:
             log(f"summary.html not written: {type(e).__name__}: {e}")
+        return notes
 
-    def missing(self, rows: list[dict], roster: list[dict]) -> list[dict]:
-        """[{name, login, labs}]: who on the roster has no graded notebook of a lab of this book."""
-        index = exports.roster_index(roster)
+    def missing(self, rows: list[dict], given: list[tuple]) -> list[dict]:
+        """[{name, login, labs}]: who on the roster (``given``: [(the gradebook's name for them, or
+        None, their row)]) has no graded notebook of a lab of this book."""
         submitted = {}
         for r in rows:
             if r["check"] == report.EXECUTION and r["status"] != "not-submitted":
-                person = index.get(r["student"].lower())
-                if person is not None:
-                    submitted.setdefault(id(person), set()).add(r["lab"])
+                submitted.setdefault(r["student"], set()).add(r["lab"])
         out = []
-        for person in roster:
-            labs = [lab.key for lab in self.labs if lab.key not in submitted.get(id(person), set())]
+        for handle, person in given:
+            labs = [lab.key for lab in self.labs if lab.key not in submitted.get(handle, set())]
             if labs:
                 out.append({"name": person.get("Student", ""), "login": person.get("SIS Login ID") or
                             person.get("SIS User ID") or person.get("ID", ""), "labs": labs})
@@ -216,9 +263,9 @@ class Book:
 
     def answer_items(self) -> list[dict]:
         """Per graded notebook: its student, lab, records, answers and analysis scores."""
-        ta, items = answers.read_scores(self.out), []
+        ta, items, held = answers.read_scores(self.out), [], self.stored()
         for job in self.jobs:
-            stored = ledger.load_outcome(job)
+            stored = held.get(job.key)
             if stored is not None:
                 _, found, scores = self.job_rows(job, stored, ta)
                 items.append({"student": job.student, "lab": job.lab.key, "records": stored.get("records") or {},
@@ -286,6 +333,9 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
     for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current,
                               prefer=Path(prefer) if prefer else None, aliases=answers.students_by_code(book.out)):
         log(line)
+    with book.gradebook() as db:   # every score given, with its history
+        for (lab, check, student), s in sorted(answers.read_scores(book.out).items()):
+            db.ta_score(student, lab, check, str(s.get("score") or ""), s.get("comment") or "", s.get("source") or "")
     rows = book.write_reports(log)
     pending = sum(1 for r in rows if r["status"] == report.PENDING)
     log(f"rebuilt {book.out / 'grades.csv'}, summary.md, final_grades.csv, canvas.csv and the feedback pages; "
@@ -293,14 +343,35 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
     return rows
 
 
-def export_gradebook(out, roster: str | None = None, columns: dict | None = None, log=print) -> list[dict]:
+class ExportError(PublishError):
+    """An export Canvas would not take as meant (someone left out, nobody matched, a new
+    assignment not asked for); it was written to look at, and is not counted as sent."""
+
+
+def export_gradebook(out, roster: str | None = None, columns: dict | None = None, log=print,
+                     allow_new: bool = False) -> list[dict]:
+    """final_grades.csv and canvas.csv; the export is kept as sent (the regrade list starts
+    from it) only when Canvas can take it as it is, else ``ExportError`` names what is wrong."""
     book = Book.load(out)
     if roster:
-        exports.read_roster(Path(roster))  # a bad roster is refused before anything is written
+        people = exports.read_roster(Path(roster))  # a bad roster is refused before anything is written
+        with book.gradebook() as db:
+            attached = db.attach_roster(people, str(Path(roster).resolve()))
+        log(f"roster {roster}: {len(attached['matched'])} of its {len(people)} student(s) are in the gradebook")
     save_export_settings(book.out, roster, columns or {})
     rows = book.rows()
-    when, changed = exports.changes(book.out, rows, book.labs)
-    book.write_tables(rows, log)
+    with book.gradebook() as db:
+        sent = db.last_sent()
+    when, changed = exports.changes(book.out, rows, book.labs, sent) if sent else ("", [])
+    notes = book.write_tables(rows, log, allow_new=allow_new)
+    problems = _export_problems(book, rows, notes)
+    scores = exports.lab_scores(rows, [lab for lab in book.labs if not any(n.startswith(f"{lab.key}: no column")
+                                                                          for n in notes)])
+    with book.gradebook() as db:
+        db.exported(str(book.out / "canvas.csv"), scores, sent=not problems, note="; ".join(problems))
+    if problems:
+        raise ExportError(f"canvas.csv was written to look at, but not as an export to send ({len(problems)} "
+                          f"problem(s)):\n  " + "\n  ".join(problems))
     exports.save_exported(book.out, rows, book.labs, _now())
     log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
     if changed:
@@ -308,6 +379,19 @@ def export_gradebook(out, roster: str | None = None, columns: dict | None = None
         for c in changed:
             log(f"  {c['student']} {c['lab']}: {_shown(c['exported'])} -> {_shown(c['now'])}")
     return rows
+
+
+def _export_problems(book: Book, rows: list[dict], notes: list[str]) -> list[str]:
+    """What keeps canvas.csv from being sent: labs with no column, students left out, nobody in it."""
+    out = [n for n in notes if ": no column (" in n]
+    gone = exports.left_out(notes)
+    if gone:
+        out.append(f"{len(gone)} graded student(s) match nobody in the roster, so the export leaves them out: "
+                   f"{', '.join(gone)}; give the roster that has them (Canvas: Grades > Export)")
+    graded = {r["student"] for r in rows}
+    if graded and len(gone) == len(graded):
+        out.append("the export matches nobody: no graded student is in the roster")
+    return out
 
 
 def _now() -> str:
@@ -373,4 +457,5 @@ def main_export(args) -> int:
             out[lab] = name
         return out
 
-    return _run(lambda: export_gradebook(args.out, args.roster, columns()))
+    return _run(lambda: export_gradebook(args.out, args.roster, columns(), allow_new=getattr(args, "new_assignment",
+                                                                                            False)))

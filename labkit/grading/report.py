@@ -29,7 +29,8 @@ LATE = "late"            # the row late work gets (``late``): shown apart, not a
 MAX_REASON = 2000        # characters of a reason or a note in a CSV or summary.md (one answer made 3 MB)
 MAX_CELL = 100_000       # characters of any CSV cell: under csv's field limit (131,072), so every CSV reads back
 CAPPED = {"reason": MAX_REASON, "notes": MAX_REASON}
-NEVER_RAN = {"unreadable", "refused", "not-submitted"}
+NOT_NOTEBOOK = "not-a-notebook"   # handed in, but not as a notebook (a .py, a .pdf): the row says what came
+NEVER_RAN = {"unreadable", "refused", "not-submitted", NOT_NOTEBOOK}
 
 
 def write_text(path: Path, text: str) -> None:

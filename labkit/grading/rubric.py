@@ -126,6 +126,7 @@ class Lab:
     evidence: tuple[str, ...] = ()
     expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
     late_penalty: object = None    # late.Policy, or None: late work is shown and costs nothing
+    canvas_assignment: str = ""    # the lab's column in Canvas's gradebook, 'Title (assignment id)' (exports)
 
     @property
     def max_points(self) -> float:
@@ -203,7 +204,8 @@ def _late(value, where: str):
 
 def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s", "late_penalty"}
+    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s", "late_penalty",
+                                     "canvas_assignment"}
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -237,8 +239,13 @@ def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -
     if not _is_number(expected) or expected < 0:
         raise RubricError(f"{where}: expected_s must be the seconds a run takes (a number >= 0), not {expected!r}")
     late_penalty = _late(table["late_penalty"], where) if "late_penalty" in table else late_default
+    canvas = table.get("canvas_assignment", "")
+    if not isinstance(canvas, str):
+        raise RubricError(f"{where}: canvas_assignment must be the assignment's column as Canvas heads it, "
+                          f"'Title (assignment id)', not {canvas!r}")
     return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               evidence=tuple(evidence), expected_s=float(expected), late_penalty=late_penalty, **settings)
+               evidence=tuple(evidence), expected_s=float(expected), late_penalty=late_penalty,
+               canvas_assignment=canvas.strip(), **settings)
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:

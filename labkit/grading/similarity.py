@@ -300,6 +300,7 @@ def report(book, threshold: float = THRESHOLD) -> list[Pair]:
             compared.append(f"{lab} {kind}: {len(docs)} submission(s)"
                             + (f" (not read: {', '.join(left)})" if left else ""))
             pairs += compare(docs, kind, lab, base, threshold)
+    pairs = [p for p in pairs if not _one_group(book, p)]   # a group's members hand in one file: never flagged
     found = {id(p): matches(p) for p in pairs}
     write_csv([{"lab": p.lab, "kind": p.kind, "student_a": p.a.student, "student_b": p.b.student,
                 "similarity": p.similarity, "shared": len(p.shared),
@@ -309,6 +310,11 @@ def report(book, threshold: float = THRESHOLD) -> list[Pair]:
     page = Page("Similarity report")
     write_text(Path(book.out) / "similarity.html", page.html(_body(pairs, found, compared, threshold, page), _CSS))
     return pairs
+
+
+def _one_group(book, p) -> bool:
+    group = ((book.intake.get(p.a.student) or {}).get("labs") or {}).get(p.lab, {}).get("group") or ()
+    return p.b.student in group
 
 
 _CSS = ("body{font-family:sans-serif;margin:1em 2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;"

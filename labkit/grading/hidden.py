@@ -146,6 +146,10 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
             part, err = max(errs.items(), key=lambda kv: kv[1])
             if err > worst:
                 worst, where = err, f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})"
+    if int(arrays["python_ops"]):
+        return Verdict(False, "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
+                              "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
+                              "GradientTape")
     if worst <= 1:
         return Verdict(True, value=worst)
     if math.isinf(worst):
@@ -169,8 +173,25 @@ def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
         want = chance_best_reading(**case)
         if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
             return Verdict(False, f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
-                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}; the best of n "
-                                  f"binomial batch readings reaches the level with chance {want:.6g}")
+                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
+                                  f"that the best of n binomial batch readings reaches the level: check how many "
+                                  f"images 'at least level' needs, one reading's chance, and the best of n")
+    return Verdict(True)
+
+
+@hidden("lab1_initial_loss", functions=["initial_test_loss"], probe_name="initial_loss",
+        inputs=probe.inputs_initial_loss)
+def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The mean cross-entropy of near-zero weights (a uniform softmax) for class counts the notebook
+    never had: log K. The failure names the class count, never the value."""
+    counts = probe.inputs_initial_loss(**args)
+    got = arrays["losses"]
+    if got.shape != (len(counts),):
+        return Verdict(False, f"initial_test_loss gave {got.size} answers for {len(counts)} class counts")
+    for k, mine in zip(counts, got):
+        if _close(np.asarray(mine), np.asarray(math.log(k)), 1e-6, 1e-3) > 1:
+            return Verdict(False, f"initial_test_loss({k}) is {mine:.6g}: not the mean cross-entropy of weights "
+                                  f"near zero with {k} classes")
     return Verdict(True)
 
 

@@ -196,6 +196,45 @@ def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 3: the prediction of distinct features per step, against the exact expectation
+
+def reference_distinct_features(spec, rows: int) -> float:
+    """Expected distinct (field, value) pairs among ``rows`` rows of ``spec``'s click data: each
+    field's values are bounded-Zipf draws, P(id <= k) = (1 - (k+2)^(1-s)) / (1 - (V+1)^(1-s)); the
+    last ``optional_fields`` fields are present with probability 1/2; a value turns up in none of
+    the rows with probability (1 - p)^rows."""
+    a = 1.0 - spec.zipf_s
+    optional = np.arange(spec.num_fields) >= spec.num_fields - spec.optional_fields
+    total = 0.0
+    for present, vocab in zip(np.where(optional, 0.5, 1.0), spec.vocab_sizes):
+        k = np.arange(vocab, dtype=np.float64)
+        p = present * ((k + 1) ** a - (k + 2) ** a) / (1.0 - (vocab + 1.0) ** a)
+        total += float(np.sum(1.0 - (1.0 - p) ** rows))
+    return total
+
+
+@hidden("lab3_distinct_features", functions=["expected_distinct_features"], probe_name="distinct_features",
+        inputs=probe.inputs_distinct_features)
+def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The student's formula on click-data shapes and batch sizes the notebook never had, to 1e-6:
+    a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
+    from labkit.clickdata import ClickSpec
+
+    cases = probe.inputs_distinct_features(**args)
+    got = arrays["expected"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"expected_distinct_features gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = reference_distinct_features(ClickSpec(**case["spec"]), case["rows"])
+        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
+            spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
+            return Verdict(False, f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
+                                  f"not the expected number of distinct (field, value) pairs; check each value's "
+                                  f"probability (from the CDF), the optional fields, and the chance it is in no row")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 3: the sparse gradient, against the dense computation
 
 def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:

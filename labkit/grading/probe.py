@@ -353,7 +353,32 @@ def initial_loss(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lab 3: the sparse gradient
+# Lab 3: the prediction of distinct features per step, and the sparse gradient
+
+def inputs_distinct_features(seed: int = 0, cases: int = 6) -> list[dict]:
+    """Click-data shapes (``clickdata.ClickSpec`` fields) and batch sizes the notebook never had."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        fields = int(rng.integers(4, 41))
+        s = float(rng.choice([rng.uniform(0.6, 0.95), rng.uniform(1.05, 2.0)]))
+        out.append({"spec": {"num_features": int(rng.integers(1_000, 300_000)), "num_fields": fields,
+                             "optional_fields": int(rng.integers(0, fields)), "zipf_s": round(s, 3),
+                             "min_vocab": int(rng.integers(2, 12))},
+                    "rows": int(rng.integers(5, 600))})
+    return out
+
+
+@probe("distinct_features")
+def distinct_features(fns: dict, args: dict, out: Path) -> dict:
+    """``expected_distinct_features(spec, rows)`` on every case: one number each."""
+    from labkit.clickdata import ClickSpec
+
+    fn = fns["expected_distinct_features"]
+    return {"expected": np.asarray([float(fn(ClickSpec(**c["spec"]), c["rows"]))
+                                    for c in inputs_distinct_features(**args)], np.float64)}
+
+
 
 def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -> list[dict]:
     """Click-like batches: repeated features, a duplicated row, an empty row, unsorted ids."""

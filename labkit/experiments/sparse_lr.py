@@ -192,8 +192,9 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
         result = c.follow(on_event)
     settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
-                **{k: v for k, v in kwargs.items() if k != "gradient"},  # JSON-able: the function is not
-                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference"}
+                **{k: v for k, v in kwargs.items() if k not in ("gradient", "sync_round")},  # JSON-able: functions are not
+                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference",
+                "sync_round": "notebook's sync_round" if kwargs.get("sync_round") else "the kit's reference"}
     experiment = Experiment([Run(m, b, result) for m, b in plan], settings)
     experiment.write_scalars()
     return experiment

@@ -116,3 +116,29 @@ def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
     assert (curves[:, 0] == 0).all() and (curves[:, 1] == 1).all()
     with pytest.raises(ValueError, match="no batch of 1000"):
         lr.epoch_readings(Run, x, y, batch_size=1000)
+
+
+def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_naming_the_value(tmp_path):
+    from labkit import clickdata
+    from labkit.grading import hidden, probe
+
+    counts = probe.inputs_initial_loss(seed=5)
+    assert hidden.judge_initial_loss({"seed": 5}, {"losses": np.log(counts)}, tmp_path).ok
+    wrong = hidden.judge_initial_loss({"seed": 5}, {"losses": np.full(len(counts), math.log(10))}, tmp_path)
+    assert not wrong.ok and f"{math.log(counts[0]):.4f}" not in wrong.reason
+
+    cases = probe.inputs_distinct_features(seed=13)
+    right = [hidden.reference_distinct_features(clickdata.ClickSpec(**c["spec"]), c["rows"]) for c in cases]
+    assert hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right)}, tmp_path).ok
+    off = hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right) * 1.01}, tmp_path)
+    assert not off.ok and f"{right[0]:.6g}" not in off.reason
+
+    lr_case = probe.inputs_lr_step(seed=1)
+    arrays = {}
+    for t, c in enumerate(lr_case):
+        W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], c["learning_rate"])
+        for mode in ("eager", "graph"):
+            arrays.update({f"{t}_{mode}_W": W, f"{t}_{mode}_b": b, f"{t}_{mode}_loss": np.asarray(loss)})
+    arrays["python_ops"] = np.asarray(1)   # right numbers, computed by NumPy behind tf.numpy_function
+    verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
+    assert not verdict.ok and "calls back into Python" in verdict.reason

@@ -371,8 +371,9 @@ def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
             return Verdict(False, f"{where}: ring_allreduce changed the gradients it was given")
         want_sent = reference_ring_bytes(size, n)
         if arrays[f"{t}_sent"].tolist() != want_sent:
-            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes; the "
-                                  f"ring's 2(N-1) rounds of one chunk each send {want_sent}")
+            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes, not "
+                                  f"what the ring's 2(N-1) rounds of one chunk each send: check which chunk each "
+                                  f"worker sends in each round, and the chunks' sizes when N does not divide the length")
     return Verdict(True)
 
 
@@ -391,9 +392,11 @@ def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
         return Verdict(False, f"comm_terms gave {got.shape[0]} answers for {len(cases)} cases")
     for case, (msgs, nbytes) in zip(cases, got):
         want_msgs, want_bytes = comm_terms(**case)
-        if msgs != want_msgs or _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1:
+        bad_bytes = _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1
+        if msgs != want_msgs or bad_bytes:
             shards = f", shards={tuple(round(x) for x in case['shards'])}" if case["shards"] else ""
             where = f"comm_terms({case['arch']!r}, M={case['M']:.0f}, N={case['N']}, n_ps={case['n_ps']}{shards})"
-            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}); the cost model's critical path has "
-                                  f"({want_msgs:g}, {want_bytes:,.0f})")
+            wrong = " and ".join(what for what, bad in (("messages", msgs != want_msgs), ("bytes", bad_bytes)) if bad)
+            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
+                                  f"critical path; check the busiest link and which transfers overlap")
     return Verdict(True)

@@ -22,8 +22,9 @@ per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for e
 the weights, and timings. They show a progress bar (``labkit.progress``: a widget in JupyterLab,
 text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.paths``).
 ``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
-``batch_readings`` re-evaluates weights on many random 50-image batches (Lab 1's audit of report
-000's 97%). ``softmax_gradient``: the loss's gradient in NumPy (float64), for checks that need
+``batch_readings`` re-evaluates weights on many random small batches drawn with replacement (the
+binomial model, simulated); ``epoch_readings`` reads a run's per-epoch weights on consecutive test
+batches without replacement, the measurement Lab 1's audit of report 000's 97% compares it with. ``softmax_gradient``: the loss's gradient in NumPy (float64), for checks that need
 plain SGD without TensorFlow (Lab 2's round).
 
 ``train_to_target`` / ``target_sweep``: one process, plain SGD from the seeded start until the
@@ -177,6 +178,29 @@ def batch_readings(W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE,
         picks = rng.integers(0, len(y), size=(n, readings, batch_size))
         out[start:start + n] = right[picks].mean(axis=2)
     return out
+
+
+def epoch_readings(run, x, y, batch_size: int = 100) -> np.ndarray:
+    """Accuracy readings of a run's curve as a report would take them: after every epoch, that
+    epoch's weights read on the next ``batch_size`` test images, in the test set's order and
+    without replacement. Row k is the curve that starts at batch k (epoch e reads batch
+    (k + e) mod K, K = len(x) // batch_size), so one row is one possible curve; shape
+    ``(K, epochs)``. Nothing here is drawn from a model: the images are the test set's own
+    (easy and hard ones as they come), and the weights change from epoch to epoch."""
+    x, y = _as_xy(x, y, "test")
+    batch_size = _positive_int("batch_size", batch_size, "e.g. 100")
+    weights = run.extra.get("epoch_weights")
+    if not weights:
+        raise ValueError("this run kept no per-epoch weights; train it with lr.train_core or lr.train_keras")
+    k = len(y) // batch_size
+    if k < 1:
+        raise ValueError(f"{len(y)} test images hold no batch of {batch_size}; use a smaller batch_size")
+    per_batch = np.empty((len(weights), k))
+    for e, (W, b) in enumerate(weights):
+        right = (x[:k * batch_size] @ W + b).argmax(axis=1) == y[:k * batch_size]
+        per_batch[e] = right.reshape(k, batch_size).mean(axis=1)
+    rows = (np.arange(k)[:, None] + np.arange(len(weights))[None, :]) % k
+    return per_batch[np.arange(len(weights))[None, :], rows]
 
 
 # ----------------------------------------------------------------------------- trainers
@@ -457,13 +481,15 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
         writer = tf.summary.create_file_writer(str(logdir))
     from labkit.progress import tqdm
 
-    rows = []
+    rows, epoch_weights = [], []
     with tqdm(total=epochs, desc=f"Lab 1 {version}", unit="epoch", disable=not progress) as bar:
         for epoch in range(1, epochs + 1):
             e0 = time.perf_counter()
             train_loss = trainer.run_epoch()
             epoch_s = time.perf_counter() - e0
-            acc, loss = evaluate(*trainer.weights(), x_test, y_test)
+            weights = trainer.weights()
+            epoch_weights.append(tuple(np.array(w, np.float32) for w in weights))
+            acc, loss = evaluate(*weights, x_test, y_test)
             rows.append({"version": version, "epoch": epoch, "test_accuracy": acc, "test_loss": loss,
                          "train_loss": train_loss, "epoch_s": epoch_s, "elapsed_s": time.perf_counter() - t0})
             if writer is not None:
@@ -479,7 +505,8 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
 
     return LRRun(version, pd.DataFrame(rows), W, b, trainer.n, len(x_test), trainer.batch_size,
                  trainer.learning_rate, time.perf_counter() - t0, logdir,
-                 {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss})
+                 {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss,
+                  "epoch_weights": epoch_weights})
 
 
 def train_core(data, epochs: int, **kwargs) -> LRRun:

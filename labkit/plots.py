@@ -503,7 +503,7 @@ def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "e
 
 
 def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
-    """Small-batch accuracy readings (``labkit.lr.batch_readings``: trials x readings): the
+    """Small-batch accuracy readings (trials or curves x readings: ``labkit.lr.batch_readings``, ``lr.epoch_readings``): the
     distribution of one reading (left) and of the best of each trial's readings (right), with
     dotted lines at ``levels`` (the accuracies a report gave) and the share of each that reaches
     them in the legend."""

@@ -3,15 +3,11 @@
 Report 001 computed the LR gradient with ``sparse_tensor_dense_matmul(X_T, error)``: the
 result is dense, as long as the weight vector (33.7M floats = 135 MB), so every step
 wrote, reduced and shipped 135 MB to change the few thousand weights the batch touched.
-Here the gradient is a ``tf.IndexedSlices`` over the batch's *unique* features:
-
-    uniq, local = unique(feature ids of the batch's non-zeros)        O(nnz)
-    w_u         = gather(w, uniq)            # from the ps: 4 bytes x |uniq|
-    z           = segment_sum(x * w_u[local], row)                    O(nnz)
-    g_u         = unsorted_segment_sum(x * (sigmoid(z) - y)[row], local) / B
-    w[uniq]    -= lr * g_u                   # scatter_sub to the ps: 4 bytes x |uniq|
-
-No step costs O(num_features), in time, memory or bytes on the wire.
+Here the gradient is a ``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's
+exercise, whose reference lives in ``labkit.solutions.lab3``, out of the student kit): no step
+costs O(num_features), in time, memory or bytes on the wire. This module holds what the
+exercise does not ask for: batches, labels, the dense baseline, applying an update, the
+checks and the op profile.
 
 Labels: the loss is the mean log-loss. ``labels="01"`` (default) takes y in {0, 1}:
 ``loss = mean(softplus(z) - y z)``, ``grad = X^T (sigmoid(z) - y) / B``. ``labels="pm1"``
@@ -104,29 +100,12 @@ def labels01(y, labels: str = "01") -> tf.Tensor:
     return y if labels == "01" else (y + 1.0) / 2.0
 
 
-def unique_features(x: tf.SparseTensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``uniq`` (the batch's distinct feature ids) and ``local`` (each non-zero's slot in uniq)."""
-    return tf.unique(x.indices[:, 1], out_idx=tf.int64)
-
-
-def gather_rows(w, uniq: tf.Tensor) -> tf.Tensor:
-    """The weights ``w[uniq]``. On a ps-hosted variable only these rows cross the network."""
-    return tf.gather(w, uniq)
-
-
 def _batch_size(x: tf.SparseTensor, dtype) -> tuple[tf.Tensor, tf.Tensor]:
     b = x.dense_shape[0]
     return b, tf.cast(b, dtype)
 
 
-def logits_from_rows(w_u: tf.Tensor, x: tf.SparseTensor, local: tf.Tensor) -> tf.Tensor:
-    """``z = X w`` for a batch, from the gathered rows ``w_u`` only: O(nnz)."""
-    vals = tf.cast(x.values, w_u.dtype)
-    b, _ = _batch_size(x, w_u.dtype)
-    return tf.math.unsorted_segment_sum(vals * tf.gather(w_u, local), x.indices[:, 0], b)
-
-
-def mean_logloss(z: tf.Tensor, y01: tf.Tensor) -> tf.Tensor:
+def _mean_logloss(z: tf.Tensor, y01: tf.Tensor) -> tf.Tensor:
     """The mean log-loss of logits ``z`` for labels in {0, 1}: ``mean(softplus(z) - y z)``."""
     return tf.reduce_mean(tf.nn.softplus(z) - y01 * z)
 
@@ -175,19 +154,22 @@ def dense_gradient(w, x: tf.SparseTensor, y, labels: str = "01", per_example: bo
         grad = tf.reduce_sum(per_row, axis=1)
     else:
         grad = tf.reshape(tf.sparse.sparse_dense_matmul(xs, tf.reshape(err, [-1, 1]), adjoint_a=True), [-1])
-    return mean_logloss(z, y01), grad
+    return _mean_logloss(z, y01), grad
 
 
 def loss_dense(w, x_dense, y, labels: str = "01") -> tf.Tensor:
     """The same loss on a dense [B, F] matrix, for checking gradients against autodiff."""
     w = tf.convert_to_tensor(w)
     z = tf.linalg.matvec(tf.cast(x_dense, w.dtype), w)
-    return mean_logloss(z, tf.cast(labels01(y, labels), w.dtype))
+    return _mean_logloss(z, tf.cast(labels01(y, labels), w.dtype))
 
 
 def predict_logits(w, x: tf.SparseTensor) -> tf.Tensor:
-    uniq, local = unique_features(x)
-    return logits_from_rows(gather_rows(w, uniq), x, local)
+    """``z = X w`` for a batch, O(nnz): each non-zero's weight (a gather per non-zero, repeats and
+    all: the exercise's gradient gathers each distinct feature once), summed per row."""
+    vals = tf.cast(x.values, w.dtype)
+    b, _ = _batch_size(x, w.dtype)
+    return tf.math.unsorted_segment_sum(vals * tf.gather(w, x.indices[:, 1]), x.indices[:, 0], b)
 
 
 def evaluate(w, x: tf.SparseTensor, y, labels: str = "01") -> dict:
@@ -195,7 +177,7 @@ def evaluate(w, x: tf.SparseTensor, y, labels: str = "01") -> dict:
     z = predict_logits(w, x)
     y01 = tf.cast(labels01(y, labels), z.dtype)
     acc = tf.reduce_mean(tf.cast(tf.equal(tf.cast(z > 0, z.dtype), y01), tf.float32))
-    return {"accuracy": float(acc), "logloss": float(mean_logloss(z, y01)), "rows": int(z.shape[0])}
+    return {"accuracy": float(acc), "logloss": float(_mean_logloss(z, y01)), "rows": int(z.shape[0])}
 
 
 # ----------------------------------------------------------------------------- updates (ps side)

@@ -17,7 +17,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 7  # the SGD step, the prediction, the audit's model and the four answers
+    assert regions == 8  # the SGD step, the prediction, the audit's model and reading size, the four answers
     step_cell = next(c for c in student.cells if c.source.startswith("def sgd_step"))
     assert "GradientTape" not in step_cell.source and "raise NotImplementedError()" in step_cell.source
     namespace = {}
@@ -40,13 +40,14 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     # the prediction: the untrained model's test loss is log(10) within 5%, as the rubric grades it
     assert rec["core_initial_test_loss"] == pytest.approx(rec["predicted_initial_test_loss"], rel=0.05)
     assert rec["core_best_test_accuracy"] == max(h["test_accuracy"] for h in rec["core_history"])
-    # the audit: the model of the best of 50 readings at the run's own accuracy, against the weights
-    # re-read on 4,000 trials of 50 random 50-image batches (within 5 standard errors of those trials)
-    audit, readings = rec["audit_97"], rec["batch_readings"]
-    assert audit["q"] == rec["core_test_accuracy"] and audit["readings"] == 50
-    assert readings["trials"] == 4000 and readings["mean"] == pytest.approx(audit["q"], abs=0.01)
-    p = audit["model_chance"]
-    assert abs(readings["chance_best_at_least_97"] - p) <= 5 * (p * (1 - p) / 4000) ** 0.5 + 1e-3, (audit, readings)
+    # the audit: the reading size, the model at both sizes, and the measurement, which owes nothing to
+    # the model: the run's per-epoch weights on consecutive 100-image test batches (10 of them here)
+    audit, measured = rec["audit_97"], rec["epoch_readings"]
+    assert audit["q"] == rec["core_test_accuracy"] and audit["readings"] == 50 and audit["reading_size"] == 100
+    assert 0 <= audit["model_chance"] < audit["model_chance_50"] <= 1  # 97 of 100 is rarer than 49 of 50
+    assert measured["curves"] == 10 and measured["readings_per_curve"] == 2
+    assert measured["final_mean"] == pytest.approx(audit["q"], abs=1e-9)  # every test image read once
+    assert measured["model_std"] == pytest.approx((audit["q"] * (1 - audit["q"]) / 100) ** 0.5)
     assert {r["version"] for r in rec["resources"]} == {"core", "keras"}
 
     # The grader's re-check: the saved weights give the recorded accuracy on the same test subset.

@@ -16,13 +16,13 @@ M_MLP = 23_298_088
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURE_CELLS)
+    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURE_CELLS)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    # two predictions, comm_terms, the audit, five answers, and the answers of the two ungraded sections
-    assert regions == 11
+    # two predictions, comm_terms, the audit, three answers, and the answers of the two ungraded sections
+    assert regions == 9
     sources = "\n".join(c.source for c in student.cells)
     assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources and "2 * 2 * M_mlp" not in sources
     assert sources.count("raise NotImplementedError()") == 4

@@ -127,12 +127,13 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
                  train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
                  learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
                  save_weights: bool = True, run: str | None = None, timeout: float = 1800,
-                 sample_interval: float = 0.25, gradient=None, **cluster_kwargs) -> Cluster:
+                 sample_interval: float = 0.25, gradient=None, sync_round=None, **cluster_kwargs) -> Cluster:
     """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
 
     ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1. ``gradient``: the
-    notebook's ``sparse_lr_gradient``, which the workers train with (default: the kit's
-    reference, which the student kit does not have). ``cluster_kwargs`` go to the ``Cluster``
+    notebook's ``sparse_lr_gradient``, which the workers train with, and ``sync_round``, Lab 2's
+    round, which builds the sync runs' round (defaults: the kit's references, which the student
+    kit does not have). ``cluster_kwargs`` go to the ``Cluster``
     (e.g. ``labkit.launchers.netem.cluster_args(link, nodes)``: emulated links)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
@@ -143,7 +144,15 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
         num_features=num_features, train_rows=train_rows, test_rows=test_rows, samples=samples,
         learning_rate=learning_rate, eval_every=eval_every, seed=seed, click_seed=click_seed,
         save_weights=save_weights, sample_interval=sample_interval,
-        gradient_source=gradient_source(gradient) if gradient is not None else None, **cluster_kwargs)
+        gradient_source=gradient_source(gradient) if gradient is not None else None,
+        round_source=round_source(sync_round) if sync_round is not None else None, **cluster_kwargs)
+
+
+def round_source(fn) -> str:
+    """The source of Lab 2's ``sync_round``, for the tasks' ``--round-source``."""
+    from labkit.experiments.sync_async import round_source as source_of_round
+
+    return source_of_round(fn)
 
 
 def gradient_source(fn) -> str:
@@ -183,8 +192,9 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
         result = c.follow(on_event)
     settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
-                **{k: v for k, v in kwargs.items() if k != "gradient"},  # JSON-able: the function is not
-                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference"}
+                **{k: v for k, v in kwargs.items() if k not in ("gradient", "sync_round")},  # JSON-able: functions are not
+                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference",
+                "sync_round": "notebook's sync_round" if kwargs.get("sync_round") else "the kit's reference"}
     experiment = Experiment([Run(m, b, result) for m, b in plan], settings)
     experiment.write_scalars()
     return experiment

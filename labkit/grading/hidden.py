@@ -146,6 +146,10 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
             part, err = max(errs.items(), key=lambda kv: kv[1])
             if err > worst:
                 worst, where = err, f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})"
+    if int(arrays["python_ops"]):
+        return Verdict(False, "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
+                              "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
+                              "GradientTape")
     if worst <= 1:
         return Verdict(True, value=worst)
     if math.isinf(worst):
@@ -169,8 +173,64 @@ def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
         want = chance_best_reading(**case)
         if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
             return Verdict(False, f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
-                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}; the best of n "
-                                  f"binomial batch readings reaches the level with chance {want:.6g}")
+                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
+                                  f"that the best of n binomial batch readings reaches the level: check how many "
+                                  f"images 'at least level' needs, one reading's chance, and the best of n")
+    return Verdict(True)
+
+
+@hidden("lab1_initial_loss", functions=["initial_test_loss"], probe_name="initial_loss",
+        inputs=probe.inputs_initial_loss)
+def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The mean cross-entropy of near-zero weights (a uniform softmax) for class counts the notebook
+    never had: log K. The failure names the class count, never the value."""
+    counts = probe.inputs_initial_loss(**args)
+    got = arrays["losses"]
+    if got.shape != (len(counts),):
+        return Verdict(False, f"initial_test_loss gave {got.size} answers for {len(counts)} class counts")
+    for k, mine in zip(counts, got):
+        if _close(np.asarray(mine), np.asarray(math.log(k)), 1e-6, 1e-3) > 1:
+            return Verdict(False, f"initial_test_loss({k}) is {mine:.6g}: not the mean cross-entropy of weights "
+                                  f"near zero with {k} classes")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the prediction of distinct features per step, against the exact expectation
+
+def reference_distinct_features(spec, rows: int) -> float:
+    """Expected distinct (field, value) pairs among ``rows`` rows of ``spec``'s click data: each
+    field's values are bounded-Zipf draws, P(id <= k) = (1 - (k+2)^(1-s)) / (1 - (V+1)^(1-s)); the
+    last ``optional_fields`` fields are present with probability 1/2; a value turns up in none of
+    the rows with probability (1 - p)^rows."""
+    a = 1.0 - spec.zipf_s
+    optional = np.arange(spec.num_fields) >= spec.num_fields - spec.optional_fields
+    total = 0.0
+    for present, vocab in zip(np.where(optional, 0.5, 1.0), spec.vocab_sizes):
+        k = np.arange(vocab, dtype=np.float64)
+        p = present * ((k + 1) ** a - (k + 2) ** a) / (1.0 - (vocab + 1.0) ** a)
+        total += float(np.sum(1.0 - (1.0 - p) ** rows))
+    return total
+
+
+@hidden("lab3_distinct_features", functions=["expected_distinct_features"], probe_name="distinct_features",
+        inputs=probe.inputs_distinct_features)
+def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The student's formula on click-data shapes and batch sizes the notebook never had, to 1e-6:
+    a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
+    from labkit.clickdata import ClickSpec
+
+    cases = probe.inputs_distinct_features(**args)
+    got = arrays["expected"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"expected_distinct_features gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = reference_distinct_features(ClickSpec(**case["spec"]), case["rows"])
+        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
+            spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
+            return Verdict(False, f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
+                                  f"not the expected number of distinct (field, value) pairs; check each value's "
+                                  f"probability (from the CDF), the optional fields, and the chance it is in no row")
     return Verdict(True)
 
 
@@ -311,8 +371,9 @@ def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
             return Verdict(False, f"{where}: ring_allreduce changed the gradients it was given")
         want_sent = reference_ring_bytes(size, n)
         if arrays[f"{t}_sent"].tolist() != want_sent:
-            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes; the "
-                                  f"ring's 2(N-1) rounds of one chunk each send {want_sent}")
+            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes, not "
+                                  f"what the ring's 2(N-1) rounds of one chunk each send: check which chunk each "
+                                  f"worker sends in each round, and the chunks' sizes when N does not divide the length")
     return Verdict(True)
 
 
@@ -331,9 +392,11 @@ def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
         return Verdict(False, f"comm_terms gave {got.shape[0]} answers for {len(cases)} cases")
     for case, (msgs, nbytes) in zip(cases, got):
         want_msgs, want_bytes = comm_terms(**case)
-        if msgs != want_msgs or _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1:
+        bad_bytes = _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1
+        if msgs != want_msgs or bad_bytes:
             shards = f", shards={tuple(round(x) for x in case['shards'])}" if case["shards"] else ""
             where = f"comm_terms({case['arch']!r}, M={case['M']:.0f}, N={case['N']}, n_ps={case['n_ps']}{shards})"
-            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}); the cost model's critical path has "
-                                  f"({want_msgs:g}, {want_bytes:,.0f})")
+            wrong = " and ".join(what for what, bad in (("messages", msgs != want_msgs), ("bytes", bad_bytes)) if bad)
+            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
+                                  f"critical path; check the busiest link and which transfers overlap")
     return Verdict(True)

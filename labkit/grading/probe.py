@@ -296,7 +296,22 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
             loss = fn(W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"])
             arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
+        case = inputs_lr_step(**args)[0]
+        W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+        traced = tf.function(step).get_concrete_function(W, b, tf.constant(case["x"]), tf.constant(case["y"]),
+                                                         case["learning_rate"])
+        arrays["python_ops"] = np.asarray(python_ops(traced.graph.as_graph_def()), np.int64)
     return arrays
+
+
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")   # tf.py_function / tf.numpy_function
+
+
+def python_ops(graph_def) -> int:
+    """How many ops of ``graph_def`` (its functions' bodies too) call back into Python: a step
+    built from them computes in NumPy what the graph should compute itself."""
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return sum(n.op in PYTHON_OPS for n in nodes)
 
 
 def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
@@ -323,8 +338,47 @@ def best_reading(fns: dict, args: dict, out: Path) -> dict:
                                    for c in inputs_best_reading(**args)], np.float64)}
 
 
+def inputs_initial_loss(seed: int = 0, cases: int = 6) -> list[int]:
+    """Class counts for Lab 1's prediction of the loss at the seeded start: never 10, the notebook's."""
+    rng = np.random.default_rng(seed)
+    counts = [2, 3] + [int(k) for k in rng.integers(4, 5000, size=max(0, int(cases) - 2))]
+    return [k if k != 10 else 11 for k in counts]
+
+
+@probe("initial_loss")
+def initial_loss(fns: dict, args: dict, out: Path) -> dict:
+    """``initial_test_loss(num_classes)`` for every class count: one number each."""
+    fn = fns["initial_test_loss"]
+    return {"losses": np.asarray([float(fn(k)) for k in inputs_initial_loss(**args)], np.float64)}
+
+
 # ---------------------------------------------------------------------------------------------
-# Lab 3: the sparse gradient
+# Lab 3: the prediction of distinct features per step, and the sparse gradient
+
+def inputs_distinct_features(seed: int = 0, cases: int = 6) -> list[dict]:
+    """Click-data shapes (``clickdata.ClickSpec`` fields) and batch sizes the notebook never had."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        fields = int(rng.integers(4, 41))
+        s = float(rng.choice([rng.uniform(0.6, 0.95), rng.uniform(1.05, 2.0)]))
+        out.append({"spec": {"num_features": int(rng.integers(1_000, 300_000)), "num_fields": fields,
+                             "optional_fields": int(rng.integers(0, fields)), "zipf_s": round(s, 3),
+                             "min_vocab": int(rng.integers(2, 12))},
+                    "rows": int(rng.integers(5, 600))})
+    return out
+
+
+@probe("distinct_features")
+def distinct_features(fns: dict, args: dict, out: Path) -> dict:
+    """``expected_distinct_features(spec, rows)`` on every case: one number each."""
+    from labkit.clickdata import ClickSpec
+
+    fn = fns["expected_distinct_features"]
+    return {"expected": np.asarray([float(fn(ClickSpec(**c["spec"]), c["rows"]))
+                                    for c in inputs_distinct_features(**args)], np.float64)}
+
+
 
 def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -> list[dict]:
     """Click-like batches: repeated features, a duplicated row, an empty row, unsorted ids."""

@@ -1,9 +1,27 @@
-"""Lab 3's exercise: the sparse logistic-regression gradient, O(nnz) whatever the number of features."""
+"""Lab 3's exercise: the sparse logistic-regression gradient, O(nnz) whatever the number of features,
+and its steps (the batch's unique features, their rows of w, the logits from those rows), kept here with it so that the student kit ships none of them."""
 from __future__ import annotations
 
 import tensorflow as tf
 
-from labkit.sparse import gather_rows, labels01, logits_from_rows, mean_logloss, static_shape, unique_features
+from labkit.sparse import _batch_size, labels01, _mean_logloss, static_shape
+
+
+def unique_features(x: tf.SparseTensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``uniq`` (the batch's distinct feature ids) and ``local`` (each non-zero's slot in uniq)."""
+    return tf.unique(x.indices[:, 1], out_idx=tf.int64)
+
+
+def gather_rows(w, uniq: tf.Tensor) -> tf.Tensor:
+    """The weights ``w[uniq]``. On a ps-hosted variable only these rows cross the network."""
+    return tf.gather(w, uniq)
+
+
+def logits_from_rows(w_u: tf.Tensor, x: tf.SparseTensor, local: tf.Tensor) -> tf.Tensor:
+    """``z = X w`` for a batch, from the gathered rows ``w_u`` only: O(nnz)."""
+    vals = tf.cast(x.values, w_u.dtype)
+    b, _ = _batch_size(x, w_u.dtype)
+    return tf.math.unsorted_segment_sum(vals * tf.gather(w_u, local), x.indices[:, 0], b)
 
 
 def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Tensor, tf.IndexedSlices]:
@@ -20,4 +38,4 @@ def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Te
     err = tf.sigmoid(z) - y01                                   # dloss_i/dz_i, times B
     contrib = tf.cast(x.values, w_u.dtype) * tf.gather(err, x.indices[:, 0])
     g_u = tf.math.unsorted_segment_sum(contrib, local, tf.size(uniq, out_type=tf.int64)) / tf.cast(b, w_u.dtype)
-    return mean_logloss(z, y01), tf.IndexedSlices(g_u, uniq, static_shape(w))
+    return _mean_logloss(z, y01), tf.IndexedSlices(g_u, uniq, static_shape(w))

@@ -24,22 +24,21 @@ Modes:
   ``global_step += 1`` in the same ``Session.run``, as fast as it can. Updates from
   different workers interleave; a worker's gradient may be computed on weights that
   others changed meanwhile (staleness), and no one waits.
-- ``sync``: every round, each worker pushes its gradient divided by the number of workers
-  into a ``SparseConditionalAccumulator`` on the ps (``reduction_type="SUM"``), then blocks
-  on its own token queue. The ps runs the aggregation loop: take the N gradients (their
-  sum is the mean gradient of the global batch of N x batch examples, still sparse),
-  ``w[ids] -= lr * sum``, ``global_step += 1``, one token per worker. So every worker does
-  exactly one step per global step, and all of them see the same weights.
+- ``sync``: the round is Lab 2's exercise, the student's own ``sync_round`` (``--round-source``;
+  else the kit's reference, which the student kit lacks), given sparse stand-ins for what it
+  uses (``SparseRound``): its accumulator is a ``SparseConditionalAccumulator`` on the ps, its
+  gradient and its "mean" are ``tf.IndexedSlices``, and its ``assign_sub`` on ``w`` is a
+  scatter. The ps runs the round's ``chief_op`` once per round; a worker runs ``worker_op``.
 
-  Why not ``tf.compat.v1.train.SyncReplicasOptimizer``? It builds the same accumulator,
+  The accumulator sums (``reduction_type="SUM"``) gradients pushed already divided by N, so
+  its "mean" is the mean gradient of the global batch. Why not
+  ``tf.compat.v1.train.SyncReplicasOptimizer``? It builds the same accumulator,
   but with the default ``reduction_type="MEAN"``, which for *sparse* gradients divides
   each row by the number of workers that touched it (measured on TF 2.21: gradients
   {0: 1, 1: 1} and {1: 1, 2: 1} aggregate to {0: 1, 1: 1, 2: 1}, not {0: .5, 1: 1, 2: .5}),
   so a rare feature gets N times the step of a common one. It also lets a fast worker
   take a slow one's token (one round may hold two gradients of one worker) and hides
-  the mechanism in a hook and a queue runner. The explicit accumulator + token queues
-  are the same idea in 20 lines a student can read, and they compute the true
-  global-batch gradient.
+  the mechanism in a hook and a queue runner.
 
 Every run starts behind a barrier: each trainer enqueues into a shared "arrived" queue on
 the ps when it is ready (or has finished the previous run); once all have, the chief resets
@@ -94,6 +93,7 @@ from labkit import events
 from labkit import sockets
 from labkit.sockets import Meter, step_bytes
 from labkit.tasks.common import DoneSignal, TaskRuntime, define_function, run_graph_task, shared_queue
+from labkit.tasks.ps_sgd import ROUND_SIGNATURE, SyncQueues, check_round, load_round
 
 MODES = ("async", "sync")
 DATASETS = ("a9a", "click")
@@ -119,6 +119,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gradient-source", default=None, help="Python source defining sparse_lr_gradient(w, x, y) -> "
                                                            "(loss, IndexedSlices), labels in {0, 1} (the notebook's "
                                                            "own); default the kit's reference")
+    p.add_argument("--round-source", default=None, help="Python source defining sync_round" + ROUND_SIGNATURE +
+                   " (Lab 2's exercise), the synchronous round; default the kit's reference")
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
     args = p.parse_args(argv)
     for name in ("num_features", "train_rows", "test_rows", "samples"):
@@ -260,9 +262,9 @@ class Graph:
     loss: object
     n_unique: object
     async_step: object        # scatter + global_step += 1; returns the new global step
-    sync_step: object         # push to the accumulator, then this worker's next token
-    local_step: object        # sync: the global step the gradient is computed at (fed)
-    aggregate: object         # sync, run by the ps: one round
+    sync_step: object         # the round's worker_op, then the global step
+    local_step: object        # sync: the global step the gradient is computed at (fed; a round may ignore it)
+    aggregate: object         # sync, run by the ps: the round's chief_op
     test_x: object
     test_y: object
     test_accuracy: object
@@ -285,6 +287,68 @@ def load_gradient(source: str | None):
     return reference_gradient()
 
 
+class SparseRound:
+    """Sparse stand-ins for what Lab 2's ``sync_round`` uses, so the same function builds this
+    task's round: an accumulator whose ``apply_grad(IndexedSlices, local_step)`` pushes 1/N of
+    the gradient into a summing ``SparseConditionalAccumulator`` and whose ``take_grad(n)``
+    returns their sum (the global batch's mean gradient) as ``Slices``; ``Slices`` scale by a
+    number (``learning_rate * mean``); ``Variable.assign_sub(Slices)`` scatters them into ``w``."""
+
+    class Slices:
+        def __init__(self, tf, values, indices, shape):
+            self.tf, self.values, self.indices, self.dense_shape = tf, values, indices, shape
+
+        def __mul__(self, k):
+            return SparseRound.Slices(self.tf, self.values * k, self.indices, self.dense_shape)
+
+        __rmul__ = __mul__
+
+    class Accumulator:
+        def __init__(self, tf, accumulator, shape, n: int):
+            self.tf, self.accumulator, self.shape, self.n = tf, accumulator, shape, n
+
+        def apply_grad(self, grad, local_step=0, name=None):
+            tf = self.tf
+            local_step = tf.cast(tf.convert_to_tensor(local_step), tf.int64)
+            return self.accumulator.apply_indexed_slices_grad(
+                tf.IndexedSlices(grad.values / float(self.n), grad.indices, self.shape), local_step=local_step)
+
+        def take_grad(self, num_required, name=None):
+            total = self.accumulator.take_indexed_slices_grad(num_required)
+            return SparseRound.Slices(self.tf, total.values, total.indices, self.shape)
+
+    class Variable:
+        def __init__(self, tf, var, shape):
+            self.tf, self.var, self.shape = tf, var, shape
+            self.device, self.dtype, self.name = var.device, var.dtype, var.name
+
+        def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+            from labkit import sparse
+
+            if isinstance(delta, SparseRound.Slices):
+                return sparse.apply_sparse(self.var, self.tf.IndexedSlices(delta.values, delta.indices, self.shape), 1.0)
+            raise TypeError("sync_round applied something other than the accumulator's mean to w: apply "
+                            "learning_rate * take_grad(...) with var.assign_sub")
+
+
+def build_sync_round(tf, round_fn, grad, w, global_step, num_features: int, learning_rate: float, n: int, rank: int):
+    """``(worker_op, chief_op)`` of the student's ``round_fn`` on this task's sparse gradient."""
+    shape = tf.constant([num_features], tf.int64)
+    with tf.compat.v1.device(global_step.device):
+        tokens = [tf.compat.v1.FIFOQueue(-1, tf.int64, shapes=[[]], shared_name=f"labkit_sparse_lr_round_token{i}",
+                                         name=f"labkit_sparse_lr_round_token{i}") for i in range(n)]
+    with tf.compat.v1.device(w.device):
+        accumulator = tf.compat.v1.SparseConditionalAccumulator(
+            tf.float32, shape=tf.TensorShape([num_features]), shared_name="labkit_sparse_lr_grad",
+            reduction_type="SUM")
+    shared = SyncQueues([SparseRound.Accumulator(tf, accumulator, shape, n)], tokens, rank)
+    graph = tf.compat.v1.get_default_graph()
+    before = set(graph.get_operations())
+    with tf.compat.v1.device(global_step.device):
+        built = round_fn(tf, [(grad, SparseRound.Variable(tf, w, shape))], global_step, learning_rate, n, shared)
+    return check_round(tf, built, [op for op in graph.get_operations() if op not in before])
+
+
 def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
     """The same graph on every task (the ps included), so shared variables and queues match."""
     from labkit import sparse
@@ -292,21 +356,11 @@ def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
     n = rt.num_trainers
     ps = "/job:ps/task:0"
     here = f"/job:{rt.task.type}/task:{rt.task.index}"
-    shape = tf.constant([num_features], tf.int64)
     with tf.compat.v1.device(ps):
         w = tf.compat.v1.get_variable("w", [num_features], tf.float32, tf.compat.v1.zeros_initializer(),
                                       use_resource=True)
         global_step = tf.compat.v1.train.get_or_create_global_step()
         reset = w.assign(tf.zeros([num_features], tf.float32), read_value=False)
-        accumulator = tf.compat.v1.SparseConditionalAccumulator(
-            tf.float32, shape=tf.TensorShape([num_features]), shared_name="labkit_sparse_lr_grad",
-            reduction_type="SUM")
-        tokens = [shared_queue(tf, f"sparse_lr_token{i}", 0, 2) for i in range(n)]
-        total = accumulator.take_indexed_slices_grad(n)                    # blocks until n gradients are in
-        update = sparse.apply_sparse(w, tf.IndexedSlices(total.values, total.indices, shape), args.learning_rate)
-        with tf.control_dependencies([update]):
-            new_step = global_step.assign_add(1)
-        aggregate = tf.group(*[q.enqueue(tf.cast(new_step, tf.int32)) for q in tokens])
     arrived_q = shared_queue(tf, "sparse_lr_arrived", 0, n * len(args.plan))
     go_q = shared_queue(tf, "sparse_lr_go", 0, max(n - 1, 1))
     with tf.compat.v1.device(here):
@@ -317,13 +371,13 @@ def build_graph(tf, rt: TaskRuntime, args, num_features: int) -> Graph:
         # async: this worker's own update, applied at once
         with tf.control_dependencies([sparse.apply_sparse(w, grad, args.learning_rate)]):  # a scatter on the ps
             async_step = global_step.assign_add(1)
-        # sync: 1/n of the gradient into the accumulator, then wait for the ps to apply the round
+        # sync: the student's round (Lab 2's exercise) on the sparse gradient; the ps runs its chief_op
         local_step = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="local_step")
-        push = accumulator.apply_indexed_slices_grad(tf.IndexedSlices(grad.values / float(n), grad.indices, shape),
-                                                     local_step=local_step)
-        mine = tokens[rt.trainer_rank] if rt.task.type != "ps" else tokens[0]
-        with tf.control_dependencies([push]):
-            sync_step = tf.cast(mine.dequeue(), tf.int64)
+        rank = rt.trainer_rank if rt.task.type != "ps" else 0
+        worker_op, aggregate = build_sync_round(tf, load_round(args.round_source), grad, w, global_step,
+                                                num_features, args.learning_rate, n, rank)
+        with tf.control_dependencies([worker_op]):
+            sync_step = tf.identity(global_step)   # the round this worker's gradient went into, applied
         test_x = tf.compat.v1.sparse_placeholder(tf.float32, [None, num_features], name="test_x")
         test_y = tf.compat.v1.placeholder(tf.float32, [None], name="test_y")
         z = sparse.predict_logits(w, test_x)

@@ -1,0 +1,144 @@
+"""Issue 35's labs, round four: graded values stay off the feedback pages, the exercises' answers
+stay out of the student kit, and the new hidden checks and measurements hold."""
+import math
+import re
+import tomllib
+
+import numpy as np
+import pytest
+
+from helpers import NOTEBOOKS
+
+NUMBER = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)")
+
+
+def graded_values(check: dict) -> list[float]:
+    """What a check compares a record with: a number on the right, that number or the factor
+    times it, and the factor (and its inverse) itself."""
+    values = []
+    right, factor = check.get("right"), check.get("factor")
+    if isinstance(right, (int, float)) and not isinstance(right, bool):
+        values += [right, right * (factor or 1)]
+    if isinstance(factor, (int, float)) and factor not in (0, 1):
+        values += [factor, 1 / factor]
+    return [v for v in values if v not in (0, 1)]
+
+
+def rubric_checks():
+    rubric = tomllib.loads((NOTEBOOKS / "rubric.toml").read_text())
+    return [(lab, check) for lab, section in rubric["labs"].items() for check in section.get("checks", [])]
+
+
+def test_no_public_check_description_gives_a_graded_value():
+    """Descriptions are shown on every feedback page: they say what is checked, never the answer, a
+    reference run's outcome or the formula's result (a late submitter reads them)."""
+    problems = []
+    for lab, check in rubric_checks():
+        text = check.get("description", "")
+        numbers = [float(n.replace(",", "")) for n in NUMBER.findall(text)]
+        for value in graded_values(check):
+            if any(math.isclose(n, value, rel_tol=0.02) for n in numbers):
+                problems.append(f"{lab} {check['name']!r}: {value:g} in {text!r}")
+        if re.search(r"measured[:\s]+(about\s+)?[\d.]|\d\s*(x|%)\s+(measured|here)|\(log|about \d+x", text):
+            problems.append(f"{lab} {check['name']!r}: a reference outcome in {text!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_description_test_catches_a_graded_value():
+    check = {"name": "x", "right": 1080402496, "description": "4 x 2 x 4 x 33,762,578 = 1,080,402,496 bytes"}
+    assert any(math.isclose(float(n.replace(",", "")), v, rel_tol=0.02)
+               for n in NUMBER.findall(check["description"]) for v in graded_values(check))
+
+
+def test_distinct_features_reference_matches_the_click_data():
+    """The hidden check's reference, against the data it models: generate the rows, count."""
+    from labkit import clickdata
+    from labkit.grading.hidden import reference_distinct_features
+
+    spec = clickdata.ClickSpec(num_features=1_000_000, seed=0)
+    rows = clickdata.generate(spec, 100 * 200).data
+    counts = []
+    for start in range(0, 100 * 200, 100):
+        lo, hi = rows.indptr[start], rows.indptr[start + 100]
+        counts.append(len(np.unique(rows.indices[lo:hi])))
+    assert np.mean(counts) == pytest.approx(reference_distinct_features(spec, 100), rel=0.03)
+
+
+def test_distinct_features_cases_are_not_the_notebooks():
+    from labkit.grading import probe
+
+    cases = probe.inputs_distinct_features(seed=13)
+    assert len(cases) == 6 and all(c["spec"]["num_features"] != 1_000_000 for c in cases)
+    assert all(c["spec"]["zipf_s"] != 1.0 for c in cases)
+    assert 10 not in probe.inputs_initial_loss(seed=5)
+
+
+def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
+    from labkit.grading.release import student_package
+
+    kit = student_package(tmp_path)
+    text = (kit / "sparse.py").read_text()
+    for name in ("def unique_features", "def gather_rows", "def logits_from_rows", "tf.unique("):
+        assert name not in text
+    assert not (kit / "solutions").exists()
+
+
+@pytest.mark.tensorflow
+def test_a_step_that_calls_back_into_python_is_seen():
+    import tensorflow as tf
+
+    from labkit.grading.probe import python_ops
+
+    def numpy_step(x):
+        return tf.numpy_function(lambda a: a * 2, [x], tf.float32)
+
+    def graph_step(x):
+        return x * 2
+
+    x = tf.constant([1.0])
+    assert python_ops(tf.function(numpy_step).get_concrete_function(x).graph.as_graph_def()) == 1
+    assert python_ops(tf.function(graph_step).get_concrete_function(x).graph.as_graph_def()) == 0
+
+
+def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
+    from labkit import lr
+
+    class Run:  # two epochs' weights: the first gets every image wrong, the second every image right
+        extra = {"epoch_weights": []}
+
+    x = np.eye(784, dtype=np.float32)[:600]
+    y = np.zeros(600, np.int64)
+    right = np.zeros((784, 10), np.float32)
+    right[:, 0] = 1
+    Run.extra["epoch_weights"] = [(-right, np.zeros(10, np.float32)), (right, np.zeros(10, np.float32))]
+    curves = lr.epoch_readings(Run, x, y, batch_size=100)
+    assert curves.shape == (6, 2)
+    assert (curves[:, 0] == 0).all() and (curves[:, 1] == 1).all()
+    with pytest.raises(ValueError, match="no batch of 1000"):
+        lr.epoch_readings(Run, x, y, batch_size=1000)
+
+
+def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_naming_the_value(tmp_path):
+    from labkit import clickdata
+    from labkit.grading import hidden, probe
+
+    counts = probe.inputs_initial_loss(seed=5)
+    assert hidden.judge_initial_loss({"seed": 5}, {"losses": np.log(counts)}, tmp_path).ok
+    wrong = hidden.judge_initial_loss({"seed": 5}, {"losses": np.full(len(counts), math.log(10))}, tmp_path)
+    assert not wrong.ok and f"{math.log(counts[0]):.4f}" not in wrong.reason
+
+    cases = probe.inputs_distinct_features(seed=13)
+    right = [hidden.reference_distinct_features(clickdata.ClickSpec(**c["spec"]), c["rows"]) for c in cases]
+    assert hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right)}, tmp_path).ok
+    off = hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right) * 1.01}, tmp_path)
+    assert not off.ok and f"{right[0]:.6g}" not in off.reason
+
+    lr_case = probe.inputs_lr_step(seed=1)
+    arrays = {}
+    for t, c in enumerate(lr_case):
+        W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], c["learning_rate"])
+        for mode in ("eager", "graph"):
+            arrays.update({f"{t}_{mode}_W": W, f"{t}_{mode}_b": b, f"{t}_{mode}_loss": np.asarray(loss)})
+    arrays["python_ops"] = np.asarray(1)   # right numbers, computed by NumPy behind tf.numpy_function
+    verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
+    assert not verdict.ok and "calls back into Python" in verdict.reason

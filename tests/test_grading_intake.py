@@ -436,7 +436,7 @@ def test_a_canvas_download_is_graded_end_to_end(canvas_class):
     assert (out / "summary.html").read_text().count("data:image/png;base64,") == 4
     with open(out / "canvas.csv", newline="") as f:
         lines = list(csv.reader(f))
-    assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha", "Beta"]
+    assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta"]   # the roster's
     assert {ln[3] for ln in lines[2:]} == {"jsmith", "jdoe", "rroe", "llee", "kkim"}
 
 

@@ -11,6 +11,10 @@ could not run it: a runner that died, a cancelled Slurm task); ``--force`` re-ru
 manifest (``.grader/batch.json``: the rubric, the notebooks in order, the questions) lets the
 reports be rebuilt from these files alone (``grade.publish``), with the TAs' scores.
 
+The class's gradebook (``gradebook``) keeps every run as well, signed with the same key
+(``sign``, ``verify``): the reports are rebuilt from it; ``outcome.json`` says whether a run
+may be kept.
+
 Integrity: ``.grader`` is the grader's alone (mode 0700, never bound into a sandbox, and under
 a root grader no run's user may enter it). On top of that, every outcome and the manifest are
 signed: an HMAC-SHA256 with a key only the grader's user holds (``key_path``: outside the output

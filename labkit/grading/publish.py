@@ -1,7 +1,9 @@
 """Every report of a batch, rebuilt from what its runs left and what the TAs scored.
 
-A batch's output folder holds its manifest and each notebook's outcome (``ledger``); the
-TAs' scores are in ``ta_scores.csv`` (``answers.merge``). ``Book.load(out)`` reads them back,
+A batch's output folder holds its manifest and the class's gradebook (``gradebook``: each
+notebook's signed runs, the people and their LMS ids, the roster, the exports sent); the TAs'
+scores are in ``ta_scores.csv`` (``answers.merge``; the gradebook keeps their history).
+``Book.load(out)`` reads them back,
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
 ``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from _lms import GradescopeSubmission, gradescope_zip
-from labkit.grading import answers, exports, gradebook, intake, ledger
+from labkit.grading import answers, exports, gradebook, intake, ledger, legacy
 from labkit.grading.gradebook import Gradebook, GradebookError
 from test_grading_intake import PEOPLE, _scores, filled, labs_of, reference_notebooks
 
@@ -146,7 +146,7 @@ def test_an_output_folder_of_the_earlier_layout_is_imported_once_with_nothing_lo
     (out / answers.SCORES_FILE).write_text("lab,check,student,score,max,comment,answer_sha,source,given\n"
                                            "alpha,answer Q1,ann,2,2,good,abc,ta.csv,2024-10-01\n")
     (out / ".grader" / exports.EXPORTED).write_text(json.dumps({"when": "2024-10-05", "scores": [["ann", "alpha", "3"]]}))
-    db = gradebook.open_class(out)
+    db = legacy.open_class(out)
     try:
         assert db.get("kind") == gradebook.CLASS and [p["handle"] for p in db.people()] == ["ann", "smithjohn"]
         assert db.latest_run("smithjohn", "alpha")["fingerprint"] == {"notebook": "smithjohn"} and db.run_count() == 2
@@ -157,7 +157,7 @@ def test_an_output_folder_of_the_earlier_layout_is_imported_once_with_nothing_lo
         assert db.identify({"canvas_user_id": "12345", "folder": "jsmith"}, "jsmith") == "smithjohn"
     finally:
         db.close()
-    again = gradebook.open_class(out)   # once: opening it again imports nothing more
+    again = legacy.open_class(out)   # once: opening it again imports nothing more
     try:
         assert again.run_count() == 2 and len(again.people()) == 2
     finally:

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, gradebook, intake, ledger, report
+from labkit.grading import answers, gradebook, intake, ledger, legacy, report
 from labkit.grading import stored as stored_files
 from labkit.grading.batch import Batch
 from labkit.grading.publish import Book, PublishError
@@ -283,7 +283,7 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
 
 def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
     """The gradebook of ``out``: the class's, or the reference self-check's (never both)."""
-    db = gradebook.open_class(out)
+    db = legacy.open_class(out)
     try:
         db.claim(gradebook.REFERENCE if reference else gradebook.CLASS)
     except gradebook.GradebookError as e:

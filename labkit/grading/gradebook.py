@@ -351,14 +351,3 @@ class Gradebook:
 def _context(person: int, lab: str) -> str:
     return f"gradebook-run\0{person}\0{lab}"
 
-
-def open_class(out) -> Gradebook:
-    """The gradebook of ``out``, with an output folder of the earlier layout (manifest and
-    ``outcome.json`` files, no database) imported into it once."""
-    book = Gradebook(out)
-    if book.get("imported") is None:
-        from labkit.grading import legacy
-
-        legacy.import_folder(book)
-        book.put("imported", now())
-    return book

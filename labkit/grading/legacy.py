@@ -71,3 +71,13 @@ def _import_export(book: gb.Gradebook, out: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return
     book.exported(str(out / "canvas.csv"), scores, True, f"imported: the export of {data.get('when', '')}")
+
+
+def open_class(out) -> gb.Gradebook:
+    """The gradebook of ``out``, with an output folder of the earlier layout (manifest and
+    ``outcome.json`` files, no database) imported into it once."""
+    book = gb.Gradebook(out)
+    if book.get("imported") is None:
+        import_folder(book)
+        book.put("imported", gb.now())
+    return book

@@ -159,9 +159,9 @@ class Book:
 
     def gradebook(self):
         """The class's gradebook (``gradebook``), an earlier layout's folder imported into it once."""
-        from labkit.grading import gradebook
+        from labkit.grading import legacy
 
-        return gradebook.open_class(self.out)
+        return legacy.open_class(self.out)
 
     def stored(self) -> dict:
         """{job key: stored outcome} for the notebooks graded so far: each one's last run in the

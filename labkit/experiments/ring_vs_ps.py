@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -163,15 +164,26 @@ class Run(experiments.Run):
     def task_bytes(self) -> dict[str, dict]:
         """{task: {"sent", "recv" (bytes per step), "method"}} for every task that moved bytes.
 
-        Socket counters from every trainer that measured (each sees the tasks on its node);
-        for the rest, the NIC counters of their node over the chief's training window."""
+        Socket counters of the trainers that measured (each sees the tasks on its node): a task
+        that trained counts its own sockets over its own steps (a ring worker's window holds
+        exactly the steps it counted, whoever else is late); a task that only serves (a ps, a
+        PS worker) is counted by the chief, which ran the steps. For the rest, the NIC counters
+        of their node over the chief's training window."""
         out: dict[str, dict] = {}
         scale = self.loop_steps_per_step()
+        chief = self.chief.name
+
+        def rank(reader: str, task: str) -> int:  # lower wins: the task itself, the chief, anyone
+            return 0 if reader == task else 1 if reader == chief else 2
+
+        best: dict[str, int] = {}
         for t in self.result:
-            per_step = t.traffic.get("counters_per_step") or {}
-            for key, value in per_step.items():
+            for key, value in (t.traffic.get("counters_per_step") or {}).items():
                 task, side = key.rsplit(" ", 1)
-                out.setdefault(task, {"method": "sockets"})[side] = value * scale
+                r = rank(t.name, task)
+                if r <= best.get(task, r):
+                    best[task] = r
+                    out.setdefault(task, {"method": "sockets"})[side] = value * scale
         missing = [t.name for t in self.result if t.name not in out]
         if missing:
             out.update(self._nic_bytes(missing))
@@ -339,13 +351,20 @@ class Scaling(experiments.Sweep):
         return {arch: float(t[t["arch"] == arch]["sent_bytes"].max()) for arch in ARCHS if (t["arch"] == arch).any()}
 
     def worker_bytes(self, arch: str, model: str, workers: int | None = None) -> dict:
-        """What the workers of one run sent and received per step, as measured (the mean over
-        workers): ``{"workers", "model_bytes", "sent_per_step", "recv_per_step"}``."""
+        """What a worker of one run sent and received per step, as measured: the median over
+        the workers (by symmetry each sends as much; one worker whose count went wrong moves
+        the median of three by nothing, the mean by a third of its error), with every worker's
+        own figure: ``{"workers", "model_bytes", "sent_per_step", "recv_per_step", "per_worker"}``."""
         r = self.get(arch, model, workers)
-        per = [v for t, v in r.task_bytes().items() if t.startswith("worker:")]
-        return {"workers": r.workers, "model_bytes": r.train["model_bytes"],
-                "sent_per_step": sum(v.get("sent", math.nan) for v in per) / len(per) if per else math.nan,
-                "recv_per_step": sum(v.get("recv", math.nan) for v in per) / len(per) if per else math.nan}
+        per = {t: v for t, v in sorted(r.task_bytes().items()) if t.startswith("worker:")}
+
+        def median(side: str) -> float:
+            return statistics.median(v.get(side, math.nan) for v in per.values()) if per else math.nan
+
+        return {"workers": r.workers, "model_bytes": r.train["model_bytes"], "sent_per_step": median("sent"),
+                "recv_per_step": median("recv"),
+                "per_worker": {t: {"sent": v.get("sent", math.nan), "recv": v.get("recv", math.nan)}
+                               for t, v in per.items()}}
 
     def records(self, calibration: "Calibration | None" = None, crossover: dict | None = None,
                 terms_check=None) -> dict:
@@ -377,9 +396,9 @@ class Scaling(experiments.Sweep):
             if not r.moves_bytes:
                 continue
             measured = {t: v for t, v in r.task_bytes().items() if not t.startswith("chief")}
-            if r.arch == "ring":
+            if r.arch == "ring":  # a worker's bytes: the median over the workers (see worker_bytes)
                 sent = [v.get("sent", math.nan) for t, v in measured.items() if t.startswith("worker:")]
-                task, value = "worker (mean)", sum(sent) / len(sent) if sent else math.nan
+                task, value = "worker (median)", statistics.median(sent) if sent else math.nan
             else:
                 task, value = max(((t, v.get("sent", 0.0) + v.get("recv", 0.0)) for t, v in measured.items()),
                                   key=lambda tv: tv[1], default=("-", math.nan))

@@ -906,3 +906,36 @@ def report_003(workers=range(1, 7), terms=None):
                                                                    values="speedup").add_suffix("_speedup")
     return {"curves": curves, "grid": grid, "marks": marks, "crossover_model_bytes": crossover,
             "speedup_at_max": at_max.reset_index()}
+
+
+# ------------------------------------------------------------------------------ the grader's calibration
+
+def load_sweep(folder, cores: int | None = None) -> Scaling:
+    """A finished sweep read back from its folder (``runs/lab5/scaling-<time>``): one ``Run`` per
+    ``<model>-<arch>-w<N>`` folder with a ``cluster.json`` (the configurations' own folders; the
+    clusters' ``cluster-<arch>-w<N>`` folders hold their processes, not a run)."""
+    import re
+    from pathlib import Path
+
+    runs = []
+    for sub in sorted(Path(folder).iterdir()):
+        m = re.fullmatch(r"(.+)-(ps|ring)-w(\d+)", sub.name)
+        if m and m.group(1) != "cluster" and (sub / "cluster.json").is_file():  # cluster-<arch>-w<N>: the tasks
+            result = ClusterResult.load(sub)
+            arch = m.group(2)
+            n_ps = sum(1 for t in result if t.name.startswith("ps:")) if arch == "ps" else 0
+            runs.append(Run(arch, m.group(1), int(m.group(3)), n_ps, result))
+    if not runs:
+        raise ValueError(f"{folder} holds no run of a sweep (<model>-<arch>-w<N>/cluster.json)")
+    workers = sorted({r.workers for r in runs})
+    return Scaling(runs, settings={"workers": workers, "models": sorted({r.model for r in runs}), "cores": cores})
+
+
+def reference_held_out_error(sweep: Scaling, loopback: costmodel.Link, held_out: int | None = None) -> float | None:
+    """The kit's own cost model (the reference critical path), fitted to ``sweep``'s runs below
+    ``held_out`` (default its largest N) and predicting those at it: the median |predicted /
+    measured step time - 1| there. What any answer's held-out error is judged against: it
+    carries the load these very runs met, which no fixed bound can."""
+    n = held_out or max(sweep.settings["workers"])
+    fit_on = [w for w in sweep.settings["workers"] if w < n]
+    return sweep.calibrate(loopback=loopback, fit_workers=fit_on).fit_error()["held_out_median_abs_error"]

@@ -61,6 +61,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from labkit import cluster, costmodel, experiments, faults, live, paths
 from labkit.experiments import positive_ints, shared
@@ -883,6 +884,20 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
             "run_dir": str(c.run_dir)}
 
 
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+def recorded_failure() -> dict:
+    """The ``ps_failure`` trace the kit ships (``labkit/traces/lab5_ps_failure.json``): what
+    :func:`ps_failure` returns (``summary``, ``steps``, ``kills``, ``events``, ``failure``; no
+    ``run_dir``), recorded by the kit's own run, with its ``provenance`` (the call, labkit's
+    commit, TensorFlow's version, the cores and the load). Section 11 reads it where it does not
+    kill tasks itself (the grader's runs)."""
+    import json
+
+    return json.loads((TRACES / "lab5_ps_failure.json").read_text())
+
+
 def _s(seconds) -> str:
     return "-" if seconds is None else f"{seconds:.1f} s"
 
@@ -915,7 +930,6 @@ def load_sweep(folder, cores: int | None = None) -> Scaling:
     ``<model>-<arch>-w<N>`` folder with a ``cluster.json`` (the configurations' own folders; the
     clusters' ``cluster-<arch>-w<N>`` folders hold their processes, not a run)."""
     import re
-    from pathlib import Path
 
     runs = []
     for sub in sorted(Path(folder).iterdir()):

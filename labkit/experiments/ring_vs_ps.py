@@ -978,7 +978,7 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
             "run_dir": str(c.run_dir)}
 
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"
+TRACES = Path(__file__).resolve().parent.parent / "traces"  # labkit.traces
 
 
 def recorded_failure() -> dict:

@@ -834,15 +834,15 @@ def node_quota(cpus_per_node, nodes: int, log=print) -> tuple[float | None, str]
 
 
 def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3), *, batch_size: int = 32,
-             steps: int = 12, epochs: int = 2, test_limit: int = 256, cpus_per_node="auto", timeout: float = 600,
+             steps: int = 12, epochs: int = 2, test_limit: int = 256, cpus_per_node=None, timeout: float = 600,
              progress: bool = True, log=print) -> Emulated | None:
     """``model`` under both architectures at each N of ``workers`` (1 always), each run a cluster
     on emulated nodes whose links carry ``link`` each way (``labkit.launchers.netem``): the PS
     puts the ps and the chief on node0 and worker i on node i+1, so every pull and push crosses
-    the ps's link; the ring puts worker i on node i. Each node gets a CPU quota (``node_quota``;
-    ``cpus_per_node="auto"``: the cores split over the largest cluster's N + 1 nodes), so a
-    node computes as fast at every N; without one the nodes share this machine's cores, as
-    tasks on 127.0.0.1 do (the cost model knows: ``cores``). The link's alpha and B are measured
+    the ps's link; the ring puts worker i on node i. ``cpus_per_node``: each node's CPU quota
+    (``node_quota``; "auto": the cores split over the largest cluster's N + 1 nodes), so a node
+    computes as fast at every N; None (the default until the labs' runs are measured with it):
+    the nodes share this machine's cores, as tasks on 127.0.0.1 do (the cost model knows: ``cores``). The link's alpha and B are measured
     apart, by its micro-benchmark. Where links cannot be emulated here, ``log`` says why and
     this returns None."""
     from labkit import netem

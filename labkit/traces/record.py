@@ -70,10 +70,10 @@ def lab3_emulated_dense() -> dict:
 def lab5_emulated() -> dict:
     from labkit.experiments import ring_vs_ps
 
-    e = ring_vs_ps.emulated("100mbit", "cifar_cnn", (1, 2, 3), steps=12, progress=False)
+    e = ring_vs_ps.emulated("100mbit", "cifar_cnn", (1, 2, 3), steps=12, cpus_per_node="auto", progress=False)
     if e is None:
         raise RuntimeError("links cannot be emulated here (see above); nothing recorded")
-    call = "labkit.experiments.ring_vs_ps.emulated('100mbit', 'cifar_cnn', (1, 2, 3), steps=12)"
+    call = "labkit.experiments.ring_vs_ps.emulated('100mbit', 'cifar_cnn', (1, 2, 3), steps=12, cpus_per_node='auto')"
     return ring_vs_ps.emulated_recording(e, provenance(call))
 
 

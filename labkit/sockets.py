@@ -292,12 +292,21 @@ class TaskBytes:
     Each reading adds what every socket moved since the reading before, so the counts only grow:
     a socket that closes (a configuration's channels, when a shared cluster moves on to the next
     one) takes none of its bytes back, and one that opens brings all of its own. What a socket
-    moves after the last reading that saw it open is not counted."""
+    moves after the last reading that saw it open is not counted.
+
+    A socket ``ss`` leaves out of one listing is not taken for closed: the kernel's socket dump
+    is not a snapshot (a connection opened or closed elsewhere while it runs can make it skip
+    one), so a reading that misses a socket of a live task lists again (``RETRIES``), and a
+    socket that comes back adds only what it moved since it was last seen, never its whole count
+    again. Without this a missed listing at the end of a window dropped a whole epoch of one
+    worker's bytes (Lab 5 once measured a ring worker at 1.11 M per step for 4/3 M)."""
+
+    RETRIES = 2  # more listings when one misses a socket the last one had
 
     def __init__(self, run_dir):
         self.run_dir = Path(run_dir)
         self._pids: dict[str, int] | None = None
-        self._last: dict[tuple[int, str, str], tuple[int, int]] = {}  # each socket open at the last reading
+        self._last: dict[tuple[int, str, str], tuple[int, int]] = {}  # each socket's counts when last seen
         self._total: dict[int, list[int]] = {}  # pid -> [sent, received], accumulated
 
     def pids(self) -> dict[str, int]:
@@ -310,16 +319,30 @@ class TaskBytes:
             self._pids = found
         return self._pids
 
+    def _listing(self, pids: set[int]) -> dict[tuple[int, str, str], tuple[int, int]]:
+        """The sockets of ``pids`` now; listed again (up to ``RETRIES`` times) while a socket the
+        last reading had, of a task still alive, is missing, each listing adding what it found."""
+        now: dict[tuple[int, str, str], tuple[int, int]] = {}
+        for _ in range(1 + self.RETRIES):
+            text = _ss_text(10.0)
+            if text is None:
+                return now
+            for key, counts in parse_ss_sockets(text).items():
+                if key[0] in pids:
+                    now[key] = max(now.get(key, (0, 0)), counts)
+            if not [k for k in self._last if k not in now and psutil.pid_exists(k[0])]:
+                break
+        return now
+
     def __call__(self) -> dict[str, int]:
         pids = self.pids()
-        text = _ss_text(10.0)
-        now = {k: v for k, v in parse_ss_sockets(text).items() if k[0] in pids.values()} if text else {}
+        now = self._listing(set(pids.values()))
         for key, (sent, recv) in now.items():
             last_sent, last_recv = self._last.get(key, (0, 0))
             acc = self._total.setdefault(key[0], [0, 0])
             acc[0] += sent - last_sent if sent >= last_sent else sent  # lower: a new socket on the same ports
             acc[1] += recv - last_recv if recv >= last_recv else recv
-        self._last = now
+        self._last.update(now)  # a socket missing from this listing keeps its last counts (see the class)
         out = {}
         for task, pid in pids.items():
             out[f"{task} sent"], out[f"{task} recv"] = self._total.get(pid, (0, 0))

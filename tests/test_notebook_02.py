@@ -19,7 +19,7 @@ FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "by
 
 @pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
-    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 

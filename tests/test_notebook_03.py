@@ -16,7 +16,7 @@ FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
 @pytest.mark.tensorflow
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURES)
+    nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
     from labkit.grading.release import release_notebook
 

@@ -16,16 +16,16 @@ M_MLP = 23_298_088
 
 
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
-    nb = check_stored_clean(NOTEBOOK, analysis=3, figures=FIGURE_CELLS)
+    nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURE_CELLS)
 
     from labkit.grading.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    # two predictions, comm_terms, the audit, three answers, and the answers of the two ungraded sections
-    assert regions == 9
+    # two predictions, comm_terms, the audit, slice_shares, three answers, and the answers of sections 10-11
+    assert regions == 10
     sources = "\n".join(c.source for c in student.cells)
     assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources and "2 * 2 * M_mlp" not in sources
-    assert sources.count("raise NotImplementedError()") == 4
+    assert sources.count("raise NotImplementedError()") == 5
     assert "ring_vs_ps.scaling(" in sources and "sweep.extend(" in sources  # plumbing, not an exercise
     # nothing above a prediction states what it predicts: the intro and section 1 give no formula of the bytes
     before_runs = "\n".join(c.source for c in student.cells[:[c.id for c in student.cells].index("lab5-06")])
@@ -105,3 +105,5 @@ def check_ps_failure(rec) -> None:
     assert ps["run_failed_s"] is not None and 0 <= ps["run_failed_s"] < 30, ps
     assert ps["steps_after"] <= 1, ps
     assert rec["mwms_failure_s"] is None  # the student's Lab 4 figure: not entered here
+    shares = rec["failure_shares"]  # who carried the steps after worker 1 was lost: the survivors
+    assert set(shares) <= {"0", "2"} and sum(shares.values()) == pytest.approx(1.0), shares

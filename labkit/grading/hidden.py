@@ -400,3 +400,29 @@ def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
             return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
                                   f"critical path; check the busiest link and which transfers overlap")
     return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: who carried the steps after a kill, on failure traces the notebook never had
+
+@hidden("lab5_slice_shares", functions=["slice_shares"], probe_name="slice_shares", inputs=probe.inputs_slice_shares)
+def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Each worker's share of the slices after a kill, to 1e-9, on every trace of
+    ``probe.inputs_slice_shares``: worker counts, kill steps and slice placements the shipped
+    trace never had, steps listed out of order."""
+    from labkit.solutions.lab5 import slice_shares
+
+    cases = probe.inputs_slice_shares(**args)
+    got = arrays["shares"]
+    if got.shape != (len(cases), 6):
+        return Verdict(False, f"slice_shares gave {got.shape[0]} answers for {len(cases)} traces")
+    for case, row in zip(cases, got):
+        want = np.zeros(6)
+        for w, share in slice_shares(case["trace"], case["kill"]).items():
+            want[w] = share
+        if _close(row, want, 1e-9, 0.0) > 1:
+            kill = case["trace"]["kills"][case["kill"]]
+            return Verdict(False, f"a trace of {case['trace']['workers']} workers, the kill of {kill['task']} after "
+                                  f"step {kill['after_step']}: shares {np.round(row, 3).tolist()}, expected "
+                                  f"{np.round(want, 3).tolist()} (by worker index)")
+    return Verdict(True)

@@ -490,6 +490,61 @@ def comm_terms(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 5: the PS failure trace, on traces the notebook never had
+
+def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
+    """Failure traces in the kit's format (``ring_vs_ps.ps_failure``), drawn from ``seed``: 2-6
+    workers, one killed after a random step, in some a second worker later, and in most the ps
+    at the end; every step has one slice per worker, each run by a worker alive when the step
+    began, unevenly (under load one survivor may take most); steps listed out of order. Each
+    case is ``{"trace", "kill"}``: the question is about kill ``kill``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        n = int(rng.integers(2, 7))
+        order = [int(w) for w in rng.permutation(n)]
+        kills, at = [], 0
+        for dead in order[: 2 if n >= 3 and rng.random() < 0.5 else 1]:
+            at += int(rng.integers(3, 25))
+            kills.append({"task": f"worker:{dead}", "after_step": at, "t_s": 0.1 * at})
+        last = at + int(rng.integers(2, 20))
+        if rng.random() < 0.7:
+            kills.append({"task": "ps:0", "after_step": last, "t_s": 0.1 * last})
+        weights = rng.dirichlet(np.ones(n))
+        steps = []
+        for step in range(1, last + 1):
+            gone = {int(k["task"].split(":")[1]) for k in kills if k["task"].startswith("worker:")
+                    and k["after_step"] + 1 < step}
+            live = [w for w in range(n) if w not in gone]
+            p = weights[live] / weights[live].sum()
+            steps.append({"step": step, "seconds": float(rng.uniform(0.05, 0.5)), "loss": 2.3 - 0.001 * step,
+                          "slices_on": [int(w) for w in rng.choice(live, size=n, p=p)], "t_s": 0.1 * step})
+        shuffled = [steps[i] for i in rng.permutation(len(steps))]
+        trace = {"model": "lenet5", "workers": n, "steps": shuffled, "kills": kills, "events": [], "failure": None}
+        out.append({"trace": trace, "kill": int(rng.integers(0, len(kills)))})
+    return out
+
+
+@probe("slice_shares")
+def slice_shares(fns: dict, args: dict, out: Path) -> dict:
+    """``slice_shares(trace, kill) -> {worker: share}`` on every case: one row of shares per case,
+    one column per worker index (0 where the answer has none; -1 for a key that is no worker)."""
+    import copy
+
+    fn = fns["slice_shares"]
+    cases = inputs_slice_shares(**args)
+    rows = np.zeros((len(cases), 6), np.float64)
+    for i, case in enumerate(cases):
+        got = fn(copy.deepcopy(case["trace"]), case["kill"])
+        if not isinstance(got, dict):
+            raise TypeError(f"slice_shares must return a dict {{worker: share}}, not {type(got).__name__}")
+        for w, share in got.items():
+            w = int(w)
+            rows[i, w if 0 <= w < 6 else 0] = float(share) if 0 <= w < 6 else -1.0
+    return {"shares": rows}
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 2: the synchronous round, in a short real cluster
 
 def settings_sync_round(deploy: str = "cluster", rounds: int = 20, batch_size: int = 50, learning_rate: float = 0.5,

@@ -26,6 +26,7 @@ import shlex
 from pathlib import Path
 
 from labkit import netem
+from labkit.cpuquota import NodeQuotas, availability
 from labkit.cluster import ClusterSpec, Task, join_address
 from labkit.launchers.base import Settings, TaskProcess
 from labkit.launchers.local import LocalLauncher
@@ -39,12 +40,14 @@ def netem_nodes(n: int) -> list[str]:
     return [f"node{i}" for i in range(n)]
 
 
-def cluster_args(link, nodes: int) -> dict:
+def cluster_args(link, nodes: int, cpus: float | None = None) -> dict:
     """``Cluster`` (and the labs' experiment) keyword arguments that run a spec placed on
     ``nodes`` emulated hosts (node0, node1, ...) through this launcher at ``link``, with one
-    intra-op thread per task: the nodes share this machine's cores, as tasks on 127.0.0.1 do."""
-    return {"hosts": netem_nodes(nodes), "launcher": NetemLauncher.name,
-            "launcher_options": {"link": str(netem.parse_link(link))}, "threads": (1, 2)}
+    intra-op thread per task. ``cpus``: each node's CPU quota in cores (``labkit.cpuquota``);
+    None: the nodes share this machine's cores, as tasks on 127.0.0.1 do."""
+    options = {"link": str(netem.parse_link(link))} | ({"cpus": float(cpus)} if cpus else {})
+    return {"hosts": netem_nodes(nodes), "launcher": NetemLauncher.name, "launcher_options": options,
+            "threads": (1, 2)}
 
 
 def described(run_dir) -> dict | None:
@@ -64,9 +67,11 @@ def task_nodes(result) -> dict[str, str]:
 
 class NetemLauncher(LocalLauncher):
     """Launcher options: ``link`` ("1gbit", "1gbit,0.2ms": ``netem.parse_link``); ``grace``:
-    seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes."""
+    seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes;
+    ``cpus``: each node's CPU quota in cores (``labkit.cpuquota``; a RuntimeError saying why
+    where quotas cannot be set), absent: the nodes share the machine's cores."""
     name = "netem"
-    OPTIONS = (*LocalLauncher.OPTIONS, "link", "grace")
+    OPTIONS = (*LocalLauncher.OPTIONS, "link", "grace", "cpus")
 
     def __init__(self, settings: Settings):
         super().__init__(settings)
@@ -75,6 +80,10 @@ class NetemLauncher(LocalLauncher):
             raise ValueError("the netem launcher needs a link: launcher_options={'link': '1gbit'} "
                              "(RATE or RATE,DELAY, e.g. '1gbit,0.2ms')")
         netem.require(self.link)  # here, before anything starts: why not, and what still works
+        cpus = settings.options.get("cpus")
+        self.quotas = NodeQuotas([], float(cpus)) if cpus else None  # its nodes come with the spec (place)
+        if self.quotas is not None and availability()[0] is None:
+            raise RuntimeError(availability()[1])
         self.network: netem.EmulatedNetwork | None = None
         self.node: dict[str, str] = {}  # a task's address's host -> its node
 
@@ -86,6 +95,8 @@ class NetemLauncher(LocalLauncher):
                                              grace=float(self.settings.options.get("grace", netem.GRACE_S)))
         addresses = self.network.plan()
         self.node = {addresses[h]: h for h in hosts}
+        if self.quotas is not None:
+            self.quotas.nodes = list(hosts)
         return spec.with_addresses({t.name: join_address(addresses[t.host], t.port) for t in spec.tasks()})
 
     def move_ports(self, spec: ClusterSpec, tasks: list[Task]) -> ClusterSpec:
@@ -99,14 +110,18 @@ class NetemLauncher(LocalLauncher):
     def spawn(self, tp: TaskProcess) -> OwnedProcess:
         """Start the network with the first task, then the task inside its node."""
         net = self._running()
-        argv = net.command(self.node[tp.task.host], self.started_argv(tp))
+        node, argv = self.node[tp.task.host], self.started_argv(tp)
+        argv = net.command(node, self.quotas.wrap(node, argv) if self.quotas is not None else argv)
         return OwnedProcess(argv, tp.log_path, env={**os.environ, **tp.env}).start()
 
     def _running(self) -> netem.EmulatedNetwork:
         if not self.network.running:
             self.network.start()
+            if self.quotas is not None:
+                self.quotas.start()
             self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-            info = {**self.network.describe(), "cores": usable_cores()}
+            info = {**self.network.describe(), "cores": usable_cores(),
+                    "cpu_quota": self.quotas.describe() if self.quotas is not None else None}
             (self.settings.run_dir / "network.json").write_text(json.dumps(info, indent=1))
         return self.network
 
@@ -123,6 +138,8 @@ class NetemLauncher(LocalLauncher):
         """Every task is down: take the network down (namespaces, links, qdiscs)."""
         if self.network is not None:
             self.network.stop()
+        if self.quotas is not None:
+            self.quotas.stop()
 
     # ------------------------------------------------------------------------- reports
     def where(self, tp: TaskProcess) -> str:

@@ -73,3 +73,16 @@ def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
     shards = _check_shards(m, shards if shards is not None else even_shards(m, n_ps))
     per_ps = tuple(n * s for s in shards)
     return StepBytes("ps", n, m, m, m, per_ps, per_ps)
+
+
+def slice_shares(trace: dict, kill: int = 0) -> dict[int, float]:
+    """Lab 5 section 11's exercise: after kill ``kill`` of ``trace`` (a ``ps_failure`` trace:
+    ``steps`` with ``step`` and ``slices_on``, ``kills`` with ``after_step``), each worker's share
+    of the slices of the steps that followed, up to the next kill. The first step after the kill
+    was in flight when it landed, so it is left out, as ``faults.Trace.summary`` does.
+    {worker: share}, the shares summing to 1; {} when no step followed."""
+    kills = sorted(trace["kills"], key=lambda k: k["after_step"])
+    first = kills[kill]["after_step"] + 1
+    last = kills[kill + 1]["after_step"] if kill + 1 < len(kills) else float("inf")
+    slices = [w for s in trace["steps"] if first < s["step"] <= last for w in s["slices_on"]]
+    return {w: slices.count(w) / len(slices) for w in sorted(set(slices))}

@@ -194,7 +194,7 @@ class Cluster:
             below = f"{lab}/{self.run_name}"
         self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
-        options = dict(launcher_options or {})
+        options = {"check_versions": check_versions, **(launcher_options or {})}
         settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
                             frozenset(local_addresses() | set(options.get("local_hosts", ()))), options)
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)

@@ -135,8 +135,9 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
         lines += [f"  {name} ({h.get('host')}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, key(h.get('versions', {}))))
                   for name, h in bad.items()]
         raise VersionSkew("the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
-                          + "\n".join(lines) + "\ninstall the same versions everywhere (`make setup` on every node, "
-                          "from the same commit), or pass check_versions=False to run anyway")
+                          + "\n".join(lines) + "\ninstall the same versions everywhere: `make cluster-setup HOSTS=<hosts file>` "
+                          "from one checkout (it also remakes a .venv that another Python made, which `make setup` "
+                          "would keep), or pass check_versions=False to run anyway")
 
 
 _LIVE = StopAtExit()  # every running Cluster, stopped at interpreter exit

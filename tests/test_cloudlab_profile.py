@@ -177,8 +177,9 @@ def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository
         assert (home / "labkit/notebooks/my_notes.txt").read_text() == "mine\n"
         assert (home / "labkit/.cloudlab-ready").read_text().strip() == ready
         assert lab.sh("node0", "grep -c \"^# labkit: the experiment's nodes\" ~/.ssh/config").stdout.strip() == "1"
+        # the kit works across both nodes: worker:1 on node1, reached with the experiment's key
         works = lab.sh("node0", "cd labkit && .venv/bin/python -m labkit data verify --dataset mnist --dataset a9a && "
-                                ".venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --ps 1 --workers 1 "
+                                ".venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --ps 1 --workers 2 "
                                 "--lab startup --args '--steps 30 --train-limit 1000 --test-limit 200'", timeout=300)
         assert works.returncode == 0, works.stdout[-3000:] + works.stderr[-3000:]
         assert "mnist: verified" in works.stdout and "done-queue" in works.stdout

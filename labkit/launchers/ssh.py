@@ -224,7 +224,7 @@ class SshLauncher(Launcher):
         now = time.monotonic()
         if now - self._probed.setdefault(task.name, now) >= PROBE_EVERY_S:
             self._probed[task.name] = now
-            if self._listening(task.host, [task]):
+            if self._listening(task.host, [task]) and not accepts(task.host, task.port, timeout=2):  # not just up
                 from labkit.launch import ClusterTimeout  # launch imports the launchers
 
                 raise ClusterTimeout(now - self._t0, [task.name], what="bring every server up",

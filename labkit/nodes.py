@@ -280,7 +280,7 @@ def _parallel(fn, nodes: list[Node]) -> None:
     if errors:
         first = errors[0]
         raise NodeError(", ".join(e.host for e in errors), first.step, first.returncode,
-                        "\n\n".join(str(e) for e in errors))
+                        "\n".join(str(e).splitlines()[0] for e in errors))  # each node's error and hint
 
 
 def resource_csvs(run_dir, out, dstat: bool = False) -> list[Path]:

@@ -67,7 +67,8 @@ def test_each_ssh_failure_names_its_cause_and_node_beside_the_healthy_nodes(lab)
                                     "exist there" in done.stderr, done.stderr
 
     # node1's address answers with another host key (a reinstalled node): the changed key, and the fix
-    done = ta(lab, "ssh-keyscan node2 2>/dev/null | sed 's/^node2/10.10.1.2/' > ~/wrong_known_hosts")
+    done = ta(lab, "ssh-keyscan node2 2>/dev/null | sed 's/^node2/10.10.1.2/' > ~/wrong_known_hosts && "
+                   "ssh-keyscan node2 2>/dev/null | sed 's/^node2/10.10.1.3/' >> ~/wrong_known_hosts")
     assert done.returncode == 0
     done = check(lab, env={"LABKIT_SSH": "ssh -o BatchMode=yes -o UserKnownHostsFile=~/wrong_known_hosts"})
     assert done.returncode == 1 and "ssh to node1 (10.10.1.2) failed: its host key changed" in done.stderr \
@@ -133,9 +134,9 @@ def test_a_link_cut_is_noticed_with_the_guides_labkit_ssh(lab):
     """``LABKIT_SSH`` as docs/cluster.md shows it has no ServerAlive option: the kit's own come first."""
     env = {"LABKIT_SSH": "ssh -o BatchMode=yes"}
     run = subprocess.Popen(lab.command("node0", f"cd labkit && .venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt "
-                                                f"--ps 1 --workers 2 --lab errors --args {shlex.quote(TINY)}", env=env),
+                                                f"--ps 1 --workers 2 --lab linkcut --args {shlex.quote(TINY)}", env=env),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs = lab.home("node1") / "labkit/runs/errors"
+    runs = lab.home("node1") / "labkit/runs/linkcut"
     deadline = time.monotonic() + 180
     while not (runs.exists() and list(runs.glob("*/worker-1.hello.json"))):
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
@@ -157,5 +158,5 @@ def test_an_account_added_here_leaves_the_nodes_accounts_alone(lab):
     new = "/etc/passwd.labkit-test"
     shutil.copy2("/etc/passwd", new)
     os.rename(new, "/etc/passwd")
-    done = lab.sh("node0", "id -un && ssh -o BatchMode=yes node1 id -un")
+    done = lab.sh("node0", "id -un && ssh -o BatchMode=yes 10.10.1.2 id -un")
     assert done.stdout.split() == ["ta", "ta"], done.stdout + done.stderr

@@ -210,8 +210,11 @@ def _launcher_arguments(p) -> None:
 
 
 def _remote_arguments(p) -> None:
-    p.add_argument("--ssh", help="ssh command for remote hosts (default $LABKIT_SSH, else "
-                                 "'ssh -o BatchMode=yes -o ConnectTimeout=10')")
+    from labkit.launchers.ssh import DEFAULT_SSH, LIVENESS
+
+    p.add_argument("--ssh", help=f"ssh command for remote hosts (default $LABKIT_SSH, else '{' '.join(DEFAULT_SSH)}'); "
+                                 f"the kit's liveness options '{' '.join(LIVENESS)}' go first in any ssh command, so a "
+                                 f"node whose link drops is noticed in about 15 s")
     p.add_argument("--remote-dir", help="the kit's directory on remote hosts (default $LABKIT_REMOTE_DIR, else labkit)")
     p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
                                                                          "relative to --remote-dir")

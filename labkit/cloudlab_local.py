@@ -15,7 +15,7 @@ Each node is what a CloudLab node is to the kit:
   The LAN exists only inside the nodes, so several emulated experiments never meet;
 - **a host name** (UTS namespace): ``node0``, ...;
 - **its own mounts** (mount namespace, private): a tmpfs on ``/run`` (sshd's privilege
-  separation directory, pid file and host key, the node's ``/etc`` files), on ``/home`` (the
+  separation directory, pid file and host key, the upper layer of the node's ``/etc``), on ``/home`` (the
   user's home, as CloudLab's ``/users/NAME``: empty at start, local to the node) and on
   ``/root``; ``/etc/hosts`` lists every node as CloudLab's does (``10.10.1.2 node1-link-0 node1``),
   so ``getent hosts node1`` resolves, and ``/etc/passwd``, ``group`` and ``shadow`` add the
@@ -24,8 +24,10 @@ Each node is what a CloudLab node is to the kit:
 - **a shared home** (``shared_home=True``): the account's home is then one folder every node
   mounts, as a Slurm cluster's NFS home is (the kit, its ``.venv`` and the runs' folders must be
   on every node: docs/cluster.md section 9); it lives in the owner's log folder, and goes with it;
-- **an account** (``user``, default ``ta``) that exists only inside the nodes (its passwd entry is
-  bound over the node's ``/etc/passwd``): no user is added to this machine, so none can be left;
+- **an account** (``user``, default ``ta``) that exists only inside the nodes (each node's ``/etc``
+  is an overlay on this machine's, with its own ``passwd``, ``group``, ``shadow``, ``hosts``): no
+  user is added to this machine, so none can be left, and an account added here later (``useradd``
+  replaces ``/etc/passwd``) changes nothing on the nodes;
 - **a real OpenSSH sshd** (Debian's openssh-server) on port 22: key-only login (no password,
   no root login), host key per node. node0's user has a key of its own (``~/.ssh/id_ed25519``)
   that every node's ``authorized_keys`` lists: docs/cluster.md section 2, done. Host keys are
@@ -96,6 +98,17 @@ def unavailable() -> str:
                 f"(.ci/run does)")
     mode, why = netem.availability("1gbit")
     return "" if mode == "root" else f"cannot emulate the LAN: {why or 'not in root mode'}"
+
+
+def _own_etc(files) -> list[str]:
+    """Shell lines that give a node an ``/etc`` of its own: an overlay on this machine's, the
+    node's ``files`` (written to ``NODE_DIR`` first) copied into its upper layer. A file bound
+    over ``/etc/passwd`` would not do: ``useradd`` here replaces ``/etc/passwd`` by a rename,
+    which detaches such a mount, and the account would vanish from every node."""
+    lines = [f"mkdir -p {NODE_DIR}/etc.upper {NODE_DIR}/etc.work",
+             f"mount -t overlay labkit-etc -o lowerdir=/etc,upperdir={NODE_DIR}/etc.upper,"
+             f"workdir={NODE_DIR}/etc.work /etc"]
+    return lines + [f"cp --preserve=mode {NODE_DIR}/{f} /etc/{f}" for f in files]
 
 
 def _sbin(name: str) -> str:
@@ -284,9 +297,8 @@ class LocalCloudLab:
             target = self.path(node, f"{NODE_DIR}/{name}")
             target.write_text(text)
             target.chmod(0o640 if name == "shadow" else 0o644)
-        binds = [f"mount --bind {NODE_DIR}/{f} /etc/{f}" for f in ("hosts", "hostname", "passwd", "group", "shadow")
-                 if os.path.exists(f"/etc/{f}")]
-        self._root(node, [*binds, f"ssh-keygen -q -t ed25519 -N '' -C {node} -f {NODE_DIR}/ssh_host_ed25519_key"], env)
+        self._root(node, [*_own_etc(("hosts", "hostname", "passwd", "group", "shadow")),
+                          f"ssh-keygen -q -t ed25519 -N '' -C {node} -f {NODE_DIR}/ssh_host_ed25519_key"], env)
 
     def _shared_home(self) -> Path:
         return self.log_dir / "home"

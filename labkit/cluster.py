@@ -372,7 +372,7 @@ def read_hosts_file(path) -> list[str]:
     except UnicodeDecodeError as e:
         raise ValueError(f"hosts file {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") \
             from None
-    hosts = []
+    hosts, named = [], {}   # an /etc/hosts-style line's address -> (its line number, its names)
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -382,6 +382,13 @@ def read_hosts_file(path) -> list[str]:
         except ValueError as e:
             raise ValueError(f"{path}, line {n}: cannot parse {raw.strip()!r}: {e}. A line is 'host', 'host:port' "
                              f"or '/etc/hosts'-style 'ADDRESS NAME'") from None
+        names = line.split()[1:]
+        if names:
+            first, other = named.setdefault(hosts[-1], (n, names))
+            if other != names:
+                raise ValueError(f"{path}, line {n}: {raw.strip()!r} gives {' '.join(names)} the address {hosts[-1]}, "
+                                 f"which line {first} gives {' '.join(other)}: two nodes cannot share an address "
+                                 f"(their tasks would all run on one machine); fix the address")
     if not hosts:
         raise ValueError(f"hosts file {path} lists no hosts; write one host per line")
     return hosts

@@ -135,8 +135,9 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
         lines += [f"  {name} ({h.get('host')}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, key(h.get('versions', {}))))
                   for name, h in bad.items()]
         raise VersionSkew("the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
-                          + "\n".join(lines) + "\ninstall the same versions everywhere (`make setup` on every node, "
-                          "from the same commit), or pass check_versions=False to run anyway")
+                          + "\n".join(lines) + "\ninstall the same versions everywhere: `make cluster-setup HOSTS=<hosts file>` "
+                          "from one checkout (it also remakes a .venv that another Python made, which `make setup` "
+                          "would keep), or pass check_versions=False to run anyway")
 
 
 _LIVE = StopAtExit()  # every running Cluster, stopped at interpreter exit
@@ -194,7 +195,7 @@ class Cluster:
             below = f"{lab}/{self.run_name}"
         self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
-        options = dict(launcher_options or {})
+        options = {"check_versions": check_versions, **(launcher_options or {})}
         settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
                             frozenset(local_addresses() | set(options.get("local_hosts", ()))), options)
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.launch import VersionSkew, check_versions, local_addresses
-from labkit.launchers.ssh import EXIT_NO_KIT, SshOptions, missing_line, remote_failure_hint, remote_returncode
+from labkit.launchers.ssh import (EXIT_NO_KIT, SshOptions, missing_line, node_label, remote_failure_hint,
+                                  remote_returncode)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -58,7 +59,7 @@ class NodeError(RuntimeError):
     def __init__(self, host: str, step: str, returncode, output: str, hint: str = ""):
         self.host, self.step, self.returncode, self.output = host, step, returncode, output
         last = "\n".join(output.strip().splitlines()[-15:]) or "(no output)"
-        super().__init__(f"{host}: {step} failed (exit {returncode}){'; ' + hint if hint else ''}\n{last}")
+        super().__init__(f"{node_label(host)}: {step} failed (exit {returncode}){'; ' + hint if hint else ''}\n{last}")
 
 
 @dataclass
@@ -179,6 +180,8 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
             say(node.host, f"copied the kit ({len(tarball) / 1e6:.1f} MB) into {remote.remote_dir}")
 
     def prepare(node: Node) -> Node:
+        if install == DEFAULT_INSTALL and _drop_other_venv(remote, node.host):
+            say(node.host, f"removed its .venv, made with another Python than this machine's {_python()}")
         if install:
             say(node.host, f"installing: {install}")
             remote.run(node.host, install, "install", timeout=install_timeout)
@@ -196,6 +199,22 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
     _parallel(prepare, [n for n in nodes if not n.shares_with])
     _check(nodes, remote, say)
     return nodes
+
+
+def _python() -> str:
+    import sys
+
+    return "%d.%d" % sys.version_info[:2]
+
+
+def _drop_other_venv(remote: Remote, host: str) -> bool:
+    """Remove ``host``'s .venv if another Python made it: ``make setup`` would keep it (it only
+    checks that .venv/bin/python runs), and its packages are not the kit's for this Python."""
+    py = shlex.quote(remote.remote_python)
+    out = remote.run(host, f"v=$({py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null) || exit 0; "
+                           f"[ \"$v\" = {_python()} ] || {{ rm -rf .venv && echo removed; }}",
+                     "check the .venv's Python", timeout=120)
+    return "removed" in out
 
 
 def check(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON,
@@ -224,7 +243,13 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
                             f"unexpected output ({type(e).__name__}: {e}); run the command by hand to see why") from None
         return node
 
-    _parallel(versions, nodes)
+    try:
+        _parallel(versions, nodes)
+    except NodeError:  # the nodes that answered are still named, as ok, before the error
+        for n in nodes:
+            if n.versions is not None and "error" not in n.versions:
+                say(n.host, _ok(n))
+        raise
     check_versions({n.host: {"host": n.hostname, "versions": n.versions} for n in nodes})
     broken = [n for n in nodes if "error" in n.versions]
     if broken:
@@ -232,7 +257,11 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
         raise NodeError(n.host, "check versions", 1, n.versions["error"],
                         "the kit does not import there: its .venv is incomplete; run `make cluster-setup` again")
     for n in nodes:
-        say(n.host, f"ok: {n.hostname}, " + ", ".join(f"{k} {v}" for k, v in n.versions.items()))
+        say(n.host, _ok(n))
+
+
+def _ok(n: Node) -> str:
+    return f"ok: {n.hostname}, " + ", ".join(f"{k} {v}" for k, v in n.versions.items())
 
 
 def _parallel(fn, nodes: list[Node]) -> None:
@@ -251,7 +280,7 @@ def _parallel(fn, nodes: list[Node]) -> None:
     if errors:
         first = errors[0]
         raise NodeError(", ".join(e.host for e in errors), first.step, first.returncode,
-                        "\n\n".join(str(e) for e in errors))
+                        "\n".join(str(e).splitlines()[0] for e in errors))  # each node's error and hint
 
 
 def resource_csvs(run_dir, out, dstat: bool = False) -> list[Path]:
@@ -262,6 +291,10 @@ def resource_csvs(run_dir, out, dstat: bool = False) -> list[Path]:
     from labkit.monitor import ResourceSampler
 
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir} does not exist; a lab's cluster runs are under runs/<lab>/ next to its notebook "
+                         f"(notebooks/runs/ in JupyterLab, runs/ for papermill run from the kit's folder): "
+                         f"`ls -d notebooks/runs/*/* runs/*/*/*` lists them")
     if not (run_dir / "cluster.json").is_file():
         raise ValueError(f"{run_dir} is not a finished cluster run (no cluster.json); pass a run directory "
                          f"such as runs/lab2/<run>")

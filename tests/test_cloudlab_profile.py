@@ -1,14 +1,13 @@
-"""The CloudLab profile (``cloudlab/profile.py``): its RSpec, built with PyPI's geni-lib as
-CloudLab builds it, and its startup script, run on an emulated node.
-
-PyPI's geni-lib 0.9.9.4 has a ``geni.portal`` that does not import on Python 3 (CloudLab runs
-profiles with its own Python 3 geni-lib), so the test stands in for the portal's parameters
-with plain values and calls the profile's ``build``, which only needs ``geni.rspec.pg``.
-"""
-import importlib.util
+"""The CloudLab profile as the portal uses it: the RSpec that ``make release``'s repository gives
+with the guide's command (``rspec.py``, which stands in for the portal's Python 3 ``geni.portal``:
+PyPI's geni-lib has ``geni.rspec`` but a Python 2 ``geni.portal``), the parameters it refuses, and
+its startup script, run at two boots of emulated nodes whose student edited a notebook between."""
+import os
 import shlex
+import shutil
+import subprocess
 import sys
-import types
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,73 +15,171 @@ import pytest
 from _cloudlab import cloudlab
 
 REPO = Path(__file__).resolve().parents[1]
-NS = {"r": "http://www.geni.net/resources/rspec/3", "emulab": "http://www.protogeni.net/resources/rspec/ext/emulab/1"}
+NS = {"r": "http://www.geni.net/resources/rspec/3", "emulab": "http://www.protogeni.net/resources/rspec/ext/emulab/1",
+      "tour": "http://www.protogeni.net/resources/rspec/ext/apt-tour/1"}
 
 
-def _profile():
+def rspec(repository: Path, *values: str) -> subprocess.CompletedProcess:
+    """docs/cluster.md's command, in a profile repository: ``.venv/bin/python rspec.py profile.py``."""
     pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements.txt) is not installed")
-    spec = importlib.util.spec_from_file_location("cloudlab_profile", REPO / "cloudlab" / "profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return subprocess.run([sys.executable, "rspec.py", "profile.py", *values], cwd=repository, capture_output=True,
+                          text=True, timeout=60)
 
 
-def test_the_profile_builds_a_lan_of_nodes_that_run_the_startup_script():
+@pytest.fixture(scope="module")
+def profile_repository(tmp_path_factory):
+    """``make release``'s student kit, committed and cloned as CloudLab clones a profile's
+    repository onto every node (``/local/repository``)."""
+    from labkit.grading.release import release
+
+    out = tmp_path_factory.mktemp("release") / "release"
+    release(REPO / "notebooks", out, log=lambda *_: None)
+    git = ["git", "-c", "user.name=TA", "-c", "user.email=ta@example.edu"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the course's kit"]):
+        subprocess.run([*git, *args], cwd=out, check=True, capture_output=True)
+    clone = out.parent / "repository"
+    subprocess.run(["git", "clone", "-q", str(out), str(clone)], check=True, capture_output=True)
+    return clone
+
+
+def test_the_release_is_a_profile_repository_without_the_solutions(profile_repository):
     from lxml import etree
 
-    profile = _profile()
-    params = types.SimpleNamespace(nodes=3, hardware="m510", image="UBUNTU22-64-STD",
-                                   mirror="https://course.example.edu/labkit-data")
-    assert profile.check(params) == []
-    rspec = etree.fromstring(profile.build(params).toXMLString())
-    nodes = rspec.findall("r:node", NS)
+    top = {p.name for p in profile_repository.iterdir()}
+    assert {"profile.py", "startup.sh", "rspec.py", "labkit", "notebooks", "Makefile"} <= top
+    assert not (profile_repository / "labkit/solutions").exists() and not (profile_repository / "labkit/grading").exists()
+    done = rspec(profile_repository, "nodes=3", "hardware=m510", "mirror=https://course.example.edu/labkit-data")
+    assert done.returncode == 0, done.stderr
+    spec = etree.fromstring(done.stdout.encode())
+    nodes = spec.findall("r:node", NS)
     assert [n.get("client_id") for n in nodes] == ["node0", "node1", "node2"]
     for i, node in enumerate(nodes):
         assert node.find("r:sliver_type", NS).get("name") == "raw"
-        assert node.find("r:sliver_type/r:disk_image", NS).get("name").endswith("emulab-ops//UBUNTU22-64-STD")
+        assert node.find("r:sliver_type/r:disk_image", NS).get("name").endswith("emulab-ops//UBUNTU24-64-STD")
         assert node.find("r:hardware_type", NS).get("name") == "m510"
         ip = node.find("r:interface/r:ip", NS)
         assert (ip.get("address"), ip.get("netmask")) == (f"10.10.1.{i + 1}", "255.255.255.0")
-        command = node.find("r:services/r:execute", NS).get("command")
-        assert shlex.split(command)[:8] == ["sudo", "bash", "/local/repository/cloudlab/startup.sh", "--node",
-                                           f"node{i}", "--nodes", "3", "--mirror"]
-        assert "https://course.example.edu/labkit-data" in command
-    lan, = rspec.findall("r:link", NS)
+        argv = shlex.split(node.find("r:services/r:execute", NS).get("command"))
+        assert argv[:7] == ["sudo", "bash", "/local/repository/startup.sh", "--node", f"node{i}", "--nodes", "3"]
+        assert (profile_repository / Path(argv[2]).relative_to("/local/repository")).is_file()  # the clone has it
+        assert argv[argv.index("--log") + 1] == "/local/labkit-startup.log"
+        assert argv[argv.index("--mirror") + 1] == "https://course.example.edu/labkit-data"
+        assert "--shared" not in argv and node.find("emulab:blockstore", NS) is None
+    lan, = spec.findall("r:link", NS)
     assert [r.get("client_id") for r in lan.findall("r:interface_ref", NS)] == ["node0:if1", "node1:if1", "node2:if1"]
-    assert lan.find("r:link_type", NS).get("name") == "lan"
-    # the parameters the portal shows, and what it refuses
-    assert [p.name for p in profile.PARAMETERS] == ["nodes", "hardware", "image", "mirror"]
-    bad = types.SimpleNamespace(nodes=40, hardware="", image="CENTOS7", mirror="")
-    assert [name for name, _ in profile.check(bad)] == ["nodes", "image"]
-    any_hw = etree.fromstring(profile.build(types.SimpleNamespace(nodes=1, hardware="", image="UBUNTU24-64-STD",
-                                                                  mirror="")).toXMLString())
-    assert any_hw.find("r:node/r:hardware_type", NS) is None
+    # the portal's description and its instructions, for the TA who instantiates it
+    tour = spec.find("tour:rspec_tour", NS)
+    assert "node0 runs JupyterLab" in tour.find("tour:description", NS).text
+    assert "nodes check --hosts ~/hosts.txt" in tour.find("tour:instructions", NS).text
+
+
+def test_a_shared_folder_is_a_blockstore_on_node0_that_every_node_mounts(profile_repository):
+    from lxml import etree
+
+    done = rspec(profile_repository, "nodes=2", "shared_gb=50")
+    assert done.returncode == 0, done.stderr
+    node0, node1 = etree.fromstring(done.stdout.encode()).findall("r:node", NS)
+    store = node0.find("emulab:blockstore", NS)
+    assert (store.get("mountpoint"), store.get("size")) == ("/mydata", "50GB")
+    assert node1.find("emulab:blockstore", NS) is None
+    for node in (node0, node1):
+        assert "--shared /mydata" in node.find("r:services/r:execute", NS).get("command")
+
+
+@pytest.mark.parametrize("values, parameter, says", [
+    (["image=UBUNTU22-64-STD"], "image", "Python is 3.10"),
+    (["nodes=40"], "nodes", "1 to 16"),
+    (["shared_gb=-1"], "shared_gb", "0 (no shared folder)"),
+])
+def test_the_portal_refuses_what_cannot_work(profile_repository, values, parameter, says):
+    done = rspec(profile_repository, *values)
+    assert done.returncode == 1 and not done.stdout
+    assert f"error: {parameter}: " in done.stderr and says in done.stderr, done.stderr
+
+
+def test_a_parameter_the_profile_lacks_is_named(profile_repository):
+    done = rspec(profile_repository, "node=3")
+    assert done.returncode != 0 and "no parameter node " in done.stderr and "nodes, hardware" in done.stderr
+
+
+STAND_INS = {
+    # CloudLab's geni-get: the experiment's creator and its key pair
+    "geni-get": '#!/bin/sh\ncase "$1" in user_urn) echo "urn:publicid:IDN+emulab.net+user+ta" ;; '
+                'key) cat "$(dirname "$0")/experiment_key" ;; *) exit 1 ;; esac\n',
+    # pip's download of the pinned wheels (the nodes reach no PyPI): the first `make setup` finds
+    # this machine's .venv linked in, already installed
+    "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
+            'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$VENV" "$dir/.venv" && '
+            'touch -r "$dir/.venv/.labkit-installed" "$dir/requirements.txt" "$dir/pyproject.toml"; fi\n'
+            'exec /usr/bin/make "$@"\n',
+}
+
+
+@pytest.fixture
+def stand_ins():
+    """A folder every node's account can read, with the stand-ins and the experiment's key."""
+    tools = Path(tempfile.mkdtemp(prefix="labkit-test-startup-"))
+    try:
+        subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-C", "experiment",
+                        "-f", str(tools / "experiment_key")], check=True)
+        for name, text in STAND_INS.items():
+            (tools / name).write_text(text)
+            (tools / name).chmod(0o755)
+        tools.chmod(0o755)
+        yield tools
+    finally:
+        shutil.rmtree(tools)
 
 
 @pytest.mark.cloudlab
 @pytest.mark.slow
-def test_the_startup_script_sets_up_a_node(tmp_path):
-    """``cloudlab/startup.sh`` as CloudLab runs it (root, at boot) on emulated node0 of two, for
-    the account ``ta``; the node reaches no internet, so: the Debian packages are this machine's
-    (the script installs only what is missing), the data comes from the course mirror
-    (``--mirror``, here LABKIT_DATA_MIRROR), and pip's download of the pinned wheels is stood in
-    for by ``.venv`` being this machine's, linked before the script runs (its ``make setup`` then
-    finds it installed). The kit then works there: its data verifies and a cluster runs."""
-    import os
-
+def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository, stand_ins):
+    """``startup.sh`` as the profile runs it (root, at every boot, from the profile repository)
+    on emulated node0 and node1, for the account ``ta``; the nodes reach no internet, so the data
+    comes from the course mirror (``--mirror``: LABKIT_DATA_MIRROR), and CloudLab's ``geni-get``
+    and the wheels' download have the stand-ins above. Then the student edits a notebook and
+    adds a file, node0 boots again, and both are still there."""
     mirror = os.environ.get("LABKIT_DATA_MIRROR") or pytest.skip("LABKIT_DATA_MIRROR is not set")
+    tools = stand_ins
+    log = "/home/ta/startup.log"   # /local is CloudLab's; the node's home stands in
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "VENV": sys.prefix, "kit": "/home/ta/labkit"}
+
+    def boot(node):
+        done = lab.sh(node, f"bash {profile_repository}/startup.sh --node {node} --nodes 2 --log {log} "
+                            f"--mirror {shlex.quote(mirror)} --repository {profile_repository}",
+                      user=False, env=env, timeout=600)
+        assert done.returncode == 0, lab.path(node, log).read_text()[-3000:] + done.stderr[-2000:]
+        return lab.path(node, log).read_text()
+
     with cloudlab(2) as lab:
-        seed = lab.sh("node0", f"mkdir -p labkit && ln -s {shlex.quote(sys.prefix)} labkit/.venv")
-        assert seed.returncode == 0, seed.stderr
-        done = lab.sh("node0", f"bash {REPO}/cloudlab/startup.sh --node node0 --nodes 2 --user ta "
-                               f"--mirror {shlex.quote(mirror)} --repository {REPO}", user=False, timeout=600)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         home = lab.home("node0")
-        assert (home / "labkit/.cloudlab-ready").exists() and (home / "labkit/cloudlab/profile.py").exists()
+        for node in lab.names:
+            boot(node)
+        assert "copied the kit" in (lab.path("node0", log)).read_text()
+        ready = (home / "labkit/.cloudlab-ready").read_text().strip()
+        assert ready == lab.sh("node0", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
         assert [ln.split()[0] for ln in (home / "hosts.txt").read_text().splitlines()] == ["10.10.1.1", "10.10.1.2"]
-        assert not (home / "labkit/.git").exists()
+        assert (home / "labkit/profile.py").exists() and not (home / "labkit/.git").exists()
+        assert not list(home.glob(".labkit-copy.*"))
+        # passwordless ssh between the nodes with the experiment's key (geni-get key), by name and address
+        login = lab.sh("node0", "mv ~/.ssh/id_ed25519 ~/.ssh/emulation_key && "
+                                "ssh -o BatchMode=yes node1 hostname && ssh -o BatchMode=yes 10.10.1.2 hostname")
+        assert login.stdout.split() == ["node1", "node1"], login.stdout + login.stderr
+        # the student's work, then a reboot (the services run again)
+        notebook = sorted((home / "labkit/notebooks").glob("*.ipynb"))[0].name
+        edit = lab.sh("node0", f"cd labkit/notebooks && printf ' ' >> {notebook} && sha256sum {notebook} && "
+                               "echo mine > my_notes.txt && rm -f ~/labkit/.cloudlab-ready")
+        assert edit.returncode == 0, edit.stderr
+        second = boot("node0")
+        assert second.count("=== labkit startup on node0") == 2, second   # the log keeps both boots
+        assert "is there already: left as it is" in second.split("=== labkit startup on node0")[-1]
+        assert lab.sh("node0", f"cd labkit/notebooks && sha256sum {notebook}").stdout == edit.stdout
+        assert (home / "labkit/notebooks/my_notes.txt").read_text() == "mine\n"
+        assert (home / "labkit/.cloudlab-ready").read_text().strip() == ready
+        assert lab.sh("node0", "grep -c \"^# labkit: the experiment's nodes\" ~/.ssh/config").stdout.strip() == "1"
+        # the kit works across both nodes: worker:1 on node1, reached with the experiment's key
         works = lab.sh("node0", "cd labkit && .venv/bin/python -m labkit data verify --dataset mnist --dataset a9a && "
-                                ".venv/bin/python -m labkit run ps_sgd --ps 1 --workers 1 --lab startup "
-                                "--args '--steps 30 --train-limit 1000 --test-limit 200'", timeout=300)
+                                ".venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --ps 1 --workers 2 "
+                                "--lab startup --args '--steps 30 --train-limit 1000 --test-limit 200'", timeout=300)
         assert works.returncode == 0, works.stdout[-3000:] + works.stderr[-3000:]
         assert "mnist: verified" in works.stdout and "done-queue" in works.stdout

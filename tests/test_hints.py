@@ -44,10 +44,10 @@ def test_a_task_that_sent_its_started_event_ran_though_it_never_logged(tmp_path)
     tp = next(p for p in c._procs if p.task.name == "worker:1")
     c._tails["worker:1"] = events.Tail(tp.events_path)
     tail = "# ssh -- 10.10.1.2 sh -c '...'\nssh: connect to host 10.10.1.2 port 22: Connection timed out\n"
-    assert not ssh._started(tp, tail)
+    assert not ssh._started(tp)
     assert "failed: unreachable host" in remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY)
     started = events.Started(pid=7, host="node1", program="labkit.tasks.ps_sgd")
     events.Channel(str(tp.events_path)).write(events.stamped(started, "worker:1", False, None))
-    assert c.events("worker:1", "started") and ssh._started(tp, tail)   # the cluster read it as it came
-    hint = remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY, started=ssh._started(tp, tail))
+    assert c.events("worker:1", "started") and ssh._started(tp)   # the cluster read it as it came
+    hint = remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY, started=ssh._started(tp))
     assert "the ssh connection to 10.10.1.2 ended while the task ran" in hint

@@ -717,6 +717,11 @@ def main(args) -> int:
     def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's group is killed
         raise KeyboardInterrupt(f"signal {signum}")
 
+    if args.slurm and args.jobs is not None:
+        print(f"error: -j {args.jobs} (JOBS) does not apply with --slurm (SLURM): Slurm decides how many notebooks "
+              f"run at once; give each its cores with --slurm-args='--cpus-per-task=N' (SLURM_ARGS), and leave -j out",
+              file=sys.stderr)
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: a background shell ignores it
         signal.signal(sig, interrupt)
     args.out = args.out or ("out/grade" if args.submissions else REFERENCE_OUT)

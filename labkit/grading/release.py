@@ -12,7 +12,8 @@ with a README, a Makefile and a rubric of its own.
   the same package on its own: the grader's sandbox shows a student's code exactly this view;
 - ``README.md``, ``Makefile`` and ``.gitignore`` written for a student, from
   ``templates/student/`` (the README's per-lab tables come from the rubric), the files a student
-  installs the kit with and the CloudLab profile (``PROJECT_FILES``), and ``docs/`` without its
+  installs the kit with (``PROJECT_FILES``), the CloudLab profile at the top level, where a
+  repository-based profile has it (``PROFILE_FILES``), and ``docs/`` without its
   instructor-only passages
   (between ``<!-- instructor-only -->`` and ``<!-- /instructor-only -->`` lines, or a line, such
   as a table's row, that holds ``<!-- instructor-only -->``).
@@ -48,7 +49,9 @@ ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
 INSTRUCTOR_ONLY = ("solutions", "grading", "bench")   # subpackages of labkit the student kit leaves out
-PROJECT_FILES = ("pyproject.toml", "requirements.txt", "cloudlab")   # files, or folders copied whole
+PROJECT_FILES = ("pyproject.toml", "requirements.txt")   # files, or folders copied whole
+# the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
+PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")
 STUDENT_FILES = {"README.md": "README.md", "Makefile": "Makefile", "gitignore": ".gitignore"}  # template: kit
 TEMPLATES = Path(__file__).with_name("templates") / "student"
 INSTRUCTOR_ONLY_MD = [   # what student_docs removes: a block between marker lines, or a line holding the marker
@@ -154,6 +157,9 @@ def release(notebooks="notebooks", out="release", rubric=None, log=print) -> lis
             shutil.copytree(src, out / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, out / name)
+    for name in PROFILE_FILES:
+        shutil.copy2(PACKAGE.parent / "cloudlab" / name, out / name)
+    log(f"{out}: a CloudLab profile repository ({', '.join(PROFILE_FILES)} at its top level)")
     for template, name in STUDENT_FILES.items():
         text = (TEMPLATES / template).read_text()
         (out / name).write_text(student_readme(text, public) if name == "README.md" else text)

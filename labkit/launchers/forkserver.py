@@ -34,6 +34,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -241,7 +242,8 @@ class ForkServer:
                 raise RuntimeError(f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
                                    f"{self.process.log_tail()}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the fork server was not ready after {timeout:.0f} s; see {self.log}")
+                raise RuntimeError(f"the fork server was not ready after {timeout:.0f} s; its log ends:\n"
+                                   f"{self.process.log_tail()}")
             time.sleep(0.02)
 
     @property
@@ -249,7 +251,9 @@ class ForkServer:
         return self.process.poll() is None
 
     def stop(self) -> None:
+        """Stop the server and remove its folder (socket, stand-in, log): nothing stays in /tmp."""
         self.process.kill(grace=2.0)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _server: ForkServer | None = None
@@ -264,6 +268,8 @@ def get() -> ForkServer | None:
         return None
     with _lock:
         if _server is None or not _server.running:
+            if _server is not None:
+                _server.stop()  # it died: its folder goes with it
             try:
                 _server = ForkServer()
                 atexit.register(_server.stop)

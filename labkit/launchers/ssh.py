@@ -30,18 +30,21 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.cluster import Task
+from labkit.cluster import Task, accepts
 from labkit.events import ENV as EVENTS_ENV
 from labkit.launchers.base import Launcher, Settings, TaskProcess
 from labkit.proc import OwnedProcess
 from labkit.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
-# ServerAlive*: a node whose network drops is noticed in about 15 s (ssh exits 255), not when TCP gives up
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
-               "-o", "ServerAliveCountMax=3")
+# The kit's liveness options: a node whose network drops is noticed in about 15 s (ssh exits 255),
+# not when TCP gives up. They go first in every ssh command, $LABKIT_SSH's included: ssh takes an
+# option's first value, so a user's command cannot turn link-loss detection off.
+LIVENESS = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *LIVENESS)
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 EVENTS_FD = 3  # a remote task's events: this descriptor, the ssh session's stdout
 
@@ -50,6 +53,17 @@ def default_ssh() -> list[str]:
     """``$LABKIT_SSH`` split like a shell would (e.g. ``ssh -i ~/.ssh/cloudlab -o BatchMode=yes``),
     else ``DEFAULT_SSH``."""
     return shlex.split(os.environ["LABKIT_SSH"]) if os.environ.get("LABKIT_SSH", "").strip() else list(DEFAULT_SSH)
+
+
+def with_liveness(ssh: list[str]) -> list[str]:
+    """``ssh`` with ``LIVENESS`` right after its ``ssh`` word (the first, if a wrapper runs ssh;
+    else after the command's first word), once."""
+    words = list(ssh)
+    first = lambda key: next((w.split("=", 1)[1] for w in words if w.removeprefix("-o").startswith(key + "=")), None)  # noqa: E731
+    if (first("ServerAliveInterval"), first("ServerAliveCountMax")) == ("5", "3"):
+        return words
+    at = next((i for i, a in enumerate(words) if os.path.basename(a) == "ssh"), 0) + 1
+    return words[:at] + list(LIVENESS) + words[at:]
 
 
 def default_remote_dir() -> str:
@@ -72,7 +86,7 @@ class SshOptions:
         ssh = default_ssh() if ssh is None else shlex.split(ssh) if isinstance(ssh, str) else ssh
         if not ssh or not all(isinstance(a, (str, os.PathLike)) for a in ssh):
             raise ValueError(f"ssh must be a command, as a list (['ssh', '-i', 'KEY']) or a string; got {ssh!r}")
-        return cls(tuple(str(a) for a in ssh), str(remote_dir) if remote_dir else default_remote_dir(),
+        return cls(tuple(with_liveness([str(a) for a in ssh])), str(remote_dir) if remote_dir else default_remote_dir(),
                    str(remote_python or cls.remote_python))
 
     def argv(self, host: str, command: str, *, in_kit: bool = True, timeout: float | None = None) -> list[str]:
@@ -96,12 +110,15 @@ class SshOptions:
 class SshLauncher(Launcher):
     name = "ssh"
     files_here = False  # they are on the node until collect() copies them back
-    OPTIONS = ("ssh", "remote_dir", "remote_python", "local_hosts")
+    OPTIONS = ("ssh", "remote_dir", "remote_python", "local_hosts", "check_versions")
 
     def __init__(self, settings: Settings):
         super().__init__(settings)
         o = settings.options
         self.options = SshOptions.of(o.get("ssh"), o.get("remote_dir"), o.get("remote_python"))
+        self._t0 = time.monotonic()
+        self._probed: dict[str, float] = {}   # task -> when its node was last asked whether it listens
+        self._checked: set[str] = set()       # hosts whose versions passed ``preflight``
 
     def task_run_dir(self, task: Task) -> str:
         return self.settings.remote_run
@@ -189,34 +206,115 @@ class SshLauncher(Launcher):
 
     # ------------------------------------------------------------------------- reports
     def where(self, tp: TaskProcess) -> str:
-        return f" on {tp.task.host}"
+        return f" on {node_label(tp.task.host)}"
 
     def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
         return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.options.remote_dir,
-                                   self.options.remote_python, started=_started(tp, log_tail))
+                                   self.options.remote_python, started=_started(tp))
 
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
 
+    def ready(self, task: Task) -> bool:
+        """Whether the task's server accepts connections from here. One that does not is asked
+        of its node every ``PROBE_EVERY_S``: a server that listens there while this machine cannot
+        reach it is a firewall, a ``ClusterTimeout`` that says so at once, not at the start timeout."""
+        if accepts(task.host, task.port):
+            return True
+        now = time.monotonic()
+        if now - self._probed.setdefault(task.name, now) >= PROBE_EVERY_S:
+            self._probed[task.name] = now
+            if self._listening(task.host, [task]) and not accepts(task.host, task.port, timeout=2):  # not just up
+                from labkit.launch import ClusterTimeout  # launch imports the launchers
+
+                raise ClusterTimeout(now - self._t0, [task.name], what="bring every server up",
+                                     detail=blocked_hint([task]))
+        return False
+
     def unready_hint(self, tps: list[TaskProcess]) -> str:
-        """A server that listens on its node but cannot be reached from here: a firewall. Asked
-        of each node over ssh (its /proc/net/tcp*: TCP sockets in state 0A, listening)."""
-        blocked = []
-        for host, group in _by_host(tps).items():
-            ports = " ".join(f":{tp.task.port:04X} " for tp in group)
-            script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
-                      f"&& echo $p; done; true")
-            try:
-                out = self.options.run(host, script, timeout=20).stdout
-            except (subprocess.TimeoutExpired, OSError):
-                continue
-            listening = {int(w.strip(":"), 16) for w in out.split()}
-            blocked += [tp.task for tp in group if tp.task.port in listening]
-        if not blocked:
-            return ""
-        where = ", ".join(f"{t.name} on {t.address}" for t in blocked)
-        return (f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
-                f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)")
+        """A server that listens on its node but cannot be reached from here: a firewall."""
+        blocked = [t for host, group in _by_host(tps).items() for t in self._listening(host, [tp.task for tp in group])]
+        return blocked_hint(blocked) if blocked else ""
+
+    def _listening(self, host: str, tasks: list[Task]) -> list[Task]:
+        """Which of ``tasks`` listen on ``host``, asked of the node over ssh (its /proc/net/tcp*:
+        TCP sockets in state 0A, listening); none if it cannot tell."""
+        ports = " ".join(f":{t.port:04X} " for t in tasks)
+        script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
+                  f"&& echo $p; done; true")
+        try:
+            out = self.options.run(host, script, timeout=20, in_kit=False).stdout
+        except (subprocess.TimeoutExpired, OSError):
+            return []
+        listening = {int(w.strip(":"), 16) for w in out.split()}
+        return [t for t in tasks if t.port in listening]
+
+    # ------------------------------------------------------------------------- versions
+    def port_taken(self, task: Task) -> bool:
+        """Before the first task starts on a node: the node's kit runs this machine's Python and
+        packages (``preflight``), so a wrong .venv is a ``VersionSkew`` with the fix at once."""
+        if self.settings.options.get("check_versions", True) and task.host not in self._checked:
+            self._checked.add(task.host)
+            preflight(self.options, task.host)
+        return False
+
+
+PROBE_EVERY_S = 3.0   # a task server this machine cannot reach is asked of its node this often
+
+
+def blocked_hint(tasks: list[Task]) -> str:
+    where = ", ".join(f"{t.name} on {t.address} ({node_label(t.host)}, port {t.port})" for t in tasks)
+    return (f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
+            f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)")
+
+
+# A node's Python and the versions of the kit's packages there, read without importing them
+PREFLIGHT_DISTS = ("tensorflow", "tensorflow-cpu", "keras", "numpy", "labkit")
+_PREFLIGHT = ("import json, sys\nfrom importlib import metadata\nv = {'python': '%d.%d' % sys.version_info[:2]}\n"
+              f"for d in {PREFLIGHT_DISTS!r}:\n"
+              "    try:\n        v[d] = metadata.version(d)\n    except metadata.PackageNotFoundError:\n        pass\n"
+              "print(json.dumps(v))")
+
+
+def local_versions() -> dict:
+    """What ``_PREFLIGHT`` prints on a node, for this process."""
+    from importlib import metadata
+
+    out = {"python": "%d.%d" % sys.version_info[:2]}
+    for dist in PREFLIGHT_DISTS:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def preflight(options: SshOptions, host: str) -> None:
+    """``VersionSkew`` if ``host``'s kit runs another Python or other packages than this machine,
+    with the fix that works: a .venv made with another Python keeps it through ``make setup``,
+    so it is removed first. A node without the kit, or that ssh cannot reach, passes: the task's
+    start then says so (``remote_failure_hint``)."""
+    py = shlex.quote(options.remote_python)
+    try:
+        done = options.run(host, f"test -x {py} && {py} -I -c {shlex.quote(_PREFLIGHT)}", timeout=60)
+    except (subprocess.TimeoutExpired, OSError):
+        return
+    try:
+        there = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (IndexError, ValueError):
+        there = None
+    here = local_versions()
+    if not isinstance(there, dict) or there == here:
+        return
+    differ = [k for k in sorted(set(here) | set(there)) if here.get(k) != there.get(k)]
+    show = lambda v: ", ".join(f"{k} {v.get(k, 'none')}" for k in differ)  # noqa: E731
+    fix = (f"its .venv was made with Python {there.get('python')}: on that node, `cd {options.remote_dir} && "
+           f"rm -rf .venv && make setup PYTHON=python{here['python']}`, or `make cluster-setup HOSTS=<hosts file>` "
+           f"from here, which does the same" if there.get("python") != here.get("python") else
+           "reinstall the kit there from this checkout: `make cluster-setup HOSTS=<hosts file>`")
+    raise VersionSkew(f"{node_label(host)} runs other versions than this machine ({show(there)}; here: {show(here)}), "
+                      f"which makes its tasks fail (a missing package, or TensorFlow failing in obscure ways): {fix}; "
+                      f"or pass check_versions=False to run anyway")
 
 
 def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:
@@ -263,10 +361,10 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
 EXIT_NO_KIT = 127  # what a node's shell says when the kit's directory or interpreter is missing
 
 
-def _started(tp: TaskProcess, log_tail: str) -> bool:
-    """Whether the task ran on its node: it logged, or its ``started`` event came back over the
-    session (sent before TensorFlow's import, so a busy node's task may not have logged yet)."""
-    return f"[{tp.task.name} " in log_tail or tp.said_started
+def _started(tp: TaskProcess) -> bool:
+    """Whether the task ran on its node: its ``started`` event came back over the session (sent
+    before TensorFlow's import, so a busy node's task may not have logged a line yet)."""
+    return tp.said_started
 
 
 # What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)
@@ -319,32 +417,92 @@ def _parse_hello(line: str, host: str) -> dict:
                       f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway")
 
 
+# ssh's own reason for a failed login (its last words before exit 255), checked in this order:
+# (what ssh prints, what it means on NODE, what to do about it)
+SSH_REASONS = (
+    ("REMOTE HOST IDENTIFICATION HAS CHANGED", "its host key changed since ~/.ssh/known_hosts learned it (the "
+     "node was reinstalled, or another machine has its address)", "`ssh-keygen -R {host}`, then `ssh-keyscan -H "
+     "{host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)"),
+    ("Host key verification failed", "its host key is not in ~/.ssh/known_hosts, and BatchMode cannot ask",
+     "`ssh-keyscan -H {host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)"),
+    ("Connection refused", "nothing accepts ssh there: its sshd is not running", "start it on the node (`sudo "
+     "systemctl start ssh`, from the portal's console), or check the node's state on the portal"),
+    ("No route to host", "unreachable host: no route to it (its link is down, or the address is not on this "
+     "network)", "check the hosts file's addresses (the experiment LAN's) and the node's link"),
+    ("Network is unreachable", "unreachable host: this machine has no network to its address",
+     "use the experiment LAN's addresses in the hosts file"),
+    ("Connection timed out", "unreachable host: it does not answer on its ssh port (down, or a firewall drops "
+     "ssh)", "check the node on the portal and its firewall"),
+    ("Could not resolve hostname", "its name does not resolve here", "use the addresses of the hosts file "
+     "(`getent hosts node1 ...`)"),
+    ("Permission denied", "it refused the login: the account does not exist there, or its "
+     "~/.ssh/authorized_keys lacks your key", "check the user (`-l NAME` in LABKIT_SSH) and the keys "
+     "(docs/cluster.md section 2)"),
+)
+
+
+def ssh_reason(log_tail: str) -> tuple[str, str, str] | None:
+    """ssh's line that says why it failed, with what it means and the fix; None if it said nothing known."""
+    lines = [ln.strip() for ln in log_tail.splitlines() if not ln.startswith("#")]
+    for said, means, fix in SSH_REASONS:
+        line = next((ln for ln in lines if said in ln), None)
+        if line:
+            return line, means, fix
+    return None
+
+
+def node_label(host: str, hosts_file: str = "/etc/hosts") -> str:
+    """``host`` as the hosts file names it: ``node2 (10.10.1.3)`` for an address that CloudLab's
+    ``/etc/hosts`` lists as ``10.10.1.3 node2-link-0 node2`` (its last, shortest name); a name,
+    or an address it does not list, as it is."""
+    try:
+        with open(hosts_file) as f:
+            for line in f:
+                fields = line.split("#", 1)[0].split()
+                if len(fields) > 1 and fields[0] == host:
+                    return f"{fields[-1]} ({host})"
+    except OSError:
+        pass
+    return host
+
+
 def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
                         started: bool = False) -> str:
     """What a remote task's failure most likely means, and the fix ('' if the evidence says
     nothing more than the exit itself). Each hint needs its own evidence: a signal (the task
     was killed on its node); ssh's exit code 255 (``started``: after the task had started, or ssh
-    says a session it had opened broke, ``SESSION_LOST``: the connection broke); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
-    directory or interpreter; an import error for one of the kit's modules."""
+    says a session it had opened broke, ``SESSION_LOST``: the connection broke; else ssh's own
+    reason, ``SSH_REASONS``); exit ``EXIT_NO_KIT`` with the node's ``missing_line`` for the kit's
+    directory or interpreter; an import error for one of the kit's modules or its packages."""
     guide = "see docs/cluster.md"
+    node = node_label(host)
     started = started or any(said in log_tail for said in SESSION_LOST)
     if returncode is not None and returncode < 0:
         if returncode == -signal.SIGKILL:
-            return (f"something on {host} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
+            return (f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
                     f"there), or a person; give it more memory (fewer tasks on that node, smaller batches), {guide}")
-        return f"it got {signal.Signals(-returncode).name} on {host}: the node shut down, or a person stopped it, {guide}"
+        return f"it got {signal.Signals(-returncode).name} on {node}: the node shut down, or a person stopped it, {guide}"
     if returncode == 255 and started:
-        return (f"the ssh connection to {host} ended while the task ran: the node rebooted, its network "
+        return (f"the ssh connection to {node} ended while the task ran: the node rebooted, its network "
                 f"dropped or sshd was stopped; the task's log there ends here, {guide}")
     if returncode == 255:
-        return (f"ssh to {host} failed: unreachable host, unknown host key or no key login; check that "
+        reason = ssh_reason(log_tail)
+        if reason:
+            line, means, fix = reason
+            return f"ssh to {node} failed: {means} (ssh said: {line}); {fix.format(host=host)}"
+        return (f"ssh to {node} failed: unreachable host, unknown host key or no key login; check that "
                 f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
     lines = log_tail.splitlines()
     if returncode == EXIT_NO_KIT and not started and \
             any(ln.strip() in (missing_line(remote_dir), missing_line(remote_python)) for ln in lines):
-        return (f"the kit is not installed on {host}: no {remote_dir}/{remote_python}; run "
+        return (f"the kit is not installed on {node}: no {remote_dir}/{remote_python}; run "
                 f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
     if any(ln.startswith("ModuleNotFoundError: No module named 'labkit") for ln in lines):
-        return (f"the kit on {host} lacks a module this launcher uses: it is older or incomplete; "
+        return (f"the kit on {node} lacks a module this launcher uses: it is older or incomplete; "
                 f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
+    missing = next((ln for ln in lines if ln.startswith("ModuleNotFoundError: No module named ")), None)
+    if missing:
+        return (f"the kit's .venv on {node} lacks a package it needs ({missing.split(': ', 1)[1]}): it was "
+                f"made with another Python than its packages, or its install broke; `make cluster-setup "
+                f"HOSTS=<hosts file>` makes it again with this machine's Python version, {guide}")
     return ""

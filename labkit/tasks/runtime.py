@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -27,6 +29,16 @@ from labkit.protocol import (ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE,
 from labkit.tasks import configs, files, ps_shutdown, signals, threads, tf1
 
 
+def own_tmp_dir(path: Path) -> Path:
+    """Make ``path`` this process's temporary folder (``TMPDIR``, for it and what it starts): the
+    files TensorFlow's autograph and others write there stay in the task's run, and go with the
+    task (``finish``), not in /tmp, which a killed task would otherwise leave them in."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    return path
+
+
 class TaskRuntime:
     """One task's runtime (see the module docstring). Leaving the ``with`` block ends the
     process after writing the result; so does SIGTERM (exit 143, ``shutdown: "terminated"``,
@@ -38,6 +50,7 @@ class TaskRuntime:
         self.spec, self.task = from_tf_config()
         self.run_dir = Path(os.environ.get(ENV_RUN_DIR, ".")).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = own_tmp_dir(self.path(".tmp"))
         self.intra_op, self.inter_op = threads.thread_limits(self.spec, self.task)
         threads.export(self.intra_op, self.inter_op)
         self.sample_interval = sample_interval
@@ -227,6 +240,7 @@ class TaskRuntime:
             signals.say("labkit: could not write the task result:\n" + traceback.format_exc())
             code = EXIT_ERROR
         finally:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()

@@ -74,8 +74,9 @@ def test_the_startup_script_sets_up_a_node(tmp_path):
     with cloudlab(2) as lab:
         seed = lab.sh("node0", f"mkdir -p labkit && ln -s {shlex.quote(sys.prefix)} labkit/.venv")
         assert seed.returncode == 0, seed.stderr
-        done = lab.sh("node0", f"bash {REPO}/cloudlab/startup.sh --node node0 --nodes 2 --user ta "
-                               f"--mirror {shlex.quote(mirror)} --repository {REPO}", user=False, timeout=600)
+        done = lab.sh("node0", f"bash {shlex.quote(str(REPO / 'cloudlab/startup.sh'))} --node node0 --nodes 2 "
+                               f"--user ta --mirror {shlex.quote(mirror)} --repository {shlex.quote(str(REPO))}",
+                      user=False, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         home = lab.home("node0")
         assert (home / "labkit/.cloudlab-ready").exists() and (home / "labkit/cloudlab/profile.py").exists()

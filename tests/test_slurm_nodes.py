@@ -190,8 +190,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     out = tmp_path / "out"
     t0 = time.monotonic()
     done = lab.sh("node0", f"cd {shlex.quote(str(REPO))} && make grade DATA_MIRROR={shlex.quote(s.mirror)} "
-                           f"SUBMISSIONS={tmp_path / 'subs'} SLURM={s.partition} SLURM_ARGS=--cpus-per-task=2 "
-                           f"LAB=lab1 GRADE_ARGS='--out {out}'", user=False, timeout=900)
+                           f"SUBMISSIONS={shlex.quote(str(tmp_path / 'subs'))} SLURM={s.partition} "
+                           f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(f'--out {out}')}", user=False, timeout=900)
     print(f"\nmake grade, 3 Lab 1 submissions as a Slurm array on 3 nodes: {time.monotonic() - t0:.1f} s")
     print(done.stdout[-1500:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

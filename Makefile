@@ -42,8 +42,11 @@ data: setup
 lab: setup
 	$(PY) -m jupyterlab notebooks/
 
+# TEST_JOBS workers side by side (pytest-xdist; tests that must not overlap share a group, see
+# tests/conftest.py); TEST_JOBS=0 runs in this one process.
+TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
 # tests/conftest.py, which fails a fast test that loads either), in about a minute.

@@ -58,12 +58,35 @@ GUARD = Path(__file__).resolve().parent / "_guard"
 _guard: dict = {}  # while a fast test runs: its notes folder, this process's watched imports, the environment before
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in HEAVY):
             item.add_marker(pytest.mark.fast)
+        if _system(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(SYSTEM_GROUP))
     items.sort(key=lambda item: item.get_closest_marker("fast") is None)  # stable: fast first, in file order
+
+
+# ------------------------------------------------------------------------- side by side (make test)
+# ``make test`` runs the suite in worker processes side by side (pytest-xdist, ``-n 2 --dist
+# loadgroup``); a plain ``pytest tests/test_x.py`` runs in one process, as before. Tests that take
+# something of the machine one at a time (emulated nodes and their 10.10.1.0/24 LAN, a Slurm, an
+# sshd on 127.0.0.2-3, shaped links) run one after another on one worker: the group ``system``,
+# which every test marked ``system``, ``cloudlab`` or ``slurm``, or in a file named below, joins by
+# itself. A new file of such tests needs only one of those markers. Tests of your own that must not
+# overlap each other: ``@pytest.mark.xdist_group("name")`` (one worker runs the group in order).
+# Every test has a ceiling (pytest-timeout, ``timeout`` in pyproject.toml): a hang fails that
+# test, naming it, instead of the whole run; a test that needs longer says so with
+# ``@pytest.mark.timeout(seconds)``. Expensive things every test file may share, executed once per
+# run (per worker), are the session fixtures below.
+SYSTEM_GROUP = "system"
+SYSTEM_MARKERS = ("system", "cloudlab", "slurm")
+SYSTEM_FILES = ("test_multihost.py", "test_netem.py", "test_netem_launcher.py")
+
+
+def _system(item) -> bool:
+    return any(item.get_closest_marker(m) for m in SYSTEM_MARKERS) or item.path.name in SYSTEM_FILES
 
 
 def _imports(event: str, args: tuple) -> None:

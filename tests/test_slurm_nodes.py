@@ -174,7 +174,7 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from helpers import read_csv
+    from helpers import read_csv, small_rubric
     from labkit.grading.release import release_notebook
     from labkit.grading.sandbox import SANDBOXES
 
@@ -187,11 +187,12 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     for student, nb in (("alice", reference), ("bob", released), ("carol", raises)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, str(tmp_path / "subs" / student / "01_single_node_lr.ipynb"))
-    out = tmp_path / "out"
+    out, rubric = tmp_path / "out", small_rubric(tmp_path)  # Lab 1 at test size: what Slurm does is the same
     t0 = time.monotonic()
+    grade_args = f"--out {shlex.quote(str(out))} --rubric {shlex.quote(str(rubric))}"
     done = lab.sh("node0", f"cd {shlex.quote(str(REPO))} && make grade DATA_MIRROR={shlex.quote(s.mirror)} "
                            f"SUBMISSIONS={shlex.quote(str(tmp_path / 'subs'))} SLURM={s.partition} "
-                           f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(f'--out {out}')}", user=False, timeout=900)
+                           f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(grade_args)}", user=False, timeout=900)
     print(f"\nmake grade, 3 Lab 1 submissions as a Slurm array on 3 nodes: {time.monotonic() - t0:.1f} s")
     print(done.stdout[-1500:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

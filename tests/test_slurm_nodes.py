@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _cloudlab import checkout, cloudlab
+from _cloudlab import checkout, cloudlab, why_not
 from helpers import wait_until, wait_while
 from labkit.minislurm import MiniSlurm, missing
 from labkit.sockets import netns_id
@@ -282,10 +282,8 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
     """``make cloudlab-local SLURM=1`` is ``python -m labkit cloudlab-local --slurm``: killed with
     SIGKILL while a job runs, its nodes' holders stop slurmctld, the slurmd's, munged, the job's
     step daemon and its task, and remove its folder (the Slurm's configuration and logs)."""
-    from labkit.cloudlab_local import unavailable
-
-    if unavailable() or missing():
-        pytest.skip(unavailable() or missing())
+    if why_not() or missing():
+        pytest.skip(why_not() or missing())
     before = set(Path(tempfile.gettempdir()).glob("labkit-cloudlab-*"))
     owner = subprocess.Popen([sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2", "--slurm"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

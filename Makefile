@@ -42,13 +42,17 @@ data: setup
 lab: setup
 	$(PY) -m jupyterlab notebooks/
 
+# TEST_JOBS workers side by side (pytest-xdist; tests that must not overlap share a group, see
+# tests/conftest.py); TEST_JOBS=0 runs in this one process.
+TEST_JOBS ?= 2
+XDIST     := $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
 # tests/conftest.py, which fails a fast test that loads either), in about a minute.
 test-fast: setup
-	$(PY) -m pytest -m fast $(PYTEST_ARGS)
+	$(PY) -m pytest -m fast $(XDIST) $(PYTEST_ARGS)
 
 # SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
 # export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook

@@ -39,9 +39,15 @@ when the owner stops them, or dies even by SIGKILL, each holder stops what runs 
 wrote is on its tmpfs) and links. Nothing is added to this machine's users, ``/etc`` or disk
 but the owner's log folder (a temporary one by default, removed by ``stop()``).
 
-The machine's Python may live under ``/root`` (pyenv), which only root may enter; a node's
-``/root`` is its own tmpfs, mode 711, with that directory bound back in read-only, so the
-account can run the kit's interpreter as on a node where Python is in ``/usr/bin``.
+**What a node sees of this machine.** The account must read the kit's checkout, its ``.venv``
+and the Python under it (and any path given as ``expose``, such as the course's data mirror),
+at the paths they have here: the venv's scripts and its editable install name them. Wherever
+they sit, a node sees each of them at its own path (read-only but for the checkout, which root on
+a node may grade from, as through an open folder): one under a folder only root may
+enter (a ``mktemp -d`` folder, mode 0700; ``/root/labkit``; pyenv's ``/root/.pyenv``) or under
+``/home`` (the node's own) is bound aside, the closed folder is covered by a tmpfs of mode 711
+in the node (its ``/root`` and ``/home`` are anyway), and the path bound back into it. Nothing
+else of that folder is seen; nothing of this machine changes.
 
 Needs root (mount namespaces, sshd); ``unavailable()`` says what is missing, for a clear skip.
 """
@@ -131,6 +137,48 @@ def _python_root() -> str:
     return f"/root/{first}"
 
 
+OWN_ROOTS = ("/root", "/home")  # a node mounts its own tmpfs on these
+
+
+def kit_paths() -> list[str]:
+    """What the account must read on a node: the kit's checkout, its venv, the Python under it."""
+    import labkit
+
+    checkout = Path(labkit.__file__).resolve().parents[1]
+    return [str(checkout), os.path.realpath(sys.prefix), _python_root() or os.path.realpath(sys.base_prefix)]
+
+
+def closed_folder(path: str) -> str:
+    """The folder a node must cover for the account to reach ``path``: its own ``/root`` or
+    ``/home`` when ``path`` is under one, else the topmost ancestor others may not enter
+    (mode without o+x); '' when the account reaches ``path`` as it is."""
+    parts = Path(path).parts
+    for own in OWN_ROOTS:
+        if Path(path).is_relative_to(own) and Path(path) != Path(own):
+            return own
+    for i in range(2, len(parts)):
+        folder = str(Path(*parts[:i]))
+        try:
+            if not os.stat(folder).st_mode & 0o001:
+                return folder
+        except OSError:
+            return ""
+    return ""
+
+
+def exposure(paths) -> tuple[list[str], list[str]]:
+    """(paths to bind back, folders to cover) for the node's account to see ``paths``: each real
+    path that needs it, once (none inside another), and each closed folder once (none inside a
+    node's own root or another covered folder)."""
+    real = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+    real = [p for p in real if not any(p != q and Path(p).is_relative_to(q) for q in real)]
+    needed = [(p, closed_folder(p)) for p in real]
+    binds = [p for p, folder in needed if folder]
+    folders = sorted({folder for _, folder in needed if folder and folder not in OWN_ROOTS})
+    folders = [f for f in folders if not any(f != g and Path(f).is_relative_to(g) for g in [*folders, *OWN_ROOTS])]
+    return binds, folders
+
+
 _LIVE = StopAtExit()
 
 
@@ -138,10 +186,11 @@ class LocalCloudLab:
     """``nodes`` emulated CloudLab nodes (a count: node0, node1, ...; or names) on ``link``
     (``netem.parse_link``), each with an sshd and the account ``user``. ``log_dir``: where sshd
     and the namespace holders log (default: a temporary folder, removed at the end);
-    ``shared_home``: one home for the account on every node (see the module docstring)."""
+    ``shared_home``: one home for the account on every node; ``expose``: paths of this machine
+    the account reads on every node besides the kit's (see the module docstring)."""
 
     def __init__(self, nodes=4, link="1gbit", user: str = USER, subnet: str = SUBNET, log_dir=None,
-                 grace: float = 5.0, shared_home: bool = False):
+                 grace: float = 5.0, shared_home: bool = False, expose=()):
         self.network = netem.EmulatedNetwork(nodes, link, log_dir=None, grace=grace, mode="root", subnet=subnet,
                                              driver=False, namespaces=("uts", "mount"))
         self.names = self.network.names
@@ -149,6 +198,7 @@ class LocalCloudLab:
             raise ValueError(f"user={user!r}: give an account name such as 'ta' (not root: CloudLab's is yours)")
         self.user, self.uid = user, _free_id()
         self.shared_home = bool(shared_home)
+        self.expose = [str(p) for p in expose]
         self._own_logs = log_dir is None
         self.log_dir = Path(log_dir) if log_dir else None
         self.sshd: dict[str, OwnedProcess] = {}
@@ -269,20 +319,23 @@ class LocalCloudLab:
 
     # ------------------------------------------------------------------ building
     def _prepare(self, node: str) -> None:
-        pyroot = _python_root()
-        env = {"NODE": node, "NODE_DIR": NODE_DIR, "PYROOT": pyroot}
-        script = [f"hostname {shlex.quote(node)}",
+        env = {"NODE": node, "NODE_DIR": NODE_DIR}
+        binds, folders = exposure([*kit_paths(), *self.expose])
+        script = ["umask 022", f"hostname {shlex.quote(node)}",
                   "mount -t tmpfs -o mode=755,size=64m labkit-run /run",
                   f"mkdir -p /run/sshd /run/lock {NODE_DIR}", "chmod 755 /run/sshd"]
-        if pyroot:  # bind it aside before the node's own /root hides it
-            script += [f"mkdir -p {NODE_DIR}/python", f"mount --bind {shlex.quote(pyroot)} {NODE_DIR}/python"]
+        aside = [f"{NODE_DIR}/seen/{i}" for i in range(len(binds))]
+        for path, where in zip(binds, aside):  # before the node's own folders hide them
+            script += [f"mkdir -p {where}", f"mount --bind {shlex.quote(path)} {where}"]
         script += ["mount -t tmpfs -o mode=711,size=16m labkit-root /root"]
-        if pyroot:
-            script += [f"mkdir -p {shlex.quote(pyroot)}", f"mount --bind {NODE_DIR}/python {shlex.quote(pyroot)}",
-                       f"mount -o remount,bind,ro {shlex.quote(pyroot)}", f"umount {NODE_DIR}/python",
-                       f"rmdir {NODE_DIR}/python"]
+        script += [f"mount -t tmpfs -o mode=711,size=1m labkit-closed {shlex.quote(f)}" for f in folders]
         home = self.home_dir
         script += [f"mount -t tmpfs -o mode=755,size=4g labkit-home {HOME_ROOT}", f"mkdir -m 755 {home}"]
+        writable = kit_paths()[0]  # the checkout, as through an open folder: root on a node grades from it
+        for path, where in zip(binds, aside):
+            script += [f"mkdir -p {shlex.quote(path)}", f"mount --bind {where} {shlex.quote(path)}"]
+            script += [] if path == writable else [f"mount -o remount,bind,ro {shlex.quote(path)}"]
+            script += [f"umount {where}", f"rmdir {where}"]
         if self.shared_home:
             script += [f"mount --bind {shlex.quote(str(self._shared_home()))} {home}"]
         script += [f"mkdir -p -m 700 {home}/.ssh", f"chown -R {self.uid}:{self.uid} {home}"]
@@ -375,4 +428,4 @@ def _read_or_empty(path: str) -> str:
         return ""
 
 
-__all__ = ["LocalCloudLab", "session", "unavailable", "SUBNET", "USER"]
+__all__ = ["LocalCloudLab", "session", "unavailable", "kit_paths", "exposure", "SUBNET", "USER"]

@@ -13,15 +13,27 @@ from labkit.cloudlab_local import LocalCloudLab, unavailable
 @contextlib.contextmanager
 def cloudlab(nodes: int = 4, link: str = "1gbit", **kwargs):
     """``nodes`` emulated nodes with sshd, up for the block; then nothing of them is left
-    (processes in their namespaces, the log folder)."""
-    why = unavailable()
+    (processes in their namespaces, the log folder). The nodes see the kit's checkout, its venv
+    and the course's data mirror (``LABKIT_DATA_MIRROR``, a folder) wherever this clone is, even
+    under a folder only root may enter (``LocalCloudLab``'s ``expose``)."""
+    why = why_not()
     if why:
         pytest.skip(f"no emulated CloudLab nodes here: {why}")
-    lab = LocalCloudLab(nodes, link, **kwargs)
+    mirror = os.environ.get("LABKIT_DATA_MIRROR", "")
+    expose = [*kwargs.pop("expose", ()), *([mirror] if mirror and "://" not in mirror else [])]
+    lab = LocalCloudLab(nodes, link, expose=expose, **kwargs)
     with lab:
         yield lab
     assert not lab.leftovers(), f"left behind by the emulated nodes: {lab.leftovers()}"
     assert not lab.log_dir.exists(), f"{lab.log_dir} was left behind"
+
+
+def why_not() -> str:
+    """Why emulated nodes cannot run here, and what to do ('' if they can)."""
+    why = unavailable()
+    if why and os.geteuid() != 0:
+        why += ": run the tests as root to include them (sudo make test)"
+    return why
 
 
 def user_exists_here(name: str) -> bool:

@@ -58,12 +58,42 @@ GUARD = Path(__file__).resolve().parent / "_guard"
 _guard: dict = {}  # while a fast test runs: its notes folder, this process's watched imports, the environment before
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in HEAVY):
             item.add_marker(pytest.mark.fast)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
     items.sort(key=lambda item: item.get_closest_marker("fast") is None)  # stable: fast first, in file order
+
+
+# ------------------------------------------------------------------------- side by side (make test)
+# ``make test`` runs the suite in worker processes side by side (pytest-xdist, ``-n 2 --dist
+# loadgroup``); a plain ``pytest tests/test_x.py`` runs in one process, as before. Every test
+# joins a group, and one worker runs a group's tests in order:
+# - a file's heavy tests are one group, so a module-scoped fixture runs once per run, not once per
+#   worker; its fast tests another, which the workers take first (collection order), before
+#   anything loads TensorFlow in them (the fast guard above watches each worker as it does one
+#   process; ``make test-fast`` runs in one process);
+# - tests that take something of the machine one at a time (emulated nodes and their 10.10.1.0/24
+#   LAN, a Slurm, an sshd on 127.0.0.2-3, shaped links) are the group ``system``, one after another
+#   on one worker: every test marked ``system``, ``cloudlab`` or ``slurm``, or in a file named
+#   below. A new file of such tests needs only one of those markers;
+# - tests of your own that must not overlap each other: ``@pytest.mark.xdist_group("name")``.
+# Every test has a ceiling (pytest-timeout, ``timeout`` in pyproject.toml): a hang fails that
+# test, naming it, instead of the whole run; a test that needs longer says so with
+# ``@pytest.mark.timeout(seconds)``. Expensive things every test file may share, executed once per
+# run (per worker), are the session fixtures below.
+SYSTEM_GROUP = "system"
+SYSTEM_MARKERS = ("system", "cloudlab", "slurm")
+SYSTEM_FILES = ("test_multihost.py", "test_netem.py", "test_netem_launcher.py")
+
+
+def _group(item) -> str:
+    if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS) or item.path.name in SYSTEM_FILES:
+        return SYSTEM_GROUP
+    return item.path.name + (":fast" if item.get_closest_marker("fast") else "")
 
 
 def _imports(event: str, args: tuple) -> None:

@@ -19,6 +19,26 @@ from labkit.record import read_records
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
+# Lab 1 graded at test size: 2 epochs on 5000 images, no idle baselines, its accuracy bars set for
+# that (an honest run passes, at about half the rubric's time). The rubric's own text, cut.
+SMALL_LAB1 = [("[labs.lab1.parameters]\nepochs = 5\ntrain_limit = 20000\nidle_s = 0.5",
+               "[labs.lab1.parameters]\nepochs = 2\ntrain_limit = 5000\nidle_s = 0.0"),
+              ('record = "core_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
+               'record = "core_test_accuracy"\nmin = 0.78\npartial_min = 0.7'),
+              ('record = "keras_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
+               'record = "keras_test_accuracy"\nmin = 0.78\npartial_min = 0.7')]
+
+
+def small_rubric(root: Path, cuts=()) -> Path:
+    """``root``/rubric.toml: the repository's rubric with Lab 1 at test size (``SMALL_LAB1``) and
+    ``cuts`` (pairs of old and new text) applied; each cut must find its text."""
+    text = (NOTEBOOKS / "rubric.toml").read_text()
+    for old, new in [*SMALL_LAB1, *cuts]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    (root / "rubric.toml").write_text(text)
+    return root / "rubric.toml"
+
 
 # ------------------------------------------------------------------------------------ lab notebooks
 

@@ -8,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from _cloudlab import cloudlab, mounts_here, user_exists_here
+from _cloudlab import cloudlab, mounts_here, user_exists_here, why_not
 from helpers import wait_while
 
 pytestmark = [pytest.mark.cloudlab]
@@ -52,10 +52,8 @@ HOLD = [sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2"]
 def test_the_command_leaves_nothing_when_killed_with_sigkill():
     """``make cloudlab-local`` is ``python -m labkit cloudlab-local``: killed with SIGKILL, its
     nodes' holders stop sshd and every session, and remove its log folder."""
-    from labkit.cloudlab_local import unavailable
-
-    if unavailable():
-        pytest.skip(unavailable())
+    if why_not():
+        pytest.skip(why_not())
     before = set(glob.glob("/tmp/labkit-cloudlab-*"))
     owner = subprocess.Popen(HOLD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

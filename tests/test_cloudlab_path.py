@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 VENV = sys.prefix
 NAMES = ["node0", "node1", "node2", "node3"]
-INSTALL = f"--install 'ln -sfn {VENV} .venv'"  # the test's `make setup` (module docstring)
+# the test's `make setup` (module docstring); written for CLUSTER_ARGS="..." in the TA's shell, so the
+# node's shell gets the venv's path in double quotes (the checkout's path may have a space)
+INSTALL = f"--install 'ln -sfn \\\"{VENV}\\\" .venv'"
 TINY = "--steps 100000 --train-limit 1000 --test-limit 200 --sample-interval 0.25"
 
 
@@ -80,7 +82,7 @@ def test_the_guide_on_four_nodes(lab):
     assert done.stdout.split() == [w for a in ("10.10.1.1", "10.10.1.2", "10.10.1.3", "10.10.1.4") for w in (a, "ok")]
     # 2. make cluster-setup (section 3), 3. nodes check
     t0 = time.monotonic()
-    done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={lab.mirror} CLUSTER_ARGS=\"{INSTALL}\"")
+    done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS=\"{INSTALL}\"")
     assert done.returncode == 0, done.stdout + done.stderr
     print(f"\nmake cluster-setup on 3 nodes: {time.monotonic() - t0:.1f} s")
     assert "[10.10.1.1] this machine" in done.stdout
@@ -173,7 +175,7 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
     # a node unreachable at setup: the guide's ssh error, naming it
     lab.set_link("node3", False)
     try:
-        done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={lab.mirror} CLUSTER_ARGS=\"{INSTALL}\"")
+        done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS=\"{INSTALL}\"")
     finally:
         lab.set_link("node3", True)
     assert done.returncode != 0 and "node3 (10.10.1.4): connect failed (exit 255); ssh to node3 (10.10.1.4) failed: unreachable host" in done.stderr, \
@@ -203,7 +205,7 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
     try:
         done = ta(lab, ".venv/bin/python -m labkit nodes check --hosts ~/hosts.txt")
     finally:
-        lab.sh("node3", f"cd labkit && rm -rf .venv && ln -s {VENV} .venv")
+        lab.sh("node3", f"cd labkit && rm -rf .venv && ln -s {shlex.quote(VENV)} .venv")
     minor = re.search(r"3\.1\d", str(other[0])).group(0)
     assert done.returncode == 1 and "run different versions" in done.stderr, done.stdout + done.stderr
     assert re.search(rf"10\.10\.1\.4 \(node3\): .*python {minor}", done.stderr), done.stderr

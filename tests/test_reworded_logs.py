@@ -1,8 +1,8 @@
 """Nothing but people read a task's log (issue 29): reword every line the tasks write there, and
 the labs print the same lines, keep the same figures and kill the same worker at the same epoch.
 
-The same small Lab 4 sweep, fault demo and Lab 3 cluster run twice in a driver process of their
-own: as they are, and with every task's ``TaskRuntime.log`` replaced by one that reverses the
+The same small Lab 4 sweep, fault demo and Lab 3 cluster run twice, side by side, each in a driver
+process of its own: as they are, and with every task's ``TaskRuntime.log`` replaced by one that reverses the
 words of each message (a ``sitecustomize`` on the tasks' path: the fork server, where every task
 starts, imports it first). Timings differ from run to run, so the printed lines are compared with
 their numbers hidden, and the figures (losses, accuracies, weights, the resumed epoch) as they are.
@@ -50,15 +50,30 @@ print(json.dumps({
 '''
 
 
-def _run(tmp_path, reword: bool) -> dict:
+def _start(tmp_path, reword: bool) -> subprocess.Popen:
     where = tmp_path / ("reworded" if reword else "plain")
     where.mkdir()
     (where / "sitecustomize.py").write_text(SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), *sys.path]), "LABKIT_RUNS": str(where / "runs"),
            "REWORD_TASK_LOGS": "1" if reword else ""}
-    done = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _runs(tmp_path) -> list[dict]:
+    """Both drivers side by side (much of a run is waiting: a cluster's start, a killed worker's
+    detection), each with its own runs folder; their figures do not depend on the timing."""
+    drivers = [_start(tmp_path, reword) for reword in (False, True)]
+    try:
+        outputs = [d.communicate(timeout=1200) for d in drivers]
+    finally:
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+                d.wait()
+    for d, (out, err) in zip(drivers, outputs):
+        assert d.returncode == 0, err[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
 
 def _hidden(line: str) -> str:
@@ -67,7 +82,7 @@ def _hidden(line: str) -> str:
 
 
 def test_reworded_task_logs_change_nothing_the_labs_do(tmp_path):
-    plain, reworded = _run(tmp_path, False), _run(tmp_path, True)
+    plain, reworded = _runs(tmp_path)
     for path in reworded["logs"]:  # the tasks did speak other words ...
         said = [ln for ln in open(path) if ln.startswith("[")]
         assert said and all("] ~ " in ln for ln in said), said[:3]

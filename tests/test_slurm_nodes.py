@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _cloudlab import checkout, cloudlab
+from _cloudlab import checkout, cloudlab, why_not
 from helpers import wait_until, wait_while
 from labkit.minislurm import MiniSlurm, missing
 from labkit.sockets import netns_id
@@ -174,7 +174,7 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from helpers import read_csv
+    from helpers import read_csv, small_rubric
     from labkit.grading.release import release_notebook
     from labkit.grading.sandbox import SANDBOXES
 
@@ -187,11 +187,12 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     for student, nb in (("alice", reference), ("bob", released), ("carol", raises)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, str(tmp_path / "subs" / student / "01_single_node_lr.ipynb"))
-    out = tmp_path / "out"
+    out, rubric = tmp_path / "out", small_rubric(tmp_path)  # Lab 1 at test size: what Slurm does is the same
     t0 = time.monotonic()
+    grade_args = f"--out {shlex.quote(str(out))} --rubric {shlex.quote(str(rubric))}"
     done = lab.sh("node0", f"cd {shlex.quote(str(REPO))} && make grade DATA_MIRROR={shlex.quote(s.mirror)} "
-                           f"SUBMISSIONS={tmp_path / 'subs'} SLURM={s.partition} SLURM_ARGS=--cpus-per-task=2 "
-                           f"LAB=lab1 GRADE_ARGS='--out {out}'", user=False, timeout=900)
+                           f"SUBMISSIONS={shlex.quote(str(tmp_path / 'subs'))} SLURM={s.partition} "
+                           f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(grade_args)}", user=False, timeout=900)
     print(f"\nmake grade, 3 Lab 1 submissions as a Slurm array on 3 nodes: {time.monotonic() - t0:.1f} s")
     print(done.stdout[-1500:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -281,10 +282,8 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
     """``make cloudlab-local SLURM=1`` is ``python -m labkit cloudlab-local --slurm``: killed with
     SIGKILL while a job runs, its nodes' holders stop slurmctld, the slurmd's, munged, the job's
     step daemon and its task, and remove its folder (the Slurm's configuration and logs)."""
-    from labkit.cloudlab_local import unavailable
-
-    if unavailable() or missing():
-        pytest.skip(unavailable() or missing())
+    if why_not() or missing():
+        pytest.skip(why_not() or missing())
     before = set(Path(tempfile.gettempdir()).glob("labkit-cloudlab-*"))
     owner = subprocess.Popen([sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2", "--slurm"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

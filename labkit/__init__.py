@@ -14,10 +14,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # skip it; nbformat's validation does not use it.
 sys.modules.setdefault("rfc3987_syntax", None)
 
-from labkit.checking import check
-from labkit.data import DataError, load_mnist, make_dataset
-from labkit.monitor import ResourceSampler
-from labkit.record import record
+from labkit.notebook.checking import check
+from labkit.datasets.loaders import DataError, load_mnist, make_dataset
+from labkit.measure.monitor import ResourceSampler
+from labkit.notebook.record import record
 
 __version__ = "0.1.0"
 __all__ = ["DataError", "ResourceSampler", "check", "load_mnist", "make_dataset", "record", "__version__"]

@@ -21,9 +21,9 @@ import psutil
 import pytest
 
 from helpers import WaitTimeout, wait_until
-from labkit import cluster
-from labkit.proc import OwnedProcess, tail
-from labkit.record import read_records
+from labkit.wire import spec as cluster
+from labkit.core.proc import OwnedProcess, tail
+from labkit.notebook.record import read_records
 
 pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.slow]
 
@@ -190,6 +190,6 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
     saved = json.loads(notebook.read_text())
     widgets = [o for c in saved["cells"] for o in c.get("outputs", [])
                if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.progress)"
+    assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.measure.progress)"
     assert (tmp_path / "runs" / "lab1").is_dir()  # TensorBoard scalars under the one runs/ root
     shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)

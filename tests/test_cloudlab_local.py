@@ -1,4 +1,4 @@
-"""Emulated CloudLab nodes (``labkit.cloudlab_local``): each node a host of its own on the
+"""Emulated CloudLab nodes (``labkit.infra.cloudlab_local``): each node a host of its own on the
 experiment LAN, with a real sshd and the experiment's account, and nothing left afterwards,
 even when their owner is killed with SIGKILL."""
 import glob
@@ -52,7 +52,7 @@ HOLD = [sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2"]
 def test_the_command_leaves_nothing_when_killed_with_sigkill():
     """``make cloudlab-local`` is ``python -m labkit cloudlab-local``: killed with SIGKILL, its
     nodes' holders stop sshd and every session, and remove its log folder."""
-    from labkit.cloudlab_local import unavailable
+    from labkit.infra.cloudlab_local import unavailable
 
     if unavailable():
         pytest.skip(unavailable())

@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from helpers import wait_until
-from labkit import cli, plots, units
-from labkit.dstat import read_dstat_csv
-from labkit.monitor import ResourceSampler, idle_baseline
-from labkit.summaries import merge_frames, summarize, summarize_tasks
-from labkit.proc import OwnedProcess
+from labkit import cli
+from labkit.measure import plots, units
+from labkit.measure.dstat import read_dstat_csv
+from labkit.measure.monitor import ResourceSampler, idle_baseline
+from labkit.measure.summaries import merge_frames, summarize, summarize_tasks
+from labkit.core.proc import OwnedProcess
 
 MB = 1_000_000
 # Touches ~200 MB (bytes * n writes every page) and spins until killed or 30 s pass.
@@ -272,7 +273,7 @@ def test_plots_draw_marks():
 def test_node_rates_reads_each_node_once_and_keeps_lo_apart():
     """Two tasks on node A see the same counters (read once); node B's link carried the traffic
     A's lo did not: per node, its NICs but lo, over a window."""
-    from labkit.summaries import frame, node_rates
+    from labkit.measure.summaries import frame, node_rates
 
     def task(recv_lan, sent_lan, lo):
         rows = [{"t": t, "dt": 1.0, "epoch": 1000.0 + t, "net_recv_lan0": recv_lan, "net_sent_lan0": sent_lan,

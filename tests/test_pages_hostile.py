@@ -30,8 +30,8 @@ import nbformat
 import pytest
 
 from _hostile import FAKE, audit, hostile_notebook
-from labkit.grading import sanitize
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.pages import sanitize
+from labkit.grading.run.sandbox import SANDBOXES
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
@@ -96,7 +96,7 @@ def beacon():
 def hostile(tmp_path_factory, beacon):
     """The class graded, its TA pages exported, a score merged: the output folder."""
     from labkit.grading.grade import grade
-    from labkit.grading.publish import export_answers, merge_scores
+    from labkit.grading.gradebook.publish import export_answers, merge_scores
 
     if NO_SANDBOX:
         pytest.skip(f"{NO_SANDBOX} (.ci/run installs it)")
@@ -160,7 +160,7 @@ def test_every_page_kind_is_written_and_clean(hostile, beacon):
 
 @pytest.mark.slow
 def test_no_csv_cell_starts_a_formula(hostile):
-    from labkit.grading.csvsafe import TRIGGERS, _NUMBER
+    from labkit.grading.gradebook.csvsafe import TRIGGERS, _NUMBER
 
     seen = set()
     for path in sorted(hostile.rglob("*.csv")):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from labkit.experiments import lenet_sweep, shared, sync_async
-from labkit.launch import ClusterTimeout, TaskFailed
-from labkit.results import ClusterResult, configuration_part
+from labkit.distributed.launch import ClusterTimeout, TaskFailed
+from labkit.wire.results import ClusterResult, configuration_part
 from labkit.tasks import ps_sgd, strategy_train
 from labkit.tasks.common import configurations
 
@@ -61,7 +61,7 @@ def test_a_configuration_window_keeps_its_own_samples_and_marks():
     marks = [{"label": lab, "t": t, "epoch": 100.0 + t} for lab, t in
              (("a: start", 0.5), ("a: train start", 1.0), ("a: end", 4.0), ("b: start", 4.0), ("b: train start", 5.0),
               ("b: train end", 7.5), ("b: end", 8.0))]
-    samples = {"format": "labkit.monitor/1", "host": "h", "interval": 1.0, "start_epoch": 100.0, "marks": marks,
+    samples = {"format": "labkit.measure.monitor/1", "host": "h", "interval": 1.0, "start_epoch": 100.0, "marks": marks,
                "columns": columns}
     part = configuration_part(samples, 104.0, 108.0, prefix="b: ")
     cut = part["samples"]

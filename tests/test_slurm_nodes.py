@@ -1,4 +1,4 @@
-"""Slurm across 3 emulated CloudLab nodes (``labkit.cloudlab_local`` + ``labkit.minislurm``):
+"""Slurm across 3 emulated CloudLab nodes (``labkit.infra.cloudlab_local`` + ``labkit.infra.minislurm``):
 slurmctld on node0 and a slurmd on every node, each in its node's namespaces (its own host
 name and address, so Debian's slurmd needs no multiple-slurmd build), one munged they share.
 
@@ -29,8 +29,8 @@ import pytest
 
 from _cloudlab import checkout, cloudlab
 from helpers import wait_until, wait_while
-from labkit.minislurm import MiniSlurm, missing
-from labkit.sockets import netns_id
+from labkit.infra.minislurm import MiniSlurm, missing
+from labkit.measure.sockets import netns_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -175,8 +175,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     from nbformat.v4 import new_code_cell, new_notebook
 
     from helpers import read_csv
-    from labkit.grading.release import release_notebook
-    from labkit.grading.sandbox import SANDBOXES
+    from labkit.grading.kit.release import release_notebook
+    from labkit.grading.run.sandbox import SANDBOXES
 
     if SANDBOXES["bwrap"].unavailable():
         pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")
@@ -212,8 +212,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
 
 
 FAULTS = """
-from labkit import cluster
-from labkit.launch import Cluster, TaskFailed
+from labkit.wire import spec as cluster
+from labkit.distributed.launch import Cluster, TaskFailed
 for case in ("a step cancelled", "a node's slurmd killed"):
     c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="faults", steps=10**7, train_limit=1000,
                 test_limit=200, timeout=300)
@@ -281,7 +281,7 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
     """``make cloudlab-local SLURM=1`` is ``python -m labkit cloudlab-local --slurm``: killed with
     SIGKILL while a job runs, its nodes' holders stop slurmctld, the slurmd's, munged, the job's
     step daemon and its task, and remove its folder (the Slurm's configuration and logs)."""
-    from labkit.cloudlab_local import unavailable
+    from labkit.infra.cloudlab_local import unavailable
 
     if unavailable() or missing():
         pytest.skip(unavailable() or missing())

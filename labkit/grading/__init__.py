@@ -6,6 +6,6 @@ loop (``batch``), write the reports (``report``, ``publish``), tie it together (
 make the student kit (``release``).
 ``python -m labkit grade`` / ``release`` call these. The student kit leaves this package out.
 """
-from labkit.record import read_records  # the records of an executed notebook
+from labkit.notebook.record import read_records  # the records of an executed notebook
 
 __all__ = ["read_records"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from labkit.sparse import gather_rows, labels01, logits_from_rows, mean_logloss, static_shape, unique_features
+from labkit.learning.sparse import gather_rows, labels01, logits_from_rows, mean_logloss, static_shape, unique_features
 
 
 def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Tensor, tf.IndexedSlices]:

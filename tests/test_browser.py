@@ -5,7 +5,7 @@ bars are live widgets, and the notebook saved from the browser holds the records
 A screenshot goes to out/browser/.
 
 Needs ``chromium`` (``apt-get install -y chromium chromium-driver``; .ci/run installs it) and
-the ``playwright`` pip package (requirements.txt); skipped with the reason where either is missing.
+the ``playwright`` pip package (requirements-test.txt); skipped with the reason where either is missing.
 """
 import json
 import os
@@ -87,7 +87,7 @@ def jupyterlab(tmp_path):
     """JupyterLab serving tmp_path on 127.0.0.1:<free port> with a token; killed with its kernels."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium chromium-driver)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     port, token = cluster.free_ports(1)[0], secrets.token_hex(16)
     home = tmp_path / "jupyter"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),

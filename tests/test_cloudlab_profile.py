@@ -20,7 +20,7 @@ NS = {"r": "http://www.geni.net/resources/rspec/3", "emulab": "http://www.protog
 
 
 def _profile():
-    pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements.txt) is not installed")
+    pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements-test.txt) is not installed")
     spec = importlib.util.spec_from_file_location("cloudlab_profile", REPO / "cloudlab" / "profile.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -480,7 +480,7 @@ def test_feedback_page_renders_in_chromium(graded):
     the figure loads, and the check table is the first thing on the page."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     from playwright.sync_api import sync_playwright
 
     page_path = graded["out"] / "ann" / "alpha.html"

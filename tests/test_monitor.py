@@ -28,7 +28,8 @@ def test_sees_a_busy_grandchild_only_when_children_are_included(tmp_path):
     with OwnedProcess([sys.executable, "-c", parent], tmp_path / "parent.log", timeout=60) as p:
         with ResourceSampler(0.2, pids=[p.pid], children=True) as tree, \
              ResourceSampler(0.2, pids=[p.pid], children=False) as alone:
-            busy = lambda: (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
+            def busy():
+                return (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
             wait_until(busy, 20, 0.1, lambda: f"the spinner to show: {tree.latest()}")
             time.sleep(0.5)
     t, a = tree.to_frame(), alone.to_frame()

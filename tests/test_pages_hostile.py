@@ -276,7 +276,7 @@ def _live_problems(dom: list) -> list[str]:
 def test_no_page_navigates_requests_or_shows_what_is_not_allowed_in_chromium(hostile, beacon):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     from playwright.sync_api import sync_playwright
 
     url, hits = beacon

@@ -20,6 +20,15 @@ import importlib
 from collections.abc import MutableMapping
 
 
+def resolve(reference: str):
+    """The object a ``"module:attribute"`` (or ``"module"``) reference names, imported now."""
+    module, _, attr = reference.partition(":")
+    entry = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        entry = getattr(entry, part)
+    return entry
+
+
 class UnknownName(ValueError, KeyError):
     """A name no entry of the registry has; the message lists those it has."""
     __str__ = ValueError.__str__
@@ -78,10 +87,7 @@ class Registry(MutableMapping):
         if name not in self._refs:
             raise UnknownName(f"unknown {self.what} {name!r}; choose one of {', '.join(sorted(self)) or 'none'}"
                              + (f" ({self.hint})" if self.hint else ""))
-        module, _, attr = self._refs[name].partition(":")
-        entry = importlib.import_module(module)
-        for part in attr.split(".") if attr else ():
-            entry = getattr(entry, part)
+        entry = resolve(self._refs[name])
         self._entries[name] = entry  # resolved once; its reference stays (``reference``)
         return entry
 

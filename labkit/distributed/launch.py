@@ -73,6 +73,7 @@ from labkit.core.paths import run_name, runs_root
 from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
+from labkit.tasks import PROGRAMS
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.wire.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
                              EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, chief_of,
@@ -91,10 +92,10 @@ class ClusterTimeout(TimeoutError):
 
 
 def program_module(program: str) -> str:
-    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"``; a dotted name is used as given."""
+    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.tasks.PROGRAMS``); a dotted name is used as given."""
     if not program or not all(part.isidentifier() for part in program.split(".")):
         raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
-    return program if "." in program else f"labkit.tasks.{program}"
+    return program if "." in program else PROGRAMS.reference(program)
 
 
 def cli_args(args: dict) -> list[str]:

@@ -198,7 +198,7 @@ class Book:
             mark.parent.mkdir(parents=True, exist_ok=True)
             mark.write_text(digest)
 
-        return render.Task("feedback", args, path, lambda why: feedback.plain_page(rows, title, why, self.warning,
+        return render.Task(feedback.write_feedback, args, path, lambda why: feedback.plain_page(rows, title, why, self.warning,
                                                                                   _descriptions(job.lab)),
                            job.private / "page.log", done)
 

@@ -375,7 +375,7 @@ def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: b
         write_csv(notes + [{**r, "notes": "; ".join(r["flags"] + ([r["notes"]] if r["notes"] else []))}
                            for r in rows], base.with_suffix(".csv"), EXPORT_FIELDS)
         path = base.with_suffix(".html")
-        tasks.append(render.Task("answers", {"path": str(path), "question": asdict(q), "rows": rows}, path,
+        tasks.append(render.Task(write_page, {"path": str(path), "question": asdict(q), "rows": rows}, path,
                                  lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
                                  Path(out) / ".grader" / "answers.log"))
     return tasks

@@ -6,7 +6,8 @@ TA answer page is written by ``python -m labkit.grading.pages.render SPEC``, in 
 (``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
 data limit too), and killed past ``TIMEOUT_S``.
 
-``Task`` is one page to write: a renderer's name (``RENDERERS``), its JSON arguments, and the
+``Task`` is one page to write: the function that writes it (the caller's own, e.g.
+``answers.write_page``; the child process imports it by its module and name), its JSON arguments, and the
 page to write instead when rendering fails (``fallback``: the check table and why the notebook
 is not shown; the next rebuild of the reports tries that page again). ``Task.start()`` returns a ``Rendering`` whose ``poll()`` is None until it has
 ended; the batch polls it with the notebooks it runs, so their timeouts still hold while a page
@@ -23,18 +24,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from labkit.core.registry import resolve
 from labkit.grading.run import limits
 
 TIMEOUT_S = 180.0        # one page; a class's pages render in seconds each
 MEMORY_MB = 2048.0
 TASKS = 32
-RENDERERS = {"feedback": ("labkit.grading.pages.feedback", "write_feedback"),
-             "answers": ("labkit.grading.judge.answers", "write_page")}
+PACKAGE = "labkit.grading."   # a page writer is the grader's own function, nothing else
+
+
+def reference(writer: Callable) -> str:
+    """``"module:name"`` of a page writer, what the rendering process imports."""
+    ref = f"{writer.__module__}:{writer.__qualname__}"
+    if not ref.startswith(PACKAGE) or "<" in ref:
+        raise ValueError(f"a page writer is a module-level function of labkit.grading, got {ref}")
+    return ref
 
 
 @dataclass
 class Task:
-    kind: str                      # a key of RENDERERS
+    writer: Callable[..., None]    # the function that writes the page (a module-level one of labkit.grading)
     args: dict                     # its keyword arguments (JSON)
     path: Path                     # the page it writes
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
@@ -57,7 +66,7 @@ class Rendering:
         self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
         task.log.parent.mkdir(parents=True, exist_ok=True)
         self.spec = task.log.resolve().with_name(f".render-{uuid.uuid4().hex[:12]}.json")
-        self.spec.write_text(json.dumps({"kind": task.kind, "args": task.args, "memory_mb": self.memory_mb},
+        self.spec.write_text(json.dumps({"writer": reference(task.writer), "args": task.args, "memory_mb": self.memory_mb},
                                         default=str))
         try:
             self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
@@ -127,12 +136,11 @@ def _last_line(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    import importlib
-
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     limits.limit_self(int(spec["memory_mb"] * 2**20))
-    module, name = RENDERERS[spec["kind"]]
-    getattr(importlib.import_module(module), name)(**spec["args"])
+    if not spec["writer"].startswith(PACKAGE):
+        raise ValueError(f"not a page writer of labkit.grading: {spec['writer']}")
+    resolve(spec["writer"])(**spec["args"])
     return 0
 
 

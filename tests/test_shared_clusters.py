@@ -139,8 +139,10 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
     assert ClusterResult.load(e.completed[1].run_dir).chief().metrics == e.completed[1].chief().metrics
     behind = [lenet_sweep.Run(2, r.chief().training["per_worker_batch"], r) for r in e.completed]
 
-    figures = lambda run: (run.train["val_loss"], run.train["val_accuracy"], run.train["weights_sha256"],  # noqa: E731
-                           [h["train_loss"] for h in run.train["history"]])
+    def figures(run):
+        return (run.train["val_loss"], run.train["val_accuracy"], run.train["weights_sha256"],
+                [h["train_loss"] for h in run.train["history"]])
+
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)
     speed, again = (_per_config(runs, lambda r: r.train["images_per_s"]) for runs in (ahead.runs, behind))
     for label in speed:  # a loaded 2-core machine: within noise, not equal
@@ -177,6 +179,8 @@ def test_sync_async_in_two_orders_gives_the_same_figures_and_a_timeout_fails_alo
     assert any("while configuration endless (3 of 3) ran" in n for n in e.__notes__), e.__notes__
     assert [r.configuration["name"] for r in e.completed] == ["async-single-b50", "sync-single-b50"]
     behind = [sync_async.Run(mode, "single", 50, r) for mode, r in zip(("async", "sync"), e.completed)]
-    figures = lambda run: (run.chief.metrics["test_loss"], run.chief.metrics["test_accuracy"],  # noqa: E731
-                           run.global_step(), run.local_steps())
+    def figures(run):
+        return (run.chief.metrics["test_loss"], run.chief.metrics["test_accuracy"],
+                run.global_step(), run.local_steps())
+
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)

@@ -24,10 +24,11 @@ the stub): the exercises are found by the same markers, and ``make check`` looks
 from __future__ import annotations
 
 import ast
-import json
 import re
 import tomllib
 from pathlib import Path
+
+import tomli_w
 
 from labkit.notebook.checking import FORMAT
 from labkit.grading.judge.answers import questions
@@ -180,56 +181,15 @@ def _read(path: Path):
 
 
 # ---------------------------------------------------------------------------------------------
-# TOML: the subset the public rubric uses (tables, arrays of tables, strings, numbers, lists)
+# TOML, written by tomli-w (tomllib, the standard library's, only reads)
 
 def to_toml(data: dict, header: str = HEADER) -> str:
     """``data`` as TOML that ``tomllib`` reads back equal (checked: a value TOML cannot hold is an error)."""
-    lines = [header.rstrip(), ""] if header else []
-    _table(data, [], lines)
-    text = "\n".join(lines).rstrip() + "\n"
+    try:
+        body = tomli_w.dumps(data)
+    except TypeError as e:   # None, a set ...: tomli-w names the type
+        raise ValueError(f"to_toml: {e}: it has no TOML form") from None
+    text = (header.rstrip() + "\n\n" if header else "") + body
     if tomllib.loads(text) != data:
         raise ValueError("to_toml: the written TOML does not read back as the data (a value TOML cannot hold?)")
     return text
-
-
-def _table(data: dict, path: list[str], lines: list[str]) -> None:
-    scalars = {k: v for k, v in data.items() if not _is_table(v) and not _is_table_array(v)}
-    for k, v in scalars.items():
-        lines.append(f"{_key(k)} = {_value(v)}")
-    for k, v in data.items():
-        if _is_table(v):
-            if lines and lines[-1] != "":
-                lines.append("")
-            if any(not _is_table(x) and not _is_table_array(x) for x in v.values()) or not v:
-                lines.append(f"[{'.'.join(_key(p) for p in path + [k])}]")
-            _table(v, path + [k], lines)
-        elif _is_table_array(v):
-            for item in v:
-                lines += ["", f"[[{'.'.join(_key(p) for p in path + [k])}]]"]
-                _table(item, path + [k], lines)
-
-
-def _is_table(v) -> bool:
-    return isinstance(v, dict)
-
-
-def _is_table_array(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k, ensure_ascii=False)
-
-
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
-    raise ValueError(f"to_toml: {type(v).__name__} {v!r} has no TOML form")

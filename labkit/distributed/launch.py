@@ -54,7 +54,12 @@ missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
 from __future__ import annotations
 
+import contextlib
+import difflib
+import inspect
+import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -73,6 +78,7 @@ from labkit.core.paths import run_name, runs_root
 from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
+from labkit.core.registry import resolve
 from labkit.tasks import PROGRAMS
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.wire.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
@@ -96,6 +102,29 @@ def program_module(program: str) -> str:
     if not program or not all(part.isidentifier() for part in program.split(".")):
         raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
     return program if "." in program else PROGRAMS.reference(program)
+
+
+def check_program_args(module: str, argv: list[str]) -> None:
+    """Parse ``argv`` with the kit's task program's own parser (its ``parse_args``) before any task
+    starts: a misspelt or invalid argument fails here, with argparse's message, not on a node after
+    start-up. A program outside ``labkit.tasks.PROGRAMS`` is left to its own parser."""
+    if module not in {PROGRAMS.reference(name) for name in PROGRAMS}:
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            resolve(f"{module}:parse_args")(argv)
+    except SystemExit as e:
+        if e.code in (0, None):
+            return
+        lines = said.getvalue().strip().splitlines()
+        message = lines[-1] if lines else f"{module} rejected its arguments {argv}"
+        own = [n for n in inspect.signature(Cluster).parameters if n not in ("spec", "program", "args", "program_args")]
+        typos = [close[0] for flag in re.findall(r"--([\w-]+)", message.partition("unrecognized arguments:")[2])
+                 if (close := difflib.get_close_matches(flag.replace("-", "_"), own, n=1))]
+        hint = f" (did you mean the Cluster's own {', '.join(f'{t}=' for t in typos)}?)" if typos else ""
+        raise ValueError(f"{message}{hint}; the program's arguments go in args={{...}}, as its --help lists them") \
+            from None
 
 
 def cli_args(args: dict) -> list[str]:
@@ -175,7 +204,8 @@ class Cluster:
                  threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
                  ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
                  dry_run: bool = False, program_argv=(), launcher: str | None = None,
-                 launcher_options: dict | None = None, on_event=None, **args):
+                 launcher_options: dict | None = None, on_event=None, args: dict | None = None,
+                 **program_args):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(f"spec must be a labkit.wire.spec.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
                              f"got {type(spec).__name__}")
@@ -186,7 +216,13 @@ class Cluster:
         if threads is not None and (len(threads) != 2 or min(threads) < 1):
             raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
         self.spec, self.program, self.module = spec, program, program_module(program)
-        self.args, self.program_argv = dict(args), [str(a) for a in program_argv]
+        # the program's arguments: args={...}, their own parameter; keywords the Cluster does not know
+        # are the program's too (as before), and both are checked against its parser before anything starts
+        both = set(args or {}) & set(program_args)
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: given both in args= and as a keyword; give each once")
+        self.args, self.program_argv = {**(args or {}), **program_args}, [str(a) for a in program_argv]
+        check_program_args(self.module, cli_args(self.args) + self.program_argv)
         self.run_name = run or run_name(program.rsplit(".", 1)[-1])
         self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)
         # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from

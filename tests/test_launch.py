@@ -95,7 +95,8 @@ def test_killed_worker_raises_task_failed_promptly(clusters):
 
 
 def test_failing_program_reports_its_log_tail(clusters):
-    c = make(clusters, cluster.local(ps=1, workers=1), steps=-1)
+    # program_argv goes to the task as given (args= and keywords are checked before anything starts)
+    c = make(clusters, cluster.local(ps=1, workers=1), program_argv=["--steps", "-1"])
     with pytest.raises(TaskFailed, match="--steps must be positive") as info:
         c.run(timeout=60)
     assert info.value.returncode == 2

@@ -79,8 +79,8 @@ from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
 from labkit.core.registry import resolve
-from labkit.tasks import PROGRAMS
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
+from labkit.wire.protocol import PROGRAMS
 from labkit.wire.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
                              EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, chief_of,
                              describe_exit, grpc_options, log_hint, task_file, versions)
@@ -98,7 +98,7 @@ class ClusterTimeout(TimeoutError):
 
 
 def program_module(program: str) -> str:
-    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.tasks.PROGRAMS``); a dotted name is used as given."""
+    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.wire.protocol.PROGRAMS``); a dotted name is used as given."""
     if not program or not all(part.isidentifier() for part in program.split(".")):
         raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
     return program if "." in program else PROGRAMS.reference(program)
@@ -107,7 +107,7 @@ def program_module(program: str) -> str:
 def check_program_args(module: str, argv: list[str]) -> None:
     """Parse ``argv`` with the kit's task program's own parser (its ``parse_args``) before any task
     starts: a misspelt or invalid argument fails here, with argparse's message, not on a node after
-    start-up. A program outside ``labkit.tasks.PROGRAMS`` is left to its own parser."""
+    start-up. A program outside ``PROGRAMS`` is left to its own parser."""
     if module not in {PROGRAMS.reference(name) for name in PROGRAMS}:
         return
     said = io.StringIO()
@@ -222,7 +222,7 @@ class Cluster:
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: given both in args= and as a keyword; give each once")
         self.args, self.program_argv = {**(args or {}), **program_args}, [str(a) for a in program_argv]
-        check_program_args(self.module, cli_args(self.args) + self.program_argv)
+        check_program_args(self.module, cli_args(self.args))   # program_argv: passed as given, unchecked
         self.run_name = run or run_name(program.rsplit(".", 1)[-1])
         self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)
         # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from

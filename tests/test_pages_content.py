@@ -240,7 +240,7 @@ def test_a_page_renders_in_its_own_process_from_relative_paths(run, monkeypatch)
 
     monkeypatch.chdir(run)
     rows = [_row("execution", "ok", most=0.0)]
-    task = render.Task("feedback", {"executed": "ex.ipynb", "rows": rows, "path": "out/p.html", "title": "s: l",
+    task = render.Task(feedback.write_feedback, {"executed": "ex.ipynb", "rows": rows, "path": "out/p.html", "title": "s: l",
                                     "source": "src.ipynb"}, run / "out" / "p.html",
                        lambda why: feedback.plain_page(rows, "s: l", why), run / "logs" / "page.log")
     render.run([task])

@@ -12,7 +12,7 @@ Only this module may name them (that test checks it too). Imports nothing else f
 """
 from __future__ import annotations
 
-from labkit.core.registry import Registry
+from labkit.core.registry import Registry, resolve
 
 SOLUTIONS = Registry("reference implementation", builtin={
     "lab1.sgd_step": "labkit.solutions.lab1:sgd_step",
@@ -30,7 +30,7 @@ class NotInStudentKit(LookupError):
 def solution(module: str, name: str, instead: str):
     """``labkit.solutions.<module>.<name>``; without it, NotInStudentKit naming ``instead``."""
     try:
-        return SOLUTIONS[f"{module}.{name}"]
+        return resolve(SOLUTIONS.reference(f"{module}.{name}"))   # imported each time: never cached here
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("labkit.solutions"):
             raise NotInStudentKit(f"the kit's reference {name} is not part of the student kit; pass {instead}") \

@@ -6,6 +6,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.labkit-installed
+# What `make setup` installs: everything (the grader, the tests, the linter); a cluster node or a
+# student needs only requirements.txt (REQUIREMENTS=requirements.txt).
+REQUIREMENTS ?= requirements-test.txt
 
 # Where the loader looks for data (see README "Data"). Both are optional.
 #   DATA=DIR         use the dataset files already in DIR (LABKIT_DATA)
@@ -29,10 +32,10 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): $(wildcard requirements*.txt) pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r $(REQUIREMENTS)
 	$(PY) -m pip install --no-deps -e .
 	touch $@
 

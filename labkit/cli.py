@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _data(args) -> int:
-    from labkit import data
+    from labkit.datasets import loaders as data
 
     names = args.dataset or ["mnist"]
     try:
@@ -49,7 +49,7 @@ def _add_bench(sub) -> None:
 
 def _add_monitor(sub) -> None:
     def run(a):
-        from labkit import monitor
+        from labkit.measure import monitor
 
         if a.command_args and a.command_args[0] == "--":
             a.command_args = a.command_args[1:]
@@ -72,26 +72,49 @@ def _add_monitor(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _grader(module: str):
-    """A module of labkit.grading, which the student kit (``make release``) does not ship."""
-    import importlib
-
-    try:
-        return importlib.import_module(f"labkit.grading.{module}")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("labkit.grading"):
-            print("error: this is the student kit; grading and releasing are in the instructor's kit",
-                  file=sys.stderr)
-            raise SystemExit(2) from None
-        raise
+def _instructor_only(exc: ModuleNotFoundError):
+    """labkit.grading is not in the student kit (``make release``): say so, else re-raise."""
+    if exc.name and exc.name.startswith("labkit.grading"):
+        print("error: this is the student kit; grading and releasing are in the instructor's kit", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise exc
 
 
+# The grading commands import labkit.grading where they run (the student kit has none of it), each
+# by its own import statement, so that the import checks see what every command depends on.
 def _grade(args) -> int:
-    return _grader("grade").main(args)
+    try:
+        from labkit.grading import grade
+    except ModuleNotFoundError as e:
+        _instructor_only(e)
+    return grade.main(args)
+
+
+def _grade_import(args) -> int:
+    try:
+        from labkit.grading import grade
+    except ModuleNotFoundError as e:
+        _instructor_only(e)
+    return grade.main_import(args)
+
+
+def _publish(action: str):
+    """``grade-answers`` ... ``grade-export``: one ``main_<action>`` of labkit.grading.gradebook.publish."""
+    def run(args) -> int:
+        try:
+            from labkit.grading.gradebook import publish
+        except ModuleNotFoundError as e:
+            _instructor_only(e)
+        return getattr(publish, f"main_{action}")(args)
+    return run
 
 
 def _release(args) -> int:
-    return _grader("release").main(args)
+    try:
+        from labkit.grading.kit import release
+    except ModuleNotFoundError as e:
+        _instructor_only(e)
+    return release.main(args)
 
 
 def _add_grade(sub) -> None:
@@ -131,14 +154,14 @@ def _add_grade(sub) -> None:
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
     p.add_argument("--anonymous", action="store_true",
                    help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back")
-    p.set_defaults(func=lambda a: _grader("publish").main_answers(a))
+    p.set_defaults(func=_publish("answers"))
 
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
     p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
     p.add_argument("--prefer", metavar="FILE", help="one of the files: it wins every conflict it is part of (two "
                                                     "files disagreeing, or a score changed since it was exported)")
-    p.set_defaults(func=lambda a: _grader("publish").main_merge(a))
+    p.set_defaults(func=_publish("merge"))
 
     p = sub.add_parser("grade-import", help="lay out Canvas's or Gradescope's download as DIR/<student>/<notebook>"
                                             ".ipynb with intake.json (grade does this itself; this is to look first)")
@@ -148,12 +171,12 @@ def _add_grade(sub) -> None:
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder (matches misnamed files)")
     p.add_argument("--roster", help="Canvas's gradebook export: names each student as the gradebook does")
     p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
-    p.set_defaults(func=lambda a: _grader("grade").main_import(a))
+    p.set_defaults(func=_grade_import)
 
     p = sub.add_parser("grade-deliver", help="pack the feedback pages: one zip per student, and per lab a zip for "
                                              "Canvas's Re-Upload Submissions (into OUT/deliver/)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
-    p.set_defaults(func=lambda a: _grader("publish").main_deliver(a))
+    p.set_defaults(func=_publish("deliver"))
 
     p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
@@ -164,7 +187,7 @@ def _add_grade(sub) -> None:
     p.add_argument("--new-assignment", action="store_true",
                    help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
                         "for it (default: refused)")
-    p.set_defaults(func=lambda a: _grader("publish").main_export(a))
+    p.set_defaults(func=_publish("export"))
 
 
 def _add_release(sub) -> None:
@@ -179,7 +202,7 @@ def _add_release(sub) -> None:
 
 def _add_check(sub) -> None:
     def run(a):
-        from labkit import checking
+        from labkit.notebook import checking
 
         return checking.main(a)
 
@@ -210,7 +233,7 @@ def _launcher_arguments(p) -> None:
 
 
 def _remote_arguments(p) -> None:
-    from labkit.launchers.ssh import DEFAULT_SSH, LIVENESS
+    from labkit.distributed.launchers.ssh import DEFAULT_SSH, LIVENESS
 
     p.add_argument("--ssh", help=f"ssh command for remote hosts (default $LABKIT_SSH, else '{' '.join(DEFAULT_SSH)}'); "
                                  f"the kit's liveness options '{' '.join(LIVENESS)}' go first in any ssh command, so a "
@@ -223,7 +246,8 @@ def _remote_arguments(p) -> None:
 def _launcher(args, program: str, **kwargs):
     import shlex
 
-    from labkit import cluster, launch
+    from labkit.wire import spec as cluster
+    from labkit.distributed import launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
     ssh = {"ssh": shlex.split(args.ssh) if args.ssh else None, "remote_dir": args.remote_dir,
@@ -259,7 +283,7 @@ def _add_cluster(sub) -> None:
 
 
 def _run(args) -> int:
-    from labkit import launch
+    from labkit.distributed import launch
 
     try:
         spec, launcher = _launcher(args, args.program, lab=args.lab, timeout=args.timeout,
@@ -293,7 +317,7 @@ def _add_run(sub) -> None:
 def _nodes(args) -> int:
     import shlex
 
-    from labkit import launch, nodes
+    from labkit.distributed import launch, nodes
 
     remote = dict(ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
                   remote_python=args.remote_python)
@@ -339,7 +363,7 @@ def _add_nodes(sub) -> None:
 
 def _add_cloudlab_local(sub) -> None:
     def run(a):
-        from labkit import cloudlab_local, minislurm, netem
+        from labkit.infra import cloudlab_local, minislurm, netem
 
         try:
             return cloudlab_local.session(a.nodes, a.link, a.user, a.command, slurm=a.slurm)
@@ -382,7 +406,7 @@ def main(argv=None) -> int:
     """Run one subcommand. SIGTERM and SIGHUP stop it as Ctrl-C does, with everything it
     started (``proc.unwind_on_signals``); output into a closed pipe (``... | head``) ends it
     quietly, as it ends ``cat``."""
-    from labkit.proc import unwind_on_signals
+    from labkit.core.proc import unwind_on_signals
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Emulated CloudLab nodes for tests (``labkit.cloudlab_local``): a fixture factory that skips,
+"""Emulated CloudLab nodes for tests (``labkit.infra.cloudlab_local``): a fixture factory that skips,
 saying why, where they cannot run, and checks afterwards that nothing of them is left."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from labkit.cloudlab_local import LocalCloudLab, unavailable
+from labkit.infra.cloudlab_local import LocalCloudLab, unavailable
 
 
 @contextlib.contextmanager
@@ -61,7 +61,7 @@ def checkout(lab, mirror: str, node: str = "node0") -> None:
     import sys
     from pathlib import Path
 
-    from labkit import nodes
+    from labkit.distributed import nodes
 
     venv = shlex.quote(sys.prefix)
     copy = subprocess.run(lab.command(node, f"mkdir -p labkit && tar -xf - -C labkit && ln -s {venv} labkit/.venv && "

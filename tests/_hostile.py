@@ -11,7 +11,7 @@ Markdown cells, cell attachments, an analysis answer, and ``text/html``, ``text/
 ``text/latex`` and ``image/svg+xml`` outputs; ``executed_copy`` fills in outputs without a kernel.
 
 ``audit(page)`` parses a written page (Python's HTML parser) and lists everything outside the
-allow-list of ``labkit.grading.sanitize``.
+allow-list of ``labkit.grading.pages.sanitize``.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from html.parser import HTMLParser
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from labkit.grading import sanitize
+from labkit.grading.pages import sanitize
 
 FAKE = "FAKE GRADE 100/100"
 
@@ -124,7 +124,7 @@ def hostile_notebook(beacon: str, answer_tag: str = "analysis"):
         attach,
         new_code_cell("x = 1", id="hostile-params", metadata={"tags": ["parameters"]}),
         new_code_cell(code, id="hostile-code"),
-        new_code_cell("from labkit.record import record\nrecord('ok', 1)", id="hostile-record"),
+        new_code_cell("from labkit.notebook.record import record\nrecord('ok', 1)", id="hostile-record"),
         new_markdown_cell("**Q1.** What happened?", id="hostile-q"),
         answer,
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})

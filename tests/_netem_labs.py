@@ -5,7 +5,7 @@ too, with the reason, so a run shows what it did not check. Call a ``check_labN`
 the notebook's other checks have run by then."""
 import pytest
 
-from labkit import netem
+from labkit.infra import netem
 
 # Added to each lab test's tiny parameters: the slow link, where the effect shows on a busy 2-core machine.
 LAB2 = {"emulated_links": ["10mbit"]}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers import WaitTimeout, wait_until
-from labkit import cluster
-from labkit.proc import OwnedProcess, tail
+from labkit.wire import spec as cluster
+from labkit.core.proc import OwnedProcess, tail
 
 CONFIG = """\
 Port {port}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import labkit  # noqa: F401  (first: it keeps nbformat's import fast in this process, see labkit/__init__.py)
+import labkit.grading  # noqa: F401  (first: it keeps nbformat's import fast in this process, see labkit/grading/__init__.py)
 
 
 @pytest.fixture(scope="module")

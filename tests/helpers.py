@@ -15,7 +15,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from labkit.record import read_records
+from labkit.notebook.record import read_records
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -182,7 +182,7 @@ def alive(pids) -> list[int]:
 
 def children(pid: int | None = None, recursive: bool = True) -> list:
     """The processes below ``pid`` (default: this one), without its fork server
-    (``labkit.launchers.forkserver``): the local launcher's, which ends with the process that
+    (``labkit.distributed.launchers.forkserver``): the local launcher's, which ends with the process that
     started it and is meant to outlive the clusters it forked."""
     try:
         procs = psutil.Process(pid).children(recursive=recursive)
@@ -191,7 +191,7 @@ def children(pid: int | None = None, recursive: bool = True) -> list:
     out = []
     for p in procs:
         try:
-            if "labkit.launchers.forkserver" not in p.cmdline():
+            if "labkit.distributed.launchers.forkserver" not in p.cmdline():
                 out.append(p)
         except psutil.NoSuchProcess:
             pass  # gone meanwhile
@@ -201,7 +201,7 @@ def children(pid: int | None = None, recursive: bool = True) -> list:
 def kill_and_expect_task_failed(c, task: str = "worker:1", timeout: float = 60):
     """SIGKILL ``task`` of the running cluster ``c``; ``c.wait`` must raise ``TaskFailed`` naming it
     with the signal. Returns the exception and the seconds the launcher took to notice."""
-    from labkit.launch import TaskFailed
+    from labkit.distributed.launch import TaskFailed
 
     c.kill(task)
     t0 = time.monotonic()

@@ -5,7 +5,7 @@ bars are live widgets, and the notebook saved from the browser holds the records
 A screenshot goes to out/browser/.
 
 Needs ``chromium`` (``apt-get install -y chromium chromium-driver``; .ci/run installs it) and
-the ``playwright`` pip package (requirements.txt); skipped with the reason where either is missing.
+the ``playwright`` pip package (requirements-test.txt); skipped with the reason where either is missing.
 """
 import json
 import os
@@ -21,9 +21,9 @@ import psutil
 import pytest
 
 from helpers import WaitTimeout, wait_until
-from labkit import cluster
-from labkit.proc import OwnedProcess, tail
-from labkit.record import read_records
+from labkit.wire import spec as cluster
+from labkit.core.proc import OwnedProcess, tail
+from labkit.notebook.record import read_records
 
 pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.slow]
 
@@ -87,7 +87,7 @@ def jupyterlab(tmp_path):
     """JupyterLab serving tmp_path on 127.0.0.1:<free port> with a token; killed with its kernels."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium chromium-driver)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     port, token = cluster.free_ports(1)[0], secrets.token_hex(16)
     home = tmp_path / "jupyter"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
@@ -190,6 +190,6 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
     saved = json.loads(notebook.read_text())
     widgets = [o for c in saved["cells"] for o in c.get("outputs", [])
                if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
-    assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.progress)"
+    assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.measure.progress)"
     assert (tmp_path / "runs" / "lab1").is_dir()  # TensorBoard scalars under the one runs/ root
     shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)

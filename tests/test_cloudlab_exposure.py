@@ -1,5 +1,5 @@
 """What an emulated node must bind back for its account to see the kit wherever the clone is
-(``labkit.cloudlab_local.exposure``): the paths under a folder others may not enter, each once,
+(``labkit.infra.cloudlab_local.exposure``): the paths under a folder others may not enter, each once,
 and the folders to cover, each once. No node starts here; tests/test_cloudlab_path.py and
 tests/test_slurm_nodes.py run the kit on nodes from this very checkout, wherever it is."""
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cloudlab_local import closed_folder, exposure, kit_paths
+from labkit.infra.cloudlab_local import closed_folder, exposure, kit_paths
 
 
 @pytest.fixture

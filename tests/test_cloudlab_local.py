@@ -1,4 +1,4 @@
-"""Emulated CloudLab nodes (``labkit.cloudlab_local``): each node a host of its own on the
+"""Emulated CloudLab nodes (``labkit.infra.cloudlab_local``): each node a host of its own on the
 experiment LAN, with a real sshd and the experiment's account, and nothing left afterwards,
 even when their owner is killed with SIGKILL."""
 import glob

@@ -1,5 +1,5 @@
 """The TA's path of docs/cluster.md, word for word, on 4 emulated CloudLab nodes with real sshd
-(``labkit.cloudlab_local``), and its faults.
+(``labkit.infra.cloudlab_local``), and its faults.
 
 The TA is the account ``ta`` logged in on node0 (``LocalCloudLab.sh``, as after ``ssh node0``),
 with the kit's checkout in ``~/labkit`` there (this checkout's files, as ``git clone`` gives them)
@@ -57,7 +57,7 @@ def ta(lab, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def _tasks(lab) -> list[psutil.Process]:
     """The kit's task processes running in any node."""
     mine = {n.netns for n in lab.network.nodes.values()} if lab.network.nodes else set()
-    from labkit.sockets import netns_id
+    from labkit.measure.sockets import netns_id
 
     out = []
     for p in psutil.process_iter(["cmdline"]):
@@ -186,7 +186,7 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
     if lab.sh("node2", "command -v iptables", user=False).returncode != 0:
         pytest.skip("no iptables (Debian's package; .ci/run installs it)")
     assert lab.sh("node2", fw, user=False).returncode == 0
-    firewall = ("from labkit import cluster; from labkit.launch import Cluster, ClusterTimeout\n"
+    firewall = ("from labkit.wire import spec as cluster; from labkit.distributed.launch import Cluster, ClusterTimeout\n"
                 "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=3)\n"
                 "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=25).run()\n    print('no timeout')\n"
                 "except ClusterTimeout as e:\n    print(e)\n")

@@ -21,7 +21,7 @@ NS = {"r": "http://www.geni.net/resources/rspec/3", "emulab": "http://www.protog
 
 def rspec(repository: Path, *values: str) -> subprocess.CompletedProcess:
     """docs/cluster.md's command, in a profile repository: ``.venv/bin/python rspec.py profile.py``."""
-    pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements.txt) is not installed")
+    pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements-test.txt) is not installed")
     return subprocess.run([sys.executable, "rspec.py", "profile.py", *values], cwd=repository, capture_output=True,
                           text=True, timeout=60)
 
@@ -30,7 +30,7 @@ def rspec(repository: Path, *values: str) -> subprocess.CompletedProcess:
 def profile_repository(tmp_path_factory):
     """``make release``'s student kit, committed and cloned as CloudLab clones a profile's
     repository onto every node (``/local/repository``)."""
-    from labkit.grading.release import release
+    from labkit.grading.kit.release import release
 
     out = tmp_path_factory.mktemp("release") / "release"
     release(REPO / "notebooks", out, log=lambda *_: None)

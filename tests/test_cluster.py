@@ -5,8 +5,8 @@ import socket
 
 import pytest
 
-from labkit import cluster
-from labkit.cluster import ClusterSpec
+from labkit.wire import spec as cluster
+from labkit.wire.spec import ClusterSpec
 
 
 def test_local_uses_free_distinct_loopback_ports():

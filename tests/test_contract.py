@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import events, paths, protocol, sockets
-from labkit.registry import Registry, UnknownName
+from labkit.wire import events, protocol
+from labkit.core import paths
+from labkit.measure import sockets
+from labkit.core.registry import Registry, UnknownName
 
 
 def test_an_event_survives_its_line_and_a_newer_kind_is_kept_not_lost():
@@ -120,8 +122,8 @@ def test_the_meter_leaves_out_what_it_is_told_to(monkeypatch):
 
 
 def test_launcher_options_are_each_launchers_own(tmp_path, monkeypatch):
-    from labkit import cluster
-    from labkit.launch import Cluster
+    from labkit.wire import spec as cluster
+    from labkit.distributed.launch import Cluster
 
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
     spec = cluster.local(ps=0, workers=1)

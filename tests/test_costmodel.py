@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import costmodel as cm
-from labkit.costmodel import CostModel, Link
+from labkit.learning import costmodel as cm
+from labkit.learning.costmodel import CostModel, Link
 from labkit.solutions.lab5 import step_bytes
 
-LENET_BYTES = 61_706 * 4  # labkit.models.lenet5 in float32 (test_train_loop checks the count): M = 246.8 KB
+LENET_BYTES = 61_706 * 4  # labkit.learning.models.lenet5 in float32 (test_train_loop checks the count): M = 246.8 KB
 
 
 # --- bytes on the wire: the reference model -------------------------------------------------
@@ -53,7 +53,7 @@ def test_the_student_kit_has_no_model_of_the_bytes_nor_the_exercise(monkeypatch)
     pass instead. What other labs need of those bytes (Lab 3's dense PS step) stays."""
     import importlib
 
-    from labkit.reference import NotInStudentKit
+    from labkit.core.reference import NotInStudentKit
 
     real = importlib.import_module
 
@@ -453,10 +453,10 @@ def test_report_003_curves_barely_depend_on_alpha():
     assert (slow["images_per_s"] / base["images_per_s"] - 1).abs().max() < 0.03
 
 
-# --- plots (labkit.plots, Lab 5 section) ----------------------------------------------------
+# --- plots (labkit.measure.plots, Lab 5 section) ----------------------------------------------------
 
 def test_plots_draw_predictions_measurements_and_the_crossover():
-    from labkit import plots
+    from labkit.measure import plots
 
     curves = cm.report_003_curves(networks={"1 Gb/s": cm.NETWORKS["1 Gb/s"]})
     measured = curves[curves.workers.isin([1, 3])].assign(images_per_s=lambda d: d.images_per_s * 1.1)
@@ -486,7 +486,7 @@ def test_plots_draw_predictions_measurements_and_the_crossover():
 
 
 def test_plots_draw_report_003_measured_and_say_when_skipped():
-    from labkit import plots
+    from labkit.measure import plots
 
     measured = pd.DataFrame({"arch": ["ps"] * 3 + ["ring"] * 3, "workers": [1, 2, 3] * 2,
                              "images_per_s": [50, 55, 56, 500, 150, 170], "speedup": [1, 1.1, 1.12, 1, 0.3, 0.34]})

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit import data
-from labkit.data import DataError
+from labkit.datasets import loaders as data
+from labkit.datasets.loaders import DataError
 
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 

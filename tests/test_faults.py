@@ -1,4 +1,4 @@
-"""Faults injected into a running cluster (labkit.faults, Cluster.kill(expected=True)) and what
+"""Faults injected into a running cluster (labkit.wire.faults, Cluster.kill(expected=True)) and what
 TensorFlow's ClusterCoordinator does about them (Lab 5's failure demo, ring_vs_ps.ps_failure).
 
 The parsing and the summary are checked on made-up traces; the launcher's expected kill on a
@@ -8,9 +8,9 @@ closures run on the others and training goes on; the lost ps stops the chief wit
 UnavailableError."""
 import pytest
 
-from labkit import cluster, events, faults
-from labkit.launch import Cluster
-from labkit.protocol import TaskFailed
+from labkit.wire import spec as cluster, events, faults
+from labkit.distributed.launch import Cluster
+from labkit.wire.protocol import TaskFailed
 
 
 def test_a_traced_step_is_an_event_and_a_line_for_people():
@@ -85,7 +85,7 @@ def test_inject_kills_after_the_given_steps_and_keeps_the_failure():
 
 SURVIVOR_PROGRAM = """
 import socket, time
-from labkit import events
+from labkit.wire import events
 from labkit.tasks.common import TaskRuntime
 
 with TaskRuntime("survivor") as rt:  # worker:1 runs until killed; worker:0 logs for a few seconds, then ends well
@@ -117,7 +117,7 @@ def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
 
 
 def test_fault_trace_draws_steps_slices_and_kills():
-    from labkit import plots
+    from labkit.measure import plots
 
     steps = [_step(n, float(n), (0, 1, 2) if n < 4 else (0, 2, 0)) for n in range(1, 8)]
     fig = plots.fault_trace(steps, [{"task": "worker:1", "after_step": 3}])

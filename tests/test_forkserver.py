@@ -1,4 +1,4 @@
-"""The fork server (``labkit.launchers.forkserver``): a task forked from it behaves, for whoever
+"""The fork server (``labkit.distributed.launchers.forkserver``): a task forked from it behaves, for whoever
 started its stand-in, as a process of its own would: arguments, environment, working directory,
 streams, exit status and signals; and nothing it starts outlives its owner."""
 import json
@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from helpers import wait_until
-from labkit.launchers import forkserver
+from labkit.distributed.launchers import forkserver
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")
 
@@ -85,7 +85,7 @@ def test_without_a_server_the_stand_in_runs_the_task_itself(tmp_path):
 def test_the_server_and_its_tasks_die_with_the_process_that_started_them(tmp_path):
     log = tmp_path / "log"
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from labkit.launchers import forkserver; from labkit.proc import "
+        [sys.executable, "-c", "import sys, time; from labkit.distributed.launchers import forkserver; from labkit.core.proc import "
                                "OwnedProcess; s = forkserver.get(); "  # the launcher starts stand-ins so
                                "task = OwnedProcess([s.python, '-c', 'import time; time.sleep(120)'], sys.argv[1])"
                                ".start(); print('ready', s.process.pid, task.pid, flush=True); time.sleep(120)",

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from labkit.launchers import forkserver
+from labkit.distributed.launchers import forkserver
 
 pytestmark = [pytest.mark.tensorflow,  # the server imports TensorFlow before it forks
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")]

@@ -1,4 +1,4 @@
-"""The class's gradebook (``labkit.grading.gradebook``) case by case, without running a notebook:
+"""The class's gradebook (``labkit.grading.gradebook.store``) case by case, without running a notebook:
 who a person is, a roster that never creates anyone, writes a SIGKILL cannot corrupt, signed
 runs, the earlier layout imported once, the exports Canvas takes, TA merges, and the LMSs'
 anonymous and group downloads. (``test_gradebook_term.py`` runs the whole term end to end.)"""
@@ -18,8 +18,12 @@ from pathlib import Path
 import pytest
 
 from _lms import GradescopeSubmission, gradescope_zip
-from labkit.grading import answers, exports, gradebook, intake, ledger, legacy
-from labkit.grading.gradebook import Gradebook, GradebookError
+from labkit.grading.judge import answers
+from labkit.grading.gradebook import exports, legacy
+from labkit.grading.submissions import intake
+from labkit.grading.run import ledger
+from labkit.grading.gradebook import store as gradebook
+from labkit.grading.gradebook.store import Gradebook, GradebookError
 from test_grading_intake import PEOPLE, _scores, filled, labs_of, reference_notebooks
 
 ROSTER = [{"Student": display, "ID": str(uid), "SIS User ID": sis, "SIS Login ID": login, "Section": "1",
@@ -66,7 +70,7 @@ def test_the_reference_self_check_never_enters_a_class_gradebook(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from labkit.grading.gradebook import Gradebook
+    from labkit.grading.gradebook.store import Gradebook
     db = Gradebook(sys.argv[1])
     rows = [{"check": f"c{i}", "points": 1.0, "max": 1.0, "status": "pass", "reason": "x" * 2000} for i in range(50)]
     n = 0
@@ -128,8 +132,8 @@ def test_ta_scores_keep_their_history_and_exports_whether_they_were_sent(tmp_pat
 # ----------------------------------------------------------------------------- the earlier layout
 
 def test_an_output_folder_of_the_earlier_layout_is_imported_once_with_nothing_lost(tmp_path):
-    from labkit.grading.publish import Book
-    from labkit.grading.runner import Job
+    from labkit.grading.gradebook.publish import Book
+    from labkit.grading.run.runner import Job
 
     labs = labs_of(tmp_path)
     out = tmp_path / "out"
@@ -293,7 +297,7 @@ def _flooded(path: Path, outputs: list) -> Path:
 def test_a_stored_notebook_is_cut_to_the_rubric_size_with_a_note_where_cut(tmp_path):
     import nbformat
 
-    from labkit.grading import stored
+    from labkit.grading.run import stored
 
     flood = "line of output\n" * 40000                     # about 560 KB
     image = {"image/png": "A" * 300_000, "text/plain": "<Figure>"}
@@ -319,7 +323,8 @@ def test_a_stored_notebook_is_cut_to_the_rubric_size_with_a_note_where_cut(tmp_p
 def test_a_notebook_too_large_to_read_is_kept_as_submitted_with_a_note(tmp_path, monkeypatch):
     import nbformat
 
-    from labkit.grading import scoring, stored
+    from labkit.grading.judge import scoring
+    from labkit.grading.run import stored
 
     monkeypatch.setattr(scoring, "MAX_EXECUTED_BYTES", 100 * 1024)
     source = _flooded(tmp_path / "source.ipynb", [])

@@ -28,7 +28,7 @@ import pytest
 
 from _lms import CanvasFile, GradescopeSubmission, canvas_zip, gradescope_zip
 from helpers import read_csv
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.run.sandbox import SANDBOXES
 from test_grading_intake import LATE_RUBRIC, filled, reference_notebooks
 from test_grading_workflow import _write_rows
 

@@ -9,11 +9,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from helpers import cell, read_csv
-from labkit.grading import release, report
-from labkit.grading.rubric import Missing, RubricError, evaluate, load_rubric, lookup
-from labkit.grading.runner import check_readable, source_index
-from labkit.grading import verify
-from labkit.record import MIME, cell_tags
+from labkit.grading.kit import release
+from labkit.grading.gradebook import report
+from labkit.grading.judge.rubric import Missing, RubricError, evaluate, load_rubric, lookup
+from labkit.grading.run.runner import check_readable, source_index
+from labkit.grading.judge import verify
+from labkit.notebook.record import MIME, cell_tags
 
 RUBRIC = """
 [defaults]
@@ -101,7 +102,7 @@ GOOD = {"acc": 0.95, "loss": 0.2, "steps": [10, 10, 10], "local": {"w0": 7, "w1"
 
 def scores(rub, nb, records):
     """Every check's score; the analysis answers as they stand before a TA has scored them."""
-    from labkit.grading import answers
+    from labkit.grading.judge import answers
 
     lab = rub.labs["a"]
     qs = answers.questions(lab, None)
@@ -142,7 +143,7 @@ def test_failures_and_partial_credit(tmp_path):
 
 
 def answers_sha(text):
-    from labkit.grading.answers import answer_sha
+    from labkit.grading.judge.answers import answer_sha
 
     return answer_sha(text)
 
@@ -160,8 +161,8 @@ def test_null_tags_in_a_submission_are_no_tags(tmp_path):
 
 
 def test_a_check_that_breaks_on_a_notebook_costs_that_row_not_the_batch(tmp_path, monkeypatch):
-    from labkit.grading import scoring
-    from labkit.grading.runner import Job, RunResult
+    from labkit.grading.judge import scoring
+    from labkit.grading.run.runner import Job, RunResult
 
     rub = load_rubric(write(tmp_path, RUBRIC))
     executed = tmp_path / "a.ipynb"
@@ -308,13 +309,13 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     kit = tmp_path / "kit"
     assert {p.name for p, _ in written} == {p.name for p in (repo / "notebooks").glob("*.ipynb")}
     assert all(p.parent == kit / "notebooks" for p, _ in written)
-    assert (kit / "labkit" / "lr.py").is_file() and (kit / "pyproject.toml").is_file()
+    assert (kit / "labkit" / "learning" / "lr.py").is_file() and (kit / "pyproject.toml").is_file()
     assert not (kit / "labkit" / "solutions").exists() and not (kit / "labkit" / "grading").exists()
     assert not list(kit.rglob("__pycache__"))
     # as a student's install: the kit first on the path, this checkout's editable finder gone
     student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
                f"sys.path.insert(0, {str(kit)!r})\n")
-    probe = (student + "import labkit, labkit.lr as lr, labkit.costmodel as cm, labkit.reference as ref\n"
+    probe = (student + "import labkit, labkit.learning.lr as lr, labkit.learning.costmodel as cm, labkit.core.reference as ref\n"
              "print(labkit.__file__)\n"
              "for get in (lambda: lr.sgd_step, lambda: cm.critical_path('ring', 1, 2),\n"
              "            lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
@@ -396,7 +397,7 @@ def test_reports(tmp_path):
     report.write_summary(rows, list(rub.labs.values()), tmp_path / "s.md")
     text = (tmp_path / "s.md").read_text()
     assert "| al\\|ce | 1.5/2 | 1.5/2 |" in text and "cell 3 raised ValueError: boom" in text
-    from labkit.grading.feedback import write_feedback
+    from labkit.grading.pages.feedback import write_feedback
 
     write_feedback(None, rows, tmp_path / "f.html", "al|ce: a")
     page = (tmp_path / "f.html").read_text()
@@ -451,7 +452,7 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
 
     import numpy as np
 
-    from labkit.grading import hidden, probe
+    from labkit.grading.judge import hidden, probe
 
     def lr_outputs(sign):
         arrays = {}
@@ -524,7 +525,7 @@ def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from labkit.grading import ledger
+    from labkit.grading.run import ledger
     from labkit.grading.grade import expected_seconds, longest_first
 
     base = load_rubric(write(tmp_path, RUBRIC)).labs["a"]

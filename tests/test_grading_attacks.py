@@ -25,11 +25,11 @@ import psutil
 import pytest
 
 from helpers import WRITABLE, cell, wait_while
-from labkit.grading import limits
+from labkit.grading.run import limits
 from labkit.grading.grade import grade
-from labkit.grading.rubric import KINDS, evaluate, gate, load_rubric
-from labkit.grading.sandbox import SANDBOXES
-from labkit.record import MIME, Missing, lookup
+from labkit.grading.judge.rubric import KINDS, evaluate, gate, load_rubric
+from labkit.grading.run.sandbox import SANDBOXES
+from labkit.notebook.record import MIME, Missing, lookup
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 CGROUPS = NO_SANDBOX is None and limits.best_backend() != "rlimit"
@@ -182,7 +182,7 @@ REACH = textwrap.dedent("""\
             pass
     attempt('the reference notebooks', lambda: open(REPO + '/notebooks/01_single_node_lr.ipynb').read(1))
     attempt('the solutions', lambda: __import__('labkit.solutions.lab1'))
-    attempt('the grader', lambda: __import__('labkit.grading.hidden'))
+    attempt('the grader', lambda: __import__('labkit.grading.judge.hidden'))
     attempt('the submissions', lambda: os.listdir(SUBS) or None)
     attempt('the kit, to change it', lambda: open(os.path.dirname(__import__('labkit').__file__) + '/x.py', 'w'))
     attempt('the network', lambda: socket.create_connection(('1.1.1.1', 53), timeout=2))
@@ -233,7 +233,7 @@ FORK_BOMB = textwrap.dedent("""\
             os._exit(0)""")
 MONKEYPATCH = textwrap.dedent("""\
     import json, os, labkit
-    from labkit import lr
+    from labkit.learning import lr
     lr.check_step = lambda step: 0.0            # the notebook's own self-check always passes
 
     def sgd_step(W, b, x, y, learning_rate):    # and the step does nothing, then forges the probe's result
@@ -441,7 +441,7 @@ def test_the_66_point_fakes_earn_nothing_for_work(attacked):
         assert all(rows[c.name]["status"] in ("unverified", "fail", "missing") for c in gated), key
         # the attack is real: scored on its records alone (no evidence, no verifiers), it would pass
         nb = nbformat.read(str(attacked["root"] / "out" / "fake" / lab.notebook), as_version=4)
-        from labkit.record import read_records
+        from labkit.notebook.record import read_records
 
         records = read_records(nb)
         naive = sum(evaluate(c, nb, records).points for c in gated if not c.external)
@@ -546,7 +546,7 @@ def test_inputs_the_grader_refuses_are_rows_and_the_batch_goes_on(attacked):
 def test_a_fair_notebook_keeps_every_automatic_point_under_the_gate():
     """The gate takes nothing from a notebook whose evidence holds (the reference run's case)."""
     rubric = load_rubric(REPO / "notebooks" / "rubric.toml")
-    from labkit.grading.rubric import Score
+    from labkit.grading.judge.rubric import Score
 
     for lab in rubric.labs.values():
         scores = {c.name: Score(c.points, c.points, "pass") for c in lab.checks}
@@ -608,7 +608,7 @@ def test_a_full_disk_is_a_row_and_leaves_the_machine_its_space(attacked):
 
 
 def test_a_stderr_flood_leaves_a_capped_log(attacked):
-    from labkit.grading import logcap
+    from labkit.grading.run import logcap
 
     assert rows_of(attacked, "flooder")["execution"]["status"] == "ok"
     log = (attacked["root"] / "out" / "flooder" / "01_single_node_lr.log").read_bytes()
@@ -626,8 +626,8 @@ def test_no_core_dump(attacked):
 def test_the_graders_state_cannot_be_forged(attacked):
     """From its work folder a notebook reaches no ledger, manifest, rubric copy, grades or key;
     the victim's stored outcome still holds its signature."""
-    from labkit.grading import ledger
-    from labkit.grading.publish import Book
+    from labkit.grading.run import ledger
+    from labkit.grading.gradebook.publish import Book
 
     tried = said(attacked, "forger", "FORGER")
     assert not [k for k, v in tried.items() if v == "written" or v.startswith("read ")], tried

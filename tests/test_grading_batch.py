@@ -1,5 +1,5 @@
 """The grader end to end on fixture submissions built here (tiny notebooks that use
-labkit.record, not the real labs): every failure mode becomes a row with the right status and
+labkit.notebook.record, not the real labs): every failure mode becomes a row with the right status and
 reason, the fake claim is a ``mismatch``, the released notebook fails where the solution was
 removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from helpers import alive, cell, read_csv, wait_until
 from labkit.grading.grade import grade
-from labkit.grading.release import release_notebook
+from labkit.grading.kit.release import release_notebook
 
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.run.sandbox import SANDBOXES
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 pytestmark = [pytest.mark.notebook,
@@ -391,7 +391,7 @@ def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monk
 
 
 def outcome_lab(rubric, key="lab1"):
-    from labkit.grading.rubric import load_rubric
+    from labkit.grading.judge.rubric import load_rubric
 
     return load_rubric(rubric).labs[key]
 
@@ -402,7 +402,7 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
     solution regions feed (the run stops at the first NotImplementedError)."""
     from pathlib import Path
 
-    from labkit.grading.release import release
+    from labkit.grading.kit.release import release
 
     repo = Path(__file__).parents[1]
     lab = repo / "notebooks" / "01_single_node_lr.ipynb"
@@ -438,7 +438,7 @@ def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywh
     to install and how to override; --no-sandbox runs anyway and every report says so. The
     reference notebooks may run without it."""
     from labkit.grading import grade as grading
-    from labkit.grading.sandbox import SANDBOXES, Bubblewrap
+    from labkit.grading.run.sandbox import SANDBOXES, Bubblewrap
 
     monkeypatch.setitem(SANDBOXES, "bwrap", Bubblewrap("labkit-no-such-bwrap"))
     (tmp_path / "rubric.toml").write_text(RUBRIC)

@@ -30,9 +30,9 @@ import pytest
 from _lms import CanvasFile, canvas_roster, canvas_zip
 import helpers
 from helpers import read_csv
-from labkit.grading import answers
-from labkit.grading.release import release_notebook
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.judge import answers
+from labkit.grading.kit.release import release_notebook
+from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()

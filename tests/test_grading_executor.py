@@ -9,10 +9,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from labkit.grading import batch, executor, runner
-from labkit.grading.rubric import load_rubric
-from labkit.grading.runner import Job, RunResult
-from labkit.record import MIME
+from labkit.grading.run import batch, executor, runner
+from labkit.grading.judge.rubric import load_rubric
+from labkit.grading.run.runner import Job, RunResult
+from labkit.notebook.record import MIME
 
 RUBRIC = """
 [labs.a]
@@ -238,7 +238,7 @@ def test_an_interrupted_start_still_releases_every_job_it_was_given(jobs):
 
 def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
     """Here: no cgroup, uid or disk left for a run is its crashed row, never the batch's end."""
-    from labkit.grading.sandbox import SANDBOXES
+    from labkit.grading.run.sandbox import SANDBOXES
 
     jobs, events = jobs
     ann = jobs[0]
@@ -257,7 +257,7 @@ def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
 
 
 def test_executors_are_found_by_name():
-    from labkit.grading.slurm_array import SlurmExecutor
+    from labkit.grading.run.slurm_array import SlurmExecutor
 
     assert executor.get("local") is runner.LocalExecutor and executor.get("slurm") is SlurmExecutor
     with pytest.raises(ValueError, match="unknown executor 'nope'; choose one of local, slurm"):
@@ -283,7 +283,7 @@ def test_the_slurm_executor_asks_squeue_once_an_interval_and_cancels_in_one_call
     Slurm's reason, and the batch's kill is one scancel of the tasks still in flight."""
     import json
 
-    from labkit.grading import slurm_array
+    from labkit.grading.run import slurm_array
 
     jobs, _ = jobs
     asked, cancelled, said = [], [], []

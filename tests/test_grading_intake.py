@@ -21,9 +21,12 @@ import pytest
 
 from _lms import CanvasFile, GradescopeSubmission, canvas_roster, canvas_zip, gradescope_zip
 from helpers import read_csv
-from labkit.grading import answers, exports, intake, late, report, stats
-from labkit.grading.rubric import RubricError, load_rubric
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.judge import answers
+from labkit.grading.gradebook import exports, report
+from labkit.grading.submissions import intake, late
+from labkit.grading.pages import stats
+from labkit.grading.judge.rubric import RubricError, load_rubric
+from labkit.grading.run.sandbox import SANDBOXES
 from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()

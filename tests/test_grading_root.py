@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from helpers import WRITABLE, cell
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -123,7 +123,7 @@ def test_the_grader_as_an_unprivileged_user(tmp_path):
         seen = json.loads(next(ln for ln in text.splitlines() if ln.startswith("WHO ")).split(" ", 1)[1])
         assert seen["uid"] == (NOBODY if os.geteuid() == 0 else os.geteuid()) and seen["writable"] == []
 
-        from labkit.grading import logcap
+        from labkit.grading.run import logcap
 
         log = (root / "out" / "alice" / "who.log").read_bytes()
         assert len(log) <= logcap.HEAD + logcap.TAIL + 4096 and b"FLOOD-END" in log[-logcap.TAIL:]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import WRITABLE, wait_until, wait_while
-from labkit.grading import limits
-from labkit.grading.sandbox import SANDBOXES, View, lease_account
+from labkit.grading.run import limits
+from labkit.grading.run.sandbox import SANDBOXES, View, lease_account
 
 BWRAP = SANDBOXES["bwrap"]
 needs_bwrap = pytest.mark.skipif(BWRAP.unavailable() is not None, reason=f"{BWRAP.unavailable()} (.ci/run installs it)")
@@ -46,7 +46,7 @@ def test_a_grader_in_a_symlinked_venv_runs_the_sandbox_in_that_venv(tmp_path):
     python = link / "bin" / Path(sys.executable).name
     code = f"""
         import sys
-        from labkit.grading.sandbox import SANDBOXES, View
+        from labkit.grading.run.sandbox import SANDBOXES, View
         cmd, env = SANDBOXES["bwrap"].command(
             [sys.executable, "-c", "import sys, nbformat; print(sys.prefix)"],
             View(cwd=__import__("pathlib").Path("/"), env={{}}, scratch=__import__("pathlib").Path({str(tmp_path)!r})))
@@ -127,7 +127,7 @@ def test_no_sandboxed_process_is_root_and_nothing_under_proc_or_sys_opens_for_wr
 def test_a_leased_uid_is_one_runs_alone(monkeypatch):
     """Two leases never share a uid; a uid that still has a process is skipped; a released
     uid may be leased again; the leases are locks, so another grader process sees them too."""
-    from labkit.grading import sandbox
+    from labkit.grading.run import sandbox
 
     a, b = lease_account(), lease_account()
     try:
@@ -183,7 +183,7 @@ def _running(marker: str) -> list[int]:
 def test_the_data_limit_cannot_be_raised_again(tmp_path):
     code = textwrap.dedent("""
         import resource, sys
-        from labkit.grading.limits import limit_self
+        from labkit.grading.run.limits import limit_self
         limit_self(2**30)
         print(resource.getrlimit(resource.RLIMIT_DATA))
         try:
@@ -248,7 +248,7 @@ def test_a_runs_disk_is_capped_private_and_gone_after(tmp_path):
     """A tmpfs of the run's size in the holder's namespace, bound over the work folder: full at
     its size, its files invisible on the host (but to the grader through the holder), owned by
     the run's user, and gone once closed, as is everything when the holder ends."""
-    from labkit.grading import disks
+    from labkit.grading.run import disks
 
     try:
         holder = disks.Holder()
@@ -280,7 +280,7 @@ def test_a_runs_disk_is_capped_private_and_gone_after(tmp_path):
 
 
 def test_usage_of_a_host_folder_counts_files_not_links(tmp_path):
-    from labkit.grading import disks
+    from labkit.grading.run import disks
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "f").write_bytes(b"x" * 100_000)
@@ -293,7 +293,7 @@ def test_usage_of_a_host_folder_counts_files_not_links(tmp_path):
 def test_a_flood_keeps_the_head_the_tail_and_a_note(tmp_path):
     """300 MB through ``logcap`` (as the grader's check processes run) leave at most the head,
     a note of the cut and the tail; the exit code is the command's."""
-    from labkit.grading import logcap
+    from labkit.grading.run import logcap
 
     log = tmp_path / "x.log"
     log.write_text("before\n")
@@ -310,7 +310,7 @@ def test_a_flood_keeps_the_head_the_tail_and_a_note(tmp_path):
 
 
 def test_a_capped_log_flushes_its_tail_as_it_goes(tmp_path):
-    from labkit.grading import logcap
+    from labkit.grading.run import logcap
 
     log = logcap.CappedLog(tmp_path / "y.log", head=10, tail=10)
     log.write(b"0123456789abcdefghijklmnopqrstuvwxyz")
@@ -328,7 +328,7 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     """Only plain definitions are taken: decorators, defaults, annotations, class bodies,
     metaclasses and ``__init_subclass__`` that would run code are dropped or refused, each with
     a note; what is taken still works."""
-    from labkit.grading import probe
+    from labkit.grading.judge import probe
 
     monkeypatch.chdir(tmp_path)
     code = textwrap.dedent("""
@@ -382,7 +382,7 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
 def test_a_method_decorator_the_notebook_rebinds_is_not_taken(tmp_path, monkeypatch):
     """``@property`` in a class is taken only while it is Python's own: a notebook that defines its
     own ``property`` above the class would run it when the class is defined."""
-    from labkit.grading import probe
+    from labkit.grading.judge import probe
 
     monkeypatch.chdir(tmp_path)
     code = textwrap.dedent("""
@@ -407,7 +407,7 @@ def test_the_probe_runs_only_the_imports_the_functions_use(tmp_path, monkeypatch
     names up by string (``globals()``) gets every import."""
     import sys
 
-    from labkit.grading import probe
+    from labkit.grading.judge import probe
 
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -453,7 +453,7 @@ def test_the_graders_state_is_signed(tmp_path, monkeypatch):
     why); a changed manifest or rubric copy stops a rebuild; the key is the grader's alone."""
     from types import SimpleNamespace
 
-    from labkit.grading import ledger
+    from labkit.grading.run import ledger
 
     monkeypatch.setenv(ledger.KEY_ENV, str(tmp_path / "keys" / "grader.key"))
     out = tmp_path / "out"
@@ -503,7 +503,7 @@ def test_a_killed_graders_empty_disk_folder_is_removed_by_the_next():
     mounts end with the namespace); the next holder removes it, and no live grader's."""
     import tempfile
 
-    from labkit.grading import disks
+    from labkit.grading.run import disks
 
     dead = subprocess.Popen(["true"])
     dead.wait()

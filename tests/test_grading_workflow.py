@@ -22,9 +22,10 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from helpers import alive, read_csv
-from labkit.grading import answers, exports, similarity
-from labkit.grading.release import release_notebook
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.judge import answers, similarity
+from labkit.grading.gradebook import exports
+from labkit.grading.kit.release import release_notebook
+from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
@@ -57,7 +58,7 @@ def alpha(solution="rng = np.random.default_rng(seed)\nx = rng.normal(size=n)\ns
         _md("a-intro", "# Alpha lab\n\nThe loss is\n\n$$L(w) = \\frac{1}{n}\\sum_{i=1}^{n} (w x_i - y_i)^2$$\n\n"
                        "and its slope at $w = 1$ is what we measure. <p>Inline HTML is rendered, not shown.</p>"),
         _code("a-params", "n = 50\nseed = 0", ["parameters"]),
-        _code("a-setup", "import numpy as np\nfrom labkit.record import record"),
+        _code("a-setup", "import numpy as np\nfrom labkit.notebook.record import record"),
         _code("a-work", f"### BEGIN SOLUTION\n{solution}\n### END SOLUTION\nrecord('slope', slope)\nrecord('n', n)"),
         _code("a-fig", "import matplotlib.pyplot as plt\nplt.plot(x, 2 * x * x, '.')\nplt.title('2 x^2')\nplt.show()",
               ["fig-a"]),
@@ -74,7 +75,7 @@ def beta(b1=KEY_B1):
     nb = new_notebook(cells=[
         _md("b-intro", "# Beta lab\n\nEuler: $e^{i\\pi} + 1 = 0$."),
         _code("b-params", "k = 3", ["parameters"]),
-        _code("b-work", "from labkit.record import record\n### BEGIN SOLUTION\nsquares = [i * i for i in range(k)]\n"
+        _code("b-work", "from labkit.notebook.record import record\n### BEGIN SOLUTION\nsquares = [i * i for i in range(k)]\n"
                         "### END SOLUTION\nrecord('squares', squares)"),
         _md("b-q1", "**Q1.** What do the `squares` add up to?"),
         _md("b-ans1", b1, ["analysis"]),
@@ -236,7 +237,7 @@ def make_class(root: Path) -> dict:
 # --------------------------------------------------------------------------------------- unit tests
 
 def _questions(tmp: Path, nb_ref):
-    from labkit.grading.rubric import load_rubric
+    from labkit.grading.judge.rubric import load_rubric
 
     (tmp / "rubric.toml").write_text(RUBRIC)
     nbformat.write(nb_ref, str(tmp / "alpha.ipynb"))
@@ -364,7 +365,7 @@ def test_exports_show_pending_and_leave_it_out_of_canvas():
 
 
 def test_feedback_markdown_renders_math_and_drops_what_could_run():
-    from labkit.grading.feedback import markdown_html
+    from labkit.grading.pages.feedback import markdown_html
 
     out = str(markdown_html("# Title\n\nInline $a < b$ and\n\n$$\\frac{1}{2}$$\n\n[link](javascript:alert(1))\n\n"
                             "<script>alert(1)</script><img src=x onerror=alert(1)>"))
@@ -479,7 +480,7 @@ def test_feedback_page_renders_in_chromium(graded):
     the figure loads, and the check table is the first thing on the page."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     from playwright.sync_api import sync_playwright
 
     page_path = graded["out"] / "ann" / "alpha.html"

@@ -18,7 +18,7 @@ from helpers import alive, wait_until, wait_while
 CHAIN_BENCH = """
 import sys
 from labkit.bench import entry
-from labkit.proc import OwnedProcess
+from labkit.core.proc import OwnedProcess
 
 
 def run(quick=False):

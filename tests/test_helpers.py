@@ -8,7 +8,7 @@ import pytest
 
 import _netem_labs as netem_labs
 from helpers import WaitTimeout, logged, wait_until, wait_while
-from labkit import netem
+from labkit.infra import netem
 
 
 def _notebook(section_output: str):

@@ -3,7 +3,7 @@ counts and shard splits the notebook never had, and judged against the reference
 sandbox: the two halves called directly, as the grader's processes call them)."""
 import pytest
 
-from labkit.grading import hidden, probe
+from labkit.grading.judge import hidden, probe
 
 
 def comm_terms(arch, M, N, n_ps=1, shards=None):

@@ -4,7 +4,7 @@ called directly, as the grader's processes call them)."""
 import numpy as np
 import pytest
 
-from labkit.grading import hidden, probe
+from labkit.grading.judge import hidden, probe
 
 
 def ring_allreduce(grads):

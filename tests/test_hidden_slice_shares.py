@@ -6,7 +6,7 @@ import json
 import pytest
 
 from labkit.experiments import ring_vs_ps
-from labkit.grading import hidden, probe
+from labkit.grading.judge import hidden, probe
 
 
 def slice_shares(trace, kill=0):

@@ -5,7 +5,7 @@ of n readings, judged on cases of the grader's. The two halves are called direct
 processes call them."""
 import pytest
 
-from labkit.grading import hidden, probe
+from labkit.grading.judge import hidden, probe
 
 ARGS = {"rounds": 6, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 180}
 

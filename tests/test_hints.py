@@ -1,8 +1,8 @@
 """Hints on a failed task follow from its evidence (no cluster needed)."""
 import signal
 
-from labkit.launchers.ssh import EXIT_NO_KIT, missing_line, remote_failure_hint
-from labkit.protocol import grpc_options, log_hint
+from labkit.distributed.launchers.ssh import EXIT_NO_KIT, missing_line, remote_failure_hint
+from labkit.wire.protocol import grpc_options, log_hint
 
 PY = ".venv/bin/python"
 RAN = "# ssh -- 10.10.1.3 sh -c 'cd labkit && ... .venv/bin/python -m labkit.tasks.ps_sgd'\n" \
@@ -36,9 +36,9 @@ def test_grpc_retries_are_off_in_tasks_unless_the_user_says_otherwise():
 def test_a_task_that_sent_its_started_event_ran_though_it_never_logged(tmp_path):
     """ssh's 255 after the task's ``started`` event (sent before TensorFlow's import) is a session
     that broke, not a host ssh could not reach: a busy node's task may not have logged a line yet."""
-    from labkit import cluster, events
-    from labkit.launch import Cluster
-    from labkit.launchers import ssh
+    from labkit.wire import spec as cluster, events
+    from labkit.distributed.launch import Cluster
+    from labkit.distributed.launchers import ssh
 
     c = Cluster(cluster.local(ps=0, workers=2), "ps_sgd", run_dir=tmp_path, lab="hints")
     tp = next(p for p in c._procs if p.task.name == "worker:1")

@@ -24,9 +24,12 @@ import nbformat
 import pytest
 
 from _lms import GradescopeSubmission, gradescope_zip, metadata_yml
-from labkit.grading import answers, intake, limits, report, similarity
-from labkit.grading.runner import MAX_CELLS, Job, check_readable, prepare
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.judge import answers, similarity
+from labkit.grading.submissions import intake
+from labkit.grading.run import limits
+from labkit.grading.gradebook import report
+from labkit.grading.run.runner import MAX_CELLS, Job, check_readable, prepare
+from labkit.grading.run.sandbox import SANDBOXES
 from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +102,7 @@ def _job(tmp: Path, text: str, labs) -> Job:
 
 @pytest.fixture
 def labs(tmp_path):
-    from labkit.grading.rubric import load_rubric
+    from labkit.grading.judge.rubric import load_rubric
 
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     return load_rubric(tmp_path / "rubric.toml").labs
@@ -126,7 +129,7 @@ def test_an_honest_notebook_passes_the_caps_and_is_cleaned(tmp_path, labs):
 
 def test_a_surrogate_the_reading_missed_is_still_a_row(tmp_path, labs, monkeypatch):
     """clean_copy's own failure (UnicodeEncodeError, as the surrogate raised) is the student's row."""
-    import labkit.grading.runner as runner
+    import labkit.grading.run.runner as runner
 
     monkeypatch.setattr(runner, "check_readable", lambda path: None)
     got = prepare(_job(tmp_path, lone_surrogate(filled_beta("ann")), labs))
@@ -188,7 +191,7 @@ def test_an_answer_csv_always_merges_back(tmp_path):
 
 
 def test_a_missing_attachment_breaks_only_its_own_answer(tmp_path):
-    from labkit.grading.feedback import markdown_html
+    from labkit.grading.pages.feedback import markdown_html
 
     bad = markdown_html("![x](attachment:nope.png)")
     assert "could not be rendered" in bad and "attachment:nope.png" in bad
@@ -278,7 +281,7 @@ def _ref(tmp: Path) -> Path:
 
 
 def _labs(tmp: Path) -> list:
-    from labkit.grading.rubric import load_rubric
+    from labkit.grading.judge.rubric import load_rubric
 
     (tmp / "rubric.toml").write_text(RUBRIC)
     return list(load_rubric(tmp / "rubric.toml").labs.values())
@@ -386,8 +389,8 @@ def test_dot_dot_entries_are_noted(tmp_path):
 # ---------------------------------------------------------------------------- a grader as a user
 
 def test_runs_that_would_share_their_limits_are_one_at_a_time(monkeypatch):
-    from labkit.grading.executor import ExecutorError
-    from labkit.grading.runner import LocalExecutor, Setup
+    from labkit.grading.run.executor import ExecutorError
+    from labkit.grading.run.runner import LocalExecutor, Setup
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     why = limits.shared("rlimit")
@@ -474,7 +477,7 @@ def check_class(out: Path, alone: Path) -> None:
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX}")
 def test_a_class_of_twenty_with_six_attackers_is_graded_as_if_they_were_absent(tmp_path):
     from labkit.grading.grade import grade
-    from labkit.grading.publish import export_answers
+    from labkit.grading.gradebook.publish import export_answers
 
     subs = write_class(tmp_path / "class", the_class())
     alone = write_class(tmp_path / "alone", {"honest00": honest(0), "honest01": honest(1)})
@@ -518,7 +521,7 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
                "LABKIT_DATA": str(root / "data")}
         cmd = [*as_user(), sys.executable, "-m", "labkit", "grade", str(subs), "--rubric", str(root / "rubric.toml"),
                "--notebooks", str(root / "notebooks")]
-        backend = subprocess.run([*as_user(), sys.executable, "-c", "from labkit.grading import limits; "
+        backend = subprocess.run([*as_user(), sys.executable, "-c", "from labkit.grading.run import limits; "
                                   "print(limits.best_backend(), bool(limits.shared(limits.best_backend())))"],
                                  capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
         if backend.returncode != 0:

@@ -1,8 +1,8 @@
 """Interrupting a notebook kernel (the stop button: SIGINT to the kernel through jupyter_client)
 while a cluster starts or runs leaves no task process and no bound port, and the kernel lives on.
 
-The cells are what a lab notebook runs: a ``labkit.launch.Cluster`` of ``labkit.tasks.ps_sgd``
-under a live view (``labkit.live``), waiting. The tasks run in their own sessions, so the
+The cells are what a lab notebook runs: a ``labkit.distributed.launch.Cluster`` of ``labkit.tasks.ps_sgd``
+under a live view (``labkit.distributed.live``), waiting. The tasks run in their own sessions, so the
 interrupt reaches only the kernel, which must stop them itself."""
 import json
 import queue
@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from helpers import alive, children, wait_until
-from labkit import cluster, events
+from labkit.wire import spec as cluster, events
 from _kernel import kernel, ok, reply, text
 
 pytestmark = pytest.mark.cluster
 
 SETUP = """
 import json, os, threading
-from labkit import cluster, live
-from labkit.launch import Cluster
+from labkit.wire import spec as cluster
+from labkit.distributed import live
+from labkit.distributed.launch import Cluster
 def make():
     return Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
                    test_limit=200, sample_interval=0.25, timeout=300)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.grading import verify
+from labkit.grading.judge import verify
 from labkit.experiments import ring_vs_ps
 
 M = 23_298_088
@@ -72,7 +72,7 @@ def test_the_sweep_reads_back_from_its_files(workdir):
 
 
 def test_the_reference_error_passes_and_one_far_above_it_does_not(workdir, monkeypatch):
-    monkeypatch.setattr("labkit.proc.usable_cores", lambda: 2)
+    monkeypatch.setattr("labkit.core.proc.usable_cores", lambda: 2)
     s = ring_vs_ps.load_sweep(next((workdir / "runs" / "lab5").iterdir()), cores=2)
     ref = ring_vs_ps.reference_held_out_error(s, ring_vs_ps.costmodel.Link(3e-5, 3.6e9))
     ok = verify.run({"name": "lab5_held_out", "bound": 0.05, "margin": 0.1}, _ctx(workdir, ref))

@@ -4,7 +4,7 @@ result file holds it, and the emulated section's plumbing where links cannot be 
 import pandas as pd
 import pytest
 
-from labkit import plots
+from labkit.measure import plots
 from labkit.experiments import lenet_sweep
 from labkit.tasks import strategy_train
 
@@ -92,10 +92,10 @@ def test_report_001s_dense_step_travels_to_the_tasks_and_is_dense():
     """The tasks define the step from its source (with its imports), and its gradient has a row
     for every feature: not Lab 3's exercise, which has one per distinct feature."""
     tf = pytest.importorskip("tensorflow")
-    from labkit import sparse
+    from labkit.learning import sparse
     from labkit.experiments import sparse_lr
     from labkit.experiments.dense_lr_step import sparse_lr_gradient
-    from labkit.tasks.sparse_lr import load_gradient
+    from labkit.tasks.ps_sparse_lr import load_gradient
 
     step = load_gradient(sparse_lr.gradient_source(sparse_lr_gradient))
     x = tf.SparseTensor([[0, 1], [1, 3]], [1.0, 1.0], [2, 6])

@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from helpers import alive, children, kill_and_expect_task_failed, wait_until, wait_while
-from labkit import cluster
-from labkit.cluster import ClusterSpec
-from labkit.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
+from labkit.wire import spec as cluster
+from labkit.wire.spec import ClusterSpec
+from labkit.distributed.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
                            check_versions)
 
 pytestmark = pytest.mark.cluster
@@ -95,7 +95,8 @@ def test_killed_worker_raises_task_failed_promptly(clusters):
 
 
 def test_failing_program_reports_its_log_tail(clusters):
-    c = make(clusters, cluster.local(ps=1, workers=1), steps=-1)
+    # program_argv goes to the task as given (args= and keywords are checked before anything starts)
+    c = make(clusters, cluster.local(ps=1, workers=1), program_argv=["--steps", "-1"])
     with pytest.raises(TaskFailed, match="--steps must be positive") as info:
         c.run(timeout=60)
     assert info.value.returncode == 2
@@ -128,7 +129,7 @@ def test_keyboard_interrupt_during_wait_stops_everything(clusters):
 def test_a_start_interrupted_before_a_child_is_recorded_leaves_nothing(clusters, monkeypatch):
     """Ctrl-C may land after a task's process exists but before the Cluster has recorded it
     (a loaded machine deschedules the kernel there); stop() finds it by its command line."""
-    from labkit.launchers.local import LocalLauncher
+    from labkit.distributed.launchers.local import LocalLauncher
 
     real = LocalLauncher.spawn
 
@@ -145,8 +146,8 @@ def test_a_start_interrupted_before_a_child_is_recorded_leaves_nothing(clusters,
 
 ORPHAN_LAUNCHER = """
 import sys, time
-from labkit import cluster
-from labkit.launch import Cluster
+from labkit.wire import spec as cluster
+from labkit.distributed.launch import Cluster
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="test", steps=10**7).start(wait_ready=False)
 while not all((c.run_dir / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
     time.sleep(0.05)
@@ -195,11 +196,11 @@ def test_taken_port_in_a_local_spec_is_avoided(clusters):
 def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
     """Another process binds the port after the launcher checked it: the task exits with
     code 98 and the launcher restarts the cluster on other ports."""
-    import labkit.launchers.local
+    import labkit.distributed.launchers.local
 
     spec = cluster.local(ps=1, workers=1)
     taken = spec.task("ps", 0).port
-    monkeypatch.setattr(labkit.launchers.local, "port_is_free", lambda port: True)  # the check misses the thief
+    monkeypatch.setattr(labkit.distributed.launchers.local, "port_is_free", lambda port: True)  # the check misses the thief
     with _listen(taken):
         c = make(clusters, spec, **LONG).start()
         assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}
@@ -254,7 +255,7 @@ with TaskRuntime("peers") as rt:  # two workers joined like all-reduce peers: on
             break
         except OSError:
             time.sleep(0.05)
-    rt.mark("connected")  # an event (labkit.events) the test waits for
+    rt.mark("connected")  # an event (labkit.wire.events) the test waits for
     link.recv(1)  # b'' once worker:1 is gone
     raise ConnectionError("lost worker:1")
 """
@@ -339,7 +340,7 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
 
 BAD_HELLO_PROGRAM = """
 import os, socket, time
-from labkit.cluster import from_tf_config
+from labkit.wire.spec import from_tf_config
 
 spec, task = from_tf_config()  # a program from another kit: its hello is not the launcher's JSON
 run = os.environ["LABKIT_RUN_DIR"]
@@ -423,15 +424,15 @@ def test_the_launcher_and_the_tasks_share_one_protocol():
     """launch imports no task runtime (issue 18), and there is one PortInUse, a TaskFailed with its fields."""
     import ast
 
-    import labkit.launch
-    import labkit.protocol
+    import labkit.distributed.launch
+    import labkit.wire.protocol
     import labkit.tasks.common
 
-    tree = ast.parse(Path(labkit.launch.__file__).read_text())
+    tree = ast.parse(Path(labkit.distributed.launch.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
         {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not [m for m in imported if m and m.startswith("labkit.tasks")], imported
-    assert PortInUse is labkit.protocol.PortInUse is labkit.tasks.common.PortInUse
+    assert PortInUse is labkit.wire.protocol.PortInUse is labkit.tasks.common.PortInUse
     err = PortInUse("ps:0", "127.0.0.1:2222", " (held by pid 7: x)", returncode=98, log_tail="bind failed")
     assert isinstance(err, TaskFailed) and (err.task, err.returncode, err.log_tail) == ("ps:0", 98, "bind failed")
     assert str(err).startswith("port of task ps:0 (127.0.0.1:2222) is in use (held by pid 7: x)")
@@ -473,7 +474,7 @@ def test_what_its_owner_left_running_is_stopped_at_interpreter_exit(tmp_path):
     still in it when the interpreter exits is stopped; one its owner discarded is not."""
     code = f"""
 from pathlib import Path
-from labkit.proc import StopAtExit
+from labkit.core.proc import StopAtExit
 
 class Thing:
     def __init__(self, name):

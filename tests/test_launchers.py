@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from labkit import cluster, launchers
-from labkit.cluster import ClusterSpec
-from labkit.launch import Cluster, TaskFailed
-from labkit.launchers.local import LocalLauncher
+from labkit.wire import spec as cluster
+from labkit.distributed import launchers
+from labkit.wire.spec import ClusterSpec
+from labkit.distributed.launch import Cluster, TaskFailed
+from labkit.distributed.launchers.local import LocalLauncher
 
 HERE = frozenset({"127.0.0.1", "localhost", "vm"})
 
@@ -102,7 +103,7 @@ def test_a_registered_launcher_runs_every_task_its_way(wrapped):
 def test_a_notebooks_launcher_parameter(monkeypatch):
     """``launch.use(launcher)``: the notebook's parameter becomes every later cluster's choice;
     empty leaves it be; a typo is an error at once. ``placed`` is the spec as it will run."""
-    from labkit import launch
+    from labkit.distributed import launch
 
     monkeypatch.setenv("LABKIT_LAUNCHER", "")  # so that monkeypatch restores what launch.use sets below
     monkeypatch.delenv("LABKIT_LAUNCHER")

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from labkit.experiments import lenet_sweep
-from labkit.results import ClusterResult
+from labkit.wire.results import ClusterResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -48,8 +48,8 @@ def test_one_and_two_workers_both_reduce_the_loss(sweep):
 def test_ring_all_reduce_equals_one_process_at_the_global_batch(sweep):
     """2 workers x 50 sum their gradients into the mean over the same global batches of 100
     that one process sees: the same training up to float rounding."""
-    from labkit.data import load_mnist
-    from labkit.train_loop import train
+    from labkit.datasets.loaders import load_mnist
+    from labkit.learning.train_loop import train
 
     data = load_mnist(limit=SETTINGS["train_limit"], test_limit=SETTINGS["test_limit"], seed=SETTINGS["seed"])
     one = train("lenet5", data, batch_size=2 * BATCH, epochs=SETTINGS["epochs"], lr=SETTINGS["lr"],
@@ -112,7 +112,7 @@ def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_wei
 
 def test_the_model_option_reaches_every_task(tmp_path, monkeypatch):
     """Lab 4's model option: LeCun's tanh/average-pool LeNet, same size, named on every task's command line."""
-    from labkit import models
+    from labkit.learning import models
 
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
     c = lenet_sweep.make_cluster(2, 50, epochs=1, model="lenet5_tanh_avg")

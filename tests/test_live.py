@@ -7,7 +7,8 @@ import json
 import pytest
 
 from helpers import children
-from labkit import live, progress
+from labkit.distributed import live
+from labkit.measure import progress
 from _kernel import kernel, ok, text
 
 pytestmark = pytest.mark.cluster
@@ -15,8 +16,9 @@ pytestmark = pytest.mark.cluster
 LIVE_RUN = """
 import os, json, time
 os.environ["LABKIT_LIVE"] = "1"
-from labkit import cluster, live
-from labkit.launch import Cluster
+from labkit.wire import spec as cluster
+from labkit.distributed import live
+from labkit.distributed.launch import Cluster
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=10_000_000, train_limit=1000,
             test_limit=200, sample_interval=0.25, timeout=200)
 with c, live.watch(c, refresh=0.5) as view:
@@ -69,7 +71,7 @@ def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
         assert len(_images(msgs, "display_data")) == 1
 
         # Lab 1's bar under papermill: text on stdout that ends at 100%, no widget
-        msgs = ok(kc, "from labkit import load_mnist, lr\n"
+        msgs = ok(kc, "from labkit import load_mnist; from labkit.learning import lr\n"
                       "run = lr.train('numpy', load_mnist(limit=1000, test_limit=200), 2)")
         assert "100%" in text(msgs) and "2/2" in text(msgs)
         assert not [m for m in msgs if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
@@ -93,7 +95,7 @@ def test_progress_chooses_text_bars_unless_live(monkeypatch):
 
 
 def test_log_tail_and_bad_arguments(tmp_path):
-    from labkit.launch import TaskFailed
+    from labkit.distributed.launch import TaskFailed
 
     err = TaskFailed("worker:1", 1, "line 1\nline 2\nboom", tmp_path / "worker-1.log")
     shown = live.log_tail(err, lines=2)
@@ -108,7 +110,7 @@ class _StoppedCluster:
     """What LiveView reads of a Cluster: its spec, pids, status and each task's log tail."""
 
     def __init__(self, tmp_path):
-        from labkit import cluster
+        from labkit.wire import spec as cluster
 
         self.spec = cluster.from_hosts(["127.0.0.1"], ps=1, workers=2, base_port=23000)
         self.module, self.run_dir = "labkit.tasks.ps_sgd", tmp_path
@@ -130,7 +132,7 @@ class _StoppedCluster:
 ])
 def test_a_failed_run_shows_the_log_tails_that_explain_it(tmp_path, monkeypatch, failure, expected):
     import IPython.display
-    from labkit.launch import ClusterTimeout, TaskFailed
+    from labkit.distributed.launch import ClusterTimeout, TaskFailed
 
     shown = []
     monkeypatch.setattr(live, "_kernel_shell", lambda: object())  # as in a notebook

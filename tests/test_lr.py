@@ -3,8 +3,8 @@ saved weights evaluate to the recorded accuracy."""
 import numpy as np
 import pytest
 
-from labkit import lr
-from labkit.data import ImageData, load_mnist
+from labkit.learning import lr
+from labkit.datasets.loaders import ImageData, load_mnist
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_batch_readings_reread_the_weights_on_random_batches_as_binomial_draws(s
 
 
 def test_best_readings_plots_one_reading_and_the_best_of_each_trial():
-    from labkit import plots
+    from labkit.measure import plots
 
     readings = (np.random.default_rng(0).random((300, 20, 50)) < 0.9).mean(axis=2)
     fig = plots.best_readings(readings, levels=(0.94, 0.97))

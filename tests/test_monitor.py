@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from helpers import wait_until
-from labkit import cli, plots, units
-from labkit.dstat import read_dstat_csv
-from labkit.monitor import ResourceSampler, idle_baseline
-from labkit.summaries import merge_frames, summarize, summarize_tasks
-from labkit.proc import OwnedProcess
+from labkit import cli
+from labkit.measure import plots, units
+from labkit.measure.dstat import read_dstat_csv
+from labkit.measure.monitor import ResourceSampler, idle_baseline
+from labkit.measure.summaries import merge_frames, summarize, summarize_tasks
+from labkit.core.proc import OwnedProcess
 
 MB = 1_000_000
 # Touches ~200 MB (bytes * n writes every page) and spins until killed or 30 s pass.
@@ -27,7 +28,8 @@ def test_sees_a_busy_grandchild_only_when_children_are_included(tmp_path):
     with OwnedProcess([sys.executable, "-c", parent], tmp_path / "parent.log", timeout=60) as p:
         with ResourceSampler(0.2, pids=[p.pid], children=True) as tree, \
              ResourceSampler(0.2, pids=[p.pid], children=False) as alone:
-            busy = lambda: (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
+            def busy():
+                return (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
             wait_until(busy, 20, 0.1, lambda: f"the spinner to show: {tree.latest()}")
             time.sleep(0.5)
     t, a = tree.to_frame(), alone.to_frame()
@@ -272,7 +274,7 @@ def test_plots_draw_marks():
 def test_node_rates_reads_each_node_once_and_keeps_lo_apart():
     """Two tasks on node A see the same counters (read once); node B's link carried the traffic
     A's lo did not: per node, its NICs but lo, over a window."""
-    from labkit.summaries import frame, node_rates
+    from labkit.measure.summaries import frame, node_rates
 
     def task(recv_lan, sent_lan, lo):
         rows = [{"t": t, "dt": 1.0, "epoch": 1000.0 + t, "net_recv_lan0": recv_lan, "net_sent_lan0": sent_lan,

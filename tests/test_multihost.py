@@ -32,10 +32,10 @@ import pytest
 
 from _sshd import sshd
 from helpers import alive, data_mirror, wait_until, wait_while
-from labkit import cluster
-from labkit.cluster import ClusterSpec
-from labkit.launch import Cluster, ClusterResult, TaskFailed
-from labkit.launchers import forkserver
+from labkit.wire import spec as cluster
+from labkit.wire.spec import ClusterSpec
+from labkit.distributed.launch import Cluster, ClusterResult, TaskFailed
+from labkit.distributed.launchers import forkserver
 
 pytestmark = pytest.mark.cluster
 
@@ -209,8 +209,8 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
 
 LAUNCHER = """
 import json, sys, time
-from labkit.cluster import ClusterSpec
-from labkit.launch import Cluster
+from labkit.wire.spec import ClusterSpec
+from labkit.distributed.launch import Cluster
 spec, ssh, remote_dir, mirror = json.loads(sys.argv[1])
 c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd",
             launcher_options={"ssh": ssh, "remote_dir": remote_dir, "remote_python": sys.executable},

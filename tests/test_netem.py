@@ -1,4 +1,4 @@
-"""Emulated links (``labkit.netem``): the rate a shaped link carries, in each direction; the delay;
+"""Emulated links (``labkit.infra.netem``): the rate a shaped link carries, in each direction; the delay;
 and that nothing outlives a network, however its owner ends (stop, or SIGKILL with a process in a
 namespace that ignores SIGTERM). Small transfers at 200 Mbit/s keep them cheap on a busy machine.
 Skipped, with the reason, where links cannot be emulated."""
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from helpers import alive, wait_until, wait_while
-from labkit import netem
-from labkit.netem import EmulatedNetwork, LinkSpec, parse_link
-from labkit.sockets import nic_counters
+from labkit.infra import netem
+from labkit.infra.netem import EmulatedNetwork, LinkSpec, parse_link
+from labkit.measure.sockets import nic_counters
 
 RATE = "200mbit"
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_two_networks_at_once_do_not_collide():
 STUBBORN = "trap '' TERM; echo ready; while :; do sleep 0.1; done"  # a process SIGTERM does not end
 OWNER = f"STUBBORN = {STUBBORN!r}" + """
 import json, subprocess, sys, time
-from labkit import netem
+from labkit.infra import netem
 net = netem.EmulatedNetwork(2, "100mbit", grace=2, mode=sys.argv[1] or None).start()
 stubborn = subprocess.Popen(net.command("node1", ["sh", "-c", STUBBORN]), start_new_session=True,
                             stdout=subprocess.PIPE, text=True)
@@ -265,7 +265,7 @@ def test_unprivileged_user_gets_the_same_links():
         if shutil.which("setpriv") is None or python is None:
             pytest.skip(f"needs setpriv and a system {version} that user nobody can run")
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
-    probe = ("import json; from labkit import netem\n"
+    probe = ("import json; from labkit.infra import netem\n"
              "with netem.EmulatedNetwork(2, '200mbit') as net:\n"
              "    rate = netem.throughput(net, 'node0', 'node1', 5_000_000)\n"
              "print(json.dumps([net.mode, rate, net.leftovers()]))\n")
@@ -296,7 +296,7 @@ def test_the_sampler_counts_a_nodes_own_nics_from_outside():
     """The driver samples node1's namespace through a pid inside it: node1's lan0 shows the
     bytes sent to it, which this process's own interfaces never see."""
     _available()
-    from labkit.monitor import ResourceSampler
+    from labkit.measure.monitor import ResourceSampler
 
     with EmulatedNetwork(2, RATE) as net:
         inside = _sleeper(net, "node1")
@@ -322,7 +322,7 @@ class _NodeCluster:
     """What LiveView reads of a Cluster, for tasks whose pids are given."""
 
     def __init__(self, pids: dict, tmp_path):
-        from labkit import cluster
+        from labkit.wire import spec as cluster
 
         self.pids, self.module, self.run_dir = pids, "labkit.tasks.ps_sgd", tmp_path
         self.spec = cluster.from_hosts(["10.0.0.1", "10.0.0.2"], ps=1, workers=1)
@@ -338,7 +338,7 @@ def test_the_live_view_shows_each_emulated_nodes_nic(tmp_path):
     """A task on 127.0.0.1 shows the host's NICs; one on an emulated node shows that node's NICs
     but lo, also when it entered the node's namespace after the view first looked at it."""
     _available()
-    from labkit import live
+    from labkit.distributed import live
 
     with EmulatedNetwork(2, RATE) as net:
         late = subprocess.Popen(["sh", "-c", "read _; exec " + " ".join(net.command("node0", ["sleep", "60"]))],

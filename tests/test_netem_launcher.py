@@ -1,4 +1,4 @@
-"""The netem launcher: a cluster's tasks on emulated nodes (``labkit.launchers.netem``), placed as
+"""The netem launcher: a cluster's tasks on emulated nodes (``labkit.distributed.launchers.netns``), placed as
 the spec places them, each node a network namespace on a shaped link; nothing left after the run,
 nor after the launcher dies by SIGKILL. A stand-in task program (no TensorFlow) keeps it cheap."""
 import json
@@ -9,10 +9,11 @@ import sys
 import pytest
 
 from helpers import alive, wait_while
-from labkit import cluster, netem
-from labkit.launch import Cluster, TaskFailed
-from labkit.launchers.netem import described, netem_nodes
-from labkit.proc import usable_cores
+from labkit.wire import spec as cluster
+from labkit.infra import netem
+from labkit.distributed.launch import Cluster, TaskFailed
+from labkit.distributed.launchers.netns import described, netem_nodes
+from labkit.core.proc import usable_cores
 
 RATE = "200mbit"
 
@@ -122,10 +123,10 @@ def test_bad_options_say_what_to_do(probe):
 
 DRIVER = """
 import json, sys, time
-from labkit import cluster
-from labkit.launch import Cluster
-from labkit.launchers.netem import netem_nodes
-from labkit.launchers import forkserver
+from labkit.wire import spec as cluster
+from labkit.distributed.launch import Cluster
+from labkit.distributed.launchers.netns import netem_nodes
+from labkit.distributed.launchers import forkserver
 c = Cluster(cluster.from_hosts(netem_nodes(2), ps=1, workers=1), "probe.task", lab="test", launcher="netem",
             launcher_options={"link": "100mbit", "grace": 2, "forkserver": False}, env={"PROBE_HANG": "1"}).start()
 net = c._launchers["ps:0"].network

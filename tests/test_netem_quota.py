@@ -1,4 +1,4 @@
-"""A CPU quota per emulated node (``labkit.cpuquota``): a node's tasks run in a control group of
+"""A CPU quota per emulated node (``labkit.infra.cpuquota``): a node's tasks run in a control group of
 its own, capped at its share of the cores, so N nodes have N times one node's compute; the groups
 go with the run. Where quotas cannot be set, the reason says what happens instead.
 A stand-in task program (no TensorFlow) keeps it cheap."""
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, cpuquota, netem
-from labkit.launch import Cluster
-from labkit.launchers.netem import described, netem_nodes
+from labkit.wire import spec as cluster
+from labkit.infra import cpuquota, netem
+from labkit.distributed.launch import Cluster
+from labkit.distributed.launchers.netns import described, netem_nodes
 
 # Spins for 1.5 s and says what share of a core it got, and which control group it ran in.
 PROGRAM = """

@@ -3,7 +3,7 @@ at tiny parameters, recording what the grader checks."""
 import pytest
 
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
-from labkit import lr
+from labkit.learning import lr
 
 NOTEBOOK = NOTEBOOKS / "01_single_node_lr.ipynb"
 TINY = {"epochs": 2, "train_limit": 2000, "test_limit": 1000, "idle_s": 0.2}
@@ -14,7 +14,7 @@ FIGURES = ("core-resources", "keras-resources", "learning-curves", "batch-accura
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=4, figures=FIGURES)
 
-    from labkit.grading.release import release_notebook
+    from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
     assert regions == 8  # the SGD step, the prediction, the audit's model and reading size, the four answers

@@ -6,8 +6,8 @@ import pytest
 
 import _netem_labs as netem_labs
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
-from labkit.grading import verify
-from labkit.grading.rubric import load_rubric
+from labkit.grading.judge import verify
+from labkit.grading.judge.rubric import load_rubric
 
 NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 TINY = {"deploy_modes": ["single"], "batch_sizes": [50], "target_loss": 0.45, "max_steps": 300,
@@ -21,7 +21,7 @@ FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "by
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
-    from labkit.grading.release import release_notebook
+    from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
     assert regions == 11  # round, two predictions, two audits, five answers, emulated links' answer
@@ -89,7 +89,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
 
     # The rubric's checks of Lab 2 at these records, with the verifier reading the task result files.
     lab = load_rubric(NOTEBOOKS / "rubric.toml").labs["lab2"]
-    from labkit.grading.rubric import evaluate
+    from labkit.grading.judge.rubric import evaluate
 
     for check in lab.checks:
         if check.kind in ("analysis", "hidden") or check.ref in ("accuracy.sync", "accuracy.async", "global_steps_per_s.sync"):

@@ -18,14 +18,14 @@ FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
-    from labkit.grading.release import release_notebook
+    from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
     assert regions == 10  # gradient, Lab 2's round, prediction, audit, five answers, emulated links' answer
     cell = next(c for c in student.cells if c.source.startswith("def sparse_lr_gradient"))
     assert "unsorted_segment_sum" not in cell.source and "raise NotImplementedError()" in cell.source
     pytest.importorskip("tensorflow")
-    from labkit import sparse
+    from labkit.learning import sparse
 
     namespace = {}
     exec(cell.source, namespace)  # the student's starting point fails the notebook's own check

@@ -15,7 +15,7 @@ FIGURES = ("sweep-curves", "throughput", "bytes", "fault-curves")
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=6, figures=FIGURES)
 
-    from labkit.grading.release import release_notebook
+    from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
     assert regions == 9  # the ring all-reduce, the prediction, the audit's number and the six answers

@@ -18,7 +18,7 @@ M_MLP = 23_298_088
 def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     nb = check_stored_clean(NOTEBOOK, analysis=5, figures=FIGURE_CELLS)
 
-    from labkit.grading.release import release_notebook
+    from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
     # two predictions, comm_terms, the audit, slice_shares, three answers, and the answers of sections 10-11
@@ -37,7 +37,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     cell = next(c for c in student.cells if c.source.startswith("def comm_terms"))
     namespace = {}
     exec(cell.source, namespace)
-    from labkit import costmodel
+    from labkit.learning import costmodel
 
     with pytest.raises(NotImplementedError):
         costmodel.check_terms(namespace["comm_terms"])

@@ -12,8 +12,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from labkit.grading import answers, csvsafe, feedback, report, similarity
-from labkit.grading.rubric import RubricError, load_rubric
+from labkit.grading.judge import answers, similarity
+from labkit.grading.gradebook import csvsafe, report
+from labkit.grading.pages import feedback
+from labkit.grading.judge.rubric import RubricError, load_rubric
 
 
 # ------------------------------------------------------------------------------------------- CSV
@@ -234,11 +236,11 @@ def test_similarity_shows_every_matching_passage_of_a_pair():
 
 def test_a_page_renders_in_its_own_process_from_relative_paths(run, monkeypatch):
     """As ``make grade`` writes them (``--out out/grade``): the render process resolves them alike."""
-    from labkit.grading import render
+    from labkit.grading.pages import render
 
     monkeypatch.chdir(run)
     rows = [_row("execution", "ok", most=0.0)]
-    task = render.Task("feedback", {"executed": "ex.ipynb", "rows": rows, "path": "out/p.html", "title": "s: l",
+    task = render.Task(feedback.write_feedback, {"executed": "ex.ipynb", "rows": rows, "path": "out/p.html", "title": "s: l",
                                     "source": "src.ipynb"}, run / "out" / "p.html",
                        lambda why: feedback.plain_page(rows, "s: l", why), run / "logs" / "page.log")
     render.run([task])

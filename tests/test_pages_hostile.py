@@ -30,8 +30,8 @@ import nbformat
 import pytest
 
 from _hostile import FAKE, audit, hostile_notebook
-from labkit.grading import sanitize
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.pages import sanitize
+from labkit.grading.run.sandbox import SANDBOXES
 
 pytestmark = [pytest.mark.notebook, pytest.mark.browser]
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
@@ -96,7 +96,7 @@ def beacon():
 def hostile(tmp_path_factory, beacon):
     """The class graded, its TA pages exported, a score merged: the output folder."""
     from labkit.grading.grade import grade
-    from labkit.grading.publish import export_answers, merge_scores
+    from labkit.grading.gradebook.publish import export_answers, merge_scores
 
     if NO_SANDBOX:
         pytest.skip(f"{NO_SANDBOX} (.ci/run installs it)")
@@ -160,7 +160,7 @@ def test_every_page_kind_is_written_and_clean(hostile, beacon):
 
 @pytest.mark.slow
 def test_no_csv_cell_starts_a_formula(hostile):
-    from labkit.grading.csvsafe import TRIGGERS, _NUMBER
+    from labkit.grading.gradebook.csvsafe import TRIGGERS, _NUMBER
 
     seen = set()
     for path in sorted(hostile.rglob("*.csv")):
@@ -276,7 +276,7 @@ def _live_problems(dom: list) -> list[str]:
 def test_no_page_navigates_requests_or_shows_what_is_not_allowed_in_chromium(hostile, beacon):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: install Debian's browser (apt-get install -y chromium)")
-    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements.txt)")
+    pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     from playwright.sync_api import sync_playwright
 
     url, hits = beacon

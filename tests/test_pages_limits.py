@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from labkit.grading.sandbox import SANDBOXES
+from labkit.grading.run.sandbox import SANDBOXES
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
@@ -52,7 +52,7 @@ kind = "record"
 points = 1
 record = "done"
 """
-RECORD = "from labkit.record import record\nrecord('done', 1)"
+RECORD = "from labkit.notebook.record import record\nrecord('done', 1)"
 HTML16 = "from IPython.display import HTML, display\ndisplay(HTML('<p>' + 'x' * (16 * 2**20) + '</p>'))"
 MD20 = ("from IPython.display import Markdown, display\nrows = ['| i | value |', '|---|---|']\n"
         "rows += [f'| {i} | v{i} |' for i in range(20 * 2**20 // 14)]\ndisplay(Markdown(chr(10).join(rows)))")
@@ -68,7 +68,7 @@ def _nb(*sources):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    from labkit.grading import render
+    from labkit.grading.pages import render
     from labkit.grading.grade import grade
 
     if NO_SANDBOX:

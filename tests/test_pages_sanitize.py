@@ -9,7 +9,8 @@ import nbformat
 import pytest
 
 from _hostile import FAKE, audit, executed_copy, hostile_notebook, math_payloads, payloads
-from labkit.grading import answers, feedback, sanitize
+from labkit.grading.judge import answers
+from labkit.grading.pages import feedback, sanitize
 
 BEACON = "http://127.0.0.1:9/beacon"
 CORPUS = {**payloads(BEACON), **math_payloads(BEACON)}

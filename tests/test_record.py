@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
-from labkit.record import MIME, read_records, to_jsonable
+from labkit.notebook.record import MIME, read_records, to_jsonable
 
 
 def test_to_jsonable_converts_numpy_pandas_and_nonfinite():
@@ -33,7 +33,7 @@ def test_record_round_trip_through_a_kernel(tmp_path):
 
 
 def test_only_code_cells_hold_records_and_what_a_file_carries_is_named():
-    from labkit.record import named_cells, pre_baked
+    from labkit.notebook.record import named_cells, pre_baked
 
     out = nbformat.v4.new_output("display_data", data={MIME: {"name": "acc", "value": 0.99}, "text/plain": "acc"})
     code = nbformat.v4.new_code_cell("x = 1", outputs=[out])
@@ -53,7 +53,7 @@ def test_only_code_cells_hold_records_and_what_a_file_carries_is_named():
 
 
 def test_lookup_reads_paths_into_records():
-    from labkit.record import Missing, lookup
+    from labkit.notebook.record import Missing, lookup
 
     recs = {"h": {"acc": [0.1, 0.5]}, "a.b": 3, "n": None}
     assert lookup(recs, "h.acc.-1") == 0.5 and lookup(recs, "a.b") == 3

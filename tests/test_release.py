@@ -31,9 +31,9 @@ import pytest
 from nbformat.v4 import new_notebook
 
 from helpers import cell, wait_until
-from labkit import checking
-from labkit.grading import public, release
-from labkit.grading.rubric import load_rubric
+from labkit.notebook import checking
+from labkit.grading.kit import public, release
+from labkit.grading.judge.rubric import load_rubric
 
 REPO = Path(__file__).resolve().parents[1]
 RUBRIC = REPO / "notebooks" / "rubric.toml"
@@ -158,7 +158,7 @@ def test_the_kit_is_written_for_students(kit):
 
 def test_the_readme_gives_each_labs_late_policy():
     """A rubric's late_penalty reaches the student's README as the grader words it; none is 'none'."""
-    from labkit.grading.late import Policy
+    from labkit.grading.submissions.late import Policy
 
     labs = {"lab1": {"notebook": "01.ipynb", "title": "t", "points": 10, "answer_points": 5,
                      "notebook_timeout": 600, "late_penalty": Policy(per_day=0.1, max=0.5).describe()},

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import experiments, launch, scalars
-from labkit.results import ClusterResult, TaskOutcome
+from labkit import experiments
+from labkit.distributed import launch
+from labkit.measure import scalars
+from labkit.wire.results import ClusterResult, TaskOutcome
 
 
 def outcome(name: str, result: dict | None, tmp: Path = Path(".")) -> TaskOutcome:

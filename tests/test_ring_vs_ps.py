@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from labkit import costmodel, sockets
+from labkit.learning import costmodel
+from labkit.measure import sockets
 from labkit.experiments import ring_vs_ps
 from labkit.solutions.lab5 import step_bytes
 
@@ -107,7 +108,7 @@ def _ps_run(workers: int, ps_sync: bool, m: float = 1000.0, batch: int = 10):
     M per own step and the ps N*M per round, spread over the loop's steps."""
     from pathlib import Path
 
-    from labkit.launch import ClusterResult, TaskOutcome
+    from labkit.distributed.launch import ClusterResult, TaskOutcome
 
     per_loop_step = 1 if ps_sync else 1 / workers  # share of a round one loop step carries
     counters = {f"worker:{i} {side}": m * per_loop_step for i in range(workers) for side in ("sent", "recv")}

@@ -52,8 +52,8 @@ def test_the_description_test_catches_a_graded_value():
 
 def test_distinct_features_reference_matches_the_click_data():
     """The hidden check's reference, against the data it models: generate the rows, count."""
-    from labkit import clickdata
-    from labkit.grading.hidden import reference_distinct_features
+    from labkit.datasets import clickdata
+    from labkit.grading.judge.hidden import reference_distinct_features
 
     spec = clickdata.ClickSpec(num_features=1_000_000, seed=0)
     rows = clickdata.generate(spec, 100 * 200).data
@@ -65,7 +65,7 @@ def test_distinct_features_reference_matches_the_click_data():
 
 
 def test_distinct_features_cases_are_not_the_notebooks():
-    from labkit.grading import probe
+    from labkit.grading.judge import probe
 
     cases = probe.inputs_distinct_features(seed=13)
     assert len(cases) == 6 and all(c["spec"]["num_features"] != 1_000_000 for c in cases)
@@ -74,7 +74,7 @@ def test_distinct_features_cases_are_not_the_notebooks():
 
 
 def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
-    from labkit.grading.release import student_package
+    from labkit.grading.kit.release import student_package
 
     kit = student_package(tmp_path)
     text = (kit / "sparse.py").read_text()
@@ -87,7 +87,7 @@ def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
 def test_a_step_that_calls_back_into_python_is_seen():
     import tensorflow as tf
 
-    from labkit.grading.probe import python_ops
+    from labkit.grading.judge.probe import python_ops
 
     def numpy_step(x):
         return tf.numpy_function(lambda a: a * 2, [x], tf.float32)
@@ -101,7 +101,7 @@ def test_a_step_that_calls_back_into_python_is_seen():
 
 
 def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
-    from labkit import lr
+    from labkit.learning import lr
 
     class Run:  # two epochs' weights: the first gets every image wrong, the second every image right
         extra = {"epoch_weights": []}
@@ -119,8 +119,8 @@ def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
 
 
 def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_naming_the_value(tmp_path):
-    from labkit import clickdata
-    from labkit.grading import hidden, probe
+    from labkit.datasets import clickdata
+    from labkit.grading.judge import hidden, probe
 
     counts = probe.inputs_initial_loss(seed=5)
     assert hidden.judge_initial_loss({"seed": 5}, {"losses": np.log(counts)}, tmp_path).ok

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from labkit.experiments import lenet_sweep, shared, sync_async
-from labkit.launch import ClusterTimeout, TaskFailed
-from labkit.results import ClusterResult, configuration_part
+from labkit.distributed.launch import ClusterTimeout, TaskFailed
+from labkit.wire.results import ClusterResult, configuration_part
 from labkit.tasks import ps_sgd, strategy_train
 from labkit.tasks.common import configurations
 
@@ -61,7 +61,7 @@ def test_a_configuration_window_keeps_its_own_samples_and_marks():
     marks = [{"label": lab, "t": t, "epoch": 100.0 + t} for lab, t in
              (("a: start", 0.5), ("a: train start", 1.0), ("a: end", 4.0), ("b: start", 4.0), ("b: train start", 5.0),
               ("b: train end", 7.5), ("b: end", 8.0))]
-    samples = {"format": "labkit.monitor/1", "host": "h", "interval": 1.0, "start_epoch": 100.0, "marks": marks,
+    samples = {"format": "labkit.measure.monitor/1", "host": "h", "interval": 1.0, "start_epoch": 100.0, "marks": marks,
                "columns": columns}
     part = configuration_part(samples, 104.0, 108.0, prefix="b: ")
     cut = part["samples"]
@@ -139,8 +139,10 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
     assert ClusterResult.load(e.completed[1].run_dir).chief().metrics == e.completed[1].chief().metrics
     behind = [lenet_sweep.Run(2, r.chief().training["per_worker_batch"], r) for r in e.completed]
 
-    figures = lambda run: (run.train["val_loss"], run.train["val_accuracy"], run.train["weights_sha256"],  # noqa: E731
-                           [h["train_loss"] for h in run.train["history"]])
+    def figures(run):
+        return (run.train["val_loss"], run.train["val_accuracy"], run.train["weights_sha256"],
+                [h["train_loss"] for h in run.train["history"]])
+
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)
     speed, again = (_per_config(runs, lambda r: r.train["images_per_s"]) for runs in (ahead.runs, behind))
     for label in speed:  # a loaded 2-core machine: within noise, not equal
@@ -177,6 +179,8 @@ def test_sync_async_in_two_orders_gives_the_same_figures_and_a_timeout_fails_alo
     assert any("while configuration endless (3 of 3) ran" in n for n in e.__notes__), e.__notes__
     assert [r.configuration["name"] for r in e.completed] == ["async-single-b50", "sync-single-b50"]
     behind = [sync_async.Run(mode, "single", 50, r) for mode, r in zip(("async", "sync"), e.completed)]
-    figures = lambda run: (run.chief.metrics["test_loss"], run.chief.metrics["test_accuracy"],  # noqa: E731
-                           run.global_step(), run.local_steps())
+    def figures(run):
+        return (run.chief.metrics["test_loss"], run.chief.metrics["test_accuracy"],
+                run.global_step(), run.local_steps())
+
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)

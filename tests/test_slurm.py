@@ -1,5 +1,5 @@
 """The Slurm launcher on a real Slurm: a one-node cluster this module starts and stops itself
-(``labkit.minislurm``: munged, slurmctld and slurmd from Debian's packages, in a temporary
+(``labkit.infra.minislurm``: munged, slurmctld and slurmd from Debian's packages, in a temporary
 folder, on free ports). Where the packages are missing the tests skip and say why; ``.ci/run``
 installs them. The tests hold an allocation (``salloc --no-shell``) and run clusters in it as
 a TA's notebook would inside ``salloc``: one ``srun`` job step per task.
@@ -16,9 +16,10 @@ import psutil
 import pytest
 
 from helpers import alive, kill_and_expect_task_failed, wait_while
-from labkit import cluster, slurm
-from labkit.launch import Cluster
-from labkit.minislurm import MiniSlurm, missing
+from labkit.wire import spec as cluster
+from labkit.infra import slurm
+from labkit.distributed.launch import Cluster
+from labkit.infra.minislurm import MiniSlurm, missing
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
 
@@ -112,8 +113,8 @@ def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation
 
 LAUNCHER = """
 import sys, time
-from labkit import cluster
-from labkit.launch import Cluster
+from labkit.wire import spec as cluster
+from labkit.distributed.launch import Cluster
 c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="slurm", steps=10**7, train_limit=1000, test_limit=200)
 c.start()
 print(c.run_dir, flush=True)
@@ -147,8 +148,8 @@ def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatc
 # ------------------------------------------------------------------------------ grading a class
 
 def test_array_tasks_as_squeue_lists_them_and_their_limits():
-    from labkit.grading.rubric import load_rubric
-    from labkit.grading.slurm_array import _state, limits
+    from labkit.grading.judge.rubric import load_rubric
+    from labkit.grading.run.slurm_array import _state, limits
 
     listed = {"7_0": "RUNNING", "7_[2-4,6%2]": "PENDING"}  # pending tasks listed together, throttled
     assert [_state(f"7_{i}", listed) for i in range(7)] == ["RUNNING", None, "PENDING", "PENDING", "PENDING", None,
@@ -168,7 +169,7 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
 
     from helpers import read_csv
     from labkit.grading.grade import grade
-    from labkit.grading.sandbox import SANDBOXES
+    from labkit.grading.run.sandbox import SANDBOXES
     from test_grading_batch import CELLS, FAKE_CLAIMS, RUBRIC, lab_notebook
 
     if SANDBOXES["bwrap"].unavailable():
@@ -225,7 +226,7 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
 
 
 def test_placed_shows_where_a_notebooks_cluster_will_run(allocation, mini):
-    from labkit import launch
+    from labkit.distributed import launch
 
     spec = launch.placed(cluster.local(ps=1, workers=2))
     assert spec.hosts() == [mini.host] and [t.port - spec.tasks()[0].port for t in spec.tasks()] == [0, 1, 2]
@@ -235,7 +236,7 @@ def test_slurms_own_words_in_a_steps_log_become_hints(monkeypatch):
     """A node failure names the node ``sinfo`` lists down, with what to do; a cancelled step says
     whether the job still holds its nodes; a time limit and a SIGKILL on the node each say theirs
     (no Slurm needed: its commands are stood in for)."""
-    from labkit.launchers.slurm import _slurm_hint
+    from labkit.distributed.launchers.srun import _slurm_hint
 
     monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node2": "down*: Not responding"})
     monkeypatch.setattr(slurm, "jobs", lambda job: {"7": "RUNNING"})

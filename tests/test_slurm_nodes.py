@@ -1,4 +1,4 @@
-"""Slurm across 3 emulated CloudLab nodes (``labkit.cloudlab_local`` + ``labkit.minislurm``):
+"""Slurm across 3 emulated CloudLab nodes (``labkit.infra.cloudlab_local`` + ``labkit.infra.minislurm``):
 slurmctld on node0 and a slurmd on every node, each in its node's namespaces (its own host
 name and address, so Debian's slurmd needs no multiple-slurmd build), one munged they share.
 
@@ -29,8 +29,8 @@ import pytest
 
 from _cloudlab import checkout, cloudlab, why_not
 from helpers import wait_until, wait_while
-from labkit.minislurm import MiniSlurm, missing
-from labkit.sockets import netns_id
+from labkit.infra.minislurm import MiniSlurm, missing
+from labkit.measure.sockets import netns_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -175,8 +175,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     from nbformat.v4 import new_code_cell, new_notebook
 
     from helpers import read_csv, small_rubric
-    from labkit.grading.release import release_notebook
-    from labkit.grading.sandbox import SANDBOXES
+    from labkit.grading.kit.release import release_notebook
+    from labkit.grading.run.sandbox import SANDBOXES
 
     if SANDBOXES["bwrap"].unavailable():
         pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")
@@ -213,8 +213,8 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
 
 
 FAULTS = """
-from labkit import cluster
-from labkit.launch import Cluster, TaskFailed
+from labkit.wire import spec as cluster
+from labkit.distributed.launch import Cluster, TaskFailed
 for case in ("a step cancelled", "a node's slurmd killed"):
     c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="faults", steps=10**7, train_limit=1000,
                 test_limit=200, timeout=300)

@@ -1,11 +1,11 @@
-"""labkit.sparse (gradients, O(nnz) cost), labkit.clickdata (determinism, shards), LIBSVM reader."""
+"""labkit.learning.sparse (gradients, O(nnz) cost), labkit.datasets.clickdata (determinism, shards), LIBSVM reader."""
 import os
 
 import numpy as np
 import pytest
 
-from labkit import clickdata as cd
-from labkit.data import DataError, SparseData, read_libsvm
+from labkit.datasets import clickdata as cd
+from labkit.datasets.loaders import DataError, SparseData, read_libsvm
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def tf():
 
 @pytest.fixture(scope="module")
 def sparse(tf):
-    from labkit import sparse  # imports TensorFlow
+    from labkit.learning import sparse  # imports TensorFlow
 
     return sparse
 

@@ -1,13 +1,13 @@
-"""Lab 3 on a real cluster: labkit.tasks.sparse_lr (1 ps + 2 workers on 127.0.0.1, sync then
+"""Lab 3 on a real cluster: labkit.tasks.ps_sparse_lr (1 ps + 2 workers on 127.0.0.1, sync then
 async in one cluster) on a9a, and the task's pieces that need no cluster."""
 import shutil
 
 import numpy as np
 import pytest
 
-from labkit.costmodel import dense_ps_step_bytes, sparse_ps_step_bytes
-from labkit.data import load_a9a
-from labkit.tasks import sparse_lr as task
+from labkit.learning.costmodel import dense_ps_step_bytes, sparse_ps_step_bytes
+from labkit.datasets.loaders import load_a9a
+from labkit.tasks import ps_sparse_lr as task
 
 SAMPLES, BATCH, WORKERS = 10_000, 50, 2
 
@@ -38,7 +38,7 @@ def test_bytes_formulas():
 @pytest.mark.tensorflow
 def test_numpy_batches_and_evaluation_match_tensorflow():
     tf = pytest.importorskip("tensorflow")
-    from labkit import sparse
+    from labkit.learning import sparse
 
     train, test = load_a9a()
     rows = np.array([5, 0, 17, 5])  # any order, repeats allowed
@@ -55,7 +55,7 @@ def test_numpy_batches_and_evaluation_match_tensorflow():
 @pytest.mark.tensorflow
 def test_gradient_check_accepts_the_reference_and_names_mistakes():
     tf = pytest.importorskip("tensorflow")
-    from labkit import sparse
+    from labkit.learning import sparse
 
     assert sparse.check_gradient(sparse.sparse_gradient) < 1e-6
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from labkit.experiments.sparse_lr import Experiment, Run
-from labkit.results import ClusterResult, TaskOutcome
-from labkit.summaries import FORMAT, frame, link_use, merge_frames
+from labkit.wire.results import ClusterResult, TaskOutcome
+from labkit.measure.summaries import FORMAT, frame, link_use, merge_frames
 
 LINK_BYTES = 1000.0  # the emulated link: 8 kbit/s each way
 ADDRESSES = {"node0": "198.18.0.1", "node1": "198.18.0.2"}

@@ -2,8 +2,8 @@
 hosts file names it, and the kit's liveness options in whatever ssh command the user gives."""
 import pytest
 
-from labkit.launchers import ssh
-from labkit.launchers.ssh import SshOptions, node_label, remote_failure_hint
+from labkit.distributed.launchers import ssh
+from labkit.distributed.launchers.ssh import SshOptions, node_label, remote_failure_hint
 
 PY = ".venv/bin/python"
 WRAPPER = "# ssh -o BatchMode=yes -- 10.10.1.3 sh -c 'cd labkit 2>/dev/null || { ... }\n" + "  ...\n" * 15
@@ -54,7 +54,7 @@ def test_the_default_command_has_them_once():
 
 
 def test_two_nodes_with_one_address_are_refused(tmp_path):
-    from labkit.cluster import read_hosts_file
+    from labkit.wire.spec import read_hosts_file
 
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.10.1.1 node0-link-0 node0\n10.10.1.2 node1-link-0 node1\n10.10.1.2 node2-link-0 node2\n")

@@ -215,7 +215,7 @@ def test_check_sync_round_accepts_a_round_and_says_what_is_wrong_with_others(tmp
 
 
 def test_emulated_shares_without_links_is_an_empty_table_and_a_panel_that_says_so(capsys):
-    from labkit import plots
+    from labkit.measure import plots
 
     frame = sync_async.emulated_shares([])
     assert "skipped: no emulated link given" in capsys.readouterr().out
@@ -285,8 +285,8 @@ def test_emulated_shares_run_in_the_student_kit(monkeypatch):
     import importlib
     from types import SimpleNamespace
 
-    from labkit import netem
-    from labkit.launchers import netem as netem_launcher
+    from labkit.infra import netem
+    from labkit.distributed.launchers import netns as netem_launcher
 
     real = importlib.import_module
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from labkit import sockets
+from labkit.measure import sockets
 from labkit.experiments import ring_vs_ps
 
 

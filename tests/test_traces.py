@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from labkit import traces
-from labkit.traces import record
+from labkit.experiments import traces
+from labkit.experiments.traces import recorder as record
 
 
 def test_every_shipped_trace_has_its_provenance_and_no_machine_paths():

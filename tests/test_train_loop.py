@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from labkit.data import load_mnist
-from labkit.train_loop import train
+from labkit.datasets.loaders import load_mnist
+from labkit.learning.train_loop import train
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 Absolute times drift on shared machines; ratios of contenders timed in the same run
 do not (much). Each benchmark is a module here with ``run(quick: bool) -> dict``, registered
-by name in ``BENCHMARKS`` (a ``labkit.registry.Registry``, by reference: a benchmark's module
+by name in ``BENCHMARKS`` (a ``labkit.core.registry.Registry``, by reference: a benchmark's module
 is imported only in the process that runs it):
 
     {"title": str,
@@ -24,11 +24,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from labkit.registry import Registry
+from labkit.core.registry import Registry
 
 # name -> "module:run"; each module defines run(quick) and ends with `entry(run)`.
-BENCHMARKS = Registry("benchmark", builtin={name: f"labkit.bench.{name}:run" for name in (
-    "lr_loop", "sparse", "launcher", "grading", "slurm_grading", "lenet", "ring_vs_ps", "netem", "startup")})
+BENCHMARKS = Registry("benchmark", builtin={
+    "lr_loop": "labkit.bench.lr_loop:run",
+    "sparse": "labkit.bench.sparse_step:run",
+    "launcher": "labkit.bench.launcher:run",
+    "grading": "labkit.bench.grader:run",
+    "slurm_grading": "labkit.bench.slurm_grader:run",
+    "lenet": "labkit.bench.lenet:run",
+    "ring_vs_ps": "labkit.bench.mlp_exchange:run",
+    "netem": "labkit.bench.links:run",
+    "startup": "labkit.bench.startup:run",
+})
 
 
 def ratio(name: str, value: float, goal: str) -> dict:
@@ -66,7 +75,7 @@ def to_markdown(result: dict) -> str:
 
 def run_one(name: str, quick: bool, timeout: float) -> dict:
     """Run one benchmark in a child process that is killed with its tree on timeout."""
-    from labkit.proc import OwnedProcess, tail
+    from labkit.core.proc import OwnedProcess, tail
 
     with tempfile.TemporaryDirectory(prefix=f"labkit-bench-{name}-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "log.txt"
@@ -111,7 +120,7 @@ def run_all(names, out: Path, quick: bool = False, timeout: float = 1800) -> int
 
 def entry(run) -> None:
     """``python -m labkit.bench.NAME [--quick] [--json PATH]``: run one benchmark, print it, save it."""
-    from labkit.proc import unwind_on_signals
+    from labkit.core.proc import unwind_on_signals
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")

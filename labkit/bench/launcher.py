@@ -2,7 +2,7 @@
 
 Start-up: from ``Cluster.start()`` until every server of 1 ps + 3 workers accepts
 connections, both ways the local launcher starts tasks: forked from its fork server
-(``labkit.launchers.forkserver``, TensorFlow imported there once; the default) and as
+(``labkit.distributed.launchers.forkserver``, TensorFlow imported there once; the default) and as
 processes of their own (``launcher_options={"forkserver": False}``), whose floor is four
 processes importing TensorFlow at once on the same cores, measured too. The fork server
 is started before the first timed cluster: its one import is the bare-import row.
@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from labkit.bench import entry, ratio
-from labkit.proc import OwnedProcess
+from labkit.core.proc import OwnedProcess
 
 IMPORT = [sys.executable, "-c", "import tensorflow"]
 
@@ -38,8 +38,8 @@ def _imports(n: int, log_dir: str) -> float:
 
 
 def _cluster(runs_dir: str, forked: bool) -> tuple[float, float, dict]:
-    from labkit import cluster
-    from labkit.launch import Cluster
+    from labkit.wire import spec as cluster
+    from labkit.distributed.launch import Cluster
 
     spec = cluster.local(ps=1, workers=3)
     c = Cluster(spec, "ps_sgd", lab="bench", run_dir=os.path.join(runs_dir, f"run-{time.time_ns()}"),
@@ -52,7 +52,7 @@ def _cluster(runs_dir: str, forked: bool) -> tuple[float, float, dict]:
 
 
 def run(quick: bool = False) -> dict:
-    from labkit.launchers import forkserver
+    from labkit.distributed.launchers import forkserver
 
     reps = 1 if quick else 3
     one, four, forked, own, teardown, ends = [], [], [], [], [], ""

@@ -11,7 +11,7 @@ launcher on 127.0.0.1, training LeNet on MNIST with the same loop and per-worker
 Images/s leave out the first step (tracing, collective set-up). The contenders run in
 rounds, one of each per round, so drift on a shared machine hits them alike; the median
 over rounds is reported. Bytes per step per worker are what each worker's own TCP sockets
-sent around the training steps (``labkit.sockets``; the host-wide ``lo`` counters would add
+sent around the training steps (``labkit.measure.sockets``; the host-wide ``lo`` counters would add
 other programs' traffic); the ring's analytic volume is 2(N-1)/N x model bytes.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ BATCH = 50
 
 
 def run(quick: bool = False) -> dict:
-    from labkit.costmodel import step_bytes
+    from labkit.learning.costmodel import step_bytes
     from labkit.experiments.lenet_sweep import train_cluster, worker_bytes
 
     rounds, limit, epochs = (1, 2000, 1) if quick else (3, 12000, 2)

@@ -84,8 +84,8 @@ def run(quick: bool = False) -> dict:
     tf.config.threading.set_inter_op_parallelism_threads(THREADS)
     blas = set_blas_threads(THREADS)
 
-    from labkit import lr
-    from labkit.data import load_mnist
+    from labkit.learning import lr
+    from labkit.datasets.loaders import load_mnist
 
     data = load_mnist(limit=6000 if quick else None, test_limit=2000 if quick else None)
     rounds, full_epochs = (2, 5) if quick else (5, FULL_EPOCHS)

@@ -13,7 +13,7 @@ whose ``runs/`` collects the clusters it started. Then, per lab:
   to start (``started_epoch`` in the task result files, interpreter start included) to the
   chief's first training step (``first_step_epoch``; results written before that field
   existed: the chief's first mark that opens a training phase); plus, once, the start-up of
-  each fork server the tasks were forked from (``labkit.launchers.forkserver``: its process start
+  each fork server the tasks were forked from (``labkit.distributed.launchers.forkserver``: its process start
   until it had imported TensorFlow and listened), which their own start times leave out;
 - **ratio** = start-up / wall time. Goal: at most 0.3 for every lab.
 
@@ -51,7 +51,7 @@ def first_step_epoch(result: dict) -> float | None:
 def cluster_startups(runs: Path) -> list[dict]:
     """One row per cluster under ``runs``: its directory, tasks, start-up seconds (None if it
     never reached a training step) and wall seconds; and one per fork server its tasks came from."""
-    from labkit.results import ClusterResult
+    from labkit.wire.results import ClusterResult
 
     rows, servers = [], {}
     for meta in sorted(runs.rglob("cluster.json")):
@@ -110,7 +110,7 @@ def run_lab(name: str, notebook: Path, parameters: dict, timeout: float = 1800) 
 
 
 def run(quick: bool = False) -> dict:
-    from labkit.grading.rubric import load_rubric
+    from labkit.grading.judge.rubric import load_rubric
 
     labs = load_rubric(REPO / "notebooks" / "rubric.toml").labs
     chosen = {"lab4": labs["lab4"]} if quick else labs

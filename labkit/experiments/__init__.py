@@ -1,15 +1,15 @@
 """Experiments: one module per lab, all with one shape.
 
 A lab makes its clusters with ``make_cluster`` (the spec, the run's name and folder, the
-``labkit.launch.Cluster``: the same for every lab; the lab gives its program's arguments) and
-follows them through their tasks' events (``labkit.events``), never their logs.
+``labkit.distributed.launch.Cluster``: the same for every lab; the lab gives its program's arguments) and
+follows them through their tasks' events (``labkit.wire.events``), never their logs.
 
 A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_sweep.sweep``,
 ``ring_vs_ps.scaling``) runs a list of configurations and returns a ``Sweep``:
 
 - ``Sweep.runs``: one ``Run`` per configuration. A lab's ``Run`` is a dataclass whose fields
   are the configuration (``mode``, ``batch_size`` ...) followed by ``result``, the
-  ``labkit.results.ClusterResult`` of the cluster that ran it; ``run.config`` is that
+  ``labkit.wire.results.ClusterResult`` of the cluster that ran it; ``run.config`` is that
   configuration as a dict, ``run.chief`` the task that led and measured the training.
   Labs 2, 4 and 5 run the configurations of one cluster shape one after the other in one
   cluster (``labkit.experiments.shared``): each run's ``result`` is its configuration's own
@@ -28,18 +28,19 @@ import textwrap
 import types
 from dataclasses import dataclass, field, fields
 
-from labkit import events, paths
-from labkit.results import ClusterResult, TaskOutcome
+from labkit.wire import events
+from labkit.core import paths
+from labkit.wire.results import ClusterResult, TaskOutcome
 
 
 def make_cluster(lab: str, program: str, spec, *, name: str, run: str | None = None, tensorboard: bool = False,
                  **kwargs):
-    """A (not yet started) ``labkit.launch.Cluster`` running ``program`` on ``spec``, in
+    """A (not yet started) ``labkit.distributed.launch.Cluster`` running ``program`` on ``spec``, in
     ``runs/<lab>/<run>``: the one way the labs make a cluster. ``run`` defaults to
     ``paths.run_name(name)`` (``<sweep>/<run>`` for a sweep's); ``tensorboard``: the tasks'
     ``tensorboard_dir`` is ``<run dir>/tensorboard``. The other keywords are the Cluster's (its
     own, ``timeout``, ``launcher`` ...; the rest become the program's arguments)."""
-    from labkit.launch import Cluster
+    from labkit.distributed.launch import Cluster
 
     run = run or paths.run_name(name)
     if tensorboard:
@@ -187,8 +188,8 @@ class Sweep:
         raise NotImplementedError(f"{type(self).__name__} defines no records")
 
     def record(self, **kwargs) -> dict:
-        """``records(**kwargs)``, each recorded in the notebook (``labkit.record``); returns them."""
-        from labkit.record import record
+        """``records(**kwargs)``, each recorded in the notebook (``labkit.notebook.record``); returns them."""
+        from labkit.notebook.record import record
 
         out = self.records(**kwargs)
         for name, value in out.items():

@@ -2,7 +2,7 @@
 
 The tasks take the notebook's ``sparse_lr_gradient(w, x, y) -> (loss, IndexedSlices)`` as source
 (``sparse_lr.gradient_source``) and define it in their own process. This module's function is
-the same step made dense: the gradient is as long as ``w`` (``labkit.sparse.dense_gradient``),
+the same step made dense: the gradient is as long as ``w`` (``labkit.learning.sparse.dense_gradient``),
 so a worker reads all of ``w`` from the ps and pushes ``num_features`` (index, value) pairs to
 its accumulator. It exists to measure report 001's traffic on emulated links (Lab 3, section 9);
 it is not Lab 3's exercise (that one returns one row per *distinct* feature of the batch).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from labkit import sparse
+from labkit.learning import sparse
 
 
 def sparse_lr_gradient(w, x, y):

@@ -14,8 +14,8 @@
 tables are pandas DataFrames, ``fault_tolerance`` returns a dict.
 
 Every worker count is one real cluster: one ``labkit.tasks.strategy_train`` process per
-worker, started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file,
-under a live view (``labkit.live``: a per-task table and figure in JupyterLab, titled with the
+worker, started by ``labkit.distributed.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file,
+under a live view (``labkit.distributed.live``: a per-task table and figure in JupyterLab, titled with the
 configuration running; each cluster's resource figure when headless). Its batch sizes run one
 after the other in it, each from scratch (``labkit.experiments.shared``): TensorFlow starts once
 per worker count, and each configuration trains to the same weights as in a cluster of its own.
@@ -33,13 +33,16 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from labkit import cluster, events, experiments, live, paths
+from labkit.wire import spec as cluster, events
+from labkit import experiments
+from labkit.distributed import live
+from labkit.core import paths
 from labkit.experiments import positive_ints, shared
-from labkit.launch import Cluster, TaskFailed
-from labkit.monitor import idle_baseline
-from labkit.progress import tqdm
-from labkit.results import ClusterResult
-from labkit.sockets import step_bytes
+from labkit.distributed.launch import Cluster, TaskFailed
+from labkit.measure.monitor import idle_baseline
+from labkit.measure.progress import tqdm
+from labkit.wire.results import ClusterResult
+from labkit.measure.sockets import step_bytes
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -84,7 +87,7 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     """A (not yet started) cluster of ``workers`` tasks training LeNet with ring all-reduce.
 
     ``hosts``: a hosts file (or list) to place the workers on; None: 127.0.0.1. ``spec``
-    reuses a cluster's addresses (to restart "the same cluster"). ``model``: a ``labkit.models``
+    reuses a cluster's addresses (to restart "the same cluster"). ``model``: a ``labkit.learning.models``
     name (``lenet5_tanh_avg``: LeCun's activations). TensorBoard scalars go to
     ``<run dir>/tensorboard``. Each worker counts its own TCP bytes (``--task-bytes``):
     the host-wide ``lo`` counters also carry other programs' traffic."""

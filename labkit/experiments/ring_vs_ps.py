@@ -17,9 +17,9 @@
 architecture, N); its tables are pandas DataFrames.
 
 Every (architecture, N) is a real cluster of ``labkit.tasks.strategy_train`` processes started
-by ``labkit.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
-(``labkit.live``, titled with the run under way), training with the one loop of
-``labkit.train_loop``. Its models run one after the other in it, each from scratch
+by ``labkit.distributed.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
+(``labkit.distributed.live``, titled with the run under way), training with the one loop of
+``labkit.learning.train_loop``. Its models run one after the other in it, each from scratch
 (``labkit.experiments.shared``): TensorFlow starts once per cluster shape. Each run has a
 folder of its own (``<sweep>/mlp-ring-w2``, beside the cluster's ``<sweep>/cluster-ring-w2``),
 where its chief writes TensorBoard scalars (``tensorboard/``):
@@ -38,18 +38,18 @@ Per-worker batch and steps are the same everywhere, so a step moves N x batch im
 both architectures. Images/s leave out the first step (tracing, connection set-up).
 
 Bytes per step: the ``lo`` counter (system-wide, one side) around the training steps gives
-the total; each task's own sockets (``labkit.sockets``) give its share, so the ps's load
+the total; each task's own sockets (``labkit.measure.sockets``) give its share, so the ps's load
 growing with N shows on one machine. On a cluster, tasks the measuring process cannot see
 (another node) fall back to their node's NIC counters over the chief's training window. The
 kit measures these bytes; predicting them (and which of them lie on a step's critical path)
 is the lab's work: the reference model is ``labkit.solutions.lab5``, which the student kit
 leaves out, and which the tests and benchmarks pass as ``expected``.
 
-``emulated`` runs one model over emulated links (``labkit.netem``, one node per task group,
+``emulated`` runs one model over emulated links (``labkit.infra.netem``, one node per task group,
 each node's link shaped) at N = 1, 2, 3 under both architectures: report 003's measurement on
 one machine, set beside the cost model's prediction (``Emulated``). ``ps_failure`` kills a PS
 worker mid-run, then the ps, and traces what TensorFlow's ``ClusterCoordinator`` did
-(``labkit.faults``).
+(``labkit.wire.faults``).
 
 Locally every task gets one intra-op thread (``threads="auto"``), so a worker behaves like a
 one-core node: N workers share the machine's cores, which the cost model knows (``cores``).
@@ -63,12 +63,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster, costmodel, experiments, faults, live, paths
+from labkit.wire import spec as cluster, faults
+from labkit.learning import costmodel
+from labkit import experiments
+from labkit.distributed import live
+from labkit.core import paths
 from labkit.experiments import positive_ints, shared
-from labkit.launch import Cluster
-from labkit.proc import usable_cores
-from labkit.progress import tqdm
-from labkit.results import ClusterResult
+from labkit.distributed.launch import Cluster
+from labkit.core.proc import usable_cores
+from labkit.measure.progress import tqdm
+from labkit.wire.results import ClusterResult
 
 LAB = "lab5"
 PROGRAM = "strategy_train"
@@ -91,7 +95,7 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     validation, so the loss can be seen to fall). ``train_limit`` defaults to just enough
     images for those steps. ``threads``: (intra, inter) op threads per task; "auto" gives
     every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster.
-    ``trace_steps`` (synchronous PS): the chief reports every step (``labkit.faults``)."""
+    ``trace_steps`` (synchronous PS): the chief reports every step (``labkit.wire.faults``)."""
     costmodel._check_arch(arch)
     if steps < epochs:
         raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
@@ -200,7 +204,7 @@ class Run(experiments.Run):
         return sum(v.get("sent", 0.0) for v in per_task.values()) if per_task else math.nan
 
     def _nic_bytes(self, tasks: list[str]) -> dict[str, dict]:
-        from labkit.summaries import summarize
+        from labkit.measure.summaries import summarize
 
         frame = self.result.samples()
         marks = {m["label"]: m["t"] for m in frame.attrs["marks"] if m.get("task") == self.chief.name}
@@ -388,7 +392,7 @@ class Scaling(experiments.Sweep):
 
     def critical_bytes(self):
         """Per run with communication, the bytes its step's critical path carried, as measured
-        (``measured_task``: whose sockets counted them): the frame :func:`labkit.costmodel.check_terms`
+        (``measured_task``: whose sockets counted them): the frame :func:`labkit.learning.costmodel.check_terms`
         compares an answer with."""
         import pandas as pd
 
@@ -410,13 +414,13 @@ class Scaling(experiments.Sweep):
 
     def check_terms(self, terms):
         """Lab 5's exercise, ``comm_terms``, without a reference: the properties any answer has,
-        and its bytes against :meth:`critical_bytes` (:func:`labkit.costmodel.check_terms`), which
+        and its bytes against :meth:`critical_bytes` (:func:`labkit.learning.costmodel.check_terms`), which
         raises saying what is off. Returns the runs with ``your_bytes`` beside ``measured_bytes``."""
         checked = costmodel.check_terms(terms, self.critical_bytes())
         return checked.drop(columns=["shards"], errors="ignore")
 
     def cost_runs(self):
-        """The runs as :mod:`labkit.costmodel` reads them: per_sample_s of each model from its
+        """The runs as :mod:`labkit.learning.costmodel` reads them: per_sample_s of each model from its
         ring N=1 run (one worker, no communication), the ps shards as placed."""
         t = self.table()
         base = t[(t["arch"] == "ring") & (t["workers"] == 1)].set_index("model")
@@ -503,7 +507,7 @@ class Calibration:
 
     def host_cost(self) -> costmodel.HostCost:
         """gamma per architecture from these runs: what their steps took per critical-path byte
-        beyond compute and the loopback micro-benchmark's wire (:func:`labkit.costmodel.fit_host_cost`).
+        beyond compute and the loopback micro-benchmark's wire (:func:`labkit.learning.costmodel.fit_host_cost`).
         Meaningful for runs on 127.0.0.1, where that wire is nearly free: a prediction for a
         slower link between the same hosts adds it (:meth:`Scaling.predict`)."""
         return costmodel.fit_host_cost(self.runs, self.loopback, cores=self.cores, terms=self.terms,
@@ -605,7 +609,7 @@ class Calibration:
 
     def crossover(self, model_bytes=None, workers=range(2, 7)):
         """Where the ring beats PS on this machine, by the fitted links: t_ps / t_ring of the
-        communication over model size x N (the frame :func:`labkit.plots.crossover_map` draws),
+        communication over model size x N (the frame :func:`labkit.measure.plots.crossover_map` draws),
         one network named "this machine (fitted)"."""
         import numpy as np
         import pandas as pd
@@ -656,7 +660,7 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     for a in archs:
         costmodel._check_arch(a)
     if not models or not all(isinstance(m, str) and m for m in models):
-        raise ValueError(f"models must be model names of labkit.models, e.g. ('lenet5', 'mlp'); got {models!r}")
+        raise ValueError(f"models must be model names of labkit.learning.models, e.g. ('lenet5', 'mlp'); got {models!r}")
     local = not hosts
     load = os.getloadavg()[0] / usable_cores() if local and hasattr(os, "getloadavg") else None
     if load is not None and load > 1 and log:
@@ -725,8 +729,8 @@ class Emulated:
         (every step counted, the untimed first one too), and the tasks on the node."""
         import pandas as pd
 
-        from labkit import summaries
-        from labkit.launchers.netem import task_nodes
+        from labkit.measure import summaries
+        from labkit.distributed.launchers.netns import task_nodes
 
         rows = []
         for r in self.sweep.runs:
@@ -805,8 +809,8 @@ class Emulated:
                                                             "cpus_per_node", "quota_note")}}}
 
     def record(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
-        """``records(...)``, each recorded in the notebook (``labkit.record``); returns them."""
-        from labkit.record import record
+        """``records(...)``, each recorded in the notebook (``labkit.notebook.record``); returns them."""
+        from labkit.notebook.record import record
 
         out = self.records(host, terms)
         for name, value in out.items():
@@ -818,8 +822,8 @@ def node_quota(cpus_per_node, nodes: int, log=print) -> tuple[float | None, str]
     """Each emulated node's CPU quota in cores, and what it means: ``"auto"`` splits the machine's
     cores evenly over the ``nodes`` of the largest cluster (N nodes then have N times one node's
     compute), a number is taken as given, None means none; where quotas cannot be set
-    (``labkit.cpuquota.availability``) ``log`` says why and the nodes share the cores."""
-    from labkit import cpuquota
+    (``labkit.infra.cpuquota.availability``) ``log`` says why and the nodes share the cores."""
+    from labkit.infra import cpuquota
 
     if cpus_per_node is None:
         return None, "no CPU quota: the nodes share this machine's cores"
@@ -837,7 +841,7 @@ def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3),
              steps: int = 12, epochs: int = 2, test_limit: int = 256, cpus_per_node=None, timeout: float = 600,
              progress: bool = True, log=print) -> Emulated | None:
     """``model`` under both architectures at each N of ``workers`` (1 always), each run a cluster
-    on emulated nodes whose links carry ``link`` each way (``labkit.launchers.netem``): the PS
+    on emulated nodes whose links carry ``link`` each way (``labkit.distributed.launchers.netns``): the PS
     puts the ps and the chief on node0 and worker i on node i+1, so every pull and push crosses
     the ps's link; the ring puts worker i on node i. ``cpus_per_node``: each node's CPU quota
     (``node_quota``; "auto": the cores split over the largest cluster's N + 1 nodes), so a node
@@ -845,8 +849,8 @@ def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3),
     the nodes share this machine's cores, as tasks on 127.0.0.1 do (the cost model knows: ``cores``). The link's alpha and B are measured
     apart, by its micro-benchmark. Where links cannot be emulated here, ``log`` says why and
     this returns None."""
-    from labkit import netem
-    from labkit.launchers.netem import cluster_args
+    from labkit.infra import netem
+    from labkit.distributed.launchers.netns import cluster_args
 
     if not netem.usable(link, log=log or (lambda _m: None)):
         return None
@@ -943,7 +947,7 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
                log=print, **kwargs) -> dict:
     """Synchronous PS on ``workers`` workers: kill ``worker:<worker>`` (SIGKILL) once the chief has
     made step ``kill_worker_after``, then the ps ``kill_ps_after`` steps later, and trace what
-    ``ClusterCoordinator`` does (``labkit.faults``): the steps, which worker ran each slice,
+    ``ClusterCoordinator`` does (``labkit.wire.faults``): the steps, which worker ran each slice,
     every error the coordinator logged, and the chief's own failure. The launcher treats both
     kills as the experiment's: the cluster runs on until TensorFlow stops it.
 
@@ -978,7 +982,7 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
             "run_dir": str(c.run_dir)}
 
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"  # labkit.traces
+TRACES = Path(__file__).resolve().parent.parent / "traces"  # labkit.experiments.traces
 
 
 def recorded_failure() -> dict:

@@ -28,8 +28,8 @@ What stays as with a cluster per configuration:
   names the configuration that was running, and ``e.completed`` holds the results of those that
   finished before it (each task wrote its file when it finished one, so they survive it);
 - **progress**: ``bar`` advances once per configuration and names the one running; so does
-  the live view's title (``labkit.live``). Both follow the chief's ``config_started`` and
-  ``config_done`` events (``labkit.events``); ``on_event(config, event)`` gets every event of
+  the live view's title (``labkit.distributed.live``). Both follow the chief's ``config_started`` and
+  ``config_done`` events (``labkit.wire.events``); ``on_event(config, event)`` gets every event of
   the tasks with the configuration it belongs to.
 """
 from __future__ import annotations
@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import events
-from labkit.launch import Cluster, ClusterTimeout, TaskFailed
-from labkit.protocol import task_file
-from labkit.results import ClusterResult, TaskOutcome, configuration_file, configuration_part, read_json
+from labkit.wire import events
+from labkit.distributed.launch import Cluster, ClusterTimeout, TaskFailed
+from labkit.wire.protocol import task_file
+from labkit.wire.results import ClusterResult, TaskOutcome, configuration_file, configuration_part, read_json
 from labkit.tasks.files import write_json
 
 START_ALLOWANCE_S = 300  # the cluster's own deadline: its start-up, on top of every configuration's timeout
@@ -129,7 +129,7 @@ def run(make_cluster, configs: list[Config], *, timeout: float, on_event=None, b
     """Run ``configs`` one after the other in one cluster, ``make_cluster(configs=..., timeout=...)``,
     under a live view (``static``: its final figure, as ``live.watch``); return one
     ``ClusterResult`` per configuration, in order (see the module docstring)."""
-    from labkit import live
+    from labkit.distributed import live
 
     names = [k.name for k in configs]
     if not configs or len(set(names)) != len(names):

@@ -8,14 +8,14 @@
     exp.curves()        # test error every K samples (reports 001/004's figures)
     exp.bottlenecks()   # per task: avg and peak CPU, network, disk, memory (001 Table 3, 004 Table 2)
     exp.verdicts()      # which resource saturates, in words (on emulated nodes: from each node's link)
-    exp.links("sync b100")  # on emulated nodes (labkit.launchers.netem): how busy each node's link was
+    exp.links("sync b100")  # on emulated nodes (labkit.distributed.launchers.netns): how busy each node's link was
     sweep = train([f"{m}:{b}" for m in ("sync", "async") for b in (1, 100, 1000, 10000)], samples=20_000,
                   eval_every=0)
     sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
     exp.record(profile=prof, sweep=sweep, artifacts=exp.save_weights("artifacts"))  # the notebook's records
 
-``train`` starts one cluster (``labkit.tasks.sparse_lr``, 1 ps + N workers on 127.0.0.1 or
-on the hosts of a hosts file, under a live view: ``labkit.live``) that does the listed runs
+``train`` starts one cluster (``labkit.tasks.ps_sparse_lr``, 1 ps + N workers on 127.0.0.1 or
+on the hosts of a hosts file, under a live view: ``labkit.distributed.live``) that does the listed runs
 one after the other, from zero weights each time: start-up is paid once and every run sees
 the same processes. It returns an ``Experiment`` (a ``labkit.experiments.Sweep``): one ``Run``
 per configuration (mode, batch size), all sharing that cluster's result; its tables are
@@ -29,12 +29,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster, events, experiments, live, scalars
+from labkit.wire import spec as cluster, events
+from labkit import experiments
+from labkit.distributed import live
+from labkit.measure import scalars
 from labkit.experiments import function_source, positive_ints
-from labkit.launch import Cluster
-from labkit.progress import tqdm
-from labkit.results import ClusterResult
-from labkit.sockets import step_bytes
+from labkit.distributed.launch import Cluster
+from labkit.measure.progress import tqdm
+from labkit.wire.results import ClusterResult
+from labkit.measure.sockets import step_bytes
 
 LAB = "lab3"
 PROGRAM = "sparse_lr"
@@ -44,8 +47,8 @@ METHODS = ("sparse", "dense", "dense_per_example")
 # ------------------------------------------------------------------------------ 1. op profile
 
 def _batch(num_features: int, batch: int, seed: int):
-    from labkit import clickdata as cd
-    from labkit import sparse
+    from labkit.datasets import clickdata as cd
+    from labkit.learning import sparse
 
     return sparse.csr_to_sparse(cd.generate(cd.ClickSpec(num_features=int(num_features), seed=seed), batch).data)
 
@@ -59,11 +62,11 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
     trace), ``nnz``, ``unique`` features, ``weights_bytes``. ``dense_per_example`` (report
     001 Table 1: a [num_features, batch] matrix first) runs only where that matrix is at
     most ``per_example_limit`` bytes. ``gradient``: a ``(w, x, y) -> (loss, IndexedSlices)``
-    function for the sparse step (the one you wrote); default ``labkit.sparse``'s."""
+    function for the sparse step (the one you wrote); default ``labkit.learning.sparse``'s."""
     import numpy as np
     import pandas as pd
 
-    from labkit import sparse
+    from labkit.learning import sparse
 
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -101,7 +104,7 @@ def trace_summary(method: str, num_features: int, batch: int, *, top: int = 10, 
                   seed: int = 0, threads: int = 1):
     """The per-op profile of one step (report 001 Table 1): the ``top`` ops by time, with
     their output shapes and bytes allocated; ``trace_path`` also writes a Chrome trace."""
-    from labkit import sparse
+    from labkit.learning import sparse
 
     x, y = _batch(num_features, batch, seed)
     if trace_path is not None:
@@ -117,7 +120,7 @@ def trace_summary(method: str, num_features: int, batch: int, *, top: int = 10, 
 
 def parse_runs(runs) -> list[tuple[str, int]]:
     """``["sync:100", ...]`` -> ``[("sync", 100), ...]``, checked before any process starts."""
-    from labkit.tasks.sparse_lr import parse_runs as parse
+    from labkit.tasks.ps_sparse_lr import parse_runs as parse
 
     runs = [runs] if isinstance(runs, str) else list(runs)
     return [(r.mode, r.batch_size) for r in parse(runs)]
@@ -134,7 +137,7 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     notebook's ``sparse_lr_gradient``, which the workers train with, and ``sync_round``, Lab 2's
     round, which builds the sync runs' round (defaults: the kit's references, which the student
     kit does not have). ``cluster_kwargs`` go to the ``Cluster``
-    (e.g. ``labkit.launchers.netem.cluster_args(link, nodes)``: emulated links)."""
+    (e.g. ``labkit.distributed.launchers.netns.cluster_args(link, nodes)``: emulated links)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     plan = parse_runs(runs)
@@ -157,7 +160,7 @@ def round_source(fn) -> str:
 
 def gradient_source(fn) -> str:
     """The source of the notebook's ``sparse_lr_gradient(w, x, y)``, for the tasks' ``--gradient-source``."""
-    from labkit.tasks.sparse_lr import load_gradient
+    from labkit.tasks.ps_sparse_lr import load_gradient
 
     source = function_source(fn, "sparse_lr_gradient", "(w, x, y)", "gradient")
     load_gradient(source)  # what the tasks will do with it: define sparse_lr_gradient, nothing else
@@ -207,7 +210,7 @@ EMULATED_COLUMNS = ("link", "run", "local_steps", "s_per_1k_iterations", "bytes_
 
 def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, workers: int = 2, **kwargs):
     """Report 001's dense step (``labkit.experiments.dense_lr_step``), sync then async, in one
-    cluster per emulated link of ``links`` (``labkit.netem``, ``labkit.launchers.netem``): the
+    cluster per emulated link of ``links`` (``labkit.infra.netem``, ``labkit.distributed.launchers.netns``): the
     ps and worker 0 on node0, each other worker on a node of its own.
 
     One row per (link, run): steps per worker, seconds per 1k iterations, bytes per worker step
@@ -218,9 +221,9 @@ def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, worker
     frame where links cannot be emulated here: ``netem.usable`` says why."""
     import pandas as pd
 
-    from labkit import netem
+    from labkit.infra import netem
     from labkit.experiments.dense_lr_step import sparse_lr_gradient as dense
-    from labkit.launchers.netem import cluster_args
+    from labkit.distributed.launchers.netns import cluster_args
 
     rows = []
     if netem.usable(links):
@@ -235,8 +238,8 @@ def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, worker
 
 def _emulated_rows(link: str, exp: "Experiment") -> list[dict]:
     """``emulated_dense``'s rows for one link's cluster."""
-    from labkit import netem
-    from labkit.launchers.netem import task_nodes
+    from labkit.infra import netem
+    from labkit.distributed.launchers.netns import task_nodes
 
     rate = netem.parse_link(link).bytes_per_s
     table, verdicts, frame = exp.summary(), exp.verdicts(), exp.samples()  # verdicts: the run's own link rate
@@ -323,7 +326,7 @@ class Experiment(experiments.Sweep):
         if s.get("data", "click") != "click":
             return None
         if self._optimum is None:
-            from labkit import clickdata as cd
+            from labkit.datasets import clickdata as cd
 
             spec = cd.ClickSpec(num_features=int(s.get("num_features", 1_000_000)), seed=int(s.get("click_seed", 0)))
             self._optimum = cd.optimum(spec, int(s.get("test_rows", 10_000)), "test")
@@ -413,7 +416,7 @@ class Experiment(experiments.Sweep):
         import numpy as np
         import pandas as pd
 
-        from labkit.summaries import summarize
+        from labkit.measure.summaries import summarize
 
         frame = self.samples()
         rows = []
@@ -450,8 +453,8 @@ class Experiment(experiments.Sweep):
         return out.replace([np.inf, -np.inf], np.nan)
 
     def network(self) -> dict | None:
-        """The emulated network the runs had (``labkit.launchers.netem.described``), else None."""
-        from labkit.launchers.netem import described
+        """The emulated network the runs had (``labkit.distributed.launchers.netns.described``), else None."""
+        from labkit.distributed.launchers.netns import described
 
         return described(self.run_dir)
 
@@ -459,8 +462,8 @@ class Experiment(experiments.Sweep):
         """On emulated nodes: per node, how busy its link was over run ``label``'s window
         (``summaries.link_use`` at the run's own link rate: ``in_share``, ``out_share``,
         ``busy_share``), busiest first. A ValueError on 127.0.0.1: no link to read."""
-        from labkit.launchers.netem import task_nodes
-        from labkit.summaries import link_use
+        from labkit.distributed.launchers.netns import task_nodes
+        from labkit.measure.summaries import link_use
 
         net = self.network()
         if net is None:
@@ -520,7 +523,7 @@ class Experiment(experiments.Sweep):
 
     def _emulated_use(self, label: str, t, frame, net: dict, use: dict) -> tuple[dict, list[str]]:
         """CPU and network utilisation on emulated nodes (see ``verdicts``), the busiest link, detail."""
-        from labkit.proc import usable_cores
+        from labkit.core.proc import usable_cores
 
         cores = net.get("cores") or usable_cores()
         ours = t["proc_cpu_avg"].sum()
@@ -624,7 +627,7 @@ def _judge(use: dict, threshold: float, most: float | None, where: dict) -> str:
 
 def evaluate_weights(path) -> dict:
     """Accuracy and log-loss of a saved ``weights-*.npz`` on the test set it names (no TensorFlow)."""
-    from labkit.tasks.sparse_lr import evaluate_arrays, load_rows, load_weights
+    from labkit.tasks.ps_sparse_lr import evaluate_arrays, load_rows, load_weights
 
     w, s = load_weights(path)
     test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"],

@@ -19,8 +19,8 @@
 mode, batch size); its tables are pandas DataFrames, ``records()`` a dict.
 
 Every deploy mode is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers
-in report 002's deploy modes) started by ``labkit.launch.Cluster`` on 127.0.0.1 or on the hosts
-of a hosts file, under a live view (``labkit.live``, titled with the run under way). Its runs
+in report 002's deploy modes) started by ``labkit.distributed.launch.Cluster`` on 127.0.0.1 or on the hosts
+of a hosts file, under a live view (``labkit.distributed.live``, titled with the run under way). Its runs
 (mode x batch size) go one after the other in it, each from fresh variables
 (``labkit.experiments.shared``): TensorFlow starts once per deploy mode. Each run has a folder
 of its own (``<study>/sync-cluster2-b50``, beside the cluster's ``<study>/cluster-cluster2``)
@@ -28,7 +28,7 @@ holding every task's result for that run. Resources of every task are summarized
 chief's training window of the run (its ``train start``/``train end`` marks), so the ps is
 measured over the same seconds; ``tasks()`` also gives each process's RSS when the run began
 (its baseline). The chief's evaluations and training loss become TensorBoard scalars in
-``<run folder>/tensorboard`` (``labkit.scalars``), by global step.
+``<run folder>/tensorboard`` (``labkit.measure.scalars``), by global step.
 
 Sync mode runs the notebook's ``sync_round`` (Lab 2's exercise; ``labkit.tasks.ps_sgd`` builds it
 on the ps and runs its chief op); ``check_sync_round`` checks it first, in this process.
@@ -42,11 +42,15 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import cluster, experiments, live, paths, scalars
+from labkit.wire import spec as cluster
+from labkit import experiments
+from labkit.distributed import live
+from labkit.core import paths
+from labkit.measure import scalars
 from labkit.experiments import function_source, positive_ints, shared
-from labkit.launch import Cluster
-from labkit.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
-from labkit.results import ClusterResult
+from labkit.distributed.launch import Cluster
+from labkit.measure.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
+from labkit.wire.results import ClusterResult
 
 LAB = "lab2"
 PROGRAM = "ps_sgd"
@@ -86,7 +90,7 @@ def check_sync_round(fn, workers: int = 3, rounds: int = 3, batch_size: int = 8,
     import numpy as np
     import tensorflow as tf
 
-    from labkit.lr import softmax_gradient
+    from labkit.learning.lr import softmax_gradient
     from labkit.tasks import ps_sgd
 
     round_source(fn)
@@ -402,7 +406,7 @@ class Study(experiments.Sweep):
         final test loss and accuracy (chief) and the training time."""
         import pandas as pd
 
-        from labkit.summaries import summarize_tasks
+        from labkit.measure.summaries import summarize_tasks
 
         deploy, batch_size = self._or_headline(deploy, batch_size)
         frames = []
@@ -441,7 +445,7 @@ class Study(experiments.Sweep):
         same size, 2 x model bytes; a sync global step is N worker steps, an async one is one.
 
         Two measurements: ``sockets``, the bytes the workers' own TCP sockets sent and
-        received (exact per task: ``labkit.sockets``); and ``host``, the host counters of
+        received (exact per task: ``labkit.measure.sockets``); and ``host``, the host counters of
         the workers' NICs and ``lo`` (dstat's totals would leave ``lo`` out): per host the bytes sent per
         second over its longest trainer window, summed over hosts, over the global steps per
         second. On 127.0.0.1 that is ``lo``, which also counts any other program's loopback
@@ -648,7 +652,7 @@ def late_start(recovery_wait_secs: float = 30, deploy: str = "cluster2", batch_s
 
 def emulated_shares(links, deploy: str = "cluster2", batch_size: int = 50, *, max_steps: int = 2000, log=print,
                     **kwargs):
-    """Async ``deploy`` once per link of ``links`` on emulated nodes (``labkit.netem``): report
+    """Async ``deploy`` once per link of ``links`` on emulated nodes (``labkit.infra.netem``): report
     002's placement, the ps and worker 0 on node0 (they talk over its loopback), every other
     worker on a node of its own, each node's link shaped to the rate. Each run makes
     ``max_steps`` global steps and evaluates only at the end (so evaluations cost worker 0
@@ -658,8 +662,8 @@ def emulated_shares(links, deploy: str = "cluster2", batch_size: int = 50, *, ma
     at the link's rate. Empty where links cannot be emulated here (``netem.usable`` says why)."""
     import pandas as pd
 
-    from labkit import netem
-    from labkit.launchers.netem import cluster_args, task_nodes
+    from labkit.infra import netem
+    from labkit.distributed.launchers.netns import cluster_args, task_nodes
 
     rows = []
     if netem.usable(links):

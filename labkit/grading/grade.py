@@ -32,7 +32,7 @@ resumes where it stopped; ``force=True`` runs all. Each notebook's line says its
 batch's ETA. The reports are rebuilt from the stored runs (``publish``), which is also how TA
 scores reach them without a notebook running again.
 
-Every notebook of a submissions folder runs in a sandbox (``labkit.grading.sandbox``); where
+Every notebook of a submissions folder runs in a sandbox (``labkit.grading.run.sandbox``); where
 bubblewrap is missing the batch refuses to start, unless ``--no-sandbox`` says to trust every
 notebook, which every report then warns about. The reference notebooks may run without it.
 Inputs the grader will not run (a folder name it would write over, a symbolic link, a file
@@ -50,13 +50,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.grading import answers, gradebook, intake, ledger, legacy, report
-from labkit.grading import stored as stored_files
-from labkit.grading.batch import Batch
-from labkit.grading.publish import Book, PublishError
-from labkit.grading.rubric import Lab, load_rubric
-from labkit.grading.runner import Job, RunResult, Setup
-from labkit.grading.scoring import Scored, flag_note, row
+from labkit.grading.judge import answers
+from labkit.grading.submissions import intake
+from labkit.grading.run import ledger
+from labkit.grading.gradebook import legacy, report
+from labkit.grading.gradebook import store as gradebook
+from labkit.grading.run import stored as stored_files
+from labkit.grading.run.batch import Batch
+from labkit.grading.gradebook.publish import Book, PublishError
+from labkit.grading.judge.rubric import Lab, load_rubric
+from labkit.grading.run.runner import Job, RunResult, Setup
+from labkit.grading.judge.scoring import Scored, flag_note, row
 
 REFERENCE = "reference"
 REFERENCE_OUT = "out/reference"   # the reference self-check's own folder and gradebook
@@ -195,8 +199,8 @@ def _claim(out: Path) -> None:
 
 def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
     """How to run this batch's notebooks, and the warning every report carries (or '')."""
-    from labkit.grading import limits
-    from labkit.grading.sandbox import APT_LINE, SANDBOXES
+    from labkit.grading.run import limits
+    from labkit.grading.run.sandbox import APT_LINE, SANDBOXES
 
     name = sandbox or "bwrap"
     if name not in SANDBOXES:
@@ -214,7 +218,7 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
     limits.remove_stale()
     setup = Setup(sandbox=chosen, backend=limits.best_backend())
     if chosen.confined:
-        from labkit.grading.release import student_package
+        from labkit.grading.kit.release import student_package
 
         setup.package = Path(__import__("labkit").__file__).resolve().parent
         kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
@@ -231,7 +235,7 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
     MNIST is fetched first when missing (a sandboxed kernel cannot fetch it)."""
     import os
 
-    from labkit import data
+    from labkit.datasets import loaders as data
 
     if os.environ.get("LABKIT_DATA"):
         root = Path(os.environ["LABKIT_DATA"]).resolve()
@@ -307,12 +311,12 @@ def _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log
     jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
                                               every=every, handles=handles)
     setup, warning = make_setup(sub is None, sandbox, log)
-    from labkit.grading.limits import shared   # runs that would share their limits run one at a time
+    from labkit.grading.run.limits import shared   # runs that would share their limits run one at a time
     parallel = parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
     try:
         executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
         if roster:
-            from labkit.grading.publish import save_export_settings
+            from labkit.grading.gradebook.publish import save_export_settings
 
             save_export_settings(out, roster, None)
         for n in notes:
@@ -337,8 +341,8 @@ def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: 
              log) -> tuple[Path, dict]:
     """(the submissions folder to grade, its intake record): an LMS download is laid out in
     ``out/.intake/`` first (``intake``); a folder is graded where it is."""
-    from labkit.grading import exports
-    from labkit.grading.publish import export_settings
+    from labkit.grading.gradebook import exports
+    from labkit.grading.gradebook.publish import export_settings
 
     if not source.exists():
         raise GradeError(f"submissions {source} does not exist; give a folder DIR/<student>/<notebook>.ipynb, or "
@@ -374,9 +378,9 @@ def identify(db: gradebook.Gradebook, sub: Path, record: dict, roster: str | Non
     """{student folder of ``sub``: the gradebook's name for that person}. A person is found by
     the LMS's ids the intake recorded (a folder of the grader's own layout: by its name, or a
     roster's SIS Login ID), and made the first time; a roster then gives names to those found."""
-    from labkit.grading import exports
-    from labkit.grading.legacy import intake_ids
-    from labkit.grading.publish import export_settings
+    from labkit.grading.gradebook import exports
+    from labkit.grading.gradebook.legacy import intake_ids
+    from labkit.grading.gradebook.publish import export_settings
 
     people = record.get("students") or {}
     handles = {}
@@ -479,7 +483,7 @@ def auto_parallel(labs: list[Lab]) -> int:
     pages take no slot (``batch``)."""
     import psutil
 
-    from labkit.proc import usable_cores
+    from labkit.core.proc import usable_cores
 
     cores = usable_cores()
     largest = max(max(lab.memory_mb, lab.check_memory_mb) for lab in labs) * 2**20
@@ -528,7 +532,7 @@ def _clock(seconds: float) -> str:
 def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, rubric, out: Path, log):
     """What runs the notebooks (``executor``): here, ``parallel`` at a time, or as Slurm job
     arrays in the partition ``slurm``."""
-    from labkit.grading import executor
+    from labkit.grading.run import executor
 
     name, options = (("slurm", {"partition": slurm, "rubric": rubric, "folder": out / ".grader" / "slurm",
                                 "sbatch_args": list(slurm_args)}) if slurm else ("local", {"parallel": parallel}))
@@ -696,7 +700,7 @@ def _publish(book: Book, outcome: Outcome, stored: dict, log, similar: float | N
 
 def _similarity(book: Book, log, threshold: float | None = None) -> None:
     """similarity.html: flags only; a failure to compare never costs the batch its reports."""
-    from labkit.grading import similarity
+    from labkit.grading.judge import similarity
 
     if book.reference:
         return
@@ -712,7 +716,7 @@ def _similarity(book: Book, log, threshold: float | None = None) -> None:
 
 def main(args) -> int:
     """The ``grade`` subcommand."""
-    from labkit.grading.rubric import RubricError
+    from labkit.grading.judge.rubric import RubricError
 
     def interrupt(signum, frame):  # unwind like Ctrl-C: every running notebook's group is killed
         raise KeyboardInterrupt(f"signal {signum}")
@@ -747,8 +751,8 @@ def main(args) -> int:
 
 def main_import(args) -> int:
     """The ``grade-import`` subcommand: lay out an LMS download for inspection, grading nothing."""
-    from labkit.grading import exports
-    from labkit.grading.rubric import RubricError
+    from labkit.grading.gradebook import exports
+    from labkit.grading.judge.rubric import RubricError
 
     try:
         labs = list(load_rubric(args.rubric).labs.values())

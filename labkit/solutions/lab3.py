@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from labkit.sparse import _batch_size, labels01, _mean_logloss, static_shape
+from labkit.learning.sparse import _batch_size, labels01, _mean_logloss, static_shape
 
 
 def unique_features(x: tf.SparseTensor) -> tuple[tf.Tensor, tf.Tensor]:

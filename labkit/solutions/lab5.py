@@ -9,7 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from labkit.costmodel import _check_arch, _check_count, _check_positive, _check_shards, even_shards
+from labkit.learning.costmodel import _check_arch, _check_count, _check_positive, _check_shards, even_shards
 
 
 def comm_terms(arch: str, M: float, N: int, n_ps: int = 1, shards=None) -> tuple[int, float]:

@@ -1,6 +1,6 @@
 """The runtime every task program shares: what a program imports.
 
-A task program is ``python -m labkit.tasks.NAME``, started by ``labkit.launch.Cluster``
+A task program is ``python -m labkit.tasks.NAME``, started by ``labkit.distributed.launch.Cluster``
 with ``TF_CONFIG`` set. It wraps its work in a ``TaskRuntime``::
 
     with TaskRuntime("ps_sgd", args=vars(args)) as rt:
@@ -8,7 +8,7 @@ with ``TF_CONFIG`` set. It wraps its work in a ``TaskRuntime``::
         server = rt.server()             # binds the task's port (exit code 98 if it is taken)
         with rt.timed("train"):
             ...
-            rt.emit(events.Epoch(...))   # for programs: typed events (labkit.events)
+            rt.emit(events.Epoch(...))   # for programs: typed events (labkit.wire.events)
             rt.log("epoch 1/3: ...")     # for people: the task's log
         rt.steps["local"] = n
         rt.metrics["accuracy"] = acc
@@ -25,10 +25,10 @@ Each concern has a module of its own:
 - ``tf1``: graph-mode sessions (device filters, a prompt worker session creator);
 - ``ps_shutdown``: how a parameter server leaves, which TensorFlow does not provide.
 
-Resource samples of the process and its host (``labkit.monitor``) run while the block does, so
+Resource samples of the process and its host (``labkit.measure.monitor``) run while the block does, so
 the same code gives per-node CPU, memory and network on a real cluster.
 """
-from labkit.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE,
+from labkit.wire.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE,
                              EXIT_TERMINATED, RESULT_FORMAT, PortInUse, task_file, versions)
 from labkit.tasks.configs import Configuration, add_configs_option, configurations, mnist_for
 from labkit.tasks.files import write_json

@@ -5,7 +5,7 @@ A program takes ``--configs`` (``add_configs_option``): a JSON list of configura
 name and the arguments it changes; ``configurations`` checks them as the command line is
 checked. Each runs inside ``TaskRuntime.configuration(config)`` (``scope`` here), which gives it
 fresh ``metrics``/``steps``/``timings``/``series``, names its marks ``"<name>: <label>"`` in the
-samples, emits ``config_started``/``config_done`` events (``labkit.events``), and writes its own
+samples, emits ``config_started``/``config_done`` events (``labkit.wire.events``), and writes its own
 result file when it ends (``results.configuration_file``; the samples over its window and the
 process's baseline then, ``results.configuration_part``), so a task killed later keeps the
 configurations it finished. The program makes everything else fresh per configuration (graphs,
@@ -21,8 +21,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from labkit import events
-from labkit.results import configuration_file, configuration_part
+from labkit.wire import events
+from labkit.wire.results import configuration_file, configuration_part
 from labkit.tasks.files import IDENTITY_KEYS, per_second, write_json
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -83,7 +83,7 @@ def configurations(parser: argparse.ArgumentParser, args: argparse.Namespace, va
 def mnist_for(args, cache: dict):
     """The MNIST split ``args`` names (``train_limit``, ``test_limit``, ``seed``), loaded once per
     split into ``cache``: a process's configurations that train on the same split share its arrays."""
-    from labkit.data import load_mnist
+    from labkit.datasets.loaders import load_mnist
 
     key = (args.train_limit, args.test_limit, args.seed)
     if key not in cache:

@@ -4,7 +4,7 @@
   TensorFlow/keras/labkit/Python versions, written before TensorFlow is imported, so the
   launcher can refuse a cluster whose nodes disagree, and once the task has found its port free,
   so the launcher takes what answers there for the task's server (``launch.Cluster``). A task forked by
-  ``labkit.launchers.forkserver`` also names the server (``forkserver``).
+  ``labkit.distributed.launchers.forkserver`` also names the server (``forkserver``).
 - **The result** (``<type>-<index>.json``): metrics, steps, timings, series, resource samples
   and how the task ended (``new_result``, ``seal``). The runtime writes it, then ends the
   process at once: TensorFlow's teardown can stall for seconds after the work is done, and
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.protocol import ENV_FORKSERVER, RESULT_FORMAT, versions
+from labkit.wire.protocol import ENV_FORKSERVER, RESULT_FORMAT, versions
 
 HELLO_KEYS = ("task", "host", "pid", "versions", "program", "started_epoch", "forkserver")
 # What a configuration's result file keeps of the process's (labkit.tasks.configs).
@@ -31,7 +31,7 @@ IDENTITY_KEYS = ("format", "program", "task", "type", "index", "address", "host"
 
 def write_json(path: Path, data: dict, indent: int | None = None) -> None:
     """Write atomically (temporary file + rename): a reader never sees half a file."""
-    from labkit.record import to_jsonable
+    from labkit.notebook.record import to_jsonable
 
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(to_jsonable(data), indent=indent) + "\n")
@@ -47,7 +47,7 @@ def new_result(program: str, task, args: dict, threads: tuple[int, int], started
         "args": dict(args), "threads": {"intra_op": threads[0], "inter_op": threads[1]},
         "started_epoch": started_epoch, "metrics": {}, "steps": {}, "timings": {}, "series": {},
     }
-    if os.environ.get(ENV_FORKSERVER):  # forked from labkit.launchers.forkserver, TensorFlow imported there
+    if os.environ.get(ENV_FORKSERVER):  # forked from labkit.distributed.launchers.forkserver, TensorFlow imported there
         result["forkserver"] = json.loads(os.environ[ENV_FORKSERVER])
     return result
 

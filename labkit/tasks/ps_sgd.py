@@ -60,7 +60,7 @@ weights: nothing worth a ``Session.reset``, which would close the other tasks' s
 
 Result (``<type>-<index>.json``; per configuration, ``results.configuration_file``): steps ``local`` and ``global_at_exit`` (trainers),
 ``global_final`` (ps 0, after every trainer finished: the number of updates applied);
-``stop`` (why and at which global step); ``traffic`` (``labkit.sockets.traffic``: bytes sent
+``stop`` (why and at which global step); ``traffic`` (``labkit.measure.sockets.traffic``: bytes sent
 and received while it trained, on its own TCP sockets and on its NIC and ``lo``, and per local
 step; ``global_steps``: the global steps in that window); series ``train``
 (every ``--log-every`` local steps) and, on the chief, ``eval`` (test loss and accuracy
@@ -79,7 +79,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit import events
+from labkit.wire import events
 from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
                                  mnist_for, run_graph_task, shared_queue)
 
@@ -190,7 +190,7 @@ class Model:
 def init_weights(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The seeded start, W ~ N(0, 0.01^2) and b = 0, drawn by NumPy as Lab 1's trainers draw it,
     so a run's updates can be recomputed without TensorFlow."""
-    from labkit import lr
+    from labkit.learning import lr
 
     return lr.init_weights(np.random.default_rng(seed))
 
@@ -199,7 +199,7 @@ def load_round(source: str | None):
     """``sync_round`` from ``--round-source`` (the notebook's), else the kit's reference (Lab 2's
     exercise, ``labkit.solutions.lab2``), which the student kit does not have."""
     if not source:
-        from labkit.reference import solution
+        from labkit.core.reference import solution
 
         return solution("lab2", "sync_round", "sync_round=sync_round, your function from the notebook")
     return define_function(source, "sync_round", "--round-source", ROUND_SIGNATURE)
@@ -395,7 +395,7 @@ def run_trainer(rt: TaskRuntime, tf, server, args) -> None:
 
 def train(rt: TaskRuntime, tf, server, args, data) -> None:
     """One trainer's run of one configuration, from building the graph to signalling done."""
-    from labkit.sockets import Meter, pick_nic, traffic
+    from labkit.measure.sockets import Meter, pick_nic, traffic
 
     rank, n = rt.trainer_rank, rt.num_trainers
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from labkit.cluster import accepts, split_address
+from labkit.wire.spec import accepts, split_address
 from labkit.tasks.tf1 import session_config
 
 TRAINER_JOBS = ("chief", "worker")

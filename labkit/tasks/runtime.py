@@ -2,7 +2,7 @@
 
 The runtime knows who the task is (``TF_CONFIG``), keeps its result, says what happens twice,
 in words for people (``log``, the task's log) and as typed events for programs (``emit``,
-``labkit.events``), marks moments in its resource samples, and ends the process once the
+``labkit.wire.events``), marks moments in its resource samples, and ends the process once the
 result is written. Its other concerns live in modules of their own, which its methods call:
 thread limits (``threads``), the hello and result files (``files``), SIGTERM (``signals``),
 configurations (``configs``), TF1 sessions (``tf1``) and the ps shutdown (``ps_shutdown``).
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from labkit import events
-from labkit.cluster import from_tf_config, port_is_free
-from labkit.protocol import (ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE, EXIT_TERMINATED, PortInUse, is_chief,
+from labkit.wire import events
+from labkit.wire.spec import from_tf_config, port_is_free
+from labkit.wire.protocol import (ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE, EXIT_TERMINATED, PortInUse, is_chief,
                              task_file)
 from labkit.tasks import configs, files, ps_shutdown, signals, threads, tf1
 
@@ -112,7 +112,7 @@ class TaskRuntime:
             pass
 
     def emit(self, event: events.Event) -> None:
-        """An event for programs (``labkit.events``), stamped with this task, now and the
+        """An event for programs (``labkit.wire.events``), stamped with this task, now and the
         configuration running."""
         self._events.write(events.stamped(event, self.task.name, self.is_chief,
                                           self.config.name if self.config else None))
@@ -201,7 +201,7 @@ class TaskRuntime:
 
     # ------------------------------------------------------------------ the end
     def __enter__(self) -> "TaskRuntime":
-        from labkit.monitor import ResourceSampler
+        from labkit.measure.monitor import ResourceSampler
 
         self.sampler = ResourceSampler(interval=self.sample_interval).start()
         self.mark("start")

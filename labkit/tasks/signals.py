@@ -1,7 +1,7 @@
 """SIGTERM ends a task with its result written, whatever its main thread is doing.
 
 The launcher stops a cluster with SIGTERM (and so does the kernel when the launcher dies,
-``labkit.proc``, and a remote task's wrapper when its ssh session ends). The main thread may
+``labkit.core.proc``, and a remote task's wrapper when its ssh session ends). The main thread may
 sit in a TensorFlow call for ever (a ps serving), where a Python signal handler would never
 run; Python's C-level handler, though, writes the signal number to the wakeup descriptor at
 once, whichever thread the kernel picked, and a watcher thread blocked on that pipe acts.

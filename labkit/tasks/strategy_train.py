@@ -1,7 +1,7 @@
 """Train a Keras model on MNIST (or synthetic images) under a ``tf.distribute`` strategy, one task per process.
 
 ``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
-as every task of a cluster; the loop is ``labkit.train_loop.train`` (Keras 3 ``fit`` fails
+as every task of a cluster; the loop is ``labkit.learning.train_loop.train`` (Keras 3 ``fit`` fails
 under both multi-worker strategies).
 
 Strategies:
@@ -14,7 +14,7 @@ Strategies:
   ``variable_partitioner`` makes ``ShardedVariable``s, which Keras 3 layers cannot take
   gradients of (``'ShardedVariable' object has no attribute 'handle'``). ``--ps-sync``
   makes it synchronous SGD, the ring's: one update per step from the mean gradient of one
-  closure per worker over one global batch (``labkit.epochs.SyncPSEpochs``).
+  closure per worker over one global batch (``labkit.learning.epochs.SyncPSEpochs``).
 - ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
 
 Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted
@@ -34,7 +34,7 @@ what each configuration makes afresh:
   fails ("Collective ops are already configured"). ``ParameterServerStrategy`` has one
   ``ClusterCoordinator`` (a singleton per strategy) and connects to its cluster once. The
   ps and worker tasks of a PS cluster only serve: every configuration is the chief's;
-- per configuration (``labkit.train_loop.train``): the model and optimizer (variables, slots,
+- per configuration (``labkit.learning.train_loop.train``): the model and optimizer (variables, slots,
   ``iterations``), the epoch counter and checkpoints, the datasets and iterators, the traced
   step functions (new collective instances under MWMS), the validation copy. Before each,
   ``fresh_start`` resets Keras's global state (layer names, as in a fresh process) and, under
@@ -50,7 +50,7 @@ import argparse
 import gc
 import time
 
-from labkit import events
+from labkit.wire import events
 from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
 
 STRATEGIES = ("mwms", "ps", "default")
@@ -62,7 +62,7 @@ VARYING = ("model", "batch_size", "epochs", "lr", "momentum", "train_limit", "te
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m labkit.tasks.strategy_train", description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=STRATEGIES, default="mwms")
-    p.add_argument("--model", default="lenet5", help="a labkit.models name (lenet5, mlp, softmax_regression, "
+    p.add_argument("--model", default="lenet5", help="a labkit.learning.models name (lenet5, mlp, softmax_regression, "
                                                      "cifar_cnn: on synthetic 32x32x3 images)")
     p.add_argument("--batch-size", type=int, default=50, help="examples per worker per step")
     p.add_argument("--epochs", type=int, default=3, help="epochs to reach (a resumed run trains the rest)")
@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="mwms: seconds one collective may wait for its peers before it fails with "
                         "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
     p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
-                                                             "training steps (labkit.sockets, needs `ss`)")
+                                                             "training steps (labkit.measure.sockets, needs `ss`)")
     p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: a step event per step, with the "
                                                               "worker that ran each slice, and one per error "
                                                               "TensorFlow logs (a fault demo follows them)")
@@ -146,8 +146,8 @@ def fresh_start(tf, rt: TaskRuntime, strategy) -> None:
 
 
 def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic, counters) -> None:
-    """Train one configuration with ``labkit.train_loop.train``; its results go to ``rt``."""
-    from labkit.train_loop import train
+    """Train one configuration with ``labkit.learning.train_loop.train``; its results go to ``rt``."""
+    from labkit.learning.train_loop import train
 
     import tensorflow as tf
 
@@ -168,7 +168,7 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
         raise
     trained_steps = sum(h["steps"] for h in result["history"] if h["epoch"] > result["start_epoch"])
     rt.steps["local"] = trained_steps
-    rt.result["traffic"] = result["traffic"]  # where every program keeps it (labkit.sockets.traffic)
+    rt.result["traffic"] = result["traffic"]  # where every program keeps it (labkit.measure.sockets.traffic)
     rt.result["train"] = result
     rt.series["history"] = result["history"]
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
@@ -184,9 +184,9 @@ def epoch_event(entry: dict, epochs: int) -> events.Epoch:
 
 
 def step_tracer(rt: TaskRuntime):
-    """``on_step`` for ``--trace-steps``: a ``step`` event per step, which ``labkit.faults``
+    """``on_step`` for ``--trace-steps``: a ``step`` event per step, which ``labkit.wire.faults``
     follows, and a line for people."""
-    from labkit.faults import step_line
+    from labkit.wire.faults import step_line
 
     def on_step(step: dict) -> None:
         rt.emit(events.Step(step=step["step"], seconds=step["seconds"], loss=step["loss"],
@@ -209,16 +209,16 @@ def report_tf_errors(rt: TaskRuntime) -> None:
 
 def data_for(args, cache: dict):
     """The model's data: MNIST for the 28x28 models; for one with an input shape of its own
-    (``labkit.models.INPUT_SHAPES``: the CIFAR-scale CNN), synthetic images of that shape,
+    (``labkit.learning.models.INPUT_SHAPES``: the CIFAR-scale CNN), synthetic images of that shape,
     ``train_limit`` and ``test_limit`` of them (default 10,000 and 1,000)."""
-    from labkit.models import INPUT_SHAPES
+    from labkit.learning.models import INPUT_SHAPES
 
     shape = INPUT_SHAPES.get(args.model)
     if shape is None:
         return mnist_for(args, cache)
     key = (shape, args.train_limit, args.test_limit, args.seed)
     if key not in cache:
-        from labkit.data import synthetic_images
+        from labkit.datasets.loaders import synthetic_images
 
         cache[key] = synthetic_images(shape, args.train_limit or 10_000, args.test_limit or 1_000, args.seed)
     return cache[key]
@@ -251,12 +251,12 @@ def main(argv=None) -> None:
         if args.trace_steps:
             report_tf_errors(rt)
 
-        from labkit.sockets import pick_nic
+        from labkit.measure.sockets import pick_nic
 
         nic = pick_nic(args.nic, rt.task.host)
         counters = None
         if args.task_bytes:
-            from labkit.sockets import TaskBytes
+            from labkit.measure.sockets import TaskBytes
 
             counters = TaskBytes(rt.run_dir)
         loaded: dict = {}

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import time
 
-from labkit.protocol import ENV_INTER_OP, ENV_INTRA_OP
+from labkit.wire.protocol import ENV_INTER_OP, ENV_INTRA_OP
 
 
 def thread_limits(spec, task) -> tuple[int, int]:
     """(intra-op, inter-op) threads for ``task``: the launcher's choice, else the cores of
     this host shared among the cluster's tasks on it."""
-    from labkit.proc import usable_cores
+    from labkit.core.proc import usable_cores
 
     env_intra, env_inter = os.environ.get(ENV_INTRA_OP), os.environ.get(ENV_INTER_OP)
     cores = usable_cores()

@@ -1,0 +1,38 @@
+"""Where the kit finds the exercises' reference implementations: ``labkit.solutions``.
+
+The instructor's kit holds them (the grader checks against them, the kit's own defaults and
+tests use them); the student kit (``make release``) does not ship that package. ``solution``
+imports one, or raises an error that says what the student passes instead: their own
+function from the notebook.
+
+``SOLUTIONS`` names every reference the kit uses, so the dependency is written down (and
+tests/test_dependencies.py sees it). It points up: a reference stands in for the student's
+function, which the notebook, above the whole kit, passes in; the solutions import the kit.
+Only this module may name them (that test checks it too). Imports nothing else from labkit.
+"""
+from __future__ import annotations
+
+from labkit.core.registry import Registry, resolve
+
+SOLUTIONS = Registry("reference implementation", builtin={
+    "lab1.sgd_step": "labkit.solutions.lab1:sgd_step",
+    "lab2.sync_round": "labkit.solutions.lab2:sync_round",
+    "lab3.sparse_gradient": "labkit.solutions.lab3:sparse_gradient",
+    "lab5.comm_terms": "labkit.solutions.lab5:comm_terms",
+    "lab5.step_bytes": "labkit.solutions.lab5:step_bytes",
+})
+
+
+class NotInStudentKit(LookupError):
+    """A reference implementation was asked for in the student kit, which has none."""
+
+
+def solution(module: str, name: str, instead: str):
+    """``labkit.solutions.<module>.<name>``; without it, NotInStudentKit naming ``instead``."""
+    try:
+        return resolve(SOLUTIONS.reference(f"{module}.{name}"))   # imported each time: never cached here
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("labkit.solutions"):
+            raise NotInStudentKit(f"the kit's reference {name} is not part of the student kit; pass {instead}") \
+                from None
+        raise

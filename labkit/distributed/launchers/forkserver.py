@@ -1,0 +1,291 @@
+"""Start local task processes from one that has imported TensorFlow already: a fork server.
+
+Importing TensorFlow (and Keras, pandas and the rest it loads) costs a task process 3-4 s of
+CPU, and a cluster's tasks start at once on the same cores: on 2 cores a 3-worker cluster waits
+5-10 s before its first step, longer than a lab's small trainings take. The fork server imports
+all of it once, in a process that has run no TensorFlow op (no eager context, no runtime thread
+pools, no gRPC: nothing a fork would copy half made), and forks one child per local task. The
+child takes the task's arguments, environment, working directory and standard streams, and runs
+its program as ``python -m`` would: the same program, from the same files, as a task started
+alone (``import tensorflow`` in it finds the module loaded).
+
+It is a mechanism of the launchers that start tasks here (``labkit.distributed.launchers.local``, and
+``.netem`` built on it): they start each task through this process's server, unless told
+otherwise (``launcher_options={"forkserver": False}``, another ``python``, or
+``LABKIT_NO_FORKSERVER=1``), by running ``ForkServer.python``, a small script that runs
+``forkclient.py``, the task's stand-in. The launcher starts and signals the stand-in as it
+would the task; the task joins the stand-in's network namespace (an emulated node's, where the
+netem launcher started the stand-in inside one); the stand-in forwards signals to the task and
+exits as the task did; the task dies with its stand-in, however that ends (a pipe it watches).
+A task's hello and result name its own pid (which the launcher's live view samples) and the
+server (``forkserver``: its pid, when it started and when it was ready), so the server's
+start-up can be counted once.
+
+The server is this process's (a kernel's): started on first use, ended with it (``labkit.core.proc``:
+it dies with its parent, whatever signal ends that one). It keeps the modules it imported: a
+kernel that changed the kit's code restarts to run the new code. Tasks that run elsewhere (ssh,
+Slurm) start as their own interpreters there, and so does every task on a machine where the
+server cannot start (then a warning says why).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+from labkit.wire.protocol import ENV_FORKSERVER
+
+DISABLE = "LABKIT_NO_FORKSERVER"     # "1": every task starts as its own interpreter
+# What every task program imports before its first step; TensorFlow loads Keras and pandas itself.
+PRELOAD = ("tensorflow", "keras", "pandas", "labkit.tasks.common", "labkit.tasks.ps_sgd", "labkit.tasks.ps_sparse_lr",
+           "labkit.tasks.strategy_train", "labkit.learning.train_loop", "labkit.learning.epochs", "labkit.learning.models", "labkit.datasets.loaders",
+           "labkit.learning.sparse", "labkit.datasets.clickdata", "labkit.measure.summaries", "labkit.measure.sockets", "labkit.notebook.record")
+CLIENT = Path(__file__).with_name("forkclient.py")
+CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
+READY_TIMEOUT_S = 180.0
+REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
+
+
+# ------------------------------------------------------------------------------ the server
+
+def send_message(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A stand-in's request (length-prefixed JSON) and the descriptors sent with it."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 8)
+    if len(data) < 4:
+        raise ValueError("short request")
+    size = struct.unpack("!I", data[:4])[0]
+    body = data[4:]
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ValueError("request cut short")
+        body += chunk
+    return json.loads(body), fds
+
+
+def serve(path: str) -> None:
+    """Import what the tasks need, listen on ``path``, fork a task per request, report each
+    task's exit status to its stand-in. Ends with the process that started it."""
+    import psutil
+
+    started = psutil.Process().create_time()
+    for name in PRELOAD:
+        __import__(name)
+    info = {"pid": os.getpid(), "started_epoch": started, "ready_epoch": time.time()}
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(64)
+    os.replace(path + ".tmp", path)  # the socket appears once it listens
+    print(f"fork server {os.getpid()} ready after {info['ready_epoch'] - started:.1f} s", flush=True)
+    tasks: dict[int, socket.socket] = {}
+    while True:
+        readable, _, _ = select.select([listener], [], [], REAP_S)
+        if readable:
+            conn, _ = listener.accept()
+            try:
+                request, fds = _receive(conn)
+            except (OSError, ValueError) as e:
+                conn.close()
+                print(f"fork server: a bad request ({e})", flush=True)
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, [listener, conn, *tasks.values()], info)
+            for fd in fds:
+                os.close(fd)
+            tasks[pid] = conn
+            try:
+                send_message(conn, {"pid": pid})
+            except OSError:  # the stand-in is gone already: the task follows it (its lifeline)
+                pass
+        _reap(tasks)
+
+
+def _reap(tasks: dict[int, socket.socket]) -> None:
+    while tasks:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = tasks.pop(pid, None)
+        if conn is not None:
+            try:
+                send_message(conn, {"status": status})
+            except OSError:
+                pass
+            conn.close()
+
+
+def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
+    """In the forked process: become the task and run its program; never returns."""
+    code = 1
+    try:
+        for s in inherited:
+            s.close()
+        os.setsid()  # a session of its own, as the launcher gives a task
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        stdin, stdout, stderr, lifeline, *netns = fds
+        for fd in netns:  # before any thread starts: the threads TensorFlow starts later inherit it
+            _join_network(fd)
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        threading.Thread(target=_watch_lifeline, args=(lifeline,), name="labkit-lifeline", daemon=True).start()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ[ENV_FORKSERVER] = json.dumps(info)
+        os.chdir(request["cwd"])
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[1:1] = extra  # as an interpreter started with the task's PYTHONPATH would search
+        argv = request["argv"]
+        if len(argv) < 2 or argv[0] not in ("-m", "-c"):
+            raise ValueError(f"the fork server runs -m MODULE ARGS or -c CODE ARGS, got {argv[:2]}")
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *argv[2:]]
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _join_network(fd: int) -> None:
+    """Move this process into the network namespace ``fd`` names (its stand-in's), unless it is
+    there already: setns needs CAP_SYS_ADMIN even for the namespace one is in."""
+    here, there = os.stat("/proc/self/ns/net"), os.fstat(fd)
+    if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"could not join the stand-in's network namespace: {os.strerror(err)}")
+    os.close(fd)
+
+
+def _watch_lifeline(fd: int) -> None:
+    """The stand-in holds the other end: when it is gone, so is this task, at once."""
+    while True:
+        try:
+            if not os.read(fd, 1):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------ the driver's side
+
+class ForkServer:
+    """A running fork server of this process: ``python`` is the interpreter to give the launcher."""
+
+    def __init__(self, timeout: float = READY_TIMEOUT_S):
+        from labkit.core.proc import OwnedProcess
+
+        self.dir = Path(tempfile.mkdtemp(prefix="labkit-forkserver-"))
+        self.socket = str(self.dir / "socket")
+        self.log = self.dir / "server.log"
+        self.python = str(self.dir / "python")
+        q = lambda s: "'" + str(s).replace("'", "'\\''") + "'"  # noqa: E731  (a shell word)
+        Path(self.python).write_text(f"#!/bin/sh\nexec {q(sys.executable)} -I -S {q(CLIENT)} {q(sys.executable)} "
+                                     f"{q(self.socket)} \"$@\"\n")
+        os.chmod(self.python, 0o755)
+        self.process = OwnedProcess([sys.executable, "-u", "-m", "labkit.distributed.launchers.forkserver", self.socket], self.log,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
+        try:
+            self._wait_ready(timeout)
+        except BaseException:  # not ready, or interrupted (the stop button) while it imports: it goes
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.socket):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
+                                   f"{self.process.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the fork server was not ready after {timeout:.0f} s; its log ends:\n"
+                                   f"{self.process.log_tail()}")
+            time.sleep(0.02)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Stop the server and remove its folder (socket, stand-in, log): nothing stays in /tmp."""
+        self.process.kill(grace=2.0)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_server: ForkServer | None = None
+_failed: str | None = None
+_lock = threading.Lock()
+
+
+def get() -> ForkServer | None:
+    """This process's fork server, started on first use; None where it is off or cannot start."""
+    global _server, _failed
+    if os.environ.get(DISABLE, "") not in ("", "0") or not sys.platform.startswith("linux") or _failed:
+        return None
+    with _lock:
+        if _server is None or not _server.running:
+            if _server is not None:
+                _server.stop()  # it died: its folder goes with it
+            try:
+                _server = ForkServer()
+                atexit.register(_server.stop)
+            except (OSError, RuntimeError) as e:
+                _failed = str(e)
+                warnings.warn(f"labkit: tasks start as their own interpreters, the fork server could not start: {e}",
+                              RuntimeWarning, stacklevel=2)
+                return None
+        return _server
+
+
+def running() -> ForkServer | None:
+    """This process's fork server if one runs, without starting one: it is meant to outlive the
+    clusters it started, so whoever looks for processes left behind leaves it out."""
+    return _server if _server is not None and _server.running else None
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,35 @@
+"""Traces the kit recorded with its own runs, shipped for the sections a machine may not run.
+
+A lab's section on emulated links needs Linux with root or user namespaces, and its failure demo
+kills tasks; the grader runs neither. Each such section reads, where it does not run, the trace
+the kit recorded by running the same call (``<lab>_<what>.json``): the section's data (frames as
+lists of records), with its ``provenance``: the call, labkit's commit, TensorFlow's version, the
+cores and the load of the machine that recorded it, and when. A student's analysis of a trace is
+graded by hidden checks on traces the grader draws itself (``labkit.grading.judge.probe``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in FOLDER.glob("*.json"))
+
+
+def load(name: str) -> dict:
+    """The recorded trace ``name`` (e.g. "lab2_emulated_shares"); a FileNotFoundError naming those there are."""
+    path = FOLDER / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no recorded trace {name!r} in {FOLDER}; there are: {', '.join(names()) or 'none'}")
+    return json.loads(path.read_text())
+
+
+def frame(name: str):
+    """A recorded section's data frame (its ``frame`` records) as a pandas DataFrame, and the provenance."""
+    import pandas as pd
+
+    data = load(name)
+    return pd.DataFrame(data["frame"]), data["provenance"]

@@ -1,0 +1,428 @@
+"""Hidden checks (nbgrader's sense): the student's own functions, run on the grader's inputs.
+
+A rubric check ``kind = "hidden"`` names one: ``check = "lab1_sgd_step"`` and optional
+``args = { seed = 3 }`` (the inputs: seeds and sizes, from the rubric only). After the
+notebook has run, the grader
+
+1. starts a fresh sandboxed process that sees the student's view of the kit and nothing of
+   the run (``labkit/grading/judge/probe.py``): it takes the named functions from the notebook's
+   code cells (definitions and imports only) and runs them on inputs it builds from ``args``,
+   writing what they return;
+2. starts the judge, another sandboxed process with the full kit (``labkit.grading.judge.checks``),
+   which rebuilds the same inputs, computes the answer with the grader's own reference and
+   compares (``judge`` functions below). Its ``Verdict`` scores the check.
+
+Monkey-patching in the notebook cannot reach either process, and the student's code never
+shares a process with the reference.
+
+Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
+
+1. in ``probe.py``, write ``inputs_<probe>(**args)`` (deterministic inputs from a seed) and a
+   ``@probe("<probe>")`` function ``(fns, args, out) -> {name: numpy array}`` that calls
+   ``fns["lr_schedule"]`` on them (import TensorFlow inside it, not at the top);
+2. here, write ``@hidden("lab4_lr_schedule", functions=["lr_schedule"], probe_name="<probe>",
+   inputs=probe.inputs_<probe>)`` on a judge ``(args, arrays, folder) -> Verdict`` that rebuilds the inputs with
+   ``probe.inputs_<probe>(**args)``, computes the reference (here or in ``labkit.solutions``:
+   the student kit ships neither) and compares with a tolerance;
+   ``folder`` is the probe's output folder, for probes that leave files (a cluster run); keyword
+   arguments after ``inputs`` are defaults the rubric's ``args`` add to;
+3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
+   when it shows the exercise works, its name to the lab's ``evidence``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from labkit.grading.judge import probe
+from labkit.grading.judge.verify import Unverifiable, Verdict
+from labkit.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class Hidden:
+    name: str
+    functions: tuple[str, ...]    # the student's functions the probe imports, by name
+    probe: str                    # probe.PROBES key
+    judge: Callable               # (args, arrays, folder) -> Verdict, with the grader's reference
+    inputs: Callable              # the probe's input builder or settings (validates args)
+    defaults: dict                # arguments the check always passes (the rubric's args add to them)
+
+    def args(self, rubric_args: dict) -> dict:
+        return {**self.defaults, **rubric_args}
+
+    def validate(self, args: dict) -> None:
+        """A TypeError/ValueError when ``args`` are not inputs of this check."""
+        self.inputs(**self.args(args))
+
+
+HIDDEN = Registry("hidden check")
+
+
+def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
+    def register(fn):
+        if probe_name not in probe.PROBES:
+            raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/judge/probe.py")
+        HIDDEN.add(name, Hidden(name, tuple(functions), probe_name, fn, inputs, defaults))
+        return fn
+    return register
+
+
+def judge(name: str, rubric_args: dict, folder: Path) -> Verdict:
+    """The verdict of hidden check ``name`` from its probe's output in ``folder``; raises Unverifiable."""
+    h = HIDDEN[name]
+    args = h.args(rubric_args)
+    status = _status(folder).get(name)
+    if status is None:
+        raise Unverifiable("the student's functions did not finish (time or memory limit, or the process died)")
+    if not status.get("ok"):
+        what = ", ".join(h.functions) or "code"
+        return Verdict(False, f"running your {what} failed: {status.get('error', '?')}")
+    arrays = _arrays(folder / f"{name}.npz")
+    try:
+        return h.judge(args, arrays, folder)
+    except KeyError as e:
+        raise Unverifiable(f"the probe's output lacks {e}") from None
+
+
+def _status(folder: Path) -> dict:
+    try:
+        status = json.loads((folder / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _arrays(path: Path, limit: int = 64 * 2**20) -> dict:
+    if not path.is_file() or path.is_symlink():
+        raise Unverifiable(f"the probe wrote no {path.name}")
+    if path.stat().st_size > limit:
+        raise Unverifiable(f"{path.name} is over {limit // 2**20} MB")
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> float:
+    """Largest error of ``mine`` against ``want``, in units of the tolerance (<= 1 is close)."""
+    mine, want = np.asarray(mine, np.float64), np.asarray(want, np.float64)
+    if mine.shape != want.shape:
+        return math.inf
+    if not np.all(np.isfinite(mine)):
+        return math.inf
+    return float(np.max(np.abs(mine - want) / (atol + rtol * np.abs(want)), initial=0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 1: the SGD step, against the softmax regression's gradient in float64
+
+def reference_lr_step(x, y, W, b, learning_rate):
+    """One SGD step of softmax regression on the mean cross-entropy, computed in float64."""
+    x, W, b = x.astype(np.float64), W.astype(np.float64), b.astype(np.float64)
+    z = x @ W + b
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    loss = float(np.mean(-np.log(p[np.arange(len(y)), y])))
+    g = p.copy()
+    g[np.arange(len(y)), y] -= 1
+    g /= len(y)
+    return W - learning_rate * (x.T @ g), b - learning_rate * g.sum(axis=0), loss
+
+
+@hidden("lab1_sgd_step", functions=["sgd_step"], probe_name="lr_step", inputs=probe.inputs_lr_step)
+def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
+    worst, where = 0.0, ""
+    for t, case in enumerate(probe.inputs_lr_step(**args)):
+        W, b, loss = reference_lr_step(case["x"], case["y"], case["W"], case["b"], case["learning_rate"])
+        for mode in ("eager", "graph"):
+            errs = {"W": _close(arrays[f"{t}_{mode}_W"], W, 1e-5, 1e-3),
+                    "b": _close(arrays[f"{t}_{mode}_b"], b, 1e-5, 1e-3),
+                    "loss": _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4)}
+            part, err = max(errs.items(), key=lambda kv: kv[1])
+            if err > worst:
+                worst, where = err, f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})"
+    if int(arrays["python_ops"]):
+        return Verdict(False, "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
+                              "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
+                              "GradientTape")
+    if worst <= 1:
+        return Verdict(True, value=worst)
+    if math.isinf(worst):
+        return Verdict(False, f"sgd_step gave no usable {where.split()[0]} (wrong shape, NaN or no loss returned)")
+    return Verdict(False, f"sgd_step is off in {where}: {worst:.3g} x the tolerance; check the loss (mean "
+                          f"over the batch), the gradient and the update's sign", worst)
+
+
+@hidden("lab1_best_reading", functions=["chance_best_reading"], probe_name="best_reading",
+        inputs=probe.inputs_best_reading)
+def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The chance that the best of n binomial batch accuracies reaches a level, against the
+    reference, on cases the notebook never had (``probe.inputs_best_reading``)."""
+    from labkit.solutions.lab1 import chance_best_reading
+
+    cases = probe.inputs_best_reading(**args)
+    got = arrays["chances"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"chance_best_reading gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = chance_best_reading(**case)
+        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
+            return Verdict(False, f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
+                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
+                                  f"that the best of n binomial batch readings reaches the level: check how many "
+                                  f"images 'at least level' needs, one reading's chance, and the best of n")
+    return Verdict(True)
+
+
+@hidden("lab1_initial_loss", functions=["initial_test_loss"], probe_name="initial_loss",
+        inputs=probe.inputs_initial_loss)
+def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The mean cross-entropy of near-zero weights (a uniform softmax) for class counts the notebook
+    never had: log K. The failure names the class count, never the value."""
+    counts = probe.inputs_initial_loss(**args)
+    got = arrays["losses"]
+    if got.shape != (len(counts),):
+        return Verdict(False, f"initial_test_loss gave {got.size} answers for {len(counts)} class counts")
+    for k, mine in zip(counts, got):
+        if _close(np.asarray(mine), np.asarray(math.log(k)), 1e-6, 1e-3) > 1:
+            return Verdict(False, f"initial_test_loss({k}) is {mine:.6g}: not the mean cross-entropy of weights "
+                                  f"near zero with {k} classes")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the prediction of distinct features per step, against the exact expectation
+
+def reference_distinct_features(spec, rows: int) -> float:
+    """Expected distinct (field, value) pairs among ``rows`` rows of ``spec``'s click data: each
+    field's values are bounded-Zipf draws, P(id <= k) = (1 - (k+2)^(1-s)) / (1 - (V+1)^(1-s)); the
+    last ``optional_fields`` fields are present with probability 1/2; a value turns up in none of
+    the rows with probability (1 - p)^rows."""
+    a = 1.0 - spec.zipf_s
+    optional = np.arange(spec.num_fields) >= spec.num_fields - spec.optional_fields
+    total = 0.0
+    for present, vocab in zip(np.where(optional, 0.5, 1.0), spec.vocab_sizes):
+        k = np.arange(vocab, dtype=np.float64)
+        p = present * ((k + 1) ** a - (k + 2) ** a) / (1.0 - (vocab + 1.0) ** a)
+        total += float(np.sum(1.0 - (1.0 - p) ** rows))
+    return total
+
+
+@hidden("lab3_distinct_features", functions=["expected_distinct_features"], probe_name="distinct_features",
+        inputs=probe.inputs_distinct_features)
+def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The student's formula on click-data shapes and batch sizes the notebook never had, to 1e-6:
+    a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
+    from labkit.datasets.clickdata import ClickSpec
+
+    cases = probe.inputs_distinct_features(**args)
+    got = arrays["expected"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"expected_distinct_features gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = reference_distinct_features(ClickSpec(**case["spec"]), case["rows"])
+        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
+            spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
+            return Verdict(False, f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
+                                  f"not the expected number of distinct (field, value) pairs; check each value's "
+                                  f"probability (from the CDF), the optional fields, and the chance it is in no row")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the sparse gradient, against the dense computation
+
+def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:
+    """Mean log-loss and its dense gradient X^T (sigmoid(Xw) - y) / B, in float64."""
+    b, f = (int(v) for v in case["shape"])
+    X = np.zeros((b, f))
+    np.add.at(X, (case["indices"][:, 0], case["indices"][:, 1]), case["values"].astype(np.float64))
+    w, y = case["w"].astype(np.float64), case["y"].astype(np.float64)
+    z = X @ w
+    loss = float(np.mean(np.logaddexp(0.0, z) - y * z))
+    return loss, X.T @ (1 / (1 + np.exp(-z)) - y) / b
+
+
+@hidden("lab3_sparse_gradient", functions=["sparse_lr_gradient"], probe_name="sparse_gradient",
+        inputs=probe.inputs_sparse_gradient)
+def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
+    worst = 0.0
+    for t, case in enumerate(probe.inputs_sparse_gradient(**args)):
+        loss, grad = reference_sparse_gradient(case)
+        f = grad.shape[0]
+        n_unique = len(np.unique(case["indices"][:, 1]))
+        for mode in ("eager", "graph"):
+            idx, vals = arrays[f"{t}_{mode}_indices"], arrays[f"{t}_{mode}_values"]
+            if idx.shape != vals.shape or (idx.size and (idx.min() < 0 or idx.max() >= f)):
+                return Verdict(False, f"the gradient's indices and values do not match ({mode}): one value per "
+                                      f"feature id in 0..{f - 1}")
+            if idx.size != n_unique:
+                return Verdict(False, f"the gradient has {idx.size} rows but the batch touches {n_unique} distinct "
+                                      f"features ({mode}); return one row per unique feature (tf.unique), not one per "
+                                      f"feature or per non-zero")
+            mine = np.zeros(f)
+            np.add.at(mine, idx, vals)
+            worst = max(worst, _close(mine, grad, 1e-5, 1e-3), _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss),
+                                                                          1e-5, 1e-4))
+    if worst <= 1:
+        return Verdict(True, value=worst)
+    return Verdict(False, f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
+                          f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
+                   worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: the synchronous round, from the weights and step counts the cluster's tasks wrote
+
+def reference_sync_weights(s: dict, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """The weights after ``s["rounds"]`` synchronous rounds of ``workers`` workers, computed in
+    float64 without TensorFlow: from the tasks' seeded start, each round one SGD step on the mean
+    of the workers' gradients, each on the next batch of its own shard and stream (the tasks'
+    ``batches``, seeded ``seed + rank``)."""
+    from labkit.datasets.loaders import load_mnist
+    from labkit.learning.lr import softmax_gradient
+    from labkit.tasks.ps_sgd import NUM_FEATURES, batches, init_weights
+
+    data = load_mnist(limit=s["train_limit"], test_limit=s["test_limit"], seed=s["seed"])
+    x, y = data.x_train.reshape(-1, NUM_FEATURES), data.y_train
+    streams = [batches(x[r::workers], y[r::workers], s["batch_size"], s["seed"] + r) for r in range(workers)]
+    W, b = (a.astype(np.float64) for a in init_weights(s["seed"]))
+    for _ in range(s["rounds"]):
+        grads = [softmax_gradient(W, b, *next(stream))[:2] for stream in streams]
+        W = W - s["learning_rate"] * np.mean([g[0] for g in grads], axis=0)
+        b = b - s["learning_rate"] * np.mean([g[1] for g in grads], axis=0)
+    return W, b
+
+
+@hidden("lab2_sync_round", functions=["sync_round"], probe_name="sync_round", inputs=probe.settings_sync_round)
+def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Every worker made ``rounds`` steps and the global step is ``rounds`` (one update per
+    round), and the chief's final weights are plain SGD on the mean of the workers' gradients,
+    round after round, from the same seeded start and batches (``reference_sync_weights``)."""
+    from labkit.tasks.ps_sgd import init_weights
+
+    s = probe.settings_sync_round(**args)
+    rel = str(arrays["run_dir"])
+    run = (folder / rel).resolve()
+    if folder.resolve() not in run.parents or not run.is_dir():
+        raise Unverifiable("the sync run left no folder of task results")
+    workers = {}
+    for f in sorted(run.glob("worker-*.json")):
+        if not f.name.endswith(".hello.json"):
+            data = json.loads(f.read_text())
+            workers[str(data.get("task"))] = data
+    if not workers or "worker:0" not in workers:
+        raise Unverifiable("the sync run's workers wrote no result files")
+    local = {k: v.get("steps", {}).get("local") for k, v in workers.items()}
+    final = {k: v.get("steps", {}).get("global_at_exit") for k, v in workers.items()}
+    found = {"local": local, "global": final}
+    if set(local.values()) != {s["rounds"]} or set(final.values()) != {s["rounds"]}:
+        return Verdict(False, f"after {s['rounds']} rounds the workers made {local} steps and saw global steps "
+                              f"{final}: in a synchronous round every worker makes one step and the chief one "
+                              f"update", found)
+    weights = workers["worker:0"].get("weights") or {}
+    try:
+        W, b = np.asarray(weights["W"], np.float64), np.asarray(weights["b"], np.float64)
+    except KeyError:
+        raise Unverifiable("the chief saved no final weights") from None
+    want_W, want_b = reference_sync_weights(s, len(workers))
+    W0, b0 = init_weights(s["seed"])
+    scale = max(np.abs(want_W - W0).max(), np.abs(want_b - b0).max())  # the whole update's size
+    error = max(_close(W, want_W, 1e-3 * scale, 1e-3), _close(b, want_b, 1e-3 * scale, 1e-3))
+    if error <= 1:
+        return Verdict(True, value={**found, "error": error})
+    if math.isinf(error):
+        return Verdict(False, f"the chief's final weights have shapes {W.shape}, {b.shape} or are not finite", found)
+    return Verdict(False, f"after {s['rounds']} rounds of {len(workers)} workers the weights are {error:.3g} x the "
+                          f"tolerance away from SGD on the mean of their gradients: does the chief apply the mean of "
+                          f"all {len(workers)} gradients, once per round, at the learning rate?", found)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 4: the ring all-reduce, against the plain sum and the ring's schedule of chunks
+
+def reference_ring_bytes(size: int, n: int, value_bytes: int = 4) -> list[int]:
+    """Bytes each of ``n`` workers sends to all-reduce ``size`` values in ``n`` chunks
+    (``np.array_split``): in round s worker w sends chunk (w - s) mod n in the reduce-scatter and
+    chunk (w + 1 - s) mod n in the all-gather, for s = 0 .. n-2."""
+    chunk = [len(c) * value_bytes for c in np.array_split(np.zeros(size), n)]
+    return [sum(chunk[(w - s) % n] + chunk[(w + 1 - s) % n] for s in range(n - 1)) for w in range(n)]
+
+
+@hidden("lab4_ring_allreduce", functions=["ring_allreduce"], probe_name="ring_allreduce",
+        inputs=probe.inputs_ring_allreduce)
+def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
+    for t, case in enumerate(probe.inputs_ring_allreduce(**args)):
+        n, size = len(case["grads"]), case["grads"][0].size
+        where = f"N = {n}, {size} values"
+        sums = arrays[f"{t}_sums"]
+        if sums.shape != (n, size):
+            return Verdict(False, f"{where}: ring_allreduce returned vectors of shape {sums.shape}; expected one vector "
+                                  f"of {size} values per worker")
+        want = np.sum(np.asarray(case["grads"], np.float64), axis=0)
+        if _close(sums, np.broadcast_to(want, sums.shape), 1e-4, 1e-4) > 1:
+            return Verdict(False, f"{where}: not every worker ends with the sum of all the gradients")
+        if not bool(arrays[f"{t}_inputs_kept"]):
+            return Verdict(False, f"{where}: ring_allreduce changed the gradients it was given")
+        want_sent = reference_ring_bytes(size, n)
+        if arrays[f"{t}_sent"].tolist() != want_sent:
+            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes, not "
+                                  f"what the ring's 2(N-1) rounds of one chunk each send: check which chunk each "
+                                  f"worker sends in each round, and the chunks' sizes when N does not divide the length")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: the cost model's communication terms, against the reference on inputs the run never had
+
+@hidden("lab5_comm_terms", functions=["comm_terms"], probe_name="comm_terms", inputs=probe.inputs_comm_terms)
+def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Messages exactly, bytes to a byte (or 1e-6), for every case of ``probe.inputs_comm_terms``:
+    model sizes, worker and ps counts and uneven shards that the notebook's runs never had."""
+    from labkit.solutions.lab5 import comm_terms
+
+    cases = probe.inputs_comm_terms(**args)
+    got = arrays["terms"]
+    if got.shape != (len(cases), 2):
+        return Verdict(False, f"comm_terms gave {got.shape[0]} answers for {len(cases)} cases")
+    for case, (msgs, nbytes) in zip(cases, got):
+        want_msgs, want_bytes = comm_terms(**case)
+        bad_bytes = _close(np.asarray(nbytes), np.asarray(want_bytes), 1.0, 1e-6) > 1
+        if msgs != want_msgs or bad_bytes:
+            shards = f", shards={tuple(round(x) for x in case['shards'])}" if case["shards"] else ""
+            where = f"comm_terms({case['arch']!r}, M={case['M']:.0f}, N={case['N']}, n_ps={case['n_ps']}{shards})"
+            wrong = " and ".join(what for what, bad in (("messages", msgs != want_msgs), ("bytes", bad_bytes)) if bad)
+            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
+                                  f"critical path; check the busiest link and which transfers overlap")
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: who carried the steps after a kill, on failure traces the notebook never had
+
+@hidden("lab5_slice_shares", functions=["slice_shares"], probe_name="slice_shares", inputs=probe.inputs_slice_shares)
+def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Each worker's share of the slices after a kill, to 1e-9, on every trace of
+    ``probe.inputs_slice_shares``: worker counts, kill steps and slice placements the shipped
+    trace never had, steps listed out of order."""
+    from labkit.solutions.lab5 import slice_shares
+
+    cases = probe.inputs_slice_shares(**args)
+    got = arrays["shares"]
+    if got.shape != (len(cases), 6):
+        return Verdict(False, f"slice_shares gave {got.shape[0]} answers for {len(cases)} traces")
+    for case, row in zip(cases, got):
+        want = np.zeros(6)
+        for w, share in slice_shares(case["trace"], case["kill"]).items():
+            want[w] = share
+        if _close(row, want, 1e-9, 0.0) > 1:
+            kill = case["trace"]["kills"][case["kill"]]
+            return Verdict(False, f"a trace of {case['trace']['workers']} workers, the kill of {kill['task']} after "
+                                  f"step {kill['after_step']}: shares {np.round(row, 3).tolist()}, expected "
+                                  f"{np.round(want, 3).tolist()} (by worker index)")
+    return Verdict(True)

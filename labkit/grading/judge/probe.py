@@ -1,0 +1,609 @@
+"""The student's side of a hidden check: import the student's functions and run them on the grader's inputs.
+
+This file runs as a script (``python probe.py SPEC``) in a fresh sandbox that sees the
+student's view of the kit (no solutions, no grader) and an empty folder to write to; it is
+bound there on its own, so it imports nothing from ``labkit.grading``. For each hidden check
+in SPEC it
+
+1. takes from the submitted notebook's code cells only plain definitions (``load_functions``,
+   ``plain``): top-level ``import`` statements (only those binding a name the functions use),
+   assignments of literal constants to names, and ``def``/``class`` statements whose
+   definition runs nothing of the student's: a function's decorators are dropped (the probe
+   traces with ``tf.function`` itself) and its annotations too; every default value must be a
+   literal, a name or a dotted name (``tf.float32``); a class has no decorator, no keyword
+   (``metaclass=``), only names or dotted names as bases, and a body of a docstring, literal
+   constants and such functions (``staticmethod``, ``classmethod`` and ``property`` the only
+   decorators), and no ``__init_subclass__``. Anything else is skipped with a note the check's
+   reason shows. So no statement of the notebook runs here (not a patch of the kit, a file
+   write or a printed record), and the student's code runs only when a probe calls the
+   functions. (An import runs the library's own code, and so may a library base class's
+   metaclass when a class is defined on it: never code from the notebook.)
+2. runs the named functions on inputs built from the rubric's arguments (a seed, sizes) by
+   the check's probe (``PROBES``);
+3. writes what they returned to ``<out>/<check>.npz`` (arrays only, no pickles) and how it
+   went to ``<out>/status.json``.
+
+The grader's judge (``labkit.grading.judge.hidden``, in another process) rebuilds the same inputs
+with the same ``inputs_*`` functions below, computes the answer itself and compares. Whatever
+the student's code does in this process can only change what it returns.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import linecache
+import os
+import resource
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from labkit.notebook.record import cell_name  # light: json, math, re
+
+PROBES: dict = {}
+
+
+def probe(name: str):
+    def register(fn):
+        PROBES[name] = fn
+        return fn
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's functions
+
+def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
+    """``({name: function}, notes)`` from the notebook's code cells: imports, plain definitions
+    and literal constants (``plain``), in notebook order (a later definition wins); nothing else runs.
+    Only the imports that bind a name the functions use run (``used_names``): a check of a NumPy
+    function does not pay for the TensorFlow a notebook imports for its other cells."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    namespace: dict = {"__name__": "student"}
+    notes, taken, bound = [], [], set(namespace)
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as e:
+            notes.append(f"{cell_name(i)}: not Python ({e.msg}, line {e.lineno}); skipped")
+            continue
+        filename = f"<{cell_name(i)}>"   # the source, for tracebacks and for tf.function's autograph
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        for node in tree.body:
+            node, why = plain(node, bound)
+            if why:
+                notes.append(f"{cell_name(i)} line {why[0]}: {why[1]}")
+            if node is not None:
+                taken.append((i, filename, node))
+                bound.update(_bound(node))
+    used = used_names([node for _, _, node in taken], names)
+    for i, filename, node in taken:
+        for statement in _needed(node, used):
+            try:
+                exec(compile(ast.Module([statement], []), filename, "exec"), namespace)
+            except Exception as e:  # an import the student kit lacks, say: the function may not need it
+                notes.append(f"{cell_name(i)} line {statement.lineno}: {type(e).__name__}: {e}")
+    return {n: namespace[n] for n in names if callable(namespace.get(n))}, notes
+
+
+DYNAMIC = {"globals", "vars", "eval", "exec", "__import__", "importlib", "locals"}
+
+
+def used_names(nodes: list, names) -> set[str] | None:
+    """The names the definitions of ``names`` use, directly or through other definitions
+    among ``nodes``; None (every import runs) when one looks names up by string (``globals()``)."""
+    defines: dict[str, list] = {}
+    for node in nodes:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            for name in _bound(node):
+                defines.setdefault(name, []).append(node)
+    used, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in used:
+            continue
+        used.add(name)
+        for node in defines.get(name, []):
+            todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return None if used & DYNAMIC else used
+
+
+def _bound(node) -> list[str]:
+    """The names a top-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [_alias_name(a) for a in node.names]
+    return []
+
+
+def _alias_name(alias: ast.alias) -> str:
+    """The name ``import a.b``, ``import a.b as c`` or ``from m import a`` binds: ``a``, ``c``, ``a``."""
+    return (alias.asname or alias.name).split(".")[0]
+
+
+def _needed(node, used: set[str] | None) -> list:
+    """``node`` to run: a definition always, an import only for the names of it ``used``, one
+    name per statement (``from m import a, b`` runs as ``from m import a`` when only ``a`` is)."""
+    if used is None or not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [node]
+    keep = [a for a in node.names if a.name == "*" or _alias_name(a) in used]
+    if not keep:
+        return []
+    part = ast.Import(names=keep) if isinstance(node, ast.Import) else ast.ImportFrom(node.module, keep, node.level)
+    return [ast.copy_location(part, node)]
+
+
+METHOD_DECORATORS = ("staticmethod", "classmethod", "property")
+
+
+def plain(node, bound: set[str]):
+    """``(statement to run or None, (line, why) or None)``: ``node`` as a plain definition,
+    whose execution runs nothing of the student's (see the module docstring), or None with the
+    reason when it is not one. A function's decorators and annotations are dropped (noted).
+    ``bound``: the names the notebook's statements taken before it bind (a method's decorator
+    must be Python's own ``property``, not the notebook's)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return node, None
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return _constant(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        why = _defaults_problem(node)
+        if why:
+            return None, (node.lineno, f"{why}; not taken")
+        dropped = [ast.unparse(d) for d in node.decorator_list]
+        node = _strip(node)
+        node.decorator_list = []
+        return node, ((node.lineno, f"{node.name} taken without its decorator(s) @{', @'.join(dropped)}")
+                      if dropped else None)
+    if isinstance(node, ast.ClassDef):
+        why = _class(node, bound)
+        return (None, (node.lineno, f"{why}; not taken")) if why else (_strip(node), None)
+    return None, None
+
+
+def _constant(node):
+    """``NAME = literal`` (an annotation is dropped: it would be evaluated)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    if node.value is None or not all(isinstance(t, ast.Name) for t in targets):
+        return None, None
+    try:
+        ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None, None
+    return ast.copy_location(ast.Assign(targets=targets, value=node.value), node), None
+
+
+def _reference(expr) -> bool:
+    """A literal, a name or a dotted name: evaluating it looks a value up and calls nothing."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return True
+    try:
+        ast.literal_eval(expr)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _defaults_problem(fn) -> str | None:
+    args = fn.args
+    for value in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+        if not _reference(value):
+            return (f"the default value {ast.unparse(value)[:60]!r} of {fn.name} is not a literal or a name "
+                    f"(a default is evaluated when the function is defined)")
+    return None
+
+
+def _strip(node):
+    """``node`` with every annotation of its own definition (not of nested code) removed."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        node.returns = None
+    elif isinstance(node, ast.ClassDef):
+        body = []
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign):
+                if item.value is None:
+                    continue
+                item = ast.copy_location(ast.Assign(targets=[item.target], value=item.value), item)
+            elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                item = _strip(item)
+            body.append(item)
+        node.body = body or [ast.Pass()]
+    return ast.fix_missing_locations(node)
+
+
+def _class(node, bound: set[str]) -> str | None:
+    """Why the class statement ``node`` is not a plain definition (None when it is)."""
+    name = node.name
+    if node.decorator_list:
+        return f"class {name} is decorated (a decorator runs when the class is defined)"
+    if node.keywords:
+        return f"class {name} has keyword arguments ({ast.unparse(node.keywords[0])[:40]}): a metaclass runs code"
+    for base in node.bases:
+        if not _reference(base) or isinstance(base, ast.Constant):
+            return f"the base {ast.unparse(base)[:40]!r} of class {name} is not a name or a dotted name"
+    for item in node.body:
+        if isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant):
+            continue   # a docstring
+        if isinstance(item, ast.Pass):
+            continue
+        if isinstance(item, (ast.Assign, ast.AnnAssign)):
+            if _constant(item)[0] is None:
+                return f"class {name} assigns something other than a literal to a name"
+            continue
+        if isinstance(item, ast.ClassDef):
+            why = _class(item, bound)
+            if why:
+                return why
+            continue
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if item.name == "__init_subclass__":
+                return f"class {name} defines __init_subclass__, which would run when a subclass is defined"
+            for d in item.decorator_list:
+                if not (isinstance(d, ast.Name) and d.id in METHOD_DECORATORS and d.id not in bound):
+                    return (f"the method {name}.{item.name} has the decorator @{ast.unparse(d)[:40]}; only "
+                            f"{', '.join(METHOD_DECORATORS)} are taken in a class")
+            why = _defaults_problem(item)
+            if why:
+                return why
+            continue
+        return f"class {name} runs a statement in its body ({ast.unparse(item).splitlines()[0][:40]})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 1: the SGD step
+
+def inputs_lr_step(seed: int = 0, batch: int = 50, learning_rate: float = 0.5, trials: int = 2) -> list[dict]:
+    """Random batches and starting weights (a nonzero bias, so its gradient matters)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(trials):
+        out.append({"x": rng.random((batch, 784), dtype=np.float32),
+                    "y": rng.integers(0, 10, batch).astype(np.int32),
+                    "W": (rng.standard_normal((784, 10)) * 0.01).astype(np.float32),
+                    "b": (rng.standard_normal(10) * 0.1).astype(np.float32),
+                    "learning_rate": float(learning_rate)})
+    return out
+
+
+@probe("lr_step")
+def lr_step(fns: dict, args: dict, out: Path) -> dict:
+    """``sgd_step(W, b, x, y, learning_rate)`` on tf.Variables, eagerly and traced (as the kit's
+    epoch loop runs it): the updated W, b and the returned loss."""
+    import tensorflow as tf
+
+    step = fns["sgd_step"]
+    arrays = {}
+    for t, case in enumerate(inputs_lr_step(**args)):
+        for mode, fn in (("eager", step), ("graph", tf.function(step))):
+            W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+            loss = fn(W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"])
+            arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
+            arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
+        case = inputs_lr_step(**args)[0]
+        W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+        traced = tf.function(step).get_concrete_function(W, b, tf.constant(case["x"]), tf.constant(case["y"]),
+                                                         case["learning_rate"])
+        arrays["python_ops"] = np.asarray(python_ops(traced.graph.as_graph_def()), np.int64)
+    return arrays
+
+
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")   # tf.py_function / tf.numpy_function
+
+
+def python_ops(graph_def) -> int:
+    """How many ops of ``graph_def`` (its functions' bodies too) call back into Python: a step
+    built from them computes in NumPy what the graph should compute itself."""
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return sum(n.op in PYTHON_OPS for n in nodes)
+
+
+def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
+    """``(q, n, batch_size, level)`` cases for Lab 1's model of the best of n small-batch accuracy
+    readings: accuracies 0.5-0.995, 1-300 readings, batches of 10-100 images, levels whose
+    level x batch_size is not a whole number (so "at least level" needs no rounding convention)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < int(cases):
+        batch = int(rng.integers(10, 101))
+        level = round(float(rng.uniform(0.6, 0.99)), 3)
+        if abs(level * batch - round(level * batch)) < 0.05:
+            continue
+        out.append({"q": round(float(rng.uniform(0.5, 0.995)), 4), "n": int(rng.integers(1, 301)),
+                    "batch_size": batch, "level": level})
+    return out
+
+
+@probe("best_reading")
+def best_reading(fns: dict, args: dict, out: Path) -> dict:
+    """``chance_best_reading(q, n, batch_size, level)`` on every case: one number each."""
+    fn = fns["chance_best_reading"]
+    return {"chances": np.asarray([float(fn(c["q"], c["n"], c["batch_size"], c["level"]))
+                                   for c in inputs_best_reading(**args)], np.float64)}
+
+
+def inputs_initial_loss(seed: int = 0, cases: int = 6) -> list[int]:
+    """Class counts for Lab 1's prediction of the loss at the seeded start: never 10, the notebook's."""
+    rng = np.random.default_rng(seed)
+    counts = [2, 3] + [int(k) for k in rng.integers(4, 5000, size=max(0, int(cases) - 2))]
+    return [k if k != 10 else 11 for k in counts]
+
+
+@probe("initial_loss")
+def initial_loss(fns: dict, args: dict, out: Path) -> dict:
+    """``initial_test_loss(num_classes)`` for every class count: one number each."""
+    fn = fns["initial_test_loss"]
+    return {"losses": np.asarray([float(fn(k)) for k in inputs_initial_loss(**args)], np.float64)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the prediction of distinct features per step, and the sparse gradient
+
+def inputs_distinct_features(seed: int = 0, cases: int = 6) -> list[dict]:
+    """Click-data shapes (``clickdata.ClickSpec`` fields) and batch sizes the notebook never had."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        fields = int(rng.integers(4, 41))
+        s = float(rng.choice([rng.uniform(0.6, 0.95), rng.uniform(1.05, 2.0)]))
+        out.append({"spec": {"num_features": int(rng.integers(1_000, 300_000)), "num_fields": fields,
+                             "optional_fields": int(rng.integers(0, fields)), "zipf_s": round(s, 3),
+                             "min_vocab": int(rng.integers(2, 12))},
+                    "rows": int(rng.integers(5, 600))})
+    return out
+
+
+@probe("distinct_features")
+def distinct_features(fns: dict, args: dict, out: Path) -> dict:
+    """``expected_distinct_features(spec, rows)`` on every case: one number each."""
+    from labkit.datasets.clickdata import ClickSpec
+
+    fn = fns["expected_distinct_features"]
+    return {"expected": np.asarray([float(fn(ClickSpec(**c["spec"]), c["rows"]))
+                                    for c in inputs_distinct_features(**args)], np.float64)}
+
+
+
+def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -> list[dict]:
+    """Click-like batches: repeated features, a duplicated row, an empty row, unsorted ids."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(trials):
+        b = 6 + t
+        dense = (rng.random((b, features)) < 0.2) * rng.choice([1.0, 2.0], size=(b, features))
+        dense[1], dense[2] = dense[0], 0.0
+        rows, cols = np.nonzero(dense)
+        perm = rng.permutation(len(cols))
+        out.append({"indices": np.stack([rows, cols], 1)[perm].astype(np.int64),
+                    "values": dense[rows, cols][perm].astype(np.float32), "shape": np.array([b, features], np.int64),
+                    "y": (rng.random(b) < 0.5).astype(np.float32),
+                    "w": rng.normal(size=features).astype(np.float32)})
+    return out
+
+
+@probe("sparse_gradient")
+def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
+    """``sparse_lr_gradient(w, x, y) -> (loss, IndexedSlices)``, eagerly and traced: the loss and
+    the slices' indices and values as returned."""
+    import tensorflow as tf
+
+    grad = fns["sparse_lr_gradient"]
+    arrays = {}
+    for t, case in enumerate(inputs_sparse_gradient(**args)):
+        x = tf.SparseTensor(case["indices"], case["values"], case["shape"])
+        for mode, fn in (("eager", grad), ("graph", tf.function(grad))):
+            w = tf.Variable(case["w"])
+            result = fn(w, x, tf.constant(case["y"]))
+            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], tf.IndexedSlices)):
+                raise TypeError(f"sparse_lr_gradient must return (loss, tf.IndexedSlices); called {mode} it "
+                                f"returned {type(result).__name__}")
+            loss, g = result
+            arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss))
+            arrays[f"{t}_{mode}_indices"] = np.asarray(g.indices).astype(np.int64).reshape(-1)
+            arrays[f"{t}_{mode}_values"] = np.asarray(g.values, np.float64).reshape(-1)
+    return arrays
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 4: the ring all-reduce
+
+RING_CASES = ((1, 7), (2, 10), (3, 10), (3, 11), (4, 1003), (5, 12), (3, 61_706))  # (workers, values)
+
+
+def inputs_ring_allreduce(seed: int = 0, cases=RING_CASES) -> list[dict]:
+    """Every worker's float32 gradient for each (N, length): lengths N divides and lengths it does not."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, size in cases:
+        if int(n) < 1 or int(size) < int(n):
+            raise ValueError(f"each case needs 1 <= workers <= values, got {(n, size)}")
+        out.append({"grads": [rng.standard_normal(int(size)).astype(np.float32) for _ in range(int(n))]})
+    return out
+
+
+@probe("ring_allreduce")
+def ring_allreduce(fns: dict, args: dict, out: Path) -> dict:
+    """``ring_allreduce(grads) -> (sums, sent)`` on the grader's gradients: every worker's vector, the
+    bytes each sent, and whether the inputs came back unchanged."""
+    fn = fns["ring_allreduce"]
+    arrays = {}
+    for t, case in enumerate(inputs_ring_allreduce(**args)):
+        grads = [g.copy() for g in case["grads"]]
+        result = fn(grads)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(f"ring_allreduce must return (sums, sent), got {type(result).__name__}")
+        sums, sent = result
+        arrays[f"{t}_sums"] = np.stack([np.asarray(s, np.float64).reshape(-1) for s in sums]) if len(sums) else \
+            np.zeros((0, 0))
+        arrays[f"{t}_sent"] = np.asarray(sent, np.float64).reshape(-1)
+        arrays[f"{t}_inputs_kept"] = np.asarray(all(np.array_equal(g, c) for g, c in zip(grads, case["grads"])))
+    return arrays
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: the cost model's communication terms
+
+def inputs_comm_terms(seed: int = 0, sizes: int = 2) -> list[dict]:
+    """Model sizes drawn from ``seed``, N = 1..8 workers, 1-9 ps tasks (more ps than workers too),
+    each ps count with an even split (``shards`` None) and a random uneven one; the ring once per N."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for M in (float(rng.integers(10_000, 10**9)) for _ in range(int(sizes))):
+        for N in (1, 2, 3, 5, 8):
+            out.append({"arch": "ring", "M": M, "N": N, "n_ps": 1, "shards": None})
+            for k in (1, 2, 3, 9):
+                out.append({"arch": "ps", "M": M, "N": N, "n_ps": k, "shards": None})
+                if k > 1:
+                    out.append({"arch": "ps", "M": M, "N": N, "n_ps": k,
+                                "shards": tuple(float(x) for x in M * rng.dirichlet(np.ones(k)))})
+    return out
+
+
+@probe("comm_terms")
+def comm_terms(fns: dict, args: dict, out: Path) -> dict:
+    """``comm_terms(arch, M, N, n_ps, shards) -> (messages, bytes)`` on every case: one row each."""
+    fn = fns["comm_terms"]
+    rows = []
+    for case in inputs_comm_terms(**args):
+        result = fn(case["arch"], case["M"], case["N"], case["n_ps"], case["shards"])
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise TypeError(f"comm_terms must return (messages, bytes); for {case['arch']!r} it returned "
+                            f"{type(result).__name__}")
+        rows.append([float(result[0]), float(result[1])])
+    return {"terms": np.asarray(rows, np.float64)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: the PS failure trace, on traces the notebook never had
+
+def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
+    """Failure traces in the kit's format (``ring_vs_ps.ps_failure``), drawn from ``seed``: 2-6
+    workers, one killed after a random step, in some a second worker later, and in most the ps
+    at the end; every step has one slice per worker, each run by a worker alive when the step
+    began, unevenly (under load one survivor may take most); steps listed out of order. Each
+    case is ``{"trace", "kill"}``: the question is about kill ``kill``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        n = int(rng.integers(2, 7))
+        order = [int(w) for w in rng.permutation(n)]
+        kills, at = [], 0
+        for dead in order[: 2 if n >= 3 and rng.random() < 0.5 else 1]:
+            at += int(rng.integers(3, 25))
+            kills.append({"task": f"worker:{dead}", "after_step": at, "t_s": 0.1 * at})
+        last = at + int(rng.integers(2, 20))
+        if rng.random() < 0.7:
+            kills.append({"task": "ps:0", "after_step": last, "t_s": 0.1 * last})
+        weights = rng.dirichlet(np.ones(n))
+        steps = []
+        for step in range(1, last + 1):
+            gone = {int(k["task"].split(":")[1]) for k in kills if k["task"].startswith("worker:")
+                    and k["after_step"] + 1 < step}
+            live = [w for w in range(n) if w not in gone]
+            p = weights[live] / weights[live].sum()
+            steps.append({"step": step, "seconds": float(rng.uniform(0.05, 0.5)), "loss": 2.3 - 0.001 * step,
+                          "slices_on": [int(w) for w in rng.choice(live, size=n, p=p)], "t_s": 0.1 * step})
+        shuffled = [steps[i] for i in rng.permutation(len(steps))]
+        trace = {"model": "lenet5", "workers": n, "steps": shuffled, "kills": kills, "events": [], "failure": None}
+        out.append({"trace": trace, "kill": int(rng.integers(0, len(kills)))})
+    return out
+
+
+@probe("slice_shares")
+def slice_shares(fns: dict, args: dict, out: Path) -> dict:
+    """``slice_shares(trace, kill) -> {worker: share}`` on every case: one row of shares per case,
+    one column per worker index (0 where the answer has none; -1 for a key that is no worker)."""
+    import copy
+
+    fn = fns["slice_shares"]
+    cases = inputs_slice_shares(**args)
+    rows = np.zeros((len(cases), 6), np.float64)
+    for i, case in enumerate(cases):
+        got = fn(copy.deepcopy(case["trace"]), case["kill"])
+        if not isinstance(got, dict):
+            raise TypeError(f"slice_shares must return a dict {{worker: share}}, not {type(got).__name__}")
+        for w, share in got.items():
+            w = int(w)
+            rows[i, w if 0 <= w < 6 else 0] = float(share) if 0 <= w < 6 else -1.0
+    return {"shares": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: the synchronous round, in a short real cluster
+
+def settings_sync_round(deploy: str = "cluster", rounds: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
+                        train_limit: int = 2000, test_limit: int = 500, seed: int = 0, timeout: float = 240) -> dict:
+    if int(rounds) < 1 or int(batch_size) < 1 or not float(learning_rate) > 0:
+        raise ValueError(f"rounds, batch_size and learning_rate must be positive, got {rounds}, {batch_size}, "
+                         f"{learning_rate}")
+    return {"deploy": str(deploy), "rounds": int(rounds), "batch_size": int(batch_size),
+            "learning_rate": float(learning_rate), "train_limit": int(train_limit), "test_limit": int(test_limit),
+            "seed": int(seed), "timeout": float(timeout)}
+
+
+@probe("sync_round")
+def sync_round(fns: dict, args: dict, out: Path) -> dict:
+    """``sync_round`` runs a parameter-server cluster of the kit's tasks in sync mode for
+    ``rounds`` global steps from the seeded start; the chief saves the final weights. The
+    tasks' result files land in ``out/runs`` for the judge."""
+    from labkit.experiments import sync_async
+
+    s = settings_sync_round(**args)
+    os.environ["LABKIT_RUNS"] = str(out / "runs")
+    run = sync_async.run("sync", s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["rounds"],
+                         learning_rate=s["learning_rate"], train_limit=s["train_limit"], test_limit=s["test_limit"],
+                         eval_every=0, seed=s["seed"], sync_round=fns["sync_round"], run="hidden-sync",
+                         timeout=s["timeout"], save_weights=True, scalars=False)
+    return {"run_dir": np.asarray(str(Path(run.result.run_dir).resolve().relative_to(out.resolve())))}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _limit(memory_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+
+
+def main(argv=None) -> int:
+    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    _limit(int(spec["memory_bytes"]))
+    out = Path(spec["out"])
+    status = {}
+    for check in spec["checks"]:
+        name = check["check"]
+        try:
+            fns, notes = load_functions(spec["notebook"], check["functions"])
+            missing = [f for f in check["functions"] if f not in fns]
+            if missing:
+                hint = f" ({'; '.join(notes[:3])})" if notes else ""
+                raise LookupError(f"no function {', '.join(missing)} defined at the top level of a code cell{hint}")
+            arrays = PROBES[check["probe"]](fns, check.get("args", {}), out)
+            np.savez(out / f"{name}.npz", **arrays)
+            status[name] = {"ok": True}
+        except BaseException as e:  # the student's code failed: that is the check's result, not the probe's
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            tb = traceback.extract_tb(e.__traceback__)
+            where = next((f"{f.filename} line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<cell")), "")
+            status[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500] + (f" ({where})" if where else "")}
+        (out / "status.json").write_text(json.dumps(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The student kit (make release): the kit without its solutions, and the public rubric."""

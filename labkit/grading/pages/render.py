@@ -1,0 +1,164 @@
+"""Pages render in a process of their own, limited in time and memory.
+
+A page is made from what a student's run printed: one 16 MB ``text/html`` output took the
+grader minutes and gigabytes when it rendered in the grader itself. So every feedback page and
+TA answer page is written by ``python -m labkit.grading.pages.render SPEC``, in a group of its own
+(``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
+data limit too), and killed past ``TIMEOUT_S``.
+
+``Task`` is one page to write: the function that writes it (the caller's own, e.g.
+``answers.write_page``; the child process imports it by its module and name), its JSON arguments, and the
+page to write instead when rendering fails (``fallback``: the check table and why the notebook
+is not shown; the next rebuild of the reports tries that page again). ``Task.start()`` returns a ``Rendering`` whose ``poll()`` is None until it has
+ended; the batch polls it with the notebooks it runs, so their timeouts still hold while a page
+renders. ``run(tasks, parallel)`` writes a list of pages, N at a time, and waits.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from labkit.core.registry import resolve
+from labkit.grading.run import limits
+
+PAGES = Path(__file__).with_name("templates") / "pages"   # the grader's own page bodies (Jinja, autoescaped)
+TIMEOUT_S = 180.0        # one page; a class's pages render in seconds each
+MEMORY_MB = 2048.0
+TASKS = 32
+PACKAGE = "labkit.grading."   # a page writer is the grader's own function, nothing else
+
+
+def reference(writer: Callable) -> str:
+    """``"module:name"`` of a page writer, what the rendering process imports."""
+    ref = f"{writer.__module__}:{writer.__qualname__}"
+    if not ref.startswith(PACKAGE) or "<" in ref:
+        raise ValueError(f"a page writer is a module-level function of labkit.grading, got {ref}")
+    return ref
+
+
+@dataclass
+class Task:
+    writer: Callable[..., None]    # the function that writes the page (a module-level one of labkit.grading)
+    args: dict                     # its keyword arguments (JSON)
+    path: Path                     # the page it writes
+    fallback: Callable[[str], str]  # why it failed -> the page to write instead
+    log: Path                      # the renderer's output (tracebacks)
+    done: Callable[[], None] | None = None   # called once the page is written (not for a fallback: tried again)
+    timeout: float | None = None   # seconds (None: TIMEOUT_S)
+    memory_mb: float | None = None  # (None: MEMORY_MB)
+
+    def start(self) -> "Rendering":
+        return Rendering(self)
+
+
+class Rendering:
+    """A started Task: ``poll()`` is None while it runs, then True (the page, or its fallback, is written)."""
+
+    def __init__(self, task: Task):
+        from labkit.core.proc import OwnedProcess
+
+        self.task = task
+        self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
+        task.log.parent.mkdir(parents=True, exist_ok=True)
+        self.spec = task.log.resolve().with_name(f".render-{uuid.uuid4().hex[:12]}.json")
+        self.spec.write_text(json.dumps({"writer": reference(task.writer), "args": task.args, "memory_mb": self.memory_mb},
+                                        default=str))
+        try:
+            self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
+        except OSError:  # no way to cap the group here: the process's own data limit still holds
+            self.group = None
+        argv = [sys.executable, "-m", "labkit.grading.pages.render", str(self.spec)]
+        self.proc = OwnedProcess(self.group.enter_command(argv) if self.group else argv, task.log,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})   # the grader's folder: its paths hold
+        self.deadline = time.monotonic() + self.timeout
+        self.result: bool | None = None
+        self.proc.start()
+
+    def poll(self) -> bool | None:
+        if self.result is not None:
+            return self.result
+        code = self.proc.poll()
+        if code is None and time.monotonic() < self.deadline:
+            return None
+        if code is None:
+            why = f"rendering it took longer than {self.timeout:g} s"
+        elif self.group is not None and self.group.oom_kills():
+            why = f"rendering it needed more than {self.memory_mb:g} MB"
+        elif code != 0:
+            why = f"rendering it failed ({_last_line(self.task.log) or f'exit code {code}'})"
+        else:
+            why = ""
+        self._end()
+        if why:
+            from labkit.grading.gradebook.report import write_text
+
+            write_text(self.task.path, self.task.fallback(f"The executed notebook is not shown: {why}."))
+        elif self.task.done:
+            self.task.done()
+        self.result = True
+        return True
+
+    def _end(self) -> None:
+        self.proc.kill(grace=1.0)
+        if self.group is not None:
+            self.group.close()
+        self.spec.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """Stop it; no page is written (the next rebuild renders it again)."""
+        self._end()
+        self.result = False
+
+
+def template(name: str, **context) -> str:
+    """The body ``templates/pages/<name>`` makes of ``context``: every value is escaped but
+    ``Markup`` (HTML the grader rendered and cleaned itself); ``sanitize.Page`` cleans it last."""
+    return _environment().get_template(name).render(**context)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(PAGES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined)
+
+
+def run(tasks: list[Task], parallel: int = 1, poll: float = 0.1) -> None:
+    """Write every page of ``tasks``, ``parallel`` at a time (each with its own limits)."""
+    pending, running = list(tasks), []
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, parallel):
+                running.append(pending.pop(0).start())
+            time.sleep(poll)
+            running = [r for r in running if r.poll() is None]
+    finally:
+        for r in running:
+            r.kill()
+
+
+def _last_line(path: Path) -> str:
+    from labkit.core.proc import tail
+
+    return next((ln.strip() for ln in reversed(tail(path, 20).splitlines()) if ln.strip()), "")[:300]
+
+
+def main(argv=None) -> int:
+    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    limits.limit_self(int(spec["memory_mb"] * 2**20))
+    if not spec["writer"].startswith(PACKAGE):
+        raise ValueError(f"not a page writer of labkit.grading: {spec['writer']}")
+    resolve(spec["writer"])(**spec["args"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,700 @@
+"""Submissions as Canvas and Gradescope download them, laid out for the grader.
+
+The grader reads one layout, ``DIR/<student>/<lab notebook>.ipynb``. ``import_download`` builds
+it from what an LMS gives the instructor, and ``intake.json`` next to it keeps what the LMS said
+of each file (who, when, late or not, what it was called), which every report then shows.
+
+**Canvas**, "Download Submissions": a zip of loose files named
+``<name>_[LATE_]<user id>_<attachment id>_<the file's own name>``
+(``smithjohn_12345_67890_01_single_node_lr.ipynb``, ``doejane_LATE_12346_67891_01_single_node_lr-1.ipynb``).
+They are read as Canvas reads them back when files are re-uploaded (canvas-lms
+``Assignment#infer_comment_context_from_filename``: the first two all-digit ``_`` fields are the
+user id and the attachment id); ``LATE`` before them is Canvas's own lateness mark, and Canvas
+appends ``-1``, ``-2`` to a file name a student uploaded again. The user id is the ``ID`` column
+of Canvas's gradebook export (the roster).
+
+**Gradescope**, "Export Submissions": a zip with ``submission_metadata.yml`` and one
+``submission_<id>/`` folder per submission. The metadata maps each folder to its
+``:submitters`` (``:name``, ``:email``, ``:sid``) and ``:created_at``, as otter-grader's
+``GradescopeParser`` (otter/grade/metadata.py) and its sample exports read it; the export
+carries no lateness mark (tools that charge late penalties on it take the due date apart), so
+a submission is late when ``:created_at`` is after the due date given with ``--due`` (without
+it, every row says lateness was not computed). A group submission is laid out for each submitter,
+its record naming the others (``group``): the grader runs it once and credits every member.
+
+Students are named by the roster (Canvas's gradebook export, as ``grade-export --roster``
+reads it): Canvas's user id matches its ``ID``, Gradescope's ``:sid`` its ``SIS User ID`` and
+the ``:email`` its ``SIS Login ID``; the folder is the roster's SIS Login ID (else SIS User
+ID, else ID), so ``canvas.csv`` matches the gradebook. Without a roster, or for someone not
+in it, the folder is Canvas's name (``smithjohn``) or Gradescope's ``:sid`` (else ``:email``).
+
+Which lab a file is (``match_lab``): its name, once the LMS's and the browser's decorations
+are gone (``-1``, `` (1)``), else its content: a notebook holding most of one lab's cell ids
+(``make release`` keeps them) is that lab's, under any name. Of several files of one student for
+one lab, the latest counts (Canvas: the highest attachment id; Gradescope: the latest
+``:created_at``), and the others are noted. Every file that is not graded is noted, never
+dropped in silence; files that match no lab are listed in the notes (never copied), and their
+submitter still gets a folder, so the grader's "not submitted" row names them.
+
+Archives are read entry by entry (no path from the archive is ever joined to a folder; links,
+absolute and ``..`` paths are refused, and noted), each entry at most ``runner.MAX_NOTEBOOK_BYTES`` + 1
+bytes: a larger one is kept that size, so the grader refuses it with a row that says why. One
+download gives at most ``MAX_READ_BYTES`` (its declared sizes are checked first, the bytes read
+as they come), one submission folder ``MAX_FILES`` files. Gradescope's metadata is read without
+YAML aliases, its submitters' fields short texts; its copy inside a submission folder is refused,
+and one ``:sid`` given by several people is never merged (each is graded apart, and flagged).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+RECORD = "intake.json"
+NO_DUE = ("lateness was not computed: Gradescope's export marks nothing late, and no due date was given "
+          "(--due, or DUE= with make) to compare each submission's :created_at with")
+METADATA = "submission_metadata.yml"
+MAX_ENTRIES = 100_000
+MAX_READ_BYTES = 3 * 2**30   # bytes read out of one download in all (checked on the sizes first, then as read)
+MAX_FILES = 20             # files read per submission folder (a lab takes one or two); the rest are listed
+MAX_FIELD = 200            # characters of a submitter's :name, :sid or :email
+MATCH_SHARE = 0.5          # share of a lab's cell ids a notebook must hold to be that lab's under another name
+_DIGITS = re.compile(r"[0-9]+")
+_RESUBMITTED = re.compile(r"^(?P<stem>.*?)(?:-(?P<n>[0-9]+)| \((?P<copy>[0-9]+)\))?(?P<ext>\.[A-Za-z0-9]+)$")
+_SAFE = re.compile(r"[^\w.@+-]+")
+
+
+class IntakeError(ValueError):
+    """A download the grader cannot read; the message says what to give it instead."""
+
+
+def _cap() -> int:
+    from labkit.grading.run.runner import MAX_NOTEBOOK_BYTES
+
+    return MAX_NOTEBOOK_BYTES + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a download: a zip or a folder, entry by entry
+
+class Budget:
+    """The bytes one download may still give (``MAX_READ_BYTES``): every read draws on it, so a
+    zip bomb ends in an IntakeError, not in gigabytes on the disk."""
+
+    def __init__(self, source, total: int = MAX_READ_BYTES):
+        self.source, self.left = source, total
+
+    def take(self, data: bytes) -> bytes:
+        self.left -= len(data)
+        if self.left < 0:
+            raise IntakeError(f"{self.source}: more than {MAX_READ_BYTES / 2**30:g} GB read out of it, more than a "
+                              f"class's notebooks hold (a zip bomb?); nothing was imported")
+        return data
+
+
+@dataclass
+class Entry:
+    path: str              # relative, '/'-separated, as the archive or folder names it
+    size: int
+    read: object           # () -> bytes, at most _cap() of them
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.path).name
+
+
+def entries(source: Path, notes: list[str]) -> list[Entry]:
+    """Every regular file in the zip or folder ``source``; what is skipped is noted."""
+    source = Path(source)
+    if source.is_dir():
+        return _folder_entries(source, notes)
+    if zipfile.is_zipfile(source):
+        return _zip_entries(source, notes)
+    raise IntakeError(f"{source} is neither a folder nor a zip file; give Canvas's or Gradescope's download as it "
+                      f"came (a .zip), or a folder DIR/<student>/<notebook>.ipynb")
+
+
+def _skipped(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return any(p.startswith(".") or p == "__MACOSX" for p in parts)   # Finder's ._ and __MACOSX copies
+
+
+def _zip_entries(source: Path, notes: list[str]) -> list[Entry]:
+    out = []
+    zf = zipfile.ZipFile(source)
+    infos = zf.infolist()
+    if len(infos) > MAX_ENTRIES:
+        raise IntakeError(f"{source} holds {len(infos)} entries, over the {MAX_ENTRIES} an LMS download has")
+    declared = sum(min(i.file_size, _cap()) for i in infos)
+    if declared > MAX_READ_BYTES:
+        raise IntakeError(f"{source}: its entries hold {declared / 2**30:.1f} GB uncompressed, over the "
+                          f"{MAX_READ_BYTES / 2**30:g} GB the grader reads out of one download (a zip bomb?)")
+    budget = Budget(source)
+    for info in infos:
+        name = info.filename
+        p = PurePosixPath(name)
+        if p.is_absolute() or ".." in p.parts or "\\" in name:   # before _skipped: '..' starts with a dot
+            notes.append(f"not read: {name!r} (a path out of the archive)")
+        elif info.is_dir() or _skipped(name):
+            continue
+        elif stat.S_ISLNK(info.external_attr >> 16):
+            notes.append(f"not read: {name} (a symbolic link)")
+        else:
+            out.append(Entry(name, info.file_size, lambda i=info: budget.take(_read_capped(zf.open(i)))))
+    return out
+
+
+def _folder_entries(source: Path, notes: list[str]) -> list[Entry]:
+    out, budget = [], Budget(source)
+    for p in sorted(source.rglob("*")):
+        rel = p.relative_to(source).as_posix()
+        if _skipped(rel) or (p.is_dir() and not p.is_symlink()):
+            continue
+        if p.is_symlink():
+            notes.append(f"not read: {rel} (a symbolic link)")
+        elif p.is_file():
+            out.append(Entry(rel, p.stat().st_size, lambda q=p: budget.take(_read_capped(open(q, "rb")))))
+        if len(out) > MAX_ENTRIES:
+            raise IntakeError(f"{source} holds over {MAX_ENTRIES} files, more than an LMS download has")
+    return out
+
+
+def _read_capped(f) -> bytes:
+    with f:
+        return f.read(_cap())
+
+
+# ---------------------------------------------------------------------------------------------
+# The layouts
+
+@dataclass
+class CanvasName:
+    name: str               # Canvas's lower-case name (smithjohn)
+    late: bool
+    user_id: str
+    attachment_id: str
+    original: str           # the file's own name, as the student uploaded it (with Canvas's -N)
+    anonymous_id: str = ""  # anonymous grading: Canvas's anonymous id, and no name or user id
+
+    @property
+    def prefix(self) -> str:
+        """What Canvas matches a re-uploaded file by: name, LATE, user id and attachment id
+        (anonymous grading: LATE, anon_<anonymous id>, attachment id)."""
+        if self.anonymous_id:
+            return "_".join((["LATE"] if self.late else []) + ["anon", self.anonymous_id, self.attachment_id])
+        return "_".join([self.name] + (["LATE"] if self.late else []) + [self.user_id, self.attachment_id])
+
+
+def canvas_name(filename: str) -> CanvasName | None:
+    """The parts of a Canvas download's file name, or None when it is not one. Anonymous
+    grading names a file ``[LATE_]anon_<anonymous id>_<attachment id>_<file>`` (canvas-lms
+    ``ContentZipper#get_filename``: no name, and the anonymous id where the user id was)."""
+    parts = filename.split("_")
+    at = 1 if parts[:1] == ["LATE"] else 0
+    if parts[at:at + 1] == ["anon"] and len(parts) > at + 3 and parts[at + 1] and _DIGITS.fullmatch(parts[at + 2]):
+        return CanvasName(f"anon_{parts[at + 1]}", bool(at), "", parts[at + 2], "_".join(parts[at + 3:]),
+                          anonymous_id=parts[at + 1])
+    digits = [i for i, p in enumerate(parts) if _DIGITS.fullmatch(p)][:2]
+    if len(digits) < 2 or digits[1] != digits[0] + 1 or digits[0] < 1 or digits[1] + 1 >= len(parts):
+        return None
+    i = digits[0]
+    head = parts[:i]
+    late = len(head) > 1 and head[-1] == "LATE"
+    name = "_".join(head[:-1] if late else head)
+    return CanvasName(name, late, parts[i], parts[i + 1], "_".join(parts[i + 2:])) if name else None
+
+
+def _gradescope_root(items: list[Entry]) -> str | None:
+    """The export's root (``''`` for the top, else the one folder the whole export is in), by
+    where submission_metadata.yml is: at the top, else one level down with every entry under
+    that folder. A copy inside a submission folder is never the export's (``gradescope_candidates``
+    refuses it); two candidate roots are an IntakeError."""
+    metas = [PurePosixPath(e.path) for e in items if PurePosixPath(e.path).name == METADATA]
+    if any(len(m.parts) == 1 for m in metas):
+        return ""
+    wrapped = sorted({m.parts[0] for m in metas if len(m.parts) == 2})
+    if not wrapped:
+        return None
+    if len(wrapped) > 1:
+        raise IntakeError(f"{METADATA} is in {len(wrapped)} folders ({', '.join(wrapped[:5])}): which is the export? "
+                          f"Give Gradescope's export as it came, one at a time")
+    outside = [e.path for e in items if PurePosixPath(e.path).parts[0] != wrapped[0]]
+    if outside:
+        raise IntakeError(f"{METADATA} is in {wrapped[0]}/, but {len(outside)} file(s) are outside it "
+                          f"({', '.join(outside[:3])}): give Gradescope's export as it came")
+    return wrapped[0]
+
+
+def detect(source: Path) -> str:
+    """``folders`` (the grader's own layout), ``canvas`` or ``gradescope``."""
+    source = Path(source)
+    if source.is_dir():
+        if _gradescope_root([Entry(p.relative_to(source).as_posix(), 0, None)
+                             for p in [source / METADATA, *source.glob(f"*/{METADATA}")] if p.is_file()]) is not None:
+            return "gradescope"
+        loose = [p.name for p in source.iterdir() if p.is_file() and p.suffix == ".ipynb"]
+        return "canvas" if any(canvas_name(n) for n in loose) else "folders"
+    notes: list[str] = []
+    items = entries(source, notes)
+    if _gradescope_root(items) is not None:
+        return "gradescope"
+    if any(canvas_name(e.name) for e in items):
+        return "canvas"
+    raise IntakeError(f"{source}: neither Canvas's download (files named name_userid_attachmentid_file) nor "
+                      f"Gradescope's export (with {METADATA}); unzip it into DIR/<student>/<notebook>.ipynb instead")
+
+
+# ---------------------------------------------------------------------------------------------
+# Which lab a notebook is
+
+def plain_name(filename: str) -> str:
+    """``filename`` without the decorations an LMS or a browser adds: ``-2`` and `` (1)``."""
+    m = _RESUBMITTED.match(filename)
+    return f"{m['stem']}{m['ext']}" if m else filename
+
+
+def resubmission(filename: str) -> int:
+    """The ``-N`` or `` (N)`` a file name carries (0: none)."""
+    m = _RESUBMITTED.match(filename)
+    return int(m["n"] or m["copy"] or 0) if m else 0
+
+
+def reference_ids(labs, notebooks: Path) -> dict[str, set]:
+    """{lab key: the cell ids of its reference notebook} (empty when it is missing)."""
+    out = {}
+    for lab in labs:
+        try:
+            nb = json.loads((Path(notebooks) / lab.notebook).read_text())
+            out[lab.key] = {c.get("id") for c in nb.get("cells", []) if isinstance(c, dict) and c.get("id")}
+        except (OSError, ValueError, AttributeError):
+            out[lab.key] = set()
+    return out
+
+
+def match_lab(filename: str, data: bytes | None, labs, refs: dict[str, set]):
+    """(lab, note) for a submitted file, or (None, why not). By name first (the note says how
+    it differed), then by content."""
+    by_name = {lab.notebook.lower(): lab for lab in labs}
+    lab = by_name.get(plain_name(filename).lower())
+    if lab is not None:
+        return lab, "" if filename == lab.notebook else f"submitted as {filename!r}, read as {lab.notebook}"
+    if not filename.lower().endswith(".ipynb"):
+        return None, f"{filename!r} is not a notebook"
+    ids = _cell_ids(data)
+    shares = sorted(((len(ids & refs.get(lab.key, set())) / len(refs[lab.key]), lab.key) for lab in labs
+                     if refs.get(lab.key)), reverse=True)
+    if shares and shares[0][0] >= MATCH_SHARE and (len(shares) == 1 or shares[1][0] < shares[0][0]):
+        lab = next(x for x in labs if x.key == shares[0][1])
+        return lab, (f"submitted as {filename!r}, which names no lab; graded as {lab.notebook}, whose cells "
+                     f"it holds ({shares[0][0]:.0%})")
+    return None, f"{filename!r} matches no lab by name or by its cells"
+
+
+def _cell_ids(data: bytes | None) -> set:
+    try:
+        nb = json.loads(data or b"")
+        return {c.get("id") for c in nb.get("cells", []) if isinstance(c, dict) and isinstance(c.get("id"), str)}
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return set()
+
+
+# ---------------------------------------------------------------------------------------------
+# People: who submitted, and the grader's name for them
+
+@dataclass
+class Person:
+    lms: str                      # canvas | gradescope
+    key: str                      # the LMS's own id: Canvas's user id, Gradescope's sid or email
+    name: str                     # as the LMS shows it
+    ids: dict = field(default_factory=dict)   # canvas_user_id / canvas_name, or sid / email
+    roster: dict | None = None    # the roster's row, when found
+    conflict: str = ""            # another submitter gives the same id: matched to the roster by email alone
+
+
+def find_in_roster(person: Person, index: dict) -> dict | None:
+    """The roster row of ``person`` (``index``: ``exports.roster_index``)."""
+    tries = [person.ids.get("canvas_user_id")] if person.lms == "canvas" else [
+        None if person.conflict else person.ids.get("sid"), person.ids.get("email"),
+        (person.ids.get("email") or "").split("@")[0]]
+    for value in tries:
+        if value and str(value).strip().lower() in index:
+            return index[str(value).strip().lower()]
+    return None
+
+
+def folder_name(person: Person) -> str:
+    """The student's folder: the roster's SIS Login ID, SIS User ID or ID, else the LMS's name."""
+    candidates = ([person.roster.get(k) for k in ("SIS Login ID", "SIS User ID", "ID")] if person.roster else []) + (
+        [person.ids.get("canvas_name"), person.ids.get("canvas_user_id")] if person.lms == "canvas"
+        else [person.ids.get("sid"), person.ids.get("email"), person.key])
+    for c in candidates:
+        safe = _safe(c)
+        if safe:
+            return safe
+    return _safe(f"{person.lms}-{person.key}") or person.lms
+
+
+def _safe(text) -> str:
+    """``text`` as one plain path component (letters, digits, . _ @ + -), or ''."""
+    return _SAFE.sub("-", str(text or "").strip()).strip("-._")[:100]
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates: one submitted file each
+
+@dataclass
+class Candidate:
+    person: Person
+    entry: Entry
+    filename: str            # the file's own name (without Canvas's prefix)
+    order: tuple             # larger is later
+    late: bool = False
+    late_seconds: float | None = None
+    submitted_at: str | None = None
+    marker: str = ""
+    canvas_prefix: str = ""
+    notes: list = field(default_factory=list)
+    group: list = field(default_factory=list)   # the other submitters' person keys (a group submission)
+
+
+def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
+    people: dict[str, Person] = {}
+    out = []
+    for e in items:
+        parts = canvas_name(e.name)
+        if parts is None or "/" in e.path:
+            notes.append(f"not graded: {e.path} (not named as Canvas names a submitted file)")
+            continue
+        ids = ({"canvas_anon_id": parts.anonymous_id, "canvas_name": parts.name} if parts.anonymous_id
+               else {"canvas_user_id": parts.user_id, "canvas_name": parts.name})
+        key = f"anon:{parts.anonymous_id}" if parts.anonymous_id else parts.user_id
+        person = people.setdefault(key, Person("canvas", key, parts.name, ids))
+        out.append(Candidate(person, e, parts.original, (int(parts.attachment_id), resubmission(parts.original)),
+                             late=parts.late, marker="Canvas's LATE mark" if parts.late else "",
+                             canvas_prefix=parts.prefix))
+    return out
+
+
+def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime | None) -> list[Candidate]:
+    root = _gradescope_root(items)
+    meta_entry = next(e for e in items if e.path == (f"{root}/{METADATA}" if root else METADATA))
+    meta = read_metadata(meta_entry.read())
+    people: dict[str, Person] = {}
+    out = []
+    folders = {}
+    for e in items:
+        rel = PurePosixPath(e.path).parts[1:] if root else PurePosixPath(e.path).parts
+        if e is meta_entry:
+            continue
+        if PurePosixPath(e.path).name == METADATA:
+            notes.append(f"not read: {e.path} (a {METADATA} inside a submission folder is not the export's)")
+        elif len(rel) < 2:
+            notes.append(f"not graded: {e.path} (not in a submission folder)")
+        elif len(folders.setdefault(rel[0], [])) >= MAX_FILES:
+            notes.append(f"not read: {e.path} (over the {MAX_FILES} files read of one submission)")
+        else:
+            folders[rel[0]].append(e)
+    for folder in sorted(set(folders) - set(meta)):
+        notes.append(f"not graded: {folder}/ ({METADATA} names no such submission)")
+    conflicts = _sid_conflicts(meta)
+    for sub_id, info in meta.items():
+        submitters = info.get(":submitters") or []
+        if not submitters:
+            notes.append(f"not graded: {sub_id} ({METADATA} names no submitter)")
+            continue
+        if not isinstance(submitters, list) or (bad := _bad_submitter(submitters)):
+            notes.append(f"not graded: {sub_id} ({METADATA}: {bad if isinstance(submitters, list) else ':submitters is not a list'})")
+            continue
+        created = _when(info.get(":created_at"))
+        late_s = (created - due).total_seconds() if created and due else None
+        for s in submitters:
+            sid, email, name = _text(s.get(":sid")), _text(s.get(":email")), _text(s.get(":name"))
+            key = sid or email or f"{sub_id}:{name}"
+            clash = conflicts.get(sid)
+            if clash:   # one :sid, several people: never merged; each apart, and flagged
+                key = f"{sid}:{email or name}"
+            person = people.setdefault(key, Person("gradescope", key, name, {"sid": sid, "email": email}))
+            person.conflict = clash or ""
+            group = [_text(o.get(":name")) for o in submitters if o is not s]
+            for e in folders.get(sub_id, []):
+                c = Candidate(person, e, PurePosixPath(e.path).name,
+                              (created.timestamp() if created else 0.0, _number(sub_id), resubmission(e.name)),
+                              late=late_s is not None and late_s > 0, late_seconds=late_s if late_s and late_s > 0 else None,
+                              submitted_at=created.isoformat() if created else None,
+                              marker=f"Gradescope's :created_at {created.isoformat()} is after the due date "
+                                     f"{due.isoformat()}" if late_s and late_s > 0 else "")
+                if group:
+                    c.notes.append(f"a group submission with {', '.join(group)}")
+                    c.group = [_text(o.get(":sid")) or _text(o.get(":email")) or f"{sub_id}:{_text(o.get(':name'))}"
+                               for o in submitters if o is not s]
+                if clash:
+                    c.notes.append(f"flagged: {clash}")
+                out.append(c)
+        if sub_id not in folders:
+            notes.append(f"not graded: {sub_id} (no folder of it in the export)")
+    return out
+
+
+def _sid_conflicts(meta: dict) -> dict[str, str]:
+    """{sid: what to say} for every :sid given by submitters with different names or emails."""
+    seen: dict[str, set] = {}
+    for info in meta.values():
+        for s in info.get(":submitters") or [] if isinstance(info.get(":submitters"), list) else []:
+            if isinstance(s, dict) and _text(s.get(":sid")):
+                seen.setdefault(_text(s.get(":sid")), set()).add((_text(s.get(":name")), _text(s.get(":email"))))
+    return {sid: (f":sid {sid} is given by {len(who)} different submitters ("
+                  + "; ".join(f"{n or '?'} <{e or '?'}>" for n, e in sorted(who)) + "): graded apart, not merged; "
+                  "check who is who on Gradescope") for sid, who in seen.items() if len(who) > 1}
+
+
+def _bad_submitter(submitters: list) -> str:
+    """Why a submission's :submitters cannot be read ('' when they can): each a mapping whose
+    :name, :sid and :email are short texts (or numbers)."""
+    for s in submitters:
+        if not isinstance(s, dict):
+            return "a submitter is not a mapping"
+        for k in (":name", ":sid", ":email"):
+            v = s.get(k)
+            if v is not None and (not isinstance(v, (str, int)) or isinstance(v, bool) or len(str(v)) > MAX_FIELD):
+                return f"a submitter's {k} is not a text of at most {MAX_FIELD} characters"
+    return ""
+
+
+def _no_aliases():
+    """A YAML safe loader that refuses anchors' aliases (a 484-byte alias bomb took 964 MB):
+    Gradescope's export has none."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.composer.ComposerError(None, None, "holds a YAML alias (*name), which Gradescope's "
+                                                              "export never has", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
+def read_metadata(data: bytes) -> dict:
+    """Gradescope's submission_metadata.yml as {submission id: its mapping}."""
+    import yaml
+
+    try:
+        meta = yaml.load(data.decode("utf-8"), Loader=_no_aliases())
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raise IntakeError(f"{METADATA} is not readable YAML ({e}); export the submissions from Gradescope again") from None
+    if not isinstance(meta, dict) or not all(isinstance(v, dict) for v in meta.values()):
+        raise IntakeError(f"{METADATA} does not map submission folders to their submitters; is this Gradescope's "
+                          f"export?")
+    return {str(k): v for k, v in meta.items()}
+
+
+def _text(v) -> str:
+    return "" if v is None else str(v).strip()
+
+
+def _number(text: str) -> int:
+    found = re.findall(r"[0-9]+", text)
+    return int(found[-1]) if found else 0
+
+
+def _when(value) -> dt.datetime | None:
+    """A Gradescope timestamp (YAML's datetime, or its text) as an aware datetime (UTC if it says none)."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if isinstance(value, str) and value.strip():
+        return parse_time(value)
+    return None
+
+
+def parse_time(text: str, local: bool = False) -> dt.datetime:
+    """An ISO-8601 time (``2024-10-01T23:59:00-07:00``, or Gradescope's ``2024-10-01 06:58:05.7 Z``);
+    without a zone it is UTC (Gradescope's own), or this machine's time zone with ``local`` (a
+    due date as an instructor writes it)."""
+    t = re.sub(r"\s*Z$", "+00:00", text.strip())
+    t = re.sub(r"(\.\d{6})\d+", r"\1", t)
+    try:
+        when = dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise IntakeError(f"{text!r} is not a date and time; write it as 2024-10-01T23:59:00-07:00") from None
+    if when.tzinfo:
+        return when
+    return when.astimezone() if local else when.replace(tzinfo=dt.timezone.utc)
+
+
+# ---------------------------------------------------------------------------------------------
+# The import
+
+@dataclass
+class Intake:
+    """What an import did: the folder it wrote and its record (``intake.json``)."""
+    folder: Path
+    record: dict
+
+    @property
+    def students(self) -> dict:
+        return self.record["students"]
+
+
+def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict] | None = None,
+                    due: str | None = None, log=print) -> Intake:
+    """Lay out Canvas's or Gradescope's download ``source`` (zip or folder) as
+    ``dest/<student>/<lab notebook>.ipynb`` with ``dest/intake.json``; ``dest`` is replaced."""
+    import shutil
+
+    from labkit.grading.gradebook.exports import roster_index
+
+    source, dest = Path(source), Path(dest)
+    layout = detect(source)
+    if layout == "folders":
+        raise IntakeError(f"{source} is already laid out as DIR/<student>/<notebook>.ipynb; grade it as it is")
+    notes: list[str] = []
+    items = entries(source, notes)
+    due_at = parse_time(due, local=True) if due else None
+    found = canvas_candidates(items, notes) if layout == "canvas" else gradescope_candidates(items, notes, due_at)
+    if layout == "canvas" and due:
+        notes.append("--due is not used for Canvas: its download marks late files itself (LATE)")
+    if layout == "gradescope" and not due:
+        notes.append(NO_DUE)
+        log(f"note: {NO_DUE}")
+    index = roster_index(roster) if roster else {}
+    names = _name_people({c.person.key: c.person for c in found}.values(), index, notes)
+    refs = reference_ids(labs, Path(notebooks))
+    chosen, extra = _choose(found, labs, refs, notes)
+    if dest.exists() and any(dest.iterdir()) and not (dest / RECORD).is_file():
+        raise IntakeError(f"{dest} is not empty and no import wrote it; give a new or empty folder to import into")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    students: dict[str, dict] = {}
+    for (person_key, lab_key), (c, lab, how, others) in sorted(chosen.items()):
+        student = names[person_key]
+        _write(dest / student / lab.notebook, c.entry.read())
+        entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
+        entry["labs"][lab.key] = {
+            "file": c.filename, "submitted_as": c.entry.path, "late": c.late, "late_seconds": c.late_seconds,
+            "submitted_at": c.submitted_at, "marker": c.marker, "canvas_prefix": c.canvas_prefix,
+            "notes": [n for n in [how, *c.notes, _others(others)] if n],
+            **({"group": sorted(names[k] for k in c.group if k in names)} if c.group else {})}
+    for c, why in extra:   # listed, never copied: a student's folder holds the notebooks graded
+        student = names[c.person.key]
+        (dest / student).mkdir(parents=True, exist_ok=True)   # a row for them all the same, saying what came
+        entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
+        entry.setdefault("received", []).append({"file": c.filename, "why": why})
+        notes.append(f"{student}: not graded: {c.entry.path} ({why})")
+    record = {"version": 1, "lms": layout, "source": str(source.resolve()), "due": due_at.isoformat() if due_at else None,
+              "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "students": students,
+              "notes": notes}
+    (dest / RECORD).write_text(json.dumps(record, indent=1))
+    late = sum(1 for s in students.values() for v in s["labs"].values() if v["late"])
+    log(f"imported {sum(len(s['labs']) for s in students.values())} notebook(s) of {len(students)} student(s) from "
+        f"{layout.title()}'s download {source.name} into {dest}" + (f"; {late} late" if late else "")
+        + (f"; {len(notes)} note(s) in {dest / RECORD}" if notes else ""))
+    return Intake(dest, record)
+
+
+def _name_people(people, index: dict, notes: list[str]) -> dict[str, str]:
+    """{person key: folder name}, unique; roster matches first."""
+    out, taken = {}, {}
+    for p in sorted(people, key=lambda p: (p.lms, p.key)):
+        p.roster = find_in_roster(p, index) if index else None
+        if index and p.roster is None:
+            notes.append(f"{p.name or p.key} ({p.lms} id {p.key}) is not in the roster")
+        name = folder_name(p)
+        if name.lower() in taken:
+            other = name
+            name = _safe(f"{name}-{p.key}")
+            notes.append(f"{p.name or p.key} ({p.lms} id {p.key}) and {taken[other.lower()]} would share the folder "
+                         f"{other!r}; this one is {name!r}")
+        taken[name.lower()] = f"{p.name or p.key} ({p.lms} id {p.key})"
+        out[p.key] = name
+    return out
+
+
+def _choose(found: list[Candidate], labs, refs, notes) -> tuple[dict, list]:
+    """({(person, lab): (latest candidate, how it matched, the others)}, [(candidate, why not graded)])."""
+    by: dict[tuple, list] = {}
+    extra = []
+    for c in found:
+        lab, how = match_lab(c.filename, c.entry.read() if c.filename.lower().endswith(".ipynb") else None, labs, refs)
+        if lab is None:
+            extra.append((c, how))
+        else:
+            exact = c.filename == lab.notebook
+            by.setdefault((c.person.key, lab.key), []).append((c.order, exact, c, lab, how))
+    chosen = {}
+    for key, options in by.items():
+        options.sort(key=lambda o: (o[0], o[1]))
+        *older, (_, _, c, lab, how) = options
+        chosen[key] = (c, lab, how, [o[2] for o in older])
+    return chosen, extra
+
+
+def _others(older: list[Candidate]) -> str:
+    if not older:
+        return ""
+    return (f"the latest of {len(older) + 1} files for this lab; not graded: "
+            + ", ".join(c.entry.path for c in reversed(older)))
+
+
+def _person_record(p: Person) -> dict:
+    return {"lms": p.lms, "id": p.key, "name": p.name, **{k: v for k, v in p.ids.items() if v},
+            "roster": {k: p.roster.get(k, "") for k in ("Student", "ID", "SIS User ID", "SIS Login ID")}
+            if p.roster else None}
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def read_record(folder) -> dict:
+    """The ``intake.json`` of a submissions folder ({} when it has none)."""
+    try:
+        data = json.loads((Path(folder) / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and isinstance(data.get("students"), dict) else {}
+
+
+def digest(source: Path) -> str:
+    """A short hash of a download's content (its files' names and bytes), to name its import."""
+    h = hashlib.sha256()
+    notes: list[str] = []
+    for e in sorted(entries(source, notes), key=lambda e: e.path):
+        h.update(e.path.encode() + b"\0" + e.read() + b"\0")
+    return h.hexdigest()[:10]
+
+
+# ---------------------------------------------------------------------------------------------
+# The grader's own layout: a notebook under another name
+
+def find_notebook(folder: Path, lab, labs, refs: dict[str, set]) -> tuple[Path | None, str]:
+    """(the file of ``lab`` in a student's ``folder``, the note when it is not ``lab.notebook``).
+    A file named like it (`` (1)``, ``-2``, another case) counts first, the latest (highest
+    number) of several; else the one notebook that holds the lab's cells."""
+    exact = folder / lab.notebook
+    if exact.is_file() or exact.is_symlink():
+        return exact, ""
+    files = sorted(p for p in folder.glob("*.ipynb") if p.is_file() and not p.is_symlink())
+    named = [p for p in files if plain_name(p.name).lower() == lab.notebook.lower()]
+    if named:
+        best = max(named, key=lambda p: resubmission(p.name))
+        rest = [p.name for p in named if p != best]
+        return best, (f"submitted as {best.name!r}, read as {lab.notebook}"
+                      + (f"; the latest of {len(named)} (not graded: {', '.join(rest)})" if rest else ""))
+    others = [p for p in files if match_lab(p.name, None, labs, {})[0] is None]
+    hits = [(p, note) for p in others
+            if (m := match_lab(p.name, _head(p), labs, refs))[0] is not None and m[0].key == lab.key
+            for note in [m[1]]]
+    return (hits[0] if len(hits) == 1 else (None, ""))
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(_cap())

@@ -1,0 +1,186 @@
+"""A CPU quota per emulated node, so N nodes have N times the compute of one on a shared machine.
+
+Emulated nodes (``labkit.infra.netem``) share this machine's cores: three workers on two cores each
+compute at two thirds of a core, and a "speed-up" over one worker measures the cores, not the
+architecture. A ``NodeQuotas`` gives every node a control group of its own capped at ``cpus``
+cores (a quota per period of ``PERIOD_US``): with ``cpus`` = cores / nodes, every node of the
+largest cluster gets the same share at once, and one node alone gets no more than its share,
+so a node's compute is the same at every N, as on separate machines of ``cpus`` cores each.
+
+Where: cgroup v2 (``cpu.max``) when this process's cgroup is the unified root or a delegated one
+whose ``cpu`` controller can be enabled for its children; else cgroup v1's ``cpu`` hierarchy
+(``cpu.cfs_quota_us``/``cpu.cfs_period_us``) when it is writable (root). ``availability()``
+says which, or why neither (an unprivileged user without delegation, macOS): the runs then go
+on without quotas and the reason is shown. A quota is a ceiling, not a reservation: other
+programs on the machine still compete for the same cores.
+
+Ownership: the groups live under ``labkit-<owner pid>-<hex>``; ``stop()`` removes them once
+their processes are gone, and a start sweeps away empty ones whose owner died. A task joins its
+node's group before it executes (``wrap``), so every thread and child it makes is capped too.
+Imports only the standard library.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+PREFIX = "labkit-"
+
+
+def _own_cgroup(version: str) -> Path | None:
+    """This process's cgroup directory in the v2 tree, or in the v1 ``cpu`` hierarchy."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if version == "v2" and controllers == "":
+            base = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
+            return base / path.lstrip("/")
+        if version == "v1" and "cpu" in controllers.split(","):
+            return ROOT / controllers / path.lstrip("/")
+    return None
+
+
+def _writable(path: Path | None) -> bool:
+    return path is not None and path.is_dir() and os.access(path, os.W_OK)
+
+
+def _v2_base() -> Path | None:
+    """A v2 cgroup whose children may get ``cpu.max``: the cpu controller is offered there and
+    this process may enable it for the children (the root, or a delegated group of no processes)."""
+    own = _own_cgroup("v2")
+    if not _writable(own):
+        return None
+    offered = (own / "cgroup.controllers").read_text().split() if (own / "cgroup.controllers").exists() else []
+    if "cpu" not in offered:
+        return None
+    return own
+
+
+def _v1_base() -> Path | None:
+    own = _own_cgroup("v1")
+    return own if _writable(own) and (own / "cpu.cfs_quota_us").exists() else None
+
+
+def availability() -> tuple[str | None, str]:
+    """("v2" or "v1", where), or (None, why not and what happens instead)."""
+    base = _v2_base()
+    if base is not None:
+        return "v2", str(base)
+    base = _v1_base()
+    if base is not None:
+        return "v1", str(base)
+    return None, ("no CPU quota per node here: this process may not create a cgroup with a cpu controller "
+                  "(cgroup v2 without the cpu controller delegated to this user, and no writable cgroup v1 cpu "
+                  "hierarchy; run as root, or under a systemd scope with Delegate=yes). The nodes share the "
+                  "machine's cores instead, as tasks on 127.0.0.1 do")
+
+
+def sweep_stale(base: Path) -> list[str]:
+    """Remove empty quota groups under ``base`` whose owner has died; their names."""
+    gone = []
+    for group in base.glob(PREFIX + "*"):
+        try:
+            owner = int(group.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if Path(f"/proc/{owner}").exists():
+            continue
+        for child in [c for c in group.iterdir() if c.is_dir()] + [group]:
+            try:
+                child.rmdir()
+                gone.append(str(child))
+            except OSError:
+                pass
+    return gone
+
+
+class NodeQuotas:
+    """One cgroup per node, each capped at ``cpus`` cores. ``start()`` raises ``RuntimeError``
+    (saying why, from ``availability``) where quotas cannot be set."""
+
+    def __init__(self, nodes, cpus: float):
+        if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or not cpus > 0:
+            raise ValueError(f"cpus={cpus!r}: give the cores each node may use, e.g. 0.5")
+        self.nodes, self.cpus = [str(n) for n in nodes], float(cpus)
+        self.version: str | None = None
+        self.group: Path | None = None
+
+    def start(self) -> "NodeQuotas":
+        version, where = availability()
+        if version is None:
+            raise RuntimeError(where)
+        base = Path(where)
+        sweep_stale(base)
+        self.version, self.group = version, base / f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        self.group.mkdir()
+        if version == "v2":
+            (self.group / "cgroup.subtree_control").write_text("+cpu")
+        quota = max(1000, int(round(self.cpus * PERIOD_US)))
+        for node in self.nodes:
+            d = self.group / node
+            d.mkdir()
+            if version == "v2":
+                (d / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            else:
+                (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+                (d / "cpu.cfs_quota_us").write_text(str(quota))
+        return self
+
+    def procs(self, node: str) -> Path:
+        if self.group is None:
+            raise RuntimeError("the quotas are not started")
+        return self.group / node / "cgroup.procs"
+
+    def wrap(self, node: str, argv: list[str]) -> list[str]:
+        """``argv`` run inside ``node``'s group: the shell joins it, then becomes the command."""
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.procs(node)), *argv]
+
+    def cpu_seconds(self, node: str) -> float | None:
+        """CPU seconds the node's processes have used (v2's ``usage_usec``); None under v1, whose
+        accounting lives in another hierarchy (``cpuacct``)."""
+        if self.group is None or self.version != "v2":
+            return None
+        for line in (self.group / node / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        return None
+
+    def throttled_s(self, node: str) -> float:
+        """Seconds the node's processes waited for their quota (``cpu.stat``)."""
+        for line in (self.group / node / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "throttled_usec":
+                return int(value) / 1e6
+            if key == "throttled_time":
+                return int(value) / 1e9
+        return 0.0
+
+    def describe(self) -> dict:
+        return {"cpus_per_node": self.cpus, "cgroup": self.version, "group": str(self.group)}
+
+    def stop(self, timeout: float = 10.0) -> list[str]:
+        """Remove the groups once their processes are gone; what could not be removed."""
+        if self.group is None:
+            return []
+        deadline, left = time.monotonic() + timeout, []
+        for d in [self.group / n for n in self.nodes] + [self.group]:
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        left.append(str(d))
+                        break
+                    time.sleep(0.1)
+        self.group = None if not left else self.group
+        return left

@@ -1,0 +1,38 @@
+"""A task program's arguments are checked against its own parser before any task starts (issue 37):
+a typo fails at once with argparse's message, naming the Cluster's keyword it resembles."""
+from __future__ import annotations
+
+import pytest
+
+from labkit.distributed.launch import Cluster
+from labkit.wire import spec as cluster
+
+
+@pytest.fixture
+def spec():
+    return cluster.local(ps=1, workers=1)
+
+
+def test_a_misspelt_cluster_keyword_fails_before_anything_starts(spec, tmp_path):
+    with pytest.raises(ValueError, match=r"unrecognized arguments: --timout 5.*did you mean the Cluster's own timeout="):
+        Cluster(spec, "ps_sgd", run_dir=tmp_path, dry_run=True, timout=5)
+    assert not any(tmp_path.iterdir())   # nothing was written, nothing started
+
+
+def test_an_invalid_program_argument_fails_with_the_programs_own_message(spec, tmp_path):
+    with pytest.raises(ValueError, match="--steps must be positive, got 0"):
+        Cluster(spec, "ps_sgd", run_dir=tmp_path, dry_run=True, args={"steps": 0})
+    with pytest.raises(ValueError, match="unrecognized arguments: --no-such-flag"):
+        Cluster(spec, "strategy_train", run_dir=tmp_path, dry_run=True, args={"no_such_flag": 1})
+
+
+def test_the_programs_arguments_have_their_own_parameter(spec, tmp_path):
+    c = Cluster(spec, "ps_sgd", run_dir=tmp_path, dry_run=True, args={"steps": 10, "batch_size": 20}, timeout=60)
+    assert c.args == {"steps": 10, "batch_size": 20} and c.timeout == 60
+    with pytest.raises(ValueError, match="steps: given both"):
+        Cluster(spec, "ps_sgd", run_dir=tmp_path, dry_run=True, args={"steps": 10}, steps=20)
+
+
+def test_a_program_outside_the_kit_keeps_its_own_parser(spec, tmp_path):
+    c = Cluster(spec, "some.user.program", run_dir=tmp_path, dry_run=True, args={"anything": 1})
+    assert c.args == {"anything": 1}

@@ -1,0 +1,216 @@
+"""labkit's dependencies, including those written as strings, point one way (issue 37).
+
+tests/test_imports.py reads the import statements. A module can also depend on another through a
+string: a registry's ``"labkit.x:Name"`` reference, a task program ``"labkit.tasks.ps_sgd"`` run
+with ``-m``, a name handed to ``importlib``. Here those count as edges too, and a module name
+built at run time (``importlib.import_module(f"labkit.{name}")``) is an error: no tool can see it.
+Also: no module name appears twice in the package (someone new finds a module by its name).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "labkit"
+REFERENCE = re.compile(r"labkit(\.\w+)+(:[\w.]+)?")          # "labkit.x.y" or "labkit.x.y:attr", the whole string
+BUILT = re.compile(r"labkit(\.\w+)*\.$")                     # f"labkit.tasks.{name}": a name made at run time
+IMPORTERS = {"import_module", "__import__"}
+# Modules that import names they are handed: the registry resolves the "module:attribute" references
+# other modules write (edges of those modules); the fork server imports its PRELOAD, module names
+# written as constants beside it (edges of its own, counted).
+RESOLVERS = {"labkit.core.registry", "labkit.distributed.launchers.forkserver"}
+# The one dependency that points up, on purpose and written down: a reference implementation stands
+# in for the student's own function, which the notebook (above the whole kit) passes in; the
+# solutions import the kit. Only core.reference (and the grader, above everything) names them.
+SOLUTIONS = "labkit.solutions"
+MAY_NAME_SOLUTIONS = ("labkit.core.reference", "labkit.grading", "labkit.solutions")
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    out = {}
+    for f in root.rglob("*.py"):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _module_of(dotted: str, known) -> str | None:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in known:
+            return ".".join(parts[:i])
+    return None
+
+
+def _registry_strings(tree: ast.AST) -> set[int]:
+    """The constant strings of ``Registry(..., builtin={name: "module:attr"})`` calls."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Registry":
+            for kw in node.keywords:
+                if kw.arg == "builtin":
+                    ids |= {id(c) for c in ast.walk(kw.value) if isinstance(c, ast.Constant)}
+    return ids
+
+
+def dependencies(name: str, path: Path, known) -> tuple[set[str], set[str], list[str], list[str]]:
+    """What ``name`` depends on: the labkit modules it imports (import statements at any level, and
+    strings that name a module), the modules its registries name as built-in entries (imported when
+    an entry is first asked for), the places where it builds a module name at run time, and the
+    module references it writes that name no module (stale)."""
+    tree = ast.parse(path.read_text())
+    docs, registered = _docstrings(tree), _registry_strings(tree)
+    found, lazy, hidden, stale = set(), set(), [], []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if REFERENCE.fullmatch(node.value):
+                module = _module_of(node.value.partition(":")[0], known)
+                if module is None or (":" in node.value and module != node.value.partition(":")[0]):
+                    stale.append(f"{name}:{node.lineno}: {node.value!r} names no module of labkit")
+                elif id(node) in registered:
+                    lazy.add(module)
+                else:
+                    targets = [module]
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            if BUILT.fullmatch(str(node.values[0].value)):
+                hidden.append(f"{name}:{node.lineno}: a module name built at run time, "
+                              f"{ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and name not in RESOLVERS:
+            fn = node.func
+            called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if called in IMPORTERS and node.args and not isinstance(node.args[0], ast.Constant):
+                hidden.append(f"{name}:{node.lineno}: {called} of a name made at run time, {ast.unparse(node)}")
+        found |= {t for t in targets if t in known and t != name and not name.startswith(t + ".")}
+    return found, lazy - {name}, hidden, stale
+
+
+@functools.lru_cache(maxsize=None)
+def graph(root: Path = PACKAGE):
+    """(imports, registry references, names built at run time, stale references) of the package."""
+    known = modules(root)
+    edges, lazy, hidden, stale = {}, {}, [], []
+    for name, path in known.items():
+        edges[name], lazy[name], h, st = dependencies(name, path, known)
+        hidden += h
+        stale += st
+    return edges, lazy, hidden, stale
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_solution(module: str) -> bool:
+    return module == SOLUTIONS or module.startswith(SOLUTIONS + ".")
+
+
+def test_no_cycle_counting_dependencies_written_as_strings():
+    """Imports and module names written as strings. A registry's built-in entries are left out: the
+    registry names its implementations, which import the registry's module back, and none is
+    imported before it is asked for (import order cannot break); they are checked below."""
+    edges, *_ = graph()
+    below = {m: {t for t in ts if not (m == "labkit.core.reference" and _is_solution(t))} for m, ts in edges.items()}
+    assert cycles(below) == []
+
+
+def test_only_the_reference_module_and_the_grader_name_the_solutions():
+    edges, lazy, *_ = graph()
+    edges = {m: edges[m] | lazy[m] for m in edges}
+    naming = sorted(m for m, ts in edges.items() if any(map(_is_solution, ts)))
+    assert [m for m in naming if not m.startswith(MAY_NAME_SOLUTIONS)] == []
+    assert "labkit.core.reference" in naming   # it names them: the dependency is written down
+
+
+def test_no_module_name_is_built_at_run_time():
+    assert graph()[2] == []
+
+
+def test_every_module_written_as_a_string_exists():
+    """A registry's "module:attr" or a task program's "labkit.tasks.x" names a module of labkit:
+    a moved or renamed module leaves no stale reference behind."""
+    assert graph()[3] == []
+
+
+def test_no_module_name_appears_twice():
+    names = Counter(p.stem for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+    names.update(p.name for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists())
+    assert [n for n, k in names.items() if k > 1] == []
+
+
+@pytest.mark.parametrize("source, found", [
+    ('X = Registry("x", builtin={"a": "labkit.b:thing"})', {"labkit.b"}),
+    ('RUN = "labkit.b"', {"labkit.b"}),
+    ('"""Uses labkit.b."""\nimport os', set()),
+    ("def f():\n    from labkit.b import g", {"labkit.b"}),
+])
+def test_the_checker_sees_string_references(tmp_path, source, found):
+    root = tmp_path / "labkit"
+    root.mkdir()
+    for n in ("__init__", "a", "b"):
+        (root / f"{n}.py").write_text("")
+    (root / "a.py").write_text(source)
+    edges, lazy, *_ = graph(root)
+    assert edges["labkit.a"] | lazy["labkit.a"] == found
+
+
+def test_the_checker_sees_names_built_at_run_time(tmp_path):
+    root = tmp_path / "labkit"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text('import importlib\ndef f(n):\n    return importlib.import_module(f"labkit.{n}")\n')
+    assert len(graph(root)[2]) == 2   # the f-string and the call
+
+
+def test_the_checker_sees_stale_references(tmp_path):
+    root = tmp_path / "labkit"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text('X = Registry("x", builtin={"b": "labkit.gone:thing"})\n')
+    assert len(graph(root)[3]) == 1

@@ -467,7 +467,8 @@ def check_class(out: Path, alone: Path) -> None:
         assert rows[(f"honest{n:02d}", "execution")]["status"] == "ok"
         assert rows[(f"honest{n:02d}", "squares recorded")]["status"] == "pass"
     summary = (out / "summary.md").read_text()
-    assert "![" not in re.sub(r"(`+) .*? \1", "", summary) and "<img" not in summary
+    bare = re.sub(r"(`+) .*? \1", "", summary)    # outside code spans, where Markdown would render it
+    assert "![" not in bare and "<img" not in bare and "<a " not in bare
     assert (out / "similarity.html").is_file()
     page = (out / "injector" / "beta.html").read_text()
     assert "could not be rendered" in page or "nope.png" in page

@@ -23,6 +23,7 @@ The experiment is deleted when it expires, with every node's disk: copy the work
 keep (`scp -r you@node0...:labkit/notebooks .`) before then, and extend the experiment from
 its page (Extend) while it runs.
 """
+
 import collections
 
 import geni.rspec.igext as igext
@@ -35,12 +36,15 @@ URN = "urn:publicid:IDN+emulab.net+image+emulab-ops//"
 Image = collections.namedtuple("Image", "python refused")
 IMAGES = {
     "UBUNTU24-64-STD": Image("python3.12", ""),
-    "UBUNTU22-64-STD": Image("python3.10", "Ubuntu 22.04's Python is 3.10, and the kit's pinned numpy 2.4 "
-                                           "and pandas 3.1 need Python 3.11 or newer: choose UBUNTU24-64-STD"),
+    "UBUNTU22-64-STD": Image(
+        "python3.10",
+        "Ubuntu 22.04's Python is 3.10, and the kit's pinned numpy 2.4 "
+        "and pandas 3.1 need Python 3.11 or newer: choose UBUNTU24-64-STD",
+    ),
 }
 LAN_PREFIX = "10.10.1."  # node i is 10.10.1.(i + 1), as the guide's hosts file expects
 NETMASK = "255.255.255.0"
-STARTUP = "/local/repository/startup.sh"   # profile.py and startup.sh sit at the repository's top
+STARTUP = "/local/repository/startup.sh"  # profile.py and startup.sh sit at the repository's top
 LOG = "/local/labkit-startup.log"
 SHARED = "/mydata"
 
@@ -48,12 +52,23 @@ Parameter = collections.namedtuple("Parameter", "name description type default l
 PARAMETERS = [
     Parameter("nodes", "Number of nodes (node0 runs JupyterLab; the labs use 3 to 6)", "INTEGER", 4, None),
     Parameter("hardware", "Hardware type, such as m510 or c220g5 (empty: any available)", "STRING", "", None),
-    Parameter("image", "Disk image (Ubuntu 24.04: its Python 3.12 runs the kit)", "IMAGE", "UBUNTU24-64-STD",
-              sorted(IMAGES)),
-    Parameter("shared_gb", "Size in GB of a shared folder /mydata on node0's disk, mounted on every node "
-              "over NFS (0: none)", "INTEGER", 0, None),
-    Parameter("mirror", "Course data mirror: a base URL holding mnist/ and a9a/ (empty: the public mirrors)",
-              "STRING", "", None),
+    Parameter(
+        "image", "Disk image (Ubuntu 24.04: its Python 3.12 runs the kit)", "IMAGE", "UBUNTU24-64-STD", sorted(IMAGES)
+    ),
+    Parameter(
+        "shared_gb",
+        "Size in GB of a shared folder /mydata on node0's disk, mounted on every node over NFS (0: none)",
+        "INTEGER",
+        0,
+        None,
+    ),
+    Parameter(
+        "mirror",
+        "Course data mirror: a base URL holding mnist/ and a9a/ (empty: the public mirrors)",
+        "STRING",
+        "",
+        None,
+    ),
 ]
 
 

@@ -10,6 +10,7 @@ the request and its printing; ``ParameterType``; ``ParameterError``), then runs 
 ``__main__`` as the portal does. A parameter not given takes its default; a value the profile
 refuses is printed with its parameter, and the exit status is 1, as the portal refuses it.
 """
+
 import argparse
 import runpy
 import sys
@@ -18,15 +19,32 @@ import types
 import geni
 import geni.rspec.pg as pg
 
-TYPES = {"integer": int, "string": str, "image": str, "nodetype": str, "lantype": str, "aggregate": str,
-         "bandwidth": float, "latency": float, "size": str, "pubkey": str,
-         "boolean": lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")}
+TYPES = {
+    "integer": int,
+    "string": str,
+    "image": str,
+    "nodetype": str,
+    "lantype": str,
+    "aggregate": str,
+    "bandwidth": float,
+    "latency": float,
+    "size": str,
+    "pubkey": str,
+    "boolean": lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on"),
+}
 
 
 class ParameterType:
     INTEGER, STRING, BOOLEAN, IMAGE = "integer", "string", "boolean", "image"
     AGGREGATE, NODETYPE, LANTYPE, BANDWIDTH, LATENCY, SIZE, PUBKEY = (
-        "aggregate", "nodetype", "lantype", "bandwidth", "latency", "size", "pubkey")
+        "aggregate",
+        "nodetype",
+        "lantype",
+        "bandwidth",
+        "latency",
+        "size",
+        "pubkey",
+    )
 
 
 class ParameterError(Exception):
@@ -41,13 +59,26 @@ class ParameterWarning(ParameterError):
 
 class Context:
     """The portal's context, bound to the values of ``VALUES`` (NAME=VALUE arguments)."""
+
     VALUES: dict = {}
 
     def __init__(self):
         self.defined, self.errors, self.warnings, self.printed = {}, [], [], False
 
-    def defineParameter(self, name, description, typ, defaultValue, legalValues=None, longDescription=None,
-                        advanced=False, groupId=None, hide=False, prefix="emulab.net.parameter.", **_):
+    def defineParameter(
+        self,
+        name,
+        description,
+        typ,
+        defaultValue,
+        legalValues=None,
+        longDescription=None,
+        advanced=False,
+        groupId=None,
+        hide=False,
+        prefix="emulab.net.parameter.",
+        **_,
+    ):
         legal = [v[0] if isinstance(v, (tuple, list)) else v for v in (legalValues or [])]
         self.defined[name] = (typ, defaultValue, legal)
 
@@ -57,13 +88,16 @@ class Context:
     def bindParameters(self, altParamSrc=None):
         unknown = sorted(set(self.VALUES) - set(self.defined))
         if unknown:
-            raise SystemExit(f"rspec.py: the profile has no parameter {', '.join(unknown)} "
-                             f"(it has: {', '.join(self.defined)})")
+            raise SystemExit(
+                f"rspec.py: the profile has no parameter {', '.join(unknown)} (it has: {', '.join(self.defined)})"
+            )
         values = {}
         for name, (typ, default, legal) in self.defined.items():
             value = TYPES.get(typ, str)(self.VALUES[name]) if name in self.VALUES else default
             if legal and value not in legal:
-                raise SystemExit(f"rspec.py: {name}={value!r} is not one the portal offers ({', '.join(map(str, legal))})")
+                raise SystemExit(
+                    f"rspec.py: {name}={value!r} is not one the portal offers ({', '.join(map(str, legal))})"
+                )
             values[name] = value
         return argparse.Namespace(**values)
 

@@ -3,6 +3,7 @@
 Notebooks use the few names re-exported here, and the modules of the packages below, named for
 the kit's layers (see README.md, "Layout"). Importing labkit does not import TensorFlow.
 """
+
 import os
 
 from labkit.datasets.loaders import DataError, load_mnist, make_dataset
@@ -15,5 +16,5 @@ from labkit.notebook.record import record
 # setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-__version__ = "0.1.0"   # the one place: pyproject.toml reads it
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it
 __all__ = ["DataError", "ResourceSampler", "check", "load_mnist", "make_dataset", "record", "__version__"]

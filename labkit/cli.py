@@ -1,5 +1,6 @@
 """``python -m labkit``: the command line. Each subcommand parses its arguments here and
 calls one function of the module that does the work."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def _add_data(sub) -> None:
     p.add_argument("action", choices=["fetch", "verify"])
     p.add_argument("--dataset", action="append", help="mnist (default), fashion-mnist or a9a; repeatable")
     p.add_argument("--dest", help="directory to fetch into (default data/<dataset>/)")
-    p.add_argument("--mirror", help="local directory or base URL (default $LABKIT_DATA_MIRROR, "
-                                    "else the public mirrors)")
+    p.add_argument(
+        "--mirror", help="local directory or base URL (default $LABKIT_DATA_MIRROR, else the public mirrors)"
+    )
     p.add_argument("--force", action="store_true", help="replace files already in place")
     p.set_defaults(func=_data)
 
@@ -54,14 +56,24 @@ def _add_monitor(sub) -> None:
         if a.command_args and a.command_args[0] == "--":
             a.command_args = a.command_args[1:]
         try:
-            return monitor.monitor_command(a.command_args or None, pid=a.pid, interval=a.interval, out=a.out,
-                                           duration=a.duration, timeout=a.timeout, dstat=a.dstat)
+            return monitor.monitor_command(
+                a.command_args or None,
+                pid=a.pid,
+                interval=a.interval,
+                out=a.out,
+                duration=a.duration,
+                timeout=a.timeout,
+                dstat=a.dstat,
+            )
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
 
-    p = sub.add_parser("monitor", help="sample CPU, memory, network and disk of a command or pid (replaces dstat)",
-                       description="python -m labkit monitor [options] -- CMD ...   or   --pid PID [--duration S]")
+    p = sub.add_parser(
+        "monitor",
+        help="sample CPU, memory, network and disk of a command or pid (replaces dstat)",
+        description="python -m labkit monitor [options] -- CMD ...   or   --pid PID [--duration S]",
+    )
     p.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="command to run and sample")
     p.add_argument("--pid", type=int, help="sample this running process (and its children) instead")
     p.add_argument("--duration", type=float, help="with --pid: stop after S seconds (default: when it exits)")
@@ -100,12 +112,14 @@ def _grade_import(args) -> int:
 
 def _publish(action: str):
     """``grade-answers`` ... ``grade-export``: one ``main_<action>`` of labkit.grading.gradebook.publish."""
+
     def run(args) -> int:
         try:
             from labkit.grading.gradebook import publish
         except ModuleNotFoundError as e:
             _instructor_only(e)
         return getattr(publish, f"main_{action}")(args)
+
     return run
 
 
@@ -119,52 +133,104 @@ def _release(args) -> int:
 
 def _add_grade(sub) -> None:
     p = sub.add_parser("grade", help="run notebooks in isolation, check them against the rubric, write reports")
-    p.add_argument("submissions", nargs="?", help="folder of DIR/<student>/<lab notebook>.ipynb, or Canvas's "
-                                                  "'Download Submissions' zip, or Gradescope's export "
-                                                  "(default: the reference notebooks in --notebooks)")
-    p.add_argument("--out", default=None, help="output folder; grading it again reruns only what changed (default "
-                                               "out/grade for submissions, out/reference for the reference notebooks: "
-                                               "a class's gradebook never holds the self-check)")
-    p.add_argument("-j", "--jobs", type=int, default=None,
-                   help="notebooks run at a time (default: one per core, as many as memory holds)")
+    p.add_argument(
+        "submissions",
+        nargs="?",
+        help="folder of DIR/<student>/<lab notebook>.ipynb, or Canvas's "
+        "'Download Submissions' zip, or Gradescope's export "
+        "(default: the reference notebooks in --notebooks)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder; grading it again reruns only what changed (default "
+        "out/grade for submissions, out/reference for the reference notebooks: "
+        "a class's gradebook never holds the self-check)",
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        help="notebooks run at a time (default: one per core, as many as memory holds)",
+    )
     p.add_argument("--rubric", default="notebooks/rubric.toml")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder")
-    p.add_argument("--lab", action="append", help="grade only this lab (rubric key or notebook name); repeatable "
-                                                  "(default: the labs some student submitted)")
-    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): names the students of a download, "
-                                    "lists who did not submit; kept for the exports")
-    p.add_argument("--due", help="the due date, e.g. 2024-10-01T23:59-07:00 (no zone: this machine's): a Gradescope "
-                                 "submission created after it is late (Canvas marks late files itself)")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
-                        "you can reach (every report says so)")
-    p.add_argument("--force", action="store_true",
-                   help="run every notebook again (default: only those whose submission, rubric or grader changed, "
-                        "or whose last run did not end)")
-    p.add_argument("--slurm", metavar="PARTITION", help="run each notebook as a job of a Slurm job array in "
-                                                        "PARTITION (-j is then Slurm's to decide; docs/cluster.md)")
-    p.add_argument("--slurm-args", default="", help="more sbatch arguments, with '=' and quoted: --slurm-args='--cpus-per-task=2 --exclude=node7'")
-    p.add_argument("--similar", type=float, metavar="SHARE",
-                   help="similarity.html flags pairs sharing at least this share of the smaller notebook's "
-                        "fingerprints (default 0.5); it never changes points")
+    p.add_argument(
+        "--lab",
+        action="append",
+        help="grade only this lab (rubric key or notebook name); repeatable (default: the labs some student submitted)",
+    )
+    p.add_argument(
+        "--roster",
+        help="Canvas's gradebook export (Grades > Export): names the students of a download, "
+        "lists who did not submit; kept for the exports",
+    )
+    p.add_argument(
+        "--due",
+        help="the due date, e.g. 2024-10-01T23:59-07:00 (no zone: this machine's): a Gradescope "
+        "submission created after it is late (Canvas marks late files itself)",
+    )
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
+        "you can reach (every report says so)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run every notebook again (default: only those whose submission, rubric or grader changed, "
+        "or whose last run did not end)",
+    )
+    p.add_argument(
+        "--slurm",
+        metavar="PARTITION",
+        help="run each notebook as a job of a Slurm job array in "
+        "PARTITION (-j is then Slurm's to decide; docs/cluster.md)",
+    )
+    p.add_argument(
+        "--slurm-args",
+        default="",
+        help="more sbatch arguments, with '=' and quoted: --slurm-args='--cpus-per-task=2 --exclude=node7'",
+    )
+    p.add_argument(
+        "--similar",
+        type=float,
+        metavar="SHARE",
+        help="similarity.html flags pairs sharing at least this share of the smaller notebook's "
+        "fingerprints (default 0.5); it never changes points",
+    )
     p.set_defaults(func=_grade)
 
-    p = sub.add_parser("grade-answers", help="per analysis question, an HTML page and a CSV of every student's "
-                                             "answer for the TAs (into OUT/answers/)")
+    p = sub.add_parser(
+        "grade-answers",
+        help="per analysis question, an HTML page and a CSV of every student's answer for the TAs (into OUT/answers/)",
+    )
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
-    p.add_argument("--anonymous", action="store_true",
-                   help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back")
+    p.add_argument(
+        "--anonymous",
+        action="store_true",
+        help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back",
+    )
     p.set_defaults(func=_publish("answers"))
 
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
     p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
-    p.add_argument("--prefer", metavar="FILE", help="one of the files: it wins every conflict it is part of (two "
-                                                    "files disagreeing, or a score changed since it was exported)")
+    p.add_argument(
+        "--prefer",
+        metavar="FILE",
+        help="one of the files: it wins every conflict it is part of (two "
+        "files disagreeing, or a score changed since it was exported)",
+    )
     p.set_defaults(func=_publish("merge"))
 
-    p = sub.add_parser("grade-import", help="lay out Canvas's or Gradescope's download as DIR/<student>/<notebook>"
-                                            ".ipynb with intake.json (grade does this itself; this is to look first)")
+    p = sub.add_parser(
+        "grade-import",
+        help="lay out Canvas's or Gradescope's download as DIR/<student>/<notebook>"
+        ".ipynb with intake.json (grade does this itself; this is to look first)",
+    )
     p.add_argument("download", help="Canvas's 'Download Submissions' zip or Gradescope's export (zip or folder)")
     p.add_argument("--into", required=True, help="the folder to write (replaced if an import wrote it)")
     p.add_argument("--rubric", default="notebooks/rubric.toml")
@@ -173,30 +239,49 @@ def _add_grade(sub) -> None:
     p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
     p.set_defaults(func=_grade_import)
 
-    p = sub.add_parser("grade-deliver", help="pack the feedback pages: one zip per student, and per lab a zip for "
-                                             "Canvas's Re-Upload Submissions (into OUT/deliver/)")
+    p = sub.add_parser(
+        "grade-deliver",
+        help="pack the feedback pages: one zip per student, and per lab a zip for "
+        "Canvas's Re-Upload Submissions (into OUT/deliver/)",
+    )
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
     p.set_defaults(func=_publish("deliver"))
 
     p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
-    p.add_argument("--roster", help="Canvas's gradebook export (Grades > Export): students are matched by "
-                                    "SIS Login ID, SIS User ID or ID; kept for later merges")
-    p.add_argument("--column", action="append", metavar="LAB=NAME",
-                   help="a lab's column as Canvas names the assignment, e.g. lab1='Lab 1 (12345)'; repeatable")
-    p.add_argument("--new-assignment", action="store_true",
-                   help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
-                        "for it (default: refused)")
+    p.add_argument(
+        "--roster",
+        help="Canvas's gradebook export (Grades > Export): students are matched by "
+        "SIS Login ID, SIS User ID or ID; kept for later merges",
+    )
+    p.add_argument(
+        "--column",
+        action="append",
+        metavar="LAB=NAME",
+        help="a lab's column as Canvas names the assignment, e.g. lab1='Lab 1 (12345)'; repeatable",
+    )
+    p.add_argument(
+        "--new-assignment",
+        action="store_true",
+        help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
+        "for it (default: refused)",
+    )
     p.set_defaults(func=_publish("export"))
 
 
 def _add_release(sub) -> None:
-    p = sub.add_parser("release", help="the student kit (notebooks and package without solutions, its own README, "
-                                       "Makefile and public rubric) into --out")
+    p = sub.add_parser(
+        "release",
+        help="the student kit (notebooks and package without solutions, its own README, "
+        "Makefile and public rubric) into --out",
+    )
     p.add_argument("--out", default="release")
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks and their rubric.toml")
-    p.add_argument("--public-rubric", metavar="FILE", help="write only the public rubric, to FILE (what make check "
-                                                           "runs the notebooks with)")
+    p.add_argument(
+        "--public-rubric",
+        metavar="FILE",
+        help="write only the public rubric, to FILE (what make check runs the notebooks with)",
+    )
     p.set_defaults(func=_release)
 
 
@@ -206,10 +291,13 @@ def _add_check(sub) -> None:
 
         return checking.main(a)
 
-    p = sub.add_parser("check", help="run lab notebooks as the grader will, before you submit them, and say what "
-                                     "is missing (make check)")
-    p.add_argument("files", nargs="*", metavar="NOTEBOOK", help="notebooks to check (default: each lab's notebook "
-                                                                "in --notebooks)")
+    p = sub.add_parser(
+        "check",
+        help="run lab notebooks as the grader will, before you submit them, and say what is missing (make check)",
+    )
+    p.add_argument(
+        "files", nargs="*", metavar="NOTEBOOK", help="notebooks to check (default: each lab's notebook in --notebooks)"
+    )
     p.add_argument("--lab", action="append", help="check this lab: its number, key or notebook name; repeatable")
     p.add_argument("--rubric", default="notebooks/rubric.toml", help="the public rubric (make release writes it)")
     p.add_argument("--notebooks", default="notebooks", help="the labs' folder (default notebooks)")
@@ -227,20 +315,27 @@ def _spec_arguments(p) -> None:
 
 def _launcher_arguments(p) -> None:
     _remote_arguments(p)
-    p.add_argument("--launcher", help="how tasks start: local, ssh or slurm (default $LABKIT_LAUNCHER, else Slurm "
-                                      "inside an allocation without --hosts, else by host: here or over ssh)")
+    p.add_argument(
+        "--launcher",
+        help="how tasks start: local, ssh or slurm (default $LABKIT_LAUNCHER, else Slurm "
+        "inside an allocation without --hosts, else by host: here or over ssh)",
+    )
     p.add_argument("--args", default="", help="the program's own arguments, quoted: --args '--steps 300'")
 
 
 def _remote_arguments(p) -> None:
     from labkit.distributed.launchers.ssh import DEFAULT_SSH, LIVENESS
 
-    p.add_argument("--ssh", help=f"ssh command for remote hosts (default $LABKIT_SSH, else '{' '.join(DEFAULT_SSH)}'); "
-                                 f"the kit's liveness options '{' '.join(LIVENESS)}' go first in any ssh command, so a "
-                                 f"node whose link drops is noticed in about 15 s")
+    p.add_argument(
+        "--ssh",
+        help=f"ssh command for remote hosts (default $LABKIT_SSH, else '{' '.join(DEFAULT_SSH)}'); "
+        f"the kit's liveness options '{' '.join(LIVENESS)}' go first in any ssh command, so a "
+        f"node whose link drops is noticed in about 15 s",
+    )
     p.add_argument("--remote-dir", help="the kit's directory on remote hosts (default $LABKIT_REMOTE_DIR, else labkit)")
-    p.add_argument("--remote-python", default=".venv/bin/python", help="python on remote hosts, "
-                                                                         "relative to --remote-dir")
+    p.add_argument(
+        "--remote-python", default=".venv/bin/python", help="python on remote hosts, relative to --remote-dir"
+    )
 
 
 def _launcher(args, program: str, **kwargs):
@@ -250,10 +345,19 @@ def _launcher(args, program: str, **kwargs):
     from labkit.distributed import launch
 
     spec = cluster.build(args.mode, args.hosts, ps=args.ps, workers=args.workers, chief=args.chief)
-    ssh = {"ssh": shlex.split(args.ssh) if args.ssh else None, "remote_dir": args.remote_dir,
-           "remote_python": args.remote_python}
-    c = launch.Cluster(spec, program, program_argv=shlex.split(args.args), launcher=args.launcher,
-                       launcher_options={k: v for k, v in ssh.items() if v is not None}, **kwargs)
+    ssh = {
+        "ssh": shlex.split(args.ssh) if args.ssh else None,
+        "remote_dir": args.remote_dir,
+        "remote_python": args.remote_python,
+    }
+    c = launch.Cluster(
+        spec,
+        program,
+        program_argv=shlex.split(args.args),
+        launcher=args.launcher,
+        launcher_options={k: v for k, v in ssh.items() if v is not None},
+        **kwargs,
+    )
     return c.spec, c  # as the launcher placed it (Slurm: on the allocation's nodes)
 
 
@@ -273,8 +377,9 @@ def _cluster(args) -> int:
 
 
 def _add_cluster(sub) -> None:
-    p = sub.add_parser("cluster", help="print a cluster spec, each task's TF_CONFIG and (optionally) the "
-                                       "exact command each node runs")
+    p = sub.add_parser(
+        "cluster", help="print a cluster spec, each task's TF_CONFIG and (optionally) the exact command each node runs"
+    )
     _spec_arguments(p)
     p.add_argument("--print-commands", action="store_true", help="print each task's command, ready to paste")
     p.add_argument("--program", default="ps_sgd", help="task program for --print-commands (default ps_sgd)")
@@ -286,8 +391,7 @@ def _run(args) -> int:
     from labkit.distributed import launch
 
     try:
-        spec, launcher = _launcher(args, args.program, lab=args.lab, timeout=args.timeout,
-                                   dry_run=args.print_commands)
+        spec, launcher = _launcher(args, args.program, lab=args.lab, timeout=args.timeout, dry_run=args.print_commands)
         if args.print_commands:
             launcher.print_commands()
             return 0
@@ -298,8 +402,9 @@ def _run(args) -> int:
         return 1
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 30):
         print(result.table().to_string())
-    print(f"\nstart-up {result.startup_s:.1f} s, teardown {result.teardown_s:.2f} s; logs and results in "
-          f"{result.run_dir}")
+    print(
+        f"\nstart-up {result.startup_s:.1f} s, teardown {result.teardown_s:.2f} s; logs and results in {result.run_dir}"
+    )
     return 0
 
 
@@ -319,12 +424,19 @@ def _nodes(args) -> int:
 
     from labkit.distributed import launch, nodes
 
-    remote = dict(ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir,
-                  remote_python=args.remote_python)
+    remote = dict(
+        ssh=shlex.split(args.ssh) if args.ssh else None, remote_dir=args.remote_dir, remote_python=args.remote_python
+    )
     try:
         if args.action == "setup":
-            nodes.setup(args.hosts, install=args.install, datasets=args.dataset or nodes.DEFAULT_DATASETS,
-                        data_mirror=args.data_mirror, copy=not args.no_copy, **remote)
+            nodes.setup(
+                args.hosts,
+                install=args.install,
+                datasets=args.dataset or nodes.DEFAULT_DATASETS,
+                data_mirror=args.data_mirror,
+                copy=not args.no_copy,
+                **remote,
+            )
         elif args.action == "check":
             nodes.check(args.hosts, **remote)
         else:
@@ -337,16 +449,25 @@ def _nodes(args) -> int:
 
 
 def _add_nodes(sub) -> None:
-    p = sub.add_parser("nodes", help="prepare a cluster's nodes over ssh (copy, install, data, versions), check "
-                                     "them, or write a finished run's per-node resource CSVs (docs/cluster.md)")
+    p = sub.add_parser(
+        "nodes",
+        help="prepare a cluster's nodes over ssh (copy, install, data, versions), check "
+        "them, or write a finished run's per-node resource CSVs (docs/cluster.md)",
+    )
     p.add_argument("action", choices=["setup", "check", "csv"])
     p.add_argument("run_dir", nargs="?", help="csv: the run directory (runs/<lab>/<run>)")
     p.add_argument("--hosts", help="setup/check: hosts file (one host per line)")
-    p.add_argument("--install", default="make setup", help="setup: install command run in the kit's directory "
-                                                          "(default 'make setup')")
+    p.add_argument(
+        "--install",
+        default="make setup",
+        help="setup: install command run in the kit's directory (default 'make setup')",
+    )
     p.add_argument("--dataset", action="append", help="setup: datasets to fetch (default mnist and a9a); repeatable")
-    p.add_argument("--data-mirror", help="setup: where the nodes fetch data from: a directory every node mounts "
-                                         "or a URL (default: the public mirrors)")
+    p.add_argument(
+        "--data-mirror",
+        help="setup: where the nodes fetch data from: a directory every node mounts "
+        "or a URL (default: the public mirrors)",
+    )
     p.add_argument("--no-copy", action="store_true", help="setup: the kit is already there (e.g. git clone)")
     p.add_argument("--out", default="out/nodes", help="csv: output folder (default out/nodes)")
     p.add_argument("--dstat", action="store_true", help="csv: dstat's --output layout")
@@ -358,6 +479,7 @@ def _add_nodes(sub) -> None:
         if a.action != "csv" and not a.hosts:
             p.error(f"{a.action} needs --hosts FILE (one host per line; see docs/cluster.md)")
         return _nodes(a)
+
     p.set_defaults(func=run)
 
 
@@ -371,20 +493,37 @@ def _add_cloudlab_local(sub) -> None:
             print(f"error: {e}", file=sys.stderr)
             return 1
 
-    p = sub.add_parser("cloudlab-local", help="emulated CloudLab nodes on this machine (network namespaces on a "
-                                              "shaped LAN, sshd, an account): a shell on node0 (docs/cluster.md)")
+    p = sub.add_parser(
+        "cloudlab-local",
+        help="emulated CloudLab nodes on this machine (network namespaces on a "
+        "shaped LAN, sshd, an account): a shell on node0 (docs/cluster.md)",
+    )
     p.add_argument("--nodes", type=int, default=4, help="how many nodes: node0, node1, ... (default 4)")
     p.add_argument("--link", default="1gbit", help="each node's link: RATE[,DELAY], e.g. 1gbit,0.2ms (default 1gbit)")
     p.add_argument("--user", default="ta", help="the experiment's account on every node (default ta)")
     p.add_argument("--command", help="run this on node0 as the account instead of a shell, then take all down")
-    p.add_argument("--slurm", action="store_true", help="with a Slurm across the nodes (slurmctld on node0, a "
-                                                        "slurmd on each) and the account's home shared by them")
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="with a Slurm across the nodes (slurmctld on node0, a "
+        "slurmd on each) and the account's home shared by them",
+    )
     p.set_defaults(func=run)
 
 
 # Each entry adds one subcommand; they are listed in the order `--help` shows them.
-REGISTRARS = [_add_data, _add_cluster, _add_run, _add_nodes, _add_cloudlab_local, _add_check, _add_bench,
-              _add_monitor, _add_grade, _add_release]
+REGISTRARS = [
+    _add_data,
+    _add_cluster,
+    _add_run,
+    _add_nodes,
+    _add_cloudlab_local,
+    _add_check,
+    _add_bench,
+    _add_monitor,
+    _add_grade,
+    _add_release,
+]
 # Registrars whose subcommands live in a subpackage the student kit (make release) leaves out: they
 # are registered only where that subpackage is present.
 NEEDS = {_add_bench: "labkit.bench", _add_grade: "labkit.grading", _add_release: "labkit.grading"}
@@ -393,8 +532,9 @@ NEEDS = {_add_bench: "labkit.bench", _add_grade: "labkit.grading", _add_release:
 def build_parser() -> argparse.ArgumentParser:
     from importlib.util import find_spec
 
-    parser = argparse.ArgumentParser(prog="python -m labkit",
-                                     description="labkit: distributed TensorFlow labs, measured")
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit", description="labkit: distributed TensorFlow labs, measured"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in REGISTRARS:
         if add not in NEEDS or find_spec(NEEDS[add]) is not None:

@@ -1,5 +1,6 @@
 """Emulated CloudLab nodes for tests (``labkit.infra.cloudlab_local``): a fixture factory that skips,
 saying why, where they cannot run, and checks afterwards that nothing of them is left."""
+
 from __future__ import annotations
 
 import contextlib
@@ -64,9 +65,16 @@ def checkout(lab, mirror: str, node: str = "node0") -> None:
     from labkit.distributed import nodes
 
     venv = shlex.quote(sys.prefix)
-    copy = subprocess.run(lab.command(node, f"mkdir -p labkit && tar -xf - -C labkit && ln -s {venv} labkit/.venv && "
-                                            "cd labkit && touch -r .venv/.labkit-installed requirements.txt pyproject.toml"),
-                          input=nodes.kit_tarball(Path(__file__).resolve().parents[1]), capture_output=True, timeout=120)
+    copy = subprocess.run(
+        lab.command(
+            node,
+            f"mkdir -p labkit && tar -xf - -C labkit && ln -s {venv} labkit/.venv && "
+            "cd labkit && touch -r .venv/.labkit-installed requirements.txt pyproject.toml",
+        ),
+        input=nodes.kit_tarball(Path(__file__).resolve().parents[1]),
+        capture_output=True,
+        timeout=120,
+    )
     assert copy.returncode == 0, copy.stderr.decode()
     done = lab.sh(node, f"cd labkit && make data DATA_MIRROR={shlex.quote(mirror)}", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

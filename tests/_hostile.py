@@ -13,6 +13,7 @@ Markdown cells, cell attachments, an analysis answer, and ``text/html``, ``text/
 ``audit(page)`` parses a written page (Python's HTML parser) and lists everything outside the
 allow-list of ``labkit.grading.pages.sanitize``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,54 +30,70 @@ FAKE = "FAKE GRADE 100/100"
 
 def payloads(beacon: str) -> dict[str, str]:
     b = beacon.rstrip("/")
-    svg = (f"<svg xmlns='http://www.w3.org/2000/svg' xmlns:xlink='http://www.w3.org/1999/xlink' width='100' "
-           f"height='100' onload=\"fetch('{b}/svg-onload')\"><script>fetch('{b}/svg-script')</script>"
-           f"<foreignObject width='100' height='100'><iframe src='{b}/svg-foreign'></iframe>"
-           f"<form action='{b}/svg-form'><button>go</button></form></foreignObject>"
-           f"<a href='{b}/svg-a' xlink:href='{b}/svg-xlink'><text y='20'>click</text></a>"
-           f"<image href='{b}/svg-image' width='10' height='10'/><rect width='50' height='50' "
-           f"style='fill:url({b}/svg-fill)'/></svg>")
+    svg = (
+        f"<svg xmlns='http://www.w3.org/2000/svg' xmlns:xlink='http://www.w3.org/1999/xlink' width='100' "
+        f"height='100' onload=\"fetch('{b}/svg-onload')\"><script>fetch('{b}/svg-script')</script>"
+        f"<foreignObject width='100' height='100'><iframe src='{b}/svg-foreign'></iframe>"
+        f"<form action='{b}/svg-form'><button>go</button></form></foreignObject>"
+        f"<a href='{b}/svg-a' xlink:href='{b}/svg-xlink'><text y='20'>click</text></a>"
+        f"<image href='{b}/svg-image' width='10' height='10'/><rect width='50' height='50' "
+        f"style='fill:url({b}/svg-fill)'/></svg>"
+    )
     return {
         "meta": f"<meta http-equiv='refresh' content='0;url={b}/meta'>",
-        "form": (f"<form action='{b}/form' method='post'><input name='answers' value='all of them'>"
-                 f"<button type='submit'>Show my grade</button><input type='image' src='{b}/input-image'>"
-                 f"<button formaction='{b}/formaction'>x</button></form>"),
+        "form": (
+            f"<form action='{b}/form' method='post'><input name='answers' value='all of them'>"
+            f"<button type='submit'>Show my grade</button><input type='image' src='{b}/input-image'>"
+            f"<button formaction='{b}/formaction'>x</button></form>"
+        ),
         "base": f"<base href='{b}/base/'><a href='relative-link'>relative</a><img src='relative.png'>",
         "iframe": f"<iframe src='{b}/iframe'></iframe><iframe srcdoc=\"<img src='{b}/srcdoc'>\"></iframe>",
         "object": f"<object data='{b}/object'></object><embed src='{b}/embed'><link rel='stylesheet' href='{b}/link'>",
         "svg": svg,
-        "img": (f"<img src='{b}/img'><img src='x' onerror=\"fetch('{b}/onerror')\">"
-                f"<img srcset='{b}/srcset 2x'><picture><source srcset='{b}/source'></picture>"
-                f"<video src='{b}/video' poster='{b}/poster'></video><audio src='{b}/audio'></audio>"),
-        "css": (f"<div style=\"background:url('{b}/css-inline')\">styled</div>"
-                f"<style>@import url('{b}/css-import'); body {{ background: url('{b}/css-body') }}</style>"
-                f"<div style='background-image:u\\72l({b}/css-escape)'>esc</div>"
-                f"<table background='{b}/table-bg'><tr><td>t</td></tr></table>"),
-        "javascript": (f"<a href=\"javascript:fetch('{b}/js-href')\">click me</a>"
-                       f"<a href='{b}/plain-link' ping='{b}/ping'>a link</a>"
-                       f"<details open ontoggle=\"fetch('{b}/ontoggle')\"><summary>s</summary></details>"
-                       f"<script>location = '{b}/script'</script>"),
-        "overlay": (f"<div style='position:fixed;top:0;left:0;width:100%;height:100%;background:white;"
-                    f"z-index:99999'>{FAKE}</div><div class='jp-Dialog'>{FAKE} (dialog)</div>"
-                    f"<div style='margin-top:-3000px;transform:translateY(-3000px)'>{FAKE} (moved)</div>"
-                    f"<div id='labkit-grade'>{FAKE} (id)</div>"
-                    f"<div style='height:1px;width:1px;line-height:0;white-space:nowrap;letter-spacing:-9px'>"
-                    f"{FAKE} (overflow)</div>"
-                    f"<math><mpadded voffset='-3000px' height='0' depth='0'><mtext>{FAKE} (math up)</mtext></mpadded>"
-                    f"<mspace width='-300em'/><mtext>{FAKE} (math left)</mtext></math>"),
-        "math": (f"<math><mtext><img src='{b}/math-img'></mtext><maction actiontype='statusline' "
-                 f"href='{b}/maction'><mi>x</mi></maction><annotation-xml encoding='text/html'>"
-                 f"<iframe src='{b}/math-annotation'></iframe></annotation-xml></math>"),
-        "mxss": (f"<noscript><p title=\"</noscript><img src=x onerror=fetch('{b}/mxss1')>\"></noscript>"
-                 f"<svg></p><style><a id=\"</style><img src=x onerror=fetch('{b}/mxss2')>\"></svg>"
-                 f"<math><mtext><table><mglyph><style><img src=x onerror=fetch('{b}/mxss3')>"),
+        "img": (
+            f"<img src='{b}/img'><img src='x' onerror=\"fetch('{b}/onerror')\">"
+            f"<img srcset='{b}/srcset 2x'><picture><source srcset='{b}/source'></picture>"
+            f"<video src='{b}/video' poster='{b}/poster'></video><audio src='{b}/audio'></audio>"
+        ),
+        "css": (
+            f"<div style=\"background:url('{b}/css-inline')\">styled</div>"
+            f"<style>@import url('{b}/css-import'); body {{ background: url('{b}/css-body') }}</style>"
+            f"<div style='background-image:u\\72l({b}/css-escape)'>esc</div>"
+            f"<table background='{b}/table-bg'><tr><td>t</td></tr></table>"
+        ),
+        "javascript": (
+            f"<a href=\"javascript:fetch('{b}/js-href')\">click me</a>"
+            f"<a href='{b}/plain-link' ping='{b}/ping'>a link</a>"
+            f"<details open ontoggle=\"fetch('{b}/ontoggle')\"><summary>s</summary></details>"
+            f"<script>location = '{b}/script'</script>"
+        ),
+        "overlay": (
+            f"<div style='position:fixed;top:0;left:0;width:100%;height:100%;background:white;"
+            f"z-index:99999'>{FAKE}</div><div class='jp-Dialog'>{FAKE} (dialog)</div>"
+            f"<div style='margin-top:-3000px;transform:translateY(-3000px)'>{FAKE} (moved)</div>"
+            f"<div id='labkit-grade'>{FAKE} (id)</div>"
+            f"<div style='height:1px;width:1px;line-height:0;white-space:nowrap;letter-spacing:-9px'>"
+            f"{FAKE} (overflow)</div>"
+            f"<math><mpadded voffset='-3000px' height='0' depth='0'><mtext>{FAKE} (math up)</mtext></mpadded>"
+            f"<mspace width='-300em'/><mtext>{FAKE} (math left)</mtext></math>"
+        ),
+        "math": (
+            f"<math><mtext><img src='{b}/math-img'></mtext><maction actiontype='statusline' "
+            f"href='{b}/maction'><mi>x</mi></maction><annotation-xml encoding='text/html'>"
+            f"<iframe src='{b}/math-annotation'></iframe></annotation-xml></math>"
+        ),
+        "mxss": (
+            f"<noscript><p title=\"</noscript><img src=x onerror=fetch('{b}/mxss1')>\"></noscript>"
+            f"<svg></p><style><a id=\"</style><img src=x onerror=fetch('{b}/mxss2')>\"></svg>"
+            f"<math><mtext><table><mglyph><style><img src=x onerror=fetch('{b}/mxss3')>"
+        ),
     }
 
 
 def math_payloads(beacon: str) -> dict[str, str]:
     b = beacon.rstrip("/")
     return {
-        "math-escaped-meta": f"$&lt;meta http-equiv=refresh content=\"0;url={b}/m-meta\"&gt;$",
+        "math-escaped-meta": f'$&lt;meta http-equiv=refresh content="0;url={b}/m-meta"&gt;$',
         "math-escaped-form": f"$$&lt;form action={b}/m-form&gt;&lt;button&gt;go&lt;/button&gt;&lt;/form&gt;$$",
         "math-raw-img": f"$x <img src={b}/m-img> y$",
         "math-href": f"$$\\href{{{b}/m-href}}{{x}}$$",
@@ -97,10 +114,13 @@ def hostile_notebook(beacon: str, answer_tag: str = "analysis"):
     html_all = "\n".join(payloads(beacon).values())
     maths = "\n\n".join(math_payloads(beacon).values())
     svg64 = base64.b64encode(_svg_image(beacon).encode()).decode()
-    attach = new_markdown_cell("![svg attachment](attachment:evil.svg) ![html attachment](attachment:evil.html)",
-                               id="hostile-attach")
-    attach["attachments"] = {"evil.svg": {"image/svg+xml": svg64},
-                             "evil.html": {"text/html": base64.b64encode(html_all.encode()).decode()}}
+    attach = new_markdown_cell(
+        "![svg attachment](attachment:evil.svg) ![html attachment](attachment:evil.html)", id="hostile-attach"
+    )
+    attach["attachments"] = {
+        "evil.svg": {"image/svg+xml": svg64},
+        "evil.html": {"text/html": base64.b64encode(html_all.encode()).decode()},
+    }
     code = (
         "from IPython.display import HTML, Markdown, Latex, display, publish_display_data\n"
         f"PAYLOADS = {json.dumps(payloads(beacon))}\n"
@@ -114,20 +134,25 @@ def hostile_notebook(beacon: str, answer_tag: str = "analysis"):
         "publish_display_data({'image/svg+xml': PAYLOADS['svg'], 'text/plain': 'svg'})\n"
         "publish_display_data({'text/html': PAYLOADS['meta'], 'text/plain': 'x'}, metadata={'labkit_note': "
         "{'summary': 'not a note'}, 'filenames': {'image/png': 'http://evil/x.png'}})\n"
-        "print(PAYLOADS['form'])\n")
-    answer = new_markdown_cell(f"{html_all}\n\n{maths}\n\n=HYPERLINK(\"{beacon}/csv\",\"see my grade\")",
-                               id="hostile-answer")
+        "print(PAYLOADS['form'])\n"
+    )
+    answer = new_markdown_cell(
+        f'{html_all}\n\n{maths}\n\n=HYPERLINK("{beacon}/csv","see my grade")', id="hostile-answer"
+    )
     answer.metadata.tags = [answer_tag]
-    return new_notebook(cells=[
-        new_markdown_cell(f"# Hostile lab\n\n{html_all}", id="hostile-md"),
-        new_markdown_cell(maths, id="hostile-math"),
-        attach,
-        new_code_cell("x = 1", id="hostile-params", metadata={"tags": ["parameters"]}),
-        new_code_cell(code, id="hostile-code"),
-        new_code_cell("from labkit.notebook.record import record\nrecord('ok', 1)", id="hostile-record"),
-        new_markdown_cell("**Q1.** What happened?", id="hostile-q"),
-        answer,
-    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    return new_notebook(
+        cells=[
+            new_markdown_cell(f"# Hostile lab\n\n{html_all}", id="hostile-md"),
+            new_markdown_cell(maths, id="hostile-math"),
+            attach,
+            new_code_cell("x = 1", id="hostile-params", metadata={"tags": ["parameters"]}),
+            new_code_cell(code, id="hostile-code"),
+            new_code_cell("from labkit.notebook.record import record\nrecord('ok', 1)", id="hostile-record"),
+            new_markdown_cell("**Q1.** What happened?", id="hostile-q"),
+            answer,
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
 
 
 def executed_copy(nb, beacon: str):
@@ -143,12 +168,17 @@ def executed_copy(nb, beacon: str):
         outs.append(new_output("display_data", data={"text/latex": m, "text/plain": "latex"}))
         outs.append(new_output("display_data", data={"text/markdown": m, "text/plain": "md"}))
     outs.append(new_output("display_data", data={"image/svg+xml": payloads(beacon)["svg"], "text/plain": "svg"}))
-    outs.append(new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "png"},
-                           metadata={"filenames": {"image/png": f"{beacon}/png-filename"},
-                                     "labkit_note": {"summary": "not a note"}}))
+    outs.append(
+        new_output(
+            "display_data",
+            data={"image/png": "iVBORw0KGgo=", "text/plain": "png"},
+            metadata={"filenames": {"image/png": f"{beacon}/png-filename"}, "labkit_note": {"summary": "not a note"}},
+        )
+    )
     outs.append(new_output("stream", name="stdout", text=payloads(beacon)["form"]))
-    outs.append(new_output("error", ename="X<script>", evalue=payloads(beacon)["meta"],
-                           traceback=[payloads(beacon)["img"]]))
+    outs.append(
+        new_output("error", ename="X<script>", evalue=payloads(beacon)["meta"], traceback=[payloads(beacon)["img"]])
+    )
     for c in nb.cells:
         if c.cell_type == "code" and "PAYLOADS" in c.source:
             c.outputs = outs
@@ -165,7 +195,7 @@ HEAD = {"html", "head", "meta", "title", "style", "body"}
 class _Elements(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.elements = []   # (tag, {attr: value}, in_head)
+        self.elements = []  # (tag, {attr: value}, in_head)
         self.in_head = False
 
     def handle_starttag(self, tag, attrs):
@@ -210,8 +240,9 @@ def audit(page: str, beacon: str | None = None) -> list[str]:
                     problems.append(f"<{tag} {name}={value!r}> is not one of the page's own")
                 elif nonce is None:
                     nonce = mine.group(1)
-            if name == "style" and any(d.split(":")[0].strip() not in sanitize.STYLE_PROPERTIES
-                                       for d in value.split(";") if d.strip()):
+            if name == "style" and any(
+                d.split(":")[0].strip() not in sanitize.STYLE_PROPERTIES for d in value.split(";") if d.strip()
+            ):
                 problems.append(f"<{tag} style={value!r}> can move, size or fetch")
             if tag in sanitize.MATHML_TAGS and name in sanitize.MATHML_LENGTHS and value.strip().startswith("-"):
                 problems.append(f"<{tag} {name}={value!r}> is negative")

@@ -1,5 +1,6 @@
 """A real Jupyter kernel for tests that need one: cells run as a notebook would run them,
 every iopub message is kept, and the kernel (with whatever it started) is gone afterwards."""
+
 from __future__ import annotations
 
 import contextlib

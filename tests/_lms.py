@@ -6,6 +6,7 @@ a re-uploaded file's name), and its gradebook export (the roster). Gradescope, "
 Submissions": ``assignment_<id>_export/`` with ``submission_metadata.yml`` (Ruby-symbol keys, as
 Gradescope writes them) and one ``submission_<id>/`` folder per submission.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,17 +17,18 @@ from pathlib import Path
 
 @dataclass
 class CanvasFile:
-    name: str              # Canvas's lower-case name: smithjohn
+    name: str  # Canvas's lower-case name: smithjohn
     user_id: int
     attachment_id: int
-    filename: str          # as the student uploaded it (Canvas's -N included)
+    filename: str  # as the student uploaded it (Canvas's -N included)
     data: bytes
     late: bool = False
 
     @property
     def zip_name(self) -> str:
-        return "_".join([self.name] + (["LATE"] if self.late else []) + [str(self.user_id), str(self.attachment_id),
-                                                                          self.filename])
+        return "_".join(
+            [self.name] + (["LATE"] if self.late else []) + [str(self.user_id), str(self.attachment_id), self.filename]
+        )
 
 
 def canvas_zip(path: Path, files: list[CanvasFile]) -> Path:
@@ -50,9 +52,9 @@ def canvas_roster(path: Path, people: list[tuple], assignment: str = "Alpha (901
 @dataclass
 class GradescopeSubmission:
     id: int
-    submitters: list               # [(name, email, sid)]
-    created_at: str                # as Gradescope writes it: 2024-10-01 06:58:05.746365000 Z
-    files: dict = field(default_factory=dict)   # {name in the submission's folder: bytes}
+    submitters: list  # [(name, email, sid)]
+    created_at: str  # as Gradescope writes it: 2024-10-01 06:58:05.746365000 Z
+    files: dict = field(default_factory=dict)  # {name in the submission's folder: bytes}
 
 
 def _q(text: str) -> str:
@@ -65,8 +67,12 @@ def metadata_yml(subs: list[GradescopeSubmission]) -> str:
         lines.append(f"submission_{s.id}:")
         lines.append("  :submitters:")
         for name, email, sid in s.submitters:
-            lines += [f"  - :name: {name}", f"    :email: {email}", f"    :sid: {_q(sid)}",
-                      "    section_name: dmls-001"]
+            lines += [
+                f"  - :name: {name}",
+                f"    :email: {email}",
+                f"    :sid: {_q(sid)}",
+                "    section_name: dmls-001",
+            ]
         lines += [f"  :created_at: {s.created_at}", "  :score: 0.0", "  :history: []"]
     return "\n".join(lines) + "\n"
 

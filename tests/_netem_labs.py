@@ -3,6 +3,7 @@ test ran under papermill (one run for the whole notebook): each section's tiny p
 effect, or, where links cannot be emulated here, that it said so and skipped; the test then skips
 too, with the reason, so a run shows what it did not check. Call a ``check_labN`` last in its test:
 the notebook's other checks have run by then."""
+
 import pytest
 
 from labkit.infra import netem
@@ -24,8 +25,9 @@ def _require_links(nb, prefix: str, link: str) -> None:
     mode, why = netem.availability(link)
     if mode is None:
         assert _said_skipped(nb, prefix), f"{prefix}: neither ran nor said why it skipped"
-        pytest.skip(f"{prefix}: the notebook's other checks passed; its emulated links ({link}) were not "
-                    f"checked: {why}")
+        pytest.skip(
+            f"{prefix}: the notebook's other checks passed; its emulated links ({link}) were not checked: {why}"
+        )
 
 
 def check_lab2(nb, rec) -> None:

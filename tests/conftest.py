@@ -1,5 +1,6 @@
 """Fixtures several test files share, and the fast lane's marker and guard. (Shared checks are in
 ``helpers.py``.)"""
+
 import os
 import shutil
 import sys
@@ -109,8 +110,9 @@ def pytest_runtest_setup(item):
     """Before a fast test's fixtures start anything: its processes load the guard and note in a folder of its own."""
     if item.get_closest_marker("fast") is not None:
         notes = Path(tempfile.mkdtemp(prefix="labkit-guard-"))
-        _guard.update(notes=notes, imported=[], environ={k: os.environ.get(k) for k in ("LABKIT_TEST_GUARD",
-                                                                                      "PYTHONPATH")})
+        _guard.update(
+            notes=notes, imported=[], environ={k: os.environ.get(k) for k in ("LABKIT_TEST_GUARD", "PYTHONPATH")}
+        )
         os.environ["LABKIT_TEST_GUARD"] = str(notes)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(GUARD), os.environ.get("PYTHONPATH")]))
     return (yield)
@@ -122,12 +124,17 @@ def pytest_runtest_call(item):
     result = yield
     if "notes" in _guard:
         found = [f"this process imported {name}" for name in _guard["imported"]]
-        found += [f"pid {n.name.split('-')[0]} imported {n.name.split('-', 1)[1]} ({n.read_text()})"
-                  for n in sorted(_guard["notes"].iterdir())]
+        found += [
+            f"pid {n.name.split('-')[0]} imported {n.name.split('-', 1)[1]} ({n.read_text()})"
+            for n in sorted(_guard["notes"].iterdir())
+        ]
         if found:
-            pytest.fail(f"a fast test (it has none of the markers {', '.join(HEAVY)}) loaded TensorFlow or a "
-                        f"Jupyter kernel: {'; '.join(found)}. Mark it with the one that says what it starts "
-                        f"(pyproject.toml).", pytrace=False)
+            pytest.fail(
+                f"a fast test (it has none of the markers {', '.join(HEAVY)}) loaded TensorFlow or a "
+                f"Jupyter kernel: {'; '.join(found)}. Mark it with the one that says what it starts "
+                f"(pyproject.toml).",
+                pytrace=False,
+            )
     return result
 
 

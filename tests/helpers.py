@@ -1,6 +1,7 @@
 """What several test files check the same way: lab notebooks (stored clean, run under papermill,
 their figures and stderr), notebooks built cell by cell for the grader, and processes left behind.
 (A real Jupyter kernel for a test is ``_kernel.py``; the shared fixtures are in ``conftest.py``.)"""
+
 from __future__ import annotations
 
 import ast
@@ -21,12 +22,20 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 # Lab 1 graded at test size: 2 epochs on 5000 images, no idle baselines, its accuracy bars set for
 # that (an honest run passes, at about half the rubric's time). The rubric's own text, cut.
-SMALL_LAB1 = [("[labs.lab1.parameters]\nepochs = 5\ntrain_limit = 20000\nidle_s = 0.5",
-               "[labs.lab1.parameters]\nepochs = 2\ntrain_limit = 5000\nidle_s = 0.0"),
-              ('record = "core_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
-               'record = "core_test_accuracy"\nmin = 0.78\npartial_min = 0.7'),
-              ('record = "keras_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
-               'record = "keras_test_accuracy"\nmin = 0.78\npartial_min = 0.7')]
+SMALL_LAB1 = [
+    (
+        "[labs.lab1.parameters]\nepochs = 5\ntrain_limit = 20000\nidle_s = 0.5",
+        "[labs.lab1.parameters]\nepochs = 2\ntrain_limit = 5000\nidle_s = 0.0",
+    ),
+    (
+        'record = "core_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
+        'record = "core_test_accuracy"\nmin = 0.78\npartial_min = 0.7',
+    ),
+    (
+        'record = "keras_test_accuracy"\nmin = 0.85\npartial_min = 0.75',
+        'record = "keras_test_accuracy"\nmin = 0.78\npartial_min = 0.7',
+    ),
+]
 
 
 def small_rubric(root: Path, cuts=()) -> Path:
@@ -41,6 +50,7 @@ def small_rubric(root: Path, cuts=()) -> Path:
 
 
 # ------------------------------------------------------------------------------------ lab notebooks
+
 
 def tagged(nb, tag: str) -> list:
     """The cells of ``nb`` tagged ``tag``."""
@@ -60,8 +70,13 @@ def check_stored_clean(path: Path, analysis: int, figures=()):
     (parameters,) = tagged(nb, "parameters")
     # papermill skips a line holding a second "=" (in its comment too) with only a logged warning;
     # passing that parameter then warns "Passed unknown parameter"
-    assigned = [t.id for node in ast.parse(parameters.source).body if isinstance(node, ast.Assign)
-                for t in node.targets if isinstance(t, ast.Name)]
+    assigned = [
+        t.id
+        for node in ast.parse(parameters.source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    ]
     read = list(inspect_notebook(str(path)))
     assert read == assigned, f"papermill does not read {[n for n in assigned if n not in read]} in {path.name}"
     assert len(tagged(nb, "analysis")) == analysis
@@ -80,8 +95,16 @@ def run_notebook(path: Path, workdir: Path, parameters: dict, timeout: float):
     before = os.environ.get("LABKIT_RUNS")
     os.environ["LABKIT_RUNS"] = str(workdir / "runs")  # the kernel inherits it
     try:
-        papermill.execute_notebook(str(path), str(out), parameters=parameters, cwd=str(workdir), kernel_name="python3",
-                                   execution_timeout=timeout, start_timeout=120, progress_bar=False)
+        papermill.execute_notebook(
+            str(path),
+            str(out),
+            parameters=parameters,
+            cwd=str(workdir),
+            kernel_name="python3",
+            execution_timeout=timeout,
+            start_timeout=120,
+            progress_bar=False,
+        )
     finally:
         if before is None:
             del os.environ["LABKIT_RUNS"]
@@ -109,6 +132,7 @@ def check_executed(nb, figures, not_in_stderr=()) -> None:
 
 # ------------------------------------------------------------------------- notebooks for the grader
 
+
 def cell(source: str, tags=(), markdown: bool = False, **fields):
     """A code (or Markdown) cell with ``tags``; ``fields`` as nbformat's ``new_code_cell`` takes them."""
     c = new_markdown_cell(source, **fields) if markdown else new_code_cell(source, **fields)
@@ -123,6 +147,7 @@ def read_csv(path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ waiting
+
 
 class WaitTimeout(AssertionError):
     """What a test waited for did not come in time (an ``AssertionError``: the test fails, saying so)."""
@@ -159,6 +184,7 @@ def _poll(probe, done, timeout: float, interval: float, message):
 
 def logged(path: Path, text: str):
     """A predicate for ``wait_until``: the line of the log at ``path`` that holds ``text``, once one does."""
+
     def find():
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         return next((line for line in lines if text in line), None)
@@ -167,6 +193,7 @@ def logged(path: Path, text: str):
 
 
 # -------------------------------------------------------------------------------------- processes
+
 
 def alive(pids) -> list[int]:
     """Those of ``pids`` still running (a zombie, dead but not yet reaped by its parent, is not)."""

@@ -7,6 +7,7 @@ A screenshot goes to out/browser/.
 Needs ``chromium`` (``apt-get install -y chromium chromium-driver``; .ci/run installs it) and
 the ``playwright`` pip package (requirements-test.txt); skipped with the reason where either is missing.
 """
+
 import json
 import os
 import re
@@ -29,8 +30,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 # small enough for a minute on 2 cores; the notebook's own defaults are the grading size
 PARAMETERS = {"epochs": 2, "train_limit": 3000, "test_limit": 1000, "idle_s": 0.2, "open_tensorboard": False}
 RUN_TIMEOUT_S = 400
@@ -90,25 +98,44 @@ def jupyterlab(tmp_path):
     pytest.importorskip("playwright", reason="pip package playwright is not installed (requirements-test.txt)")
     port, token = cluster.free_ports(1)[0], secrets.token_hex(16)
     home = tmp_path / "jupyter"
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-           "LABKIT_RUNS": str(tmp_path / "runs")}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "LABKIT_RUNS": str(tmp_path / "runs"),
+    }
     env.pop("LABKIT_LIVE", None)
     # a fresh user's settings, minus what gets in a script's way: the kernel choice dialog, the
     # news prompt, and lazily attached cells (every cell stays in the page, so its prompt can be read)
-    for name, settings in (("notebook-extension/tracker", {"autoStartDefaultKernel": True, "windowingMode": "none"}),
-                           ("apputils-extension/notification", {"fetchNews": "false"})):
+    for name, settings in (
+        ("notebook-extension/tracker", {"autoStartDefaultKernel": True, "windowingMode": "none"}),
+        ("apputils-extension/notification", {"fetchNews": "false"}),
+    ):
         path = home / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings))
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={tmp_path}",
+        "--LabApp.news_url=",
+        "--LabApp.extension_manager=readonly",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
     if os.geteuid() == 0:  # CI and this machine run as root
         cmd.append("--allow-root")
     server = OwnedProcess(cmd, tmp_path / "jupyterlab.log", env=env, cwd=tmp_path).start()
     try:
+
         def answers() -> bool:
             assert server.poll() is None, f"JupyterLab exited:\n{tail(server.log_path)}"
             return _get(f"http://127.0.0.1:{port}/api/status?token={token}") == 200
@@ -129,8 +156,12 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1400, "height": 1000})
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1400, "height": 1000},
+        )
         try:
             page = browser.new_page()
             page.set_default_timeout(120_000)
@@ -146,8 +177,9 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
                 page.click(".lm-MenuBar-itemLabel:text-is('Run')")
                 page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
                 try:
-                    wait_until(lambda: any(re.search(r"[*\d]", p) for p in read_prompts("")), 20, 0.5,
-                               "a cell to start")
+                    wait_until(
+                        lambda: any(re.search(r"[*\d]", p) for p in read_prompts("")), 20, 0.5, "a cell to start"
+                    )
                     break
                 except WaitTimeout:
                     continue
@@ -161,8 +193,12 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
                 return prompts if not busy and idle and any(re.search(r"\d", p) for p in prompts) else None
 
             try:
-                prompts = wait_until(done, RUN_TIMEOUT_S, 1.0,
-                                     lambda: f"Run All to finish; prompts {read_prompts()}\n{tail(server.log_path)}")
+                prompts = wait_until(
+                    done,
+                    RUN_TIMEOUT_S,
+                    1.0,
+                    lambda: f"Run All to finish; prompts {read_prompts()}\n{tail(server.log_path)}",
+                )
             except WaitTimeout:
                 page.screenshot(path=str(shots / "lab1-timeout.png"))
                 raise
@@ -188,8 +224,12 @@ def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):
     assert records["core_test_accuracy"] == pytest.approx(float(accuracy.group(1)), abs=1e-3)
     assert records["epochs"] == PARAMETERS["epochs"]
     saved = json.loads(notebook.read_text())
-    widgets = [o for c in saved["cells"] for o in c.get("outputs", [])
-               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    widgets = [
+        o
+        for c in saved["cells"]
+        for o in c.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     assert len(widgets) >= 2, "in JupyterLab the progress bars are widgets (labkit.measure.progress)"
     assert (tmp_path / "runs" / "lab1").is_dir()  # TensorBoard scalars under the one runs/ root
     shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)

@@ -2,6 +2,7 @@
 (``labkit.infra.cloudlab_local.exposure``): the paths under a folder others may not enter, each once,
 and the folders to cover, each once. No node starts here; tests/test_cloudlab_path.py and
 tests/test_slurm_nodes.py run the kit on nodes from this very checkout, wherever it is."""
+
 import os
 import shutil
 import tempfile

@@ -10,6 +10,7 @@ from the course mirror ``LABKIT_DATA_MIRROR`` (the nodes reach no internet here)
 
 Afterwards nothing is left: no process in any node, no namespace, no mount, no account, no file.
 """
+
 import json
 import re
 import shlex
@@ -77,12 +78,17 @@ def test_the_guide_on_four_nodes(lab):
     # 1. a hosts file from CloudLab's node list, and the host keys (sections 1-2)
     done = ta(lab, "getent hosts node0 node1 node2 node3 > ~/hosts.txt && cat ~/hosts.txt")
     assert [ln.split()[0] for ln in done.stdout.splitlines()] == ["10.10.1.1", "10.10.1.2", "10.10.1.3", "10.10.1.4"]
-    done = ta(lab, "ssh-keyscan -H $(awk '{print $1}' ~/hosts.txt) >> ~/.ssh/known_hosts 2>/dev/null && "
-                   "for h in $(awk '{print $1}' ~/hosts.txt); do ssh -o BatchMode=yes \"$h\" true && echo \"$h ok\"; done")
+    done = ta(
+        lab,
+        "ssh-keyscan -H $(awk '{print $1}' ~/hosts.txt) >> ~/.ssh/known_hosts 2>/dev/null && "
+        'for h in $(awk \'{print $1}\' ~/hosts.txt); do ssh -o BatchMode=yes "$h" true && echo "$h ok"; done',
+    )
     assert done.stdout.split() == [w for a in ("10.10.1.1", "10.10.1.2", "10.10.1.3", "10.10.1.4") for w in (a, "ok")]
     # 2. make cluster-setup (section 3), 3. nodes check
     t0 = time.monotonic()
-    done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS=\"{INSTALL}\"")
+    done = ta(
+        lab, f'make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS="{INSTALL}"'
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     print(f"\nmake cluster-setup on 3 nodes: {time.monotonic() - t0:.1f} s")
     assert "[10.10.1.1] this machine" in done.stdout
@@ -96,13 +102,22 @@ def test_the_guide_on_four_nodes(lab):
     # 4. Labs 2, 3 and 5 with hosts_file, their headline comparison
     script = (REPO / "tests" / "_cloudlab_labs.py").read_text()
     t0 = time.monotonic()
-    done = subprocess.run(lab.command("node0", "cd labkit && .venv/bin/python - ~/hosts.txt"), input=script,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        lab.command("node0", "cd labkit && .venv/bin/python - ~/hosts.txt"),
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     labs = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"Labs 2, 3 and 5 on the emulated LAN in {time.monotonic() - t0:.0f} s: {json.dumps(labs, indent=1)}")
-    assert labs["lab2_hosts"] == {"ps:0": "10.10.1.1:2222", "worker:0": "10.10.1.1:2223",
-                                  "worker:1": "10.10.1.2:2222", "worker:2": "10.10.1.3:2222"}
+    assert labs["lab2_hosts"] == {
+        "ps:0": "10.10.1.1:2222",
+        "worker:0": "10.10.1.1:2223",
+        "worker:1": "10.10.1.2:2222",
+        "worker:2": "10.10.1.3:2222",
+    }
     sync, async_ = labs["lab2"]["sync"], labs["lab2"]["async"]
     assert sync["iterations"] >= 3 * 150 - 3 and async_["iterations"] >= 150, labs["lab2"]
     assert {r["mode"] for r in labs["lab3"]} == {"sync", "async"}
@@ -127,9 +142,13 @@ def _run_in_background(lab, args: str) -> subprocess.Popen:
 def _remote_pid(lab, run: subprocess.Popen, node: str, task: str, timeout: float = 120) -> int:
     """The pid of ``task`` (e.g. worker-2) of ``run`` on ``node``, once it runs."""
     runs = lab.home(node) / "labkit/runs/faults"
+
     def hello():
-        found = [p for p in runs.glob(f"*/{task}.hello.json") if p.stat().st_mtime >= run.started - 1] \
-            if runs.exists() else []
+        found = (
+            [p for p in runs.glob(f"*/{task}.hello.json") if p.stat().st_mtime >= run.started - 1]
+            if runs.exists()
+            else []
+        )
         return found[0] if found else None
 
     found = wait_until(hello, timeout, 0.2, f"{task} to start on {node}")
@@ -158,7 +177,9 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
         out, err = run.communicate(timeout=120)
     finally:
         lab.set_link("node1", True)
-    assert run.returncode == 1 and "the ssh connection to node1 (10.10.1.2) ended while the task ran" in err, err[-3000:]
+    assert run.returncode == 1 and "the ssh connection to node1 (10.10.1.2) ended while the task ran" in err, err[
+        -3000:
+    ]
     _no_tasks_left(lab)  # once the link is back, node1's sshd sees the session gone and the wrapper stops its task
 
     # the launcher killed with SIGKILL (a notebook kernel): every remote task stops by itself
@@ -168,32 +189,52 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
     run.wait()
     _no_tasks_left(lab)
     for node, task in (("node1", "worker-1"), ("node2", "worker-2")):
-        result = next(iter(sorted((lab.home(node) / "labkit/runs/faults").glob(f"*/{task}.json"),
-                                  key=lambda p: p.stat().st_mtime)[-1:]), None)
+        result = next(
+            iter(
+                sorted((lab.home(node) / "labkit/runs/faults").glob(f"*/{task}.json"), key=lambda p: p.stat().st_mtime)[
+                    -1:
+                ]
+            ),
+            None,
+        )
         assert result and json.loads(result.read_text())["shutdown"] == "terminated", (node, pids)
 
     # a node unreachable at setup: the guide's ssh error, naming it
     lab.set_link("node3", False)
     try:
-        done = ta(lab, f"make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS=\"{INSTALL}\"")
+        done = ta(
+            lab, f'make cluster-setup HOSTS=~/hosts.txt DATA_MIRROR={shlex.quote(lab.mirror)} CLUSTER_ARGS="{INSTALL}"'
+        )
     finally:
         lab.set_link("node3", True)
-    assert done.returncode != 0 and "node3 (10.10.1.4): connect failed (exit 255); ssh to node3 (10.10.1.4) failed: unreachable host" in done.stderr, \
-        done.stdout[-2000:] + done.stderr[-2000:]
+    assert (
+        done.returncode != 0
+        and "node3 (10.10.1.4): connect failed (exit 255); ssh to node3 (10.10.1.4) failed: unreachable host"
+        in done.stderr
+    ), done.stdout[-2000:] + done.stderr[-2000:]
 
     # a firewall on node2 that drops the task ports (the LAN rule forgotten): the timeout says so
     fw = "iptables -A INPUT -p tcp --dport 2222:2239 -i lo -j ACCEPT && iptables -A INPUT -p tcp --dport 2222:2239 -j DROP"
     if lab.sh("node2", "command -v iptables", user=False).returncode != 0:
         pytest.skip("no iptables (Debian's package; .ci/run installs it)")
     assert lab.sh("node2", fw, user=False).returncode == 0
-    firewall = ("from labkit.wire import spec as cluster; from labkit.distributed.launch import Cluster, ClusterTimeout\n"
-                "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=3)\n"
-                "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=25).run()\n    print('no timeout')\n"
-                "except ClusterTimeout as e:\n    print(e)\n")
-    done = subprocess.run(lab.command("node0", "cd labkit && .venv/bin/python -"), input=firewall,
-                          capture_output=True, text=True, timeout=180)
-    assert "worker:2 on 10.10.1.3:2222 (node2 (10.10.1.3), port 2222) listens on its node, but this machine cannot connect" in done.stdout, \
-        done.stdout + done.stderr[-3000:]
+    firewall = (
+        "from labkit.wire import spec as cluster; from labkit.distributed.launch import Cluster, ClusterTimeout\n"
+        "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=3)\n"
+        "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=25).run()\n    print('no timeout')\n"
+        "except ClusterTimeout as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        lab.command("node0", "cd labkit && .venv/bin/python -"),
+        input=firewall,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert (
+        "worker:2 on 10.10.1.3:2222 (node2 (10.10.1.3), port 2222) listens on its node, but this machine cannot connect"
+        in done.stdout
+    ), done.stdout + done.stderr[-3000:]
     assert lab.sh("node2", "iptables -F INPUT", user=False).returncode == 0
     _no_tasks_left(lab)
 

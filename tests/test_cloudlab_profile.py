@@ -2,6 +2,7 @@
 with the guide's command (``rspec.py``, which stands in for the portal's Python 3 ``geni.portal``:
 PyPI's geni-lib has ``geni.rspec`` but a Python 2 ``geni.portal``), the parameters it refuses, and
 its startup script, run at two boots of emulated nodes whose student edited a notebook between."""
+
 import os
 import shlex
 import shutil
@@ -15,15 +16,19 @@ import pytest
 from _cloudlab import cloudlab
 
 REPO = Path(__file__).resolve().parents[1]
-NS = {"r": "http://www.geni.net/resources/rspec/3", "emulab": "http://www.protogeni.net/resources/rspec/ext/emulab/1",
-      "tour": "http://www.protogeni.net/resources/rspec/ext/apt-tour/1"}
+NS = {
+    "r": "http://www.geni.net/resources/rspec/3",
+    "emulab": "http://www.protogeni.net/resources/rspec/ext/emulab/1",
+    "tour": "http://www.protogeni.net/resources/rspec/ext/apt-tour/1",
+}
 
 
 def rspec(repository: Path, *values: str) -> subprocess.CompletedProcess:
     """docs/cluster.md's command, in a profile repository: ``.venv/bin/python rspec.py profile.py``."""
     pytest.importorskip("geni.rspec.pg", reason="geni-lib (requirements-test.txt) is not installed")
-    return subprocess.run([sys.executable, "rspec.py", "profile.py", *values], cwd=repository, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "rspec.py", "profile.py", *values], cwd=repository, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +52,9 @@ def test_the_release_is_a_profile_repository_without_the_solutions(profile_repos
 
     top = {p.name for p in profile_repository.iterdir()}
     assert {"profile.py", "startup.sh", "rspec.py", "labkit", "notebooks", "Makefile"} <= top
-    assert not (profile_repository / "labkit/solutions").exists() and not (profile_repository / "labkit/grading").exists()
+    assert (
+        not (profile_repository / "labkit/solutions").exists() and not (profile_repository / "labkit/grading").exists()
+    )
     done = rspec(profile_repository, "nodes=3", "hardware=m510", "mirror=https://course.example.edu/labkit-data")
     assert done.returncode == 0, done.stderr
     spec = etree.fromstring(done.stdout.encode())
@@ -65,7 +72,7 @@ def test_the_release_is_a_profile_repository_without_the_solutions(profile_repos
         assert argv[argv.index("--log") + 1] == "/local/labkit-startup.log"
         assert argv[argv.index("--mirror") + 1] == "https://course.example.edu/labkit-data"
         assert "--shared" not in argv and node.find("emulab:blockstore", NS) is None
-    lan, = spec.findall("r:link", NS)
+    (lan,) = spec.findall("r:link", NS)
     assert [r.get("client_id") for r in lan.findall("r:interface_ref", NS)] == ["node0:if1", "node1:if1", "node2:if1"]
     # the portal's description and its instructions, for the TA who instantiates it
     tour = spec.find("tour:rspec_tour", NS)
@@ -86,11 +93,14 @@ def test_a_shared_folder_is_a_blockstore_on_node0_that_every_node_mounts(profile
         assert "--shared /mydata" in node.find("r:services/r:execute", NS).get("command")
 
 
-@pytest.mark.parametrize("values, parameter, says", [
-    (["image=UBUNTU22-64-STD"], "image", "Python is 3.10"),
-    (["nodes=40"], "nodes", "1 to 16"),
-    (["shared_gb=-1"], "shared_gb", "0 (no shared folder)"),
-])
+@pytest.mark.parametrize(
+    "values, parameter, says",
+    [
+        (["image=UBUNTU22-64-STD"], "image", "Python is 3.10"),
+        (["nodes=40"], "nodes", "1 to 16"),
+        (["shared_gb=-1"], "shared_gb", "0 (no shared folder)"),
+    ],
+)
 def test_the_portal_refuses_what_cannot_work(profile_repository, values, parameter, says):
     done = rspec(profile_repository, *values)
     assert done.returncode == 1 and not done.stdout
@@ -105,13 +115,13 @@ def test_a_parameter_the_profile_lacks_is_named(profile_repository):
 STAND_INS = {
     # CloudLab's geni-get: the experiment's creator and its key pair
     "geni-get": '#!/bin/sh\ncase "$1" in user_urn) echo "urn:publicid:IDN+emulab.net+user+ta" ;; '
-                'key) cat "$(dirname "$0")/experiment_key" ;; *) exit 1 ;; esac\n',
+    'key) cat "$(dirname "$0")/experiment_key" ;; *) exit 1 ;; esac\n',
     # pip's download of the pinned wheels (the nodes reach no PyPI): the first `make setup` finds
     # this machine's .venv linked in, already installed
     "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
-            'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$VENV" "$dir/.venv" && '
-            'touch -r "$dir/.venv/.labkit-installed" "$dir/requirements.txt" "$dir/pyproject.toml"; fi\n'
-            'exec /usr/bin/make "$@"\n',
+    'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$VENV" "$dir/.venv" && '
+    'touch -r "$dir/.venv/.labkit-installed" "$dir/requirements.txt" "$dir/pyproject.toml"; fi\n'
+    'exec /usr/bin/make "$@"\n',
 }
 
 
@@ -120,8 +130,25 @@ def stand_ins():
     """A folder every node's account can read, with the stand-ins and the experiment's key."""
     tools = Path(tempfile.mkdtemp(prefix="labkit-test-startup-"))
     try:
-        subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-C", "experiment",
-                        "-f", str(tools / "experiment_key")], check=True)
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "rsa",
+                "-b",
+                "2048",
+                "-m",
+                "PEM",
+                "-N",
+                "",
+                "-C",
+                "experiment",
+                "-f",
+                str(tools / "experiment_key"),
+            ],
+            check=True,
+        )
         for name, text in STAND_INS.items():
             (tools / name).write_text(text)
             (tools / name).chmod(0o755)
@@ -141,13 +168,18 @@ def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository
     adds a file, node0 boots again, and both are still there."""
     mirror = os.environ.get("LABKIT_DATA_MIRROR") or pytest.skip("LABKIT_DATA_MIRROR is not set")
     tools = stand_ins
-    log = "/home/ta/startup.log"   # /local is CloudLab's; the node's home stands in
+    log = "/home/ta/startup.log"  # /local is CloudLab's; the node's home stands in
     env = {"PATH": f"{tools}:{os.environ['PATH']}", "VENV": sys.prefix, "kit": "/home/ta/labkit"}
 
     def boot(node):
-        done = lab.sh(node, f"bash {profile_repository}/startup.sh --node {node} --nodes 2 --log {log} "
-                            f"--mirror {shlex.quote(mirror)} --repository {profile_repository}",
-                      user=False, env=env, timeout=600)
+        done = lab.sh(
+            node,
+            f"bash {profile_repository}/startup.sh --node {node} --nodes 2 --log {log} "
+            f"--mirror {shlex.quote(mirror)} --repository {profile_repository}",
+            user=False,
+            env=env,
+            timeout=600,
+        )
         assert done.returncode == 0, lab.path(node, log).read_text()[-3000:] + done.stderr[-2000:]
         return lab.path(node, log).read_text()
 
@@ -162,24 +194,34 @@ def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository
         assert (home / "labkit/profile.py").exists() and not (home / "labkit/.git").exists()
         assert not list(home.glob(".labkit-copy.*"))
         # passwordless ssh between the nodes with the experiment's key (geni-get key), by name and address
-        login = lab.sh("node0", "mv ~/.ssh/id_ed25519 ~/.ssh/emulation_key && "
-                                "ssh -o BatchMode=yes node1 hostname && ssh -o BatchMode=yes 10.10.1.2 hostname")
+        login = lab.sh(
+            "node0",
+            "mv ~/.ssh/id_ed25519 ~/.ssh/emulation_key && "
+            "ssh -o BatchMode=yes node1 hostname && ssh -o BatchMode=yes 10.10.1.2 hostname",
+        )
         assert login.stdout.split() == ["node1", "node1"], login.stdout + login.stderr
         # the student's work, then a reboot (the services run again)
         notebook = sorted((home / "labkit/notebooks").glob("*.ipynb"))[0].name
-        edit = lab.sh("node0", f"cd labkit/notebooks && printf ' ' >> {notebook} && sha256sum {notebook} && "
-                               "echo mine > my_notes.txt && rm -f ~/labkit/.cloudlab-ready")
+        edit = lab.sh(
+            "node0",
+            f"cd labkit/notebooks && printf ' ' >> {notebook} && sha256sum {notebook} && "
+            "echo mine > my_notes.txt && rm -f ~/labkit/.cloudlab-ready",
+        )
         assert edit.returncode == 0, edit.stderr
         second = boot("node0")
-        assert second.count("=== labkit startup on node0") == 2, second   # the log keeps both boots
+        assert second.count("=== labkit startup on node0") == 2, second  # the log keeps both boots
         assert "is there already: left as it is" in second.split("=== labkit startup on node0")[-1]
         assert lab.sh("node0", f"cd labkit/notebooks && sha256sum {notebook}").stdout == edit.stdout
         assert (home / "labkit/notebooks/my_notes.txt").read_text() == "mine\n"
         assert (home / "labkit/.cloudlab-ready").read_text().strip() == ready
-        assert lab.sh("node0", "grep -c \"^# labkit: the experiment's nodes\" ~/.ssh/config").stdout.strip() == "1"
+        assert lab.sh("node0", 'grep -c "^# labkit: the experiment\'s nodes" ~/.ssh/config').stdout.strip() == "1"
         # the kit works across both nodes: worker:1 on node1, reached with the experiment's key
-        works = lab.sh("node0", "cd labkit && .venv/bin/python -m labkit data verify --dataset mnist --dataset a9a && "
-                                ".venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --ps 1 --workers 2 "
-                                "--lab startup --args '--steps 30 --train-limit 1000 --test-limit 200'", timeout=300)
+        works = lab.sh(
+            "node0",
+            "cd labkit && .venv/bin/python -m labkit data verify --dataset mnist --dataset a9a && "
+            ".venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --ps 1 --workers 2 "
+            "--lab startup --args '--steps 30 --train-limit 1000 --test-limit 200'",
+            timeout=300,
+        )
         assert works.returncode == 0, works.stdout[-3000:] + works.stderr[-3000:]
         assert "mnist: verified" in works.stdout and "done-queue" in works.stdout

@@ -1,4 +1,5 @@
 """Cluster specs: building, outputs, and every validation error (no processes)."""
+
 import json
 import re
 import socket
@@ -38,8 +39,11 @@ def test_cs744_layout_and_report_modes():
 
 def test_from_hosts_ports_chief_and_explicit_base():
     spec = cluster.from_hosts(["h0", "h1:3000"], ps=2, workers=3, chief=True)
-    assert spec.as_dict() == {"chief": ["h0:2223"], "ps": ["h0:2222", "h1:3000"],
-                              "worker": ["h1:3001", "h0:2224", "h1:3002"]}
+    assert spec.as_dict() == {
+        "chief": ["h0:2223"],
+        "ps": ["h0:2222", "h1:3000"],
+        "worker": ["h1:3001", "h0:2224", "h1:3002"],
+    }
 
 
 def test_hosts_file_comments_etc_hosts_lines_and_ports(tmp_path):
@@ -54,14 +58,16 @@ def test_hosts_file_comments_etc_hosts_lines_and_ports(tmp_path):
 def test_hosts_files_as_people_write_them(tmp_path):
     """A Windows editor's BOM and CRLF, IPv6 bare and in brackets (with and without a port)."""
     f = tmp_path / "hosts.txt"
-    f.write_bytes("\ufeff10.10.1.1 node0\r\n2001:db8::5\r\n[2001:db8::6]\r\n[2001:db8::7]:2300\r\n::1\r\n"
-                  .encode("utf-8"))
+    f.write_bytes(
+        "\ufeff10.10.1.1 node0\r\n2001:db8::5\r\n[2001:db8::6]\r\n[2001:db8::7]:2300\r\n::1\r\n".encode("utf-8")
+    )
     hosts = cluster.read_hosts_file(f)
     assert hosts == ["10.10.1.1", "2001:db8::5", "2001:db8::6", "[2001:db8::7]:2300", "::1"]
     spec = cluster.from_hosts(hosts, ps=1, workers=5)
-    assert spec.as_dict() == {"ps": ["10.10.1.1:2222"],
-                              "worker": ["10.10.1.1:2223", "[2001:db8::5]:2222", "[2001:db8::6]:2222",
-                                         "[2001:db8::7]:2300", "[::1]:2222"]}
+    assert spec.as_dict() == {
+        "ps": ["10.10.1.1:2222"],
+        "worker": ["10.10.1.1:2223", "[2001:db8::5]:2222", "[2001:db8::6]:2222", "[2001:db8::7]:2300", "[::1]:2222"],
+    }
     tasks = spec.tasks()
     assert [t.host for t in tasks[2:]] == ["2001:db8::5", "2001:db8::6", "2001:db8::7", "::1"]  # what ssh gets
     assert tasks[3].port == 2222 and tasks[4].port == 2300
@@ -69,22 +75,26 @@ def test_hosts_files_as_people_write_them(tmp_path):
     assert json.loads(spec.tf_config("worker", 1))["cluster"]["worker"][1] == "[2001:db8::5]:2222"  # gRPC's form
 
 
-@pytest.mark.parametrize("line, message", [
-    ("10.10.1.2:notaport", "port 'notaport' is not a number"),
-    ("this is not a host", "starts with an IP address, not 'this'"),
-    ("-oProxyCommand=evil", "begins with '-'"),
-    ("10.10.1.3 -oProxyCommand=evil", "begins with '-'"),
-    ("node1, node2", "without commas"),
-    ("node1:99999", "outside 1-65535"),
-    ("[node1]:2222", "brackets hold an IPv6 address"),
-    ("2001:db8::zz", "not an IPv6 address"),
-    ("no/slash", "not an IP address or a host name"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("10.10.1.2:notaport", "port 'notaport' is not a number"),
+        ("this is not a host", "starts with an IP address, not 'this'"),
+        ("-oProxyCommand=evil", "begins with '-'"),
+        ("10.10.1.3 -oProxyCommand=evil", "begins with '-'"),
+        ("node1, node2", "without commas"),
+        ("node1:99999", "outside 1-65535"),
+        ("[node1]:2222", "brackets hold an IPv6 address"),
+        ("2001:db8::zz", "not an IPv6 address"),
+        ("no/slash", "not an IP address or a host name"),
+    ],
+)
 def test_hosts_file_lines_that_are_refused_name_the_line(tmp_path, line, message):
     f = tmp_path / "hosts.txt"
     f.write_text(f"# nodes\nnode0\n{line}\n")
-    with pytest.raises(ValueError, match=f"hosts.txt, line 3: cannot parse {re.escape(repr(line))}: .*"
-                                         f"{re.escape(message)}"):
+    with pytest.raises(
+        ValueError, match=f"hosts.txt, line 3: cannot parse {re.escape(repr(line))}: .*{re.escape(message)}"
+    ):
         cluster.read_hosts_file(f)
 
 
@@ -115,17 +125,20 @@ def test_spec_is_immutable_and_moves_by_copy():
     assert moved.task("ps", 0).address == "127.0.0.1:4000" and spec.task("ps", 0).address != "127.0.0.1:4000"
 
 
-@pytest.mark.parametrize("jobs, message", [
-    ({"ps": ["a:2222"], "worker": ["a:2222"]}, "duplicate address a:2222"),
-    ({"worker": ["a:0"]}, "outside 1-65535"),
-    ({"worker": ["a:70000"]}, "outside 1-65535"),
-    ({"worker": ["a:http"]}, "not a number"),
-    ({"worker": ["nohost"]}, "host:port"),
-    ({"ps": ["a:1"], "worker": []}, "worker job is empty"),
-    ({"ps": ["a:1"]}, "worker job is empty"),
-    ({"evaluator": ["a:1"], "worker": ["a:2"]}, "unknown job 'evaluator'"),
-    ({"chief": ["a:1", "a:2"], "worker": ["a:3"]}, "at most one chief"),
-])
+@pytest.mark.parametrize(
+    "jobs, message",
+    [
+        ({"ps": ["a:2222"], "worker": ["a:2222"]}, "duplicate address a:2222"),
+        ({"worker": ["a:0"]}, "outside 1-65535"),
+        ({"worker": ["a:70000"]}, "outside 1-65535"),
+        ({"worker": ["a:http"]}, "not a number"),
+        ({"worker": ["nohost"]}, "host:port"),
+        ({"ps": ["a:1"], "worker": []}, "worker job is empty"),
+        ({"ps": ["a:1"]}, "worker job is empty"),
+        ({"evaluator": ["a:1"], "worker": ["a:2"]}, "unknown job 'evaluator'"),
+        ({"chief": ["a:1", "a:2"], "worker": ["a:3"]}, "at most one chief"),
+    ],
+)
 def test_invalid_specs_say_what_is_wrong(jobs, message):
     with pytest.raises(ValueError, match=message):
         ClusterSpec(jobs)

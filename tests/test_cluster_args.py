@@ -1,5 +1,6 @@
 """A task program's arguments are checked against its own parser before any task starts (issue 37):
 a typo fails at once with argparse's message, naming the Cluster's keyword it resembles."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,9 +15,11 @@ def spec():
 
 
 def test_a_misspelt_cluster_keyword_fails_before_anything_starts(spec, tmp_path):
-    with pytest.raises(ValueError, match=r"unrecognized arguments: --timout 5.*did you mean the Cluster's own timeout="):
+    with pytest.raises(
+        ValueError, match=r"unrecognized arguments: --timout 5.*did you mean the Cluster's own timeout="
+    ):
         Cluster(spec, "ps_sgd", run_dir=tmp_path, dry_run=True, timout=5)
-    assert not any(tmp_path.iterdir())   # nothing was written, nothing started
+    assert not any(tmp_path.iterdir())  # nothing was written, nothing started
 
 
 def test_an_invalid_program_argument_fails_with_the_programs_own_message(spec, tmp_path):

@@ -1,6 +1,7 @@
 """The task contract, without TensorFlow: typed events (their schema, their channel, how a
 Cluster hands them on), the one registry idiom, the one chief rule, the one naming rule, the
 one bytes meter, and launcher options each launcher reads."""
+
 import json
 import os
 import threading
@@ -16,13 +17,20 @@ from labkit.core.registry import Registry, UnknownName
 
 
 def test_an_event_survives_its_line_and_a_newer_kind_is_kept_not_lost():
-    epoch = events.stamped(events.Epoch(epoch=2, epochs=3, train_loss=0.5, images_per_s=900.0, seconds=1.5,
-                                        val_loss=0.4, val_accuracy=0.9), "worker:0", True, "w2-b50")
+    epoch = events.stamped(
+        events.Epoch(
+            epoch=2, epochs=3, train_loss=0.5, images_per_s=900.0, seconds=1.5, val_loss=0.4, val_accuracy=0.9
+        ),
+        "worker:0",
+        True,
+        "w2-b50",
+    )
     line = epoch.to_json()
     assert json.loads(line)["v"] == events.VERSION and json.loads(line)["kind"] == "epoch"
     assert events.parse(line) == epoch and epoch.task == "worker:0" and epoch.chief and epoch.config == "w2-b50"
-    newer = events.parse(json.dumps({"v": events.VERSION, "kind": "gradient_norm", "task": "worker:1", "t": 5.0,
-                                     "norm": 3.2}))
+    newer = events.parse(
+        json.dumps({"v": events.VERSION, "kind": "gradient_norm", "task": "worker:1", "t": 5.0, "norm": 3.2})
+    )
     assert newer.kind == "gradient_norm" and newer.task == "worker:1" and newer.data == {"norm": 3.2}
     with pytest.raises(ValueError, match="event format 99"):
         events.parse(json.dumps({"v": 99, "kind": "epoch"}))
@@ -35,8 +43,15 @@ def test_a_channel_and_its_tail_pass_whole_lines_only_from_many_threads(tmp_path
     channel = events.channel_for(tmp_path, "worker", 0, environ={})
     tail = events.Tail(path)
     assert tail.read() == []  # nothing written yet
-    writers = [threading.Thread(target=lambda i=i: [channel.write(events.stamped(
-        events.Mark(label=f"{i}-{k}"), "worker:0", False, None)) for k in range(200)]) for i in range(4)]
+    writers = [
+        threading.Thread(
+            target=lambda i=i: [
+                channel.write(events.stamped(events.Mark(label=f"{i}-{k}"), "worker:0", False, None))
+                for k in range(200)
+            ]
+        )
+        for i in range(4)
+    ]
     for w in writers:
         w.start()
     for w in writers:
@@ -44,8 +59,11 @@ def test_a_channel_and_its_tail_pass_whole_lines_only_from_many_threads(tmp_path
     with open(path, "a") as f:
         f.write('{"v": 1, "kind": "mark", "task": "worker:0", "label": "half')  # a line being written
     got = tail.read()
-    assert len(got) == 800 and tail.bad == 0 and {e.label for e in got} == {f"{i}-{k}" for i in range(4)
-                                                                          for k in range(200)}
+    assert (
+        len(got) == 800
+        and tail.bad == 0
+        and {e.label for e in got} == {f"{i}-{k}" for i in range(4) for k in range(200)}
+    )
     with open(path, "a") as f:
         f.write(' done"}\nnot json\n')
     rest = tail.read()
@@ -89,10 +107,13 @@ def test_run_names_made_in_the_same_second_differ(monkeypatch):
     names = {paths.run_name("sweep") for _ in range(50)}
     assert len(names) == 50 and all(n.startswith("sweep-") for n in names)
     assert paths.run_dir("lab4", prefix="fault").name.startswith("fault-")
-    drawn = iter(["abcdef", "abcdef", "012345"])   # the same suffix twice in one second
+    drawn = iter(["abcdef", "abcdef", "012345"])  # the same suffix twice in one second
     monkeypatch.setattr(paths.secrets, "token_hex", lambda n: next(drawn))
     monkeypatch.setattr(paths, "datetime", type("Frozen", (), {"now": staticmethod(lambda: datetime(2026, 1, 1))}))
-    assert [paths.run_name("again") for _ in range(2)] == ["again-20260101-000000-abcdef", "again-20260101-000000-012345"]
+    assert [paths.run_name("again") for _ in range(2)] == [
+        "again-20260101-000000-abcdef",
+        "again-20260101-000000-012345",
+    ]
 
 
 def test_the_meter_leaves_out_what_it_is_told_to(monkeypatch):
@@ -127,13 +148,20 @@ def test_launcher_options_are_each_launchers_own(tmp_path, monkeypatch):
 
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path))
     spec = cluster.local(ps=0, workers=1)
-    with pytest.raises(ValueError, match=r"launcher_options \['rate'\] are not the local launcher's; it takes "
-                                         r"forkserver"):
+    with pytest.raises(
+        ValueError,
+        match=r"launcher_options \['rate'\] are not the local launcher's; it takes "
+        r"forkserver",
+    ):
         Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"rate": 1})
     # another launcher's settings (how to reach nodes over ssh) are left unread where no task needs them
     c = Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"remote_dir": "kit", "forkserver": False})
     assert c.chief == "worker:0" and Path(c.run_dir).name.startswith("ps_sgd-")
-    remote = Cluster(cluster.from_hosts(["10.0.0.9"], ps=0, workers=1), "ps_sgd", dry_run=True,
-                     launcher_options={"ssh": "ssh -i key", "remote_dir": "kit", "remote_python": "py"})
-    (_, command), = remote.commands()
+    remote = Cluster(
+        cluster.from_hosts(["10.0.0.9"], ps=0, workers=1),
+        "ps_sgd",
+        dry_run=True,
+        launcher_options={"ssh": "ssh -i key", "remote_dir": "kit", "remote_python": "py"},
+    )
+    ((_, command),) = remote.commands()
     assert command.startswith("ssh -i key -- 10.0.0.9 ") and "LABKIT_EVENTS=fd:3" in command and "kit" in command

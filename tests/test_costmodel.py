@@ -14,6 +14,7 @@ LENET_BYTES = 61_706 * 4  # labkit.learning.models.lenet5 in float32 (test_train
 
 # --- bytes on the wire: the reference model -------------------------------------------------
 
+
 def test_ps_bytes_per_task_by_hand():
     sb = step_bytes("ps", 1000, workers=3, n_ps=1)
     assert (sb.worker_sent, sb.worker_recv) == (1000, 1000)
@@ -87,11 +88,27 @@ def measured_rows(m=23_298_088, workers=(1, 2, 3), framing=1.03):
     rows = []
     for n in workers:
         ps = step_bytes("ps", m, n)
-        rows.append({"arch": "ps", "workers": n, "n_ps": 1, "shards": (m,), "model_bytes": m,
-                     "measured_bytes": framing * (ps.ps_sent[0] + ps.ps_recv[0])})
+        rows.append(
+            {
+                "arch": "ps",
+                "workers": n,
+                "n_ps": 1,
+                "shards": (m,),
+                "model_bytes": m,
+                "measured_bytes": framing * (ps.ps_sent[0] + ps.ps_recv[0]),
+            }
+        )
         if n > 1:
-            rows.append({"arch": "ring", "workers": n, "n_ps": 0, "shards": None, "model_bytes": m,
-                         "measured_bytes": framing * step_bytes("ring", m, n).worker_sent})
+            rows.append(
+                {
+                    "arch": "ring",
+                    "workers": n,
+                    "n_ps": 0,
+                    "shards": None,
+                    "model_bytes": m,
+                    "measured_bytes": framing * step_bytes("ring", m, n).worker_sent,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -104,11 +121,11 @@ def test_check_terms_passes_the_reference_and_says_what_is_wrong():
         msgs, nbytes = ref(arch, M, N, n_ps, shards)
         return msgs, 2 * nbytes if arch == "ring" else nbytes
 
-    def one_way_ps(arch, M, N, n_ps=1, shards=None):      # the ps's sends only
+    def one_way_ps(arch, M, N, n_ps=1, shards=None):  # the ps's sends only
         msgs, nbytes = ref(arch, M, N, n_ps, shards)
         return msgs, nbytes / 2 if arch == "ps" else nbytes
 
-    def even_only(arch, M, N, n_ps=1, shards=None):       # ignores an uneven split
+    def even_only(arch, M, N, n_ps=1, shards=None):  # ignores an uneven split
         return ref(arch, M, N, n_ps, None)
 
     def no_tuple(arch, M, N, n_ps=1, shards=None):
@@ -117,9 +134,13 @@ def test_check_terms_passes_the_reference_and_says_what_is_wrong():
     def lonely_ring(arch, M, N, n_ps=1, shards=None):
         return (2 * N, 2 * M) if arch == "ring" else ref(arch, M, N, n_ps, shards)
 
-    for fn, match in ((both_ways_ring, "ring N=2: your bytes .*\\+94%"), (one_way_ps, "ps N=1: your bytes .*-51%"),
-                      (even_only, "900 KB, 100 KB"), (no_tuple, "return \\(messages, bytes\\)"),
-                      (lonely_ring, "nobody to talk to")):
+    for fn, match in (
+        (both_ways_ring, "ring N=2: your bytes .*\\+94%"),
+        (one_way_ps, "ps N=1: your bytes .*-51%"),
+        (even_only, "900 KB, 100 KB"),
+        (no_tuple, "return \\(messages, bytes\\)"),
+        (lonely_ring, "nobody to talk to"),
+    ):
         with pytest.raises(ValueError, match=match):
             cm.check_terms(fn, measured_rows())
 
@@ -159,23 +180,27 @@ def test_predict_speedup_baselines():
     assert single["speedup"].iloc[0] == pytest.approx(0.032 / (0.032 + 2e-4 + 0.2))
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: step_bytes("allreduce", 1, 2), "ring"),
-    (lambda: step_bytes("ps", 1, 0), "workers"),
-    (lambda: step_bytes("ps", -5, 2), "model_bytes"),
-    (lambda: step_bytes("ps", 100, 2, 2, shards=(10, 10)), "whole model"),
-    (lambda: Link(-1e-6, 1e9), "alpha"),
-    (lambda: CostModel(0, Link(0, 1)), "per_sample_s"),
-    (lambda: CostModel(1e-3, Link(0, 1)).predict("ps", 1, [1], 32, baseline="x"), "baseline"),
-    (lambda: cm.fit_link([5, 5, 5], [1, 2, 3]), "two different"),
-    (lambda: cm.fit_link_to_runs(pd.DataFrame({"arch": ["ps"]})), "lack column"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: step_bytes("allreduce", 1, 2), "ring"),
+        (lambda: step_bytes("ps", 1, 0), "workers"),
+        (lambda: step_bytes("ps", -5, 2), "model_bytes"),
+        (lambda: step_bytes("ps", 100, 2, 2, shards=(10, 10)), "whole model"),
+        (lambda: Link(-1e-6, 1e9), "alpha"),
+        (lambda: CostModel(0, Link(0, 1)), "per_sample_s"),
+        (lambda: CostModel(1e-3, Link(0, 1)).predict("ps", 1, [1], 32, baseline="x"), "baseline"),
+        (lambda: cm.fit_link([5, 5, 5], [1, 2, 3]), "two different"),
+        (lambda: cm.fit_link_to_runs(pd.DataFrame({"arch": ["ps"]})), "lack column"),
+    ],
+)
 def test_bad_input_says_what_to_do(call, match):
     with pytest.raises(ValueError, match=match):
         call()
 
 
 # --- calibration ----------------------------------------------------------------------------
+
 
 def test_fit_link_recovers_alpha_and_bandwidth_from_noisy_timings():
     rng = np.random.default_rng(0)
@@ -194,7 +219,6 @@ def test_fit_link_keeps_alpha_non_negative():
     assert link.alpha_s == 0 and link.bandwidth > 0
 
 
-
 def test_fit_link_with_alpha_given_fits_the_bandwidth_of_a_shaped_link():
     """A token bucket passes small messages at once: through all sizes one line misses B (the
     small ones pull it up); with alpha from the small ones, the large ones give the rate."""
@@ -203,12 +227,13 @@ def test_fit_link_with_alpha_given_fits_the_bandwidth_of_a_shaped_link():
     large = 2.0 ** np.arange(20, 26)
     times = np.concatenate([np.full(2, alpha), alpha + large / bw])
     together = cm.fit_link(np.concatenate([small, large]), times)
-    assert together.bandwidth > 1.3 * bw   # the bias measure_link avoids
+    assert together.bandwidth > 1.3 * bw  # the bias measure_link avoids
     apart = cm.fit_link(large, alpha + large / bw, alpha_s=float(np.median(times[:2])))
     assert apart.alpha_s == alpha and apart.bandwidth == pytest.approx(bw, rel=1e-6) and apart.rel_error < 1e-6
-    assert cm.fit_link([2.0 ** 20], [alpha + 2 ** 20 / bw], alpha_s=alpha).bandwidth == pytest.approx(bw)
+    assert cm.fit_link([2.0**20], [alpha + 2**20 / bw], alpha_s=alpha).bandwidth == pytest.approx(bw)
     with pytest.raises(ValueError, match="alpha_s"):
         cm.fit_link(large, alpha + large / bw, alpha_s=-1.0)
+
 
 def synthetic_runs(link, per_sample, noise, rng, cores=None):
     rows = []
@@ -216,8 +241,17 @@ def synthetic_runs(link, per_sample, noise, rng, cores=None):
         for arch in cm.ARCHS:
             for n in (1, 2, 3):
                 t = CostModel(c, link, cores=cores).t_step(arch, m, n, 64)
-                rows.append({"model": name, "arch": arch, "workers": n, "batch": 64, "model_bytes": m,
-                             "per_sample_s": c, "step_s": t * rng.lognormal(0, noise)})
+                rows.append(
+                    {
+                        "model": name,
+                        "arch": arch,
+                        "workers": n,
+                        "batch": 64,
+                        "model_bytes": m,
+                        "per_sample_s": c,
+                        "step_s": t * rng.lognormal(0, noise),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -247,8 +281,19 @@ def test_fit_link_to_runs_uses_each_runs_real_ps_shards():
     busiest ps moves 2*N*0.9M, not 2*N*M/2. With the shards given, the link is recovered exactly."""
     truth, m = Link(1e-3, 5e8), 23e6
     shards = (0.9 * m, 0.1 * m)
-    rows = [{"arch": "ps", "workers": n, "batch": 64, "model_bytes": m, "per_sample_s": 5e-4, "n_ps": 2,
-             "shards": shards, "step_s": CostModel(5e-4, truth).t_step("ps", m, n, 64, 2, shards)} for n in (1, 2, 3)]
+    rows = [
+        {
+            "arch": "ps",
+            "workers": n,
+            "batch": 64,
+            "model_bytes": m,
+            "per_sample_s": 5e-4,
+            "n_ps": 2,
+            "shards": shards,
+            "step_s": CostModel(5e-4, truth).t_step("ps", m, n, 64, 2, shards),
+        }
+        for n in (1, 2, 3)
+    ]
     runs = pd.DataFrame(rows)
     link, _ = cm.fit_link_to_runs(runs)
     assert link.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6) and link.alpha_s == pytest.approx(1e-3, rel=1e-6)
@@ -284,6 +329,7 @@ def test_loopback_benchmark_is_plausible():
 
 # --- gamma: the hosts' time per byte (HostCost) --------------------------------------------
 
+
 def test_host_cost_adds_gamma_per_critical_path_byte_to_the_link():
     link, host = Link(1e-4, 1e8), cm.HostCost(ps=1e-9, ring=4e-9)
     plain, with_host = CostModel(1e-3, link), CostModel(1e-3, link, host=host)
@@ -301,8 +347,17 @@ def gamma_runs(host, per_sample=2.8e-4, cores=2, noise=0.0, rng=None, m=23.3e6):
     rows = []
     for arch, n in (("ring", 1), ("ps", 2), ("ring", 2)):
         t = CostModel(per_sample, LOOPBACK, cores=cores, host=host).t_step(arch, m, n, 64)
-        rows.append({"model": "mlp", "arch": arch, "workers": n, "batch": 64, "model_bytes": m,
-                     "per_sample_s": per_sample, "step_s": t * (rng.lognormal(0, noise) if rng else 1.0)})
+        rows.append(
+            {
+                "model": "mlp",
+                "arch": arch,
+                "workers": n,
+                "batch": 64,
+                "model_bytes": m,
+                "per_sample_s": per_sample,
+                "step_s": t * (rng.lognormal(0, noise) if rng else 1.0),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -330,8 +385,17 @@ def test_gamma_from_loopback_runs_predicts_a_slower_links_runs():
     truth = cm.HostCost(ps=0.6e-9, ring=3.5e-9)
     host = cm.fit_host_cost(gamma_runs(truth), LOOPBACK, cores=2)
     wire = Link(1e-4, 124.7e6)
-    emulated = pd.DataFrame([{**r, "step_s": CostModel(r["per_sample_s"], wire, cores=2, host=truth).t_step(
-        r["arch"], r["model_bytes"], r["workers"], 64)} for r in gamma_runs(truth).to_dict("records")])
+    emulated = pd.DataFrame(
+        [
+            {
+                **r,
+                "step_s": CostModel(r["per_sample_s"], wire, cores=2, host=truth).t_step(
+                    r["arch"], r["model_bytes"], r["workers"], 64
+                ),
+            }
+            for r in gamma_runs(truth).to_dict("records")
+        ]
+    )
     with_gamma = cm.predict_runs(emulated, wire, cores=2, host=host)
     link_only = cm.predict_runs(emulated, wire, cores=2)
     assert with_gamma["rel_error"].abs().max() < 1e-9
@@ -361,33 +425,50 @@ def test_lab5_carries_gamma_from_its_loopback_calibration_to_other_runs(monkeypa
     host = loop.host_cost()
     assert (host.ps, host.ring) == (pytest.approx(truth.ps), pytest.approx(truth.ring))
     measured = gamma_runs(truth)
-    measured["step_s"] = [CostModel(r.per_sample_s, wire, cores=2, host=truth).t_step(r.arch, r.model_bytes,
-                                                                                       r.workers, 64)
-                          for r in measured.itertuples()]
+    measured["step_s"] = [
+        CostModel(r.per_sample_s, wire, cores=2, host=truth).t_step(r.arch, r.model_bytes, r.workers, 64)
+        for r in measured.itertuples()
+    ]
     emulated = ring_vs_ps.Scaling(settings={"cores": 2})
-    monkeypatch.setattr(ring_vs_ps.Scaling, "cost_runs", lambda self: measured.assign(
-        n_ps=1, shards=None, images_per_s=measured["workers"] * 64 / measured["step_s"]))
+    monkeypatch.setattr(
+        ring_vs_ps.Scaling,
+        "cost_runs",
+        lambda self: measured.assign(n_ps=1, shards=None, images_per_s=measured["workers"] * 64 / measured["step_s"]),
+    )
     with_gamma, link_only = emulated.predict(wire, host=host), emulated.predict(wire)
-    assert list(with_gamma.columns) == ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s",
-                                        "images_per_s", "predicted_images_per_s", "rel_error"]
+    assert list(with_gamma.columns) == [
+        "model",
+        "arch",
+        "workers",
+        "n_ps",
+        "step_s",
+        "predicted_step_s",
+        "images_per_s",
+        "predicted_images_per_s",
+        "rel_error",
+    ]
     assert with_gamma["rel_error"].abs().max() < 1e-9 and link_only["rel_error"].min() < -0.2
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: cm.HostCost(ps=-1e-9), "HostCost.ps must be >= 0"),
-    (lambda: cm.HostCost(ring=float("inf")), "HostCost.ring must be >= 0"),
-    (lambda: cm.HostCost(ring="fast"), "HostCost.ring"),
-    (lambda: cm.HostCost().seconds("allreduce", 1), "unknown architecture"),
-    (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:1], LOOPBACK), "N >= 2"),
-    (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:0], LOOPBACK), "needs runs"),
-    (lambda: cm.fit_host_cost(pd.DataFrame({"arch": ["ps"]}), LOOPBACK), "lack column"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: cm.HostCost(ps=-1e-9), "HostCost.ps must be >= 0"),
+        (lambda: cm.HostCost(ring=float("inf")), "HostCost.ring must be >= 0"),
+        (lambda: cm.HostCost(ring="fast"), "HostCost.ring"),
+        (lambda: cm.HostCost().seconds("allreduce", 1), "unknown architecture"),
+        (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:1], LOOPBACK), "N >= 2"),
+        (lambda: cm.fit_host_cost(gamma_runs(cm.HostCost()).iloc[:0], LOOPBACK), "needs runs"),
+        (lambda: cm.fit_host_cost(pd.DataFrame({"arch": ["ps"]}), LOOPBACK), "lack column"),
+    ],
+)
 def test_host_cost_bad_input_says_what_to_do(call, match):
     with pytest.raises(ValueError, match=match):
         call()
 
 
 # --- crossover ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [3, 4, 5, 6])
 def test_crossover_bytes_by_hand(n):
@@ -429,6 +510,7 @@ def test_ps_with_one_shard_per_worker_moves_ring_order_bytes():
 
 # --- report 003 -----------------------------------------------------------------------------
 
+
 def test_report_003_models_match_its_table_3_1():
     sizes = {k: v.size_mib for k, v in cm.REPORT_003_MODELS.items()}
     assert sizes == {"AlexNet": 233, "VGG16": 528, "VGG19": 548, "ResNet50": 98, "ResNet152": 230}
@@ -455,6 +537,7 @@ def test_report_003_curves_barely_depend_on_alpha():
 
 # --- plots (labkit.measure.plots, Lab 5 section) ----------------------------------------------------
 
+
 def test_plots_draw_predictions_measurements_and_the_crossover():
     from labkit.measure import plots
 
@@ -478,8 +561,14 @@ def test_plots_draw_predictions_measurements_and_the_crossover():
     flagged = [t.get_text() for t in plots.bytes_vs_analytic(frame, label="run").get_axes()[0].texts]
     assert flagged == ["+1%", "+41% !"]
 
-    tasks = pd.DataFrame({"run": ["ps N=2"] * 3, "task": ["ps:0", "worker:0", "total"],
-                          "sent_over_model": [2.0, 1.0, 4.0], "recv_over_model": [2.0, 1.0, None]})
+    tasks = pd.DataFrame(
+        {
+            "run": ["ps N=2"] * 3,
+            "task": ["ps:0", "worker:0", "total"],
+            "sent_over_model": [2.0, 1.0, 4.0],
+            "recv_over_model": [2.0, 1.0, None],
+        }
+    )
     ax = plots.task_bytes(tasks).get_axes()[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["ps N=2 ps:0", "ps N=2 worker:0"]  # no total
     assert [b.get_height() for b in ax.patches] == [2.0, 1.0, 2.0, 1.0]
@@ -488,13 +577,31 @@ def test_plots_draw_predictions_measurements_and_the_crossover():
 def test_plots_draw_report_003_measured_and_say_when_skipped():
     from labkit.measure import plots
 
-    measured = pd.DataFrame({"arch": ["ps"] * 3 + ["ring"] * 3, "workers": [1, 2, 3] * 2,
-                             "images_per_s": [50, 55, 56, 500, 150, 170], "speedup": [1, 1.1, 1.12, 1, 0.3, 0.34]})
+    measured = pd.DataFrame(
+        {
+            "arch": ["ps"] * 3 + ["ring"] * 3,
+            "workers": [1, 2, 3] * 2,
+            "images_per_s": [50, 55, 56, 500, 150, 170],
+            "speedup": [1, 1.1, 1.12, 1, 0.3, 0.34],
+        }
+    )
     cm_ = CostModel(3e-3, Link(5e-5, 1.3e7), cores=2)
-    predicted = pd.concat([cm_.predict(a, 6.9e6, range(1, 7), 32).assign(where=w)
-                           for a in ("ps", "ring") for w in ("these nodes", "a core per node")])
-    nodes = pd.DataFrame({"arch": ["ps", "ps", "ring"], "workers": [2, 2, 2], "node": ["node0", "node1", "node0"],
-                          "tasks": ["ps:0, chief:0", "worker:0", "worker:0"], "bytes_per_step": [2.8e7, 1.4e7, 1.4e7]})
+    predicted = pd.concat(
+        [
+            cm_.predict(a, 6.9e6, range(1, 7), 32).assign(where=w)
+            for a in ("ps", "ring")
+            for w in ("these nodes", "a core per node")
+        ]
+    )
+    nodes = pd.DataFrame(
+        {
+            "arch": ["ps", "ps", "ring"],
+            "workers": [2, 2, 2],
+            "node": ["node0", "node1", "node0"],
+            "tasks": ["ps:0, chief:0", "worker:0", "worker:0"],
+            "bytes_per_step": [2.8e7, 1.4e7, 1.4e7],
+        }
+    )
     fig = plots.emulated_scaling(measured, predicted, nodes)
     images, speedup, traffic = fig.get_axes()[:3]
     assert len(images.lines) == 6 and len(traffic.lines) == 3  # per arch: points and two model curves; node lines

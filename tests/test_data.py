@@ -1,4 +1,5 @@
 """Datasets: verification, fetching (also concurrent and offline), parsing, subsets, tf.data."""
+
 import gzip
 import hashlib
 import shutil
@@ -68,8 +69,12 @@ def test_corrupt_file_in_place_is_reported_not_replaced(mirror, tmp_path):
 def test_cli_fetch_with_corrupt_file_exits_nonzero(mirror, tmp_path):
     dest = data.fetch("mnist", dest=tmp_path / "d", mirror=str(mirror))
     (dest / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8bnot really gzip")
-    proc = subprocess.run([sys.executable, "-m", "labkit", "data", "fetch", "--dest", str(dest),
-                           "--mirror", str(mirror)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "labkit", "data", "fetch", "--dest", str(dest), "--mirror", str(mirror)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "train-labels-idx1-ubyte.gz" in proc.stderr and "expected sha256" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -174,8 +179,9 @@ def test_make_dataset_shards_disjointly_and_rejects_bad_batch():
             data.make_dataset(x, y, batch_size=bad)
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(),
-                    reason="Debian's dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").exists(), reason="Debian's dataset-fashion-mnist is not installed"
+)
 def test_fashion_mnist_from_debian_package(monkeypatch):
     monkeypatch.delenv("LABKIT_DATA", raising=False)
     d = data.load_mnist("fashion-mnist", limit=100, test_limit=100)

@@ -6,6 +6,7 @@ with ``-m``, a name handed to ``importlib``. Here those count as edges too, and 
 built at run time (``importlib.import_module(f"labkit.{name}")``) is an error: no tool can see it.
 Also: no module name appears twice in the package (someone new finds a module by its name).
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "labkit"
-REFERENCE = re.compile(r"labkit(\.\w+)+(:[\w.]+)?")          # "labkit.x.y" or "labkit.x.y:attr", the whole string
-BUILT = re.compile(r"labkit(\.\w+)*\.$")                     # f"labkit.tasks.{name}": a name made at run time
+REFERENCE = re.compile(r"labkit(\.\w+)+(:[\w.]+)?")  # "labkit.x.y" or "labkit.x.y:attr", the whole string
+BUILT = re.compile(r"labkit(\.\w+)*\.$")  # f"labkit.tasks.{name}": a name made at run time
 IMPORTERS = {"import_module", "__import__"}
 # Modules that import names they are handed: the registry resolves the "module:attribute" references
 # other modules write (edges of those modules); the fork server imports its PRELOAD, module names
@@ -93,8 +94,7 @@ def dependencies(name: str, path: Path, known) -> tuple[set[str], set[str], list
                     targets = [module]
         elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
             if BUILT.fullmatch(str(node.values[0].value)):
-                hidden.append(f"{name}:{node.lineno}: a module name built at run time, "
-                              f"{ast.unparse(node)}")
+                hidden.append(f"{name}:{node.lineno}: a module name built at run time, {ast.unparse(node)}")
         elif isinstance(node, ast.Call) and name not in RESOLVERS:
             fn = node.func
             called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
@@ -165,7 +165,7 @@ def test_only_the_reference_module_and_the_grader_name_the_solutions():
     edges = {m: edges[m] | lazy[m] for m in edges}
     naming = sorted(m for m, ts in edges.items() if any(map(_is_solution, ts)))
     assert [m for m in naming if not m.startswith(MAY_NAME_SOLUTIONS)] == []
-    assert "labkit.core.reference" in naming   # it names them: the dependency is written down
+    assert "labkit.core.reference" in naming  # it names them: the dependency is written down
 
 
 def test_no_module_name_is_built_at_run_time():
@@ -184,12 +184,15 @@ def test_no_module_name_appears_twice():
     assert [n for n, k in names.items() if k > 1] == []
 
 
-@pytest.mark.parametrize("source, found", [
-    ('X = Registry("x", builtin={"a": "labkit.b:thing"})', {"labkit.b"}),
-    ('RUN = "labkit.b"', {"labkit.b"}),
-    ('"""Uses labkit.b."""\nimport os', set()),
-    ("def f():\n    from labkit.b import g", {"labkit.b"}),
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ('X = Registry("x", builtin={"a": "labkit.b:thing"})', {"labkit.b"}),
+        ('RUN = "labkit.b"', {"labkit.b"}),
+        ('"""Uses labkit.b."""\nimport os', set()),
+        ("def f():\n    from labkit.b import g", {"labkit.b"}),
+    ],
+)
 def test_the_checker_sees_string_references(tmp_path, source, found):
     root = tmp_path / "labkit"
     root.mkdir()
@@ -205,7 +208,7 @@ def test_the_checker_sees_names_built_at_run_time(tmp_path):
     root.mkdir()
     (root / "__init__.py").write_text("")
     (root / "a.py").write_text('import importlib\ndef f(n):\n    return importlib.import_module(f"labkit.{n}")\n')
-    assert len(graph(root)[2]) == 2   # the f-string and the call
+    assert len(graph(root)[2]) == 2  # the f-string and the call
 
 
 def test_the_checker_sees_stale_references(tmp_path):

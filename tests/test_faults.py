@@ -6,6 +6,7 @@ real async PS cluster (its workers carry on alone); the demo itself on a real sy
 cluster of three workers, which must show TensorFlow's own behaviour: the lost worker's
 closures run on the others and training goes on; the lost ps stops the chief with
 UnavailableError."""
+
 import pytest
 
 from labkit.wire import spec as cluster, events, faults
@@ -26,15 +27,31 @@ def _step(n, t, on=(0, 1, 2), seconds=0.1):
 
 def test_summary_says_per_kill_what_the_coordinator_reported_and_what_ran_after():
     trace = faults.Trace(
-        steps=[_step(1, 1.0), _step(2, 2.0), _step(3, 3.5, (0, 1, 0), 0.5), _step(4, 4.0, (2, 0, 0)),
-               _step(5, 5.0, (0, 2, 2))],  # step 3 was in flight: its slice 1 ran before worker 1 died
+        steps=[
+            _step(1, 1.0),
+            _step(2, 2.0),
+            _step(3, 3.5, (0, 1, 0), 0.5),
+            _step(4, 4.0, (2, 0, 0)),
+            _step(5, 5.0, (0, 2, 2)),
+        ],  # step 3 was in flight: its slice 1 ran before worker 1 died
         kills=[{"task": "worker:1", "after_step": 2, "t": 2.5}, {"task": "ps:0", "after_step": 5, "t": 5.5}],
-        events=[{"t": 2.8, "message": "Worker /job:worker/replica:0/task:1 failed with UnavailableError():Socket "
-                                      "closed"},
-                {"t": 5.7, "message": "Remote function on worker /job:worker/replica:0/task:0 failed with "
-                                      "UnavailableError():Socket closed"}],
-        failure={"task": "chief:0", "returncode": 1, "error": "UnavailableError", "message": "task chief:0 exited",
-                 "log_tail": "", "t": 6.0})
+        events=[
+            {"t": 2.8, "message": "Worker /job:worker/replica:0/task:1 failed with UnavailableError():Socket closed"},
+            {
+                "t": 5.7,
+                "message": "Remote function on worker /job:worker/replica:0/task:0 failed with "
+                "UnavailableError():Socket closed",
+            },
+        ],
+        failure={
+            "task": "chief:0",
+            "returncode": 1,
+            "error": "UnavailableError",
+            "message": "task chief:0 exited",
+            "log_tail": "",
+            "t": 6.0,
+        },
+    )
     worker, ps = trace.summary()
     assert worker["task"] == "worker:1" and worker["error_s"] == pytest.approx(0.3) and worker["error_names_task"]
     assert worker["steps_after"] == 3 and worker["slices_on_after"] == [0, 2] and worker["slices_per_step_after"] == [3]
@@ -68,8 +85,9 @@ class FakeCluster:
 def test_inject_kills_after_the_given_steps_and_keeps_the_failure():
     chief = dict(task="chief:0", chief=True)
     replay = [events.Step(**chief, step=i, seconds=0.1, loss=1.0, slices_on=[0, 1]) for i in range(1, 8)]
-    replay.insert(4, events.TfError(**chief, message="Worker /job:worker/replica:0/task:1 failed with "
-                                                     "UnavailableError():x"))
+    replay.insert(
+        4, events.TfError(**chief, message="Worker /job:worker/replica:0/task:1 failed with UnavailableError():x")
+    )
     replay.append(events.PeerFailure(**chief, t=123.0, error="UnavailableError", message="the ps is gone"))
     fake = FakeCluster(replay, fail=True)
     trace = faults.inject(fake, [(5, "ps:0"), (2, "worker:1")])
@@ -104,8 +122,9 @@ def test_an_expected_kill_lets_the_cluster_run_on(tmp_path, monkeypatch):
     (tmp_path / "survivor").mkdir()
     (tmp_path / "survivor" / "__init__.py").write_text("")
     (tmp_path / "survivor" / "task.py").write_text(SURVIVOR_PROGRAM)
-    c = Cluster(cluster.local(ps=0, workers=2), "survivor.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
-                timeout=60)
+    c = Cluster(
+        cluster.local(ps=0, workers=2), "survivor.task", lab="test", env={"PYTHONPATH": str(tmp_path)}, timeout=60
+    )
     ticks = []
     with c:  # started, every task up
         c.follow(until=lambda: len(c.events("worker:0", "step")) > 3)

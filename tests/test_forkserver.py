@@ -1,6 +1,7 @@
 """The fork server (``labkit.distributed.launchers.forkserver``): a task forked from it behaves, for whoever
 started its stand-in, as a process of its own would: arguments, environment, working directory,
 streams, exit status and signals; and nothing it starts outlives its owner."""
+
 import json
 import os
 import signal
@@ -25,8 +26,14 @@ def server():
 
 def start(server, code: str, out, **kwargs) -> subprocess.Popen:
     """The stand-in of a task running ``code``, as the launcher starts one (output to ``out``)."""
-    return subprocess.Popen([server.python, "-c", code], stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, **kwargs)
+    return subprocess.Popen(
+        [server.python, "-c", code],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        **kwargs,
+    )
 
 
 def wait_for_line(path, prefix: str, timeout: float = 60) -> str:
@@ -39,9 +46,11 @@ def wait_for_line(path, prefix: str, timeout: float = 60) -> str:
 @pytest.mark.tensorflow
 def test_a_forked_task_gets_its_arguments_environment_directory_and_streams(server, tmp_path):
     log = tmp_path / "log"
-    code = ("import os, sys, json, tensorflow; print('task', json.dumps([os.getpid(), os.getppid(), os.getcwd(), "
-            "os.environ.get('X_TEST'), sys.argv, json.loads(os.environ['LABKIT_FORKSERVER'])['pid']])); "
-            "print('oops', file=sys.stderr); sys.exit(3)")
+    code = (
+        "import os, sys, json, tensorflow; print('task', json.dumps([os.getpid(), os.getppid(), os.getcwd(), "
+        "os.environ.get('X_TEST'), sys.argv, json.loads(os.environ['LABKIT_FORKSERVER'])['pid']])); "
+        "print('oops', file=sys.stderr); sys.exit(3)"
+    )
     with open(log, "w") as out:
         stand_in = start(server, code, out, cwd=tmp_path, env={**os.environ, "X_TEST": "yes"})
         assert stand_in.wait(60) == 3  # the task's exit code
@@ -75,9 +84,21 @@ def test_a_task_dies_with_its_stand_in_whatever_kills_it(server, tmp_path):
 
 
 def test_without_a_server_the_stand_in_runs_the_task_itself(tmp_path):
-    done = subprocess.run([sys.executable, "-I", "-S", str(forkserver.CLIENT), sys.executable,
-                           str(tmp_path / "no-socket"), "-c", "import os; print('plain', os.getpid())"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(forkserver.CLIENT),
+            sys.executable,
+            str(tmp_path / "no-socket"),
+            "-c",
+            "import os; print('plain', os.getpid())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.startswith("plain "), done
 
 
@@ -85,17 +106,25 @@ def test_without_a_server_the_stand_in_runs_the_task_itself(tmp_path):
 def test_the_server_and_its_tasks_die_with_the_process_that_started_them(tmp_path):
     log = tmp_path / "log"
     owner = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from labkit.distributed.launchers import forkserver; from labkit.core.proc import "
-                               "OwnedProcess; s = forkserver.get(); "  # the launcher starts stand-ins so
-                               "task = OwnedProcess([s.python, '-c', 'import time; time.sleep(120)'], sys.argv[1])"
-                               ".start(); print('ready', s.process.pid, task.pid, flush=True); time.sleep(120)",
-         str(tmp_path / "task.log")],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from labkit.distributed.launchers import forkserver; from labkit.core.proc import "
+            "OwnedProcess; s = forkserver.get(); "  # the launcher starts stand-ins so
+            "task = OwnedProcess([s.python, '-c', 'import time; time.sleep(120)'], sys.argv[1])"
+            ".start(); print('ready', s.process.pid, task.pid, flush=True); time.sleep(120)",
+            str(tmp_path / "task.log"),
+        ],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _, server_pid, stand_in_pid = wait_for_line(log, "ready ", timeout=180).split()
         server = psutil.Process(int(server_pid))
-        tasks = [c for c in server.children() if c.pid != int(stand_in_pid)] \
-            or wait_until(server.children, 30, 0.05, "the server to fork the task")
+        tasks = [c for c in server.children() if c.pid != int(stand_in_pid)] or wait_until(
+            server.children, 30, 0.05, "the server to fork the task"
+        )
         owner.kill()  # SIGKILL: no cleanup runs in it
         gone, alive = psutil.wait_procs([server, psutil.Process(int(stand_in_pid)), *tasks], timeout=15)
         assert not alive, f"outlived their owner: {alive}"

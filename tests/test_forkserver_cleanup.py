@@ -1,5 +1,6 @@
 """What a fork server leaves in /tmp: nothing, once it is stopped, or once it died and the next
 launcher's ``get`` replaced it."""
+
 import os
 import signal
 import sys
@@ -8,8 +9,10 @@ import pytest
 
 from labkit.distributed.launchers import forkserver
 
-pytestmark = [pytest.mark.tensorflow,  # the server imports TensorFlow before it forks
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only")]
+pytestmark = [
+    pytest.mark.tensorflow,  # the server imports TensorFlow before it forks
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux only"),
+]
 
 
 def test_a_stopped_server_removes_its_folder():

@@ -10,6 +10,7 @@ regrade list names every grade changed since the last export sent, and whose col
 roster's. The workflow tests' tiny fixture labs (no TensorFlow), one notebook at a time where
 the order matters.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,13 +34,20 @@ from test_grading_intake import LATE_RUBRIC, filled, reference_notebooks
 from test_grading_workflow import _write_rows
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
-pytestmark = [pytest.mark.notebook,
-              pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.notebook,
+    pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
+]
 
 ROSTER_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta (902)"]
-PEOPLE = [("Smith, John", "12345", "S1001", "jsmith"), ("Doe, Jane", "12346", "S1002", "jdoe"),
-          ("Roe, Rick", "12347", "S1003", "rroe"), ("Lee, Lou", "12348", "S1004", "llee"),
-          ("Kim, Kay", "12349", "S1005", "kkim"), ("Absent, Abe", "12350", "S1006", "aabsent")]
+PEOPLE = [
+    ("Smith, John", "12345", "S1001", "jsmith"),
+    ("Doe, Jane", "12346", "S1002", "jdoe"),
+    ("Roe, Rick", "12347", "S1003", "rroe"),
+    ("Lee, Lou", "12348", "S1004", "llee"),
+    ("Kim, Kay", "12349", "S1005", "kkim"),
+    ("Absent, Abe", "12350", "S1006", "aabsent"),
+]
 
 
 def roster(path: Path, people=PEOPLE) -> Path:
@@ -63,8 +71,9 @@ def broken_alpha() -> bytes:
 
 
 def cli(*args, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 class Term:
@@ -75,16 +84,31 @@ class Term:
         self.roster = roster(root / "roster.csv")
 
     def grade(self, source, *extra, out=None) -> subprocess.CompletedProcess:
-        return cli("grade", *([source] if source else []), "--out", out or self.out, "--rubric",
-                   self.root / "rubric.toml", "--notebooks", self.notebooks, "-j", "1", *extra)
+        return cli(
+            "grade",
+            *([source] if source else []),
+            "--out",
+            out or self.out,
+            "--rubric",
+            self.root / "rubric.toml",
+            "--notebooks",
+            self.notebooks,
+            "-j",
+            "1",
+            *extra,
+        )
 
     def rows(self, out=None) -> list[dict]:
         return read_csv((out or self.out) / "grades.csv")
 
     def totals(self, out=None) -> dict:
         """{(student, lab): the lab's total} from final_grades.csv."""
-        return {(r["student"], lab): r[f"{lab} total"] for r in read_csv((out or self.out) / "final_grades.csv")
-                for lab in ("alpha", "beta") if r.get(f"{lab} total") not in (None, "")}
+        return {
+            (r["student"], lab): r[f"{lab} total"]
+            for r in read_csv((out or self.out) / "final_grades.csv")
+            for lab in ("alpha", "beta")
+            if r.get(f"{lab} total") not in (None, "")
+        }
 
     def once(self, expected: dict, out=None) -> None:
         """Every (student, lab) of ``expected`` exactly once in grades.csv, nobody else, each at its total."""
@@ -100,11 +124,13 @@ def canvas_rows(path: Path) -> tuple[list[str], dict]:
     return lines[0], {ln[1]: dict(zip(lines[0], ln)) for ln in lines[2:]}
 
 
-BATCH1 = [CanvasFile("smithjohn", 12345, 67890, "alpha.ipynb", filled("ann")),
-          CanvasFile("doejane", 12346, 67891, "alpha.ipynb", filled("bob")),
-          CanvasFile("roerick", 12347, 67892, "alpha (1).ipynb", filled("cat"))]
+BATCH1 = [
+    CanvasFile("smithjohn", 12345, 67890, "alpha.ipynb", filled("ann")),
+    CanvasFile("doejane", 12346, 67891, "alpha.ipynb", filled("bob")),
+    CanvasFile("roerick", 12347, 67892, "alpha (1).ipynb", filled("cat")),
+]
 LATE = CanvasFile("leelou", 12348, 67893, "alpha-1.ipynb", filled("dan"), late=True)
-PENDING = 3.0   # alpha's automatic points; its 3 points of answers await a TA
+PENDING = 3.0  # alpha's automatic points; its 3 points of answers await a TA
 
 
 def test_a_term_in_one_gradebook(tmp_path):
@@ -135,9 +161,15 @@ def test_a_term_in_one_gradebook(tmp_path):
     # batch 2: Canvas's whole download again, one more (late) student, with the roster: nobody doubles
     r = term.grade(canvas_zip(tmp_path / "b2.zip", [*BATCH1, LATE]), "--roster", term.roster)
     assert r.returncode == 0, r.stderr
-    assert "kept 3 notebook(s)" in r.stdout and "[1/1] llee/alpha.ipynb" in r.stdout   # new: the roster's name
-    term.once({("smithjohn", "alpha"): PENDING, ("doejane", "alpha"): PENDING, ("roerick", "alpha"): PENDING,
-               ("llee", "alpha"): PENDING - 1.5})   # Canvas's LATE: one day at 25% of 6 points
+    assert "kept 3 notebook(s)" in r.stdout and "[1/1] llee/alpha.ipynb" in r.stdout  # new: the roster's name
+    term.once(
+        {
+            ("smithjohn", "alpha"): PENDING,
+            ("doejane", "alpha"): PENDING,
+            ("roerick", "alpha"): PENDING,
+            ("llee", "alpha"): PENDING - 1.5,
+        }
+    )  # Canvas's LATE: one day at 25% of 6 points
 
     # two TAs: one real conflict (doejane), one comment-only difference (smithjohn)
     r = cli("grade-answers", "--out", term.out)
@@ -148,7 +180,8 @@ def test_a_term_in_one_gradebook(tmp_path):
         row["score"], row["comment"] = "2", ("clear" if row["student"] == "smithjohn" else "")
     for row in b_rows[2:]:
         row["score"], row["comment"] = {"smithjohn": ("2", "well argued"), "doejane": ("1", "vague")}.get(
-            row["student"], ("", ""))
+            row["student"], ("", "")
+        )
     ta_a, ta_b = tmp_path / "ta_a.csv", tmp_path / "ta_b.csv"
     _write_rows(ta_a, a_rows)
     _write_rows(ta_b, b_rows)
@@ -165,20 +198,23 @@ def test_a_term_in_one_gradebook(tmp_path):
     term.once(graded)
     smith = next(x for x in term.rows() if (x["student"], x["check"]) == ("smithjohn", "answer Q1"))
     assert "clear" in smith["reason"] and "well argued" in smith["reason"]
-    r = cli("grade-export", "--out", term.out)   # sent: the regrade list starts here
+    r = cli("grade-export", "--out", term.out)  # sent: the regrade list starts here
     assert r.returncode == 0, r.stderr
 
     # a Gradescope group (Rick Roe and Lou Lee, whose :sid is the roster's SIS User ID), no due date
-    group = GradescopeSubmission(501, [("Rick Roe", "rroe@uni.edu", "S1003"), ("Lou Lee", "llee@uni.edu", "S1004")],
-                                 "2024-10-02 00:00:00.000000000 Z", {"beta.ipynb": filled("cat", "beta")})
+    group = GradescopeSubmission(
+        501,
+        [("Rick Roe", "rroe@uni.edu", "S1003"), ("Lou Lee", "llee@uni.edu", "S1004")],
+        "2024-10-02 00:00:00.000000000 Z",
+        {"beta.ipynb": filled("cat", "beta")},
+    )
     r = term.grade(gradescope_zip(tmp_path / "gs.zip", [group]))
     assert r.returncode == 0, r.stderr
     assert "lateness was not computed" in r.stdout
-    assert "[1/1] llee/beta.ipynb" in r.stdout and "credited to roerick too" in r.stdout   # run once
-    graded.update({("roerick", "beta"): 1, ("llee", "beta"): 1})   # beta's answer awaits a TA
+    assert "[1/1] llee/beta.ipynb" in r.stdout and "credited to roerick too" in r.stdout  # run once
+    graded.update({("roerick", "beta"): 1, ("llee", "beta"): 1})  # beta's answer awaits a TA
     term.once(graded)
-    assert all({x["student_a"], x["student_b"]} != {"roerick", "llee"}
-               for x in read_csv(term.out / "similarity.csv"))
+    assert all({x["student_a"], x["student_b"]} != {"roerick", "llee"} for x in read_csv(term.out / "similarity.csv"))
 
     # anonymous grading: Canvas's anon_ names, into a gradebook of their own
     anon = tmp_path / "anon.zip"
@@ -191,23 +227,47 @@ def test_a_term_in_one_gradebook(tmp_path):
     r = cli("grade-deliver", "--out", tmp_path / "anonymous")
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(tmp_path / "anonymous" / "deliver" / "canvas" / "alpha.zip") as zf:
-        assert sorted(zf.namelist()) == ["LATE_anon_P9zQ2_70002_feedback-alpha.html",
-                                         "anon_Xk3Qa_70001_feedback-alpha.html"]
+        assert sorted(zf.namelist()) == [
+            "LATE_anon_P9zQ2_70002_feedback-alpha.html",
+            "anon_Xk3Qa_70001_feedback-alpha.html",
+        ]
 
     # an export whose roster lacks Lou Lee: it names her, exits non-zero, and is not counted as sent
     r = cli("grade-export", "--out", term.out, "--roster", roster(tmp_path / "short.csv", PEOPLE[:3] + PEOPLE[4:]))
     assert r.returncode == 2 and "llee" in r.stderr and "not as an export to send" in r.stderr
 
     # batch 3: Jane resubmits (late, and worse), Kay is new, Abe hands in a .py; killed mid-batch, then resumed
-    b3 = canvas_zip(tmp_path / "b3.zip", [
-        *BATCH1, LATE, CanvasFile("doejane", 12346, 67999, "alpha-2.ipynb", broken_alpha(), late=True),
-        CanvasFile("kimkay", 12349, 68000, "alpha.ipynb", filled("ann")),
-        CanvasFile("absentabe", 12350, 68001, "alpha.py", b"print('my lab')\n")])
-    args = [sys.executable, "-u", "-m", "labkit", "grade", str(b3), "--out", str(term.out), "--rubric",
-            str(tmp_path / "rubric.toml"), "--notebooks", str(term.notebooks), "-j", "1", "--roster", str(term.roster)]
+    b3 = canvas_zip(
+        tmp_path / "b3.zip",
+        [
+            *BATCH1,
+            LATE,
+            CanvasFile("doejane", 12346, 67999, "alpha-2.ipynb", broken_alpha(), late=True),
+            CanvasFile("kimkay", 12349, 68000, "alpha.ipynb", filled("ann")),
+            CanvasFile("absentabe", 12350, 68001, "alpha.py", b"print('my lab')\n"),
+        ],
+    )
+    args = [
+        sys.executable,
+        "-u",
+        "-m",
+        "labkit",
+        "grade",
+        str(b3),
+        "--out",
+        str(term.out),
+        "--rubric",
+        str(tmp_path / "rubric.toml"),
+        "--notebooks",
+        str(term.notebooks),
+        "-j",
+        "1",
+        "--roster",
+        str(term.roster),
+    ]
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
-    try:   # killed once one notebook has run (Abe's row, which runs nothing, may come first)
+    try:  # killed once one notebook has run (Abe's row, which runs nothing, may come first)
         for line in first.stdout:
             lines.append(line)
             if line.startswith("[") and (" doejane/" in line or " kkim/" in line):
@@ -222,7 +282,7 @@ def test_a_term_in_one_gradebook(tmp_path):
     r = term.grade(b3, "--roster", term.roster)
     assert r.returncode == 0, r.stderr
     ran = [x.split()[1].split("/")[0] for x in r.stdout.splitlines() if x.startswith("[")]
-    assert done not in ran and {"doejane", "kkim"} - {done} <= set(ran), r.stdout   # only what had not finished
+    assert done not in ran and {"doejane", "kkim"} - {done} <= set(ran), r.stdout  # only what had not finished
     rows = {(x["student"], x["lab"], x["check"]): x for x in term.rows()}
     jane_auto = sum(float(rows[("doejane", "alpha", c)]["points"]) for c in ("slope recorded", "figure"))
     assert rows[("doejane", "alpha", "slope recorded")]["status"] != "pass" and jane_auto < PENDING

@@ -1,5 +1,6 @@
 """Grading without kernels: the rubric (validation, every check kind, partial credit), record
 lookups, the release transformation, notebook readability, and the reports."""
+
 from __future__ import annotations
 
 import textwrap
@@ -91,13 +92,23 @@ def png(width=320, height=240) -> str:
 
 def notebook(records: dict, figs=("fig-a", "fig-b"), answers=("A long enough answer here.",), image=None):
     png_out = new_output("display_data", data={"image/png": image or png(), "text/plain": ""})
-    return new_notebook(cells=[new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()]),
-                               *(cell("plot()", [tag], outputs=[png_out]) for tag in figs),
-                               *(cell(a, ["analysis"], markdown=True) for a in answers)])
+    return new_notebook(
+        cells=[
+            new_code_cell("x = 1", outputs=[record_output(k, v) for k, v in records.items()]),
+            *(cell("plot()", [tag], outputs=[png_out]) for tag in figs),
+            *(cell(a, ["analysis"], markdown=True) for a in answers),
+        ]
+    )
 
 
-GOOD = {"acc": 0.95, "loss": 0.2, "steps": [10, 10, 10], "local": {"w0": 7, "w1": 5}, "global": 12,
-        "bytes": {"ring": 1.0, "ps": 2.0}}
+GOOD = {
+    "acc": 0.95,
+    "loss": 0.2,
+    "steps": [10, 10, 10],
+    "local": {"w0": 7, "w1": 5},
+    "global": 12,
+    "bytes": {"ring": 1.0, "ps": 2.0},
+}
 
 
 def scores(rub, nb, records):
@@ -107,8 +118,10 @@ def scores(rub, nb, records):
     lab = rub.labs["a"]
     qs = answers.questions(lab, None)
     found = answers.locate(nb, qs)
-    return {c.name: answers.score(qs[c.name], found[c.name], None) if c.manual else evaluate(c, nb, records)
-            for c in lab.checks}
+    return {
+        c.name: answers.score(qs[c.name], found[c.name], None) if c.manual else evaluate(c, nb, records)
+        for c in lab.checks
+    }
 
 
 def test_rubric_loads_with_defaults_and_overrides(tmp_path):
@@ -122,7 +135,7 @@ def test_every_kind_passes_on_a_good_notebook(tmp_path):
     rub = load_rubric(write(tmp_path, RUBRIC))
     got = scores(rub, notebook(GOOD), GOOD)
     assert {n: s.status for n, s in got.items()} == {**dict.fromkeys(got, "pass"), "answers": "pending"}
-    assert sum(s.points for s in got.values()) == rub.labs["a"].max_points - 2   # the answers await a TA
+    assert sum(s.points for s in got.values()) == rub.labs["a"].max_points - 2  # the answers await a TA
 
 
 def test_failures_and_partial_credit(tmp_path):
@@ -192,14 +205,20 @@ def test_missing_records_are_their_own_status(tmp_path):
 
 
 def test_threshold_below_partial_floor_and_tolerances(tmp_path):
-    rub = load_rubric(write(tmp_path, RUBRIC + """
+    rub = load_rubric(
+        write(
+            tmp_path,
+            RUBRIC
+            + """
 [[labs.a.checks]]
 name = "close enough"
 kind = "all_equal"
 points = 1
 record = "steps"
 tolerance = 0.2
-"""))
+""",
+        )
+    )
     recs = {**GOOD, "acc": 0.4, "steps": [10, 9, 11]}
     got = scores(rub, notebook(recs), recs)
     assert (got["acc high"].status, got["acc high"].points) == ("fail", 0.0)
@@ -214,18 +233,21 @@ def test_lookup_paths():
             lookup(recs, ref)
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ('kind = "threshold"', 'kind = "histogram"', "kind must be one of"),
-    ("min = 0.9\npartial_min = 0.5", "", "a threshold needs min and/or max"),
-    ("points = 4", "points = 0", "points must be a positive number"),
-    ("points = 4", 'points = 4\nverify = "no_such_verifier"', "unknown verifier 'no_such_verifier'"),
-    ("points = 4", 'points = 4\ncolour = "red"', "unknown key(s) ['colour']"),
-    ("partial_min = 0.5", "partial_min = 0.95", "partial_min needs a min above it"),
-    ('left = "bytes.ring"', "left = 3", "left must be a record name"),
-    ('name = "plots"', 'name = "acc high"', "two checks are named 'acc high'"),
-    ('cells = ["fig-a", "fig-b"]', 'cells = ["fig-a", "fig-b"]\nmin = 0', "min is the number of figures"),
-    ("memory_mb = 512", 'memory_mb = 512\nexpected_s = "long"', "expected_s must be the seconds a run takes"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('kind = "threshold"', 'kind = "histogram"', "kind must be one of"),
+        ("min = 0.9\npartial_min = 0.5", "", "a threshold needs min and/or max"),
+        ("points = 4", "points = 0", "points must be a positive number"),
+        ("points = 4", 'points = 4\nverify = "no_such_verifier"', "unknown verifier 'no_such_verifier'"),
+        ("points = 4", 'points = 4\ncolour = "red"', "unknown key(s) ['colour']"),
+        ("partial_min = 0.5", "partial_min = 0.95", "partial_min needs a min above it"),
+        ('left = "bytes.ring"', "left = 3", "left must be a record name"),
+        ('name = "plots"', 'name = "acc high"', "two checks are named 'acc high'"),
+        ('cells = ["fig-a", "fig-b"]', 'cells = ["fig-a", "fig-b"]\nmin = 0', "min is the number of figures"),
+        ("memory_mb = 512", 'memory_mb = 512\nexpected_s = "long"', "expected_s must be the seconds a run takes"),
+    ],
+)
 def test_rubric_errors_name_what_to_fix(tmp_path, old, new, message):
     assert old in RUBRIC
     with pytest.raises(RubricError) as e:
@@ -255,13 +277,19 @@ def test_the_repo_rubric_is_valid():
         assert lab.checks and path.exists(), lab.notebook
         # papermill injects any name; one the parameters cell never sets changes nothing it claims to pin
         cell = next(c for c in nbformat.read(str(path), as_version=4).cells if "parameters" in cell_tags(c))
-        names = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign) for t in node.targets
-                 if isinstance(t, ast.Name)}
+        names = {
+            t.id
+            for node in ast.parse(cell.source).body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
         assert set(lab.parameters) <= names, (lab.key, sorted(set(lab.parameters) - names))
 
 
 # ---------------------------------------------------------------------------------------------
 # release
+
 
 def test_strip_solutions_keeps_indentation_and_plumbing():
     src = "def step(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\nprint(step)"
@@ -272,23 +300,35 @@ def test_strip_solutions_keeps_indentation_and_plumbing():
     assert (md, n) == ("Q?\nYOUR ANSWER HERE", 1)
 
 
-@pytest.mark.parametrize("src, msg", [("### BEGIN SOLUTION\nx", "without ### END"),
-                                      ("x\n### END SOLUTION", "without a ### BEGIN"),
-                                      ("### BEGIN SOLUTION\n### BEGIN SOLUTION", "a second")])
+@pytest.mark.parametrize(
+    "src, msg",
+    [
+        ("### BEGIN SOLUTION\nx", "without ### END"),
+        ("x\n### END SOLUTION", "without a ### BEGIN"),
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION", "a second"),
+    ],
+)
 def test_unbalanced_markers_are_errors(src, msg):
     with pytest.raises(ValueError, match=msg):
         release.strip_solutions(src, code=True, where="lab.ipynb cell 4")
 
 
 def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path):
-    cells = [cell("a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION", execution_count=3,
-                  outputs=[new_output("stream", name="stdout", text="hi")]),
-             cell("check_my_solution()", ["solution-only"]), cell("A model answer, long enough.", ["analysis"], markdown=True)]
+    cells = [
+        cell(
+            "a = 1\n### BEGIN SOLUTION\nb = 2\n### END SOLUTION",
+            execution_count=3,
+            outputs=[new_output("stream", name="stdout", text="hi")],
+        ),
+        cell("check_my_solution()", ["solution-only"]),
+        cell("A model answer, long enough.", ["analysis"], markdown=True),
+    ]
     cells[0].metadata.papermill = {"duration": 1}
     (tmp_path / "nb").mkdir()
     nbformat.write(new_notebook(cells=cells), str(tmp_path / "nb" / "x.ipynb"))
     (tmp_path / "nb" / "rubric.toml").write_text(  # the kit's public rubric is made from it
-        '[labs.x]\nnotebook = "x.ipynb"\n[[labs.x.checks]]\nname = "answer"\npoints = 1\nkind = "analysis"\n')
+        '[labs.x]\nnotebook = "x.ipynb"\n[[labs.x.checks]]\nname = "answer"\npoints = 1\nkind = "analysis"\n'
+    )
     [(dest, regions)] = release.release(tmp_path / "nb", tmp_path / "rel", log=lambda m: None)
     nb = nbformat.read(str(dest), as_version=4)
     assert regions == 3 and len(nb.cells) == 2
@@ -313,13 +353,18 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     assert not (kit / "labkit" / "solutions").exists() and not (kit / "labkit" / "grading").exists()
     assert not list(kit.rglob("__pycache__"))
     # as a student's install: the kit first on the path, this checkout's editable finder gone
-    student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
-               f"sys.path.insert(0, {str(kit)!r})\n")
-    probe = (student + "import labkit, labkit.learning.lr as lr, labkit.learning.costmodel as cm, labkit.core.reference as ref\n"
-             "print(labkit.__file__)\n"
-             "for get in (lambda: lr.sgd_step, lambda: cm.critical_path('ring', 1, 2),\n"
-             "            lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
-             "    try:\n        get()\n    except LookupError as e:\n        print(e)\n")
+    student = (
+        f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        f"sys.path.insert(0, {str(kit)!r})\n"
+    )
+    probe = (
+        student
+        + "import labkit, labkit.learning.lr as lr, labkit.learning.costmodel as cm, labkit.core.reference as ref\n"
+        "print(labkit.__file__)\n"
+        "for get in (lambda: lr.sgd_step, lambda: cm.critical_path('ring', 1, 2),\n"
+        "            lambda: ref.solution('lab3', 'sparse_gradient', 'gradient=sparse_lr_gradient')):\n"
+        "    try:\n        get()\n    except LookupError as e:\n        print(e)\n"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -327,13 +372,19 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     assert "not part of the student kit; pass step=sgd_step" in lines[1]
     assert "not part of the student kit; pass terms=comm_terms" in lines[2]
     assert "not part of the student kit; pass gradient=sparse_lr_gradient" in lines[-1]
-    graded = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
-                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert graded.returncode == 2 and "invalid choice: 'grade'" in graded.stderr   # not a command of this kit
+    graded = subprocess.run(
+        [sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['grade']))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert graded.returncode == 2 and "invalid choice: 'grade'" in graded.stderr  # not a command of this kit
 
 
 # ---------------------------------------------------------------------------------------------
 # runner helpers that need no kernel
+
 
 def test_check_readable(tmp_path):
     cases = {"bad.ipynb": '{"cells": [', "list.ipynb": "[1, 2]", "bin.ipynb": b"\xff\xfe\x00"}
@@ -349,7 +400,9 @@ def test_check_readable(tmp_path):
 
 def test_source_index_undoes_the_injected_parameters_cell(tmp_path):
     params = cell("n = 1", ["parameters"])
-    nbformat.write(new_notebook(cells=[new_code_cell("import x"), params, new_code_cell("y")]), str(tmp_path / "a.ipynb"))
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("import x"), params, new_code_cell("y")]), str(tmp_path / "a.ipynb")
+    )
     # executed: 0 import, 1 parameters, 2 injected, 3 y
     assert [source_index(tmp_path / "a.ipynb", i) for i in range(4)] == [0, 1, None, 2]
     nbformat.write(new_notebook(cells=[new_code_cell("import x")]), str(tmp_path / "b.ipynb"))
@@ -385,11 +438,30 @@ def test_task_steps_reads_result_files_and_skips_hello_files(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # reports
 
+
 def test_reports(tmp_path):
-    rows = [{"student": "al|ce", "lab": "a", "check": "execution", "points": 0.0, "max": 0.0, "status": "error",
-             "reason": "cell 3 raised ValueError: boom", "seconds": 4.2},
-            {"student": "al|ce", "lab": "a", "check": "acc", "points": 1.5, "max": 2.0, "status": "partial",
-             "reason": "acc = 0.7 is below 0.9", "seconds": ""}]
+    rows = [
+        {
+            "student": "al|ce",
+            "lab": "a",
+            "check": "execution",
+            "points": 0.0,
+            "max": 0.0,
+            "status": "error",
+            "reason": "cell 3 raised ValueError: boom",
+            "seconds": 4.2,
+        },
+        {
+            "student": "al|ce",
+            "lab": "a",
+            "check": "acc",
+            "points": 1.5,
+            "max": 2.0,
+            "status": "partial",
+            "reason": "acc = 0.7 is below 0.9",
+            "seconds": "",
+        },
+    ]
     rub = load_rubric(write(tmp_path, RUBRIC))
     report.write_csv(rows, tmp_path / "g.csv")
     back = read_csv(tmp_path / "g.csv")
@@ -421,7 +493,9 @@ def test_only_notebooks_the_rubric_never_names_are_noted_as_ungraded(tmp_path):
     lab = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
     for name in ("a.ipynb", "b.ipynb", "scratch.ipynb"):
         (tmp_path / name).write_text("{}")
-    jobs, notes, refused, _ = find_jobs([lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"})  # --lab a
+    jobs, notes, refused, _ = find_jobs(
+        [lab], tmp_path / "out", None, tmp_path, known={"a.ipynb", "b.ipynb"}
+    )  # --lab a
     assert [j.source.name for j in jobs] == ["a.ipynb"]
     assert notes == ["not graded: notebooks/scratch.ipynb has no rubric section"] and refused == []
 
@@ -437,15 +511,20 @@ def test_a_verifier_reads_only_files_inside_the_run_folder(tmp_path):
     ctx = verify.Context(workdir=work, records={}, params={}, claimed=None)
     assert ctx.path("artifacts/w.npz") == (work / "artifacts" / "w.npz").resolve()
     assert ctx.path(str(work / "artifacts" / "w.npz")) == (work / "artifacts" / "w.npz").resolve()  # absolute, inside
-    for rel, message in [(str(tmp_path / "secret"), "leads out of the run's folder"),
-                         ("artifacts/../../secret", "without '..'"), ("artifacts/link", "a link that leads out"),
-                         ("artifacts/big", "over the 64 MB"), ("artifacts/none.npz", "was not saved")]:
+    for rel, message in [
+        (str(tmp_path / "secret"), "leads out of the run's folder"),
+        ("artifacts/../../secret", "without '..'"),
+        ("artifacts/link", "a link that leads out"),
+        ("artifacts/big", "over the 64 MB"),
+        ("artifacts/none.npz", "was not saved"),
+    ]:
         with pytest.raises(verify.Unverifiable, match=message):
             ctx.path(rel)
 
 
 # ---------------------------------------------------------------------------------------------
 # hidden checks' judges, on outputs made here (the probe's side runs in test_grading_attacks.py)
+
 
 def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
     import json
@@ -459,8 +538,13 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
         for t, c in enumerate(probe.inputs_lr_step(seed=3)):
             W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], sign * c["learning_rate"])
             for mode in ("eager", "graph"):
-                arrays.update({f"{t}_{mode}_W": W.astype(np.float32), f"{t}_{mode}_b": b.astype(np.float32),
-                               f"{t}_{mode}_loss": np.asarray(loss)})
+                arrays.update(
+                    {
+                        f"{t}_{mode}_W": W.astype(np.float32),
+                        f"{t}_{mode}_b": b.astype(np.float32),
+                        f"{t}_{mode}_loss": np.asarray(loss),
+                    }
+                )
         arrays["python_ops"] = np.asarray(0)
         return arrays
 
@@ -474,8 +558,9 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
             loss, grad = hidden.reference_sparse_gradient(c)
             idx = np.arange(len(grad)) if dense else np.unique(c["indices"][:, 1])
             for mode in ("eager", "graph"):
-                arrays.update({f"{t}_{mode}_loss": np.asarray(loss), f"{t}_{mode}_indices": idx,
-                               f"{t}_{mode}_values": grad[idx]})
+                arrays.update(
+                    {f"{t}_{mode}_loss": np.asarray(loss), f"{t}_{mode}_indices": idx, f"{t}_{mode}_values": grad[idx]}
+                )
         return arrays
 
     assert hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(False), tmp_path).ok
@@ -529,19 +614,34 @@ def test_a_batch_starts_the_longest_notebooks_first(tmp_path):
     from labkit.grading.grade import expected_seconds, longest_first
 
     base = load_rubric(write(tmp_path, RUBRIC)).labs["a"]
-    labs = {k: dataclasses.replace(base, key=k, expected_s=e) for k, e in (("l1", 10), ("l2", 40), ("l3", 0), ("l4", 0))}
+    labs = {
+        k: dataclasses.replace(base, key=k, expected_s=e) for k, e in (("l1", 10), ("l2", 40), ("l3", 0), ("l4", 0))
+    }
     jobs = [SimpleNamespace(lab=labs[k], name=f"{s}-{k}", key=(s, k)) for s in ("ann", "bob") for k in labs]
-    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, {}))] == ["ann-l2", "bob-l2", "ann-l1", "bob-l1",
-                                                         "ann-l3", "ann-l4", "bob-l3", "bob-l4"]
+    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, {}))] == [
+        "ann-l2",
+        "bob-l2",
+        "ann-l1",
+        "bob-l1",
+        "ann-l3",
+        "ann-l4",
+        "bob-l3",
+        "bob-l4",
+    ]
     for student, lab, secs in (("ann", "l4", 50.0), ("bob", "l4", 70.0), ("cat", "l4", 90.0), ("ann", "l1", "")):
         job = SimpleNamespace(student=student, lab=labs[lab], private=tmp_path / "out" / ".grader" / student / lab)
         ledger.save_outcome(job, {"rows": [{"lab": lab, "check": "execution", "seconds": secs}]})
-    forged = tmp_path / "out" / ".grader" / "eve" / "l1" / ledger.OUTCOME   # not signed by the grader: not counted
+    forged = tmp_path / "out" / ".grader" / "eve" / "l1" / ledger.OUTCOME  # not signed by the grader: not counted
     forged.parent.mkdir(parents=True)
     forged.write_text(json.dumps({"rows": [{"lab": "l1", "check": "execution", "seconds": 9999.0}]}))
     measured = ledger.measured_seconds(tmp_path / "out")
-    assert measured == {"l4": 70.0}   # the median; a run without seconds (never ran) says nothing
-    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, measured))][:4] == ["ann-l4", "bob-l4", "ann-l2", "bob-l2"]
+    assert measured == {"l4": 70.0}  # the median; a run without seconds (never ran) says nothing
+    assert [j.name for j in longest_first(jobs, expected_seconds(jobs, measured))][:4] == [
+        "ann-l4",
+        "bob-l4",
+        "ann-l2",
+        "bob-l2",
+    ]
     assert ledger.lab_hash(labs["l1"]) == ledger.lab_hash(dataclasses.replace(labs["l1"], expected_s=999))
     assert ledger.lab_hash(labs["l1"]) != ledger.lab_hash(dataclasses.replace(labs["l1"], memory_mb=1024))
 
@@ -555,7 +655,7 @@ def test_eta_weighs_the_notebooks_left_by_their_expected_seconds(monkeypatch):
     monkeypatch.setattr(grading.time, "monotonic", lambda: next(clock))
     lines = []
     weighted = grading.Progress({"a": 60.0, "b": 10.0, "c": 10.0}, lines.append)
-    weighted.line("a", "A", "ok")          # 60 s for 60 expected: 20 left
+    weighted.line("a", "A", "ok")  # 60 s for 60 expected: 20 left
     by_count = grading.Progress({"a": 60.0, "b": 0.0}, lines.append)
-    by_count.line("a", "A", "ok")          # 20 s for one of two notebooks
+    by_count.line("a", "A", "ok")  # 20 s for one of two notebooks
     assert lines[0].endswith("[1/3] A: ok; batch 1:00, ETA 0:20") and lines[1].endswith("batch 0:20, ETA 0:20")

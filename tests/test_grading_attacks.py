@@ -9,6 +9,7 @@ abstract Unix socket, /tmp, /dev/shm, signals) while both run.
 Every attack notebook is cheap (none trains anything; one imports TensorFlow, in the hidden
 check's probe). Points for work are every check's except ``analysis``, which people score
 (issue 16); the fakes write their 80 characters there too."""
+
 from __future__ import annotations
 
 import base64
@@ -36,25 +37,33 @@ CGROUPS = NO_SANDBOX is None and limits.best_backend() != "rlimit"
 # what caps a fork bomb: a cgroup's pids.max, or, under root, RLIMIT_NPROC of the run's own uid (a
 # user's own RLIMIT_NPROC would count every process of the user running these tests)
 CAPPED = CGROUPS or os.geteuid() == 0
-pytestmark = [pytest.mark.notebook, pytest.mark.slow,
-              pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.notebook,
+    pytest.mark.slow,
+    pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
-ONE_PIXEL = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000" "1f15c4890000000d49444154789c6360f8cfc0000003010100c9fe92ef"
-    "0000000049454e44ae426082")).decode()
+ONE_PIXEL = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360f8cfc0000003010100c9fe92ef"
+        "0000000049454e44ae426082"
+    )
+).decode()
 ANSWER = "x" * 90
 SURVIVOR_MARK = "4242.3"
 
 
 # ----------------------------------------------------------------------------------- the fakes
 
+
 def _set(records: dict, ref: str, value) -> None:
     """Put ``value`` at ``ref`` (``a.b.-1``) in ``records``, making dicts and lists on the way."""
     parts = ref.split(".")
     node = records
     for part, nxt in zip(parts, parts[1:]):
-        child = [None] * 8 if nxt.lstrip("-").isdigit() else {}   # indices up to 7, or -1 .. -8
+        child = [None] * 8 if nxt.lstrip("-").isdigit() else {}  # indices up to 7, or -1 .. -8
         key = int(part) if isinstance(node, list) else part
         if not isinstance(node[key] if isinstance(node, list) else node.get(key), (dict, list)):
             node[key] = child
@@ -90,17 +99,22 @@ def claims(lab) -> dict:
             else:
                 right = float(s["right"])
             right *= s.get("factor", 1.0)
-            left = {">": 2 * abs(right) + 1, ">=": right, "<": right - abs(right) - 1, "<=": right, "==": right}[s["op"]]
+            left = {">": 2 * abs(right) + 1, ">=": right, "<": right - abs(right) - 1, "<=": right, "==": right}[
+                s["op"]
+            ]
             _set(rec, s["left"], left)
     return rec
 
 
 def display_cell(records: dict) -> str:
     """A code cell that shows the records by hand, as the kit's MIME bundle, importing no labkit."""
-    payload = json.dumps([{MIME: {"name": k, "value": v}, "text/plain": f"[labkit record] {k}"}
-                          for k, v in records.items()])
-    return f"import json\nfrom IPython.display import display\nfor bundle in json.loads({payload!r}):\n" \
-           f"    display(bundle, raw=True)"
+    payload = json.dumps(
+        [{MIME: {"name": k, "value": v}, "text/plain": f"[labkit record] {k}"} for k, v in records.items()]
+    )
+    return (
+        f"import json\nfrom IPython.display import display\nfor bundle in json.loads({payload!r}):\n"
+        f"    display(bundle, raw=True)"
+    )
 
 
 def fake_notebook(lab, extra: str = "", parameters: str = "") -> nbformat.NotebookNode:
@@ -108,13 +122,16 @@ def fake_notebook(lab, extra: str = "", parameters: str = "") -> nbformat.Notebo
     reference = nbformat.read(str(REPO / "notebooks" / lab.notebook), as_version=4)
     answers = sum("analysis" in (c.metadata.get("tags") or []) for c in reference.cells)
     figures = [t for c in lab.checks if c.kind == "figures" for t in c.spec.get("cells", [])]
-    show_png = (f"from IPython.display import display\n"
-                f"display({{'image/png': {ONE_PIXEL!r}, 'text/plain': 'figure'}}, raw=True)")
+    show_png = (
+        f"from IPython.display import display\n"
+        f"display({{'image/png': {ONE_PIXEL!r}, 'text/plain': 'figure'}}, raw=True)"
+    )
     cells = [cell(parameters or "seed = 0", ["parameters"]), cell(extra or "pass"), cell(display_cell(claims(lab)))]
     cells += [cell(show_png, [tag]) for tag in figures]
     cells += [cell(ANSWER, ["analysis"], markdown=True) for _ in range(max(answers, 1))]
-    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "language": "python",
-                                                                          "display_name": "Python 3"}})
+    return nbformat.v4.new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
+    )
 
 
 LAB1_TEST_LIMIT_1 = textwrap.dedent("""\
@@ -143,11 +160,13 @@ def fakes(rubric) -> dict:
     out = {key: fake_notebook(lab) for key, lab in labs.items()}
     out["lab1"] = fake_notebook(labs["lab1"], LAB1_TEST_LIMIT_1, "test_limit = 1\nseed = 0")
     # records that point at the forged files, or out of the work folder
-    out["lab2"] = _with_records(fake_notebook(labs["lab2"], LAB2_FORGED_STEPS),
-                                {"run_dir": {"sync": "runs/lab2/fake", "async": "../../../.."}})
-    out["lab3"] = _with_records(fake_notebook(labs["lab3"], LAB3_OWN_TEST_SET),
-                                {"artifacts": {"sync_weights": "artifacts/w.npz", "async_weights": "/etc/passwd"},
-                                 "cluster_run_dir": "/"})
+    out["lab2"] = _with_records(
+        fake_notebook(labs["lab2"], LAB2_FORGED_STEPS), {"run_dir": {"sync": "runs/lab2/fake", "async": "../../../.."}}
+    )
+    out["lab3"] = _with_records(
+        fake_notebook(labs["lab3"], LAB3_OWN_TEST_SET),
+        {"artifacts": {"sync_weights": "artifacts/w.npz", "async_weights": "/etc/passwd"}, "cluster_run_dir": "/"},
+    )
     return out
 
 
@@ -245,7 +264,7 @@ BIG_ARTIFACT = textwrap.dedent("""\
     os.makedirs('artifacts', exist_ok=True)
     with open('artifacts/lab1_core_weights.npz', 'wb') as f:
         f.truncate(100 * 2**20)                 # 100 MB (sparse): within the disk, over what a verifier reads""")
-DISK_MB = 128      # the attack rubric's disk_mb
+DISK_MB = 128  # the attack rubric's disk_mb
 ROOTER = WRITABLE + textwrap.dedent("""
     # as root, a sysctl write would give the host kernel a program to run outside every namespace
     import json, os
@@ -333,8 +352,10 @@ def pre_baked(rubric) -> nbformat.NotebookNode:
     in code cells' stored outputs, as if a run had made them."""
     lab = rubric.labs["lab1"]
     records = claims(lab)
-    outputs = [nbformat.v4.new_output("display_data", data={MIME: {"name": k, "value": v}, "text/plain": k})
-               for k, v in records.items()]
+    outputs = [
+        nbformat.v4.new_output("display_data", data={MIME: {"name": k, "value": v}, "text/plain": k})
+        for k, v in records.items()
+    ]
     png = nbformat.v4.new_output("display_data", data={"image/png": ONE_PIXEL, "text/plain": "figure"})
     nb = fake_notebook(lab)
     nb.cells[1] = cell(PRE_BAKED_RAISES)
@@ -359,7 +380,9 @@ def submissions(root: Path, rubric) -> Path:
         write(subs / "fake" / rubric.labs[key].notebook, nb)
     nb1 = rubric.labs["lab1"].notebook
     write(subs / "prebaked" / nb1, pre_baked(rubric))
-    write(subs / "reacher" / nb1, code_notebook(REACH.replace("REPO", repr(str(REPO))).replace("SUBS", repr(str(subs)))))
+    write(
+        subs / "reacher" / nb1, code_notebook(REACH.replace("REPO", repr(str(REPO))).replace("SUBS", repr(str(subs))))
+    )
     write(subs / "victim" / nb1, code_notebook("x = 1"))
     write(subs / "survivor" / nb1, code_notebook(SURVIVOR, "import time\ntime.sleep(1)"))
     write(subs / "greedy" / nb1, code_notebook(RAISE_MEMORY_LIMIT))
@@ -390,8 +413,11 @@ def submissions(root: Path, rubric) -> Path:
 
 
 def running_with(marker: str) -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline", "status"])
-            if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "status"])
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -400,8 +426,9 @@ def attacked(tmp_path_factory):
     text = (REPO / "notebooks" / "rubric.toml").read_text()
     assert "[defaults]\n" in text
     # the real rubric; a lower process cap keeps the fork bomb cheap
-    (root / "rubric.toml").write_text(text.replace("[defaults]\n", f"[defaults]\nmax_processes = 400\ndisk_mb = {DISK_MB}\n",
-                                                   1))
+    (root / "rubric.toml").write_text(
+        text.replace("[defaults]\n", f"[defaults]\nmax_processes = 400\ndisk_mb = {DISK_MB}\n", 1)
+    )
     rubric = load_rubric(root / "rubric.toml")
     subs = submissions(root, rubric)
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.rglob("*.ipynb") if p.is_file()}
@@ -412,9 +439,19 @@ def attacked(tmp_path_factory):
     grades = root / "out" / "grades.csv"
     snapshot = (grades.read_bytes(), grades.stat().st_mtime_ns)  # as the grader left it
     graded_at = time.monotonic()
-    return {"root": root, "rubric": rubric, "subs": subs, "outcome": outcome, "seconds": seconds,
-            "rows": {(r["student"], r["lab"], r["check"]): r for r in outcome.rows}, "before": before,
-            "solutions": solutions, "snapshot": snapshot, "grades": grades, "graded_at": graded_at}
+    return {
+        "root": root,
+        "rubric": rubric,
+        "subs": subs,
+        "outcome": outcome,
+        "seconds": seconds,
+        "rows": {(r["student"], r["lab"], r["check"]): r for r in outcome.rows},
+        "before": before,
+        "solutions": solutions,
+        "snapshot": snapshot,
+        "grades": grades,
+        "graded_at": graded_at,
+    }
 
 
 def rows_of(attacked, student, lab="lab1") -> dict:
@@ -427,6 +464,7 @@ def work_points(rows: dict, rubric, lab="lab1") -> float:
 
 
 # ----------------------------------------------------------------------------------- the tests
+
 
 def test_the_66_point_fakes_earn_nothing_for_work(attacked):
     rubric = attacked["rubric"]
@@ -459,8 +497,10 @@ def test_verifier_tricks_are_caught_with_the_reason(attacked):
     assert async_steps["status"] == "unverified" and "without '..'" in async_steps["reason"]
     lab3 = rows_of(attacked, "fake", "lab3")
     assert lab3["sync accuracy"]["status"] == "mismatch" and "another test set" in lab3["sync accuracy"]["reason"]
-    assert lab3["async accuracy"]["status"] == "unverified" and "'/etc/passwd' leads out of the run's folder" in \
-        lab3["async accuracy"]["reason"]
+    assert (
+        lab3["async accuracy"]["status"] == "unverified"
+        and "'/etc/passwd' leads out of the run's folder" in lab3["async accuracy"]["reason"]
+    )
     steps = lab3["sync: every worker does every global step"]  # cluster_run_dir = "/"
     assert steps["status"] == "unverified" and "leads out of the run's folder" in steps["reason"]
 
@@ -529,12 +569,14 @@ def test_oversized_artifacts_are_refused(attacked):
 
 
 def test_inputs_the_grader_refuses_are_rows_and_the_batch_goes_on(attacked):
-    expect = {"grades.csv": ("refused", "one the grader writes itself"),
-              "bad name;rm": ("refused", "not a plain name"),
-              "linker": ("refused", "symbolic link"),
-              "v3": ("unreadable", "nbformat 3"),
-              "empty": ("unreadable", "empty notebook"),
-              "huge": ("refused", "over the 16 MB cap")}
+    expect = {
+        "grades.csv": ("refused", "one the grader writes itself"),
+        "bad name;rm": ("refused", "not a plain name"),
+        "linker": ("refused", "symbolic link"),
+        "v3": ("unreadable", "nbformat 3"),
+        "empty": ("unreadable", "empty notebook"),
+        "huge": ("refused", "over the 16 MB cap"),
+    }
     for student, (status, words) in expect.items():
         run = rows_of(attacked, student)["execution"]
         assert (run["status"], words in run["reason"]) == (status, True), (student, run)
@@ -560,6 +602,7 @@ def test_the_batch_is_cheap(attacked):
 
 
 # ----------------------------------------------------------------------------------- the machine and the grader
+
 
 def printed(attacked, student, lab="lab1") -> str:
     nb = nbformat.read(str(attacked["root"] / "out" / student / attacked["rubric"].labs[lab].notebook), as_version=4)
@@ -599,7 +642,7 @@ def test_a_full_disk_is_a_row_and_leaves_the_machine_its_space(attacked):
     assert run["status"] == "disk" and f"filled its {DISK_MB} MB of disk" in run["reason"], run
     spare = said(attacked, "filler", "FILLED")
     for where, (written, errno) in spare.items():
-        assert written <= DISK_MB * 2**20 and errno in (27, 28), (where, written, errno)   # EFBIG or ENOSPC
+        assert written <= DISK_MB * 2**20 and errno in (27, 28), (where, written, errno)  # EFBIG or ENOSPC
     out = attacked["root"] / "out"
     assert [p for p in (out / ".work").rglob("*") if p.is_file()] == []
     on_disk = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.is_symlink())
@@ -613,7 +656,7 @@ def test_a_stderr_flood_leaves_a_capped_log(attacked):
     assert rows_of(attacked, "flooder")["execution"]["status"] == "ok"
     log = (attacked["root"] / "out" / "flooder" / "01_single_node_lr.log").read_bytes()
     assert len(log) <= logcap.HEAD + logcap.TAIL + 4096, len(log)
-    assert b"FLOOD-START" in log[:logcap.HEAD] and b"FLOOD-END" in log[-logcap.TAIL:]
+    assert b"FLOOD-START" in log[: logcap.HEAD] and b"FLOOD-END" in log[-logcap.TAIL :]
     assert b"bytes of output were cut here" in log
 
 
@@ -631,7 +674,7 @@ def test_the_graders_state_cannot_be_forged(attacked):
 
     tried = said(attacked, "forger", "FORGER")
     assert not [k for k, v in tried.items() if v == "written" or v.startswith("read ")], tried
-    book = Book.load(attacked["root"] / "out")   # the manifest and the rubric copy hold
+    book = Book.load(attacked["root"] / "out")  # the manifest and the rubric copy hold
     victim = next(j for j in book.jobs if j.student == "victim")
     assert ledger.load_outcome(victim)["rows"][0]["status"] == "ok"
     assert b"forged" not in attacked["grades"].read_bytes()
@@ -681,7 +724,8 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
     """Two notebooks at once: no abstract socket, file in /tmp or /dev/shm, or signal crosses
     from one run to the other (a network, mount and PID namespace each, and, as root, a uid each)."""
     subs = tmp_path / "subs"
-    (tmp_path / "rubric.toml").write_text(textwrap.dedent("""\
+    (tmp_path / "rubric.toml").write_text(
+        textwrap.dedent("""\
         [labs.pair]
         notebook = "pair.ipynb"
         [[labs.pair.checks]]
@@ -689,7 +733,8 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
         kind = "record"
         points = 1
         record = "never"
-    """))
+    """)
+    )
     write(subs / "a" / "pair.ipynb", code_notebook(CLASSMATE_A))
     write(subs / "b" / "pair.ipynb", code_notebook(CLASSMATE_B))
     outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=2, log=lambda m: None)
@@ -701,9 +746,9 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
         return json.loads(next(ln for ln in text.splitlines() if ln.startswith(word + " ")).split(" ", 1)[1])
 
     a, b = said_by("a", "A"), said_by("b", "B")
-    assert a["start"] < b["end"] and b["start"] < a["end"], (a, b)   # they did run at the same time
+    assert a["start"] < b["end"] and b["start"] < a["end"], (a, b)  # they did run at the same time
     assert a["got"] == [] and b["reached"] == [] and b["seen"] == []
-    assert b["procs"] < 20   # its own kernel's few processes, none of A's
+    assert b["procs"] < 20  # its own kernel's few processes, none of A's
     if os.geteuid() == 0:
         assert a["uid"] != b["uid"]
 
@@ -713,7 +758,8 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
     student's over a third: neither is trusted, both notebooks run again and their rows say why;
     the untouched one is kept."""
     rubric = tmp_path / "rubric.toml"
-    rubric.write_text(textwrap.dedent("""\
+    rubric.write_text(
+        textwrap.dedent("""\
         [labs.one]
         notebook = "one.ipynb"
         [[labs.one.checks]]
@@ -721,7 +767,8 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
         kind = "record"
         points = 1
         record = "x"
-    """))
+    """)
+    )
     for student, value in (("ann", None), ("bob", 1), ("cat", None)):
         code = "import labkit\nlabkit.record('x', 1)" if value else "pass"
         write(tmp_path / "subs" / student / "one.ipynb", code_notebook(code))
@@ -732,7 +779,8 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
     forged["rows"][1].update(points=1.0, status="pass", reason="")
     (out / ".grader" / "ann" / "one" / "outcome.json").write_text(json.dumps(forged))
     (out / ".grader" / "cat" / "one" / "outcome.json").write_bytes(
-        (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes())
+        (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes()
+    )
     notes = []
     second = grade(rubric, tmp_path / "subs", out, parallel=2, log=notes.append)
     assert sorted(second.ran) == [("ann", "one"), ("cat", "one")] and second.kept == [("bob", "one")]

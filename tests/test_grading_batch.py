@@ -2,6 +2,7 @@
 labkit.notebook.record, not the real labs): every failure mode becomes a row with the right status and
 reason, the fake claim is a ``mismatch``, the released notebook fails where the solution was
 removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
+
 from __future__ import annotations
 
 import re
@@ -19,21 +20,31 @@ from labkit.grading.kit.release import release_notebook
 from labkit.grading.run.sandbox import SANDBOXES
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
-pytestmark = [pytest.mark.notebook,
-              pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.notebook,
+    pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
+]
 
-ANSWER = ("A nearest-centroid classifier is linear: its logits are x.mu_k - |mu_k|^2/2, so the saved "
-          "W and b reproduce the recorded accuracy exactly.")
+ANSWER = (
+    "A nearest-centroid classifier is linear: its logits are x.mu_k - |mu_k|^2/2, so the saved "
+    "W and b reproduce the recorded accuracy exactly."
+)
 
 # cell 3 is the solution region the release removes; tests swap it for misbehaving code
 CELLS = [
     ("md", "# Fixture lab\nA tiny lab for the grader's tests.", []),
     ("code", "n = 10\ntest_limit = 500", ["parameters"]),
-    ("code", "import json, os, sys\nimport numpy as np\nimport labkit\n"
-             "print('WARNING: TensorFlow-style noise on stderr never costs points', file=sys.stderr)", []),
+    (
+        "code",
+        "import json, os, sys\nimport numpy as np\nimport labkit\n"
+        "print('WARNING: TensorFlow-style noise on stderr never costs points', file=sys.stderr)",
+        [],
+    ),
     ("code", "### BEGIN SOLUTION\ntotal = sum(range(n + 1))\n### END SOLUTION\nlabkit.record('total', total)", []),
     ("code", "import matplotlib.pyplot as plt\nplt.plot(range(n))\nplt.show()", ["fig-plot"]),
-    ("code", textwrap.dedent("""\
+    (
+        "code",
+        textwrap.dedent("""\
         assert os.environ['LABKIT_RUNS'] == os.path.realpath('runs')  # cluster runs stay in the workdir
         os.makedirs('runs/fix/run1', exist_ok=True)
         steps = {'0': 5 * n, '1': 5 * n}
@@ -42,8 +53,12 @@ CELLS = [
                 json.dump({'task': task, 'steps': s}, f)
         labkit.record('run_dir', 'runs/fix/run1')  # relative: the grader refuses paths out of the workdir
         labkit.record('worker_steps', steps)
-        labkit.record('global_step', 10 * n)"""), []),
-    ("code", textwrap.dedent("""\
+        labkit.record('global_step', 10 * n)"""),
+        [],
+    ),
+    (
+        "code",
+        textwrap.dedent("""\
         data = labkit.load_mnist(limit=1000, test_limit=test_limit)
         x = data.x_train.reshape(len(data.x_train), -1)
         mu = np.stack([x[data.y_train == k].mean(0) for k in range(10)])
@@ -51,7 +66,9 @@ CELLS = [
         os.makedirs('artifacts', exist_ok=True)
         np.savez('artifacts/lab1_core_weights.npz', W=W, b=b)
         xt = data.x_test.reshape(len(data.x_test), -1)
-        labkit.record('core_test_accuracy', float(((xt @ W + b).argmax(1) == data.y_test).mean()))"""), []),
+        labkit.record('core_test_accuracy', float(((xt @ W + b).argmax(1) == data.y_test).mean()))"""),
+        [],
+    ),
     ("md", "**Question.** Why does the saved model reproduce the recorded accuracy?", []),
     ("md", ANSWER, ["analysis"]),
 ]
@@ -124,15 +141,19 @@ HANG_MARK, DETACH_MARK = "4242.1", "4242.2"
 # the kernel's own stderr (ipykernel sends fd 2 to the notebook; this is the one it started with),
 # which the runner copies into the run's capped .log as it comes
 KERNEL_STDERR = "getattr(sys.stderr, '_original_stdstream_copy', None) or 2"
-HANG = ("import os, subprocess, sys, time\n"
-        f"child = subprocess.Popen(['sleep', '{HANG_MARK}'], start_new_session=True)\n"
-        f"os.write({KERNEL_STDERR}, f'started child {{child.pid}}\\n'.encode())\n"
-        "time.sleep(10**6)")
+HANG = (
+    "import os, subprocess, sys, time\n"
+    f"child = subprocess.Popen(['sleep', '{HANG_MARK}'], start_new_session=True)\n"
+    f"os.write({KERNEL_STDERR}, f'started child {{child.pid}}\\n'.encode())\n"
+    "time.sleep(10**6)"
+)
 # a grandchild that leaves the kernel's tree (double fork) and hides in its own session
-DETACH = ("import subprocess, sys, time\n"
-          f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo started grandchild $! >&2'], check=True, "
-          f"stderr={KERNEL_STDERR})\n"
-          "time.sleep(10**6)")
+DETACH = (
+    "import subprocess, sys, time\n"
+    f"subprocess.run(['bash', '-c', 'setsid sleep {DETACH_MARK} & echo started grandchild $! >&2'], check=True, "
+    f"stderr={KERNEL_STDERR})\n"
+    "time.sleep(10**6)"
+)
 
 
 def running_with(marker: str) -> list[int]:
@@ -143,18 +164,22 @@ def running_with(marker: str) -> list[int]:
             found.append(p.pid)
     return found
 
+
 CRASH = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
 # two children, each under the per-process limit, together over the tree's RSS cap
-FORK_HOGS = ("import subprocess, sys, time\n"
-             "code = 'import time; x = bytes([1]) * (700 * 2**20); time.sleep(1000)'\n"
-             "kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(2)]\n"
-             "time.sleep(10**6)")
+FORK_HOGS = (
+    "import subprocess, sys, time\n"
+    "code = 'import time; x = bytes([1]) * (700 * 2**20); time.sleep(1000)'\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(2)]\n"
+    "time.sleep(10**6)"
+)
 
 
 def lab_notebook(replace=None):
     replace = replace or {}
-    nb = new_notebook(cells=[cell(replace.get(i, src), tags, markdown=kind == "md")
-                             for i, (kind, src, tags) in enumerate(CELLS)])
+    nb = new_notebook(
+        cells=[cell(replace.get(i, src), tags, markdown=kind == "md") for i, (kind, src, tags) in enumerate(CELLS)]
+    )
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
@@ -175,7 +200,7 @@ def submissions(root):
         nbformat.write(nb, str(root / student / "fixlab.ipynb"))
     (root / "broken").mkdir()
     (root / "broken" / "fixlab.ipynb").write_text('{"cells": [{"cell_type": "code", "source": ')
-    (root / "absent").mkdir()   # a notebook of no lab (a misnamed one is graded: test_grading_intake)
+    (root / "absent").mkdir()  # a notebook of no lab (a misnamed one is graded: test_grading_intake)
     nbformat.write(new_notebook(cells=[new_code_cell("print('scratch')")]), str(root / "absent" / "notes.ipynb"))
     for student, code in (("good", DETACH), ("crasher", CRASH), ("forker", FORK_HOGS)):
         (root / student).mkdir(exist_ok=True)
@@ -209,8 +234,9 @@ def status(rows, student, check, lab="fix"):
 
 def test_correct_submission_passes_everything(batch):
     rows = rows_by(batch["runs"][2][0])
-    assert [status(rows, "good", c)[0] for c in ("execution", "total", "plot", "steps add up", "accuracy", "analysis")] \
-        == ["ok", "pass", "pass", "pass", "pass", "pending"]   # the answer awaits a TA
+    assert [
+        status(rows, "good", c)[0] for c in ("execution", "total", "plot", "steps add up", "accuracy", "analysis")
+    ] == ["ok", "pass", "pass", "pass", "pass", "pending"]  # the answer awaits a TA
     assert sum(r["points"] for r in batch["runs"][2][0].rows if r["student"] == "good" and r["lab"] == "fix") == 7
 
 
@@ -228,7 +254,7 @@ def test_cell_timeout_kills_the_kernel_and_its_children(batch):
     assert status(rows, "hangs", "execution")[:2] == ("timeout", "cell 4 ran past the 10 s cell timeout")
     for jobs, (_, out) in batch["runs"].items():
         assert "started child" in (out / "hangs" / "fixlab.log").read_text()  # the child did start
-        assert not (out / ".work" / "hangs" / "fixlab").exists()   # its work folder is gone with its disk
+        assert not (out / ".work" / "hangs" / "fixlab").exists()  # its work folder is gone with its disk
     assert running_with(HANG_MARK) == []
 
 
@@ -342,14 +368,32 @@ def test_stopping_the_grader_leaves_nothing_running(tmp_path, sandbox):
         subs, out = tmp_path / f"subs-{sig.name}", tmp_path / f"out-{sig.name}"
         (subs / "s").mkdir(parents=True)
         nbformat.write(lab_notebook({3: HANG}), str(subs / "s" / "fixlab.ipynb"))
-        graders[sig] = subprocess.Popen([sys.executable, "-m", "labkit", "grade", str(subs), "--out", str(out),
-                                         "--rubric", str(tmp_path / "rubric.toml"), "--lab", "fix"]
-                                        + (["--no-sandbox"] if sandbox == "none" else []),
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        pid_files[sig] = out / "s" / "fixlab.log"   # the kernel's stderr, capped, flushed as it comes
+        graders[sig] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "labkit",
+                "grade",
+                str(subs),
+                "--out",
+                str(out),
+                "--rubric",
+                str(tmp_path / "rubric.toml"),
+                "--lab",
+                "fix",
+            ]
+            + (["--no-sandbox"] if sandbox == "none" else []),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        pid_files[sig] = out / "s" / "fixlab.log"  # the kernel's stderr, capped, flushed as it comes
     try:
-        wait_until(lambda: all(p.exists() and "started child" in p.read_text() for p in pid_files.values()),
-                   120, 0.2, "both runs' kernels to log that their child started")
+        wait_until(
+            lambda: all(p.exists() and "started child" in p.read_text() for p in pid_files.values()),
+            120,
+            0.2,
+            "both runs' kernels to log that their child started",
+        )
         assert len(running_with(HANG_MARK)) == 2  # both children run
         # every process of the two runs (runners, kernels, children): each must end by itself. The
         # sleeping children die first; a runner still tearing down after them is no leak, so the
@@ -383,7 +427,7 @@ def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monk
     rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
     outcome = grade("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks", log=lambda m: None)
     assert outcome.exit_code == 1
-    assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"   # its verifier ran
+    assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"  # its verifier ran
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## fix: Fixture lab" in report and "| total | 0/2 | fail | 210 |" in report
     assert "| core_test_accuracy |" in report and (tmp_path / "out" / "fixlab.ipynb").exists()
@@ -406,20 +450,25 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
 
     repo = Path(__file__).parents[1]
     lab = repo / "notebooks" / "01_single_node_lr.ipynb"
-    [(released, regions)] = [r for r in release(repo / "notebooks", tmp_path / "release", log=lambda m: None)
-                             if r[0].name == lab.name]
+    [(released, regions)] = [
+        r for r in release(repo / "notebooks", tmp_path / "release", log=lambda m: None) if r[0].name == lab.name
+    ]
     assert regions >= 2
     for student, src in (("reference", lab), ("released", released)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         (tmp_path / "subs" / student / lab.name).write_bytes(src.read_bytes())
     # the real rubric, at 3 epochs and short idle baselines to save time (about 87% either way)
     rubric = (repo / "notebooks" / "rubric.toml").read_text()
-    short = re.subn(r"\[labs\.lab1\.parameters\]\nepochs = 5\n(.*\n)idle_s = [0-9.]+",
-                    r"[labs.lab1.parameters]\nepochs = 3\n\1idle_s = 0.2", rubric)
+    short = re.subn(
+        r"\[labs\.lab1\.parameters\]\nepochs = 5\n(.*\n)idle_s = [0-9.]+",
+        r"[labs.lab1.parameters]\nepochs = 3\n\1idle_s = 0.2",
+        rubric,
+    )
     assert short[1] == 1
     (tmp_path / "rubric.toml").write_text(short[0])
-    outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=2,
-                    labs=["lab1"], log=lambda m: None)
+    outcome = grade(
+        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=2, labs=["lab1"], log=lambda m: None
+    )
     rows = rows_by(outcome)
     st, reason, _ = status(rows, "released", "execution", lab="lab1")
     assert st == "error" and "NotImplementedError" in reason
@@ -429,7 +478,7 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
         assert status(rows, "released", check, lab="lab1")[0] in ("missing", "fail"), check
         assert status(rows, "reference", check, lab="lab1")[0] == "pass", check
     for check in [c.name for c in outcome_lab(tmp_path / "rubric.toml").checks if c.manual]:
-        assert status(rows, "released", check, lab="lab1")[0] == "fail", check      # still the placeholder
+        assert status(rows, "released", check, lab="lab1")[0] == "fail", check  # still the placeholder
         assert status(rows, "reference", check, lab="lab1")[0] == "pending", check  # a TA scores it
 
 
@@ -443,27 +492,33 @@ def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywh
     monkeypatch.setitem(SANDBOXES, "bwrap", Bubblewrap("labkit-no-such-bwrap"))
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     (tmp_path / "subs" / "s").mkdir(parents=True)
-    nbformat.write(new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]),
-                   str(tmp_path / "subs" / "s" / "fixslow.ipynb"))
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]),
+        str(tmp_path / "subs" / "s" / "fixslow.ipynb"),
+    )
     with pytest.raises(grading.GradeError) as e:
         grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], log=lambda m: None)
     assert "sudo apt-get install bubblewrap" in str(e.value) and "--no-sandbox" in str(e.value)
     assert not (tmp_path / "out").exists()
 
-    outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"],
-                    log=lambda m: None, sandbox="none")
+    outcome = grade(
+        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], log=lambda m: None, sandbox="none"
+    )
     rows = rows_by(outcome)
     assert status(rows, "s", "execution", lab="slow")[0] == "ok" and status(rows, "s", "never", lab="slow")[0] == "pass"
     assert "WITHOUT a sandbox" in status(rows, "s", "execution", lab="slow")[1]
     for page in ("summary.md", "s/fixslow.html"):
-        assert "WARNING" in (tmp_path / "out" / page).read_text() and "WITHOUT a sandbox" in \
-            (tmp_path / "out" / page).read_text(), page
+        assert (
+            "WARNING" in (tmp_path / "out" / page).read_text()
+            and "WITHOUT a sandbox" in (tmp_path / "out" / page).read_text()
+        ), page
 
     notes = []
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    nbformat.write(new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]),
-                   str(nbs / "fixslow.ipynb"))
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]), str(nbs / "fixslow.ipynb")
+    )
     ref = grade(tmp_path / "rubric.toml", None, tmp_path / "ref", labs=["slow"], notebooks=nbs, log=notes.append)
     assert ref.exit_code == 0 and any("the reference notebooks run without a sandbox" in n for n in notes)
 
@@ -476,7 +531,10 @@ def test_default_parallelism_is_one_per_core_within_memory(monkeypatch):
 
     from labkit.grading import grade as grading
 
-    labs = [SimpleNamespace(memory_mb=4096, check_memory_mb=3072), SimpleNamespace(memory_mb=6144, check_memory_mb=3072)]
+    labs = [
+        SimpleNamespace(memory_mb=4096, check_memory_mb=3072),
+        SimpleNamespace(memory_mb=6144, check_memory_mb=3072),
+    ]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
     for free_gib, want in ((64, 4), (13, 2), (5, 1)):
         monkeypatch.setattr(psutil, "virtual_memory", lambda g=free_gib: SimpleNamespace(available=g * 2**30))

@@ -14,6 +14,7 @@ stays whole), and the Canvas export lists what changed since the first export. E
 The rubric is the repository's, with Lab 1's parameters cut (2 epochs on 5000 images, no idle
 baselines) and its accuracy bars set for that, so an honest run takes about half its usual time.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,39 +37,59 @@ from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
-pytestmark = [pytest.mark.slow, pytest.mark.notebook,
-              pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.notebook,
+    pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
+]
 
 NOTEBOOK = "01_single_node_lr.ipynb"
 LASTS = ["abbott", "baker", "chen", "diaz", "evans", "fox"]
 FIRSTS = ["ann", "ben", "cara", "dev", "eli"]
-NAMES = [f"{last}{first}" for last in LASTS for first in FIRSTS]          # Canvas's names: 30 students
+NAMES = [f"{last}{first}" for last in LASTS for first in FIRSTS]  # Canvas's names: 30 students
 HONEST, COPIED, LATE, MISNAMED = (0, 1, 6, 7), (2, 3), (4, 5), (6, 7, 8)
 CRASHING, UNFILLED, EMPTY = (5, 8, *range(9, 15)), range(15, 17), range(17, 30)
-RUN_THROUGH = [*HONEST, *COPIED, 4]          # late 5 and misnamed 8 crash
+RUN_THROUGH = [*HONEST, *COPIED, 4]  # late 5 and misnamed 8 crash
 MISNAMES = {6: "01_single_node_lr (1).ipynb", 7: "lab1 final version.ipynb", 8: "01_Single_Node_LR.ipynb"}
-ANSWER_CELLS = {"answer: audit of report 000's 97%": "lab1-audit-answer", "answer Q1": "lab1-29",
-                "answer Q2": "lab1-31", "answer Q3": "lab1-33"}
+ANSWER_CELLS = {
+    "answer: audit of report 000's 97%": "lab1-audit-answer",
+    "answer Q1": "lab1-29",
+    "answer Q2": "lab1-31",
+    "answer Q3": "lab1-33",
+}
 STYLES = [  # three ways of answering; each student adds a sentence of their own
-    {"lab1-audit-answer": "The best full-test accuracy stays below 94%, so 97% was a lucky batch of 50 images.",
-     "lab1-29": "The minibatch gradient is noisy and the learning rate is fixed, so the weights keep moving.",
-     "lab1-31": "CPU rises to about one core while training and falls back between the runs.",
-     "lab1-33": "Nothing is sent over a network: one process holds the data, the weights and the gradients."},
-    {"lab1-audit-answer": "97% holds for a share of the 50-image batches only; the whole test set never reaches it.",
-     "lab1-29": "Each step sees 50 images; their gradient points near the minimum, never exactly at it.",
-     "lab1-31": "One busy core during each run, the host line shows other load, memory stays flat.",
-     "lab1-33": "All of it is local: memory and one process, so the network plot is flat."},
-    {"lab1-audit-answer": "The report quoted a batch, not the test set: our best epoch is well under 97%.",
-     "lab1-29": "Stochastic steps with a constant rate bounce around the optimum instead of settling.",
-     "lab1-31": "The process uses about 100% CPU (one core) and its memory grows once when data loads.",
-     "lab1-33": "No cluster is involved, so there is no communication cost at all."},
+    {
+        "lab1-audit-answer": "The best full-test accuracy stays below 94%, so 97% was a lucky batch of 50 images.",
+        "lab1-29": "The minibatch gradient is noisy and the learning rate is fixed, so the weights keep moving.",
+        "lab1-31": "CPU rises to about one core while training and falls back between the runs.",
+        "lab1-33": "Nothing is sent over a network: one process holds the data, the weights and the gradients.",
+    },
+    {
+        "lab1-audit-answer": "97% holds for a share of the 50-image batches only; the whole test set never reaches it.",
+        "lab1-29": "Each step sees 50 images; their gradient points near the minimum, never exactly at it.",
+        "lab1-31": "One busy core during each run, the host line shows other load, memory stays flat.",
+        "lab1-33": "All of it is local: memory and one process, so the network plot is flat.",
+    },
+    {
+        "lab1-audit-answer": "The report quoted a batch, not the test set: our best epoch is well under 97%.",
+        "lab1-29": "Stochastic steps with a constant rate bounce around the optimum instead of settling.",
+        "lab1-31": "The process uses about 100% CPU (one core) and its memory grows once when data loads.",
+        "lab1-33": "No cluster is involved, so there is no communication cost at all.",
+    },
 ]
 
 
 def small_rubric(root: Path) -> Path:
     """The repository's rubric, Lab 1 cut to 2 epochs on 5000 images, with a late penalty."""
-    return helpers.small_rubric(root, [('notebook = "01_single_node_lr.ipynb"\n',
-                                        'notebook = "01_single_node_lr.ipynb"\nlate_penalty = { per_day = 0.1, max = 0.5 }\n')])
+    return helpers.small_rubric(
+        root,
+        [
+            (
+                'notebook = "01_single_node_lr.ipynb"\n',
+                'notebook = "01_single_node_lr.ipynb"\nlate_penalty = { per_day = 0.1, max = 0.5 }\n',
+            )
+        ],
+    )
 
 
 def honest(i: int):
@@ -87,6 +108,7 @@ def crashing(i: int):
 
 def submissions() -> list[CanvasFile]:
     """The class as Canvas's download holds it (user ids 5000 + i, attachment ids 90000 + ...)."""
+
     def data(nb) -> bytes:
         return nbformat.writes(nb).encode()
 
@@ -95,7 +117,7 @@ def submissions() -> list[CanvasFile]:
         uid, aid = 5000 + i, 90000 + 10 * i
         filename = MISNAMES.get(i, NOTEBOOK)
         if i in COPIED:
-            nb = honest(0)                         # byte for byte the first student's
+            nb = honest(0)  # byte for byte the first student's
         elif i in RUN_THROUGH:
             nb = honest(i)
         elif i in CRASHING:
@@ -104,7 +126,7 @@ def submissions() -> list[CanvasFile]:
             nb = release_notebook(nbformat.read(str(REPO / "notebooks" / NOTEBOOK), as_version=4), NOTEBOOK)[0]
         else:
             nb = nbformat.v4.new_notebook()
-        if i == 4:   # uploaded a crashing version on time, then the real one late
+        if i == 4:  # uploaded a crashing version on time, then the real one late
             files.append(CanvasFile(name, uid, aid - 5, NOTEBOOK, data(crashing(i))))
             filename = "01_single_node_lr-1.ipynb"
         files.append(CanvasFile(name, uid, aid, filename, data(nb), late=i in LATE))
@@ -116,8 +138,9 @@ def login(i: int) -> str:
 
 
 def cli(*args, timeout=1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def score_answers(path: Path, out: Path, pick) -> Path:
@@ -138,8 +161,9 @@ def term(tmp_path_factory):
     root = tmp_path_factory.mktemp("term")
     rubric = small_rubric(root)
     people = [(f"{n[:-3].title()}, {n[-3:].title()}", 5000 + i, f"S{1000 + i}", login(i)) for i, n in enumerate(NAMES)]
-    roster = canvas_roster(root / "roster.csv", people + [("Zhao, Zoe", 5030, "S1030", login(30))],
-                           assignment="Lab 1 (901)")
+    roster = canvas_roster(
+        root / "roster.csv", people + [("Zhao, Zoe", 5030, "S1030", login(30))], assignment="Lab 1 (901)"
+    )
     download = canvas_zip(root / "submissions.zip", submissions())
     out = root / "out"
     t0 = time.monotonic()
@@ -157,7 +181,7 @@ def test_the_download_is_graded_as_it_came(term):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "imported 30 notebook(s) of 30 student(s) from Canvas's download submissions.zip" in r.stdout
     rows = rows_of(out)
-    assert {s for s, _ in rows} == {login(i) for i in range(30)}        # named as the gradebook names them
+    assert {s for s, _ in rows} == {login(i) for i in range(30)}  # named as the gradebook names them
     for i in RUN_THROUGH:
         assert rows[(login(i), "execution")]["status"] == "ok", (i, rows[(login(i), "execution")])
         assert rows[(login(i), "core accuracy")]["status"] == "pass", (i, rows[(login(i), "core accuracy")])
@@ -172,9 +196,11 @@ def test_the_download_is_graded_as_it_came(term):
     for i in EMPTY:
         assert rows[(login(i), "execution")]["status"] == "unreadable"
     for i in LATE:
-        assert rows[(login(i), "late")]["status"] == "late" and "Canvas's LATE mark" in rows[(login(i), "late")]["reason"]
-    assert float(rows[(login(4), "late")]["points"]) == pytest.approx(-1.8)   # 1 day (Canvas's mark) at 10% of 18
-    assert float(rows[(login(5), "late")]["points"]) == 0                     # nothing earned yet: nothing to take
+        assert (
+            rows[(login(i), "late")]["status"] == "late" and "Canvas's LATE mark" in rows[(login(i), "late")]["reason"]
+        )
+    assert float(rows[(login(4), "late")]["points"]) == pytest.approx(-1.8)  # 1 day (Canvas's mark) at 10% of 18
+    assert float(rows[(login(5), "late")]["points"]) == 0  # nothing earned yet: nothing to take
     assert "the latest of 2 files for this lab" in rows[(login(4), "execution")]["reason"]
     assert (login(12), "late") not in rows
     summary = (out / "summary.md").read_text()
@@ -182,7 +208,7 @@ def test_the_download_is_graded_as_it_came(term):
     pairs = {(p["student_a"], p["student_b"]) for p in read_csv(out / "similarity.csv") if p["kind"] == "answers"}
     assert tuple(sorted((login(0), login(2)))) in pairs and tuple(sorted((login(2), login(3)))) in pairs
     assert (out / "summary.html").read_text().count("data:image/png;base64,") == 2
-    with open(out / "canvas.csv", newline="") as f:   # Lab 1 alone: no column for a lab nobody submitted
+    with open(out / "canvas.csv", newline="") as f:  # Lab 1 alone: no column for a lab nobody submitted
         assert next(csv.reader(f))[5:] == ["Single-node logistic regression: TF Core vs Keras"]
 
 
@@ -192,12 +218,16 @@ def test_two_tas_score_the_answers_and_their_one_conflict_is_resolved(term):
     assert r.returncode == 0, r.stderr
     exported = {check: out / "answers" / "lab1" / f"{answers.slug(check)}.csv" for check in ANSWER_CELLS}
     # TA 1 takes the audit and Q1; TA 2 takes Q2 and Q3, and also, from the same export, regrades Q1 of one student
-    ta1 = [score_answers(exported[c], root / f"ta1-{answers.slug(c)}.csv", lambda row: ("1", "")) for c in
-           ("answer: audit of report 000's 97%", "answer Q1")]
+    ta1 = [
+        score_answers(exported[c], root / f"ta1-{answers.slug(c)}.csv", lambda row: ("1", ""))
+        for c in ("answer: audit of report 000's 97%", "answer Q1")
+    ]
     r = cli("grade-merge", *ta1, "--out", out)
     assert r.returncode == 0, r.stderr
-    ta2 = [score_answers(exported[c], root / f"ta2-{answers.slug(c)}.csv", lambda row: ("0.5", "say why")) for c in
-           ("answer Q2", "answer Q3")]
+    ta2 = [
+        score_answers(exported[c], root / f"ta2-{answers.slug(c)}.csv", lambda row: ("0.5", "say why"))
+        for c in ("answer Q2", "answer Q3")
+    ]
     rows = read_csv(exported["answer Q1"])
     regrade = [r for r in rows if r["student"] == login(1)]
     regrade[0]["score"], regrade[0]["comment"] = "0.5", "the noise argument is half the answer"
@@ -231,14 +261,16 @@ def test_the_canvas_export_needs_no_hand_edit_and_a_late_student_joins_the_class
     assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 1 (901)"]
     assert lines[1][0].strip() == "Points Possible" and len(lines) == 2 + 30
     grades = {ln[3]: ln for ln in lines[2:]}
-    assert all(ln[5] != "" for ln in grades.values())                 # every grade is there: nothing awaits
+    assert all(ln[5] != "" for ln in grades.values())  # every grade is there: nothing awaits
     assert grades[login(0)][1] == "5000" and float(grades[login(0)][5]) > 10
     rows = rows_of(out)
-    for i in LATE:   # the late penalty is in the grade Canvas gets
-        earned = sum(float(r["points"]) for (s, c), r in rows.items() if s == login(i) and c not in ("execution", "late"))
+    for i in LATE:  # the late penalty is in the grade Canvas gets
+        earned = sum(
+            float(r["points"]) for (s, c), r in rows.items() if s == login(i) and c not in ("execution", "late")
+        )
         assert float(grades[login(i)][5]) == pytest.approx(earned + float(rows[(login(i), "late")]["points"]))
-        assert float(rows[(login(i), "late")]["points"]) == pytest.approx(-1.8)   # now 6 has points to lose
-    assert float(grades[login(13)][5]) > 0 and grades[login(25)][5] == "0"   # a crash keeps its answers' scores
+        assert float(rows[(login(i), "late")]["points"]) == pytest.approx(-1.8)  # now 6 has points to lose
+    assert float(grades[login(13)][5]) > 0 and grades[login(25)][5] == "0"  # a crash keeps its answers' scores
     # Zoe hands in late, alone, in a folder of her own, into the class's folder
     late_one = root / "zoe"
     (late_one / login(30)).mkdir(parents=True)
@@ -263,7 +295,7 @@ def test_the_pages_go_back_to_canvas(term):
     with zipfile.ZipFile(out / "deliver" / "canvas" / "lab1.zip") as zf:
         names = zf.namelist()
     assert len(names) == 30 and f"{NAMES[5]}_LATE_5005_90050_feedback-lab1.html" in names
-    assert f"{NAMES[4]}_LATE_5004_90040_feedback-lab1.html" in names     # the graded upload, not the first
+    assert f"{NAMES[4]}_LATE_5004_90040_feedback-lab1.html" in names  # the graded upload, not the first
     assert len(list((out / "deliver" / "students").glob("*@uni.edu.zip"))) == 31
     seconds = time.monotonic() - term["t0"]
     record = json.dumps({"class_run_seconds": round(seconds), "grade_seconds": round(term["steps"]["grade"].seconds)})

@@ -3,6 +3,7 @@ registry: no notebook, no kernel, no sandbox. The fake counts polls, not seconds
 happens in which order is exact: which notebooks start, when each is scored, that its uid and
 disk go back once its page is written, that a run's limit is enforced while another notebook's page renders, and what
 is killed when the grader is interrupted."""
+
 from __future__ import annotations
 
 import nbformat
@@ -49,7 +50,7 @@ class FakeExecutor(executor.Executor):
     def poll(self, run: FakeRun):
         self.polls += 1
         if self.polls == self.interrupt_at:
-            raise KeyboardInterrupt("signal 2")   # what grade.main's handler raises on SIGINT or SIGTERM
+            raise KeyboardInterrupt("signal 2")  # what grade.main's handler raises on SIGINT or SIGTERM
         run.count += 1
         if run.limit is not None and run.count >= run.limit:
             self.events.append(("stopped", run.job.student))
@@ -70,7 +71,7 @@ class FakeExecutor(executor.Executor):
 class Step:
     """A check or a page that takes ``polls`` polls."""
 
-    memory_mb = 100.0   # a page's limit
+    memory_mb = 100.0  # a page's limit
 
     def __init__(self, what: str, student: str, polls: int, events: list, value=True):
         self.what, self.student, self.left, self.events, self.value = what, student, polls, events, value
@@ -123,8 +124,17 @@ def jobs(tmp_path, monkeypatch):
         src.parent.mkdir(parents=True)
         if student != "eve":
             nbformat.write(new_notebook(cells=[new_code_cell("record('done', 1)")]), str(src))
-        out.append(Job(student, lab, src, tmp_path / "out" / student / "a.ipynb", tmp_path / "work" / student,
-                       tmp_path / "out" / student / "a.log", tmp_path / "grader" / student))
+        out.append(
+            Job(
+                student,
+                lab,
+                src,
+                tmp_path / "out" / student / "a.ipynb",
+                tmp_path / "work" / student,
+                tmp_path / "out" / student / "a.log",
+                tmp_path / "grader" / student,
+            )
+        )
     events = []
     monkeypatch.setattr(batch, "release", lambda job: events.append(("release", job.student)))
     return out, events
@@ -155,7 +165,7 @@ def test_the_batch_prepares_runs_scores_and_renders_each_notebook_within_its_slo
     assert not any(what in ("kill", "page killed") for what, *_ in events) and events[-1] == ("close",)
     for student in ("ann", "bob", "cat", "dan", "eve"):
         mine = [what for what, *who in events if who and who[0] == student]
-        assert mine[-3:] == ["scored", "page done", "release"], (student, mine)   # uid and disk back after the page
+        assert mine[-3:] == ["scored", "page done", "release"], (student, mine)  # uid and disk back after the page
     rows = {s: {r["check"]: r for r in got.rows} for s, got in sink.scored.items()}
     assert rows["ann"]["done"]["status"] == "pass" and rows["ann"]["execution"]["reason"] == "a note"
     assert rows["bob"]["execution"]["status"] == "error" and rows["eve"]["done"]["status"] == "not-run"
@@ -168,10 +178,21 @@ def test_without_a_sink_a_flight_ends_with_its_run(jobs):
     jobs, events = jobs
     with FakeExecutor(1, {"ann": (2,), "bob": (1, "error")}, events) as fake:
         results = batch.Batch(fake, setup=None).run([jobs[0], jobs[1], jobs[4]])
-    assert {k: r.status for k, r in results.items()} == {("ann", "a"): "ok", ("bob", "a"): "error",
-                                                          ("eve", "a"): "not-submitted"}
-    assert events == [("start", "ann"), ("ended", "ann"), ("release", "ann"), ("start", "bob"), ("ended", "bob"),
-                      ("release", "bob"), ("release", "eve"), ("close",)]
+    assert {k: r.status for k, r in results.items()} == {
+        ("ann", "a"): "ok",
+        ("bob", "a"): "error",
+        ("eve", "a"): "not-submitted",
+    }
+    assert events == [
+        ("start", "ann"),
+        ("ended", "ann"),
+        ("release", "ann"),
+        ("start", "bob"),
+        ("ended", "bob"),
+        ("release", "bob"),
+        ("release", "eve"),
+        ("close",),
+    ]
 
 
 def test_a_runs_limit_is_enforced_while_another_page_renders(jobs):
@@ -192,8 +213,11 @@ def test_the_next_run_starts_during_the_checks_when_memory_allows(jobs, monkeypa
     jobs, events = jobs
     lab = jobs[0].lab
     checks = {"ann": 4, "bob": 1}
-    monkeypatch.setattr(batch.Batch, "checking",
-                        lambda self, job, evidence: Step("checks", job.student, checks[job.student], events, {}))
+    monkeypatch.setattr(
+        batch.Batch,
+        "checking",
+        lambda self, job, evidence: Step("checks", job.student, checks[job.student], events, {}),
+    )
     memory = lab.memory_mb + lab.check_memory_mb + Step.memory_mb if room else lab.memory_mb
     with FakeExecutor(1, {"ann": (1,), "bob": (1,)}, events, memory_mb=memory) as fake:
         batch.Batch(fake, None, Sink(events, {})).run(jobs[:2])
@@ -210,9 +234,11 @@ def test_interrupting_the_batch_kills_every_run_check_and_page_in_flight(jobs, m
     """Ctrl-C (or SIGTERM, which grade.main raises the same way) while notebooks run, one is
     checked and one renders: every one is stopped, each job is released, the executor closed."""
     jobs, events = jobs
-    monkeypatch.setattr(batch.Batch, "checking",
-                        lambda self, job, evidence: Step("checks", job.student, 10**6 if job.student == "bob" else 1,
-                                                         events, {}))
+    monkeypatch.setattr(
+        batch.Batch,
+        "checking",
+        lambda self, job, evidence: Step("checks", job.student, 10**6 if job.student == "bob" else 1, events, {}),
+    )
     plan = {"ann": (1,), "bob": (1,), "cat": (10**6,), "dan": (10**6,)}
     with pytest.raises(KeyboardInterrupt):
         with FakeExecutor(4, plan, events, interrupt_at=12) as fake:
@@ -251,8 +277,10 @@ def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
     with runner.LocalExecutor(runner.Setup(SANDBOXES["none"], "rlimit"), parallel=2) as local:
         (handle,) = local.start([ann])
         got = local.poll(handle)
-    assert (got.status, got.reason) == ("crashed", "the grader could not start the run: OSError: all 1000 sandbox "
-                                                   "uids from 60000 are in use")
+    assert (got.status, got.reason) == (
+        "crashed",
+        "the grader could not start the run: OSError: all 1000 sandbox uids from 60000 are in use",
+    )
     assert local.holder is None and local.describe() == "2 at a time"
 
 
@@ -302,20 +330,22 @@ def test_the_slurm_executor_asks_squeue_once_an_interval_and_cancels_in_one_call
     monkeypatch.setattr(slurm_array.slurm, "command", lambda *argv, **kw: "JobId=77_3 JobState=TIMEOUT Reason=None")
     monkeypatch.setattr(slurm_array, "LOST_AFTER_S", 0.0)
     with slurm_array.SlurmExecutor(None, "debug", "rubric.toml", tmp_path / "slurm", log=said.append) as slurm:
-        slurm.interval = 3600.0   # one listing serves every poll below until it is renewed by hand
+        slurm.interval = 3600.0  # one listing serves every poll below until it is renewed by hand
         tasks = slurm.start(jobs[:4])
         assert [t.id for t in tasks] == ["77_0", "77_1", "77_2", "77_3"] and slurm.slots is None
         assert [slurm.poll(t) for t in tasks] == [None] * 4 and asked == ["77"]
         jobs[0].private.mkdir(parents=True)
         (jobs[0].private / slurm_array.RESULT).write_text(json.dumps({"status": "ok", "seconds": 12.5}))
         assert slurm.poll(tasks[0]).status == "ok"
-        listing, slurm.listed_at = None, -1e9          # squeue fails: said once, nothing is gone
-        assert [slurm.poll(t) for t in tasks[1:]] == [None] * 3 and len(said) == 2   # (1: the submission)
+        listing, slurm.listed_at = None, -1e9  # squeue fails: said once, nothing is gone
+        assert [slurm.poll(t) for t in tasks[1:]] == [None] * 3 and len(said) == 2  # (1: the submission)
         assert said[-1] == "note: squeue did not answer within 60 s; trying again"
-        listing, slurm.retry_at, slurm.listed_at = {"77_[1-2]": "PENDING"}, 0.0, -1e9   # 77_3 is gone
+        listing, slurm.retry_at, slurm.listed_at = {"77_[1-2]": "PENDING"}, 0.0, -1e9  # 77_3 is gone
         gone = slurm.poll(tasks[3])
         minutes = slurm_array.limits(jobs[3].lab)[1]
-        assert (gone.status, gone.reason) == ("timeout", f"the Slurm job 77_3 reached its {minutes} min time limit "
-                                                         f"and was stopped")
+        assert (gone.status, gone.reason) == (
+            "timeout",
+            f"the Slurm job 77_3 reached its {minutes} min time limit and was stopped",
+        )
         slurm.kill(tasks[1:3])
-    assert cancelled == [["77_1", "77_2"]]   # and close() found nothing left to cancel
+    assert cancelled == [["77_1", "77_2"]]  # and close() found nothing left to cancel

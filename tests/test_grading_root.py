@@ -4,6 +4,7 @@ mount namespace of its own, the same capped log and read-only /proc, the runs as
 (it cannot switch), its signing key in its own home. The root case is what every other grading
 test runs; this file is the other one. Without a cgroup of its own the grader runs one notebook
 at a time (``limits.shared``; tests/test_hostile_files.py checks that ``-j 2`` is refused)."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,12 @@ from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
-pytestmark = [pytest.mark.notebook,
-              pytest.mark.skipif(SANDBOXES["bwrap"].unavailable() is not None,
-                                 reason=f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.notebook,
+    pytest.mark.skipif(
+        SANDBOXES["bwrap"].unavailable() is not None, reason=f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)"
+    ),
+]
 
 RUBRIC = textwrap.dedent("""\
     [defaults]
@@ -82,36 +86,79 @@ def as_user() -> list[str]:
     if os.geteuid() != 0:
         return []
     needed = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(REPO)]
-    return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", REACHABLE, *needed, "--",
-            "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        sys.executable,
+        "-c",
+        REACHABLE,
+        *needed,
+        "--",
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ]
 
 
 def test_the_grader_as_an_unprivileged_user(tmp_path):
     if os.geteuid() == 0 and not (shutil.which("setpriv") and shutil.which("unshare")):
         pytest.skip("needs setpriv and unshare (util-linux) to become user nobody")
-    root = Path(tempfile.mkdtemp(prefix="labkit-unprivileged-"))   # tmp_path is root's alone
+    root = Path(tempfile.mkdtemp(prefix="labkit-unprivileged-"))  # tmp_path is root's alone
     try:
         for student, code in (("alice", WHO), ("mallory", FILL)):
             (root / "subs" / student).mkdir(parents=True)
-            nbformat.write(nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(code)]),
-                           str(root / "subs" / student / "who.ipynb"))
+            nbformat.write(
+                nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(code)]),
+                str(root / "subs" / student / "who.ipynb"),
+            )
         (root / "rubric.toml").write_text(RUBRIC)
         (root / "home").mkdir()
         (root / "data").mkdir()
         if os.geteuid() == 0:
             for p in [root, *root.rglob("*")]:
                 os.lchown(p, NOBODY, NOBODY)
-        env = {"PATH": os.environ["PATH"], "HOME": str(root / "home"), "LANG": "C.UTF-8",
-               "LABKIT_DATA": str(root / "data")}
-        check = subprocess.run([*as_user(), sys.executable, "-c", "import labkit.grading.grade, papermill"],
-                               capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(root / "home"),
+            "LANG": "C.UTF-8",
+            "LABKIT_DATA": str(root / "data"),
+        }
+        check = subprocess.run(
+            [*as_user(), sys.executable, "-c", "import labkit.grading.grade, papermill"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
         if check.returncode != 0:
             pytest.skip(f"user nobody cannot run this checkout's Python: {check.stderr.strip().splitlines()[-1:]}")
-        done = subprocess.run([*as_user(), sys.executable, "-m", "labkit", "grade", str(root / "subs"), "--out",
-                               str(root / "out"), "--rubric", str(root / "rubric.toml")],
-                              capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        done = subprocess.run(
+            [
+                *as_user(),
+                sys.executable,
+                "-m",
+                "labkit",
+                "grade",
+                str(root / "subs"),
+                "--out",
+                str(root / "out"),
+                "--rubric",
+                str(root / "rubric.toml"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "labkit:" not in done.stderr, done.stderr   # the runs' disks were held (no host-folder fallback)
+        assert "labkit:" not in done.stderr, done.stderr  # the runs' disks were held (no host-folder fallback)
         rows = {(r["student"], r["check"]): r for r in _csv(root / "out" / "grades.csv")}
         assert rows[("alice", "execution")]["status"] == "ok", rows
         assert rows[("alice", "recorded")]["status"] == "pass"
@@ -126,7 +173,7 @@ def test_the_grader_as_an_unprivileged_user(tmp_path):
         from labkit.grading.run import logcap
 
         log = (root / "out" / "alice" / "who.log").read_bytes()
-        assert len(log) <= logcap.HEAD + logcap.TAIL + 4096 and b"FLOOD-END" in log[-logcap.TAIL:]
+        assert len(log) <= logcap.HEAD + logcap.TAIL + 4096 and b"FLOOD-END" in log[-logcap.TAIL :]
         key = root / "home" / ".config" / "labkit" / "grader.key"
         assert key.stat().st_uid == (NOBODY if os.geteuid() == 0 else os.geteuid())
         assert oct(key.stat().st_mode & 0o777) == "0o600"
@@ -149,8 +196,10 @@ def test_a_run_without_a_namespace_for_its_disk_is_stopped_past_it(tmp_path):
 
     (tmp_path / "subs" / "s").mkdir(parents=True)
     spill = "import time\nfor i in range(8):\n    open(f'spill{i}', 'wb').write(b'x' * 8 * 2**20)\ntime.sleep(60)"
-    nbformat.write(nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(spill)]),
-                   str(tmp_path / "subs" / "s" / "who.ipynb"))
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[cell("seed = 0", ["parameters"]), cell(spill)]),
+        str(tmp_path / "subs" / "s" / "who.ipynb"),
+    )
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", sandbox="none", log=lambda m: None)
     run = next(r for r in outcome.rows if r["check"] == "execution")

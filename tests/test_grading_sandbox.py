@@ -1,6 +1,7 @@
 """The sandbox and the limits on their own, without a kernel: what a sandboxed process sees and
 cannot do (as which user, which files, which /proc), limits it cannot raise or escape, the run's
 disk and capped log, the probe's plain definitions, and the grader's signed state."""
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from labkit.grading.run.sandbox import SANDBOXES, View, lease_account
 BWRAP = SANDBOXES["bwrap"]
 needs_bwrap = pytest.mark.skipif(BWRAP.unavailable() is not None, reason=f"{BWRAP.unavailable()} (.ci/run installs it)")
 ROOT = os.geteuid() == 0
+
 
 def run_inside(tmp_path, code: str, **view_args) -> subprocess.CompletedProcess:
     """``code`` in the sandbox as a run's account (a leased uid under root), its folder writable."""
@@ -54,8 +56,13 @@ def test_a_grader_in_a_symlinked_venv_runs_the_sandbox_in_that_venv(tmp_path):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         print(r.returncode, r.stdout.strip(), r.stderr.strip()[-500:])
     """
-    r = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=180,
-                       cwd=Path(__file__).parents[1])
+    r = subprocess.run(
+        [str(python), "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=Path(__file__).parents[1],
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[:2] == ["0", str(link)], r.stdout
 
@@ -64,7 +71,9 @@ def test_a_grader_in_a_symlinked_venv_runs_the_sandbox_in_that_venv(tmp_path):
 def test_a_sandboxed_process_sees_its_folder_and_nothing_of_the_grader(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_GRADER_SECRET", "x")
     (tmp_path / "outside.txt").write_text("the grader's")
-    r = run_inside(tmp_path, f"""
+    r = run_inside(
+        tmp_path,
+        f"""
         import os, socket
         print(os.getpid(), os.getcwd() == {str(tmp_path / "work")!r})
         open('mine.txt', 'w').write('ok')
@@ -79,7 +88,8 @@ def test_a_sandboxed_process_sees_its_folder_and_nothing_of_the_grader(tmp_path,
         except OSError as e:
             print('net', type(e).__name__)
         print('env', sorted(k for k in os.environ if k in ('SEEN', 'LABKIT_GRADER_SECRET')))
-    """)
+    """,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] in ("2 True", "1 True")  # a PID namespace of its own
@@ -94,7 +104,10 @@ def test_no_sandboxed_process_is_root_and_nothing_under_proc_or_sys_opens_for_wr
     """As root, the run's user is a leased uid with no groups and no capabilities; as anyone,
     no file under /proc (sysctls, sysrq-trigger, /proc/self/*) or /sys opens for writing, so a
     notebook cannot change the host kernel's settings, and no core dump is written."""
-    r = run_inside(tmp_path, WRITABLE + textwrap.dedent("""
+    r = run_inside(
+        tmp_path,
+        WRITABLE
+        + textwrap.dedent("""
         import json, os, resource
         print('WRITABLE', json.dumps(writable()))
         status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)
@@ -108,7 +121,8 @@ def test_no_sandboxed_process_is_root_and_nothing_under_proc_or_sys_opens_for_wr
                 print('WROTE', path)
             except OSError as e:
                 print('REFUSED', path)
-    """))
+    """),
+    )
     assert r.returncode == 0, r.stderr
     out = {line.split()[0]: line.split(None, 1)[1] for line in r.stdout.splitlines() if " " in line}
     assert json.loads(out["WRITABLE"]) == []
@@ -132,20 +146,29 @@ def test_a_leased_uid_is_one_runs_alone(monkeypatch):
     a, b = lease_account(), lease_account()
     try:
         assert a.uid != b.uid and a.uid >= sandbox.UID_BASE and a.gid == a.uid
-        other = subprocess.run([sys.executable, "-c", "import fcntl, os, sys\n"
-                                f"fd = os.open('{sandbox._lease_folder()}/{a.uid}', os.O_RDWR)\n"
-                                "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('got')\n"
-                                "except BlockingIOError:\n    print('held')"], capture_output=True, text=True)
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import fcntl, os, sys\n"
+                f"fd = os.open('{sandbox._lease_folder()}/{a.uid}', os.O_RDWR)\n"
+                "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('got')\n"
+                "except BlockingIOError:\n    print('held')",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert other.stdout.strip() == "held"
         free = b.uid
         b.release()
-        squatter = subprocess.Popen(["setpriv", f"--reuid={free}", f"--regid={free}", "--clear-groups",
-                                     "sleep", "4242.7"])
+        squatter = subprocess.Popen(
+            ["setpriv", f"--reuid={free}", f"--regid={free}", "--clear-groups", "sleep", "4242.7"]
+        )
         try:
             wait_until(lambda: sandbox.uid_in_use(free), 10, 0.05, f"a process to run as uid {free}")
             monkeypatch.setattr(sandbox.random, "randrange", lambda n: free - sandbox.UID_BASE)
             c = lease_account()
-            assert c.uid == free + 1   # skipped: a process still runs as it
+            assert c.uid == free + 1  # skipped: a process still runs as it
             c.release()
         finally:
             squatter.kill()
@@ -161,14 +184,17 @@ def test_a_leased_uid_is_one_runs_alone(monkeypatch):
 @needs_bwrap
 def test_nothing_a_sandboxed_process_starts_outlives_it(tmp_path):
     marker = "4242.4"
-    r = run_inside(tmp_path, f"""
+    r = run_inside(
+        tmp_path,
+        f"""
         import os, subprocess
         subprocess.Popen(['setsid', 'sleep', '{marker}'])
         if os.fork() == 0:
             os.setsid()
             os.execvp('sleep', ['sleep', '{marker}'])
         print('started')
-    """)
+    """,
+    )
     assert r.stdout.strip() == "started"
     wait_while(lambda: _running(marker), 10, 0.1, "what the sandboxed process started to end with it")
 
@@ -176,8 +202,11 @@ def test_nothing_a_sandboxed_process_starts_outlives_it(tmp_path):
 def _running(marker: str) -> list[int]:
     import psutil
 
-    return [p.pid for p in psutil.process_iter(["cmdline", "status"])
-            if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "status"])
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 def test_the_data_limit_cannot_be_raised_again(tmp_path):
@@ -203,10 +232,19 @@ cgroups = pytest.mark.skipif(limits.best_backend() == "rlimit", reason="no cgrou
 def test_a_group_caps_memory_and_tasks_and_ends_everything_in_it(tmp_path):
     group = limits.open_group(f"test-{os.getpid()}", 150 * 2**20, 40)
     try:
-        r = subprocess.run(group.enter_command([sys.executable, "-c", "x = bytearray(400 * 2**20); print('got it')"]),
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            group.enter_command([sys.executable, "-c", "x = bytearray(400 * 2**20); print('got it')"]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "got it" not in r.stdout and group.oom_kills() >= 1
-        forks = subprocess.Popen(group.enter_command([sys.executable, "-c", textwrap.dedent("""
+        forks = subprocess.Popen(
+            group.enter_command(
+                [
+                    sys.executable,
+                    "-c",
+                    textwrap.dedent("""
             import os, time
             n = 0
             try:
@@ -218,7 +256,12 @@ def test_a_group_caps_memory_and_tasks_and_ends_everything_in_it(tmp_path):
             except OSError:
                 print(n, flush=True)
             time.sleep(600)
-        """)]), stdout=subprocess.PIPE, text=True)
+        """),
+                ]
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         n = int(forks.stdout.readline())
         assert n < 40 and group.task_limit_hits() >= 1
         assert len(group.pids()) == n + 1
@@ -244,6 +287,7 @@ def test_an_unconfined_run_is_not_sent_into_the_graders_slurm_allocation(tmp_pat
 
 # ----------------------------------------------------------------------------------- the run's disk
 
+
 def test_a_runs_disk_is_capped_private_and_gone_after(tmp_path):
     """A tmpfs of the run's size in the holder's namespace, bound over the work folder: full at
     its size, its files invisible on the host (but to the grader through the holder), owned by
@@ -259,10 +303,10 @@ def test_a_runs_disk_is_capped_private_and_gone_after(tmp_path):
     work.mkdir()
     try:
         disk = holder.open(work, 8 * 2**20, account.uid, account.gid)
-        write = ["dd", "if=/dev/zero", f"of={work}/fill", "bs=1M", "count=20"]   # root has no reserve there
+        write = ["dd", "if=/dev/zero", f"of={work}/fill", "bs=1M", "count=20"]  # root has no reserve there
         r = subprocess.run([*disk.prefix, *write], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "No space left on device" in r.stderr
-        assert list(work.iterdir()) == []                     # not on the host
+        assert list(work.iterdir()) == []  # not on the host
         inside = disk.outside(work / "fill")
         assert 7 * 2**20 <= inside.stat().st_size <= 8 * 2**20 and disk.full()
         for part in disks.PARTS:
@@ -290,6 +334,7 @@ def test_usage_of_a_host_folder_counts_files_not_links(tmp_path):
 
 # ----------------------------------------------------------------------------------- the capped log
 
+
 def test_a_flood_keeps_the_head_the_tail_and_a_note(tmp_path):
     """300 MB through ``logcap`` (as the grader's check processes run) leave at most the head,
     a note of the cut and the tail; the exit code is the command's."""
@@ -297,16 +342,21 @@ def test_a_flood_keeps_the_head_the_tail_and_a_note(tmp_path):
 
     log = tmp_path / "x.log"
     log.write_text("before\n")
-    flood = ("import os\nos.write(1, b'FIRST\\n')\nchunk = b'y' * 2**20\n"
-             "for _ in range(300):\n    os.write(2, chunk)\nos.write(1, b'\\nLAST\\n')\nraise SystemExit(3)")
-    r = subprocess.run([sys.executable, "-I", "-S", logcap.__file__, str(log), "--", sys.executable, "-c", flood],
-                       timeout=120)
+    flood = (
+        "import os\nos.write(1, b'FIRST\\n')\nchunk = b'y' * 2**20\n"
+        "for _ in range(300):\n    os.write(2, chunk)\nos.write(1, b'\\nLAST\\n')\nraise SystemExit(3)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", logcap.__file__, str(log), "--", sys.executable, "-c", flood], timeout=120
+    )
     assert r.returncode == 3
     text = log.read_bytes()
     assert len(text) <= logcap.HEAD + logcap.TAIL + 200
     assert text.startswith(b"before\nFIRST\n") and text.endswith(b"\nLAST\n")
-    assert b"bytes of output were cut here" in text and f"{300 * 2**20 + 12 - logcap.HEAD - logcap.TAIL:,}".encode() \
-        in text
+    assert (
+        b"bytes of output were cut here" in text
+        and f"{300 * 2**20 + 12 - logcap.HEAD - logcap.TAIL:,}".encode() in text
+    )
 
 
 def test_a_capped_log_flushes_its_tail_as_it_goes(tmp_path):
@@ -323,6 +373,7 @@ def test_a_capped_log_flushes_its_tail_as_it_goes(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- the probe
+
 
 def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
     """Only plain definitions are taken: decorators, defaults, annotations, class bodies,
@@ -361,20 +412,28 @@ def test_the_probe_runs_no_statement_of_the_notebook(tmp_path, monkeypatch):
         RATE = 0.5
         COMPUTED = len(open('assignment', 'w').name)
     """)
-    cells = [{"cell_type": "markdown", "source": "# Lab"}, {"cell_type": "code", "source": code},
-             {"cell_type": "code", "source": "def broken(:"}]
+    cells = [
+        {"cell_type": "markdown", "source": "# Lab"},
+        {"cell_type": "code", "source": code},
+        {"cell_type": "code", "source": "def broken(:"},
+    ]
     nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
-    fns, notes = probe.load_functions(tmp_path / "nb.ipynb", ["sgd_step", "hook", "Base", "WithMeta", "Body", "Fine",
-                                                              "mark"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.ipynb"]   # nothing ran
+    fns, notes = probe.load_functions(
+        tmp_path / "nb.ipynb", ["sgd_step", "hook", "Base", "WithMeta", "Body", "Fine", "mark"]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.ipynb"]  # nothing ran
     assert sorted(fns) == ["Fine", "mark", "sgd_step"]
     assert fns["sgd_step"](1, 2, 3, 4) == 0.5 and fns["Fine"]().twice == 1.0
     text = "\n".join(notes)
-    for words in ("sgd_step taken without its decorator(s) @mark('decorator')", "default value \"mark('default')\"",
-                  "defines __init_subclass__", "keyword arguments (metaclass=Meta)",
-                  "class Body runs a statement in its body (mark('class-body'))",
-                  "cell 3: not Python"):   # cells as JupyterLab numbers them, from 1
+    for words in (
+        "sgd_step taken without its decorator(s) @mark('decorator')",
+        "default value \"mark('default')\"",
+        "defines __init_subclass__",
+        "keyword arguments (metaclass=Meta)",
+        "class Body runs a statement in its body (mark('class-body'))",
+        "cell 3: not Python",
+    ):  # cells as JupyterLab numbers them, from 1
         assert words in text, (words, text)
     assert all(n.startswith("cell 2 line ") for n in notes if "not Python" not in n), notes
 
@@ -448,6 +507,7 @@ def test_the_probe_runs_only_the_imports_the_functions_use(tmp_path, monkeypatch
 
 # ----------------------------------------------------------------------------------- the grader's state
 
+
 def test_the_graders_state_is_signed(tmp_path, monkeypatch):
     """An outcome changed, copied to another student, or unsigned is not trusted (and says
     why); a changed manifest or rubric copy stops a rebuild; the key is the grader's alone."""
@@ -459,8 +519,9 @@ def test_the_graders_state_is_signed(tmp_path, monkeypatch):
     out = tmp_path / "out"
 
     def job(student):
-        return SimpleNamespace(student=student, lab=SimpleNamespace(key="lab1"),
-                               private=out / ".grader" / student / "01_single_node_lr")
+        return SimpleNamespace(
+            student=student, lab=SimpleNamespace(key="lab1"), private=out / ".grader" / student / "01_single_node_lr"
+        )
 
     good = {"rows": [{"lab": "lab1", "check": "execution", "status": "ok", "points": 0}], "records": {"acc": 0.1}}
     for student in ("ann", "bob"):
@@ -472,11 +533,11 @@ def test_the_graders_state_is_signed(tmp_path, monkeypatch):
     forged["records"]["acc"] = 0.99
     ledger.outcome_path(job("ann")).write_text(json.dumps(forged))
     assert ledger.load_outcome(job("ann")) is None and "not as the grader wrote it" in ledger.integrity(job("ann"))
-    ledger.outcome_path(job("ann")).write_bytes(ledger.outcome_path(job("bob")).read_bytes())   # bob's, as ann's
+    ledger.outcome_path(job("ann")).write_bytes(ledger.outcome_path(job("bob")).read_bytes())  # bob's, as ann's
     assert ledger.load_outcome(job("ann")) is None
-    ledger.outcome_path(job("ann")).write_text(json.dumps(good))   # unsigned
+    ledger.outcome_path(job("ann")).write_text(json.dumps(good))  # unsigned
     assert ledger.load_outcome(job("ann")) is None and ledger.integrity(job("ann"))
-    assert ledger.integrity(job("cat")) is None                     # none at all: nothing to say
+    assert ledger.integrity(job("cat")) is None  # none at all: nothing to say
 
     (out / ".grader" / "rubric.toml").write_text("[defaults]\n")
     ledger.write_manifest(out, {"labs": ["lab1"], "jobs": []})

@@ -7,6 +7,7 @@ their scores merged (no notebook runs), the Canvas file exported, one notebook c
 again (it alone runs), and a feedback page opened in headless Chromium. The fixture labs import
 no TensorFlow, so the whole module takes about a minute.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,6 +34,7 @@ CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
 
 # ------------------------------------------------------------------------------------ fixture labs
 
+
 def _md(cid, text, tags=()):
     c = new_markdown_cell(text, id=cid)
     if tags:
@@ -52,34 +54,52 @@ KEY_A2 = "More samples average more squares, so the recorded `slope` settles nea
 KEY_B1 = "The squares of 0, 1 and 2 add up to 5, the recorded `squares` summed."
 
 
-def alpha(solution="rng = np.random.default_rng(seed)\nx = rng.normal(size=n)\nslope = float(2 * (x * x).mean())",
-          a1=KEY_A1, a2=KEY_A2):
-    nb = new_notebook(cells=[
-        _md("a-intro", "# Alpha lab\n\nThe loss is\n\n$$L(w) = \\frac{1}{n}\\sum_{i=1}^{n} (w x_i - y_i)^2$$\n\n"
-                       "and its slope at $w = 1$ is what we measure. <p>Inline HTML is rendered, not shown.</p>"),
-        _code("a-params", "n = 50\nseed = 0", ["parameters"]),
-        _code("a-setup", "import numpy as np\nfrom labkit.notebook.record import record"),
-        _code("a-work", f"### BEGIN SOLUTION\n{solution}\n### END SOLUTION\nrecord('slope', slope)\nrecord('n', n)"),
-        _code("a-fig", "import matplotlib.pyplot as plt\nplt.plot(x, 2 * x * x, '.')\nplt.title('2 x^2')\nplt.show()",
-              ["fig-a"]),
-        _md("a-q1", "**Q1.** Why is the recorded `slope` positive?"),
-        _md("a-ans1", a1, ["analysis"]),
-        _md("a-q2", "**Q2.** What does a larger `n` change?"),
-        _md("a-ans2", a2, ["analysis"]),
-    ])
+def alpha(
+    solution="rng = np.random.default_rng(seed)\nx = rng.normal(size=n)\nslope = float(2 * (x * x).mean())",
+    a1=KEY_A1,
+    a2=KEY_A2,
+):
+    nb = new_notebook(
+        cells=[
+            _md(
+                "a-intro",
+                "# Alpha lab\n\nThe loss is\n\n$$L(w) = \\frac{1}{n}\\sum_{i=1}^{n} (w x_i - y_i)^2$$\n\n"
+                "and its slope at $w = 1$ is what we measure. <p>Inline HTML is rendered, not shown.</p>",
+            ),
+            _code("a-params", "n = 50\nseed = 0", ["parameters"]),
+            _code("a-setup", "import numpy as np\nfrom labkit.notebook.record import record"),
+            _code(
+                "a-work", f"### BEGIN SOLUTION\n{solution}\n### END SOLUTION\nrecord('slope', slope)\nrecord('n', n)"
+            ),
+            _code(
+                "a-fig",
+                "import matplotlib.pyplot as plt\nplt.plot(x, 2 * x * x, '.')\nplt.title('2 x^2')\nplt.show()",
+                ["fig-a"],
+            ),
+            _md("a-q1", "**Q1.** Why is the recorded `slope` positive?"),
+            _md("a-ans1", a1, ["analysis"]),
+            _md("a-q2", "**Q2.** What does a larger `n` change?"),
+            _md("a-ans2", a2, ["analysis"]),
+        ]
+    )
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
 
 def beta(b1=KEY_B1):
-    nb = new_notebook(cells=[
-        _md("b-intro", "# Beta lab\n\nEuler: $e^{i\\pi} + 1 = 0$."),
-        _code("b-params", "k = 3", ["parameters"]),
-        _code("b-work", "from labkit.notebook.record import record\n### BEGIN SOLUTION\nsquares = [i * i for i in range(k)]\n"
-                        "### END SOLUTION\nrecord('squares', squares)"),
-        _md("b-q1", "**Q1.** What do the `squares` add up to?"),
-        _md("b-ans1", b1, ["analysis"]),
-    ])
+    nb = new_notebook(
+        cells=[
+            _md("b-intro", "# Beta lab\n\nEuler: $e^{i\\pi} + 1 = 0$."),
+            _code("b-params", "k = 3", ["parameters"]),
+            _code(
+                "b-work",
+                "from labkit.notebook.record import record\n### BEGIN SOLUTION\nsquares = [i * i for i in range(k)]\n"
+                "### END SOLUTION\nrecord('squares', squares)",
+            ),
+            _md("b-q1", "**Q1.** What do the `squares` add up to?"),
+            _md("b-ans1", b1, ["analysis"]),
+        ]
+    )
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 
@@ -174,12 +194,16 @@ CODE = {
         slope = float(sum(map(lambda t: 2 * t * t, x)) / x.size)""",
 }
 PROSE = {
-    "ann": ("Each term of the mean is two times a squared sample, and squares cannot be negative, so the "
-            "average of them is positive unless every sample is exactly zero.",
-            "With more samples the average of the squares has less noise and approaches two."),
-    "bob": ("Each term of the mean is two times a squared sample, and squares cannot be negative, so the "
-            "average of them is positive unless every sample is zero.",
-            "A bigger n gives a smoother estimate."),
+    "ann": (
+        "Each term of the mean is two times a squared sample, and squares cannot be negative, so the "
+        "average of them is positive unless every sample is exactly zero.",
+        "With more samples the average of the squares has less noise and approaches two.",
+    ),
+    "bob": (
+        "Each term of the mean is two times a squared sample, and squares cannot be negative, so the "
+        "average of them is positive unless every sample is zero.",
+        "A bigger n gives a smoother estimate.",
+    ),
     "cat": ("Squaring removes the sign of every draw.", "The variance of the estimate falls like one over n."),
     "dan": ("Only non-negative numbers are summed here.", "It converges to the second moment times two."),
     "eve": ("Because x squared is at least zero.", "Less noise."),
@@ -193,23 +217,25 @@ def student_notebooks(name: str, ref_alpha, ref_beta):
     b, _ = release_notebook(ref_beta, "beta.ipynb")
     cells = {c.id: c for c in a.cells}
     cells["a-work"].source = cells["a-work"].source.replace(
-        "# YOUR CODE HERE\nraise NotImplementedError()", textwrap.dedent(CODE[name]))
+        "# YOUR CODE HERE\nraise NotImplementedError()", textwrap.dedent(CODE[name])
+    )
     a1, a2 = PROSE[name]
     cells["a-ans1"].source, cells["a-ans2"].source = a1, a2
     bcells = {c.id: c for c in b.cells}
     bcells["b-work"].source = bcells["b-work"].source.replace(
-        "# YOUR CODE HERE\nraise NotImplementedError()", "squares = [j ** 2 for j in range(k)]")
+        "# YOUR CODE HERE\nraise NotImplementedError()", "squares = [j ** 2 for j in range(k)]"
+    )
     bcells["b-ans1"].source = f"{name} says: 0 + 1 + 4 = 5."
-    if name == "cat":      # deleted the tag of an answer cell
+    if name == "cat":  # deleted the tag of an answer cell
         cells["a-ans1"].metadata.pop("tags")
-    elif name == "dan":    # duplicated the answer cell, answered in the copy, left the original as it was
+    elif name == "dan":  # duplicated the answer cell, answered in the copy, left the original as it was
         cells["a-ans1"].source = answers.PLACEHOLDER
         copy = _md("dan-copy", a1, ["analysis"])
         a.cells.insert(a.cells.index(cells["a-ans1"]) + 1, copy)
-    elif name == "eve":    # retyped the second answer cell as code: the run stops there, the answer counts
+    elif name == "eve":  # retyped the second answer cell as code: the run stops there, the answer counts
         i = a.cells.index(cells["a-ans2"])
         a.cells[i] = _code("a-ans2", a2)
-    elif name == "fay":    # deleted the answer cell and answered in a new one; left beta's placeholder
+    elif name == "fay":  # deleted the answer cell and answered in a new one; left beta's placeholder
         i = a.cells.index(cells["a-ans1"])
         a.cells[i] = _md("fay-own", a1)
         bcells["b-ans1"].source = answers.PLACEHOLDER
@@ -236,6 +262,7 @@ def make_class(root: Path) -> dict:
 
 # --------------------------------------------------------------------------------------- unit tests
 
+
 def _questions(tmp: Path, nb_ref):
     from labkit.grading.judge.rubric import load_rubric
 
@@ -253,13 +280,16 @@ def test_questions_carry_the_question_the_key_and_the_records_they_name(tmp_path
     assert answers.numbers({"slope": 2.0512, "n": 50}, q2) == "n = 50; slope = 2.051"
 
 
-@pytest.mark.parametrize("name, note, text", [
-    ("ann", "", PROSE["ann"][0]),
-    ("cat", "answer cell a-ans1 lost its tag; found by its cell id", PROSE["cat"][0]),
-    ("dan", "also read cell", PROSE["dan"][0]),
-    ("eve", "", PROSE["eve"][0]),
-    ("fay", "answer cell a-ans1 is gone; read the cell after the question (a-q1) instead", PROSE["fay"][0]),
-])
+@pytest.mark.parametrize(
+    "name, note, text",
+    [
+        ("ann", "", PROSE["ann"][0]),
+        ("cat", "answer cell a-ans1 lost its tag; found by its cell id", PROSE["cat"][0]),
+        ("dan", "also read cell", PROSE["dan"][0]),
+        ("eve", "", PROSE["eve"][0]),
+        ("fay", "answer cell a-ans1 is gone; read the cell after the question (a-q1) instead", PROSE["fay"][0]),
+    ],
+)
 def test_answers_are_found_by_cell_id_and_every_detour_is_noted(tmp_path, name, note, text):
     qs = _questions(tmp_path, alpha())
     a, _ = student_notebooks(name, alpha(), beta())
@@ -302,18 +332,27 @@ def test_merge_refuses_a_file_with_bad_rows_and_merges_nothing(tmp_path):
     current = {("alpha", "answer Q1", s): "sha" + s for s in ("ann", "bob")}
     tmp = tmp_path
     bad = tmp / "bad.csv"
-    bad.write_text("lab,check,student,score,comment\nalpha,answer Q1,ann,1,ok\nalpha,answer Q1,bob,3,\n"
-                   "alpha,answer Q1,zed,1,\nalpha,answer Q9,ann,1,\nalpha,answer Q1,ann,lots,\n")
+    bad.write_text(
+        "lab,check,student,score,comment\nalpha,answer Q1,ann,1,ok\nalpha,answer Q1,bob,3,\n"
+        "alpha,answer Q1,zed,1,\nalpha,answer Q9,ann,1,\nalpha,answer Q1,ann,lots,\n"
+    )
     with pytest.raises(answers.ScoresError) as e:
         answers.merge(tmp_path, [bad], qs, current)
     msg = str(e.value)
-    for what in ("row 3: score 3 is outside 0..2", "row 4: no graded notebook of student 'zed'",
-                 "row 5: no analysis check 'answer Q9'", "row 6: score 'lots' is not a number", "nothing merged"):
+    for what in (
+        "row 3: score 3 is outside 0..2",
+        "row 4: no graded notebook of student 'zed'",
+        "row 5: no analysis check 'answer Q9'",
+        "row 6: score 'lots' is not a number",
+        "nothing merged",
+    ):
         assert what in msg, what
     assert not (tmp / answers.SCORES_FILE).exists()
     good = tmp / "good.csv"
-    good.write_text("lab,check,student,score,comment,answer_sha\nalpha,answer Q1,(question),,,\n"
-                    "alpha,answer Q1,ann,2,clear,shaann\nalpha,answer Q1,bob,,,shabob\n")
+    good.write_text(
+        "lab,check,student,score,comment,answer_sha\nalpha,answer Q1,(question),,,\n"
+        "alpha,answer Q1,ann,2,clear,shaann\nalpha,answer Q1,bob,,,shabob\n"
+    )
     assert answers.merge(tmp_path, [good], qs, current) == [f"{good}: 1 score(s) merged"]
     assert list(answers.read_scores(tmp_path)) == [("alpha", "answer Q1", "ann")]
 
@@ -331,7 +370,7 @@ def test_winnowing_ignores_names_comments_and_layout_and_finds_the_passages():
     # any match of w + k - 1 tokens shares a fingerprint (the winnowing guarantee)
     k, w = similarity.SETTINGS["code"]
     tokens = [f"t{i}" for i in range(200)]
-    other = [f"u{i}" for i in range(50)] + tokens[60:60 + w + k - 1] + [f"v{i}" for i in range(50)]
+    other = [f"u{i}" for i in range(50)] + tokens[60 : 60 + w + k - 1] + [f"v{i}" for i in range(50)]
     assert set(similarity.winnow(tokens, k, w)) & set(similarity.winnow(other, k, w))
 
 
@@ -344,20 +383,51 @@ def test_exports_show_pending_and_leave_it_out_of_canvas():
     labs = [Lab("alpha", ["auto", "answer Q1"])]
 
     def row(student, check, points, most, status):
-        return {"student": student, "lab": "alpha", "check": check, "points": points, "max": most,
-                "status": status, "reason": "", "seconds": ""}
+        return {
+            "student": student,
+            "lab": "alpha",
+            "check": check,
+            "points": points,
+            "max": most,
+            "status": status,
+            "reason": "",
+            "seconds": "",
+        }
 
-    rows = [row("ann", "execution", 0, 0, "ok"), row("ann", "auto", 1, 1, "pass"), row("ann", "answer Q1", 0, 2, "pending"),
-            row("bob", "execution", 0, 0, "ok"), row("bob", "auto", 1, 1, "pass"), row("bob", "answer Q1", 1.5, 2, "partial")]
+    rows = [
+        row("ann", "execution", 0, 0, "ok"),
+        row("ann", "auto", 1, 1, "pass"),
+        row("ann", "answer Q1", 0, 2, "pending"),
+        row("bob", "execution", 0, 0, "ok"),
+        row("bob", "auto", 1, 1, "pass"),
+        row("bob", "answer Q1", 1.5, 2, "partial"),
+    ]
     table, fields = exports.wide(rows, labs)
-    assert fields == ["student", "alpha execution", "alpha: auto", "alpha: answer Q1", "alpha total", "total",
-                      "possible", "pending", "percent_correct", "status"]
-    assert [(t["alpha: answer Q1"], t["total"], t["pending"], t["status"]) for t in table] == \
-        [("pending", 1.0, 2.0, "pending"), (1.5, 2.5, 0.0, "graded")]
-    out, fields, notes = exports.canvas(rows, labs, roster=[
-        {"Student": "Ann A", "ID": "11", "SIS User ID": "u1", "SIS Login ID": "ann", "Section": "S1"},
-        {"Student": "Bob B", "ID": "12", "SIS User ID": "u2", "SIS Login ID": "bob", "Section": "S1"}],
-        columns={"alpha": "Lab A (77)"})
+    assert fields == [
+        "student",
+        "alpha execution",
+        "alpha: auto",
+        "alpha: answer Q1",
+        "alpha total",
+        "total",
+        "possible",
+        "pending",
+        "percent_correct",
+        "status",
+    ]
+    assert [(t["alpha: answer Q1"], t["total"], t["pending"], t["status"]) for t in table] == [
+        ("pending", 1.0, 2.0, "pending"),
+        (1.5, 2.5, 0.0, "graded"),
+    ]
+    out, fields, notes = exports.canvas(
+        rows,
+        labs,
+        roster=[
+            {"Student": "Ann A", "ID": "11", "SIS User ID": "u1", "SIS Login ID": "ann", "Section": "S1"},
+            {"Student": "Bob B", "ID": "12", "SIS User ID": "u2", "SIS Login ID": "bob", "Section": "S1"},
+        ],
+        columns={"alpha": "Lab A (77)"},
+    )
     assert fields == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab A (77)"]
     assert out[0] == {"Student": exports.POINTS_POSSIBLE, "Lab A (77)": "3"}
     assert [(r["ID"], r["Lab A (77)"]) for r in out[1:]] == [("11", ""), ("12", "2.5")]
@@ -367,8 +437,12 @@ def test_exports_show_pending_and_leave_it_out_of_canvas():
 def test_feedback_markdown_renders_math_and_drops_what_could_run():
     from labkit.grading.pages.feedback import markdown_html
 
-    out = str(markdown_html("# Title\n\nInline $a < b$ and\n\n$$\\frac{1}{2}$$\n\n[link](javascript:alert(1))\n\n"
-                            "<script>alert(1)</script><img src=x onerror=alert(1)>"))
+    out = str(
+        markdown_html(
+            "# Title\n\nInline $a < b$ and\n\n$$\\frac{1}{2}$$\n\n[link](javascript:alert(1))\n\n"
+            "<script>alert(1)</script><img src=x onerror=alert(1)>"
+        )
+    )
     assert "<h1" in out and out.count("<math") == 2 and "<mfrac>" in out and "$" not in out
     assert "<script" not in out and "onerror" not in out and 'href="javascript' not in out
 
@@ -380,8 +454,21 @@ needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX}
 
 
 def _grade_cli(k: dict, *extra) -> list[str]:
-    return [sys.executable, "-u", "-m", "labkit", "grade", str(k["subs"]), "--out", str(k["out"]), "--rubric",
-            str(k["rubric"]), "--notebooks", str(k["notebooks"]), *extra]
+    return [
+        sys.executable,
+        "-u",
+        "-m",
+        "labkit",
+        "grade",
+        str(k["subs"]),
+        "--out",
+        str(k["out"]),
+        "--rubric",
+        str(k["rubric"]),
+        "--notebooks",
+        str(k["notebooks"]),
+        *extra,
+    ]
 
 
 def _outcomes(out: Path) -> set:
@@ -407,7 +494,7 @@ def graded(tmp_path_factory):
         first.kill()
         first.wait(30)
     assert tree, "".join(lines)
-    _, left = psutil.wait_procs(list(tree.values()), timeout=30)   # the runners and kernels end with the grader
+    _, left = psutil.wait_procs(list(tree.values()), timeout=30)  # the runners and kernels end with the grader
     assert alive([p.pid for p in left]) == []
     done_before = {(s, Path(lab).name) for s, lab in _outcomes(k["out"])}
     assert 6 <= len(done_before) < 12
@@ -437,7 +524,7 @@ def test_answers_are_pending_in_every_total_until_scored(graded):
     assert rows[("ann", "alpha", "slope recorded")]["status"] == "pass"
     assert "lost its tag; found by its cell id" in rows[("cat", "alpha", "answer Q1")]["reason"]
     assert "also read cell" in rows[("dan", "alpha", "answer Q1")]["reason"]
-    assert rows[("eve", "alpha", "execution")]["status"] == "error"   # the retyped cell raised
+    assert rows[("eve", "alpha", "execution")]["status"] == "error"  # the retyped cell raised
     assert rows[("eve", "alpha", "answer Q2")]["status"] == "pending"  # and still counts
     assert rows[("fay", "beta", "answer Q1")]["status"] == "fail"
     summary = (graded["out"] / "summary.md").read_text()
@@ -494,10 +581,13 @@ def test_feedback_page_renders_in_chromium(graded):
             text = page.inner_text("body")
             assert "<p>" not in text and "$$" not in text and "$w = 1$" not in text
             assert "Inline HTML is rendered, not shown." in text
-            boxes = page.eval_on_selector_all("math", "ms => ms.map(m => [m.getAttribute('display'), "
-                                                      "m.getBoundingClientRect().width, m.getBoundingClientRect().height])")
+            boxes = page.eval_on_selector_all(
+                "math",
+                "ms => ms.map(m => [m.getAttribute('display'), "
+                "m.getBoundingClientRect().width, m.getBoundingClientRect().height])",
+            )
             block = [b for b in boxes if b[0] == "block"]
-            assert block and block[0][1] > 50 and block[0][2] > 20, boxes   # a fraction with a sum: tall and wide
+            assert block and block[0][1] > 50 and block[0][2] > 20, boxes  # a fraction with a sum: tall and wide
             assert page.eval_on_selector("math[display=block]", "m => !!m.querySelector('mfrac')")
             imgs = page.eval_on_selector_all("img", "is => is.map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
             assert imgs and all(c and w >= 100 and h >= 100 for c, w, h in imgs), imgs
@@ -519,8 +609,12 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     out = graded["out"]
     executed = {p: p.stat().st_mtime_ns for p in out.glob("*/*.ipynb")}
     assert len(executed) == 12
-    r = subprocess.run([sys.executable, "-m", "labkit", "grade-answers", "--out", str(out)], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "labkit", "grade-answers", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     q1 = out / "answers" / "alpha" / "answer-q1.csv"
     table = read_csv(q1)
@@ -528,10 +622,13 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     assert table[0]["answer"] == "**Q1.** Why is the recorded `slope` positive?" and table[1]["answer"] == KEY_A1
     by = {t["student"]: t for t in table}
     assert by["ann"]["answer"] == PROSE["ann"][0] and by["ann"]["numbers"].startswith("slope = 1.")
-    assert by["eve"]["numbers"].startswith("slope = ")   # recorded before the retyped cell stopped eve's run
+    assert by["eve"]["numbers"].startswith("slope = ")  # recorded before the retyped cell stopped eve's run
     page = (out / "answers" / "alpha" / "answer-q1.html").read_text()
-    assert "Answer key" in page and "<math" in (out / "answers" / "alpha" / "answer-q1.html").read_text() \
+    assert (
+        "Answer key" in page
+        and "<math" in (out / "answers" / "alpha" / "answer-q1.html").read_text()
         and PROSE["dan"][0] in page
+    )
     # the TA scores every answer of Q1 (a comment for ann), and only ann's of the other questions
     for t in table[2:]:
         t["score"], t["comment"] = ("1.5", "why is a square non-negative?") if t["student"] == "ann" else ("2", "")
@@ -544,13 +641,19 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
                 row["score"] = "1"
         _write_rows(path, t)
         others.append(path)
-    r = subprocess.run([sys.executable, "-m", "labkit", "grade-merge", str(q1), *map(str, others), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "labkit", "grade-merge", str(q1), *map(str, others), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*.ipynb")} == executed   # no notebook ran
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*.ipynb")} == executed  # no notebook ran
     rows = {(r["student"], r["lab"], r["check"]): r for r in read_csv(out / "grades.csv")}
-    assert (rows[("ann", "alpha", "answer Q1")]["status"], rows[("ann", "alpha", "answer Q1")]["points"]) == \
-        ("partial", "1.5")
+    assert (rows[("ann", "alpha", "answer Q1")]["status"], rows[("ann", "alpha", "answer Q1")]["points"]) == (
+        "partial",
+        "1.5",
+    )
     assert rows[("ann", "alpha", "answer Q1")]["reason"] == "scored by a TA: why is a square non-negative?"
     assert "| ann | 5.5/6 | 2/2 | 7.5/8 |" in (out / "summary.md").read_text()
     assert read_csv(out / "final_grades.csv")[0]["status"] == "graded"
@@ -560,8 +663,12 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     bad = out / "bad.csv"
     bad.write_text("lab,check,student,score\nalpha,answer Q1,bob,9\n")
     before = (out / "grades.csv").read_text()
-    r = subprocess.run([sys.executable, "-m", "labkit", "grade-merge", str(bad), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "labkit", "grade-merge", str(bad), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "score 9 is outside 0..2" in r.stderr and "nothing merged" in r.stderr
     assert (out / "grades.csv").read_text() == before
 
@@ -573,8 +680,23 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
         w.writerow(["    Points Possible", "", "", "", "", "6", "2"])
         for i, s in enumerate(STUDENTS):
             w.writerow([f"{s.title()}, Student", str(100 + i), f"U{i}", s, "Sec 1", "", ""])
-    r = subprocess.run([sys.executable, "-m", "labkit", "grade-export", "--out", str(out), "--roster", str(roster),
-                        "--column", "alpha=Alpha (901)"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labkit",
+            "grade-export",
+            "--out",
+            str(out),
+            "--roster",
+            str(roster),
+            "--column",
+            "alpha=Alpha (901)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     with open(out / "canvas.csv", newline="") as f:
         lines = list(csv.reader(f))
@@ -582,7 +704,7 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     assert lines[1] == ["    Points Possible", "", "", "", "", "6", "2"]
     canvas = {ln[3]: ln for ln in lines[2:]}
     assert canvas["ann"] == ["Ann, Student", "100", "U0", "ann", "Sec 1", "5.5", "2"]
-    assert canvas["bob"][5:] == ["", ""]   # bob's Q2 and beta answers await a TA: left blank for Canvas
+    assert canvas["bob"][5:] == ["", ""]  # bob's Q2 and beta answers await a TA: left blank for Canvas
     assert "left blank: answers await a TA" in r.stdout
 
     # bob rewrites an answer: grading again runs his notebook alone, and his old score is pending again
@@ -594,9 +716,9 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     rows = {(r["student"], r["lab"], r["check"]): r for r in again.rows}
     assert rows[("bob", "alpha", "answer Q1")]["status"] == "pending"
     assert "a TA scored an earlier version of this answer (2/2)" in rows[("bob", "alpha", "answer Q1")]["reason"]
-    assert rows[("ann", "alpha", "answer Q1")]["points"] == 1.5   # everyone else's scores stay
+    assert rows[("ann", "alpha", "answer Q1")]["points"] == 1.5  # everyone else's scores stay
     canvas = {ln[3]: ln for ln in csv.reader(open(out / "canvas.csv", newline=""))}
-    assert canvas["ann"][5] == "5.5" and canvas["bob"][5] == ""   # the roster and names are kept
+    assert canvas["ann"][5] == "5.5" and canvas["bob"][5] == ""  # the roster and names are kept
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:

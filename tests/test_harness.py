@@ -5,6 +5,7 @@ The chain under test is the one that outlived ``kill`` before: the bench harness
 benchmark process, which starts a harness of its own (here ``labkit monitor``, as
 ``bench.grading`` starts the grader's runner), which starts a long-running command (the
 notebook's tasks). A signal goes to the top process only."""
+
 import os
 import signal
 import subprocess
@@ -60,15 +61,27 @@ def _chain(top: int, timeout: float = 120) -> list[int]:
 def test_a_signalled_harness_leaves_nothing_running(tmp_path, sig):
     (tmp_path / "chain_bench.py").write_text(CHAIN_BENCH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(tmp_path / "out")], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    harness = subprocess.Popen(
+        [sys.executable, "-c", HARNESS, str(tmp_path / "out")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = _chain(harness.pid)
         assert len(pids) >= 3  # the benchmark, the monitor, sleep
         os.kill(harness.pid, sig)
         harness.wait(timeout=60)
-        wait_while(lambda: alive(pids), 30, 0.05, lambda: f"{sig.name} of the harness to end its chain; left: "
-                                                          f"{[psutil.Process(p).cmdline() for p in alive(pids)]}")
+        wait_while(
+            lambda: alive(pids),
+            30,
+            0.05,
+            lambda: (
+                f"{sig.name} of the harness to end its chain; left: "
+                f"{[psutil.Process(p).cmdline() for p in alive(pids)]}"
+            ),
+        )
     finally:
         harness.kill()
         harness.wait()
@@ -80,8 +93,11 @@ def test_a_signalled_harness_leaves_nothing_running(tmp_path, sig):
 
 def test_output_into_a_closed_pipe_ends_quietly():
     """``python -m labkit cluster ... | head -1``: head leaves, the rest of the output has no reader."""
-    cli = subprocess.Popen([sys.executable, "-m", "labkit", "cluster", "--mode", "cs744", "--print-commands"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "cluster", "--mode", "cs744", "--print-commands"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     cli.stdout.close()  # the reader is gone before the first line
     err = cli.stderr.read().decode()
     assert cli.wait(timeout=60) == 141, err

@@ -1,4 +1,5 @@
 """The test suite's own helpers: what they report when the thing they check does not hold."""
+
 import os
 import re
 import time
@@ -31,8 +32,12 @@ def test_wait_until_returns_what_came_and_says_what_it_waited_for_and_saw_last()
     values = iter([None, 0, [], "ready"])
     assert wait_until(lambda: next(values), 5, 0.01, "ready") == "ready"
     count = iter(range(1000))
-    with pytest.raises(WaitTimeout, match=r"waited 0.05 s for the count to pass 10\^6 \(at \d+\); last seen: 0") as info:
-        wait_until(lambda: max(0, next(count) - 10**6), 0.05, 0.01, lambda: f"the count to pass 10^6 (at {next(count)})")
+    with pytest.raises(
+        WaitTimeout, match=r"waited 0.05 s for the count to pass 10\^6 \(at \d+\); last seen: 0"
+    ) as info:
+        wait_until(
+            lambda: max(0, next(count) - 10**6), 0.05, 0.01, lambda: f"the count to pass 10^6 (at {next(count)})"
+        )
     assert isinstance(info.value, AssertionError)  # a test fails, saying so
 
 
@@ -61,7 +66,7 @@ def test_logged_finds_a_line_once_the_log_holds_it(tmp_path):
     assert find() == "[worker:0 1.00s] global step 100: test loss 0.5"
 
 
-GUARDED = '''
+GUARDED = """
 import subprocess, sys
 
 import pytest
@@ -82,7 +87,7 @@ def test_starts_a_plain_process():
 @pytest.mark.tensorflow
 def test_marked_for_what_it_loads():
     subprocess.run([sys.executable, "-c", "import tensorflow"], check=True)
-'''
+"""
 
 
 def test_a_fast_test_that_loads_tensorflow_fails_and_says_which_marker_it_lacks(tmp_path):
@@ -99,13 +104,32 @@ def test_a_fast_test_that_loads_tensorflow_fails_and_says_which_marker_it_lacks(
     (tmp_path / "stand_in" / "tensorflow").mkdir(parents=True)
     (tmp_path / "stand_in" / "tensorflow" / "__init__.py").write_text("")
     (tmp_path / "test_guarded.py").write_text(GUARDED)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-W", "ignore",
-                           str(tmp_path / "test_guarded.py")], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path / "stand_in")}, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rf",
+            "-W",
+            "ignore",
+            str(tmp_path / "test_guarded.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "stand_in")},
+        timeout=120,
+    )
     out = done.stdout
     assert "2 failed, 2 passed" in out, out
-    assert re.search(r"_ test_starts_a_process_that_loads_tensorflow _+\na fast test \(it has none of the markers "
-                     r"cluster, notebook, kernel, tensorflow.*\) loaded .*: pid \d+ imported tensorflow \(\S*python -c "
-                     r"import tensorflow\)", out), out
+    assert re.search(
+        r"_ test_starts_a_process_that_loads_tensorflow _+\na fast test \(it has none of the markers "
+        r"cluster, notebook, kernel, tensorflow.*\) loaded .*: pid \d+ imported tensorflow \(\S*python -c "
+        r"import tensorflow\)",
+        out,
+    ), out
     assert re.search(r"_ test_loads_tensorflow_here _+\na fast test .*: this process imported tensorflow\.", out), out
     assert "Mark it with the one that says what it starts" in out

@@ -1,6 +1,7 @@
 """Lab 4's hidden check: the student's ring_allreduce, run by the probe on the grader's gradients and
 judged against the plain sum and the ring's chunk schedule (no cluster, no sandbox: the two halves
 called directly, as the grader's processes call them)."""
+
 import numpy as np
 import pytest
 
@@ -36,11 +37,14 @@ def test_a_correct_ring_passes_and_the_bytes_are_the_ring_schedule(tmp_path):
     assert sum(hidden.reference_ring_bytes(10, 4)) == 2 * 3 * 10 * 4  # chunks of 3, 3, 2, 2: uneven per worker
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda grads: ([np.sum(grads, axis=0)] * len(grads), [2 * g.nbytes for g in grads]), "sent"),  # bytes of a PS
-    (lambda grads: ([g for g in grads], ring_allreduce(grads)[1]), "sum of all the gradients"),      # no reduce
-    (lambda grads: ring_allreduce(grads)[0][:1], "ring_allreduce must return"),                     # not a pair
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda grads: ([np.sum(grads, axis=0)] * len(grads), [2 * g.nbytes for g in grads]), "sent"),  # bytes of a PS
+        (lambda grads: ([g for g in grads], ring_allreduce(grads)[1]), "sum of all the gradients"),  # no reduce
+        (lambda grads: ring_allreduce(grads)[0][:1], "ring_allreduce must return"),  # not a pair
+    ],
+)
 def test_wrong_rings_fail_with_a_reason(tmp_path, wrong, reason):
     try:
         v = verdict(wrong, tmp_path)

@@ -1,6 +1,7 @@
 """Lab 5's failure section is graded on traces: the student's slice_shares, run by the probe on
 failure traces the notebook never had (drawn from the rubric's seed), judged against the reference;
 and the trace the kit ships is the kit's own recording, with its provenance."""
+
 import json
 
 import pytest
@@ -31,21 +32,35 @@ def test_a_correct_answer_passes_on_traces_the_notebook_never_had(tmp_path):
     assert verdict(slice_shares, tmp_path, seed=11).ok
     cases = probe.inputs_slice_shares(seed=11)
     assert cases == probe.inputs_slice_shares(seed=11) != probe.inputs_slice_shares(seed=12)
-    assert len({c["trace"]["workers"] for c in cases}) > 2                  # other cluster sizes than the shipped 3
-    assert any(c["trace"]["steps"][0]["step"] != 1 for c in cases)         # steps out of order
+    assert len({c["trace"]["workers"] for c in cases}) > 2  # other cluster sizes than the shipped 3
+    assert any(c["trace"]["steps"][0]["step"] != 1 for c in cases)  # steps out of order
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    # counts the step in flight when the kill landed (the dead worker may have run a slice of it)
-    (lambda t, kill=0: slice_shares({**t, "kills": [{**k, "after_step": k["after_step"] - 1} for k in t["kills"]]},
-                                    kill), "expected"),
-    # runs on to the end of the trace instead of stopping at the next kill
-    (lambda t, kill=0: slice_shares({**t, "kills": t["kills"][:kill + 1]}, kill), "expected"),
-    # shares of the steps, not of the slices: the worker of each step's first slice
-    (lambda t, kill=0: {w: v for w, v in slice_shares(
-        {**t, "steps": [{**s, "slices_on": s["slices_on"][:1]} for s in t["steps"]]}, kill).items()}, "expected"),
-    (lambda t, kill=0: [0.5, 0.5], "must return a dict"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        # counts the step in flight when the kill landed (the dead worker may have run a slice of it)
+        (
+            lambda t, kill=0: slice_shares(
+                {**t, "kills": [{**k, "after_step": k["after_step"] - 1} for k in t["kills"]]}, kill
+            ),
+            "expected",
+        ),
+        # runs on to the end of the trace instead of stopping at the next kill
+        (lambda t, kill=0: slice_shares({**t, "kills": t["kills"][: kill + 1]}, kill), "expected"),
+        # shares of the steps, not of the slices: the worker of each step's first slice
+        (
+            lambda t, kill=0: {
+                w: v
+                for w, v in slice_shares(
+                    {**t, "steps": [{**s, "slices_on": s["slices_on"][:1]} for s in t["steps"]]}, kill
+                ).items()
+            },
+            "expected",
+        ),
+        (lambda t, kill=0: [0.5, 0.5], "must return a dict"),
+    ],
+)
 def test_wrong_answers_fail_with_a_reason(tmp_path, wrong, reason):
     try:
         v = verdict(wrong, tmp_path, seed=11)

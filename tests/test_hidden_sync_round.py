@@ -3,6 +3,7 @@ tasks (1 ps + 2 workers, a few rounds), and judged on the tasks' step counts and
 weights against SGD on the mean gradient, recomputed without TensorFlow. Lab 1's model of the best
 of n readings, judged on cases of the grader's. The two halves are called directly, as the grader's
 processes call them."""
+
 import pytest
 
 from labkit.grading.judge import hidden, probe
@@ -40,9 +41,9 @@ def test_a_correct_round_passes_with_the_weights_of_mean_gradient_sgd(tmp_path, 
 def test_a_round_that_sums_the_gradients_fails_on_the_weights(tmp_path, monkeypatch):
     """One update per round, every worker released once: the counts come out right, the weights
     (the sum of the gradients, not their mean) cannot."""
+
     def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared):
-        pushed = [acc.apply_grad(g, local_step=global_step) for acc, (g, _) in zip(shared.accumulators,
-                                                                                  grads_and_vars)]
+        pushed = [acc.apply_grad(g, local_step=global_step) for acc, (g, _) in zip(shared.accumulators, grads_and_vars)]
         with tf.control_dependencies(pushed):
             worker_op = shared.tokens[shared.worker].dequeue()
         total = [num_workers * acc.take_grad(num_workers) for acc in shared.accumulators]
@@ -60,7 +61,7 @@ def test_the_best_reading_model_is_judged_on_the_graders_cases(tmp_path):
 
     def chance_best_reading(q, n, batch_size=50, level=0.97):
         need = math.ceil(level * batch_size - 1e-9)
-        p = sum(math.comb(batch_size, k) * q ** k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
+        p = sum(math.comb(batch_size, k) * q**k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
         return 1 - (1 - p) ** n
 
     def normal(q, n, batch_size=50, level=0.97):  # a normal approximation: poor in the tail that matters

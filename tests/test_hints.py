@@ -1,12 +1,15 @@
 """Hints on a failed task follow from its evidence (no cluster needed)."""
+
 import signal
 
 from labkit.distributed.launchers.ssh import EXIT_NO_KIT, missing_line, remote_failure_hint
 from labkit.wire.protocol import grpc_options, log_hint
 
 PY = ".venv/bin/python"
-RAN = "# ssh -- 10.10.1.3 sh -c 'cd labkit && ... .venv/bin/python -m labkit.tasks.ps_sgd'\n" \
-      "[worker:1 10.10.1.3] step 100\nW0000 tensorflow: some file: No such file or directory\n"
+RAN = (
+    "# ssh -- 10.10.1.3 sh -c 'cd labkit && ... .venv/bin/python -m labkit.tasks.ps_sgd'\n"
+    "[worker:1 10.10.1.3] step 100\nW0000 tensorflow: some file: No such file or directory\n"
+)
 
 
 def test_a_killed_task_is_never_sent_to_install_the_kit():
@@ -48,6 +51,6 @@ def test_a_task_that_sent_its_started_event_ran_though_it_never_logged(tmp_path)
     assert "failed: unreachable host" in remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY)
     started = events.Started(pid=7, host="node1", program="labkit.tasks.ps_sgd")
     events.Channel(str(tp.events_path)).write(events.stamped(started, "worker:1", False, None))
-    assert c.events("worker:1", "started") and ssh._started(tp)   # the cluster read it as it came
+    assert c.events("worker:1", "started") and ssh._started(tp)  # the cluster read it as it came
     hint = remote_failure_hint("10.10.1.2", 255, tail, "labkit", PY, started=ssh._started(tp))
     assert "the ssh connection to 10.10.1.2 ended while the task ran" in hint

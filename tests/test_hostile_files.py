@@ -8,6 +8,7 @@ work it may cost. Then one class of 20 on the workflow tests' ``beta`` lab (no T
 of them hostile, graded end to end as root and, where the machine lets a test become user
 ``nobody``, as a normal user.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,8 +44,14 @@ def raw_nb(cells: list[dict], metadata: dict | None = None) -> dict:
 
 
 def raw_code(cid: str, source: str, metadata: dict | None = None) -> dict:
-    return {"cell_type": "code", "id": cid, "metadata": metadata or {}, "source": source, "outputs": [],
-            "execution_count": None}
+    return {
+        "cell_type": "code",
+        "id": cid,
+        "metadata": metadata or {},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
 
 
 def filled_beta(name: str) -> nbformat.NotebookNode:
@@ -61,20 +68,22 @@ def deep_nesting(nb: nbformat.NotebookNode, depth: int = 100_000) -> str:
 def lone_surrogate(nb: nbformat.NotebookNode) -> str:
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
     nb.cells.append(nbformat.v4.new_code_cell("x = '\ud800'"))
-    return json.dumps(nb)   # ASCII: the surrogate is the escape \ud800, valid JSON, no UTF-8 character
+    return json.dumps(nb)  # ASCII: the surrogate is the escape \ud800, valid JSON, no UTF-8 character
 
 
 def tagged_cells(nb: nbformat.NotebookNode, n: int = 40_000) -> str:
     """40,000 copies of a tagged answer cell (3.4 MB), which made the answers quadratic."""
     raw = json.loads(json.dumps(nb))
-    raw["cells"] += [{"cell_type": "markdown", "id": f"t{i}", "metadata": {"tags": ["analysis"]},
-                      "source": "copy " * 10} for i in range(n)]
+    raw["cells"] += [
+        {"cell_type": "markdown", "id": f"t{i}", "metadata": {"tags": ["analysis"]}, "source": "copy " * 10}
+        for i in range(n)
+    ]
     return json.dumps(raw)
 
 
 def periodic(nb: nbformat.NotebookNode, cells: int = 6, size: int = 270_000) -> str:
     """Six code cells of periodic text (1.6 MB), which made the similarity report quadratic."""
-    nb = nbformat.from_dict(json.loads(json.dumps(nb)))   # one list literal a cell: it runs at once
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # one list literal a cell: it runs at once
     nb.cells += [nbformat.v4.new_code_cell("v = [" + "0, " * (size // 3) + "]") for _ in range(cells)]
     return json.dumps(nb)
 
@@ -91,13 +100,21 @@ def injector(nb: nbformat.NotebookNode) -> str:
 
 # ------------------------------------------------------------------------- reading and cleaning
 
+
 def _job(tmp: Path, text: str, labs) -> Job:
     src = tmp / "subs" / "s" / "beta.ipynb"
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text(text)
     out = tmp / "out" / "s"
-    return Job("s", labs["beta"], src, out / "beta.ipynb", tmp / "work" / "s", out / "beta.log",
-               private=tmp / "out" / ".grader" / "s")
+    return Job(
+        "s",
+        labs["beta"],
+        src,
+        out / "beta.ipynb",
+        tmp / "work" / "s",
+        out / "beta.log",
+        private=tmp / "out" / ".grader" / "s",
+    )
 
 
 @pytest.fixture
@@ -108,17 +125,20 @@ def labs(tmp_path):
     return load_rubric(tmp_path / "rubric.toml").labs
 
 
-@pytest.mark.parametrize("attack, status, words", [
-    (deep_nesting, "refused", "nested deeper than the 64-level cap"),
-    (lone_surrogate, "unreadable", "holds a lone UTF-16 surrogate"),
-    (tagged_cells, "refused", f"40005 cells, over the {MAX_CELLS}-cell cap"),
-])
+@pytest.mark.parametrize(
+    "attack, status, words",
+    [
+        (deep_nesting, "refused", "nested deeper than the 64-level cap"),
+        (lone_surrogate, "unreadable", "holds a lone UTF-16 surrogate"),
+        (tagged_cells, "refused", f"40005 cells, over the {MAX_CELLS}-cell cap"),
+    ],
+)
 def test_a_hostile_notebook_is_its_own_row_before_any_expensive_work(tmp_path, labs, attack, status, words):
     job = _job(tmp_path, attack(filled_beta("ann")), labs)
     t0 = time.process_time()
     got = prepare(job)
     assert got is not None and got.status == status and words in got.reason, got
-    assert time.process_time() - t0 < 10    # a 200 KB nesting or 3.4 MB of cells: parsed once, no validation
+    assert time.process_time() - t0 < 10  # a 200 KB nesting or 3.4 MB of cells: parsed once, no validation
     assert not job.clean_input.exists() if job.private and job.private.exists() else True
 
 
@@ -144,13 +164,17 @@ def test_nesting_too_deep_for_python_itself_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------------------- answers
 
+
 def test_forty_thousand_tagged_cells_are_read_in_linear_time_with_capped_notes():
     nb = nbformat.from_dict(json.loads(tagged_cells(filled_beta("ann"))))
-    qs = {"answer Q1": answers.Question("beta", "answer Q1", 1.0, ["b-ans1"], answer_ids=["b-ans1"],
-                                        question_ids=["b-q1"])}
+    qs = {
+        "answer Q1": answers.Question(
+            "beta", "answer Q1", 1.0, ["b-ans1"], answer_ids=["b-ans1"], question_ids=["b-q1"]
+        )
+    }
     t0 = time.process_time()
     found = answers.locate(nb, qs)["answer Q1"]
-    assert time.process_time() - t0 < 10   # it was 1,278 s, quadratic
+    assert time.process_time() - t0 < 10  # it was 1,278 s, quadratic
     assert len(found.cells) == 40_001 and len(found.notes) == answers.MAX_NOTES + 1
     assert found.notes[-1] == f"... and {40_000 - answers.MAX_NOTES} more note(s) like these"
     assert len(answers.score(qs["answer Q1"], found, None).reason) < 2000
@@ -169,10 +193,19 @@ def test_an_unreadable_shape_leaves_the_answers_not_found_with_the_reason():
 def test_an_answer_csv_always_merges_back(tmp_path):
     """1,100 copied cells put 147 KB into one note, past csv's field limit, and nothing merged."""
     q = answers.Question("beta", "answer Q1", 1.0, ["b-ans1"])
-    items = [{"student": s, "lab": "beta", "records": {}, "scores": {"answer Q1": answers.score(q, a, None)},
-              "answers": {"answer Q1": a}}
-             for s, a in [("ann", answers.Answer("words", [4], [], True)),
-                          ("mal", answers.Answer("x" * 300_000, [4], ["n" * 200] * 1100, True))]]
+    items = [
+        {
+            "student": s,
+            "lab": "beta",
+            "records": {},
+            "scores": {"answer Q1": answers.score(q, a, None)},
+            "answers": {"answer Q1": a},
+        }
+        for s, a in [
+            ("ann", answers.Answer("words", [4], [], True)),
+            ("mal", answers.Answer("x" * 300_000, [4], ["n" * 200] * 1100, True)),
+        ]
+    ]
     answers.export(tmp_path, items, {("beta", "answer Q1"): q})
     path = tmp_path / "answers" / "beta" / "answer-q1.csv"
     with open(path, newline="") as f:
@@ -184,8 +217,10 @@ def test_an_answer_csv_always_merges_back(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    current = {("beta", "answer Q1", "ann"): items[0]["answers"]["answer Q1"].sha,
-               ("beta", "answer Q1", "mal"): items[1]["answers"]["answer Q1"].sha}
+    current = {
+        ("beta", "answer Q1", "ann"): items[0]["answers"]["answer Q1"].sha,
+        ("beta", "answer Q1", "mal"): items[1]["answers"]["answer Q1"].sha,
+    }
     merged = answers.merge(tmp_path, [path], {("beta", "answer Q1"): q}, current)
     assert "2 score(s) merged" in merged[0]
 
@@ -196,16 +231,28 @@ def test_a_missing_attachment_breaks_only_its_own_answer(tmp_path):
     bad = markdown_html("![x](attachment:nope.png)")
     assert "could not be rendered" in bad and "attachment:nope.png" in bad
     q = answers.Question("beta", "answer Q1", 1.0, ["b-ans1"], text="**Q1.** What?")
-    rows = [{"student": s, "status": "pending", "score": "", "max": "1", "answer": text, "notes": "", "flags": [],
-             "values": []} for s, text in [("ann", "It is **five**."), ("mal", "![x](attachment:nope.png)")]]
+    rows = [
+        {
+            "student": s,
+            "status": "pending",
+            "score": "",
+            "max": "1",
+            "answer": text,
+            "notes": "",
+            "flags": [],
+            "values": [],
+        }
+        for s, text in [("ann", "It is **five**."), ("mal", "![x](attachment:nope.png)")]
+    ]
     page = tmp_path / "q.html"
     answers.write_page(str(page), json.loads(json.dumps(q.__dict__)), rows)
     html = page.read_text()
-    assert "<strong>five</strong>" in html and "could not be rendered" in html   # ann's still Markdown
+    assert "<strong>five</strong>" in html and "could not be rendered" in html  # ann's still Markdown
     assert "shown as plain text" not in html
 
 
 # ------------------------------------------------------------------------------------ similarity
+
 
 def test_periodic_code_is_compared_in_linear_time():
     text = json.loads(periodic(filled_beta("ann")))
@@ -216,18 +263,25 @@ def test_periodic_code_is_compared_in_linear_time():
     pairs = similarity.compare(docs, "code", "beta", set(), 0.5)
     for p in pairs:
         similarity.matches(p)
-    assert time.process_time() - t0 < 30   # it spun 5 CPU-minutes
+    assert time.process_time() - t0 < 30  # it spun 5 CPU-minutes
     assert len(docs[0].tokens) <= similarity.MAX_TOKENS
     assert all(len(ps) <= similarity.MAX_REPEATS for ps in docs[0].prints.values())
 
 
 def test_copied_code_is_still_found_with_its_passages():
-    code = ["def f(values):\n    total = 0\n    for v in values:\n        total += 2 * v * v\n"
-            "    return total / len(values)\n", "result = [f([i, i + 1, i * 3]) for i in range(10)]\nprint(result)\n"]
-    other = ["import math\nprint(math.pi * 2)\nfor k in range(3):\n    print(k ** 3 - k)\n",
-             "data = {'a': 1, 'b': 2}\nfor key in sorted(data):\n    print(key, data[key] * 7)\n"]
-    docs = [similarity.fingerprint(similarity.code_doc(s, c, ["cell 1", "cell 2"]), "code")
-            for s, c in (("a", code), ("b", code), ("c", other))]
+    code = [
+        "def f(values):\n    total = 0\n    for v in values:\n        total += 2 * v * v\n"
+        "    return total / len(values)\n",
+        "result = [f([i, i + 1, i * 3]) for i in range(10)]\nprint(result)\n",
+    ]
+    other = [
+        "import math\nprint(math.pi * 2)\nfor k in range(3):\n    print(k ** 3 - k)\n",
+        "data = {'a': 1, 'b': 2}\nfor key in sorted(data):\n    print(key, data[key] * 7)\n",
+    ]
+    docs = [
+        similarity.fingerprint(similarity.code_doc(s, c, ["cell 1", "cell 2"]), "code")
+        for s, c in (("a", code), ("b", code), ("c", other))
+    ]
     pairs = similarity.compare(docs, "code", "x", set(), 0.5)
     assert [(p.a.student, p.b.student) for p in pairs] == [("a", "b")]
     found = similarity.matches(pairs[0])
@@ -243,23 +297,43 @@ def test_fingerprints_most_of_a_class_has_are_dropped():
 
 # --------------------------------------------------------------------------------------- reports
 
+
 def test_student_text_in_summary_md_renders_nothing(tmp_path):
     class Lab:
         key, notebook, max_points = "beta", "beta.ipynb", 2.0
 
-    rows = [{"student": "mal<img src=x>", "lab": "beta", "check": "execution", "points": 0.0, "max": 0.0,
-             "status": "error", "reason": f"cell 2 raised ValueError: {INJECTION} `tick` | pipe", "seconds": 1},
-            {"student": "ann", "lab": "beta", "check": "execution", "points": 0.0, "max": 0.0, "status": "ok",
-             "reason": "", "seconds": 1}]
-    report.write_summary(rows, [Lab()], tmp_path / "summary.md",
-                         notes=[f"mal: not graded: {INJECTION}.ipynb (matches no lab)"])
+    rows = [
+        {
+            "student": "mal<img src=x>",
+            "lab": "beta",
+            "check": "execution",
+            "points": 0.0,
+            "max": 0.0,
+            "status": "error",
+            "reason": f"cell 2 raised ValueError: {INJECTION} `tick` | pipe",
+            "seconds": 1,
+        },
+        {
+            "student": "ann",
+            "lab": "beta",
+            "check": "execution",
+            "points": 0.0,
+            "max": 0.0,
+            "status": "ok",
+            "reason": "",
+            "seconds": 1,
+        },
+    ]
+    report.write_summary(
+        rows, [Lab()], tmp_path / "summary.md", notes=[f"mal: not graded: {INJECTION}.ipynb (matches no lab)"]
+    )
     text = (tmp_path / "summary.md").read_text()
     # outside code spans, none of it is Markdown or HTML any more
     bare = re.sub(r"(`+) .*? \1", "", text)
     assert "![" not in bare and "<img" not in bare and "<a " not in bare and BEACON not in bare, bare
     assert "&lt;img src=x&gt;" in text
     line = next(ln for ln in text.splitlines() if "raised ValueError" in ln)
-    assert line.count(" | ") == 5 and "``" in line    # the pipe escaped, the backtick in a longer fence
+    assert line.count(" | ") == 5 and "``" in line  # the pipe escaped, the backtick in a longer fence
     assert len(text) < 20_000
 
 
@@ -271,6 +345,7 @@ def test_a_reason_is_capped_in_grades_csv(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- intake
+
 
 def _ref(tmp: Path) -> Path:
     nbs = tmp / "notebooks"
@@ -291,33 +366,43 @@ def nb_bytes(name: str) -> bytes:
     return nbformat.writes(filled_beta(name)).encode()
 
 
-ALICE = GradescopeSubmission(1001, [("Alice A", "alice@uni.edu", "S1")], "2024-10-01 06:00:00.0 Z",
-                             {"beta.ipynb": nb_bytes("ann")})
+ALICE = GradescopeSubmission(
+    1001, [("Alice A", "alice@uni.edu", "S1")], "2024-10-01 06:00:00.0 Z", {"beta.ipynb": nb_bytes("ann")}
+)
 
 
 def test_a_planted_metadata_file_cannot_take_over_the_gradescope_intake(tmp_path):
-    planted = {1001: {":submitters": [{":name": "Alice A", ":sid": "S1", ":email": "alice@uni.edu"}],
-                      ":created_at": "1950-01-01 00:00:00 Z"}}
-    mallory = GradescopeSubmission(1002, [("Mallory M", "mal@uni.edu", "S9")], "2024-10-01 07:00:00.0 Z",
-                                   {"beta.ipynb": nb_bytes("bob"),
-                                    "submission_metadata.yml": json.dumps(planted).encode()})
+    planted = {
+        1001: {
+            ":submitters": [{":name": "Alice A", ":sid": "S1", ":email": "alice@uni.edu"}],
+            ":created_at": "1950-01-01 00:00:00 Z",
+        }
+    }
+    mallory = GradescopeSubmission(
+        1002,
+        [("Mallory M", "mal@uni.edu", "S9")],
+        "2024-10-01 07:00:00.0 Z",
+        {"beta.ipynb": nb_bytes("bob"), "submission_metadata.yml": json.dumps(planted).encode()},
+    )
     for wrapped in (True, False):
         path = tmp_path / f"export-{wrapped}.zip"
         gradescope_zip(path, [ALICE, mallory])
-        if not wrapped:   # the export's files at the top, as the red team's was
+        if not wrapped:  # the export's files at the top, as the red team's was
             with zipfile.ZipFile(path) as zf:
                 files = {PurePath(n).relative_to(PurePath(n).parts[0]).as_posix(): zf.read(n) for n in zf.namelist()}
             with zipfile.ZipFile(path, "w") as zf:
                 for n, data in files.items():
                     zf.writestr(n, data)
         dest = tmp_path / f"subs-{wrapped}"
-        got = intake.import_download(path, dest, _labs(tmp_path), _ref(tmp_path), due="2024-10-02T00:00:00+00:00",
-                                     log=lambda m: None)
+        got = intake.import_download(
+            path, dest, _labs(tmp_path), _ref(tmp_path), due="2024-10-02T00:00:00+00:00", log=lambda m: None
+        )
         assert (dest / "S1" / "beta.ipynb").read_bytes() == nb_bytes("ann")
         assert (dest / "S9" / "beta.ipynb").read_bytes() == nb_bytes("bob")
         assert not got.students["S1"]["labs"]["beta"]["late"]
-        assert any("submission_1002/submission_metadata.yml" in n and "is not the export's" in n
-                   for n in got.record["notes"])
+        assert any(
+            "submission_1002/submission_metadata.yml" in n and "is not the export's" in n for n in got.record["notes"]
+        )
 
 
 def test_an_export_with_two_roots_or_files_outside_its_root_is_refused(tmp_path):
@@ -334,10 +419,16 @@ def test_an_export_with_two_roots_or_files_outside_its_root_is_refused(tmp_path)
 
 
 def test_two_submitters_with_one_sid_are_never_merged(tmp_path):
-    mallory = GradescopeSubmission(1002, [("Mallory M", "mal@uni.edu", "S1")], "2024-10-01 09:00:00.0 Z",
-                                   {"beta.ipynb": nb_bytes("bob")})
-    got = intake.import_download(gradescope_zip(tmp_path / "e.zip", [ALICE, mallory]), tmp_path / "subs",
-                                 _labs(tmp_path), _ref(tmp_path), log=lambda m: None)
+    mallory = GradescopeSubmission(
+        1002, [("Mallory M", "mal@uni.edu", "S1")], "2024-10-01 09:00:00.0 Z", {"beta.ipynb": nb_bytes("bob")}
+    )
+    got = intake.import_download(
+        gradescope_zip(tmp_path / "e.zip", [ALICE, mallory]),
+        tmp_path / "subs",
+        _labs(tmp_path),
+        _ref(tmp_path),
+        log=lambda m: None,
+    )
     assert len(got.students) == 2
     graded = {s: (tmp_path / "subs" / s / "beta.ipynb").read_bytes() for s in got.students}
     assert sorted(graded.values()) == sorted([nb_bytes("ann"), nb_bytes("bob")])
@@ -347,27 +438,37 @@ def test_two_submitters_with_one_sid_are_never_merged(tmp_path):
 
 def test_a_yaml_alias_bomb_and_oversized_fields_are_refused_at_once(tmp_path):
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9)
+    )
     t0 = time.process_time()
     with pytest.raises(intake.IntakeError, match="YAML alias"):
         intake.read_metadata(bomb.encode())
-    assert time.process_time() - t0 < 2     # 31 s and 964 MB before
-    huge = GradescopeSubmission(1003, [("x" * 5000, "big@uni.edu", "S5")], "2024-10-01 06:00:00.0 Z",
-                                {"beta.ipynb": nb_bytes("cat")})
-    got = intake.import_download(gradescope_zip(tmp_path / "e.zip", [ALICE, huge]), tmp_path / "subs",
-                                 _labs(tmp_path), _ref(tmp_path), log=lambda m: None)
+    assert time.process_time() - t0 < 2  # 31 s and 964 MB before
+    huge = GradescopeSubmission(
+        1003, [("x" * 5000, "big@uni.edu", "S5")], "2024-10-01 06:00:00.0 Z", {"beta.ipynb": nb_bytes("cat")}
+    )
+    got = intake.import_download(
+        gradescope_zip(tmp_path / "e.zip", [ALICE, huge]),
+        tmp_path / "subs",
+        _labs(tmp_path),
+        _ref(tmp_path),
+        log=lambda m: None,
+    )
     assert list(got.students) == ["S1"]
     assert any("submission_1003" in n and ":name is not a text of at most 200" in n for n in got.record["notes"])
 
 
 def test_a_zip_bomb_is_refused_on_its_sizes_and_extras_are_listed_not_copied(tmp_path, monkeypatch):
-    big = GradescopeSubmission(1004, [("Zed Z", "zed@uni.edu", "S4")], "2024-10-01 06:00:00.0 Z",
-                               {"beta.ipynb": nb_bytes("dan"),
-                                **{f"x{i}.ipynb": b"{" + b" " * (8 * 2**20) + b"}" for i in range(30)}})
+    big = GradescopeSubmission(
+        1004,
+        [("Zed Z", "zed@uni.edu", "S4")],
+        "2024-10-01 06:00:00.0 Z",
+        {"beta.ipynb": nb_bytes("dan"), **{f"x{i}.ipynb": b"{" + b" " * (8 * 2**20) + b"}" for i in range(30)}},
+    )
     path = gradescope_zip(tmp_path / "bomb.zip", [ALICE, big])
     assert path.stat().st_size < 2 * 2**20
     got = intake.import_download(path, tmp_path / "subs", _labs(tmp_path), _ref(tmp_path), log=lambda m: None)
-    assert [p.name for p in (tmp_path / "subs" / "S4").iterdir()] == ["beta.ipynb"]   # nothing else copied
+    assert [p.name for p in (tmp_path / "subs" / "S4").iterdir()] == ["beta.ipynb"]  # nothing else copied
     listed = [n for n in got.record["notes"] if "S4: not graded" in n]
     capped = [n for n in got.record["notes"] if f"over the {intake.MAX_FILES} files read" in n]
     assert len(listed) + len(capped) == 30 and capped
@@ -388,6 +489,7 @@ def test_dot_dot_entries_are_noted(tmp_path):
 
 # ---------------------------------------------------------------------------- a grader as a user
 
+
 def test_runs_that_would_share_their_limits_are_one_at_a_time(monkeypatch):
     from labkit.grading.run.executor import ExecutorError
     from labkit.grading.run.runner import LocalExecutor, Setup
@@ -400,15 +502,21 @@ def test_runs_that_would_share_their_limits_are_one_at_a_time(monkeypatch):
         LocalExecutor(setup, parallel=2)
     assert LocalExecutor(setup, parallel=1).slots == 1
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert LocalExecutor(setup, parallel=2).slots == 2    # root: each run has a uid of its own
+    assert LocalExecutor(setup, parallel=2).slots == 2  # root: each run has a uid of its own
 
 
 # ------------------------------------------------------------------------------ a class of twenty
 
 HONEST = 14
 BETA_RUBRIC = RUBRIC.split("[labs.alpha]")[0] + "[labs.beta]" + RUBRIC.split("[labs.beta]")[1]
-HOSTILE = {"deep": deep_nesting, "surrogate": lone_surrogate, "tagged": tagged_cells, "periodic1": periodic,
-           "periodic2": periodic, "injector": injector}
+HOSTILE = {
+    "deep": deep_nesting,
+    "surrogate": lone_surrogate,
+    "tagged": tagged_cells,
+    "periodic1": periodic,
+    "periodic2": periodic,
+    "injector": injector,
+}
 
 
 def honest(n: int) -> str:
@@ -449,15 +557,18 @@ def _without_seconds(rows: dict, student: str) -> dict:
 def check_class(out: Path, alone: Path) -> None:
     """Each attacker is their own row with a reason; every honest student as graded alone."""
     rows = _rows(out)
-    expect = {"deep": ("refused", "nested deeper than the 64-level cap"),
-              "surrogate": ("unreadable", "lone UTF-16 surrogate"),
-              "tagged": ("refused", "cell cap"),
-              "periodic1": ("ok", ""), "periodic2": ("ok", ""),
-              "injector": ("error", "raised ValueError")}
+    expect = {
+        "deep": ("refused", "nested deeper than the 64-level cap"),
+        "surrogate": ("unreadable", "lone UTF-16 surrogate"),
+        "tagged": ("refused", "cell cap"),
+        "periodic1": ("ok", ""),
+        "periodic2": ("ok", ""),
+        "injector": ("error", "raised ValueError"),
+    }
     for student, (status, words) in expect.items():
         r = rows[(student, "execution")]
         if student.startswith("periodic") and r["status"] == "timeout":
-            status = "timeout"   # 1.6 MB of code may run past the notebook timeout on a loaded machine: its row
+            status = "timeout"  # 1.6 MB of code may run past the notebook timeout on a loaded machine: its row
         assert r["status"] == status and words in r["reason"], r
         assert len(r["reason"]) <= report.MAX_REASON
     alone_rows = _rows(alone)
@@ -467,7 +578,7 @@ def check_class(out: Path, alone: Path) -> None:
         assert rows[(f"honest{n:02d}", "execution")]["status"] == "ok"
         assert rows[(f"honest{n:02d}", "squares recorded")]["status"] == "pass"
     summary = (out / "summary.md").read_text()
-    bare = re.sub(r"(`+) .*? \1", "", summary)    # outside code spans, where Markdown would render it
+    bare = re.sub(r"(`+) .*? \1", "", summary)  # outside code spans, where Markdown would render it
     assert "![" not in bare and "<img" not in bare and "<a " not in bare
     assert (out / "similarity.html").is_file()
     page = (out / "injector" / "beta.html").read_text()
@@ -483,15 +594,27 @@ def test_a_class_of_twenty_with_six_attackers_is_graded_as_if_they_were_absent(t
     subs = write_class(tmp_path / "class", the_class())
     alone = write_class(tmp_path / "alone", {"honest00": honest(0), "honest01": honest(1)})
     t0 = time.monotonic()
-    grade(tmp_path / "class" / "rubric.toml", subs, tmp_path / "class" / "out", parallel=2,
-          notebooks=tmp_path / "class" / "notebooks", log=lambda m: None)
+    grade(
+        tmp_path / "class" / "rubric.toml",
+        subs,
+        tmp_path / "class" / "out",
+        parallel=2,
+        notebooks=tmp_path / "class" / "notebooks",
+        log=lambda m: None,
+    )
     seconds = time.monotonic() - t0
-    grade(tmp_path / "alone" / "rubric.toml", alone, tmp_path / "alone" / "out", parallel=1,
-          notebooks=tmp_path / "alone" / "notebooks", log=lambda m: None)
+    grade(
+        tmp_path / "alone" / "rubric.toml",
+        alone,
+        tmp_path / "alone" / "out",
+        parallel=1,
+        notebooks=tmp_path / "alone" / "notebooks",
+        log=lambda m: None,
+    )
     check_class(tmp_path / "class" / "out", tmp_path / "alone" / "out")
     export_answers(tmp_path / "class" / "out", log=lambda m: None)
     page = (tmp_path / "class" / "out" / "answers" / "beta" / "answer-q1.html").read_text()
-    assert "shown as plain text" not in page and "could not be rendered" in page   # one answer, not the page
+    assert "shown as plain text" not in page and "could not be rendered" in page  # one answer, not the page
     print(f"class of 20 graded in {seconds:.0f} s")
 
 
@@ -510,30 +633,69 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
         pytest.skip("needs setpriv and unshare (util-linux) to become user nobody")
     root = Path(tempfile.mkdtemp(prefix="labkit-hostile-"))
     try:
-        students = {"honest00": honest(0), **{k: HOSTILE[k](filled_beta("ann"))
-                                              for k in ("deep", "surrogate", "tagged", "injector")}}
+        students = {
+            "honest00": honest(0),
+            **{k: HOSTILE[k](filled_beta("ann")) for k in ("deep", "surrogate", "tagged", "injector")},
+        }
         subs = write_class(root, students)
         (root / "home").mkdir()
         (root / "data").mkdir()
         if os.geteuid() == 0:
             for p in [root, *root.rglob("*")]:
                 os.lchown(p, NOBODY, NOBODY)
-        env = {"PATH": os.environ["PATH"], "HOME": str(root / "home"), "LANG": "C.UTF-8",
-               "LABKIT_DATA": str(root / "data")}
-        cmd = [*as_user(), sys.executable, "-m", "labkit", "grade", str(subs), "--rubric", str(root / "rubric.toml"),
-               "--notebooks", str(root / "notebooks")]
-        backend = subprocess.run([*as_user(), sys.executable, "-c", "from labkit.grading.run import limits; "
-                                  "print(limits.best_backend(), bool(limits.shared(limits.best_backend())))"],
-                                 capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(root / "home"),
+            "LANG": "C.UTF-8",
+            "LABKIT_DATA": str(root / "data"),
+        }
+        cmd = [
+            *as_user(),
+            sys.executable,
+            "-m",
+            "labkit",
+            "grade",
+            str(subs),
+            "--rubric",
+            str(root / "rubric.toml"),
+            "--notebooks",
+            str(root / "notebooks"),
+        ]
+        backend = subprocess.run(
+            [
+                *as_user(),
+                sys.executable,
+                "-c",
+                "from labkit.grading.run import limits; "
+                "print(limits.best_backend(), bool(limits.shared(limits.best_backend())))",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
         if backend.returncode != 0:
             pytest.skip(f"user nobody cannot run this checkout's Python: {backend.stderr.strip()[-300:]}")
         shared = backend.stdout.split()[-1] == "True"
-        two = subprocess.run([*cmd, "--out", str(root / "out2"), "-j", "2"], capture_output=True, text=True, env=env,
-                             cwd=REPO, timeout=900)
+        two = subprocess.run(
+            [*cmd, "--out", str(root / "out2"), "-j", "2"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=900,
+        )
         if shared:
             assert two.returncode != 0 and "-j 2 refused" in two.stderr and "RLIMIT_NPROC" in two.stderr, two.stderr
-        one = subprocess.run([*cmd, "--out", str(root / "out"), "-j", "1"], capture_output=True, text=True, env=env,
-                             cwd=REPO, timeout=900)
+        one = subprocess.run(
+            [*cmd, "--out", str(root / "out"), "-j", "1"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=900,
+        )
         assert one.returncode == 0, one.stdout + one.stderr
         rows = _rows(root / "out")
         assert rows[("honest00", "execution")]["status"] == "ok"

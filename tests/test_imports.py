@@ -1,6 +1,7 @@
 """labkit's modules import each other without a cycle (issue 18): a cycle makes import order
 matter and one module's edit break another's import. Read statically from the source with ``ast``,
 so an import inside a function counts too: it is still a dependency."""
+
 from __future__ import annotations
 
 import ast

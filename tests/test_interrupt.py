@@ -4,6 +4,7 @@ while a cluster starts or runs leaves no task process and no bound port, and the
 The cells are what a lab notebook runs: a ``labkit.distributed.launch.Cluster`` of ``labkit.tasks.ps_sgd``
 under a live view (``labkit.distributed.live``), waiting. The tasks run in their own sessions, so the
 interrupt reaches only the kernel, which must stop them itself."""
+
 import json
 import queue
 from pathlib import Path
@@ -61,9 +62,11 @@ def _interrupt(km, kc, code: str, ready, timeout: float = 240) -> list[int]:
         except queue.Empty:
             return ready()
         content = msg["content"]
-        raise AssertionError(f"the cell ended before the interrupt: {content.get('status')} "
-                             f"{content.get('ename', '')}: {content.get('evalue', '')}\n"
-                             + "\n".join(content.get("traceback", []))[-3000:])
+        raise AssertionError(
+            f"the cell ended before the interrupt: {content.get('status')} "
+            f"{content.get('ename', '')}: {content.get('evalue', '')}\n"
+            + "\n".join(content.get("traceback", []))[-3000:]
+        )
 
     pids = wait_until(ready_or_ended, timeout, 0.1, "the cluster to get to the point of the interrupt")
     km.interrupt_kernel()

@@ -5,6 +5,7 @@ task results per configuration folder); the grader's verifier reads them back, f
 critical path to N = 1 and 2 and predicts N = 3. A claim at the reference's own error passes
 whatever the load made that error; a claim far above it does not.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,24 +29,58 @@ def _write_run(root: Path, arch: str, n: int, step_s: float):
     for t, i in names:
         result = {"task": f"{t}:{i}", "type": t, "index": i}
         if (t, i) == chief:
-            result["traffic"] = {"nics": ["lo"], "nic_sent_bytes_per_step": 2.0 * M * n,
-                                 "counters_per_step": {f"{a}:{b} {side}": 1.0 * M for a, b in names
-                                                       for side in ("sent", "recv")}}
+            result["traffic"] = {
+                "nics": ["lo"],
+                "nic_sent_bytes_per_step": 2.0 * M * n,
+                "counters_per_step": {f"{a}:{b} {side}": 1.0 * M for a, b in names for side in ("sent", "recv")},
+            }
             result["train"] = {
-                "per_worker_batch": BATCH, "images_per_step": BATCH * n, "images_per_s": BATCH * n / step_s,
-                "model_bytes": M, "history": [{"epoch": 1, "steps": 4, "train_loss": 2.2},
-                                              {"epoch": 2, "steps": 4, "train_loss": 2.0}],
-                "start_epoch": 0, "variables": [{"name": "w", "bytes": M, "device": "/job:ps/replica:0/task:0/device:CPU:0"}]}
+                "per_worker_batch": BATCH,
+                "images_per_step": BATCH * n,
+                "images_per_s": BATCH * n / step_s,
+                "model_bytes": M,
+                "history": [{"epoch": 1, "steps": 4, "train_loss": 2.2}, {"epoch": 2, "steps": 4, "train_loss": 2.0}],
+                "start_epoch": 0,
+                "variables": [{"name": "w", "bytes": M, "device": "/job:ps/replica:0/task:0/device:CPU:0"}],
+            }
         (folder / f"{t}-{i}.json").write_text(json.dumps(result))
-        tasks.append({"name": f"{t}:{i}", "type": t, "index": i, "host": "127.0.0.1", "ended": "finished",
-                      "returncode": None, "wall_s": 10.0, "log": f"{t}-{i}.log"})
-    (folder / "cluster.json").write_text(json.dumps({
-        "program": "strategy_train", "spec": {}, "tasks": tasks, "startup_s": 1.0, "teardown_s": None,
-        "wall_s": 10.0, "notes": [], "cluster_dir": None, "configuration": {"name": folder.name}}))
+        tasks.append(
+            {
+                "name": f"{t}:{i}",
+                "type": t,
+                "index": i,
+                "host": "127.0.0.1",
+                "ended": "finished",
+                "returncode": None,
+                "wall_s": 10.0,
+                "log": f"{t}-{i}.log",
+            }
+        )
+    (folder / "cluster.json").write_text(
+        json.dumps(
+            {
+                "program": "strategy_train",
+                "spec": {},
+                "tasks": tasks,
+                "startup_s": 1.0,
+                "teardown_s": None,
+                "wall_s": 10.0,
+                "notes": [],
+                "cluster_dir": None,
+                "configuration": {"name": folder.name},
+            }
+        )
+    )
 
 
-STEPS = {("ring", 1): 0.066, ("ps", 1): 0.221, ("ps", 2): 0.369, ("ring", 2): 0.393,
-         ("ps", 3): 0.433, ("ring", 3): 0.737}  # a sweep on a loaded machine (held-out error 0.27)
+STEPS = {
+    ("ring", 1): 0.066,
+    ("ps", 1): 0.221,
+    ("ps", 2): 0.369,
+    ("ring", 2): 0.393,
+    ("ps", 3): 0.433,
+    ("ring", 3): 0.737,
+}  # a sweep on a loaded machine (held-out error 0.27)
 
 
 @pytest.fixture
@@ -59,9 +94,12 @@ def workdir(tmp_path):
 
 
 def _ctx(workdir, claimed):
-    return verify.Context(workdir=workdir, records={"fit_error": {"loopback_alpha_s": 3e-5,
-                                                                 "loopback_bandwidth_bytes_per_s": 3.6e9}},
-                          params={}, claimed=claimed)
+    return verify.Context(
+        workdir=workdir,
+        records={"fit_error": {"loopback_alpha_s": 3e-5, "loopback_bandwidth_bytes_per_s": 3.6e9}},
+        params={},
+        claimed=claimed,
+    )
 
 
 def test_the_sweep_reads_back_from_its_files(workdir):

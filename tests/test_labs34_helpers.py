@@ -1,6 +1,7 @@
 """Labs 3 and 4's kit helpers that need no cluster: report 000's table and the send-rate audit,
 the survivors' failure summary, the tasks' --collective-timeout, TensorFlow's error as the
 result file holds it, and the emulated section's plumbing where links cannot be emulated."""
+
 import pandas as pd
 import pytest
 
@@ -17,8 +18,10 @@ def test_report_000_table_is_the_reports_own():
 
 
 def test_send_rate_audit_sets_each_reading_beside_the_report():
-    predicted = {"global": {"2 x 200": 4_306_106 / 2, "3 x 50": 11_655_754.0},
-                 "per_worker": {"2 x 200": 4_306_106 / 4, "3 x 50": 11_655_754 / 3}}
+    predicted = {
+        "global": {"2 x 200": 4_306_106 / 2, "3 x 50": 11_655_754.0},
+        "per_worker": {"2 x 200": 4_306_106 / 4, "3 x 50": 11_655_754 / 3},
+    }
     audit = lenet_sweep.send_rate_audit(predicted)
     assert list(audit.index) == ["2 x 200", "3 x 50"]  # only the rows predicted, in the report's order
     assert audit.loc["2 x 200", "report_over_global"] == pytest.approx(2)
@@ -29,19 +32,41 @@ def test_send_rate_audit_sets_each_reading_beside_the_report():
 
 def _ft(survivor: dict, bound: float = 60.0) -> dict:
     errors = [survivor["error"]] if survivor["error"] else []
-    return {"peer_failure": {"survivors": {"worker:0": survivor}, "errors": errors, "survivor_wait_s": bound,
-                             "mwms_failure_s": survivor["error_after_s"], "summary": "summary line"}}
+    return {
+        "peer_failure": {
+            "survivors": {"worker:0": survivor},
+            "errors": errors,
+            "survivor_wait_s": bound,
+            "mwms_failure_s": survivor["error_after_s"],
+            "summary": "summary line",
+        }
+    }
 
 
 def test_the_survivors_failure_in_words():
-    met = {"error": "UnavailableError", "message": "Collective ops is aborted by: x\nRestart your program",
-           "error_after_s": 0.05, "exit_after_s": 0.2, "stopped_by_launcher": False, "returncode": 1}
+    met = {
+        "error": "UnavailableError",
+        "message": "Collective ops is aborted by: x\nRestart your program",
+        "error_after_s": 0.05,
+        "exit_after_s": 0.2,
+        "stopped_by_launcher": False,
+        "returncode": 1,
+    }
     text = lenet_sweep.describe_peer_failure(_ft(met))
-    assert text.splitlines()[:2] == ["summary line",
-                                     "worker:0: UnavailableError 0.050 s after the kill; it exited 0.200 s after the kill"]
+    assert text.splitlines()[:2] == [
+        "summary line",
+        "worker:0: UnavailableError 0.050 s after the kill; it exited 0.200 s after the kill",
+    ]
     assert "    Restart your program" in text
-    hung = {**met, "error": None, "message": None, "error_after_s": None, "exit_after_s": None,
-            "stopped_by_launcher": True, "returncode": -15}
+    hung = {
+        **met,
+        "error": None,
+        "message": None,
+        "error_after_s": None,
+        "exit_after_s": None,
+        "stopped_by_launcher": True,
+        "returncode": -15,
+    }
     text = lenet_sweep.describe_peer_failure(_ft(hung, bound=5))
     assert "no TensorFlow error" in text and "still running 5 s after the kill, stopped by the launcher" in text
 
@@ -49,10 +74,12 @@ def test_the_survivors_failure_in_words():
 @pytest.mark.tensorflow
 def test_peer_failure_keeps_tensorflows_words_without_the_ops_stack():
     tf = pytest.importorskip("tensorflow")
-    message = ("Graph execution error:\n\nDetected at node sgd/CollectiveReduceV2 defined at (most recent call last):\n"
-               "  File \"x.py\", line 1, in <module>\n\n  File \"y.py\", line 2, in f\n\n"
-               "Collective ops is aborted by: recvmsg:Connection reset by peer\n"
-               "The error could be from a previous operation. Restart your program to reset.")
+    message = (
+        "Graph execution error:\n\nDetected at node sgd/CollectiveReduceV2 defined at (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n\n  File "y.py", line 2, in f\n\n'
+        "Collective ops is aborted by: recvmsg:Connection reset by peer\n"
+        "The error could be from a previous operation. Restart your program to reset."
+    )
     out = strategy_train.peer_failure(tf.errors.UnavailableError(None, None, message))
     assert out["error"] == "UnavailableError" and out["failed_epoch"] > 0
     assert out["message"].startswith("Collective ops is aborted by") and "File" not in out["message"]

@@ -4,6 +4,7 @@ After every test: no process of ours is left, and every port the test's clusters
 can be bound again (only our own processes and ports are checked: other programs run
 TensorFlow on this machine too).
 """
+
 import _thread
 import os
 import random
@@ -22,8 +23,15 @@ import pytest
 from helpers import alive, children, kill_and_expect_task_failed, wait_until, wait_while
 from labkit.wire import spec as cluster
 from labkit.wire.spec import ClusterSpec
-from labkit.distributed.launch import (Cluster, ClusterResult, ClusterTimeout, PortInUse, TaskFailed, VersionSkew,
-                           check_versions)
+from labkit.distributed.launch import (
+    Cluster,
+    ClusterResult,
+    ClusterTimeout,
+    PortInUse,
+    TaskFailed,
+    VersionSkew,
+    check_versions,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -73,7 +81,9 @@ def test_run_to_completion_gathers_every_task(clusters):
         assert t.log_path.exists()
     table = result.table()
     assert list(table.index) == ["ps:0", "worker:0", "worker:1"]
-    assert {"ended", "local_steps", "global_step", "cpu_user_pct", "net_recv_bytes", "test_accuracy"} <= set(table.columns)
+    assert {"ended", "local_steps", "global_step", "cpu_user_pct", "net_recv_bytes", "test_accuracy"} <= set(
+        table.columns
+    )
     samples = result.samples()
     assert set(samples["task"]) == {"ps:0", "worker:0", "worker:1"}
     assert result.teardown_s is not None and result.teardown_s < 10
@@ -85,8 +95,9 @@ def test_run_to_completion_gathers_every_task(clusters):
 
 def test_killed_worker_raises_task_failed_promptly(clusters):
     c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
-    wait_until(lambda: c.events("worker:0", "eval"), 120, 0.05,
-               "the cluster to train (the chief's first evaluation, an event)")
+    wait_until(
+        lambda: c.events("worker:0", "eval"), 120, 0.05, "the cluster to train (the chief's first evaluation, an event)"
+    )
     failed, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert "SIGKILL" in str(failed) and "worker:1" in failed.log_tail
     assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
@@ -200,7 +211,9 @@ def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
 
     spec = cluster.local(ps=1, workers=1)
     taken = spec.task("ps", 0).port
-    monkeypatch.setattr(labkit.distributed.launchers.local, "port_is_free", lambda port: True)  # the check misses the thief
+    monkeypatch.setattr(
+        labkit.distributed.launchers.local, "port_is_free", lambda port: True
+    )  # the check misses the thief
     with _listen(taken):
         c = make(clusters, spec, **LONG).start()
         assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}
@@ -232,8 +245,11 @@ def test_tf2_pattern_tasks_exit_when_the_chief_port_closes(clusters, tmp_path):
     c = Cluster(spec, "watchprog.task", lab="test", env={"PYTHONPATH": str(tmp_path)}, program_argv=["1.5"])
     clusters.append(c)
     result = c.run(timeout=60)
-    assert {t.name: t.ended for t in result} == {"ps:0": "chief-port-closed", "chief:0": "exited",
-                                                 "worker:0": "chief-port-closed"}
+    assert {t.name: t.ended for t in result} == {
+        "ps:0": "chief-port-closed",
+        "chief:0": "exited",
+        "worker:0": "chief-port-closed",
+    }
     assert result["worker:0"].result["status"] == "ok" and result.teardown_s < 5
 
 
@@ -275,8 +291,14 @@ def test_task_failed_names_the_task_that_failed_first(clusters, tmp_path, how):
     (tmp_path / "peers").mkdir()
     (tmp_path / "peers" / "__init__.py").write_text("")
     (tmp_path / "peers" / "task.py").write_text(PEERS_PROGRAM)
-    c = Cluster(cluster.local(ps=0, workers=2), "peers.task", lab="test", env={"PYTHONPATH": str(tmp_path)},
-                program_argv=[how], timeout=60)
+    c = Cluster(
+        cluster.local(ps=0, workers=2),
+        "peers.task",
+        lab="test",
+        env={"PYTHONPATH": str(tmp_path)},
+        program_argv=[how],
+        timeout=60,
+    )
     clusters.append(c)
     c.start(wait_ready=how != "error")  # forked, worker:1 can fail before start() would return: wait() sees it
     pids = c.pids()
@@ -318,13 +340,20 @@ def fake_ssh(tmp_path: Path) -> Path:
 def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     """ps and worker 1 on "another host" (127.0.0.2, reached over the fake ssh), worker 0 local."""
     ports = cluster.free_ports(3)
-    spec = ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"],
-                        "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.2:{ports[2]}"]})
+    spec = ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.2:{ports[2]}"]})
     remote_dir = tmp_path / "remote home" / "labkit"
     remote_dir.mkdir(parents=True)
-    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"],
-                                               "remote_dir": str(remote_dir), "remote_python": sys.executable},
-             steps=100, **TINY)
+    c = make(
+        clusters,
+        spec,
+        launcher_options={
+            "ssh": [str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"],
+            "remote_dir": str(remote_dir),
+            "remote_python": sys.executable,
+        },
+        steps=100,
+        **TINY,
+    )
     cmds = dict(c.commands())
     assert cmds["ps:0"].startswith(f"{tmp_path}/fake-ssh -o BatchMode=yes -- 127.0.0.2 ")
     assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
@@ -356,12 +385,23 @@ def test_a_malformed_remote_hello_is_a_clear_error(clusters, tmp_path):
     (tmp_path / "oldkit" / "__init__.py").write_text("")
     (tmp_path / "oldkit" / "task.py").write_text(BAD_HELLO_PROGRAM)
     port = cluster.free_ports(1)[0]
-    c = Cluster(ClusterSpec({"worker": [f"127.0.0.2:{port}"]}), "oldkit.task", lab="test",
-                launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(tmp_path),
-                                  "remote_python": sys.executable}, env={"PYTHONPATH": str(tmp_path)})
+    c = Cluster(
+        ClusterSpec({"worker": [f"127.0.0.2:{port}"]}),
+        "oldkit.task",
+        lab="test",
+        launcher_options={
+            "ssh": [str(fake_ssh(tmp_path))],
+            "remote_dir": str(tmp_path),
+            "remote_python": sys.executable,
+        },
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     clusters.append(c)
-    with pytest.raises(VersionSkew, match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
-                                          r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup"):
+    with pytest.raises(
+        VersionSkew,
+        match=r"a task on 127\.0\.0\.2 wrote a hello the launcher cannot read \(it is not "
+        r"JSON.*'hello from labkit 0\.0\.1'.*make cluster-setup",
+    ):
         c.start()
     assert c.status() == {"worker:0": "terminated"}
 
@@ -371,11 +411,23 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     spec = ClusterSpec({"ps": [f"127.0.0.2:{port[0]}"], "worker": [f"127.0.0.2:{port[1]}"]})
     remote_dir = tmp_path / "r"
     remote_dir.mkdir()
-    c = make(clusters, spec, launcher_options={"ssh": [str(fake_ssh(tmp_path))], "remote_dir": str(remote_dir),
-                                               "remote_python": sys.executable}, **LONG).start(wait_ready=False)
+    c = make(
+        clusters,
+        spec,
+        launcher_options={
+            "ssh": [str(fake_ssh(tmp_path))],
+            "remote_dir": str(remote_dir),
+            "remote_python": sys.executable,
+        },
+        **LONG,
+    ).start(wait_ready=False)
     run = remote_dir / c.remote_run
-    wait_until(lambda: all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")), 60, 0.05,
-               "the remote tasks to start")
+    wait_until(
+        lambda: all((run / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")),
+        60,
+        0.05,
+        "the remote tasks to start",
+    )
     pids = {name: int((run / f"{name}.pid").read_text()) for name in ("ps-0", "worker-0")}
     c.stop()
     assert not any(psutil.pid_exists(p) for p in pids.values())
@@ -390,13 +442,21 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     c = Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"remote_dir": "labkit"}, steps=100)
     c.start()
     out = capsys.readouterr().out
-    assert out.count("# ") == 4 and "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -- 10.10.1.2 " in out
+    assert (
+        out.count("# ") == 4
+        and "ssh -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -- 10.10.1.2 "
+        in out
+    )
     assert "--steps 100" in out and '"task": {"type": "worker", "index": 1}' in out.replace("\\", "")
     with pytest.raises(RuntimeError, match="dry run"):
         c.wait()
     assert not children(recursive=False)
-    cli = subprocess.run([sys.executable, "-m", "labkit", "cluster", "--mode", "cluster2", "--hosts", str(hosts),
-                          "--print-commands"], capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "labkit", "cluster", "--mode", "cluster2", "--hosts", str(hosts), "--print-commands"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "worker:2" in cli.stdout and "10.10.1.3:2222" in cli.stdout and "TF_CONFIG" in cli.stdout
 
@@ -416,8 +476,13 @@ def test_version_skew_is_refused():
     ok = {"python": "3.11.9", "tensorflow": "2.21.0", "keras": "3.15.1", "labkit": "0.1.0"}
     check_versions({"ps:0": {"versions": ok, "host": "node0"}}, reference=dict(ok, python="3.11.2"))
     with pytest.raises(VersionSkew, match=r"(?s)worker:1 \(node1\): tensorflow 2\.20\.0.*make setup"):
-        check_versions({"ps:0": {"versions": ok, "host": "node0"},
-                        "worker:1": {"versions": dict(ok, tensorflow="2.20.0"), "host": "node1"}}, reference=ok)
+        check_versions(
+            {
+                "ps:0": {"versions": ok, "host": "node0"},
+                "worker:1": {"versions": dict(ok, tensorflow="2.20.0"), "host": "node1"},
+            },
+            reference=ok,
+        )
 
 
 def test_the_launcher_and_the_tasks_share_one_protocol():
@@ -429,8 +494,9 @@ def test_the_launcher_and_the_tasks_share_one_protocol():
     import labkit.tasks.common
 
     tree = ast.parse(Path(labkit.distributed.launch.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
-        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     assert not [m for m in imported if m and m.startswith("labkit.tasks")], imported
     assert PortInUse is labkit.wire.protocol.PortInUse is labkit.tasks.common.PortInUse
     err = PortInUse("ps:0", "127.0.0.1:2222", " (held by pid 7: x)", returncode=98, log_tail="bind failed")

@@ -1,6 +1,7 @@
 """The launchers' registry: which way each task starts, and a new way added without touching
 ``launch.Cluster`` (what issue 19's namespaces launcher does), run for real with a stand-in
 task program (no TensorFlow)."""
+
 import os
 import shlex
 import sys
@@ -21,24 +22,32 @@ def _spec(*hosts: str) -> ClusterSpec:
 
 
 def test_each_task_by_its_host_unless_told():
-    assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ={}) == \
-        {"worker:0": "local", "worker:1": "ssh"}
+    assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ={}) == {
+        "worker:0": "local",
+        "worker:1": "ssh",
+    }
     assert launchers.choose("", _spec("127.0.0.1"), HERE, environ={}) == {"worker:0": "local"}
     assert launchers.choose("ssh", _spec("127.0.0.1"), HERE, environ={}) == {"worker:0": "ssh"}
     # $LABKIT_LAUNCHER when the argument is empty; the argument wins over it
     assert launchers.choose(None, _spec("127.0.0.1"), HERE, environ={"LABKIT_LAUNCHER": "ssh"}) == {"worker:0": "ssh"}
-    assert launchers.choose("local", _spec("127.0.0.1"), HERE, environ={"LABKIT_LAUNCHER": "ssh"}) == \
-        {"worker:0": "local"}
+    assert launchers.choose("local", _spec("127.0.0.1"), HERE, environ={"LABKIT_LAUNCHER": "ssh"}) == {
+        "worker:0": "local"
+    }
 
 
 def test_inside_a_slurm_allocation_tasks_go_through_slurm_unless_a_hosts_file_is_given():
     inside = {"SLURM_JOB_ID": "42"}
-    assert launchers.choose(None, _spec("127.0.0.1", "localhost"), HERE, environ=inside) == \
-        {"worker:0": "slurm", "worker:1": "slurm"}
-    assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ=inside) == \
-        {"worker:0": "local", "worker:1": "ssh"}
-    assert launchers.choose(None, _spec("127.0.0.1"), HERE, environ={**inside, "LABKIT_LAUNCHER": "local"}) == \
-        {"worker:0": "local"}
+    assert launchers.choose(None, _spec("127.0.0.1", "localhost"), HERE, environ=inside) == {
+        "worker:0": "slurm",
+        "worker:1": "slurm",
+    }
+    assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ=inside) == {
+        "worker:0": "local",
+        "worker:1": "ssh",
+    }
+    assert launchers.choose(None, _spec("127.0.0.1"), HERE, environ={**inside, "LABKIT_LAUNCHER": "local"}) == {
+        "worker:0": "local"
+    }
 
 
 def test_bad_choices_say_what_to_do():
@@ -63,6 +72,7 @@ with TaskRuntime("via") as rt:
 
 class WrappedLauncher(LocalLauncher):
     """Local tasks started through a wrapper command (as ``ip netns exec NS`` would be)."""
+
     name = "test-wrapped"
 
     def command(self, task, env, argv_tail):
@@ -86,15 +96,29 @@ def wrapped(tmp_path, monkeypatch):
 
 def test_a_registered_launcher_runs_every_task_its_way(wrapped):
     alone = {"forkserver": False}  # a stand-in program without TensorFlow: no fork server to import it
-    c = Cluster(cluster.local(ps=0, workers=2), "via.task", lab="test", launcher="test-wrapped", env=wrapped,
-                timeout=60, launcher_options=alone)
+    c = Cluster(
+        cluster.local(ps=0, workers=2),
+        "via.task",
+        lab="test",
+        launcher="test-wrapped",
+        env=wrapped,
+        timeout=60,
+        launcher_options=alone,
+    )
     assert all(cmd.startswith("env VIA_WRAPPER=") for _, cmd in c.commands())
     result = c.run()
     assert {t.name: t.metrics["via"] for t in result} == {"worker:0": "worker:0", "worker:1": "worker:1"}
     assert [t.ended for t in result] == ["exited", "exited"]
 
-    failing = Cluster(cluster.local(ps=0, workers=2), "via.task", lab="test", launcher="test-wrapped",
-                      env={**wrapped, "VIA_FAIL": "1"}, timeout=60, launcher_options=alone)
+    failing = Cluster(
+        cluster.local(ps=0, workers=2),
+        "via.task",
+        lab="test",
+        launcher="test-wrapped",
+        env={**wrapped, "VIA_FAIL": "1"},
+        timeout=60,
+        launcher_options=alone,
+    )
     with pytest.raises(TaskFailed, match=r"task worker:1 exited with code 1 in wrapper worker:1 after") as info:
         failing.run()
     assert "worker:1 fails" in info.value.log_tail

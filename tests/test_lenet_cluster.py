@@ -3,6 +3,7 @@
 One small sweep (1 and 2 workers) serves several tests; the fault-tolerance test uses its
 2-worker run as the uninterrupted reference.
 """
+
 import json
 import math
 from pathlib import Path
@@ -21,8 +22,9 @@ BATCH = 50
 
 @pytest.fixture(scope="module")
 def sweep(runs_dir):
-    return lenet_sweep.sweep(workers=(1, 2), batch_sizes=(BATCH,), idle_s=0.5, progress=False, log=None,
-                             timeout=600, **SETTINGS)
+    return lenet_sweep.sweep(
+        workers=(1, 2), batch_sizes=(BATCH,), idle_s=0.5, progress=False, log=None, timeout=600, **SETTINGS
+    )
 
 
 def test_two_workers_end_with_identical_weights(sweep):
@@ -52,8 +54,15 @@ def test_ring_all_reduce_equals_one_process_at_the_global_batch(sweep):
     from labkit.learning.train_loop import train
 
     data = load_mnist(limit=SETTINGS["train_limit"], test_limit=SETTINGS["test_limit"], seed=SETTINGS["seed"])
-    one = train("lenet5", data, batch_size=2 * BATCH, epochs=SETTINGS["epochs"], lr=SETTINGS["lr"],
-                seed=SETTINGS["seed"], log=None)
+    one = train(
+        "lenet5",
+        data,
+        batch_size=2 * BATCH,
+        epochs=SETTINGS["epochs"],
+        lr=SETTINGS["lr"],
+        seed=SETTINGS["seed"],
+        log=None,
+    )
     two = sweep.find(2, BATCH).train
     assert two["val_loss"] == pytest.approx(one["val_loss"], rel=1e-3)
     assert two["history"][0]["train_loss"] == pytest.approx(one["history"][0]["train_loss"], rel=0.1)
@@ -82,8 +91,9 @@ def test_sweep_tables_are_complete(sweep):
 
 
 def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_weights(sweep):
-    ft = lenet_sweep.fault_tolerance(workers=2, batch_size=BATCH, kill_after_epoch=1, reference=sweep, log=None,
-                                     timeout=600, **SETTINGS)
+    ft = lenet_sweep.fault_tolerance(
+        workers=2, batch_size=BATCH, kill_after_epoch=1, reference=sweep, log=None, timeout=600, **SETTINGS
+    )
     assert ft["reference"]["run_dir"] == str(sweep.find(2, BATCH).result.run_dir)  # the sweep's run, not a new one
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
     assert "epoch 1/2" in ft["failure"]["log_tail"]

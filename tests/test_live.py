@@ -2,6 +2,7 @@
 Jupyter Server's JPY_SESSION_NAME would make it) redraws a running cluster's per-task view in
 place through display_id updates; a headless kernel (papermill's) draws nothing during the run
 and one static figure at the end, and its progress bars are text, not widgets."""
+
 import json
 
 import pytest
@@ -71,8 +72,11 @@ def test_live_view_redraws_in_place_and_headless_shows_one_figure(tmp_path):
         assert len(_images(msgs, "display_data")) == 1
 
         # Lab 1's bar under papermill: text on stdout that ends at 100%, no widget
-        msgs = ok(kc, "from labkit import load_mnist; from labkit.learning import lr\n"
-                      "run = lr.train('numpy', load_mnist(limit=1000, test_limit=200), 2)")
+        msgs = ok(
+            kc,
+            "from labkit import load_mnist; from labkit.learning import lr\n"
+            "run = lr.train('numpy', load_mnist(limit=1000, test_limit=200), 2)",
+        )
         assert "100%" in text(msgs) and "2/2" in text(msgs)
         assert not [m for m in msgs if "application/vnd.jupyter.widget-view+json" in m["content"].get("data", {})]
         kernel_pid = km.provisioner.process.pid
@@ -125,11 +129,14 @@ class _StoppedCluster:
         return f"last line of {name}"
 
 
-@pytest.mark.parametrize("failure, expected", [
-    ("timeout", ["worker:1"]),             # only the tasks still running
-    ("failed", ["ps:0", "worker:0"]),      # the others: the failed task's tail is in its message
-    ("other", ["ps:0", "worker:0", "worker:1"]),
-])
+@pytest.mark.parametrize(
+    "failure, expected",
+    [
+        ("timeout", ["worker:1"]),  # only the tasks still running
+        ("failed", ["ps:0", "worker:0"]),  # the others: the failed task's tail is in its message
+        ("other", ["ps:0", "worker:0", "worker:1"]),
+    ],
+)
 def test_a_failed_run_shows_the_log_tails_that_explain_it(tmp_path, monkeypatch, failure, expected):
     import IPython.display
     from labkit.distributed.launch import ClusterTimeout, TaskFailed
@@ -137,9 +144,11 @@ def test_a_failed_run_shows_the_log_tails_that_explain_it(tmp_path, monkeypatch,
     shown = []
     monkeypatch.setattr(live, "_kernel_shell", lambda: object())  # as in a notebook
     monkeypatch.setattr(IPython.display, "display", shown.append)
-    exc = {"timeout": ClusterTimeout(60, ["worker:1"]),
-           "failed": TaskFailed("worker:1", 1, "boom", tmp_path / "worker-1.log"),
-           "other": RuntimeError("boom")}[failure]
+    exc = {
+        "timeout": ClusterTimeout(60, ["worker:1"]),
+        "failed": TaskFailed("worker:1", 1, "boom", tmp_path / "worker-1.log"),
+        "other": RuntimeError("boom"),
+    }[failure]
     live.LiveView(_StoppedCluster(tmp_path), live=False).show_failure(exc)
     (tails,) = shown
     assert [title for title, _ in tails.parts] == expected

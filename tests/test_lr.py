@@ -1,5 +1,6 @@
 """Lab 1's trainers: Core learns and matches the NumPy reference, Keras learns, bad input is refused,
 saved weights evaluate to the recorded accuracy."""
+
 import numpy as np
 import pytest
 
@@ -41,7 +42,10 @@ def test_core_reaches_85_percent_and_writes_tensorboard(mnist, tmp_path):
 @pytest.mark.tensorflow
 def test_core_is_the_numpy_reference_step_for_step(small):
     # Same seed: same start, same shuffles; the last batch is short (1525 = 30 x 50 + 25).
-    core, ref = lr.CoreTrainer(small.x_train, small.y_train, seed=3), lr.NumpyTrainer(small.x_train, small.y_train, seed=3)
+    core, ref = (
+        lr.CoreTrainer(small.x_train, small.y_train, seed=3),
+        lr.NumpyTrainer(small.x_train, small.y_train, seed=3),
+    )
     for _ in range(2):
         assert core.run_epoch() == pytest.approx(ref.run_epoch(), rel=1e-5)
     for a, b in zip(core.weights(), ref.weights()):
@@ -82,16 +86,19 @@ def test_check_step_tells_a_right_step_from_a_wrong_one():
     assert lr.check_step(ascent) > 1e-4
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-    ({"batch_size": -50}, "batch_size must be a positive integer"),
-    ({"batch_size": 2.5}, "batch_size must be a positive integer"),
-    ({"batch_size": 5000}, "larger than the 1525 training images"),
-    ({"learning_rate": 0}, "learning_rate must be a positive finite number"),
-    ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number"),
-    ({"epochs": 0}, "epochs must be a positive integer"),
-    ({"version": "tf1"}, "unknown version 'tf1'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"batch_size": -50}, "batch_size must be a positive integer"),
+        ({"batch_size": 2.5}, "batch_size must be a positive integer"),
+        ({"batch_size": 5000}, "larger than the 1525 training images"),
+        ({"learning_rate": 0}, "learning_rate must be a positive finite number"),
+        ({"learning_rate": float("nan")}, "learning_rate must be a positive finite number"),
+        ({"epochs": 0}, "epochs must be a positive integer"),
+        ({"version": "tf1"}, "unknown version 'tf1'"),
+    ],
+)
 def test_bad_settings_are_refused(small, kwargs, match):
     args = {"version": "numpy", "epochs": 1, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -143,8 +150,9 @@ def test_batch_readings_reread_the_weights_on_random_batches_as_binomial_draws(s
 
     run = lr.train("numpy", small, 1, progress=False)
     q = run.summary()["test_accuracy"]
-    readings = lr.batch_readings(run.W, run.b, small.x_test, small.y_test, readings=20, batch_size=25, trials=3000,
-                                 seed=1)
+    readings = lr.batch_readings(
+        run.W, run.b, small.x_test, small.y_test, readings=20, batch_size=25, trials=3000, seed=1
+    )
     assert readings.shape == (3000, 20) and set(np.round(readings.ravel() * 25, 6)) <= set(range(26))
     assert readings.mean() == pytest.approx(q, abs=0.005)  # each image drawn at random: unbiased
     assert readings.std() == pytest.approx(np.sqrt(q * (1 - q) / 25), rel=0.05)  # binomial spread
@@ -166,7 +174,7 @@ def test_best_readings_plots_one_reading_and_the_best_of_each_trial():
     fig = plots.best_readings(readings, levels=(0.94, 0.97))
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
     assert legends[1][1] == f">= 97%: {(readings.max(axis=1) >= 0.97).mean():.1%}"  # the best of each trial
-    assert legends[0][0] == f">= 94%: {(readings >= 0.94).mean():.1%}"               # every single reading
+    assert legends[0][0] == f">= 94%: {(readings >= 0.94).mean():.1%}"  # every single reading
     with pytest.raises(ValueError, match="a .trials, readings. array"):
         plots.best_readings(readings[0])
 
@@ -194,8 +202,9 @@ def test_train_to_target_stops_at_the_first_evaluation_at_or_below_the_target(sm
     assert row["reached"] and row["test_loss"] <= 0.6 and row["iterations"] % 10 == 0
     assert row["wall_s"] > row["train_s"] > 0
     # the same seed makes the same steps: stopped one evaluation earlier, it was still above the target
-    earlier = lr.train_to_target(small, 50, learning_rate=0.5, target_loss=0.6, eval_every=10,
-                                 max_steps=row["iterations"] - 10)
+    earlier = lr.train_to_target(
+        small, 50, learning_rate=0.5, target_loss=0.6, eval_every=10, max_steps=row["iterations"] - 10
+    )
     assert not earlier["reached"] and earlier["test_loss"] > 0.6 and earlier["iterations"] == row["iterations"] - 10
     with pytest.raises(ValueError, match="target_loss must be positive"):
         lr.train_to_target(small, 50, target_loss=0)

@@ -1,4 +1,5 @@
 """The resource sampler sees real processes, real loopback traffic, and writes dstat's layout."""
+
 import csv
 import json
 import socket
@@ -26,10 +27,14 @@ SPINNER = "import time; b = b'x' * (200 << 20); t = time.time()\nwhile time.time
 def test_sees_a_busy_grandchild_only_when_children_are_included(tmp_path):
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPINNER!r}], timeout=60)"
     with OwnedProcess([sys.executable, "-c", parent], tmp_path / "parent.log", timeout=60) as p:
-        with ResourceSampler(0.2, pids=[p.pid], children=True) as tree, \
-             ResourceSampler(0.2, pids=[p.pid], children=False) as alone:
+        with (
+            ResourceSampler(0.2, pids=[p.pid], children=True) as tree,
+            ResourceSampler(0.2, pids=[p.pid], children=False) as alone,
+        ):
+
             def busy():
                 return (tree.latest() or {}).get("proc_rss", 0) > 150 * MB and tree.to_frame().proc_cpu.max() > 10
+
             wait_until(busy, 20, 0.1, lambda: f"the spinner to show: {tree.latest()}")
             time.sleep(0.5)
     t, a = tree.to_frame(), alone.to_frame()
@@ -77,8 +82,12 @@ def test_loopback_traffic_shows_on_lo():
         reader.join(timeout=20)
         conn.close()
         # a sample taken after the transfer (the last one, on leaving the block, may come within 20 ms of the previous)
-        wait_until(lambda: s.to_frame().get("net_recv_lo", pd.Series()).sum() >= len(payload), 10, 0.05,
-                   "a sample after the transfer")
+        wait_until(
+            lambda: s.to_frame().get("net_recv_lo", pd.Series()).sum() >= len(payload),
+            10,
+            0.05,
+            "a sample after the transfer",
+        )
     f = s.to_frame()
     assert sum(received) == len(payload)
     assert [c for c in f.columns if c.startswith("net_")] == ["net_recv", "net_sent", "net_recv_lo", "net_sent_lo"]
@@ -156,8 +165,23 @@ def test_dstat_csv_has_dstat_layout_and_reads_back(tmp_path):
     rows = list(csv.reader(lines[5:]))
     groups, columns, data = rows[0], rows[1], rows[2:]
     assert [g for g in groups if g] == ["system", "total cpu usage", "memory usage", "dsk/total", "net/total"]
-    assert columns == ["time", "usr", "sys", "idl", "wai", "hiq", "siq", "used", "buff", "cach", "free",
-                       "read", "writ", "recv", "send"]
+    assert columns == [
+        "time",
+        "usr",
+        "sys",
+        "idl",
+        "wai",
+        "hiq",
+        "siq",
+        "used",
+        "buff",
+        "cach",
+        "free",
+        "read",
+        "writ",
+        "recv",
+        "send",
+    ]
     assert len(groups) == len(columns) and len(data) == len(f) and all(len(r) == len(columns) for r in data)
     table = pd.read_csv(path, skiprows=6)  # what dstat plotting scripts do
     assert table["usr"].tolist() == pytest.approx(f.cpu_user.tolist(), abs=1e-3)
@@ -177,12 +201,13 @@ def test_reads_a_real_dstat_file(tmp_path):
         '"Author:","Dag Wieers <dag@wieers.com>",,,,"URL:","http://dag.wieers.com/home-made/dstat/"\n'
         '"Host:","node0",,,,"User:","ta"\n'
         '"Cmdline:","dstat --time -c --top-cpu -dn --top-mem --output run.csv 5",,,,"Date:","01 Oct 2019 10:00:00 UTC"\n'
-        '\n'
+        "\n"
         '"system","total cpu usage",,,,,,"most expensive","dsk/total",,"net/total",,"most expensive"\n'
         '"time","usr","sys","idl","wai","hiq","siq","cpu process","read","writ","recv","send","memory process"\n'
-        '01-10 10:00:00,3.1,1.0,95.0,0.9,0.0,0.0,python / 3%,1000.0,2000.0,10.0,20.0,python / 500000000\n'
-        '01-10 10:00:05,60.5,4.5,35.0,0.0,0.0,0.0,python / 60%,0.0,400.0,1000.0,3000.0,python / 510000000\n'
-        '01-10 10:00:10,70.0,5.0,25.0,0.0,0.0,0.0,python / 70%,0.0,0.0,2000.0,1000.0,python / 520000000\n')
+        "01-10 10:00:00,3.1,1.0,95.0,0.9,0.0,0.0,python / 3%,1000.0,2000.0,10.0,20.0,python / 500000000\n"
+        "01-10 10:00:05,60.5,4.5,35.0,0.0,0.0,0.0,python / 60%,0.0,400.0,1000.0,3000.0,python / 510000000\n"
+        "01-10 10:00:10,70.0,5.0,25.0,0.0,0.0,0.0,python / 70%,0.0,0.0,2000.0,1000.0,python / 520000000\n"
+    )
     f = read_dstat_csv(tmp_path / "real.csv")
     assert f.cpu_user.tolist() == [60.5, 70.0]  # dstat's first row (since boot) is dropped
     assert f.dt.tolist() == [5.0, 5.0] and f.t.tolist() == [5.0, 10.0]
@@ -212,8 +237,26 @@ def test_idle_baseline_samples_the_host_only():
 def test_cli_runs_a_command_and_writes_csv_json_png(tmp_path):
     out = tmp_path / "mon"
     spin = "import time; b = b'x' * (50 << 20); t = time.time()\nwhile time.time() - t < 1: pass"
-    r = subprocess.run([sys.executable, "-m", "labkit", "monitor", "--interval", "0.2", "--out", str(out), "--dstat",
-                        "--", sys.executable, "-c", spin], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labkit",
+            "monitor",
+            "--interval",
+            "0.2",
+            "--out",
+            str(out),
+            "--dstat",
+            "--",
+            sys.executable,
+            "-c",
+            spin,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert (out / "monitor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "monitor.csv").read_text().startswith('"Dstat 0.7.2 CSV output"')
@@ -226,8 +269,9 @@ def test_cli_runs_a_command_and_writes_csv_json_png(tmp_path):
 def test_cli_samples_a_pid_for_a_duration(tmp_path, capsys):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        rc = cli.main(["monitor", "--pid", str(sleeper.pid), "--duration", "0.5", "--interval", "0.1",
-                       "--out", str(tmp_path)])
+        rc = cli.main(
+            ["monitor", "--pid", str(sleeper.pid), "--duration", "0.5", "--interval", "0.1", "--out", str(tmp_path)]
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -238,20 +282,46 @@ def test_cli_samples_a_pid_for_a_duration(tmp_path, capsys):
 
 
 def test_units_write_bytes_and_format_tables_by_column_name():
-    assert [units.fmt_bytes(n) for n in (512, 1234, 2_500_000, 3.2e9, float("nan"))] == \
-        ["512 B", "1.2 KB", "2.5 MB", "3.2 GB", "n/a"]
-    frame = pd.DataFrame({"workers": [1.0, None], "mem_used_bytes": [1.2e9, None], "bytes_per_step": [2500, 1],
-                          "net_recv_bytes_per_s": [2e6, 5], "cpu_user_pct": [42, 7.25], "val_accuracy": [0.9123, 0.5],
-                          "val_loss": [0.35123, 1], "time_s": [0.03123, 1234.5], "deviation": [0.031, -0.2],
-                          "speedup": [1.874, 300], "measured_over_analytic": [1.0312, 2], "images_per_s": [1234.4, 2],
-                          "config": ["1 x 50", "Idle"], "ratio": [0.5, 0.25]})
+    assert [units.fmt_bytes(n) for n in (512, 1234, 2_500_000, 3.2e9, float("nan"))] == [
+        "512 B",
+        "1.2 KB",
+        "2.5 MB",
+        "3.2 GB",
+        "n/a",
+    ]
+    frame = pd.DataFrame(
+        {
+            "workers": [1.0, None],
+            "mem_used_bytes": [1.2e9, None],
+            "bytes_per_step": [2500, 1],
+            "net_recv_bytes_per_s": [2e6, 5],
+            "cpu_user_pct": [42, 7.25],
+            "val_accuracy": [0.9123, 0.5],
+            "val_loss": [0.35123, 1],
+            "time_s": [0.03123, 1234.5],
+            "deviation": [0.031, -0.2],
+            "speedup": [1.874, 300],
+            "measured_over_analytic": [1.0312, 2],
+            "images_per_s": [1234.4, 2],
+            "config": ["1 x 50", "Idle"],
+            "ratio": [0.5, 0.25],
+        }
+    )
     cells = {c: [f(v) for v in frame[c]] for c, f in units.formats(frame).items()}
     assert cells == {
-        "workers": ["1", "-"], "mem_used_bytes": ["1.2 GB", "-"], "bytes_per_step": ["2.5 KB", "1 B"],
-        "net_recv_bytes_per_s": ["2.0 MB/s", "5 B/s"], "cpu_user_pct": ["42.0", "7.2"],
-        "val_accuracy": ["91.23%", "50.00%"], "val_loss": ["0.3512", "1.0000"], "time_s": ["0.0312", "1,234"],
-        "deviation": ["+3.1%", "-20.0%"], "speedup": ["1.87x", "300x"], "measured_over_analytic": ["1.03", "2.00"],
-        "images_per_s": ["1,234", "2"]}  # "config" is text and "ratio" has no known suffix: left alone
+        "workers": ["1", "-"],
+        "mem_used_bytes": ["1.2 GB", "-"],
+        "bytes_per_step": ["2.5 KB", "1 B"],
+        "net_recv_bytes_per_s": ["2.0 MB/s", "5 B/s"],
+        "cpu_user_pct": ["42.0", "7.2"],
+        "val_accuracy": ["91.23%", "50.00%"],
+        "val_loss": ["0.3512", "1.0000"],
+        "time_s": ["0.0312", "1,234"],
+        "deviation": ["+3.1%", "-20.0%"],
+        "speedup": ["1.87x", "300x"],
+        "measured_over_analytic": ["1.03", "2.00"],
+        "images_per_s": ["1,234", "2"],
+    }  # "config" is text and "ratio" has no known suffix: left alone
     html = units.table(frame, {"ratio": "{:.0%}"}, hide_index=True).to_html()
     assert "1.2 GB" in html and "25%" in html and "Idle" in html
 
@@ -277,9 +347,20 @@ def test_node_rates_reads_each_node_once_and_keeps_lo_apart():
     from labkit.measure.summaries import frame, node_rates
 
     def task(recv_lan, sent_lan, lo):
-        rows = [{"t": t, "dt": 1.0, "epoch": 1000.0 + t, "net_recv_lan0": recv_lan, "net_sent_lan0": sent_lan,
-                 "net_recv_lo": lo, "net_sent_lo": lo, "net_recv": recv_lan + lo, "net_sent": sent_lan + lo}
-                for t in (1.0, 2.0, 3.0, 4.0)]
+        rows = [
+            {
+                "t": t,
+                "dt": 1.0,
+                "epoch": 1000.0 + t,
+                "net_recv_lan0": recv_lan,
+                "net_sent_lan0": sent_lan,
+                "net_recv_lo": lo,
+                "net_sent_lo": lo,
+                "net_recv": recv_lan + lo,
+                "net_sent": sent_lan + lo,
+            }
+            for t in (1.0, 2.0, 3.0, 4.0)
+        ]
         return frame(rows, [{"label": "go", "t": 2.0, "epoch": 1002.0}], "box", 1000.0, 1.0)
 
     merged = merge_frames({"ps:0": task(100, 300, 50), "worker:0": task(100, 300, 50), "worker:1": task(300, 100, 0)})

@@ -14,6 +14,7 @@ node's home with a clean environment (nothing of the driver's environment leaks 
   own traffic on its own ``lan0`` (on 127.0.0.1 everything shares ``lo``); skipped, with the
   reason, where namespaces cannot be made.
 """
+
 import json
 import os
 import random
@@ -78,8 +79,20 @@ def labkit(*args, env: dict | None = None, netns: str | None = None, timeout: fl
 
 def _setup_args(ssh: str, hosts: Path, mirror: str) -> list[str]:
     # the test installs by linking this virtualenv; on a real node the default is `make setup`
-    return ["nodes", "setup", "--hosts", hosts, "--ssh", ssh, "--install", f"ln -sfn {shlex.quote(sys.prefix)} .venv",
-            "--dataset", "mnist", "--data-mirror", mirror]
+    return [
+        "nodes",
+        "setup",
+        "--hosts",
+        hosts,
+        "--ssh",
+        ssh,
+        "--install",
+        f"ln -sfn {shlex.quote(sys.prefix)} .venv",
+        "--dataset",
+        "mnist",
+        "--data-mirror",
+        mirror,
+    ]
 
 
 def _no_children(node_sshd: int | None = None):
@@ -106,14 +119,17 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     while not cluster.port_is_free(ports[0] + 1) or ports[0] + 1 in ports:
         ports = cluster.free_ports(4)
     homes = {h: tmp_path / h for h in ("node2", "node3", "bare")}
-    ssh = _fake_ssh(tmp_path, {"127.0.0.2": ("-", homes["node2"]), "127.0.0.3": ("-", homes["node3"]),
-                               "127.0.0.4": ("-", homes["bare"])})
+    ssh = _fake_ssh(
+        tmp_path,
+        {"127.0.0.2": ("-", homes["node2"]), "127.0.0.3": ("-", homes["node3"]), "127.0.0.4": ("-", homes["bare"])},
+    )
     hosts = tmp_path / "hosts.txt"
     hosts.write_text(f"# two 'nodes' on loopback aliases\n127.0.0.2:{ports[0]}\n127.0.0.3:{ports[2]}\n")
     env = {"LABKIT_RUNS": str(tmp_path / "runs")}
 
-    make = subprocess.run(["make", "-n", "cluster-setup", f"HOSTS={hosts}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)  # the guide's `make cluster-setup` is this command
+    make = subprocess.run(
+        ["make", "-n", "cluster-setup", f"HOSTS={hosts}"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )  # the guide's `make cluster-setup` is this command
     assert f"-m labkit nodes setup --hosts {hosts}" in make.stdout, make.stdout + make.stderr
     done = labkit(*_setup_args(ssh, hosts, mirror), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -134,8 +150,9 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     bare.write_text(f"127.0.0.4:{ports[3]}\n")
     done = labkit("nodes", "check", "--hosts", bare, "--ssh", ssh)
     assert done.returncode == 1 and "the kit is not installed on 127.0.0.4" in done.stderr, done.stderr
-    done = labkit("run", "ps_sgd", "--hosts", bare, "--ps", "0", "--workers", "1", "--ssh", ssh, "--args", TINY,
-                  env=env)
+    done = labkit(
+        "run", "ps_sgd", "--hosts", bare, "--ps", "0", "--workers", "1", "--ssh", ssh, "--args", TINY, env=env
+    )
     assert done.returncode == 1 and "the kit is not installed on 127.0.0.4" in done.stderr, done.stderr
     assert "make cluster-setup" in done.stderr
 
@@ -144,8 +161,9 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     init.write_text(init.read_text().replace('__version__ = "', '__version__ = "0.0.9-old+'))
     done = labkit("nodes", "check", "--hosts", hosts, "--ssh", ssh)
     assert done.returncode == 1 and "run different versions" in done.stderr and "labkit 0.0.9-old+" in done.stderr
-    done = labkit("run", "ps_sgd", "--hosts", hosts, "--ps", "1", "--workers", "2", "--ssh", ssh, "--args", TINY,
-                  env=env)
+    done = labkit(
+        "run", "ps_sgd", "--hosts", hosts, "--ps", "1", "--workers", "2", "--ssh", ssh, "--args", TINY, env=env
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "worker:1" in done.stderr and "labkit 0.0.9-old+" in done.stderr and "make setup" in done.stderr
     _no_children()
@@ -153,6 +171,7 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
 
 
 # ---------------------------------------------------------------------------- a real sshd
+
 
 @pytest.fixture
 def real_ssh(tmp_path_factory):
@@ -167,14 +186,17 @@ def real_ssh(tmp_path_factory):
 
 def _two_node_spec() -> ClusterSpec:
     ports = cluster.free_ports(3)
-    return ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"],
-                        "worker": [f"127.0.0.2:{ports[1]}", f"127.0.0.3:{ports[2]}"]})
+    return ClusterSpec({"ps": [f"127.0.0.2:{ports[0]}"], "worker": [f"127.0.0.2:{ports[1]}", f"127.0.0.3:{ports[2]}"]})
 
 
 def _remote_pids(run: Path, names=("ps-0", "worker-0", "worker-1"), timeout: float = 120) -> dict[str, int]:
     """The pids the remote wrapper wrote, once every task has written its hello (it runs)."""
-    wait_until(lambda: all((run / f"{n}.hello.json").exists() for n in names), timeout, 0.05,
-               lambda: f"the remote tasks to start: {sorted(p.name for p in run.glob('*'))}")
+    wait_until(
+        lambda: all((run / f"{n}.hello.json").exists() for n in names),
+        timeout,
+        0.05,
+        lambda: f"the remote tasks to start: {sorted(p.name for p in run.glob('*'))}",
+    )
     return {n: int((run / f"{n}.pid").read_text()) for n in names}
 
 
@@ -183,10 +205,17 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     'cannot connect': the launcher must say SIGKILL on that host, not send the TA after keys."""
     ssh, remote_dir, daemon = real_ssh
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
-    c = Cluster(_two_node_spec(), "ps_sgd", lab="sshd",
-                launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
-                env={"LABKIT_DATA_MIRROR": data_mirror()}, steps=10_000_000,
-                train_limit=1000, test_limit=200, sample_interval=0.25)
+    c = Cluster(
+        _two_node_spec(),
+        "ps_sgd",
+        lab="sshd",
+        launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
+        env={"LABKIT_DATA_MIRROR": data_mirror()},
+        steps=10_000_000,
+        train_limit=1000,
+        test_limit=200,
+        sample_interval=0.25,
+    )
     assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
     with c:
         pids = _remote_pids(remote_dir / c.remote_run)
@@ -226,8 +255,12 @@ def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_pa
     ssh, remote_dir, daemon = real_ssh
     spec = _two_node_spec()
     args = json.dumps([spec.as_dict(), ssh, str(remote_dir), data_mirror()])
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, args], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "LABKIT_RUNS": str(tmp_path / "runs")})
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LABKIT_RUNS": str(tmp_path / "runs")},
+    )
     try:
         run = remote_dir / launcher.stdout.readline().strip()  # start() returned: every server is up
         pids = _remote_pids(run, timeout=10)
@@ -240,14 +273,19 @@ def test_real_ssh_remote_tasks_do_not_outlive_a_killed_launcher(real_ssh, tmp_pa
     for name in pids:  # SIGTERM from the wrapper, not SIGKILL: each wrote its result
         assert json.loads((run / f"{name}.json").read_text())["shutdown"] == "terminated", name
     # the kernel closes the dead tasks' connections on its own time (within the same 30 s)
-    wait_while(lambda: [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)],
-               max(0.0, 30 - (time.monotonic() - t0)), 0.1,
-               lambda: "the tasks' ports to be free:\n" + subprocess.run(["ss", "-tanp"], capture_output=True,
-                                                                         text=True).stdout)
+    wait_while(
+        lambda: [t.port for t in spec.tasks() if not cluster.port_is_free(t.port)],
+        max(0.0, 30 - (time.monotonic() - t0)),
+        0.1,
+        lambda: (
+            "the tasks' ports to be free:\n" + subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+        ),
+    )
     _no_children(daemon)
 
 
 # ---------------------------------------------------------------------------- namespaces
+
 
 @pytest.fixture
 def netns(tmp_path):
@@ -317,14 +355,31 @@ def test_cluster_over_network_namespaces_shows_each_nodes_own_traffic(tmp_path, 
     done = labkit("nodes", "check", "--hosts", hosts, env=env, netns=driver)  # LABKIT_SSH: no --ssh needed
     assert done.returncode == 0 and done.stdout.count("ok:") == 2, done.stdout + done.stderr
 
-    done = labkit("run", "ps_sgd", "--hosts", hosts, "--ps", "1", "--workers", "2", "--lab", "multihost",
-                  "--args", TINY, env=env, netns=driver)
+    done = labkit(
+        "run",
+        "ps_sgd",
+        "--hosts",
+        hosts,
+        "--ps",
+        "1",
+        "--workers",
+        "2",
+        "--lab",
+        "multihost",
+        "--args",
+        TINY,
+        env=env,
+        netns=driver,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "runs" / "multihost").iterdir())
     result = ClusterResult.load(run_dir)
     node1, node2 = netns["node1"][1], netns["node2"][1]
     assert {t.name: t.result["address"] for t in result} == {
-        "ps:0": f"{node1}:2222", "worker:0": f"{node1}:2223", "worker:1": f"{node2}:2222"}  # CloudLab's ports
+        "ps:0": f"{node1}:2222",
+        "worker:0": f"{node1}:2223",
+        "worker:1": f"{node2}:2222",
+    }  # CloudLab's ports
     assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
 
     # node2's worker reaches the ps only through its NIC; on node1 the ps and worker 0 share lo
@@ -335,8 +390,11 @@ def test_cluster_over_network_namespaces_shows_each_nodes_own_traffic(tmp_path, 
     out = tmp_path / "csv"
     done = labkit("nodes", "csv", run_dir, "--out", out)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == [f"{node1}_ps-0.csv", f"{node1}_worker-0.csv",
-                                                     f"{node2}_worker-1.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"{node1}_ps-0.csv",
+        f"{node1}_worker-0.csv",
+        f"{node2}_worker-1.csv",
+    ]
     frame = pd.read_csv(out / f"{node2}_worker-1.csv")
     assert frame["net_recv_lan0"].sum() > 50_000 and "net_recv_lo" in frame
     _no_children()

@@ -2,6 +2,7 @@
 and that nothing outlives a network, however its owner ends (stop, or SIGKILL with a process in a
 namespace that ignores SIGTERM). Small transfers at 200 Mbit/s keep them cheap on a busy machine.
 Skipped, with the reason, where links cannot be emulated."""
+
 import json
 import os
 import shutil
@@ -32,9 +33,18 @@ def _available(link=RATE) -> str:
 
 # ------------------------------------------------------------------------------ parsing
 
-@pytest.mark.parametrize("text, rate, delay", [
-    ("1gbit", 1e9, 0.0), ("1gbit,0.2ms", 1e9, 2e-4), ("200 Mbit", 2e8, 0.0), ("10mbit/s, 50us", 1e7, 5e-5),
-    (" 2.5GBIT , 1ms ", 2.5e9, 1e-3), ("100kbit,1s", 1e5, 1.0)])
+
+@pytest.mark.parametrize(
+    "text, rate, delay",
+    [
+        ("1gbit", 1e9, 0.0),
+        ("1gbit,0.2ms", 1e9, 2e-4),
+        ("200 Mbit", 2e8, 0.0),
+        ("10mbit/s, 50us", 1e7, 5e-5),
+        (" 2.5GBIT , 1ms ", 2.5e9, 1e-3),
+        ("100kbit,1s", 1e5, 1.0),
+    ],
+)
 def test_parse_link_reads_rate_and_delay(text, rate, delay):
     link = parse_link(text)
     assert link.rate_bits == pytest.approx(rate) and link.delay_s == pytest.approx(delay)
@@ -42,10 +52,19 @@ def test_parse_link_reads_rate_and_delay(text, rate, delay):
     assert link.bytes_per_s == pytest.approx(rate / 8)
 
 
-@pytest.mark.parametrize("text, says", [
-    ("1gbps", "bytes per second"), ("1 gigabit", "cannot read the rate"), ("fast", "cannot read the rate"),
-    ("1gbit,0.2", "cannot read the delay"), ("1gbit,2ms,1%", "3 parts"), ("0.1bit", "between"),
-    ("1gbit,20s", "more than any LAN"), (1000, "RATE,DELAY")])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("1gbps", "bytes per second"),
+        ("1 gigabit", "cannot read the rate"),
+        ("fast", "cannot read the rate"),
+        ("1gbit,0.2", "cannot read the delay"),
+        ("1gbit,2ms,1%", "3 parts"),
+        ("0.1bit", "between"),
+        ("1gbit,20s", "more than any LAN"),
+        (1000, "RATE,DELAY"),
+    ],
+)
 def test_parse_link_errors_say_what_to_write(text, says):
     with pytest.raises(ValueError) as info:
         parse_link(text)
@@ -78,6 +97,7 @@ def test_unavailable_says_why_and_what_still_works(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ the links
+
 
 def test_a_shaped_link_carries_its_rate_each_way_and_a_node_receives_at_most_its_rate():
     """One stream carries the rate (TCP payload, so a little under: headers count on the wire);
@@ -174,7 +194,9 @@ def test_two_networks_at_once_do_not_collide():
 # ------------------------------------------------------------------------------ ownership
 
 STUBBORN = "trap '' TERM; echo ready; while :; do sleep 0.1; done"  # a process SIGTERM does not end
-OWNER = f"STUBBORN = {STUBBORN!r}" + """
+OWNER = (
+    f"STUBBORN = {STUBBORN!r}"
+    + """
 import json, subprocess, sys, time
 from labkit.infra import netem
 net = netem.EmulatedNetwork(2, "100mbit", grace=2, mode=sys.argv[1] or None).start()
@@ -186,6 +208,7 @@ print(json.dumps({"link": net.driver_link, "stubborn": stubborn.pid,
                   "netns": [list(n.netns) for n in net._all_nodes().values()]}), flush=True)
 time.sleep(600)
 """
+)
 
 
 def _processes_in(namespaces: list) -> list[int]:
@@ -211,8 +234,12 @@ def test_nothing_outlives_an_owner_killed_with_sigkill(mode):
     def link_left() -> bool:
         return bool(made["link"]) and os.path.exists(f"/sys/class/net/{made['link']}")
 
-    wait_while(lambda: _processes_in(made["netns"]) or link_left(), 20, 0.1,
-               "the owner's namespaces to empty and its link to go")
+    wait_while(
+        lambda: _processes_in(made["netns"]) or link_left(),
+        20,
+        0.1,
+        "the owner's namespaces to empty and its link to go",
+    )
     assert not alive([made["stubborn"], *made["holders"]])  # gone, or zombies init has yet to reap
     if mode == "root":
         assert made["link"] and not link_left(), "the driver's link is left"
@@ -227,8 +254,9 @@ def test_stop_ends_what_runs_in_the_namespaces_and_leaves_nothing():
     stubborn = subprocess.Popen(net.command("node0", ["sh", "-c", STUBBORN]), stdout=subprocess.PIPE, text=True)
     assert stubborn.stdout.readline() == "ready\n"
     # in its namespace before stop() begins: nsenter that has not yet entered would fail on its own
-    polite = subprocess.Popen(net.command("node1", ["sh", "-c", "echo ready; exec sleep 600"]), stdout=subprocess.PIPE,
-                              text=True)
+    polite = subprocess.Popen(
+        net.command("node1", ["sh", "-c", "echo ready; exec sleep 600"]), stdout=subprocess.PIPE, text=True
+    )
     assert polite.stdout.readline() == "ready\n"
     t0 = time.monotonic()
     assert net.stop() == []
@@ -265,14 +293,15 @@ def test_unprivileged_user_gets_the_same_links():
         if shutil.which("setpriv") is None or python is None:
             pytest.skip(f"needs setpriv and a system {version} that user nobody can run")
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
-    probe = ("import json; from labkit.infra import netem\n"
-             "with netem.EmulatedNetwork(2, '200mbit') as net:\n"
-             "    rate = netem.throughput(net, 'node0', 'node1', 5_000_000)\n"
-             "print(json.dumps([net.mode, rate, net.leftovers()]))\n")
+    probe = (
+        "import json; from labkit.infra import netem\n"
+        "with netem.EmulatedNetwork(2, '200mbit') as net:\n"
+        "    rate = netem.throughput(net, 'node0', 'node1', 5_000_000)\n"
+        "print(json.dumps([net.mode, rate, net.leftovers()]))\n"
+    )
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "PYTHONPATH": f"{REPO}:{site}"}
-    done = subprocess.run([*prefix, python, "-c", probe], capture_output=True, text=True, timeout=120, env=env,
-                          cwd="/")
+    done = subprocess.run([*prefix, python, "-c", probe], capture_output=True, text=True, timeout=120, env=env, cwd="/")
     if "ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr:
         pytest.skip(f"user nobody cannot read this checkout or its packages: {done.stderr.strip().splitlines()[-1]}")
     if "unprivileged user" in done.stderr:
@@ -284,6 +313,7 @@ def test_unprivileged_user_gets_the_same_links():
 
 
 # ------------------------------------------------------------------------------ per-node measurements
+
 
 def _sleeper(net: EmulatedNetwork, node: str) -> subprocess.Popen:
     """A process inside ``node``, standing for a task there."""
@@ -303,8 +333,10 @@ def test_the_sampler_counts_a_nodes_own_nics_from_outside():
         try:
             with pytest.raises(ValueError, match="no interface named \\['lan0'\\] on"):
                 ResourceSampler(0.1, pids=[], nics=["lan0"])
-            with ResourceSampler(0.1, pids=[], netns_pid=inside.pid, nics=["lan0"]) as node1, \
-                    ResourceSampler(0.1, pids=[]) as here:
+            with (
+                ResourceSampler(0.1, pids=[], netns_pid=inside.pid, nics=["lan0"]) as node1,
+                ResourceSampler(0.1, pids=[]) as here,
+            ):
                 netem.throughput(net, "node0", "node1", 3_000_000)
                 time.sleep(0.2)
         finally:
@@ -341,8 +373,11 @@ def test_the_live_view_shows_each_emulated_nodes_nic(tmp_path):
     from labkit.distributed import live
 
     with EmulatedNetwork(2, RATE) as net:
-        late = subprocess.Popen(["sh", "-c", "read _; exec " + " ".join(net.command("node0", ["sleep", "60"]))],
-                                stdin=subprocess.PIPE, text=True)
+        late = subprocess.Popen(
+            ["sh", "-c", "read _; exec " + " ".join(net.command("node0", ["sleep", "60"]))],
+            stdin=subprocess.PIPE,
+            text=True,
+        )
         here = subprocess.Popen(["sleep", "60"])
         view = live.LiveView(_NodeCluster({"ps:0": late.pid, "worker:0": here.pid}, tmp_path), live=False)
         try:

@@ -1,6 +1,7 @@
 """The netem launcher: a cluster's tasks on emulated nodes (``labkit.distributed.launchers.netns``), placed as
 the spec places them, each node a network namespace on a shaped link; nothing left after the run,
 nor after the launcher dies by SIGKILL. A stand-in task program (no TensorFlow) keeps it cheap."""
+
 import json
 import os
 import subprocess
@@ -69,15 +70,25 @@ def probe(tmp_path, monkeypatch):
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
 
 
-@pytest.mark.parametrize("forked", [False, pytest.param(True, marks=pytest.mark.cluster)],  # the fork server: TensorFlow
-                         ids=["own-interpreter", "forked"])
+@pytest.mark.parametrize(
+    "forked",
+    [False, pytest.param(True, marks=pytest.mark.cluster)],  # the fork server: TensorFlow
+    ids=["own-interpreter", "forked"],
+)
 def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
     """cs744's placement on node0..1: ps:0 and worker:0 share node0's namespace, worker:1 has
     node1's; the bytes worker:1 sends cross the link at its rate; the network goes with the run.
     The same for tasks forked from this process's fork server: each joins its stand-in's node."""
     spec = cluster.from_hosts(netem_nodes(2), ps=1, workers=2)
-    c = Cluster(spec, "probe.task", lab="test", launcher="netem", launcher_options={"link": RATE, "forkserver": forked},
-                env=probe, timeout=120)
+    c = Cluster(
+        spec,
+        "probe.task",
+        lab="test",
+        launcher="netem",
+        launcher_options={"link": RATE, "forkserver": forked},
+        env=probe,
+        timeout=120,
+    )
     net = c._launchers["ps:0"].network
     hosts = {t.name: t.host for t in c.spec.tasks()}
     assert hosts == {"ps:0": net.address("node0"), "worker:0": net.address("node0"), "worker:1": net.address("node1")}
@@ -103,9 +114,15 @@ def test_tasks_run_on_their_nodes_across_a_shaped_link(probe, forked):
 
 
 def test_a_failed_task_names_its_node(probe):
-    c = Cluster(cluster.from_hosts(netem_nodes(2), ps=0, workers=2), "probe.task", lab="test", launcher="netem",
-                launcher_options={"link": RATE, "forkserver": False}, env={**probe, "PYTHONPATH": "/nonexistent"},
-                timeout=60)
+    c = Cluster(
+        cluster.from_hosts(netem_nodes(2), ps=0, workers=2),
+        "probe.task",
+        lab="test",
+        launcher="netem",
+        launcher_options={"link": RATE, "forkserver": False},
+        env={**probe, "PYTHONPATH": "/nonexistent"},
+        timeout=60,
+    )
     with pytest.raises(TaskFailed, match=r"exited with code 1 on emulated node node[01] after"):
         c.run()
     assert c._launchers["worker:0"].network.leftovers() == []
@@ -139,8 +156,9 @@ time.sleep(600)
 def test_nothing_outlives_a_launcher_killed_with_sigkill(probe, tmp_path):
     """The kernel gives the tasks SIGTERM (they write their results), the holders stop whatever
     is left in their namespaces and exit, and the kernel frees namespaces, links and qdiscs."""
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, **probe})
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env={**os.environ, **probe}
+    )
     try:
         made = json.loads(driver.stdout.readline())
         assert len(alive(made["tasks"])) == 2

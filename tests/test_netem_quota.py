@@ -2,6 +2,7 @@
 its own, capped at its share of the cores, so N nodes have N times one node's compute; the groups
 go with the run. Where quotas cannot be set, the reason says what happens instead.
 A stand-in task program (no TensorFlow) keeps it cheap."""
+
 import os
 import subprocess
 import sys
@@ -34,8 +35,10 @@ def test_a_wrapped_command_runs_in_its_node_group_under_its_cap():
         pytest.skip(cpuquota.availability()[1])
     q = cpuquota.NodeQuotas(["a", "b"], 0.2).start()
     try:
-        code = "import time\nt,c=time.monotonic(),time.process_time()\nwhile time.monotonic()-t<1.5: pass\n" \
-               "print((time.process_time()-c)/(time.monotonic()-t)); print(open('/proc/self/cgroup').read())"
+        code = (
+            "import time\nt,c=time.monotonic(),time.process_time()\nwhile time.monotonic()-t<1.5: pass\n"
+            "print((time.process_time()-c)/(time.monotonic()-t)); print(open('/proc/self/cgroup').read())"
+        )
         out = subprocess.run(q.wrap("b", [sys.executable, "-c", code]), capture_output=True, text=True, timeout=30)
         share, groups = out.stdout.split("\n", 1)
         assert float(share) < 0.3, share  # the cap, with the period's rounding
@@ -78,8 +81,15 @@ def probe(tmp_path, monkeypatch):
 
 def test_each_node_of_a_cluster_gets_its_quota(probe):
     spec = cluster.from_hosts(netem_nodes(2), ps=0, workers=2)
-    c = Cluster(spec, "probe.task", lab="test", launcher="netem",
-                launcher_options={"link": "100mbit", "cpus": 0.25, "forkserver": False}, env=probe, timeout=120)
+    c = Cluster(
+        spec,
+        "probe.task",
+        lab="test",
+        launcher="netem",
+        launcher_options={"link": "100mbit", "cpus": 0.25, "forkserver": False},
+        env=probe,
+        timeout=120,
+    )
     with c:
         result = c.wait()
     groups = {t.name: t.metrics["cgroup"] for t in result}

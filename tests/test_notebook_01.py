@@ -1,5 +1,6 @@
 """Lab 1's notebook: stored clean, its solution regions release cleanly, and it runs under papermill
 at tiny parameters, recording what the grader checks."""
+
 import pytest
 
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook

@@ -1,5 +1,6 @@
 """Lab 2's notebook: stored clean, its solution regions release to a notebook that fails where the
 round was removed, and it runs under papermill at tiny parameters, recording what the grader checks."""
+
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,19 @@ from labkit.grading.judge import verify
 from labkit.grading.judge.rubric import load_rubric
 
 NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
-TINY = {"deploy_modes": ["single"], "batch_sizes": [50], "target_loss": 0.45, "max_steps": 300,
-        "train_limit": 3000, "test_limit": 500, "eval_every": 25, "single_batch_sizes": [50, 200],
-        "local_steps": 30, "show_modern_api": False, "timeout": 300}
+TINY = {
+    "deploy_modes": ["single"],
+    "batch_sizes": [50],
+    "target_loss": 0.45,
+    "max_steps": 300,
+    "train_limit": 3000,
+    "test_limit": 500,
+    "eval_every": 25,
+    "single_batch_sizes": [50, 200],
+    "local_steps": 30,
+    "show_modern_api": False,
+    "timeout": 300,
+}
 TINY.update(netem_labs.LAB2)  # the section on emulated links, at its smallest
 FIGURES = ("iterations-bars", "curves", "resources-sync", "resources-async", "bytes")
 
@@ -58,7 +69,8 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rec["steps_per_worker"] == {m: {"worker:0": rec["global_step"][m]} for m in ("sync", "async")}
     assert rec["accuracy"]["sync"] == pytest.approx(rec["accuracy"]["async"], abs=0.005)
     assert {(r["mode"], r["task"]) for r in rec["table_1_2_1"]} == {
-        (m, t) for m in ("sync", "async") for t in ("ps:0", "worker:0")}
+        (m, t) for m in ("sync", "async") for t in ("ps:0", "worker:0")
+    }
     assert len(rec["iterations"]) == 2 and len(rec["summary"]) == 2
     assert rec["headline"] == {"deploy": "single", "batch_size": 50}
 
@@ -69,7 +81,8 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rec["single_updates_ratio"] == pytest.approx(rec["predicted_updates_ratio"], rel=0.15)
     # the audit of report 000's 227 B/s: half a worker step's bytes at 227 B/s
     assert rec["audit_000"]["seconds_to_send_one_gradient_at_227_bytes_per_s"] == pytest.approx(
-        rec["bytes_per_worker_step"]["async"] / 454)
+        rec["bytes_per_worker_step"]["async"] / 454
+    )
     # ... and of its 19.8 MB/s: the node's bytes against at most 60,000 of the measured gradient pushes
     sync_audit = rec["audit_sync_traffic"]
     assert sync_audit["report_sent_bytes"] == 19_775_391 * 526
@@ -92,7 +105,11 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     from labkit.grading.judge.rubric import evaluate
 
     for check in lab.checks:
-        if check.kind in ("analysis", "hidden") or check.ref in ("accuracy.sync", "accuracy.async", "global_steps_per_s.sync"):
+        if check.kind in ("analysis", "hidden") or check.ref in (
+            "accuracy.sync",
+            "accuracy.async",
+            "global_steps_per_s.sync",
+        ):
             continue  # hidden checks run in the grader's own processes (tests/test_grading*); answers are
             # stripped in releases only; accuracy is ~0.87 at the tiny target 0.45; with one worker sync
             # makes about as many updates per second as async (on a quiet machine)

@@ -1,5 +1,6 @@
 """Lab 3's notebook: stored clean, its solution regions release cleanly, and it runs under papermill
 at tiny parameters (two small clusters), recording what the grader checks."""
+
 from pathlib import Path
 
 import pytest
@@ -8,8 +9,16 @@ import _netem_labs as netem_labs
 from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 
 NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
-TINY = {"profile_features": [10_000, 2_000_000], "profile_batches": [10], "train_rows": 10_000, "test_rows": 2000,
-        "samples": 4000, "eval_every": 1000, "sweep_batch_sizes": [1, 100], "sweep_samples": 200}
+TINY = {
+    "profile_features": [10_000, 2_000_000],
+    "profile_batches": [10],
+    "train_rows": 10_000,
+    "test_rows": 2000,
+    "samples": 4000,
+    "eval_every": 1000,
+    "sweep_batch_sizes": [1, 100],
+    "sweep_samples": 200,
+}
 TINY.update(netem_labs.LAB3)  # the section on emulated links, at its smallest
 FIGURES = ("op-profile", "test-error", "bytes", "resources", "minibatch-sweep")
 
@@ -44,8 +53,8 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     # op profile: every size and method; the sparse step wins at 2 x 10^6 features (1.1-1.3x at 10^5: noise)
     # (the per-example matrix is left out past 50 MB: 2 x 10^6 features x batch 10 x 4 B = 80 MB)
     assert {(r["num_features"], r["method"]) for r in rec["profile"]} == {
-        (f, m) for f in (10_000, 2_000_000) for m in ("sparse", "dense", "dense_per_example")} - {
-        (2_000_000, "dense_per_example")}
+        (f, m) for f in (10_000, 2_000_000) for m in ("sparse", "dense", "dense_per_example")
+    } - {(2_000_000, "dense_per_example")}
     assert rec["sparse_speedup"] > 1
     # sync: every worker did every global step; async: the local steps add up to the global count
     assert set(rec["sync_steps"].values()) == {rec["sync_global_steps"]} == {4000 // (100 * 2)}
@@ -60,7 +69,8 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rec["dense_bytes_per_step"] == 8_000_000
     assert {r["run"] for r in rec["verdicts"]} == {"sync b100", "async b100"}
     assert {(r["run"], r["task"]) for r in rec["bottlenecks"]} == {
-        (run, t) for run in ("sync b100", "async b100") for t in ("ps:0", "worker:0", "worker:1")}
+        (run, t) for run in ("sync b100", "async b100") for t in ("ps:0", "worker:0", "worker:1")
+    }
     assert {(r["mode"], r["batch"]) for r in rec["sweep"]} == {(m, b) for m in ("sync", "async") for b in (1, 100)}
     assert Path(rec["cluster_run_dir"]).is_relative_to(tmp_path / "runs")
     # the prediction, from the click data's model (expected distinct Zipf values in a batch), is
@@ -75,8 +85,10 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert audit["seconds_float32_at_350_megabits_per_s"] == pytest.approx(6.17, abs=0.01)  # one worker's
     # through the ps's link: four workers' with the ps on its own node, three with a worker beside it
     assert audit["ps_link_bytes_per_iteration"] == {"ps_alone": 1_080_402_496, "beside_a_worker": 810_301_872}
-    assert audit["ps_link_megabits_per_s_needed"] == {"ps_alone": pytest.approx(1213.8, abs=0.1),
-                                                      "beside_a_worker": pytest.approx(910.3, abs=0.1)}
+    assert audit["ps_link_megabits_per_s_needed"] == {
+        "ps_alone": pytest.approx(1213.8, abs=0.1),
+        "beside_a_worker": pytest.approx(910.3, abs=0.1),
+    }
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
     check_executed(nb, FIGURES)
     netem_labs.check_lab3(nb, rec)  # last: it skips where links cannot be emulated

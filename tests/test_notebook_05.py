@@ -2,6 +2,7 @@
 at tiny parameters (the MLP only, N = 1, 2 and then 3, two steps per run: six clusters; the emulated
 links' section at its smallest; the failure demo), recording what the grader checks, each record
 holding what its run must show."""
+
 import pytest
 
 import _netem_labs as netem_labs
@@ -10,8 +11,7 @@ from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 TINY = {"workers": [1, 2, 3], "models": ["mlp"], "steps": 2, "batch_size": 32}
 TINY.update(netem_labs.LAB5)  # the section on emulated links, at its smallest
-FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines", "netem-nodes",
-                "fault-trace")
+FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines", "netem-nodes", "fault-trace")
 M_MLP = 23_298_088
 
 
@@ -28,7 +28,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     assert sources.count("raise NotImplementedError()") == 5
     assert "ring_vs_ps.scaling(" in sources and "sweep.extend(" in sources  # plumbing, not an exercise
     # nothing above a prediction states what it predicts: the intro and section 1 give no formula of the bytes
-    before_runs = "\n".join(c.source for c in student.cells[:[c.id for c in student.cells].index("lab5-06")])
+    before_runs = "\n".join(c.source for c in student.cells[: [c.id for c in student.cells].index("lab5-06")])
     for formula in ("2NM", "2N·M", "2·N·M", "N·M", "2(N-1)/N", "(N-1)/N"):
         assert formula not in before_runs, formula
     # the student's comm_terms drives the calibration and the extrapolation; the starting point fails the check
@@ -52,8 +52,14 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=900)
     table = rec["scaling_table"]
-    assert [(r["arch"], r["workers"]) for r in table] == [("ps", 1), ("ps", 2), ("ps", 3), ("ring", 1), ("ring", 2),
-                                                        ("ring", 3)]
+    assert [(r["arch"], r["workers"]) for r in table] == [
+        ("ps", 1),
+        ("ps", 2),
+        ("ps", 3),
+        ("ring", 1),
+        ("ring", 2),
+        ("ring", 3),
+    ]
     assert all(r["model"] == "mlp" and r["images_per_s"] > 0 and r["steps"] == 2 for r in table)
     assert {r["task"] for r in rec["task_bytes"]} == {"ps:0", "chief:0", "worker:0", "worker:1", "worker:2", "total"}
     ps0 = {r["workers"]: r["sent_over_model"] for r in rec["task_bytes"] if r["task"] == "ps:0"}
@@ -81,8 +87,12 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     # synchronous PS is the ring's SGD: the same losses at N = 3 (up to float rounding)
     rows = {(r["arch"], r["workers"]): r for r in table}
     assert rows[("ps", 3)]["last_loss"] == pytest.approx(rows[("ring", 3)]["last_loss"], rel=1e-3)
-    assert rec["same_sgd"] == {"model": "mlp", "workers": 3, "ps_last_loss": rows[("ps", 3)]["last_loss"],
-                               "ring_last_loss": rows[("ring", 3)]["last_loss"]}
+    assert rec["same_sgd"] == {
+        "model": "mlp",
+        "workers": 3,
+        "ps_last_loss": rows[("ps", 3)]["last_loss"],
+        "ring_last_loss": rows[("ring", 3)]["last_loss"],
+    }
     check_ps_failure(rec)
     check_executed(nb, FIGURE_CELLS)
     netem_labs.check_lab5(nb, rec)  # last: it skips where links cannot be emulated

@@ -17,6 +17,7 @@ rebuilt). Then every ``.html`` file the grader wrote is
 
 Every CSV the grader wrote is read back raw: no cell starts a formula.
 """
+
 from __future__ import annotations
 
 import csv
@@ -126,7 +127,7 @@ def hostile(tmp_path_factory, beacon):
     for r in rows:
         if r["student"] == "mallory":
             r["score"], r["comment"] = "1", "@see me"
-    scored = root / "ta-answer-q1.csv"   # the TA's copy (the grader's own CSVs are checked below)
+    scored = root / "ta-answer-q1.csv"  # the TA's copy (the grader's own CSVs are checked below)
     with open(scored, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -144,8 +145,14 @@ def test_every_page_kind_is_written_and_clean(hostile, beacon):
     url, _ = beacon
     pages = _pages(hostile)
     names = {p.relative_to(hostile).as_posix() for p in pages}
-    assert {"mallory/evil.html", "mallory2/evil.html", "formula/evil.html", "misnamed/evil.html",
-            "similarity.html", "answers/evil/answer-q1.html"} <= names, names
+    assert {
+        "mallory/evil.html",
+        "mallory2/evil.html",
+        "formula/evil.html",
+        "misnamed/evil.html",
+        "similarity.html",
+        "answers/evil/answer-q1.html",
+    } <= names, names
     for p in pages:
         text = p.read_text()
         assert audit(text, url) == [], (p, audit(text, url))
@@ -231,28 +238,36 @@ def _open(browser, path: Path, bypass_csp: bool, url: str) -> dict:
         page.on("framenavigated", lambda f: navigations.append(f.url))
         try:
             page.goto(path.as_uri(), wait_until="domcontentloaded", timeout=30_000)
-        except PlaywrightError as e:   # a script or a refresh took the page elsewhere while it loaded
-            return {"requests": requests, "navigations": navigations + [str(e).splitlines()[0]], "moved": [page.url],
-                    "dom": [], "fakes": None}
-        page.wait_for_timeout(1500)    # a meta refresh of 0 s, a lazy image, a delayed script
+        except PlaywrightError as e:  # a script or a refresh took the page elsewhere while it loaded
+            return {
+                "requests": requests,
+                "navigations": navigations + [str(e).splitlines()[0]],
+                "moved": [page.url],
+                "dom": [],
+                "fakes": None,
+            }
+        page.wait_for_timeout(1500)  # a meta refresh of 0 s, a lazy image, a delayed script
         where = page.url
-        if where.split("#")[0] != path.as_uri():   # it navigated away on its own
+        if where.split("#")[0] != path.as_uri():  # it navigated away on its own
             return {"requests": requests, "navigations": navigations, "moved": [where], "dom": [], "fakes": None}
         dom = page.evaluate(LIVE_DOM)
         fakes = page.evaluate(FAKES_BELOW, FAKE)
-        for selector in ("a", "summary", "button", "input"):   # a synthetic click activates what a real one would
+        for selector in ("a", "summary", "button", "input"):  # a synthetic click activates what a real one would
             for i in range(page.locator(selector).count()):
                 try:
                     page.locator(selector).nth(i).dispatch_event("click", timeout=5000)
-                except PlaywrightError as e:   # the page went away under the click
+                except PlaywrightError as e:  # the page went away under the click
                     navigations.append(f"clicking {selector} #{i}: {str(e).splitlines()[0]}")
                     break
         page.wait_for_timeout(500)
         after = page.url
-        return {"requests": [u for u in requests if not u.startswith(("file:", "data:"))],
-                "navigations": [u for u in navigations if u.split("#")[0] != path.as_uri()],
-                "moved": [u for u in (where, after) if u.split("#")[0] != path.as_uri()],
-                "dom": dom, "fakes": fakes}
+        return {
+            "requests": [u for u in requests if not u.startswith(("file:", "data:"))],
+            "navigations": [u for u in navigations if u.split("#")[0] != path.as_uri()],
+            "moved": [u for u in (where, after) if u.split("#")[0] != path.as_uri()],
+            "dom": dom,
+            "fakes": fakes,
+        }
     finally:
         context.close()
 
@@ -296,7 +311,9 @@ def test_no_page_navigates_requests_or_shows_what_is_not_allowed_in_chromium(hos
             browser.close()
     assert hits == [], hits
     assert len(seen) == 2 * len(_pages(hostile)) and any(
-        any(tag == "math" for tag, *_ in got["dom"]) for got in seen.values())
+        any(tag == "math" for tag, *_ in got["dom"]) for got in seen.values()
+    )
     (Path(__file__).resolve().parents[1] / "out" / "browser").mkdir(parents=True, exist_ok=True)
     (Path(__file__).resolve().parents[1] / "out" / "browser" / "hostile-pages.json").write_text(
-        json.dumps({k: len(v["dom"]) for k, v in seen.items()}, indent=1))
+        json.dumps({k: len(v["dom"]) for k, v in seen.items()}, indent=1)
+    )

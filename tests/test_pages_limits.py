@@ -7,6 +7,7 @@ rubric's default ``page_output_kb``: cut, with a note), a Markdown table with a 
 row under a ``page_output_kb`` that cuts nothing (its page cannot render within the render
 timeout, shortened here), and a notebook that hangs past its ``notebook_timeout``, whose timeout
 must fire while that page is still rendering."""
+
 from __future__ import annotations
 
 import nbformat
@@ -18,7 +19,7 @@ from labkit.grading.run.sandbox import SANDBOXES
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 HANG_S = 20.0
-RENDER_S = 40.0      # the render timeout in this test (render.TIMEOUT_S), well past HANG_S
+RENDER_S = 40.0  # the render timeout in this test (render.TIMEOUT_S), well past HANG_S
 RUBRIC = f"""
 [defaults]
 cell_timeout = 120
@@ -54,10 +55,14 @@ record = "done"
 """
 RECORD = "from labkit.notebook.record import record\nrecord('done', 1)"
 HTML16 = "from IPython.display import HTML, display\ndisplay(HTML('<p>' + 'x' * (16 * 2**20) + '</p>'))"
-MD20 = ("from IPython.display import Markdown, display\nrows = ['| i | value |', '|---|---|']\n"
-        "rows += [f'| {i} | v{i} |' for i in range(20 * 2**20 // 14)]\ndisplay(Markdown(chr(10).join(rows)))")
-MATH4 = ("from IPython.display import Markdown, display\nrows = ['| i | value |', '|---|---|']\n"
-         "rows += [f'| {i} | $x_{{{i}}}^2$ |' for i in range(4 * 2**20 // 22)]\ndisplay(Markdown(chr(10).join(rows)))")
+MD20 = (
+    "from IPython.display import Markdown, display\nrows = ['| i | value |', '|---|---|']\n"
+    "rows += [f'| {i} | v{i} |' for i in range(20 * 2**20 // 14)]\ndisplay(Markdown(chr(10).join(rows)))"
+)
+MATH4 = (
+    "from IPython.display import Markdown, display\nrows = ['| i | value |', '|---|---|']\n"
+    "rows += [f'| {i} | $x_{{{i}}}^2$ |' for i in range(4 * 2**20 // 22)]\ndisplay(Markdown(chr(10).join(rows)))"
+)
 
 
 def _nb(*sources):
@@ -75,8 +80,12 @@ def batch(tmp_path_factory):
         pytest.skip(f"{NO_SANDBOX} (.ci/run installs it)")
     root = tmp_path_factory.mktemp("limits")
     (root / "rubric.toml").write_text(RUBRIC)
-    subs = {"html16": ("big", _nb(HTML16, RECORD)), "md20": ("big", _nb(MD20, RECORD)),
-            "slow": ("slowpage", _nb(MATH4, RECORD)), "hangs": ("hang", _nb("import time\ntime.sleep(600)", RECORD))}
+    subs = {
+        "html16": ("big", _nb(HTML16, RECORD)),
+        "md20": ("big", _nb(MD20, RECORD)),
+        "slow": ("slowpage", _nb(MATH4, RECORD)),
+        "hangs": ("hang", _nb("import time\ntime.sleep(600)", RECORD)),
+    }
     for student, (lab, nb) in subs.items():
         (root / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, str(root / "subs" / student / f"{lab}.ipynb"))
@@ -94,8 +103,10 @@ def test_huge_outputs_become_pages_with_a_cut_note(batch):
         assert (out / student / "big.ipynb").stat().st_size > 16 * 2**20
         page = (out / student / "big.html").read_text()
         mime = "text/html 16.0 MB" if student == "html16" else "text/markdown"
-        assert "This output is over the 1.0 MB a page shows of one output (the rubric's page_output_kb): " \
-               f"{mime}" in page.replace("&#x27;", "'"), student
+        assert (
+            "This output is over the 1.0 MB a page shows of one output (the rubric's page_output_kb): "
+            f"{mime}" in page.replace("&#x27;", "'")
+        ), student
         assert "is not shown" not in page and len(page) < 8 * 2**20, student
 
 
@@ -104,7 +115,7 @@ def test_a_page_that_cannot_render_in_time_says_so(batch):
     assert rows[("slow", "slowpage", "execution")]["status"] == "ok"
     page = (out / "slow" / "slowpage.html").read_text()
     assert f"The executed notebook is not shown: rendering it took longer than {RENDER_S:g} s." in page
-    assert "done" in page and "What to do next" in page          # the check table is there all the same
+    assert "done" in page and "What to do next" in page  # the check table is there all the same
 
 
 def test_the_batch_enforces_timeouts_while_a_page_renders(batch):

@@ -3,6 +3,7 @@ each payload through each conversion a page uses (Markdown with math, text/latex
 attachments, the TA's answer page, a whole feedback page built from an executed notebook), and
 every result read back element by element (``_hostile.audit``). The browser test
 (``test_pages_hostile.py``) opens real pages from a graded class."""
+
 from __future__ import annotations
 
 import nbformat
@@ -33,7 +34,7 @@ def test_every_payload_in_every_conversion_leaves_nothing_outside_the_allow_list
     else:  # the final pass alone, on the raw payload: it must hold without the fragment cleaning
         body = text
     page = _page(body)
-    assert audit(page, BEACON) == [], (name, place, page)   # the beacon may remain as text, never in a tag
+    assert audit(page, BEACON) == [], (name, place, page)  # the beacon may remain as text, never in a tag
 
 
 def test_math_is_converted_before_the_last_cleaning_and_escaped_html_stays_text():
@@ -44,8 +45,10 @@ def test_math_is_converted_before_the_last_cleaning_and_escaped_html_stays_text(
 
 
 def test_overlays_lose_what_moves_or_sizes_them_but_keep_colours_and_alignment():
-    out = sanitize.clean(payloads(BEACON)["overlay"] + "<table><tr><td style='text-align:right;color:#c00'>1</td></tr></table>"
-                         "<p style='color:rgb(1,2,3);width:1px;line-height:0'>b</p>")
+    out = sanitize.clean(
+        payloads(BEACON)["overlay"] + "<table><tr><td style='text-align:right;color:#c00'>1</td></tr></table>"
+        "<p style='color:rgb(1,2,3);width:1px;line-height:0'>b</p>"
+    )
     assert FAKE in out and "position" not in out and "margin" not in out and "transform" not in out
     assert "jp-Dialog" not in out and "labkit-grade" not in out
     assert "text-align:right" in out and "color:#c00" in out and '<p style="color:rgb(1,2,3)">b</p>' in out
@@ -54,22 +57,28 @@ def test_overlays_lose_what_moves_or_sizes_them_but_keep_colours_and_alignment()
 
 def test_only_the_pages_own_ids_and_links_survive():
     p = sanitize.Page("t")
-    out = p.html(f"<section id='{p.id('grade')}'><a href='#{p.id('cell-3')}'>cell 3</a></section>"
-                 f"<div id='lk000000000000-grade'>another page's</div><div id='grade'>plain</div>"
-                 f"<a href='#top'>top</a>")
-    assert out.count(" id=") == 1 and f"href=\"#{p.id('cell-3')}\"" in out and "href=\"#top\"" not in out
+    out = p.html(
+        f"<section id='{p.id('grade')}'><a href='#{p.id('cell-3')}'>cell 3</a></section>"
+        f"<div id='lk000000000000-grade'>another page's</div><div id='grade'>plain</div>"
+        f"<a href='#top'>top</a>"
+    )
+    assert out.count(" id=") == 1 and f'href="#{p.id("cell-3")}"' in out and 'href="#top"' not in out
     assert sanitize.Page("t").nonce != p.nonce
 
 
 def test_images_only_as_data_and_svg_as_an_image():
     svg = payloads(BEACON)["svg"]
-    out = sanitize.clean(f"<img src='data:image/png;base64,AAAA'><img src='data:text/html;base64,AAAA'>"
-                         f"<img src='data:image/svg+xml;base64,AAAA'>{svg}")
+    out = sanitize.clean(
+        f"<img src='data:image/png;base64,AAAA'><img src='data:text/html;base64,AAAA'>"
+        f"<img src='data:image/svg+xml;base64,AAAA'>{svg}"
+    )
     assert out.count("<img") == 3 and out.count("src=") == 2 and "<svg" not in out and "foreignObject" not in out
 
 
 def test_mathml_the_converter_emits_is_kept():
-    tex = r"\frac{1}{n}\sum_{i=1}^{n} (w x_i - y_i)^2 + \sqrt[3]{x} + \begin{pmatrix}a&b\\c&d\end{pmatrix} + \overline{x}"
+    tex = (
+        r"\frac{1}{n}\sum_{i=1}^{n} (w x_i - y_i)^2 + \sqrt[3]{x} + \begin{pmatrix}a&b\\c&d\end{pmatrix} + \overline{x}"
+    )
     mathml = feedback.math_html(tex, True)
     out = sanitize.clean(mathml)
     for tag in ("math", "mfrac", "munderover", "msub", "msup", "mroot", "mtable", "mtr", "mtd", "mover"):
@@ -84,30 +93,64 @@ def hostile_page(tmp_path_factory):
     nb = hostile_notebook(BEACON)
     nbformat.write(nb, str(tmp / "submitted.ipynb"))
     nbformat.write(executed_copy(nb, BEACON), str(tmp / "executed.ipynb"))
-    rows = [{"student": "m", "lab": "evil", "check": "execution", "points": 0.0, "max": 0.0, "status": "ok",
-             "reason": payloads(BEACON)["meta"], "seconds": 1.0},
-            {"student": "m", "lab": "evil", "check": "<b>ok</b>", "points": 1.0, "max": 1.0, "status": "pass",
-             "reason": payloads(BEACON)["form"], "seconds": ""}]
-    feedback.write_feedback(str(tmp / "executed.ipynb"), rows, str(tmp / "page.html"), "m: <i>evil</i>",
-                            descriptions={"<b>ok</b>": payloads(BEACON)["iframe"]}, source=str(tmp / "submitted.ipynb"))
+    rows = [
+        {
+            "student": "m",
+            "lab": "evil",
+            "check": "execution",
+            "points": 0.0,
+            "max": 0.0,
+            "status": "ok",
+            "reason": payloads(BEACON)["meta"],
+            "seconds": 1.0,
+        },
+        {
+            "student": "m",
+            "lab": "evil",
+            "check": "<b>ok</b>",
+            "points": 1.0,
+            "max": 1.0,
+            "status": "pass",
+            "reason": payloads(BEACON)["form"],
+            "seconds": "",
+        },
+    ]
+    feedback.write_feedback(
+        str(tmp / "executed.ipynb"),
+        rows,
+        str(tmp / "page.html"),
+        "m: <i>evil</i>",
+        descriptions={"<b>ok</b>": payloads(BEACON)["iframe"]},
+        source=str(tmp / "submitted.ipynb"),
+    )
     return (tmp / "page.html").read_text()
 
 
 def test_a_whole_feedback_page_of_the_corpus_is_clean(hostile_page):
     assert audit(hostile_page, BEACON) == []
     body = hostile_page.split("</head>", 1)[1]
-    assert FAKE in body                 # shown, as text in the flow of the page
+    assert FAKE in body  # shown, as text in the flow of the page
     assert "Cell 5" in body and "<math" in body
-    assert "not a note</p>" not in body and "not a note</summary>" not in body   # no student output passes for a note
+    assert "not a note</p>" not in body and "not a note</summary>" not in body  # no student output passes for a note
     head = hostile_page.split("</head>", 1)[0]
     assert "<title>m: &lt;i&gt;evil&lt;/i&gt;</title>" in head
 
 
 def test_the_ta_answer_page_of_the_corpus_is_clean():
-    q = answers.Question("evil", "answer Q1", 2.0, ["analysis"], text=CORPUS["math-escaped-form"],
-                         key=CORPUS["meta"])
-    rows = [{"student": "mallory", "status": "pending", "score": "", "max": "2", "answer": text, "notes": text,
-             "values": [("x<script>", text)], "flags": [text]} for text in CORPUS.values()]
+    q = answers.Question("evil", "answer Q1", 2.0, ["analysis"], text=CORPUS["math-escaped-form"], key=CORPUS["meta"])
+    rows = [
+        {
+            "student": "mallory",
+            "status": "pending",
+            "score": "",
+            "max": "2",
+            "answer": text,
+            "notes": text,
+            "values": [("x<script>", text)],
+            "flags": [text],
+        }
+        for text in CORPUS.values()
+    ]
     page = answers._page(q, rows, feedback.markdown_html)
     assert audit(page, BEACON) == []
     plain = answers._page(q, rows, answers._plain, "rendering it took longer than 1 s.")

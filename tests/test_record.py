@@ -1,4 +1,5 @@
 """Records survive execution: written as display outputs, read back with nbformat."""
+
 import nbformat
 import numpy as np
 import pandas as pd
@@ -20,8 +21,10 @@ def test_to_jsonable_converts_numpy_pandas_and_nonfinite():
 def test_record_round_trip_through_a_kernel(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import numpy as np\nfrom labkit import record\n"
-                                  "record('accuracy', np.float32(0.925))\nrecord('steps', [3, 3, 4])"),
+        nbformat.v4.new_code_cell(
+            "import numpy as np\nfrom labkit import record\n"
+            "record('accuracy', np.float32(0.925))\nrecord('steps', [3, 3, 4])"
+        ),
         nbformat.v4.new_code_cell("record('accuracy', 0.93)  # the last record of a name wins"),
     ]
     NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -39,16 +42,20 @@ def test_only_code_cells_hold_records_and_what_a_file_carries_is_named():
     code = nbformat.v4.new_code_cell("x = 1", outputs=[out])
     md = nbformat.v4.new_markdown_cell("results", id="md-results")
     pasted = nbformat.v4.new_markdown_cell(f'{{"{MIME}": {{"name": "acc", "value": 1.0}}}}')
-    bad = nbformat.v4.new_code_cell("y = 2", outputs=[nbformat.v4.new_output(
-        "display_data", data={MIME: {"value": 3}, "text/plain": "no name"})])
+    bad = nbformat.v4.new_code_cell(
+        "y = 2", outputs=[nbformat.v4.new_output("display_data", data={MIME: {"value": 3}, "text/plain": "no name"})]
+    )
     nb = nbformat.v4.new_notebook(cells=[md, pasted, code, bad])
     md["outputs"] = [out]  # not valid nbformat, but a student's file may say anything
     assert read_records(nb) == {"acc": 0.99}  # the Markdown cell's copy and the nameless payload are skipped
     del nb.cells[2]
     assert read_records(nb) == {}
     # cells numbered as JupyterLab shows them, from 1 (record.cell_name)
-    assert pre_baked(nb) == ["cell 1 (markdown): outputs in a non-code cell",
-                             "cell 2 (markdown): a record pasted into its text", "cell 3: 1 stored output(s)"]
+    assert pre_baked(nb) == [
+        "cell 1 (markdown): outputs in a non-code cell",
+        "cell 2 (markdown): a record pasted into its text",
+        "cell 3: 1 stored output(s)",
+    ]
     assert named_cells(nb, "md-results") == [md]
 
 

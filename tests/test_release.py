@@ -10,6 +10,7 @@
   ``make setup``, ``make data``, ``make lab`` (JupyterLab serves the notebooks), and ``make check``
   on Lab 1 as released (it names what is missing) and completed (it passes).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,23 @@ from labkit.grading.judge.rubric import load_rubric
 REPO = Path(__file__).resolve().parents[1]
 RUBRIC = REPO / "notebooks" / "rubric.toml"
 GRADER_COMMANDS = ("grade", "grade-answers", "grade-merge", "grade-export", "release", "bench")
-INSTRUCTOR_WORDS = ("make grade", "make test", "make bench", "make release", "grade-", "SUBMISSIONS", "hidden.py",
-                    "evidence", "verifier", "sandbox", "Trust model", "unverified", "tests/", "labkit/grading",
-                    "labkit/solutions")
+INSTRUCTOR_WORDS = (
+    "make grade",
+    "make test",
+    "make bench",
+    "make release",
+    "grade-",
+    "SUBMISSIONS",
+    "hidden.py",
+    "evidence",
+    "verifier",
+    "sandbox",
+    "Trust model",
+    "unverified",
+    "tests/",
+    "labkit/grading",
+    "labkit/solutions",
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +73,7 @@ def hidden_checks(lab):
 
 # ---------------------------------------------------------------------------------------------
 # The public rubric
+
 
 def test_the_public_rubric_names_no_hidden_check_and_holds_no_input_or_answer_key(kit):
     text = (kit / "notebooks" / "rubric.toml").read_text()
@@ -79,7 +95,7 @@ def test_the_public_rubric_names_no_hidden_check_and_holds_no_input_or_answer_ke
             assert c.name not in text, c.name
             if c.kind == "hidden":
                 assert c.spec["check"] not in text
-            for k in ("right", "total", "min", "max", "factor", "tolerance"):   # reference values and bounds
+            for k in ("right", "total", "min", "max", "factor", "tolerance"):  # reference values and bounds
                 v = c.spec.get(k)
                 if isinstance(v, float) and not v.is_integer():
                     assert repr(v) not in outside, (c.name, k, v)
@@ -108,14 +124,19 @@ def test_exercises_and_self_checks_come_from_the_reference_notebooks(kit):
         assert [e["cell"] for e in exercises] == with_regions, key
         for e in exercises:
             assert e["stub"] in released[e["cell"]].source and e["defines"], e
-            if "self_check" in e:   # a function's self-check: a later cell that runs it
+            if "self_check" in e:  # a function's self-check: a later cell that runs it
                 assert any(re.search(rf"\b{n}\b", released[e["self_check"]].source) for n in e["defines"]), e
     lab1 = {e["cell"]: e for e in data["labs"]["lab1"]["exercises"]}
     assert lab1["lab1-06"]["defines"] == ["sgd_step"] and lab1["lab1-06"]["self_check"] == "lab1-08"
 
 
-@pytest.mark.parametrize("value", [{"a": 'q"uote\\ and ünïcode \U0001F600', "b": [1, 2.5, True, []], "c": {"x": -1}},
-                                   {"labs": {"l": {"p": {"n": True}, "items": [{"k": "v"}, {"k": "w"}]}}}])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 'q"uote\\ and ünïcode \U0001f600', "b": [1, 2.5, True, []], "c": {"x": -1}},
+        {"labs": {"l": {"p": {"n": True}, "items": [{"k": "v"}, {"k": "w"}]}}},
+    ],
+)
 def test_to_toml_reads_back_equal(value):
     assert tomllib.loads(public.to_toml(value)) == value
 
@@ -127,6 +148,7 @@ def test_to_toml_refuses_a_value_toml_cannot_hold():
 
 # ---------------------------------------------------------------------------------------------
 # The kit's README, Makefile, docs and CLI
+
 
 def test_the_kit_is_written_for_students(kit):
     readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
@@ -143,13 +165,18 @@ def test_the_kit_is_written_for_students(kit):
         auto = sum(c.points for c in lab.checks if not c.manual)
         answers = sum(c.points for c in lab.checks if c.manual)
         assert re.search(rf"\| `{re.escape(lab.notebook)}` \| {auto:g} \| {answers:g} \|", readme), key
-        late = lab.late_penalty.describe() if lab.late_penalty else "none"   # the late policy, as the grader applies it
+        late = lab.late_penalty.describe() if lab.late_penalty else "none"  # the late policy, as the grader applies it
         assert re.search(rf"\| `{re.escape(lab.notebook)}` \|.*\| {re.escape(late)} \|$", readme, re.M), key
     # every path the README names is in the kit (or made by running it: data/, out/, runs/)
     for path in re.findall(r"`([\w./<>-]+)`|\]\(([^)]+)\)", readme):
         path = path[0] or path[1]
-        if "/" not in path and not path.endswith(".ipynb") or path.startswith(("/", "~", "out/", "data/")) \
-                or "<" in path or "runs/" in path:
+        if (
+            "/" not in path
+            and not path.endswith(".ipynb")
+            or path.startswith(("/", "~", "out/", "data/"))
+            or "<" in path
+            or "runs/" in path
+        ):
             continue
         target = kit / path if "/" in path else kit / "notebooks" / path
         assert target.exists(), path
@@ -160,10 +187,24 @@ def test_the_readme_gives_each_labs_late_policy():
     """A rubric's late_penalty reaches the student's README as the grader words it; none is 'none'."""
     from labkit.grading.submissions.late import Policy
 
-    labs = {"lab1": {"notebook": "01.ipynb", "title": "t", "points": 10, "answer_points": 5,
-                     "notebook_timeout": 600, "late_penalty": Policy(per_day=0.1, max=0.5).describe()},
-            "lab2": {"notebook": "02.ipynb", "title": "t", "points": 8, "answer_points": 2,
-                     "notebook_timeout": 45, "late_penalty": "none"}}
+    labs = {
+        "lab1": {
+            "notebook": "01.ipynb",
+            "title": "t",
+            "points": 10,
+            "answer_points": 5,
+            "notebook_timeout": 600,
+            "late_penalty": Policy(per_day=0.1, max=0.5).describe(),
+        },
+        "lab2": {
+            "notebook": "02.ipynb",
+            "title": "t",
+            "points": 8,
+            "answer_points": 2,
+            "notebook_timeout": 45,
+            "late_penalty": "none",
+        },
+    }
     readme = release.student_readme("$labs_table\n$points_table\n$lab_example", {"labs": labs})
     assert "| `01.ipynb` | 10 | 5 | 10 min | 10% of the lab's points per day late, at most 50% |" in readme
     assert "| `02.ipynb` | 8 | 2 | 45 s | none |" in readme
@@ -192,10 +233,17 @@ def test_the_kits_makefile_installs_as_the_instructors_does(kit):
 
 
 def test_the_kit_cli_lists_no_grader_command(kit):
-    student = (f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
-               f"sys.path.insert(0, {str(kit)!r})\n")
-    out = subprocess.run([sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['--help']))"],
-                         capture_output=True, text=True, timeout=120, cwd=kit)
+    student = (
+        f"import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        f"sys.path.insert(0, {str(kit)!r})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", student + "from labkit.cli import main\nsys.exit(main(['--help']))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=kit,
+    )
     assert out.returncode == 0, out.stderr
     listed = set(re.findall(r"^    (\S+)", out.stdout, re.M))
     assert {"check", "data", "cluster", "run", "nodes", "monitor"} <= listed, listed
@@ -250,15 +298,19 @@ PLOT = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(3, 3), 
 def small_lab(folder: Path) -> Path:
     """A lab with an exercise function and its self-check, a prediction, records, a figure, an answer."""
     folder.mkdir(parents=True)
-    cells = [cell("n = 2", ["parameters"], id="fix-params"),
-             cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION", id="fix-ex"),
-             cell("assert double(3) == 6, 'double(3) is not 6'\nprint('double passes')", id="fix-check"),
-             cell("### BEGIN SOLUTION\nguess = 6\n### END SOLUTION\nfrom labkit import record\nrecord('guess', guess)",
-                  id="fix-predict"),
-             cell("record('doubled', double(n))", id="fix-rec"),
-             cell(PLOT, ["plot"], id="fix-plot"),
-             cell("**Q1.** Why?", markdown=True, id="fix-q"),
-             cell("Because 2 x 3 is 6.", ["analysis"], markdown=True, id="fix-answer")]
+    cells = [
+        cell("n = 2", ["parameters"], id="fix-params"),
+        cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION", id="fix-ex"),
+        cell("assert double(3) == 6, 'double(3) is not 6'\nprint('double passes')", id="fix-check"),
+        cell(
+            "### BEGIN SOLUTION\nguess = 6\n### END SOLUTION\nfrom labkit import record\nrecord('guess', guess)",
+            id="fix-predict",
+        ),
+        cell("record('doubled', double(n))", id="fix-rec"),
+        cell(PLOT, ["plot"], id="fix-plot"),
+        cell("**Q1.** Why?", markdown=True, id="fix-q"),
+        cell("Because 2 x 3 is 6.", ["analysis"], markdown=True, id="fix-answer"),
+    ]
     nbformat.write(new_notebook(cells=cells), str(folder / "fix.ipynb"))
     (folder / "rubric.toml").write_text(LAB_RUBRIC)
     return folder
@@ -290,15 +342,17 @@ def test_check_names_what_the_released_notebook_lacks(small, tmp_path):
     assert not ok
     assert "ok    file        fix.ipynb: the name the grader expects" in text
     assert "FAIL  run         stopped at cell 3" in text and "NotImplementedError" in text
-    assert "FAIL  exercises   0 of 2 written: double (cell 2) still raises NotImplementedError; " \
-           "guess (cell 4) still raises NotImplementedError" in text
+    assert (
+        "FAIL  exercises   0 of 2 written: double (cell 2) still raises NotImplementedError; "
+        "guess (cell 4) still raises NotImplementedError" in text
+    )
     assert "FAIL  self-checks 0 of 1 passed: double's self-check (cell 3): NotImplementedError" in text
     assert "FAIL  records     0 of 2 present; missing: doubled, guess (the run stopped at cell 3" in text
     assert "FAIL  figures     0 of 1 shown: none in plot (cell 6)" in text
     assert "FAIL  answers     0 of 1 filled: still YOUR ANSWER HERE or empty: answer Q1 (cell 8)" in text
     assert "answer in cell 8: replace YOUR ANSWER HERE with your answer, in the same cell" in text
     assert "info  hidden      the grader adds 1 check of its own (2 of the 4 automatic points)" in text
-    assert "doubled right" not in text and "5.5" not in text   # the hidden check: counted, never named
+    assert "doubled right" not in text and "5.5" not in text  # the hidden check: counted, never named
     assert "1. write double in cell 2" in text and "Restart Kernel and Run All Cells" in text
     assert (tmp_path / "out" / "fix" / "fix.ipynb").is_file()
 
@@ -316,7 +370,7 @@ def test_check_passes_the_completed_notebook_whatever_calls_it(small, tmp_path):
     assert "ok    records     all 2 records the grader reads are present" in text
     assert "ok    self-checks 1 of 1 passed" in text and "Ready to submit: upload fix.ipynb" in text
     executed = nbformat.read(str(tmp_path / "out" / "fix" / "fix.ipynb"), as_version=4)
-    said = "".join(o.get("text", "") for o in executed.cells[4].outputs)   # after the injected parameters
+    said = "".join(o.get("text", "") for o in executed.cells[4].outputs)  # after the injected parameters
     assert "skipped in a headless run" in said and "None" in said
 
 
@@ -327,7 +381,7 @@ def test_check_names_the_file_the_grader_expects_and_a_cell_past_its_limit(small
     rubric.write_text((student / "rubric.toml").read_text().replace("cell_timeout = 60.0", "cell_timeout = 3.0"))
     nb = nbformat.read(str(ref / "fix.ipynb"), as_version=4)
     nb.cells[4].source += "\nimport time\ntime.sleep(60)"
-    copy = tmp_path / "fix (1).ipynb"   # as a browser saves a second download
+    copy = tmp_path / "fix (1).ipynb"  # as a browser saves a second download
     nbformat.write(nb, str(copy))
     t0 = time.monotonic()
     ok, text = check([copy], rubric, tmp_path / "out")
@@ -348,7 +402,7 @@ def test_answers_are_found_where_the_grader_finds_them(small):
     nb.cells[7].source = "Because 2 x 3 is 6.\n\nYOUR ANSWER HERE"
     line = checking.answers_line(lab, nb)
     assert line.status == "FAIL" and "still YOUR ANSWER HERE or empty: answer Q1 (cell 8)" in line.text
-    nb.cells[7] = cell("Because it doubles.", markdown=True)   # a new cell, with a new id, below the question
+    nb.cells[7] = cell("Because it doubles.", markdown=True)  # a new cell, with a new id, below the question
     line = checking.answers_line(lab, nb)
     assert line.status == "warn" and "read answer Q1 from cell 8, below its question" in line.text, line.text
     nb.cells.pop()
@@ -361,13 +415,19 @@ def test_labkit_check_from_a_cell_checks_the_notebook_jupyterlab_has_open(monkey
     """JupyterLab tells its kernels their notebook (JPY_SESSION_NAME); the public rubric is beside it,
     the runs go to the kit's out/check/; in the check's own run (or the grader's) it does nothing."""
     seen = {}
-    monkeypatch.setattr(checking, "check_all", lambda files, labs, **kw: seen.update(files=files, labs=labs, **kw)
-                        or True)
+    monkeypatch.setattr(
+        checking, "check_all", lambda files, labs, **kw: seen.update(files=files, labs=labs, **kw) or True
+    )
     notebook = tmp_path / "kit" / "notebooks" / "fix.ipynb"
     monkeypatch.setenv("JPY_SESSION_NAME", str(notebook))
     assert checking.check() is True
-    assert seen == {"files": [notebook], "labs": None, "rubric": notebook.parent / "rubric.toml",
-                    "out": tmp_path / "kit" / "out" / "check", "again": "labkit.check()"}
+    assert seen == {
+        "files": [notebook],
+        "labs": None,
+        "rubric": notebook.parent / "rubric.toml",
+        "out": tmp_path / "kit" / "out" / "check",
+        "again": "labkit.check()",
+    }
     for variable in (checking.SELF, "LABKIT_GRADED"):
         with monkeypatch.context() as m:
             m.setenv(variable, "1")
@@ -385,6 +445,7 @@ def test_check_refuses_the_graders_rubric_and_an_unknown_lab(small, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # A fresh clone, as a student uses it
+
 
 def readme_commands(readme: str) -> list[str]:
     """The commands of the README's ``sh`` blocks, in order (``bash`` blocks need a cluster)."""
@@ -413,17 +474,34 @@ def serve_lab(command: str, cwd: Path, env: dict, tmp: Path) -> list[str]:
     port, token = free_port(), os.urandom(8).hex()
     config = tmp / "jupyter-config"
     config.mkdir()
-    (config / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"port": port, "port_retries": 0, "ip": "127.0.0.1", "open_browser": False,
-                      "allow_root": True},   # CI runs as root
-        "IdentityProvider": {"token": token}}))
-    env = {**env, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "jupyter-ws"), "JUPYTERLAB_SETTINGS_DIR": str(tmp / "jupyter-settings")}
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "port": port,
+                    "port_retries": 0,
+                    "ip": "127.0.0.1",
+                    "open_browser": False,
+                    "allow_root": True,
+                },  # CI runs as root
+                "IdentityProvider": {"token": token},
+            }
+        )
+    )
+    env = {
+        **env,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "jupyter-ws"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp / "jupyter-settings"),
+    }
     log = tmp / "lab.log"
     with open(log, "wb") as f:
-        server = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            command, shell=True, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
+
         def contents():  # the served folder's listing, once JupyterLab answers
             assert server.poll() is None, log.read_text()[-3000:]
             try:
@@ -446,7 +524,7 @@ def stop_group(proc: subprocess.Popen) -> None:
     for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:   # every process of the group has ended
+        except ProcessLookupError:  # every process of the group has ended
             break
         try:
             proc.wait(wait)
@@ -476,12 +554,19 @@ def test_a_fresh_clone_of_the_student_kit_runs_its_readme(tmp_path):
     if not mirror or not shutil.which("make") or not shutil.which("git"):
         pytest.skip("needs make, git and LABKIT_DATA_MIRROR (the datasets' local mirror)")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    made = shell(f"make -C {shlex.quote(str(REPO))} release RELEASE={shlex.quote(str(tmp_path / 'release'))} "
-                 f"VENV={shlex.quote(sys.prefix)}", REPO, env, 600)
+    made = shell(
+        f"make -C {shlex.quote(str(REPO))} release RELEASE={shlex.quote(str(tmp_path / 'release'))} "
+        f"VENV={shlex.quote(sys.prefix)}",
+        REPO,
+        env,
+        600,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     git = "git -c user.name=instructor -c user.email=instructor@example.org"
-    for command, where in ((f"{git} init -q && {git} add -A && {git} commit -qm 'student kit'", tmp_path / "release"),
-                           (f"{git} clone -q release student", tmp_path)):
+    for command, where in (
+        (f"{git} init -q && {git} add -A && {git} commit -qm 'student kit'", tmp_path / "release"),
+        (f"{git} clone -q release student", tmp_path),
+    ):
         done = shell(command, where, env, 120)
         assert done.returncode == 0, done.stderr
     kit = tmp_path / "student"
@@ -495,8 +580,12 @@ def test_a_fresh_clone_of_the_student_kit_runs_its_readme(tmp_path):
     env.update(VENV=str(venv), LABKIT_DATA_MIRROR=mirror, PIP_DISABLE_PIP_VERSION_CHECK="1")
 
     commands = readme_commands((kit / "README.md").read_text())
-    assert [c.split()[:2] for c in commands] == [["make", "setup"], ["make", "data"], ["make", "lab"],
-                                                 ["make", "check"]], commands
+    assert [c.split()[:2] for c in commands] == [
+        ["make", "setup"],
+        ["make", "data"],
+        ["make", "lab"],
+        ["make", "check"],
+    ], commands
     lab1 = load_rubric(RUBRIC).labs["lab1"]
     for command in commands:
         if command == "make lab":
@@ -509,9 +598,14 @@ def test_a_fresh_clone_of_the_student_kit_runs_its_readme(tmp_path):
             continue
         done = shell(command, kit, env, 900)
         assert done.returncode == 0, f"{command}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        if command == "make setup":   # the clone's labkit, and the CLI and targets a student has
-            where = subprocess.run([str(venv / "bin" / "python"), "-c", "import labkit; print(labkit.__file__)"],
-                                   capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        if command == "make setup":  # the clone's labkit, and the CLI and targets a student has
+            where = subprocess.run(
+                [str(venv / "bin" / "python"), "-c", "import labkit; print(labkit.__file__)"],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                timeout=120,
+            )
             assert where.stdout.strip() == str(kit / "labkit" / "__init__.py"), where.stdout + where.stderr
             helped = shell(f"{venv}/bin/python -m labkit --help", kit, env, 120)
             assert not set(re.findall(r"^    (\S+)", helped.stdout, re.M)) & set(GRADER_COMMANDS), helped.stdout
@@ -538,10 +632,16 @@ def check_lab1(command: str, kit: Path, env: dict, lab) -> None:
     second = shell(command, kit, env, 900)
     text = second.stdout + second.stderr
     assert second.returncode == 0, text
-    report = text[text.index(f"{lab.key}: {lab.title}"):]
+    report = text[text.index(f"{lab.key}: {lab.title}") :]
     assert not re.search(r"^  FAIL", report, re.M), report
-    for line in ("ok    run         top to bottom in", "ok    exercises", "ok    self-checks", "ok    records",
-                 "ok    figures", f"ok    answers     {len(answers)} of {len(answers)} filled",
-                 "Ready to submit"):
+    for line in (
+        "ok    run         top to bottom in",
+        "ok    exercises",
+        "ok    self-checks",
+        "ok    records",
+        "ok    figures",
+        f"ok    answers     {len(answers)} of {len(answers)} filled",
+        "Ready to submit",
+    ):
         assert line in report, line
     assert (kit / "out" / "check" / lab.key / lab.notebook).is_file()

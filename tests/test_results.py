@@ -1,4 +1,5 @@
 """The result layer every lab reads runs through: ClusterResult, TaskOutcome, and the run/sweep shape."""
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,17 @@ def test_the_chief_is_the_chief_job_else_worker_0():
 
 
 def test_task_accessors_read_the_result_file_and_say_what_is_missing():
-    t = outcome("worker:0", {"train": TRAIN, "resources": RESOURCES, "resources_train": RESOURCES_TRAIN,
-                             "timings": {"train_s": 2.5}, "series": {"eval": [{"t": 1}]}, "steps": {"local": 3}})
+    t = outcome(
+        "worker:0",
+        {
+            "train": TRAIN,
+            "resources": RESOURCES,
+            "resources_train": RESOURCES_TRAIN,
+            "timings": {"train_s": 2.5},
+            "series": {"eval": [{"t": 1}]},
+            "steps": {"local": 3},
+        },
+    )
     assert t.training is TRAIN and t.timings["train_s"] == 2.5 and t.series["eval"] == [{"t": 1}]
     assert t.resources() == RESOURCES_TRAIN and t.resources("all") == RESOURCES
     untimed = outcome("worker:1", {"resources": RESOURCES})  # no training window marked: the whole run
@@ -47,11 +57,25 @@ def test_task_accessors_read_the_result_file_and_say_what_is_missing():
 
 
 def test_table_uses_the_window_and_a_run_reads_back_from_its_files(tmp_path):
-    (tmp_path / "worker-0.json").write_text(json.dumps({"resources": RESOURCES, "resources_train": RESOURCES_TRAIN,
-                                                        "metrics": {"val_accuracy": 0.9}, "steps": {"local": 7}}))
-    ClusterResult("strategy_train", tmp_path, {"worker": ["127.0.0.1:1"]},
-                  [outcome("worker:0", json.loads((tmp_path / "worker-0.json").read_text()), tmp_path)],
-                  startup_s=1.0, teardown_s=0.1, wall_s=3.0).save()
+    (tmp_path / "worker-0.json").write_text(
+        json.dumps(
+            {
+                "resources": RESOURCES,
+                "resources_train": RESOURCES_TRAIN,
+                "metrics": {"val_accuracy": 0.9},
+                "steps": {"local": 7},
+            }
+        )
+    )
+    ClusterResult(
+        "strategy_train",
+        tmp_path,
+        {"worker": ["127.0.0.1:1"]},
+        [outcome("worker:0", json.loads((tmp_path / "worker-0.json").read_text()), tmp_path)],
+        startup_s=1.0,
+        teardown_s=0.1,
+        wall_s=3.0,
+    ).save()
     back = ClusterResult.load(tmp_path)
     assert back.chief().resources() == RESOURCES_TRAIN and back.wall_s == 3.0
     assert back.table("train").loc["worker:0", "cpu_user_pct"] == 90.0
@@ -74,11 +98,14 @@ class ToySweep(experiments.Sweep):
 
 def test_a_sweep_finds_runs_by_configuration_and_records_in_one_call(capsys):
     result = ClusterResult("p", Path("."), {}, [outcome("worker:0", {"train": TRAIN})])
-    sweep = ToySweep([ToyRun("sync", 50, result), ToyRun("async", 50, result), ToyRun("sync", 200, result)],
-                     settings={"seed": 0})
+    sweep = ToySweep(
+        [ToyRun("sync", 50, result), ToyRun("async", 50, result), ToyRun("sync", 200, result)], settings={"seed": 0}
+    )
     assert sweep.find("sync", 200) is sweep.runs[2] and sweep.find(batch_size=50, mode="async") is sweep.runs[1]
     assert sweep.find("sync") is sweep.runs[0] and sweep.find(None, 200) is sweep.runs[2]
-    assert sweep.configs()[1] == {"mode": "async", "batch_size": 50} and sweep.runs[1].label == "mode=async batch_size=50"
+    assert (
+        sweep.configs()[1] == {"mode": "async", "batch_size": 50} and sweep.runs[1].label == "mode=async batch_size=50"
+    )
     assert sweep.runs[0].train is TRAIN and sweep.runs[0].chief.name == "worker:0"
     with pytest.raises(KeyError, match="no run matches 'async', 200; runs: mode=sync"):
         sweep.find("async", 200)
@@ -104,8 +131,15 @@ def test_lab4_fault_demo_reuses_a_sweep_run_only_when_it_ran_with_the_same_setti
     from labkit.experiments import lenet_sweep
 
     result = ClusterResult("strategy_train", Path("."), {}, [outcome("worker:0", {"train": TRAIN})])
-    settings = {"epochs": 2, "train_limit": 3000, "test_limit": 500, "lr": 0.05, "seed": 0, "model": "lenet5",
-                "steps_per_epoch": None}
+    settings = {
+        "epochs": 2,
+        "train_limit": 3000,
+        "test_limit": 500,
+        "lr": 0.05,
+        "seed": 0,
+        "model": "lenet5",
+        "steps_per_epoch": None,
+    }
     sweep = lenet_sweep.Sweep([lenet_sweep.Run(1, 50, result), lenet_sweep.Run(2, 50, result)], settings=settings)
     assert lenet_sweep._same_run(sweep, 2, 50, **settings) is result
     assert lenet_sweep._same_run(sweep, 2, 100, **settings) is None  # not in the sweep

@@ -7,6 +7,7 @@ words of each message (a ``sitecustomize`` on the tasks' path: the fork server, 
 starts, imports it first). Timings differ from run to run, so the printed lines are compared with
 their numbers hidden, and the figures (losses, accuracies, weights, the resumed epoch) as they are.
 """
+
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import pytest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os
 if os.environ.get("REWORD_TASK_LOGS"):
     from labkit.tasks import runtime
@@ -25,9 +26,9 @@ if os.environ.get("REWORD_TASK_LOGS"):
     def reworded(self, *parts):
         said(self, "~", " ".join(word[::-1] for word in " ".join(map(str, parts)).split()[::-1]))
     runtime.TaskRuntime.log = reworded
-'''
+"""
 
-DRIVER = '''
+DRIVER = """
 import json, sys
 from labkit.experiments import lenet_sweep, sparse_lr
 lines = []
@@ -47,17 +48,22 @@ print(json.dumps({
     "sparse": exp.summary()[["test_accuracy", "test_logloss", "global_steps"]].to_dict(),
     "logs": [str(t.log_path) for t in s.runs[0].result] + [str(t.log_path) for t in exp.result],
 }))
-'''
+"""
 
 
 def _start(tmp_path, reword: bool) -> subprocess.Popen:
     where = tmp_path / ("reworded" if reword else "plain")
     where.mkdir()
     (where / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), *sys.path]), "LABKIT_RUNS": str(where / "runs"),
-           "REWORD_TASK_LOGS": "1" if reword else ""}
-    return subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(where), *sys.path]),
+        "LABKIT_RUNS": str(where / "runs"),
+        "REWORD_TASK_LOGS": "1" if reword else "",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _runs(tmp_path) -> list[dict]:

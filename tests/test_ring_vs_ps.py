@@ -4,6 +4,7 @@ Two runs of the communication-heavy MLP at N=2 (one per architecture) serve the 
 bytes per step per task against the analytic model, the same model trained and its loss reduced.
 Timings are never asserted: the machine is shared.
 """
+
 import math
 
 import pytest
@@ -24,8 +25,11 @@ ESTAB 0 0 127.0.0.1:40000 127.0.0.1:40001
 
 
 def _ss(*sockets_sent):
-    return "".join(f"ESTAB 0 0 127.0.0.1:{port} 127.0.0.1:29301 users:((\"python\",pid=11,fd=9))\n"
-                   f"\t cubic bytes_sent:{sent} bytes_received:{2 * sent}\n" for port, sent in sockets_sent)
+    return "".join(
+        f'ESTAB 0 0 127.0.0.1:{port} 127.0.0.1:29301 users:(("python",pid=11,fd=9))\n'
+        f"\t cubic bytes_sent:{sent} bytes_received:{2 * sent}\n"
+        for port, sent in sockets_sent
+    )
 
 
 def test_task_bytes_only_grow_when_sockets_close_and_open(monkeypatch, tmp_path):
@@ -114,14 +118,32 @@ def _ps_run(workers: int, ps_sync: bool, m: float = 1000.0, batch: int = 10):
     counters = {f"worker:{i} {side}": m * per_loop_step for i in range(workers) for side in ("sent", "recv")}
     counters.update({f"ps:0 {side}": workers * m * per_loop_step for side in ("sent", "recv")})
     counters.update({"chief:0 sent": 0.0, "chief:0 recv": 0.0})
-    train = {"per_worker_batch": batch, "images_per_step": batch * (workers if ps_sync else 1),
-             "model_bytes": m,
-             "variables": [{"name": "w", "device": "/job:ps/replica:0/task:0/device:CPU:0", "bytes": m}],
-             "ps_sync": ps_sync}
-    traffic = {"counters_per_step": counters, "nics": ["lo"], "nic_sent_bytes_per_step": 2 * workers * m * per_loop_step}
-    tasks = [TaskOutcome(name, name.split(":")[0], 0, "127.0.0.1", "exited", 0, 1.0, Path("log"),
-                         {"train": train, "traffic": traffic} if name == "chief:0" else {})
-             for name in ["ps:0", "chief:0", *(f"worker:{i}" for i in range(workers))]]
+    train = {
+        "per_worker_batch": batch,
+        "images_per_step": batch * (workers if ps_sync else 1),
+        "model_bytes": m,
+        "variables": [{"name": "w", "device": "/job:ps/replica:0/task:0/device:CPU:0", "bytes": m}],
+        "ps_sync": ps_sync,
+    }
+    traffic = {
+        "counters_per_step": counters,
+        "nics": ["lo"],
+        "nic_sent_bytes_per_step": 2 * workers * m * per_loop_step,
+    }
+    tasks = [
+        TaskOutcome(
+            name,
+            name.split(":")[0],
+            0,
+            "127.0.0.1",
+            "exited",
+            0,
+            1.0,
+            Path("log"),
+            {"train": train, "traffic": traffic} if name == "chief:0" else {},
+        )
+        for name in ["ps:0", "chief:0", *(f"worker:{i}" for i in range(workers))]
+    ]
     return ring_vs_ps.Run("ps", "mlp", workers, 1, ClusterResult("strategy_train", Path("."), {}, tasks))
 
 
@@ -147,8 +169,10 @@ SETTINGS = dict(batch_size=32, steps=6, epochs=2, test_limit=500, lr=0.05, seed=
 @pytest.fixture(scope="module")
 def two_workers(runs_dir):
     """The MLP on 2 workers under each architecture (PS synchronous), checkpointed: a Scaling of two runs."""
-    runs = [ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", checkpoint_dir=runs_dir / f"ckpt-{arch}",
-                               **SETTINGS) for arch in ("ps", "ring")]
+    runs = [
+        ring_vs_ps.run_one(arch, "mlp", 2, run=f"mlp-{arch}-w2", checkpoint_dir=runs_dir / f"ckpt-{arch}", **SETTINGS)
+        for arch in ("ps", "ring")
+    ]
     return ring_vs_ps.Scaling(runs, settings={"cores": 2})
 
 
@@ -158,8 +182,10 @@ def final_weights(run) -> list:
 
     tr = run.train
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(tr["checkpoint_dir"]))
-    return [reader.get_tensor(f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")
-            for i in range(len(tr["variables"]))]
+    return [
+        reader.get_tensor(f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+        for i in range(len(tr["variables"]))
+    ]
 
 
 @pytest.mark.cluster
@@ -209,16 +235,26 @@ def test_both_architectures_train_the_same_model_and_reduce_its_loss(two_workers
         assert tr["val_loss"] < math.log(10) and tr["val_accuracy"] > 0.2
     assert ps["ps_sync"] is True
     ends = {t.name: t.ended for t in two_workers.runs[0].result}
-    assert ends == {"ps:0": "chief-port-closed", "chief:0": "exited", "worker:0": "chief-port-closed",
-                    "worker:1": "chief-port-closed"}
+    assert ends == {
+        "ps:0": "chief-port-closed",
+        "chief:0": "exited",
+        "worker:0": "chief-port-closed",
+        "worker:1": "chief-port-closed",
+    }
     table = two_workers.table()
     assert list(table["arch"]) == ["ps", "ring"] and (table["images_per_s"] > 0).all()
     assert two_workers.find(arch="ring") is two_workers.get("ring", "mlp") is two_workers.runs[1]
     assert two_workers.runs[0].chief.name == "chief:0" and two_workers.runs[1].chief.name == "worker:0"
     checked = two_workers.check_terms(costmodel.reference_terms())
     records = two_workers.records(crossover={"net": {"2": 1.0}}, terms_check=checked)
-    assert list(records) == ["scaling_table", "task_bytes", "busiest_task_bytes", "crossover", "terms_check",
-                             "settings"]
+    assert list(records) == [
+        "scaling_table",
+        "task_bytes",
+        "busiest_task_bytes",
+        "crossover",
+        "terms_check",
+        "settings",
+    ]
     assert records["terms_check"]["runs"] == 2 and records["terms_check"]["max_abs_deviation"] < 0.25
     assert table["speedup"].isna().all()  # no N=1 run to divide by
     with pytest.raises(ValueError, match="no 1-worker ring run"):
@@ -234,8 +270,9 @@ def test_synchronous_ps_is_the_rings_sgd_and_asynchronous_ps_is_not(two_workers,
     import numpy as np
 
     ps, ring = two_workers.runs
-    asynchronous = ring_vs_ps.run_one("ps", "mlp", 2, ps_sync=False, run="mlp-ps-async-w2",
-                                      checkpoint_dir=runs_dir / "ckpt-ps-async", **SETTINGS)
+    asynchronous = ring_vs_ps.run_one(
+        "ps", "mlp", 2, ps_sync=False, run="mlp-ps-async-w2", checkpoint_dir=runs_dir / "ckpt-ps-async", **SETTINGS
+    )
     assert ps.train["global_batch"] == ring.train["global_batch"] == 2 * SETTINGS["batch_size"]
     assert asynchronous.train["global_batch"] == SETTINGS["batch_size"] and asynchronous.train["ps_sync"] is False
     steps = [sum(h["steps"] for h in r.train["history"]) for r in (ps, ring)]
@@ -246,5 +283,6 @@ def test_synchronous_ps_is_the_rings_sgd_and_asynchronous_ps_is_not(two_workers,
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6 * moved)
     assert max(float(np.abs(a - b).max()) for a, b in zip(ring_w, async_w)) > 1e-4
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        assert [h[key] for h in ps.train["history"]] == pytest.approx([h[key] for h in ring.train["history"]],
-                                                                       rel=1e-5), key
+        assert [h[key] for h in ps.train["history"]] == pytest.approx(
+            [h[key] for h in ring.train["history"]], rel=1e-5
+        ), key

@@ -1,5 +1,6 @@
 """Issue 35's labs, round four: graded values stay off the feedback pages, the exercises' answers
 stay out of the student kit, and the new hidden checks and measurements hold."""
+
 import math
 import re
 import tomllib
@@ -46,8 +47,11 @@ def test_no_public_check_description_gives_a_graded_value():
 
 def test_the_description_test_catches_a_graded_value():
     check = {"name": "x", "right": 1080402496, "description": "4 x 2 x 4 x 33,762,578 = 1,080,402,496 bytes"}
-    assert any(math.isclose(float(n.replace(",", "")), v, rel_tol=0.02)
-               for n in NUMBER.findall(check["description"]) for v in graded_values(check))
+    assert any(
+        math.isclose(float(n.replace(",", "")), v, rel_tol=0.02)
+        for n in NUMBER.findall(check["description"])
+        for v in graded_values(check)
+    )
 
 
 def test_distinct_features_reference_matches_the_click_data():
@@ -139,6 +143,6 @@ def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_nami
         W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], c["learning_rate"])
         for mode in ("eager", "graph"):
             arrays.update({f"{t}_{mode}_W": W, f"{t}_{mode}_b": b, f"{t}_{mode}_loss": np.asarray(loss)})
-    arrays["python_ops"] = np.asarray(1)   # right numbers, computed by NumPy behind tf.numpy_function
+    arrays["python_ops"] = np.asarray(1)  # right numbers, computed by NumPy behind tf.numpy_function
     verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
     assert not verdict.ok and "calls back into Python" in verdict.reason

@@ -6,6 +6,7 @@ cluster of its own) and second once (after another configuration in the same pro
 accuracy, loss and final weights must be identical, their throughput within noise, and each
 configuration's resources must come from its own window with the baseline when it began.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -18,24 +19,47 @@ from labkit.wire.results import ClusterResult, configuration_part
 from labkit.tasks import ps_sgd, strategy_train
 from labkit.tasks.common import configurations
 
-LENET = dict(epochs=1, train_limit=1200, test_limit=300, steps_per_epoch=5, lr=0.05, seed=0, progress=False, log=None,
-             idle={k: 0.0 for k in lenet_sweep.RESOURCE_COLUMNS}, timeout=300)
-PS = dict(max_steps=40, train_limit=2000, test_limit=500, eval_every=0, learning_rate=0.5, seed=0, progress=False,
-          log=None, timeout=300)
+LENET = dict(
+    epochs=1,
+    train_limit=1200,
+    test_limit=300,
+    steps_per_epoch=5,
+    lr=0.05,
+    seed=0,
+    progress=False,
+    log=None,
+    idle={k: 0.0 for k in lenet_sweep.RESOURCE_COLUMNS},
+    timeout=300,
+)
+PS = dict(
+    max_steps=40,
+    train_limit=2000,
+    test_limit=500,
+    eval_every=0,
+    learning_rate=0.5,
+    seed=0,
+    progress=False,
+    log=None,
+    timeout=300,
+)
 
 
 # ------------------------------------------------------------------------------ no cluster
+
 
 def test_configurations_take_only_what_may_vary():
     parse = strategy_train.parse_args
     plan = parse(["--batch-size", "50", "--configs", '[{"name": "a"}, {"name": "b", "batch_size": 100}]']).plan
     assert [(c.name, c.index, c.count, c.args.batch_size) for c in plan] == [("a", 0, 2, 50), ("b", 1, 2, 100)]
     assert parse([]).plan[0].name is None  # no --configs: one configuration, the process's own
-    for bad, says in (('[{"name": "a", "strategy": "ps"}]', "must be the same for every configuration"),
-                      ('[{"name": "a"}, {"name": "a"}]', "needs a 'name' of its own"),
-                      ('[{"name": "../a"}]', "needs a 'name' of its own"),
-                      ('[{"name": "a", "batch_size": 0}]', "must be a positive integer"),
-                      ('{"name": "a"}', "must be a JSON list"), ("[", "is not JSON")):
+    for bad, says in (
+        ('[{"name": "a", "strategy": "ps"}]', "must be the same for every configuration"),
+        ('[{"name": "a"}, {"name": "a"}]', "needs a 'name' of its own"),
+        ('[{"name": "../a"}]', "needs a 'name' of its own"),
+        ('[{"name": "a", "batch_size": 0}]', "must be a positive integer"),
+        ('{"name": "a"}', "must be a JSON list"),
+        ("[", "is not JSON"),
+    ):
         with pytest.raises(SystemExit):
             parse(["--configs", bad])
     p = argparse.ArgumentParser()
@@ -54,20 +78,61 @@ def test_a_configuration_window_keeps_its_own_samples_and_marks():
         return {"t": t, "dt": 1.0, "epoch": 100.0 + t, "proc_rss": 1000.0 * t, "mem_used": 5.0, "proc_cpu": 50.0}
 
     rows = [sample(t) for t in range(1, 11)]
-    columns = {c: [r.get(c) for r in rows] for c in
-               ("t", "dt", "epoch", "cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_irq", "cpu_softirq",
-                "cpu_steal", "mem_used", "mem_buff", "mem_cach", "mem_free", "proc_cpu", "proc_rss", "nprocs",
-                "net_recv", "net_sent", "disk_read", "disk_write")}
-    marks = [{"label": lab, "t": t, "epoch": 100.0 + t} for lab, t in
-             (("a: start", 0.5), ("a: train start", 1.0), ("a: end", 4.0), ("b: start", 4.0), ("b: train start", 5.0),
-              ("b: train end", 7.5), ("b: end", 8.0))]
-    samples = {"format": "labkit.measure.monitor/1", "host": "h", "interval": 1.0, "start_epoch": 100.0, "marks": marks,
-               "columns": columns}
+    columns = {
+        c: [r.get(c) for r in rows]
+        for c in (
+            "t",
+            "dt",
+            "epoch",
+            "cpu_user",
+            "cpu_system",
+            "cpu_idle",
+            "cpu_iowait",
+            "cpu_irq",
+            "cpu_softirq",
+            "cpu_steal",
+            "mem_used",
+            "mem_buff",
+            "mem_cach",
+            "mem_free",
+            "proc_cpu",
+            "proc_rss",
+            "nprocs",
+            "net_recv",
+            "net_sent",
+            "disk_read",
+            "disk_write",
+        )
+    }
+    marks = [
+        {"label": lab, "t": t, "epoch": 100.0 + t}
+        for lab, t in (
+            ("a: start", 0.5),
+            ("a: train start", 1.0),
+            ("a: end", 4.0),
+            ("b: start", 4.0),
+            ("b: train start", 5.0),
+            ("b: train end", 7.5),
+            ("b: end", 8.0),
+        )
+    ]
+    samples = {
+        "format": "labkit.measure.monitor/1",
+        "host": "h",
+        "interval": 1.0,
+        "start_epoch": 100.0,
+        "marks": marks,
+        "columns": columns,
+    }
     part = configuration_part(samples, 104.0, 108.0, prefix="b: ")
     cut = part["samples"]
     assert cut["start_epoch"] == 104.0 and cut["columns"]["t"] == [1.0, 2.0, 3.0, 4.0]  # samples 5..8 s, rebased
-    assert [(m["label"], m["t"]) for m in cut["marks"]] == [("start", 0.0), ("train start", 1.0),
-                                                             ("train end", 3.5), ("end", 4.0)]
+    assert [(m["label"], m["t"]) for m in cut["marks"]] == [
+        ("start", 0.0),
+        ("train start", 1.0),
+        ("train end", 3.5),
+        ("end", 4.0),
+    ]
     assert part["resources"]["duration_s"] == pytest.approx(4.0)
     assert part["resources"]["proc_rss_peak_bytes"] == 8000.0
     assert part["resources_train"]["duration_s"] == pytest.approx(2.5)
@@ -80,6 +145,7 @@ def test_groups_keep_first_appearance_order():
 
 
 # ------------------------------------------------------------------------------ one sweep, two orders
+
 
 def _per_config(runs, key):
     return {run.label: key(run) for run in runs}
@@ -117,8 +183,13 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
     clusters = []
 
     def make(**kw):
-        c = lenet_sweep.make_cluster(2, 100, run="behind/cluster-w2", **{k: LENET[k] for k in (
-            "epochs", "train_limit", "test_limit", "steps_per_epoch", "lr", "seed")}, **kw)
+        c = lenet_sweep.make_cluster(
+            2,
+            100,
+            run="behind/cluster-w2",
+            **{k: LENET[k] for k in ("epochs", "train_limit", "test_limit", "steps_per_epoch", "lr", "seed")},
+            **kw,
+        )
         clusters.append(c)
         return c
 
@@ -126,9 +197,11 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
         if event.task == "worker:1" and event.kind == "config_started" and event.name == "long":
             clusters[0].kill("worker:1")
 
-    configs = [shared.Config("w2-b100", "2 x 100", {"batch_size": 100}),
-               shared.Config("w2-b50", "2 x 50", {"batch_size": 50}),
-               shared.Config("long", "2 x 50, long", {"batch_size": 50, "epochs": 100000})]
+    configs = [
+        shared.Config("w2-b100", "2 x 100", {"batch_size": 100}),
+        shared.Config("w2-b50", "2 x 50", {"batch_size": 50}),
+        shared.Config("long", "2 x 50, long", {"batch_size": 50, "epochs": 100000}),
+    ]
     with pytest.raises(TaskFailed) as failed:
         shared.run(make, configs, timeout=300, on_event=kill_in_the_third)
     e = failed.value
@@ -140,8 +213,12 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
     behind = [lenet_sweep.Run(2, r.chief().training["per_worker_batch"], r) for r in e.completed]
 
     def figures(run):
-        return (run.train["val_loss"], run.train["val_accuracy"], run.train["weights_sha256"],
-                [h["train_loss"] for h in run.train["history"]])
+        return (
+            run.train["val_loss"],
+            run.train["val_accuracy"],
+            run.train["weights_sha256"],
+            [h["train_loss"] for h in run.train["history"]],
+        )
 
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)
     speed, again = (_per_config(runs, lambda r: r.train["images_per_s"]) for runs in (ahead.runs, behind))
@@ -166,12 +243,20 @@ def test_sync_async_in_two_orders_gives_the_same_figures_and_a_timeout_fails_alo
     assert (ahead.tasks("single", 50)["proc_rss_baseline_bytes"] > 100e6).all()  # TensorFlow's runtime, loaded
 
     def make(**kw):
-        return sync_async.make_cluster("async", "single", 50, run="behind/cluster-single", **{k: PS[k] for k in (
-            "max_steps", "train_limit", "test_limit", "eval_every", "learning_rate", "seed")}, **kw)
+        return sync_async.make_cluster(
+            "async",
+            "single",
+            50,
+            run="behind/cluster-single",
+            **{k: PS[k] for k in ("max_steps", "train_limit", "test_limit", "eval_every", "learning_rate", "seed")},
+            **kw,
+        )
 
-    configs = [shared.Config("async-single-b50", "async single b50", {"mode": "async"}),
-               shared.Config("sync-single-b50", "sync single b50", {"mode": "sync"}),
-               shared.Config("endless", "endless", {"steps": 10 ** 8})]
+    configs = [
+        shared.Config("async-single-b50", "async single b50", {"mode": "async"}),
+        shared.Config("sync-single-b50", "sync single b50", {"mode": "sync"}),
+        shared.Config("endless", "endless", {"steps": 10**8}),
+    ]
     with pytest.raises(ClusterTimeout) as late:
         shared.run(make, configs, timeout=15)
     e = late.value
@@ -179,8 +264,13 @@ def test_sync_async_in_two_orders_gives_the_same_figures_and_a_timeout_fails_alo
     assert any("while configuration endless (3 of 3) ran" in n for n in e.__notes__), e.__notes__
     assert [r.configuration["name"] for r in e.completed] == ["async-single-b50", "sync-single-b50"]
     behind = [sync_async.Run(mode, "single", 50, r) for mode, r in zip(("async", "sync"), e.completed)]
+
     def figures(run):
-        return (run.chief.metrics["test_loss"], run.chief.metrics["test_accuracy"],
-                run.global_step(), run.local_steps())
+        return (
+            run.chief.metrics["test_loss"],
+            run.chief.metrics["test_accuracy"],
+            run.global_step(),
+            run.local_steps(),
+        )
 
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)

@@ -6,6 +6,7 @@ a TA's notebook would inside ``salloc``: one ``srun`` job step per task.
 
 After the module: no daemon, job or step of its Slurm is left, even when a test failed.
 """
+
 import json
 import re
 import signal
@@ -43,8 +44,12 @@ def mini(tmp_path_factory, runs_dir):
 @pytest.fixture
 def allocation(mini, monkeypatch):
     """A job holding the node, with this process in it as ``salloc`` would put a shell."""
-    done = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--ntasks=3", "--overcommit", "--time=10",
-                           "--job-name=labkit-test"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["salloc", "--no-shell", "--nodes=1", "--ntasks=3", "--overcommit", "--time=10", "--job-name=labkit-test"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     granted = re.search(r"Granted job allocation (\d+)", done.stderr)
     assert granted, done.stderr
     job = granted.group(1)
@@ -74,8 +79,14 @@ def test_tf_config_is_the_one_slurm_cluster_resolver_builds():
             mp.setenv(k, v)
         for rank in range(5):
             mp.setenv("SLURM_PROCID", str(rank))
-            r = SlurmClusterResolver(jobs, port_base=8888, tasks_per_node={"node2": 3, "node1": 2},
-                                     gpus_per_node=3, gpus_per_task=1, auto_set_gpu=False)
+            r = SlurmClusterResolver(
+                jobs,
+                port_base=8888,
+                tasks_per_node={"node2": 3, "node1": 2},
+                gpus_per_node=3,
+                gpus_per_task=1,
+                auto_set_gpu=False,
+            )
             assert r.cluster_spec().as_dict() == ours
     assert ours == {"chief": ["node1:8888"], "ps": ["node1:8889"], "worker": ["node2:8888", "node2:8889", "node2:8890"]}
     assert alloc.spread(4) == [2, 2] and slurm.expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
@@ -84,8 +95,19 @@ def test_tf_config_is_the_one_slurm_cluster_resolver_builds():
 def test_lab2_sync_runs_through_slurm_with_equal_steps_per_worker(allocation, mini):
     from labkit.experiments import sync_async
 
-    run = sync_async.run("sync", "cluster", 50, max_steps=60, eval_every=30, learning_rate=0.5, seed=0,
-                         timeout=300, log=None, launcher="slurm", **TINY)
+    run = sync_async.run(
+        "sync",
+        "cluster",
+        50,
+        max_steps=60,
+        eval_every=30,
+        learning_rate=0.5,
+        seed=0,
+        timeout=300,
+        log=None,
+        launcher="slurm",
+        **TINY,
+    )
     assert [t.ended for t in run.result] == ["done-queue", "exited", "exited"]
     g, local = run.global_step(), run.local_steps()
     assert g >= 60 and len(local) == 2 and all(abs(n - g) <= 1 for n in local.values()), (local, g)
@@ -147,18 +169,28 @@ def test_outside_an_allocation_the_slurm_launcher_says_how_to_get_one(monkeypatc
 
 # ------------------------------------------------------------------------------ grading a class
 
+
 def test_array_tasks_as_squeue_lists_them_and_their_limits():
     from labkit.grading.judge.rubric import load_rubric
     from labkit.grading.run.slurm_array import _state, limits
 
     listed = {"7_0": "RUNNING", "7_[2-4,6%2]": "PENDING"}  # pending tasks listed together, throttled
-    assert [_state(f"7_{i}", listed) for i in range(7)] == ["RUNNING", None, "PENDING", "PENDING", "PENDING", None,
-                                                          "PENDING"]
+    assert [_state(f"7_{i}", listed) for i in range(7)] == [
+        "RUNNING",
+        None,
+        "PENDING",
+        "PENDING",
+        "PENDING",
+        None,
+        "PENDING",
+    ]
     assert _state("8_0", listed) is None
     lab2 = load_rubric(Path(__file__).resolve().parents[1] / "notebooks" / "rubric.toml").labs["lab2"]
     memory, minutes = limits(lab2)
-    assert memory == lab2.memory_mb + 256 and (minutes - 1) * 60 < lab2.notebook_timeout + lab2.start_timeout + 120 \
-        <= minutes * 60
+    assert (
+        memory == lab2.memory_mb + 256
+        and (minutes - 1) * 60 < lab2.notebook_timeout + lab2.start_timeout + 120 <= minutes * 60
+    )
 
 
 def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path):
@@ -175,16 +207,20 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
     if SANDBOXES["bwrap"].unavailable():
         pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")
     where = {2: CELLS[2][1] + "\nimport socket\nprint('kernel host:', socket.gethostname())"}  # bwrap: 'sandbox'
-    students = {"good": lab_notebook(where), "raises": lab_notebook({**where, 3: "raise ValueError('boom in cell 3')"}),
-                "faker": lab_notebook({**where, 6: FAKE_CLAIMS})}
+    students = {
+        "good": lab_notebook(where),
+        "raises": lab_notebook({**where, 3: "raise ValueError('boom in cell 3')"}),
+        "faker": lab_notebook({**where, 6: FAKE_CLAIMS}),
+    }
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     for with_cancelled, subs in ((False, tmp_path / "subs"), (True, tmp_path / "subs-slurm")):
         for student, nb in [*students.items(), *([("zcancelled", lab_notebook())] if with_cancelled else [])]:
             (subs / student).mkdir(parents=True)
             nbformat.write(nb, str(subs / student / "fixlab.ipynb"))
 
-    local = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "local", parallel=2, labs=["fix"],
-                  log=lambda m: None)
+    local = grade(
+        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "local", parallel=2, labs=["fix"], log=lambda m: None
+    )
     said = []
 
     def cancel_the_last(message: str) -> None:
@@ -193,8 +229,14 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
         if array:
             mini.run("scancel", f"{array.group(1)}_3")
 
-    on_slurm = grade(tmp_path / "rubric.toml", tmp_path / "subs-slurm", tmp_path / "slurm", labs=["fix"],
-                     log=cancel_the_last, slurm=mini.partition)
+    on_slurm = grade(
+        tmp_path / "rubric.toml",
+        tmp_path / "subs-slurm",
+        tmp_path / "slurm",
+        labs=["fix"],
+        log=cancel_the_last,
+        slurm=mini.partition,
+    )
     assert any("--mem=1456M --time=7 in partition debug" in m for m in said), said  # 1200 MB + margin, 180+90+120 s
 
     def rows(path, students):
@@ -205,8 +247,11 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
     assert (by["good", "execution"]["status"], by["raises", "execution"]["status"]) == ("ok", "error")
     assert by["faker", "accuracy"]["status"] == "mismatch" and sum(r["points"] for r in local.rows) > 0
     cancelled = by["zcancelled", "execution"]
-    assert cancelled["status"] == "crashed" and re.fullmatch(r"the Slurm job \d+_3 was cancelled.* before its "
-                                                             r"notebook (ran|finished)", cancelled["reason"]), cancelled
+    assert cancelled["status"] == "crashed" and re.fullmatch(
+        r"the Slurm job \d+_3 was cancelled.* before its "
+        r"notebook (ran|finished)",
+        cancelled["reason"],
+    ), cancelled
     for student in [*students, "zcancelled"]:
         assert (tmp_path / "slurm" / student / "fixlab.html").exists()
     for student in students:  # each ran in its array task, in the sandbox
@@ -241,26 +286,35 @@ def test_slurms_own_words_in_a_steps_log_become_hints(monkeypatch):
     monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node2": "down*: Not responding"})
     monkeypatch.setattr(slurm, "jobs", lambda job: {"7": "RUNNING"})
     nodes = ("node0", "node1", "node2")
-    failed = "slurmstepd-node0: error: *** STEP 7.0 ON node0 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, " \
-             "SEE SLURMCTLD LOG FOR DETAILS ***"
+    failed = (
+        "slurmstepd-node0: error: *** STEP 7.0 ON node0 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, "
+        "SEE SLURMCTLD LOG FOR DETAILS ***"
+    )
     hint = _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes)
-    assert hint.startswith("Slurm lost node2 (down*: Not responding): its slurmd stopped answering, so Slurm ended "
-                           "job 7") and "On node2, restart slurmd" in hint and "--exclude=node2" in hint, hint
+    assert (
+        hint.startswith("Slurm lost node2 (down*: Not responding): its slurmd stopped answering, so Slurm ended job 7")
+        and "On node2, restart slurmd" in hint
+        and "--exclude=node2" in hint
+    ), hint
     assert "Slurm lost node2" in _slurm_hint("7", "node2", 1, "srun: error: Node failure on node2", nodes)
     monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {"node1": "drained: bad disk"})
     assert _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes).startswith(
-        "Slurm took node1 (drained: bad disk) out of service, so it ended job 7")
+        "Slurm took node1 (drained: bad disk) out of service, so it ended job 7"
+    )
     monkeypatch.setattr(slurm, "down_nodes", lambda nodes: {})
     assert "`sinfo -R` says which and why" in _slurm_hint("7", "node0", -signal.SIGTERM, failed, nodes)
     cancelled = "slurmstepd-node1: error: *** STEP 7.1 ON node1 CANCELLED AT 2026-01-01T10:00:00 ***"
     hint = _slurm_hint("7", "node1", -signal.SIGKILL, cancelled, nodes)
-    assert hint == "its step 7.1 on node1 was cancelled (`scancel`, by a person or an administrator); job 7 still " \
-                   "holds its nodes: run again", hint
+    assert (
+        hint == "its step 7.1 on node1 was cancelled (`scancel`, by a person or an administrator); job 7 still "
+        "holds its nodes: run again"
+    ), hint
     monkeypatch.setattr(slurm, "jobs", lambda job: {})
     assert _slurm_hint("7", "node1", -signal.SIGKILL, cancelled, nodes).startswith("job 7 was cancelled")
     timed = "*** STEP 7.1 ON node1 CANCELLED AT 2026-01-01T10:00:00 DUE TO TIME LIMIT ***"
     assert "reached its time limit" in _slurm_hint("7", "node1", -signal.SIGTERM, timed, nodes)
     killed = "srun: error: node1: task 0: Killed"
     assert _slurm_hint("7", "node1", -signal.SIGKILL, killed, nodes).startswith(
-        "something on node1 killed it: most often the kernel's OOM killer")
+        "something on node1 killed it: most often the kernel's OOM killer"
+    )
     assert _slurm_hint("7", "node1", 1, "Traceback ...\nValueError: bad", nodes) == ""

@@ -11,6 +11,7 @@ from this checkout, which every node sees at the same path.
 After the module: no daemon, job, step or task of the Slurm, no process in the nodes, no
 namespace, no file (tests/_cloudlab.py checks), even when a test failed.
 """
+
 import json
 import os
 import queue
@@ -36,8 +37,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.cloudlab, pytest.mark.cluster, pyte
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ["node0", "node1", "node2"]
-LR_PARAM_BYTES = (784 + 1) * 10 * 4   # Lab 2's model: 784 x 10 weights and 10 biases, float32
-SLURMD_TIMEOUT_S = 10                 # a node whose slurmd is silent this long is down (Slurm's default: 300)
+LR_PARAM_BYTES = (784 + 1) * 10 * 4  # Lab 2's model: 784 x 10 weights and 10 biases, float32
+SLURMD_TIMEOUT_S = 10  # a node whose slurmd is silent this long is down (Slurm's default: 300)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,10 @@ def slurm3():
         with MiniSlurm(nodes=lab, slurmd_timeout=SLURMD_TIMEOUT_S) as s:
             up = time.monotonic() - t0
             checkout(lab, mirror)
-            print(f"\n3 emulated nodes with Slurm idle in {up:.1f} s (nodes {lab.up_s:.1f} s, Slurm {s.up_s:.1f} s); "
-                  f"with the kit and data in the shared home: {time.monotonic() - t0:.1f} s")
+            print(
+                f"\n3 emulated nodes with Slurm idle in {up:.1f} s (nodes {lab.up_s:.1f} s, Slurm {s.up_s:.1f} s); "
+                f"with the kit and data in the shared home: {time.monotonic() - t0:.1f} s"
+            )
             s.mirror = mirror
             yield lab, s
             _queue_drains(s)
@@ -77,13 +80,20 @@ def _in_nodes(lab) -> list[psutil.Process]:
 def _tasks(lab, node: str | None = None) -> list[psutil.Process]:
     """The kit's task processes in the nodes (or in ``node``)."""
     nets = {n.netns for name, n in lab.network.nodes.items() if node in (None, name)}
-    return [p for p in _in_nodes(lab) if netns_id(p.pid) in nets and "labkit.tasks." in " ".join(p.info["cmdline"] or [])]
+    return [
+        p for p in _in_nodes(lab) if netns_id(p.pid) in nets and "labkit.tasks." in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def _salloc(lab, script: str, args: str = "--nodes=3 --ntasks=3") -> subprocess.Popen:
     """``salloc ARGS python -`` by the TA on node0, in the kit's checkout, fed ``script``."""
-    run = subprocess.Popen(lab.command("node0", f"cd labkit && exec salloc {args} --time=10 .venv/bin/python -"),
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        lab.command("node0", f"cd labkit && exec salloc {args} --time=10 .venv/bin/python -"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run.stdin.write(script)
     run.stdin.close()
     run.stdin = None
@@ -129,11 +139,11 @@ print(json.dumps({"ended": [t.ended for t in run.result], "host": {t.name: t.hos
 """
 
 
-
 def _queue_drains(s) -> None:
     """No job or step is left: an ended allocation may still be COMPLETING (Slurm's epilog, its
     processes reaped) for a moment on a loaded machine; past 30 s one is left behind."""
     wait_while(lambda: s.jobs() + s.steps(), 30, 0.2, "the ended jobs to leave Slurm's queue")
+
 
 def test_a_labs_cluster_runs_as_job_steps_over_the_nodes_each_on_its_own_nic(slurm3):
     """``salloc --nodes=3``, then Lab 2's cluster (1 ps, 2 workers) as one step per task, placed
@@ -148,14 +158,21 @@ def test_a_labs_cluster_runs_as_job_steps_over_the_nodes_each_on_its_own_nic(slu
     print(f"\nLab 2 (sync, 60 steps) in salloc --nodes=3: {time.monotonic() - t0:.1f} s")
     assert got["host"] == {"ps:0": "node0", "worker:0": "node1", "worker:1": "node2"}
     assert got["ran_on"] == got["host"]  # each task's own gethostname(): it ran on its node
-    assert all(f"srun --jobid={got['job']} --nodes=1 --ntasks=1 --nodelist={node} " in cmd
-               for cmd, node in zip(got["commands"], got["host"].values()))
+    assert all(
+        f"srun --jobid={got['job']} --nodes=1 --ntasks=1 --nodelist={node} " in cmd
+        for cmd, node in zip(got["commands"], got["host"].values())
+    )
     assert got["ended"] == ["done-queue", "exited", "exited"]
     g, local = got["global_step"], got["local"]
     assert g >= 60 and sorted(local) == ["worker:0", "worker:1"] and all(abs(n - g) <= 1 for n in local.values())
 
-    moved = {n: {nic: (after[0] - before[n].get(nic, (0, 0))[0], after[1] - before[n].get(nic, (0, 0))[1])
-                 for nic, after in lab.network.counters(n).items()} for n in NAMES}
+    moved = {
+        n: {
+            nic: (after[0] - before[n].get(nic, (0, 0))[0], after[1] - before[n].get(nic, (0, 0))[1])
+            for nic, after in lab.network.counters(n).items()
+        }
+        for n in NAMES
+    }
     print("bytes (sent, received) per node and NIC:", json.dumps(moved))
     for n in ("node1", "node2"):  # each worker pulls the weights and pushes a gradient per step, over its lan0
         sent, received = moved[n]["lan0"]
@@ -190,14 +207,20 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     out, rubric = tmp_path / "out", small_rubric(tmp_path)  # Lab 1 at test size: what Slurm does is the same
     t0 = time.monotonic()
     grade_args = f"--out {shlex.quote(str(out))} --rubric {shlex.quote(str(rubric))}"
-    done = lab.sh("node0", f"cd {shlex.quote(str(REPO))} && make grade DATA_MIRROR={shlex.quote(s.mirror)} "
-                           f"SUBMISSIONS={shlex.quote(str(tmp_path / 'subs'))} SLURM={s.partition} "
-                           f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(grade_args)}", user=False, timeout=900)
+    done = lab.sh(
+        "node0",
+        f"cd {shlex.quote(str(REPO))} && make grade DATA_MIRROR={shlex.quote(s.mirror)} "
+        f"SUBMISSIONS={shlex.quote(str(tmp_path / 'subs'))} SLURM={s.partition} "
+        f"SLURM_ARGS=--cpus-per-task=2 LAB=lab1 GRADE_ARGS={shlex.quote(grade_args)}",
+        user=False,
+        timeout=900,
+    )
     print(f"\nmake grade, 3 Lab 1 submissions as a Slurm array on 3 nodes: {time.monotonic() - t0:.1f} s")
     print(done.stdout[-1500:])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert re.search(r"submitted Slurm array \d+: 3 notebook\(s\) of lab1, --mem=\d+M --time=\d+ in partition debug",
-                     done.stdout), done.stdout
+    assert re.search(
+        r"submitted Slurm array \d+: 3 notebook\(s\) of lab1, --mem=\d+M --time=\d+ in partition debug", done.stdout
+    ), done.stdout
     ran = {}
     for f in sorted((out / ".grader" / "slurm").glob("batch-0-*.out")):
         said = re.search(r"\[slurm-array\] (\w+)/lab1 on (node\d): (\w+)", f.read_text())
@@ -258,8 +281,10 @@ def test_a_cancelled_step_and_a_killed_slurmd_give_clear_errors_and_leave_an_emp
         t0 = time.monotonic()
         os.kill(s.slurmd("node1").pid, signal.SIGKILL)
         error = _line(lines, "ERROR", timeout=SLURMD_TIMEOUT_S + 120)
-        print(f"\na node's slurmd killed: the run failed {time.monotonic() - t0:.1f} s later (SlurmdTimeout "
-              f"{SLURMD_TIMEOUT_S} s): {error}")
+        print(
+            f"\na node's slurmd killed: the run failed {time.monotonic() - t0:.1f} s later (SlurmdTimeout "
+            f"{SLURMD_TIMEOUT_S} s): {error}"
+        )
         assert "Slurm lost node1 (down*: Not responding): its slurmd stopped answering" in error, error
         assert "On node1, restart slurmd" in error and "--exclude=node1" in error, error
         run.wait(60)
@@ -270,11 +295,16 @@ def test_a_cancelled_step_and_a_killed_slurmd_give_clear_errors_and_leave_an_emp
     left = _tasks(lab, "node1")  # the worker, if it still runs: a node without its slurmd cannot stop it
     print(f"left on node1 by the lost node: {[p.info['cmdline'][:4] for p in left]}")
     s.start_slurmd("node1")  # what the error says to do
-    wait_while(lambda: [p.info["cmdline"][:4] for p in _tasks(lab)]
-               or "idle" not in s.run("sinfo", "--noheader", "--nodes=node1", "--format=%t"), 60, 0.5,
-               "node1's slurmd to stop what was left there and the node to be idle")
-    assert s.run("sinfo", "--noheader", "--Node", "--format=%N %t").split() == \
-        [w for n in NAMES for w in (n, "idle")]
+    wait_while(
+        lambda: (
+            [p.info["cmdline"][:4] for p in _tasks(lab)]
+            or "idle" not in s.run("sinfo", "--noheader", "--nodes=node1", "--format=%t")
+        ),
+        60,
+        0.5,
+        "node1's slurmd to stop what was left there and the node to be idle",
+    )
+    assert s.run("sinfo", "--noheader", "--Node", "--format=%N %t").split() == [w for n in NAMES for w in (n, "idle")]
     _queue_drains(s)
 
 
@@ -285,8 +315,12 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
     if why_not() or missing():
         pytest.skip(why_not() or missing())
     before = set(Path(tempfile.gettempdir()).glob("labkit-cloudlab-*"))
-    owner = subprocess.Popen([sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2", "--slurm"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "cloudlab-local", "--nodes", "2", "--slurm"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in owner.stdout:
             if "holding the nodes" in line:
@@ -295,13 +329,32 @@ def test_make_cloudlab_local_with_slurm_leaves_nothing_when_killed_with_sigkill(
         names = sorted(p.name() for p in tree if p.name() in ("slurmctld", "slurmd", "munged"))
         assert names == ["munged", "slurmctld", "slurmd", "slurmd"], names
         ctld = next(p for p in tree if p.name() == "slurmctld")
-        job = subprocess.run(["nsenter", f"--target={ctld.pid}", "--net", "--uts", "--mount", "--",
-                              "sbatch", "--parsable", "--nodelist=node1", "--wrap", "sleep 600"],
-                             capture_output=True, text=True, timeout=60)
+        job = subprocess.run(
+            [
+                "nsenter",
+                f"--target={ctld.pid}",
+                "--net",
+                "--uts",
+                "--mount",
+                "--",
+                "sbatch",
+                "--parsable",
+                "--nodelist=node1",
+                "--wrap",
+                "sleep 600",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert job.returncode == 0, job.stderr
         nets = {netns_id(p.pid) for p in tree} - {netns_id()}
-        wait_until(lambda: [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep"
-                            and netns_id(p.pid) in nets], 60, 0.2, "the job to start")
+        wait_until(
+            lambda: [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep" and netns_id(p.pid) in nets],
+            60,
+            0.2,
+            "the job to start",
+        )
         inside = [p for p in psutil.process_iter() if netns_id(p.pid) in nets]
     finally:
         owner.kill()

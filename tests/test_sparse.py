@@ -1,4 +1,5 @@
 """labkit.learning.sparse (gradients, O(nnz) cost), labkit.datasets.clickdata (determinism, shards), LIBSVM reader."""
+
 import os
 
 import numpy as np
@@ -117,6 +118,7 @@ def test_step_cost_is_o_nnz_not_o_num_features(tf, sparse):
 
 # ----------------------------------------------------------------------------- synthetic click data
 
+
 def test_click_generator_is_deterministic_and_chunk_independent():
     spec = cd.ClickSpec(num_features=100_000, seed=7)
     a = cd.generate(spec, 5000)
@@ -129,10 +131,11 @@ def test_click_generator_is_deterministic_and_chunk_independent():
     np.testing.assert_array_equal(np.concatenate([p.data.indices for p in parts]), a.data.indices)
     mid = cd.generate(spec, 1000, start=4000)
     np.testing.assert_array_equal(mid.data.labels, a.data.labels[4000:])
-    np.testing.assert_array_equal(mid.data.indices, a.data.indices[a.data.indptr[4000]:])
+    np.testing.assert_array_equal(mid.data.indices, a.data.indices[a.data.indptr[4000] :])
     # Another seed or split is other data.
-    assert not np.array_equal(cd.generate(cd.ClickSpec(num_features=100_000, seed=8), 5000).data.indices,
-                              a.data.indices)
+    assert not np.array_equal(
+        cd.generate(cd.ClickSpec(num_features=100_000, seed=8), 5000).data.indices, a.data.indices
+    )
     assert not np.array_equal(cd.generate(spec, 5000, "test").data.indices, a.data.indices)
 
 
@@ -184,16 +187,20 @@ def test_sparse_sgd_learns_click_data(tf, sparse):
 
 # ----------------------------------------------------------------------------- LIBSVM reader
 
-@pytest.mark.parametrize("text, line, match", [
-    ("+1 1:1 3:1\n\n-1 2:1\n", 2, "blank line"),
-    ("+1 1:1\n-1 2:1\n+1 7:1\n", 3, "outside 1..5"),
-    ("+1 0:1\n", 1, "outside 1..5"),
-    ("+1 1:1\n-1 2:abc\n", 2, "2:abc"),
-    ("+1 1:nan\n", 1, "finite"),
-    ("+1 1\n", 1, "'1' is not"),
-    ("yes 1:1\n", 1, "label 'yes' is not a number"),
-    ("2 1:1\n", 1, "not binary"),
-])
+
+@pytest.mark.parametrize(
+    "text, line, match",
+    [
+        ("+1 1:1 3:1\n\n-1 2:1\n", 2, "blank line"),
+        ("+1 1:1\n-1 2:1\n+1 7:1\n", 3, "outside 1..5"),
+        ("+1 0:1\n", 1, "outside 1..5"),
+        ("+1 1:1\n-1 2:abc\n", 2, "2:abc"),
+        ("+1 1:nan\n", 1, "finite"),
+        ("+1 1\n", 1, "'1' is not"),
+        ("yes 1:1\n", 1, "label 'yes' is not a number"),
+        ("2 1:1\n", 1, "not binary"),
+    ],
+)
 def test_read_libsvm_errors_name_the_line(tmp_path, text, line, match):
     p = tmp_path / "bad.svm"
     p.write_text(text)

@@ -1,5 +1,6 @@
 """Lab 3 on a real cluster: labkit.tasks.ps_sparse_lr (1 ps + 2 workers on 127.0.0.1, sync then
 async in one cluster) on a9a, and the task's pieces that need no cluster."""
+
 import shutil
 
 import numpy as np
@@ -14,9 +15,12 @@ SAMPLES, BATCH, WORKERS = 10_000, 50, 2
 
 # ----------------------------------------------------------------------------- no cluster
 
+
 def test_runs_are_parsed_with_clear_errors():
     assert [(r.mode, r.batch_size, r.label) for r in task.parse_runs(["sync:100", "async:1"])] == [
-        ("sync", 100, "sync b100"), ("async", 1, "async b1")]
+        ("sync", 100, "sync b100"),
+        ("async", 1, "async b1"),
+    ]
     for bad in ("sync", "fast:100", "sync:0", "sync:x"):
         with pytest.raises(ValueError, match="MODE:BATCH"):
             task.parse_runs([bad])
@@ -43,8 +47,9 @@ def test_numpy_batches_and_evaluation_match_tensorflow():
     train, test = load_a9a()
     rows = np.array([5, 0, 17, 5])  # any order, repeats allowed
     idx, vals, shape, labels = sparse.csr_batch(train, rows)
-    np.testing.assert_array_equal(tf.sparse.to_dense(tf.SparseTensor(idx, vals, shape)).numpy(),
-                                  train.rows(rows).to_dense())
+    np.testing.assert_array_equal(
+        tf.sparse.to_dense(tf.SparseTensor(idx, vals, shape)).numpy(), train.rows(rows).to_dense()
+    )
     np.testing.assert_array_equal(labels, train.labels[rows])
     w = np.random.default_rng(0).normal(size=123).astype(np.float32)
     ours, ref = task.evaluate_arrays(w, test), sparse.evaluate(w, *sparse.csr_to_sparse(test))
@@ -77,12 +82,20 @@ def test_gradient_check_accepts_the_reference_and_names_mistakes():
 
 # ----------------------------------------------------------------------------- one cluster, both modes
 
+
 @pytest.fixture(scope="module")
 def a9a_runs(runs_dir):
     from labkit.experiments import sparse_lr
 
-    return sparse_lr.train([f"sync:{BATCH}", f"async:{BATCH}"], workers=WORKERS, data="a9a", samples=SAMPLES,
-                           eval_every=5000, progress=False, timeout=400)
+    return sparse_lr.train(
+        [f"sync:{BATCH}", f"async:{BATCH}"],
+        workers=WORKERS,
+        data="a9a",
+        samples=SAMPLES,
+        eval_every=5000,
+        progress=False,
+        timeout=400,
+    )
 
 
 @pytest.mark.cluster
@@ -148,7 +161,8 @@ def test_records_are_one_call_and_carry_the_saved_weights(a9a_runs, tmp_path):
     rec = a9a_runs.records(artifacts=artifacts)
     for mode in ("sync", "async"):
         assert evaluate_weights(artifacts[f"{mode}_weights"])["accuracy"] == pytest.approx(
-            rec[f"{mode}_test_accuracy"], abs=1e-3)
+            rec[f"{mode}_test_accuracy"], abs=1e-3
+        )
         assert rec[f"{mode}_steps"] == a9a_runs.steps(f"{mode} b{BATCH}")
     assert rec["cluster_run_dir"] == str(a9a_runs.run_dir.resolve()) and rec["settings"]["data"] == "a9a"
     assert len(rec["summary"]) == 2 and {"bottlenecks", "verdicts", "artifacts"} <= set(rec)

@@ -1,5 +1,6 @@
 """Lab 3's bottleneck verdict on synthetic samples: on emulated nodes it reads each node's NIC at the
 run's own link rate (not the tasks' socket bytes, not the host's CPU); on 127.0.0.1 it is unchanged."""
+
 import json
 
 import pytest
@@ -17,20 +18,60 @@ def _samples(pushed: float, pulled: float, seconds: int = 10) -> dict:
     """One task's ``to_dict()`` samples, 1 s apart, on a node whose link carries ``pulled`` bytes
     out and ``pushed`` in, in alternate seconds (a sync step's phases take turns); node0's ``lo``
     carries worker 0's traffic, 50x the link's rate; the host's CPU is 90% busy (other programs)."""
-    cols = {c: [] for c in ("t", "dt", "epoch", "cpu_user", "cpu_system", "cpu_idle", "mem_used", "mem_buff",
-                            "mem_cach", "mem_free", "proc_cpu", "proc_rss", "net_recv", "net_sent", "disk_read",
-                            "disk_write", "net_recv_lan0", "net_sent_lan0", "net_recv_lo", "net_sent_lo")}
+    cols = {
+        c: []
+        for c in (
+            "t",
+            "dt",
+            "epoch",
+            "cpu_user",
+            "cpu_system",
+            "cpu_idle",
+            "mem_used",
+            "mem_buff",
+            "mem_cach",
+            "mem_free",
+            "proc_cpu",
+            "proc_rss",
+            "net_recv",
+            "net_sent",
+            "disk_read",
+            "disk_write",
+            "net_recv_lan0",
+            "net_sent_lan0",
+            "net_recv_lo",
+            "net_sent_lo",
+        )
+    }
     for t in range(1, seconds + 1):
         lan_in, lan_out = (pushed, 0.0) if t % 2 else (0.0, pulled)
-        row = {"t": float(t), "dt": 1.0, "epoch": 1000.0 + t, "cpu_user": 80.0, "cpu_system": 10.0, "cpu_idle": 10.0,
-               "mem_used": 1e9, "mem_buff": 0.0, "mem_cach": 0.0, "mem_free": 3e9, "proc_cpu": 20.0, "proc_rss": 1e8,
-               "disk_read": 0.0, "disk_write": 0.0, "net_recv_lan0": lan_in, "net_sent_lan0": lan_out,
-               "net_recv_lo": 5e4, "net_sent_lo": 5e4}
+        row = {
+            "t": float(t),
+            "dt": 1.0,
+            "epoch": 1000.0 + t,
+            "cpu_user": 80.0,
+            "cpu_system": 10.0,
+            "cpu_idle": 10.0,
+            "mem_used": 1e9,
+            "mem_buff": 0.0,
+            "mem_cach": 0.0,
+            "mem_free": 3e9,
+            "proc_cpu": 20.0,
+            "proc_rss": 1e8,
+            "disk_read": 0.0,
+            "disk_write": 0.0,
+            "net_recv_lan0": lan_in,
+            "net_sent_lan0": lan_out,
+            "net_recv_lo": 5e4,
+            "net_sent_lo": 5e4,
+        }
         row.update(net_recv=lan_in + 5e4, net_sent=lan_out + 5e4)
         for c, v in row.items():
             cols[c].append(v)
-    marks = [{"label": "sync b100 start", "t": 0.0, "epoch": 1000.0},
-             {"label": "sync b100 end", "t": float(seconds), "epoch": 1000.0 + seconds}]
+    marks = [
+        {"label": "sync b100 start", "t": 0.0, "epoch": 1000.0},
+        {"label": "sync b100 end", "t": float(seconds), "epoch": 1000.0 + seconds},
+    ]
     return {"format": FORMAT, "columns": cols, "marks": marks, "host": "box", "start_epoch": 1000.0, "interval": 1.0}
 
 
@@ -38,23 +79,34 @@ def _experiment(tmp_path, node_bytes: dict, emulated: bool = True) -> Experiment
     """1 ps + 2 workers placed as the netem launcher does; each worker's sockets say it moved 20x
     the link's rate (worker 0's bytes never leave node0): what the verdict must not read there."""
     if emulated:
-        (tmp_path / "network.json").write_text(json.dumps(
-            {"link": "8kbit", "rate_bits": 8 * LINK_BYTES, "delay_s": 0, "nodes": ADDRESSES, "cores": 2}))
+        (tmp_path / "network.json").write_text(
+            json.dumps({"link": "8kbit", "rate_bits": 8 * LINK_BYTES, "delay_s": 0, "nodes": ADDRESSES, "cores": 2})
+        )
     tasks = []
     for name, node in PLACED.items():
         kind, index = name.split(":")
-        entry = {"label": "sync b100", "steps": {"local": 10, "global": 10}, "train_s": 10.0,
-                 "traffic": {"sent_bytes_per_step": LINK_BYTES * 10, "recv_bytes_per_step": LINK_BYTES * 10}}
+        entry = {
+            "label": "sync b100",
+            "steps": {"local": 10, "global": 10},
+            "train_s": 10.0,
+            "traffic": {"sent_bytes_per_step": LINK_BYTES * 10, "recv_bytes_per_step": LINK_BYTES * 10},
+        }
         result = {"samples": _samples(*node_bytes[node]), "runs": [entry]}
-        tasks.append(TaskOutcome(name, kind, int(index), ADDRESSES[node], "exited", 0, 10.0, tmp_path / "log",
-                                 result))
+        tasks.append(TaskOutcome(name, kind, int(index), ADDRESSES[node], "exited", 0, 10.0, tmp_path / "log", result))
     result = ClusterResult("sparse_lr", tmp_path, {}, tasks)
     return Experiment([Run("sync", 100, result)], {})
 
 
 def test_link_use_adds_directions_that_take_turns_and_caps_overlap():
-    one = {"t": 1.0, "dt": 1.0, "epoch": 1001.0, "net_recv_lan0": 600.0, "net_sent_lan0": 600.0,
-           "net_recv_lo": 1e6, "net_sent_lo": 1e6}
+    one = {
+        "t": 1.0,
+        "dt": 1.0,
+        "epoch": 1001.0,
+        "net_recv_lan0": 600.0,
+        "net_sent_lan0": 600.0,
+        "net_recv_lo": 1e6,
+        "net_sent_lo": 1e6,
+    }
     two = {**one, "t": 2.0, "epoch": 1002.0, "net_recv_lan0": 500.0, "net_sent_lan0": 0.0}
     merged = merge_frames({"ps:0": frame([one, two], [], "box", 1000.0, 1.0)})
     use = link_use(merged, {"ps:0": "node0"}, LINK_BYTES).loc["node0"]
@@ -84,8 +136,11 @@ def test_emulated_verdict_without_a_busy_resource_is_latency(tmp_path):
 
 def test_loopback_verdict_is_unchanged(tmp_path):
     """No network.json: the host's CPU and the ps's socket bytes, halved, against ``link_gbit``."""
-    v = _experiment(tmp_path, {"node0": (700.0, 700.0), "node1": (700.0, 700.0)}, emulated=False).verdicts(
-        link_gbit=8 * LINK_BYTES / 1e9).loc["sync b100"]
+    v = (
+        _experiment(tmp_path, {"node0": (700.0, 700.0), "node1": (700.0, 700.0)}, emulated=False)
+        .verdicts(link_gbit=8 * LINK_BYTES / 1e9)
+        .loc["sync b100"]
+    )
     assert v["cpu_utilisation"] == pytest.approx(0.9)
     assert v["network_utilisation"] == pytest.approx(2 * 20 / 2)  # both workers' socket bytes, halved
     assert v["verdict"].startswith("network-bound: network saturates") and v["busiest_link"] is None

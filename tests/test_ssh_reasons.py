@@ -1,5 +1,6 @@
 """What an ssh failure says (no cluster needed): ssh's own reason with its fix, the node as the
 hosts file names it, and the kit's liveness options in whatever ssh command the user gives."""
+
 import pytest
 
 from labkit.distributed.launchers import ssh
@@ -9,15 +10,21 @@ PY = ".venv/bin/python"
 WRAPPER = "# ssh -o BatchMode=yes -- 10.10.1.3 sh -c 'cd labkit 2>/dev/null || { ... }\n" + "  ...\n" * 15
 
 
-@pytest.mark.parametrize("said, means", [
-    ("ssh: connect to host 10.10.1.3 port 22: Connection refused", "its sshd is not running"),
-    ("ssh: connect to host 10.10.1.3 port 22: No route to host", "unreachable host: no route to it"),
-    ("ssh: connect to host 10.10.1.3 port 22: Connection timed out", "unreachable host: it does not answer"),
-    ("nosuch@10.10.1.3: Permission denied (publickey).", "the account does not exist there"),
-    ("Host key verification failed.", "its host key is not in ~/.ssh/known_hosts"),
-    ("@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nHost key verification failed.", "host key changed"),
-    ("ssh: Could not resolve hostname node9: Name or service not known", "its name does not resolve"),
-])
+@pytest.mark.parametrize(
+    "said, means",
+    [
+        ("ssh: connect to host 10.10.1.3 port 22: Connection refused", "its sshd is not running"),
+        ("ssh: connect to host 10.10.1.3 port 22: No route to host", "unreachable host: no route to it"),
+        ("ssh: connect to host 10.10.1.3 port 22: Connection timed out", "unreachable host: it does not answer"),
+        ("nosuch@10.10.1.3: Permission denied (publickey).", "the account does not exist there"),
+        ("Host key verification failed.", "its host key is not in ~/.ssh/known_hosts"),
+        (
+            "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nHost key verification failed.",
+            "host key changed",
+        ),
+        ("ssh: Could not resolve hostname node9: Name or service not known", "its name does not resolve"),
+    ],
+)
 def test_each_reason_of_ssh_is_named_with_its_line(said, means):
     hint = remote_failure_hint("10.10.1.3", 255, WRAPPER + said + "\n", "labkit", PY)
     assert hint.startswith("ssh to 10.10.1.3 failed: ") and means in hint, hint
@@ -25,7 +32,9 @@ def test_each_reason_of_ssh_is_named_with_its_line(said, means):
 
 
 def test_an_unknown_reason_keeps_the_general_hint():
-    assert "unreachable host, unknown host key or no key login" in remote_failure_hint("h", 255, "# ssh\n", "labkit", PY)
+    assert "unreachable host, unknown host key or no key login" in remote_failure_hint(
+        "h", 255, "# ssh\n", "labkit", PY
+    )
 
 
 def test_a_node_is_named_as_the_hosts_file_names_it(tmp_path):
@@ -36,16 +45,23 @@ def test_a_node_is_named_as_the_hosts_file_names_it(tmp_path):
     assert node_label("10.10.1.3", str(tmp_path / "none")) == "10.10.1.3"
 
 
-@pytest.mark.parametrize("command", ["ssh -o BatchMode=yes", "ssh -i ~/.ssh/cloudlab -l you -o ServerAliveInterval=60",
-                                     "/usr/bin/ssh -oServerAliveCountMax=100", "sshpass -p x ssh -l you"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ssh -o BatchMode=yes",
+        "ssh -i ~/.ssh/cloudlab -l you -o ServerAliveInterval=60",
+        "/usr/bin/ssh -oServerAliveCountMax=100",
+        "sshpass -p x ssh -l you",
+    ],
+)
 def test_the_kits_liveness_options_come_first_in_any_ssh_command(command, monkeypatch):
     monkeypatch.setenv("LABKIT_SSH", command)
     argv = SshOptions.of().argv("10.10.1.2", "true")
     words = command.split()
     at = next(i for i, w in enumerate(words) if w.endswith("ssh")) + 1
-    assert argv[:at] == words[:at] and tuple(argv[at:at + 4]) == ssh.LIVENESS
-    assert argv[at + 4:at + 4 + len(words) - at] == words[at:]
-    assert SshOptions.of(argv[:-3]).ssh == tuple(argv[:-3])   # once
+    assert argv[:at] == words[:at] and tuple(argv[at : at + 4]) == ssh.LIVENESS
+    assert argv[at + 4 : at + 4 + len(words) - at] == words[at:]
+    assert SshOptions.of(argv[:-3]).ssh == tuple(argv[:-3])  # once
 
 
 def test_the_default_command_has_them_once():
@@ -58,8 +74,10 @@ def test_two_nodes_with_one_address_are_refused(tmp_path):
 
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.10.1.1 node0-link-0 node0\n10.10.1.2 node1-link-0 node1\n10.10.1.2 node2-link-0 node2\n")
-    with pytest.raises(ValueError, match="line 3: .* gives node2-link-0 node2 the address 10.10.1.2, which line 2 "
-                                         "gives node1-link-0 node1"):
+    with pytest.raises(
+        ValueError,
+        match="line 3: .* gives node2-link-0 node2 the address 10.10.1.2, which line 2 gives node1-link-0 node1",
+    ):
         read_hosts_file(hosts)
     hosts.write_text("10.10.1.2:2222\n10.10.1.2:2300\n10.10.1.1 node0\n10.10.1.1 node0\n")  # a host's ports; a repeat
     assert read_hosts_file(hosts) == ["10.10.1.2:2222", "10.10.1.2:2300", "10.10.1.1", "10.10.1.1"]

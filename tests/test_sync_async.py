@@ -5,6 +5,7 @@ source) and one async run (1 ps + 2 workers, each stopping after 150 steps of it
 tests; one more cluster is killed mid-run. The round itself is checked in one process
 (check_sync_round), against right and wrong rounds.
 """
+
 import time
 
 import pytest
@@ -34,8 +35,17 @@ def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shar
 
 @pytest.fixture(scope="module")
 def study(runs_dir):
-    sync = sync_async.run("sync", "cluster2", 50, target_loss=TARGET, max_steps=400, eval_every=25,
-                          sync_round=sync_round, log=None, **SETTINGS)
+    sync = sync_async.run(
+        "sync",
+        "cluster2",
+        50,
+        target_loss=TARGET,
+        max_steps=400,
+        eval_every=25,
+        sync_round=sync_round,
+        log=None,
+        **SETTINGS,
+    )
     asyn = sync_async.run("async", "cluster", 50, local_steps=150, eval_every=100, log=None, **SETTINGS)
     return sync_async.Study([sync, asyn])
 
@@ -82,8 +92,9 @@ def test_async_local_steps_add_up_to_the_global_step(study):
 def test_tables_for_the_notebook(study):
     summary = study.summary()
     assert list(summary.index) == [("sync", "cluster2", 50), ("async", "cluster", 50)]
-    assert summary.loc[("sync", "cluster2", 50), "iterations"] == 3 * summary.loc[("sync", "cluster2", 50),
-                                                                                 "global_step"]
+    assert (
+        summary.loc[("sync", "cluster2", 50), "iterations"] == 3 * summary.loc[("sync", "cluster2", 50), "global_step"]
+    )
     it = study.iterations()
     assert len(it) == 5 and set(it["worker"]) == {"worker:0", "worker:1", "worker:2"}
     assert it[it["mode"] == "async"]["share"].sum() == pytest.approx(1.0)
@@ -102,16 +113,17 @@ def test_tables_for_the_notebook(study):
         assert b.loc[mode, "analytic_bytes_per_worker_step"] == 2 * sync_async.MODEL_BYTES
         low = 0.95 if b.loc[mode, "method"] == "sockets" else 0.9  # host counters only add others' traffic
         assert low <= b.loc[mode, "measured_over_analytic"] < 1.6, b.loc[mode].to_dict()
-    assert b.loc["sync", "bytes_per_global_step"] == pytest.approx(3 * b.loc["sync", "bytes_per_worker_step"],
-                                                                   rel=0.01)
+    assert b.loc["sync", "bytes_per_global_step"] == pytest.approx(3 * b.loc["sync", "bytes_per_worker_step"], rel=0.01)
 
     marks = study.find("sync").training_marks()
     assert {m["label"] for m in marks} == {"train start", "train end"} and len(marks) == 8  # 3 workers + the ps
     rec = study.records("cluster2", 50)
     assert rec["accuracy"] == {"sync": summary.loc[("sync", "cluster2", 50), "test_accuracy"]}
     assert len(rec["table_1_2_1"]) == 4 and len(rec["summary"]) == 2 and len(rec["iterations"]) == 5
-    assert study.configs() == [{"mode": "sync", "deploy": "cluster2", "batch_size": 50},
-                               {"mode": "async", "deploy": "cluster", "batch_size": 50}]
+    assert study.configs() == [
+        {"mode": "sync", "deploy": "cluster2", "batch_size": 50},
+        {"mode": "async", "deploy": "cluster", "batch_size": 50},
+    ]
 
 
 @pytest.mark.cluster
@@ -119,8 +131,9 @@ def test_tables_for_the_notebook(study):
 def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
     """Sync workers block on the token queue without the dead worker's gradients; the launcher
     still notices the death and stops everyone."""
-    c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10 ** 7, eval_every=50, **SETTINGS)
+    c = sync_async.make_cluster("sync", "cluster", 50, max_steps=10**7, eval_every=50, **SETTINGS)
     with c:
+
         def trained():  # the chief's evaluation at global step 50 (an event); until then, every task runs
             done = [e for e in c.events("worker:0", "eval") if e.global_step >= 50]
             assert done or all(s == "running" for s in c.status().values()), c.status()
@@ -148,21 +161,28 @@ def test_late_start_leaves_the_workers_idle_while_the_chief_trains_alone(runs_di
 # ------------------------------------------------------------------ no cluster needed
 
 WRONG_ROUNDS = {  # body lines after the pushes, and the message check_sync_round gives
-    "sum": ("""\
+    "sum": (
+        """\
     with tf.control_dependencies([a.apply_grad(g, local_step=global_step) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
         worker_op = shared.tokens[shared.worker].dequeue()
     ups = [v.assign_sub(learning_rate * num_workers * a.take_grad(num_workers)) for a, (_, v) in zip(shared.accumulators, grads_and_vars)]
     with tf.control_dependencies(ups):
         step = global_step.assign_add(1)
-    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""", r"the mean \(not the sum\)"),
-    "untagged": ("""\
+    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""",
+        r"the mean \(not the sum\)",
+    ),
+    "untagged": (
+        """\
     with tf.control_dependencies([a.apply_grad(g) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
         worker_op = shared.tokens[shared.worker].dequeue()
     ups = [v.assign_sub(learning_rate * a.take_grad(num_workers)) for a, (_, v) in zip(shared.accumulators, grads_and_vars)]
     with tf.control_dependencies(ups):
         step = global_step.assign_add(1)
-    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""", "dropped as stale|drops a gradient"),
-    "early_release": ("""\
+    return worker_op, tf.group([q.enqueue(step) for q in shared.tokens])""",
+        "dropped as stale|drops a gradient",
+    ),
+    "early_release": (
+        """\
     with tf.control_dependencies([a.apply_grad(g, local_step=global_step) for a, (g, _) in zip(shared.accumulators, grads_and_vars)]):
         worker_op = shared.tokens[shared.worker].dequeue()
     means = [a.take_grad(num_workers) for a in shared.accumulators]
@@ -172,14 +192,21 @@ WRONG_ROUNDS = {  # body lines after the pushes, and the message check_sync_roun
         step = global_step.assign_add(1)
     with tf.control_dependencies([step]):
         ups = [v.assign_sub(learning_rate * m) for m, (_, v) in zip(means, grads_and_vars)]
-    return worker_op, tf.group(ups)""", "returned at global step|the weights are off|accumulators hold"),
-    "syncreplicas": ("""\
+    return worker_op, tf.group(ups)""",
+        "returned at global step|the weights are off|accumulators hold",
+    ),
+    "syncreplicas": (
+        """\
     opt = tf.compat.v1.train.SyncReplicasOptimizer(tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
                                                    replicas_to_aggregate=num_workers)
     return opt.apply_gradients(grads_and_vars, global_step), opt.get_chief_queue_runner().enqueue_ops[0]""",
-                 "created 3 queue.s. or accumulator.s. of its own"),
-    "one_value": ("""\
-    return tf.no_op()""", "must return \\(worker_op, chief_op\\)"),
+        "created 3 queue.s. or accumulator.s. of its own",
+    ),
+    "one_value": (
+        """\
+    return tf.no_op()""",
+        "must return \\(worker_op, chief_op\\)",
+    ),
 }
 
 
@@ -188,8 +215,10 @@ def _round_from(body: str, folder, name: str):
     import importlib.util
 
     path = folder / f"round_{name}.py"
-    path.write_text("import tensorflow as tf\n\n\ndef sync_round(tf, grads_and_vars, global_step, learning_rate, "
-                    f"num_workers, shared):\n{body}\n")
+    path.write_text(
+        "import tensorflow as tf\n\n\ndef sync_round(tf, grads_and_vars, global_step, learning_rate, "
+        f"num_workers, shared):\n{body}\n"
+    )
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -241,8 +270,13 @@ def test_task_arguments_and_stop_step():
     assert ps_sgd.last_step(args, 3) == 120  # one batch per global step
     assert ps_sgd.last_step(ps_sgd.parse_args(["--steps", "77"]), 3) == 77
     assert ps_sgd.last_step(ps_sgd.parse_args(["--local-steps", "5"]), 3) == ps_sgd.NO_STOP  # each stops by itself
-    for argv in (["--target-loss", "0.3", "--eval-every", "0"], ["--target-loss", "-1"], ["--epochs", "0"],
-                 ["--local-steps", "0"], ["--local-steps", "5", "--target-loss", "0.3"]):
+    for argv in (
+        ["--target-loss", "0.3", "--eval-every", "0"],
+        ["--target-loss", "-1"],
+        ["--epochs", "0"],
+        ["--local-steps", "0"],
+        ["--local-steps", "5", "--target-loss", "0.3"],
+    ):
         with pytest.raises(SystemExit):
             ps_sgd.parse_args(argv)
 
@@ -304,5 +338,7 @@ def test_emulated_shares_run_in_the_student_kit(monkeypatch):
     monkeypatch.setattr(sync_async, "run", lambda *args, **kwargs: done)
     frame = sync_async.emulated_shares(["10mbit"], max_steps=40)
     assert list(frame["share"]) == [0.75, 0.25] and list(frame["node"]) == ["node0", "node1"]
-    assert frame["link_ms_per_step"].tolist() == [2 * sync_async.MODEL_BYTES / netem.parse_link("10mbit").bytes_per_s
-                                                  * 1e3] * 2
+    assert (
+        frame["link_ms_per_step"].tolist()
+        == [2 * sync_async.MODEL_BYTES / netem.parse_link("10mbit").bytes_per_s * 1e3] * 2
+    )

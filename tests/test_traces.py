@@ -1,5 +1,6 @@
 """The traces the kit ships: each a recording with its provenance, read back by name, without the
 recording machine's paths; a missing one says which there are."""
+
 import json
 
 import pytest
@@ -26,9 +27,12 @@ def test_a_missing_trace_names_those_there_are():
 
 def test_scrub_leaves_out_the_run_folder(monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS", "/srv/runs")
-    data = {"_run_dir": "/srv/runs/lab5/ps-failure-1",
-            "failure": {"message": "chief:0 exited (log: /srv/runs/lab5/ps-failure-1/chief-0.log)",
-                        "log_tail": "/srv/runs/lab5/ps-failure-1/chief-0.log and /srv/runs/other"}}
+    data = {
+        "_run_dir": "/srv/runs/lab5/ps-failure-1",
+        "failure": {
+            "message": "chief:0 exited (log: /srv/runs/lab5/ps-failure-1/chief-0.log)",
+            "log_tail": "/srv/runs/lab5/ps-failure-1/chief-0.log and /srv/runs/other",
+        },
+    }
     out = record.scrub(data)
-    assert out == {"failure": {"message": "chief:0 exited (log: chief-0.log)",
-                               "log_tail": "chief-0.log and other"}}
+    assert out == {"failure": {"message": "chief:0 exited (log: chief-0.log)", "log_tail": "chief-0.log and other"}}

@@ -2,6 +2,7 @@
 
 Multi-worker runs (MWMS, kill and resume) need task processes: see tests/test_lenet*.py.
 """
+
 import json
 
 import numpy as np
@@ -58,21 +59,24 @@ def test_resume_continues_at_next_epoch_with_checkpointed_weights(mnist, tmp_pat
         train("lenet5", mnist, epochs=1, checkpoint_dir=tmp_path, **quiet())
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_size=0), "batch_size must be a positive integer"),
-    (dict(batch_size=2.5), "batch_size must be a positive integer"),
-    (dict(batch_size=True), "batch_size must be a positive integer"),
-    (dict(epochs=0), "epochs must be a positive integer"),
-    (dict(lr=0.0), "lr must be a positive finite number"),
-    (dict(lr=float("nan")), "lr must be a positive finite number"),
-    (dict(momentum=1.0), "momentum must be in"),
-    (dict(steps_per_epoch=0), "steps_per_epoch must be"),
-    # past the checks of the arguments: these build the model (TensorFlow)
-    pytest.param(dict(batch_size=5000), "fewer than one global batch", marks=pytest.mark.tensorflow),
-    pytest.param(dict(model="resnet"), "unknown model 'resnet'", marks=pytest.mark.tensorflow),
-    pytest.param(dict(model=lambda: "not a model"), "not a keras.Model", marks=pytest.mark.tensorflow),
-    (dict(data=object()), "data must have x_train"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(batch_size=0), "batch_size must be a positive integer"),
+        (dict(batch_size=2.5), "batch_size must be a positive integer"),
+        (dict(batch_size=True), "batch_size must be a positive integer"),
+        (dict(epochs=0), "epochs must be a positive integer"),
+        (dict(lr=0.0), "lr must be a positive finite number"),
+        (dict(lr=float("nan")), "lr must be a positive finite number"),
+        (dict(momentum=1.0), "momentum must be in"),
+        (dict(steps_per_epoch=0), "steps_per_epoch must be"),
+        # past the checks of the arguments: these build the model (TensorFlow)
+        pytest.param(dict(batch_size=5000), "fewer than one global batch", marks=pytest.mark.tensorflow),
+        pytest.param(dict(model="resnet"), "unknown model 'resnet'", marks=pytest.mark.tensorflow),
+        pytest.param(dict(model=lambda: "not a model"), "not a keras.Model", marks=pytest.mark.tensorflow),
+        (dict(data=object()), "data must have x_train"),
+    ],
+)
 def test_bad_input_is_refused_clearly(mnist, kwargs, match):
     args = dict(model="lenet5", data=mnist, batch_size=50, epochs=1, log=None)
     args.update(kwargs)

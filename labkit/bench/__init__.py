@@ -14,6 +14,7 @@ The harness runs each benchmark in its own process (they set thread pools and
 collectives differently, and TensorFlow allows that only once per process), prints
 Markdown tables and writes ``bench.md`` and ``bench.json`` under the output folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,17 +28,20 @@ from pathlib import Path
 from labkit.core.registry import Registry
 
 # name -> "module:run"; each module defines run(quick) and ends with `entry(run)`.
-BENCHMARKS = Registry("benchmark", builtin={
-    "lr_loop": "labkit.bench.lr_loop:run",
-    "sparse": "labkit.bench.sparse_step:run",
-    "launcher": "labkit.bench.launcher:run",
-    "grading": "labkit.bench.grader:run",
-    "slurm_grading": "labkit.bench.slurm_grader:run",
-    "lenet": "labkit.bench.lenet:run",
-    "ring_vs_ps": "labkit.bench.mlp_exchange:run",
-    "netem": "labkit.bench.links:run",
-    "startup": "labkit.bench.startup:run",
-})
+BENCHMARKS = Registry(
+    "benchmark",
+    builtin={
+        "lr_loop": "labkit.bench.lr_loop:run",
+        "sparse": "labkit.bench.sparse_step:run",
+        "launcher": "labkit.bench.launcher:run",
+        "grading": "labkit.bench.grader:run",
+        "slurm_grading": "labkit.bench.slurm_grader:run",
+        "lenet": "labkit.bench.lenet:run",
+        "ring_vs_ps": "labkit.bench.mlp_exchange:run",
+        "netem": "labkit.bench.links:run",
+        "startup": "labkit.bench.startup:run",
+    },
+)
 
 
 def ratio(name: str, value: float, goal: str) -> dict:
@@ -111,7 +115,8 @@ def run_all(names, out: Path, quick: bool = False, timeout: float = 1800) -> int
             print(to_markdown(res), flush=True)
     md = "# labkit benchmarks\n\n" + "\n".join(
         to_markdown(r) if "error" not in r else f"## {n}: FAILED\n\n```\n{r['error']}\n{r.get('log_tail', '')}\n```\n"
-        for n, r in results.items())
+        for n, r in results.items()
+    )
     (out / "bench.md").write_text(md)
     (out / "bench.json").write_text(json.dumps(results, indent=2))
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")

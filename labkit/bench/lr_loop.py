@@ -11,6 +11,7 @@ runtime and the TF1 session's ConfigProto) and OpenBLAS (NumPy) 1. At batch 50 a
 small to split across cores, and the machine is shared. After the timing, the Core trainer
 goes on to 50 epochs: the full run's test accuracy.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,17 +33,22 @@ def set_blas_threads(n: int) -> str:
     libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
     for path in libs:
         lib = ctypes.CDLL(path)  # already loaded by numpy: dlopen returns the same library
-        for setter, getter in (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-                               ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-                               ("openblas_set_num_threads", "openblas_get_num_threads")):
+        for setter, getter in (
+            ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+            ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+            ("openblas_set_num_threads", "openblas_get_num_threads"),
+        ):
             if hasattr(lib, setter) and hasattr(lib, getter):
                 getattr(lib, setter)(n)
                 return f"OpenBLAS threads {getattr(lib, getter)()}"
-    return f"NumPy BLAS threads not set (no OpenBLAS found); OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+    return (
+        f"NumPy BLAS threads not set (no OpenBLAS found); OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+    )
 
 
 class TF1Trainer:
     """The reports' TF1 program: placeholders, GradientDescentOptimizer, one ``sess.run`` per batch."""
+
     version = "tf1-feed_dict"
 
     def __init__(self, x, y, W0, b0, batch_size, learning_rate, seed, threads):
@@ -68,7 +74,7 @@ class TF1Trainer:
     def run_epoch(self) -> float:
         order, total, steps = self.rng.permutation(len(self.x)), 0.0, 0
         for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
+            idx = order[start : start + self.batch_size]
             _, loss = self.sess.run([self.train_op, self.loss], feed_dict={self.xp: self.x[idx], self.yp: self.y[idx]})
             total, steps = total + loss, steps + 1
         return total / steps
@@ -102,7 +108,7 @@ def run(quick: bool = False) -> dict:
         t.run_epoch()  # warm-up: tracing, Keras compile, session start
     names = list(contenders)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
             t0 = time.perf_counter()
             contenders[name].run_epoch()
             times[name].append(time.perf_counter() - t0)
@@ -111,21 +117,35 @@ def run(quick: bool = False) -> dict:
     for name, trainer in contenders.items():
         sec[name] = float(np.median(times[name]))
         acc, loss = lr.evaluate(*trainer.weights(), data.x_test, data.y_test)
-        rows.append({"contender": name, "s/epoch (median)": sec[name], "epochs/s": 1 / sec[name],
-                     "steps/s": core.steps_per_epoch / sec[name], "epochs": rounds + 1,
-                     "test accuracy": acc, "test loss": loss})
+        rows.append(
+            {
+                "contender": name,
+                "s/epoch (median)": sec[name],
+                "epochs/s": 1 / sec[name],
+                "steps/s": core.steps_per_epoch / sec[name],
+                "epochs": rounds + 1,
+                "test accuracy": acc,
+                "test loss": loss,
+            }
+        )
 
     t0 = time.perf_counter()
     while core.epochs_done < full_epochs:
         core.run_epoch()
     full_acc, full_loss = lr.evaluate(*core.weights(), data.x_test, data.y_test)
-    rows.append({"contender": f"TF Core, full run ({full_epochs} epochs)", "epochs": full_epochs,
-                 "test accuracy": full_acc, "test loss": full_loss})
+    rows.append(
+        {
+            "contender": f"TF Core, full run ({full_epochs} epochs)",
+            "epochs": full_epochs,
+            "test accuracy": full_acc,
+            "test loss": full_loss,
+        }
+    )
 
     c, k, t1, n = (sec[x] for x in names)
     return {
         "title": f"Lab 1 LR loop: per epoch, {len(core.x):,} MNIST images, batch {bs} "
-                 f"({core.steps_per_epoch} steps/epoch)",
+        f"({core.steps_per_epoch} steps/epoch)",
         "rows": rows,
         "ratios": [
             ratio("Core time / Keras fit time", c / k, "<= 0.35"),

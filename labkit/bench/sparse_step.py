@@ -13,6 +13,7 @@ step takes tens of microseconds, about what one call costs, so one call per step
 measure the call as much as the step (and the ratio would follow how fast a machine's
 memory is against how fast its Python is). The call's own cost is a row of its own.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,8 @@ import numpy as np
 from labkit.bench import entry, ratio
 
 BATCH = 100
-CALL_S = 0.01   # steps per call are chosen so that a call lasts about this long
-REPEATS = 30    # calls timed per contender at least; the fastest is reported
+CALL_S = 0.01  # steps per call are chosen so that a call lasts about this long
+REPEATS = 30  # calls timed per contender at least; the fastest is reported
 MAX_STEPS = 100  # steps unrolled into one graph at most
 
 
@@ -126,36 +127,55 @@ def run(quick: bool = False) -> dict:
         ms, per_call = {}, {}
         for method in ("sparse", "dense"):
             ms[method], per_call[method], steps = step_ms(method, f, x, y)
-            rows.append({"num_features": f, "method": method, "batch": BATCH, "nnz": int(x.values.shape[0]),
-                         "unique features": uniq, "steps per call": steps, "step ms": ms[method],
-                         "step ms, one call per step": per_call[method],
-                         "call overhead ms": _overhead(per_call[method], ms[method]), "weights MB": f * 4 / 1e6})
+            rows.append(
+                {
+                    "num_features": f,
+                    "method": method,
+                    "batch": BATCH,
+                    "nnz": int(x.values.shape[0]),
+                    "unique features": uniq,
+                    "steps per call": steps,
+                    "step ms": ms[method],
+                    "step ms, one call per step": per_call[method],
+                    "call overhead ms": _overhead(per_call[method], ms[method]),
+                    "weights MB": f * 4 / 1e6,
+                }
+            )
         goal = ">= 100" if f == cd.CRITEO_FEATURES else ""
         ratios.append(ratio(f"dense / sparse gradient step, {f:,} features", ms["dense"] / ms["sparse"], goal))
-        ratios.append(ratio(f"the same timed one Session.run call per step, {f:,} features",
-                            per_call["dense"] / per_call["sparse"], ""))
+        ratios.append(
+            ratio(
+                f"the same timed one Session.run call per step, {f:,} features",
+                per_call["dense"] / per_call["sparse"],
+                "",
+            )
+        )
     ratios.append(ratio("Session.run call overhead / sparse step, largest size", overhead / ms["sparse"], ""))
     ps_row = ps_step_bytes(quick)
     rows.append(ps_row)
-    ratios.append(ratio("bytes per sparse PS step / nnz bound (16 B x unique features)",
-                        ps_row["measured / bound"], "<= 2"))
+    ratios.append(
+        ratio("bytes per sparse PS step / nnz bound (16 B x unique features)", ps_row["measured / bound"], "<= 2")
+    )
     return {
         "title": "Sparse vs dense LR gradient step (batch 100, 1 intra-op thread)",
-        "rows": rows, "ratios": ratios,
-        "notes": ["step = read the batch + gradient + SGD update of a local weight variable; up to 100 steps run "
-                  "one after another in one graph (about 10 ms a call), fastest of 30 calls / steps per call; "
-                  "'one call per step' is the reports' loop, one Session.run per step (fastest of as many calls); "
-                  "the per-call overhead is a no-op Session.run (fastest of 200). Fastest, not median: the slower "
-                  "calls measure the machine's other processes, and they hit long calls more often",
-                  "'call overhead' = one call per step - amortised: what a Session.run call adds to that step "
-                  "(more than the no-op's, as it sets up every op of the step); the 'one call per step' ratio "
-                  "mixes it into both contenders",
-                  "the batch is synthetic click data (labkit.datasets.clickdata, Zipf, ~34 nnz/row)",
-                  "report 001 Table 1's per-example variant (a [num_features, batch] matrix) is left "
-                  "out: 13.5 GB at 33.7M features and batch 100",
-                  "PS step bytes: a real 1 ps + 2 worker async cluster on 127.0.0.1 (labkit.tasks.ps_sparse_lr), "
-                  "each worker's own TCP bytes (socket counters) per step; the bound is the payload: unique ids "
-                  "once (8 B), their weights back and their gradients out (4 + 4 B)"],
+        "rows": rows,
+        "ratios": ratios,
+        "notes": [
+            "step = read the batch + gradient + SGD update of a local weight variable; up to 100 steps run "
+            "one after another in one graph (about 10 ms a call), fastest of 30 calls / steps per call; "
+            "'one call per step' is the reports' loop, one Session.run per step (fastest of as many calls); "
+            "the per-call overhead is a no-op Session.run (fastest of 200). Fastest, not median: the slower "
+            "calls measure the machine's other processes, and they hit long calls more often",
+            "'call overhead' = one call per step - amortised: what a Session.run call adds to that step "
+            "(more than the no-op's, as it sets up every op of the step); the 'one call per step' ratio "
+            "mixes it into both contenders",
+            "the batch is synthetic click data (labkit.datasets.clickdata, Zipf, ~34 nnz/row)",
+            "report 001 Table 1's per-example variant (a [num_features, batch] matrix) is left "
+            "out: 13.5 GB at 33.7M features and batch 100",
+            "PS step bytes: a real 1 ps + 2 worker async cluster on 127.0.0.1 (labkit.tasks.ps_sparse_lr), "
+            "each worker's own TCP bytes (socket counters) per step; the bound is the payload: unique ids "
+            "once (8 B), their weights back and their gradients out (4 + 4 B)",
+        ],
     }
 
 
@@ -164,14 +184,29 @@ def ps_step_bytes(quick: bool) -> dict:
     worker step against ``costmodel.sparse_ps_step_bytes`` of the unique features it sent."""
     from labkit.experiments import sparse_lr
 
-    exp = sparse_lr.train([f"async:{BATCH}"], workers=2, samples=10_000 if quick else 40_000, eval_every=0,
-                          train_rows=20_000, test_rows=1000, save_weights=False, progress=False, timeout=600)
+    exp = sparse_lr.train(
+        [f"async:{BATCH}"],
+        workers=2,
+        samples=10_000 if quick else 40_000,
+        eval_every=0,
+        train_rows=20_000,
+        test_rows=1000,
+        save_weights=False,
+        progress=False,
+        timeout=600,
+    )
     s = exp.summary().iloc[0]
-    return {"num_features": 1_000_000, "method": "sparse, PS cluster (async, 2 workers)", "batch": BATCH,
-            "unique features": round(float(s["unique_per_step"])), "bytes per step": round(float(s["bytes_per_step"])),
-            "bound bytes per step": round(float(s["bound_bytes_per_step"])),
-            "dense bytes per step": float(s["dense_bytes_per_step"]),
-            "measured / bound": float(s["measured_over_bound"]), "steps": int(s["global_steps"])}
+    return {
+        "num_features": 1_000_000,
+        "method": "sparse, PS cluster (async, 2 workers)",
+        "batch": BATCH,
+        "unique features": round(float(s["unique_per_step"])),
+        "bytes per step": round(float(s["bytes_per_step"])),
+        "bound bytes per step": round(float(s["bound_bytes_per_step"])),
+        "dense bytes per step": float(s["dense_bytes_per_step"]),
+        "measured / bound": float(s["measured_over_bound"]),
+        "steps": int(s["global_steps"]),
+    }
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ down alike, so the ratio moves less than either.
 
 ``--quick``: only Lab 4, at the rubric's parameters.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,15 +65,27 @@ def cluster_startups(runs: Path) -> list[dict]:
         except ValueError:
             chief = {}
         first = first_step_epoch(chief)
-        rows.append({"cluster": meta.parent.relative_to(runs).as_posix(), "tasks": len(result.tasks),
-                     "startup_s": first - min(started) if first and started else None, "wall_s": result.wall_s})
+        rows.append(
+            {
+                "cluster": meta.parent.relative_to(runs).as_posix(),
+                "tasks": len(result.tasks),
+                "startup_s": first - min(started) if first and started else None,
+                "wall_s": result.wall_s,
+            }
+        )
         for t in result:
             server = (t.result or {}).get("forkserver")
             if server:
                 servers[server["pid"]] = server
     for pid, server in servers.items():
-        rows.append({"cluster": f"fork server {pid}", "tasks": 0,
-                     "startup_s": server["ready_epoch"] - server["started_epoch"], "wall_s": None})
+        rows.append(
+            {
+                "cluster": f"fork server {pid}",
+                "tasks": 0,
+                "startup_s": server["ready_epoch"] - server["started_epoch"],
+                "wall_s": None,
+            }
+        )
     return rows
 
 
@@ -96,17 +109,30 @@ def run_lab(name: str, notebook: Path, parameters: dict, timeout: float = 1800) 
         os.environ["LABKIT_RUNS"] = str(tmp / "runs")  # the kernel, and the clusters it starts, inherit it
         load0 = os.getloadavg()[0]
         t0 = time.monotonic()
-        pm.execute_notebook(str(notebook), str(tmp / "executed.ipynb"), parameters=parameters, cwd=str(tmp),
-                            kernel_name="python3", progress_bar=False, log_output=False,
-                            execution_timeout=timeout)
+        pm.execute_notebook(
+            str(notebook),
+            str(tmp / "executed.ipynb"),
+            parameters=parameters,
+            cwd=str(tmp),
+            kernel_name="python3",
+            progress_bar=False,
+            log_output=False,
+            execution_timeout=timeout,
+        )
         total = time.monotonic() - t0
         wall = _cell_span(tmp / "executed.ipynb")
         clusters = cluster_startups(tmp / "runs") if (tmp / "runs").exists() else []
     startup = sum(c["startup_s"] or 0.0 for c in clusters)
-    return {"lab": name, "notebook_s": total, "wall_s": wall, "clusters": sum(1 for c in clusters if c["tasks"]),
-            "startup_s": startup,
-            "startup_share": startup / wall, "load_1min": f"{load0:.1f} -> {os.getloadavg()[0]:.1f}",
-            "per_cluster": clusters}
+    return {
+        "lab": name,
+        "notebook_s": total,
+        "wall_s": wall,
+        "clusters": sum(1 for c in clusters if c["tasks"]),
+        "startup_s": startup,
+        "startup_share": startup / wall,
+        "load_1min": f"{load0:.1f} -> {os.getloadavg()[0]:.1f}",
+        "per_cluster": clusters,
+    }
 
 
 def run(quick: bool = False) -> dict:
@@ -121,15 +147,30 @@ def run(quick: bool = False) -> dict:
         rows.append(got)
         ratios.append(ratio(f"{name}: TensorFlow start-up / wall time", got["startup_share"], GOAL))
         if per:
-            notes.append(f"{name}: " + ", ".join(f"{c['cluster']} {c['startup_s']:.1f} s" if c["startup_s"] is not None
-                                                  else f"{c['cluster']} (no training step)" for c in per))
-    notes.append(f"{os.cpu_count()} cores; load_1min: the machine's 1-minute load average at the lab's start and end "
-                 f"(other programs share the cores)")
-    notes.append("start-up per cluster: first process start (interpreter included) to the chief's first training "
-                 "step; wall time: first cell's start to last cell's end (kernel start left out)")
-    return {"title": "TensorFlow start-up per lab (notebook defaults" + (", Lab 4 at the rubric's parameters)" if quick
-                                                                          else ")"),
-            "rows": rows, "ratios": ratios, "notes": notes}
+            notes.append(
+                f"{name}: "
+                + ", ".join(
+                    f"{c['cluster']} {c['startup_s']:.1f} s"
+                    if c["startup_s"] is not None
+                    else f"{c['cluster']} (no training step)"
+                    for c in per
+                )
+            )
+    notes.append(
+        f"{os.cpu_count()} cores; load_1min: the machine's 1-minute load average at the lab's start and end "
+        f"(other programs share the cores)"
+    )
+    notes.append(
+        "start-up per cluster: first process start (interpreter included) to the chief's first training "
+        "step; wall time: first cell's start to last cell's end (kernel start left out)"
+    )
+    return {
+        "title": "TensorFlow start-up per lab (notebook defaults"
+        + (", Lab 4 at the rubric's parameters)" if quick else ")"),
+        "rows": rows,
+        "ratios": ratios,
+        "notes": notes,
+    }
 
 
 if __name__ == "__main__":

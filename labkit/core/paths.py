@@ -14,6 +14,7 @@ The root is resolved to an absolute path when asked for, so a later ``os.chdir``
 not move a run that has started. A run (or a sweep of runs) made now is named by ``run_name``,
 the kit's one rule. Imports nothing from labkit.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ def runs_root() -> Path:
     return Path(root).absolute() if root else Path.cwd() / "runs"
 
 
-_ISSUED: set[str] = set()   # this process's names: a suffix drawn twice is drawn again
+_ISSUED: set[str] = set()  # this process's names: a suffix drawn twice is drawn again
 
 
 def run_name(prefix: str) -> str:
@@ -52,6 +53,8 @@ def run_dir(lab: str, run: str | None = None, prefix: str = "run") -> Path:
     parts = [("lab", lab)] + [("run", part) for part in (run.split("/") if isinstance(run, str) else [run])]
     for what, name in parts:
         if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
-            raise ValueError(f"{what} name {name!r} must be one path component of letters, digits, '_', '-' "
-                             f"or '.' (a run may be '<sweep>/<run>'), e.g. 'lab2'")
+            raise ValueError(
+                f"{what} name {name!r} must be one path component of letters, digits, '_', '-' "
+                f"or '.' (a run may be '<sweep>/<run>'), e.g. 'lab2'"
+            )
     return runs_root() / lab / run

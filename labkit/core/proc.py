@@ -14,6 +14,7 @@ dies with the process that started it, whatever signal ends that one.
   stop its children. Its own children get SIGTERM from the kernel when it dies, and do
   the same, so a whole chain of harnesses goes down together.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -209,8 +210,17 @@ class OwnedProcess:
     to ``log_path``, stdout and stderr together, unless ``stdout_path`` takes its stdout.
     """
 
-    def __init__(self, cmd, log_path, env=None, cwd=None, timeout: float | None = None, stdin=None,
-                 death_signal: int | None = signal.SIGTERM, stdout_path=None):
+    def __init__(
+        self,
+        cmd,
+        log_path,
+        env=None,
+        cwd=None,
+        timeout: float | None = None,
+        stdin=None,
+        death_signal: int | None = signal.SIGTERM,
+        stdout_path=None,
+    ):
         self.cmd = [str(c) for c in cmd]
         self.log_path = Path(log_path)
         self.stdout_path = Path(stdout_path) if stdout_path is not None else None
@@ -224,9 +234,16 @@ class OwnedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         preexec = _die_with_parent(self.death_signal, os.getpid()) if LINUX and self.death_signal else None
         with open(self.log_path, "ab") as log, open(self.stdout_path or os.devnull, "ab") as out:
-            self.popen = _spawner.popen(self.cmd, stdout=out if self.stdout_path else log, stderr=log,
-                                        stdin=self.stdin, env=self.env, cwd=self.cwd, start_new_session=True,
-                                        preexec_fn=preexec)
+            self.popen = _spawner.popen(
+                self.cmd,
+                stdout=out if self.stdout_path else log,
+                stderr=log,
+                stdin=self.stdin,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
         self.started = time.monotonic()
         return self
 

@@ -10,17 +10,21 @@ tests/test_dependencies.py sees it). It points up: a reference stands in for the
 function, which the notebook, above the whole kit, passes in; the solutions import the kit.
 Only this module may name them (that test checks it too). Imports nothing else from labkit.
 """
+
 from __future__ import annotations
 
 from labkit.core.registry import Registry, resolve
 
-SOLUTIONS = Registry("reference implementation", builtin={
-    "lab1.sgd_step": "labkit.solutions.lab1:sgd_step",
-    "lab2.sync_round": "labkit.solutions.lab2:sync_round",
-    "lab3.sparse_gradient": "labkit.solutions.lab3:sparse_gradient",
-    "lab5.comm_terms": "labkit.solutions.lab5:comm_terms",
-    "lab5.step_bytes": "labkit.solutions.lab5:step_bytes",
-})
+SOLUTIONS = Registry(
+    "reference implementation",
+    builtin={
+        "lab1.sgd_step": "labkit.solutions.lab1:sgd_step",
+        "lab2.sync_round": "labkit.solutions.lab2:sync_round",
+        "lab3.sparse_gradient": "labkit.solutions.lab3:sparse_gradient",
+        "lab5.comm_terms": "labkit.solutions.lab5:comm_terms",
+        "lab5.step_bytes": "labkit.solutions.lab5:step_bytes",
+    },
+)
 
 
 class NotInStudentKit(LookupError):
@@ -30,9 +34,10 @@ class NotInStudentKit(LookupError):
 def solution(module: str, name: str, instead: str):
     """``labkit.solutions.<module>.<name>``; without it, NotInStudentKit naming ``instead``."""
     try:
-        return resolve(SOLUTIONS.reference(f"{module}.{name}"))   # imported each time: never cached here
+        return resolve(SOLUTIONS.reference(f"{module}.{name}"))  # imported each time: never cached here
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("labkit.solutions"):
-            raise NotInStudentKit(f"the kit's reference {name} is not part of the student kit; pass {instead}") \
-                from None
+            raise NotInStudentKit(
+                f"the kit's reference {name} is not part of the student kit; pass {instead}"
+            ) from None
         raise

@@ -14,6 +14,7 @@ asked for; a benchmark's only in the process that runs it). An unknown name rais
 ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones. Imports
 nothing from labkit.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,6 +32,7 @@ def resolve(reference: str):
 
 class UnknownName(ValueError, KeyError):
     """A name no entry of the registry has; the message lists those it has."""
+
     __str__ = ValueError.__str__
 
 
@@ -39,9 +41,9 @@ class Registry(MutableMapping):
 
     def __init__(self, what: str, builtin: dict[str, str] | None = None, hint: str = ""):
         self.what, self.hint = what, hint
-        self._refs: dict[str, str] = {}          # name -> "module:attribute", not imported yet
+        self._refs: dict[str, str] = {}  # name -> "module:attribute", not imported yet
         self._entries: dict[str, object] = {}
-        self._order: dict[str, None] = {}        # every name, in the order of registration
+        self._order: dict[str, None] = {}  # every name, in the order of registration
         for name, reference in (builtin or {}).items():
             self.refer(name, reference)
 
@@ -70,7 +72,9 @@ class Registry(MutableMapping):
         """Register ``cls``, a ``base`` subclass, by its ``name`` attribute (what a registry of
         classes, such as the launchers' or the grading executors', offers as its ``register``)."""
         if not (isinstance(cls, type) and issubclass(cls, base)) or not getattr(cls, "name", ""):
-            raise ValueError(f"register takes a {base.__module__}.{base.__qualname__} subclass with a name, got {cls!r}")
+            raise ValueError(
+                f"register takes a {base.__module__}.{base.__qualname__} subclass with a name, got {cls!r}"
+            )
         return self.add(cls.name, cls)
 
     def reference(self, name: str) -> str:
@@ -85,8 +89,10 @@ class Registry(MutableMapping):
         if name in self._entries:
             return self._entries[name]
         if name not in self._refs:
-            raise UnknownName(f"unknown {self.what} {name!r}; choose one of {', '.join(sorted(self)) or 'none'}"
-                             + (f" ({self.hint})" if self.hint else ""))
+            raise UnknownName(
+                f"unknown {self.what} {name!r}; choose one of {', '.join(sorted(self)) or 'none'}"
+                + (f" ({self.hint})" if self.hint else "")
+            )
         entry = resolve(self._refs[name])
         self._entries[name] = entry  # resolved once; its reference stays (``reference``)
         return entry

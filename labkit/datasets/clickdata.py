@@ -22,6 +22,7 @@ Everything is a pure function of ``(spec, split, row)``: rows come in fixed bloc
 own (a worker can make its shard without the others) and chunk sizes never change the
 data. Generation streams in chunks, so memory stays bounded at any number of rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,9 @@ class ClickSpec:
     true weight of the constant field: together they set how predictable clicks are
     (``optimum`` reports it) and the click rate.
     """
+
     num_features: int = 1_000_000
-    num_fields: int = 38          # 30 always present + 8 optional (each present half the time)
+    num_fields: int = 38  # 30 always present + 8 optional (each present half the time)
     optional_fields: int = 8
     zipf_s: float = 1.2
     min_vocab: int = 3
@@ -80,8 +82,7 @@ class ClickSpec:
         if not 0 <= self.optional_fields < self.num_fields:
             raise ValueError(f"optional_fields must be in 0..num_fields-1, got {self.optional_fields}")
         if self.zipf_s <= 0 or self.zipf_s == 1.0:
-            raise ValueError(f"zipf_s must be > 0 and != 1 (the bounded sampler divides by 1 - s), "
-                             f"got {self.zipf_s}")
+            raise ValueError(f"zipf_s must be > 0 and != 1 (the bounded sampler divides by 1 - s), got {self.zipf_s}")
 
     @property
     def vocab_sizes(self) -> np.ndarray:
@@ -116,6 +117,7 @@ class ClickSpec:
 @dataclass
 class ClickChunk:
     """Rows ``start .. start+len`` of a split: CSR features, labels in {0, 1}, and the true p."""
+
     data: SparseData
     p: np.ndarray  # float64: the true click probability of each row
     start: int
@@ -139,7 +141,7 @@ def _block(spec: ClickSpec, split: str, b: int) -> ClickChunk:
     values = _zipf_ranks(rng, spec.zipf_s, vocab, (BLOCK, spec.num_fields))
     present = np.ones((BLOCK, spec.num_fields), bool)
     if spec.optional_fields:  # the last optional_fields fields are missing half the time
-        present[:, -spec.optional_fields:] = rng.random((BLOCK, spec.optional_fields)) < 0.5
+        present[:, -spec.optional_fields :] = rng.random((BLOCK, spec.optional_fields)) < 0.5
     rows, fields = np.nonzero(present)
     cols = spec.feature_index(fields, values[rows, fields])
     # Hash collisions inside a row add up (value 2.0), as with any feature hasher.
@@ -165,13 +167,19 @@ def _concat(parts: list[ClickChunk], start: int, stop: int) -> ClickChunk:
     labels = np.concatenate([c.data.labels for c in parts])
     p = np.concatenate([c.p for c in parts])
     lo, hi = indptr[offset], indptr[offset + n]
-    data = SparseData(indptr[offset:offset + n + 1] - lo, indices[lo:hi], values[lo:hi],
-                      labels[offset:offset + n], parts[0].data.n_features)
-    return ClickChunk(data, p[offset:offset + n], start)
+    data = SparseData(
+        indptr[offset : offset + n + 1] - lo,
+        indices[lo:hi],
+        values[lo:hi],
+        labels[offset : offset + n],
+        parts[0].data.n_features,
+    )
+    return ClickChunk(data, p[offset : offset + n], start)
 
 
-def iter_chunks(spec: ClickSpec, n_rows: int, split: str = "train", start: int = 0,
-                chunk_rows: int = 65_536) -> Iterator[ClickChunk]:
+def iter_chunks(
+    spec: ClickSpec, n_rows: int, split: str = "train", start: int = 0, chunk_rows: int = 65_536
+) -> Iterator[ClickChunk]:
     """Rows ``start .. start+n_rows`` of ``split`` in chunks of at most ``chunk_rows`` rows.
 
     Memory is bounded by the chunk size (about 35 x 12 bytes per row, plus temporaries),
@@ -194,8 +202,17 @@ def generate(spec: ClickSpec, n_rows: int, split: str = "train", start: int = 0)
     """Rows ``start .. start+n_rows`` in memory, as one chunk (fine up to a few million rows)."""
     chunks = list(iter_chunks(spec, n_rows, split, start, chunk_rows=max(n_rows, 1)))
     if not chunks:
-        return ClickChunk(SparseData(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32),
-                                     np.zeros(0, np.float32), spec.num_features), np.zeros(0), start)
+        return ClickChunk(
+            SparseData(
+                np.zeros(1, np.int64),
+                np.zeros(0, np.int64),
+                np.zeros(0, np.float32),
+                np.zeros(0, np.float32),
+                spec.num_features,
+            ),
+            np.zeros(0),
+            start,
+        )
     return chunks[0]
 
 
@@ -223,23 +240,31 @@ def optimum(spec: ClickSpec, n_rows: int, split: str = "test", chunk_rows: int =
     if n == 0:
         raise ValueError("optimum() needs n_rows > 0")
     rate = pos / n
-    return {"rows": n, "click_rate": rate, "majority_accuracy": max(rate, 1 - rate),
-            "bayes_accuracy": hits / n, "expected_bayes_accuracy": exp_acc / n,
-            "bayes_logloss": ll / n, "expected_bayes_logloss": ent / n,
-            "majority_logloss": -(rate * math.log(max(rate, 1e-12)) + (1 - rate) * math.log(max(1 - rate, 1e-12))),
-            "nnz_per_row": nnz / n}
+    return {
+        "rows": n,
+        "click_rate": rate,
+        "majority_accuracy": max(rate, 1 - rate),
+        "bayes_accuracy": hits / n,
+        "expected_bayes_accuracy": exp_acc / n,
+        "bayes_logloss": ll / n,
+        "expected_bayes_logloss": ent / n,
+        "majority_logloss": -(rate * math.log(max(rate, 1e-12)) + (1 - rate) * math.log(max(1 - rate, 1e-12))),
+        "nnz_per_row": nnz / n,
+    }
 
 
 def describe(spec: ClickSpec, n_rows: int = 50_000, split: str = "test") -> dict:
     """Print and return ``optimum`` with the spec: what 'good' means for this data."""
     opt = optimum(spec, n_rows, split)
-    print(f"click data: {spec.num_features:,} features ({spec.num_features * 4 / 1e6:,.1f} MB of float32 "
-          f"weights), {opt['nnz_per_row']:.1f} non-zeros/row, click rate {opt['click_rate']:.3f}\n"
-          f"  best achievable (true model) on {opt['rows']:,} {split} rows: accuracy "
-          f"{opt['bayes_accuracy']:.4f} (expected {opt['expected_bayes_accuracy']:.4f}), "
-          f"log-loss {opt['bayes_logloss']:.4f} (expected {opt['expected_bayes_logloss']:.4f})\n"
-          f"  majority-class baseline: accuracy {opt['majority_accuracy']:.4f}, "
-          f"log-loss {opt['majority_logloss']:.4f}")
+    print(
+        f"click data: {spec.num_features:,} features ({spec.num_features * 4 / 1e6:,.1f} MB of float32 "
+        f"weights), {opt['nnz_per_row']:.1f} non-zeros/row, click rate {opt['click_rate']:.3f}\n"
+        f"  best achievable (true model) on {opt['rows']:,} {split} rows: accuracy "
+        f"{opt['bayes_accuracy']:.4f} (expected {opt['expected_bayes_accuracy']:.4f}), "
+        f"log-loss {opt['bayes_logloss']:.4f} (expected {opt['expected_bayes_logloss']:.4f})\n"
+        f"  majority-class baseline: accuracy {opt['majority_accuracy']:.4f}, "
+        f"log-loss {opt['majority_logloss']:.4f}"
+    )
     return opt
 
 
@@ -248,8 +273,15 @@ def describe(spec: ClickSpec, n_rows: int = 50_000, split: str = "test") -> dict
 FEATURE_KEYS = {"index": "index", "value": "value", "label": "label"}
 
 
-def write_tfrecords(spec: ClickSpec, out_dir, n_rows: int, split: str = "train", num_shards: int = 4,
-                    chunk_rows: int = 65_536, log=print) -> list[dict]:
+def write_tfrecords(
+    spec: ClickSpec,
+    out_dir,
+    n_rows: int,
+    split: str = "train",
+    num_shards: int = 4,
+    chunk_rows: int = 65_536,
+    log=print,
+) -> list[dict]:
     """Write rows 0..n_rows of ``split`` as ``num_shards`` TFRecord files of ``tf.train.Example``.
 
     Each example holds ``index`` (int64 list), ``value`` (float list) and ``label`` (float).
@@ -272,32 +304,41 @@ def write_tfrecords(spec: ClickSpec, out_dir, n_rows: int, split: str = "train",
                 d = c.data
                 for i in range(len(c)):
                     a, b = d.indptr[i], d.indptr[i + 1]
-                    ex = tf.train.Example(features=tf.train.Features(feature={
-                        "index": tf.train.Feature(int64_list=tf.train.Int64List(value=d.indices[a:b])),
-                        "value": tf.train.Feature(float_list=tf.train.FloatList(value=d.values[a:b])),
-                        "label": tf.train.Feature(float_list=tf.train.FloatList(value=[d.labels[i]])),
-                    }))
+                    ex = tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "index": tf.train.Feature(int64_list=tf.train.Int64List(value=d.indices[a:b])),
+                                "value": tf.train.Feature(float_list=tf.train.FloatList(value=d.values[a:b])),
+                                "label": tf.train.Feature(float_list=tf.train.FloatList(value=[d.labels[i]])),
+                            }
+                        )
+                    )
                     w.write(ex.SerializeToString())
         shards.append({"path": str(path), "rows": hi - lo, "bytes": path.stat().st_size})
     total = sum(s["bytes"] for s in shards)
     meta = {"spec": spec.to_json(), "split": split, "rows": n_rows, "shards": shards}
     (out / f"{split}-meta.json").write_text(json.dumps(meta, indent=2))
     if log:
-        log(f"wrote {num_shards} {split} shards, {n_rows:,} rows, {total / 1e6:,.1f} MB "
-            f"({total / max(n_rows, 1):.0f} bytes/row) in {out}")
+        log(
+            f"wrote {num_shards} {split} shards, {n_rows:,} rows, {total / 1e6:,.1f} MB "
+            f"({total / max(n_rows, 1):.0f} bytes/row) in {out}"
+        )
     return shards
 
 
 def read_meta(out_dir, split: str = "train") -> dict:
     path = Path(out_dir) / f"{split}-meta.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found; write the shards first with "
-                                f"labkit.datasets.clickdata.write_tfrecords(spec, {str(out_dir)!r}, n_rows)")
+        raise FileNotFoundError(
+            f"{path} not found; write the shards first with "
+            f"labkit.datasets.clickdata.write_tfrecords(spec, {str(out_dir)!r}, n_rows)"
+        )
     return json.loads(path.read_text())
 
 
-def tfrecord_dataset(paths, num_features: int, batch_size: int, *, shuffle_buffer: int = 0, seed: int = 0,
-                     repeat: bool = False):
+def tfrecord_dataset(
+    paths, num_features: int, batch_size: int, *, shuffle_buffer: int = 0, seed: int = 0, repeat: bool = False
+):
     """A ``tf.data`` pipeline of ``(tf.SparseTensor [batch, num_features], labels [batch])``.
 
     Parsing a whole batch at once with ``tf.io.SparseFeature`` builds the SparseTensor
@@ -305,9 +346,10 @@ def tfrecord_dataset(paths, num_features: int, batch_size: int, *, shuffle_buffe
     """
     import tensorflow as tf
 
-    features = {"x": tf.io.SparseFeature(index_key="index", value_key="value", dtype=tf.float32,
-                                         size=int(num_features)),
-                "label": tf.io.FixedLenFeature([], tf.float32)}
+    features = {
+        "x": tf.io.SparseFeature(index_key="index", value_key="value", dtype=tf.float32, size=int(num_features)),
+        "label": tf.io.FixedLenFeature([], tf.float32),
+    }
     ds = tf.data.TFRecordDataset([str(p) for p in paths])
     if shuffle_buffer:
         ds = ds.shuffle(shuffle_buffer, seed=seed)

@@ -19,6 +19,7 @@ and renames it into place atomically; the others wait, then find the file ready.
 TensorFlow is imported lazily, only by ``make_dataset``, so that the launcher and
 the CLI stay quick to start.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,24 +64,42 @@ class DatasetSpec:
         return next(f for f in self.files if f.name == name)
 
 
-MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 DATASETS: dict[str, DatasetSpec] = {
     "mnist": DatasetSpec(
         "mnist",
         (
-            FileSpec(MNIST_FILES[0], "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-                     "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db"),
-            FileSpec(MNIST_FILES[1], "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-                     "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5"),
-            FileSpec(MNIST_FILES[2], "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-                     "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7"),
-            FileSpec(MNIST_FILES[3], "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
-                     "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
+            FileSpec(
+                MNIST_FILES[0],
+                "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+                "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+            ),
+            FileSpec(
+                MNIST_FILES[1],
+                "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+                "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+            ),
+            FileSpec(
+                MNIST_FILES[2],
+                "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+                "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+            ),
+            FileSpec(
+                MNIST_FILES[3],
+                "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+                "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+            ),
         ),
-        mirrors=("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                 "https://storage.googleapis.com/cvdf-datasets/mnist/"),
+        mirrors=(
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        ),
         help="the four original MNIST IDX .gz files",
     ),
     # Debian's package recompresses the .gz files, so they are pinned by the sha256
@@ -93,8 +112,10 @@ DATASETS: dict[str, DatasetSpec] = {
             FileSpec(MNIST_FILES[2], None, "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b"),
             FileSpec(MNIST_FILES[3], None, "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"),
         ),
-        mirrors=("https://storage.googleapis.com/tensorflow/tf-keras-datasets/",
-                 "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"),
+        mirrors=(
+            "https://storage.googleapis.com/tensorflow/tf-keras-datasets/",
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        ),
         system_dirs=("/usr/share/datasets/fashion-mnist",),
         help="Fashion-MNIST (also: apt install dataset-fashion-mnist)",
     ),
@@ -118,6 +139,7 @@ def spec(name: str) -> DatasetSpec:
 
 
 # ----------------------------------------------------------------------------- verify
+
 
 def _sha256(data_or_path) -> str:
     h = hashlib.sha256()
@@ -152,8 +174,10 @@ def check_file(path: Path, fs: FileSpec, shown: str | None = None) -> None:
         if content == fs.content_sha256:
             return  # a faithful copy, recompressed
         if fs.sha256 is None:
-            expected, actual = f"{fs.content_sha256} (of the decompressed content)", (
-                f"{content} (decompressed)" if content else f"{actual} (not a complete gzip file)")
+            expected, actual = (
+                f"{fs.content_sha256} (of the decompressed content)",
+                (f"{content} (decompressed)" if content else f"{actual} (not a complete gzip file)"),
+            )
         else:
             expected = fs.sha256
     else:
@@ -162,10 +186,12 @@ def check_file(path: Path, fs: FileSpec, shown: str | None = None) -> None:
         f"{shown or path} is corrupt or truncated: expected sha256 {expected}, got {actual} "
         f"({path.stat().st_size:,} bytes).\n"
         f"Fix: delete it and fetch again with `python -m labkit data fetch --force`, "
-        f"or `make data`.")
+        f"or `make data`."
+    )
 
 
 # ----------------------------------------------------------------------------- locate / fetch
+
 
 def default_root() -> Path:
     """``data/`` in the repository checkout, else a per-user cache."""
@@ -181,32 +207,40 @@ def _complete_dir(ds: DatasetSpec, directory: Path) -> Path | None:
     return None
 
 
-def locate(name: str = "mnist", data_dir: str | os.PathLike | None = None, fetch_missing: bool = True,
-           verify: bool = True) -> Path:
+def locate(
+    name: str = "mnist", data_dir: str | os.PathLike | None = None, fetch_missing: bool = True, verify: bool = True
+) -> Path:
     """The directory that holds a verified copy of dataset ``name`` (see the module docstring)."""
     ds = spec(name)
     explicit = data_dir if data_dir is not None else os.environ.get("LABKIT_DATA") or None
     if explicit is not None:
         found = _complete_dir(ds, Path(explicit).expanduser())
         if found is None:
-            missing = [f.name for f in ds.files if not (Path(explicit) / f.name).exists()
-                       and not (Path(explicit) / ds.name / f.name).exists()]
+            missing = [
+                f.name
+                for f in ds.files
+                if not (Path(explicit) / f.name).exists() and not (Path(explicit) / ds.name / f.name).exists()
+            ]
             raise DataError(
                 f"{ds.name}: {explicit} (from {'data_dir' if data_dir is not None else '$LABKIT_DATA'}) "
                 f"lacks {', '.join(missing)}.\nFix: point it at a directory holding {ds.help}, "
-                f"or unset it to use data/{ds.name}/ and fetch there.")
+                f"or unset it to use data/{ds.name}/ and fetch there."
+            )
         candidates = [found]
     else:
-        candidates = [d for d in (_complete_dir(ds, default_root()),
-                                  *(_complete_dir(ds, Path(s)) for s in ds.system_dirs)) if d]
+        candidates = [
+            d for d in (_complete_dir(ds, default_root()), *(_complete_dir(ds, Path(s)) for s in ds.system_dirs)) if d
+        ]
     if candidates:
         if verify:
             for f in ds.files:
                 check_file(candidates[0] / f.name, f)
         return candidates[0]
     if not fetch_missing:
-        raise DataError(f"{ds.name} is not in {default_root() / ds.name}.\nFix: run `make data` "
-                        f"or `python -m labkit data fetch --dataset {ds.name}`.")
+        raise DataError(
+            f"{ds.name} is not in {default_root() / ds.name}.\nFix: run `make data` "
+            f"or `python -m labkit data fetch --dataset {ds.name}`."
+        )
     return fetch(name)
 
 
@@ -276,16 +310,24 @@ def _fetch_one(fs: FileSpec, sources: list[str], dest: Path, retries: int, timeo
         if not retry:
             break
         if attempt + 1 < retries:
-            time.sleep(min(2 ** attempt, 8))
+            time.sleep(min(2**attempt, 8))
     tried = "\n  ".join(dict.fromkeys(errors))
     raise DataError(
         f"could not fetch {fs.name} into {dest}:\n  {tried}\n"
         f"Fix: with no internet, set LABKIT_DATA_MIRROR to a directory or URL that holds the file "
-        f"(for example `make data DATA_MIRROR=/path/to/shared/data`), or copy it into {dest}/ yourself.")
+        f"(for example `make data DATA_MIRROR=/path/to/shared/data`), or copy it into {dest}/ yourself."
+    )
 
 
-def fetch(name: str = "mnist", dest: str | os.PathLike | None = None, mirror: str | None = None,
-          force: bool = False, retries: int = 3, timeout: float = 60.0, log=None) -> Path:
+def fetch(
+    name: str = "mnist",
+    dest: str | os.PathLike | None = None,
+    mirror: str | None = None,
+    force: bool = False,
+    retries: int = 3,
+    timeout: float = 60.0,
+    log=None,
+) -> Path:
     """Fetch dataset ``name`` into ``dest`` (default ``data/<name>/``), verify it and return ``dest``.
 
     A file already in place is verified, not replaced; a corrupt one raises DataError
@@ -307,6 +349,7 @@ def fetch(name: str = "mnist", dest: str | os.PathLike | None = None, mirror: st
 
 # ----------------------------------------------------------------------------- parse
 
+
 def read_idx(path: Path) -> np.ndarray:
     """Parse one gzipped IDX file (images: magic 2051, labels: magic 2049)."""
     try:
@@ -318,7 +361,7 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = {2049: 1, 2051: 3}.get(magic)
     if ndim is None:
         raise DataError(f"{path}: bad IDX magic number {magic}; expected 2049 (labels) or 2051 (images).")
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     offset = 4 + 4 * ndim
     if len(raw) != offset + int(np.prod(dims)):
         raise DataError(f"{path}: IDX header promises {dims} but holds {len(raw) - offset} bytes of data.")
@@ -328,6 +371,7 @@ def read_idx(path: Path) -> np.ndarray:
 @dataclass
 class ImageData:
     """Images as float32 in [0, 1], shape (n, 28, 28) for MNIST; labels as int64 class ids."""
+
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
@@ -339,8 +383,7 @@ class ImageData:
         return 10
 
     def __repr__(self) -> str:
-        return (f"ImageData({self.name}: train {self.x_train.shape}, test {self.x_test.shape}, "
-                f"{self.x_train.dtype})")
+        return f"ImageData({self.name}: train {self.x_train.shape}, test {self.x_test.shape}, {self.x_train.dtype})"
 
 
 def subset_indices(labels: np.ndarray, limit: int | None, stratified: bool = True, seed: int = 0) -> np.ndarray:
@@ -367,8 +410,14 @@ def subset_indices(labels: np.ndarray, limit: int | None, stratified: bool = Tru
     return np.sort(np.concatenate(chosen))
 
 
-def load_mnist(name: str = "mnist", data_dir=None, limit: int | None = None, test_limit: int | None = None,
-               stratified: bool = True, seed: int = 0) -> ImageData:
+def load_mnist(
+    name: str = "mnist",
+    data_dir=None,
+    limit: int | None = None,
+    test_limit: int | None = None,
+    stratified: bool = True,
+    seed: int = 0,
+) -> ImageData:
     """Load MNIST (or ``name="fashion-mnist"``) as float32 images in [0, 1] and int labels.
 
     ``limit`` / ``test_limit`` take a subset for fast runs (see ``subset_indices``).
@@ -383,8 +432,13 @@ def load_mnist(name: str = "mnist", data_dir=None, limit: int | None = None, tes
     tr = subset_indices(ytr, limit, stratified, seed)
     te = subset_indices(yte, test_limit, stratified, seed)
     scale = np.float32(1 / 255)
-    return ImageData(xtr[tr].astype(np.float32) * scale, ytr[tr].astype(np.int64),
-                     xte[te].astype(np.float32) * scale, yte[te].astype(np.int64), name)
+    return ImageData(
+        xtr[tr].astype(np.float32) * scale,
+        ytr[tr].astype(np.int64),
+        xte[te].astype(np.float32) * scale,
+        yte[te].astype(np.int64),
+        name,
+    )
 
 
 def synthetic_images(shape, train: int, test: int, seed: int = 0, name: str | None = None) -> ImageData:
@@ -403,13 +457,15 @@ def synthetic_images(shape, train: int, test: int, seed: int = 0, name: str | No
 
 # ----------------------------------------------------------------------------- LIBSVM
 
+
 @dataclass
 class SparseData:
     """A LIBSVM data set in CSR form. Labels are in {0, 1}; feature ids are 0-based."""
-    indptr: np.ndarray   # int64, (n_rows + 1,)
+
+    indptr: np.ndarray  # int64, (n_rows + 1,)
     indices: np.ndarray  # int64, (nnz,)
-    values: np.ndarray   # float32, (nnz,)
-    labels: np.ndarray   # float32, (n_rows,)
+    values: np.ndarray  # float32, (nnz,)
+    labels: np.ndarray  # float32, (n_rows,)
     n_features: int
 
     def __len__(self) -> int:
@@ -425,8 +481,13 @@ class SparseData:
         starts, ends = self.indptr[idx], self.indptr[idx + 1]
         lengths = ends - starts
         take = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(idx) else np.array([], int)
-        return SparseData(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), self.indices[take],
-                          self.values[take], self.labels[idx], self.n_features)
+        return SparseData(
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            self.indices[take],
+            self.values[take],
+            self.labels[idx],
+            self.n_features,
+        )
 
     def to_dense(self) -> np.ndarray:
         out = np.zeros((len(self), self.n_features), np.float32)
@@ -465,13 +526,19 @@ def read_libsvm(path, n_features: int) -> SparseData:
                 if not sep or not np.isfinite(v):
                     raise DataError(f"{path}:{lineno}: {tok!r} is not '<index>:<finite number>'")
                 if not 1 <= j <= n_features:
-                    raise DataError(f"{path}:{lineno}: feature index {j} is outside 1..{n_features}; "
-                                    f"pass the right n_features")
+                    raise DataError(
+                        f"{path}:{lineno}: feature index {j} is outside 1..{n_features}; pass the right n_features"
+                    )
                 indices.append(j - 1)
                 values.append(v)
             indptr.append(len(indices))
-    return SparseData(np.asarray(indptr, np.int64), np.asarray(indices, np.int64),
-                      np.asarray(values, np.float32), np.asarray(labels, np.float32), n_features)
+    return SparseData(
+        np.asarray(indptr, np.int64),
+        np.asarray(indices, np.int64),
+        np.asarray(values, np.float32),
+        np.asarray(labels, np.float32),
+        n_features,
+    )
 
 
 A9A_FEATURES = 123
@@ -485,8 +552,19 @@ def load_a9a(data_dir=None) -> tuple[SparseData, SparseData]:
 
 # ----------------------------------------------------------------------------- tf.data
 
-def make_dataset(x, y, batch_size: int, *, shuffle: bool = True, seed: int = 0, num_shards: int = 1,
-                 shard_index: int = 0, repeat: bool = False, drop_remainder: bool = False):
+
+def make_dataset(
+    x,
+    y,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    repeat: bool = False,
+    drop_remainder: bool = False,
+):
     """A ``tf.data`` pipeline over in-memory arrays: shard, shuffle (seeded), batch, prefetch.
 
     Sharding by worker index happens before shuffling, so every worker sees a fixed,

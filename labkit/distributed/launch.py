@@ -52,6 +52,7 @@ a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prin
 exact per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
 missing on its node says so, with the fix (docs/cluster.md has the full table).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,11 +80,27 @@ from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
 from labkit.core.registry import resolve
+
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.wire.protocol import PROGRAMS
-from labkit.wire.protocol import (ENV_GRPC_OPTIONS, ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, ENV_TASK,  # noqa: F401
-                             EXIT_PORT_IN_USE, VERSION_KEYS, PortInUse, TaskFailed, VersionSkew, chief_of,
-                             describe_exit, grpc_options, log_hint, task_file, versions)
+from labkit.wire.protocol import (
+    ENV_GRPC_OPTIONS,
+    ENV_INTER_OP,
+    ENV_INTRA_OP,
+    ENV_RUN_DIR,
+    ENV_TASK,  # noqa: F401
+    EXIT_PORT_IN_USE,
+    VERSION_KEYS,
+    PortInUse,
+    TaskFailed,
+    VersionSkew,
+    chief_of,
+    describe_exit,
+    grpc_options,
+    log_hint,
+    task_file,
+    versions,
+)
 
 POLL_S = 0.05
 
@@ -93,8 +110,10 @@ class ClusterTimeout(TimeoutError):
 
     def __init__(self, seconds: float, running: list[str], what: str = "finish", detail: str = ""):
         self.seconds, self.running, self.detail = seconds, running, detail
-        super().__init__(f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
-                         f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})")
+        super().__init__(
+            f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
+            f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})"
+        )
 
 
 def program_module(program: str) -> str:
@@ -120,11 +139,15 @@ def check_program_args(module: str, argv: list[str]) -> None:
         lines = said.getvalue().strip().splitlines()
         message = lines[-1] if lines else f"{module} rejected its arguments {argv}"
         own = [n for n in inspect.signature(Cluster).parameters if n not in ("spec", "program", "args", "program_args")]
-        typos = [close[0] for flag in re.findall(r"--([\w-]+)", message.partition("unrecognized arguments:")[2])
-                 if (close := difflib.get_close_matches(flag.replace("-", "_"), own, n=1))]
+        typos = [
+            close[0]
+            for flag in re.findall(r"--([\w-]+)", message.partition("unrecognized arguments:")[2])
+            if (close := difflib.get_close_matches(flag.replace("-", "_"), own, n=1))
+        ]
         hint = f" (did you mean the Cluster's own {', '.join(f'{t}=' for t in typos)}?)" if typos else ""
-        raise ValueError(f"{message}{hint}; the program's arguments go in args={{...}}, as its --help lists them") \
-            from None
+        raise ValueError(
+            f"{message}{hint}; the program's arguments go in args={{...}}, as its --help lists them"
+        ) from None
 
 
 def cli_args(args: dict) -> list[str]:
@@ -164,12 +187,18 @@ def check_versions(hellos: dict[str, dict], reference: dict | None = None) -> No
     bad = {name: h for name, h in hellos.items() if key(h.get("versions", {})) != want}
     if bad:
         lines = [f"  launcher ({socket.gethostname()}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, want))]
-        lines += [f"  {name} ({h.get('host')}): " + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, key(h.get('versions', {}))))
-                  for name, h in bad.items()]
-        raise VersionSkew("the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
-                          + "\n".join(lines) + "\ninstall the same versions everywhere: `make cluster-setup HOSTS=<hosts file>` "
-                          "from one checkout (it also remakes a .venv that another Python made, which `make setup` "
-                          "would keep), or pass check_versions=False to run anyway")
+        lines += [
+            f"  {name} ({h.get('host')}): "
+            + ", ".join(f"{k} {v}" for k, v in zip(VERSION_KEYS, key(h.get("versions", {}))))
+            for name, h in bad.items()
+        ]
+        raise VersionSkew(
+            "the cluster's nodes run different versions, which makes TensorFlow fail in obscure ways:\n"
+            + "\n".join(lines)
+            + "\ninstall the same versions everywhere: `make cluster-setup HOSTS=<hosts file>` "
+            "from one checkout (it also remakes a .venv that another Python made, which `make setup` "
+            "would keep), or pass check_versions=False to run anyway"
+        )
 
 
 _LIVE = StopAtExit()  # every running Cluster, stopped at interpreter exit
@@ -200,18 +229,41 @@ class Cluster:
     - ``program_argv``: more command-line arguments for the program, as given.
     """
 
-    def __init__(self, spec: ClusterSpec, program: str, *, lab: str = "adhoc", run: str | None = None,
-                 run_dir=None, python: str | None = None, env: dict | None = None,
-                 threads: tuple[int, int] | None = None, timeout: float = 900.0, start_timeout: float = 180.0,
-                 ps_grace: float = 10.0, term_grace: float = 5.0, check_versions: bool = True,
-                 dry_run: bool = False, program_argv=(), launcher: str | None = None,
-                 launcher_options: dict | None = None, on_event=None, args: dict | None = None,
-                 **program_args):
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        program: str,
+        *,
+        lab: str = "adhoc",
+        run: str | None = None,
+        run_dir=None,
+        python: str | None = None,
+        env: dict | None = None,
+        threads: tuple[int, int] | None = None,
+        timeout: float = 900.0,
+        start_timeout: float = 180.0,
+        ps_grace: float = 10.0,
+        term_grace: float = 5.0,
+        check_versions: bool = True,
+        dry_run: bool = False,
+        program_argv=(),
+        launcher: str | None = None,
+        launcher_options: dict | None = None,
+        on_event=None,
+        args: dict | None = None,
+        **program_args,
+    ):
         if not isinstance(spec, ClusterSpec):
-            raise ValueError(f"spec must be a labkit.wire.spec.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
-                             f"got {type(spec).__name__}")
-        for name, value in (("timeout", timeout), ("start_timeout", start_timeout), ("ps_grace", ps_grace),
-                            ("term_grace", term_grace)):
+            raise ValueError(
+                f"spec must be a labkit.wire.spec.ClusterSpec (e.g. cluster.local(ps=1, workers=2)), "
+                f"got {type(spec).__name__}"
+            )
+        for name, value in (
+            ("timeout", timeout),
+            ("start_timeout", start_timeout),
+            ("ps_grace", ps_grace),
+            ("term_grace", term_grace),
+        ):
             if not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if threads is not None and (len(threads) != 2 or min(threads) < 1):
@@ -223,7 +275,7 @@ class Cluster:
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: given both in args= and as a keyword; give each once")
         self.args, self.program_argv = {**(args or {}), **program_args}, [str(a) for a in program_argv]
-        check_program_args(self.module, cli_args(self.args))   # program_argv: passed as given, unchecked
+        check_program_args(self.module, cli_args(self.args))  # program_argv: passed as given, unchecked
         self.run_name = run or run_name(program.rsplit(".", 1)[-1])
         self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)
         # on the nodes, the same path below runs/ as here: <lab>/<sweep>/<run> stays apart from
@@ -235,8 +287,13 @@ class Cluster:
         self.remote_run = f"runs/{below}"
         self.python = python or sys.executable
         options = {"check_versions": check_versions, **(launcher_options or {})}
-        settings = Settings(self.run_dir.absolute(), self.remote_run, self.python,
-                            frozenset(local_addresses() | set(options.get("local_hosts", ()))), options)
+        settings = Settings(
+            self.run_dir.absolute(),
+            self.remote_run,
+            self.python,
+            frozenset(local_addresses() | set(options.get("local_hosts", ()))),
+            options,
+        )
         self.spec, self._launchers = _assign_launchers(spec, launcher, settings)
         self.env, self.threads = dict(env or {}), threads
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
@@ -256,10 +313,15 @@ class Cluster:
 
     # ----------------------------------------------------------------- commands
     def _task_env(self, task: Task, launcher: Launcher) -> dict[str, str]:
-        env = {**self.spec.env(task.type, task.index), ENV_RUN_DIR: launcher.task_run_dir(task), ENV_TASK: task.name,
-               **launcher.task_env(task),
-               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-               ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS)))}
+        env = {
+            **self.spec.env(task.type, task.index),
+            ENV_RUN_DIR: launcher.task_run_dir(task),
+            ENV_TASK: task.name,
+            **launcher.task_env(task),
+            "PYTHONUNBUFFERED": "1",
+            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+            ENV_GRPC_OPTIONS: grpc_options(self.env.get(ENV_GRPC_OPTIONS, os.environ.get(ENV_GRPC_OPTIONS))),
+        }
         if self.threads:
             env[ENV_INTRA_OP], env[ENV_INTER_OP] = map(str, self.threads)
         env.update({k: str(v) for k, v in self.env.items() if k != ENV_GRPC_OPTIONS})
@@ -273,8 +335,17 @@ class Cluster:
             env = self._task_env(task, launcher)
             argv, command = launcher.command(task, env, argv_tail)
             log = self.run_dir / task_file(task.type, task.index, ".log")
-            self._procs.append(TaskProcess(task, launcher, argv, command, env, log,
-                                           self.run_dir / task_file(task.type, task.index, events.SUFFIX)))
+            self._procs.append(
+                TaskProcess(
+                    task,
+                    launcher,
+                    argv,
+                    command,
+                    env,
+                    log,
+                    self.run_dir / task_file(task.type, task.index, events.SUFFIX),
+                )
+            )
 
     def commands(self) -> list[tuple[str, str]]:
         """``(task, command line)`` for every task: what ``start()`` runs, ready to paste."""
@@ -357,8 +428,12 @@ class Cluster:
                     pending.remove(p)
             if pending and time.monotonic() > deadline:
                 why = "; ".join(h for launcher, group in _by_launcher(pending) if (h := launcher.unready_hint(group)))
-                raise ClusterTimeout(time.monotonic() - self._t_start, [p.task.name for p in pending],
-                                     what="bring every server up", detail=why)
+                raise ClusterTimeout(
+                    time.monotonic() - self._t_start,
+                    [p.task.name for p in pending],
+                    what="bring every server up",
+                    detail=why,
+                )
             if pending:
                 time.sleep(POLL_S)
         self._raise_on_failure()  # a task that exited in the last round (its peers were up at once)
@@ -501,12 +576,22 @@ class Cluster:
             p.ended = "failed"
         log_tail = task_log_tail(first.log_path, 30)
         if first.returncode == EXIT_PORT_IN_USE:
-            raise PortInUse(first.task.name, first.task.address, returncode=first.returncode, log_tail=log_tail,
-                            log_path=first.log_path)
+            raise PortInUse(
+                first.task.name,
+                first.task.address,
+                returncode=first.returncode,
+                log_tail=log_tail,
+                log_path=first.log_path,
+            )
         hint = log_hint(log_tail) or first.launcher.failure_hint(first, log_tail)
-        raise TaskFailed(first.task.name, first.returncode, log_tail, first.log_path,
-                         detail=self._where(first) + (f" ({hint})" if hint else ""),
-                         consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others})
+        raise TaskFailed(
+            first.task.name,
+            first.returncode,
+            log_tail,
+            first.log_path,
+            detail=self._where(first) + (f" ({hint})" if hint else ""),
+            consequences={p.task.name: describe_exit(p.returncode) + self._where(p) for p in others},
+        )
 
     @staticmethod
     def _failed_on_its_own(p: TaskProcess) -> bool:
@@ -523,8 +608,9 @@ class Cluster:
         own_end = None
         if p.launcher.files_here:
             try:
-                own_end = (_read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json")) or {}) \
-                    .get("ended_epoch")
+                own_end = (_read_json(self.run_dir / task_file(p.task.type, p.task.index, ".json")) or {}).get(
+                    "ended_epoch"
+                )
             except ValueError:  # half written: it was still ending
                 pass
         return (p.injected is None, not (p.returncode or 0) < 0, own_end or p.t_end_epoch or float("inf"))
@@ -560,8 +646,10 @@ class Cluster:
         try:
             self._deliver()  # what the tasks said before they went (a subscriber's error must not stop the teardown)
         except Exception as e:
-            print(f"labkit: an event subscriber failed while {self.run_dir} stopped: {type(e).__name__}: {e}",
-                  file=sys.stderr)
+            print(
+                f"labkit: an event subscriber failed while {self.run_dir} stopped: {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
         self._state = "stopped"
         if interrupted is not None:
             raise interrupted
@@ -661,10 +749,19 @@ class Cluster:
                     ended = "exited"
                 p.ended = ended
             wall = (p.t_end - p.t_start) if p.t_end and p.t_start else None
-            tasks.append(TaskOutcome(p.task.name, p.task.type, p.task.index, p.task.host, ended, rc, wall,
-                                     p.log_path, result))
-        res = ClusterResult(self.program, self.run_dir, self.spec.as_dict(), tasks, self.startup_s, self.teardown_s,
-                            time.monotonic() - self._t_start if self._t_start else None, notes)
+            tasks.append(
+                TaskOutcome(p.task.name, p.task.type, p.task.index, p.task.host, ended, rc, wall, p.log_path, result)
+            )
+        res = ClusterResult(
+            self.program,
+            self.run_dir,
+            self.spec.as_dict(),
+            tasks,
+            self.startup_s,
+            self.teardown_s,
+            time.monotonic() - self._t_start if self._t_start else None,
+            notes,
+        )
         return res.save()
 
     # ------------------------------------------------------------------- status
@@ -680,8 +777,13 @@ class Cluster:
         out = {}
         for p in self._procs:
             rc = p.poll() if p.proc else None
-            out[p.task.name] = ("new" if p.proc is None else "running" if rc is None
-                                else p.ended or ("exited" if rc == 0 else f"failed ({rc})"))
+            out[p.task.name] = (
+                "new"
+                if p.proc is None
+                else "running"
+                if rc is None
+                else p.ended or ("exited" if rc == 0 else f"failed ({rc})")
+            )
         return out
 
     def pids(self) -> dict[str, int]:
@@ -727,8 +829,9 @@ def placed(spec: ClusterSpec, launcher: str | None = None) -> ClusterSpec:
     return _assign_launchers(spec, launcher, settings)[0]
 
 
-def _assign_launchers(spec: ClusterSpec, name: str | None, settings: Settings) \
-        -> tuple[ClusterSpec, dict[str, Launcher]]:
+def _assign_launchers(
+    spec: ClusterSpec, name: str | None, settings: Settings
+) -> tuple[ClusterSpec, dict[str, Launcher]]:
     """The spec as the launchers place it, and each task's launcher (by task name): one
     launcher object per way, shared by the tasks it starts."""
     chosen = launchers.choose(name, spec, settings.local_hosts)
@@ -748,8 +851,10 @@ def _check_options(options: dict, ways: list[str]) -> None:
     if left:  # the others are imported only now, to tell a typo from another launcher's key
         unknown = sorted(left - {key for way in launchers.names() for key in launchers.get(way).OPTIONS})
         if unknown:
-            raise ValueError(f"launcher_options {unknown} are not the {' or '.join(ways)} launcher's; it takes "
-                             f"{', '.join(sorted(own)) or 'none'}")
+            raise ValueError(
+                f"launcher_options {unknown} are not the {' or '.join(ways)} launcher's; it takes "
+                f"{', '.join(sorted(own)) or 'none'}"
+            )
 
 
 def _by_launcher(procs: list[TaskProcess]) -> list[tuple[Launcher, list[TaskProcess]]]:

@@ -34,6 +34,7 @@ other tasks' are shown; a ``ClusterTimeout`` shows the tasks still running.
 ``log_tail(c, "worker:0")`` shows the end of a task's log in the notebook (also for a
 ``ClusterResult`` or a ``TaskFailed``).
 """
+
 from __future__ import annotations
 
 import html
@@ -59,9 +60,16 @@ class LiveView:
     ``live``: force live (True) or headless (False) instead of ``is_live()``.
     """
 
-    def __init__(self, cluster, refresh: float = DEFAULT_REFRESH_S, interval: float = 0.5,
-                 window: float = DEFAULT_WINDOW_S, static: bool = True, title: str | None = None,
-                 live: bool | None = None):
+    def __init__(
+        self,
+        cluster,
+        refresh: float = DEFAULT_REFRESH_S,
+        interval: float = 0.5,
+        window: float = DEFAULT_WINDOW_S,
+        static: bool = True,
+        title: str | None = None,
+        live: bool | None = None,
+    ):
         for name, value, low in (("refresh", refresh, 0.2), ("interval", interval, 0.05), ("window", window, 1.0)):
             if not isinstance(value, (int, float)) or not value >= low:
                 raise ValueError(f"{name}={value!r}: give seconds >= {low}")
@@ -73,17 +81,17 @@ class LiveView:
         self.title = title or f"{cluster.module.rsplit('.', 1)[-1]}: {cluster.run_dir.name}"
         # live needs a kernel to display into; outside one (a script) there is only the end
         self.live = (is_live() if live is None else bool(live)) and _kernel_shell() is not None
-        self.updates = 0             # redraws done (live)
-        self.figures = 0             # of which drew the figure (once the first samples are in)
+        self.updates = 0  # redraws done (live)
+        self.figures = 0  # of which drew the figure (once the first samples are in)
         self.errors: list[str] = []  # a redraw that failed stops the live updates, never the run
-        self._samplers: dict[str, object] = {}   # task -> ResourceSampler of its local pid
+        self._samplers: dict[str, object] = {}  # task -> ResourceSampler of its local pid
         self._pids: dict[str, int] = {}
         self._netns: dict[str, tuple | None] = {}  # task -> the network namespace its sampler counts
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._table = self._figure = None         # IPython DisplayHandles (live)
+        self._table = self._figure = None  # IPython DisplayHandles (live)
         self._t0 = None
-        self._progress: dict[str, str] = {}       # task -> where it is, from its latest event
+        self._progress: dict[str, str] = {}  # task -> where it is, from its latest event
         self._unsubscribe = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -219,12 +227,20 @@ class LiveView:
             last = s.latest() if s is not None else None
             dt = (last or {}).get("dt") or float("nan")
             nics = "-" if s is None else ", ".join(s.nics) if s.nics is not None else "all, lo included"
-            rows.append({"task": t.name, "host": t.host, "state": status.get(t.name, "new"),
-                         "progress": self._progress.get(t.name, ""), "nics": nics,
-                         "cpu_pct": (last or {}).get("proc_cpu"), "rss_bytes": (last or {}).get("proc_rss"),
-                         "host_cpu_pct": None if last is None else last["cpu_user"] + last["cpu_system"],
-                         "net_recv_per_s": None if last is None else last["net_recv"] / dt,
-                         "net_sent_per_s": None if last is None else last["net_sent"] / dt})
+            rows.append(
+                {
+                    "task": t.name,
+                    "host": t.host,
+                    "state": status.get(t.name, "new"),
+                    "progress": self._progress.get(t.name, ""),
+                    "nics": nics,
+                    "cpu_pct": (last or {}).get("proc_cpu"),
+                    "rss_bytes": (last or {}).get("proc_rss"),
+                    "host_cpu_pct": None if last is None else last["cpu_user"] + last["cpu_system"],
+                    "net_recv_per_s": None if last is None else last["net_recv"] / dt,
+                    "net_sent_per_s": None if last is None else last["net_sent"] / dt,
+                }
+            )
         return pd.DataFrame(rows).set_index("task")
 
     def live_figure(self):
@@ -287,11 +303,18 @@ class LiveView:
             return f"{value:.0f}"
 
         head = "".join(f"<th>{html.escape(c)}</th>" for c in ["task", *t.columns])
-        body = "".join("<tr><td>" + html.escape(name) + "</td>"
-                       + "".join(f"<td>{html.escape(fmt(c, row[c]))}</td>" for c in t.columns) + "</tr>"
-                       for name, row in t.iterrows())
-        return (f"<b>{html.escape(self.title)}</b> &middot; {elapsed:.0f} s &middot; cpu_pct: 100 = one core; "
-                f"network: the task's node, on the NICs named<table><tr>{head}</tr>{body}</table>")
+        body = "".join(
+            "<tr><td>"
+            + html.escape(name)
+            + "</td>"
+            + "".join(f"<td>{html.escape(fmt(c, row[c]))}</td>" for c in t.columns)
+            + "</tr>"
+            for name, row in t.iterrows()
+        )
+        return (
+            f"<b>{html.escape(self.title)}</b> &middot; {elapsed:.0f} s &middot; cpu_pct: 100 = one core; "
+            f"network: the task's node, on the NICs named<table><tr>{head}</tr>{body}</table>"
+        )
 
     def _error(self, message: str) -> None:
         self.errors.append(message)
@@ -300,11 +323,18 @@ class LiveView:
 
 def _progress(e) -> str | None:
     """A few words on where a task is, from one of its events; None for an event that says nothing new."""
-    what = {"started": lambda: "started", "mark": lambda: e.label, "config_started": lambda: f"config {e.name}",
-            "resumed": lambda: f"resumed after epoch {e.start_epoch}", "epoch": lambda: f"epoch {e.epoch}/{e.epochs}",
-            "step": lambda: f"step {e.step}", "eval": lambda: f"{e.run + ', ' if e.run else ''}step {e.global_step}",
-            "done": lambda: f"{e.run + ' ' if e.run else ''}done", "peer_failure": lambda: e.error,
-            "ended": lambda: e.shutdown}.get(e.kind)
+    what = {
+        "started": lambda: "started",
+        "mark": lambda: e.label,
+        "config_started": lambda: f"config {e.name}",
+        "resumed": lambda: f"resumed after epoch {e.start_epoch}",
+        "epoch": lambda: f"epoch {e.epoch}/{e.epochs}",
+        "step": lambda: f"step {e.step}",
+        "eval": lambda: f"{e.run + ', ' if e.run else ''}step {e.global_step}",
+        "done": lambda: f"{e.run + ' ' if e.run else ''}done",
+        "peer_failure": lambda: e.error,
+        "ended": lambda: e.shutdown,
+    }.get(e.kind)
     return what() if what else None
 
 
@@ -314,6 +344,7 @@ def watch(cluster, **kwargs) -> LiveView:
 
 
 # ---------------------------------------------------------------------------- log tails
+
 
 class LogTail:
     """The last lines of one or more task logs; shows as preformatted text in a notebook."""
@@ -327,8 +358,11 @@ class LogTail:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return "".join(f"<b>{html.escape(title)}</b><pre style='max-height: 24em; overflow: auto'>"
-                       f"{html.escape(text or '(empty)')}</pre>" for title, text in self.parts)
+        return "".join(
+            f"<b>{html.escape(title)}</b><pre style='max-height: 24em; overflow: auto'>"
+            f"{html.escape(text or '(empty)')}</pre>"
+            for title, text in self.parts
+        )
 
 
 def log_tail(source, task: str | list[str] | None = None, lines: int = 30) -> LogTail:
@@ -358,6 +392,7 @@ def log_tail(source, task: str | list[str] | None = None, lines: int = 30) -> Lo
 
 
 # ---------------------------------------------------------------------------- helpers
+
 
 def _node_nics(pid: int) -> dict:
     """The sampler's network options for a task: on an emulated node (a network namespace other

@@ -22,6 +22,7 @@ Hosts whose remote directory is one shared directory (an NFS home) are installed
 parallel. Every failure names the host, the step, the exit code, the end of the output and
 the likely fix (``NodeError``).
 """
+
 from __future__ import annotations
 
 import io
@@ -36,8 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.distributed.launch import VersionSkew, check_versions, local_addresses
-from labkit.distributed.launchers.ssh import (EXIT_NO_KIT, SshOptions, missing_line, node_label, remote_failure_hint,
-                                  remote_returncode)
+from labkit.distributed.launchers.ssh import (
+    EXIT_NO_KIT,
+    SshOptions,
+    missing_line,
+    node_label,
+    remote_failure_hint,
+    remote_returncode,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = ".venv/bin/python"
@@ -46,11 +53,13 @@ DEFAULT_DATASETS = ("mnist", "a9a")
 _SKIP_DIRS = {".git", ".venv", "data", "runs", "out", "release", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
 # The node's versions; its Python's even where the kit does not import there (a .venv made with
 # another Python, without the kit's packages): that is what VersionSkew then shows.
-_VERSIONS = ("import json, platform, socket\n"
-             "v = {'python': platform.python_version()}\n"
-             "try:\n    from labkit.wire.protocol import versions\n    v = versions()\n"
-             "except Exception as e:\n    v['error'] = f'{type(e).__name__}: {e}'\n"
-             "print(json.dumps({'host': socket.gethostname(), 'versions': v}))")
+_VERSIONS = (
+    "import json, platform, socket\n"
+    "v = {'python': platform.python_version()}\n"
+    "try:\n    from labkit.wire.protocol import versions\n    v = versions()\n"
+    "except Exception as e:\n    v['error'] = f'{type(e).__name__}: {e}'\n"
+    "print(json.dumps({'host': socket.gethostname(), 'versions': v}))"
+)
 
 
 class NodeError(RuntimeError):
@@ -65,8 +74,9 @@ class NodeError(RuntimeError):
 @dataclass
 class Node:
     """What ``setup``/``check`` found on one host."""
+
     host: str
-    shares_with: str | None = None      # another host whose remote directory is the same one
+    shares_with: str | None = None  # another host whose remote directory is the same one
     steps: list[str] = field(default_factory=list)
     hostname: str | None = None
     versions: dict | None = None
@@ -80,13 +90,15 @@ class Remote:
         o = self.options  # what the steps and messages name:
         self.ssh, self.remote_dir, self.remote_python = o.ssh, o.remote_dir, o.remote_python
 
-    def run(self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None,
-            in_dir: bool = True) -> str:
+    def run(
+        self, host: str, command: str, step: str, timeout: float, stdin: bytes | None = None, in_dir: bool = True
+    ) -> str:
         """Run ``command`` (in the remote directory unless ``in_dir=False``); its output, or ``NodeError``.
         The node stops it at ``timeout``: a pip install must not run on under the next attempt's feet."""
         try:
-            done = self.options.run(host, command, timeout + 30, in_kit=in_dir, remote_timeout=timeout, input=stdin,
-                                    text=False)
+            done = self.options.run(
+                host, command, timeout + 30, in_kit=in_dir, remote_timeout=timeout, input=stdin, text=False
+            )
         except subprocess.TimeoutExpired:
             raise NodeError(host, step, "timeout", "", f"no answer within {timeout + 30:.0f} s") from None
         except OSError as e:
@@ -95,8 +107,9 @@ class Remote:
         if done.returncode == 124:  # coreutils timeout stopped it
             raise NodeError(host, step, "timeout", out, f"did not finish within {timeout:.0f} s, so it was stopped")
         if done.returncode != 0:
-            hint = remote_failure_hint(host, remote_returncode(done.returncode), out, self.remote_dir,
-                                       self.remote_python)
+            hint = remote_failure_hint(
+                host, remote_returncode(done.returncode), out, self.remote_dir, self.remote_python
+            )
             raise NodeError(host, step, done.returncode, out, hint)
         return done.stdout.decode("utf-8", "replace")
 
@@ -105,15 +118,23 @@ def kit_files(root: Path = REPO) -> list[str]:
     """The kit's files, relative to ``root``: git's tracked and not-ignored untracked files,
     else (no git) every file outside build, data and output folders."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                             capture_output=True, timeout=60, check=True).stdout.decode()
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout.decode()
         files = [f for f in out.split("\0") if f and (root / f).is_file()]
         if files:
             return files
     except (OSError, subprocess.SubprocessError):
         pass
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(root).parts))
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(root).parts)
+    )
 
 
 def kit_tarball(root: Path = REPO) -> bytes:
@@ -149,12 +170,23 @@ def _printer(log):
         if log is not None:
             with lock:
                 log(f"[{host}] {message}")
+
     return say
 
 
-def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON,
-          install: str = DEFAULT_INSTALL, datasets=DEFAULT_DATASETS, data_mirror: str | None = None,
-          copy: bool = True, log=print, install_timeout: float = 3600) -> list[Node]:
+def setup(
+    hosts,
+    *,
+    ssh=None,
+    remote_dir: str | None = None,
+    remote_python: str = DEFAULT_PYTHON,
+    install: str = DEFAULT_INSTALL,
+    datasets=DEFAULT_DATASETS,
+    data_mirror: str | None = None,
+    copy: bool = True,
+    log=print,
+    install_timeout: float = 3600,
+) -> list[Node]:
     """Copy, install, fetch data and check on every host (see the module docstring).
     Raises ``NodeError`` (naming the first node that cannot be reached or copied to, else every
     node whose install, data fetch or check failed) or ``VersionSkew``."""
@@ -166,9 +198,14 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
     tarball = kit_tarball() if copy else b""
     for node in nodes:  # in order: a host that sees an earlier host's token shares its directory
         token = f"labkit-setup {session} {node.host}"
-        seen = remote.run(node.host, f"mkdir -p {shlex.quote(remote.remote_dir)} && cd {shlex.quote(remote.remote_dir)}"
-                          f" && (cat .labkit-setup 2>/dev/null || true) && echo {shlex.quote(token)} > .labkit-setup",
-                          "connect", timeout=60, in_dir=False).strip()
+        seen = remote.run(
+            node.host,
+            f"mkdir -p {shlex.quote(remote.remote_dir)} && cd {shlex.quote(remote.remote_dir)}"
+            f" && (cat .labkit-setup 2>/dev/null || true) && echo {shlex.quote(token)} > .labkit-setup",
+            "connect",
+            timeout=60,
+            in_dir=False,
+        ).strip()
         node.shares_with = next((h for h, t in tokens.items() if t == seen), None)
         tokens[node.host] = token
         if node.shares_with:
@@ -189,10 +226,14 @@ def setup(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str 
         if datasets:
             mirror = f" --mirror {shlex.quote(str(data_mirror))}" if data_mirror else ""
             args = "".join(f" --dataset {shlex.quote(d)}" for d in datasets)
-            out = remote.run(node.host, f"{shlex.quote(remote.remote_python)} -m labkit data fetch{args}{mirror}",
-                             "fetch the data", timeout=1800)
+            out = remote.run(
+                node.host,
+                f"{shlex.quote(remote.remote_python)} -m labkit data fetch{args}{mirror}",
+                "fetch the data",
+                timeout=1800,
+            )
             node.steps.append("data")
-            for line in out.strip().splitlines()[-len(datasets):]:
+            for line in out.strip().splitlines()[-len(datasets) :]:
                 say(node.host, line)
         return node
 
@@ -211,14 +252,19 @@ def _drop_other_venv(remote: Remote, host: str) -> bool:
     """Remove ``host``'s .venv if another Python made it: ``make setup`` would keep it (it only
     checks that .venv/bin/python runs), and its packages are not the kit's for this Python."""
     py = shlex.quote(remote.remote_python)
-    out = remote.run(host, f"v=$({py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null) || exit 0; "
-                           f"[ \"$v\" = {_python()} ] || {{ rm -rf .venv && echo removed; }}",
-                     "check the .venv's Python", timeout=120)
+    out = remote.run(
+        host,
+        f"v=$({py} -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null) || exit 0; "
+        f'[ "$v" = {_python()} ] || {{ rm -rf .venv && echo removed; }}',
+        "check the .venv's Python",
+        timeout=120,
+    )
     return "removed" in out
 
 
-def check(hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON,
-          log=print) -> list[Node]:
+def check(
+    hosts, *, ssh=None, remote_dir: str | None = None, remote_python: str = DEFAULT_PYTHON, log=print
+) -> list[Node]:
     """Every host answers over ssh, has the kit installed, and runs the versions this machine
     runs; ``NodeError`` or ``VersionSkew`` (with every node's versions) otherwise."""
     say = _printer(log)
@@ -232,15 +278,23 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
 
     def versions(node: Node) -> Node:
         missing = shlex.quote(missing_line(remote.remote_python))
-        out = remote.run(node.host, f"test -x {py} || {{ echo {missing} >&2; exit {EXIT_NO_KIT}; }}; "
-                                    f"{py} -c {shlex.quote(_VERSIONS)}",
-                         "check versions", timeout=120)
+        out = remote.run(
+            node.host,
+            f"test -x {py} || {{ echo {missing} >&2; exit {EXIT_NO_KIT}; }}; {py} -c {shlex.quote(_VERSIONS)}",
+            "check versions",
+            timeout=120,
+        )
         try:
             info = json.loads(out.strip().splitlines()[-1])
             node.hostname, node.versions = info["host"], info["versions"]
         except (IndexError, ValueError, KeyError, TypeError) as e:
-            raise NodeError(node.host, "check versions", 0, out,
-                            f"unexpected output ({type(e).__name__}: {e}); run the command by hand to see why") from None
+            raise NodeError(
+                node.host,
+                "check versions",
+                0,
+                out,
+                f"unexpected output ({type(e).__name__}: {e}); run the command by hand to see why",
+            ) from None
         return node
 
     try:
@@ -254,8 +308,13 @@ def _check(nodes: list[Node], remote: Remote, say) -> None:
     broken = [n for n in nodes if "error" in n.versions]
     if broken:
         n = broken[0]
-        raise NodeError(n.host, "check versions", 1, n.versions["error"],
-                        "the kit does not import there: its .venv is incomplete; run `make cluster-setup` again")
+        raise NodeError(
+            n.host,
+            "check versions",
+            1,
+            n.versions["error"],
+            "the kit does not import there: its .venv is incomplete; run `make cluster-setup` again",
+        )
     for n in nodes:
         say(n.host, _ok(n))
 
@@ -279,8 +338,12 @@ def _parallel(fn, nodes: list[Node]) -> None:
         raise errors[0]
     if errors:
         first = errors[0]
-        raise NodeError(", ".join(e.host for e in errors), first.step, first.returncode,
-                        "\n".join(str(e).splitlines()[0] for e in errors))  # each node's error and hint
+        raise NodeError(
+            ", ".join(e.host for e in errors),
+            first.step,
+            first.returncode,
+            "\n".join(str(e).splitlines()[0] for e in errors),
+        )  # each node's error and hint
 
 
 def resource_csvs(run_dir, out, dstat: bool = False) -> list[Path]:
@@ -292,12 +355,15 @@ def resource_csvs(run_dir, out, dstat: bool = False) -> list[Path]:
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ValueError(f"{run_dir} does not exist; a lab's cluster runs are under runs/<lab>/ next to its notebook "
-                         f"(notebooks/runs/ in JupyterLab, runs/ for papermill run from the kit's folder): "
-                         f"`ls -d notebooks/runs/*/* runs/*/*/*` lists them")
+        raise ValueError(
+            f"{run_dir} does not exist; a lab's cluster runs are under runs/<lab>/ next to its notebook "
+            f"(notebooks/runs/ in JupyterLab, runs/ for papermill run from the kit's folder): "
+            f"`ls -d notebooks/runs/*/* runs/*/*/*` lists them"
+        )
     if not (run_dir / "cluster.json").is_file():
-        raise ValueError(f"{run_dir} is not a finished cluster run (no cluster.json); pass a run directory "
-                         f"such as runs/lab2/<run>")
+        raise ValueError(
+            f"{run_dir} is not a finished cluster run (no cluster.json); pass a run directory such as runs/lab2/<run>"
+        )
     result = ClusterResult.load(run_dir)
     out = Path(out)
     written = []

@@ -20,6 +20,7 @@ A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_s
 - ``Sweep.records(...)``: everything the notebook records for the grader, as a dict of
   JSON-able values (frames included); ``Sweep.record(...)`` records them all, in one call.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,8 +34,9 @@ from labkit.core import paths
 from labkit.wire.results import ClusterResult, TaskOutcome
 
 
-def make_cluster(lab: str, program: str, spec, *, name: str, run: str | None = None, tensorboard: bool = False,
-                 **kwargs):
+def make_cluster(
+    lab: str, program: str, spec, *, name: str, run: str | None = None, tensorboard: bool = False, **kwargs
+):
     """A (not yet started) ``labkit.distributed.launch.Cluster`` running ``program`` on ``spec``, in
     ``runs/<lab>/<run>``: the one way the labs make a cluster. ``run`` defaults to
     ``paths.run_name(name)`` (``<sweep>/<run>`` for a sweep's); ``tensorboard``: the tasks'
@@ -52,8 +54,10 @@ def describe(e: events.Event) -> str:
     """An event in a line for a lab's printout: the lab's words, whatever the task's log says."""
     if isinstance(e, events.Epoch):
         val = f" val_loss {e.val_loss:.4f} val_acc {e.val_accuracy:.4f}" if e.val_loss is not None else ""
-        return (f"epoch {e.epoch}/{e.epochs}: train_loss {e.train_loss:.4f}{val} {e.images_per_s:.0f} img/s "
-                f"{e.seconds:.1f} s")
+        return (
+            f"epoch {e.epoch}/{e.epochs}: train_loss {e.train_loss:.4f}{val} {e.images_per_s:.0f} img/s "
+            f"{e.seconds:.1f} s"
+        )
     if isinstance(e, events.Resumed):
         return f"resumed from the checkpoint of epoch {e.start_epoch}: {e.start_epoch} of {e.epochs} epochs done"
     figures = ", ".join(f"{k} {v:.4f}" for k, v in getattr(e, "metrics", {}).items() if isinstance(v, (int, float)))
@@ -73,6 +77,7 @@ def printer(log, kinds: tuple[str, ...]):
     def on_event(e: events.Event, label: str) -> None:
         if e.chief and e.kind in kinds:
             log(f"{label} | {describe(e)}")
+
     return on_event
 
 
@@ -103,8 +108,10 @@ def function_source(fn, name: str, signature: str, what: str) -> str:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
-        raise ValueError(f"cannot read the source of {name}; define it with `def` at the top level of a "
-                         f"notebook cell or a module ({e})") from None
+        raise ValueError(
+            f"cannot read the source of {name}; define it with `def` at the top level of a "
+            f"notebook cell or a module ({e})"
+        ) from None
     return "".join(line + "\n" for line in _module_imports(fn)) + source
 
 
@@ -128,6 +135,7 @@ def _module_imports(fn) -> list[str]:
 class Run:
     """One configuration and the cluster that ran it (subclasses: dataclasses whose fields are
     the configuration, then ``result``)."""
+
     result: ClusterResult
 
     @property
@@ -154,19 +162,23 @@ class Run:
         None matches anything."""
         names = list(self.config)
         if len(values) > len(names):
-            raise TypeError(f"{type(self).__name__} has {len(names)} configuration fields ({', '.join(names)}); "
-                            f"got {len(values)} values")
+            raise TypeError(
+                f"{type(self).__name__} has {len(names)} configuration fields ({', '.join(names)}); "
+                f"got {len(values)} values"
+            )
         wanted = {**dict(zip(names, values)), **config}
         unknown = set(wanted) - set(names)
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no configuration field {sorted(unknown)}; "
-                            f"fields: {', '.join(names)}")
+            raise TypeError(
+                f"{type(self).__name__} has no configuration field {sorted(unknown)}; fields: {', '.join(names)}"
+            )
         return all(v is None or self.config[k] == v for k, v in wanted.items())
 
 
 @dataclass
 class Sweep:
     """The runs of a list of configurations, the settings they ran with, and the lab's tables."""
+
     runs: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)
 

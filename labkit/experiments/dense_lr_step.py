@@ -7,6 +7,7 @@ so a worker reads all of ``w`` from the ps and pushes ``num_features`` (index, v
 its accumulator. It exists to measure report 001's traffic on emulated links (Lab 3, section 9);
 it is not Lab 3's exercise (that one returns one row per *distinct* feature of the batch).
 """
+
 from __future__ import annotations
 
 import tensorflow as tf

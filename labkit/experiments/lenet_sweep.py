@@ -27,6 +27,7 @@ baseline: TensorFlow's runtime and what the configurations before it left). Host
 (CPU, memory, network) are averaged over nodes, not summed over tasks: every task on a host
 sees the same host. The fault-tolerance demo starts clusters of its own.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,12 @@ RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "n
 # workers, batch size, average network receive and send (dstat, bytes/s), validation loss and
 # accuracy, time (s). The Idle row is left out.
 REPORT_000_TABLE = (
-    (1, 50, 56_494, 38_754, 0.1563, 0.9518, 9 * 60 + 48), (1, 100, 57_997, 23_030, 0.1674, 0.9527, 8 * 60 + 32),
-    (1, 200, 52_452, 24_094, 0.1469, 0.9571, 8 * 60 + 32), (2, 50, 9_691_353, 9_738_355, 0.1491, 0.9548, 19 * 60 + 29),
-    (2, 100, 7_211_978, 7_218_599, 0.2406, 0.9293, 9 * 60 + 7), (2, 200, 4_320_017, 4_306_106, 0.3467, 0.8997, 7 * 60 + 44),
+    (1, 50, 56_494, 38_754, 0.1563, 0.9518, 9 * 60 + 48),
+    (1, 100, 57_997, 23_030, 0.1674, 0.9527, 8 * 60 + 32),
+    (1, 200, 52_452, 24_094, 0.1469, 0.9571, 8 * 60 + 32),
+    (2, 50, 9_691_353, 9_738_355, 0.1491, 0.9548, 19 * 60 + 29),
+    (2, 100, 7_211_978, 7_218_599, 0.2406, 0.9293, 9 * 60 + 7),
+    (2, 200, 4_320_017, 4_306_106, 0.3467, 0.8997, 7 * 60 + 44),
     (3, 50, 11_666_126, 11_655_754, 0.1636, 0.9506, 18 * 60 + 33),
     (3, 100, 8_036_325, 8_038_431, 0.2529, 0.9249, 10 * 60 + 55),
     (3, 200, 5_071_573, 5_077_728, 0.3558, 0.9879, 9 * 60 + 0),
@@ -67,12 +71,20 @@ def report_000():
     (its 98.79% for 3 x 200 is most likely a typo: see the lab)."""
     import pandas as pd
 
-    columns = ["workers", "batch_size", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "val_loss", "val_accuracy",
-               "time_s"]
+    columns = [
+        "workers",
+        "batch_size",
+        "net_recv_bytes_per_s",
+        "net_sent_bytes_per_s",
+        "val_loss",
+        "val_accuracy",
+        "time_s",
+    ]
     return pd.DataFrame(REPORT_000_TABLE, columns=columns)
 
 
 # ------------------------------------------------------------------------------ one run
+
 
 def _epochs(log, label: str):
     """``on_event`` that logs the chief's epochs (and a resume) under ``label``; None without ``log``."""
@@ -80,10 +92,25 @@ def _epochs(log, label: str):
     return (lambda e: say(e, label)) if say else None
 
 
-def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int | None = 6000,
-                 test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, spec=None,
-                 checkpoint_dir=None, run: str | None = None, timeout: float = 900, sample_interval: float = 0.5,
-                 strategy: str = "mwms", model: str = MODEL, **task_args) -> Cluster:
+def make_cluster(
+    workers: int,
+    batch_size: int,
+    *,
+    epochs: int,
+    train_limit: int | None = 6000,
+    test_limit: int | None = 2000,
+    lr: float = 0.05,
+    seed: int = 0,
+    hosts=None,
+    spec=None,
+    checkpoint_dir=None,
+    run: str | None = None,
+    timeout: float = 900,
+    sample_interval: float = 0.5,
+    strategy: str = "mwms",
+    model: str = MODEL,
+    **task_args,
+) -> Cluster:
     """A (not yet started) cluster of ``workers`` tasks training LeNet with ring all-reduce.
 
     ``hosts``: a hosts file (or list) to place the workers on; None: 127.0.0.1. ``spec``
@@ -93,10 +120,26 @@ def make_cluster(workers: int, batch_size: int, *, epochs: int, train_limit: int
     the host-wide ``lo`` counters also carry other programs' traffic."""
     spec = spec or cluster.build(hosts=hosts or None, ps=0, workers=workers)
     return experiments.make_cluster(
-        LAB, PROGRAM, spec, name=f"w{workers}-b{batch_size}", run=run, tensorboard=True, timeout=timeout,
-        strategy=strategy, model=model, batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, train_limit=train_limit,
-        test_limit=test_limit, checkpoint_dir=checkpoint_dir, sample_interval=sample_interval, task_bytes=True,
-        **task_args)
+        LAB,
+        PROGRAM,
+        spec,
+        name=f"w{workers}-b{batch_size}",
+        run=run,
+        tensorboard=True,
+        timeout=timeout,
+        strategy=strategy,
+        model=model,
+        batch_size=batch_size,
+        epochs=epochs,
+        lr=lr,
+        seed=seed,
+        train_limit=train_limit,
+        test_limit=test_limit,
+        checkpoint_dir=checkpoint_dir,
+        sample_interval=sample_interval,
+        task_bytes=True,
+        **task_args,
+    )
 
 
 def train_cluster(workers: int, batch_size: int, *, log=print, label: str | None = None, **kwargs) -> ClusterResult:
@@ -109,9 +152,11 @@ def train_cluster(workers: int, batch_size: int, *, log=print, label: str | None
 
 # ------------------------------------------------------------------------------ sweep
 
+
 @dataclass
 class Run(experiments.Run):
     """One configuration, workers x per-worker batch size, and its cluster."""
+
     workers: int
     batch_size: int
     result: ClusterResult
@@ -124,6 +169,7 @@ class Run(experiments.Run):
 @dataclass
 class Sweep(experiments.Sweep):
     """The runs of a sweep (``Run``: workers x batch size) and the idle baseline, with the lab's tables."""
+
     idle: dict = field(default_factory=dict)
 
     def table(self):
@@ -135,10 +181,19 @@ class Sweep(experiments.Sweep):
         rows = []
         for run in self.runs:
             tr = run.train
-            rows.append({"config": run.label, "workers": run.workers, "batch_size": run.batch_size,
-                         **_node_average(run.result), "val_loss": tr["val_loss"], "val_accuracy": tr["val_accuracy"],
-                         "time_s": run.chief.timings["train_s"], "images_per_s": tr["images_per_s"],
-                         "wall_s": run.result.wall_s})
+            rows.append(
+                {
+                    "config": run.label,
+                    "workers": run.workers,
+                    "batch_size": run.batch_size,
+                    **_node_average(run.result),
+                    "val_loss": tr["val_loss"],
+                    "val_accuracy": tr["val_accuracy"],
+                    "time_s": run.chief.timings["train_s"],
+                    "images_per_s": tr["images_per_s"],
+                    "wall_s": run.result.wall_s,
+                }
+            )
         idle = {"config": "Idle", **{k: self.idle[k] for k in RESOURCE_COLUMNS}}
         return pd.DataFrame(rows + [idle]).set_index("config")
 
@@ -153,14 +208,24 @@ class Sweep(experiments.Sweep):
         for run in self.runs:
             for t in run.result:
                 res, tr = t.resources(), t.training
-                rows.append({"config": run.label, "task": t.name, "host": t.host,
-                             "ended": t.ended, "proc_cpu_pct": res.get("proc_cpu_pct"),
-                             "proc_rss_bytes": res.get("proc_rss_bytes"),
-                             "proc_rss_baseline_bytes": t.baseline.get("proc_rss_bytes"),
-                             "cpu_user_pct": res.get("cpu_user_pct"),
-                             "net_recv_bytes": res.get("net_recv_bytes"), "net_sent_bytes": res.get("net_sent_bytes"),
-                             "images_per_s": tr.get("images_per_s"), "bytes_per_step": worker_bytes(run.result, t),
-                             "train_s": t.timings.get("train_s"), "wall_s": t.wall_s})
+                rows.append(
+                    {
+                        "config": run.label,
+                        "task": t.name,
+                        "host": t.host,
+                        "ended": t.ended,
+                        "proc_cpu_pct": res.get("proc_cpu_pct"),
+                        "proc_rss_bytes": res.get("proc_rss_bytes"),
+                        "proc_rss_baseline_bytes": t.baseline.get("proc_rss_bytes"),
+                        "cpu_user_pct": res.get("cpu_user_pct"),
+                        "net_recv_bytes": res.get("net_recv_bytes"),
+                        "net_sent_bytes": res.get("net_sent_bytes"),
+                        "images_per_s": tr.get("images_per_s"),
+                        "bytes_per_step": worker_bytes(run.result, t),
+                        "train_s": t.timings.get("train_s"),
+                        "wall_s": t.wall_s,
+                    }
+                )
         return pd.DataFrame(rows).set_index(["config", "task"])
 
     def curves(self):
@@ -172,8 +237,15 @@ class Sweep(experiments.Sweep):
         for run in self.runs:
             for h in run.train["history"]:
                 for metric in ("val_accuracy", "val_loss"):
-                    rows.append({"workers": run.workers, "batch_size": run.batch_size, "epoch": h["epoch"],
-                                 "metric": metric, "value": h[metric]})
+                    rows.append(
+                        {
+                            "workers": run.workers,
+                            "batch_size": run.batch_size,
+                            "epoch": h["epoch"],
+                            "metric": metric,
+                            "value": h[metric],
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def throughput(self):
@@ -188,10 +260,19 @@ class Sweep(experiments.Sweep):
             measured = [m for m in measured if m is not None]
             analytic = 2 * (n - 1) / n * tr["model_bytes"]  # 2(N-1) rounds of the ring, a chunk of M/N sent in each
             mean = sum(measured) / len(measured) if measured else math.nan
-            rows.append({"config": run.label, "workers": n, "batch_size": run.batch_size,
-                         "global_batch": tr["global_batch"], "images_per_s": tr["images_per_s"],
-                         "step_time_s": tr["step_time_s"], "bytes_per_step": mean, "analytic_bytes": analytic,
-                         "measured_over_analytic": mean / analytic if analytic else math.nan})
+            rows.append(
+                {
+                    "config": run.label,
+                    "workers": n,
+                    "batch_size": run.batch_size,
+                    "global_batch": tr["global_batch"],
+                    "images_per_s": tr["images_per_s"],
+                    "step_time_s": tr["step_time_s"],
+                    "bytes_per_step": mean,
+                    "analytic_bytes": analytic,
+                    "measured_over_analytic": mean / analytic if analytic else math.nan,
+                }
+            )
         return pd.DataFrame(rows).set_index("config")
 
     def best(self, within: float = 0.005) -> dict:
@@ -201,16 +282,25 @@ class Sweep(experiments.Sweep):
         good = t[t["val_accuracy"] >= t["val_accuracy"].max() - within]
         config = good["time_s"].idxmin()
         row = t.loc[config]
-        return {"config": config, "workers": int(row["workers"]), "batch_size": int(row["batch_size"]),
-                "val_accuracy": float(row["val_accuracy"]), "time_s": float(row["time_s"]),
-                "rule": f"fastest within {within * 100:.1f} points of the best validation accuracy"}
+        return {
+            "config": config,
+            "workers": int(row["workers"]),
+            "batch_size": int(row["batch_size"]),
+            "val_accuracy": float(row["val_accuracy"]),
+            "time_s": float(row["time_s"]),
+            "rule": f"fastest within {within * 100:.1f} points of the best validation accuracy",
+        }
 
     def records(self, fault: dict | None = None) -> dict:
         """What the notebook records for the grader: the sweep table, the tasks, throughput,
         the best configuration and the settings; with ``fault`` (``fault_tolerance``'s dict),
         its ``resume_evidence``."""
-        out = {"sweep_table": self.table().reset_index(), "tasks": self.tasks().reset_index(),
-               "throughput": self.throughput().reset_index(), "best_config": self.best()}
+        out = {
+            "sweep_table": self.table().reset_index(),
+            "tasks": self.tasks().reset_index(),
+            "throughput": self.throughput().reset_index(),
+            "best_config": self.best(),
+        }
         if fault is not None:
             out["resume_evidence"] = resume_evidence(fault)
         out["settings"] = self.settings
@@ -238,9 +328,23 @@ def _node_average(result: ClusterResult) -> dict:
     return {k: sum(v) / len(v) if v else math.nan for k, v in values.items()}
 
 
-def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, train_limit: int | None = 6000,
-          test_limit: int | None = 2000, lr: float = 0.05, seed: int = 0, hosts=None, idle: dict | None = None,
-          idle_s: float = 3.0, progress: bool = True, log=print, timeout: float = 900, **kwargs) -> Sweep:
+def sweep(
+    workers=(1, 2, 3),
+    batch_sizes=(50, 100, 200),
+    *,
+    epochs: int = 2,
+    train_limit: int | None = 6000,
+    test_limit: int | None = 2000,
+    lr: float = 0.05,
+    seed: int = 0,
+    hosts=None,
+    idle: dict | None = None,
+    idle_s: float = 3.0,
+    progress: bool = True,
+    log=print,
+    timeout: float = 900,
+    **kwargs,
+) -> Sweep:
     """Train LeNet once per (workers, per-worker batch size): one cluster per worker count, whose
     batch sizes run one after the other in it, each from scratch (``labkit.experiments.shared``).
 
@@ -252,25 +356,50 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
         for w in workers:
             for b in batch_sizes:
                 if train_limit < w * b:
-                    raise ValueError(f"train_limit={train_limit} is less than one global batch of {w} workers x "
-                                     f"{b} = {w * b}; raise train_limit or lower the batch sizes")
-    settings = {"workers": list(workers), "batch_sizes": list(batch_sizes), "epochs": epochs,
-                "train_limit": train_limit, "test_limit": test_limit, "lr": lr, "seed": seed,
-                "hosts": str(hosts) if hosts else None, "model": kwargs.get("model", MODEL),
-                "steps_per_epoch": kwargs.get("steps_per_epoch")}
+                    raise ValueError(
+                        f"train_limit={train_limit} is less than one global batch of {w} workers x "
+                        f"{b} = {w * b}; raise train_limit or lower the batch sizes"
+                    )
+    settings = {
+        "workers": list(workers),
+        "batch_sizes": list(batch_sizes),
+        "epochs": epochs,
+        "train_limit": train_limit,
+        "test_limit": test_limit,
+        "lr": lr,
+        "seed": seed,
+        "hosts": str(hosts) if hosts else None,
+        "model": kwargs.get("model", MODEL),
+        "steps_per_epoch": kwargs.get("steps_per_epoch"),
+    }
     result = Sweep(settings=settings, idle=idle if idle is not None else idle_baseline(idle_s))
     base = paths.run_name("sweep")
     printed = experiments.config_printer(log, ("epoch", "resumed"))
     with tqdm(total=len(workers) * len(batch_sizes), desc="sweep", unit="run", disable=not progress) as bar:
         for w in workers:
-            configs = [shared.Config(f"w{w}-b{b}", f"{w} x {b}", {
-                "batch_size": b, "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/w{w}-b{b}") / "tensorboard")})
-                for b in batch_sizes]
+            configs = [
+                shared.Config(
+                    f"w{w}-b{b}",
+                    f"{w} x {b}",
+                    {"batch_size": b, "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/w{w}-b{b}") / "tensorboard")},
+                )
+                for b in batch_sizes
+            ]
 
             def make(w=w, **shared_args):
-                return make_cluster(w, batch_sizes[0], epochs=epochs, train_limit=train_limit, test_limit=test_limit,
-                                    lr=lr, seed=seed, hosts=hosts, run=f"{base}/cluster-w{w}", **kwargs,
-                                    **shared_args)
+                return make_cluster(
+                    w,
+                    batch_sizes[0],
+                    epochs=epochs,
+                    train_limit=train_limit,
+                    test_limit=test_limit,
+                    lr=lr,
+                    seed=seed,
+                    hosts=hosts,
+                    run=f"{base}/cluster-w{w}",
+                    **kwargs,
+                    **shared_args,
+                )
 
             results = shared.run(make, configs, timeout=timeout, bar=bar, on_event=printed)
             result.runs += [Run(w, b, r) for b, r in zip(batch_sizes, results)]
@@ -282,9 +411,19 @@ def sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), *, epochs: int = 2, tra
 SURVIVOR_WAIT_S = 60.0  # how long the survivors of a kill may take to meet TensorFlow's error
 
 
-def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, kill_after_epoch: int = 1,
-                    kill: str = "worker:1", reference: ClusterResult | Sweep | None = None,
-                    survivor_wait_s: float = SURVIVOR_WAIT_S, log=print, progress: bool = True, **settings) -> dict:
+def fault_tolerance(
+    workers: int = 2,
+    batch_size: int = 50,
+    *,
+    epochs: int = 3,
+    kill_after_epoch: int = 1,
+    kill: str = "worker:1",
+    reference: ClusterResult | Sweep | None = None,
+    survivor_wait_s: float = SURVIVOR_WAIT_S,
+    log=print,
+    progress: bool = True,
+    **settings,
+) -> dict:
     """Kill a worker mid-training, let the survivors meet TensorFlow's own error, restart the
     same cluster, resume from the checkpoints. ``settings`` are ``make_cluster``'s (train_limit,
     lr, seed, hosts, timeout, ``collective_timeout`` for the tasks ...).
@@ -323,8 +462,16 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
         peer, failure = _interrupt(first, kill, kill_after_epoch, survivor_wait_s, log)
         bar.update()
         bar.set_postfix_str("resumed")
-        resumed = train_cluster(workers, batch_size, spec=first.spec, checkpoint_dir=ckpt, run=f"{base}/resumed",
-                                log=log, label="resumed", **settings)
+        resumed = train_cluster(
+            workers,
+            batch_size,
+            spec=first.spec,
+            checkpoint_dir=ckpt,
+            run=f"{base}/resumed",
+            log=log,
+            label="resumed",
+            **settings,
+        )
         bar.update()
         if reference is None:
             bar.set_postfix_str("reference")
@@ -332,15 +479,28 @@ def fault_tolerance(workers: int = 2, batch_size: int = 50, *, epochs: int = 3, 
                 log("uninterrupted reference run, same settings and seed")
             reference = train_cluster(workers, batch_size, run=f"{base}/reference", log=log, **settings)
             bar.update()
-    return _fault_report(workers, batch_size, epochs, settings.get("seed", 0), kill, kill_after_epoch, ckpt, peer,
-                         failure, resumed, reference)
+    return _fault_report(
+        workers,
+        batch_size,
+        epochs,
+        settings.get("seed", 0),
+        kill,
+        kill_after_epoch,
+        ckpt,
+        peer,
+        failure,
+        resumed,
+        reference,
+    )
 
 
 def _check_fault(workers: int, epochs: int, kill_after_epoch: int, kill: str, survivor_wait_s: float) -> None:
     """The demo's settings, checked before anything starts."""
     if not 1 <= kill_after_epoch < epochs:
-        raise ValueError(f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
-                         f"so that the kill lands mid-training")
+        raise ValueError(
+            f"kill_after_epoch={kill_after_epoch} must be at least 1 and below epochs={epochs}, "
+            f"so that the kill lands mid-training"
+        )
     if workers < 2:
         raise ValueError(f"workers={workers}: losing a worker needs at least 2")
     names = [f"worker:{i}" for i in range(workers)]
@@ -370,8 +530,10 @@ def _interrupt(c: Cluster, kill: str, after_epoch: int, bound: float, log) -> tu
         try:
             c.kill(kill)
         except ValueError:  # the only ValueError left: the task is no longer running
-            raise RuntimeError(f"{kill} finished before it could be killed; raise epochs or train_limit so that "
-                               f"epoch {after_epoch + 1} lasts a few seconds") from None
+            raise RuntimeError(
+                f"{kill} finished before it could be killed; raise epochs or train_limit so that "
+                f"epoch {after_epoch + 1} lasts a few seconds"
+            ) from None
         survivors = [name for name in saved if name != kill]
         waited = _await_exits(c, survivors, bound)
         failure = _task_failed(c)
@@ -384,23 +546,39 @@ def _interrupt(c: Cluster, kill: str, after_epoch: int, bound: float, log) -> tu
     return peer, failure
 
 
-def _fault_report(workers, batch_size, epochs, seed, kill, kill_after_epoch, ckpt, peer, failure, resumed,
-                  reference) -> dict:
+def _fault_report(
+    workers, batch_size, epochs, seed, kill, kill_after_epoch, ckpt, peer, failure, resumed, reference
+) -> dict:
     """``fault_tolerance``'s dict: the kill, what the survivors met, the resume against the reference."""
     res, ref = resumed.chief().training, reference.chief().training
     start = res["start_epoch"]
     checkpointed = next((h["weights_sha256"] for h in res["history"] if h["epoch"] == start), None)
     return {
-        "workers": workers, "batch_size": batch_size, "epochs": epochs, "seed": seed, "killed": kill,
-        "kill_after_epoch": kill_after_epoch, "run_dir": str(ckpt.parent), "checkpoint_dir": str(ckpt),
-        "peer_failure": peer, "failure": failure,
-        "resumed": {"start_epoch": start, "first_epoch_trained": start + 1,
-                    "restored_weights_sha256": res["restored_weights_sha256"],
-                    "checkpointed_weights_sha256": checkpointed,
-                    "restored_checkpointed_weights": res["restored_weights_sha256"] == checkpointed,
-                    "history": res["history"], "val_accuracy": res["val_accuracy"], "run_dir": str(resumed.run_dir)},
-        "reference": {"history": ref["history"], "val_accuracy": ref["val_accuracy"],
-                      "run_dir": str(reference.run_dir)},
+        "workers": workers,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "seed": seed,
+        "killed": kill,
+        "kill_after_epoch": kill_after_epoch,
+        "run_dir": str(ckpt.parent),
+        "checkpoint_dir": str(ckpt),
+        "peer_failure": peer,
+        "failure": failure,
+        "resumed": {
+            "start_epoch": start,
+            "first_epoch_trained": start + 1,
+            "restored_weights_sha256": res["restored_weights_sha256"],
+            "checkpointed_weights_sha256": checkpointed,
+            "restored_checkpointed_weights": res["restored_weights_sha256"] == checkpointed,
+            "history": res["history"],
+            "val_accuracy": res["val_accuracy"],
+            "run_dir": str(resumed.run_dir),
+        },
+        "reference": {
+            "history": ref["history"],
+            "val_accuracy": ref["val_accuracy"],
+            "run_dir": str(reference.run_dir),
+        },
         "accuracy_difference_points": 100 * (res["val_accuracy"] - ref["val_accuracy"]),
     }
 
@@ -425,8 +603,11 @@ def describe_peer_failure(ft: dict) -> str:
     peer = ft["peer_failure"]
     lines = [peer["summary"]]
     for name, s in peer["survivors"].items():
-        exited = (f"it exited {s['exit_after_s']:.3f} s after the kill" if s["exit_after_s"] is not None
-                  else f"still running {peer['survivor_wait_s']:g} s after the kill, stopped by the launcher")
+        exited = (
+            f"it exited {s['exit_after_s']:.3f} s after the kill"
+            if s["exit_after_s"] is not None
+            else f"still running {peer['survivor_wait_s']:g} s after the kill, stopped by the launcher"
+        )
         if s["error"]:
             lines.append(f"{name}: {s['error']} {s['error_after_s']:.3f} s after the kill; {exited}")
             lines += [f"    {line}" for line in s["message"].splitlines()]
@@ -469,18 +650,30 @@ def _peer_failure(c: Cluster, survivors: list[str], killed_epoch: float, waited:
     rows = {}
     for name in survivors:
         e = met.get(name)
-        rows[name] = {"error": e.error if e else None, "message": e.message if e else None,
-                      "error_after_s": e.t - killed_epoch if e else None,
-                      "exit_after_s": waited.get(name), "stopped_by_launcher": waited.get(name) is None,
-                      "returncode": tasks[name].returncode if name in tasks else None}
+        rows[name] = {
+            "error": e.error if e else None,
+            "message": e.message if e else None,
+            "error_after_s": e.t - killed_epoch if e else None,
+            "exit_after_s": waited.get(name),
+            "stopped_by_launcher": waited.get(name) is None,
+            "returncode": tasks[name].returncode if name in tasks else None,
+        }
     times = [r["error_after_s"] for r in rows.values()]
     errors = sorted({r["error"] for r in rows.values() if r["error"]})
     met_all = all(t is not None for t in times)
-    summary = (f"every survivor met TensorFlow's {', '.join(errors)} within {max(times):.2f} s of the kill"
-               if met_all else f"not every survivor met an error within {bound:g} s: the launcher stopped "
-               f"{', '.join(n for n, r in rows.items() if r['stopped_by_launcher']) or 'none'}")
-    return {"survivors": rows, "errors": errors, "mwms_failure_s": max(times) if met_all else None,
-            "survivor_wait_s": bound, "summary": summary}
+    summary = (
+        f"every survivor met TensorFlow's {', '.join(errors)} within {max(times):.2f} s of the kill"
+        if met_all
+        else f"not every survivor met an error within {bound:g} s: the launcher stopped "
+        f"{', '.join(n for n, r in rows.items() if r['stopped_by_launcher']) or 'none'}"
+    )
+    return {
+        "survivors": rows,
+        "errors": errors,
+        "mwms_failure_s": max(times) if met_all else None,
+        "survivor_wait_s": bound,
+        "summary": summary,
+    }
 
 
 def _same_run(sweep: Sweep, workers: int, batch_size: int, **settings) -> ClusterResult | None:
@@ -498,9 +691,11 @@ def fault_curves(ft: dict):
     (columns epoch, val_accuracy, val_loss, run), for ``plots.learning_curves(..., hue="run")``."""
     import pandas as pd
 
-    rows = [{"epoch": h["epoch"], "val_accuracy": h["val_accuracy"], "val_loss": h["val_loss"], "run": run}
-            for run, key in (("uninterrupted", "reference"), ("killed + resumed", "resumed"))
-            for h in ft[key]["history"]]
+    rows = [
+        {"epoch": h["epoch"], "val_accuracy": h["val_accuracy"], "val_loss": h["val_loss"], "run": run}
+        for run, key in (("uninterrupted", "reference"), ("killed + resumed", "resumed"))
+        for h in ft[key]["history"]
+    ]
     return pd.DataFrame(rows)
 
 
@@ -511,10 +706,17 @@ def resume_evidence(ft: dict) -> dict:
     accuracies against the uninterrupted run."""
     r = ft["resumed"]
     peer = ft["peer_failure"]
-    return {"failed_task": ft["failure"]["task"], "returncode": ft["failure"]["returncode"],
-            "survivor_error": ", ".join(peer["errors"]) or None, "mwms_failure_s": peer["mwms_failure_s"],
-            "kill_after_epoch": ft["kill_after_epoch"], "start_epoch": r["start_epoch"],
-            "first_epoch_trained": r["first_epoch_trained"], "epochs": ft["epochs"],
-            "restored_checkpointed_weights": int(r["restored_checkpointed_weights"]),
-            "resumed_val_accuracy": r["val_accuracy"], "reference_val_accuracy": ft["reference"]["val_accuracy"],
-            "accuracy_difference_points": ft["accuracy_difference_points"]}
+    return {
+        "failed_task": ft["failure"]["task"],
+        "returncode": ft["failure"]["returncode"],
+        "survivor_error": ", ".join(peer["errors"]) or None,
+        "mwms_failure_s": peer["mwms_failure_s"],
+        "kill_after_epoch": ft["kill_after_epoch"],
+        "start_epoch": r["start_epoch"],
+        "first_epoch_trained": r["first_epoch_trained"],
+        "epochs": ft["epochs"],
+        "restored_checkpointed_weights": int(r["restored_checkpointed_weights"]),
+        "resumed_val_accuracy": r["val_accuracy"],
+        "reference_val_accuracy": ft["reference"]["val_accuracy"],
+        "accuracy_difference_points": ft["accuracy_difference_points"],
+    }

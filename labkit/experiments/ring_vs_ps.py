@@ -54,6 +54,7 @@ worker mid-run, then the ps, and traces what TensorFlow's ``ClusterCoordinator``
 Locally every task gets one intra-op thread (``threads="auto"``), so a worker behaves like a
 one-core node: N workers share the machine's cores, which the cost model knows (``cores``).
 """
+
 from __future__ import annotations
 
 import math
@@ -84,11 +85,29 @@ TOLERANCE = 0.25  # a measured byte count further than this from the expected on
 
 # ------------------------------------------------------------------------------ one run
 
-def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, steps: int = 16, epochs: int = 2,
-                 n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
-                 test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, run: str | None = None,
-                 timeout: float = 600, sample_interval: float = 0.25, threads="auto", trace_steps: bool = False,
-                 **cluster_kwargs) -> Cluster:
+
+def make_cluster(
+    arch: str,
+    model: str,
+    workers: int,
+    *,
+    batch_size: int = 64,
+    steps: int = 16,
+    epochs: int = 2,
+    n_ps: int = 1,
+    ps_sync: bool = True,
+    hosts=None,
+    train_limit: int | None = None,
+    test_limit: int | None = 1000,
+    lr: float = 0.05,
+    seed: int = 0,
+    run: str | None = None,
+    timeout: float = 600,
+    sample_interval: float = 0.25,
+    threads="auto",
+    trace_steps: bool = False,
+    **cluster_kwargs,
+) -> Cluster:
     """A (not yet started) cluster training ``model`` under ``arch`` on ``workers`` workers.
 
     ``steps`` training steps in all, split over ``epochs`` (each epoch ends with the chief's
@@ -106,8 +125,10 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
     if train_limit is None:
         train_limit = max(1000, -(-images // 1000) * 1000)
     elif train_limit < images:
-        raise ValueError(f"train_limit={train_limit} holds fewer images than one epoch of {per_epoch} steps x "
-                         f"{workers} workers x batch {batch_size} = {images}; raise it or use None")
+        raise ValueError(
+            f"train_limit={train_limit} holds fewer images than one epoch of {per_epoch} steps x "
+            f"{workers} workers x batch {batch_size} = {images}; raise it or use None"
+        )
     if arch == "ps":
         spec = cluster.build(hosts=hosts or None, ps=n_ps, workers=workers, chief=True)
     else:
@@ -116,10 +137,28 @@ def make_cluster(arch: str, model: str, workers: int, *, batch_size: int = 64, s
         threads = (1, 2) if spec.is_local else None
     extra = {"ps_sync": ps_sync, "trace_steps": trace_steps} if arch == "ps" else {}
     return experiments.make_cluster(
-        LAB, PROGRAM, spec, name=f"{model}-{arch}-w{workers}", run=run, tensorboard=True, timeout=timeout,
-        threads=threads, strategy=STRATEGY[arch], model=model, batch_size=batch_size, epochs=epochs,
-        steps_per_epoch=per_epoch, lr=lr, seed=seed, train_limit=train_limit, test_limit=test_limit,
-        sample_interval=sample_interval, task_bytes=True, **extra, **cluster_kwargs)
+        LAB,
+        PROGRAM,
+        spec,
+        name=f"{model}-{arch}-w{workers}",
+        run=run,
+        tensorboard=True,
+        timeout=timeout,
+        threads=threads,
+        strategy=STRATEGY[arch],
+        model=model,
+        batch_size=batch_size,
+        epochs=epochs,
+        steps_per_epoch=per_epoch,
+        lr=lr,
+        seed=seed,
+        train_limit=train_limit,
+        test_limit=test_limit,
+        sample_interval=sample_interval,
+        task_bytes=True,
+        **extra,
+        **cluster_kwargs,
+    )
 
 
 @dataclass
@@ -127,6 +166,7 @@ class Run(experiments.Run):
     """One finished run: its configuration (architecture, model, N, ps tasks) and the
     launcher's ``ClusterResult``; ``train`` is the loop's result on the chief (the PS chief,
     or ring worker 0), which measured the run."""
+
     arch: str
     model: str
     workers: int
@@ -216,8 +256,11 @@ class Run(experiments.Run):
             part = frame[frame["task"] == name]
             if len(part):
                 s = summarize(part, marks["train start"], marks["train end"], marks=[])
-                out[name] = {"sent": s["net_sent_bytes"] / steps, "recv": s["net_recv_bytes"] / steps,
-                             "method": f"node NIC ({part['host'].iloc[0]}), chief's training window"}
+                out[name] = {
+                    "sent": s["net_sent_bytes"] / steps,
+                    "recv": s["net_recv_bytes"] / steps,
+                    "method": f"node NIC ({part['host'].iloc[0]}), chief's training window",
+                }
         return out
 
 
@@ -232,18 +275,22 @@ def run_one(arch: str, model: str, workers: int, **kwargs) -> Run:
 
 # ------------------------------------------------------------------------------ the sweep
 
+
 @dataclass
 class Scaling(experiments.Sweep):
     """The runs of one sweep over models x architectures x N, with the lab's tables."""
+
     _run_settings: dict = field(default_factory=dict, repr=False)  # how scaling() ran them (not recorded)
-    _base: str = field(default="", repr=False)                     # the sweep's folder under runs/lab5
+    _base: str = field(default="", repr=False)  # the sweep's folder under runs/lab5
 
     def extend(self, workers, progress: bool = True, log=print, timeout: float = 600) -> "Scaling":
         """Run the sweep's models and architectures at more N (those it has not run), with the
         settings :func:`scaling` ran it with, and add them; returns the sweep."""
         if not self._run_settings:
-            raise ValueError("this Scaling was not made by ring_vs_ps.scaling(), so it cannot run more N; "
-                             "call scaling() with the workers you want")
+            raise ValueError(
+                "this Scaling was not made by ring_vs_ps.scaling(), so it cannot run more N; "
+                "call scaling() with the workers you want"
+            )
         done = set(self.settings["workers"])
         new = tuple(n for n in sorted(set(positive_ints("workers", workers))) if n not in done)
         return _extend(self, new, progress, log, timeout) if new else self
@@ -259,8 +306,11 @@ class Scaling(experiments.Sweep):
         if workers is not None:
             found = [r for r in found if r.workers == workers]
         if not found:
-            raise KeyError(f"no {arch} run of {model}" + (f" with {workers} workers" if workers else "")
-                           + f"; runs: {[r.label for r in self.runs]}")
+            raise KeyError(
+                f"no {arch} run of {model}"
+                + (f" with {workers} workers" if workers else "")
+                + f"; runs: {[r.label for r in self.runs]}"
+            )
         return max(found, key=lambda r: r.workers)
 
     def table(self):
@@ -275,12 +325,25 @@ class Scaling(experiments.Sweep):
             tr = r.train
             n, b = r.workers, tr["per_worker_batch"]
             hist = tr["history"]
-            rows.append({"model": r.model, "arch": r.arch, "workers": n, "n_ps": r.n_ps, "batch": b,
-                         "model_bytes": tr["model_bytes"], "steps": r.steps(),
-                         "step_s": n * b / tr["images_per_s"], "images_per_s": tr["images_per_s"],
-                         "bytes_per_step": r.total_bytes(), "bytes_over_model": r.total_bytes() / tr["model_bytes"],
-                         "first_loss": hist[0]["train_loss"], "last_loss": hist[-1]["train_loss"],
-                         "val_accuracy": tr.get("val_accuracy"), "wall_s": r.result.wall_s})
+            rows.append(
+                {
+                    "model": r.model,
+                    "arch": r.arch,
+                    "workers": n,
+                    "n_ps": r.n_ps,
+                    "batch": b,
+                    "model_bytes": tr["model_bytes"],
+                    "steps": r.steps(),
+                    "step_s": n * b / tr["images_per_s"],
+                    "images_per_s": tr["images_per_s"],
+                    "bytes_per_step": r.total_bytes(),
+                    "bytes_over_model": r.total_bytes() / tr["model_bytes"],
+                    "first_loss": hist[0]["train_loss"],
+                    "last_loss": hist[-1]["train_loss"],
+                    "val_accuracy": tr.get("val_accuracy"),
+                    "wall_s": r.result.wall_s,
+                }
+            )
         t = pd.DataFrame(rows)
         base = t[t["workers"] == 1].set_index(["model", "arch"])["images_per_s"]
         t["speedup"] = [row.images_per_s / base.get((row.model, row.arch), math.nan) for row in t.itertuples()]
@@ -310,19 +373,44 @@ class Scaling(experiments.Sweep):
             measured = r.task_bytes()
             for task in [t.name for t in r.result]:
                 got = measured.get(task, {})
-                rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": task,
-                             "sent_bytes": got.get("sent", math.nan), "recv_bytes": got.get("recv", math.nan),
-                             "sent_over_model": got.get("sent", math.nan) / m,
-                             "recv_over_model": got.get("recv", math.nan) / m,
-                             **({"expected_sent_bytes": want.get(task, (0.0, 0.0))[0],
-                                 "expected_recv_bytes": want.get(task, (0.0, 0.0))[1]} if model else {}),
-                             "method": got.get("method", "-")})
+                rows.append(
+                    {
+                        "run": r.label,
+                        "model": r.model,
+                        "arch": r.arch,
+                        "workers": r.workers,
+                        "task": task,
+                        "sent_bytes": got.get("sent", math.nan),
+                        "recv_bytes": got.get("recv", math.nan),
+                        "sent_over_model": got.get("sent", math.nan) / m,
+                        "recv_over_model": got.get("recv", math.nan) / m,
+                        **(
+                            {
+                                "expected_sent_bytes": want.get(task, (0.0, 0.0))[0],
+                                "expected_recv_bytes": want.get(task, (0.0, 0.0))[1],
+                            }
+                            if model
+                            else {}
+                        ),
+                        "method": got.get("method", "-"),
+                    }
+                )
             total = r.total_bytes()
-            rows.append({"run": r.label, "model": r.model, "arch": r.arch, "workers": r.workers, "task": "total",
-                         "sent_bytes": total, "recv_bytes": math.nan, "sent_over_model": total / m,
-                         "recv_over_model": math.nan,
-                         **({"expected_sent_bytes": model.total, "expected_recv_bytes": math.nan} if model else {}),
-                         "method": "lo counter" if r.chief.traffic.get("nics") == ["lo"] else "sum of tasks"})
+            rows.append(
+                {
+                    "run": r.label,
+                    "model": r.model,
+                    "arch": r.arch,
+                    "workers": r.workers,
+                    "task": "total",
+                    "sent_bytes": total,
+                    "recv_bytes": math.nan,
+                    "sent_over_model": total / m,
+                    "recv_over_model": math.nan,
+                    **({"expected_sent_bytes": model.total, "expected_recv_bytes": math.nan} if model else {}),
+                    "method": "lo counter" if r.chief.traffic.get("nics") == ["lo"] else "sum of tasks",
+                }
+            )
         t = pd.DataFrame(rows)
         if t.empty or expected is None:
             return t
@@ -340,10 +428,12 @@ class Scaling(experiments.Sweep):
         tasks = t[(t["task"] != "total") & t["deviation"].notna()]
         totals = t[(t["task"] == "total") & t["deviation"].notna()]
         worst = tasks.loc[tasks["deviation"].abs().idxmax()] if len(tasks) else None
-        return {"max_abs_deviation": float(tasks["deviation"].abs().max()) if len(tasks) else None,
-                "worst": f"{worst['run']} {worst['task']}" if worst is not None else None,
-                "lo_max_abs_deviation": float(totals["deviation"].abs().max()) if len(totals) else None,
-                "flagged": [f"{row.run} {row.task}: {row.deviation:+.1%}" for row in t[t["flag"]].itertuples()]}
+        return {
+            "max_abs_deviation": float(tasks["deviation"].abs().max()) if len(tasks) else None,
+            "worst": f"{worst['run']} {worst['task']}" if worst is not None else None,
+            "lo_max_abs_deviation": float(totals["deviation"].abs().max()) if len(totals) else None,
+            "flagged": [f"{row.run} {row.task}: {row.deviation:+.1%}" for row in t[t["flag"]].itertuples()],
+        }
 
     def busiest_task(self, workers: int | None = None) -> dict[str, float]:
         """Per architecture, the most bytes any one task sent per step at ``workers`` (default
@@ -366,27 +456,38 @@ class Scaling(experiments.Sweep):
         def median(side: str) -> float:
             return statistics.median(v.get(side, math.nan) for v in per.values()) if per else math.nan
 
-        return {"workers": r.workers, "model_bytes": r.train["model_bytes"], "sent_per_step": median("sent"),
-                "recv_per_step": median("recv"),
-                "per_worker": {t: {"sent": v.get("sent", math.nan), "recv": v.get("recv", math.nan)}
-                               for t, v in per.items()}}
+        return {
+            "workers": r.workers,
+            "model_bytes": r.train["model_bytes"],
+            "sent_per_step": median("sent"),
+            "recv_per_step": median("recv"),
+            "per_worker": {
+                t: {"sent": v.get("sent", math.nan), "recv": v.get("recv", math.nan)} for t, v in per.items()
+            },
+        }
 
-    def records(self, calibration: "Calibration | None" = None, crossover: dict | None = None,
-                terms_check=None) -> dict:
+    def records(
+        self, calibration: "Calibration | None" = None, crossover: dict | None = None, terms_check=None
+    ) -> dict:
         """What the notebook records for the grader: the scaling table, bytes per task, the
         busiest task per architecture, the settings; with ``calibration``, its ``fit_error()``;
         ``crossover`` ({network: {N: model bytes}}) as given; with ``terms_check`` (the frame
         :meth:`check_terms` returned), the largest |deviation| of the student's terms from the
         measured critical-path bytes."""
-        out = {"scaling_table": self.table(), "task_bytes": self.task_bytes(),
-               "busiest_task_bytes": self.busiest_task()}
+        out = {
+            "scaling_table": self.table(),
+            "task_bytes": self.task_bytes(),
+            "busiest_task_bytes": self.busiest_task(),
+        }
         if calibration is not None:
             out["fit_error"] = calibration.fit_error()
         if crossover is not None:
             out["crossover"] = crossover
         if terms_check is not None:
-            out["terms_check"] = {"runs": int(len(terms_check)),
-                                  "max_abs_deviation": float(terms_check["deviation"].abs().max())}
+            out["terms_check"] = {
+                "runs": int(len(terms_check)),
+                "max_abs_deviation": float(terms_check["deviation"].abs().max()),
+            }
         out["settings"] = self.settings
         return out
 
@@ -405,11 +506,23 @@ class Scaling(experiments.Sweep):
                 sent = [v.get("sent", math.nan) for t, v in measured.items() if t.startswith("worker:")]
                 task, value = "worker (median)", statistics.median(sent) if sent else math.nan
             else:
-                task, value = max(((t, v.get("sent", 0.0) + v.get("recv", 0.0)) for t, v in measured.items()),
-                                  key=lambda tv: tv[1], default=("-", math.nan))
-            rows.append({"model": r.model, "arch": r.arch, "workers": r.workers, "n_ps": r.n_ps,
-                         "shards": r.shards(), "model_bytes": r.train["model_bytes"], "measured_task": task,
-                         "measured_bytes": value})
+                task, value = max(
+                    ((t, v.get("sent", 0.0) + v.get("recv", 0.0)) for t, v in measured.items()),
+                    key=lambda tv: tv[1],
+                    default=("-", math.nan),
+                )
+            rows.append(
+                {
+                    "model": r.model,
+                    "arch": r.arch,
+                    "workers": r.workers,
+                    "n_ps": r.n_ps,
+                    "shards": r.shards(),
+                    "model_bytes": r.train["model_bytes"],
+                    "measured_task": task,
+                    "measured_bytes": value,
+                }
+            )
         return pd.DataFrame(rows)
 
     def check_terms(self, terms):
@@ -426,8 +539,10 @@ class Scaling(experiments.Sweep):
         base = t[(t["arch"] == "ring") & (t["workers"] == 1)].set_index("model")
         missing = sorted(set(t["model"]) - set(base.index))
         if missing:
-            raise ValueError(f"no 1-worker ring run of {missing}: the cost model takes compute per sample from it; "
-                             f"include 1 in the workers")
+            raise ValueError(
+                f"no 1-worker ring run of {missing}: the cost model takes compute per sample from it; "
+                f"include 1 in the workers"
+            )
         t["per_sample_s"] = [base.loc[m, "step_s"] / base.loc[m, "batch"] for m in t["model"]]
         shards = {(r.model, r.arch, r.workers, r.n_ps): r.shards() for r in self.runs}
         t["shards"] = [shards[(row.model, row.arch, row.workers, row.n_ps)] for row in t.itertuples()]
@@ -438,8 +553,17 @@ class Scaling(experiments.Sweep):
         and B, e.g. an emulated link's micro-benchmark) and ``host`` (gamma per architecture,
         e.g. :meth:`Calibration.host_cost` of loopback runs; None: the link alone), fitted to
         none of these runs: ``rel_error`` = predicted / measured step time - 1."""
-        cols = ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s", "images_per_s",
-                "predicted_images_per_s", "rel_error"]
+        cols = [
+            "model",
+            "arch",
+            "workers",
+            "n_ps",
+            "step_s",
+            "predicted_step_s",
+            "images_per_s",
+            "predicted_images_per_s",
+            "rel_error",
+        ]
         return costmodel.predict_runs(self.cost_runs(), link, cores=self.cores, terms=terms, host=host)[cols]
 
     def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None, terms=None) -> "Calibration":
@@ -466,8 +590,10 @@ class Scaling(experiments.Sweep):
                 pass
             try:
                 link = costmodel.fit_link_to_runs(part, cores=self.cores, alpha_s=loopback.alpha_s, terms=terms)[0]
-                notes.append(f"{what}: too few runs (or too noisy) to fit alpha and B; B fitted with the loopback "
-                             f"micro-benchmark's alpha")
+                notes.append(
+                    f"{what}: too few runs (or too noisy) to fit alpha and B; B fitted with the loopback "
+                    f"micro-benchmark's alpha"
+                )
                 return link
             except ValueError as e:
                 notes.append(f"{what}: no link could be fitted ({e})")
@@ -482,48 +608,62 @@ class Scaling(experiments.Sweep):
         shared = fit(runs[runs["fitted"]], "one link for both")
         load = self.settings.get("load_per_core")
         if load is not None and load > 1:
-            notes.append(f"the machine was busy (load {load:.1f} per core at the start): every process got a share "
-                         f"of the cores, and a run of more processes got more of them; step times are noisy")
+            notes.append(
+                f"the machine was busy (load {load:.1f} per core at the start): every process got a share "
+                f"of the cores, and a run of more processes got more of them; step times are noisy"
+            )
         return Calibration(runs, links, shared, loopback, self.cores, notes, terms)
 
 
 @dataclass
 class Calibration:
     """The cost model calibrated on a sweep: per-model compute, a link per architecture."""
+
     runs: object  # DataFrame: Scaling.cost_runs()
-    links: dict   # arch -> Link fitted to that architecture's runs
+    links: dict  # arch -> Link fitted to that architecture's runs
     shared: costmodel.Link | None  # one link fitted to all runs
-    loopback: costmodel.Link       # the TCP micro-benchmark's
+    loopback: costmodel.Link  # the TCP micro-benchmark's
     cores: int | None
     notes: list = field(default_factory=list)
-    terms: object = None           # the communication terms it was fitted with (None: the kit's reference)
+    terms: object = None  # the communication terms it was fitted with (None: the kit's reference)
 
     def per_sample_s(self) -> dict[str, float]:
         return self.runs.groupby("model")["per_sample_s"].first().to_dict()
 
     def model(self, arch: str, model: str, link: costmodel.Link | None = None) -> costmodel.CostModel:
-        return costmodel.CostModel(self.per_sample_s()[model], link or self.links[arch], cores=self.cores,
-                                   terms=self.terms)
+        return costmodel.CostModel(
+            self.per_sample_s()[model], link or self.links[arch], cores=self.cores, terms=self.terms
+        )
 
     def host_cost(self) -> costmodel.HostCost:
         """gamma per architecture from these runs: what their steps took per critical-path byte
         beyond compute and the loopback micro-benchmark's wire (:func:`labkit.learning.costmodel.fit_host_cost`).
         Meaningful for runs on 127.0.0.1, where that wire is nearly free: a prediction for a
         slower link between the same hosts adds it (:meth:`Scaling.predict`)."""
-        return costmodel.fit_host_cost(self.runs, self.loopback, cores=self.cores, terms=self.terms,
-                                       source="loopback runs beyond the loopback micro-benchmark's link")
+        return costmodel.fit_host_cost(
+            self.runs,
+            self.loopback,
+            cores=self.cores,
+            terms=self.terms,
+            source="loopback runs beyond the loopback micro-benchmark's link",
+        )
 
     def _predict(self, links: dict):
         import pandas as pd
 
-        parts = [costmodel.predict_runs(self.runs[self.runs["arch"] == a], links[a], cores=self.cores, terms=self.terms)
-                 for a in ARCHS if (self.runs["arch"] == a).any()]
+        parts = [
+            costmodel.predict_runs(self.runs[self.runs["arch"] == a], links[a], cores=self.cores, terms=self.terms)
+            for a in ARCHS
+            if (self.runs["arch"] == a).any()
+        ]
         return pd.concat(parts).sort_index()
 
     def _links(self, using: str) -> dict | None:
         if using not in ("fitted", "shared", "loopback"):
-            raise ValueError(f"using={using!r}: choose 'fitted' (a link per architecture), 'shared' (one fitted "
-                             f"link for both) or 'loopback' (the micro-benchmark's)")
+            raise ValueError(
+                f"using={using!r}: choose 'fitted' (a link per architecture), 'shared' (one fitted "
+                f"link for both) or 'loopback' (the micro-benchmark's)"
+            )
         if using == "fitted":
             return self.links
         link = self.shared if using == "shared" else self.loopback
@@ -535,8 +675,18 @@ class Calibration:
         links = self._links(using)
         if links is None:
             raise ValueError("no shared link could be fitted to these runs (see .notes)")
-        cols = ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s", "images_per_s",
-                "predicted_images_per_s", "rel_error", "fitted"]
+        cols = [
+            "model",
+            "arch",
+            "workers",
+            "n_ps",
+            "step_s",
+            "predicted_step_s",
+            "images_per_s",
+            "predicted_images_per_s",
+            "rel_error",
+            "fitted",
+        ]
         return self._predict(links)[cols]
 
     def _with_comm(self, frame):
@@ -548,8 +698,11 @@ class Calibration:
         a link per architecture, one link for both, the loopback micro-benchmark's link."""
         import pandas as pd
 
-        options = {"a link per architecture (fitted)": "fitted", "one link for both (fitted)": "shared",
-                   "loopback micro-benchmark": "loopback"}
+        options = {
+            "a link per architecture (fitted)": "fitted",
+            "one link for both (fitted)": "shared",
+            "loopback micro-benchmark": "loopback",
+        }
         rows = []
         for name, using in options.items():
             links = self._links(using)
@@ -559,12 +712,24 @@ class Calibration:
             err = comm["rel_error"].abs()
             for arch in ARCHS:
                 link = links[arch]
-                rows.append({"calibration": name, "arch": arch, "alpha_s": link.alpha_s,
-                             "bandwidth_bytes_per_s": link.bandwidth,
-                             "median_abs_error": float(err[comm["arch"] == arch].median()),
-                             "max_abs_error": float(err[comm["arch"] == arch].max())})
-            rows.append({"calibration": name, "arch": "both", "median_abs_error": float(err.median()),
-                         "max_abs_error": float(err.max())})
+                rows.append(
+                    {
+                        "calibration": name,
+                        "arch": arch,
+                        "alpha_s": link.alpha_s,
+                        "bandwidth_bytes_per_s": link.bandwidth,
+                        "median_abs_error": float(err[comm["arch"] == arch].median()),
+                        "max_abs_error": float(err[comm["arch"] == arch].max()),
+                    }
+                )
+            rows.append(
+                {
+                    "calibration": name,
+                    "arch": "both",
+                    "median_abs_error": float(err.median()),
+                    "max_abs_error": float(err.max()),
+                }
+            )
         return pd.DataFrame(rows)
 
     def fit_error(self) -> dict:
@@ -575,9 +740,13 @@ class Calibration:
         e = self._with_comm(self.errors())
         err = e["rel_error"].abs()
         loop = self._with_comm(self.errors("loopback"))["rel_error"].abs()
-        out = {"median_abs_error": float(err.median()), "max_abs_error": float(err.max()), "runs": int(len(e)),
-               "held_out_median_abs_error": float(err[~e["fitted"]].median()) if (~e["fitted"]).any() else None,
-               "loopback_median_abs_error": float(loop.median())}
+        out = {
+            "median_abs_error": float(err.median()),
+            "max_abs_error": float(err.max()),
+            "runs": int(len(e)),
+            "held_out_median_abs_error": float(err[~e["fitted"]].median()) if (~e["fitted"]).any() else None,
+            "loopback_median_abs_error": float(loop.median()),
+        }
         for arch in ARCHS:
             part = e[e["arch"] == arch]["rel_error"].abs()
             out[f"{arch}_median_abs_error"] = float(part.median()) if len(part) else math.nan
@@ -600,8 +769,9 @@ class Calibration:
             rows = []
             for n in workers:
                 t = cm.t_step(arch, first["model_bytes"], n, int(first["batch"]), int(first["n_ps"]), shards)
-                rows.append({"model": model, "arch": arch, "workers": n, "step_s": t,
-                             "images_per_s": n * first["batch"] / t})
+                rows.append(
+                    {"model": model, "arch": arch, "workers": n, "step_s": t, "images_per_s": n * first["batch"] / t}
+                )
             df = pd.DataFrame(rows)
             df["speedup"] = df["images_per_s"] / df["images_per_s"].iloc[0] if workers[0] == 1 else math.nan
             frames.append(df)
@@ -620,17 +790,27 @@ class Calibration:
             for m in sizes:
                 t_ps = self.links["ps"].seconds(*costmodel.critical_path("ps", m, n, terms=self.terms))
                 t_ring = self.links["ring"].seconds(*costmodel.critical_path("ring", m, n, terms=self.terms))
-                rows.append({"network": "this machine (fitted)", "workers": n, "model_bytes": float(m),
-                             "t_ps": t_ps, "t_ring": t_ring, "ring_speedup": t_ps / t_ring if t_ring else math.inf,
-                             "winner": "ring" if t_ring < t_ps else "ps"})
+                rows.append(
+                    {
+                        "network": "this machine (fitted)",
+                        "workers": n,
+                        "model_bytes": float(m),
+                        "t_ps": t_ps,
+                        "t_ring": t_ring,
+                        "ring_speedup": t_ps / t_ring if t_ring else math.inf,
+                        "winner": "ring" if t_ring < t_ps else "ps",
+                    }
+                )
         return pd.DataFrame(rows)
 
     def crossover_bytes(self, workers=range(2, 7)) -> dict[int, float]:
         """Per N, the model size above which the ring communicates faster than one ps on this
         machine's fitted links (t_comm is linear in M for each: solve a_ps + b_ps M = a_r + b_r M)."""
+
         def line(arch: str, n: int) -> tuple[float, float]:  # t_comm = a + b * M
-            t1, t2 = (self.links[arch].seconds(*costmodel.critical_path(arch, m, n, terms=self.terms))
-                      for m in (1.0, 2.0))
+            t1, t2 = (
+                self.links[arch].seconds(*costmodel.critical_path(arch, m, n, terms=self.terms)) for m in (1.0, 2.0)
+            )
             return t1 - (t2 - t1), t2 - t1
 
         out = {}
@@ -645,10 +825,26 @@ class Calibration:
         return out
 
 
-def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 64, steps: int = 16,
-            epochs: int = 2, n_ps: int = 1, ps_sync: bool = True, hosts=None, train_limit: int | None = None,
-            test_limit: int | None = 1000, lr: float = 0.05, seed: int = 0, progress: bool = True, log=print,
-            timeout: float = 600, **kwargs) -> Scaling:
+def scaling(
+    workers=(1, 2, 3),
+    models=MODELS,
+    archs=ARCHS,
+    *,
+    batch_size: int = 64,
+    steps: int = 16,
+    epochs: int = 2,
+    n_ps: int = 1,
+    ps_sync: bool = True,
+    hosts=None,
+    train_limit: int | None = None,
+    test_limit: int | None = 1000,
+    lr: float = 0.05,
+    seed: int = 0,
+    progress: bool = True,
+    log=print,
+    timeout: float = 600,
+    **kwargs,
+) -> Scaling:
     """Run every (N, model, architecture), N=1 always included (the baseline of the speed-ups
     and of the cost model's compute): one cluster per (architecture, N), whose models run one
     after the other in it, each from scratch (``labkit.experiments.shared``). ``log`` gets one
@@ -660,19 +856,46 @@ def scaling(workers=(1, 2, 3), models=MODELS, archs=ARCHS, *, batch_size: int = 
     for a in archs:
         costmodel._check_arch(a)
     if not models or not all(isinstance(m, str) and m for m in models):
-        raise ValueError(f"models must be model names of labkit.learning.models, e.g. ('lenet5', 'mlp'); got {models!r}")
+        raise ValueError(
+            f"models must be model names of labkit.learning.models, e.g. ('lenet5', 'mlp'); got {models!r}"
+        )
     local = not hosts
     load = os.getloadavg()[0] / usable_cores() if local and hasattr(os, "getloadavg") else None
     if load is not None and load > 1 and log:
-        log(f"note: this machine is busy (load {load:.1f} per core): the tasks share the cores with other "
-            f"programs, so step times will be noisy")
-    result = Scaling(settings={"workers": [], "models": list(models), "archs": list(archs),
-                               "batch_size": batch_size, "steps": steps, "epochs": epochs, "n_ps": n_ps,
-                               "ps_sync": ps_sync, "lr": lr, "seed": seed, "hosts": str(hosts) if hosts else None,
-                               "cores": usable_cores() if local else None, "load_per_core": load})
-    result._run_settings = dict(batch_size=batch_size, steps=steps, epochs=epochs, n_ps=n_ps, ps_sync=ps_sync,
-                                hosts=hosts, train_limit=train_limit, test_limit=test_limit, lr=lr, seed=seed,
-                                **kwargs)
+        log(
+            f"note: this machine is busy (load {load:.1f} per core): the tasks share the cores with other "
+            f"programs, so step times will be noisy"
+        )
+    result = Scaling(
+        settings={
+            "workers": [],
+            "models": list(models),
+            "archs": list(archs),
+            "batch_size": batch_size,
+            "steps": steps,
+            "epochs": epochs,
+            "n_ps": n_ps,
+            "ps_sync": ps_sync,
+            "lr": lr,
+            "seed": seed,
+            "hosts": str(hosts) if hosts else None,
+            "cores": usable_cores() if local else None,
+            "load_per_core": load,
+        }
+    )
+    result._run_settings = dict(
+        batch_size=batch_size,
+        steps=steps,
+        epochs=epochs,
+        n_ps=n_ps,
+        ps_sync=ps_sync,
+        hosts=hosts,
+        train_limit=train_limit,
+        test_limit=test_limit,
+        lr=lr,
+        seed=seed,
+        **kwargs,
+    )
     result._base = paths.run_name("scaling")
     return result.extend(workers, progress=progress, log=log, timeout=timeout)
 
@@ -685,9 +908,17 @@ def _extend(sweep: Scaling, workers, progress: bool, log, timeout: float) -> Sca
     with tqdm(total=len(workers) * len(models) * len(archs), desc="runs", unit="run", disable=not progress) as bar:
         for n in workers:
             for a in archs:
-                configs = [shared.Config(f"{m}-{a}-w{n}", f"{m} {a} N={n}", {
-                    "model": m, "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/{m}-{a}-w{n}") / "tensorboard")})
-                    for m in models]
+                configs = [
+                    shared.Config(
+                        f"{m}-{a}-w{n}",
+                        f"{m} {a} N={n}",
+                        {
+                            "model": m,
+                            "tensorboard_dir": str(paths.run_dir(LAB, f"{base}/{m}-{a}-w{n}") / "tensorboard"),
+                        },
+                    )
+                    for m in models
+                ]
 
                 def make(a=a, n=n, **shared_args):
                     return make_cluster(a, models[0], n, run=f"{base}/cluster-{a}-w{n}", **settings, **shared_args)
@@ -697,10 +928,12 @@ def _extend(sweep: Scaling, workers, progress: bool, log, timeout: float) -> Sca
                     run = runs[(n, m, a)] = Run(a, m, n, settings["n_ps"] if a == "ps" else 0, res)
                     if log:
                         tr = run.train
-                        log(f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  "
+                        log(
+                            f"{run.label:<24} {tr['images_per_s']:8.0f} img/s  "
                             f"{n * settings['batch_size'] / tr['images_per_s']:.3f} s/step  loss "
                             f"{tr['history'][0]['train_loss']:.3f} -> {tr['history'][-1]['train_loss']:.3f}  "
-                            f"{run.result.wall_s:.0f} s")
+                            f"{run.result.wall_s:.0f} s"
+                        )
     sweep.runs += [runs[(n, m, a)] for n in workers for m in models for a in archs]
     sweep.settings["workers"] = sorted(set(sweep.settings["workers"]) | set(workers))
     return sweep
@@ -708,12 +941,14 @@ def _extend(sweep: Scaling, workers, progress: bool, log, timeout: float) -> Sca
 
 # ------------------------------------------------------------------------------ report 003, measured
 
+
 @dataclass
 class Emulated:
     """Runs of one model over emulated links (:func:`emulated`): the sweep, the link as its
     micro-benchmark measured it, and what crossed each node's NIC."""
+
     sweep: Scaling
-    link: costmodel.Link   # alpha and B of the emulated link (netem.measure_link), measured apart from the runs
+    link: costmodel.Link  # alpha and B of the emulated link (netem.measure_link), measured apart from the runs
     link_name: str
 
     @property
@@ -738,9 +973,17 @@ class Emulated:
             marks = [m for m in samples.attrs["marks"] if m.get("task") == r.chief.name]
             rates = summaries.node_rates(samples, task_nodes(r.result), "train start", "train end", marks=marks)
             for node, row in rates.iterrows():
-                rows.append({"arch": r.arch, "workers": r.workers, "node": node, "tasks": row["tasks"],
-                             "recv_bytes_per_s": row["recv_bytes_per_s"], "sent_bytes_per_s": row["sent_bytes_per_s"],
-                             "bytes_per_step": row["bytes_per_s"] * row["duration_s"] / self.steps})
+                rows.append(
+                    {
+                        "arch": r.arch,
+                        "workers": r.workers,
+                        "node": node,
+                        "tasks": row["tasks"],
+                        "recv_bytes_per_s": row["recv_bytes_per_s"],
+                        "sent_bytes_per_s": row["sent_bytes_per_s"],
+                        "bytes_per_step": row["bytes_per_s"] * row["duration_s"] / self.steps,
+                    }
+                )
         return pd.DataFrame(rows)
 
     def predict(self, host: costmodel.HostCost | None = None, terms=None):
@@ -764,8 +1007,10 @@ class Emulated:
         quota = self.sweep.settings.get("cpus_per_node")  # a node's compute at a full core: quota x as fast
         full_core_s = float(first["per_sample_s"]) * (quota if quota else 1.0)
         frames = []
-        for where, cores, per_sample in (("these nodes", self.sweep.cores, float(first["per_sample_s"])),
-                                         ("a core per node", None, full_core_s)):
+        for where, cores, per_sample in (
+            ("these nodes", self.sweep.cores, float(first["per_sample_s"])),
+            ("a core per node", None, full_core_s),
+        ):
             for arch in ARCHS:
                 cm = costmodel.CostModel(per_sample, self.link, cores=cores, terms=terms, host=host)
                 df = cm.predict(arch, float(first["model_bytes"]), list(workers), int(first["batch"]))
@@ -783,8 +1028,15 @@ class Emulated:
         if len(n) < 2:
             return {}
         hi, lo = n[-1], n[-2]
-        return {arch: {"from": lo, "to": hi, "measured": float(t[(arch, hi)] / t[(arch, lo)]),
-                       "predicted": float(p[(arch, hi)] / p[(arch, lo)])} for arch in ARCHS}
+        return {
+            arch: {
+                "from": lo,
+                "to": hi,
+                "measured": float(t[(arch, hi)] / t[(arch, lo)]),
+                "predicted": float(p[(arch, hi)] / p[(arch, lo)]),
+            }
+            for arch in ARCHS
+        }
 
     def fit_error(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
         """Per architecture, the median |predicted / measured step time - 1| with gamma and with
@@ -802,11 +1054,19 @@ class Emulated:
 
     def records(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
         """What the notebook records: the runs, the per-node traffic, the fit, the growth at the largest N."""
-        return {"emulated_scaling": self.table(), "emulated_node_rates": self.nodes(),
-                "emulated_fit_error": self.fit_error(host, terms), "emulated_growth": self.growth(host, terms),
-                "emulated_settings": {"link": self.link_name, **{
-                    k: self.sweep.settings.get(k) for k in ("model", "workers", "steps", "batch_size", "cores",
-                                                            "cpus_per_node", "quota_note")}}}
+        return {
+            "emulated_scaling": self.table(),
+            "emulated_node_rates": self.nodes(),
+            "emulated_fit_error": self.fit_error(host, terms),
+            "emulated_growth": self.growth(host, terms),
+            "emulated_settings": {
+                "link": self.link_name,
+                **{
+                    k: self.sweep.settings.get(k)
+                    for k in ("model", "workers", "steps", "batch_size", "cores", "cpus_per_node", "quota_note")
+                },
+            },
+        }
 
     def record(self, host: costmodel.HostCost | None = None, terms=None) -> dict:
         """``records(...)``, each recorded in the notebook (``labkit.notebook.record``); returns them."""
@@ -833,13 +1093,26 @@ def node_quota(cpus_per_node, nodes: int, log=print) -> tuple[float | None, str]
             log(f"note: {why}")
         return None, why
     cpus = usable_cores() / nodes if cpus_per_node == "auto" else float(cpus_per_node)
-    return cpus, (f"each node capped at {cpus:g} of this machine's {usable_cores()} cores (cgroup {version}), so "
-                  f"N nodes have N times one node's compute, as separate machines of {cpus:g} core each would")
+    return cpus, (
+        f"each node capped at {cpus:g} of this machine's {usable_cores()} cores (cgroup {version}), so "
+        f"N nodes have N times one node's compute, as separate machines of {cpus:g} core each would"
+    )
 
 
-def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3), *, batch_size: int = 32,
-             steps: int = 12, epochs: int = 2, test_limit: int = 256, cpus_per_node=None, timeout: float = 600,
-             progress: bool = True, log=print) -> Emulated | None:
+def emulated(
+    link: str = "100mbit",
+    model: str = "cifar_cnn",
+    workers=(1, 2, 3),
+    *,
+    batch_size: int = 32,
+    steps: int = 12,
+    epochs: int = 2,
+    test_limit: int = 256,
+    cpus_per_node=None,
+    timeout: float = 600,
+    progress: bool = True,
+    log=print,
+) -> Emulated | None:
     """``model`` under both architectures at each N of ``workers`` (1 always), each run a cluster
     on emulated nodes whose links carry ``link`` each way (``labkit.distributed.launchers.netns``): the PS
     puts the ps and the chief on node0 and worker i on node i+1, so every pull and push crosses
@@ -863,15 +1136,35 @@ def emulated(link: str = "100mbit", model: str = "cifar_cnn", workers=(1, 2, 3),
     runs = []
     with tqdm(total=len(plan), desc=f"emulated {link}", unit="run", disable=not progress) as bar:
         for arch, n in plan:
-            run = run_one(arch, model, n, batch_size=batch_size, steps=steps, epochs=epochs, test_limit=test_limit,
-                          timeout=timeout, run=f"{base}/{model}-{arch}-w{n}", **cluster_args(link, n + 1, cpus))
+            run = run_one(
+                arch,
+                model,
+                n,
+                batch_size=batch_size,
+                steps=steps,
+                epochs=epochs,
+                test_limit=test_limit,
+                timeout=timeout,
+                run=f"{base}/{model}-{arch}-w{n}",
+                **cluster_args(link, n + 1, cpus),
+            )
             runs.append(run)
             bar.update()
             if log:
                 log(f"{run.label:<24} {run.train['images_per_s']:8.1f} img/s  {run.result.wall_s:.0f} s")
-    sweep = Scaling(runs, settings={"link": link, "model": model, "workers": ns, "steps": steps,
-                                    "batch_size": batch_size, "cores": None if cpus else usable_cores(),
-                                    "cpus_per_node": cpus, "quota_note": quota_note})
+    sweep = Scaling(
+        runs,
+        settings={
+            "link": link,
+            "model": model,
+            "workers": ns,
+            "steps": steps,
+            "batch_size": batch_size,
+            "cores": None if cpus else usable_cores(),
+            "cpus_per_node": cpus,
+            "quota_note": quota_note,
+        },
+    )
     return Emulated(sweep, netem.measure_link(link), str(link))
 
 
@@ -880,6 +1173,7 @@ class FrozenSweep:
     """An emulated sweep as the kit recorded it (``recorded_emulated``): the frames its methods
     read (``table``, ``cost_runs``, per-node bytes) instead of the runs' files, so the cost model
     can be set beside it with any ``terms`` and ``host``."""
+
     frames: dict
     settings: dict
 
@@ -896,8 +1190,17 @@ class FrozenSweep:
         return runs
 
     def predict(self, link: costmodel.Link, host: costmodel.HostCost | None = None, terms=None):
-        cols = ["model", "arch", "workers", "n_ps", "step_s", "predicted_step_s", "images_per_s",
-                "predicted_images_per_s", "rel_error"]
+        cols = [
+            "model",
+            "arch",
+            "workers",
+            "n_ps",
+            "step_s",
+            "predicted_step_s",
+            "images_per_s",
+            "predicted_images_per_s",
+            "rel_error",
+        ]
         return costmodel.predict_runs(self.cost_runs(), link, cores=self.cores, terms=terms, host=host)[cols]
 
 
@@ -924,10 +1227,13 @@ def emulated_recording(e: Emulated, provenance: dict) -> dict:
 
     cost = e.sweep.cost_runs()
     cost["shards"] = [list(x) if isinstance(x, (list, tuple)) else None for x in cost["shards"]]
-    return {"provenance": provenance, "link_name": e.link_name,
-            "link": {"alpha_s": e.link.alpha_s, "bandwidth": e.link.bandwidth, "source": e.link.source},
-            "settings": {k: v for k, v in e.sweep.settings.items()},
-            "frames": {"table": frame(e.sweep.table()), "cost_runs": frame(cost), "nodes": frame(e.nodes())}}
+    return {
+        "provenance": provenance,
+        "link_name": e.link_name,
+        "link": {"alpha_s": e.link.alpha_s, "bandwidth": e.link.bandwidth, "source": e.link.source},
+        "settings": {k: v for k, v in e.sweep.settings.items()},
+        "frames": {"table": frame(e.sweep.table()), "cost_runs": frame(cost), "nodes": frame(e.nodes())},
+    }
 
 
 def recorded_emulated() -> RecordedEmulated:
@@ -942,9 +1248,21 @@ def recorded_emulated() -> RecordedEmulated:
 
 # ------------------------------------------------------------------------------ PS under failure
 
-def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64, kill_worker_after: int = 15,
-               kill_ps_after: int = 15, worker: int = 1, hosts=None, timeout: float = 300, progress: bool = True,
-               log=print, **kwargs) -> dict:
+
+def ps_failure(
+    workers: int = 3,
+    model: str = "lenet5",
+    *,
+    batch_size: int = 64,
+    kill_worker_after: int = 15,
+    kill_ps_after: int = 15,
+    worker: int = 1,
+    hosts=None,
+    timeout: float = 300,
+    progress: bool = True,
+    log=print,
+    **kwargs,
+) -> dict:
     """Synchronous PS on ``workers`` workers: kill ``worker:<worker>`` (SIGKILL) once the chief has
     made step ``kill_worker_after``, then the ps ``kill_ps_after`` steps later, and trace what
     ``ClusterCoordinator`` does (``labkit.wire.faults``): the steps, which worker ran each slice,
@@ -959,17 +1277,29 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
     if not 0 <= worker < workers:
         raise ValueError(f"worker={worker} is not a worker of {workers}; give 0..{workers - 1}")
     steps = kill_worker_after + kill_ps_after + 400  # enough to outlast both kills; the ps kill ends it
-    c = make_cluster("ps", model, workers, batch_size=batch_size, steps=steps, epochs=1, hosts=hosts,
-                     timeout=timeout, trace_steps=True, run=paths.run_name("ps-failure"),
-                     **kwargs)
+    c = make_cluster(
+        "ps",
+        model,
+        workers,
+        batch_size=batch_size,
+        steps=steps,
+        epochs=1,
+        hosts=hosts,
+        timeout=timeout,
+        trace_steps=True,
+        run=paths.run_name("ps-failure"),
+        **kwargs,
+    )
     kills = [(kill_worker_after, f"worker:{worker}"), (kill_worker_after + kill_ps_after, "ps:0")]
     with live.watch(c, static=False), c:
         trace = faults.inject(c, kills)
     if log:
         for row in trace.summary():
-            log(f"killed {row['task']} after step {row['after_step']}: coordinator error "
+            log(
+                f"killed {row['task']} after step {row['after_step']}: coordinator error "
                 f"{_s(row['error_s'])} later; {row['steps_after']} steps after it"
-                + (f"; {row['run_failed']} {_s(row['run_failed_s'])} after the kill" if row["run_failed"] else ""))
+                + (f"; {row['run_failed']} {_s(row['run_failed_s'])} after the kill" if row["run_failed"] else "")
+            )
     t0 = trace.steps[0]["t"] if trace.steps else (trace.kills[0]["t"] if trace.kills else time.time())
     rel = lambda rows: [{**{k: v for k, v in r.items() if k != "t"}, "t_s": r["t"] - t0} for r in rows]  # noqa: E731
     failure = None
@@ -977,9 +1307,17 @@ def ps_failure(workers: int = 3, model: str = "lenet5", *, batch_size: int = 64,
         failure = {k: trace.failure[k] for k in ("task", "returncode", "error", "message")}
         failure["t_s"] = trace.failure["t"] - t0
         failure["log_tail"] = "\n".join((trace.failure["log_tail"] or "").splitlines()[-12:])
-    return {"model": model, "workers": workers, "batch_size": batch_size, "summary": trace.summary(),
-            "steps": rel(trace.steps), "kills": rel(trace.kills), "events": rel(trace.events), "failure": failure,
-            "run_dir": str(c.run_dir)}
+    return {
+        "model": model,
+        "workers": workers,
+        "batch_size": batch_size,
+        "summary": trace.summary(),
+        "steps": rel(trace.steps),
+        "kills": rel(trace.kills),
+        "events": rel(trace.events),
+        "failure": failure,
+        "run_dir": str(c.run_dir),
+    }
 
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"  # labkit.experiments.traces
@@ -1002,6 +1340,7 @@ def _s(seconds) -> str:
 
 # ------------------------------------------------------------------------------ report 003
 
+
 def report_003(workers=range(1, 7), terms=None):
     """Report 003's models on 1 and 10 Gb/s: predicted curves (:func:`costmodel.report_003_curves`),
     the crossover grid over model size x N, and the crossover records. ``terms``: Lab 5's
@@ -1013,15 +1352,26 @@ def report_003(workers=range(1, 7), terms=None):
     nets = list(costmodel.NETWORKS.values())
     grid = costmodel.crossover_map(np.logspace(3, 9.5, 60), [n for n in workers if n >= 2], nets, terms=terms)
     marks = {m.name: m.model_bytes for m in costmodel.REPORT_003_MODELS.values()}
-    crossover = {net.source: {str(n): costmodel.crossover_model_bytes(n, net, terms=terms) for n in workers if n >= 2}
-                 for net in nets}
-    at_max = curves[curves["workers"] == max(workers)].pivot_table(index=["model", "network"], columns="arch",
-                                                                   values="speedup").add_suffix("_speedup")
-    return {"curves": curves, "grid": grid, "marks": marks, "crossover_model_bytes": crossover,
-            "speedup_at_max": at_max.reset_index()}
+    crossover = {
+        net.source: {str(n): costmodel.crossover_model_bytes(n, net, terms=terms) for n in workers if n >= 2}
+        for net in nets
+    }
+    at_max = (
+        curves[curves["workers"] == max(workers)]
+        .pivot_table(index=["model", "network"], columns="arch", values="speedup")
+        .add_suffix("_speedup")
+    )
+    return {
+        "curves": curves,
+        "grid": grid,
+        "marks": marks,
+        "crossover_model_bytes": crossover,
+        "speedup_at_max": at_max.reset_index(),
+    }
 
 
 # ------------------------------------------------------------------------------ the grader's calibration
+
 
 def load_sweep(folder, cores: int | None = None) -> Scaling:
     """A finished sweep read back from its folder (``runs/lab5/scaling-<time>``): one ``Run`` per

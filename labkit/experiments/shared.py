@@ -32,6 +32,7 @@ What stays as with a cluster per configuration:
   ``config_done`` events (``labkit.wire.events``); ``on_event(config, event)`` gets every event of
   the tasks with the configuration it belongs to.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,6 +54,7 @@ START_ALLOWANCE_S = 300  # the cluster's own deadline: its start-up, on top of e
 class Config:
     """One configuration of a shared cluster: ``name`` is its folder (beside the cluster's) and its
     name in the task logs, ``label`` how the lab shows it, ``args`` the task arguments it sets."""
+
     name: str
     label: str
     args: dict = field(default_factory=dict)
@@ -118,14 +120,18 @@ class _Follower:
         if running is None:
             return f"before its first configuration ({self.configs[0].label}) started, {where}"
         done = [k.label for k in self.configs if k.name in self.finished]
-        kept = (f"; {len(done)} finished before it ({', '.join(done)}), their results are in their folders "
-                f"(e.completed)" if done else "")
+        kept = (
+            f"; {len(done)} finished before it ({', '.join(done)}), their results are in their folders (e.completed)"
+            if done
+            else ""
+        )
         number = self.configs.index(running) + 1
         return f"while configuration {running.label} ({number} of {len(self.configs)}) ran {where}{kept}"
 
 
-def run(make_cluster, configs: list[Config], *, timeout: float, on_event=None, bar=None,
-        static: bool = True) -> list[ClusterResult]:
+def run(
+    make_cluster, configs: list[Config], *, timeout: float, on_event=None, bar=None, static: bool = True
+) -> list[ClusterResult]:
     """Run ``configs`` one after the other in one cluster, ``make_cluster(configs=..., timeout=...)``,
     under a live view (``static``: its final figure, as ``live.watch``); return one
     ``ClusterResult`` per configuration, in order (see the module docstring)."""
@@ -134,8 +140,10 @@ def run(make_cluster, configs: list[Config], *, timeout: float, on_event=None, b
     names = [k.name for k in configs]
     if not configs or len(set(names)) != len(names):
         raise ValueError(f"configurations need names of their own, got {names}")
-    c = make_cluster(configs=json.dumps([{"name": k.name, **k.args} for k in configs]),
-                     timeout=START_ALLOWANCE_S + timeout * len(configs))
+    c = make_cluster(
+        configs=json.dumps([{"name": k.name, **k.args} for k in configs]),
+        timeout=START_ALLOWANCE_S + timeout * len(configs),
+    )
     follower = None
     try:
         with live.watch(c, static=static) as view, c:  # returns once every server is up
@@ -145,8 +153,11 @@ def run(make_cluster, configs: list[Config], *, timeout: float, on_event=None, b
                 running = [name for name, state in c.status().items() if state == "running"]
                 raise ClusterTimeout(timeout, running, what=follower.what())
     except (TaskFailed, ClusterTimeout) as e:
-        e.completed = [collect(c.result, k, configs) for k in configs
-                       if follower is not None and k.name in follower.finished and c.result is not None]
+        e.completed = [
+            collect(c.result, k, configs)
+            for k in configs
+            if follower is not None and k.name in follower.finished and c.result is not None
+        ]
         e.add_note(follower.note() if follower is not None else f"in the cluster of {c.run_dir}")
         raise
     return [collect(result, k, configs) for k in configs]
@@ -170,19 +181,43 @@ def collect(cluster: ClusterResult, config: Config, configs: list[Config]) -> Cl
             mine = _derived(t.result, start, end, described)
             write_json(folder / task_file(t.type, t.index, ".json"), mine)
         done = bool(mine) and mine.get("status") == "ok"
-        tasks.append(TaskOutcome(t.name, t.type, t.index, t.host, "finished" if done else t.ended,
-                                 None if done else t.returncode,
-                                 (mine or {}).get("timings", {}).get("total_s"), t.log_path, mine))
-    notes = [f"configuration {index + 1} of {len(configs)} of the cluster in {cluster.run_dir.name}: its tasks "
-             f"started once for all of them (startup_s is the cluster's)"]
-    return ClusterResult(cluster.program, folder, cluster.spec, tasks, cluster.startup_s, None,
-                         end - start if start and end else None, notes, cluster.run_dir, described).save()
+        tasks.append(
+            TaskOutcome(
+                t.name,
+                t.type,
+                t.index,
+                t.host,
+                "finished" if done else t.ended,
+                None if done else t.returncode,
+                (mine or {}).get("timings", {}).get("total_s"),
+                t.log_path,
+                mine,
+            )
+        )
+    notes = [
+        f"configuration {index + 1} of {len(configs)} of the cluster in {cluster.run_dir.name}: its tasks "
+        f"started once for all of them (startup_s is the cluster's)"
+    ]
+    return ClusterResult(
+        cluster.program,
+        folder,
+        cluster.spec,
+        tasks,
+        cluster.startup_s,
+        None,
+        end - start if start and end else None,
+        notes,
+        cluster.run_dir,
+        described,
+    ).save()
 
 
 def _take(cluster_dir: Path, folder: Path, name: str, task: TaskOutcome) -> dict | None:
     """The task's file of configuration ``name``, moved into its folder (read there if it was already)."""
-    src, dst = cluster_dir / configuration_file(name, task.type, task.index), folder / task_file(task.type, task.index,
-                                                                                                ".json")
+    src, dst = (
+        cluster_dir / configuration_file(name, task.type, task.index),
+        folder / task_file(task.type, task.index, ".json"),
+    )
     if src.exists():
         os.replace(src, dst)
     return read_json(dst)
@@ -191,12 +226,33 @@ def _take(cluster_dir: Path, folder: Path, name: str, task: TaskOutcome) -> dict
 def _derived(result: dict, start: float, end: float, described: dict) -> dict:
     """A configuration's result for a task that kept none: its process's identity and args, and
     its samples over the chief's window of the configuration."""
-    keep = ("format", "program", "task", "type", "index", "address", "host", "pid", "versions", "args", "threads",
-            "started_epoch")
+    keep = (
+        "format",
+        "program",
+        "task",
+        "type",
+        "index",
+        "address",
+        "host",
+        "pid",
+        "versions",
+        "args",
+        "threads",
+        "started_epoch",
+    )
     out = {k: result[k] for k in keep if k in result}
-    out.update(configuration=described, status="ok", shutdown="finished", metrics={}, steps={},
-               timings={"total_s": end - start}, series={}, configuration_started_epoch=start, ended_epoch=end,
-               derived="this task keeps no configurations of its own (it serves the chief): its process's "
-                       "samples over the chief's window of this configuration")
+    out.update(
+        configuration=described,
+        status="ok",
+        shutdown="finished",
+        metrics={},
+        steps={},
+        timings={"total_s": end - start},
+        series={},
+        configuration_started_epoch=start,
+        ended_epoch=end,
+        derived="this task keeps no configurations of its own (it serves the chief): its process's "
+        "samples over the chief's window of this configuration",
+    )
     out.update(configuration_part(result["samples"], start, end))
     return out

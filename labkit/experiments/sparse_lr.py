@@ -23,6 +23,7 @@ pandas DataFrames. The chief's test error, accuracy and log-loss, and its traini
 become TensorBoard scalars per run in ``runs/lab3/<run>/tensorboard/<mode>-b<batch>``, by
 training samples (``Experiment.write_scalars``).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,6 +47,7 @@ METHODS = ("sparse", "dense", "dense_per_example")
 
 # ------------------------------------------------------------------------------ 1. op profile
 
+
 def _batch(num_features: int, batch: int, seed: int):
     from labkit.datasets import clickdata as cd
     from labkit.learning import sparse
@@ -53,8 +55,17 @@ def _batch(num_features: int, batch: int, seed: int):
     return sparse.csr_to_sparse(cd.generate(cd.ClickSpec(num_features=int(num_features), seed=seed), batch).data)
 
 
-def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), methods=METHODS, *, gradient=None,
-                per_example_limit: float = 5e7, seed: int = 0, threads: int = 1, progress: bool = True):
+def profile_ops(
+    features=(10_000, 1_000_000, 33_762_578),
+    batches=(10, 100),
+    methods=METHODS,
+    *,
+    gradient=None,
+    per_example_limit: float = 5e7,
+    seed: int = 0,
+    threads: int = 1,
+    progress: bool = True,
+):
     """Step time and memory of one SGD step, dense vs sparse gradient, on the same click batch.
 
     One row per (num_features, batch, method): ``step_ms`` (median of untraced
@@ -73,8 +84,13 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
         raise ValueError(f"methods {bad} unknown; choose from {METHODS}")
     features = positive_ints("features", features, "[10_000, 1_000_000]")
     batches = positive_ints("batches", batches, "[10, 100]")
-    plan = [(f, b, m) for f in features for b in batches for m in methods
-            if m != "dense_per_example" or f * b * 4 <= per_example_limit]
+    plan = [
+        (f, b, m)
+        for f in features
+        for b in batches
+        for m in methods
+        if m != "dense_per_example" or f * b * 4 <= per_example_limit
+    ]
     rows = []
     with tqdm(plan, desc="op profile", unit="config", disable=not progress) as bar:
         for f, b, m in bar:
@@ -82,11 +98,29 @@ def profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100), met
             x, y = _batch(f, b, seed)
             sparse_step = m == "sparse"
             runs = 30 if sparse_step else max(3, min(20, int(2e8 // (4 * f * (b if m == "dense_per_example" else 1)))))
-            r = sparse.step_cost(m, f, x, y, runs=runs, warmup=1 if f > 5_000_000 else 2, threads=threads,
-                                 gradient=gradient if sparse_step else None)
-            rows.append({"num_features": f, "batch": b, "method": m, "nnz": r["nnz"],
-                         "unique": int(np.unique(x.indices.numpy()[:, 1]).size), "step_ms": r["step_ms"],
-                         "alloc_bytes": r["alloc_bytes"], "weights_bytes": 4 * f, "runs": runs})
+            r = sparse.step_cost(
+                m,
+                f,
+                x,
+                y,
+                runs=runs,
+                warmup=1 if f > 5_000_000 else 2,
+                threads=threads,
+                gradient=gradient if sparse_step else None,
+            )
+            rows.append(
+                {
+                    "num_features": f,
+                    "batch": b,
+                    "method": m,
+                    "nnz": r["nnz"],
+                    "unique": int(np.unique(x.indices.numpy()[:, 1]).size),
+                    "step_ms": r["step_ms"],
+                    "alloc_bytes": r["alloc_bytes"],
+                    "weights_bytes": 4 * f,
+                    "runs": runs,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -100,8 +134,17 @@ def speedups(profile):
     return out
 
 
-def trace_summary(method: str, num_features: int, batch: int, *, top: int = 10, trace_path=None, gradient=None,
-                  seed: int = 0, threads: int = 1):
+def trace_summary(
+    method: str,
+    num_features: int,
+    batch: int,
+    *,
+    top: int = 10,
+    trace_path=None,
+    gradient=None,
+    seed: int = 0,
+    threads: int = 1,
+):
     """The per-op profile of one step (report 001 Table 1): the ``top`` ops by time, with
     their output shapes and bytes allocated; ``trace_path`` also writes a Chrome trace."""
     from labkit.learning import sparse
@@ -109,14 +152,23 @@ def trace_summary(method: str, num_features: int, batch: int, *, top: int = 10, 
     x, y = _batch(num_features, batch, seed)
     if trace_path is not None:
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-    frame = sparse.op_profile(method, int(num_features), x, y, runs=3, threads=threads, trace_path=trace_path,
-                              gradient=gradient if method == "sparse" else None)
+    frame = sparse.op_profile(
+        method,
+        int(num_features),
+        x,
+        y,
+        runs=3,
+        threads=threads,
+        trace_path=trace_path,
+        gradient=gradient if method == "sparse" else None,
+    )
     frame = frame.drop(columns=["method", "num_features"])
     frame["share"] = frame["ms"] / frame["ms"].sum()
     return frame.sort_values("ms", ascending=False).head(top).reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------ 2-4. cluster runs
+
 
 def parse_runs(runs) -> list[tuple[str, int]]:
     """``["sync:100", ...]`` -> ``[("sync", 100), ...]``, checked before any process starts."""
@@ -126,11 +178,28 @@ def parse_runs(runs) -> list[tuple[str, int]]:
     return [(r.mode, r.batch_size) for r in parse(runs)]
 
 
-def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num_features: int = 1_000_000,
-                 train_rows: int = 200_000, test_rows: int = 10_000, samples: int = 200_000,
-                 learning_rate: float = 0.5, eval_every: int = 20_000, seed: int = 0, click_seed: int = 0,
-                 save_weights: bool = True, run: str | None = None, timeout: float = 1800,
-                 sample_interval: float = 0.25, gradient=None, sync_round=None, **cluster_kwargs) -> Cluster:
+def make_cluster(
+    runs,
+    *,
+    workers: int = 2,
+    hosts=None,
+    data: str = "click",
+    num_features: int = 1_000_000,
+    train_rows: int = 200_000,
+    test_rows: int = 10_000,
+    samples: int = 200_000,
+    learning_rate: float = 0.5,
+    eval_every: int = 20_000,
+    seed: int = 0,
+    click_seed: int = 0,
+    save_weights: bool = True,
+    run: str | None = None,
+    timeout: float = 1800,
+    sample_interval: float = 0.25,
+    gradient=None,
+    sync_round=None,
+    **cluster_kwargs,
+) -> Cluster:
     """A (not yet started) cluster of 1 ps + ``workers`` doing ``runs`` in order.
 
     ``hosts``: a hosts file (or list of hosts); empty or None: 127.0.0.1. ``gradient``: the
@@ -143,12 +212,28 @@ def make_cluster(runs, *, workers: int = 2, hosts=None, data: str = "click", num
     plan = parse_runs(runs)
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers)
     return experiments.make_cluster(
-        LAB, PROGRAM, spec, name=PROGRAM, run=run, timeout=timeout, runs=[f"{m}:{b}" for m, b in plan], data=data,
-        num_features=num_features, train_rows=train_rows, test_rows=test_rows, samples=samples,
-        learning_rate=learning_rate, eval_every=eval_every, seed=seed, click_seed=click_seed,
-        save_weights=save_weights, sample_interval=sample_interval,
+        LAB,
+        PROGRAM,
+        spec,
+        name=PROGRAM,
+        run=run,
+        timeout=timeout,
+        runs=[f"{m}:{b}" for m, b in plan],
+        data=data,
+        num_features=num_features,
+        train_rows=train_rows,
+        test_rows=test_rows,
+        samples=samples,
+        learning_rate=learning_rate,
+        eval_every=eval_every,
+        seed=seed,
+        click_seed=click_seed,
+        save_weights=save_weights,
+        sample_interval=sample_interval,
         gradient_source=gradient_source(gradient) if gradient is not None else None,
-        round_source=round_source(sync_round) if sync_round is not None else None, **cluster_kwargs)
+        round_source=round_source(sync_round) if sync_round is not None else None,
+        **cluster_kwargs,
+    )
 
 
 def round_source(fn) -> str:
@@ -191,21 +276,42 @@ def train(runs, *, workers: int = 2, hosts=None, progress: bool = True, **kwargs
             bar.n = min(len(finished) * samples, bar.total)
             bar.refresh()
 
-    with tqdm(total=len(plan) * samples, desc=f"{len(plan)} run(s)", unit="sample", disable=not progress) as bar, \
-            live.watch(c, static=False), c:  # the lab draws its own timeline of the tasks
+    with (
+        tqdm(total=len(plan) * samples, desc=f"{len(plan)} run(s)", unit="sample", disable=not progress) as bar,
+        live.watch(c, static=False),
+        c,
+    ):  # the lab draws its own timeline of the tasks
         result = c.follow(on_event)
-    settings = {"runs": [f"{m}:{b}" for m, b in plan], "workers": workers, "hosts": str(hosts) if hosts else None,
-                **{k: v for k, v in kwargs.items() if k not in ("gradient", "sync_round")},  # JSON-able: functions are not
-                "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference",
-                "sync_round": "notebook's sync_round" if kwargs.get("sync_round") else "the kit's reference"}
+    settings = {
+        "runs": [f"{m}:{b}" for m, b in plan],
+        "workers": workers,
+        "hosts": str(hosts) if hosts else None,
+        **{k: v for k, v in kwargs.items() if k not in ("gradient", "sync_round")},  # JSON-able: functions are not
+        "gradient": "notebook's sparse_lr_gradient" if kwargs.get("gradient") else "the kit's reference",
+        "sync_round": "notebook's sync_round" if kwargs.get("sync_round") else "the kit's reference",
+    }
     experiment = Experiment([Run(m, b, result) for m, b in plan], settings)
     experiment.write_scalars()
     return experiment
 
 
-EMULATED_COLUMNS = ("link", "run", "local_steps", "s_per_1k_iterations", "bytes_per_step", "link_s_per_step",
-                    "link_share", "ps_link_in", "ps_link_out", "ps_link_busy", "busiest_link", "network_utilisation",
-                    "cpu_utilisation", "verdict", "detail")
+EMULATED_COLUMNS = (
+    "link",
+    "run",
+    "local_steps",
+    "s_per_1k_iterations",
+    "bytes_per_step",
+    "link_s_per_step",
+    "link_share",
+    "ps_link_in",
+    "ps_link_out",
+    "ps_link_busy",
+    "busiest_link",
+    "network_utilisation",
+    "cpu_utilisation",
+    "verdict",
+    "detail",
+)
 
 
 def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, workers: int = 2, **kwargs):
@@ -229,9 +335,17 @@ def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, worker
     if netem.usable(links):
         settings = {k: v for k, v in kwargs.items() if k != "hosts"}
         for link in links:
-            exp = train([f"sync:{batch_size}", f"async:{batch_size}"], samples=samples, eval_every=0,
-                        save_weights=False, gradient=dense, progress=False, workers=workers, **settings,
-                        **cluster_args(link, workers))
+            exp = train(
+                [f"sync:{batch_size}", f"async:{batch_size}"],
+                samples=samples,
+                eval_every=0,
+                save_weights=False,
+                gradient=dense,
+                progress=False,
+                workers=workers,
+                **settings,
+                **cluster_args(link, workers),
+            )
             rows += _emulated_rows(link, exp)
     return pd.DataFrame(rows, columns=list(EMULATED_COLUMNS))
 
@@ -249,16 +363,25 @@ def _emulated_rows(link: str, exp: "Experiment") -> list[dict]:
         ps_link = exp.links(label, frame).loc[ps_node]
         row, verdict = table.loc[label], verdicts.loc[label]
         link_s = row["bytes_per_step"] / rate
-        rows.append({"link": link, "run": label, "local_steps": row["local_steps"],
-                     "s_per_1k_iterations": row["s_per_1k_iterations"], "bytes_per_step": row["bytes_per_step"],
-                     "link_s_per_step": link_s,
-                     "link_share": link_s / (row["s_per_1k_iterations"] / 1e3) if label.startswith("sync")
-                     else math.nan,
-                     "ps_link_in": ps_link["in_share"], "ps_link_out": ps_link["out_share"],
-                     "ps_link_busy": ps_link["busy_share"], "busiest_link": verdict["busiest_link"],
-                     "network_utilisation": verdict["network_utilisation"],
-                     "cpu_utilisation": verdict["cpu_utilisation"], "verdict": verdict["verdict"],
-                     "detail": verdict["detail"]})
+        rows.append(
+            {
+                "link": link,
+                "run": label,
+                "local_steps": row["local_steps"],
+                "s_per_1k_iterations": row["s_per_1k_iterations"],
+                "bytes_per_step": row["bytes_per_step"],
+                "link_s_per_step": link_s,
+                "link_share": link_s / (row["s_per_1k_iterations"] / 1e3) if label.startswith("sync") else math.nan,
+                "ps_link_in": ps_link["in_share"],
+                "ps_link_out": ps_link["out_share"],
+                "ps_link_busy": ps_link["busy_share"],
+                "busiest_link": verdict["busiest_link"],
+                "network_utilisation": verdict["network_utilisation"],
+                "cpu_utilisation": verdict["cpu_utilisation"],
+                "verdict": verdict["verdict"],
+                "detail": verdict["detail"],
+            }
+        )
     return rows
 
 
@@ -267,6 +390,7 @@ class Run(experiments.Run):
     """One configuration of the cluster's plan: mode and batch size. Every run of an
     ``Experiment`` shares its cluster's ``result``; each task's result file holds one entry
     per run (``runs``), labelled ``"<mode> b<batch>"``."""
+
     mode: str
     batch_size: int
     result: ClusterResult
@@ -283,6 +407,7 @@ class Run(experiments.Run):
 @dataclass
 class Experiment(experiments.Sweep):
     """One cluster's runs (``find(mode, batch_size)``), with the lab's tables."""
+
     _optimum: dict | None = field(default=None, repr=False)
 
     @property
@@ -352,16 +477,27 @@ class Experiment(experiments.Sweep):
             tcp = [v for v in tcp if v is not None]
             bound = float(np.mean([e["metrics"]["bound_bytes_per_step"] for e in tr.values()]))
             measured = float(np.mean(tcp)) if tcp else math.nan
-            rows.append({"run": label, "mode": mode, "batch": batch, "workers": len(tr),
-                         "global_steps": max(e["steps"]["global"] for e in tr.values()),
-                         "local_steps": ", ".join(str(e["steps"]["local"]) for e in tr.values()),
-                         "train_s": chief["train_s"],  # the chief's evaluations left out (they stall sync)
-                         "s_per_1k_iterations": m["s_per_1k_global_steps"], "test_accuracy": m["test_accuracy"],
-                         "test_logloss": m["test_logloss"], "optimum_accuracy": opt.get("bayes_accuracy", math.nan),
-                         "majority_accuracy": opt.get("majority_accuracy", math.nan),
-                         "unique_per_step": float(np.mean([e["metrics"]["unique_per_step"] for e in tr.values()])),
-                         "bytes_per_step": measured, "bound_bytes_per_step": bound, "measured_over_bound": measured / bound,
-                         "dense_bytes_per_step": m["dense_bytes_per_step"]})
+            rows.append(
+                {
+                    "run": label,
+                    "mode": mode,
+                    "batch": batch,
+                    "workers": len(tr),
+                    "global_steps": max(e["steps"]["global"] for e in tr.values()),
+                    "local_steps": ", ".join(str(e["steps"]["local"]) for e in tr.values()),
+                    "train_s": chief["train_s"],  # the chief's evaluations left out (they stall sync)
+                    "s_per_1k_iterations": m["s_per_1k_global_steps"],
+                    "test_accuracy": m["test_accuracy"],
+                    "test_logloss": m["test_logloss"],
+                    "optimum_accuracy": opt.get("bayes_accuracy", math.nan),
+                    "majority_accuracy": opt.get("majority_accuracy", math.nan),
+                    "unique_per_step": float(np.mean([e["metrics"]["unique_per_step"] for e in tr.values()])),
+                    "bytes_per_step": measured,
+                    "bound_bytes_per_step": bound,
+                    "measured_over_bound": measured / bound,
+                    "dense_bytes_per_step": m["dense_bytes_per_step"],
+                }
+            )
         return pd.DataFrame(rows).set_index("run")
 
     def curves(self):
@@ -379,7 +515,8 @@ class Experiment(experiments.Sweep):
         """Measured and analytic bytes per worker step per run (for ``plots.bytes_vs_analytic``)."""
         s = self.summary()
         return s.reset_index()[["run", "bytes_per_step", "bound_bytes_per_step"]].rename(
-            columns={"bytes_per_step": "measured", "bound_bytes_per_step": "analytic"})
+            columns={"bytes_per_step": "measured", "bound_bytes_per_step": "analytic"}
+        )
 
     def samples(self):
         return self.result.samples()
@@ -391,10 +528,16 @@ class Experiment(experiments.Sweep):
         root = self.run_dir / "tensorboard"
         for label in self.labels:
             chief = self.chief(label)
-            train = [{**r, "samples": r["global_step"] * chief["samples_per_step"], "train_loss": r["loss"]}
-                     for r in chief["series"]["train"]]
-            scalars.write(root / label.replace(" ", "-"), train + chief["series"]["eval"], step="samples",
-                          keys=("test_error", "test_accuracy", "test_logloss", "train_loss"))
+            train = [
+                {**r, "samples": r["global_step"] * chief["samples_per_step"], "train_loss": r["loss"]}
+                for r in chief["series"]["train"]
+            ]
+            scalars.write(
+                root / label.replace(" ", "-"),
+                train + chief["series"]["eval"],
+                step="samples",
+                keys=("test_error", "test_accuracy", "test_logloss", "train_loss"),
+            )
         return root
 
     def window(self, label: str, frame=None) -> tuple[float, float]:
@@ -423,8 +566,10 @@ class Experiment(experiments.Sweep):
         for label in self.labels:
             lo, hi = self.window(label, frame)
             moved = {name: step_bytes(e.get("traffic") or {}) for name, e in self.trainers(label).items()}
-            tcp_rates = {name: (math.nan if moved[name] is None else moved[name]) * e["steps"]["local"] / e["train_s"]
-                         for name, e in self.trainers(label).items()}
+            tcp_rates = {
+                name: (math.nan if moved[name] is None else moved[name]) * e["steps"]["local"] / e["train_s"]
+                for name, e in self.trainers(label).items()
+            }
             measured = [v for v in tcp_rates.values() if not math.isnan(v)]
             tcp_rates["ps:0"] = sum(measured) if measured else math.nan  # every worker's traffic is the ps's
             for task, part in frame.groupby("task", sort=False):
@@ -438,17 +583,27 @@ class Experiment(experiments.Sweep):
                 disk = (inside["disk_read"] + inside["disk_write"]) / dt
                 total_mem = (inside["mem_used"] + inside["mem_free"] + inside["mem_buff"] + inside["mem_cach"]).max()
                 duration = s["duration_s"] or math.nan
-                rows.append({
-                    "run": label, "task": task, "host": part["host"].iloc[0],
-                    "proc_cpu_avg": s["proc_cpu_pct"], "proc_cpu_peak": inside["proc_cpu"].max(),
-                    "host_cpu_avg": s["cpu_user_pct"] + s["cpu_system_pct"], "host_cpu_peak": busy.max(),
-                    "net_avg_bytes_per_s": (s["net_recv_bytes"] + s["net_sent_bytes"]) / duration,
-                    "net_peak_bytes_per_s": net.max(), "task_tcp_bytes_per_s": tcp_rates.get(task, math.nan),
-                    "disk_avg_bytes_per_s": (s["disk_read_bytes"] + s["disk_write_bytes"]) / duration,
-                    "disk_peak_bytes_per_s": disk.max() if disk.notna().any() else math.nan,
-                    "rss_avg_bytes": s["proc_rss_bytes"], "rss_peak_bytes": s["proc_rss_peak_bytes"],
-                    "mem_used_peak_share": s["mem_used_peak_bytes"] / total_mem if total_mem else math.nan,
-                    "window_s": duration, "samples": s["samples"]})
+                rows.append(
+                    {
+                        "run": label,
+                        "task": task,
+                        "host": part["host"].iloc[0],
+                        "proc_cpu_avg": s["proc_cpu_pct"],
+                        "proc_cpu_peak": inside["proc_cpu"].max(),
+                        "host_cpu_avg": s["cpu_user_pct"] + s["cpu_system_pct"],
+                        "host_cpu_peak": busy.max(),
+                        "net_avg_bytes_per_s": (s["net_recv_bytes"] + s["net_sent_bytes"]) / duration,
+                        "net_peak_bytes_per_s": net.max(),
+                        "task_tcp_bytes_per_s": tcp_rates.get(task, math.nan),
+                        "disk_avg_bytes_per_s": (s["disk_read_bytes"] + s["disk_write_bytes"]) / duration,
+                        "disk_peak_bytes_per_s": disk.max() if disk.notna().any() else math.nan,
+                        "rss_avg_bytes": s["proc_rss_bytes"],
+                        "rss_peak_bytes": s["proc_rss_peak_bytes"],
+                        "mem_used_peak_share": s["mem_used_peak_bytes"] / total_mem if total_mem else math.nan,
+                        "window_s": duration,
+                        "samples": s["samples"],
+                    }
+                )
         out = pd.DataFrame(rows).set_index(["run", "task"])
         return out.replace([np.inf, -np.inf], np.nan)
 
@@ -472,8 +627,9 @@ class Experiment(experiments.Sweep):
         use = link_use(frame, task_nodes(self.result), net["rate_bits"] / 8, *self.window(label, frame))
         return use.sort_values("busy_share", ascending=False)
 
-    def verdicts(self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8,
-                 most: float = 0.5):
+    def verdicts(
+        self, link_gbit: float = 10.0, disk_bytes_per_s: float = 200e6, threshold: float = 0.8, most: float = 0.5
+    ):
         """Which resource bounds each run, in words, from ``bottlenecks()`` (and, on emulated
         nodes, each node's NIC).
 
@@ -498,17 +654,36 @@ class Experiment(experiments.Sweep):
         rows = []
         for label in self.labels:
             t = table.loc[label]
-            use = {"CPU": math.nan, "network": math.nan,
-                   "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s, "memory": t["mem_used_peak_share"].max()}
+            use = {
+                "CPU": math.nan,
+                "network": math.nan,
+                "disk": t["disk_avg_bytes_per_s"].max() / disk_bytes_per_s,
+                "memory": t["mem_used_peak_share"].max(),
+            }
             if net:
                 where, texts = self._emulated_use(label, t, frame, net, use)
             else:
                 where, texts = self._loopback_use(t, link_gbit, use)
-            texts += [("disk " + (f"{use['disk']:.1%} of {disk_bytes_per_s / 1e6:.0f} MB/s" if use["disk"] == use["disk"]
-                                  else "not measured")), f"memory {use['memory']:.0%} used at peak"]
-            rows.append({"run": label, "verdict": _judge(use, threshold, most if net else None, where),
-                         "detail": "; ".join(texts), "busiest_link": where.get("node"),
-                         **{f"{k.lower()}_utilisation": v for k, v in use.items()}})
+            texts += [
+                (
+                    "disk "
+                    + (
+                        f"{use['disk']:.1%} of {disk_bytes_per_s / 1e6:.0f} MB/s"
+                        if use["disk"] == use["disk"]
+                        else "not measured"
+                    )
+                ),
+                f"memory {use['memory']:.0%} used at peak",
+            ]
+            rows.append(
+                {
+                    "run": label,
+                    "verdict": _judge(use, threshold, most if net else None, where),
+                    "detail": "; ".join(texts),
+                    "busiest_link": where.get("node"),
+                    **{f"{k.lower()}_utilisation": v for k, v in use.items()},
+                }
+            )
         return pd.DataFrame(rows).set_index("run")
 
     @staticmethod
@@ -516,10 +691,16 @@ class Experiment(experiments.Sweep):
         """CPU and network utilisation on 127.0.0.1 (see ``verdicts``), and their detail."""
         use["CPU"] = t["host_cpu_avg"].max() / 100
         use["network"] = t["task_tcp_bytes_per_s"].max() / 2 / (link_gbit * 1e9 / 8)
-        link = (f"{use['network']:.2%} of {link_gbit:g} Gbit/s each way" if use["network"] == use["network"]
-                else "not measured")
-        return {}, [f"host CPU {use['CPU']:.0%} busy on average (our tasks {t['proc_cpu_avg'].sum():.0f}% of one "
-                    f"core in total)", f"ps link {link}"]
+        link = (
+            f"{use['network']:.2%} of {link_gbit:g} Gbit/s each way"
+            if use["network"] == use["network"]
+            else "not measured"
+        )
+        return {}, [
+            f"host CPU {use['CPU']:.0%} busy on average (our tasks {t['proc_cpu_avg'].sum():.0f}% of one "
+            f"core in total)",
+            f"ps link {link}",
+        ]
 
     def _emulated_use(self, label: str, t, frame, net: dict, use: dict) -> tuple[dict, list[str]]:
         """CPU and network utilisation on emulated nodes (see ``verdicts``), the busiest link, detail."""
@@ -531,12 +712,17 @@ class Experiment(experiments.Sweep):
         links = self.links(label, frame)
         node, top = links.index[0], links.iloc[0]
         use["network"] = top["busy_share"]
-        per_node = ", ".join(f"{n} {r.busy_share:.0%} (in {r.in_share:.0%}, out {r.out_share:.0%})"
-                             for n, r in links.iterrows())
-        return ({"node": node, "network": f"{node}'s link ({top['tasks']}) at {net['link']}"},
-                [f"our tasks' CPU {ours:.0f}% of one core, {use['CPU']:.0%} of the {cores} cores the nodes share "
-                 f"(host {t['host_cpu_avg'].max():.0f}% busy, other programs included)",
-                 f"links busy {per_node} of {net['link']} each way"])
+        per_node = ", ".join(
+            f"{n} {r.busy_share:.0%} (in {r.in_share:.0%}, out {r.out_share:.0%})" for n, r in links.iterrows()
+        )
+        return (
+            {"node": node, "network": f"{node}'s link ({top['tasks']}) at {net['link']}"},
+            [
+                f"our tasks' CPU {ours:.0f}% of one core, {use['CPU']:.0%} of the {cores} cores the nodes share "
+                f"(host {t['host_cpu_avg'].max():.0f}% busy, other programs included)",
+                f"links busy {per_node} of {net['link']} each way",
+            ],
+        )
 
     def sweep_table(self, value: str = "train_s"):
         """Report 004 Table 3: ``value`` (default seconds of training for the fixed number of
@@ -567,8 +753,9 @@ class Experiment(experiments.Sweep):
             out[f"{mode}_weights"] = path.as_posix()
         return out
 
-    def records(self, profile=None, sweep: "Experiment | None" = None, artifacts: dict | None = None,
-                link_gbit: float = 10.0) -> dict:
+    def records(
+        self, profile=None, sweep: "Experiment | None" = None, artifacts: dict | None = None, link_gbit: float = 10.0
+    ) -> dict:
         """What the notebook records for the grader: per mode (its first run) accuracy,
         log-loss, s per 1k iterations, bytes per step and their bound, global and per-worker
         steps, unique features per step; the optimum (None for a9a: unknown), the dense bytes,
@@ -581,27 +768,44 @@ class Experiment(experiments.Sweep):
         out = {}
         for mode, r in self._first_of_each_mode().items():
             row = summary.loc[r.label]
-            out.update({f"{mode}_test_accuracy": row.test_accuracy, f"{mode}_test_logloss": row.test_logloss,
-                        f"{mode}_s_per_1k": row.s_per_1k_iterations, f"{mode}_bytes_per_step": row.bytes_per_step,
-                        f"{mode}_bound_bytes_per_step": row.bound_bytes_per_step,
-                        f"{mode}_global_steps": int(row.global_steps), f"{mode}_steps": self.steps(r.label),
-                        f"{mode}_unique_per_step": row.unique_per_step})
+            out.update(
+                {
+                    f"{mode}_test_accuracy": row.test_accuracy,
+                    f"{mode}_test_logloss": row.test_logloss,
+                    f"{mode}_s_per_1k": row.s_per_1k_iterations,
+                    f"{mode}_bytes_per_step": row.bytes_per_step,
+                    f"{mode}_bound_bytes_per_step": row.bound_bytes_per_step,
+                    f"{mode}_global_steps": int(row.global_steps),
+                    f"{mode}_steps": self.steps(r.label),
+                    f"{mode}_unique_per_step": row.unique_per_step,
+                }
+            )
         optimum = self.optimum() or {}
-        out.update(optimum_accuracy=optimum.get("bayes_accuracy"), majority_accuracy=optimum.get("majority_accuracy"),
-                   dense_bytes_per_step=summary["dense_bytes_per_step"].iloc[0],
-                   cluster_run_dir=str(self.run_dir.resolve()))
+        out.update(
+            optimum_accuracy=optimum.get("bayes_accuracy"),
+            majority_accuracy=optimum.get("majority_accuracy"),
+            dense_bytes_per_step=summary["dense_bytes_per_step"].iloc[0],
+            cluster_run_dir=str(self.run_dir.resolve()),
+        )
         if profile is not None:
             speed = speedups(profile)
-            out["sparse_speedup"] = speed.xs(speed.index.get_level_values("batch").max(), level="batch").iloc[-1].speedup
+            out["sparse_speedup"] = (
+                speed.xs(speed.index.get_level_values("batch").max(), level="batch").iloc[-1].speedup
+            )
             largest = speed.index.get_level_values("num_features").max()
-            out["dense_alloc_bytes"] = {f"b{b}": float(v) for b, v in
-                                        speed.xs(largest, level="num_features")["dense_alloc_bytes"].items()}
+            out["dense_alloc_bytes"] = {
+                f"b{b}": float(v) for b, v in speed.xs(largest, level="num_features")["dense_alloc_bytes"].items()
+            }
             out["profile"] = profile
-        out.update(summary=summary.reset_index(), bottlenecks=self.bottlenecks().reset_index(),
-                   verdicts=self.verdicts(link_gbit=link_gbit).reset_index())
+        out.update(
+            summary=summary.reset_index(),
+            bottlenecks=self.bottlenecks().reset_index(),
+            verdicts=self.verdicts(link_gbit=link_gbit).reset_index(),
+        )
         if sweep is not None:
-            out["sweep"] = sweep.summary().reset_index()[["run", "mode", "batch", "global_steps", "train_s",
-                                                          "test_accuracy"]]
+            out["sweep"] = sweep.summary().reset_index()[
+                ["run", "mode", "batch", "global_steps", "train_s", "test_accuracy"]
+            ]
         if artifacts is not None:
             out["artifacts"] = artifacts
         out["settings"] = self.settings
@@ -617,19 +821,23 @@ def _judge(use: dict, threshold: float, most: float | None, where: dict) -> str:
     if known[top] >= threshold:
         return f"{top}-bound: {what} saturates ({known[top]:.0%})"
     if most is not None and known[top] > most:
-        return (f"{top}-bound: {what} busy {known[top]:.0%} of the run, more than any other resource "
-                "(the phases of a step take turns)")
-    return (f"no resource saturates (busiest: {top}, {known[top]:.0%}): the step is latency-bound "
-            "(RPC round trips and per-step overhead)")
+        return (
+            f"{top}-bound: {what} busy {known[top]:.0%} of the run, more than any other resource "
+            "(the phases of a step take turns)"
+        )
+    return (
+        f"no resource saturates (busiest: {top}, {known[top]:.0%}): the step is latency-bound "
+        "(RPC round trips and per-step overhead)"
+    )
 
 
 # ------------------------------------------------------------------------------ re-checking
+
 
 def evaluate_weights(path) -> dict:
     """Accuracy and log-loss of a saved ``weights-*.npz`` on the test set it names (no TensorFlow)."""
     from labkit.tasks.ps_sparse_lr import evaluate_arrays, load_rows, load_weights
 
     w, s = load_weights(path)
-    test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"],
-                     click_seed=s["click_seed"])
+    test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"], click_seed=s["click_seed"])
     return evaluate_arrays(w, test)

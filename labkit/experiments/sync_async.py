@@ -33,6 +33,7 @@ measured over the same seconds; ``tasks()`` also gives each process's RSS when t
 Sync mode runs the notebook's ``sync_round`` (Lab 2's exercise; ``labkit.tasks.ps_sgd`` builds it
 on the ps and runs its chief op); ``check_sync_round`` checks it first, in this process.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,11 +58,18 @@ PROGRAM = "ps_sgd"
 MODES = ("sync", "async")
 MODEL_BYTES = (784 * 10 + 10) * 4  # softmax regression in float32: 31,400 bytes
 # Table 1.2.1's resource columns: host CPU and memory, the host's network per second, the task process.
-RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s",
-                    "proc_cpu_pct", "proc_rss_bytes")
+RESOURCE_COLUMNS = (
+    "cpu_user_pct",
+    "mem_used_bytes",
+    "net_recv_bytes_per_s",
+    "net_sent_bytes_per_s",
+    "proc_cpu_pct",
+    "proc_rss_bytes",
+)
 
 
 # ------------------------------------------------------------------------------ the synchronous round
+
 
 def round_source(fn) -> str:
     """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
@@ -78,8 +86,15 @@ class RoundError(ValueError):
     """A synchronous round that does not do what a round must; the message says what to fix."""
 
 
-def check_sync_round(fn, workers: int = 3, rounds: int = 3, batch_size: int = 8, learning_rate: float = 0.5,
-                     seed: int = 0, timeout: float = 20.0) -> dict:
+def check_sync_round(
+    fn,
+    workers: int = 3,
+    rounds: int = 3,
+    batch_size: int = 8,
+    learning_rate: float = 0.5,
+    seed: int = 0,
+    timeout: float = 20.0,
+) -> dict:
     """Run ``fn``'s round in one process, as the cluster will: ``workers`` threads each push
     ``rounds`` gradients of batches of their own and wait, a chief thread runs the round's
     chief op ``rounds`` times; then check, against NumPy (no reference round needed), that the
@@ -124,8 +139,10 @@ def check_sync_round(fn, workers: int = 3, rounds: int = 3, batch_size: int = 8,
     late = [(i, t, harness.seen[i, t]) for i in range(workers) for t in range(rounds) if harness.seen[i, t] != t + 1]
     if late:
         i, t, at = late[0]
-        raise RoundError(f"worker {i}'s step {t + 1} returned at global step {at}, not {t + 1}: a worker must be "
-                         f"released only after its round's update was applied (the tokens go in after it)")
+        raise RoundError(
+            f"worker {i}'s step {t + 1} returned at global step {at}, not {t + 1}: a worker must be "
+            f"released only after its round's update was applied (the tokens go in after it)"
+        )
     Wr, br = W0.astype(np.float64), b0.astype(np.float64)
     for t in range(rounds):
         grads = [softmax_gradient(Wr, br, X[i, t], Y[i, t])[:2] for i in range(workers)]
@@ -134,9 +151,11 @@ def check_sync_round(fn, workers: int = 3, rounds: int = 3, batch_size: int = 8,
     scale = max(np.abs(Wr - W0).max(), np.abs(br - b0).max())
     error = max(np.abs(W1 - Wr).max(), np.abs(b1 - br).max()) / scale
     if not error < 1e-3:
-        raise RoundError(f"after {rounds} rounds the weights are off from SGD on the mean of the {workers} "
-                         f"workers' gradients by {error:.3g} x the size of the whole update: does chief_op apply "
-                         f"the mean (not the sum) of all {workers} gradients, once per round, at learning_rate?")
+        raise RoundError(
+            f"after {rounds} rounds the weights are off from SGD on the mean of the {workers} "
+            f"workers' gradients by {error:.3g} x the size of the whole update: does chief_op apply "
+            f"the mean (not the sum) of all {workers} gradients, once per round, at learning_rate?"
+        )
     return {"workers": workers, "rounds": rounds, "global_step": int(g), "largest_error": float(error)}
 
 
@@ -153,7 +172,7 @@ class _RoundHarness:
         self.feeds, self.steps, self.chief_op, self.state = [], [], None, []
         self.seen = np.full((workers, rounds), -1)
         self.failures: list[str] = []
-        self.blocked: list[str] = []   # who gave up waiting: "worker" or "chief"
+        self.blocked: list[str] = []  # who gave up waiting: "worker" or "chief"
         self.options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout * 1000))
 
     def add_worker(self, x, y, step, chief_op) -> None:
@@ -178,13 +197,22 @@ class _RoundHarness:
 
         def worker(i):
             def step(t):
-                self.seen[i, t] = sess.run(self.steps[i], {self.feeds[i][0]: self.X[i, t],
-                                                           self.feeds[i][1]: self.Y[i, t]}, options=self.options)
+                self.seen[i, t] = sess.run(
+                    self.steps[i],
+                    {self.feeds[i][0]: self.X[i, t], self.feeds[i][1]: self.Y[i, t]},
+                    options=self.options,
+                )
+
             self._loop("worker", step, self.rounds)
 
         threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(self.workers)]
-        threads.append(threading.Thread(target=self._loop, args=(
-            "chief", lambda t: sess.run(self.chief_op, options=self.options), self.rounds), daemon=True))
+        threads.append(
+            threading.Thread(
+                target=self._loop,
+                args=("chief", lambda t: sess.run(self.chief_op, options=self.options), self.rounds),
+                daemon=True,
+            )
+        )
         for th in threads:
             th.start()
         deadline = time.monotonic() + self.timeout * (self.rounds + 1)
@@ -203,14 +231,18 @@ class _RoundHarness:
         g, *held = sess.run(self.state, options=self.tf.compat.v1.RunOptions(timeout_in_ms=5000))
         waited = f"waited {self.timeout:g} s in round {g + 1}"
         if min(held) < self.workers:
-            return (f"the chief {waited} for the workers' gradients, but the accumulators hold {min(held)} of "
-                    f"{self.workers}: worker_op must push each gradient (apply_grad) before it waits for its "
-                    f"token, tagged with the global step it was computed at (local_step): an accumulator drops "
-                    f"a gradient tagged with a step below the rounds it has taken, as stale")
+            return (
+                f"the chief {waited} for the workers' gradients, but the accumulators hold {min(held)} of "
+                f"{self.workers}: worker_op must push each gradient (apply_grad) before it waits for its "
+                f"token, tagged with the global step it was computed at (local_step): an accumulator drops "
+                f"a gradient tagged with a step below the rounds it has taken, as stale"
+            )
         if "worker" in self.blocked:
-            return (f"a worker {waited} for its token, with all {self.workers} gradients in: chief_op must take "
-                    f"their mean (take_grad(num_workers)), apply it, and then put one token into each worker's "
-                    f"queue, shared.tokens[w]; worker_op must wait on its own, shared.tokens[shared.worker]")
+            return (
+                f"a worker {waited} for its token, with all {self.workers} gradients in: chief_op must take "
+                f"their mean (take_grad(num_workers)), apply it, and then put one token into each worker's "
+                f"queue, shared.tokens[w]; worker_op must wait on its own, shared.tokens[shared.worker]"
+            )
         return f"the round {waited}, with all {self.workers} gradients in and no worker waiting"
 
 
@@ -227,11 +259,23 @@ def write_graphs(sync_round=None, deploy: str = "cluster2", logdir=None, learnin
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     source = round_source(sync_round) if sync_round is not None else None
     root = Path(logdir) if logdir else paths.run_dir(LAB, prefix="graphs")
-    rt = types.SimpleNamespace(task=types.SimpleNamespace(type="worker", index=0), spec=cluster.build(deploy),
-                               num_trainers=cluster.MODES[deploy][1], trainer_rank=0)
+    rt = types.SimpleNamespace(
+        task=types.SimpleNamespace(type="worker", index=0),
+        spec=cluster.build(deploy),
+        num_trainers=cluster.MODES[deploy][1],
+        trainer_rank=0,
+    )
     for mode in MODES:
-        args = types.SimpleNamespace(mode=mode, seed=0, steps=1, epochs=None, batch_size=50, train_limit=60000,
-                                     learning_rate=learning_rate, round_source=source)
+        args = types.SimpleNamespace(
+            mode=mode,
+            seed=0,
+            steps=1,
+            epochs=None,
+            batch_size=50,
+            train_limit=60000,
+            learning_rate=learning_rate,
+            round_source=source,
+        )
         graph = tf.Graph()
         with graph.as_default():
             ps_sgd.build_model(tf, rt, args)
@@ -244,9 +288,11 @@ def write_graphs(sync_round=None, deploy: str = "cluster2", logdir=None, learnin
 
 # ------------------------------------------------------------------------------ one run
 
+
 @dataclass
 class Run(experiments.Run):
     """One cluster run: its mode, deploy mode, batch size, and what the tasks wrote."""
+
     mode: str
     deploy: str
     batch_size: int
@@ -298,24 +344,52 @@ class Run(experiments.Run):
         step, as TensorBoard scalars in ``<run dir>/tensorboard``; returns that directory."""
         series = self.chief.series
         rows = [{**r, "train_loss": r["loss"]} for r in series["train"]] + series["eval"]
-        return scalars.write(self.result.run_dir / "tensorboard", rows, step="global_step",
-                             keys=("test_loss", "test_accuracy", "train_loss"))
+        return scalars.write(
+            self.result.run_dir / "tensorboard",
+            rows,
+            step="global_step",
+            keys=("test_loss", "test_accuracy", "train_loss"),
+        )
 
     def summary(self) -> dict:
         c = self.chief
         local = self.local_steps()
-        return {"mode": self.mode, "deploy": self.deploy, "batch_size": self.batch_size, "workers": len(local),
-                "iterations": sum(local.values()), "global_step": self.global_step(),
-                "time_s": self.train_s(), "test_accuracy": c.metrics["test_accuracy"],
-                "test_loss": c.metrics["test_loss"], "stop": c.result.get("stop", {}).get("reason"),
-                "global_steps_per_s": self.global_step() / self.train_s(), "wall_s": self.result.wall_s}
+        return {
+            "mode": self.mode,
+            "deploy": self.deploy,
+            "batch_size": self.batch_size,
+            "workers": len(local),
+            "iterations": sum(local.values()),
+            "global_step": self.global_step(),
+            "time_s": self.train_s(),
+            "test_accuracy": c.metrics["test_accuracy"],
+            "test_loss": c.metrics["test_loss"],
+            "stop": c.result.get("stop", {}).get("reason"),
+            "global_steps_per_s": self.global_step() / self.train_s(),
+            "wall_s": self.result.wall_s,
+        }
 
 
-def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, target_loss: float | None = None,
-                 max_steps: int = 2000, epochs: float | None = None, learning_rate: float = 0.5,
-                 train_limit: int | None = 10000, test_limit: int | None = 2000, eval_every: int = 50,
-                 seed: int = 0, hosts=None, sync_round=None, run: str | None = None, timeout: float = 600,
-                 sample_interval: float = 0.25, **task_args) -> Cluster:
+def make_cluster(
+    mode: str,
+    deploy: str = "cluster2",
+    batch_size: int = 50,
+    *,
+    target_loss: float | None = None,
+    max_steps: int = 2000,
+    epochs: float | None = None,
+    learning_rate: float = 0.5,
+    train_limit: int | None = 10000,
+    test_limit: int | None = 2000,
+    eval_every: int = 50,
+    seed: int = 0,
+    hosts=None,
+    sync_round=None,
+    run: str | None = None,
+    timeout: float = 600,
+    sample_interval: float = 0.25,
+    **task_args,
+) -> Cluster:
     """A (not yet started) cluster for one run: ``deploy`` is a report 002 deploy mode
     (``single`` 1 ps + 1 worker, ``cluster`` 1 + 2, ``cluster2`` 1 + 3) on 127.0.0.1, or
     on ``hosts`` (a hosts file or list). ``sync_round``: the notebook's round (sync mode)."""
@@ -325,15 +399,29 @@ def make_cluster(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, t
         raise ValueError(f"deploy mode {deploy!r}: choose one of {', '.join(cluster.MODES)}")
     spec = cluster.build(deploy, hosts=hosts or None)
     return experiments.make_cluster(
-        LAB, PROGRAM, spec, name=f"{mode}-{deploy}-b{batch_size}", run=run, timeout=timeout, mode=mode,
-        batch_size=batch_size, steps=max_steps, epochs=epochs, target_loss=target_loss, learning_rate=learning_rate,
-        train_limit=train_limit or 60000, test_limit=test_limit or 10000, eval_every=eval_every, seed=seed,
-        sample_interval=sample_interval, round_source=round_source(sync_round) if sync_round is not None else None,
-        **task_args)
+        LAB,
+        PROGRAM,
+        spec,
+        name=f"{mode}-{deploy}-b{batch_size}",
+        run=run,
+        timeout=timeout,
+        mode=mode,
+        batch_size=batch_size,
+        steps=max_steps,
+        epochs=epochs,
+        target_loss=target_loss,
+        learning_rate=learning_rate,
+        train_limit=train_limit or 60000,
+        test_limit=test_limit or 10000,
+        eval_every=eval_every,
+        seed=seed,
+        sample_interval=sample_interval,
+        round_source=round_source(sync_round) if sync_round is not None else None,
+        **task_args,
+    )
 
 
-def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, scalars: bool = True,
-        **kwargs) -> Run:
+def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print, scalars: bool = True, **kwargs) -> Run:
     """Train once to the end in a cluster of its own (``make_cluster``'s arguments) under a live
     view; ``log`` gets the chief's evaluations as they come, and its end. Writes the chief's
     TensorBoard scalars, unless ``scalars`` is False (the grader's probe: TensorBoard's writer
@@ -349,10 +437,12 @@ def run(mode: str, deploy: str = "cluster2", batch_size: int = 50, *, log=print,
 
 # ------------------------------------------------------------------------------ a study
 
+
 @dataclass
 class Study(experiments.Sweep):
     """The runs of a sweep (``find(mode, deploy, batch_size)``), with the lab's tables; ``counted``:
     {mode: Run} of the runs where every worker made exactly ``settings["local_steps"]`` steps."""
+
     counted: dict = field(default_factory=dict)
 
     def _at(self, deploy: str, batch_size: int) -> list[Run]:
@@ -390,11 +480,21 @@ class Study(experiments.Sweep):
             g = r.global_step()
             for t in r.workers:
                 local = int(t.steps.get("local", 0))
-                rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "worker": t.name,
-                             "host": t.host, "iterations": local, "global_step": g,
-                             "share": local / g if g else math.nan, "time_s": t.timings["train_s"],
-                             "steps_per_s": t.steps.get("local_per_s"),
-                             "test_accuracy": t.metrics.get("test_accuracy")})
+                rows.append(
+                    {
+                        "mode": r.mode,
+                        "deploy": r.deploy,
+                        "batch_size": r.batch_size,
+                        "worker": t.name,
+                        "host": t.host,
+                        "iterations": local,
+                        "global_step": g,
+                        "share": local / g if g else math.nan,
+                        "time_s": t.timings["train_s"],
+                        "steps_per_s": t.steps.get("local_per_s"),
+                        "test_accuracy": t.metrics.get("test_accuracy"),
+                    }
+                )
         return pd.DataFrame(rows)
 
     def tasks(self, deploy: str | None = None, batch_size: int | None = None):
@@ -434,9 +534,17 @@ class Study(experiments.Sweep):
         rows = []
         for r in self._at(deploy, batch_size):
             for e in r.chief.series["eval"]:
-                rows.append({"mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size, "t": e["t"],
-                             "global_step": e["global_step"], "test_loss": e["test_loss"],
-                             "test_accuracy": e["test_accuracy"]})
+                rows.append(
+                    {
+                        "mode": r.mode,
+                        "deploy": r.deploy,
+                        "batch_size": r.batch_size,
+                        "t": e["t"],
+                        "global_step": e["global_step"],
+                        "test_loss": e["test_loss"],
+                        "test_accuracy": e["test_accuracy"],
+                    }
+                )
         return pd.DataFrame(rows)
 
     def bytes_per_step(self):
@@ -476,14 +584,24 @@ class Study(experiments.Sweep):
             measured = sockets if sockets is not None else host
             per_global = local / g  # worker steps per global step: N in sync, 1 in async
             analytic_worker = 2 * MODEL_BYTES  # the model pulled, a gradient as large pushed
-            rows.append({"run": r.label, "mode": r.mode, "deploy": r.deploy, "batch_size": r.batch_size,
-                         "workers": n, "method": "sockets" if sockets is not None else "host",
-                         "bytes_per_global_step": measured,
-                         "analytic_bytes_per_global_step": analytic_worker * (n if r.mode == "sync" else 1),
-                         "bytes_per_worker_step": measured / per_global, "analytic_bytes_per_worker_step": analytic_worker,
-                         "measured_over_analytic": measured / per_global / analytic_worker,
-                         "host_bytes_per_global_step": host, "host_bytes_per_worker_step": host / per_global,
-                         "host_nics": "+".join(sorted({x for v in per_host.values() for x in v.get("nics", [])}))})
+            rows.append(
+                {
+                    "run": r.label,
+                    "mode": r.mode,
+                    "deploy": r.deploy,
+                    "batch_size": r.batch_size,
+                    "workers": n,
+                    "method": "sockets" if sockets is not None else "host",
+                    "bytes_per_global_step": measured,
+                    "analytic_bytes_per_global_step": analytic_worker * (n if r.mode == "sync" else 1),
+                    "bytes_per_worker_step": measured / per_global,
+                    "analytic_bytes_per_worker_step": analytic_worker,
+                    "measured_over_analytic": measured / per_global / analytic_worker,
+                    "host_bytes_per_global_step": host,
+                    "host_bytes_per_worker_step": host / per_global,
+                    "host_nics": "+".join(sorted({x for v in per_host.values() for x in v.get("nics", [])})),
+                }
+            )
         return pd.DataFrame(rows)
 
     def records(self, deploy: str | None = None, batch_size: int | None = None) -> dict:
@@ -496,8 +614,17 @@ class Study(experiments.Sweep):
         steps of the runs where every worker made that many."""
         deploy, batch_size = self._or_headline(deploy, batch_size)
         bytes_table = self.bytes_per_step()
-        out = {"accuracy": {}, "time_s": {}, "global_step": {}, "global_steps_per_s": {}, "steps_per_worker": {},
-               "bytes_per_worker_step": {}, "bytes_per_global_step": {}, "bytes_over_analytic": {}, "run_dir": {}}
+        out = {
+            "accuracy": {},
+            "time_s": {},
+            "global_step": {},
+            "global_steps_per_s": {},
+            "steps_per_worker": {},
+            "bytes_per_worker_step": {},
+            "bytes_per_global_step": {},
+            "bytes_over_analytic": {},
+            "run_dir": {},
+        }
         for r in self._at(deploy, batch_size):
             mode, s = r.mode, r.summary()
             out["accuracy"][mode] = s["test_accuracy"]
@@ -506,19 +633,24 @@ class Study(experiments.Sweep):
             out["global_steps_per_s"][mode] = s["global_steps_per_s"]
             out["steps_per_worker"][mode] = r.local_steps()
             b = bytes_table[bytes_table["run"] == r.label] if len(bytes_table) else bytes_table
-            for key, column in (("bytes_per_worker_step", "bytes_per_worker_step"),
-                                ("bytes_per_global_step", "bytes_per_global_step"),
-                                ("bytes_over_analytic", "measured_over_analytic")):
+            for key, column in (
+                ("bytes_per_worker_step", "bytes_per_worker_step"),
+                ("bytes_per_global_step", "bytes_per_global_step"),
+                ("bytes_over_analytic", "measured_over_analytic"),
+            ):
                 out[key][mode] = float(b[column].iloc[0]) if len(b) else None
             out["run_dir"][mode] = _relative(r.result.run_dir)
         out["headline"] = {"deploy": deploy, "batch_size": batch_size}
         if self.counted:
             some = next(iter(self.counted.values()))
-            out["counted"] = {"local_steps": self.settings.get("local_steps"), "deploy": some.deploy,
-                              "workers": len(some.workers),
-                              "global_step": {m: r.global_step() for m, r in self.counted.items()},
-                              "steps_per_worker": {m: r.local_steps() for m, r in self.counted.items()},
-                              "run_dir": {m: _relative(r.result.run_dir) for m, r in self.counted.items()}}
+            out["counted"] = {
+                "local_steps": self.settings.get("local_steps"),
+                "deploy": some.deploy,
+                "workers": len(some.workers),
+                "global_step": {m: r.global_step() for m, r in self.counted.items()},
+                "steps_per_worker": {m: r.local_steps() for m, r in self.counted.items()},
+                "run_dir": {m: _relative(r.result.run_dir) for m, r in self.counted.items()},
+            }
         out["table_1_2_1"] = self.tasks(deploy, batch_size).reset_index()
         out["summary"] = self.summary().reset_index()
         out["iterations"] = self.iterations()
@@ -544,8 +676,18 @@ def _choices(name: str, values, allowed) -> tuple:
     return values
 
 
-def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, local_steps: int | None = None,
-          progress: bool = True, log=print, study: Study | None = None, timeout: float = 600, **kwargs) -> Study:
+def sweep(
+    modes=MODES,
+    deploys=("single", "cluster2"),
+    batch_sizes=(50,),
+    *,
+    local_steps: int | None = None,
+    progress: bool = True,
+    log=print,
+    study: Study | None = None,
+    timeout: float = 600,
+    **kwargs,
+) -> Study:
     """Run every (deploy mode, batch size, mode) (``make_cluster``'s arguments: target_loss,
     max_steps, learning_rate, hosts, sync_round ...): one cluster per deploy mode, whose runs go
     one after the other in it, each from fresh variables (``labkit.experiments.shared``). Modes
@@ -562,26 +704,54 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, loc
     for d in deploys:
         for b in batch_sizes:
             if limit // cluster.MODES[d][1] < b:
-                raise ValueError(f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
-                                 f"batch {b} examples; raise train_limit or lower the batch size")
+                raise ValueError(
+                    f"train_limit={limit} gives each of {cluster.MODES[d][1]} workers fewer than "
+                    f"batch {b} examples; raise train_limit or lower the batch size"
+                )
     if local_steps is not None:
         local_steps = positive_ints("local_steps", local_steps, "100")[0]
     if study is None:
-        study = Study(settings={"modes": list(modes), "deploy_modes": list(deploys), "batch_sizes": list(batch_sizes),
-                                "local_steps": local_steps,
-                                **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items()
-                                   if k != "sync_round"}, "timeout": timeout})
+        study = Study(
+            settings={
+                "modes": list(modes),
+                "deploy_modes": list(deploys),
+                "batch_sizes": list(batch_sizes),
+                "local_steps": local_steps,
+                **{k: (str(v) if k == "hosts" and v else v) for k, v in kwargs.items() if k != "sync_round"},
+                "timeout": timeout,
+            }
+        )
     base = paths.run_name("study")
     printed = experiments.config_printer(log, ("eval", "done"))
     widest = max(deploys, key=lambda d: cluster.MODES[d][1])
-    counted = [shared.Config(f"{m}-{widest}-k{local_steps}", f"{m} {widest} {local_steps} steps each",
-                             {"mode": m, "batch_size": batch_sizes[0], "local_steps": local_steps, "target_loss": None,
-                              "epochs": None, "eval_every": 0}) for m in modes] if local_steps else []
-    with tqdm(total=len(deploys) * len(batch_sizes) * len(modes) + len(counted), desc="runs", unit="run",
-              disable=not progress) as bar:
+    counted = (
+        [
+            shared.Config(
+                f"{m}-{widest}-k{local_steps}",
+                f"{m} {widest} {local_steps} steps each",
+                {
+                    "mode": m,
+                    "batch_size": batch_sizes[0],
+                    "local_steps": local_steps,
+                    "target_loss": None,
+                    "epochs": None,
+                    "eval_every": 0,
+                },
+            )
+            for m in modes
+        ]
+        if local_steps
+        else []
+    )
+    with tqdm(
+        total=len(deploys) * len(batch_sizes) * len(modes) + len(counted), desc="runs", unit="run", disable=not progress
+    ) as bar:
         for d in deploys:
-            configs = [shared.Config(f"{m}-{d}-b{b}", f"{m} {d} b{b}", {"mode": m, "batch_size": b})
-                       for b in batch_sizes for m in modes] + (counted if d == widest else [])
+            configs = [
+                shared.Config(f"{m}-{d}-b{b}", f"{m} {d} b{b}", {"mode": m, "batch_size": b})
+                for b in batch_sizes
+                for m in modes
+            ] + (counted if d == widest else [])
 
             def make(d=d, **shared_args):
                 return make_cluster(modes[0], d, batch_sizes[0], run=f"{base}/cluster-{d}", **kwargs, **shared_args)
@@ -597,9 +767,19 @@ def sweep(modes=MODES, deploys=("single", "cluster2"), batch_sizes=(50,), *, loc
     return study
 
 
-def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, learning_rate: float = 0.5,
-                 train_limit: int | None = 10000, test_limit: int | None = 2000, seed: int = 0, hosts=None,
-                 timeout: float = 600, log=print) -> dict:
+def modern_async(
+    workers: int = 3,
+    batch_size: int = 50,
+    *,
+    epochs: int = 1,
+    learning_rate: float = 0.5,
+    train_limit: int | None = 10000,
+    test_limit: int | None = 2000,
+    seed: int = 0,
+    hosts=None,
+    timeout: float = 600,
+    log=print,
+) -> dict:
     """The same model with TF2's ``ParameterServerStrategy`` + ``ClusterCoordinator`` (async
     only; ``labkit.tasks.strategy_train --strategy ps``): a chief that schedules steps on
     ``workers`` workers, variables on one ps. Returns a row comparable to ``Run.summary()``;
@@ -607,25 +787,55 @@ def modern_async(workers: int = 3, batch_size: int = 50, *, epochs: int = 1, lea
     ``log`` gets the chief's line per epoch; its scalars go to ``<run dir>/tensorboard``."""
     spec = cluster.build(hosts=hosts or None, ps=1, workers=workers, chief=True)
     say = experiments.printer(log, ("epoch",))
-    c = experiments.make_cluster(LAB, "strategy_train", spec, name=f"modern-ps-b{batch_size}", tensorboard=True,
-                                 timeout=timeout, strategy="ps", model="softmax_regression", batch_size=batch_size,
-                                 epochs=epochs, lr=learning_rate, train_limit=train_limit, test_limit=test_limit,
-                                 seed=seed)
+    c = experiments.make_cluster(
+        LAB,
+        "strategy_train",
+        spec,
+        name=f"modern-ps-b{batch_size}",
+        tensorboard=True,
+        timeout=timeout,
+        strategy="ps",
+        model="softmax_regression",
+        batch_size=batch_size,
+        epochs=epochs,
+        lr=learning_rate,
+        train_limit=train_limit,
+        test_limit=test_limit,
+        seed=seed,
+    )
     with live.watch(c), c:
         result = c.follow(say and (lambda e: say(e, f"modern ps b{batch_size}")))
     tr = result.chief().training
     steps = sum(h["steps"] for h in tr["history"])
-    return {"mode": "async (ParameterServerStrategy)", "deploy": f"chief + {workers} workers + 1 ps",
-            "batch_size": batch_size, "workers": workers, "iterations": steps, "global_step": steps,
-            "time_s": tr["train_seconds"], "first_step_s": tr["first_step_s"], "test_accuracy": tr["val_accuracy"],
-            "test_loss": tr["val_loss"], "stop": f"{epochs} epoch(s)",
-            "global_steps_per_s": 1 / tr["step_time_s"], "wall_s": result.wall_s}
+    return {
+        "mode": "async (ParameterServerStrategy)",
+        "deploy": f"chief + {workers} workers + 1 ps",
+        "batch_size": batch_size,
+        "workers": workers,
+        "iterations": steps,
+        "global_step": steps,
+        "time_s": tr["train_seconds"],
+        "first_step_s": tr["first_step_s"],
+        "test_accuracy": tr["val_accuracy"],
+        "test_loss": tr["val_loss"],
+        "stop": f"{epochs} epoch(s)",
+        "global_steps_per_s": 1 / tr["step_time_s"],
+        "wall_s": result.wall_s,
+    }
 
 
 # ------------------------------------------------------------------------------ report 002's start, emulated links
 
-def late_start(recovery_wait_secs: float = 30, deploy: str = "cluster2", batch_size: int = 50, *,
-               chief_delay_s: float = 2.0, log=print, **kwargs):
+
+def late_start(
+    recovery_wait_secs: float = 30,
+    deploy: str = "cluster2",
+    batch_size: int = 50,
+    *,
+    chief_delay_s: float = 2.0,
+    log=print,
+    **kwargs,
+):
     """Async ``deploy`` started as report 002's Table 4 ran: no start barrier, and a non-chief
     worker that finds the variables not yet initialized sleeps ``recovery_wait_secs`` before it
     looks again (``MonitoredTrainingSession`` hard-codes 30 s; the kit's runs poll every 0.2 s).
@@ -637,21 +847,37 @@ def late_start(recovery_wait_secs: float = 30, deploy: str = "cluster2", batch_s
     from its process's start, TensorFlow's import included), and its training time."""
     import pandas as pd
 
-    done = run("async", deploy, batch_size, log=log, no_barrier=True, recovery_wait_secs=recovery_wait_secs,
-               chief_delay_secs=chief_delay_s, **kwargs)
+    done = run(
+        "async",
+        deploy,
+        batch_size,
+        log=log,
+        no_barrier=True,
+        recovery_wait_secs=recovery_wait_secs,
+        chief_delay_secs=chief_delay_s,
+        **kwargs,
+    )
     g = done.global_step()
     rows = []
     for t in done.workers:
         ready, up = t.timings.get("session_ready_s", math.nan), t.result.get("timings", {}).get("server_up_s")
-        rows.append({"worker": t.name, "iterations": int(t.steps.get("local", 0)),
-                     "share": int(t.steps.get("local", 0)) / g if g else math.nan,
-                     "waited_s": ready - up if up is not None else math.nan, "session_ready_s": ready,
-                     "train_s": t.timings.get("train_s"), "stop": (t.result.get("stop") or {}).get("reason")})
+        rows.append(
+            {
+                "worker": t.name,
+                "iterations": int(t.steps.get("local", 0)),
+                "share": int(t.steps.get("local", 0)) / g if g else math.nan,
+                "waited_s": ready - up if up is not None else math.nan,
+                "session_ready_s": ready,
+                "train_s": t.timings.get("train_s"),
+                "stop": (t.result.get("stop") or {}).get("reason"),
+            }
+        )
     return done, pd.DataFrame(rows).set_index("worker")
 
 
-def emulated_shares(links, deploy: str = "cluster2", batch_size: int = 50, *, max_steps: int = 2000, log=print,
-                    **kwargs):
+def emulated_shares(
+    links, deploy: str = "cluster2", batch_size: int = 50, *, max_steps: int = 2000, log=print, **kwargs
+):
     """Async ``deploy`` once per link of ``links`` on emulated nodes (``labkit.infra.netem``): report
     002's placement, the ps and worker 0 on node0 (they talk over its loopback), every other
     worker on a node of its own, each node's link shaped to the rate. Each run makes
@@ -667,13 +893,30 @@ def emulated_shares(links, deploy: str = "cluster2", batch_size: int = 50, *, ma
 
     rows = []
     if netem.usable(links):
-        step = 2 * MODEL_BYTES   # not costmodel.step_bytes: that is Lab 5's reference, not in the student kit
-        for link in ([links] if isinstance(links, str) else links):
-            done = run("async", deploy, batch_size, max_steps=max_steps, target_loss=None, eval_every=max_steps,
-                       log=None, **kwargs, **cluster_args(link, cluster.MODES[deploy][2]))
+        step = 2 * MODEL_BYTES  # not costmodel.step_bytes: that is Lab 5's reference, not in the student kit
+        for link in [links] if isinstance(links, str) else links:
+            done = run(
+                "async",
+                deploy,
+                batch_size,
+                max_steps=max_steps,
+                target_loss=None,
+                eval_every=max_steps,
+                log=None,
+                **kwargs,
+                **cluster_args(link, cluster.MODES[deploy][2]),
+            )
             steps, where = done.local_steps(), task_nodes(done.result)
             for w in done.workers:
-                rows.append({"link": link, "worker": w.name, "node": where[w.name], "steps": steps[w.name],
-                             "share": steps[w.name] / sum(steps.values()), "steps_per_s": w.steps["local_per_s"],
-                             "link_ms_per_step": step / netem.parse_link(link).bytes_per_s * 1e3})
+                rows.append(
+                    {
+                        "link": link,
+                        "worker": w.name,
+                        "node": where[w.name],
+                        "steps": steps[w.name],
+                        "share": steps[w.name] / sum(steps.values()),
+                        "steps_per_s": w.steps["local_per_s"],
+                        "link_ms_per_step": step / netem.parse_link(link).bytes_per_s * 1e3,
+                    }
+                )
     return pd.DataFrame(rows, columns=["link", "worker", "node", "steps", "share", "steps_per_s", "link_ms_per_step"])

@@ -5,6 +5,7 @@ limited process, sanitized last), ``gradebook`` (grades.csv, summary.md, the LMS
 and ``kit`` (the student kit: ``make release``, the public rubric). ``grade`` ties them together.
 ``python -m labkit grade`` / ``release`` call these. The student kit leaves this package out.
 """
+
 import sys
 
 # rfc3987-syntax, an optional IRI format checker of jsonschema (pulled in by jupyter-events),

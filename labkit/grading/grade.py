@@ -38,6 +38,7 @@ notebook, which every report then warns about. The reference notebooks may run w
 Inputs the grader will not run (a folder name it would write over, a symbolic link, a file
 that is not a version-4 notebook, an empty or oversized one) become rows that say why.
 """
+
 from __future__ import annotations
 
 import re
@@ -63,12 +64,30 @@ from labkit.grading.run.runner import Job, RunResult, Setup
 from labkit.grading.judge.scoring import Scored, flag_note, row
 
 REFERENCE = "reference"
-REFERENCE_OUT = "out/reference"   # the reference self-check's own folder and gradebook
-MARKER = ".labkit-grade"   # marks an output folder as ours, so a rerun may clear it
-OWN_FILES = {"grades.csv", "summary.md", "summary.html", "report.md", "report.csv", ".work", ".grader", ".intake",
-             gradebook.FILE, gradebook.FILE + "-wal", gradebook.FILE + "-shm", MARKER, "final_grades.csv", "canvas.csv", "similarity.html", "similarity.csv", "answers", "deliver",
-             answers.SCORES_FILE}
-STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")   # one path component: letters, digits, . _ @ + -
+REFERENCE_OUT = "out/reference"  # the reference self-check's own folder and gradebook
+MARKER = ".labkit-grade"  # marks an output folder as ours, so a rerun may clear it
+OWN_FILES = {
+    "grades.csv",
+    "summary.md",
+    "summary.html",
+    "report.md",
+    "report.csv",
+    ".work",
+    ".grader",
+    ".intake",
+    gradebook.FILE,
+    gradebook.FILE + "-wal",
+    gradebook.FILE + "-shm",
+    MARKER,
+    "final_grades.csv",
+    "canvas.csv",
+    "similarity.html",
+    "similarity.csv",
+    "answers",
+    "deliver",
+    answers.SCORES_FILE,
+}
+STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")  # one path component: letters, digits, . _ @ + -
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
 
 
@@ -83,8 +102,8 @@ class Outcome:
     reference: bool
     entries: list[dict] = field(default_factory=list)
     warning: str = ""
-    ran: list[tuple] = field(default_factory=list)    # (student, lab) of the notebooks this batch ran
-    kept: list[tuple] = field(default_factory=list)   # those whose last run was still good, not run again
+    ran: list[tuple] = field(default_factory=list)  # (student, lab) of the notebooks this batch ran
+    kept: list[tuple] = field(default_factory=list)  # those whose last run was still good, not run again
 
     @property
     def not_passed(self) -> list[dict]:
@@ -104,13 +123,22 @@ def student_problem(name: str, labs: list[Lab]) -> str | None:
     if name.lower() in own:
         return f"the folder name {name!r} is one the grader writes itself; rename the student's folder"
     if not STUDENT_NAME.match(name):
-        return (f"the folder name {name!r} is not a plain name (letters, digits, '.', '_', '@', '+', '-'); "
-                f"rename the student's folder")
+        return (
+            f"the folder name {name!r} is not a plain name (letters, digits, '.', '_', '@', '+', '-'); "
+            f"rename the student's folder"
+        )
     return None
 
 
-def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: Path,
-              known: set[str] | None = None, every: list[Lab] | None = None, handles: dict | None = None):
+def find_jobs(
+    labs: list[Lab],
+    out: Path,
+    submissions: Path | None,
+    notebooks: Path,
+    known: set[str] | None = None,
+    every: list[Lab] | None = None,
+    handles: dict | None = None,
+):
     """(the notebooks to run; notes about files that will not be graded (those no section of the
     rubric names, ``known``: default those of ``labs``); rows for refused student folders;
     {(student, lab): note} for notebooks found under another name). ``every``: all the
@@ -120,12 +148,18 @@ def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: P
     graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
         pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
-        notes += [f"not graded: notebooks/{p.name} has no rubric section" for p in sorted(notebooks.glob("*.ipynb"))
-                  if p.name not in graded]
+        notes += [
+            f"not graded: notebooks/{p.name} has no rubric section"
+            for p in sorted(notebooks.glob("*.ipynb"))
+            if p.name not in graded
+        ]
     else:
         students, refused = student_folders(submissions, labs)
-        notes += [f"not graded: {p.name} (not a student folder)" for p in sorted(submissions.iterdir())
-                  if not p.is_dir() and not p.name.startswith(".") and p.name != intake.RECORD]
+        notes += [
+            f"not graded: {p.name} (not a student folder)"
+            for p in sorted(submissions.iterdir())
+            if not p.is_dir() and not p.name.startswith(".") and p.name != intake.RECORD
+        ]
         refs = intake.reference_ids(every or labs, notebooks)
         pairs, seen = [], {}
         for s in students:
@@ -141,29 +175,46 @@ def find_jobs(labs: list[Lab], out: Path, submissions: Path | None, notebooks: P
                     if note:
                         renamed[(who, lab.key)] = note
                 pairs.append((who, lab, src or s / lab.notebook, out / who))
-            notes += [f"not graded: {s.name}/{p.name} (no rubric section for it)"
-                      for p in sorted(s.glob("*.ipynb")) if p.name not in graded and p.name not in used]
-    jobs = [Job(student, lab, src, where / lab.notebook, out / ".work" / student / Path(lab.notebook).stem,
-                (where / lab.notebook).with_suffix(".log"), out / ".grader" / student / Path(lab.notebook).stem)
-            for student, lab, src, where in pairs]
+            notes += [
+                f"not graded: {s.name}/{p.name} (no rubric section for it)"
+                for p in sorted(s.glob("*.ipynb"))
+                if p.name not in graded and p.name not in used
+            ]
+    jobs = [
+        Job(
+            student,
+            lab,
+            src,
+            where / lab.notebook,
+            out / ".work" / student / Path(lab.notebook).stem,
+            (where / lab.notebook).with_suffix(".log"),
+            out / ".grader" / student / Path(lab.notebook).stem,
+        )
+        for student, lab, src, where in pairs
+    ]
     return jobs, notes, refused, renamed
 
 
 def student_folders(submissions: Path, labs: list[Lab]) -> tuple[list[Path], list[dict]]:
     """(the student folders of ``submissions`` to grade, rows for those refused)."""
     if not submissions.is_dir():
-        raise GradeError(f"submissions folder {submissions} does not exist; expected DIR/<student>/<notebook>.ipynb, "
-                         f"or Canvas's or Gradescope's download")
+        raise GradeError(
+            f"submissions folder {submissions} does not exist; expected DIR/<student>/<notebook>.ipynb, "
+            f"or Canvas's or Gradescope's download"
+        )
     folders = [p for p in sorted(submissions.iterdir()) if p.is_dir() and not p.name.startswith((".", "__"))]
     if not folders:
         loose = sorted(p.name for p in submissions.glob("*.ipynb"))
-        raise GradeError(f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb, or "
-                         f"Canvas's or Gradescope's download" + (f" (found notebooks directly in it: {', '.join(loose)})"
-                                                                   if loose else ""))
+        raise GradeError(
+            f"no student folders in {submissions}; expected DIR/<student>/<notebook>.ipynb, or "
+            f"Canvas's or Gradescope's download"
+            + (f" (found notebooks directly in it: {', '.join(loose)})" if loose else "")
+        )
     students, refused = [], []
     for s in folders:
-        why = student_problem(s.name, labs) or (f"{s.name}/ is a symbolic link; copy the student's folder in"
-                                               if s.is_symlink() else None)
+        why = student_problem(s.name, labs) or (
+            f"{s.name}/ is a symbolic link; copy the student's folder in" if s.is_symlink() else None
+        )
         if why:
             refused += [r for lab in labs for r in _refused_rows(s.name, lab, why)]
         else:
@@ -180,21 +231,25 @@ def present_labs(labs: list[Lab], submissions: Path, notebooks: Path) -> list[La
 
 def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
     rows = [row(student, lab.key, report.EXECUTION, 0.0, 0.0, "refused", why)]
-    return rows + [row(student, lab.key, c.name, 0.0, c.points, "not-run", f"the notebook did not run: {why}")
-                   for c in lab.checks]
+    return rows + [
+        row(student, lab.key, c.name, 0.0, c.points, "not-run", f"the notebook did not run: {why}") for c in lab.checks
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # The batch
 
+
 def _claim(out: Path) -> None:
     """Make ``out`` ours: new, empty, or written by an earlier batch (whose runs it reuses)."""
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise GradeError(f"{out} is not empty and was not written by labkit grade; pick a new or empty folder "
-                         f"with --out")
+        raise GradeError(
+            f"{out} is not empty and was not written by labkit grade; pick a new or empty folder with --out"
+        )
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("written by `python -m labkit grade`; a later batch reuses the runs it still "
-                              "holds (--force: none)\n")
+    (out / MARKER).write_text(
+        "written by `python -m labkit grade`; a later batch reuses the runs it still holds (--force: none)\n"
+    )
 
 
 def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
@@ -209,8 +264,10 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
     why = chosen.unavailable()
     if why:
         if not reference or sandbox == "bwrap":
-            raise GradeError(f"{why}. Students' notebooks run only in a sandbox; install it ({APT_LINE}), or grade "
-                             f"without one, trusting every notebook with everything you can reach, with --no-sandbox")
+            raise GradeError(
+                f"{why}. Students' notebooks run only in a sandbox; install it ({APT_LINE}), or grade "
+                f"without one, trusting every notebook with everything you can reach, with --no-sandbox"
+            )
         log(f"note: {why}; the reference notebooks run without a sandbox")
         chosen = SANDBOXES["none"]
     if not chosen.confined:
@@ -222,7 +279,7 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
 
         setup.package = Path(__import__("labkit").__file__).resolve().parent
         kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
-        kit.chmod(0o755)   # the runs' users read it
+        kit.chmod(0o755)  # the runs' users read it
         setup.student_kit = student_package(kit)
     else:
         setup.package = Path(__import__("labkit").__file__).resolve().parent
@@ -248,10 +305,22 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
     return ([root], {"LABKIT_DATA": str(root)}) if root.is_dir() else ([], {})
 
 
-def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", parallel: int | None = None,
-          labs: list[str] | None = None, notebooks="notebooks", log=print, sandbox: str | None = None,
-          force: bool = False, slurm: str | None = None, slurm_args=(), similar: float | None = None,
-          roster: str | None = None, due: str | None = None) -> Outcome:
+def grade(
+    rubric="notebooks/rubric.toml",
+    submissions=None,
+    out="out/grade",
+    parallel: int | None = None,
+    labs: list[str] | None = None,
+    notebooks="notebooks",
+    log=print,
+    sandbox: str | None = None,
+    force: bool = False,
+    slurm: str | None = None,
+    slurm_args=(),
+    similar: float | None = None,
+    roster: str | None = None,
+    due: str | None = None,
+) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a class's submissions (a folder,
     or Canvas's or Gradescope's download), running only what changed since the last batch in
     ``out`` (``force``: everything), and adding them to the class graded there.
@@ -263,7 +332,9 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     gradebook export (names the students of a download; kept for the exports). ``due``: the due
     date Gradescope's submission times are compared with (ISO 8601)."""
     if similar is not None and not 0 < similar <= 1:
-        raise GradeError(f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1")
+        raise GradeError(
+            f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1"
+        )
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
         raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
     rub = load_rubric(rubric)
@@ -279,8 +350,26 @@ def grade(rubric="notebooks/rubric.toml", submissions=None, out="out/grade", par
     _claim(out)
     db = _open_gradebook(out, sub is None, log)
     try:
-        return _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log, sandbox, force, slurm,
-                      slurm_args, similar, roster, due, rubric)
+        return _grade(
+            db,
+            rub,
+            every,
+            labs,
+            out,
+            notebooks,
+            sub,
+            submissions,
+            parallel,
+            log,
+            sandbox,
+            force,
+            slurm,
+            slurm_args,
+            similar,
+            roster,
+            due,
+            rubric,
+        )
     finally:
         db.close()
 
@@ -296,22 +385,47 @@ def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
     return db
 
 
-def _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log, sandbox, force, slurm, slurm_args,
-           similar, roster, due, rubric) -> Outcome:
+def _grade(
+    db,
+    rub,
+    every,
+    labs,
+    out,
+    notebooks,
+    sub,
+    submissions,
+    parallel,
+    log,
+    sandbox,
+    force,
+    slurm,
+    slurm_args,
+    similar,
+    roster,
+    due,
+    rubric,
+) -> Outcome:
     record = {}
     if sub is not None:
         sub, record = _take_in(sub, out, every, notebooks, roster, due, log)
-    chosen = [lab for lab in every if lab.key in labs or lab.notebook in labs] if labs else (
-        every if sub is None else present_labs(every, sub, notebooks))
+    chosen = (
+        [lab for lab in every if lab.key in labs or lab.notebook in labs]
+        if labs
+        else (every if sub is None else present_labs(every, sub, notebooks))
+    )
     if not chosen:
-        raise GradeError(f"no student in {submissions} submitted a notebook of any lab of {rub.path} "
-                         f"({', '.join(lab.notebook for lab in every)}), by name or by its cells")
+        raise GradeError(
+            f"no student in {submissions} submitted a notebook of any lab of {rub.path} "
+            f"({', '.join(lab.notebook for lab in every)}), by name or by its cells"
+        )
     handles = {} if sub is None else identify(db, sub, record, roster, log)
     record = _by_handle(record, handles)
-    jobs, notes, refused, renamed = find_jobs(chosen, out, sub, notebooks, known={lab.notebook for lab in every},
-                                              every=every, handles=handles)
+    jobs, notes, refused, renamed = find_jobs(
+        chosen, out, sub, notebooks, known={lab.notebook for lab in every}, every=every, handles=handles
+    )
     setup, warning = make_setup(sub is None, sandbox, log)
-    from labkit.grading.run.limits import shared   # runs that would share their limits run one at a time
+    from labkit.grading.run.limits import shared  # runs that would share their limits run one at a time
+
     parallel = parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
     try:
         executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
@@ -323,12 +437,24 @@ def _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log
             log(n)
         if warning:
             log(f"WARNING: every notebook {warning}")
-        book = Book(out, chosen, jobs, refused, reference=sub is None, warning=warning,
-                    title="Reference notebooks" if sub is None else f"Grades: {submissions}", notebooks=str(notebooks),
-                    intake=_submitted(record, renamed), intake_notes=list(record.get("notes") or []))
+        book = Book(
+            out,
+            chosen,
+            jobs,
+            refused,
+            reference=sub is None,
+            warning=warning,
+            title="Reference notebooks" if sub is None else f"Grades: {submissions}",
+            notebooks=str(notebooks),
+            intake=_submitted(record, renamed),
+            intake_notes=list(record.get("notes") or []),
+        )
         carried = [] if sub is None else _add_prior(book, rub, log)
-        book.questions = {(lab.key, name): q for lab in book.labs
-                          for name, q in answers.questions(lab, notebooks / lab.notebook).items()}
+        book.questions = {
+            (lab.key, name): q
+            for lab in book.labs
+            for name, q in answers.questions(lab, notebooks / lab.notebook).items()
+        }
         book.save(Path(rubric).read_text())
         _submissions(db, book, record)
         return _run_batch(book, setup, executor, force, log, similar, carried=set(carried), db=db)
@@ -337,16 +463,19 @@ def _grade(db, rub, every, labs, out, notebooks, sub, submissions, parallel, log
             shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
 
 
-def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: str | None, due: str | None,
-             log) -> tuple[Path, dict]:
+def _take_in(
+    source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: str | None, due: str | None, log
+) -> tuple[Path, dict]:
     """(the submissions folder to grade, its intake record): an LMS download is laid out in
     ``out/.intake/`` first (``intake``); a folder is graded where it is."""
     from labkit.grading.gradebook import exports
     from labkit.grading.gradebook.publish import export_settings
 
     if not source.exists():
-        raise GradeError(f"submissions {source} does not exist; give a folder DIR/<student>/<notebook>.ipynb, or "
-                         f"Canvas's or Gradescope's download (.zip)")
+        raise GradeError(
+            f"submissions {source} does not exist; give a folder DIR/<student>/<notebook>.ipynb, or "
+            f"Canvas's or Gradescope's download (.zip)"
+        )
     try:
         layout = intake.detect(source)
         if layout == "folders":
@@ -365,9 +494,14 @@ def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: 
 def _submitted(record: dict, renamed: dict) -> dict:
     """The book's intake entries for this batch: the download's record, and the notebooks
     ``find_jobs`` found under another name."""
-    students = {s: {"person": v.get("person") or {}, "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()},
-                    **({"received": v["received"]} if v.get("received") else {})}
-                for s, v in (record.get("students") or {}).items()}
+    students = {
+        s: {
+            "person": v.get("person") or {},
+            "labs": {k: dict(x) for k, x in (v.get("labs") or {}).items()},
+            **({"received": v["received"]} if v.get("received") else {}),
+        }
+        for s, v in (record.get("students") or {}).items()
+    }
     for (student, lab), note in renamed.items():
         info = students.setdefault(student, {"person": {}, "labs": {}})["labs"].setdefault(lab, {})
         info["notes"] = [note, *[n for n in info.get("notes", []) if n != note]]
@@ -389,8 +523,11 @@ def identify(db: gradebook.Gradebook, sub: Path, record: dict, roster: str | Non
         handles[folder] = db.identify(intake_ids(person, folder), folder, person.get("name") or "")
     moved = {f: h for f, h in handles.items() if f != h}
     if moved:
-        log(f"the gradebook knows {len(moved)} student(s) by the name an earlier batch gave them: "
-            + ", ".join(f"{f} -> {h}" for f, h in sorted(moved.items())[:10]) + (", ..." if len(moved) > 10 else ""))
+        log(
+            f"the gradebook knows {len(moved)} student(s) by the name an earlier batch gave them: "
+            + ", ".join(f"{f} -> {h}" for f, h in sorted(moved.items())[:10])
+            + (", ..." if len(moved) > 10 else "")
+        )
     roster = roster or export_settings(db.out).get("roster")
     if roster:
         try:
@@ -408,8 +545,10 @@ def _by_handle(record: dict, handles: dict) -> dict:
         return record
     students = {}
     for s, v in record["students"].items():
-        labs = {k: ({**x, "group": [handles.get(m, m) for m in x["group"]]} if x.get("group") else x)
-                for k, x in (v.get("labs") or {}).items()}
+        labs = {
+            k: ({**x, "group": [handles.get(m, m) for m in x["group"]]} if x.get("group") else x)
+            for k, x in (v.get("labs") or {}).items()
+        }
         students[handles.get(s, s)] = {**v, "labs": labs}
     return {**record, "students": students}
 
@@ -435,17 +574,21 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
     does not replace (same student and lab); returns their keys."""
     try:
         prior = Book.load(book.out)
-    except PublishError:   # nothing graded there yet
+    except PublishError:  # nothing graded there yet
         return []
     except (ValueError, KeyError, TypeError, OSError) as e:
-        raise GradeError(f"the class graded in {book.out} cannot be read back ({type(e).__name__}: {e}), so this batch "
-                         f"would replace it; grade into a new --out") from None
+        raise GradeError(
+            f"the class graded in {book.out} cannot be read back ({type(e).__name__}: {e}), so this batch "
+            f"would replace it; grade into a new --out"
+        ) from None
     if prior.reference:
         return []
     mine = {job.key for job in book.jobs} | {(r["student"], r["lab"]) for r in book.refused}
     gone = sorted({job.lab.key for job in prior.jobs if job.key not in mine and job.lab.key not in rub.labs})
     if gone:
-        log(f"note: lab(s) {', '.join(gone)} graded in {book.out} before are not in the rubric now; they leave the reports")
+        log(
+            f"note: lab(s) {', '.join(gone)} graded in {book.out} before are not in the rubric now; they leave the reports"
+        )
     carried = [job for job in prior.jobs if job.key not in mine and job.lab.key in rub.labs]
     for job in carried:
         job.lab = rub.labs[job.lab.key]
@@ -460,19 +603,23 @@ def _add_prior(book: Book, rub, log) -> list[tuple]:
                 mine_entry["labs"].setdefault(lab, info)
                 mine_entry["person"] = mine_entry.get("person") or entry.get("person") or {}
     this_batch = {s for s, _ in mine}
-    for student, entry in prior.intake.items():   # what they handed in that is not a notebook, until a batch says anew
+    for student, entry in prior.intake.items():  # what they handed in that is not a notebook, until a batch says anew
         if entry.get("received") and student not in this_batch:
-            book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})["received"] = \
-                entry["received"]
-    here = tuple(f"{s}:" for s in this_batch)   # what this batch says of them is current
-    book.intake_notes = list(dict.fromkeys([n for n in prior.intake_notes if not n.startswith(here)]
-                                           + book.intake_notes))
-    if carried:   # the class's title names every batch
+            book.intake.setdefault(student, {"person": entry.get("person") or {}, "labs": {}})["received"] = entry[
+                "received"
+            ]
+    here = tuple(f"{s}:" for s in this_batch)  # what this batch says of them is current
+    book.intake_notes = list(
+        dict.fromkeys([n for n in prior.intake_notes if not n.startswith(here)] + book.intake_notes)
+    )
+    if carried:  # the class's title names every batch
         source = book.title.removeprefix("Grades: ")
         book.title = prior.title + ("" if source in prior.title.removeprefix("Grades: ").split(", ") else f", {source}")
     if carried:
-        log(f"adding to the {len({j.student for j in carried})} student(s) graded in {book.out} before: their "
-            f"{len(carried)} notebook(s) stay as graded unless their file or the rubric changed")
+        log(
+            f"adding to the {len({j.student for j in carried})} student(s) graded in {book.out} before: their "
+            f"{len(carried)} notebook(s) stay as graded unless their file or the rubric changed"
+        )
     return [job.key for job in carried]
 
 
@@ -518,8 +665,11 @@ class Progress:
         elapsed = time.monotonic() - self.t0
         left = [k for k in self.expected if k not in self.done]
         known = all(self.expected.values())
-        share = (sum(self.expected[k] for k in left) / sum(self.expected[k] for k in self.done) if known
-                 else len(left) / len(self.done))
+        share = (
+            sum(self.expected[k] for k in left) / sum(self.expected[k] for k in self.done)
+            if known
+            else len(left) / len(self.done)
+        )
         eta = f", ETA {_clock(elapsed * share)}" if left else ", done"
         self.log(f"[{len(self.done)}/{len(self.expected)}] {name}: {text}; batch {_clock(elapsed)}{eta}")
 
@@ -534,16 +684,35 @@ def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, ru
     arrays in the partition ``slurm``."""
     from labkit.grading.run import executor
 
-    name, options = (("slurm", {"partition": slurm, "rubric": rubric, "folder": out / ".grader" / "slurm",
-                                "sbatch_args": list(slurm_args)}) if slurm else ("local", {"parallel": parallel}))
+    name, options = (
+        (
+            "slurm",
+            {
+                "partition": slurm,
+                "rubric": rubric,
+                "folder": out / ".grader" / "slurm",
+                "sbatch_args": list(slurm_args),
+            },
+        )
+        if slurm
+        else ("local", {"parallel": parallel})
+    )
     try:
         return executor.get(name)(setup, log=log, **options)
     except executor.ExecutorError as e:
         raise GradeError(str(e)) from None
 
 
-def _run_batch(book: Book, setup: Setup, executor, force: bool, log, similar: float | None = None,
-               carried: set = frozenset(), db=None) -> Outcome:
+def _run_batch(
+    book: Book,
+    setup: Setup,
+    executor,
+    force: bool,
+    log,
+    similar: float | None = None,
+    carried: set = frozenset(),
+    db=None,
+) -> Outcome:
     """Run on ``executor`` the notebooks of ``book`` that changed since the last batch in its
     folder (``force``: all; ``carried``: those an earlier batch graded), then rebuild every report."""
     outcome = Outcome(rows=list(book.refused), out=book.out, reference=book.reference, warning=book.warning)
@@ -565,13 +734,13 @@ class _Recorder:
 
     def __init__(self, book: Book, outcome: Outcome, log, db=None):
         self.book, self.outcome, self.log, self.db = book, outcome, log, db
-        self.stored: dict[tuple, dict] = {}      # {job key: outcome}, kept or graded in this batch
+        self.stored: dict[tuple, dict] = {}  # {job key: outcome}, kept or graded in this batch
         self.prints: dict[tuple, dict | None] = {}
-        self.untrusted: dict[tuple, str] = {}    # stored outcomes whose signature did not hold (ledger.integrity)
-        self.current: dict[tuple, list] = {}     # {job key: its rows now}
+        self.untrusted: dict[tuple, str] = {}  # stored outcomes whose signature did not hold (ledger.integrity)
+        self.current: dict[tuple, list] = {}  # {job key: its rows now}
         self.ta = answers.read_scores(book.out)
         self.progress = Progress({}, log)
-        self.followers: dict[tuple, list[Job]] = {}   # {job key: the group members credited with its run}
+        self.followers: dict[tuple, list[Job]] = {}  # {job key: the group members credited with its run}
 
     def plan(self, force: bool, carried: set, sandbox: str) -> list[Job]:
         """The notebooks to run, longest first; every other one keeps its stored outcome."""
@@ -602,8 +771,12 @@ class _Recorder:
         group = set(self.book.submitted(job).get("group") or ())
         fp = self.prints[job.key]
         for other in to_run:
-            if (other.student in group and other.lab.key == job.lab.key and fp is not None
-                    and self.prints[other.key] == fp):
+            if (
+                other.student in group
+                and other.lab.key == job.lab.key
+                and fp is not None
+                and self.prints[other.key] == fp
+            ):
                 return other
         return None
 
@@ -622,14 +795,16 @@ class _Recorder:
             self.stored[job.key] = mine
             self.current[job.key] = self.book.job_rows(job, mine, self.ta)[0]
             self.outcome.ran.append(job.key)
-            self.log(f"{job.student}/{job.lab.notebook}: the group's file, run once as {leader.student}'s: "
-                     f"credited to {job.student} too")
+            self.log(
+                f"{job.student}/{job.lab.notebook}: the group's file, run once as {leader.student}'s: "
+                f"credited to {job.student} too"
+            )
 
     def _kept(self, job: Job, force: bool, carried: set) -> dict | None:
         """``job``'s stored outcome when it need not run again, else None."""
         kept = None if force else ledger.reusable(job, self.prints[job.key])
         if kept is None and job.key in carried and self.prints[job.key] is None:
-            kept = ledger.load_outcome(job)   # graded by an earlier batch whose file is gone: it stays as graded
+            kept = ledger.load_outcome(job)  # graded by an earlier batch whose file is gone: it stays as graded
         return kept
 
     def _in_gradebook(self, job: Job, kept: dict) -> None:
@@ -648,13 +823,17 @@ class _Recorder:
     def record(self, job: Job, result: RunResult, scored: Scored):
         """Store ``job``'s outcome and rewrite grades.csv with its rows; returns its page (``render.Task``)."""
         stored = self.stored[job.key] = {
-            "fingerprint": self.prints[job.key], "rows": scored.rows, "records": scored.records,
-            "values": scored.values, "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
-            "executed": result.ran}
+            "fingerprint": self.prints[job.key],
+            "rows": scored.rows,
+            "records": scored.records,
+            "values": scored.values,
+            "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
+            "executed": result.ran,
+        }
         cut = stored_files.cut(job.executed, job.clean_input, job.lab.page_output_kb)
         if cut and scored.rows:
             scored.rows[0]["reason"] = "; ".join(x for x in (scored.rows[0]["reason"], cut) if x)
-        if self.db is not None:   # the gradebook first: an outcome file without its run there runs again
+        if self.db is not None:  # the gradebook first: an outcome file without its run there runs again
             self.db.record_run(job.student, job.lab.key, stored)
         ledger.save_outcome(job, stored)
         rows = self.current[job.key] = self.book.job_rows(job, stored, self.ta)[0]
@@ -670,18 +849,26 @@ class _Recorder:
 def _ending(job: Job, rows: list[dict], result: RunResult) -> str:
     """How a notebook ended, for its progress line: status, points, seconds, reason."""
     got, most, pending = report.totals(rows)[job.key][:3]
-    return (f"{rows[0]['status']}, {report.pts(got, most)} points" + (f" (+{pending:g} pending)" if pending else "")
-            + (f", {result.seconds:g} s" if result.ran else "") + (f" ({result.reason})" if result.reason else ""))
+    return (
+        f"{rows[0]['status']}, {report.pts(got, most)} points"
+        + (f" (+{pending:g} pending)" if pending else "")
+        + (f", {result.seconds:g} s" if result.ran else "")
+        + (f" ({result.reason})" if result.reason else "")
+    )
 
 
 def _announce(outcome: Outcome, to_run: list[Job], executor, setup: Setup, log) -> None:
     if outcome.kept:
-        log(f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
-            f"last run (--force runs them again)")
+        log(
+            f"kept {len(outcome.kept)} notebook(s) whose submission, rubric and grader are unchanged since their "
+            f"last run (--force runs them again)"
+        )
     if to_run:
-        log(f"running {len(to_run)} notebook(s), {executor.describe()}, "
+        log(
+            f"running {len(to_run)} notebook(s), {executor.describe()}, "
             f"{'in a ' + setup.sandbox.name + ' sandbox' if setup.sandbox.confined else 'without a sandbox'}, "
-            f"limits by {setup.backend}")
+            f"limits by {setup.backend}"
+        )
 
 
 def _publish(book: Book, outcome: Outcome, stored: dict, log, similar: float | None) -> None:
@@ -692,9 +879,14 @@ def _publish(book: Book, outcome: Outcome, stored: dict, log, similar: float | N
         return
     for job in book.jobs:
         if job.key in stored:
-            outcome.entries.append({"lab": job.lab, "records": stored[job.key].get("records") or {},
-                                    "rows": [r for r in outcome.rows if (r["student"], r["lab"]) == job.key],
-                                    "values": stored[job.key].get("values") or {}})
+            outcome.entries.append(
+                {
+                    "lab": job.lab,
+                    "records": stored[job.key].get("records") or {},
+                    "rows": [r for r in outcome.rows if (r["student"], r["lab"]) == job.key],
+                    "values": stored[job.key].get("values") or {},
+                }
+            )
     report.write_reference_report(outcome.entries, book.out / "report.md", book.out / "report.csv", book.warning)
 
 
@@ -710,8 +902,10 @@ def _similarity(book: Book, log, threshold: float | None = None) -> None:
         log(f"similarity report not written: {type(e).__name__}: {e}")
         return
     if pairs:
-        log(f"similarity.html: {len(pairs)} pair(s) of notebooks share code or answers above the threshold "
-            f"(flags only: no points change)")
+        log(
+            f"similarity.html: {len(pairs)} pair(s) of notebooks share code or answers above the threshold "
+            f"(flags only: no points change)"
+        )
 
 
 def main(args) -> int:
@@ -722,30 +916,49 @@ def main(args) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     if args.slurm and args.jobs is not None:
-        print(f"error: -j {args.jobs} (JOBS) does not apply with --slurm (SLURM): Slurm decides how many notebooks "
-              f"run at once; give each its cores with --slurm-args='--cpus-per-task=N' (SLURM_ARGS), and leave -j out",
-              file=sys.stderr)
+        print(
+            f"error: -j {args.jobs} (JOBS) does not apply with --slurm (SLURM): Slurm decides how many notebooks "
+            f"run at once; give each its cores with --slurm-args='--cpus-per-task=N' (SLURM_ARGS), and leave -j out",
+            file=sys.stderr,
+        )
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: a background shell ignores it
         signal.signal(sig, interrupt)
     args.out = args.out or ("out/grade" if args.submissions else REFERENCE_OUT)
     try:
-        outcome = grade(args.rubric, args.submissions, args.out, args.jobs, args.lab, args.notebooks,
-                        sandbox="none" if args.no_sandbox else None, force=args.force, slurm=args.slurm,
-                        slurm_args=shlex.split(args.slurm_args or ""), similar=args.similar,
-                        roster=args.roster, due=args.due)
+        outcome = grade(
+            args.rubric,
+            args.submissions,
+            args.out,
+            args.jobs,
+            args.lab,
+            args.notebooks,
+            sandbox="none" if args.no_sandbox else None,
+            force=args.force,
+            slurm=args.slurm,
+            slurm_args=shlex.split(args.slurm_args or ""),
+            similar=args.similar,
+            roster=args.roster,
+            due=args.due,
+        )
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv, "
-              f"and grading again resumes with the rest", file=sys.stderr)
+        print(
+            f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv, "
+            f"and grading again resumes with the rest",
+            file=sys.stderr,
+        )
         return 130
     bad = outcome.not_passed
     waiting = sum(1 for r in outcome.rows if r["status"] == report.PENDING)
-    print(f"wrote {outcome.out / 'grades.csv'} and {outcome.out / 'summary.md'}"
-          + (f" and {outcome.out / 'report.md'}" if outcome.reference else "")
-          + f"; {len(bad)} row(s) not passed" + (f", {waiting} answer(s) awaiting a TA" if waiting else ""))
+    print(
+        f"wrote {outcome.out / 'grades.csv'} and {outcome.out / 'summary.md'}"
+        + (f" and {outcome.out / 'report.md'}" if outcome.reference else "")
+        + f"; {len(bad)} row(s) not passed"
+        + (f", {waiting} answer(s) awaiting a TA" if waiting else "")
+    )
     return outcome.exit_code
 
 

@@ -51,6 +51,7 @@ else of that folder is seen; nothing of this machine changes.
 
 Needs root (mount namespaces, sshd); ``unavailable()`` says what is missing, for a clear skip.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,10 +68,10 @@ from pathlib import Path
 from labkit.infra import netem
 from labkit.core.proc import OwnedProcess, StopAtExit
 
-SUBNET = "10.10.1.0/24"         # CloudLab's experiment LAN
+SUBNET = "10.10.1.0/24"  # CloudLab's experiment LAN
 USER = "ta"
 HOME_ROOT = "/home"
-NODE_DIR = "/run/labkit-node"   # a node's own files (on its /run tmpfs)
+NODE_DIR = "/run/labkit-node"  # a node's own files (on its /run tmpfs)
 SSH_PORT = 22
 START_TIMEOUT_S = 30
 
@@ -91,17 +92,22 @@ MaxStartups 100:30:200
 LogLevel INFO
 """
 
+
 def unavailable() -> str:
     """Why emulated nodes cannot run here ('' if they can)."""
     if not sys.platform.startswith("linux"):
         return f"emulated nodes need Linux namespaces; this is {sys.platform}"
     if os.geteuid() != 0:
         return "emulated nodes need root (mount and UTS namespaces, sshd)"
-    missing = [p for p in ("sshd", "ssh", "ssh-keygen", "setpriv", "nsenter", "unshare", "ip", "tc")
-               if shutil.which(p) is None and not os.access(f"/usr/sbin/{p}", os.X_OK)]
+    missing = [
+        p
+        for p in ("sshd", "ssh", "ssh-keygen", "setpriv", "nsenter", "unshare", "ip", "tc")
+        if shutil.which(p) is None and not os.access(f"/usr/sbin/{p}", os.X_OK)
+    ]
     if missing:
-        return (f"no {', '.join(missing)}: install openssh-server, openssh-client, util-linux and iproute2 "
-                f"(.ci/run does)")
+        return (
+            f"no {', '.join(missing)}: install openssh-server, openssh-client, util-linux and iproute2 (.ci/run does)"
+        )
     mode, why = netem.availability("1gbit")
     return "" if mode == "root" else f"cannot emulate the LAN: {why or 'not in root mode'}"
 
@@ -111,9 +117,10 @@ def _own_etc(files) -> list[str]:
     node's ``files`` (written to ``NODE_DIR`` first) copied into its upper layer. A file bound
     over ``/etc/passwd`` would not do: ``useradd`` here replaces ``/etc/passwd`` by a rename,
     which detaches such a mount, and the account would vanish from every node."""
-    lines = [f"mkdir -p {NODE_DIR}/etc.upper {NODE_DIR}/etc.work",
-             f"mount -t overlay labkit-etc -o lowerdir=/etc,upperdir={NODE_DIR}/etc.upper,"
-             f"workdir={NODE_DIR}/etc.work /etc"]
+    lines = [
+        f"mkdir -p {NODE_DIR}/etc.upper {NODE_DIR}/etc.work",
+        f"mount -t overlay labkit-etc -o lowerdir=/etc,upperdir={NODE_DIR}/etc.upper,workdir={NODE_DIR}/etc.work /etc",
+    ]
     return lines + [f"cp --preserve=mode {NODE_DIR}/{f} /etc/{f}" for f in files]
 
 
@@ -189,10 +196,27 @@ class LocalCloudLab:
     ``shared_home``: one home for the account on every node; ``expose``: paths of this machine
     the account reads on every node besides the kit's (see the module docstring)."""
 
-    def __init__(self, nodes=4, link="1gbit", user: str = USER, subnet: str = SUBNET, log_dir=None,
-                 grace: float = 5.0, shared_home: bool = False, expose=()):
-        self.network = netem.EmulatedNetwork(nodes, link, log_dir=None, grace=grace, mode="root", subnet=subnet,
-                                             driver=False, namespaces=("uts", "mount"))
+    def __init__(
+        self,
+        nodes=4,
+        link="1gbit",
+        user: str = USER,
+        subnet: str = SUBNET,
+        log_dir=None,
+        grace: float = 5.0,
+        shared_home: bool = False,
+        expose=(),
+    ):
+        self.network = netem.EmulatedNetwork(
+            nodes,
+            link,
+            log_dir=None,
+            grace=grace,
+            mode="root",
+            subnet=subnet,
+            driver=False,
+            namespaces=("uts", "mount"),
+        )
         self.names = self.network.names
         if not user.isidentifier() or user == "root":
             raise ValueError(f"user={user!r}: give an account name such as 'ta' (not root: CloudLab's is yours)")
@@ -289,7 +313,8 @@ class LocalCloudLab:
 
     def table(self) -> str:
         rows = [("node", "address", "ssh", "link")] + [
-            (n, a, f"{self.user}@{n}:{SSH_PORT}", str(self.network.link)) for n, a in self.addresses().items()]
+            (n, a, f"{self.user}@{n}:{SSH_PORT}", str(self.network.link)) for n, a in self.addresses().items()
+        ]
         w = [max(len(r[c]) for r in rows) for c in range(4)]
         return "\n".join("  ".join(f"{r[c]:<{w[c]}}" for c in range(4)).rstrip() for r in rows)
 
@@ -303,14 +328,27 @@ class LocalCloudLab:
         as_user = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--init-groups", "--reset-env"]
         return self.network.command(node, [*as_user, *extra, "bash", "-lc", f"cd && {command}"])
 
-    def sh(self, node: str, command: str, user: bool = True, env: dict | None = None, timeout: float = 300,
-           check: bool = False) -> subprocess.CompletedProcess:
+    def sh(
+        self,
+        node: str,
+        command: str,
+        user: bool = True,
+        env: dict | None = None,
+        timeout: float = 300,
+        check: bool = False,
+    ) -> subprocess.CompletedProcess:
         """Run ``command`` on ``node`` (``command``); its output, as text."""
-        done = subprocess.run(self.command(node, command, user, env), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            self.command(node, command, user, env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if check and done.returncode != 0:
-            raise RuntimeError(f"on {node}: {command!r} failed (exit {done.returncode}): "
-                               f"{(done.stdout + done.stderr).strip()[-2000:]}")
+            raise RuntimeError(
+                f"on {node}: {command!r} failed (exit {done.returncode}): {(done.stdout + done.stderr).strip()[-2000:]}"
+            )
         return done
 
     def set_link(self, node: str, up: bool) -> None:
@@ -321,9 +359,13 @@ class LocalCloudLab:
     def _prepare(self, node: str) -> None:
         env = {"NODE": node, "NODE_DIR": NODE_DIR}
         binds, folders = exposure([*kit_paths(), *self.expose])
-        script = ["umask 022", f"hostname {shlex.quote(node)}",
-                  "mount -t tmpfs -o mode=755,size=64m labkit-run /run",
-                  f"mkdir -p /run/sshd /run/lock {NODE_DIR}", "chmod 755 /run/sshd"]
+        script = [
+            "umask 022",
+            f"hostname {shlex.quote(node)}",
+            "mount -t tmpfs -o mode=755,size=64m labkit-run /run",
+            f"mkdir -p /run/sshd /run/lock {NODE_DIR}",
+            "chmod 755 /run/sshd",
+        ]
         aside = [f"{NODE_DIR}/seen/{i}" for i in range(len(binds))]
         for path, where in zip(binds, aside):  # before the node's own folders hide them
             script += [f"mkdir -p {where}", f"mount --bind {shlex.quote(path)} {where}"]
@@ -340,38 +382,58 @@ class LocalCloudLab:
             script += [f"mount --bind {shlex.quote(str(self._shared_home()))} {home}"]
         script += [f"mkdir -p -m 700 {home}/.ssh", f"chown -R {self.uid}:{self.uid} {home}"]
         self._root(node, script, env)
-        etc = {"hosts": self.etc_hosts(), "hostname": node + "\n",
-               "passwd": Path("/etc/passwd").read_text().rstrip("\n") +
-               f"\n{self.user}:x:{self.uid}:{self.uid}:experiment account:{home}:/bin/bash\n",
-               "group": Path("/etc/group").read_text().rstrip("\n") + f"\n{self.user}:x:{self.uid}:\n",
-               "shadow": _read_or_empty("/etc/shadow").rstrip("\n") + f"\n{self.user}:*:19000:0:99999:7:::\n",
-               "sshd_config": SSHD_CONFIG.format(port=SSH_PORT, node_dir=NODE_DIR, user=self.user)}
+        etc = {
+            "hosts": self.etc_hosts(),
+            "hostname": node + "\n",
+            "passwd": Path("/etc/passwd").read_text().rstrip("\n")
+            + f"\n{self.user}:x:{self.uid}:{self.uid}:experiment account:{home}:/bin/bash\n",
+            "group": Path("/etc/group").read_text().rstrip("\n") + f"\n{self.user}:x:{self.uid}:\n",
+            "shadow": _read_or_empty("/etc/shadow").rstrip("\n") + f"\n{self.user}:*:19000:0:99999:7:::\n",
+            "sshd_config": SSHD_CONFIG.format(port=SSH_PORT, node_dir=NODE_DIR, user=self.user),
+        }
         for name, text in etc.items():
             target = self.path(node, f"{NODE_DIR}/{name}")
             target.write_text(text)
             target.chmod(0o640 if name == "shadow" else 0o644)
-        self._root(node, [*_own_etc(("hosts", "hostname", "passwd", "group", "shadow")),
-                          f"ssh-keygen -q -t ed25519 -N '' -C {node} -f {NODE_DIR}/ssh_host_ed25519_key"], env)
+        self._root(
+            node,
+            [
+                *_own_etc(("hosts", "hostname", "passwd", "group", "shadow")),
+                f"ssh-keygen -q -t ed25519 -N '' -C {node} -f {NODE_DIR}/ssh_host_ed25519_key",
+            ],
+            env,
+        )
 
     def _shared_home(self) -> Path:
         return self.log_dir / "home"
 
     def _root(self, node: str, lines: list[str], env: dict) -> None:
-        done = self.network.run(node, ["env", *(f"{k}={v}" for k, v in env.items()), "sh", "-ec", "\n".join(lines)],
-                                timeout=START_TIMEOUT_S)
+        done = self.network.run(
+            node, ["env", *(f"{k}={v}" for k, v in env.items()), "sh", "-ec", "\n".join(lines)], timeout=START_TIMEOUT_S
+        )
         if done.returncode != 0:
-            raise netem.NetworkSetupError(f"could not prepare emulated node {node}: {done.stderr.strip()}\n"
-                                          f"script:\n" + "\n".join(lines))
+            raise netem.NetworkSetupError(
+                f"could not prepare emulated node {node}: {done.stderr.strip()}\nscript:\n" + "\n".join(lines)
+            )
 
     def _keys(self) -> None:
         """node0's account gets a key of its own, which every node's authorized_keys lists."""
         first = self.names[0]
-        self.sh(first, "ssh-keygen -q -t ed25519 -N '' -C \"$USER@$(hostname)\" -f ~/.ssh/id_ed25519", check=True,
-                timeout=START_TIMEOUT_S)
+        self.sh(
+            first,
+            "ssh-keygen -q -t ed25519 -N '' -C \"$USER@$(hostname)\" -f ~/.ssh/id_ed25519",
+            check=True,
+            timeout=START_TIMEOUT_S,
+        )
         self.public_key = (self.home(first) / ".ssh/id_ed25519.pub").read_text()
         for node in self.names[:1] if self.shared_home else self.names:
-            self.sh(node, f"printf '%s' {shlex.quote(self.public_key)} >> ~/.ssh/authorized_keys && "
-                          f"chmod 600 ~/.ssh/authorized_keys", check=True, timeout=START_TIMEOUT_S)
+            self.sh(
+                node,
+                f"printf '%s' {shlex.quote(self.public_key)} >> ~/.ssh/authorized_keys && "
+                f"chmod 600 ~/.ssh/authorized_keys",
+                check=True,
+                timeout=START_TIMEOUT_S,
+            )
 
     def _start_sshd(self, node: str) -> None:
         argv = self.network.command(node, [_sbin("sshd"), "-D", "-e", "-f", f"{NODE_DIR}/sshd_config"])
@@ -383,8 +445,9 @@ class LocalCloudLab:
         while waiting:
             for node in list(waiting):
                 if self.sshd[node].poll() is not None:
-                    raise netem.NetworkSetupError(f"sshd on {node} exited with code {self.sshd[node].poll()}: "
-                                                  f"{self.sshd[node].log_tail(10)}")
+                    raise netem.NetworkSetupError(
+                        f"sshd on {node} exited with code {self.sshd[node].poll()}: {self.sshd[node].log_tail(10)}"
+                    )
                 if self.network.listening(node, SSH_PORT):
                     waiting.remove(node)
             if waiting and time.monotonic() > deadline:
@@ -392,23 +455,27 @@ class LocalCloudLab:
             time.sleep(0.02)
 
 
-def session(nodes: int = 4, link: str = "1gbit", user: str = USER, command: str | None = None, slurm: bool = False,
-            log=print) -> int:
+def session(
+    nodes: int = 4, link: str = "1gbit", user: str = USER, command: str | None = None, slurm: bool = False, log=print
+) -> int:
     """``make cloudlab-local``: bring the nodes up (``slurm``: with a Slurm across them, and the
     account's home shared by the nodes), then run ``command`` on node0 as the account (its exit
     code is ours), or open a login shell there when this is a terminal, or else hold the nodes
     until stdin closes; everything goes down afterwards, however this process ends."""
     with contextlib.ExitStack() as stack:
         lab = stack.enter_context(LocalCloudLab(nodes, link, user=user, shared_home=slurm))
-        log(f"{len(lab.names)} emulated CloudLab nodes up in {lab.up_s:.1f} s (link {lab.network.link}):\n"
-            f"{lab.table()}")
+        log(
+            f"{len(lab.names)} emulated CloudLab nodes up in {lab.up_s:.1f} s (link {lab.network.link}):\n{lab.table()}"
+        )
         if slurm:
             from labkit.infra.minislurm import MiniSlurm
 
             cluster = stack.enter_context(MiniSlurm(nodes=lab))
-            log(f"Slurm up in {cluster.up_s:.1f} s: slurmctld on {cluster.host}, a slurmd on every node, all idle; "
+            log(
+                f"Slurm up in {cluster.up_s:.1f} s: slurmctld on {cluster.host}, a slurmd on every node, all idle; "
                 f"the home of {lab.user} is the same folder on every node (a cluster's shared home). On any node: "
-                f"`sinfo`, `salloc --nodes={len(lab.names)}`, then docs/cluster.md section 9.")
+                f"`sinfo`, `salloc --nodes={len(lab.names)}`, then docs/cluster.md section 9."
+            )
         else:
             log(f"On node0 as {lab.user}: `getent hosts {' '.join(lab.names)} > hosts.txt`, then docs/cluster.md.")
         log("The nodes and everything on them go when this command ends.")

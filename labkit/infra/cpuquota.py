@@ -19,6 +19,7 @@ their processes are gone, and a start sweeps away empty ones whose owner died. A
 node's group before it executes (``wrap``), so every thread and child it makes is capped too.
 Imports only the standard library.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,10 +77,12 @@ def availability() -> tuple[str | None, str]:
     base = _v1_base()
     if base is not None:
         return "v1", str(base)
-    return None, ("no CPU quota per node here: this process may not create a cgroup with a cpu controller "
-                  "(cgroup v2 without the cpu controller delegated to this user, and no writable cgroup v1 cpu "
-                  "hierarchy; run as root, or under a systemd scope with Delegate=yes). The nodes share the "
-                  "machine's cores instead, as tasks on 127.0.0.1 do")
+    return None, (
+        "no CPU quota per node here: this process may not create a cgroup with a cpu controller "
+        "(cgroup v2 without the cpu controller delegated to this user, and no writable cgroup v1 cpu "
+        "hierarchy; run as root, or under a systemd scope with Delegate=yes). The nodes share the "
+        "machine's cores instead, as tasks on 127.0.0.1 do"
+    )
 
 
 def sweep_stale(base: Path) -> list[str]:

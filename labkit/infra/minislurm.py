@@ -29,6 +29,7 @@ Both: ``ProctrackType=proctrack/linuxproc``, ``TaskPlugin=task/none``,
 is left, the step daemons included) and leaves nothing running. It needs root (slurmd runs
 jobs as their user) and the packages: ``missing()`` says what is not there, for a clear skip.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ from labkit.measure.sockets import netns_id
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol", "sinfo")
 PACKAGES = "slurmctld slurmd slurm-client munge"
-SLURMD_TIMEOUT_S = 300   # Slurm's own default
+SLURMD_TIMEOUT_S = 300  # Slurm's own default
 NODE_RUN = "/run/slurm"  # an emulated node's own files (on its /run tmpfs)
 NODE_MUNGE = "/run/munge"
 
@@ -113,16 +114,26 @@ class MiniSlurm:
     out over the nodes); ``oversubscribe``: jobs that may share a core (1: none, each job has
     its CPUs to itself); ``slurmd_timeout``: Slurm's ``SlurmdTimeout``."""
 
-    def __init__(self, folder=None, cpus: int | None = None, memory_mb: int | None = None, partition: str = "debug",
-                 oversubscribe: int = 4, start_timeout: float = 60.0, nodes=None,
-                 slurmd_timeout: int = SLURMD_TIMEOUT_S):
+    def __init__(
+        self,
+        folder=None,
+        cpus: int | None = None,
+        memory_mb: int | None = None,
+        partition: str = "debug",
+        oversubscribe: int = 4,
+        start_timeout: float = 60.0,
+        nodes=None,
+        slurmd_timeout: int = SLURMD_TIMEOUT_S,
+    ):
         if folder is None and nodes is None:
             raise ValueError("give the folder a one-node Slurm keeps its files in (or nodes=LocalCloudLab)")
         self.lab = nodes
         self.folder = Path(folder if folder is not None else nodes.log_dir / "slurm").absolute()
         if nodes is not None and any(self.folder.is_relative_to(p) for p in ("/run", "/home", "/root")):
-            raise ValueError(f"folder={self.folder}: the emulated nodes have their own /run, /home and /root, so "
-                             f"they would not see it; pick one elsewhere (under /tmp, say)")
+            raise ValueError(
+                f"folder={self.folder}: the emulated nodes have their own /run, /home and /root, so "
+                f"they would not see it; pick one elsewhere (under /tmp, say)"
+            )
         self.names = list(nodes.names) if nodes is not None else [socket.gethostname().split(".")[0]]
         self.host = self.names[0]  # the controller's node (the only one, on this machine)
         self.cpus = cpus or os.cpu_count() or 1
@@ -130,8 +141,8 @@ class MiniSlurm:
         self.partition, self.oversubscribe, self.start_timeout = partition, oversubscribe, start_timeout
         self.slurmd_timeout = int(slurmd_timeout)
         self.conf = self.folder / ("etc/slurm.conf" if nodes is not None else "slurm.conf")
-        self.daemons: dict[str, OwnedProcess] = {}   # "munged", "slurmctld", "slurmd on NODE"
-        self._mounted: list[str] = []                 # the emulated nodes that mount Slurm's folders
+        self.daemons: dict[str, OwnedProcess] = {}  # "munged", "slurmctld", "slurmd on NODE"
+        self._mounted: list[str] = []  # the emulated nodes that mount Slurm's folders
         self.up_s: float | None = None
 
     # ------------------------------------------------------------------------------ where
@@ -150,8 +161,14 @@ class MiniSlurm:
 
     def run(self, *argv: str, timeout: float = 60, check: bool = True) -> str:
         """Run a Slurm client command against this Slurm (on the controller's node); its stdout."""
-        done = subprocess.run(self.on(self.host, argv), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **self.env()}, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            self.on(self.host, argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **self.env()},
+            stdin=subprocess.DEVNULL,
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()}")
         return done.stdout
@@ -170,20 +187,40 @@ class MiniSlurm:
         try:
             key = self._prepare()
             ctld_port, slurmd_port = (6817, 6818) if self.emulated else free_ports(2)
-            nodes = "\n".join(NODE.format(name=n, addr=self.address(n), cpus=self.cpus, memory_mb=self.memory_mb)
-                              for n in self.names)
+            nodes = "\n".join(
+                NODE.format(name=n, addr=self.address(n), cpus=self.cpus, memory_mb=self.memory_mb) for n in self.names
+            )
             munge_socket = f"{NODE_MUNGE}/munge.socket.2" if self.emulated else f"{self.folder}/munge.sock"
-            self.conf.write_text(CONF.format(
-                ctld=self.host, ctld_addr=self.address(self.host), munge_socket=munge_socket, run=run,
-                dir=self.folder, ctld_port=ctld_port, slurmd_port=slurmd_port, slurmd_timeout=self.slurmd_timeout,
-                nodes=nodes, partition=self.partition,
-                oversubscribe=f"FORCE:{self.oversubscribe}" if self.oversubscribe > 1 else "NO"))
+            self.conf.write_text(
+                CONF.format(
+                    ctld=self.host,
+                    ctld_addr=self.address(self.host),
+                    munge_socket=munge_socket,
+                    run=run,
+                    dir=self.folder,
+                    ctld_port=ctld_port,
+                    slurmd_port=slurmd_port,
+                    slurmd_timeout=self.slurmd_timeout,
+                    nodes=nodes,
+                    partition=self.partition,
+                    oversubscribe=f"FORCE:{self.oversubscribe}" if self.oversubscribe > 1 else "NO",
+                )
+            )
             self.conf.chmod(0o644)
             socket_path = self.folder / ("munge/munge.socket.2" if self.emulated else "munge.sock")
-            self._daemon("munged", self.host, ["--foreground", "--force", f"--socket={munge_socket}",
-                                               f"--key-file={key}", f"--pid-file={run}/munged.pid",
-                                               f"--log-file={self.folder}/munged.log",
-                                               f"--seed-file={run}/munged.seed"])
+            self._daemon(
+                "munged",
+                self.host,
+                [
+                    "--foreground",
+                    "--force",
+                    f"--socket={munge_socket}",
+                    f"--key-file={key}",
+                    f"--pid-file={run}/munged.pid",
+                    f"--log-file={self.folder}/munged.log",
+                    f"--seed-file={run}/munged.seed",
+                ],
+            )
             self._wait(socket_path.exists, "munged to open its socket")
             self._daemon("slurmctld", self.host, ["-D", "-i"])
             self._wait(lambda: self.run("scontrol", "ping", check=False).count("UP") > 0, "slurmctld to answer")
@@ -207,9 +244,12 @@ class MiniSlurm:
             return str(key)
         (self.folder / "munge").mkdir(mode=0o755, exist_ok=True)
         for node in self.names:
-            script = [f"mkdir -p -m 700 {NODE_RUN}/state", f"mkdir -p -m 755 {NODE_MUNGE}",
-                      f"mount --bind {shlex.quote(str(self.conf.parent))} /etc/slurm",
-                      f"mount --bind {shlex.quote(str(self.folder / 'munge'))} {NODE_MUNGE}"]
+            script = [
+                f"mkdir -p -m 700 {NODE_RUN}/state",
+                f"mkdir -p -m 755 {NODE_MUNGE}",
+                f"mount --bind {shlex.quote(str(self.conf.parent))} /etc/slurm",
+                f"mount --bind {shlex.quote(str(self.folder / 'munge'))} {NODE_MUNGE}",
+            ]
             self._mounted.append(node)
             done = self.lab.network.run(node, ["sh", "-ec", "\n".join(script)], timeout=30)
             if done.returncode != 0:
@@ -221,8 +261,12 @@ class MiniSlurm:
 
     def _daemon(self, name: str, node: str, args: list[str], log: str | None = None) -> None:
         label = f"slurmd on {node}" if name == "slurmd" else name
-        self.daemons[label] = OwnedProcess(self.on(node, [_program(name), *args]), self.folder / (log or f"{name}.out"),
-                                           env={**os.environ, **self.env()}, cwd=self.folder).start()
+        self.daemons[label] = OwnedProcess(
+            self.on(node, [_program(name), *args]),
+            self.folder / (log or f"{name}.out"),
+            env={**os.environ, **self.env()},
+            cwd=self.folder,
+        ).start()
 
     def slurmd(self, node: str) -> OwnedProcess:
         """The ``slurmd`` of ``node`` (to kill it, say)."""
@@ -246,8 +290,10 @@ class MiniSlurm:
         while not ready():
             for label, d in self.daemons.items():
                 if d.poll() is not None:
-                    raise SlurmStartError(f"{label} exited with code {d.poll()} while waiting for {what}; its log:\n"
-                                       f"{d.log_tail(20)}\n{self._logs()}")
+                    raise SlurmStartError(
+                        f"{label} exited with code {d.poll()} while waiting for {what}; its log:\n"
+                        f"{d.log_tail(20)}\n{self._logs()}"
+                    )
             if time.monotonic() > deadline:
                 raise SlurmStartError(f"gave up waiting {self.start_timeout:.0f} s for {what}\n{self._logs()}")
             time.sleep(0.1)
@@ -289,8 +335,9 @@ class MiniSlurm:
         if not self.lab or not self.lab.network.running:
             return  # gone with the nodes
         for node in mounted:
-            self.lab.network.run(node, ["sh", "-c", f"umount /etc/slurm {NODE_MUNGE}; rm -rf {NODE_RUN} {NODE_MUNGE}"],
-                                 timeout=30)
+            self.lab.network.run(
+                node, ["sh", "-c", f"umount /etc/slurm {NODE_MUNGE}; rm -rf {NODE_RUN} {NODE_MUNGE}"], timeout=30
+            )
 
     def step_daemons(self) -> list[psutil.Process]:
         """This Slurm's ``slurmstepd`` processes (they leave slurmd's tree): on emulated nodes,

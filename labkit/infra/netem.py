@@ -38,6 +38,7 @@ start-up sweep removes any whose owner is gone (``sweep_stale_links``).
 
 Imports only the standard library, ``labkit.core.proc`` and ``labkit.measure.sockets``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,22 +60,26 @@ from pathlib import Path
 from labkit.core.proc import OwnedProcess, StopAtExit, kill_tree
 from labkit.measure.sockets import netns_id, nic_counters
 
-NIC = "lan0"                   # each node's one interface
+NIC = "lan0"  # each node's one interface
 NAMESPACES = ("uts", "mount")  # what a node may have of its own besides its network (unshare's names)
 SUBNETS = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: set aside for benchmarking networks
-DRIVER_HOST = 254              # the driver's address on the switch: .254 (root mode)
-GRACE_S = 10                   # SIGTERM to SIGKILL, for tasks left in a namespace
+DRIVER_HOST = 254  # the driver's address on the switch: .254 (root mode)
+GRACE_S = 10  # SIGTERM to SIGKILL, for tasks left in a namespace
 SETUP_TIMEOUT_S = 30
-WHAT_STILL_WORKS = ("What still works: every lab on 127.0.0.1 (leave link empty: the tasks then share the "
-                    "loopback, which is never the bottleneck), and on real nodes over ssh or Slurm (hosts_file)")
+WHAT_STILL_WORKS = (
+    "What still works: every lab on 127.0.0.1 (leave link empty: the tasks then share the "
+    "loopback, which is never the bottleneck), and on real nodes over ssh or Slurm (hosts_file)"
+)
 
 RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 _RATE = re.compile(_NUMBER + r"\s*([a-z]*)(?:/s)?$")
 _DELAY = re.compile(_NUMBER + r"\s*([a-z]*)$")
-_LINK_HELP = ("write RATE or RATE,DELAY, e.g. link='1gbit' or link='1gbit,0.2ms': RATE in bit, kbit, mbit or "
-              "gbit (per second, each direction), DELAY in us, ms or s (one way, node to node)")
+_LINK_HELP = (
+    "write RATE or RATE,DELAY, e.g. link='1gbit' or link='1gbit,0.2ms': RATE in bit, kbit, mbit or "
+    "gbit (per second, each direction), DELAY in us, ms or s (one way, node to node)"
+)
 
 # The holder: keeps its namespace alive until its owner closes the pipe on its stdin (or dies),
 # then stops what still runs in the namespace (TERM, KILL after the grace) and exits. An owner
@@ -112,10 +117,12 @@ class NetworkSetupError(RuntimeError):
 
 # ------------------------------------------------------------------------------ link specs
 
+
 @dataclass(frozen=True)
 class LinkSpec:
     """One emulated link: ``rate_bits`` per second in each direction; ``delay_s`` one way,
     node to node (each of the two links on the way adds half)."""
+
     rate_bits: float
     delay_s: float = 0.0
 
@@ -141,8 +148,10 @@ def parse_link(text) -> LinkSpec | None:
         raise ValueError(f"link={text!r} has {len(parts)} parts; {_LINK_HELP}")
     rate = _RATE.match(parts[0].replace(" ", ""))
     if "bps" in parts[0] or "byte" in parts[0]:
-        raise ValueError(f"link={text!r}: give the rate in bits (tc reads 'bps' as bytes per second, so "
-                         f"'1gbps' would be 8 Gbit/s); {_LINK_HELP}")
+        raise ValueError(
+            f"link={text!r}: give the rate in bits (tc reads 'bps' as bytes per second, so "
+            f"'1gbps' would be 8 Gbit/s); {_LINK_HELP}"
+        )
     if rate is None or rate.group(2) not in RATE_UNITS:
         raise ValueError(f"link={text!r}: cannot read the rate {parts[0]!r}; {_LINK_HELP}")
     bits = float(round(float(rate.group(1)) * RATE_UNITS[rate.group(2)]))
@@ -188,11 +197,14 @@ def shaping(link: LinkSpec) -> list[str]:
     if not link.delay_s:
         return [f"qdisc add dev {{dev}} root handle 1: {tbf}"]
     half_us = max(1, round(link.delay_s / 2 * 1e6))
-    return [f"qdisc add dev {{dev}} root handle 1: netem delay {half_us}us limit 100000",
-            f"qdisc add dev {{dev}} parent 1:1 handle 10: {tbf}"]
+    return [
+        f"qdisc add dev {{dev}} root handle 1: netem delay {half_us}us limit 100000",
+        f"qdisc add dev {{dev}} parent 1:1 handle 10: {tbf}",
+    ]
 
 
 # ------------------------------------------------------------------------------ availability
+
 
 @functools.lru_cache(maxsize=None)
 def _probe(delay: bool) -> tuple[str | None, str]:
@@ -202,11 +214,15 @@ def _probe(delay: bool) -> tuple[str | None, str]:
         return None, f"network namespaces are a Linux feature; this is {sys.platform}"
     missing = [t for t in ("ip", "tc", "unshare", "nsenter") if shutil.which(t) is None]
     if missing:
-        return None, (f"{', '.join(missing)} not found: install iproute2 (ip, tc) and util-linux (unshare, "
-                      f"nsenter), e.g. `apt-get install iproute2 util-linux`")
-    qdisc = ("netem delay 1ms" if delay else "tbf rate 1mbit burst 65536 limit 131072")
-    script = ("ip link add name lkp0 type veth peer name lkp1 && ip link add name lkbr type bridge && "
-              f"tc qdisc add dev lkp0 root {qdisc}")
+        return None, (
+            f"{', '.join(missing)} not found: install iproute2 (ip, tc) and util-linux (unshare, "
+            f"nsenter), e.g. `apt-get install iproute2 util-linux`"
+        )
+    qdisc = "netem delay 1ms" if delay else "tbf rate 1mbit burst 65536 limit 131072"
+    script = (
+        "ip link add name lkp0 type veth peer name lkp1 && ip link add name lkbr type bridge && "
+        f"tc qdisc add dev lkp0 root {qdisc}"
+    )
     tries = [("root", ["unshare", "--net", "--"])] if os.geteuid() == 0 else []
     tries.append(("userns", ["unshare", "--user", "--map-root-user", "--net", "--"]))
     errors = []
@@ -218,15 +234,21 @@ def _probe(delay: bool) -> tuple[str | None, str]:
             continue
         if done.returncode == 0:
             return mode, ""
-        errors.append(f"{' '.join(prefix[:-1])}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+        errors.append(
+            f"{' '.join(prefix[:-1])}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+        )
     why = "; ".join(errors)
     if delay and "qdisc kind is unknown" in why:
-        return None, (f"this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM; try `modprobe sch_netem` as "
-                      f"root), so a delay cannot be emulated: give the rate alone (link='1gbit') ({why})")
+        return None, (
+            f"this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM; try `modprobe sch_netem` as "
+            f"root), so a delay cannot be emulated: give the rate alone (link='1gbit') ({why})"
+        )
     if "Operation not permitted" in why or "Permission denied" in why:
-        why = (f"not root, and this host does not let an unprivileged user make a network namespace "
-               f"(user namespaces off: sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or "
-               f"an AppArmor/SELinux rule; inside a container, it may lack CAP_NET_ADMIN) ({why})")
+        why = (
+            f"not root, and this host does not let an unprivileged user make a network namespace "
+            f"(user namespaces off: sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or "
+            f"an AppArmor/SELinux rule; inside a container, it may lack CAP_NET_ADMIN) ({why})"
+        )
     return None, why
 
 
@@ -267,10 +289,12 @@ def require(link=None) -> str:
 
 # ------------------------------------------------------------------------------ the network
 
+
 @dataclass
 class Node:
     """One emulated node: its name, address on the switch, and the process that holds its
     namespace (``pid``; ``/proc/<pid>/net`` is the node's view of the network)."""
+
     name: str
     address: str
     holder: OwnedProcess
@@ -302,8 +326,18 @@ class EmulatedNetwork:
     ``command`` and ``run`` enter too. ``orphaned``: a folder to remove if the owner dies without
     stopping the network (SIGKILL): by default the log folder this network made itself."""
 
-    def __init__(self, nodes, link="1gbit", log_dir=None, grace: float = GRACE_S, mode: str | None = None,
-                 subnet=None, driver: bool = True, namespaces=(), orphaned=None):
+    def __init__(
+        self,
+        nodes,
+        link="1gbit",
+        log_dir=None,
+        grace: float = GRACE_S,
+        mode: str | None = None,
+        subnet=None,
+        driver: bool = True,
+        namespaces=(),
+        orphaned=None,
+    ):
         names = [f"node{i}" for i in range(nodes)] if isinstance(nodes, int) else [str(n) for n in nodes]
         if not names or len(set(names)) != len(names) or len(names) > 250:
             raise ValueError(f"nodes={nodes!r}: give 1-250 distinct node names, or a count")
@@ -337,8 +371,10 @@ class EmulatedNetwork:
             raise RuntimeError(f"this network is {self._state}; an EmulatedNetwork runs once, make a new one")
         self.mode = require(self.link)
         if self.wanted_mode == "root" and self.mode != "root":
-            raise EmulationUnavailable("mode='root' needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root, "
-                                       "or leave mode=None to use an unprivileged user namespace")
+            raise EmulationUnavailable(
+                "mode='root' needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root, "
+                "or leave mode=None to use an unprivileged user namespace"
+            )
         self.mode = self.wanted_mode or self.mode
         self._state = "starting"
         if self.log_dir is None:
@@ -376,8 +412,10 @@ class EmulatedNetwork:
             try:
                 h.popen.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                print(f"labkit.infra.netem: holder {h.pid} did not exit; killing it and its namespace's processes",
-                      file=sys.stderr)
+                print(
+                    f"labkit.infra.netem: holder {h.pid} did not exit; killing it and its namespace's processes",
+                    file=sys.stderr,
+                )
                 kill_tree(h.pid, grace=1)
         left = self._wait_gone(deadline + 5)
         for pid in [int(x.split()[1]) for x in left if x.startswith("process ")]:
@@ -456,8 +494,15 @@ class EmulatedNetwork:
 
     def describe(self) -> dict:
         """JSON-able: the link, the mode and each node's address (saved with a run)."""
-        return {"link": str(self.link), "rate_bits": self.link.rate_bits, "delay_s": self.link.delay_s,
-                "mode": self.mode, "nic": NIC, "subnet": str(self.subnet), "nodes": self.addresses()}
+        return {
+            "link": str(self.link),
+            "rate_bits": self.link.rate_bits,
+            "delay_s": self.link.delay_s,
+            "mode": self.mode,
+            "nic": NIC,
+            "subnet": str(self.subnet),
+            "nodes": self.addresses(),
+        }
 
     def table(self) -> str:
         rows = [("node", "address", "link")] + [(n, a, str(self.link)) for n, a in self.addresses().items()]
@@ -477,8 +522,9 @@ class EmulatedNetwork:
         if name not in self.names:
             raise ValueError(f"no node {name!r}; nodes are {self.names}")
         if self._state != "running":
-            raise RuntimeError(f"the emulated network is {self._state}: start() it first (or use it as a "
-                               f"context manager)")
+            raise RuntimeError(
+                f"the emulated network is {self._state}: start() it first (or use it as a context manager)"
+            )
         return self.nodes[name]
 
     def _all_nodes(self) -> dict[str, Node]:
@@ -504,12 +550,22 @@ class EmulatedNetwork:
         elif self.switch is None:
             prefix = ["unshare", "--user", "--map-root-user", "--net", "--"]
         else:
-            prefix = ["nsenter", f"--target={self.switch.pid}", "--user", "--preserve-credentials", "--",
-                      "unshare", "--net", *extra, "--"]
+            prefix = [
+                "nsenter",
+                f"--target={self.switch.pid}",
+                "--user",
+                "--preserve-credentials",
+                "--",
+                "unshare",
+                "--net",
+                *extra,
+                "--",
+            ]
         argv = [*prefix, "sh", "-c", HOLDER.replace("$((GRACE * 10))", str(int(self.grace * 10)))]
         env = {**os.environ, "LABKIT_ORPHANED": str(self.orphaned)} if self.orphaned and not address else None
-        holder = OwnedProcess(argv, self.log_dir / f"{name}.holder.log", env=env, stdin=subprocess.PIPE,
-                              death_signal=None).start()
+        holder = OwnedProcess(
+            argv, self.log_dir / f"{name}.holder.log", env=env, stdin=subprocess.PIPE, death_signal=None
+        ).start()
         node = Node(name, address or "", holder)
         deadline = time.monotonic() + SETUP_TIMEOUT_S
         mine = netns_id(os.getpid())
@@ -527,34 +583,41 @@ class EmulatedNetwork:
         if not lines:
             return
         argv = ([] if pid is None else self._enter(pid)) + [tool, "-batch", "-"]
-        done = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True,
-                              timeout=SETUP_TIMEOUT_S)
+        done = subprocess.run(
+            argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=SETUP_TIMEOUT_S
+        )
         if done.returncode != 0:
-            raise NetworkSetupError(f"{tool} failed ({shlex.join(argv)}): {done.stderr.strip()}\n"
-                                    f"commands:\n" + "\n".join(lines))
+            raise NetworkSetupError(
+                f"{tool} failed ({shlex.join(argv)}): {done.stderr.strip()}\ncommands:\n" + "\n".join(lines)
+            )
 
     def _wire(self) -> None:
         sw = self.switch.pid
         ports = [f"p{i}" for i in range(len(self.names))]
         ip_sw = ["link add name br0 type bridge", "link set br0 up"]
         for port, node in zip(ports, self.nodes.values()):
-            ip_sw += [f"link add name {port} type veth peer name {NIC} netns {node.pid}",
-                      f"link set {port} master br0", f"link set {port} up"]
+            ip_sw += [
+                f"link add name {port} type veth peer name {NIC} netns {node.pid}",
+                f"link set {port} master br0",
+                f"link set {port} up",
+            ]
         self._batch(sw, "ip", ip_sw)
         prefix = self.subnet.prefixlen
         for node in self.nodes.values():
             _disable_ipv6(self._enter(node.pid))
-            self._batch(node.pid, "ip", [f"addr add {node.address}/{prefix} dev {NIC}", f"link set {NIC} up",
-                                         "link set lo up"])
+            self._batch(
+                node.pid, "ip", [f"addr add {node.address}/{prefix} dev {NIC}", f"link set {NIC} up", "link set lo up"]
+            )
             self._batch(node.pid, "tc", [line.format(dev=NIC) for line in shaping(self.link)])
         self._batch(sw, "tc", [line.format(dev=port) for port in ports for line in shaping(self.link)])
         if self.mode == "root" and self.driver:
-            self.driver_link = f"lk{os.getpid()}x{random.randrange(16 ** 3):03x}"
+            self.driver_link = f"lk{os.getpid()}x{random.randrange(16**3):03x}"
             self._batch(None, "ip", [f"link add name {self.driver_link} type veth peer name drv netns {sw}"])
             self._batch(sw, "ip", ["link set drv master br0", "link set drv up"])
             driver = self.subnet.network_address + DRIVER_HOST
-            self._batch(None, "ip", [f"addr add {driver}/{prefix} dev {self.driver_link}",
-                                     f"link set {self.driver_link} up"])
+            self._batch(
+                None, "ip", [f"addr add {driver}/{prefix} dev {self.driver_link}", f"link set {self.driver_link} up"]
+            )
 
     def _wait_gone(self, deadline: float) -> list[str]:
         while True:
@@ -574,6 +637,7 @@ def _release(holder: OwnedProcess) -> None:
 
 
 # ------------------------------------------------------------------------------ /proc readers
+
 
 def _netns_of_all() -> dict[int, tuple[int, int]]:
     out = {}
@@ -606,20 +670,31 @@ def _link_exists(name: str) -> bool:
 
 def _disable_ipv6(enter: list[str]) -> None:
     """No IPv6 on the nodes: its router solicitations would add bytes to the counters the labs read."""
-    subprocess.run([*enter, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
-                    "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"],
-                   capture_output=True, timeout=SETUP_TIMEOUT_S)
+    subprocess.run(
+        [
+            *enter,
+            "sh",
+            "-c",
+            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+        ],
+        capture_output=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 of 198.18.0.0/15 that no route or address of this namespace overlaps."""
     used = []
-    done = subprocess.run(["ip", "-4", "-o", "route", "show", "table", "all"], capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run(
+        ["ip", "-4", "-o", "route", "show", "table", "all"], capture_output=True, text=True, timeout=30
+    )
     for line in done.stdout.splitlines():
         words = line.split()
-        first = words[1] if words and words[0] in ("local", "broadcast", "unicast") and len(words) > 1 else \
-            (words[0] if words else "")
+        first = (
+            words[1]
+            if words and words[0] in ("local", "broadcast", "unicast") and len(words) > 1
+            else (words[0] if words else "")
+        )
         try:
             used.append(ipaddress.ip_network(first, strict=False))
         except ValueError:
@@ -694,15 +769,19 @@ else:
 """
 
 
-def transfers(net: EmulatedNetwork, src: str, dst: str, sizes, repeats: int = 3, pause: float = 0.01,
-              port: int = 5201) -> list[tuple[int, float]]:
+def transfers(
+    net: EmulatedNetwork, src: str, dst: str, sizes, repeats: int = 3, pause: float = 0.01, port: int = 5201
+) -> list[tuple[int, float]]:
     """Time TCP transfers from ``src`` to ``dst`` over the emulated link: send ``size`` bytes,
     wait for a 1-byte ack (one message of the alpha-beta model). Returns ``(bytes, seconds)``
     rows, ``repeats`` per size after one warm-up round."""
     sizes = [int(s) for s in sizes]
-    server = subprocess.Popen(net.command(dst, [sys.executable, "-c", _PROBE, "serve", net.address(dst), port,
-                                                max(sizes)]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        net.command(dst, [sys.executable, "-c", _PROBE, "serve", net.address(dst), port, max(sizes)]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if server.stdout.readline().strip() != "listening":
             raise NetworkSetupError(f"the probe server on {dst} did not start: {server.stderr.read().strip()}")
@@ -719,12 +798,12 @@ def transfers(net: EmulatedNetwork, src: str, dst: str, sizes, repeats: int = 3,
 def throughput(net: EmulatedNetwork, src: str, dst: str, nbytes: int = 50_000_000, port: int = 5201) -> float:
     """Bytes per second one TCP stream carries from ``src`` to ``dst``: ``nbytes`` sent at once,
     timed to the receiver's ack (after one warm-up transfer of as many bytes)."""
-    (_, seconds), = transfers(net, src, dst, [nbytes], repeats=1, pause=0, port=port)
+    ((_, seconds),) = transfers(net, src, dst, [nbytes], repeats=1, pause=0, port=port)
     return nbytes / seconds
 
 
-LARGE_BYTES = 2 ** 20   # messages from this size on fix a link's B
-LINK_SIZES = (1024, 4096) + tuple(2 ** p for p in range(20, 26))  # 1-4 KiB fix alpha; 1-32 MiB fix B
+LARGE_BYTES = 2**20  # messages from this size on fix a link's B
+LINK_SIZES = (1024, 4096) + tuple(2**p for p in range(20, 26))  # 1-4 KiB fix alpha; 1-32 MiB fix B
 
 
 def measure_link(link, sizes=LINK_SIZES, repeats: int = 3):

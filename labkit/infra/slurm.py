@@ -14,6 +14,7 @@ Accounting (``sacct``) is not needed: what is running comes from ``squeue``, and
 ended from the files it writes. Every command has a timeout, and a Slurm that cannot be
 reached is a ``SlurmError`` that says what to check.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,20 +38,27 @@ class SlurmError(RuntimeError):
 def command(*argv: str, timeout: float = COMMAND_TIMEOUT_S, check: bool = True, env=None) -> str:
     """Run a Slurm client command; its stdout, or ``SlurmError`` with its stderr."""
     if shutil.which(argv[0]) is None:
-        raise SlurmError(f"{argv[0]} is not installed here: install Slurm's client commands "
-                         f"(Debian: apt install slurm-client) or run where Slurm is (docs/cluster.md)")
+        raise SlurmError(
+            f"{argv[0]} is not installed here: install Slurm's client commands "
+            f"(Debian: apt install slurm-client) or run where Slurm is (docs/cluster.md)"
+        )
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s: is slurmctld up "
-                         f"(`scontrol ping`)?") from None
+        raise SlurmError(
+            f"{' '.join(argv[:3])} did not answer within {timeout:.0f} s: is slurmctld up (`scontrol ping`)?"
+        ) from None
     if check and done.returncode != 0:
-        raise SlurmError(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        raise SlurmError(
+            f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+        )
     return done.stdout
 
 
 # ------------------------------------------------------------------------------- the allocation
+
 
 def expand_tasks_per_node(text: str) -> list[int]:
     """``"2(x3),1"`` -> ``[2, 2, 2, 1]`` (Slurm's SLURM_TASKS_PER_NODE / SLURM_JOB_CPUS_PER_NODE)."""
@@ -71,9 +79,10 @@ def hostnames(nodelist: str) -> list[str]:
 @dataclass(frozen=True)
 class Allocation:
     """The Slurm job this process runs in (``salloc`` or ``sbatch``)."""
+
     job_id: str
     nodes: tuple[str, ...]
-    tasks_per_node: tuple[int, ...] = ()   # SLURM_TASKS_PER_NODE, when the job has tasks
+    tasks_per_node: tuple[int, ...] = ()  # SLURM_TASKS_PER_NODE, when the job has tasks
 
     @classmethod
     def here(cls, environ=None) -> "Allocation":
@@ -81,13 +90,17 @@ class Allocation:
         environ = os.environ if environ is None else environ
         job = environ.get("SLURM_JOB_ID", "").strip()
         if not job:
-            raise ValueError("the Slurm launcher starts tasks as job steps inside an allocation, and this process "
-                             "is not in one (no SLURM_JOB_ID): start JupyterLab or the script inside one, e.g. "
-                             "`salloc -N 2 -n 4 make lab` or an sbatch script (docs/cluster.md, Slurm)")
+            raise ValueError(
+                "the Slurm launcher starts tasks as job steps inside an allocation, and this process "
+                "is not in one (no SLURM_JOB_ID): start JupyterLab or the script inside one, e.g. "
+                "`salloc -N 2 -n 4 make lab` or an sbatch script (docs/cluster.md, Slurm)"
+            )
         nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
         if not nodelist:
-            raise ValueError(f"Slurm job {job} names no nodes (SLURM_JOB_NODELIST is empty); run inside the "
-                             f"allocation's shell, not on the login node with a copied SLURM_JOB_ID")
+            raise ValueError(
+                f"Slurm job {job} names no nodes (SLURM_JOB_NODELIST is empty); run inside the "
+                f"allocation's shell, not on the login node with a copied SLURM_JOB_ID"
+            )
         per_node = environ.get("SLURM_TASKS_PER_NODE", "")
         return cls(job, tuple(hostnames(nodelist)), tuple(expand_tasks_per_node(per_node)) if per_node else ())
 
@@ -107,7 +120,7 @@ def resolver_jobs(jobs: dict[str, int], per_node: dict[str, int], port_base: int
         raise ValueError(f"{sum(jobs.values())} tasks but {len(slots)} places on the nodes")
     out, rank = {}, 0
     for job in sorted(jobs):
-        out[job] = slots[rank:rank + jobs[job]]
+        out[job] = slots[rank : rank + jobs[job]]
         rank += jobs[job]
     return out
 
@@ -128,6 +141,7 @@ def port_base(width: int, avoid=(), here: bool = True) -> int:
 
 
 # ---------------------------------------------------------------------------------- job steps
+
 
 def steps(job_id: str) -> dict[str, str]:
     """The job's running steps: step name -> step id (``JOB.STEP``)."""
@@ -152,8 +166,15 @@ def down_nodes(nodes) -> dict[str, str]:
     """Those of ``nodes`` that Slurm has taken out of service (down, drained, failed or not
     responding): node -> its state and Slurm's reason (``down*: Not responding``)."""
     out = {}
-    listing = command("sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}",
-                      "--states=down,drain,fail,no_respond", "--format=%N|%T|%E", check=False)
+    listing = command(
+        "sinfo",
+        "--noheader",
+        "--Node",
+        f"--nodes={','.join(nodes)}",
+        "--states=down,drain,fail,no_respond",
+        "--format=%N|%T|%E",
+        check=False,
+    )
     for line in listing.splitlines():
         node, _, rest = line.strip().partition("|")
         state, _, reason = rest.partition("|")
@@ -168,14 +189,21 @@ def jobs(job_id: str) -> dict[str, str]:
     listed together, as ``ARRAY_[3-7]``). A job Slurm has forgotten lists nothing; a squeue that
     fails otherwise is a ``SlurmError``, never an empty listing."""
     if shutil.which("squeue") is None:
-        raise SlurmError("squeue is not installed here: install Slurm's client commands (Debian: apt install "
-                         "slurm-client)")
+        raise SlurmError(
+            "squeue is not installed here: install Slurm's client commands (Debian: apt install slurm-client)"
+        )
     try:
-        done = subprocess.run(["squeue", "--noheader", "--array", "--jobs", str(job_id), "--format", "%i %T"],
-                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            ["squeue", "--noheader", "--array", "--jobs", str(job_id), "--format", "%i %T"],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"squeue did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up (`scontrol ping`)?") \
-            from None
+        raise SlurmError(
+            f"squeue did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up (`scontrol ping`)?"
+        ) from None
     if done.returncode != 0:
         if "Invalid job id" in done.stderr:
             return {}

@@ -27,6 +27,7 @@ not the link, so :class:`HostCost` holds it per architecture, :func:`fit_host_co
 it where the wire is nearly free (runs on 127.0.0.1) and :class:`CostModel` adds it to any
 link's wire time: t_comm = messages*alpha + bytes*(1/B + gamma).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 ARCHS = ("ps", "ring")
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def gbit(x: float) -> float:
@@ -71,6 +72,7 @@ def _check_positive(name: str, value: float) -> float:
 # Bytes on the wire
 # ---------------------------------------------------------------------------------------
 
+
 def even_shards(model_bytes: float, n_ps: int) -> tuple[float, ...]:
     """Bytes per ps when the weights split evenly (a variable partitioner): M/k each."""
     n_ps = _check_count("n_ps", n_ps)
@@ -91,8 +93,10 @@ def round_robin_shards(variable_bytes: Sequence[float], n_ps: int) -> tuple[floa
 def _check_shards(model_bytes: float, shards: Sequence[float]) -> tuple[float, ...]:
     shards = tuple(float(s) for s in shards)
     if not shards or min(shards) < 0 or not math.isclose(sum(shards), model_bytes, rel_tol=1e-6):
-        raise ValueError(f"shards must hold the whole model ({model_bytes:.0f} bytes), got {sum(shards):.0f} "
-                         f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()")
+        raise ValueError(
+            f"shards must hold the whole model ({model_bytes:.0f} bytes), got {sum(shards):.0f} "
+            f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()"
+        )
     return shards
 
 
@@ -124,8 +128,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'labkit.learning.costmodel' has no attribute {name!r}")
 
 
-def critical_path(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
-                  shards: Sequence[float] | None = None, terms: Terms | None = None) -> tuple[float, float]:
+def critical_path(
+    arch: str,
+    model_bytes: float,
+    workers: int,
+    n_ps: int = 1,
+    shards: Sequence[float] | None = None,
+    terms: Terms | None = None,
+) -> tuple[float, float]:
     """(messages, bytes) on the critical path of one step, by ``terms`` (default
     :func:`reference_terms`): t_comm = messages*alpha + bytes/B.
 
@@ -168,34 +178,52 @@ def check_terms(terms: Terms, measured: pd.DataFrame | None = None, tolerance: f
             if msgs != int(msgs):
                 raise ValueError(f"{name}({arch!r}, N={n}) gives {msgs} messages: count whole messages")
             if twice[0] != msgs or not math.isclose(twice[1], 2 * nbytes, rel_tol=1e-9, abs_tol=1e-6):
-                raise ValueError(f"{name}({arch!r}, N={n}): twice the model gives {twice}, against {(msgs, nbytes)} "
-                                 f"for M: the bytes should double and the messages stay the same")
+                raise ValueError(
+                    f"{name}({arch!r}, N={n}): twice the model gives {twice}, against {(msgs, nbytes)} "
+                    f"for M: the bytes should double and the messages stay the same"
+                )
     if critical_path("ring", 1e6, 1, terms=terms) != (0.0, 0.0):
-        raise ValueError(f"{name}('ring', N=1) gives {critical_path('ring', 1e6, 1, terms=terms)}: "
-                         f"a ring of one worker has nobody to talk to")
+        raise ValueError(
+            f"{name}('ring', N=1) gives {critical_path('ring', 1e6, 1, terms=terms)}: "
+            f"a ring of one worker has nobody to talk to"
+        )
     if critical_path("ring", 1e6, 2, terms=terms)[0] < 1:
         raise ValueError(f"{name}('ring', N=2) sends no message: two workers must exchange their gradients")
     ps = [critical_path("ps", 1e6, 4, k, terms=terms)[1] for k in (1, 2, 4)]
     if any(b > a * (1 + 1e-9) for a, b in zip(ps, ps[1:])):
-        raise ValueError(f"{name}('ps', N=4): n_ps = 1, 2, 4 even shards give {ps} bytes; more ps tasks sharing "
-                         f"the model evenly cannot load the busiest link more")
+        raise ValueError(
+            f"{name}('ps', N=4): n_ps = 1, 2, 4 even shards give {ps} bytes; more ps tasks sharing "
+            f"the model evenly cannot load the busiest link more"
+        )
     if critical_path("ps", 1e6, 4, 2, (9e5, 1e5), terms)[1] <= critical_path("ps", 1e6, 4, 2, terms=terms)[1]:
-        raise ValueError(f"{name}('ps', N=4, n_ps=2): shards (900 KB, 100 KB) give no more bytes than an even "
-                         f"split; the ps holding more of the model serves more bytes")
+        raise ValueError(
+            f"{name}('ps', N=4, n_ps=2): shards (900 KB, 100 KB) give no more bytes than an even "
+            f"split; the ps holding more of the model serves more bytes"
+        )
     if measured is None or not len(measured):
         return pd.DataFrame()
     out = measured.copy()
-    out["your_bytes"] = [critical_path(r.arch, r.model_bytes, int(r.workers), int(r.n_ps),
-                                       tuple(r.shards) if isinstance(r.shards, (list, tuple)) else None, terms)[1]
-                         for r in out.itertuples()]
+    out["your_bytes"] = [
+        critical_path(
+            r.arch,
+            r.model_bytes,
+            int(r.workers),
+            int(r.n_ps),
+            tuple(r.shards) if isinstance(r.shards, (list, tuple)) else None,
+            terms,
+        )[1]
+        for r in out.itertuples()
+    ]
     out["deviation"] = out["your_bytes"] / out["measured_bytes"] - 1
     off = out[out["deviation"].abs() > tolerance]
     if len(off):
         r = off.iloc[0]
-        raise ValueError(f"{r['arch']} N={r['workers']}: your bytes on the critical path are {r['your_bytes']:,.0f}, "
-                         f"but the run measured {r['measured_bytes']:,.0f} ({r['deviation']:+.0%}; at most "
-                         f"±{tolerance:.0%}): which task's link is the busiest, and which of its directions lie "
-                         f"on the path one after the other?")
+        raise ValueError(
+            f"{r['arch']} N={r['workers']}: your bytes on the critical path are {r['your_bytes']:,.0f}, "
+            f"but the run measured {r['measured_bytes']:,.0f} ({r['deviation']:+.0%}; at most "
+            f"±{tolerance:.0%}): which task's link is the busiest, and which of its directions lie "
+            f"on the path one after the other?"
+        )
     return out
 
 
@@ -219,9 +247,11 @@ def dense_ps_step_bytes(num_features: int, value_bytes: int = 4) -> float:
 # Links: alpha and B, from a loopback micro-benchmark or from measured runs
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Link:
     """A network link in the alpha-beta model: each message costs alpha s, each byte 1/B s."""
+
     alpha_s: float
     bandwidth: float  # bytes/s
     source: str = ""
@@ -241,7 +271,7 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     fits on each column subset whose coefficients are all >= 0 (exact: the NNLS optimum
     is the unconstrained optimum on its own support)."""
     n = a.shape[1]
-    best, best_res = np.zeros(n), float(np.sum(b ** 2))
+    best, best_res = np.zeros(n), float(np.sum(b**2))
     for r in range(1, n + 1):
         for cols in combinations(range(n), r):
             sub = a[:, cols]
@@ -254,8 +284,9 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "fit",
-             alpha_s: float | None = None) -> Link:
+def fit_link(
+    nbytes: Iterable[float], seconds: Iterable[float], source: str = "fit", alpha_s: float | None = None
+) -> Link:
     """Fit t = alpha + bytes/B to transfer timings (one message each).
 
     Least squares on relative error (each row weighted by 1/t), so the small transfers
@@ -280,13 +311,15 @@ def fit_link(nbytes: Iterable[float], seconds: Iterable[float], source: str = "f
     else:
         alpha, (inv_b,) = float(alpha_s), _nnls(np.column_stack([x * w]), (t - alpha_s) * w)
     if inv_b <= 0:
-        raise ValueError("the timings do not grow with size, so no bandwidth can be fitted; "
-                         "use larger transfers (e.g. up to tens of MB)")
+        raise ValueError(
+            "the timings do not grow with size, so no bandwidth can be fitted; "
+            "use larger transfers (e.g. up to tens of MB)"
+        )
     fitted = alpha + x * inv_b
     return Link(float(alpha), float(1.0 / inv_b), source, float(np.median(np.abs(fitted - t) / t)))
 
 
-DEFAULT_SIZES = tuple(2 ** p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
+DEFAULT_SIZES = tuple(2**p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
 
 
 def _recv_exact(conn: socket.socket, view: memoryview) -> bool:
@@ -302,8 +335,7 @@ def _recv_exact(conn: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def loopback_transfers(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5,
-                       timeout_s: float = 30.0) -> pd.DataFrame:
+def loopback_transfers(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5, timeout_s: float = 30.0) -> pd.DataFrame:
     """Time TCP transfers over 127.0.0.1: send ``size`` bytes, wait for a 1-byte ack.
 
     Each timing is one message of the alpha-beta model (latency includes the ack's trip).
@@ -325,7 +357,7 @@ def loopback_transfers(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5,
                     conn.settimeout(timeout_s)
                     header, buf = bytearray(8), memoryview(bytearray(max(sizes)))
                     while _recv_exact(conn, memoryview(header)):
-                        _recv_exact(conn, buf[:int.from_bytes(header, "big")])
+                        _recv_exact(conn, buf[: int.from_bytes(header, "big")])
                         conn.sendall(b"\x01")
             except BaseException as e:  # reported by the caller below
                 errors.append(e)
@@ -365,6 +397,7 @@ def measure_loopback_link(sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
 # The step-time model
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class HostCost:
     """gamma: host seconds per byte on a step's critical path, per architecture (``ps``, ``ring``).
@@ -375,6 +408,7 @@ class HostCost:
     time. Each architecture has its own: PS moves the weights as gRPC variable reads, the
     ring as collective ops. NaN: not calibrated (no run of that architecture moved bytes).
     """
+
     ps: float = 0.0
     ring: float = 0.0
     source: str = ""
@@ -389,8 +423,10 @@ class HostCost:
     def s_per_byte(self, arch: str) -> float:
         g = getattr(self, _check_arch(arch))
         if math.isnan(g):
-            raise ValueError(f"no host cost (gamma) for {arch!r}: it was calibrated on no {arch} run that moved "
-                             f"bytes; calibrate on runs with N >= 2 of both architectures")
+            raise ValueError(
+                f"no host cost (gamma) for {arch!r}: it was calibrated on no {arch} run that moved "
+                f"bytes; calibrate on runs with N >= 2 of both architectures"
+            )
         return g
 
     def seconds(self, arch: str, nbytes: float) -> float:
@@ -413,6 +449,7 @@ class CostModel:
     ``host``: gamma per architecture (:class:`HostCost`), host seconds per critical-path byte
     added to the link's; None: the link alone (the alpha-beta model).
     """
+
     per_sample_s: float
     link: Link
     step_overhead_s: float = 0.0
@@ -435,22 +472,38 @@ class CostModel:
     def t_compute(self, batch: int, workers: int = 1) -> float:
         return self.per_sample_s * batch * _cpu_stretch(workers, self.cores) + self.step_overhead_s
 
-    def t_comm(self, arch: str, model_bytes: float, workers: int, n_ps: int = 1,
-               shards: Sequence[float] | None = None) -> float:
+    def t_comm(
+        self, arch: str, model_bytes: float, workers: int, n_ps: int = 1, shards: Sequence[float] | None = None
+    ) -> float:
         msgs, nbytes = critical_path(arch, model_bytes, workers, n_ps, shards, self.terms)
         return self.link.seconds(msgs, nbytes) + (self.host.seconds(arch, nbytes) if self.host else 0.0)
 
-    def t_step(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
-               shards: Sequence[float] | None = None) -> float:
+    def t_step(
+        self,
+        arch: str,
+        model_bytes: float,
+        workers: int,
+        batch: int,
+        n_ps: int = 1,
+        shards: Sequence[float] | None = None,
+    ) -> float:
         """Seconds per synchronous step; ``batch`` is per worker."""
         return self.t_compute(batch, workers) + self.t_comm(arch, model_bytes, workers, n_ps, shards)
 
-    def images_per_s(self, arch: str, model_bytes: float, workers: int, batch: int, n_ps: int = 1,
-                     shards: Sequence[float] | None = None) -> float:
+    def images_per_s(
+        self,
+        arch: str,
+        model_bytes: float,
+        workers: int,
+        batch: int,
+        n_ps: int = 1,
+        shards: Sequence[float] | None = None,
+    ) -> float:
         return workers * batch / self.t_step(arch, model_bytes, workers, batch, n_ps, shards)
 
-    def predict(self, arch: str, model_bytes: float, workers: Iterable[int], batch: int,
-                n_ps: int = 1, baseline: str = "self") -> pd.DataFrame:
+    def predict(
+        self, arch: str, model_bytes: float, workers: Iterable[int], batch: int, n_ps: int = 1, baseline: str = "self"
+    ) -> pd.DataFrame:
         """Predicted scaling, one row per N: t_compute, t_comm, step_s, images_per_s, speedup.
 
         ``baseline``: 'self' divides by the same architecture at N=1 (as report 003's
@@ -458,14 +511,26 @@ class CostModel:
         """
         if baseline not in ("self", "single"):
             raise ValueError(f"baseline must be 'self' or 'single', got {baseline!r}")
-        base = (self.images_per_s(arch, model_bytes, 1, batch, n_ps) if baseline == "self"
-                else batch / self.t_compute(batch, 1))
+        base = (
+            self.images_per_s(arch, model_bytes, 1, batch, n_ps)
+            if baseline == "self"
+            else batch / self.t_compute(batch, 1)
+        )
         rows = []
         for n in workers:
             tc, tm = self.t_compute(batch, n), self.t_comm(arch, model_bytes, n, n_ps)
             ips = n * batch / (tc + tm)
-            rows.append({"arch": arch, "workers": n, "t_compute": tc, "t_comm": tm, "step_s": tc + tm,
-                         "images_per_s": ips, "speedup": ips / base})
+            rows.append(
+                {
+                    "arch": arch,
+                    "workers": n,
+                    "t_compute": tc,
+                    "t_comm": tm,
+                    "step_s": tc + tm,
+                    "images_per_s": ips,
+                    "speedup": ips / base,
+                }
+            )
         return pd.DataFrame(rows)
 
 
@@ -479,9 +544,11 @@ RUN_COLUMNS = ("arch", "workers", "batch", "model_bytes", "step_s", "per_sample_
 def _check_runs(runs: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in RUN_COLUMNS if c not in runs.columns]
     if missing:
-        raise ValueError(f"runs lack column(s) {missing}; each row needs {list(RUN_COLUMNS)} "
-                         f"(n_ps optional, default 1; shards optional, default even; per_sample_s from "
-                         f"that model's 1-worker run)")
+        raise ValueError(
+            f"runs lack column(s) {missing}; each row needs {list(RUN_COLUMNS)} "
+            f"(n_ps optional, default 1; shards optional, default even; per_sample_s from "
+            f"that model's 1-worker run)"
+        )
     runs = runs.copy()
     if "n_ps" not in runs.columns:
         runs["n_ps"] = 1
@@ -495,8 +562,13 @@ def _row_shards(r) -> tuple[float, ...] | None:
     return tuple(r.shards) if r.arch == "ps" and isinstance(r.shards, (list, tuple)) and len(r.shards) else None
 
 
-def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead: bool = False,
-                     alpha_s: float | None = None, terms: Terms | None = None) -> tuple[Link, float]:
+def fit_link_to_runs(
+    runs: pd.DataFrame,
+    cores: int | None = None,
+    fit_overhead: bool = False,
+    alpha_s: float | None = None,
+    terms: Terms | None = None,
+) -> tuple[Link, float]:
     """Fit alpha and B (and a per-step overhead) so the model explains measured step times.
 
     Each row's compute (per_sample_s * batch, stretched for ``cores``) is taken as known;
@@ -518,18 +590,28 @@ def fit_link_to_runs(runs: pd.DataFrame, cores: int | None = None, fit_overhead:
     if alpha_s is not None:
         coef.insert(0, float(alpha_s))
     if coef[1] <= 0:
-        raise ValueError("the measured step times do not grow with bytes on the wire, so no bandwidth "
-                         "can be fitted; include runs with N >= 2 of a communication-heavy model")
-    link = Link(float(coef[0]), float(1.0 / coef[1]), "fit to measured runs" if alpha_s is None
-                else "B fitted to measured runs, alpha given")
+        raise ValueError(
+            "the measured step times do not grow with bytes on the wire, so no bandwidth "
+            "can be fitted; include runs with N >= 2 of a communication-heavy model"
+        )
+    link = Link(
+        float(coef[0]),
+        float(1.0 / coef[1]),
+        "fit to measured runs" if alpha_s is None else "B fitted to measured runs, alpha given",
+    )
     overhead = float(coef[2]) if fit_overhead else 0.0
     pred = predict_runs(runs, link, cores=cores, step_overhead_s=overhead, terms=terms)
     return replace(link, rel_error=float(pred["rel_error"].abs().median())), overhead
 
 
-def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
-                 step_overhead_s: float = 0.0, terms: Terms | None = None,
-                 host: HostCost | None = None) -> pd.DataFrame:
+def predict_runs(
+    runs: pd.DataFrame,
+    link: Link,
+    cores: int | None = None,
+    step_overhead_s: float = 0.0,
+    terms: Terms | None = None,
+    host: HostCost | None = None,
+) -> pd.DataFrame:
     """The runs with the model's predicted step_s and images_per_s, and rel_error =
     (predicted - measured) / measured step time. ``host``: gamma added to the link (:class:`HostCost`)."""
     runs = _check_runs(runs)
@@ -543,8 +625,13 @@ def predict_runs(runs: pd.DataFrame, link: Link, cores: int | None = None,
     return runs
 
 
-def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, terms: Terms | None = None,
-                  source: str = "fit to measured runs") -> HostCost:
+def fit_host_cost(
+    runs: pd.DataFrame,
+    link: Link,
+    cores: int | None = None,
+    terms: Terms | None = None,
+    source: str = "fit to measured runs",
+) -> HostCost:
     """gamma per architecture: the host seconds per critical-path byte that ``runs`` spent
     beyond their compute and what ``link`` (alpha and B, measured apart) says the wire takes.
 
@@ -565,13 +652,15 @@ def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, term
         if nbytes <= 0:
             continue
         rest = r.step_s - r.per_sample_s * r.batch * _cpu_stretch(int(r.workers), cores) - link.seconds(msgs, nbytes)
-        w2 = 1.0 / r.step_s ** 2
+        w2 = 1.0 / r.step_s**2
         sums[r.arch][0] += w2 * rest * nbytes
-        sums[r.arch][1] += w2 * nbytes ** 2
+        sums[r.arch][1] += w2 * nbytes**2
     gamma = {arch: max(0.0, num / den) if den else math.nan for arch, (num, den) in sums.items()}
     if all(math.isnan(g) for g in gamma.values()):
-        raise ValueError("no run moves bytes on the wire (all have N = 1), so no host cost per byte can be "
-                         "fitted; include runs with N >= 2")
+        raise ValueError(
+            "no run moves bytes on the wire (all have N = 1), so no host cost per byte can be "
+            "fitted; include runs with N >= 2"
+        )
     host = HostCost(gamma["ps"], gamma["ring"], source)
     pred = predict_runs(runs[moves], link, cores=cores, terms=terms, host=host)
     return replace(host, rel_error=float(pred["rel_error"].abs().median()))
@@ -580,6 +669,7 @@ def fit_host_cost(runs: pd.DataFrame, link: Link, cores: int | None = None, term
 # ---------------------------------------------------------------------------------------
 # Crossover: where ring all-reduce beats a parameter server
 # ---------------------------------------------------------------------------------------
+
 
 def _linear_comm(arch: str, workers: int, link: Link, n_ps: int, terms: Terms | None) -> tuple[float, float]:
     """t_comm = a + b*M for even shards: (a seconds, b seconds per model byte)."""
@@ -605,8 +695,9 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1, terms: Terms 
     return max(0.0, (a_r - a_ps) / (b_ps - b_r))
 
 
-def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024,
-                      terms: Terms | None = None) -> int:
+def crossover_workers(
+    model_bytes: float, link: Link, n_ps: int = 1, max_workers: int = 1024, terms: Terms | None = None
+) -> int:
     """The largest N up to which the ring communicates faster than PS (1 if not even at N=2;
     ``max_workers`` if at every N): :func:`crossover_model_bytes` at each N in turn."""
     m = _check_positive("model_bytes", model_bytes)
@@ -618,9 +709,15 @@ def crossover_workers(model_bytes: float, link: Link, n_ps: int = 1, max_workers
     return last
 
 
-def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: Iterable[Link],
-                  n_ps: int = 1, per_sample_s: float | None = None, batch: int = 32,
-                  terms: Terms | None = None) -> pd.DataFrame:
+def crossover_map(
+    model_bytes: Iterable[float],
+    workers: Iterable[int],
+    links: Iterable[Link],
+    n_ps: int = 1,
+    per_sample_s: float | None = None,
+    batch: int = 32,
+    terms: Terms | None = None,
+) -> pd.DataFrame:
     """Ring vs PS over model size x N x network: one row per point with t_ps, t_ring and
     ``ring_speedup`` = t_ps / t_ring (> 1: the ring is faster). Communication only, unless
     ``per_sample_s`` adds the (shared) compute, which shrinks the ratio toward 1."""
@@ -631,10 +728,20 @@ def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: I
                 tc = per_sample_s * batch if per_sample_s else 0.0
                 t_ps = tc + link.seconds(*critical_path("ps", m, n, n_ps, terms=terms))
                 t_ring = tc + link.seconds(*critical_path("ring", m, n, n_ps, terms=terms))
-                rows.append({"network": link.source, "bandwidth": link.bandwidth, "alpha_s": link.alpha_s,
-                             "workers": n, "model_bytes": float(m), "n_ps": n_ps, "t_ps": t_ps, "t_ring": t_ring,
-                             "ring_speedup": t_ps / t_ring if t_ring > 0 else math.inf,
-                             "winner": "ring" if t_ring < t_ps else "ps"})
+                rows.append(
+                    {
+                        "network": link.source,
+                        "bandwidth": link.bandwidth,
+                        "alpha_s": link.alpha_s,
+                        "workers": n,
+                        "model_bytes": float(m),
+                        "n_ps": n_ps,
+                        "t_ps": t_ps,
+                        "t_ring": t_ring,
+                        "ring_speedup": t_ps / t_ring if t_ring > 0 else math.inf,
+                        "winner": "ring" if t_ring < t_ps else "ps",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -642,9 +749,11 @@ def crossover_map(model_bytes: Iterable[float], workers: Iterable[int], links: I
 # Report 003's models and networks
 # ---------------------------------------------------------------------------------------
 
-BENCHMARK_SOURCE = ("TensorFlow performance benchmarks (tensorflow/tensorflow, "
-                    "tensorflow/docs_src/performance/benchmarks.md, 2017): Google Compute Engine, "
-                    "NVIDIA Tesla K80, training on synthetic ImageNet data, 1 GPU")
+BENCHMARK_SOURCE = (
+    "TensorFlow performance benchmarks (tensorflow/tensorflow, "
+    "tensorflow/docs_src/performance/benchmarks.md, 2017): Google Compute Engine, "
+    "NVIDIA Tesla K80, training on synthetic ImageNet data, 1 GPU"
+)
 
 
 @dataclass(frozen=True)
@@ -654,9 +763,10 @@ class PublishedModel:
     Report 003 gives no single-node images/s in its text (its Figures 4.1-4.4 are images),
     so compute comes from TensorFlow's own K80 benchmark on the same cloud (GCE).
     """
+
     name: str
-    size_mib: float        # report 003 Table 3.1 "Model size (MB)" of the ImageNet (224x224) models, read as MiB
-    gflops: float          # report 003 Table 3.1, forward pass per 224x224 image
+    size_mib: float  # report 003 Table 3.1 "Model size (MB)" of the ImageNet (224x224) models, read as MiB
+    gflops: float  # report 003 Table 3.1, forward pass per 224x224 image
     k80_images_per_s: float
     note: str = field(default="", compare=False)
 
@@ -670,15 +780,28 @@ class PublishedModel:
 
 
 _VGG16_K80 = 35.4
-REPORT_003_MODELS: dict[str, PublishedModel] = {m.name: m for m in [
-    PublishedModel("AlexNet", 233, 0.7, 656,
-                   "benchmark batch 512 (32 not published); AlexNet's compute is ~2% of its step at 1 Gb/s either way"),
-    PublishedModel("VGG16", 528, 15.5, _VGG16_K80, "benchmark batch 32"),
-    PublishedModel("VGG19", 548, 19.6, round(_VGG16_K80 * 15.5 / 19.6, 1),
-                   "not benchmarked: VGG16's rate scaled by the GFLOPs ratio 15.5/19.6"),
-    PublishedModel("ResNet50", 98, 3.9, 49.5, "benchmark batch 32"),
-    PublishedModel("ResNet152", 230, 11.3, 20.0, "benchmark batch 32"),
-]}
+REPORT_003_MODELS: dict[str, PublishedModel] = {
+    m.name: m
+    for m in [
+        PublishedModel(
+            "AlexNet",
+            233,
+            0.7,
+            656,
+            "benchmark batch 512 (32 not published); AlexNet's compute is ~2% of its step at 1 Gb/s either way",
+        ),
+        PublishedModel("VGG16", 528, 15.5, _VGG16_K80, "benchmark batch 32"),
+        PublishedModel(
+            "VGG19",
+            548,
+            19.6,
+            round(_VGG16_K80 * 15.5 / 19.6, 1),
+            "not benchmarked: VGG16's rate scaled by the GFLOPs ratio 15.5/19.6",
+        ),
+        PublishedModel("ResNet50", 98, 3.9, 49.5, "benchmark batch 32"),
+        PublishedModel("ResNet152", 230, 11.3, 20.0, "benchmark batch 32"),
+    ]
+}
 
 # Latency of a cloud LAN message: tens to hundreds of microseconds. For these model sizes
 # (M/B is 0.08-4.6 s on these networks) even the ring's 10 latencies at N=6 are under 1% of
@@ -687,9 +810,14 @@ CLOUD_ALPHA_S = 100e-6
 NETWORKS = {"1 Gb/s": Link(CLOUD_ALPHA_S, gbit(1), "1 Gb/s"), "10 Gb/s": Link(CLOUD_ALPHA_S, gbit(10), "10 Gb/s")}
 
 
-def report_003_curves(workers: Iterable[int] = range(1, 7), networks: dict[str, Link] | None = None,
-                      batch: int = 32, n_ps: int = 1, baseline: str = "self",
-                      terms: Terms | None = None) -> pd.DataFrame:
+def report_003_curves(
+    workers: Iterable[int] = range(1, 7),
+    networks: dict[str, Link] | None = None,
+    batch: int = 32,
+    n_ps: int = 1,
+    baseline: str = "self",
+    terms: Terms | None = None,
+) -> pd.DataFrame:
     """Predicted images/s and speed-up for report 003's models, networks and 1-6 workers
     (batch 32 per worker and one ps, as in its Tables 3.2-3.3): one row per
     (model, network, arch, N). The thesis trained on 32x32 CIFAR-10 images, which need far

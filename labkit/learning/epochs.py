@@ -20,6 +20,7 @@ A runner is built from the trainer (its ``plan``, ``data``, ``seed``, ``net``, `
 ``gradients`` and ``sgd_step``) and the epochs to run; ``run(steps)`` trains that many steps
 and returns their losses. TensorFlow is imported inside the functions.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,6 +32,7 @@ _PARKED: list = []
 
 
 # ------------------------------------------------------------------------------ the input pipeline
+
 
 def _epoch_order(n: int, seed: int, epoch):
     """Epoch ``epoch``'s permutation of ``range(n)``: stateless, seeded by (seed, epoch), the
@@ -55,7 +57,7 @@ def _epoch_dataset(x, y, batch: int, seed: int, first_epoch: int, last_epoch: in
     def one_epoch(e):
         return tf.data.Dataset.from_tensor_slices(_epoch_order(n, seed, e)).batch(batch, drop_remainder=True)
 
-    epochs = tf.data.Dataset.range(first_epoch, (last_epoch + 1) if last_epoch is not None else 2 ** 62)
+    epochs = tf.data.Dataset.range(first_epoch, (last_epoch + 1) if last_epoch is not None else 2**62)
     return epochs.flat_map(one_epoch).map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
 
 
@@ -65,7 +67,8 @@ def _per_worker(plan, dataset_fn):
 
     strategy = plan.strategy
     per_worker = plan.coordinator.create_per_worker_dataset(
-        tf.function(lambda: strategy.distribute_datasets_from_function(dataset_fn)))
+        tf.function(lambda: strategy.distribute_datasets_from_function(dataset_fn))
+    )
     iterator = iter(per_worker)
     _PARKED.append(iterator)
     return iterator
@@ -88,9 +91,11 @@ def _sgd_steps(trainer):
 
 # ------------------------------------------------------------------------------ epoch runners
 
+
 class Runner:
     """Runs the training steps of one epoch; ``first_step_s`` times the run's first step
     (it traces the step function and reaches every task)."""
+
     first_step_s: float | None = None
 
     def run(self, steps: int) -> list[float]:
@@ -153,8 +158,9 @@ class AsyncPSEpochs(Runner):
             remote.append(self.coordinator.schedule(self.train_step, args=(self.iterator,)))
             self.coordinator.join()
             self.first_step_s = time.perf_counter() - t0
-        remote += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
-                   for _ in range(steps - len(remote))]
+        remote += [
+            self.coordinator.schedule(self.train_step, args=(self.iterator,)) for _ in range(steps - len(remote))
+        ]
         self.coordinator.join()
         return [float(r.fetch()) for r in remote]
 
@@ -195,10 +201,12 @@ class SyncPSEpochs(Runner):
     @staticmethod
     def _arrays(data):
         """The per-worker dataset: the training arrays, once; closures pick their slices by index."""
+
         def dataset_fn(_context):
             import tensorflow as tf
 
             return tf.data.Dataset.from_tensors((tf.constant(data.x_train), tf.constant(data.y_train))).repeat()
+
         return dataset_fn
 
     @staticmethod
@@ -219,7 +227,7 @@ class SyncPSEpochs(Runner):
             """(loss, the index of the worker that ran it): the coordinator may move a closure to
             another worker (one that failed), which the trace of steps shows."""
             x_all, y_all = next(iterator)
-            idx = _epoch_order(n, seed, epoch)[index * plan.batch_size:(index + 1) * plan.batch_size]
+            idx = _epoch_order(n, seed, epoch)[index * plan.batch_size : (index + 1) * plan.batch_size]
             loss = plan.strategy.run(add_gradient, args=(tf.gather(x_all, idx), tf.gather(y_all, idx)))
             return loss, tf.distribute.coordinator.experimental_get_current_worker_index()
 
@@ -253,9 +261,10 @@ class SyncPSEpochs(Runner):
 
         epoch = tf.constant(self.first_epoch + self.position // self.per_data_epoch, tf.int64)
         first = (self.position % self.per_data_epoch) * self.workers
-        remote = [self.coordinator.schedule(self.accumulate, args=(self.iterator, epoch,
-                                                                    tf.constant(first + j, tf.int64)))
-                  for j in range(self.workers)]
+        remote = [
+            self.coordinator.schedule(self.accumulate, args=(self.iterator, epoch, tf.constant(first + j, tf.int64)))
+            for j in range(self.workers)
+        ]
         self.coordinator.join()
         self.apply_mean()
         self.position += 1
@@ -278,10 +287,17 @@ class SyncPSEpochs(Runner):
     def _traced(self, remote: list, seconds: float) -> dict:
         """One step for ``on_step``: its number, seconds, loss and the worker that ran each slice."""
         done = [r.fetch() for r in remote]
-        return {"step": self.position, "seconds": seconds, "loss": float(done[0][0]) * self.workers,
-                "slices_on": [int(w) for _, w in done]}
+        return {
+            "step": self.position,
+            "seconds": seconds,
+            "loss": float(done[0][0]) * self.workers,
+            "slices_on": [int(w) for _, w in done],
+        }
 
 
-RUNNERS: dict[str, type[Runner]] = {"single": MirroredEpochs, "mwms": MirroredEpochs, "ps": AsyncPSEpochs,
-                                     "ps_sync": SyncPSEpochs}
-
+RUNNERS: dict[str, type[Runner]] = {
+    "single": MirroredEpochs,
+    "mwms": MirroredEpochs,
+    "ps": AsyncPSEpochs,
+    "ps_sync": SyncPSEpochs,
+}

@@ -34,6 +34,7 @@ with the process's CPU and memory while it trains: report 002's Tables 1 and 2.
 TensorFlow, Keras and pandas are imported inside the functions, so the grader (and a task that
 only needs ``init_weights``) imports this cheaply.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,6 +58,7 @@ INIT_STDDEV = 0.01
 
 # ----------------------------------------------------------------------------- checks
 
+
 def _positive_int(name: str, value, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}; {hint}")
@@ -67,39 +69,51 @@ def _as_xy(x, y, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Images as a contiguous (n, 784) float32 matrix and labels as int32 class ids, checked."""
     x, y = np.asarray(x), np.asarray(y)
     if x.ndim < 2 or math.prod(x.shape[1:]) != NUM_FEATURES:
-        raise ValueError(f"x_{split} has shape {x.shape}; expected (n, 28, 28) or (n, 784) MNIST images "
-                         f"(use labkit.load_mnist())")
+        raise ValueError(
+            f"x_{split} has shape {x.shape}; expected (n, 28, 28) or (n, 784) MNIST images (use labkit.load_mnist())"
+        )
     if len(x) == 0:
         raise ValueError(f"the {split} set is empty; pass a limit of at least one batch")
     if y.shape != (len(x),):
-        raise ValueError(f"y_{split} has shape {y.shape} but x_{split} has {len(x)} rows; "
-                         f"labels must be one class id per image")
+        raise ValueError(
+            f"y_{split} has shape {y.shape} but x_{split} has {len(x)} rows; labels must be one class id per image"
+        )
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= NUM_CLASSES:
-        raise ValueError(f"y_{split} must hold integer class ids 0..{NUM_CLASSES - 1}, "
-                         f"got {y.dtype} in [{y.min()}, {y.max()}]")
+        raise ValueError(
+            f"y_{split} must hold integer class ids 0..{NUM_CLASSES - 1}, got {y.dtype} in [{y.min()}, {y.max()}]"
+        )
     return np.ascontiguousarray(x.reshape(len(x), NUM_FEATURES), np.float32), y.astype(np.int32)
 
 
 def _check_data(data) -> None:
     for attr in ("x_train", "y_train", "x_test", "y_test"):
         if not hasattr(data, attr):
-            raise ValueError(f"data must have x_train, y_train, x_test, y_test (like labkit.load_mnist()); "
-                             f"{type(data).__name__} lacks {attr}")
+            raise ValueError(
+                f"data must have x_train, y_train, x_test, y_test (like labkit.load_mnist()); "
+                f"{type(data).__name__} lacks {attr}"
+            )
 
 
 def _check_hyper(n: int, batch_size, learning_rate) -> tuple[int, float]:
     batch_size = _positive_int("batch_size", batch_size, f"the labs use {BATCH_SIZE}")
     if batch_size > n:
-        raise ValueError(f"batch_size={batch_size} is larger than the {n} training images; "
-                         f"use at most {n} or load more data")
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.floating)) \
-            or not math.isfinite(learning_rate) or learning_rate <= 0:
-        raise ValueError(f"learning_rate must be a positive finite number, got {learning_rate!r}; "
-                         f"the labs use {LEARNING_RATE}")
+        raise ValueError(
+            f"batch_size={batch_size} is larger than the {n} training images; use at most {n} or load more data"
+        )
+    if (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, (int, float, np.floating))
+        or not math.isfinite(learning_rate)
+        or learning_rate <= 0
+    ):
+        raise ValueError(
+            f"learning_rate must be a positive finite number, got {learning_rate!r}; the labs use {LEARNING_RATE}"
+        )
     return batch_size, float(learning_rate)
 
 
 # ----------------------------------------------------------------------------- the math
+
 
 def init_weights(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The reports' random initialization: W ~ N(0, 0.01^2), b = 0 (float32)."""
@@ -134,8 +148,10 @@ def evaluate(W, b, x, y) -> tuple[float, float]:
     x, y = _as_xy(x, y, "test")
     W, b = np.asarray(W, np.float32), np.asarray(b, np.float32)
     if W.shape != (NUM_FEATURES, NUM_CLASSES) or b.shape != (NUM_CLASSES,):
-        raise ValueError(f"weights have shapes W {W.shape}, b {b.shape}; expected ({NUM_FEATURES}, "
-                         f"{NUM_CLASSES}) and ({NUM_CLASSES},)")
+        raise ValueError(
+            f"weights have shapes W {W.shape}, b {b.shape}; expected ({NUM_FEATURES}, "
+            f"{NUM_CLASSES}) and ({NUM_CLASSES},)"
+        )
     z = (x @ W + b).astype(np.float64)
     z -= z.max(axis=1, keepdims=True)
     log_p = z[np.arange(len(y)), y] - np.log(np.exp(z).sum(axis=1))
@@ -158,8 +174,9 @@ def softmax_gradient(W, b, x, y) -> tuple[np.ndarray, np.ndarray, float]:
     return x.T @ p, p.sum(axis=0), loss
 
 
-def batch_readings(W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE, trials: int = 4000,
-                   seed: int = 0) -> np.ndarray:
+def batch_readings(
+    W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE, trials: int = 4000, seed: int = 0
+) -> np.ndarray:
     """Accuracy readings of weights (W, b) on small random batches of the test set: ``trials``
     rows of ``readings`` batches each, every batch ``batch_size`` images drawn at random (with
     replacement), shape ``(trials, readings)``. The weights are evaluated once on every image;
@@ -176,7 +193,7 @@ def batch_readings(W, b, x, y, readings: int = 50, batch_size: int = BATCH_SIZE,
     for start in range(0, trials, chunk):
         n = min(chunk, trials - start)
         picks = rng.integers(0, len(y), size=(n, readings, batch_size))
-        out[start:start + n] = right[picks].mean(axis=2)
+        out[start : start + n] = right[picks].mean(axis=2)
     return out
 
 
@@ -197,7 +214,7 @@ def epoch_readings(run, x, y, batch_size: int = 100) -> np.ndarray:
         raise ValueError(f"{len(y)} test images hold no batch of {batch_size}; use a smaller batch_size")
     per_batch = np.empty((len(weights), k))
     for e, (W, b) in enumerate(weights):
-        right = (x[:k * batch_size] @ W + b).argmax(axis=1) == y[:k * batch_size]
+        right = (x[: k * batch_size] @ W + b).argmax(axis=1) == y[: k * batch_size]
         per_batch[e] = right.reshape(k, batch_size).mean(axis=1)
     rows = (np.arange(k)[:, None] + np.arange(len(weights))[None, :]) % k
     return per_batch[np.arange(len(weights))[None, :], rows]
@@ -205,8 +222,10 @@ def epoch_readings(run, x, y, batch_size: int = 100) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- trainers
 
+
 class _Trainer:
     """Shared set-up: checked data, hyperparameters, the seeded start and the shuffle stream."""
+
     version = "?"
 
     def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
@@ -239,10 +258,18 @@ class CoreTrainer(_Trainer):
     it is traced into the epoch graph once (default: the kit's reference ``sgd_step``, which
     the student kit does not have).
     """
+
     version = "core"
 
-    def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0,
-                 step: Callable | None = None):
+    def __init__(
+        self,
+        x,
+        y,
+        batch_size: int = BATCH_SIZE,
+        learning_rate: float = LEARNING_RATE,
+        seed: int = 0,
+        step: Callable | None = None,
+    ):
         import tensorflow as tf
 
         super().__init__(x, y, batch_size, learning_rate, seed)
@@ -260,7 +287,7 @@ class CoreTrainer(_Trainer):
 
         total = tf.constant(0.0)
         for start in tf.range(0, self.n, self.batch_size):
-            idx = order[start:start + self.batch_size]
+            idx = order[start : start + self.batch_size]
             loss = self.step(self.W, self.b, tf.gather(self._x, idx), tf.gather(self._y, idx), self.learning_rate)
             total += tf.cast(loss, tf.float32)
         return total / self.steps_per_epoch
@@ -279,6 +306,7 @@ class KerasTrainer(_Trainer):
     reshuffling ``tf.data`` pipeline built once: ``fit`` on NumPy arrays would rebuild one
     (copying the images) at every call, and this trainer calls ``fit`` once per epoch.
     """
+
     version = "keras"
 
     def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
@@ -290,15 +318,21 @@ class KerasTrainer(_Trainer):
         super().__init__(x, y, batch_size, learning_rate, seed)
         self.model = softmax_regression(NUM_CLASSES, input_shape=(NUM_FEATURES,), seed=seed)
         self.model.get_layer("logits").set_weights([self.W0, self.b0])
-        self.model.compile(optimizer=keras.optimizers.SGD(learning_rate=self.learning_rate),
-                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        self.dataset = (tf.data.Dataset.from_tensor_slices((self.x, self.y))
-                        .shuffle(self.n, seed=seed, reshuffle_each_iteration=True)
-                        .batch(self.batch_size).prefetch(tf.data.AUTOTUNE))
+        self.model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=self.learning_rate),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        self.dataset = (
+            tf.data.Dataset.from_tensor_slices((self.x, self.y))
+            .shuffle(self.n, seed=seed, reshuffle_each_iteration=True)
+            .batch(self.batch_size)
+            .prefetch(tf.data.AUTOTUNE)
+        )
 
     def _epoch(self):
-        hist = self.model.fit(self.dataset, epochs=self.epochs_done + 1, initial_epoch=self.epochs_done,
-                              shuffle=False, verbose=0)  # the dataset reshuffles itself
+        hist = self.model.fit(
+            self.dataset, epochs=self.epochs_done + 1, initial_epoch=self.epochs_done, shuffle=False, verbose=0
+        )  # the dataset reshuffles itself
         return hist.history["loss"][-1]
 
     def weights(self):
@@ -308,6 +342,7 @@ class KerasTrainer(_Trainer):
 
 class NumpyTrainer(_Trainer):
     """The same SGD in NumPy with the hand-derived gradient dL/dz = (softmax(z) - onehot(y)) / batch."""
+
     version = "numpy"
 
     def __init__(self, x, y, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE, seed: int = 0):
@@ -319,7 +354,7 @@ class NumpyTrainer(_Trainer):
         x, y, W, b, lr, bs = self.x, self.y, self.W, self.b, np.float32(self.learning_rate), self.batch_size
         order, total = self._permutation(), 0.0
         for start in range(0, self.n, bs):
-            idx = order[start:start + bs]
+            idx = order[start : start + bs]
             xb, yb = x[idx], y[idx]
             z = xb @ W + b
             z -= z.max(axis=1, keepdims=True)
@@ -338,8 +373,9 @@ class NumpyTrainer(_Trainer):
 TRAINERS = {"core": CoreTrainer, "keras": KerasTrainer, "numpy": NumpyTrainer}
 
 
-def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE, learning_rate: float = 0.5,
-               coordinates: int = 40) -> float:
+def check_step(
+    step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE, learning_rate: float = 0.5, coordinates: int = 40
+) -> float:
     """How far one update by ``step`` is from plain gradient descent on the reports' loss, with
     the gradient taken by finite differences (CS231n's gradient check): no reference step needed.
 
@@ -362,7 +398,7 @@ def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE, lear
     loss = tf.function(step)(W, b, tf.constant(x), tf.constant(y), learning_rate)
     if loss is None:
         raise ValueError(f"{getattr(step, '__name__', step)} must return the batch loss")
-    moved_W = (W0.astype(np.float64) - W.numpy()) / learning_rate   # the gradient the step applied
+    moved_W = (W0.astype(np.float64) - W.numpy()) / learning_rate  # the gradient the step applied
     moved_b = (b0.astype(np.float64) - b.numpy()) / learning_rate
 
     def mean_loss(Wd, bd) -> float:
@@ -370,8 +406,10 @@ def check_step(step: Callable, seed: int = 0, batch_size: int = BATCH_SIZE, lear
 
     h = 1e-4
     W64, b64 = W0.astype(np.float64), b0.astype(np.float64)
-    picks = [(int(i), int(j)) for i, j in zip(rng.integers(0, NUM_FEATURES, coordinates),
-                                              rng.integers(0, NUM_CLASSES, coordinates))]
+    picks = [
+        (int(i), int(j))
+        for i, j in zip(rng.integers(0, NUM_FEATURES, coordinates), rng.integers(0, NUM_CLASSES, coordinates))
+    ]
     numeric, applied = [], []
     for i, j in picks:
         Wp, Wm = W64.copy(), W64.copy()
@@ -400,9 +438,11 @@ def _loss64(W, b, x, y) -> float:
 
 # ----------------------------------------------------------------------------- runs
 
+
 @dataclass
 class LRRun:
     """One training run: per-epoch history (a tidy frame), final weights and timings."""
+
     version: str
     history: pd.DataFrame
     W: np.ndarray
@@ -429,14 +469,21 @@ class LRRun:
         samples/s: over all epochs (the first one includes tracing or compiling) and over the
         later ones (``steady_samples_per_s``, NaN after a single epoch)."""
         last, later = self.history.iloc[-1], self.history["epoch_s"].iloc[1:]
-        return {"version": self.version, "epochs": self.epochs, "n_train": self.n_train,
-                "batch_size": self.batch_size, "learning_rate": self.learning_rate,
-                "initial_test_loss": self.extra.get("initial_test_loss", math.nan),
-                "test_accuracy": float(last["test_accuracy"]), "test_loss": float(last["test_loss"]),
-                "best_test_accuracy": float(self.history["test_accuracy"].max()),
-                "wall_s": self.wall_s, "train_s": self.train_s,
-                "samples_per_s": self.n_train * self.epochs / self.train_s,
-                "steady_samples_per_s": self.n_train * len(later) / later.sum() if len(later) else math.nan}
+        return {
+            "version": self.version,
+            "epochs": self.epochs,
+            "n_train": self.n_train,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "initial_test_loss": self.extra.get("initial_test_loss", math.nan),
+            "test_accuracy": float(last["test_accuracy"]),
+            "test_loss": float(last["test_loss"]),
+            "best_test_accuracy": float(self.history["test_accuracy"].max()),
+            "wall_s": self.wall_s,
+            "train_s": self.train_s,
+            "samples_per_s": self.n_train * self.epochs / self.train_s,
+            "steady_samples_per_s": self.n_train * len(later) / later.sum() if len(later) else math.nan,
+        }
 
     def save_weights(self, path) -> Path:
         """Save W and b to an ``.npz`` file (``evaluate_weights`` reads it back)."""
@@ -456,8 +503,17 @@ def default_logdir(version: str, root=None) -> Path:
     return Path(root) / f"{version}-{datetime.now():%Y%m%d-%H%M%S-%f}"
 
 
-def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learning_rate: float = LEARNING_RATE,
-          seed: int = 0, tensorboard_dir=None, progress: bool = True, **trainer_kwargs) -> LRRun:
+def train(
+    version: str,
+    data,
+    epochs: int,
+    batch_size: int = BATCH_SIZE,
+    learning_rate: float = LEARNING_RATE,
+    seed: int = 0,
+    tensorboard_dir=None,
+    progress: bool = True,
+    **trainer_kwargs,
+) -> LRRun:
     """Train ``version`` ("core", "keras" or "numpy") for ``epochs`` on ``data`` (an ``ImageData``).
 
     After every epoch the test accuracy and loss are computed (same NumPy code for every
@@ -490,8 +546,17 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
             weights = trainer.weights()
             epoch_weights.append(tuple(np.array(w, np.float32) for w in weights))
             acc, loss = evaluate(*weights, x_test, y_test)
-            rows.append({"version": version, "epoch": epoch, "test_accuracy": acc, "test_loss": loss,
-                         "train_loss": train_loss, "epoch_s": epoch_s, "elapsed_s": time.perf_counter() - t0})
+            rows.append(
+                {
+                    "version": version,
+                    "epoch": epoch,
+                    "test_accuracy": acc,
+                    "test_loss": loss,
+                    "train_loss": train_loss,
+                    "epoch_s": epoch_s,
+                    "elapsed_s": time.perf_counter() - t0,
+                }
+            )
             if writer is not None:
                 with writer.as_default(step=epoch):
                     for key in ("test_accuracy", "test_loss", "train_loss"):
@@ -503,10 +568,19 @@ def train(version: str, data, epochs: int, batch_size: int = BATCH_SIZE, learnin
     W, b = trainer.weights()
     import pandas as pd
 
-    return LRRun(version, pd.DataFrame(rows), W, b, trainer.n, len(x_test), trainer.batch_size,
-                 trainer.learning_rate, time.perf_counter() - t0, logdir,
-                 {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss,
-                  "epoch_weights": epoch_weights})
+    return LRRun(
+        version,
+        pd.DataFrame(rows),
+        W,
+        b,
+        trainer.n,
+        len(x_test),
+        trainer.batch_size,
+        trainer.learning_rate,
+        time.perf_counter() - t0,
+        logdir,
+        {"initial_test_accuracy": initial_accuracy, "initial_test_loss": initial_loss, "epoch_weights": epoch_weights},
+    )
 
 
 def train_core(data, epochs: int, **kwargs) -> LRRun:
@@ -528,8 +602,19 @@ def compare(*runs: LRRun) -> pd.DataFrame:
     table = pd.DataFrame([r.summary() for r in runs]).set_index("version")
     speed = "speed_vs_" + runs[0].version
     table[speed] = table["samples_per_s"] / table["samples_per_s"].iloc[0]
-    return table[["epochs", "n_train", "test_accuracy", "best_test_accuracy", "wall_s", "train_s",
-                  "samples_per_s", "steady_samples_per_s", speed]]
+    return table[
+        [
+            "epochs",
+            "n_train",
+            "test_accuracy",
+            "best_test_accuracy",
+            "wall_s",
+            "train_s",
+            "samples_per_s",
+            "steady_samples_per_s",
+            speed,
+        ]
+    ]
 
 
 def histories(*runs: LRRun) -> pd.DataFrame:
@@ -551,6 +636,7 @@ class _StepsTrainer(_Trainer):
     batch, written into the loop: these runs (Lab 2's single process) need neither Lab 1's
     reference step nor the student's, and the kit offers no step function a student could hand in
     as Lab 1's exercise."""
+
     version = "core-steps"
 
     def __init__(self, x, y, batch_size: int, learning_rate: float, seed: int):
@@ -583,7 +669,7 @@ class _StepsTrainer(_Trainer):
         while True:
             order = self._permutation()
             for start in range(0, self.n - self.batch_size + 1, self.batch_size):
-                yield order[start:start + self.batch_size]
+                yield order[start : start + self.batch_size]
 
     def trace(self) -> None:
         """Trace the step graph (a call with no steps), so that timing leaves tracing out."""
@@ -593,8 +679,15 @@ class _StepsTrainer(_Trainer):
         self._graph_steps(np.stack([next(self._stream) for _ in range(k)]))
 
 
-def train_to_target(data, batch_size: int, learning_rate: float = LEARNING_RATE, target_loss: float = TARGET_LOSS,
-                    eval_every: int = 100, max_steps: int = 20000, seed: int = 0) -> dict:
+def train_to_target(
+    data,
+    batch_size: int,
+    learning_rate: float = LEARNING_RATE,
+    target_loss: float = TARGET_LOSS,
+    eval_every: int = 100,
+    max_steps: int = 20000,
+    seed: int = 0,
+) -> dict:
     """Plain SGD in one process from the seeded start, until the test loss, computed every
     ``eval_every`` steps (report 002: 100, so its iteration counts are multiples of 100), is
     at most ``target_loss``, or ``max_steps``. Returns the iterations, the seconds spent in
@@ -618,14 +711,28 @@ def train_to_target(data, batch_size: int, learning_rate: float = LEARNING_RATE,
         train_s += time.perf_counter() - s0
         steps += k
         accuracy, loss = evaluate(*trainer.weights(), x_test, y_test)
-    return {"batch_size": trainer.batch_size, "learning_rate": trainer.learning_rate, "iterations": steps,
-            "train_s": train_s, "wall_s": time.perf_counter() - t0, "test_accuracy": accuracy, "test_loss": loss,
-            "reached": bool(loss <= target_loss)}
+    return {
+        "batch_size": trainer.batch_size,
+        "learning_rate": trainer.learning_rate,
+        "iterations": steps,
+        "train_s": train_s,
+        "wall_s": time.perf_counter() - t0,
+        "test_accuracy": accuracy,
+        "test_loss": loss,
+        "reached": bool(loss <= target_loss),
+    }
 
 
-def target_sweep(data, batch_sizes=(1, 5, 10, 20, 40, 100, 200, 600), learning_rate: float = LEARNING_RATE,
-                 target_loss: float = TARGET_LOSS, eval_every: int = 100, max_steps: int = 20000, seed: int = 0,
-                 progress: bool = True) -> pd.DataFrame:
+def target_sweep(
+    data,
+    batch_sizes=(1, 5, 10, 20, 40, 100, 200, 600),
+    learning_rate: float = LEARNING_RATE,
+    target_loss: float = TARGET_LOSS,
+    eval_every: int = 100,
+    max_steps: int = 20000,
+    seed: int = 0,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Report 002's Tables 1 and 2 in one process: ``train_to_target`` at every batch size, each
     under a ``ResourceSampler`` watching this process, so each row also has the process's
     average CPU (100 = one core) and peak resident memory while it trained."""
@@ -652,6 +759,7 @@ def target_sweep(data, batch_sizes=(1, 5, 10, 20, 40, 100, 200, 600), learning_r
 
 
 # ----------------------------------------------------------------------------- grading
+
 
 def load_weights(path) -> tuple[np.ndarray, np.ndarray]:
     """W and b from an ``.npz`` written by ``LRRun.save_weights``, checked."""

@@ -1,4 +1,5 @@
 """The Keras models the labs train. Each builder is seeded so runs are reproducible."""
+
 from __future__ import annotations
 
 import keras
@@ -10,12 +11,16 @@ def softmax_regression(num_classes: int = 10, input_shape=(28, 28), seed: int = 
 
     Weights start from small random normals ("random initialization" in the reports).
     """
-    return keras.Sequential([
-        keras.Input(input_shape),
-        layers.Flatten(),
-        layers.Dense(num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01, seed=seed),
-                     name="logits"),
-    ], name="softmax_regression")
+    return keras.Sequential(
+        [
+            keras.Input(input_shape),
+            layers.Flatten(),
+            layers.Dense(
+                num_classes, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01, seed=seed), name="logits"
+            ),
+        ],
+        name="softmax_regression",
+    )
 
 
 def lenet5(num_classes: int = 10, activation: str = "relu", pooling: str = "max", seed: int = 0) -> keras.Model:
@@ -28,18 +33,21 @@ def lenet5(num_classes: int = 10, activation: str = "relu", pooling: str = "max"
     """
     pool = {"max": layers.MaxPooling2D, "avg": layers.AveragePooling2D}[pooling]
     init = lambda i: keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731
-    return keras.Sequential([
-        keras.Input((28, 28)),
-        layers.Reshape((28, 28, 1)),
-        layers.Conv2D(6, 5, padding="same", activation=activation, kernel_initializer=init(0)),
-        pool(2),
-        layers.Conv2D(16, 5, activation=activation, kernel_initializer=init(1)),
-        pool(2),
-        layers.Flatten(),
-        layers.Dense(120, activation=activation, kernel_initializer=init(2)),
-        layers.Dense(84, activation=activation, kernel_initializer=init(3)),
-        layers.Dense(num_classes, kernel_initializer=init(4), name="logits"),
-    ], name="lenet5")
+    return keras.Sequential(
+        [
+            keras.Input((28, 28)),
+            layers.Reshape((28, 28, 1)),
+            layers.Conv2D(6, 5, padding="same", activation=activation, kernel_initializer=init(0)),
+            pool(2),
+            layers.Conv2D(16, 5, activation=activation, kernel_initializer=init(1)),
+            pool(2),
+            layers.Flatten(),
+            layers.Dense(120, activation=activation, kernel_initializer=init(2)),
+            layers.Dense(84, activation=activation, kernel_initializer=init(3)),
+            layers.Dense(num_classes, kernel_initializer=init(4), name="logits"),
+        ],
+        name="lenet5",
+    )
 
 
 def lenet5_tanh_avg(num_classes: int = 10, seed: int = 0) -> keras.Model:
@@ -54,10 +62,15 @@ def lenet5_tanh_avg(num_classes: int = 10, seed: int = 0) -> keras.Model:
 def mlp(hidden=(2048, 2048), num_classes: int = 10, seed: int = 0) -> keras.Model:
     """A communication-heavy MLP (784-2048-2048-10: 5.8M weights, 23 MB) for Lab 5."""
     stack = [keras.Input((28, 28)), layers.Flatten()]
-    stack += [layers.Dense(h, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=seed + i))
-              for i, h in enumerate(hidden)]
-    stack.append(layers.Dense(num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed=seed + len(hidden)),
-                              name="logits"))
+    stack += [
+        layers.Dense(h, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=seed + i))
+        for i, h in enumerate(hidden)
+    ]
+    stack.append(
+        layers.Dense(
+            num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed=seed + len(hidden)), name="logits"
+        )
+    )
     return keras.Sequential(stack, name="mlp_" + "x".join(map(str, hidden)))
 
 
@@ -72,13 +85,21 @@ def cifar_cnn(num_classes: int = 10, seed: int = 0) -> keras.Model:
         stack.append(layers.Conv2D(filters, 3, activation="relu", kernel_initializer=init(i)))
         if i % 2:
             stack.append(layers.MaxPooling2D(2))
-    stack += [layers.Flatten(), layers.Dense(1024, activation="relu", kernel_initializer=init(4)),
-              layers.Dense(num_classes, kernel_initializer=init(5), name="logits")]
+    stack += [
+        layers.Flatten(),
+        layers.Dense(1024, activation="relu", kernel_initializer=init(4)),
+        layers.Dense(num_classes, kernel_initializer=init(5), name="logits"),
+    ]
     return keras.Sequential(stack, name="cifar_cnn")
 
 
-MODELS = {"softmax_regression": softmax_regression, "lenet5": lenet5, "lenet5_tanh_avg": lenet5_tanh_avg, "mlp": mlp,
-          "cifar_cnn": cifar_cnn}
+MODELS = {
+    "softmax_regression": softmax_regression,
+    "lenet5": lenet5,
+    "lenet5_tanh_avg": lenet5_tanh_avg,
+    "mlp": mlp,
+    "cifar_cnn": cifar_cnn,
+}
 # The images a model reads, where not MNIST's 28x28: the task programs give it synthetic images of this shape
 # (labkit.datasets.loaders.synthetic_images), since throughput does not depend on the pixels.
 INPUT_SHAPES = {"cifar_cnn": (32, 32, 3)}

@@ -20,6 +20,7 @@ arrays of ``labkit.datasets.loaders.SparseData`` (a9a) or ``labkit.datasets.clic
 
 TensorFlow is imported when this module is, so only tasks, experiments and notebooks import it.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,6 +32,7 @@ LABEL_CONVENTIONS = ("01", "pm1")
 
 
 # ----------------------------------------------------------------------------- batches
+
 
 def csr_batch(data, rows=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """NumPy ``(indices [nnz, 2] int64, values float32, dense_shape [2] int64, labels float32)``
@@ -60,8 +62,7 @@ def csr_to_sparse(data, rows=None) -> tuple[tf.SparseTensor, tf.Tensor]:
     return tf.SparseTensor(indices, values, shape), tf.constant(labels, tf.float32)
 
 
-def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = None, shard: int = 0,
-               num_shards: int = 1):
+def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = None, shard: int = 0, num_shards: int = 1):
     """Yield ``(X, y)`` mini-batches of a CSR data set, reshuffled every epoch (seeded).
 
     ``shard``/``num_shards`` give a worker its fixed, disjoint slice of the rows.
@@ -79,11 +80,12 @@ def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = Non
     while epochs is None or epoch < epochs:
         order = rng.permutation(mine)
         for i in range(0, len(order), batch_size):
-            yield csr_to_sparse(data, order[i:i + batch_size])
+            yield csr_to_sparse(data, order[i : i + batch_size])
         epoch += 1
 
 
 # ----------------------------------------------------------------------------- loss and gradients
+
 
 def labels01(y, labels: str = "01") -> tf.Tensor:
     """Labels as floats in {0, 1}, from the ``labels`` convention ("01" or "pm1")."""
@@ -94,8 +96,10 @@ def labels01(y, labels: str = "01") -> tf.Tensor:
         allowed = (0.0, 1.0) if labels == "01" else (-1.0, 1.0)
         bad = np.setdiff1d(np.unique(y.numpy()), allowed)
         if bad.size:
-            raise ValueError(f"labels={labels!r} expects y in {allowed}, but y holds {bad[:5].tolist()}; "
-                             f"pass labels={'pm1' if labels == '01' else '01'!r} or convert y")
+            raise ValueError(
+                f"labels={labels!r} expects y in {allowed}, but y holds {bad[:5].tolist()}; "
+                f"pass labels={'pm1' if labels == '01' else '01'!r} or convert y"
+            )
     y = tf.cast(y, tf.float32)
     return y if labels == "01" else (y + 1.0) / 2.0
 
@@ -182,6 +186,7 @@ def evaluate(w, x: tf.SparseTensor, y, labels: str = "01") -> dict:
 
 # ----------------------------------------------------------------------------- updates (ps side)
 
+
 def apply_sparse(var, grad: tf.IndexedSlices, lr: float):
     """``var[grad.indices] -= lr * grad.values``: a scatter that ships O(|uniq|) rows to the ps.
 
@@ -234,8 +239,9 @@ def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
         dense[1], dense[2] = dense[0], 0.0
         rows, cols = np.nonzero(dense)
         perm = rng.permutation(len(cols))
-        x = tf.SparseTensor(np.stack([rows, cols], 1)[perm].astype(np.int64),
-                            dense[rows, cols][perm].astype(np.float32), [b, f])
+        x = tf.SparseTensor(
+            np.stack([rows, cols], 1)[perm].astype(np.int64), dense[rows, cols][perm].astype(np.float32), [b, f]
+        )
         y = tf.constant((rng.random(b) < 0.5).astype(np.float32))
         w = tf.Variable(rng.normal(size=f).astype(np.float32))
         w64 = tf.constant(w.numpy(), tf.float64)
@@ -246,14 +252,18 @@ def check_gradient(gradient, seed: int = 0, trials: int = 3) -> float:
         for mode, fn in (("eagerly", gradient), ("in a tf.function", tf.function(gradient))):
             out = fn(w, x, y)
             if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], tf.IndexedSlices)):
-                raise TypeError(f"{name} must return (loss, tf.IndexedSlices(values, unique_ids, dense_shape)); "
-                                f"called {mode} it returned {type(out).__name__}")
+                raise TypeError(
+                    f"{name} must return (loss, tf.IndexedSlices(values, unique_ids, dense_shape)); "
+                    f"called {mode} it returned {type(out).__name__}"
+                )
             loss, g = out
             n_unique = len(np.unique(cols))
             if int(tf.size(g.indices)) != n_unique:
-                raise ValueError(f"{name}: the gradient has {int(tf.size(g.indices))} rows but the batch touches "
-                                 f"{n_unique} distinct features; return one row per unique feature (tf.unique), "
-                                 "not one per feature or per non-zero")
+                raise ValueError(
+                    f"{name}: the gradient has {int(tf.size(g.indices))} rows but the batch touches "
+                    f"{n_unique} distinct features; return one row per unique feature (tf.unique), "
+                    "not one per feature or per non-zero"
+                )
             mine = tf.math.unsorted_segment_sum(g.values, g.indices, f).numpy()
             worst = max(worst, float(np.abs(mine - want).max()), abs(float(loss) - float(ref_loss)))
     return worst
@@ -274,8 +284,9 @@ def _build_step(method: str, w, x, y, lr: float, labels: str, gradient=None):
     return loss, apply_dense(w, g, lr)
 
 
-def step_graph(method: str, num_features: int, x: tf.SparseTensor, y, lr: float = 0.1, labels: str = "01",
-               gradient=None):
+def step_graph(
+    method: str, num_features: int, x: tf.SparseTensor, y, lr: float = 0.1, labels: str = "01", gradient=None
+):
     """A TF1 graph for one training step (gradient + update of a local weight variable).
 
     Returns ``(graph, init_op, train_op)``. Graph mode gives per-op timing and memory
@@ -300,8 +311,17 @@ def _session(graph, threads: int = 0):
     return tf.compat.v1.Session(graph=graph, config=cfg)
 
 
-def time_step(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 20, warmup: int = 2,
-              threads: int = 0, gradient=None) -> dict:
+def time_step(
+    method: str,
+    num_features: int,
+    x: tf.SparseTensor,
+    y,
+    *,
+    runs: int = 20,
+    warmup: int = 2,
+    threads: int = 0,
+    gradient=None,
+) -> dict:
     """Median wall time of one training step (gradient + update), in a fresh graph and session."""
     g, init, train = step_graph(method, num_features, x, y, gradient=gradient)
     with _session(g, threads) as s:
@@ -313,12 +333,27 @@ def time_step(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: in
             t0 = time.perf_counter()
             s.run(train)
             times.append(time.perf_counter() - t0)
-    return {"method": method, "num_features": num_features, "batch": int(x.dense_shape[0]),
-            "nnz": int(x.values.shape[0]), "step_ms": 1e3 * float(np.median(times)), "runs": runs}
+    return {
+        "method": method,
+        "num_features": num_features,
+        "batch": int(x.dense_shape[0]),
+        "nnz": int(x.values.shape[0]),
+        "step_ms": 1e3 * float(np.median(times)),
+        "runs": runs,
+    }
 
 
-def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 3, threads: int = 0,
-               trace_path=None, gradient=None):
+def op_profile(
+    method: str,
+    num_features: int,
+    x: tf.SparseTensor,
+    y,
+    *,
+    runs: int = 3,
+    threads: int = 0,
+    trace_path=None,
+    gradient=None,
+):
     """Per-op time and memory of one training step, from TF's step trace (``FULL_TRACE``).
 
     Returns a pandas DataFrame, one row per op: ``op`` (name), ``type``, ``output`` (shape),
@@ -341,9 +376,17 @@ def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: i
                 for n in dev.node_stats:
                     if n.node_name.startswith(("_SOURCE", "_retval", "_arg")):
                         continue
-                    r = rows.setdefault(n.node_name, {"op": n.node_name, "type": n.timeline_label.split("(")[0]
-                                                      .split("=")[-1].strip(), "output": "", "ms": [],
-                                                      "alloc_bytes": 0, "start": n.all_start_micros})
+                    r = rows.setdefault(
+                        n.node_name,
+                        {
+                            "op": n.node_name,
+                            "type": n.timeline_label.split("(")[0].split("=")[-1].strip(),
+                            "output": "",
+                            "ms": [],
+                            "alloc_bytes": 0,
+                            "start": n.all_start_micros,
+                        },
+                    )
                     r["ms"].append((n.op_end_rel_micros - n.op_start_rel_micros) / 1e3)
                     r["alloc_bytes"] = max(r["alloc_bytes"], sum(m.total_bytes for m in n.memory))
                     shapes = [[d.size for d in o.tensor_description.shape.dim] for o in n.output]
@@ -360,8 +403,17 @@ def op_profile(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: i
     return frame
 
 
-def step_cost(method: str, num_features: int, x: tf.SparseTensor, y, *, runs: int = 20, warmup: int = 2,
-              threads: int = 0, gradient=None) -> dict:
+def step_cost(
+    method: str,
+    num_features: int,
+    x: tf.SparseTensor,
+    y,
+    *,
+    runs: int = 20,
+    warmup: int = 2,
+    threads: int = 0,
+    gradient=None,
+) -> dict:
     """One row: median step time (untraced) and bytes allocated per step (traced)."""
     t = time_step(method, num_features, x, y, runs=runs, warmup=warmup, threads=threads, gradient=gradient)
     prof = op_profile(method, num_features, x, y, runs=1, threads=threads, gradient=gradient)

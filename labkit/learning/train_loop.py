@@ -26,6 +26,7 @@ wire, weight checksums) ready for a JSON file.
 TensorFlow is imported inside the functions: the CLI and the launcher import this module's
 callers without paying for TensorFlow.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,13 +48,29 @@ STRATEGY_NAMES = {"single": "default", "mwms": "MultiWorkerMirroredStrategy", "p
 SCALARS = ("train_loss", "val_loss", "val_accuracy", "images_per_s", "step_time_s")
 
 
-def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: float = 0.05,
-          momentum: float = 0.0, seed: int = 0, strategy=None, coordinator=None,
-          checkpoint_dir=None, tensorboard_dir=None, steps_per_epoch: int | None = None,
-          eval_batch_size: int = 1000, nic: str | None = None, log: Callable[[str], None] | None = print,
-          on_epoch: Callable[[dict], None] | None = None, ps_sync: bool = False,
-          counters: Callable[[], dict] | None = None, on_step: Callable[[dict], None] | None = None,
-          on_resume: Callable[[int, int], None] | None = None) -> dict:
+def train(
+    model: str | Callable,
+    data,
+    *,
+    batch_size: int,
+    epochs: int,
+    lr: float = 0.05,
+    momentum: float = 0.0,
+    seed: int = 0,
+    strategy=None,
+    coordinator=None,
+    checkpoint_dir=None,
+    tensorboard_dir=None,
+    steps_per_epoch: int | None = None,
+    eval_batch_size: int = 1000,
+    nic: str | None = None,
+    log: Callable[[str], None] | None = print,
+    on_epoch: Callable[[dict], None] | None = None,
+    ps_sync: bool = False,
+    counters: Callable[[], dict] | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    on_resume: Callable[[int, int], None] | None = None,
+) -> dict:
     """Train ``model`` on ``data`` with SGD and cross-entropy under ``strategy``; return a result dict.
 
     model: a name from ``labkit.learning.models`` or a function returning a fresh Keras model (logits out);
@@ -87,31 +104,39 @@ def train(model: str | Callable, data, *, batch_size: int, epochs: int, lr: floa
     """
     _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size)
     plan = setup(strategy, coordinator, int(batch_size), len(data.x_train), steps_per_epoch, ps_sync)
-    trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size,
-                      log=log)
+    trainer = Trainer(plan, model, data, lr=lr, momentum=momentum, seed=seed, eval_batch_size=eval_batch_size, log=log)
     trainer.on_step, trainer.on_resume = on_step, on_resume
     if nic is not None:
         nic_bytes(nic)  # an unknown interface: a ValueError that lists those there are
-    return trainer.fit(epochs, checkpoint_dir=checkpoint_dir, tensorboard_dir=tensorboard_dir,
-                       meter=Meter(nics=[nic] if nic else (), counters=counters), on_epoch=on_epoch)
+    return trainer.fit(
+        epochs,
+        checkpoint_dir=checkpoint_dir,
+        tensorboard_dir=tensorboard_dir,
+        meter=Meter(nics=[nic] if nic else (), counters=counters),
+        on_epoch=on_epoch,
+    )
 
 
 def _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_size) -> None:
     for name, value in (("batch_size", batch_size), ("epochs", epochs), ("eval_batch_size", eval_batch_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(
-            steps_per_epoch, (int, np.integer)) or steps_per_epoch < 1):
-        raise ValueError(f"steps_per_epoch must be a positive integer or None (one pass over the data), "
-                         f"got {steps_per_epoch!r}")
+    if steps_per_epoch is not None and (
+        isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, np.integer)) or steps_per_epoch < 1
+    ):
+        raise ValueError(
+            f"steps_per_epoch must be a positive integer or None (one pass over the data), got {steps_per_epoch!r}"
+        )
     if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr must be a positive finite number, got {lr!r}; 0.05 trains LeNet well")
     if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
     for attr in ("x_train", "y_train", "x_test", "y_test"):
         if not hasattr(data, attr):
-            raise ValueError(f"data must have x_train, y_train, x_test, y_test (like labkit.load_mnist()); "
-                             f"{type(data).__name__} lacks {attr}")
+            raise ValueError(
+                f"data must have x_train, y_train, x_test, y_test (like labkit.load_mnist()); "
+                f"{type(data).__name__} lacks {attr}"
+            )
     for split in ("train", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if len(x) != len(y):
@@ -122,20 +147,22 @@ def _check(data, batch_size, epochs, lr, momentum, steps_per_epoch, eval_batch_s
 
 # ------------------------------------------------------------------------------ role and strategy
 
+
 @dataclass(frozen=True)
 class Setup:
     """What this process is, and the sizes every part of the loop agrees on."""
+
     strategy: object
-    coordinator: object | None   # the chief's ClusterCoordinator (PS only)
-    kind: str                    # single | mwms | ps
+    coordinator: object | None  # the chief's ClusterCoordinator (PS only)
+    kind: str  # single | mwms | ps
     task_type: str
     task_id: int
     chief: bool
     workers: int
     ps_tasks: int
-    ps_sync: bool                # synchronous PS (False for every other kind)
-    batch_size: int              # per worker
-    global_batch: int            # images behind one update: B x workers, or B for asynchronous PS
+    ps_sync: bool  # synchronous PS (False for every other kind)
+    batch_size: int  # per worker
+    global_batch: int  # images behind one update: B x workers, or B for asynchronous PS
     steps_per_epoch: int
 
     @property
@@ -148,8 +175,9 @@ class Setup:
         return self.global_batch
 
 
-def setup(strategy, coordinator, batch_size: int, n_train: int, steps_per_epoch: int | None,
-          ps_sync: bool = False) -> Setup:
+def setup(
+    strategy, coordinator, batch_size: int, n_train: int, steps_per_epoch: int | None, ps_sync: bool = False
+) -> Setup:
     """The role of this process under ``strategy`` (default: the default strategy) and the
     batch sizes and steps that follow; a ValueError if the training set holds no global batch."""
     import tensorflow as tf
@@ -162,11 +190,25 @@ def setup(strategy, coordinator, batch_size: int, n_train: int, steps_per_epoch:
     workers = role["workers"]
     global_batch = batch_size if role["kind"] == "ps" and not sync else batch_size * workers
     if n_train < global_batch:
-        raise ValueError(f"the training set has {n_train} images, fewer than one global batch "
-                         f"({batch_size} per worker x {workers} workers = {batch_size * workers}); "
-                         f"use a larger subset or a smaller batch")
-    return Setup(strategy, coordinator, role["kind"], role["task_type"], role["task_id"], role["chief"], workers,
-                 role.get("ps", 0), sync, batch_size, global_batch, int(steps_per_epoch or n_train // global_batch))
+        raise ValueError(
+            f"the training set has {n_train} images, fewer than one global batch "
+            f"({batch_size} per worker x {workers} workers = {batch_size * workers}); "
+            f"use a larger subset or a smaller batch"
+        )
+    return Setup(
+        strategy,
+        coordinator,
+        role["kind"],
+        role["task_type"],
+        role["task_id"],
+        role["chief"],
+        workers,
+        role.get("ps", 0),
+        sync,
+        batch_size,
+        global_batch,
+        int(steps_per_epoch or n_train // global_batch),
+    )
 
 
 def _role(strategy) -> dict:
@@ -176,20 +218,33 @@ def _role(strategy) -> dict:
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         # The PS strategy's public cluster_resolver is None on the coordinator; its extended
         # object holds the counts it placed variables and closures by.
-        return {"kind": "ps", "task_type": "chief", "task_id": 0, "chief": True,
-                "workers": strategy.extended._num_workers, "ps": strategy.extended._num_ps}
+        return {
+            "kind": "ps",
+            "task_type": "chief",
+            "task_id": 0,
+            "chief": True,
+            "workers": strategy.extended._num_workers,
+            "ps": strategy.extended._num_ps,
+        }
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         resolver = strategy.cluster_resolver
         spec = resolver.cluster_spec()
         jobs = spec.jobs
         workers = sum(spec.num_tasks(j) for j in ("chief", "worker") if j in jobs)
         task_type, task_id = resolver.task_type or "worker", int(resolver.task_id or 0)
-        return {"kind": "mwms", "task_type": task_type, "task_id": task_id, "chief": is_chief(task_type, task_id, jobs),
-                "workers": workers}
+        return {
+            "kind": "mwms",
+            "task_type": task_type,
+            "task_id": task_id,
+            "chief": is_chief(task_type, task_id, jobs),
+            "workers": workers,
+        }
     if strategy.num_replicas_in_sync != 1:
-        raise ValueError(f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas is not "
-                         f"supported; use the default strategy, MultiWorkerMirroredStrategy or "
-                         f"ParameterServerStrategy")
+        raise ValueError(
+            f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas is not "
+            f"supported; use the default strategy, MultiWorkerMirroredStrategy or "
+            f"ParameterServerStrategy"
+        )
     return {"kind": "single", "task_type": "worker", "task_id": 0, "chief": True, "workers": 1}
 
 
@@ -201,8 +256,10 @@ def _build_model(model_fn, seed: int):
     if isinstance(model_fn, str):
         return models.build(model_fn, seed=seed)
     if not callable(model_fn):
-        raise ValueError(f"model must be a model name ({', '.join(models.MODELS)}) "
-                         f"or a function that builds a Keras model, got {model_fn!r}")
+        raise ValueError(
+            f"model must be a model name ({', '.join(models.MODELS)}) "
+            f"or a function that builds a Keras model, got {model_fn!r}"
+        )
     model = model_fn()
     if not isinstance(model, keras.Model):
         raise ValueError(f"the model function returned {type(model).__name__}, not a keras.Model")
@@ -217,6 +274,7 @@ def _weights_sha256(model) -> str:
 
 
 # ------------------------------------------------------------------------------ measuring, checkpoints
+
 
 class _Checkpoints:
     """Per-task checkpoints ``<dir>/<task_type>-<task_id>/ckpt-<epoch>``, plus the chief's history.
@@ -240,8 +298,10 @@ class _Checkpoints:
         """The last epoch every worker has a checkpoint of (0: start afresh)."""
         saved = self.saved_epochs()
         if saved and saved[-1] > self.epochs:
-            raise ValueError(f"{self.dir} holds a checkpoint of epoch {saved[-1]}, past epochs={self.epochs}; "
-                             f"train for at least {saved[-1]} epochs or use a fresh checkpoint_dir")
+            raise ValueError(
+                f"{self.dir} holds a checkpoint of epoch {saved[-1]}, past epochs={self.epochs}; "
+                f"train for at least {saved[-1]} epochs or use a fresh checkpoint_dir"
+            )
         have = np.zeros(self.epochs + 1, np.float32)
         have[saved] = 1
         if self.plan.kind == "mwms" and self.plan.workers > 1:
@@ -309,11 +369,22 @@ class Validation:
 
 # ------------------------------------------------------------------------------ the trainer
 
+
 class Trainer:
     """The model, optimizer and validation of one run under ``plan``; ``fit`` trains it."""
 
-    def __init__(self, plan: Setup, model, data, *, lr: float, momentum: float, seed: int, eval_batch_size: int,
-                 log: Callable[[str], None] | None = print):
+    def __init__(
+        self,
+        plan: Setup,
+        model,
+        data,
+        *,
+        lr: float,
+        momentum: float,
+        seed: int,
+        eval_batch_size: int,
+        log: Callable[[str], None] | None = print,
+    ):
         import keras
         import tensorflow as tf
 
@@ -352,8 +423,15 @@ class Trainer:
 
     # -- fit ---------------------------------------------------------------------------
 
-    def fit(self, epochs: int, *, checkpoint_dir=None, tensorboard_dir=None, meter: Meter | None = None,
-            on_epoch: Callable[[dict], None] | None = None) -> dict:
+    def fit(
+        self,
+        epochs: int,
+        *,
+        checkpoint_dir=None,
+        tensorboard_dir=None,
+        meter: Meter | None = None,
+        on_epoch: Callable[[dict], None] | None = None,
+    ) -> dict:
         """Train up to epoch ``epochs`` (resuming from ``checkpoint_dir``); return ``result``."""
         import tensorflow as tf
 
@@ -398,9 +476,17 @@ class Trainer:
         train_s = time.perf_counter() - t0
         measured = meter.stop()
         self.epoch.assign(epoch)
-        entry = {"epoch": epoch, "train_loss": float(np.mean(losses)), "steps": steps, "images": images,
-                 "train_seconds": train_s, "step_time_s": train_s / steps, "images_per_s": images / train_s,
-                 "traffic": measured, "weights_sha256": _weights_sha256(self.net)}
+        entry = {
+            "epoch": epoch,
+            "train_loss": float(np.mean(losses)),
+            "steps": steps,
+            "images": images,
+            "train_seconds": train_s,
+            "step_time_s": train_s / steps,
+            "images_per_s": images / train_s,
+            "traffic": measured,
+            "weights_sha256": _weights_sha256(self.net),
+        }
         if plan.chief:
             entry["val_loss"], entry["val_accuracy"] = self.validate(self.net)
         entry["seconds"] = time.perf_counter() - t0
@@ -418,32 +504,60 @@ class Trainer:
                     tf.summary.scalar(key, entry[key])
             writer.flush()
         val_text = f" val_loss {entry['val_loss']:.4f} val_acc {entry['val_accuracy']:.4f}" if self.plan.chief else ""
-        self.log(f"epoch {entry['epoch']}/{epochs}: train_loss {entry['train_loss']:.4f}{val_text} "
-                 f"{entry['images_per_s']:.0f} img/s {entry['train_seconds']:.1f} s")
+        self.log(
+            f"epoch {entry['epoch']}/{epochs}: train_loss {entry['train_loss']:.4f}{val_text} "
+            f"{entry['images_per_s']:.0f} img/s {entry['train_seconds']:.1f} s"
+        )
 
     # -- the result ------------------------------------------------------------------
 
-    def result(self, history: list[dict], start: int, epochs: int, run_s: float, restored_sha: str | None,
-               ckpts: _Checkpoints | None) -> dict:
+    def result(
+        self,
+        history: list[dict],
+        start: int,
+        epochs: int,
+        run_s: float,
+        restored_sha: str | None,
+        ckpts: _Checkpoints | None,
+    ) -> dict:
         """The run as a plain, JSON-able dict: what ran, the history, throughput, bytes, checksums."""
         plan, net = self.plan, self.net
         trained = [h for h in history if h["epoch"] > start]
         result = {
-            "strategy": STRATEGY_NAMES[plan.kind], "task_type": plan.task_type, "task_id": plan.task_id,
-            "chief": plan.chief, "workers": plan.workers, "ps_tasks": plan.ps_tasks,
-            "model": net.name, "params": int(net.count_params()),
+            "strategy": STRATEGY_NAMES[plan.kind],
+            "task_type": plan.task_type,
+            "task_id": plan.task_id,
+            "chief": plan.chief,
+            "workers": plan.workers,
+            "ps_tasks": plan.ps_tasks,
+            "model": net.name,
+            "params": int(net.count_params()),
             "model_bytes": int(sum(int(np.prod(v.shape)) * 4 for v in net.trainable_variables)),
             # in creation order, with where each lives (a ps task under ParameterServerStrategy)
-            "variables": [{"name": v.path, "bytes": int(np.prod(v.shape)) * 4,
-                           "device": getattr(v.value, "device", "")} for v in net.trainable_variables],
-            "per_worker_batch": plan.batch_size, "global_batch": plan.global_batch,
-            "images_per_step": plan.images_per_step, "ps_sync": plan.ps_sync if plan.kind == "ps" else None,
-            "lr": float(self.lr), "momentum": float(self.momentum), "seed": int(self.seed), "epochs": int(epochs),
-            "steps_per_epoch": plan.steps_per_epoch, "train_size": int(len(self.data.x_train)),
-            "val_size": int(len(self.data.x_test)), "start_epoch": start, "resumed": start > 0,
-            "restored_weights_sha256": restored_sha, "history": history, "trained_epochs": len(trained),
-            **_throughput(trained, self.runner.first_step_s, plan.images_per_step), "run_seconds": run_s,
-            "weights_sha256": _weights_sha256(net), "checkpoint_dir": str(ckpts.dir) if ckpts else None,
+            "variables": [
+                {"name": v.path, "bytes": int(np.prod(v.shape)) * 4, "device": getattr(v.value, "device", "")}
+                for v in net.trainable_variables
+            ],
+            "per_worker_batch": plan.batch_size,
+            "global_batch": plan.global_batch,
+            "images_per_step": plan.images_per_step,
+            "ps_sync": plan.ps_sync if plan.kind == "ps" else None,
+            "lr": float(self.lr),
+            "momentum": float(self.momentum),
+            "seed": int(self.seed),
+            "epochs": int(epochs),
+            "steps_per_epoch": plan.steps_per_epoch,
+            "train_size": int(len(self.data.x_train)),
+            "val_size": int(len(self.data.x_test)),
+            "start_epoch": start,
+            "resumed": start > 0,
+            "restored_weights_sha256": restored_sha,
+            "history": history,
+            "trained_epochs": len(trained),
+            **_throughput(trained, self.runner.first_step_s, plan.images_per_step),
+            "run_seconds": run_s,
+            "weights_sha256": _weights_sha256(net),
+            "checkpoint_dir": str(ckpts.dir) if ckpts else None,
         }
         result["traffic"] = traffic([h["traffic"] for h in trained], sum(h["steps"] for h in trained))
         if history and "val_loss" in history[-1]:
@@ -459,6 +573,9 @@ def _throughput(trained: list[dict], first_step_s: float | None, images_per_step
     steady_s, steady_images = train_s, images
     if first_step_s is not None and images > images_per_step:
         steady_s, steady_images = train_s - first_step_s, images - images_per_step
-    return {"train_seconds": train_s, "first_step_s": first_step_s,
-            "images_per_s": steady_images / steady_s if steady_s > 0 else None,
-            "step_time_s": steady_s / (steady_images / images_per_step) if steady_images else None}
+    return {
+        "train_seconds": train_s,
+        "first_step_s": first_step_s,
+        "images_per_s": steady_images / steady_s if steady_s > 0 else None,
+        "step_time_s": steady_s / (steady_images / images_per_step) if steady_images else None,
+    }

@@ -4,6 +4,7 @@ The course's reports measured with dstat; ``write_dstat_csv`` writes the kit's s
 that layout so existing scripts keep working, and ``read_dstat_csv`` reads a real dstat file
 (or ours) into the sampler's columns, so old measurements get the same summaries and plots.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,14 @@ from labkit.measure.summaries import BASE_COLUMNS, NIC_PREFIXES
 
 DSTAT_VERSION = "0.7.2"
 DSTAT_AUTHOR = "labkit.measure.monitor (psutil)"
-_DSTAT_CPU = [("usr", "cpu_user"), ("sys", "cpu_system"), ("idl", "cpu_idle"), ("wai", "cpu_iowait"),
-              ("hiq", "cpu_irq"), ("siq", "cpu_softirq")]
+_DSTAT_CPU = [
+    ("usr", "cpu_user"),
+    ("sys", "cpu_system"),
+    ("idl", "cpu_idle"),
+    ("wai", "cpu_iowait"),
+    ("hiq", "cpu_irq"),
+    ("siq", "cpu_softirq"),
+]
 _DSTAT_MEM = [("used", "mem_used"), ("buff", "mem_buff"), ("cach", "mem_cach"), ("free", "mem_free")]
 
 
@@ -35,10 +42,14 @@ def write_dstat_csv(frame, path, per_nic: bool = False) -> Path:
     if "task" in frame.columns and frame["task"].nunique() > 1:
         raise ValueError("dstat's CSV holds one host's samples; write each task's frame on its own")
     path = Path(path)
-    nics = [c[len("net_recv_"):] for c in frame.columns if c.startswith("net_recv_")] if per_nic else []
-    groups = [("system", [("time", None)]), ("total cpu usage", _DSTAT_CPU), ("memory usage", _DSTAT_MEM),
-              ("dsk/total", [("read", "disk_read"), ("writ", "disk_write")]),
-              ("net/total", [("recv", "net_recv"), ("send", "net_sent")])]
+    nics = [c[len("net_recv_") :] for c in frame.columns if c.startswith("net_recv_")] if per_nic else []
+    groups = [
+        ("system", [("time", None)]),
+        ("total cpu usage", _DSTAT_CPU),
+        ("memory usage", _DSTAT_MEM),
+        ("dsk/total", [("read", "disk_read"), ("writ", "disk_write")]),
+        ("net/total", [("recv", "net_recv"), ("send", "net_sent")]),
+    ]
     groups += [(f"net/{n}", [("recv", f"net_recv_{n}"), ("send", f"net_sent_{n}")]) for n in nics]
     start = frame.attrs.get("start_epoch") or time.time()
     interval = frame.attrs.get("interval") or (float(frame["dt"].median()) if len(frame) else 1.0)
@@ -46,14 +57,18 @@ def write_dstat_csv(frame, path, per_nic: bool = False) -> Path:
     nic_opt = f"-N {','.join(['total'] + nics)} " if nics else ""
     cmdline = f"dstat -tcmdn {nic_opt}--output {path.name} {interval:g}"
     date = time.strftime("%d %b %Y %H:%M:%S %Z", time.localtime(start))
-    lines = [f'"Dstat {DSTAT_VERSION} CSV output"',
-             f'"Author:","{DSTAT_AUTHOR}",,,,"URL:","https://github.com/dstat-real/dstat"',
-             f'"Host:","{host}",,,,"User:","{_user()}"',
-             f'"Cmdline:","{cmdline}",,,,"Date:","{date}"',
-             "",
-             ",".join(f'"{g}"' + "," * (len(cols) - 1) for g, cols in groups),
-             ",".join(f'"{c}"' for _, cols in groups for c, _ in cols)]
-    rate_cols = {"disk_read", "disk_write", "net_recv", "net_sent"} | {c for c in frame.columns if c.startswith(NIC_PREFIXES)}
+    lines = [
+        f'"Dstat {DSTAT_VERSION} CSV output"',
+        f'"Author:","{DSTAT_AUTHOR}",,,,"URL:","https://github.com/dstat-real/dstat"',
+        f'"Host:","{host}",,,,"User:","{_user()}"',
+        f'"Cmdline:","{cmdline}",,,,"Date:","{date}"',
+        "",
+        ",".join(f'"{g}"' + "," * (len(cols) - 1) for g, cols in groups),
+        ",".join(f'"{c}"' for _, cols in groups for c, _ in cols),
+    ]
+    rate_cols = {"disk_read", "disk_write", "net_recv", "net_sent"} | {
+        c for c in frame.columns if c.startswith(NIC_PREFIXES)
+    }
     for row in frame.to_dict(orient="records"):
         epoch = row["epoch"] if row.get("epoch") == row.get("epoch") else start + row["t"]
         cells = [time.strftime("%d-%m %H:%M:%S", time.localtime(epoch))]
@@ -80,10 +95,17 @@ def _user() -> str:
         return "?"
 
 
-_DSTAT_NAMES = {("total cpu usage", d): ours for d, ours in _DSTAT_CPU} | {
-    ("memory usage", d): ours for d, ours in _DSTAT_MEM} | {
-    ("dsk/total", "read"): "disk_read", ("dsk/total", "writ"): "disk_write",
-    ("net/total", "recv"): "net_recv", ("net/total", "send"): "net_sent", ("epoch", "epoch"): "epoch"}
+_DSTAT_NAMES = (
+    {("total cpu usage", d): ours for d, ours in _DSTAT_CPU}
+    | {("memory usage", d): ours for d, ours in _DSTAT_MEM}
+    | {
+        ("dsk/total", "read"): "disk_read",
+        ("dsk/total", "writ"): "disk_write",
+        ("net/total", "recv"): "net_recv",
+        ("net/total", "send"): "net_sent",
+        ("epoch", "epoch"): "epoch",
+    }
+)
 
 
 def read_dstat_csv(path, drop_first: bool | None = None):
@@ -97,19 +119,31 @@ def read_dstat_csv(path, drop_first: bool | None = None):
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header = {r[0].rstrip(":"): r for r in rows[:4] if r}
-    starts = [i for i, r in enumerate(rows[:12]) if r and i + 1 < len(rows) and rows[i + 1]
-              and not r[0].startswith(("Dstat", "Author", "Host", "Cmdline")) and r[0]]
+    starts = [
+        i
+        for i, r in enumerate(rows[:12])
+        if r
+        and i + 1 < len(rows)
+        and rows[i + 1]
+        and not r[0].startswith(("Dstat", "Author", "Host", "Cmdline"))
+        and r[0]
+    ]
     if "Cmdline" not in header or not starts:
-        raise ValueError(f"{path}: not a dstat --output CSV (expected the 'Dstat ... CSV output' header lines, "
-                         "a group row and a column row)")
+        raise ValueError(
+            f"{path}: not a dstat --output CSV (expected the 'Dstat ... CSV output' header lines, "
+            "a group row and a column row)"
+        )
     g, group_row, col_row = starts[0], rows[starts[0]], rows[starts[0] + 1]
     names, group = [], ""
     for i, col in enumerate(col_row):
         group = group_row[i] if i < len(group_row) and group_row[i] else group
         nic = group[4:] if group.startswith("net/") and group != "net/total" else None
-        names.append(f"net_{'recv' if col == 'recv' else 'sent'}_{nic}" if nic
-                     else _DSTAT_NAMES.get((group, col), f"{group}/{col}"))
-    data = pd.DataFrame([r for r in rows[g + 2:] if r], columns=names)
+        names.append(
+            f"net_{'recv' if col == 'recv' else 'sent'}_{nic}"
+            if nic
+            else _DSTAT_NAMES.get((group, col), f"{group}/{col}")
+        )
+    data = pd.DataFrame([r for r in rows[g + 2 :] if r], columns=names)
     interval = 1.0
     m = re.search(r"\s(\d+(?:\.\d+)?)(?:\s+\d+)?\s*$", header["Cmdline"][1])
     if m:
@@ -132,4 +166,3 @@ def read_dstat_csv(path, drop_first: bool | None = None):
     frame = data[BASE_COLUMNS + nic_cols].copy()
     frame.attrs.update(marks=[], host=header.get("Host", ["", ""])[1], interval=interval, start_epoch=None)
     return frame
-

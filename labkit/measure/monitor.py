@@ -53,6 +53,7 @@ tasks), ``labkit.measure.dstat`` writes and reads dstat's CSV layout, and ``plot
 draws them. ``to_dict()``/``ResourceSampler.from_dict()`` round-trip through JSON (task
 result files). ``python -m labkit monitor`` (``monitor_command``) samples a command or pid.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,6 +81,7 @@ _MAX_ERRORS = 100  # kept in ``errors``; later ones are dropped (each kind was w
 @dataclass(frozen=True)
 class Mark:
     """A labelled moment: ``t`` seconds since the sampler started, ``epoch`` wall clock."""
+
     label: str
     t: float
     epoch: float
@@ -88,6 +90,7 @@ class Mark:
 # ---------------------------------------------------------------------------------------
 # The sampler
 # ---------------------------------------------------------------------------------------
+
 
 class ResourceSampler:
     """Sample host and process resources every ``interval`` seconds on a daemon thread.
@@ -106,12 +109,20 @@ class ResourceSampler:
         s.summary(), s.plot()
     """
 
-    def __init__(self, interval: float = 0.5, pids: Iterable[int] | None = None, children: bool = True,
-                 nics: Iterable[str] | None = None, on_sample: Callable[[dict], None] | None = None,
-                 netns_pid: int | None = None):
+    def __init__(
+        self,
+        interval: float = 0.5,
+        pids: Iterable[int] | None = None,
+        children: bool = True,
+        nics: Iterable[str] | None = None,
+        on_sample: Callable[[dict], None] | None = None,
+        netns_pid: int | None = None,
+    ):
         if not isinstance(interval, (int, float)) or not interval >= MIN_INTERVAL:
-            raise ValueError(f"interval={interval!r}: give the sampling interval in seconds, "
-                             f">= {MIN_INTERVAL} (0.5 is a good default)")
+            raise ValueError(
+                f"interval={interval!r}: give the sampling interval in seconds, "
+                f">= {MIN_INTERVAL} (0.5 is a good default)"
+            )
         self.interval = float(interval)
         self.children = bool(children)
         self.on_sample = on_sample
@@ -123,8 +134,10 @@ class ResourceSampler:
             missing = [n for n in self.nics if n not in known]
             if missing:
                 where = f"in the network namespace of pid {self.netns_pid}" if self.netns_pid else f"on {self.host}"
-                raise ValueError(f"nics={self.nics}: no interface named {missing} {where}; "
-                                 f"choose from {sorted(known)} or pass nics=None for all")
+                raise ValueError(
+                    f"nics={self.nics}: no interface named {missing} {where}; "
+                    f"choose from {sorted(known)} or pass nics=None for all"
+                )
         roots = [_process(p) for p in pids] if pids is not None else [psutil.Process()]  # ValueError if gone
         self._roots = {p.pid: p for p in roots}
         self.pids = list(self._roots)
@@ -268,8 +281,12 @@ class ResourceSampler:
         self._last_cpu = cpu
 
         mem = psutil.virtual_memory()
-        row.update(mem_used=mem.used, mem_buff=getattr(mem, "buffers", 0), mem_cach=getattr(mem, "cached", 0),
-                   mem_free=mem.free)
+        row.update(
+            mem_used=mem.used,
+            mem_buff=getattr(mem, "buffers", 0),
+            mem_cach=getattr(mem, "cached", 0),
+            mem_free=mem.free,
+        )
 
         row.update(self._sample_processes(epoch, dt))
 
@@ -337,8 +354,10 @@ class ResourceSampler:
                 self.exited.append({"pid": pid, "name": self._names.pop(pid, "?"), "t": epoch - self.start_epoch})
                 continue
             except psutil.AccessDenied:
-                self._error(f"access denied reading process {pid} ({self._names.get(pid, '?')}); "
-                            "it is no longer watched (watch your own processes, or run as its user)")
+                self._error(
+                    f"access denied reading process {pid} ({self._names.get(pid, '?')}); "
+                    "it is no longer watched (watch your own processes, or run as its user)"
+                )
                 del self._procs[pid]
                 self._proc_cpu.pop(pid, None)
                 continue
@@ -389,11 +408,20 @@ class ResourceSampler:
         """A JSON-able dict of everything sampled; ``from_dict`` restores it."""
         frame = self.to_frame()
         columns = {c: [_jsonable(v) for v in frame[c].tolist()] for c in frame.columns}
-        return {"format": FORMAT, "host": self.host, "interval": self.interval, "pids": list(self.pids),
-                "children": self.children, "nics": self.nics, "netns_pid": self.netns_pid,
-                "start_epoch": self.start_epoch,
-                "marks": frame.attrs["marks"], "errors": list(self.errors), "exited": list(self.exited),
-                "columns": columns}
+        return {
+            "format": FORMAT,
+            "host": self.host,
+            "interval": self.interval,
+            "pids": list(self.pids),
+            "children": self.children,
+            "nics": self.nics,
+            "netns_pid": self.netns_pid,
+            "start_epoch": self.start_epoch,
+            "marks": frame.attrs["marks"],
+            "errors": list(self.errors),
+            "exited": list(self.exited),
+            "columns": columns,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "ResourceSampler":
@@ -407,22 +435,30 @@ class ResourceSampler:
         self.on_sample, self._roots, self._state = None, {}, "stopped"
         self.marks = [Mark(**m) for m in d["marks"]]
         self.errors, self.exited = list(d["errors"]), list(d["exited"])
-        self._lock, self._sampling, self._stop, self._thread = threading.Lock(), threading.Lock(), threading.Event(), None
+        self._lock, self._sampling, self._stop, self._thread = (
+            threading.Lock(),
+            threading.Lock(),
+            threading.Event(),
+            None,
+        )
         self._warned = set()
         self._rows = rows
         return self
 
     def __repr__(self) -> str:
-        return (f"ResourceSampler(interval={self.interval}, pids={self.pids}, children={self.children}, "
-                f"nics={self.nics}, {self._state}, {len(self._rows)} samples, {len(self.errors)} errors)")
+        return (
+            f"ResourceSampler(interval={self.interval}, pids={self.pids}, children={self.children}, "
+            f"nics={self.nics}, {self._state}, {len(self._rows)} samples, {len(self.errors)} errors)"
+        )
 
 
 def _process(pid) -> psutil.Process:
     try:
         return psutil.Process(int(pid))
     except (psutil.NoSuchProcess, ValueError, TypeError):
-        raise ValueError(f"pid {pid!r}: no such process; pass the pid of a running process "
-                         "(or pids=[] to sample the host only)") from None
+        raise ValueError(
+            f"pid {pid!r}: no such process; pass the pid of a running process (or pids=[] to sample the host only)"
+        ) from None
 
 
 def _descendants(procs: Mapping[int, psutil.Process]) -> list[psutil.Process]:
@@ -458,6 +494,7 @@ def _ppid_map() -> dict[int, int]:
 def _cpu_percentages(before, after) -> dict:
     """Each CPU field's share of the interval, in %. A counter the kernel moved backwards (iowait
     can) counts 0, and the shares are of the fields' clamped sum, so they always add up to 100."""
+
     def parts(c):
         d = c._asdict()  # guest and guest_nice are inside user and nice: left out
         return {"user": d["user"] + d.get("nice", 0), **{f: d.get(f, 0.0) for f in CPU_FIELDS[1:]}}
@@ -501,14 +538,21 @@ def idle_baseline(seconds: float = 3, interval: float = 0.5) -> dict:
     return s.summary()
 
 
-
 # ---------------------------------------------------------------------------------------
 # `python -m labkit monitor`
 # ---------------------------------------------------------------------------------------
 
-def monitor_command(cmd=None, pid: int | None = None, interval: float = 0.5, out="out/monitor",
-                    duration: float | None = None, timeout: float | None = 3600, dstat: bool = False,
-                    log=print) -> int:
+
+def monitor_command(
+    cmd=None,
+    pid: int | None = None,
+    interval: float = 0.5,
+    out="out/monitor",
+    duration: float | None = None,
+    timeout: float | None = 3600,
+    dstat: bool = False,
+    log=print,
+) -> int:
     """Sample a command run as an owned child (with its descendants), or a running
     ``pid`` until it exits or ``duration`` passes; write ``monitor.csv`` (dstat's layout
     with ``dstat=True``), ``monitor.json`` and ``monitor.png`` into ``out``. Returns the
@@ -560,10 +604,12 @@ def monitor_command(cmd=None, pid: int | None = None, interval: float = 0.5, out
     fig = sampler.plot(title=what if len(what) < 80 else what[:77] + "...")
     fig.savefig(out / "monitor.png")
     s = sampler.summary()
-    log(f"{what}: {s['duration_s']:.1f} s, {s['samples']} samples; host user CPU {s['cpu_user_pct']:.1f} %, "
+    log(
+        f"{what}: {s['duration_s']:.1f} s, {s['samples']} samples; host user CPU {s['cpu_user_pct']:.1f} %, "
         f"memory used {fmt_bytes(s['mem_used_bytes'])}; process CPU {s['proc_cpu_pct']:.1f} %, "
         f"peak RSS {fmt_bytes(s['proc_rss_peak_bytes'])}; network recv {fmt_bytes(s['net_recv_bytes'])}, "
-        f"sent {fmt_bytes(s['net_sent_bytes'])}")
+        f"sent {fmt_bytes(s['net_sent_bytes'])}"
+    )
     log(f"wrote {csv_path}, {out / 'monitor.json'}, {out / 'monitor.png'}")
     for e in sampler.errors:
         log(f"sampler error: {e}")

@@ -10,6 +10,7 @@ below, and build figures with ``subplots`` so they share the look):
 - Bytes use decimal units (1 KB = 1000 B), as the course reports did (``labkit.measure.units``).
 - Plots read the frames' columns; labkit modules are imported lazily, inside functions.
 """
+
 from __future__ import annotations
 
 import sys
@@ -45,8 +46,12 @@ def use_theme() -> None:
     if not _themed:
         import seaborn as sns
 
-        sns.set_theme(style="whitegrid", context="notebook", palette="colorblind",
-                      rc={"figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight", "legend.fontsize": "small"})
+        sns.set_theme(
+            style="whitegrid",
+            context="notebook",
+            palette="colorblind",
+            rc={"figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight", "legend.fontsize": "small"},
+        )
         _themed = True
 
 
@@ -95,9 +100,18 @@ def draw_marks(axes, marks, colors: dict | None = None) -> None:
             color = colors.get(task, "0.35")
             ax.axvline(t, color=color, ls=":", lw=1.2, zorder=1)
             if i == 0:
-                ax.annotate(label, xy=(t, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                            textcoords="offset points", rotation=90, va="top", ha="left", fontsize="x-small",
-                            color=color)
+                ax.annotate(
+                    label,
+                    xy=(t, 1),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(2, -2),
+                    textcoords="offset points",
+                    rotation=90,
+                    va="top",
+                    ha="left",
+                    fontsize="x-small",
+                    color=color,
+                )
 
 
 def _need_columns(frame, columns, who: str, where: str = "") -> None:
@@ -129,6 +143,7 @@ def _field(m, key):
 # Resource timelines (frames of labkit.measure.monitor)
 # ---------------------------------------------------------------------------------------
 
+
 def resource_timeline(data, marks=None, title: str | None = None, layout: str = "overlay"):
     """CPU, memory and network over time, with the marks as vertical lines.
 
@@ -143,8 +158,7 @@ def resource_timeline(data, marks=None, title: str | None = None, layout: str = 
     if layout not in ("overlay", "rows"):
         raise ValueError(f"layout={layout!r}: use 'overlay' (tasks share panels) or 'rows' (one row per task)")
     frame = _one_frame(data)
-    frames = ({str(k): g for k, g in frame.groupby("task", sort=False)} if "task" in frame.columns
-              else {"": frame})
+    frames = {str(k): g for k, g in frame.groupby("task", sort=False)} if "task" in frame.columns else {"": frame}
     if marks is None:
         marks = frame.attrs.get("marks", [])
     colors = dict(zip(frames, palette(len(frames))))
@@ -183,14 +197,22 @@ def _resource_panels(axes, frames: dict, colors: dict, legend: str | None) -> No
             continue
         hosts_done.add(host)
         tag = f"host {host}" if several and host else "host"
-        cpu.plot(f["t"], f["cpu_user"] + f["cpu_system"], color="0.45", ls="--", lw=1, drawstyle="steps-pre",
-                 label=f"{tag} busy (% of all cores)" if not several else f"{tag} busy")
+        cpu.plot(
+            f["t"],
+            f["cpu_user"] + f["cpu_system"],
+            color="0.45",
+            ls="--",
+            lw=1,
+            drawstyle="steps-pre",
+            label=f"{tag} busy (% of all cores)" if not several else f"{tag} busy",
+        )
         host_mem.plot(f["t"], f["mem_used"], color="0.45", ls="--", lw=1, label=f"{tag} used (right)")
         dt = f["dt"].where(f["dt"] > 0)
         net_color = color if several else "C0"
         net.plot(f["t"], f["net_recv"] / dt, color=net_color, lw=1.4, drawstyle="steps-pre", label=f"{tag} recv")
-        net.plot(f["t"], f["net_sent"] / dt, color=net_color, lw=1.2, ls="--", drawstyle="steps-pre",
-                 label=f"{tag} sent")
+        net.plot(
+            f["t"], f["net_sent"] / dt, color=net_color, lw=1.2, ls="--", drawstyle="steps-pre", label=f"{tag} sent"
+        )
     cpu.set_ylabel("CPU (%)")
     mem.set_ylabel("process memory")
     host_mem.set_ylabel("host memory", color="0.35")
@@ -207,10 +229,14 @@ def _resource_panels(axes, frames: dict, colors: dict, legend: str | None) -> No
         style = dict(fontsize="x-small", loc="upper left" if outside else "best", frameon=not outside, framealpha=0.8)
         h, lab = mem.get_legend_handles_labels()
         h2, lab2 = host_mem.get_legend_handles_labels()
-        for ax, anchor, (hs, ls) in ((cpu, 1.02, cpu.get_legend_handles_labels()), (mem, 1.16, (h + h2, lab + lab2)),
-                                     (net, 1.02, net.get_legend_handles_labels())):
-            (host_mem if ax is mem else ax).legend(hs, ls, **style, **({"bbox_to_anchor": (anchor, 1.0),
-                                                                        "borderaxespad": 0} if outside else {}))
+        for ax, anchor, (hs, ls) in (
+            (cpu, 1.02, cpu.get_legend_handles_labels()),
+            (mem, 1.16, (h + h2, lab + lab2)),
+            (net, 1.02, net.get_legend_handles_labels()),
+        ):
+            (host_mem if ax is mem else ax).legend(
+                hs, ls, **style, **({"bbox_to_anchor": (anchor, 1.0), "borderaxespad": 0} if outside else {})
+            )
 
 
 def _one_frame(data):
@@ -226,8 +252,9 @@ def _one_frame(data):
         from labkit.measure.summaries import merge_frames
 
         return merge_frames(data)
-    raise ValueError(f"resource_timeline() needs a sampler frame, a merged frame or a dict of them, "
-                     f"got {type(data).__name__}")
+    raise ValueError(
+        f"resource_timeline() needs a sampler frame, a merged frame or a dict of them, got {type(data).__name__}"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,8 +275,14 @@ def log_bytes_axis(ax, axis: str = "x") -> None:
     target.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_bytes(v, 0)))
 
 
-def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup"), col: str = "arch",
-                   hue: str = "model", title: str | None = None):
+def scaling_curves(
+    predicted,
+    measured=None,
+    metrics=("images_per_s", "speedup"),
+    col: str = "arch",
+    hue: str = "model",
+    title: str | None = None,
+):
     """Images/s and speed-up against workers: one row per metric, one column per ``col``
     value (by default the architecture, as report 003's Figures 4.1-4.4), one colour per
     ``hue`` value. ``predicted`` (lines) and ``measured`` (points) are frames with
@@ -266,8 +299,14 @@ def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup")
     cols = list(dict.fromkeys(both[col]))
     hues = list(dict.fromkeys(both[hue]))
     colors = dict(zip(hues, palette(len(hues))))
-    fig, axes = subplots(len(metrics), len(cols), sharex=True, sharey="row", squeeze=False,
-                         figsize=(4.5 * len(cols) + 1.5, 3.1 * len(metrics)))
+    fig, axes = subplots(
+        len(metrics),
+        len(cols),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+        figsize=(4.5 * len(cols) + 1.5, 3.1 * len(metrics)),
+    )
     for j, c in enumerate(cols):
         for i, metric in enumerate(metrics):
             ax = axes[i][j]
@@ -279,8 +318,9 @@ def scaling_curves(predicted, measured=None, metrics=("images_per_s", "speedup")
                 if measured is not None:
                     m = measured[(measured[col] == c) & (measured[hue] == h)]
                     if len(m):
-                        ax.plot(m["workers"], m[metric], "o", color=colors[h], ms=6, mec="white",
-                                label=f"{h} (measured)")
+                        ax.plot(
+                            m["workers"], m[metric], "o", color=colors[h], ms=6, mec="white", label=f"{h} (measured)"
+                        )
             if metric == "speedup":
                 n = sorted(both["workers"].unique())
                 ax.plot(n, n, ":", color="0.4", lw=1, label="ideal (N)")
@@ -326,8 +366,17 @@ def crossover_map(grid, marks: dict | None = None, title: str | None = None):
             ax.contour(x, y, z, levels=[0], colors="black", linewidths=1.5)
         for b, names in _merge_close(marks or {}):
             ax.axvline(b, color="0.2", ls=":", lw=1)
-            ax.annotate(", ".join(names), xy=(b, 0), xycoords=("data", "axes fraction"), xytext=(-3, 3),
-                        textcoords="offset points", rotation=90, ha="right", va="bottom", fontsize="x-small")
+            ax.annotate(
+                ", ".join(names),
+                xy=(b, 0),
+                xycoords=("data", "axes fraction"),
+                xytext=(-3, 3),
+                textcoords="offset points",
+                rotation=90,
+                ha="right",
+                va="bottom",
+                fontsize="x-small",
+            )
         log_bytes_axis(ax, "x")
         ax.set_title(str(net))
         ax.set_xlabel("model size (M)")
@@ -367,9 +416,16 @@ def bytes_vs_analytic(frame, label: str = "run", tolerance: float = 0.25, title:
     for xi, (m, a) in zip(x, zip(frame["measured"], frame["analytic"])):
         dev = m / a - 1 if a else float("inf")
         flag = abs(dev) > tolerance
-        ax.annotate(f"{dev:+.0%}" + (" !" if flag else ""), xy=(xi + 0.2, m), xytext=(0, 2),
-                    textcoords="offset points", ha="center", fontsize="x-small",
-                    color="red" if flag else "0.2", fontweight="bold" if flag else "normal")
+        ax.annotate(
+            f"{dev:+.0%}" + (" !" if flag else ""),
+            xy=(xi + 0.2, m),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            fontsize="x-small",
+            color="red" if flag else "0.2",
+            fontweight="bold" if flag else "normal",
+        )
     ax.set_xticks(x, [str(v) for v in frame[label]], rotation=20, ha="right")
     ax.set_ylabel("bytes per step")
     bytes_axis(ax)
@@ -392,8 +448,9 @@ def task_bytes(frame, title: str | None = None):
     c_sent, c_recv = palette(2)
     ax.bar(x - 0.2, frame["sent_over_model"], 0.4, color=c_sent, label="sent")
     ax.bar(x + 0.2, frame["recv_over_model"], 0.4, color=c_recv, label="received")
-    ax.set_xticks(x, [f"{r} {t}" for r, t in zip(frame["run"], frame["task"])], rotation=30, ha="right",
-                  fontsize="x-small")
+    ax.set_xticks(
+        x, [f"{r} {t}" for r, t in zip(frame["run"], frame["task"])], rotation=30, ha="right", fontsize="x-small"
+    )
     ax.set_ylabel("bytes per step / M")
     ax.legend(loc="upper left")
     if title:
@@ -451,11 +508,18 @@ def fault_trace(steps, kills, title: str | None = None):
     width = max(len(s["slices_on"]) for s in steps)
     grid = np.full((width, len(steps)), np.nan)
     for j, s in enumerate(steps):
-        grid[:len(s["slices_on"]), j] = s["slices_on"]
+        grid[: len(s["slices_on"]), j] = s["slices_on"]
     workers = int(np.nanmax(grid)) + 1
     cmap = _discrete_cmap(workers)
-    bottom.pcolormesh(np.arange(len(x) + 1) + x[0] - 0.5, np.arange(width + 1) - 0.5, grid, cmap=cmap,
-                      vmin=-0.5, vmax=workers - 0.5, shading="flat")
+    bottom.pcolormesh(
+        np.arange(len(x) + 1) + x[0] - 0.5,
+        np.arange(width + 1) - 0.5,
+        grid,
+        cmap=cmap,
+        vmin=-0.5,
+        vmax=workers - 0.5,
+        shading="flat",
+    )
     bottom.set(ylabel="slice of the batch", xlabel="step", yticks=range(width))
     bottom.grid(False)
     for w in range(workers):
@@ -463,8 +527,15 @@ def fault_trace(steps, kills, title: str | None = None):
     for k in kills:
         for ax in (top, bottom):
             ax.axvline(k["after_step"] + 0.5, color="red", lw=1.2, ls="--")
-        top.annotate(f"{k['task']} killed", xy=(k["after_step"] + 0.5, 1), xycoords=("data", "axes fraction"),
-                     xytext=(3, -12), textcoords="offset points", color="red", fontsize="small")
+        top.annotate(
+            f"{k['task']} killed",
+            xy=(k["after_step"] + 0.5, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            color="red",
+            fontsize="small",
+        )
     bottom.legend(loc="upper left", fontsize="x-small", ncol=workers)
     if title:
         fig.suptitle(title)
@@ -481,8 +552,10 @@ def _discrete_cmap(n: int):
 # Learning curves (per-epoch histories, e.g. labkit.learning.lr)
 # ---------------------------------------------------------------------------------------
 
-def learning_curves(history, metrics=("test_accuracy", "test_loss"), x: str = "epoch", hue: str = "version",
-                    title: str | None = None):
+
+def learning_curves(
+    history, metrics=("test_accuracy", "test_loss"), x: str = "epoch", hue: str = "version", title: str | None = None
+):
     """One panel per metric against ``x``, one line per ``hue`` value (a long frame, such as
     ``labkit.learning.lr.histories(core, keras)``)."""
     _need_columns(history, (x, hue, *metrics), "learning_curves")
@@ -516,8 +589,10 @@ def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
     seen = np.unique(readings)
     step = float(np.min(np.diff(seen))) if len(seen) > 1 else 0.02  # one image's worth of accuracy
     fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
-    for ax, values, what, color in ((axes[0], readings.ravel(), "one reading", palette(2)[0]),
-                                    (axes[1], best, f"the best of {readings.shape[1]} readings", palette(2)[1])):
+    for ax, values, what, color in (
+        (axes[0], readings.ravel(), "one reading", palette(2)[0]),
+        (axes[1], best, f"the best of {readings.shape[1]} readings", palette(2)[1]),
+    ):
         edges = np.arange(values.min() - step / 2, values.max() + step, step)
         ax.hist(values, bins=edges, color=color, weights=np.full(len(values), 1 / len(values)))
         for level, style in zip(levels, (":", "--", "-.")):
@@ -535,6 +610,7 @@ def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
 # Lab 4: the LeNet sweep (labkit.experiments.lenet_sweep)
 # ---------------------------------------------------------------------------------------
 
+
 def sweep_curves(curves, title: str | None = None):
     """Report 000 Table 2.1.2 as a seaborn facet grid: validation accuracy and loss per epoch,
     rows = workers, columns = per-worker batch size (``Sweep.curves()``'s long frame)."""
@@ -544,9 +620,20 @@ def sweep_curves(curves, title: str | None = None):
     _need_columns(curves, ("workers", "batch_size", "epoch", "metric", "value"), "sweep_curves")
     use_theme()
     _show_figures_in_ipython()
-    grid = sns.relplot(data=curves, x="epoch", y="value", hue="metric", row="workers", col="batch_size",
-                       kind="line", marker="o", height=2.1, aspect=1.35, palette=palette(2),
-                       facet_kws={"margin_titles": True})
+    grid = sns.relplot(
+        data=curves,
+        x="epoch",
+        y="value",
+        hue="metric",
+        row="workers",
+        col="batch_size",
+        kind="line",
+        marker="o",
+        height=2.1,
+        aspect=1.35,
+        palette=palette(2),
+        facet_kws={"margin_titles": True},
+    )
     grid.set_titles(row_template="{row_name} worker(s)", col_template="batch {col_name} per worker")
     grid.set_axis_labels("epoch", "")
     for ax in grid.axes.flat:
@@ -584,8 +671,11 @@ def sweep_throughput(frame, title: str | None = None):
 # Lab 3: sparse logistic regression (labkit.experiments.sparse_lr)
 # ---------------------------------------------------------------------------------------
 
-_METHOD_NAMES = {"sparse": "sparse (unique + segment sum)", "dense": "dense (report 001)",
-                 "dense_per_example": "dense, per-example matrix (Table 1)"}
+_METHOD_NAMES = {
+    "sparse": "sparse (unique + segment sum)",
+    "dense": "dense (report 001)",
+    "dense_per_example": "dense, per-example matrix (Table 1)",
+}
 
 
 def op_profile(profile, title: str | None = None):
@@ -597,14 +687,16 @@ def op_profile(profile, title: str | None = None):
     batches = sorted(profile["batch"].unique())
     methods = list(dict.fromkeys(profile["method"]))
     colors = dict(zip(methods, palette(len(methods))))
-    fig, axes = subplots(2, len(batches), sharex=True, sharey="row", squeeze=False,
-                         figsize=(max(4.5 * len(batches), 7), 6.5))
+    fig, axes = subplots(
+        2, len(batches), sharex=True, sharey="row", squeeze=False, figsize=(max(4.5 * len(batches), 7), 6.5)
+    )
     for j, b in enumerate(batches):
         for m in methods:
             part = profile[(profile["batch"] == b) & (profile["method"] == m)].sort_values("num_features")
             if len(part):
-                axes[0][j].plot(part["num_features"], part["step_ms"], "o-", color=colors[m],
-                                label=_METHOD_NAMES.get(m, m))
+                axes[0][j].plot(
+                    part["num_features"], part["step_ms"], "o-", color=colors[m], label=_METHOD_NAMES.get(m, m)
+                )
                 axes[1][j].plot(part["num_features"], part["alloc_bytes"], "o-", color=colors[m])
         axes[0][j].set_title(f"batch {b}")
         axes[1][j].set_xlabel("num_features")
@@ -636,8 +728,10 @@ def error_curves(curves, optimum: dict | None = None, x: str = "samples", title:
         for ax, metric in zip(axes, ("test_error", "test_logloss")):
             ax.plot(part[x], part[metric], "o-", ms=3, color=colors[r], label=r)
     if optimum:
-        for ax, best, floor in ((axes[0], 1 - optimum["bayes_accuracy"], 1 - optimum["majority_accuracy"]),
-                                (axes[1], optimum["bayes_logloss"], optimum["majority_logloss"])):
+        for ax, best, floor in (
+            (axes[0], 1 - optimum["bayes_accuracy"], 1 - optimum["majority_accuracy"]),
+            (axes[1], optimum["bayes_logloss"], optimum["majority_logloss"]),
+        ):
             ax.axhline(best, color="0.2", ls=":", lw=1.2, label="best achievable (true model)")
             ax.axhline(floor, color="0.6", ls="--", lw=1, label="majority class")
     for ax, name in zip(axes, ("test error", "test log-loss")):
@@ -682,6 +776,7 @@ def minibatch_sweep(summary, title: str | None = None):
 # Lab 2: sync vs async SGD on a parameter server (labkit.experiments.sync_async)
 # ---------------------------------------------------------------------------------------
 
+
 def iterations_bars(frame, title: str | None = None):
     """Report 002 Tables 4 and 6 as bars: iterations per worker for every deploy mode and
     batch size, one panel per mode (``Study.iterations()``'s frame); a black tick marks each
@@ -693,8 +788,9 @@ def iterations_bars(frame, title: str | None = None):
     configs = list(dict.fromkeys(zip(frame["deploy"], frame["batch_size"])))
     workers = sorted(frame["worker"].unique(), key=lambda w: (w.split(":")[0] != "chief", int(w.split(":")[1])))
     colors = dict(zip(workers, palette(len(workers))))
-    fig, axes = subplots(1, len(modes), squeeze=False, sharey=True,
-                         figsize=(max(5.0, 1.3 * len(configs) + 2) * len(modes), 3.6))
+    fig, axes = subplots(
+        1, len(modes), squeeze=False, sharey=True, figsize=(max(5.0, 1.3 * len(configs) + 2) * len(modes), 3.6)
+    )
     width = 0.8 / len(workers)
     for ax, mode in zip(axes[0], modes):
         part = frame[frame["mode"] == mode]
@@ -709,8 +805,7 @@ def iterations_bars(frame, title: str | None = None):
         for j, (d, b) in enumerate(configs):
             g = part[(part["deploy"] == d) & (part["batch_size"] == b)]["global_step"]
             if len(g):
-                ax.hlines(g.iloc[0], j - 0.45, j + 0.45, color="black", lw=1.5,
-                          label="global step" if j == 0 else None)
+                ax.hlines(g.iloc[0], j - 0.45, j + 0.45, color="black", lw=1.5, label="global step" if j == 0 else None)
         ax.set_xticks(np.arange(len(configs)), [f"{d}\nbatch {b}" for d, b in configs])
         ax.set_title(mode)
     axes[0][0].set_ylabel("iterations (local steps)")
@@ -771,6 +866,7 @@ def worker_shares(frame, title: str | None = None):
 # Lab 3: report 001's dense step on emulated links
 # ---------------------------------------------------------------------------------------
 
+
 def emulated_dense(frame, title: str | None = None):
     """Per (link, run) of ``experiments.sparse_lr.emulated_dense``: the measured time per 1k
     iterations against one step's bytes at the link's rate (left); the ps's link, the shares of
@@ -781,20 +877,31 @@ def emulated_dense(frame, title: str | None = None):
         skipped(axes[0], "emulated links: skipped (see above)")
         skipped(axes[1], "")
         return fig
-    _need_columns(frame, ("link", "run", "s_per_1k_iterations", "link_s_per_step", "ps_link_in", "ps_link_out",
-                          "ps_link_busy"), "emulated_dense")
+    _need_columns(
+        frame,
+        ("link", "run", "s_per_1k_iterations", "link_s_per_step", "ps_link_in", "ps_link_out", "ps_link_busy"),
+        "emulated_dense",
+    )
     labels = [f"{link}\n{run}" for link, run in zip(frame["link"], frame["run"])]
     c_meas, c_in = palette(2)
     axes[0].bar(labels, frame["s_per_1k_iterations"], color=c_meas, label="measured")
-    axes[0].bar(labels, 1e3 * frame["link_s_per_step"], color="none", edgecolor="black", hatch="//",
-                label="one step's bytes at the link's rate")
+    axes[0].bar(
+        labels,
+        1e3 * frame["link_s_per_step"],
+        color="none",
+        edgecolor="black",
+        hatch="//",
+        label="one step's bytes at the link's rate",
+    )
     axes[0].set_ylabel("s per 1k iterations")
     axes[0].legend(fontsize=8)
     axes[1].bar(labels, frame["ps_link_in"], color=c_in, label="into the ps's node")
-    axes[1].bar(labels, frame["ps_link_out"], bottom=frame["ps_link_in"], color="none", edgecolor="black",
-                label="out of it")
-    axes[1].scatter(labels, frame["ps_link_busy"], color="black", marker="_", s=400, zorder=3,
-                    label="busy share (the verdict's)")
+    axes[1].bar(
+        labels, frame["ps_link_out"], bottom=frame["ps_link_in"], color="none", edgecolor="black", label="out of it"
+    )
+    axes[1].scatter(
+        labels, frame["ps_link_busy"], color="black", marker="_", s=400, zorder=3, label="busy share (the verdict's)"
+    )
     axes[1].axhline(0.5, color="grey", ls="--", lw=0.8)
     axes[1].axhline(1, color="grey", ls=":", lw=0.8)
     axes[1].set_ylabel("share of the window at the link's rate")
@@ -807,6 +914,7 @@ def emulated_dense(frame, title: str | None = None):
 # ---------------------------------------------------------------------------------------
 # Grading statistics (summary.html, labkit.grading.pages.stats)
 # ---------------------------------------------------------------------------------------
+
 
 def score_histogram(totals, most: float, title: str | None = None):
     """How a lab's total scores spread over 0..``most``, one bar per point (or per ``most``/20)."""
@@ -835,10 +943,16 @@ def check_pass_rates(frame, title: str | None = None):
     ys = list(range(len(frame)))[::-1]
     answer = frame["mean"].notna()
     ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "pass"], color=colors[0], label="passed")
-    ax.barh([y for y, a in zip(ys, answer) if not a], frame.loc[~answer, "partial"], left=frame.loc[~answer, "pass"],
-            color=colors[1], label="partial credit")
-    ax.barh([y for y, a in zip(ys, answer) if a], frame.loc[answer, "mean"], color=colors[2],
-            label="answer: mean TA score")
+    ax.barh(
+        [y for y, a in zip(ys, answer) if not a],
+        frame.loc[~answer, "partial"],
+        left=frame.loc[~answer, "pass"],
+        color=colors[1],
+        label="partial credit",
+    )
+    ax.barh(
+        [y for y, a in zip(ys, answer) if a], frame.loc[answer, "mean"], color=colors[2], label="answer: mean TA score"
+    )
     ax.set_yticks(ys, list(frame["check"]))
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
@@ -847,4 +961,3 @@ def check_pass_rates(frame, title: str | None = None):
     if title:
         ax.set_title(title)
     return fig
-

@@ -12,6 +12,7 @@ keeps as its final line, and updated at most every few seconds so outputs stay s
 ``is_live()`` is the one test of "a person is watching in JupyterLab"; ``labkit.distributed.live``
 uses it too. ``LABKIT_LIVE=1`` / ``LABKIT_LIVE=0`` forces either answer.
 """
+
 from __future__ import annotations
 
 import os

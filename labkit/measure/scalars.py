@@ -15,6 +15,7 @@ they train: ``labkit.learning.lr``, ``labkit.learning.train_loop``.)
 ``tensorboard(...)`` is every notebook's last cell: where the runs are, and TensorBoard itself
 inside the notebook when a person watches in JupyterLab (never under papermill).
 """
+
 from __future__ import annotations
 
 import os
@@ -64,6 +65,8 @@ def tensorboard(*logdirs, start: bool = True) -> str:
         shell.run_line_magic("load_ext", "tensorboard")
         shell.run_line_magic("tensorboard", f"--logdir {logdir}")
     else:
-        print(f"headless run: in JupyterLab `%load_ext tensorboard` then `%tensorboard --logdir {logdir}`; in a "
-              f"terminal `tensorboard --logdir {logdir}` serves them at http://localhost:6006")
+        print(
+            f"headless run: in JupyterLab `%load_ext tensorboard` then `%tensorboard --logdir {logdir}`; in a "
+            f"terminal `tensorboard --logdir {logdir}` serves them at http://localhost:6006"
+        )
     return logdir

@@ -21,6 +21,7 @@ Socket counters live as long as their socket: read them around a window in which
 connections stay open (gRPC keeps its channels for the life of a task). Imports no
 TensorFlow; the socket counters need ``ss`` (iproute2) and are None where it is missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -168,11 +169,15 @@ class Meter:
             reading["sent_bytes"] = end["own"][0] - base["own"][0] - left["own"][0] if moved else None
             reading["recv_bytes"] = end["own"][1] - base["own"][1] - left["own"][1] if moved else None
         if self.nics:
-            reading.update(nics=self.nics, nic_sent_bytes=end["nic"][0] - base["nic"][0] - left["nic"][0],
-                           nic_recv_bytes=end["nic"][1] - base["nic"][1] - left["nic"][1])
+            reading.update(
+                nics=self.nics,
+                nic_sent_bytes=end["nic"][0] - base["nic"][0] - left["nic"][0],
+                nic_recv_bytes=end["nic"][1] - base["nic"][1] - left["nic"][1],
+            )
         if self.counters is not None:
-            reading["counters"] = {k: v - base["counters"].get(k, 0) - left["counters"].get(k, 0)
-                                   for k, v in end["counters"].items()}
+            reading["counters"] = {
+                k: v - base["counters"].get(k, 0) - left["counters"].get(k, 0) for k, v in end["counters"].items()
+            }
         self._base = self._out = None
         return reading
 
@@ -181,8 +186,7 @@ def per_step(reading: dict, steps: int) -> dict:
     """A ``Meter`` reading per step: each byte count divided by ``steps`` (at least 1), named
     ``<name>_per_step`` (``counters_per_step`` for the counters); None stays None."""
     n = max(1, steps)
-    out = {f"{k}_per_step": (v / n if v is not None else None) for k, v in reading.items()
-           if k.endswith("_bytes")}
+    out = {f"{k}_per_step": (v / n if v is not None else None) for k, v in reading.items() if k.endswith("_bytes")}
     if "counters" in reading:
         out["counters_per_step"] = {k: v / n for k, v in reading["counters"].items()}
     return out

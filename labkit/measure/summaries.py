@@ -16,6 +16,7 @@ come from a live sampler, a task's result file (``to_dict()``) or several tasks 
 
 Imports nothing of labkit, so plots, the launcher's results and the dstat CSV can use it.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,9 +25,23 @@ from typing import Mapping
 
 FORMAT = "labkit.measure.monitor/1"
 CPU_FIELDS = ("user", "system", "idle", "iowait", "irq", "softirq", "steal")
-BASE_COLUMNS = (["t", "dt", "epoch"] + [f"cpu_{f}" for f in CPU_FIELDS]
-                + ["mem_used", "mem_buff", "mem_cach", "mem_free", "proc_cpu", "proc_rss", "nprocs",
-                   "net_recv", "net_sent", "disk_read", "disk_write"])
+BASE_COLUMNS = (
+    ["t", "dt", "epoch"]
+    + [f"cpu_{f}" for f in CPU_FIELDS]
+    + [
+        "mem_used",
+        "mem_buff",
+        "mem_cach",
+        "mem_free",
+        "proc_cpu",
+        "proc_rss",
+        "nprocs",
+        "net_recv",
+        "net_sent",
+        "disk_read",
+        "disk_write",
+    ]
+)
 NIC_PREFIXES = ("net_recv_", "net_sent_")
 
 
@@ -34,13 +49,13 @@ NIC_PREFIXES = ("net_recv_", "net_sent_")
 # Frames
 # ---------------------------------------------------------------------------------------
 
+
 def frame(rows: list[dict], marks: list[dict], host: str, start_epoch: float | None, interval: float):
     """The samples ``rows`` as a DataFrame: the base columns, then one pair per NIC (missing
     values 0); ``attrs`` carry ``marks``, ``host``, ``start_epoch`` and ``interval``."""
     import pandas as pd
 
-    nic_cols = sorted({k for r in rows for k in r if k.startswith(NIC_PREFIXES)},
-                      key=lambda c: (c.split("_", 2)[2], c))
+    nic_cols = sorted({k for r in rows for k in r if k.startswith(NIC_PREFIXES)}, key=lambda c: (c.split("_", 2)[2], c))
     out = pd.DataFrame(rows, columns=BASE_COLUMNS + nic_cols)
     out[nic_cols] = out[nic_cols].fillna(0)
     out.attrs.update(marks=marks, host=host, start_epoch=start_epoch, interval=interval)
@@ -51,8 +66,10 @@ def check_format(d) -> None:
     """A ValueError unless ``d`` is what ``ResourceSampler.to_dict()`` returned."""
     if not isinstance(d, Mapping) or d.get("format") != FORMAT:
         found = d.get("format") if isinstance(d, Mapping) else type(d).__name__
-        raise ValueError(f"not a ResourceSampler dict (format {found!r}, expected {FORMAT!r}); "
-                         "pass the value that ResourceSampler.to_dict() returned")
+        raise ValueError(
+            f"not a ResourceSampler dict (format {found!r}, expected {FORMAT!r}); "
+            "pass the value that ResourceSampler.to_dict() returned"
+        )
 
 
 def rows_from_dict(d: Mapping) -> list[dict]:
@@ -72,10 +89,24 @@ def frame_from_dict(d: Mapping):
 # Summaries
 # ---------------------------------------------------------------------------------------
 
-SUMMARY_KEYS = ("duration_s", "samples", "cpu_user_pct", "cpu_system_pct", "cpu_idle_pct", "mem_used_bytes",
-                "mem_used_peak_bytes", "proc_cpu_pct", "proc_rss_bytes", "proc_rss_peak_bytes", "net_recv_bytes",
-                "net_sent_bytes", "net_recv_bytes_per_s", "net_sent_bytes_per_s", "disk_read_bytes",
-                "disk_write_bytes")
+SUMMARY_KEYS = (
+    "duration_s",
+    "samples",
+    "cpu_user_pct",
+    "cpu_system_pct",
+    "cpu_idle_pct",
+    "mem_used_bytes",
+    "mem_used_peak_bytes",
+    "proc_cpu_pct",
+    "proc_rss_bytes",
+    "proc_rss_peak_bytes",
+    "net_recv_bytes",
+    "net_sent_bytes",
+    "net_recv_bytes_per_s",
+    "net_sent_bytes_per_s",
+    "disk_read_bytes",
+    "disk_write_bytes",
+)
 
 
 def summarize(frame, start: float | str | None = None, end: float | str | None = None, marks=None) -> dict:
@@ -98,8 +129,10 @@ def summarize(frame, start: float | str | None = None, end: float | str | None =
     - ``disk_read_bytes``/``disk_write_bytes``: totals.
     """
     if "task" in frame.columns and frame["task"].nunique() > 1:
-        raise ValueError(f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
-                         "row per task, or select one: frame[frame.task == NAME]")
+        raise ValueError(
+            f"this frame holds {frame['task'].nunique()} tasks; use summarize_tasks(frame) for one "
+            "row per task, or select one: frame[frame.task == NAME]"
+        )
     lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
     import numpy as np
 
@@ -120,13 +153,22 @@ def summarize(frame, start: float | str | None = None, end: float | str | None =
         return float(np.nanmax(x)) if x.size and np.isfinite(x).any() else math.nan
 
     duration = float(w.sum())
-    out = {"duration_s": duration, "samples": int(touched.sum()),
-           "cpu_user_pct": mean("cpu_user"), "cpu_system_pct": mean("cpu_system"), "cpu_idle_pct": mean("cpu_idle"),
-           "mem_used_bytes": mean("mem_used"), "mem_used_peak_bytes": peak("mem_used"),
-           "proc_cpu_pct": mean("proc_cpu"), "proc_rss_bytes": mean("proc_rss"), "proc_rss_peak_bytes": peak("proc_rss"),
-           "net_recv_bytes": total("net_recv"), "net_sent_bytes": total("net_sent"),
-           "disk_read_bytes": total("disk_read") if frame["disk_read"].notna().any() else math.nan,
-           "disk_write_bytes": total("disk_write") if frame["disk_write"].notna().any() else math.nan}
+    out = {
+        "duration_s": duration,
+        "samples": int(touched.sum()),
+        "cpu_user_pct": mean("cpu_user"),
+        "cpu_system_pct": mean("cpu_system"),
+        "cpu_idle_pct": mean("cpu_idle"),
+        "mem_used_bytes": mean("mem_used"),
+        "mem_used_peak_bytes": peak("mem_used"),
+        "proc_cpu_pct": mean("proc_cpu"),
+        "proc_rss_bytes": mean("proc_rss"),
+        "proc_rss_peak_bytes": peak("proc_rss"),
+        "net_recv_bytes": total("net_recv"),
+        "net_sent_bytes": total("net_sent"),
+        "disk_read_bytes": total("disk_read") if frame["disk_read"].notna().any() else math.nan,
+        "disk_write_bytes": total("disk_write") if frame["disk_write"].notna().any() else math.nan,
+    }
     out["net_recv_bytes_per_s"] = out["net_recv_bytes"] / duration if duration > 0 else math.nan
     out["net_sent_bytes_per_s"] = out["net_sent_bytes"] / duration if duration > 0 else math.nan
     return {k: out[k] for k in SUMMARY_KEYS}
@@ -162,8 +204,10 @@ def _resolve(point, marks, which: str, after: float) -> float | None:
     if not later:
         labels = sorted({_get(m, "label") for m in marks})
         where = "" if not found else f" after {after:.2f} s"
-        raise ValueError(f"{which}={point!r}: no mark with that label{where}; marks are {labels} "
-                         "(add one with sampler.mark(label)) or give seconds")
+        raise ValueError(
+            f"{which}={point!r}: no mark with that label{where}; marks are {labels} "
+            "(add one with sampler.mark(label)) or give seconds"
+        )
     return _get(later[0], "t")
 
 
@@ -177,20 +221,28 @@ def summarize_tasks(frame, start: float | str | None = None, end: float | str | 
     import pandas as pd
 
     if "task" not in frame.columns:
-        raise ValueError("this frame has no 'task' column; merge the tasks' samples with merge_frames() first, "
-                         "or call summarize(frame) for one task")
+        raise ValueError(
+            "this frame has no 'task' column; merge the tasks' samples with merge_frames() first, "
+            "or call summarize(frame) for one task"
+        )
     marks = frame.attrs.get("marks", [])
     rows = {}
     for task, part in frame.groupby("task", sort=False):
         task_marks = [m for m in marks if m.get("task") == task]
-        rows[task] = {"host": part["host"].iloc[0] if "host" in part else None,
-                      **summarize(part, start, end, marks=task_marks)}
+        rows[task] = {
+            "host": part["host"].iloc[0] if "host" in part else None,
+            **summarize(part, start, end, marks=task_marks),
+        }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("task")
 
 
-
-def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str | None = None,
-               end: float | str | None = None, marks=None):
+def node_rates(
+    frame,
+    nodes: Mapping[str, str] | None = None,
+    start: float | str | None = None,
+    end: float | str | None = None,
+    marks=None,
+):
     """One row per node of a merged frame: the bytes/s its NICs received and sent over a window.
 
     A node's network counters are host-wide, the same for every task on it, so each node is read
@@ -207,8 +259,9 @@ def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str
     import pandas as pd
 
     if "task" not in frame.columns:
-        raise ValueError("node_rates reads a merged frame (merge_frames, or ClusterResult.samples()): it has no "
-                         "'task' column")
+        raise ValueError(
+            "node_rates reads a merged frame (merge_frames, or ClusterResult.samples()): it has no 'task' column"
+        )
     lo, hi = _window(start, end, frame.attrs.get("marks", []) if marks is None else marks)
     node_of = dict(nodes) if nodes is not None else dict(zip(frame["task"], frame["host"]))
     rows = {}
@@ -224,13 +277,26 @@ def node_rates(frame, nodes: Mapping[str, str] | None = None, start: float | str
         nics = [n for n in nics if rate(f"net_recv_{n}") + rate(f"net_sent_{n}") > 0] or nics
         recv = sum(rate(f"net_recv_{n}") for n in nics)
         sent = sum(rate(f"net_sent_{n}") for n in nics)
-        rows[node] = {"tasks": tasks, "nics": ", ".join(nics), "recv_bytes_per_s": recv, "sent_bytes_per_s": sent,
-                      "bytes_per_s": recv + sent, "lo_bytes_per_s": rate("net_recv_lo"), "duration_s": duration}
+        rows[node] = {
+            "tasks": tasks,
+            "nics": ", ".join(nics),
+            "recv_bytes_per_s": recv,
+            "sent_bytes_per_s": sent,
+            "bytes_per_s": recv + sent,
+            "lo_bytes_per_s": rate("net_recv_lo"),
+            "duration_s": duration,
+        }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("node")
 
 
-def link_use(frame, nodes: Mapping[str, str], bytes_per_s: float, start: float | str | None = None,
-             end: float | str | None = None, marks=None):
+def link_use(
+    frame,
+    nodes: Mapping[str, str],
+    bytes_per_s: float,
+    start: float | str | None = None,
+    end: float | str | None = None,
+    marks=None,
+):
     """One row per node: how busy its link was over a window, against ``bytes_per_s`` each way.
 
     ``in_share``/``out_share``: bytes received/sent on its NICs (all but ``lo``, as
@@ -254,11 +320,13 @@ def link_use(frame, nodes: Mapping[str, str], bytes_per_s: float, start: float |
         dt = part["dt"].to_numpy(float)
         busy = np.minimum(1.0, np.divide(got + put, bytes_per_s * dt, out=np.zeros_like(dt), where=dt > 0))
         capacity = bytes_per_s * duration
-        rows[node] = {"tasks": tasks,
-                      "in_share": float(np.sum(got * frac)) / capacity if duration > 0 else math.nan,
-                      "out_share": float(np.sum(put * frac)) / capacity if duration > 0 else math.nan,
-                      "busy_share": float(np.sum(busy * w)) / duration if duration > 0 else math.nan,
-                      "duration_s": duration}
+        rows[node] = {
+            "tasks": tasks,
+            "in_share": float(np.sum(got * frac)) / capacity if duration > 0 else math.nan,
+            "out_share": float(np.sum(put * frac)) / capacity if duration > 0 else math.nan,
+            "busy_share": float(np.sum(busy * w)) / duration if duration > 0 else math.nan,
+            "duration_s": duration,
+        }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("node")
 
 
@@ -286,6 +354,7 @@ def _nic_bytes(part, direction: str):
 # ---------------------------------------------------------------------------------------
 # Several tasks
 # ---------------------------------------------------------------------------------------
+
 
 def merge_frames(tasks: Mapping[str, object]):
     """One frame from several tasks' samples, with ``task`` and ``host`` columns.
@@ -322,6 +391,6 @@ def _as_frame(value, name):
         return value.to_frame()
     if isinstance(value, Mapping):
         return frame_from_dict(value)
-    raise ValueError(f"task {name!r}: expected a DataFrame, ResourceSampler or to_dict() dict, "
-                     f"got {type(value).__name__}")
-
+    raise ValueError(
+        f"task {name!r}: expected a DataFrame, ResourceSampler or to_dict() dict, got {type(value).__name__}"
+    )

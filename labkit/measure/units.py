@@ -24,6 +24,7 @@ ends ``_ms``, ``_s``                 milli/seconds, 3 significant digits  ``0.03
 Any other column of whole numbers is shown without decimals; the rest keep pandas' default.
 ``table(frame, {column: format})`` adds or overrides. Imports nothing of labkit.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,6 +60,7 @@ def _fmt(text):
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             return "-" if v is None else str(v)
         return "-" if isinstance(v, float) and math.isnan(v) else call(v)
+
     return fmt
 
 

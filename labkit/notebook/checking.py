@@ -19,6 +19,7 @@ how many checks the grader adds on its own (hidden: counted, never named). For e
 check`` itself, papermill, the grader) it does nothing, so a notebook that calls it never reruns
 itself. Nothing here imports ``labkit.grading``: the student kit has no grader.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,10 +34,10 @@ from pathlib import Path
 
 from labkit.notebook.record import Missing, cell_tags, figure_count, lookup, named_cells, read_records
 
-FORMAT = "labkit public rubric 1"   # the public rubric's `format`: what labkit.grading.kit.public writes
-SELF = "LABKIT_CHECK_RUN"           # set in the check's own kernel: labkit.check() there does nothing
-SKIPPED_TAGS = ("injected-parameters", "papermill-error-cell-tag")   # cells papermill adds to a run
-SHOW = 8                            # names listed per line before "and N more"
+FORMAT = "labkit public rubric 1"  # the public rubric's `format`: what labkit.grading.kit.public writes
+SELF = "LABKIT_CHECK_RUN"  # set in the check's own kernel: labkit.check() there does nothing
+SKIPPED_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # cells papermill adds to a run
+SHOW = 8  # names listed per line before "and N more"
 
 
 class RubricFileError(ValueError):
@@ -46,6 +47,7 @@ class RubricFileError(ValueError):
 @dataclass(frozen=True)
 class Lab:
     """One lab of the public rubric (``labkit.grading.kit.public`` documents each key)."""
+
     key: str
     notebook: str
     title: str
@@ -84,20 +86,25 @@ def load(path) -> dict[str, Lab]:
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise RubricFileError(f"{path} not found: make check reads the public rubric next to the notebooks "
-                              f"(notebooks/rubric.toml in the kit)") from None
+        raise RubricFileError(
+            f"{path} not found: make check reads the public rubric next to the notebooks "
+            f"(notebooks/rubric.toml in the kit)"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise RubricFileError(f"{path} is not valid TOML ({e}): take it again from the kit as released") from None
     if raw.get("format") != FORMAT:
-        raise RubricFileError(f"{path} is not a public rubric (no format = {FORMAT!r}). In the instructor's kit "
-                              f"`make check` writes one first (python -m labkit release --public-rubric FILE)")
+        raise RubricFileError(
+            f"{path} is not a public rubric (no format = {FORMAT!r}). In the instructor's kit "
+            f"`make check` writes one first (python -m labkit release --public-rubric FILE)"
+        )
     names = {f.name for f in fields(Lab)} - {"key"}
     labs = {}
     for key, table in raw.get("labs", {}).items():
         missing = names - set(table)
         if missing:
-            raise RubricFileError(f"{path}: [labs.{key}] lacks {', '.join(sorted(missing))}: take the file again "
-                                  f"from the kit as released")
+            raise RubricFileError(
+                f"{path}: [labs.{key}] lacks {', '.join(sorted(missing))}: take the file again from the kit as released"
+            )
         labs[key] = Lab(key=key, **{k: table[k] for k in names})
     return labs
 
@@ -107,10 +114,12 @@ def find_lab(labs: dict[str, Lab], name) -> Lab:
     name = str(name).strip()
     for lab in labs.values():
         if name in (lab.key, lab.short, lab.notebook, Path(lab.notebook).stem) or (
-                name.isdigit() and lab.short.isdigit() and int(name) == int(lab.short)):
+            name.isdigit() and lab.short.isdigit() and int(name) == int(lab.short)
+        ):
             return lab
-    raise ValueError(f"no lab {name!r}: say one of {', '.join(lab.short for lab in labs.values())}, "
-                     f"or a notebook's file name")
+    raise ValueError(
+        f"no lab {name!r}: say one of {', '.join(lab.short for lab in labs.values())}, or a notebook's file name"
+    )
 
 
 def lab_of(labs: dict[str, Lab], path: Path, nb) -> Lab | None:
@@ -126,18 +135,20 @@ def lab_of(labs: dict[str, Lab], path: Path, nb) -> Lab | None:
 # ---------------------------------------------------------------------------------------------
 # The run
 
+
 @dataclass
 class Run:
     """How a headless run of a notebook ended."""
-    status: str                    # ok | error | timeout | dead-kernel | crashed
+
+    status: str  # ok | error | timeout | dead-kernel | crashed
     seconds: float
     peak_bytes: int
     executed: Path
     log: Path
-    cell: int | None = None        # where it stopped: index in the submitted notebook
-    error: str = ""                # "NotImplementedError: ..." or what went wrong
-    cells: list = field(default_factory=list)    # per submitted code cell: completed, failed, stopped, not-run
-    slowest: tuple = (0.0, None)   # (seconds, cell index) of the longest cell
+    cell: int | None = None  # where it stopped: index in the submitted notebook
+    error: str = ""  # "NotImplementedError: ..." or what went wrong
+    cells: list = field(default_factory=list)  # per submitted code cell: completed, failed, stopped, not-run
+    slowest: tuple = (0.0, None)  # (seconds, cell index) of the longest cell
 
     @property
     def executed_nb(self):
@@ -167,11 +178,27 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
     nb = nbformat.read(str(notebook), as_version=4)
     _clear_outputs(nb, lab.kernel)
     nbformat.write(nb, str(clean))
-    params.write_text(json.dumps(lab.parameters))   # YAML reads JSON
+    params.write_text(json.dumps(lab.parameters))  # YAML reads JSON
     executed, logfile = folder / lab.notebook, folder / "run.log"
-    cmd = [sys.executable, "-m", "papermill", clean, executed, "-f", params, "-k", lab.kernel, "--cwd", work,
-           "--execution-timeout", int(lab.cell_timeout), "--start-timeout", int(lab.start_timeout),
-           "--progress-bar", "--no-log-output"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "papermill",
+        clean,
+        executed,
+        "-f",
+        params,
+        "-k",
+        lab.kernel,
+        "--cwd",
+        work,
+        "--execution-timeout",
+        int(lab.cell_timeout),
+        "--start-timeout",
+        int(lab.start_timeout),
+        "--progress-bar",
+        "--no-log-output",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_") and k != "LABKIT_LIVE"}
     env.update({SELF: "1", "LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1"})
     peak, timed_out = 0, False
@@ -249,12 +276,22 @@ def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: boo
         out.status, out.cell, out.error = "error", failed, _error(ran[index.index(failed)])
     elif timed_out or returncode != 0:
         out.cell = started[-1] if started else None
-        out.status = "timeout" if timed_out or "CellTimeoutError" in log_text else \
-            "dead-kernel" if "DeadKernelError" in log_text else "crashed"
-        out.error = (f"the run passed the grader's {lab.notebook_timeout:g} s limit" if timed_out else
-                     f"the cell passed the grader's {lab.cell_timeout:g} s cell limit" if out.status == "timeout" else
-                     "the kernel died (out of memory?)" if out.status == "dead-kernel" else
-                     next((ln.strip() for ln in reversed(log_text.splitlines()) if ln.strip()), "it ended here"))
+        out.status = (
+            "timeout"
+            if timed_out or "CellTimeoutError" in log_text
+            else "dead-kernel"
+            if "DeadKernelError" in log_text
+            else "crashed"
+        )
+        out.error = (
+            f"the run passed the grader's {lab.notebook_timeout:g} s limit"
+            if timed_out
+            else f"the cell passed the grader's {lab.cell_timeout:g} s cell limit"
+            if out.status == "timeout"
+            else "the kernel died (out of memory?)"
+            if out.status == "dead-kernel"
+            else next((ln.strip() for ln in reversed(log_text.splitlines()) if ln.strip()), "it ended here")
+        )
         if out.cell is not None:
             out.cells[out.cell] = "stopped"
     else:
@@ -267,10 +304,12 @@ def _error(cell) -> str:
     tf.function in a traceback of its own that ends with the original exception's line."""
     for o in cell.get("outputs") or []:
         if o.get("output_type") == "error":
-            name, lines = o.get("ename", "an error"), [ln.strip() for ln in str(o.get("evalue", "")).splitlines()
-                                                      if ln.strip()]
+            name, lines = (
+                o.get("ename", "an error"),
+                [ln.strip() for ln in str(o.get("evalue", "")).splitlines() if ln.strip()],
+            )
             last = lines[-1] if lines else ""
-            message = last[len(name) + 1:].strip() if last.startswith(name + ":") else lines[0] if lines else ""
+            message = last[len(name) + 1 :].strip() if last.startswith(name + ":") else lines[0] if lines else ""
             message = message if len(message) <= 160 else message[:157] + "..."
             return f"{name}: {message}" if message else name
     return "an error"
@@ -279,13 +318,15 @@ def _error(cell) -> str:
 # ---------------------------------------------------------------------------------------------
 # The report
 
+
 @dataclass
 class Line:
     """One line of the report: ok, FAIL, warn or info; what it checked; what it found."""
+
     status: str
     what: str
     text: str
-    todo: list = field(default_factory=list)   # what to do next, for the steps at the end
+    todo: list = field(default_factory=list)  # what to do next, for the steps at the end
 
     def __str__(self) -> str:
         return f"  {self.status:<5} {self.what:<11} {self.text}"
@@ -295,30 +336,48 @@ def report(lab: Lab, path: Path, nb, result: Run) -> list[Line]:
     """Every public check of ``lab`` on notebook ``nb`` (read from ``path``) and its run."""
     executed = result.executed_nb
     records = read_records(executed) if executed is not None else {}
-    return [file_line(lab, path), run_line(lab, result), *exercise_lines(lab, nb, result),
-            records_line(lab, records, result), *figure_lines(lab, nb, executed, result),
-            answers_line(lab, nb), hidden_line(lab)]
+    return [
+        file_line(lab, path),
+        run_line(lab, result),
+        *exercise_lines(lab, nb, result),
+        records_line(lab, records, result),
+        *figure_lines(lab, nb, executed, result),
+        answers_line(lab, nb),
+        hidden_line(lab),
+    ]
 
 
 def file_line(lab: Lab, path: Path) -> Line:
     if path.name == lab.notebook:
         return Line("ok", "file", f"{path.name}: the name the grader expects")
-    return Line("FAIL", "file", f"the grader expects {lab.notebook}; this file is {path.name!r}",
-                [f"save it as {lab.notebook} (File > Save Notebook As...), the name the grader looks for"])
+    return Line(
+        "FAIL",
+        "file",
+        f"the grader expects {lab.notebook}; this file is {path.name!r}",
+        [f"save it as {lab.notebook} (File > Save Notebook As...), the name the grader looks for"],
+    )
 
 
 def run_line(lab: Lab, r: Run) -> Line:
-    limits = (f"the grader stops a run at {lab.notebook_timeout:g} s and a cell at {lab.cell_timeout:g} s; "
-              f"peak memory about {_mb(r.peak_bytes)} of its {lab.memory_mb:g} MB")
+    limits = (
+        f"the grader stops a run at {lab.notebook_timeout:g} s and a cell at {lab.cell_timeout:g} s; "
+        f"peak memory about {_mb(r.peak_bytes)} of its {lab.memory_mb:g} MB"
+    )
     if r.status == "ok":
         slow = f" (the slowest cell, {_cell(r.slowest[1])}, {r.slowest[0]:g} s)" if r.slowest[1] is not None else ""
         status = "warn" if r.seconds > lab.notebook_timeout / 2 or r.peak_bytes > lab.memory_mb * 2**20 else "ok"
-        todo = ([f"the run is close to the grader's limits ({limits}): make the slow cells faster"]
-                if status == "warn" else [])
+        todo = (
+            [f"the run is close to the grader's limits ({limits}): make the slow cells faster"]
+            if status == "warn"
+            else []
+        )
         return Line(status, "run", f"top to bottom in {r.seconds:g} s{slow}; {limits}", todo)
     where = f" at {_cell(r.cell)}" if r.cell is not None else ""
-    todo = [f"fix {_cell(r.cell)}: it raised {r.error} (open {r.executed} for its traceback)"
-            if r.status == "error" else f"the run stopped{where}: {r.error} (see {r.log})"]
+    todo = [
+        f"fix {_cell(r.cell)}: it raised {r.error} (open {r.executed} for its traceback)"
+        if r.status == "error"
+        else f"the run stopped{where}: {r.error} (see {r.log})"
+    ]
     return Line("FAIL", "run", f"stopped{where} after {r.seconds:g} s: {r.error}; {limits}", todo)
 
 
@@ -343,19 +402,40 @@ def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
             todo.append(f"write {label} in {_cell(i)} (replace raise NotImplementedError() with your code){then}")
         if "self_check" in e:
             checks += 1
-            why = "its cell is gone" if j is None else None if r.cells[j:j + 1] == ["completed"] else \
-                r.error if r.cell == j else "not reached: the run stopped before it" if r.cell is not None else \
-                "did not run"
+            why = (
+                "its cell is gone"
+                if j is None
+                else None
+                if r.cells[j : j + 1] == ["completed"]
+                else r.error
+                if r.cell == j
+                else "not reached: the run stopped before it"
+                if r.cell is not None
+                else "did not run"
+            )
             if why:
                 check_notes.append(f"{label}'s self-check ({_cell(j)}): {why}")
                 if done and j is not None:
                     check_todo.append(f"fix {label} until its self-check, {_cell(j)}, passes")
     n = len(lab.exercises)
-    lines = [Line("ok" if written == n else "FAIL", "exercises",
-                  f"{written} of {n} written" + (": " + "; ".join(notes) if notes else ""), todo)]
+    lines = [
+        Line(
+            "ok" if written == n else "FAIL",
+            "exercises",
+            f"{written} of {n} written" + (": " + "; ".join(notes) if notes else ""),
+            todo,
+        )
+    ]
     if checks:
-        lines.append(Line("FAIL" if check_notes else "ok", "self-checks", f"{checks - len(check_notes)} of {checks} "
-                          f"passed" + (": " + "; ".join(check_notes) if check_notes else ""), check_todo))
+        lines.append(
+            Line(
+                "FAIL" if check_notes else "ok",
+                "self-checks",
+                f"{checks - len(check_notes)} of {checks} "
+                f"passed" + (": " + "; ".join(check_notes) if check_notes else ""),
+                check_todo,
+            )
+        )
     return lines
 
 
@@ -364,8 +444,14 @@ def _exercise_cell(nb, ids: dict, exercise: dict) -> int | None:
     if exercise["cell"] in ids:
         return ids[exercise["cell"]]
     names = [re.escape(n) for n in exercise["defines"]]
-    return next((i for i, c in enumerate(nb.cells) if c.get("cell_type") == "code" and names
-                 and re.search(rf"^\s*def ({'|'.join(names)})\(", c.source, re.M)), None)
+    return next(
+        (
+            i
+            for i, c in enumerate(nb.cells)
+            if c.get("cell_type") == "code" and names and re.search(rf"^\s*def ({'|'.join(names)})\(", c.source, re.M)
+        ),
+        None,
+    )
 
 
 def records_line(lab: Lab, records: dict, r: Run) -> Line:
@@ -378,10 +464,18 @@ def records_line(lab: Lab, records: dict, r: Run) -> Line:
     have = len(lab.records) - len(missing)
     if not missing:
         return Line("ok", "records", f"all {have} records the grader reads are present")
-    cut = "" if r.status == "ok" else f" (the run stopped at {_cell(r.cell)}; later cells record the rest)" \
-        if r.cell is not None else " (the run did not get that far)"
-    todo = [] if r.status != "ok" else [f"record {_names(missing)}: the notebook's record(...) lines for them "
-                                        f"were changed or removed"]
+    cut = (
+        ""
+        if r.status == "ok"
+        else f" (the run stopped at {_cell(r.cell)}; later cells record the rest)"
+        if r.cell is not None
+        else " (the run did not get that far)"
+    )
+    todo = (
+        []
+        if r.status != "ok"
+        else [f"record {_names(missing)}: the notebook's record(...) lines for them were changed or removed"]
+    )
     return Line("FAIL", "records", f"{have} of {len(lab.records)} present; missing: {_names(missing)}{cut}", todo)
 
 
@@ -394,16 +488,21 @@ def figure_lines(lab: Lab, nb, executed, r: Run) -> list[Line]:
             ok = count >= need
             lines.append(Line("ok" if ok else "FAIL", "figures", f"{count} shown, of at least {need}"))
             continue
-        shown = {n: sum(figure_count(c) for c in named_cells(executed, n)) if executed is not None else 0
-                 for n in names}
+        shown = {
+            n: sum(figure_count(c) for c in named_cells(executed, n)) if executed is not None else 0 for n in names
+        }
         short = [n for n in names if shown[n] < need]
         where = {n: _cell(next((i for i, c in enumerate(nb.cells) if c in named_cells(nb, n)), None)) for n in short}
         text = f"{len(names) - len(short)} of {len(names)} shown" + (
-            ": none in " + ", ".join(f"{n} ({where[n]})" for n in short) if short else "")
+            ": none in " + ", ".join(f"{n} ({where[n]})" for n in short) if short else ""
+        )
         if short and r.status != "ok":
             text += " (the run stopped first)"
-        todo = [f"show the figure in {where[n]}, tagged {n!r} (keep the plotting call, and the cell's tag)"
-                for n in short] if r.status == "ok" else []
+        todo = (
+            [f"show the figure in {where[n]}, tagged {n!r} (keep the plotting call, and the cell's tag)" for n in short]
+            if r.status == "ok"
+            else []
+        )
         lines.append(Line("ok" if not short else "FAIL", "figures", text, todo))
     return lines
 
@@ -432,23 +531,32 @@ def answers_line(lab: Lab, nb) -> Line:
         elif any(q["placeholder"].lower() in t.lower() for t in texts) or not any(t.strip() for t in texts):
             empty.setdefault(q["placeholder"], []).append((q["name"], found[0]))
     unfilled = [a for names in empty.values() for a in names]
-    notes = [f"still {mark} or empty: " + ", ".join(f"{name} ({_cell(i)})" for name, i in names)
-             for mark, names in empty.items()]
+    notes = [
+        f"still {mark} or empty: " + ", ".join(f"{name} ({_cell(i)})" for name, i in names)
+        for mark, names in empty.items()
+    ]
     notes += [f"no answer cell: {', '.join(gone)}"] if gone else []
     notes += [f"read {', '.join(moved)} (its answer cell is gone; the grader reads it there too)"] if moved else []
-    todo = [f"answer in {_cells([i for _, i in names])}: replace {mark} with your answer, in the same cell"
-            for mark, names in empty.items()]
+    todo = [
+        f"answer in {_cells([i for _, i in names])}: replace {mark} with your answer, in the same cell"
+        for mark, names in empty.items()
+    ]
     todo += [f"write the answer to {name} in a Markdown cell right below its question" for name in gone]
     filled = len(asked) - len(unfilled) - len(gone)
     status = "FAIL" if unfilled or gone else "warn" if moved else "ok"
-    return Line(status, "answers", f"{filled} of {len(asked)} filled" + (": " + "; ".join(notes) if notes else ""),
-                todo)
+    return Line(
+        status, "answers", f"{filled} of {len(asked)} filled" + (": " + "; ".join(notes) if notes else ""), todo
+    )
 
 
 def hidden_line(lab: Lab) -> Line:
     checks = f"{lab.hidden_checks} check{'s' if lab.hidden_checks != 1 else ''}"
-    return Line("info", "hidden", f"the grader adds {checks} of its own ({lab.hidden_points:g} of the "
-                                  f"{lab.points:g} automatic points): hidden, and not shown here")
+    return Line(
+        "info",
+        "hidden",
+        f"the grader adds {checks} of its own ({lab.hidden_points:g} of the "
+        f"{lab.points:g} automatic points): hidden, and not shown here",
+    )
 
 
 def _cell(i) -> str:
@@ -471,6 +579,7 @@ def _names(names: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Checking notebooks
 
+
 def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> bool:
     """Check one notebook; print its report and next steps; True when every public check passes."""
     import nbformat
@@ -479,8 +588,10 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
     try:
         nb = nbformat.read(str(path), as_version=4)
     except (OSError, ValueError) as e:  # nbformat raises several ValueError kinds for a broken file
-        log(f"  FAIL  file        not a notebook JupyterLab can open ({type(e).__name__}: {e}): the grader cannot "
-            f"run it either; save it again from JupyterLab")
+        log(
+            f"  FAIL  file        not a notebook JupyterLab can open ({type(e).__name__}: {e}): the grader cannot "
+            f"run it either; save it again from JupyterLab"
+        )
         return False
     result = run(lab, path, out / lab.key)
     lines = report(lab, path, nb, result)
@@ -488,8 +599,10 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
     ok = not any(ln.status == "FAIL" for ln in lines)
     todo = next_steps(lines, result)
     if ok and not todo:
-        log(f"\n  Ready to submit: upload {lab.notebook} to the lab's assignment. The grader runs it again and adds "
-            f"its hidden checks; TAs score the answers.\n  The run's outputs: {result.executed}")
+        log(
+            f"\n  Ready to submit: upload {lab.notebook} to the lab's assignment. The grader runs it again and adds "
+            f"its hidden checks; TAs score the answers.\n  The run's outputs: {result.executed}"
+        )
     else:
         steps = todo + [f"in JupyterLab, Kernel > Restart Kernel and Run All Cells, save, then `{command}` again"]
         log(f"\n  {'Ready, with warnings' if ok else 'Not ready to submit'}. Next:")
@@ -502,13 +615,19 @@ def next_steps(lines: list[Line], result: Run) -> list[str]:
     """What to do, exercises first; a run stopped by an exercise not yet written adds no step of its own."""
     unwritten = any(ln.what == "exercises" and ln.status == "FAIL" for ln in lines)
     first = [t for ln in lines if ln.what in ("file", "exercises", "self-checks") for t in ln.todo]
-    rest = [t for ln in lines if ln.what not in ("file", "exercises", "self-checks") for t in ln.todo
-            if not (ln.what == "run" and unwritten and result.error.startswith("NotImplementedError"))]
+    rest = [
+        t
+        for ln in lines
+        if ln.what not in ("file", "exercises", "self-checks")
+        for t in ln.todo
+        if not (ln.what == "run" and unwritten and result.error.startswith("NotImplementedError"))
+    ]
     return first + rest
 
 
-def check_all(files=(), labs=None, rubric="notebooks/rubric.toml", notebooks="notebooks", out="out/check",
-              log=print, again=None) -> bool:
+def check_all(
+    files=(), labs=None, rubric="notebooks/rubric.toml", notebooks="notebooks", out="out/check", log=print, again=None
+) -> bool:
     """Check ``files`` (any notebooks) or, without them, the notebooks of ``labs`` (names; default every
     lab) in ``notebooks``; True when every public check of every one passes. ``again``: the command
     the next steps end with (default: ``make check`` for that lab)."""
@@ -559,7 +678,7 @@ def check(notebook=None, lab=None, rubric=None, out=None) -> bool | None:
         raise ValueError("labkit.check(): which notebook? labkit.check('01_single_node_lr.ipynb')")
     path = Path(session)
     if not path.is_absolute():
-        path = Path.cwd() / (path if notebook else path.name)   # JupyterLab's kernel runs in the notebook's folder
+        path = Path.cwd() / (path if notebook else path.name)  # JupyterLab's kernel runs in the notebook's folder
     rubric = Path(rubric) if rubric else path.parent / "rubric.toml"
     out = Path(out) if out else path.resolve().parent.parent / "out" / "check"
     print(f"checking {path.name} as last saved: save it first (Ctrl-S) for your latest changes to count")

@@ -12,6 +12,7 @@ grader, the release and ``make check`` share (``cell_tags``, ``named_cells``, ``
 ``cell_name``: the number a student sees) live here too, with the notebook's records. Imports
 nothing from labkit.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ import re
 from pathlib import Path
 
 MIME = "application/vnd.labkit.record+json"
-MIN_FIGURE_PIXELS = 100      # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
+MIN_FIGURE_PIXELS = 100  # a figure is at least this wide and tall (matplotlib's default is 640 x 480)
 
 
 def to_jsonable(value):
@@ -48,8 +49,10 @@ def to_jsonable(value):
         return str(value)
     if value is None or isinstance(value, (str, int, bool)):
         return value
-    raise TypeError(f"record(): {type(value).__name__} is not JSON-able; pass numbers, strings, lists, "
-                    f"dicts, numpy values or a pandas frame")
+    raise TypeError(
+        f"record(): {type(value).__name__} is not JSON-able; pass numbers, strings, lists, "
+        f"dicts, numpy values or a pandas frame"
+    )
 
 
 def record(name: str, value):
@@ -58,8 +61,10 @@ def record(name: str, value):
         raise ValueError("record(): name must be a non-empty string")
     data = to_jsonable(value)
     text = json.dumps(data)
-    bundle = {MIME: {"name": name, "value": data},
-              "text/plain": f"[labkit record] {name} = {text if len(text) < 200 else text[:197] + '...'}"}
+    bundle = {
+        MIME: {"name": name, "value": data},
+        "text/plain": f"[labkit record] {name} = {text if len(text) < 200 else text[:197] + '...'}",
+    }
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -93,6 +98,7 @@ def _notebook(notebook):
 
 # ---------------------------------------------------------------------------------------------
 # Cells
+
 
 def cell_name(index: int) -> str:
     """A cell as the student finds it: JupyterLab's "Cell 5/42" counts from 1 (``index`` from 0)."""
@@ -165,6 +171,7 @@ def pre_baked(nb) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # Lookups into records
+
 
 class Missing(LookupError):
     """A record (or a key inside one) is absent."""

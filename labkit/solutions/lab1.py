@@ -1,5 +1,6 @@
 """Lab 1's exercises: one plain SGD step of softmax regression in TF Core, and the audit's model of
 the best of n small-batch accuracy readings."""
+
 from __future__ import annotations
 
 
@@ -25,5 +26,5 @@ def chance_best_reading(q: float, n: int, batch_size: int = 50, level: float = 0
     import math
 
     need = math.ceil(round(level * batch_size, 9))  # images right, out of batch_size
-    p = sum(math.comb(batch_size, k) * q ** k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
+    p = sum(math.comb(batch_size, k) * q**k * (1 - q) ** (batch_size - k) for k in range(need, batch_size + 1))
     return 1 - (1 - p) ** n

@@ -1,4 +1,5 @@
 """Lab 2's exercise: the synchronous round of SGD on a parameter server, built from the ps's queues."""
+
 from __future__ import annotations
 
 
@@ -11,8 +12,9 @@ def sync_round(tf, grads_and_vars, global_step, learning_rate: float, num_worker
     A worker's gradients are tagged with the global step it computed them at; the accumulators
     drop gradients of rounds already taken (stale), and no worker can start a round before the
     previous one was applied, so none is."""
-    pushes = [acc.apply_grad(grad, local_step=global_step)
-              for acc, (grad, _) in zip(shared.accumulators, grads_and_vars)]
+    pushes = [
+        acc.apply_grad(grad, local_step=global_step) for acc, (grad, _) in zip(shared.accumulators, grads_and_vars)
+    ]
     with tf.control_dependencies(pushes):
         worker_op = shared.tokens[shared.worker].dequeue()
     means = [acc.take_grad(num_workers) for acc in shared.accumulators]

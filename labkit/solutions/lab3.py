@@ -1,5 +1,6 @@
 """Lab 3's exercise: the sparse logistic-regression gradient, O(nnz) whatever the number of features,
 and its steps (the batch's unique features, their rows of w, the logits from those rows), kept here with it so that the student kit ships none of them."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -35,7 +36,7 @@ def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Te
     z = logits_from_rows(w_u, x, local)
     y01 = tf.cast(labels01(y, labels), w_u.dtype)
     b = x.dense_shape[0]
-    err = tf.sigmoid(z) - y01                                   # dloss_i/dz_i, times B
+    err = tf.sigmoid(z) - y01  # dloss_i/dz_i, times B
     contrib = tf.cast(x.values, w_u.dtype) * tf.gather(err, x.indices[:, 0])
     g_u = tf.math.unsorted_segment_sum(contrib, local, tf.size(uniq, out_type=tf.int64)) / tf.cast(b, w_u.dtype)
     return _mean_logloss(z, y01), tf.IndexedSlices(g_u, uniq, static_shape(w))

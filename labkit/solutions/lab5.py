@@ -2,6 +2,7 @@
 step (``step_bytes``), and the cost model's communication terms, (messages, bytes) on one step's
 critical path (``comm_terms``). The student kit leaves both out: it measures what the first
 predicts, and asks the student for the second."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class StepBytes:
     counter sees on one side on 127.0.0.1; on a cluster compare a node's NIC with its
     task's ``sent``/``recv``. For asynchronous PS, one worker step is ``workers=1``.
     """
+
     arch: str
     workers: int
     model_bytes: float
@@ -50,14 +52,16 @@ class StepBytes:
 
     def per_task(self) -> pd.DataFrame:
         """One row per task: task name, bytes sent, bytes received."""
-        rows = [{"task": f"worker:{i}", "sent": self.worker_sent, "recv": self.worker_recv}
-                for i in range(self.workers)]
+        rows = [
+            {"task": f"worker:{i}", "sent": self.worker_sent, "recv": self.worker_recv} for i in range(self.workers)
+        ]
         rows += [{"task": f"ps:{i}", "sent": s, "recv": r} for i, (s, r) in enumerate(zip(self.ps_sent, self.ps_recv))]
         return pd.DataFrame(rows)
 
 
-def step_bytes(arch: str, model_bytes: float, workers: int, n_ps: int = 1,
-               shards: Sequence[float] | None = None) -> StepBytes:
+def step_bytes(
+    arch: str, model_bytes: float, workers: int, n_ps: int = 1, shards: Sequence[float] | None = None
+) -> StepBytes:
     """Bytes per synchronous step for ``arch`` ('ps' or 'ring'), per task.
 
     PS: every worker pulls M of weights and pushes M of gradients; ps task j, holding shard

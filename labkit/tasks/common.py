@@ -28,8 +28,20 @@ Each concern has a module of its own:
 Resource samples of the process and its host (``labkit.measure.monitor``) run while the block does, so
 the same code gives per-node CPU, memory and network on a real cluster.
 """
-from labkit.wire.protocol import (ENV_INTER_OP, ENV_INTRA_OP, ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE,
-                             EXIT_TERMINATED, RESULT_FORMAT, PortInUse, task_file, versions)
+
+from labkit.wire.protocol import (
+    ENV_INTER_OP,
+    ENV_INTRA_OP,
+    ENV_RUN_DIR,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PORT_IN_USE,
+    EXIT_TERMINATED,
+    RESULT_FORMAT,
+    PortInUse,
+    task_file,
+    versions,
+)
 from labkit.tasks.configs import Configuration, add_configs_option, configurations, mnist_for
 from labkit.tasks.files import write_json
 from labkit.tasks.ps_shutdown import TRAINER_JOBS, DoneSignal, shared_queue
@@ -37,7 +49,28 @@ from labkit.tasks.runtime import TaskRuntime
 from labkit.tasks.tf1 import define_function, run_graph_task
 from labkit.tasks.threads import thread_limits
 
-__all__ = ["ENV_INTER_OP", "ENV_INTRA_OP", "ENV_RUN_DIR", "EXIT_ERROR", "EXIT_OK", "EXIT_PORT_IN_USE", "EXIT_TERMINATED",
-           "RESULT_FORMAT", "PortInUse", "task_file", "versions", "Configuration", "add_configs_option",
-           "configurations", "mnist_for", "write_json", "TRAINER_JOBS", "DoneSignal", "shared_queue", "TaskRuntime",
-           "define_function", "run_graph_task", "thread_limits"]
+__all__ = [
+    "ENV_INTER_OP",
+    "ENV_INTRA_OP",
+    "ENV_RUN_DIR",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_PORT_IN_USE",
+    "EXIT_TERMINATED",
+    "RESULT_FORMAT",
+    "PortInUse",
+    "task_file",
+    "versions",
+    "Configuration",
+    "add_configs_option",
+    "configurations",
+    "mnist_for",
+    "write_json",
+    "TRAINER_JOBS",
+    "DoneSignal",
+    "shared_queue",
+    "TaskRuntime",
+    "define_function",
+    "run_graph_task",
+    "thread_limits",
+]

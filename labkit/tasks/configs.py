@@ -11,6 +11,7 @@ process's baseline then, ``results.configuration_part``), so a task killed later
 configurations it finished. The program makes everything else fresh per configuration (graphs,
 variables, datasets, checkpoints); what a process cannot make twice is said where it is made.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 class Configuration:
     """One configuration a task runs: its place in the list, its name (None: the task's only one,
     whose results are the process's own) and the program's arguments with its own on top."""
+
     index: int
     count: int
     name: str | None
@@ -43,14 +45,19 @@ class Configuration:
 
 def add_configs_option(parser: argparse.ArgumentParser, varying: tuple[str, ...]) -> None:
     """``--configs JSON``: the configurations to run one after the other in this process."""
-    parser.add_argument("--configs", default=None, metavar="JSON",
-                        help="several configurations, one after the other in this process (TensorFlow starts "
-                             "once): a JSON list of objects, each with 'name' (its result files are "
-                             "NAME.<task>.json in the run directory) and any of: " + ", ".join(varying))
+    parser.add_argument(
+        "--configs",
+        default=None,
+        metavar="JSON",
+        help="several configurations, one after the other in this process (TensorFlow starts "
+        "once): a JSON list of objects, each with 'name' (its result files are "
+        "NAME.<task>.json in the run directory) and any of: " + ", ".join(varying),
+    )
 
 
-def configurations(parser: argparse.ArgumentParser, args: argparse.Namespace, varying: tuple[str, ...],
-                   check=None) -> list[Configuration]:
+def configurations(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, varying: tuple[str, ...], check=None
+) -> list[Configuration]:
     """The configurations of ``--configs`` (see ``add_configs_option``), each checked with
     ``check(parser, args)`` as the command line is; without it, one: the command line's."""
     if args.configs is None:
@@ -65,15 +72,18 @@ def configurations(parser: argparse.ArgumentParser, args: argparse.Namespace, va
     for index, item in enumerate(items):
         name = item.get("name")
         if not isinstance(name, str) or not _NAME.match(name) or name in names:
-            parser.error(f"configuration {index + 1} of --configs needs a 'name' of its own, one path component of "
-                         f"letters, digits, '_', '-' or '.'; got {name!r}")
+            parser.error(
+                f"configuration {index + 1} of --configs needs a 'name' of its own, one path component of "
+                f"letters, digits, '_', '-' or '.'; got {name!r}"
+            )
         names.add(name)
         unknown = sorted(set(item) - {"name"} - set(varying))
         if unknown:
-            parser.error(f"configuration {name!r} sets {unknown}, which must be the same for every configuration "
-                         f"of a cluster; a configuration may set: {', '.join(varying)}")
-        merged = argparse.Namespace(**{**vars(args), **{k: v for k, v in item.items() if k != "name"},
-                                       "configs": None})
+            parser.error(
+                f"configuration {name!r} sets {unknown}, which must be the same for every configuration "
+                f"of a cluster; a configuration may set: {', '.join(varying)}"
+            )
+        merged = argparse.Namespace(**{**vars(args), **{k: v for k, v in item.items() if k != "name"}, "configs": None})
         if check is not None:
             check(parser, merged)
         out.append(Configuration(index, len(items), name, merged))
@@ -100,9 +110,15 @@ def scope(rt, config: Configuration):
         yield rt
         return
     base = rt.process_result
-    rt.result = {**{k: base[k] for k in IDENTITY_KEYS},
-                 "args": {k: v for k, v in vars(config.args).items() if k != "configs"},
-                 "configuration": config.describe(), "metrics": {}, "steps": {}, "timings": {}, "series": {}}
+    rt.result = {
+        **{k: base[k] for k in IDENTITY_KEYS},
+        "args": {k: v for k, v in vars(config.args).items() if k != "configs"},
+        "configuration": config.describe(),
+        "metrics": {},
+        "steps": {},
+        "timings": {},
+        "series": {},
+    }
     rt.bind(rt.result)
     rt.config = config
     started = rt.result["configuration_started_epoch"] = time.time()
@@ -122,8 +138,9 @@ def scope(rt, config: Configuration):
         rt.emit(events.ConfigDone(index=config.index, count=config.count, name=config.name, status=status))
         rt.config = None
         rt.bind(base)
-        base.setdefault("configurations", []).append({"name": config.name, "status": status,
-                                                      "started_epoch": started, "ended_epoch": time.time()})
+        base.setdefault("configurations", []).append(
+            {"name": config.name, "status": status, "started_epoch": started, "ended_epoch": time.time()}
+        )
     rt.log(f"configuration {config.index + 1}/{config.count} {config.name}: done")
 
 

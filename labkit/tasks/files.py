@@ -12,6 +12,7 @@
 
 Every file is written whole (a temporary file, then a rename): a reader never sees half of one.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,19 @@ from labkit.wire.protocol import ENV_FORKSERVER, RESULT_FORMAT, versions
 
 HELLO_KEYS = ("task", "host", "pid", "versions", "program", "started_epoch", "forkserver")
 # What a configuration's result file keeps of the process's (labkit.tasks.configs).
-IDENTITY_KEYS = ("format", "program", "task", "type", "index", "address", "host", "pid", "versions", "threads",
-                 "started_epoch")
+IDENTITY_KEYS = (
+    "format",
+    "program",
+    "task",
+    "type",
+    "index",
+    "address",
+    "host",
+    "pid",
+    "versions",
+    "threads",
+    "started_epoch",
+)
 
 
 def write_json(path: Path, data: dict, indent: int | None = None) -> None:
@@ -42,10 +54,22 @@ def new_result(program: str, task, args: dict, threads: tuple[int, int], started
     """A task process's result as it starts: who it is, its arguments and threads, and empty
     ``metrics``, ``steps``, ``timings`` and ``series`` for the program to fill."""
     result = {
-        "format": RESULT_FORMAT, "program": program, "task": task.name, "type": task.type, "index": task.index,
-        "address": task.address, "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(),
-        "args": dict(args), "threads": {"intra_op": threads[0], "inter_op": threads[1]},
-        "started_epoch": started_epoch, "metrics": {}, "steps": {}, "timings": {}, "series": {},
+        "format": RESULT_FORMAT,
+        "program": program,
+        "task": task.name,
+        "type": task.type,
+        "index": task.index,
+        "address": task.address,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "versions": versions(),
+        "args": dict(args),
+        "threads": {"intra_op": threads[0], "inter_op": threads[1]},
+        "started_epoch": started_epoch,
+        "metrics": {},
+        "steps": {},
+        "timings": {},
+        "series": {},
     }
     if os.environ.get(ENV_FORKSERVER):  # forked from labkit.distributed.launchers.forkserver, TensorFlow imported there
         result["forkserver"] = json.loads(os.environ[ENV_FORKSERVER])

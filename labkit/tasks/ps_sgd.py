@@ -69,6 +69,7 @@ every ``--eval-every`` global steps, ``t`` in seconds since training started); m
 the final W and b); ``timings.session_ready_s`` (seconds after the process started that the
 trainer's session was ready: TensorFlow's start-up and any wait for the chief's initialization).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,21 +81,57 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.wire import events
-from labkit.tasks.common import (DoneSignal, TaskRuntime, add_configs_option, configurations, define_function,
-                                 mnist_for, run_graph_task, shared_queue)
+from labkit.tasks.common import (
+    DoneSignal,
+    TaskRuntime,
+    add_configs_option,
+    configurations,
+    define_function,
+    mnist_for,
+    run_graph_task,
+    shared_queue,
+)
 
 MODES = ("async", "sync")
 NUM_CLASSES, NUM_FEATURES = 10, 784
 MNIST_TRAIN = 60000
 # What a configuration may set; the rest (the sync round's source, the NIC, sampling) is the cluster's.
-VARYING = ("mode", "batch_size", "steps", "epochs", "target_loss", "local_steps", "learning_rate", "train_limit",
-           "test_limit", "eval_every", "log_every", "seed", "barrier")
+VARYING = (
+    "mode",
+    "batch_size",
+    "steps",
+    "epochs",
+    "target_loss",
+    "local_steps",
+    "learning_rate",
+    "train_limit",
+    "test_limit",
+    "eval_every",
+    "log_every",
+    "seed",
+    "barrier",
+)
 NO_STOP = 2**62  # the stop step of a run that stops by --local-steps: never reached
 # Stateful containers a sync round must not create: its state is the kit's SyncQueues.
-CONTAINER_OPS = frozenset({"ConditionalAccumulator", "SparseConditionalAccumulator", "ResourceConditionalAccumulator",
-                           "FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
-                           "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2", "Barrier", "Stage",
-                           "MapStage", "OrderedMapStage"})
+CONTAINER_OPS = frozenset(
+    {
+        "ConditionalAccumulator",
+        "SparseConditionalAccumulator",
+        "ResourceConditionalAccumulator",
+        "FIFOQueue",
+        "FIFOQueueV2",
+        "PaddingFIFOQueue",
+        "PaddingFIFOQueueV2",
+        "RandomShuffleQueue",
+        "RandomShuffleQueueV2",
+        "PriorityQueue",
+        "PriorityQueueV2",
+        "Barrier",
+        "Stage",
+        "MapStage",
+        "OrderedMapStage",
+    }
+)
 ROUND_SIGNATURE = "(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)"
 
 
@@ -102,33 +139,74 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m labkit.tasks.ps_sgd", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=MODES, default="async")
     p.add_argument("--steps", type=int, default=300, help="stop when the global step reaches this")
-    p.add_argument("--epochs", type=float, default=None, help="stop after this many passes over the training set "
-                                                              "instead (sets --steps)")
-    p.add_argument("--target-loss", type=float, default=None, help="stop once the chief's test loss is at or below "
-                                                                   "this (checked every --eval-every global steps)")
-    p.add_argument("--local-steps", type=int, default=None, help="each trainer stops after this many steps of its own "
-                                                                "(instead of a global stop step)")
+    p.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="stop after this many passes over the training set instead (sets --steps)",
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help="stop once the chief's test loss is at or below this (checked every --eval-every global steps)",
+    )
+    p.add_argument(
+        "--local-steps",
+        type=int,
+        default=None,
+        help="each trainer stops after this many steps of its own (instead of a global stop step)",
+    )
     p.add_argument("--batch-size", type=int, default=50, help="examples per trainer step")
     p.add_argument("--learning-rate", type=float, default=0.5)
     p.add_argument("--train-limit", type=int, default=10000, help="MNIST training examples (stratified subset)")
     p.add_argument("--test-limit", type=int, default=2000, help="MNIST test examples the chief evaluates on")
-    p.add_argument("--eval-every", type=int, default=100, help="chief: test loss/accuracy every N global steps "
-                                                              "(0: at the end only)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=100,
+        help="chief: test loss/accuracy every N global steps (0: at the end only)",
+    )
     p.add_argument("--log-every", type=int, default=25, help="record the training loss every N local steps")
-    p.add_argument("--barrier", action=argparse.BooleanOptionalAction, default=True,
-                   help="trainers wait for each other before the first step")
-    p.add_argument("--stop-grace", type=float, default=0.25, help="seconds the chief's session close waits for its "
-                                                                 "threads (TensorFlow's default: 120)")
-    p.add_argument("--round-source", default=None, help="Python source defining sync_round" + ROUND_SIGNATURE +
-                                                        ", the synchronous round, used instead of the kit's")
-    p.add_argument("--recovery-wait-secs", type=float, default=0.2,
-                   help="seconds a non-chief trainer sleeps when it finds the variables uninitialized, before it "
-                        "looks again (TensorFlow's MonitoredTrainingSession: 30)")
-    p.add_argument("--chief-delay-secs", type=float, default=0.0,
-                   help="the chief opens its session this many seconds late, as a chief that comes up last does")
+    p.add_argument(
+        "--barrier",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="trainers wait for each other before the first step",
+    )
+    p.add_argument(
+        "--stop-grace",
+        type=float,
+        default=0.25,
+        help="seconds the chief's session close waits for its threads (TensorFlow's default: 120)",
+    )
+    p.add_argument(
+        "--round-source",
+        default=None,
+        help="Python source defining sync_round"
+        + ROUND_SIGNATURE
+        + ", the synchronous round, used instead of the kit's",
+    )
+    p.add_argument(
+        "--recovery-wait-secs",
+        type=float,
+        default=0.2,
+        help="seconds a non-chief trainer sleeps when it finds the variables uninitialized, before it "
+        "looks again (TensorFlow's MonitoredTrainingSession: 30)",
+    )
+    p.add_argument(
+        "--chief-delay-secs",
+        type=float,
+        default=0.0,
+        help="the chief opens its session this many seconds late, as a chief that comes up last does",
+    )
     p.add_argument("--save-weights", action="store_true", help="the chief's result holds the final weights")
-    p.add_argument("--nic", default="auto", help="interface whose bytes are counted while training (besides lo): "
-                                                 "auto (the one holding the task's address), a name, or none")
+    p.add_argument(
+        "--nic",
+        default="auto",
+        help="interface whose bytes are counted while training (besides lo): "
+        "auto (the one holding the task's address), a name, or none",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
     add_configs_option(p, VARYING)
@@ -179,11 +257,11 @@ class Model:
     accuracy: object
     train_op: object
     global_step: object
-    chief_op: object        # sync: what the chief's round runner runs again and again; async: None
-    weights: tuple          # (W, b)
-    stop_step: object       # variable on the ps: trainers stop once the global step reaches it
-    after_step: object      # (global step, stop step) read after the train op
-    stop_at: object         # placeholder: lower the stop step to this (never raises it)
+    chief_op: object  # sync: what the chief's round runner runs again and again; async: None
+    weights: tuple  # (W, b)
+    stop_step: object  # variable on the ps: trainers stop once the global step reaches it
+    after_step: object  # (global step, stop step) read after the train op
+    stop_at: object  # placeholder: lower the stop step to this (never raises it)
     lower_stop: object
 
 
@@ -219,6 +297,7 @@ class SyncQueues:
     - ``worker``: the rank of the worker building the graph (0 is the chief).
 
     Every task builds the same names, so they are shared."""
+
     accumulators: list
     tokens: list
     worker: int
@@ -228,12 +307,22 @@ class SyncQueues:
         accumulators = []
         for v in variables:
             with tf.compat.v1.device(v.device):
-                accumulators.append(tf.compat.v1.ConditionalAccumulator(
-                    v.dtype.base_dtype, shape=v.shape, reduction_type="MEAN",
-                    shared_name=f"labkit_round_{v.op.name}", name=f"labkit_round_{v.op.name}"))
+                accumulators.append(
+                    tf.compat.v1.ConditionalAccumulator(
+                        v.dtype.base_dtype,
+                        shape=v.shape,
+                        reduction_type="MEAN",
+                        shared_name=f"labkit_round_{v.op.name}",
+                        name=f"labkit_round_{v.op.name}",
+                    )
+                )
         with tf.compat.v1.device(global_step.device):
-            tokens = [tf.compat.v1.FIFOQueue(-1, tf.int64, shapes=[[]], shared_name=f"labkit_round_tokens_{w}",
-                                             name=f"labkit_round_tokens_{w}") for w in range(workers)]
+            tokens = [
+                tf.compat.v1.FIFOQueue(
+                    -1, tf.int64, shapes=[[]], shared_name=f"labkit_round_tokens_{w}", name=f"labkit_round_tokens_{w}"
+                )
+                for w in range(workers)
+            ]
         return cls(accumulators, tokens, worker)
 
 
@@ -262,13 +351,17 @@ def check_round(tf, built, new_ops) -> tuple:
         try:  # what a session can fetch: an op, a tensor, or what stands for one (an assignment's result)
             ops.append(graph.as_graph_element(op, allow_tensor=True, allow_operation=True))
         except (TypeError, ValueError) as e:
-            raise ValueError(f"sync_round's {name} must be an op or tensor of the graph it was called in, got "
-                             f"{type(op).__name__} ({e})") from None
+            raise ValueError(
+                f"sync_round's {name} must be an op or tensor of the graph it was called in, got "
+                f"{type(op).__name__} ({e})"
+            ) from None
     own = [op for op in new_ops if op.type in CONTAINER_OPS]
     if own:
-        raise ValueError(f"sync_round created {len(own)} queue(s) or accumulator(s) of its own ({own[0].type} "
-                         f"{own[0].name!r}): build the round from shared.accumulators and shared.tokens "
-                         f"(SyncReplicasOptimizer builds its own; it is the part this exercise asks you to write)")
+        raise ValueError(
+            f"sync_round created {len(own)} queue(s) or accumulator(s) of its own ({own[0].type} "
+            f"{own[0].name!r}): build the round from shared.accumulators and shared.tokens "
+            f"(SyncReplicasOptimizer builds its own; it is the part this exercise asks you to write)"
+        )
     return tuple(ops)
 
 
@@ -279,8 +372,9 @@ def round_runner_hook(tf, chief_op, is_chief: bool):
     close cancels the round it waits in (the last round's tokens are out, no gradient will come),
     which ends it quietly too."""
     dummy = tf.compat.v1.FIFOQueue(1, tf.int32, shapes=[[]], name="labkit_round_runner")
-    runner = tf.compat.v1.train.QueueRunner(dummy, [chief_op], queue_closed_exception_types=(
-        tf.errors.OutOfRangeError, tf.errors.CancelledError))
+    runner = tf.compat.v1.train.QueueRunner(
+        dummy, [chief_op], queue_closed_exception_types=(tf.errors.OutOfRangeError, tf.errors.CancelledError)
+    )
 
     class RoundRunner(tf.compat.v1.train.SessionRunHook):
         def after_create_session(self, session, coord):
@@ -300,8 +394,12 @@ def build_model(tf, rt: TaskRuntime, args) -> Model:
     setter = tf.compat.v1.train.replica_device_setter(worker_device=worker_device, cluster=rt.spec.as_dict())
     with tf.compat.v1.device(setter):
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        stop_step = tf.compat.v1.get_variable("stop_step", dtype=tf.int64, trainable=False,
-                                              initializer=tf.constant(last_step(args, rt.num_trainers), tf.int64))
+        stop_step = tf.compat.v1.get_variable(
+            "stop_step",
+            dtype=tf.int64,
+            trainable=False,
+            initializer=tf.constant(last_step(args, rt.num_trainers), tf.int64),
+        )
         x = tf.compat.v1.placeholder(tf.float32, [None, NUM_FEATURES], name="x")
         y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
         W0, b0 = init_weights(args.seed)
@@ -315,14 +413,23 @@ def build_model(tf, rt: TaskRuntime, args) -> Model:
             sgd = tf.compat.v1.train.GradientDescentOptimizer(args.learning_rate)
             train_op = sgd.minimize(loss, global_step=global_step)
         else:
-            train_op, chief_op = build_round(tf, load_round(args.round_source), loss, [w, b], global_step,
-                                             args.learning_rate, rt.num_trainers, rt.trainer_rank)
+            train_op, chief_op = build_round(
+                tf,
+                load_round(args.round_source),
+                loss,
+                [w, b],
+                global_step,
+                args.learning_rate,
+                rt.num_trainers,
+                rt.trainer_rank,
+            )
         with tf.control_dependencies([train_op]):
             after_step = (tf.identity(global_step.read_value()), tf.identity(stop_step.read_value()))
         stop_at = tf.compat.v1.placeholder(tf.int64, [], name="stop_at")
         lower_stop = stop_step.assign(tf.minimum(stop_step, stop_at))
-    return Model(x, y, loss, accuracy, train_op, global_step, chief_op, (w, b), stop_step, after_step, stop_at,
-                 lower_stop)
+    return Model(
+        x, y, loss, accuracy, train_op, global_step, chief_op, (w, b), stop_step, after_step, stop_at, lower_stop
+    )
 
 
 def hooks(tf, rt: TaskRuntime, model: Model) -> list:
@@ -350,8 +457,10 @@ class StartBarrier:
         run(self.arrive)
         while (arrived := run(self.size)) < self.trainers:
             if time.monotonic() - t > timeout:
-                raise TimeoutError(f"waited {timeout:.0f} s at the start barrier for {self.trainers} trainers; "
-                                   f"{arrived} arrived (see the other tasks' logs)")
+                raise TimeoutError(
+                    f"waited {timeout:.0f} s at the start barrier for {self.trainers} trainers; "
+                    f"{arrived} arrived (see the other tasks' logs)"
+                )
             time.sleep(poll)
         return time.monotonic() - t
 
@@ -362,7 +471,7 @@ def batches(x: np.ndarray, y: np.ndarray, batch_size: int, seed: int):
     while True:
         order = rng.permutation(len(x))
         for i in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[i:i + batch_size]
+            idx = order[i : i + batch_size]
             yield x[idx], y[idx]
 
 
@@ -380,8 +489,9 @@ def run_ps(rt: TaskRuntime, tf, server, args) -> None:
         with rt.configuration(config), fresh_graph(tf, config):
             model = build_model(tf, rt, config.args)
             done = DoneSignal(tf, rt.spec)
-            final_step = rt.serve_until_done(server, done, model.global_step if rt.task.index == 0 else None,
-                                             last=config.index == config.count - 1)
+            final_step = rt.serve_until_done(
+                server, done, model.global_step if rt.task.index == 0 else None, last=config.index == config.count - 1
+            )
             if final_step is not None:
                 rt.steps["global_final"] = int(final_step)
 
@@ -401,8 +511,10 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     x_train = data.x_train.reshape(-1, NUM_FEATURES)[rank::n]
     y_train = data.y_train[rank::n]
     if len(x_train) < args.batch_size:
-        raise ValueError(f"this trainer's shard has {len(x_train)} examples, fewer than --batch-size "
-                         f"{args.batch_size}; raise --train-limit or lower --batch-size")
+        raise ValueError(
+            f"this trainer's shard has {len(x_train)} examples, fewer than --batch-size "
+            f"{args.batch_size}; raise --train-limit or lower --batch-size"
+        )
     model = build_model(tf, rt, args)
     done = DoneSignal(tf, rt.spec)
     barrier = StartBarrier(tf, n)
@@ -410,8 +522,11 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     if rt.is_chief:
         test_feed = {model.x: data.x_test.reshape(-1, NUM_FEATURES), model.y: data.y_test}
     mode = args.mode
-    until = (f"{args.local_steps} steps of its own" if args.local_steps else f"global step {last_step(args, n)}"
-             + (f" or test loss <= {args.target_loss}" if args.target_loss else ""))
+    until = (
+        f"{args.local_steps} steps of its own"
+        if args.local_steps
+        else f"global step {last_step(args, n)}" + (f" or test loss <= {args.target_loss}" if args.target_loss else "")
+    )
     rt.log(f"trainer {rank}/{n}: {len(x_train)} examples, batch {args.batch_size}, mode {mode}, stop at {until}")
 
     train_rows, eval_rows = rt.series.setdefault("train", []), rt.series.setdefault("eval", [])
@@ -424,8 +539,9 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
     if rt.is_chief and args.chief_delay_secs > 0:
         rt.log(f"opening the session {args.chief_delay_secs:g} s late (--chief-delay-secs)")
         time.sleep(args.chief_delay_secs)
-    with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks(tf, rt, model),
-                                             stop_grace_period_secs=args.stop_grace) as sess:
+    with tf.compat.v1.train.MonitoredSession(
+        session_creator=creator, hooks=hooks(tf, rt, model), stop_grace_period_secs=args.stop_grace
+    ) as sess:
         rt.timings["session_ready_s"] = rt.since_start()
 
         def raw(fetches, feed=None):  # without the hooks
@@ -436,8 +552,11 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
         global_start, stop_step = (int(v) for v in raw([model.global_step, model.stop_step]))
         step = global_start
         if global_start >= stop_step:  # the others stopped before this trainer got here (no barrier)
-            stop.update(reason="target" if stop_step < last_step(args, n) else "steps", at_global_step=stop_step,
-                        before_first_step=True)
+            stop.update(
+                reason="target" if stop_step < last_step(args, n) else "steps",
+                at_global_step=stop_step,
+                before_first_step=True,
+            )
         meter.start()
         rt.first_step()
         with rt.timed("train"):
@@ -447,31 +566,53 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
                 loss, (step, stop_step) = sess.run([model.loss, model.after_step], {model.x: xb, model.y: yb})
                 local += 1
                 if local % args.log_every == 0:
-                    train_rows.append({"t": time.monotonic() - t0, "local_step": local, "global_step": int(step),
-                                       "loss": float(loss)})
+                    train_rows.append(
+                        {"t": time.monotonic() - t0, "local_step": local, "global_step": int(step), "loss": float(loss)}
+                    )
                 if args.local_steps and local >= args.local_steps:
                     stop.update(reason="local_steps", at_global_step=int(step))
                     break
                 if step >= stop_step:
                     if stop["reason"] != "target":  # the chief lowered the stop step, or --steps was reached
-                        stop.update(reason="target" if stop_step < last_step(args, n) else "steps",
-                                    at_global_step=int(stop_step))
+                        stop.update(
+                            reason="target" if stop_step < last_step(args, n) else "steps",
+                            at_global_step=int(stop_step),
+                        )
                     break
                 if test_feed is not None and args.eval_every and step >= next_eval:
                     test_loss, test_acc = raw([model.loss, model.accuracy], test_feed)
-                    eval_rows.append({"t": time.monotonic() - t0, "global_step": int(step), "local_step": local,
-                                      "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
+                    eval_rows.append(
+                        {
+                            "t": time.monotonic() - t0,
+                            "global_step": int(step),
+                            "local_step": local,
+                            "test_loss": float(test_loss),
+                            "test_accuracy": float(test_acc),
+                        }
+                    )
                     next_eval = step + args.eval_every
                     rt.log(f"global step {step}: test loss {test_loss:.4f}, accuracy {test_acc:.4f}")
-                    rt.emit(events.Eval(run=None, global_step=int(step), metrics={
-                        "test_loss": float(test_loss), "test_accuracy": float(test_acc)}))
+                    rt.emit(
+                        events.Eval(
+                            run=None,
+                            global_step=int(step),
+                            metrics={"test_loss": float(test_loss), "test_accuracy": float(test_acc)},
+                        )
+                    )
                     if args.target_loss is not None and test_loss <= args.target_loss and stop["reason"] != "target":
                         # everyone stops after the next global step (sync trainers are already making it)
                         raw(model.lower_stop, {model.stop_at: step + 1})
-                        stop.update(reason="target", target_loss=args.target_loss, reached_at_global_step=int(step),
-                                    test_loss=float(test_loss), at_global_step=int(step) + 1)
-                        rt.log(f"test loss {test_loss:.4f} <= {args.target_loss} at global step {step}: "
-                               f"stopping at {step + 1}")
+                        stop.update(
+                            reason="target",
+                            target_loss=args.target_loss,
+                            reached_at_global_step=int(step),
+                            test_loss=float(test_loss),
+                            at_global_step=int(step) + 1,
+                        )
+                        rt.log(
+                            f"test loss {test_loss:.4f} <= {args.target_loss} at global step {step}: "
+                            f"stopping at {step + 1}"
+                        )
         reading = meter.stop()
     rt.steps["local"] = local
     rt.steps["global_start"] = global_start
@@ -488,18 +629,33 @@ def train(rt: TaskRuntime, tf, server, args, data) -> None:
         if test_feed is not None:
             test_loss, test_acc = plain.run([model.loss, model.accuracy], test_feed)
             rt.metrics.update(test_loss=float(test_loss), test_accuracy=float(test_acc))
-            eval_rows.append({"t": rt.timings["train_s"], "global_step": rt.steps["global_at_exit"],
-                              "local_step": local, "test_loss": float(test_loss), "test_accuracy": float(test_acc)})
+            eval_rows.append(
+                {
+                    "t": rt.timings["train_s"],
+                    "global_step": rt.steps["global_at_exit"],
+                    "local_step": local,
+                    "test_loss": float(test_loss),
+                    "test_accuracy": float(test_acc),
+                }
+            )
     rt.signal_done(server.target, done)
     rt.log(f"done: {local} local steps, global step {rt.steps['global_at_exit']}, stop {stop}, metrics {rt.metrics}")
-    rt.emit(events.Done(run=None, local_steps=local, global_steps=rt.steps["global_at_exit"],
-                        seconds=rt.timings["train_s"], metrics=dict(rt.metrics)))
+    rt.emit(
+        events.Done(
+            run=None,
+            local_steps=local,
+            global_steps=rt.steps["global_at_exit"],
+            seconds=rt.timings["train_s"],
+            metrics=dict(rt.metrics),
+        )
+    )
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    with TaskRuntime("ps_sgd", args={k: v for k, v in vars(args).items() if k != "plan"},
-                     sample_interval=args.sample_interval) as rt:
+    with TaskRuntime(
+        "ps_sgd", args={k: v for k, v in vars(args).items() if k != "plan"}, sample_interval=args.sample_interval
+    ) as rt:
         run_graph_task(rt, args, run_ps, run_trainer)
 
 

@@ -9,6 +9,7 @@
 The launcher gives a ps ``ps_grace`` seconds to leave by one of these once the trainers are done,
 then terminates it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,8 +42,13 @@ def shared_queue(tf, name: str, ps_index: int, capacity: int):
     """A FIFO queue of int32 living on ps ``ps_index`` and shared by name across tasks
     (the primitive behind ``DoneSignal``, and behind a sync-mode start barrier)."""
     with tf.compat.v1.device(f"/job:ps/task:{ps_index}"):
-        return tf.compat.v1.FIFOQueue(capacity, tf.int32, shapes=[[]], shared_name=f"labkit_{name}_ps{ps_index}",
-                                      name=f"labkit_{name}_ps{ps_index}")
+        return tf.compat.v1.FIFOQueue(
+            capacity,
+            tf.int32,
+            shapes=[[]],
+            shared_name=f"labkit_{name}_ps{ps_index}",
+            name=f"labkit_{name}_ps{ps_index}",
+        )
 
 
 def serve_until_done(rt, server, done: DoneSignal, fetches=None, linger: float = 5.0, last: bool = True):
@@ -99,8 +105,10 @@ def signal_done(rt, target: str, done: DoneSignal) -> None:
     except gone as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         rt.result["done_signal"] = f"ps already gone ({type(e).__name__})"
-        rt.log(f"the ps was gone when this task signalled done ({type(e).__name__}: {first[:160]}); "
-               f"training had finished, so this task ends normally")
+        rt.log(
+            f"the ps was gone when this task signalled done ({type(e).__name__}: {first[:160]}); "
+            f"training had finished, so this task ends normally"
+        )
 
 
 def exit_when_port_closes(rt, address: str, poll: float = 0.25) -> threading.Thread:

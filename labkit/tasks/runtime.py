@@ -8,6 +8,7 @@ thread limits (``threads``), the hello and result files (``files``), SIGTERM (``
 configurations (``configs``), TF1 sessions (``tf1``) and the ps shutdown (``ps_shutdown``).
 This module imports TensorFlow only inside ``TaskRuntime.tf()``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,16 @@ import psutil
 
 from labkit.wire import events
 from labkit.wire.spec import from_tf_config, port_is_free
-from labkit.wire.protocol import (ENV_RUN_DIR, EXIT_ERROR, EXIT_OK, EXIT_PORT_IN_USE, EXIT_TERMINATED, PortInUse, is_chief,
-                             task_file)
+from labkit.wire.protocol import (
+    ENV_RUN_DIR,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PORT_IN_USE,
+    EXIT_TERMINATED,
+    PortInUse,
+    is_chief,
+    task_file,
+)
 from labkit.tasks import configs, files, ps_shutdown, signals, threads, tf1
 
 
@@ -54,10 +63,11 @@ class TaskRuntime:
         self.intra_op, self.inter_op = threads.thread_limits(self.spec, self.task)
         threads.export(self.intra_op, self.inter_op)
         self.sample_interval = sample_interval
-        self.process_result = files.new_result(program, self.task, args or {}, (self.intra_op, self.inter_op),
-                                               self.started_epoch)
+        self.process_result = files.new_result(
+            program, self.task, args or {}, (self.intra_op, self.inter_op), self.started_epoch
+        )
         self.bind(self.process_result)
-        self.config: configs.Configuration | None = None   # the configuration running, if several
+        self.config: configs.Configuration | None = None  # the configuration running, if several
         self.sampler = None
         self._tf = None
         self._finishing = threading.Lock()
@@ -75,8 +85,12 @@ class TaskRuntime:
         """Make ``result`` (the process's, or a configuration's) the one ``metrics``, ``steps``,
         ``timings`` and ``series`` fill."""
         self.result = result
-        self.metrics, self.steps, self.timings, self.series = (result["metrics"], result["steps"], result["timings"],
-                                                               result["series"])
+        self.metrics, self.steps, self.timings, self.series = (
+            result["metrics"],
+            result["steps"],
+            result["timings"],
+            result["series"],
+        )
 
     # ------------------------------------------------------------------ who, where
     def path(self, suffix: str) -> Path:
@@ -114,8 +128,9 @@ class TaskRuntime:
     def emit(self, event: events.Event) -> None:
         """An event for programs (``labkit.wire.events``), stamped with this task, now and the
         configuration running."""
-        self._events.write(events.stamped(event, self.task.name, self.is_chief,
-                                          self.config.name if self.config else None))
+        self._events.write(
+            events.stamped(event, self.task.name, self.is_chief, self.config.name if self.config else None)
+        )
 
     def mark(self, label: str) -> None:
         """Mark this moment in the samples (inside a configuration, as ``"<name>: <label>"``) and
@@ -160,12 +175,18 @@ class TaskRuntime:
         names; a taken port raises ``PortInUse`` (exit code 98)."""
         tf = self.tf()
         try:
-            server = tf.distribute.Server(tf.train.ClusterSpec(self.spec.as_dict()), job_name=self.task.type,
-                                          task_index=self.task.index, config=self.session_config(), start=True)
+            server = tf.distribute.Server(
+                tf.train.ClusterSpec(self.spec.as_dict()),
+                job_name=self.task.type,
+                task_index=self.task.index,
+                config=self.session_config(),
+                start=True,
+            )
         except tf.errors.UnknownError as e:
             if "Could not start" in str(e):
-                raise PortInUse(self.task.name, self.task.address, ": TensorFlow's server could not listen on it") \
-                    from e
+                raise PortInUse(
+                    self.task.name, self.task.address, ": TensorFlow's server could not listen on it"
+                ) from e
             raise
         self.timings["server_up_s"] = self.since_start()
         self.mark("server up")
@@ -189,8 +210,9 @@ class TaskRuntime:
         return tf1.session_creator(self, server, scaffold, max_wait_secs, recovery_wait_secs)
 
     # ------------------------------------------------------------------ parameter-server shutdown
-    def serve_until_done(self, server, done: ps_shutdown.DoneSignal, fetches=None, linger: float = 5.0,
-                         last: bool = True):
+    def serve_until_done(
+        self, server, done: ps_shutdown.DoneSignal, fetches=None, linger: float = 5.0, last: bool = True
+    ):
         return ps_shutdown.serve_until_done(self, server, done, fetches, linger, last)
 
     def signal_done(self, target: str, done: ps_shutdown.DoneSignal) -> None:

@@ -6,6 +6,7 @@ sit in a TensorFlow call for ever (a ps serving), where a Python signal handler 
 run; Python's C-level handler, though, writes the signal number to the wakeup descriptor at
 once, whichever thread the kernel picked, and a watcher thread blocked on that pipe acts.
 """
+
 from __future__ import annotations
 
 import os

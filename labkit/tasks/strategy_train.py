@@ -44,6 +44,7 @@ what each configuration makes afresh:
 From the same seed a configuration trains to the same weights as in a fresh process: the
 initializers are seeded, and the batches are stateless permutations of (seed, epoch).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,39 +56,74 @@ from labkit.tasks.common import TaskRuntime, add_configs_option, configurations,
 
 STRATEGIES = ("mwms", "ps", "default")
 # What a configuration may set; the strategy, the NIC and the byte counters are the cluster's.
-VARYING = ("model", "batch_size", "epochs", "lr", "momentum", "train_limit", "test_limit", "steps_per_epoch", "seed",
-           "checkpoint_dir", "tensorboard_dir", "ps_sync")
+VARYING = (
+    "model",
+    "batch_size",
+    "epochs",
+    "lr",
+    "momentum",
+    "train_limit",
+    "test_limit",
+    "steps_per_epoch",
+    "seed",
+    "checkpoint_dir",
+    "tensorboard_dir",
+    "ps_sync",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m labkit.tasks.strategy_train", description=__doc__.splitlines()[0])
     p.add_argument("--strategy", choices=STRATEGIES, default="mwms")
-    p.add_argument("--model", default="lenet5", help="a labkit.learning.models name (lenet5, mlp, softmax_regression, "
-                                                     "cifar_cnn: on synthetic 32x32x3 images)")
+    p.add_argument(
+        "--model",
+        default="lenet5",
+        help="a labkit.learning.models name (lenet5, mlp, softmax_regression, cifar_cnn: on synthetic 32x32x3 images)",
+    )
     p.add_argument("--batch-size", type=int, default=50, help="examples per worker per step")
     p.add_argument("--epochs", type=int, default=3, help="epochs to reach (a resumed run trains the rest)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     p.add_argument("--momentum", type=float, default=0.0)
-    p.add_argument("--train-limit", type=int, default=None, help="MNIST training images (stratified subset); "
-                                                                 "default all 60,000")
+    p.add_argument(
+        "--train-limit", type=int, default=None, help="MNIST training images (stratified subset); default all 60,000"
+    )
     p.add_argument("--test-limit", type=int, default=None, help="MNIST test images for validation; default all")
     p.add_argument("--steps-per-epoch", type=int, default=None, help="default: one pass over the training set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-dir", default=None, help="checkpoint every epoch here and resume from it")
     p.add_argument("--tensorboard-dir", default=None, help="the chief's TensorBoard scalars")
-    p.add_argument("--nic", default="auto", help="interface whose bytes are counted around the training steps: "
-                                                 "auto (lo for 127.0.0.1, else the task's own), a name, or none")
+    p.add_argument(
+        "--nic",
+        default="auto",
+        help="interface whose bytes are counted around the training steps: "
+        "auto (lo for 127.0.0.1, else the task's own), a name, or none",
+    )
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
-    p.add_argument("--ps-sync", action="store_true", help="ps: synchronous SGD, one update per step from the mean "
-                                                          "gradient of one closure per worker; default asynchronous")
-    p.add_argument("--collective-timeout", type=float, default=None,
-                   help="mwms: seconds one collective may wait for its peers before it fails with "
-                        "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit")
-    p.add_argument("--task-bytes", action="store_true", help="count each local task's TCP bytes around the "
-                                                             "training steps (labkit.measure.sockets, needs `ss`)")
-    p.add_argument("--trace-steps", action="store_true", help="ps with --ps-sync: a step event per step, with the "
-                                                              "worker that ran each slice, and one per error "
-                                                              "TensorFlow logs (a fault demo follows them)")
+    p.add_argument(
+        "--ps-sync",
+        action="store_true",
+        help="ps: synchronous SGD, one update per step from the mean "
+        "gradient of one closure per worker; default asynchronous",
+    )
+    p.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=None,
+        help="mwms: seconds one collective may wait for its peers before it fails with "
+        "DeadlineExceededError (CommunicationOptions.timeout_seconds); default: no limit",
+    )
+    p.add_argument(
+        "--task-bytes",
+        action="store_true",
+        help="count each local task's TCP bytes around the training steps (labkit.measure.sockets, needs `ss`)",
+    )
+    p.add_argument(
+        "--trace-steps",
+        action="store_true",
+        help="ps with --ps-sync: a step event per step, with the "
+        "worker that ran each slice, and one per error "
+        "TensorFlow logs (a fault demo follows them)",
+    )
     add_configs_option(p, VARYING)
     args = p.parse_args(argv)
     check_args(p, args)
@@ -113,16 +149,21 @@ def make_strategy(tf, rt: TaskRuntime, kind: str, collective_timeout: float | No
         if "ps" in rt.spec.jobs:
             raise ValueError("--strategy mwms needs a cluster of workers only (cluster.local(ps=0, workers=N))")
         ring = tf.distribute.experimental.CommunicationImplementation.RING
-        options = tf.distribute.experimental.CommunicationOptions(implementation=ring,
-                                                                  timeout_seconds=collective_timeout)
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=ring, timeout_seconds=collective_timeout
+        )
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     if kind == "ps":
         if "ps" not in rt.spec.jobs or "chief" not in rt.spec.jobs:
-            raise ValueError("--strategy ps needs ps, chief and worker jobs (cluster.local(ps=1, workers=N, chief=True))")
+            raise ValueError(
+                "--strategy ps needs ps, chief and worker jobs (cluster.local(ps=1, workers=N, chief=True))"
+            )
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         return tf.distribute.experimental.ParameterServerStrategy(resolver)
     if rt.spec.num_tasks("worker") != 1 or len(rt.spec.jobs) != 1:
-        raise ValueError("--strategy default runs one process: use a cluster of one worker (cluster.local(ps=0, workers=1))")
+        raise ValueError(
+            "--strategy default runs one process: use a cluster of one worker (cluster.local(ps=0, workers=1))"
+        )
     return None
 
 
@@ -154,13 +195,27 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
     rt.first_step()
     try:
         with rt.timed("train"):
-            result = train(args.model, data, batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                           momentum=args.momentum, seed=args.seed, strategy=strategy, coordinator=coordinator,
-                           checkpoint_dir=args.checkpoint_dir, tensorboard_dir=args.tensorboard_dir,
-                           steps_per_epoch=args.steps_per_epoch, nic=nic, log=rt.log, ps_sync=args.ps_sync,
-                           counters=counters, on_step=step_tracer(rt) if args.trace_steps else None,
-                           on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
-                           on_resume=lambda start, epochs: rt.emit(events.Resumed(start_epoch=start, epochs=epochs)))
+            result = train(
+                args.model,
+                data,
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                lr=args.lr,
+                momentum=args.momentum,
+                seed=args.seed,
+                strategy=strategy,
+                coordinator=coordinator,
+                checkpoint_dir=args.checkpoint_dir,
+                tensorboard_dir=args.tensorboard_dir,
+                steps_per_epoch=args.steps_per_epoch,
+                nic=nic,
+                log=rt.log,
+                ps_sync=args.ps_sync,
+                counters=counters,
+                on_step=step_tracer(rt) if args.trace_steps else None,
+                on_epoch=lambda entry: rt.emit(epoch_event(entry, args.epochs)),
+                on_resume=lambda start, epochs: rt.emit(events.Resumed(start_epoch=start, epochs=epochs)),
+            )
     except tf.errors.OpError as e:  # a peer lost (Unavailable), a collective timed out (DeadlineExceeded), ...
         met = rt.result["peer_failure"] = peer_failure(e)
         rt.emit(events.PeerFailure(error=met["error"], message=met["message"]))
@@ -172,15 +227,25 @@ def train_configuration(rt: TaskRuntime, args, strategy, coordinator, data, nic,
     rt.result["train"] = result
     rt.series["history"] = result["history"]
     rt.metrics.update({k: result[k] for k in ("val_loss", "val_accuracy") if k in result})
-    rt.metrics.update(images_per_s=result["images_per_s"], step_time_s=result["step_time_s"],
-                      start_epoch=result["start_epoch"], weights_sha256=result["weights_sha256"])
+    rt.metrics.update(
+        images_per_s=result["images_per_s"],
+        step_time_s=result["step_time_s"],
+        start_epoch=result["start_epoch"],
+        weights_sha256=result["weights_sha256"],
+    )
 
 
 def epoch_event(entry: dict, epochs: int) -> events.Epoch:
     """The ``epoch`` event of a history entry of ``train_loop.train`` (after its checkpoint)."""
-    return events.Epoch(epoch=entry["epoch"], epochs=epochs, train_loss=entry["train_loss"],
-                        images_per_s=entry["images_per_s"], seconds=entry["train_seconds"],
-                        val_loss=entry.get("val_loss"), val_accuracy=entry.get("val_accuracy"))
+    return events.Epoch(
+        epoch=entry["epoch"],
+        epochs=epochs,
+        train_loss=entry["train_loss"],
+        images_per_s=entry["images_per_s"],
+        seconds=entry["train_seconds"],
+        val_loss=entry.get("val_loss"),
+        val_accuracy=entry.get("val_accuracy"),
+    )
 
 
 def step_tracer(rt: TaskRuntime):
@@ -189,9 +254,13 @@ def step_tracer(rt: TaskRuntime):
     from labkit.wire.faults import step_line
 
     def on_step(step: dict) -> None:
-        rt.emit(events.Step(step=step["step"], seconds=step["seconds"], loss=step["loss"],
-                            slices_on=list(step["slices_on"])))
+        rt.emit(
+            events.Step(
+                step=step["step"], seconds=step["seconds"], loss=step["loss"], slices_on=list(step["slices_on"])
+            )
+        )
         rt.log(step_line(step))
+
     return on_step
 
 
@@ -230,14 +299,20 @@ def peer_failure(e) -> dict:
     Python stack, and when (``failed_epoch``, this host's clock)."""
     paragraphs = [p.strip() for p in str(e.message).split("\n\n")]
     said = [p for p in paragraphs if p and not p.startswith(("File ", "Detected at node", "Graph execution error"))]
-    return {"error": type(e).__name__, "message": "\n".join(said) or str(e.message).strip(),
-            "failed_epoch": time.time()}
+    return {
+        "error": type(e).__name__,
+        "message": "\n".join(said) or str(e.message).strip(),
+        "failed_epoch": time.time(),
+    }
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    with TaskRuntime("strategy_train", args={k: v for k, v in vars(args).items() if k != "plan"},
-                     sample_interval=args.sample_interval) as rt:
+    with TaskRuntime(
+        "strategy_train",
+        args={k: v for k, v in vars(args).items() if k != "plan"},
+        sample_interval=args.sample_interval,
+    ) as rt:
         tf = rt.tf()
         if args.strategy == "ps" and rt.task.type != "chief":
             server = rt.server()  # a ps holds variables, a worker runs the chief's closures
@@ -264,8 +339,9 @@ def main(argv=None) -> None:
             if config.name is not None:
                 fresh_start(tf, rt, strategy)
             with rt.configuration(config):
-                train_configuration(rt, config.args, strategy, coordinator, data_for(config.args, loaded), nic,
-                                    counters)
+                train_configuration(
+                    rt, config.args, strategy, coordinator, data_for(config.args, loaded), nic, counters
+                )
 
 
 if __name__ == "__main__":

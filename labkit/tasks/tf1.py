@@ -10,6 +10,7 @@
   (``recovery_wait_secs=30`` does the same).
 - ``run_graph_task``: the start every graph-mode program shares.
 """
+
 from __future__ import annotations
 
 
@@ -20,8 +21,11 @@ def session_config(rt, device_filters=None):
     if device_filters is None:
         own = f"/job:{rt.task.type}/task:{rt.task.index}"
         device_filters = ["/job:ps"] if rt.task.type == "ps" else ["/job:ps", own]
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=rt.intra_op, inter_op_parallelism_threads=rt.inter_op,
-                                    device_filters=list(device_filters))
+    return tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=rt.intra_op,
+        inter_op_parallelism_threads=rt.inter_op,
+        device_filters=list(device_filters),
+    )
 
 
 def session_creator(rt, server, scaffold=None, max_wait_secs: float = 300, recovery_wait_secs: float = 0.2):
@@ -37,13 +41,19 @@ def session_creator(rt, server, scaffold=None, max_wait_secs: float = 300, recov
         def create_session(self):
             scaffold.finalize()
             manager = tf.compat.v1.train.SessionManager(
-                local_init_op=scaffold.local_init_op, local_init_feed_dict=scaffold.local_init_feed_dict,
-                ready_op=scaffold.ready_op, ready_for_local_init_op=scaffold.ready_for_local_init_op,
-                graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=recovery_wait_secs)
+                local_init_op=scaffold.local_init_op,
+                local_init_feed_dict=scaffold.local_init_feed_dict,
+                ready_op=scaffold.ready_op,
+                ready_for_local_init_op=scaffold.ready_for_local_init_op,
+                graph=tf.compat.v1.get_default_graph(),
+                recovery_wait_secs=recovery_wait_secs,
+            )
             sess = manager.wait_for_session(server.target, config=config, max_wait_secs=max_wait_secs)
             if sess is None:
-                raise TimeoutError(f"waited {max_wait_secs:.0f} s for the chief to initialize the variables; "
-                                   "is the chief running? (see its log)")
+                raise TimeoutError(
+                    f"waited {max_wait_secs:.0f} s for the chief to initialize the variables; "
+                    "is the chief running? (see its log)"
+                )
             return sess
 
     return WorkerSessionCreator()

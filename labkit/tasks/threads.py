@@ -7,6 +7,7 @@ the cluster's tasks on it (at least 1) and inter-op 2, unless the launcher says 
 environment before TensorFlow is imported, into ``tf.config`` right after (``import_tf``) and
 into every TF1 ``ConfigProto`` (``labkit.tasks.tf1``).
 """
+
 from __future__ import annotations
 
 import os

@@ -35,6 +35,7 @@ The kinds:
 
 Imports nothing from labkit but the registry: tasks and the launcher both import it.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ from labkit.core.registry import Registry
 
 VERSION = 1
 KINDS = Registry("event kind")
-ENV = "LABKIT_EVENTS"   # a task's channel, when the launcher names one: a path, or "fd:N"
+ENV = "LABKIT_EVENTS"  # a task's channel, when the launcher names one: a path, or "fd:N"
 SUFFIX = ".events.jsonl"
 
 
@@ -57,6 +58,7 @@ class Event:
     """What every event has: who (``task``; ``chief``: the task that leads the training,
     ``protocol.chief_of``), when (``t``, the task's ``time.time()``) and in which configuration of
     a shared cluster (``config``, None outside one)."""
+
     kind: ClassVar[str] = ""
     task: str = ""
     chief: bool = False
@@ -69,9 +71,11 @@ class Event:
 
 def kind(name: str):
     """Register an ``Event`` dataclass as kind ``name`` (a class decorator)."""
+
     def register(cls):
         cls.kind = name
         return KINDS.add(name, dataclass(frozen=True, kw_only=True)(cls))
+
     return register
 
 
@@ -196,6 +200,7 @@ def parse(line: str) -> Event:
 
 # ------------------------------------------------------------------------------ the task's side
 
+
 class Channel:
     """Where a task writes its events: ``target`` is a path (appended to) or ``"fd:N"`` (an open
     descriptor). Each event is one ``write`` of one line, so threads never interleave; a channel
@@ -212,27 +217,34 @@ class Channel:
         data = (event.to_json() + "\n").encode()
         try:
             while data:
-                data = data[os.write(self.fd, data):]
+                data = data[os.write(self.fd, data) :]
         except OSError:  # EPIPE, EBADF: nobody reads this channel any more
             pass
 
 
 def channel_for(run_dir: Path, task_type: str, index: int, environ=None) -> Channel:
     """The task's channel: ``$LABKIT_EVENTS`` when the launcher named one, else its file in ``run_dir``."""
-    target = (os.environ if environ is None else environ).get(ENV) or str(Path(run_dir) / f"{task_type}-{index}{SUFFIX}")
+    target = (os.environ if environ is None else environ).get(ENV) or str(
+        Path(run_dir) / f"{task_type}-{index}{SUFFIX}"
+    )
     return Channel(target)
 
 
 def stamped(event: Event, task: str, chief: bool, config: str | None) -> Event:
     """``event`` with its task, chief flag, time and configuration filled in where it left them empty."""
-    values = {"task": event.task or task, "chief": event.chief or chief, "t": event.t or time.time(),
-              "config": event.config if event.config is not None else config}
+    values = {
+        "task": event.task or task,
+        "chief": event.chief or chief,
+        "t": event.t or time.time(),
+        "config": event.config if event.config is not None else config,
+    }
     if isinstance(event, UnknownEvent):
         return UnknownEvent(event.kind, event.data, **values)
     return type(event)(**{**{f.name: getattr(event, f.name) for f in fields(event)}, **values})
 
 
 # ------------------------------------------------------------------------------ the reader's side
+
 
 class Tail:
     """The events appended to ``path`` since the last read: whole lines only (a line being

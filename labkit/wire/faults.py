@@ -24,6 +24,7 @@ What ``ClusterCoordinator`` (TensorFlow 2.21) does, as these traces show:
 
 Imports nothing from the layers above it (it is given the ``Cluster``; tasks import ``step_line``).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -43,11 +44,12 @@ def step_line(step: dict) -> str:
 @dataclass
 class Trace:
     """What ``inject`` saw: times are ``time.time()`` on this process's clock."""
-    steps: list = field(default_factory=list)    # {"step", "seconds", "loss", "slices_on", "t" (when it came)}
-    kills: list = field(default_factory=list)    # {"task", "after_step", "t"}
-    events: list = field(default_factory=list)   # {"t", "message"}: the errors the coordinator logged
-    failure: dict | None = None                   # the TaskFailed that ended the run, if one did
-    result: object = None                         # the cluster's result, if it finished
+
+    steps: list = field(default_factory=list)  # {"step", "seconds", "loss", "slices_on", "t" (when it came)}
+    kills: list = field(default_factory=list)  # {"task", "after_step", "t"}
+    events: list = field(default_factory=list)  # {"t", "message"}: the errors the coordinator logged
+    failure: dict | None = None  # the TaskFailed that ended the run, if one did
+    result: object = None  # the cluster's result, if it finished
 
     def summary(self) -> list[dict]:
         """Per kill: the task, the step it came after; the coordinator's first error after it
@@ -67,17 +69,25 @@ class Trace:
             naming = [e for e in errors if _names(e["message"], kill["task"])]
             first = (naming or errors or [None])[0]
             failed = self.failure is not None and kill["t"] <= self.failure["t"] < until
-            out.append({
-                "task": kill["task"], "after_step": kill["after_step"],
-                "error_s": first["t"] - kill["t"] if first else None,
-                "error": first["message"][:200] if first else None, "error_names_task": bool(naming),
-                "run_failed_s": self.failure["t"] - kill["t"] if failed else None,
-                "run_failed": f"{self.failure['task']}: {self.failure['error'] or 'see its log'}" if failed else None,
-                "steps_after": len(after), "slices_on_after": sorted({w for s in after[1:] for w in s["slices_on"]}),
-                "slices_per_step_after": sorted({len(s["slices_on"]) for s in after[1:]}),
-                "step_s_before": statistics.median(s["seconds"] for s in before[-10:]) if before else None,
-                "step_s_after": statistics.median(s["seconds"] for s in after[1:]) if after[1:] else None,
-                "first_step_after_s": after[0]["seconds"] if after else None})
+            out.append(
+                {
+                    "task": kill["task"],
+                    "after_step": kill["after_step"],
+                    "error_s": first["t"] - kill["t"] if first else None,
+                    "error": first["message"][:200] if first else None,
+                    "error_names_task": bool(naming),
+                    "run_failed_s": self.failure["t"] - kill["t"] if failed else None,
+                    "run_failed": f"{self.failure['task']}: {self.failure['error'] or 'see its log'}"
+                    if failed
+                    else None,
+                    "steps_after": len(after),
+                    "slices_on_after": sorted({w for s in after[1:] for w in s["slices_on"]}),
+                    "slices_per_step_after": sorted({len(s["slices_on"]) for s in after[1:]}),
+                    "step_s_before": statistics.median(s["seconds"] for s in before[-10:]) if before else None,
+                    "step_s_after": statistics.median(s["seconds"] for s in after[1:]) if after[1:] else None,
+                    "first_step_after_s": after[0]["seconds"] if after else None,
+                }
+            )
         return out
 
 
@@ -102,8 +112,9 @@ def inject(cluster, kills) -> Trace:
         if not e.chief:
             return
         if isinstance(e, events.Step):
-            trace.steps.append({"step": e.step, "seconds": e.seconds, "loss": e.loss, "slices_on": list(e.slices_on),
-                                "t": time.time()})
+            trace.steps.append(
+                {"step": e.step, "seconds": e.seconds, "loss": e.loss, "slices_on": list(e.slices_on), "t": time.time()}
+            )
         elif isinstance(e, events.TfError):
             trace.events.append({"t": time.time(), "message": e.message})
 
@@ -118,9 +129,14 @@ def inject(cluster, kills) -> Trace:
         trace.result = cluster.follow(note, until=kill_due)
     except TaskFailed as e:
         met = stopped.get(e.task)
-        trace.failure = {"task": e.task, "returncode": e.returncode, "error": met.error if met else None,
-                         "message": str(e).splitlines()[0], "log_tail": e.log_tail,
-                         "t": met.t if met else _ended_epoch(cluster, e.task) or time.time()}
+        trace.failure = {
+            "task": e.task,
+            "returncode": e.returncode,
+            "error": met.error if met else None,
+            "message": str(e).splitlines()[0],
+            "log_tail": e.log_tail,
+            "t": met.t if met else _ended_epoch(cluster, e.task) or time.time(),
+        }
     return trace
 
 

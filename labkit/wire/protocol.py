@@ -7,6 +7,7 @@ and the errors a task's
 end becomes (``TaskFailed``, and ``PortInUse``, which the task raises and the launcher
 reports). Imports nothing beyond the standard library.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -19,10 +20,12 @@ RESULT_FORMAT = "labkit.task-result/1"
 EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
 
 # The environment the launcher gives a task, besides TF_CONFIG.
-ENV_RUN_DIR = "LABKIT_RUN_DIR"          # where the task writes its files
-ENV_TASK = "LABKIT_TASK"                # its name, for the log
+ENV_RUN_DIR = "LABKIT_RUN_DIR"  # where the task writes its files
+ENV_TASK = "LABKIT_TASK"  # its name, for the log
 ENV_INTRA_OP, ENV_INTER_OP = "LABKIT_INTRA_OP_THREADS", "LABKIT_INTER_OP_THREADS"
-ENV_FORKSERVER = "LABKIT_FORKSERVER"    # set in a task forked by labkit.distributed.launchers.forkserver: the server, as JSON
+ENV_FORKSERVER = (
+    "LABKIT_FORKSERVER"  # set in a task forked by labkit.distributed.launchers.forkserver: the server, as JSON
+)
 
 VERSION_KEYS = ("tensorflow", "keras", "labkit", "python")
 
@@ -48,11 +51,13 @@ def grpc_options(current: str | None) -> str:
 def log_hint(log_tail: str) -> str:
     """What a task's log says happened, whatever launcher ran it ('' if nothing known)."""
     if "request was received twice" in log_tail:
-        return ("TensorFlow's worker service got one call twice (the same request id): the gRPC library sent "
-                "it again after a first attempt it could not confirm, typically over a slow or lossy link. The "
-                f"kit turns gRPC's retries off in every task ({ENV_GRPC_OPTIONS}={NO_GRPC_RETRIES}): check that "
-                f"nothing sets {ENV_GRPC_OPTIONS} with grpc.enable_retries=1 for the tasks, then run again; the "
-                "run's results up to here are in its folder")
+        return (
+            "TensorFlow's worker service got one call twice (the same request id): the gRPC library sent "
+            "it again after a first attempt it could not confirm, typically over a slow or lossy link. The "
+            f"kit turns gRPC's retries off in every task ({ENV_GRPC_OPTIONS}={NO_GRPC_RETRIES}): check that "
+            f"nothing sets {ENV_GRPC_OPTIONS} with grpc.enable_retries=1 for the tasks, then run again; the "
+            "run's results up to here are in its folder"
+        )
     return ""
 
 
@@ -75,6 +80,7 @@ def task_file(task_type: str, index: int, suffix: str) -> str:
 
 def versions() -> dict:
     """Versions that must agree across a cluster, read without importing TensorFlow."""
+
     def dist(*names):
         for n in names:
             try:
@@ -85,8 +91,12 @@ def versions() -> dict:
 
     import labkit
 
-    return {"python": platform.python_version(), "tensorflow": dist("tensorflow-cpu", "tensorflow"),
-            "keras": dist("keras"), "labkit": labkit.__version__}
+    return {
+        "python": platform.python_version(),
+        "tensorflow": dist("tensorflow-cpu", "tensorflow"),
+        "keras": dist("keras"),
+        "labkit": labkit.__version__,
+    }
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -104,8 +114,15 @@ class TaskFailed(RuntimeError):
     ``consequences`` maps each other task that failed on its own meanwhile (a peer that
     lost its connection to the first, say) to how it ended: effects, not causes."""
 
-    def __init__(self, task: str, returncode, log_tail: str, log_path=None, detail: str = "",
-                 consequences: dict[str, str] | None = None):
+    def __init__(
+        self,
+        task: str,
+        returncode,
+        log_tail: str,
+        log_path=None,
+        detail: str = "",
+        consequences: dict[str, str] | None = None,
+    ):
         self.task, self.returncode, self.log_tail, self.log_path = task, returncode, log_tail, log_path
         self.detail, self.consequences = detail, dict(consequences or {})
         super().__init__(self._message())
@@ -115,8 +132,10 @@ class TaskFailed(RuntimeError):
         then = "".join(f"\n  then {name} {how}" for name, how in self.consequences.items())
         if then:
             then = f"\nwhich the others did not survive (consequences, not causes):{then}"
-        return (f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; every other task still "
-                f"running was stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}")
+        return (
+            f"task {self.task} {describe_exit(self.returncode)}{self.detail}{where}; every other task still "
+            f"running was stopped.{then}\nLast lines of its log:\n{self.log_tail or '(empty)'}"
+        )
 
 
 class VersionSkew(RuntimeError):
@@ -129,21 +148,26 @@ class PortInUse(TaskFailed):
     a local task starts, and by the task itself when its server cannot bind (it then
     exits with ``EXIT_PORT_IN_USE``, which the launcher reports as this)."""
 
-    def __init__(self, task: str, address: str, owner: str = "", returncode=None, log_tail: str = "",
-                 log_path=None):
+    def __init__(self, task: str, address: str, owner: str = "", returncode=None, log_tail: str = "", log_path=None):
         self.address, self.owner = address, owner
         super().__init__(task, returncode, log_tail, log_path)
 
     def _message(self) -> str:
-        return (f"port of task {self.task} ({self.address}) is in use{self.owner}; pick other ports (cluster.local() "
-                f"picks free ones and avoids taken ones) or stop the process that holds it"
-                + (f". Last lines of its log:\n{self.log_tail}" if self.log_tail else ""))
+        return (
+            f"port of task {self.task} ({self.address}) is in use{self.owner}; pick other ports (cluster.local() "
+            f"picks free ones and avoids taken ones) or stop the process that holds it"
+            + (f". Last lines of its log:\n{self.log_tail}" if self.log_tail else "")
+        )
 
 
 # The kit's task programs by short name, as ``Cluster(spec, "ps_sgd")`` takes it -> the module its
 # tasks run (``python -m``). The launcher reads this list; it imports no program.
-PROGRAMS = Registry("task program", builtin={
-    "ps_sgd": "labkit.tasks.ps_sgd",
-    "sparse_lr": "labkit.tasks.ps_sparse_lr",
-    "strategy_train": "labkit.tasks.strategy_train",
-}, hint="or a dotted module name")
+PROGRAMS = Registry(
+    "task program",
+    builtin={
+        "ps_sgd": "labkit.tasks.ps_sgd",
+        "sparse_lr": "labkit.tasks.ps_sparse_lr",
+        "strategy_train": "labkit.tasks.strategy_train",
+    },
+    hint="or a dotted module name",
+)

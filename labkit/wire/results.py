@@ -24,6 +24,7 @@ the configuration (``configuration``: index, count, name, label).
 Imports no TensorFlow and nothing of the launcher: the grader and the notebooks read runs
 with it.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,14 @@ from labkit.wire.protocol import chief_of, task_file
 
 WINDOWS = ("train", "all")
 # The resource columns of ClusterResult.table(): host CPU and memory, the task's process, the host's network.
-RESOURCE_COLUMNS = ("cpu_user_pct", "mem_used_bytes", "proc_cpu_pct", "proc_rss_bytes", "net_recv_bytes",
-                    "net_sent_bytes")
+RESOURCE_COLUMNS = (
+    "cpu_user_pct",
+    "mem_used_bytes",
+    "proc_cpu_pct",
+    "proc_rss_bytes",
+    "net_recv_bytes",
+    "net_sent_bytes",
+)
 
 
 def read_json(path: Path) -> dict | None:
@@ -69,8 +76,11 @@ def configuration_part(samples: dict, start_epoch: float, end_epoch: float, pref
     from labkit.measure.summaries import frame_from_dict, summarize
 
     cols = samples["columns"]
-    keep = [i for i, (e, dt) in enumerate(zip(cols["epoch"], cols["dt"]))
-            if e is not None and e > start_epoch and e - (dt or 0.0) < end_epoch]
+    keep = [
+        i
+        for i, (e, dt) in enumerate(zip(cols["epoch"], cols["dt"]))
+        if e is not None and e > start_epoch and e - (dt or 0.0) < end_epoch
+    ]
     shift = start_epoch - (samples.get("start_epoch") or start_epoch)
     columns = {c: [v[i] for i in keep] for c, v in cols.items()}
     columns["t"] = [t - shift for t in columns["t"]]
@@ -80,11 +90,14 @@ def configuration_part(samples: dict, start_epoch: float, end_epoch: float, pref
         if prefix and not label.startswith(prefix):
             continue
         if start_epoch - 1e-3 <= m["epoch"] <= end_epoch + 1e-3:
-            marks.append({**m, "label": label[len(prefix):], "t": m["t"] - shift})
+            marks.append({**m, "label": label[len(prefix) :], "t": m["t"] - shift})
     part = {**samples, "start_epoch": start_epoch, "columns": columns, "marks": marks}
     frame = frame_from_dict(part)
-    out = {"samples": part, "resources": summarize(frame, 0.0, end_epoch - start_epoch),
-           "baseline": baseline(samples, start_epoch)}
+    out = {
+        "samples": part,
+        "resources": summarize(frame, 0.0, end_epoch - start_epoch),
+        "baseline": baseline(samples, start_epoch),
+    }
     if {"train start", "train end"} <= {m["label"] for m in marks}:
         out["resources_train"] = summarize(frame, "train start", "train end")
     return out
@@ -102,8 +115,12 @@ def baseline(samples: dict, start_epoch: float) -> dict:
         return {}
     before = [i for i, e in enumerate(cols["epoch"]) if e is not None and e <= start_epoch]
     i = before[-1] if before else 0
-    return {"proc_rss_bytes": cols["proc_rss"][i], "mem_used_bytes": cols["mem_used"][i],
-            "proc_cpu_pct": cols["proc_cpu"][i], "sampled_s_before": start_epoch - cols["epoch"][i]}
+    return {
+        "proc_rss_bytes": cols["proc_rss"][i],
+        "mem_used_bytes": cols["mem_used"][i],
+        "proc_cpu_pct": cols["proc_cpu"][i],
+        "sampled_s_before": start_epoch - cols["epoch"][i],
+    }
 
 
 def task_log_tail(path, lines: int = 30) -> str:
@@ -124,16 +141,17 @@ def task_log_tail(path, lines: int = 30) -> str:
 @dataclass
 class TaskOutcome:
     """How one task ended, and what it reported (``result``: its result file, None if it wrote none)."""
+
     name: str
     type: str
     index: int
     host: str
-    ended: str | None          # exited | done-queue | chief-port-closed | failed | terminated | killed | None;
+    ended: str | None  # exited | done-queue | chief-port-closed | failed | terminated | killed | None;
     #                            finished: a configuration of a shared cluster, done (the process went on)
-    returncode: int | None     # None for a configuration of a shared cluster (its process: see cluster_dir)
-    wall_s: float | None       # from start to exit, as the launcher saw it; a configuration's own seconds
+    returncode: int | None  # None for a configuration of a shared cluster (its process: see cluster_dir)
+    wall_s: float | None  # from start to exit, as the launcher saw it; a configuration's own seconds
     log_path: Path
-    result: dict | None        # the task's result JSON (None if it wrote none)
+    result: dict | None  # the task's result JSON (None if it wrote none)
 
     @property
     def steps(self) -> dict:
@@ -203,6 +221,7 @@ class ClusterResult:
     One configuration of a shared cluster (see the module docstring): ``cluster_dir`` is the
     cluster's folder, ``configuration`` says which (index, count, name, label), ``wall_s`` is
     the configuration's own seconds on the chief, ``startup_s`` the cluster's, paid once."""
+
     program: str
     run_dir: Path
     spec: dict
@@ -244,10 +263,16 @@ class ClusterResult:
         rows = []
         for t in self.tasks:
             res, steps = t.resources(window), t.steps
-            row = {"task": t.name, "host": t.host, "ended": t.ended, "returncode": t.returncode,
-                   "wall_s": t.wall_s, "local_steps": steps.get("local"),
-                   "global_step": steps.get("global_final", steps.get("global_at_exit")),
-                   "steps_per_s": steps.get("local_per_s")}
+            row = {
+                "task": t.name,
+                "host": t.host,
+                "ended": t.ended,
+                "returncode": t.returncode,
+                "wall_s": t.wall_s,
+                "local_steps": steps.get("local"),
+                "global_step": steps.get("global_final", steps.get("global_at_exit")),
+                "steps_per_s": steps.get("local_per_s"),
+            }
             row.update({k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, type(None)))})
             row.update({k: res.get(k) for k in RESOURCE_COLUMNS})
             if t.baseline:
@@ -268,11 +293,28 @@ class ClusterResult:
     def to_dict(self) -> dict:
         """The launcher's view (the task results stay in their own files); paths relative to
         ``run_dir`` (a configuration's logs are its cluster's)."""
-        out = {"program": self.program, "run_dir": str(self.run_dir), "spec": self.spec,
-               "startup_s": self.startup_s, "teardown_s": self.teardown_s, "wall_s": self.wall_s, "notes": self.notes,
-               "tasks": [{"name": t.name, "type": t.type, "index": t.index, "host": t.host, "ended": t.ended,
-                          "returncode": t.returncode, "wall_s": t.wall_s,
-                          "log": os.path.relpath(t.log_path, self.run_dir)} for t in self.tasks]}
+        out = {
+            "program": self.program,
+            "run_dir": str(self.run_dir),
+            "spec": self.spec,
+            "startup_s": self.startup_s,
+            "teardown_s": self.teardown_s,
+            "wall_s": self.wall_s,
+            "notes": self.notes,
+            "tasks": [
+                {
+                    "name": t.name,
+                    "type": t.type,
+                    "index": t.index,
+                    "host": t.host,
+                    "ended": t.ended,
+                    "returncode": t.returncode,
+                    "wall_s": t.wall_s,
+                    "log": os.path.relpath(t.log_path, self.run_dir),
+                }
+                for t in self.tasks
+            ],
+        }
         if self.cluster_dir is not None:
             out.update(cluster_dir=os.path.relpath(self.cluster_dir, self.run_dir), configuration=self.configuration)
         return out
@@ -289,11 +331,32 @@ class ClusterResult:
         tasks = []
         for t in meta["tasks"]:
             path = run_dir / task_file(t["type"], t["index"], ".json")
-            tasks.append(TaskOutcome(t["name"], t["type"], t["index"], t["host"], t["ended"], t["returncode"],
-                                     t["wall_s"], run_dir / t["log"], read_json(path)))
+            tasks.append(
+                TaskOutcome(
+                    t["name"],
+                    t["type"],
+                    t["index"],
+                    t["host"],
+                    t["ended"],
+                    t["returncode"],
+                    t["wall_s"],
+                    run_dir / t["log"],
+                    read_json(path),
+                )
+            )
         cluster_dir = run_dir / meta["cluster_dir"] if meta.get("cluster_dir") else None
-        return cls(meta["program"], run_dir, meta["spec"], tasks, meta["startup_s"], meta["teardown_s"],
-                   meta["wall_s"], meta.get("notes", []), cluster_dir, meta.get("configuration"))
+        return cls(
+            meta["program"],
+            run_dir,
+            meta["spec"],
+            tasks,
+            meta["startup_s"],
+            meta["teardown_s"],
+            meta["wall_s"],
+            meta.get("notes", []),
+            cluster_dir,
+            meta.get("configuration"),
+        )
 
     def __repr__(self) -> str:
         ends = ", ".join(f"{t.name}={t.ended}" for t in self.tasks)

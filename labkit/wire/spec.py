@@ -15,6 +15,7 @@ Placement on hosts follows the CS744 kits: task *i* of each job goes to host
 1 ps + 3 workers on node0..node2 gives ps node0:2222, workers node0:2223, node1:2222,
 node2:2222.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -32,16 +33,17 @@ DEFAULT_BASE_PORT = 2222
 
 # The reports' deploy modes: name -> (ps, workers, hosts they assume when none are given).
 MODES = {
-    "single": (1, 1, 1),    # report 002: 1 ps + 1 worker on one host
-    "cluster": (1, 2, 2),   # report 002: 1 ps + 2 workers
+    "single": (1, 1, 1),  # report 002: 1 ps + 1 worker on one host
+    "cluster": (1, 2, 2),  # report 002: 1 ps + 2 workers
     "cluster2": (1, 3, 3),  # report 002: 1 ps + 3 workers
-    "cs744": (1, 3, 3),     # CS744 kit: ps node0:2222, workers node0:2223, node1:2222, node2:2222
+    "cs744": (1, 3, 3),  # CS744 kit: ps node0:2222, workers node0:2223, node1:2222, node2:2222
 }
 
 
 @dataclass(frozen=True)
 class Task:
     """One task of a cluster: ``type`` (job name), ``index`` and ``host:port`` address."""
+
     type: str
     index: int
     address: str
@@ -80,8 +82,9 @@ def check_host(host: str, where: str = "") -> str:
     if not host:
         raise ValueError(f"{where}an empty host name")
     if host.startswith("-"):
-        raise ValueError(f"{where}host {host!r} begins with '-', which ssh would read as an option; "
-                         f"write the node's name or address")
+        raise ValueError(
+            f"{where}host {host!r} begins with '-', which ssh would read as an option; write the node's name or address"
+        )
     if _ip(host) is None and not _HOSTNAME.match(host):
         raise ValueError(f"{where}{host!r} is not an IP address or a host name (letters, digits, '.', '-', '_')")
     return host
@@ -96,8 +99,10 @@ def _port(text: str, address: str) -> int:
     if not text.isdigit():
         raise ValueError(f"address {address!r}: port {text!r} is not a number; use host:PORT with PORT in 1-65535")
     if not 1 <= int(text) <= 65535:
-        raise ValueError(f"address {address!r}: port {text} is outside 1-65535; pick a port in that range "
-                         f"(2222 and up is the course's convention)")
+        raise ValueError(
+            f"address {address!r}: port {text} is outside 1-65535; pick a port in that range "
+            f"(2222 and up is the course's convention)"
+        )
     return int(text)
 
 
@@ -155,16 +160,18 @@ class ClusterSpec:
             if addrs:
                 cleaned[job] = addrs
         if not cleaned.get("worker"):
-            raise ValueError("the worker job is empty; a cluster needs at least one worker "
-                             "(e.g. local(ps=1, workers=2))")
+            raise ValueError(
+                "the worker job is empty; a cluster needs at least one worker (e.g. local(ps=1, workers=2))"
+            )
         if len(cleaned.get("chief", ())) > 1:
             raise ValueError(f"a cluster has at most one chief, got {len(cleaned['chief'])}")
         seen: dict[str, str] = {}
         for job in JOBS:
             for i, a in enumerate(cleaned.get(job, ())):
                 if a in seen:
-                    raise ValueError(f"duplicate address {a}: used by {seen[a]} and {job}:{i}; "
-                                     f"give each task its own port")
+                    raise ValueError(
+                        f"duplicate address {a}: used by {seen[a]} and {job}:{i}; give each task its own port"
+                    )
                 seen[a] = f"{job}:{i}"
         object.__setattr__(self, "_jobs", {j: cleaned[j] for j in JOBS if j in cleaned})
         object.__setattr__(self, "auto_ports", bool(auto_ports))
@@ -200,8 +207,10 @@ class ClusterSpec:
             raise ValueError(f"unknown task type {task_type!r}; this cluster has {known}")
         n = len(self._jobs[task_type])
         if not 0 <= int(index) < n:
-            raise ValueError(f"{task_type} index {index} is out of range; this cluster has {n} {task_type} "
-                             f"task(s), indices 0-{n - 1}")
+            raise ValueError(
+                f"{task_type} index {index} is out of range; this cluster has {n} {task_type} "
+                f"task(s), indices 0-{n - 1}"
+            )
         return Task(task_type, int(index), self._jobs[task_type][int(index)])
 
     def hosts(self) -> list[str]:
@@ -249,6 +258,7 @@ def _parse_task_name(name: str) -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------- free ports
+
 
 def _ephemeral_range() -> tuple[int, int]:
     try:
@@ -304,6 +314,7 @@ def free_ports(n: int, avoid=()) -> list[int]:
 
 # -------------------------------------------------------------- constructors
 
+
 def _counts(ps: int, workers: int) -> None:
     if ps < 0:
         raise ValueError(f"ps must be >= 0, got {ps}")
@@ -322,8 +333,9 @@ def local(ps: int = 1, workers: int = 3, chief: bool = False) -> ClusterSpec:
     return ClusterSpec(jobs, auto_ports=True)
 
 
-def from_hosts(hosts, ps: int = 1, workers: int | None = None, chief: bool = False,
-               base_port: int = DEFAULT_BASE_PORT) -> ClusterSpec:
+def from_hosts(
+    hosts, ps: int = 1, workers: int | None = None, chief: bool = False, base_port: int = DEFAULT_BASE_PORT
+) -> ClusterSpec:
     """Tasks spread over ``hosts`` round-robin (task i of a job on host i mod n).
 
     ``workers`` defaults to one per host. A host given as ``host:port`` starts its
@@ -370,9 +382,10 @@ def read_hosts_file(path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
-        raise ValueError(f"hosts file {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") \
-            from None
-    hosts, named = [], {}   # an /etc/hosts-style line's address -> (its line number, its names)
+        raise ValueError(
+            f"hosts file {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from None
+    hosts, named = [], {}  # an /etc/hosts-style line's address -> (its line number, its names)
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -380,15 +393,19 @@ def read_hosts_file(path) -> list[str]:
         try:
             hosts.append(_hosts_line(line))
         except ValueError as e:
-            raise ValueError(f"{path}, line {n}: cannot parse {raw.strip()!r}: {e}. A line is 'host', 'host:port' "
-                             f"or '/etc/hosts'-style 'ADDRESS NAME'") from None
+            raise ValueError(
+                f"{path}, line {n}: cannot parse {raw.strip()!r}: {e}. A line is 'host', 'host:port' "
+                f"or '/etc/hosts'-style 'ADDRESS NAME'"
+            ) from None
         names = line.split()[1:]
         if names:
             first, other = named.setdefault(hosts[-1], (n, names))
             if other != names:
-                raise ValueError(f"{path}, line {n}: {raw.strip()!r} gives {' '.join(names)} the address {hosts[-1]}, "
-                                 f"which line {first} gives {' '.join(other)}: two nodes cannot share an address "
-                                 f"(their tasks would all run on one machine); fix the address")
+                raise ValueError(
+                    f"{path}, line {n}: {raw.strip()!r} gives {' '.join(names)} the address {hosts[-1]}, "
+                    f"which line {first} gives {' '.join(other)}: two nodes cannot share an address "
+                    f"(their tasks would all run on one machine); fix the address"
+                )
     if not hosts:
         raise ValueError(f"hosts file {path} lists no hosts; write one host per line")
     return hosts
@@ -402,15 +419,15 @@ def _hosts_line(line: str) -> str:
         host, port = parse_host(first)
         return host if port is None else join_address(host, port)
     if _ip(first) is None:
-        raise ValueError(f"a line with several fields is /etc/hosts-style and starts with an IP address, "
-                         f"not {first!r}")
+        raise ValueError(f"a line with several fields is /etc/hosts-style and starts with an IP address, not {first!r}")
     for name in names:
         check_host(name)
     return first
 
 
-def from_hosts_file(path, ps: int = 1, workers: int | None = None, chief: bool = False,
-                    base_port: int = DEFAULT_BASE_PORT) -> ClusterSpec:
+def from_hosts_file(
+    path, ps: int = 1, workers: int | None = None, chief: bool = False, base_port: int = DEFAULT_BASE_PORT
+) -> ClusterSpec:
     """``from_hosts`` on the hosts listed in a file (see ``read_hosts_file``)."""
     return from_hosts(read_hosts_file(path), ps=ps, workers=workers, chief=chief, base_port=base_port)
 
@@ -434,8 +451,9 @@ def mode(name: str, hosts=None, base_port: int = DEFAULT_BASE_PORT) -> ClusterSp
     return from_hosts(list(hosts)[:n_hosts], ps=ps, workers=workers, base_port=base_port)
 
 
-def build(mode_name: str | None = None, hosts=None, ps: int = 1, workers: int | None = None,
-          chief: bool = False) -> ClusterSpec:
+def build(
+    mode_name: str | None = None, hosts=None, ps: int = 1, workers: int | None = None, chief: bool = False
+) -> ClusterSpec:
     """One entry point for notebooks and the CLI: a deploy mode by name, else ``ps`` /
     ``workers`` placed on ``hosts`` (a list or a hosts file), else on 127.0.0.1. An empty
     ``hosts`` ("" or None) means 127.0.0.1."""
@@ -451,13 +469,17 @@ def from_tf_config(text: str | None = None) -> tuple[ClusterSpec, Task]:
     """Parse TF_CONFIG (default: the environment's) into the spec and this process's task."""
     text = os.environ.get("TF_CONFIG") if text is None else text
     if not text:
-        raise ValueError("TF_CONFIG is not set; start this program through labkit.distributed.launch.Cluster "
-                         "or set TF_CONFIG to ClusterSpec.tf_config(type, index)")
+        raise ValueError(
+            "TF_CONFIG is not set; start this program through labkit.distributed.launch.Cluster "
+            "or set TF_CONFIG to ClusterSpec.tf_config(type, index)"
+        )
     try:
         cfg = json.loads(text)
         spec = ClusterSpec(cfg["cluster"])
         task = spec.task(cfg["task"]["type"], cfg["task"]["index"])
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"TF_CONFIG is not valid ({type(e).__name__}: {e}); expected "
-                         f'{{"cluster": {{...}}, "task": {{"type": ..., "index": ...}}}}') from None
+        raise ValueError(
+            f"TF_CONFIG is not valid ({type(e).__name__}: {e}); expected "
+            f'{{"cluster": {{...}}, "task": {{"type": ..., "index": ...}}}}'
+        ) from None
     return spec, task

@@ -2,6 +2,7 @@
 folder on ``PYTHONPATH`` while such a test runs): a process that imports TensorFlow or starts a
 Jupyter kernel leaves a note in ``$LABKIT_TEST_GUARD``, and the test then fails, asking for the
 marker it lacks. Processes that drop the environment or ``-I``/``-S`` are not seen."""
+
 import contextlib
 import os
 import sys

@@ -59,6 +59,7 @@ registered once::
 
     Cluster(spec, "ps_sgd", launcher="netns")
 """
+
 from __future__ import annotations
 
 import os
@@ -69,13 +70,17 @@ from labkit.core.registry import Registry
 ENV_LAUNCHER = "LABKIT_LAUNCHER"  # a launcher's name: what Cluster uses when not told
 
 # Built in, imported when first used (the Slurm one only where Slurm is asked for).
-LAUNCHERS = Registry("launcher", builtin={
-    "local": "labkit.distributed.launchers.local:LocalLauncher",
-    "ssh": "labkit.distributed.launchers.ssh:SshLauncher",
-    "slurm": "labkit.distributed.launchers.srun:SlurmLauncher",
-    "netem": "labkit.distributed.launchers.netns:NetemLauncher",
-}, hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
-        "through srun")
+LAUNCHERS = Registry(
+    "launcher",
+    builtin={
+        "local": "labkit.distributed.launchers.local:LocalLauncher",
+        "ssh": "labkit.distributed.launchers.ssh:SshLauncher",
+        "slurm": "labkit.distributed.launchers.srun:SlurmLauncher",
+        "netem": "labkit.distributed.launchers.netns:NetemLauncher",
+    },
+    hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
+    "through srun",
+)
 
 
 def register(cls: type) -> type:
@@ -103,8 +108,10 @@ def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:
         get(name)  # a clear error for a name nobody registered
         away = [t for t in spec.tasks() if t.host not in local_hosts]
         if name == "local" and away:
-            raise ValueError(f"the local launcher runs tasks on this machine only, but {away[0].name} is on "
-                             f"{away[0].host}; leave the launcher empty (other hosts are reached over ssh) "
-                             f"or choose another one ({', '.join(names())})")
+            raise ValueError(
+                f"the local launcher runs tasks on this machine only, but {away[0].name} is on "
+                f"{away[0].host}; leave the launcher empty (other hosts are reached over ssh) "
+                f"or choose another one ({', '.join(names())})"
+            )
         return {t.name: name for t in spec.tasks()}
     return {t.name: "local" if t.host in local_hosts else "ssh" for t in spec.tasks()}

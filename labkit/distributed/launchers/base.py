@@ -1,5 +1,6 @@
 """The interface every way of starting a cluster's tasks implements (``labkit.distributed.launchers``
 says who calls what, and how to add one). Each method's default is the local one."""
+
 from __future__ import annotations
 
 import os
@@ -17,10 +18,11 @@ from labkit.wire.results import read_json
 @dataclass(frozen=True)
 class Settings:
     """What a launcher knows of the run: set once by the Cluster, read by each launcher."""
-    run_dir: Path                      # the run directory here, absolute: logs, results, cluster.json
-    remote_run: str                    # the same run below the kit's directory on a node: runs/<lab>/<run>
-    python: str                        # the interpreter for tasks started here
-    local_hosts: frozenset = frozenset()     # names and addresses that mean this machine
+
+    run_dir: Path  # the run directory here, absolute: logs, results, cluster.json
+    remote_run: str  # the same run below the kit's directory on a node: runs/<lab>/<run>
+    python: str  # the interpreter for tasks started here
+    local_hosts: frozenset = frozenset()  # names and addresses that mean this machine
     options: dict = field(default_factory=dict)  # Cluster(launcher_options=...): each launcher reads its OPTIONS
 
 
@@ -28,22 +30,23 @@ class Settings:
 class TaskProcess:
     """One task and the local process that stands for it. The launcher sets ``proc``
     (``spawn``); the Cluster keeps the rest (times, how it ended, who signalled it, whether it said it started)."""
+
     task: Task
     launcher: "Launcher"
     argv: list[str]
-    command: str              # the exact command line, for printing
+    command: str  # the exact command line, for printing
     env: dict[str, str]
     log_path: Path
-    events_path: Path                 # where its events arrive here (labkit.wire.events), whoever brings them
+    events_path: Path  # where its events arrive here (labkit.wire.events), whoever brings them
     proc: OwnedProcess | None = None
     t_start: float | None = None
     t_end: float | None = None
     t_end_epoch: float | None = None  # when the launcher saw the exit, on the tasks' clock
-    returncode: int | None = None     # a task killed by signal N: -N, wherever it ran
+    returncode: int | None = None  # a task killed by signal N: -N, wherever it ran
     ended: str | None = None
-    signalled: bool = False           # the launcher stopped it (SIGTERM, then SIGKILL after the grace)
-    injected: int | None = None       # the signal Cluster.kill() sent it
-    said_started: bool = False        # its ``started`` event arrived (labkit.wire.events): it runs where it was sent
+    signalled: bool = False  # the launcher stopped it (SIGTERM, then SIGKILL after the grace)
+    injected: int | None = None  # the signal Cluster.kill() sent it
+    said_started: bool = False  # its ``started`` event arrived (labkit.wire.events): it runs where it was sent
 
     def poll(self) -> int | None:
         if self.returncode is None and self.proc is not None:
@@ -69,6 +72,7 @@ class Launcher:
     (this machine, or a filesystem it shares with the nodes), where the Cluster may read them
     while the run goes on; otherwise ``collect`` brings them at the end. ``OPTIONS``: the keys of
     ``launcher_options`` it reads (the Cluster refuses a key no launcher reads)."""
+
     name = ""
     files_here = True
     OPTIONS: tuple[str, ...] = ()
@@ -169,8 +173,12 @@ class Launcher:
 
 def pasteable(env: dict[str, str], argv: list[str]) -> str:
     """A command started here as one line to paste in a shell: ``cd DIR && env K=V ... ARGV``."""
-    return (f"cd {shlex.quote(os.getcwd())} && env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            + " " + shlex.join(argv))
+    return (
+        f"cd {shlex.quote(os.getcwd())} && env "
+        + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        + " "
+        + shlex.join(argv)
+    )
 
 
 def signal_group(pid: int, sig: int) -> None:
@@ -182,4 +190,3 @@ def signal_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
-

@@ -15,6 +15,7 @@ If the server cannot be reached (it ended with the kernel that started it, and s
 the command a task log starts with), it runs the task in ``PYTHON`` itself, as the launcher
 would have. Standard library only, and run with ``python -I -S``: it starts in milliseconds.
 """
+
 import json
 import os
 import select
@@ -84,8 +85,11 @@ def main(argv: list[str]) -> None:
     stream = sock.makefile("rb")
     started = read_message(stream)
     if not started or "pid" not in started:
-        print(f"labkit fork server: could not start the task: {(started or {}).get('error', 'no answer')}",
-              file=sys.stderr, flush=True)
+        print(
+            f"labkit fork server: could not start the task: {(started or {}).get('error', 'no answer')}",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(1)
     task = started["pid"]
     for s in pending:
@@ -93,8 +97,9 @@ def main(argv: list[str]) -> None:
     ended = read_message(stream)
     if ended is None:  # the server is gone (it dies with its owner), and the task's status with it
         how = wind_down(task, forward)
-        print(f"labkit fork server: the server ended while the task ran; the task was {how}", file=sys.stderr,
-              flush=True)
+        print(
+            f"labkit fork server: the server ended while the task ran; the task was {how}", file=sys.stderr, flush=True
+        )
         sys.exit(1)
     status = ended["status"]
     if os.WIFSIGNALED(status):

@@ -27,6 +27,7 @@ kernel that changed the kit's code restarts to run the new code. Tasks that run 
 Slurm) start as their own interpreters there, and so does every task on a machine where the
 server cannot start (then a warning says why).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -48,11 +49,26 @@ from pathlib import Path
 
 from labkit.wire.protocol import ENV_FORKSERVER
 
-DISABLE = "LABKIT_NO_FORKSERVER"     # "1": every task starts as its own interpreter
+DISABLE = "LABKIT_NO_FORKSERVER"  # "1": every task starts as its own interpreter
 # What every task program imports before its first step; TensorFlow loads Keras and pandas itself.
-PRELOAD = ("tensorflow", "keras", "pandas", "labkit.tasks.common", "labkit.tasks.ps_sgd", "labkit.tasks.ps_sparse_lr",
-           "labkit.tasks.strategy_train", "labkit.learning.train_loop", "labkit.learning.epochs", "labkit.learning.models", "labkit.datasets.loaders",
-           "labkit.learning.sparse", "labkit.datasets.clickdata", "labkit.measure.summaries", "labkit.measure.sockets", "labkit.notebook.record")
+PRELOAD = (
+    "tensorflow",
+    "keras",
+    "pandas",
+    "labkit.tasks.common",
+    "labkit.tasks.ps_sgd",
+    "labkit.tasks.ps_sparse_lr",
+    "labkit.tasks.strategy_train",
+    "labkit.learning.train_loop",
+    "labkit.learning.epochs",
+    "labkit.learning.models",
+    "labkit.datasets.loaders",
+    "labkit.learning.sparse",
+    "labkit.datasets.clickdata",
+    "labkit.measure.summaries",
+    "labkit.measure.sockets",
+    "labkit.notebook.record",
+)
 CLIENT = Path(__file__).with_name("forkclient.py")
 CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
 READY_TIMEOUT_S = 180.0
@@ -60,6 +76,7 @@ REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a 
 
 
 # ------------------------------------------------------------------------------ the server
+
 
 def send_message(sock: socket.socket, message: dict) -> None:
     data = json.dumps(message).encode()
@@ -213,6 +230,7 @@ def _watch_lifeline(fd: int) -> None:
 
 # ------------------------------------------------------------------------------ the driver's side
 
+
 class ForkServer:
     """A running fork server of this process: ``python`` is the interpreter to give the launcher."""
 
@@ -224,11 +242,15 @@ class ForkServer:
         self.log = self.dir / "server.log"
         self.python = str(self.dir / "python")
         q = lambda s: "'" + str(s).replace("'", "'\\''") + "'"  # noqa: E731  (a shell word)
-        Path(self.python).write_text(f"#!/bin/sh\nexec {q(sys.executable)} -I -S {q(CLIENT)} {q(sys.executable)} "
-                                     f"{q(self.socket)} \"$@\"\n")
+        Path(self.python).write_text(
+            f'#!/bin/sh\nexec {q(sys.executable)} -I -S {q(CLIENT)} {q(sys.executable)} {q(self.socket)} "$@"\n'
+        )
         os.chmod(self.python, 0o755)
-        self.process = OwnedProcess([sys.executable, "-u", "-m", "labkit.distributed.launchers.forkserver", self.socket], self.log,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
+        self.process = OwnedProcess(
+            [sys.executable, "-u", "-m", "labkit.distributed.launchers.forkserver", self.socket],
+            self.log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ).start()
         try:
             self._wait_ready(timeout)
         except BaseException:  # not ready, or interrupted (the stop button) while it imports: it goes
@@ -239,11 +261,14 @@ class ForkServer:
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.socket):
             if self.process.poll() is not None:
-                raise RuntimeError(f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
-                                   f"{self.process.log_tail()}")
+                raise RuntimeError(
+                    f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
+                    f"{self.process.log_tail()}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the fork server was not ready after {timeout:.0f} s; its log ends:\n"
-                                   f"{self.process.log_tail()}")
+                raise RuntimeError(
+                    f"the fork server was not ready after {timeout:.0f} s; its log ends:\n{self.process.log_tail()}"
+                )
             time.sleep(0.02)
 
     @property
@@ -275,8 +300,11 @@ def get() -> ForkServer | None:
                 atexit.register(_server.stop)
             except (OSError, RuntimeError) as e:
                 _failed = str(e)
-                warnings.warn(f"labkit: tasks start as their own interpreters, the fork server could not start: {e}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"labkit: tasks start as their own interpreters, the fork server could not start: {e}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 return None
         return _server
 

@@ -7,6 +7,7 @@ once, each task forked from it) unless ``launcher_options={"forkserver": False}`
 was given another ``python``, ``LABKIT_NO_FORKSERVER=1`` is set, or the server cannot start.
 The printed command (``Cluster.commands``) is the task's own interpreter either way: pasted,
 it runs the same program."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ class LocalLauncher(Launcher):
         super().__init__(settings)
         wanted = settings.options.get("forkserver", True)
         if not isinstance(wanted, bool):
-            raise ValueError(f"launcher_options forkserver={wanted!r}: give True (tasks forked from this process's "
-                             f"fork server, the default) or False (each task its own interpreter)")
+            raise ValueError(
+                f"launcher_options forkserver={wanted!r}: give True (tasks forked from this process's "
+                f"fork server, the default) or False (each task its own interpreter)"
+            )
         self.forks = wanted and settings.python == sys.executable  # the server runs this interpreter
 
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:

@@ -18,6 +18,7 @@ stop what runs in them). ``network.json`` in the run directory records the link,
 their addresses and the cores they share (``described``). Where links cannot be emulated, making the Cluster raises
 ``netem.EmulationUnavailable``, which says why and what still works.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,7 @@ def cluster_args(link, nodes: int, cpus: float | None = None) -> dict:
     intra-op thread per task. ``cpus``: each node's CPU quota in cores (``labkit.infra.cpuquota``);
     None: the nodes share this machine's cores, as tasks on 127.0.0.1 do."""
     options = {"link": str(netem.parse_link(link))} | ({"cpus": float(cpus)} if cpus else {})
-    return {"hosts": netem_nodes(nodes), "launcher": NetemLauncher.name, "launcher_options": options,
-            "threads": (1, 2)}
+    return {"hosts": netem_nodes(nodes), "launcher": NetemLauncher.name, "launcher_options": options, "threads": (1, 2)}
 
 
 def described(run_dir) -> dict | None:
@@ -70,6 +70,7 @@ class NetemLauncher(LocalLauncher):
     seconds a task left in a node gets between SIGTERM and SIGKILL when the network goes;
     ``cpus``: each node's CPU quota in cores (``labkit.infra.cpuquota``; a RuntimeError saying why
     where quotas cannot be set), absent: the nodes share the machine's cores."""
+
     name = "netem"
     OPTIONS = (*LocalLauncher.OPTIONS, "link", "grace", "cpus")
 
@@ -77,8 +78,10 @@ class NetemLauncher(LocalLauncher):
         super().__init__(settings)
         self.link = netem.parse_link(settings.options.get("link"))
         if self.link is None:
-            raise ValueError("the netem launcher needs a link: launcher_options={'link': '1gbit'} "
-                             "(RATE or RATE,DELAY, e.g. '1gbit,0.2ms')")
+            raise ValueError(
+                "the netem launcher needs a link: launcher_options={'link': '1gbit'} "
+                "(RATE or RATE,DELAY, e.g. '1gbit,0.2ms')"
+            )
         netem.require(self.link)  # here, before anything starts: why not, and what still works
         cpus = settings.options.get("cpus")
         self.quotas = NodeQuotas([], float(cpus)) if cpus else None  # its nodes come with the spec (place)
@@ -91,8 +94,12 @@ class NetemLauncher(LocalLauncher):
     def place(self, spec: ClusterSpec) -> ClusterSpec:
         """One node per host of ``spec``; each task moves to its node's address, same port."""
         hosts = spec.hosts()
-        self.network = netem.EmulatedNetwork(hosts, self.link, log_dir=self.settings.run_dir / "network",
-                                             grace=float(self.settings.options.get("grace", netem.GRACE_S)))
+        self.network = netem.EmulatedNetwork(
+            hosts,
+            self.link,
+            log_dir=self.settings.run_dir / "network",
+            grace=float(self.settings.options.get("grace", netem.GRACE_S)),
+        )
         addresses = self.network.plan()
         self.node = {addresses[h]: h for h in hosts}
         if self.quotas is not None:
@@ -120,8 +127,11 @@ class NetemLauncher(LocalLauncher):
             if self.quotas is not None:
                 self.quotas.start()
             self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-            info = {**self.network.describe(), "cores": usable_cores(),
-                    "cpu_quota": self.quotas.describe() if self.quotas is not None else None}
+            info = {
+                **self.network.describe(),
+                "cores": usable_cores(),
+                "cpu_quota": self.quotas.describe() if self.quotas is not None else None,
+            }
             (self.settings.run_dir / "network.json").write_text(json.dumps(info, indent=1))
         return self.network
 

@@ -23,6 +23,7 @@ steps share the allocation's CPUs, ``--overcommit`` puts more tasks than CPUs on
 
 ``launcher_options={"srun": [...]}`` adds ``srun`` arguments (``--mem-per-cpu=2G``, say).
 """
+
 from __future__ import annotations
 
 import os
@@ -70,9 +71,20 @@ class SlurmLauncher(Launcher):
         return f"labkit-{self.token}-{task.type}-{task.index}"
 
     def command(self, task: Task, env: dict[str, str], argv_tail: list[str]) -> tuple[list[str], str]:
-        argv = ["srun", f"--jobid={self.allocation.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
-                "--overlap", "--overcommit", f"--job-name={self.step_name(task)}", "--kill-on-bad-exit=1",
-                *self.srun_args, self.settings.python, *argv_tail]
+        argv = [
+            "srun",
+            f"--jobid={self.allocation.job_id}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={task.host}",
+            "--overlap",
+            "--overcommit",
+            f"--job-name={self.step_name(task)}",
+            "--kill-on-bad-exit=1",
+            *self.srun_args,
+            self.settings.python,
+            *argv_tail,
+        ]
         return argv, pasteable(env, argv)
 
     # ------------------------------------------------------------------------------ states
@@ -106,8 +118,11 @@ class SlurmLauncher(Launcher):
         try:
             while left := self._step_ids(tps):
                 if time.monotonic() > deadline:
-                    print(f"labkit: Slurm steps {', '.join(left.values())} were still listed {RELEASE_WAIT_S:.0f} s "
-                          f"after they were cancelled; check with `squeue --steps`", file=sys.stderr)
+                    print(
+                        f"labkit: Slurm steps {', '.join(left.values())} were still listed {RELEASE_WAIT_S:.0f} s "
+                        f"after they were cancelled; check with `squeue --steps`",
+                        file=sys.stderr,
+                    )
                     return
                 slurm.cancel(left.values(), signal.SIGKILL)
                 time.sleep(0.2)
@@ -134,14 +149,20 @@ class SlurmLauncher(Launcher):
         if slurm_said:
             return f"{slurm_said}, {guide}"
         if "execve(): " in log_tail or ("srun: error" in log_tail and self.settings.python in log_tail):
-            return (f"{node} has no {self.settings.python}: srun runs the interpreter by the path it has here; "
-                    f"put the kit and its .venv on a filesystem every node mounts (a shared home), {guide}")
+            return (
+                f"{node} has no {self.settings.python}: srun runs the interpreter by the path it has here; "
+                f"put the kit and its .venv on a filesystem every node mounts (a shared home), {guide}"
+            )
         if "couldn't chdir" in log_tail:
-            return (f"{node} does not see this directory ({os.getcwd()}): run from a directory on a filesystem "
-                    f"every node mounts, {guide}")
+            return (
+                f"{node} does not see this directory ({os.getcwd()}): run from a directory on a filesystem "
+                f"every node mounts, {guide}"
+            )
         if "Unable to create step" in log_tail or "Invalid job id" in log_tail or "already completing" in log_tail:
-            return (f"srun could not start a step in job {job}: the allocation has ended or cannot hold the step "
-                    f"(`squeue -j {job}`), {guide}")
+            return (
+                f"srun could not start a step in job {job}: the allocation has ended or cannot hold the step "
+                f"(`squeue -j {job}`), {guide}"
+            )
         if "No module named" in log_tail:
             return f"the kit on {node} lacks a module this launcher uses: it is another version of the kit, {guide}"
         return ""
@@ -174,16 +195,21 @@ def _slurm_hint(job: str, node: str, returncode: int | None, log_tail: str, node
         except slurm.SlurmError:
             held = None
         if kind == "JOB" or held is False:
-            return (f"job {job} was cancelled (`scancel`, by a person or an administrator), and its steps with it: "
-                    f"get a new allocation")
-        return (f"its step {step} on {where} was cancelled (`scancel`, by a person or an administrator)"
-                + (f"; job {job} still holds its nodes: run again" if held else ""))
+            return (
+                f"job {job} was cancelled (`scancel`, by a person or an administrator), and its steps with it: "
+                f"get a new allocation"
+            )
+        return f"its step {step} on {where} was cancelled (`scancel`, by a person or an administrator)" + (
+            f"; job {job} still holds its nodes: run again" if held else ""
+        )
     if "oom" in log_tail.lower() and "kill" in log_tail.lower():
         return f"Slurm's memory limit killed it on {node}: ask for more memory (--mem) in the allocation"
     if returncode == -signal.SIGKILL:
-        return (f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
-                f"there), or a person (`kill -9`, `scancel --signal=KILL`); give it more memory (--mem in the "
-                f"allocation, fewer tasks on that node, smaller batches)")
+        return (
+            f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
+            f"there), or a person (`kill -9`, `scancel --signal=KILL`); give it more memory (--mem in the "
+            f"allocation, fewer tasks on that node, smaller batches)"
+        )
     return ""
 
 
@@ -194,14 +220,20 @@ def _node_failure(job: str, nodes) -> str:
     except slurm.SlurmError:
         down = {}
     if not down:
-        return (f"a node of job {job} failed, so Slurm ended the job and its steps on every node: `sinfo -R` says "
-                f"which and why; salloc again (with --exclude=NODE until it is back)")
+        return (
+            f"a node of job {job} failed, so Slurm ended the job and its steps on every node: `sinfo -R` says "
+            f"which and why; salloc again (with --exclude=NODE until it is back)"
+        )
     lost, first = ", ".join(f"{n} ({state})" for n, state in down.items()), next(iter(down))
     if all("Not responding" in state for state in down.values()):
-        return (f"Slurm lost {lost}: its slurmd stopped answering, so Slurm ended job {job} and its steps on every "
-                f"node. On {first}, restart slurmd (`sudo systemctl restart slurmd`): it stops what the job left "
-                f"running there and returns the node to service (else `sudo scontrol update nodename={first} "
-                f"state=resume`); then salloc again (with --exclude={first} until then)")
-    return (f"Slurm took {lost} out of service, so it ended job {job} and its steps on every node: `scontrol show "
-            f"node {first}` says why; once it is fixed, `sudo scontrol update nodename={first} state=resume`; salloc "
-            f"again (with --exclude={first} until then)")
+        return (
+            f"Slurm lost {lost}: its slurmd stopped answering, so Slurm ended job {job} and its steps on every "
+            f"node. On {first}, restart slurmd (`sudo systemctl restart slurmd`): it stops what the job left "
+            f"running there and returns the node to service (else `sudo scontrol update nodename={first} "
+            f"state=resume`); then salloc again (with --exclude={first} until then)"
+        )
+    return (
+        f"Slurm took {lost} out of service, so it ended job {job} and its steps on every node: `scontrol show "
+        f"node {first}` says why; once it is fixed, `sudo scontrol update nodename={first} state=resume`; salloc "
+        f"again (with --exclude={first} until then)"
+    )

@@ -18,6 +18,7 @@ SIGKILL, is stopped by its wrapper, which sees the ssh session's stdin close
 (``remote_command``). A failure of ssh itself (exit 255) or of a node without the kit says
 so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table).
 """
+
 from __future__ import annotations
 
 import io
@@ -75,6 +76,7 @@ def default_remote_dir() -> str:
 class SshOptions:
     """How the kit reaches a node over ssh: the ssh command, the kit's directory there and its
     interpreter; ``argv`` builds every ssh command line the kit runs."""
+
     ssh: tuple[str, ...] = DEFAULT_SSH
     remote_dir: str = "labkit"
     remote_python: str = ".venv/bin/python"
@@ -86,8 +88,11 @@ class SshOptions:
         ssh = default_ssh() if ssh is None else shlex.split(ssh) if isinstance(ssh, str) else ssh
         if not ssh or not all(isinstance(a, (str, os.PathLike)) for a in ssh):
             raise ValueError(f"ssh must be a command, as a list (['ssh', '-i', 'KEY']) or a string; got {ssh!r}")
-        return cls(tuple(with_liveness([str(a) for a in ssh])), str(remote_dir) if remote_dir else default_remote_dir(),
-                   str(remote_python or cls.remote_python))
+        return cls(
+            tuple(with_liveness([str(a) for a in ssh])),
+            str(remote_dir) if remote_dir else default_remote_dir(),
+            str(remote_python or cls.remote_python),
+        )
 
     def argv(self, host: str, command: str, *, in_kit: bool = True, timeout: float | None = None) -> list[str]:
         """``ssh ... -- HOST REMOTE``: ``command`` on ``host``, in the kit's directory (``in_kit``; a
@@ -99,12 +104,26 @@ class SshOptions:
             remote = f"timeout -k 10 {max(1, int(timeout))} sh -c {shlex.quote(remote)}"
         return [*self.ssh, "--", host, remote]
 
-    def run(self, host: str, command: str, timeout: float, *, in_kit: bool = True, remote_timeout=None,
-            input: bytes | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        host: str,
+        command: str,
+        timeout: float,
+        *,
+        in_kit: bool = True,
+        remote_timeout=None,
+        input: bytes | None = None,
+        text: bool = True,
+    ) -> subprocess.CompletedProcess:
         """Run ``argv(host, command, ...)`` and capture its output; ``timeout``: seconds to wait here."""
-        return subprocess.run(self.argv(host, command, in_kit=in_kit, timeout=remote_timeout), input=input,
-                              capture_output=True, timeout=timeout,
-                              stdin=None if input is not None else subprocess.DEVNULL, text=text)
+        return subprocess.run(
+            self.argv(host, command, in_kit=in_kit, timeout=remote_timeout),
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            text=text,
+        )
 
 
 class SshLauncher(Launcher):
@@ -117,8 +136,8 @@ class SshLauncher(Launcher):
         o = settings.options
         self.options = SshOptions.of(o.get("ssh"), o.get("remote_dir"), o.get("remote_python"))
         self._t0 = time.monotonic()
-        self._probed: dict[str, float] = {}   # task -> when its node was last asked whether it listens
-        self._checked: set[str] = set()       # hosts whose versions passed ``preflight``
+        self._probed: dict[str, float] = {}  # task -> when its node was last asked whether it listens
+        self._checked: set[str] = set()  # hosts whose versions passed ``preflight``
 
     def task_run_dir(self, task: Task) -> str:
         return self.settings.remote_run
@@ -164,8 +183,11 @@ class SshLauncher(Launcher):
         def one(tp: TaskProcess) -> str:
             pid_file = shlex.quote(f"{run}/{tp.file('.pid')}")
             mine = [shlex.quote(f"{ENV_RUN_DIR}={run}"), shlex.quote(f"{ENV_TASK}={tp.task.name}")]
-            return (f"p=$(cat {pid_file} 2>/dev/null) && grep -qsxzF {mine[0]} /proc/$p/environ && "
-                    f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p")
+            return (
+                f"p=$(cat {pid_file} 2>/dev/null) && grep -qsxzF {mine[0]} /proc/$p/environ && "
+                f"grep -qsxzF {mine[1]} /proc/$p/environ && kill -{int(sig)} $p"
+            )
+
         script = "; ".join(f"{{ {one(tp)}; }}" for tp in tps) + "; true"
         try:
             self.options.run(host, script, timeout=15)
@@ -196,8 +218,7 @@ class SshLauncher(Launcher):
         out = {}
         for host, group in _by_host(tps).items():
             names = [f"{self.settings.remote_run}/{tp.file('.hello.json')}" for tp in group]
-            done = self.options.run(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true",
-                                    timeout=30)
+            done = self.options.run(host, "cat " + " ".join(map(shlex.quote, names)) + " 2>/dev/null; true", timeout=30)
             for line in done.stdout.splitlines():
                 if line.strip():
                     h = _parse_hello(line, host)
@@ -209,8 +230,14 @@ class SshLauncher(Launcher):
         return f" on {node_label(tp.task.host)}"
 
     def failure_hint(self, tp: TaskProcess, log_tail: str) -> str:
-        return remote_failure_hint(tp.task.host, tp.returncode, log_tail, self.options.remote_dir,
-                                   self.options.remote_python, started=_started(tp))
+        return remote_failure_hint(
+            tp.task.host,
+            tp.returncode,
+            log_tail,
+            self.options.remote_dir,
+            self.options.remote_python,
+            started=_started(tp),
+        )
 
     def local_pid(self, tp: TaskProcess) -> int | None:
         return None  # the local child is its ssh client
@@ -227,8 +254,9 @@ class SshLauncher(Launcher):
             if self._listening(task.host, [task]) and not accepts(task.host, task.port, timeout=2):  # not just up
                 from labkit.distributed.launch import ClusterTimeout  # launch imports the launchers
 
-                raise ClusterTimeout(now - self._t0, [task.name], what="bring every server up",
-                                     detail=blocked_hint([task]))
+                raise ClusterTimeout(
+                    now - self._t0, [task.name], what="bring every server up", detail=blocked_hint([task])
+                )
         return False
 
     def unready_hint(self, tps: list[TaskProcess]) -> str:
@@ -240,8 +268,9 @@ class SshLauncher(Launcher):
         """Which of ``tasks`` listen on ``host``, asked of the node over ssh (its /proc/net/tcp*:
         TCP sockets in state 0A, listening); none if it cannot tell."""
         ports = " ".join(f":{t.port:04X} " for t in tasks)
-        script = (f"for p in {ports}; do grep -qs \" 0*[0-9A-F]*$p.* 0A \" /proc/net/tcp /proc/net/tcp6 "
-                  f"&& echo $p; done; true")
+        script = (
+            f'for p in {ports}; do grep -qs " 0*[0-9A-F]*$p.* 0A " /proc/net/tcp /proc/net/tcp6 && echo $p; done; true'
+        )
         try:
             out = self.options.run(host, script, timeout=20, in_kit=False).stdout
         except (subprocess.TimeoutExpired, OSError):
@@ -259,21 +288,25 @@ class SshLauncher(Launcher):
         return False
 
 
-PROBE_EVERY_S = 3.0   # a task server this machine cannot reach is asked of its node this often
+PROBE_EVERY_S = 3.0  # a task server this machine cannot reach is asked of its node this often
 
 
 def blocked_hint(tasks: list[Task]) -> str:
     where = ", ".join(f"{t.name} on {t.address} ({node_label(t.host)}, port {t.port})" for t in tasks)
-    return (f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
-            f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)")
+    return (
+        f"the server of {where} listens on its node, but this machine cannot connect to it: a firewall "
+        f"drops the task ports there; open them to the experiment LAN (docs/cluster.md, section 5)"
+    )
 
 
 # A node's Python and the versions of the kit's packages there, read without importing them
 PREFLIGHT_DISTS = ("tensorflow", "tensorflow-cpu", "keras", "numpy", "labkit")
-_PREFLIGHT = ("import json, sys\nfrom importlib import metadata\nv = {'python': '%d.%d' % sys.version_info[:2]}\n"
-              f"for d in {PREFLIGHT_DISTS!r}:\n"
-              "    try:\n        v[d] = metadata.version(d)\n    except metadata.PackageNotFoundError:\n        pass\n"
-              "print(json.dumps(v))")
+_PREFLIGHT = (
+    "import json, sys\nfrom importlib import metadata\nv = {'python': '%d.%d' % sys.version_info[:2]}\n"
+    f"for d in {PREFLIGHT_DISTS!r}:\n"
+    "    try:\n        v[d] = metadata.version(d)\n    except metadata.PackageNotFoundError:\n        pass\n"
+    "print(json.dumps(v))"
+)
 
 
 def local_versions() -> dict:
@@ -308,13 +341,18 @@ def preflight(options: SshOptions, host: str) -> None:
         return
     differ = [k for k in sorted(set(here) | set(there)) if here.get(k) != there.get(k)]
     show = lambda v: ", ".join(f"{k} {v.get(k, 'none')}" for k in differ)  # noqa: E731
-    fix = (f"its .venv was made with Python {there.get('python')}: on that node, `cd {options.remote_dir} && "
-           f"rm -rf .venv && make setup PYTHON=python{here['python']}`, or `make cluster-setup HOSTS=<hosts file>` "
-           f"from here, which does the same" if there.get("python") != here.get("python") else
-           "reinstall the kit there from this checkout: `make cluster-setup HOSTS=<hosts file>`")
-    raise VersionSkew(f"{node_label(host)} runs other versions than this machine ({show(there)}; here: {show(here)}), "
-                      f"which makes its tasks fail (a missing package, or TensorFlow failing in obscure ways): {fix}; "
-                      f"or pass check_versions=False to run anyway")
+    fix = (
+        f"its .venv was made with Python {there.get('python')}: on that node, `cd {options.remote_dir} && "
+        f"rm -rf .venv && make setup PYTHON=python{here['python']}`, or `make cluster-setup HOSTS=<hosts file>` "
+        f"from here, which does the same"
+        if there.get("python") != here.get("python")
+        else "reinstall the kit there from this checkout: `make cluster-setup HOSTS=<hosts file>`"
+    )
+    raise VersionSkew(
+        f"{node_label(host)} runs other versions than this machine ({show(there)}; here: {show(here)}), "
+        f"which makes its tasks fail (a missing package, or TensorFlow failing in obscure ways): {fix}; "
+        f"or pass check_versions=False to run anyway"
+    )
 
 
 def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:
@@ -324,8 +362,9 @@ def _by_host(tps: list[TaskProcess]) -> dict[str, list[TaskProcess]]:
     return out
 
 
-def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str], argv: list[str],
-                   grace: float = REMOTE_TERM_GRACE_S) -> str:
+def remote_command(
+    remote_dir: str, run: str, pid_file: str, env: dict[str, str], argv: list[str], grace: float = REMOTE_TERM_GRACE_S
+) -> str:
     """The command ssh runs on a task's node: ``sh -c SCRIPT``, whatever the login shell.
 
     The script starts the task in the background, its output on the session's stderr (the
@@ -339,22 +378,24 @@ def remote_command(remote_dir: str, run: str, pid_file: str, env: dict[str, str]
     failures are 255."""
     q = shlex.quote
     task = "env " + " ".join(f"{k}={q(v)}" for k, v in env.items()) + " " + shlex.join(argv)
-    script = "\n".join([
-        enter_kit(remote_dir),
-        f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(missing_line(argv[0]))} >&2; exit {EXIT_NO_KIT}; }}",
-        f"mkdir -p {q(run)} || exit 1",
-        "exec 3<&0",
-        f"{task} </dev/null {EVENTS_FD}>&1 1>&2 &",
-        "task=$!",
-        f"echo $task > {q(pid_file)}",
-        "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "
-        f"sleep {int(grace)}; kill -KILL $task; fi ) <&3 >/dev/null 2>&1 &",
-        "watch=$!",
-        "exec 3<&-",
-        "wait $task; rc=$?",
-        "kill $watch 2>/dev/null",
-        "exit $rc",
-    ])
+    script = "\n".join(
+        [
+            enter_kit(remote_dir),
+            f"command -v {q(argv[0])} >/dev/null 2>&1 || {{ echo {q(missing_line(argv[0]))} >&2; exit {EXIT_NO_KIT}; }}",
+            f"mkdir -p {q(run)} || exit 1",
+            "exec 3<&0",
+            f"{task} </dev/null {EVENTS_FD}>&1 1>&2 &",
+            "task=$!",
+            f"echo $task > {q(pid_file)}",
+            "( if read -r _; then while read -r _; do :; done; kill -TERM $task; "
+            f"sleep {int(grace)}; kill -KILL $task; fi ) <&3 >/dev/null 2>&1 &",
+            "watch=$!",
+            "exec 3<&-",
+            "wait $task; rc=$?",
+            "kill $watch 2>/dev/null",
+            "exit $rc",
+        ]
+    )
     return f"sh -c {q(script)}"
 
 
@@ -379,8 +420,10 @@ def missing_line(path: str) -> str:
 
 def enter_kit(remote_dir: str) -> str:
     """A shell line: ``cd`` into the kit on a node, or say it is missing and exit ``EXIT_NO_KIT``."""
-    return (f"cd {shlex.quote(remote_dir)} 2>/dev/null || {{ echo {shlex.quote(missing_line(remote_dir))} >&2; "
-            f"exit {EXIT_NO_KIT}; }}")
+    return (
+        f"cd {shlex.quote(remote_dir)} 2>/dev/null || {{ echo {shlex.quote(missing_line(remote_dir))} >&2; "
+        f"exit {EXIT_NO_KIT}; }}"
+    )
 
 
 def remote_returncode(ssh_returncode: int) -> int:
@@ -412,32 +455,58 @@ def _parse_hello(line: str, host: str) -> dict:
         problem = "it has no task name"
     except json.JSONDecodeError as e:
         problem = f"it is not JSON ({e.msg})"
-    raise VersionSkew(f"a task on {host} wrote a hello the launcher cannot read ({problem}): {line.strip()[:120]!r}; "
-                      f"the kit there is likely another version: reinstall it with `make cluster-setup "
-                      f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway")
+    raise VersionSkew(
+        f"a task on {host} wrote a hello the launcher cannot read ({problem}): {line.strip()[:120]!r}; "
+        f"the kit there is likely another version: reinstall it with `make cluster-setup "
+        f"HOSTS=<hosts file>` (docs/cluster.md), or pass check_versions=False to run anyway"
+    )
 
 
 # ssh's own reason for a failed login (its last words before exit 255), checked in this order:
 # (what ssh prints, what it means on NODE, what to do about it)
 SSH_REASONS = (
-    ("REMOTE HOST IDENTIFICATION HAS CHANGED", "its host key changed since ~/.ssh/known_hosts learned it (the "
-     "node was reinstalled, or another machine has its address)", "`ssh-keygen -R {host}`, then `ssh-keyscan -H "
-     "{host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)"),
-    ("Host key verification failed", "its host key is not in ~/.ssh/known_hosts, and BatchMode cannot ask",
-     "`ssh-keyscan -H {host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)"),
-    ("Connection refused", "nothing accepts ssh there: its sshd is not running", "start it on the node (`sudo "
-     "systemctl start ssh`, from the portal's console), or check the node's state on the portal"),
-    ("No route to host", "unreachable host: no route to it (its link is down, or the address is not on this "
-     "network)", "check the hosts file's addresses (the experiment LAN's) and the node's link"),
-    ("Network is unreachable", "unreachable host: this machine has no network to its address",
-     "use the experiment LAN's addresses in the hosts file"),
-    ("Connection timed out", "unreachable host: it does not answer on its ssh port (down, or a firewall drops "
-     "ssh)", "check the node on the portal and its firewall"),
-    ("Could not resolve hostname", "its name does not resolve here", "use the addresses of the hosts file "
-     "(`getent hosts node1 ...`)"),
-    ("Permission denied", "it refused the login: the account does not exist there, or its "
-     "~/.ssh/authorized_keys lacks your key", "check the user (`-l NAME` in LABKIT_SSH) and the keys "
-     "(docs/cluster.md section 2)"),
+    (
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "its host key changed since ~/.ssh/known_hosts learned it (the "
+        "node was reinstalled, or another machine has its address)",
+        "`ssh-keygen -R {host}`, then `ssh-keyscan -H {host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)",
+    ),
+    (
+        "Host key verification failed",
+        "its host key is not in ~/.ssh/known_hosts, and BatchMode cannot ask",
+        "`ssh-keyscan -H {host} >> ~/.ssh/known_hosts` (docs/cluster.md section 2)",
+    ),
+    (
+        "Connection refused",
+        "nothing accepts ssh there: its sshd is not running",
+        "start it on the node (`sudo "
+        "systemctl start ssh`, from the portal's console), or check the node's state on the portal",
+    ),
+    (
+        "No route to host",
+        "unreachable host: no route to it (its link is down, or the address is not on this network)",
+        "check the hosts file's addresses (the experiment LAN's) and the node's link",
+    ),
+    (
+        "Network is unreachable",
+        "unreachable host: this machine has no network to its address",
+        "use the experiment LAN's addresses in the hosts file",
+    ),
+    (
+        "Connection timed out",
+        "unreachable host: it does not answer on its ssh port (down, or a firewall drops ssh)",
+        "check the node on the portal and its firewall",
+    ),
+    (
+        "Could not resolve hostname",
+        "its name does not resolve here",
+        "use the addresses of the hosts file (`getent hosts node1 ...`)",
+    ),
+    (
+        "Permission denied",
+        "it refused the login: the account does not exist there, or its ~/.ssh/authorized_keys lacks your key",
+        "check the user (`-l NAME` in LABKIT_SSH) and the keys (docs/cluster.md section 2)",
+    ),
 )
 
 
@@ -466,8 +535,9 @@ def node_label(host: str, hosts_file: str = "/etc/hosts") -> str:
     return host
 
 
-def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str,
-                        started: bool = False) -> str:
+def remote_failure_hint(
+    host: str, returncode: int, log_tail: str, remote_dir: str, remote_python: str, started: bool = False
+) -> str:
     """What a remote task's failure most likely means, and the fix ('' if the evidence says
     nothing more than the exit itself). Each hint needs its own evidence: a signal (the task
     was killed on its node); ssh's exit code 255 (``started``: after the task had started, or ssh
@@ -479,30 +549,47 @@ def remote_failure_hint(host: str, returncode: int, log_tail: str, remote_dir: s
     started = started or any(said in log_tail for said in SESSION_LOST)
     if returncode is not None and returncode < 0:
         if returncode == -signal.SIGKILL:
-            return (f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
-                    f"there), or a person; give it more memory (fewer tasks on that node, smaller batches), {guide}")
-        return f"it got {signal.Signals(-returncode).name} on {node}: the node shut down, or a person stopped it, {guide}"
+            return (
+                f"something on {node} killed it: most often the kernel's OOM killer (`sudo dmesg | grep -i oom` "
+                f"there), or a person; give it more memory (fewer tasks on that node, smaller batches), {guide}"
+            )
+        return (
+            f"it got {signal.Signals(-returncode).name} on {node}: the node shut down, or a person stopped it, {guide}"
+        )
     if returncode == 255 and started:
-        return (f"the ssh connection to {node} ended while the task ran: the node rebooted, its network "
-                f"dropped or sshd was stopped; the task's log there ends here, {guide}")
+        return (
+            f"the ssh connection to {node} ended while the task ran: the node rebooted, its network "
+            f"dropped or sshd was stopped; the task's log there ends here, {guide}"
+        )
     if returncode == 255:
         reason = ssh_reason(log_tail)
         if reason:
             line, means, fix = reason
             return f"ssh to {node} failed: {means} (ssh said: {line}); {fix.format(host=host)}"
-        return (f"ssh to {node} failed: unreachable host, unknown host key or no key login; check that "
-                f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}")
+        return (
+            f"ssh to {node} failed: unreachable host, unknown host key or no key login; check that "
+            f"`ssh -o BatchMode=yes {host} true` works without a prompt, {guide}"
+        )
     lines = log_tail.splitlines()
-    if returncode == EXIT_NO_KIT and not started and \
-            any(ln.strip() in (missing_line(remote_dir), missing_line(remote_python)) for ln in lines):
-        return (f"the kit is not installed on {node}: no {remote_dir}/{remote_python}; run "
-                f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}")
+    if (
+        returncode == EXIT_NO_KIT
+        and not started
+        and any(ln.strip() in (missing_line(remote_dir), missing_line(remote_python)) for ln in lines)
+    ):
+        return (
+            f"the kit is not installed on {node}: no {remote_dir}/{remote_python}; run "
+            f"`make cluster-setup HOSTS=<hosts file>` or `python -m labkit nodes setup`, {guide}"
+        )
     if any(ln.startswith("ModuleNotFoundError: No module named 'labkit") for ln in lines):
-        return (f"the kit on {node} lacks a module this launcher uses: it is older or incomplete; "
-                f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}")
+        return (
+            f"the kit on {node} lacks a module this launcher uses: it is older or incomplete; "
+            f"reinstall it with `make cluster-setup HOSTS=<hosts file>`, {guide}"
+        )
     missing = next((ln for ln in lines if ln.startswith("ModuleNotFoundError: No module named ")), None)
     if missing:
-        return (f"the kit's .venv on {node} lacks a package it needs ({missing.split(': ', 1)[1]}): it was "
-                f"made with another Python than its packages, or its install broke; `make cluster-setup "
-                f"HOSTS=<hosts file>` makes it again with this machine's Python version, {guide}")
+        return (
+            f"the kit's .venv on {node} lacks a package it needs ({missing.split(': ', 1)[1]}): it was "
+            f"made with another Python than its packages, or its install broke; `make cluster-setup "
+            f"HOSTS=<hosts file>` makes it again with this machine's Python version, {guide}"
+        )
     return ""

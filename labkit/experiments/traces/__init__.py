@@ -7,6 +7,7 @@ lists of records), with its ``provenance``: the call, labkit's commit, TensorFlo
 cores and the load of the machine that recorded it, and when. A student's analysis of a trace is
 graded by hidden checks on traces the grader draws itself (``labkit.grading.judge.probe``).
 """
+
 from __future__ import annotations
 
 import json

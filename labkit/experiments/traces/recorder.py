@@ -5,6 +5,7 @@ writes ``labkit/traces/<NAME>.json`` with its provenance. The emulated ones star
 namespaces: on a shared machine run them under its lock (``flock /work/system-tests.lock``).
 Paths of the machine that recorded them are left out of what is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,17 @@ from labkit.experiments.traces import FOLDER
 
 RECORDERS = Registry("trace recorder")
 LAB2_SHARES = dict(max_steps=2000, learning_rate=0.5, train_limit=10000, test_limit=2000, seed=0, timeout=600)
-LAB3_DENSE = dict(workers=2, hosts=None, data="click", num_features=1_000_000, train_rows=200_000, test_rows=10_000,
-                  learning_rate=0.5, seed=0, click_seed=0)
+LAB3_DENSE = dict(
+    workers=2,
+    hosts=None,
+    data="click",
+    num_features=1_000_000,
+    train_rows=200_000,
+    test_rows=10_000,
+    learning_rate=0.5,
+    seed=0,
+    click_seed=0,
+)
 
 
 def provenance(call: str) -> dict:
@@ -33,11 +43,16 @@ def provenance(call: str) -> dict:
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
-    return {"recorded_by": call, "labkit_commit": git("rev-parse", "HEAD"),
-            "uncommitted_changes": bool(git("status", "--porcelain", "--", "labkit")),
-            "tensorflow": tf.__version__, "cores": usable_cores(), "load_1min": round(os.getloadavg()[0], 2),
-            "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "note": "recorded on the kit's developers' machine, shared with other work (load_1min)"}
+    return {
+        "recorded_by": call,
+        "labkit_commit": git("rev-parse", "HEAD"),
+        "uncommitted_changes": bool(git("status", "--porcelain", "--", "labkit")),
+        "tensorflow": tf.__version__,
+        "cores": usable_cores(),
+        "load_1min": round(os.getloadavg()[0], 2),
+        "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "note": "recorded on the kit's developers' machine, shared with other work (load_1min)",
+    }
 
 
 def _frame(df) -> list:
@@ -83,8 +98,11 @@ def lab5_ps_failure() -> dict:
 
     out = ring_vs_ps.ps_failure(3, "lenet5", progress=False)
     keep = ("model", "workers", "batch_size", "summary", "steps", "kills", "events", "failure")
-    return {"provenance": provenance("labkit.experiments.ring_vs_ps.ps_failure(3, 'lenet5')"),
-            **{k: out[k] for k in keep}, "_run_dir": out["run_dir"]}
+    return {
+        "provenance": provenance("labkit.experiments.ring_vs_ps.ps_failure(3, 'lenet5')"),
+        **{k: out[k] for k in keep},
+        "_run_dir": out["run_dir"],
+    }
 
 
 def scrub(data: dict) -> dict:
@@ -98,7 +116,9 @@ def scrub(data: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m labkit.experiments.traces.recorder", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m labkit.experiments.traces.recorder", description=__doc__.splitlines()[0]
+    )
     p.add_argument("names", nargs="*", help="traces to record (default: none; --list names them)")
     p.add_argument("--list", action="store_true")
     args = p.parse_args(argv)

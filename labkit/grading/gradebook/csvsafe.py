@@ -11,6 +11,7 @@ The grader reads some of its CSVs back (the TAs' filled-in answer CSVs, ``ta_sco
 comment or a student's name comes back as written, and a score a TA typed (``-1``, say) reaches
 the range check unchanged.
 """
+
 from __future__ import annotations
 
 import csv

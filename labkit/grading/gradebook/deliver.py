@@ -11,6 +11,7 @@
 
 The folder is rebuilt each time from the pages as they are, so a zip never holds a stale page.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,12 @@ def write(book, rows: list[dict]) -> list[Path]:
     for student, items in by_student.items():
         written.append(_zip(folder / "students" / f"{student}.zip", [(p, f"{student}/{p.name}") for _, p in items]))
     for lab in book.labs:
-        files = [(p, f"{prefix}_feedback-{lab.key}.html") for items in by_student.values() for job, p in items
-                 if job.lab.key == lab.key and (prefix := book.submitted(job).get("canvas_prefix"))]
+        files = [
+            (p, f"{prefix}_feedback-{lab.key}.html")
+            for items in by_student.values()
+            for job, p in items
+            if job.lab.key == lab.key and (prefix := book.submitted(job).get("canvas_prefix"))
+        ]
         if files:
             (folder / "canvas").mkdir(exist_ok=True)
             written.append(_zip(folder / "canvas" / f"{lab.key}.zip", files))
@@ -64,12 +69,18 @@ def describe(book, written: list[Path]) -> list[str]:
     """What was written and what the instructor does with it."""
     students = [p for p in written if p.parent.name == "students"]
     canvas = [p for p in written if p.parent.name == "canvas"]
-    lines = [f"wrote {len(students)} student zip(s) to {Path(book.out) / FOLDER / 'students'}/ (<student>.zip: that "
-             f"student's feedback pages only)"]
+    lines = [
+        f"wrote {len(students)} student zip(s) to {Path(book.out) / FOLDER / 'students'}/ (<student>.zip: that "
+        f"student's feedback pages only)"
+    ]
     for p in canvas:
-        lines.append(f"{p}: on Canvas, open the assignment, choose Re-Upload Submissions and give it this zip; each "
-                     f"page becomes a comment on its student's submission")
+        lines.append(
+            f"{p}: on Canvas, open the assignment, choose Re-Upload Submissions and give it this zip; each "
+            f"page becomes a comment on its student's submission"
+        )
     if not canvas:
-        lines.append("send each student their zip (Gradescope and plain folders have no bulk upload of feedback "
-                     "files; a Canvas download gets a re-upload zip per lab)")
+        lines.append(
+            "send each student their zip (Gradescope and plain folders have no bulk upload of feedback "
+            "files; a Canvas download gets a re-upload zip per lab)"
+        )
     return lines

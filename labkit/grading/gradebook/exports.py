@@ -19,6 +19,7 @@ A lab's ``late`` row (``late``: late work) counts in its total in both files. ``
 wrote (``.grader/exported.json``); ``changes`` lists every lab score that differs from it since:
 the regrade list ``summary.md`` shows and ``grade-export`` prints.
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,7 +31,7 @@ from pathlib import Path
 from labkit.grading.gradebook.report import EXECUTION, LATE, PENDING, write_csv, write_text
 
 CANVAS_ID_FIELDS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-POINTS_POSSIBLE = "    Points Possible"   # as Canvas writes it in its own exports
+POINTS_POSSIBLE = "    Points Possible"  # as Canvas writes it in its own exports
 
 
 def _index(rows: list[dict]) -> dict:
@@ -43,8 +44,12 @@ def wide(rows: list[dict], labs: list) -> tuple[list[dict], list[str]]:
     fields = ["student"]
     late = {r["lab"] for r in rows if r["check"] == LATE}
     for lab in labs:
-        fields += ([f"{lab.key} {EXECUTION}"] + [f"{lab.key}: {c.name}" for c in lab.checks]
-                   + ([f"{lab.key} {LATE}"] if lab.key in late else []) + [f"{lab.key} total"])
+        fields += (
+            [f"{lab.key} {EXECUTION}"]
+            + [f"{lab.key}: {c.name}" for c in lab.checks]
+            + ([f"{lab.key} {LATE}"] if lab.key in late else [])
+            + [f"{lab.key} total"]
+        )
     fields += ["total", "possible", "pending", "percent_correct", "status"]
     out = []
     for student in sorted({r["student"] for r in rows}):
@@ -73,9 +78,13 @@ def wide(rows: list[dict], labs: list) -> tuple[list[dict], list[str]]:
                 lab_total += penalty["points"]
             row[f"{lab.key} total"] = lab_total
             total += lab_total
-        row.update(total=total, possible=possible, pending=pending,
-                   percent_correct=round(100 * total / possible, 2) if possible else 0.0,
-                   status="incomplete" if incomplete else PENDING if pending else "graded")
+        row.update(
+            total=total,
+            possible=possible,
+            pending=pending,
+            percent_correct=round(100 * total / possible, 2) if possible else 0.0,
+            status="incomplete" if incomplete else PENDING if pending else "graded",
+        )
         out.append(row)
     return out, fields
 
@@ -93,18 +102,24 @@ def read_roster(path: Path) -> list[dict]:
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"roster {path}: cannot read it as a CSV file: {e}") from None
     if not rows or not any(k in rows[0] for k in ("SIS Login ID", "SIS User ID", "ID")):
-        raise ValueError(f"roster {path}: expected Canvas's gradebook export, with a SIS Login ID, SIS User ID or "
-                         f"ID column (Grades > Export in Canvas)")
-    return [r for r in rows if (r.get("Student") or "").strip() != POINTS_POSSIBLE.strip()
-            and "Points Possible" not in (r.get("Student") or "")]
+        raise ValueError(
+            f"roster {path}: expected Canvas's gradebook export, with a SIS Login ID, SIS User ID or "
+            f"ID column (Grades > Export in Canvas)"
+        )
+    return [
+        r
+        for r in rows
+        if (r.get("Student") or "").strip() != POINTS_POSSIBLE.strip()
+        and "Points Possible" not in (r.get("Student") or "")
+    ]
 
 
 def roster_index(roster: list[dict]) -> dict:
     """{SIS Login ID, SIS User ID or ID, lower case: the roster's row}: how a student is found."""
     keys = {}
     for person in roster:
-        for field in ("SIS Login ID", "SIS User ID", "ID"):
-            value = (person.get(field) or "").strip().lower()
+        for column in ("SIS Login ID", "SIS User ID", "ID"):
+            value = (person.get(column) or "").strip().lower()
             if value:
                 keys.setdefault(value, person)
     return keys
@@ -128,7 +143,7 @@ def lab_scores(rows: list[dict], labs: list) -> dict[tuple, str]:
     return out
 
 
-ASSIGNMENT = re.compile(r"^(?P<title>.+) \((?P<id>[0-9]+)\)$")   # Canvas's own column header: Title (assignment id)
+ASSIGNMENT = re.compile(r"^(?P<title>.+) \((?P<id>[0-9]+)\)$")  # Canvas's own column header: Title (assignment id)
 
 
 def assignment_columns(roster: list[dict] | None) -> list[str]:
@@ -140,12 +155,12 @@ def assignment_columns(roster: list[dict] | None) -> list[str]:
 class Columns:
     """Each lab's column in canvas.csv, and the labs refused one (a column that would make Canvas
     create a new assignment, which only ``allow_new`` accepts)."""
-    names: dict                              # {lab key: column}
-    refused: dict = field(default_factory=dict)   # {lab key: why}
+
+    names: dict  # {lab key: column}
+    refused: dict = field(default_factory=dict)  # {lab key: why}
 
 
-def lab_columns(labs: list, roster: list[dict] | None, columns: dict | None = None,
-                allow_new: bool = False) -> Columns:
+def lab_columns(labs: list, roster: list[dict] | None, columns: dict | None = None, allow_new: bool = False) -> Columns:
     """The column of each lab: ``--column LAB=NAME``, else the rubric's ``canvas_assignment``,
     else the roster's assignment whose title is the lab's title (or key). Without a roster, the
     lab's title. A name that is not a column of the roster (or, with no roster, not of Canvas's
@@ -159,8 +174,10 @@ def lab_columns(labs: list, roster: list[dict] | None, columns: dict | None = No
         asked = columns.get(lab.key) or getattr(lab, "canvas_assignment", "") or ""
         found = [asked] if asked else (by_title.get(lab.title.strip().lower()) or by_title.get(lab.key.lower()) or [])
         if len(found) > 1:
-            out.refused[lab.key] = (f"the roster has {len(found)} assignments titled {lab.title!r} ({', '.join(found)}); "
-                                    f"name one with canvas_assignment in the rubric or --column {lab.key}=...")
+            out.refused[lab.key] = (
+                f"the roster has {len(found)} assignments titled {lab.title!r} ({', '.join(found)}); "
+                f"name one with canvas_assignment in the rubric or --column {lab.key}=..."
+            )
             continue
         name = found[0] if found else lab.title
         out.names[lab.key] = name
@@ -170,11 +187,13 @@ def lab_columns(labs: list, roster: list[dict] | None, columns: dict | None = No
             out.refused[lab.key] = (
                 f"{name!r} is not an assignment column of the roster (it has: {', '.join(have) or 'none'}), so Canvas "
                 f"would create a new assignment; name the lab's column with canvas_assignment = 'Title (id)' in the "
-                f"rubric or --column {lab.key}='Title (id)', or ask for a new assignment with --new-assignment")
+                f"rubric or --column {lab.key}='Title (id)', or ask for a new assignment with --new-assignment"
+            )
         elif roster is None and not ASSIGNMENT.match(name):
             out.refused[lab.key] = (
                 f"{name!r} is not a Canvas column (Title (assignment id)), so Canvas would create a new assignment; "
-                f"give the roster (Canvas's gradebook export), or canvas_assignment in the rubric, or --new-assignment")
+                f"give the roster (Canvas's gradebook export), or canvas_assignment in the rubric, or --new-assignment"
+            )
     return out
 
 
@@ -193,9 +212,15 @@ def match_roster(students, roster: list[dict], people: dict | None = None) -> di
     return out
 
 
-def canvas(rows: list[dict], labs: list, roster: list[dict] | None = None,
-           columns: dict | None = None, people: dict | None = None, matched: dict | None = None,
-           lab_names: Columns | None = None) -> tuple[list[dict], list[str], list[str]]:
+def canvas(
+    rows: list[dict],
+    labs: list,
+    roster: list[dict] | None = None,
+    columns: dict | None = None,
+    people: dict | None = None,
+    matched: dict | None = None,
+    lab_names: Columns | None = None,
+) -> tuple[list[dict], list[str], list[str]]:
     """(rows, column names, notes) of the Canvas import file. ``people``: {student: the
     LMS's ids} from the intake, used to find them in the roster and for students without one;
     ``matched``: {student: roster row} as the gradebook found them (default ``match_roster``);
@@ -247,9 +272,16 @@ def _unrostered(student: str, person: dict) -> dict:
     return {"Student": student, "SIS Login ID": student}
 
 
-def write_canvas(rows: list[dict], labs: list, path: Path, roster: list[dict] | None = None,
-                 columns: dict | None = None, people: dict | None = None, matched: dict | None = None,
-                 lab_names: Columns | None = None) -> list[str]:
+def write_canvas(
+    rows: list[dict],
+    labs: list,
+    path: Path,
+    roster: list[dict] | None = None,
+    columns: dict | None = None,
+    people: dict | None = None,
+    matched: dict | None = None,
+    lab_names: Columns | None = None,
+) -> list[str]:
     table, fields, notes = canvas(rows, labs, roster, columns, people, matched, lab_names)
     write_csv(table, path, fields)
     return notes
@@ -282,6 +314,8 @@ def changes(out: Path, rows: list[dict], labs: list, sent: tuple | None = None) 
             return "", []
     now = lab_scores(rows, labs)
     keys = sorted(set(before) | set(now))
-    return data.get("when", ""), [{"student": s, "lab": lab, "exported": before.get((s, lab)), "now": now.get((s, lab))}
-                                  for s, lab in keys if before.get((s, lab)) != now.get((s, lab))
-                                  and any(lab == x.key for x in labs)]
+    return data.get("when", ""), [
+        {"student": s, "lab": lab, "exported": before.get((s, lab)), "now": now.get((s, lab))}
+        for s, lab in keys
+        if before.get((s, lab)) != now.get((s, lab)) and any(lab == x.key for x in labs)
+    ]

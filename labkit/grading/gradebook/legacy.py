@@ -3,6 +3,7 @@
 gradebook once, with nothing lost: every student of the manifest becomes a person (with the
 LMS's ids its intake record kept), every signed outcome a run, every TA score a current score,
 and the last export a sent one (so the regrade list goes on from it)."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def import_folder(book: gb.Gradebook, log=print) -> int:
         if info:
             book.submitted(handle, d["lab"], None, person.get("lms") or "", info)
         lab = type("L", (), {"key": d["lab"]})()
-        job = Job(student, lab, Path(d["source"]), Path(d["executed"]), Path(d["workdir"]), Path(d["log"]),
-                  Path(d["private"]))
+        job = Job(
+            student, lab, Path(d["source"]), Path(d["executed"]), Path(d["workdir"]), Path(d["log"]), Path(d["private"])
+        )
         outcome = ledger.load_outcome(job)
         if outcome is not None and book.latest_run(handle, d["lab"]) is None:
             book.record_run(handle, d["lab"], outcome)

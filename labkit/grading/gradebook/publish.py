@@ -15,6 +15,7 @@ ids) is kept in the manifest and added to the rows here: its notes to the ``exec
 ``late`` row (``late``) to late work. A later batch into the same folder adds its notebooks to
 the book (``grade``): the book is the class, whichever batch graded whom.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ from labkit.grading.submissions import intake, late
 from labkit.grading.run import ledger
 from labkit.grading.run.runner import Job
 
-EXPORT_SETTINGS = "export.json"   # the Canvas roster and column names `grade-export` was last given
+EXPORT_SETTINGS = "export.json"  # the Canvas roster and column names `grade-export` was last given
 
 
 class PublishError(ValueError):
@@ -37,8 +38,11 @@ class PublishError(ValueError):
 
 
 def job_record(job: Job) -> dict:
-    return {"student": job.student, "lab": job.lab.key, **{k: str(getattr(job, k)) for k in
-                                                          ("source", "executed", "workdir", "log", "private")}}
+    return {
+        "student": job.student,
+        "lab": job.lab.key,
+        **{k: str(getattr(job, k)) for k in ("source", "executed", "workdir", "log", "private")},
+    }
 
 
 def job_from(d: dict, labs: dict) -> Job:
@@ -48,27 +52,36 @@ def job_from(d: dict, labs: dict) -> Job:
 @dataclass
 class Book:
     out: Path
-    labs: list                       # rubric.Lab, in the batch's order
-    jobs: list                       # runner.Job, in the batch's order
-    refused: list = field(default_factory=list)    # rows of student folders the grader refused
+    labs: list  # rubric.Lab, in the batch's order
+    jobs: list  # runner.Job, in the batch's order
+    refused: list = field(default_factory=list)  # rows of student folders the grader refused
     questions: dict = field(default_factory=dict)  # {(lab, check): answers.Question}
     reference: bool = False
     warning: str = ""
     title: str = "Grades"
-    notebooks: str = ""              # the reference notebooks' folder (the similarity report's template)
-    intake: dict = field(default_factory=dict)     # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
-    intake_notes: list = field(default_factory=list)   # the intake's notes on what it did not grade
+    notebooks: str = ""  # the reference notebooks' folder (the similarity report's template)
+    intake: dict = field(default_factory=dict)  # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
+    intake_notes: list = field(default_factory=list)  # the intake's notes on what it did not grade
 
     # ------------------------------------------------------------------ the manifest
     def save(self, rubric_text: str) -> None:
         (self.out / ".grader").mkdir(parents=True, exist_ok=True)
         (self.out / ".grader" / "rubric.toml").write_text(rubric_text)
-        ledger.write_manifest(self.out, {
-            "labs": [lab.key for lab in self.labs], "jobs": [job_record(j) for j in self.jobs],
-            "refused": self.refused, "questions": [asdict(q) for q in self.questions.values()],
-            "reference": self.reference, "warning": self.warning, "title": self.title,
-            "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else "", "intake": self.intake,
-            "intake_notes": self.intake_notes})
+        ledger.write_manifest(
+            self.out,
+            {
+                "labs": [lab.key for lab in self.labs],
+                "jobs": [job_record(j) for j in self.jobs],
+                "refused": self.refused,
+                "questions": [asdict(q) for q in self.questions.values()],
+                "reference": self.reference,
+                "warning": self.warning,
+                "title": self.title,
+                "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else "",
+                "intake": self.intake,
+                "intake_notes": self.intake_notes,
+            },
+        )
 
     @classmethod
     def load(cls, out) -> "Book":
@@ -77,13 +90,25 @@ class Book:
         out = Path(out)
         man = ledger.read_manifest(out)
         if man is None:
-            raise PublishError(f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); grade first: "
-                               f"`make grade SUBMISSIONS=DIR` (or `python -m labkit grade DIR --out {out}`)")
+            raise PublishError(
+                f"{out} holds no graded batch (no .grader/{ledger.MANIFEST}); grade first: "
+                f"`make grade SUBMISSIONS=DIR` (or `python -m labkit grade DIR --out {out}`)"
+            )
         rub = load_rubric(out / ".grader" / "rubric.toml")
         qs = [answers.Question(**q) for q in man["questions"]]
-        return cls(out, [rub.labs[k] for k in man["labs"]], [job_from(d, rub.labs) for d in man["jobs"]],
-                   man["refused"], {(q.lab, q.check): q for q in qs}, man["reference"], man["warning"], man["title"],
-                   man.get("notebooks", ""), man.get("intake") or {}, man.get("intake_notes") or [])
+        return cls(
+            out,
+            [rub.labs[k] for k in man["labs"]],
+            [job_from(d, rub.labs) for d in man["jobs"]],
+            man["refused"],
+            {(q.lab, q.check): q for q in qs},
+            man["reference"],
+            man["warning"],
+            man["title"],
+            man.get("notebooks", ""),
+            man.get("intake") or {},
+            man.get("intake_notes") or [],
+        )
 
     # ------------------------------------------------------------------ rows
     def lab_questions(self, lab_key: str) -> dict:
@@ -106,13 +131,15 @@ class Book:
         found = self.found(job, stored)
         scores = {}
         for name, q in self.lab_questions(job.lab.key).items():
-            scores[name] = answers.score(q, None if found is None else found.get(name),
-                                         ta.get((job.lab.key, name, job.student)))
+            scores[name] = answers.score(
+                q, None if found is None else found.get(name), ta.get((job.lab.key, name, job.student))
+            )
         rows = []
         for r in stored["rows"]:
             s = scores.get(r["check"])
-            rows.append(r if s is None else {**r, "points": s.points, "max": s.max, "status": s.status,
-                                             "reason": s.reason})
+            rows.append(
+                r if s is None else {**r, "points": s.points, "max": s.max, "status": s.status, "reason": s.reason}
+            )
         return self._with_intake(job, rows), found, scores
 
     def submitted(self, job: Job) -> dict:
@@ -124,8 +151,11 @@ class Book:
         intake recorded, or what their folder holds."""
         got = [x.get("file", "") for x in (self.intake.get(job.student) or {}).get("received") or []]
         if not got and not self.intake and job.source.parent.is_dir():
-            got = sorted(p.name for p in job.source.parent.iterdir() if p.is_file() and not p.name.startswith(".")
-                         and not p.name.endswith(".ipynb"))
+            got = sorted(
+                p.name
+                for p in job.source.parent.iterdir()
+                if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".ipynb")
+            )
         return [g for g in got if g]
 
     def _handed_in_nothing_else(self, job: Job) -> bool:
@@ -138,16 +168,19 @@ class Book:
         """A lab not submitted by someone who handed in other files: its rows say what came and what
         the grader expects, rather than that nothing came."""
         got = self.received(job) if rows and rows[0]["status"] == "not-submitted" else []
-        if not self._handed_in_nothing_else(job):   # a file named for this lab counts; any other, for another lab
+        if not self._handed_in_nothing_else(job):  # a file named for this lab counts; any other, for another lab
             stem = Path(job.lab.notebook).stem.lower()
             got = [g for g in got if Path(intake.plain_name(g)).stem.lower() == stem]
         if not got:
             return rows
-        why = (f"received {', '.join(got)}, not a notebook; the grader expects {job.lab.notebook}, the lab's Jupyter "
-               f"notebook (File > Download as .ipynb), and runs nothing else")
-        return [{**rows[0], "status": report.NOT_NOTEBOOK, "reason": why},
-                *[{**r, "reason": f"the notebook did not run: {why}"} if r["status"] == "not-run" else r
-                  for r in rows[1:]]]
+        why = (
+            f"received {', '.join(got)}, not a notebook; the grader expects {job.lab.notebook}, the lab's Jupyter "
+            f"notebook (File > Download as .ipynb), and runs nothing else"
+        )
+        return [
+            {**rows[0], "status": report.NOT_NOTEBOOK, "reason": why},
+            *[{**r, "reason": f"the notebook did not run: {why}"} if r["status"] == "not-run" else r for r in rows[1:]],
+        ]
 
     def _with_intake(self, job: Job, rows: list[dict]) -> list[dict]:
         """``rows`` with the intake's notes on the execution row and the late row, if late."""
@@ -195,18 +228,25 @@ class Book:
         roster = [row for _, row in given] if given else None
         matched = {handle: row for handle, row in given if handle is not None}
         report.write_csv(rows, self.out / "grades.csv")
-        report.write_summary(rows, self.labs, self.out / "summary.md", self.title, self.warning,
-                             missing=self.missing(rows, given) if roster is not None else None,
-                             regrades=exports.changes(self.out, rows, self.labs, sent) if sent else ("", []),
-                             notes=self.intake_notes)
+        report.write_summary(
+            rows,
+            self.labs,
+            self.out / "summary.md",
+            self.title,
+            self.warning,
+            missing=self.missing(rows, given) if roster is not None else None,
+            regrades=exports.changes(self.out, rows, self.labs, sent) if sent else ("", []),
+            notes=self.intake_notes,
+        )
         exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
         people = {s: v.get("person") or {} for s, v in self.intake.items()}
         columns = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new=allow_new)
-        notes = exports.write_canvas(rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"), people,
-                                     matched, columns)
+        notes = exports.write_canvas(
+            rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"), people, matched, columns
+        )
         for note in notes:
             log(f"canvas.csv: {note}")
-        try:   # figures only: a plot that fails never costs the batch its grades
+        try:  # figures only: a plot that fails never costs the batch its grades
             stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
         except (ValueError, TypeError, OSError, RuntimeError) as e:
             log(f"summary.html not written: {type(e).__name__}: {e}")
@@ -223,8 +263,13 @@ class Book:
         for handle, person in given:
             labs = [lab.key for lab in self.labs if lab.key not in submitted.get(handle, set())]
             if labs:
-                out.append({"name": person.get("Student", ""), "login": person.get("SIS Login ID") or
-                            person.get("SIS User ID") or person.get("ID", ""), "labs": labs})
+                out.append(
+                    {
+                        "name": person.get("Student", ""),
+                        "login": person.get("SIS Login ID") or person.get("SIS User ID") or person.get("ID", ""),
+                        "labs": labs,
+                    }
+                )
         return out
 
     def page_task(self, job: Job, rows: list[dict], stored: dict, force: bool = False):
@@ -232,24 +277,40 @@ class Book:
         the warning, the submission and the page settings are those it was last written with."""
         from labkit.grading.pages import render
 
-        digest = hashlib.sha256(json.dumps([rows, self.warning, stored.get("fingerprint"), job.lab.page_output_kb,
-                                            _descriptions(job.lab)], default=str).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(
+            json.dumps(
+                [rows, self.warning, stored.get("fingerprint"), job.lab.page_output_kb, _descriptions(job.lab)],
+                default=str,
+            ).encode()
+        ).hexdigest()[:16]
         mark = job.private / "page.sha"
         path = job.executed.with_suffix(".html")
         if not force and path.is_file() and mark.is_file() and mark.read_text() == digest:
             return None
         title = f"{job.student}: {job.lab.key} ({job.lab.title})"
-        args = {"executed": str(job.executed) if stored.get("executed") else None, "rows": rows, "path": str(path),
-                "title": title, "warning": self.warning, "descriptions": _descriptions(job.lab),
-                "source": str(job.clean_input), "output_kb": job.lab.page_output_kb}
+        args = {
+            "executed": str(job.executed) if stored.get("executed") else None,
+            "rows": rows,
+            "path": str(path),
+            "title": title,
+            "warning": self.warning,
+            "descriptions": _descriptions(job.lab),
+            "source": str(job.clean_input),
+            "output_kb": job.lab.page_output_kb,
+        }
 
         def done():
             mark.parent.mkdir(parents=True, exist_ok=True)
             mark.write_text(digest)
 
-        return render.Task(feedback.write_feedback, args, path, lambda why: feedback.plain_page(rows, title, why, self.warning,
-                                                                                  _descriptions(job.lab)),
-                           job.private / "page.log", done)
+        return render.Task(
+            feedback.write_feedback,
+            args,
+            path,
+            lambda why: feedback.plain_page(rows, title, why, self.warning, _descriptions(job.lab)),
+            job.private / "page.log",
+            done,
+        )
 
     def write_reports(self, log=print) -> list[dict]:
         """Every table and every feedback page whose rows changed; returns the rows."""
@@ -274,8 +335,15 @@ class Book:
             stored = held.get(job.key)
             if stored is not None:
                 _, found, scores = self.job_rows(job, stored, ta)
-                items.append({"student": job.student, "lab": job.lab.key, "records": stored.get("records") or {},
-                              "answers": found or {}, "scores": scores})
+                items.append(
+                    {
+                        "student": job.student,
+                        "lab": job.lab.key,
+                        "records": stored.get("records") or {},
+                        "answers": found or {},
+                        "scores": scores,
+                    }
+                )
         return items
 
 
@@ -300,12 +368,19 @@ def save_export_settings(out: Path, roster: str | None, columns: dict | None) ->
     old = export_settings(out)
     path = Path(out) / ".grader" / EXPORT_SETTINGS
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"roster": str(Path(roster).resolve()) if roster else old.get("roster"),
-                                "columns": {**(old.get("columns") or {}), **(columns or {})}}))
+    path.write_text(
+        json.dumps(
+            {
+                "roster": str(Path(roster).resolve()) if roster else old.get("roster"),
+                "columns": {**(old.get("columns") or {}), **(columns or {})},
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The commands: grade-answers, grade-merge, grade-export
+
 
 def export_answers(out, log=print, anonymous: bool = False) -> list[Path]:
     """Per question, a CSV to score and a page to read (rendered in limited processes); with
@@ -322,9 +397,15 @@ def export_answers(out, log=print, anonymous: bool = False) -> list[Path]:
     render.run(pages, usable_cores())
     written = [p for t in pages for p in (t.path.with_suffix(".csv"), t.path)]
     pending = sum(1 for r in book.rows() if r["status"] == report.PENDING)
-    log(f"wrote {len(pages)} question(s) to {book.out / 'answers'}/ (an .html page and a .csv each"
-        + (", students as codes; the key to them is .grader/anonymous.csv, which the TAs need not see" if anonymous
-           else "") + f"); {pending} answer(s) await a score")
+    log(
+        f"wrote {len(pages)} question(s) to {book.out / 'answers'}/ (an .html page and a .csv each"
+        + (
+            ", students as codes; the key to them is .grader/anonymous.csv, which the TAs need not see"
+            if anonymous
+            else ""
+        )
+        + f"); {pending} answer(s) await a score"
+    )
     return written
 
 
@@ -337,16 +418,24 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
             current[(item["lab"], check, item["student"])] = a.sha
         for check in item["scores"]:
             current.setdefault((item["lab"], check, item["student"]), answers.answer_sha(""))
-    for line in answers.merge(book.out, [Path(f) for f in files], book.questions, current,
-                              prefer=Path(prefer) if prefer else None, aliases=answers.students_by_code(book.out)):
+    for line in answers.merge(
+        book.out,
+        [Path(f) for f in files],
+        book.questions,
+        current,
+        prefer=Path(prefer) if prefer else None,
+        aliases=answers.students_by_code(book.out),
+    ):
         log(line)
-    with book.gradebook() as db:   # every score given, with its history
+    with book.gradebook() as db:  # every score given, with its history
         for (lab, check, student), s in sorted(answers.read_scores(book.out).items()):
             db.ta_score(student, lab, check, str(s.get("score") or ""), s.get("comment") or "", s.get("source") or "")
     rows = book.write_reports(log)
     pending = sum(1 for r in rows if r["status"] == report.PENDING)
-    log(f"rebuilt {book.out / 'grades.csv'}, summary.md, final_grades.csv, canvas.csv and the feedback pages; "
-        f"{pending} answer(s) still pending")
+    log(
+        f"rebuilt {book.out / 'grades.csv'}, summary.md, final_grades.csv, canvas.csv and the feedback pages; "
+        f"{pending} answer(s) still pending"
+    )
     return rows
 
 
@@ -355,8 +444,9 @@ class ExportError(PublishError):
     assignment not asked for); it was written to look at, and is not counted as sent."""
 
 
-def export_gradebook(out, roster: str | None = None, columns: dict | None = None, log=print,
-                     allow_new: bool = False) -> list[dict]:
+def export_gradebook(
+    out, roster: str | None = None, columns: dict | None = None, log=print, allow_new: bool = False
+) -> list[dict]:
     """final_grades.csv and canvas.csv; the export is kept as sent (the regrade list starts
     from it) only when Canvas can take it as it is, else ``ExportError`` names what is wrong."""
     book = Book.load(out)
@@ -372,13 +462,16 @@ def export_gradebook(out, roster: str | None = None, columns: dict | None = None
     when, changed = exports.changes(book.out, rows, book.labs, sent) if sent else ("", [])
     notes = book.write_tables(rows, log, allow_new=allow_new)
     problems = _export_problems(book, rows, notes)
-    scores = exports.lab_scores(rows, [lab for lab in book.labs if not any(n.startswith(f"{lab.key}: no column")
-                                                                          for n in notes)])
+    scores = exports.lab_scores(
+        rows, [lab for lab in book.labs if not any(n.startswith(f"{lab.key}: no column") for n in notes)]
+    )
     with book.gradebook() as db:
         db.exported(str(book.out / "canvas.csv"), scores, sent=not problems, note="; ".join(problems))
     if problems:
-        raise ExportError(f"canvas.csv was written to look at, but not as an export to send ({len(problems)} "
-                          f"problem(s)):\n  " + "\n  ".join(problems))
+        raise ExportError(
+            f"canvas.csv was written to look at, but not as an export to send ({len(problems)} "
+            f"problem(s)):\n  " + "\n  ".join(problems)
+        )
     exports.save_exported(book.out, rows, book.labs, _now())
     log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
     if changed:
@@ -393,8 +486,10 @@ def _export_problems(book: Book, rows: list[dict], notes: list[str]) -> list[str
     out = [n for n in notes if ": no column (" in n]
     gone = exports.left_out(notes)
     if gone:
-        out.append(f"{len(gone)} graded student(s) match nobody in the roster, so the export leaves them out: "
-                   f"{', '.join(gone)}; give the roster that has them (Canvas: Grades > Export)")
+        out.append(
+            f"{len(gone)} graded student(s) match nobody in the roster, so the export leaves them out: "
+            f"{', '.join(gone)}; give the roster that has them (Canvas: Grades > Export)"
+        )
     graded = {r["student"] for r in rows}
     if graded and len(gone) == len(graded):
         out.append("the export matches nobody: no graded student is in the roster")
@@ -455,6 +550,7 @@ def main_deliver(args) -> int:
 
 def main_export(args) -> int:
     """``grade-export``: final_grades.csv and canvas.csv, with a Canvas roster and column names."""
+
     def columns():
         out = {}
         for item in args.column or []:
@@ -464,5 +560,6 @@ def main_export(args) -> int:
             out[lab] = name
         return out
 
-    return _run(lambda: export_gradebook(args.out, args.roster, columns(), allow_new=getattr(args, "new_assignment",
-                                                                                            False)))
+    return _run(
+        lambda: export_gradebook(args.out, args.roster, columns(), allow_new=getattr(args, "new_assignment", False))
+    )

@@ -9,6 +9,7 @@ CSV writer: every text cell goes through ``csvsafe.escape``, so no cell starts a
 
 Totals count ``pending`` rows (answers awaiting a TA) apart: "12/20 (+3 pending)".
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,12 +25,12 @@ from labkit.grading.gradebook.csvsafe import escape
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
 EXECUTION = "execution"  # the check name of the row that says how the run ended
 GOOD = {"pass", "ok"}
-PENDING = "pending"      # an answer awaiting a TA's score: not a failure, not points yet
-LATE = "late"            # the row late work gets (``late``): shown apart, not a failure
-MAX_REASON = 2000        # characters of a reason or a note in a CSV or summary.md (one answer made 3 MB)
-MAX_CELL = 100_000       # characters of any CSV cell: under csv's field limit (131,072), so every CSV reads back
+PENDING = "pending"  # an answer awaiting a TA's score: not a failure, not points yet
+LATE = "late"  # the row late work gets (``late``): shown apart, not a failure
+MAX_REASON = 2000  # characters of a reason or a note in a CSV or summary.md (one answer made 3 MB)
+MAX_CELL = 100_000  # characters of any CSV cell: under csv's field limit (131,072), so every CSV reads back
 CAPPED = {"reason": MAX_REASON, "notes": MAX_REASON}
-NOT_NOTEBOOK = "not-a-notebook"   # handed in, but not as a notebook (a .py, a .pdf): the row says what came
+NOT_NOTEBOOK = "not-a-notebook"  # handed in, but not as a notebook (a .py, a .pdf): the row says what came
 NEVER_RAN = {"unreadable", "refused", "not-submitted", NOT_NOTEBOOK}
 
 
@@ -55,7 +56,7 @@ def _capped(v, limit: int):
     if not isinstance(v, str) or len(v) <= limit:
         return v
     note = f" ... [cut: {len(v) - limit} more characters]"
-    return v[:limit - len(note)] + note
+    return v[: limit - len(note)] + note
 
 
 def _cell(v):
@@ -81,7 +82,7 @@ def _code(text, limit: int = MAX_REASON) -> str:
     if not text:
         return ""
     if len(text) > limit:
-        text = text[:limit - 3] + "..."
+        text = text[: limit - 3] + "..."
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text.replace('|', chr(92) + '|')} {fence}"
 
@@ -104,9 +105,16 @@ def totals(rows: list[dict]) -> dict:
     return out
 
 
-def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "",
-                  missing: list[dict] | None = None, regrades: tuple[str, list] = ("", []),
-                  notes: list[str] = ()) -> None:
+def write_summary(
+    rows: list[dict],
+    labs: list,
+    path: Path,
+    title: str = "Grades",
+    warning: str = "",
+    missing: list[dict] | None = None,
+    regrades: tuple[str, list] = ("", []),
+    notes: list[str] = (),
+) -> None:
     """Per-student and per-lab totals, then every row that is not a pass, with its reason.
     ``warning`` (a run without a sandbox, say) goes at the top. ``missing``: who on the roster
     did not submit (None: no roster); ``regrades``: (when, changes) since the last export
@@ -114,39 +122,66 @@ def write_summary(rows: list[dict], labs: list, path: Path, title: str = "Grades
     tot = totals(rows)
     students = sorted({r["student"] for r in rows})
     keys = [lab.key for lab in labs]
-    lines = [f"# {title}", ""] + ([f"**WARNING: every notebook {warning}.**", ""] if warning else []) + [
-             f"{len(students)} student(s), {len(keys)} lab(s), "
-             f"{sum(1 for r in rows if r['check'] == EXECUTION)} notebook(s).", "", "## Totals", "",
-             "| student | " + " | ".join(keys) + " | total |", "|---|" + "---|" * (len(keys) + 1)]
+    lines = (
+        [f"# {title}", ""]
+        + ([f"**WARNING: every notebook {warning}.**", ""] if warning else [])
+        + [
+            f"{len(students)} student(s), {len(keys)} lab(s), "
+            f"{sum(1 for r in rows if r['check'] == EXECUTION)} notebook(s).",
+            "",
+            "## Totals",
+            "",
+            "| student | " + " | ".join(keys) + " | total |",
+            "|---|" + "---|" * (len(keys) + 1),
+        ]
+    )
     for s in students:
         cells = [pts(*tot[(s, k)]) if (s, k) in tot else "-" for k in keys]
         p, m, w = (sum(tot[(s, k)][i] for k in keys if (s, k) in tot) for i in range(3))
         lines.append(f"| {_md(s)} | " + " | ".join(cells) + f" | {pts(p, m, w)} |")
-    lines += ["", "## Labs", "", "| lab | notebook | graded | ran to the end | mean | min | max | out of |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Labs",
+        "",
+        "| lab | notebook | graded | ran to the end | mean | min | max | out of |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for lab in labs:
         scores = [tot[(s, lab.key)][0] for s in students if (s, lab.key) in tot]
         ran = sum(1 for r in rows if r["lab"] == lab.key and r["check"] == EXECUTION and r["status"] == "ok")
         if scores:
-            lines.append(f"| {lab.key} | {lab.notebook} | {len(scores)} | {ran} | {sum(scores) / len(scores):.2f} "
-                         f"| {min(scores):g} | {max(scores):g} | {lab.max_points:g} |")
+            lines.append(
+                f"| {lab.key} | {lab.notebook} | {len(scores)} | {ran} | {sum(scores) / len(scores):.2f} "
+                f"| {min(scores):g} | {max(scores):g} | {lab.max_points:g} |"
+            )
     # a notebook that never ran gets one line, not one per check
     absent = {(r["student"], r["lab"]) for r in rows if r["check"] == EXECUTION and r["status"] in NEVER_RAN}
-    bad = [r for r in rows if r["status"] not in GOOD | {PENDING, LATE}
-           and (r["check"] == EXECUTION or (r["student"], r["lab"]) not in absent)]
+    bad = [
+        r
+        for r in rows
+        if r["status"] not in GOOD | {PENDING, LATE}
+        and (r["check"] == EXECUTION or (r["student"], r["lab"]) not in absent)
+    ]
     waiting = [r for r in rows if r["status"] == PENDING]
     if waiting:
-        lines += ["", f"## Awaiting a TA ({len(waiting)} answer(s), {sum(r['max'] for r in waiting):g} points)", "",
-                  "Export them with `make grade-answers`, score them in the CSVs, and merge those with "
-                  "`make grade-merge SCORES=...`; the totals above count them apart (`+N pending`)."]
+        lines += [
+            "",
+            f"## Awaiting a TA ({len(waiting)} answer(s), {sum(r['max'] for r in waiting):g} points)",
+            "",
+            "Export them with `make grade-answers`, score them in the CSVs, and merge those with "
+            "`make grade-merge SCORES=...`; the totals above count them apart (`+N pending`).",
+        ]
     lines += _late_work(rows) + _missing(missing) + _regrades(*regrades)
     if notes:
         lines += ["", f"## Files not graded ({len(notes)})", "", *[f"- {_code(n)}" for n in notes]]
     lines += ["", f"## Not passed ({len(bad)})", ""]
     if bad:
         lines += ["| student | lab | check | points | status | reason |", "|---|---|---|---|---|---|"]
-        lines += [f"| {_md(r['student'])} | {r['lab']} | {_md(r['check'])} | {pts(r['points'], r['max'])} "
-                  f"| {r['status']} | {_code(r['reason'])} |" for r in bad]
+        lines += [
+            f"| {_md(r['student'])} | {r['lab']} | {_md(r['check'])} | {pts(r['points'], r['max'])} "
+            f"| {r['status']} | {_code(r['reason'])} |"
+            for r in bad
+        ]
     else:
         lines.append("Every check passed.")
     write_text(path, "\n".join(lines) + "\n")
@@ -157,7 +192,8 @@ def _late_work(rows: list[dict]) -> list[str]:
     if not late:
         return []
     return ["", f"## Late work ({len(late)})", "", "| student | lab | penalty | how late |", "|---|---|---|---|"] + [
-        f"| {_md(r['student'])} | {r['lab']} | {r['points']:g} | {_code(r['reason'])} |" for r in late]
+        f"| {_md(r['student'])} | {r['lab']} | {r['points']:g} | {_code(r['reason'])} |" for r in late
+    ]
 
 
 def _missing(missing: list[dict] | None) -> list[str]:
@@ -166,8 +202,11 @@ def _missing(missing: list[dict] | None) -> list[str]:
     lines = ["", f"## Did not submit ({len(missing)} on the roster)", ""]
     if not missing:
         return lines + ["Everyone on the roster has a graded notebook of every lab here."]
-    return lines + ["| student | login | labs not submitted |", "|---|---|---|"] + [
-        f"| {_md(m['name'])} | {_md(m['login'])} | {', '.join(m['labs'])} |" for m in missing]
+    return (
+        lines
+        + ["| student | login | labs not submitted |", "|---|---|---|"]
+        + [f"| {_md(m['name'])} | {_md(m['login'])} | {', '.join(m['labs'])} |" for m in missing]
+    )
 
 
 def _regrades(when: str, changed: list[dict]) -> list[str]:
@@ -176,11 +215,20 @@ def _regrades(when: str, changed: list[dict]) -> list[str]:
     lines = ["", f"## Changed since the export of {when} ({len(changed)})", ""]
     if not changed:
         return lines + ["No lab score has changed since; `canvas.csv` holds the same grades."]
+
     def shown(v):
         return "(not exported)" if v is None else "(blank)" if v == "" else v
-    return lines + ["Upload `canvas.csv` again (`make grade-export`) to send these:", "",
-                    "| student | lab | exported | now |", "|---|---|---|---|"] + [
-        f"| {_md(c['student'])} | {c['lab']} | {shown(c['exported'])} | {shown(c['now'])} |" for c in changed]
+
+    return (
+        lines
+        + [
+            "Upload `canvas.csv` again (`make grade-export`) to send these:",
+            "",
+            "| student | lab | exported | now |",
+            "|---|---|---|---|",
+        ]
+        + [f"| {_md(c['student'])} | {c['lab']} | {shown(c['exported'])} | {shown(c['now'])} |" for c in changed]
+    )
 
 
 def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, warning: str = "") -> None:
@@ -188,24 +236,43 @@ def write_reference_report(entries: list[dict], md_path: Path, csv_path: Path, w
 
     ``entries``: [{"lab": Lab, "rows": [row, ...], "records": {...}, "values": {check: value}}].
     """
-    lines = ["# labkit: reference notebooks, graded", ""] + ([f"**WARNING: every notebook {warning}.**", ""]
-                                                             if warning else [])
+    lines = ["# labkit: reference notebooks, graded", ""] + (
+        [f"**WARNING: every notebook {warning}.**", ""] if warning else []
+    )
     csv_rows = []
     for e in entries:
         lab, rows = e["lab"], e["rows"]
         run = next(r for r in rows if r["check"] == EXECUTION)
         checks = [r for r in rows if r["check"] != EXECUTION]
         got = sum(r["points"] for r in checks)
-        lines += [f"## {lab.key}: {lab.title}", "",
-                  f"`{lab.notebook}`: {run['status']}" + (f" ({run['reason']})" if run["reason"] else "")
-                  + f", {run['seconds']} s; {pts(got, lab.max_points)} points.", "",
-                  "| check | points | status | value | reason |", "|---|---|---|---|---|"]
+        lines += [
+            f"## {lab.key}: {lab.title}",
+            "",
+            f"`{lab.notebook}`: {run['status']}"
+            + (f" ({run['reason']})" if run["reason"] else "")
+            + f", {run['seconds']} s; {pts(got, lab.max_points)} points.",
+            "",
+            "| check | points | status | value | reason |",
+            "|---|---|---|---|---|",
+        ]
         for r in checks:
             value = e["values"].get(r["check"])
-            lines.append(f"| {_md(r['check'])} | {pts(r['points'], r['max'])} | {r['status']} "
-                         f"| {_md(_short(value))} | {_md(r['reason'])} |")
-            csv_rows.append({"lab": lab.key, "kind": "check", "name": r["check"], "value": _short(value, 1000),
-                             "points": r["points"], "max": r["max"], "status": r["status"], "reason": r["reason"]})
+            lines.append(
+                f"| {_md(r['check'])} | {pts(r['points'], r['max'])} | {r['status']} "
+                f"| {_md(_short(value))} | {_md(r['reason'])} |"
+            )
+            csv_rows.append(
+                {
+                    "lab": lab.key,
+                    "kind": "check",
+                    "name": r["check"],
+                    "value": _short(value, 1000),
+                    "points": r["points"],
+                    "max": r["max"],
+                    "status": r["status"],
+                    "reason": r["reason"],
+                }
+            )
         lines += ["", "| record | value |", "|---|---|"]
         for name, value in e["records"].items():
             lines.append(f"| {_md(name)} | {_md(_short(value))} |")

@@ -27,6 +27,7 @@ the grader's key, over the outcome and the person and lab it belongs to); a run 
 does not hold is never read back (``runs_by_handle``). So the signing guarantee of the files
 holds for the database too: a student or TA who can write the database cannot forge a grade.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -74,11 +75,19 @@ CREATE TABLE IF NOT EXISTS exported (
 
 # Which ids of a person the roster's columns are, and how an intake record names them.
 ROSTER_IDS = {"ID": "canvas_user_id", "SIS User ID": "sis_user_id", "SIS Login ID": "sis_login_id"}
-INTAKE_IDS = {"canvas_user_id": "canvas_user_id", "canvas_anon_id": "canvas_anon_id", "sid": "gradescope_sid",
-              "email": "gradescope_email"}
+INTAKE_IDS = {
+    "canvas_user_id": "canvas_user_id",
+    "canvas_anon_id": "canvas_anon_id",
+    "sid": "gradescope_sid",
+    "email": "gradescope_email",
+}
 # The same person seen from the other LMS: Gradescope's :sid is the SIS User ID, its :email the SIS Login ID.
-SAME = {"gradescope_sid": ("sis_user_id",), "sis_user_id": ("gradescope_sid",),
-        "gradescope_email": ("sis_login_id",), "sis_login_id": ("gradescope_email", "folder")}
+SAME = {
+    "gradescope_sid": ("sis_user_id",),
+    "sis_user_id": ("gradescope_sid",),
+    "gradescope_email": ("sis_login_id",),
+    "sis_login_id": ("gradescope_email", "folder"),
+}
 
 
 class GradebookError(ValueError):
@@ -104,7 +113,7 @@ class Gradebook:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path_of(out), isolation_level=None, timeout=60)
-        path_of(out).chmod(0o600)   # the grader's alone, as .grader is (SQLite gives its -wal and -shm the same)
+        path_of(out).chmod(0o600)  # the grader's alone, as .grader is (SQLite gives its -wal and -shm the same)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
@@ -151,7 +160,8 @@ class Gradebook:
             raise GradebookError(
                 f"{self.out} holds a class's gradebook ({len(self.people())} student(s)); the reference self-check "
                 f"has a folder of its own: run it with --out out/reference (`make grade` without SUBMISSIONS "
-                f"writes there); the class is unchanged")
+                f"writes there); the class is unchanged"
+            )
         if held != kind:
             self.put("kind", kind)
 
@@ -164,8 +174,9 @@ class Gradebook:
 
     def ids_of(self, person: int) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for kind, value in self.db.execute("SELECT kind, value FROM ids WHERE person = ? ORDER BY kind, value",
-                                           (person,)):
+        for kind, value in self.db.execute(
+            "SELECT kind, value FROM ids WHERE person = ? ORDER BY kind, value", (person,)
+        ):
             out.setdefault(kind, []).append(value)
         return out
 
@@ -188,8 +199,9 @@ class Gradebook:
             if not value:
                 continue
             for k in (kind, *SAME.get(kind, ())):
-                for (person,) in self.db.execute("SELECT person FROM ids WHERE kind = ? AND value = ?",
-                                                 (k, str(value).strip())):
+                for (person,) in self.db.execute(
+                    "SELECT person FROM ids WHERE kind = ? AND value = ?", (k, str(value).strip())
+                ):
                     if person not in found:
                         found.append(person)
         return found
@@ -208,8 +220,9 @@ class Gradebook:
                 while free.lower() in taken:
                     n += 1
                     free = f"{handle}-{n}"
-                person = db.execute("INSERT INTO people (handle, name, created) VALUES (?, ?, ?)",
-                                    (free, name, now())).lastrowid
+                person = db.execute(
+                    "INSERT INTO people (handle, name, created) VALUES (?, ?, ?)", (free, name, now())
+                ).lastrowid
             for kind, value in ids.items():
                 db.execute("INSERT OR IGNORE INTO ids VALUES (?, ?, ?)", (kind, value, person))
             if name:
@@ -225,11 +238,12 @@ class Gradebook:
             for row in roster:
                 ids = {kind: (row.get(col) or "").strip() for col, kind in ROSTER_IDS.items()}
                 login = ids.get("sis_login_id", "")
-                found = self.find({**{k: v for k, v in ids.items() if v},
-                                   **({"folder": login} if login else {})})
+                found = self.find({**{k: v for k, v in ids.items() if v}, **({"folder": login} if login else {})})
                 person = found[0] if found else None
-                db.execute("INSERT INTO roster (person, row, given, source) VALUES (?, ?, ?, ?)",
-                           (person, json.dumps(row), now(), source))
+                db.execute(
+                    "INSERT INTO roster (person, row, given, source) VALUES (?, ?, ?, ?)",
+                    (person, json.dumps(row), now(), source),
+                )
                 if person is None:
                     unmatched.append(row)
                     continue
@@ -243,33 +257,52 @@ class Gradebook:
 
     def roster_rows(self) -> list[tuple[str | None, dict]]:
         """[(handle or None, the roster's row)] in the roster's order."""
-        return [(r["handle"], json.loads(r["row"])) for r in self.db.execute(
-            "SELECT people.handle, roster.row FROM roster LEFT JOIN people ON people.id = roster.person "
-            "ORDER BY roster.id")]
+        return [
+            (r["handle"], json.loads(r["row"]))
+            for r in self.db.execute(
+                "SELECT people.handle, roster.row FROM roster LEFT JOIN people ON people.id = roster.person "
+                "ORDER BY roster.id"
+            )
+        ]
 
     def roster_of(self, handle: str) -> dict | None:
-        row = self.db.execute("SELECT roster.row FROM roster JOIN people ON people.id = roster.person "
-                              "WHERE people.handle = ?", (handle,)).fetchone()
+        row = self.db.execute(
+            "SELECT roster.row FROM roster JOIN people ON people.id = roster.person WHERE people.handle = ?", (handle,)
+        ).fetchone()
         return json.loads(row[0]) if row else None
 
     # ------------------------------------------------------------------ submissions
     def submitted(self, handle: str, lab: str, sha256: str | None, lms: str, meta: dict) -> None:
         person = self._id(handle)
         with self.write() as db:
-            db.execute("INSERT OR IGNORE INTO submissions (person, lab, sha256, lms, meta, submitted_at, late, seen) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (person, lab, sha256, lms, json.dumps(meta, default=str), meta.get("submitted_at"),
-                        int(bool(meta.get("late"))), now()))
+            db.execute(
+                "INSERT OR IGNORE INTO submissions (person, lab, sha256, lms, meta, submitted_at, late, seen) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    person,
+                    lab,
+                    sha256,
+                    lms,
+                    json.dumps(meta, default=str),
+                    meta.get("submitted_at"),
+                    int(bool(meta.get("late"))),
+                    now(),
+                ),
+            )
 
     def submissions(self, handle: str) -> list[sqlite3.Row]:
-        return self.db.execute("SELECT submissions.* FROM submissions JOIN people ON people.id = submissions.person "
-                               "WHERE people.handle = ? ORDER BY submissions.id", (handle,)).fetchall()
+        return self.db.execute(
+            "SELECT submissions.* FROM submissions JOIN people ON people.id = submissions.person "
+            "WHERE people.handle = ? ORDER BY submissions.id",
+            (handle,),
+        ).fetchall()
 
     def _id(self, handle: str) -> int:
         row = self.person(handle)
-        if row is None:   # a folder of the grader's own layout: the folder name is all the grader knows
-            return self.db.execute("SELECT id FROM people WHERE handle = ?",
-                                   (self.identify({"folder": handle}, handle),)).fetchone()[0]
+        if row is None:  # a folder of the grader's own layout: the folder name is all the grader knows
+            return self.db.execute(
+                "SELECT id FROM people WHERE handle = ?", (self.identify({"folder": handle}, handle),)
+            ).fetchone()[0]
         return row["id"]
 
     # ------------------------------------------------------------------ runs
@@ -282,20 +315,34 @@ class Gradebook:
         signature = ledger.sign(body, _context(person, lab))
         rows = body.get("rows") or []
         with self.write() as db:
-            run = db.execute("INSERT INTO runs (person, lab, fingerprint, status, outcome, signature, at) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (person, lab, json.dumps(body.get("fingerprint"), sort_keys=True),
-                              rows[0]["status"] if rows else "", json.dumps(body), signature, now())).lastrowid
+            run = db.execute(
+                "INSERT INTO runs (person, lab, fingerprint, status, outcome, signature, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    person,
+                    lab,
+                    json.dumps(body.get("fingerprint"), sort_keys=True),
+                    rows[0]["status"] if rows else "",
+                    json.dumps(body),
+                    signature,
+                    now(),
+                ),
+            ).lastrowid
             for r in rows:
-                db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
-                           (run, r["check"], r["points"], r["max"], r["status"], r["reason"]))
+                db.execute(
+                    "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
+                    (run, r["check"], r["points"], r["max"], r["status"], r["reason"]),
+                )
 
     def latest_run(self, handle: str, lab: str) -> dict | None:
         """The last run of ``handle``'s ``lab`` whose signature holds (None: none)."""
         from labkit.grading.run import ledger
 
-        for r in self.db.execute("SELECT runs.* FROM runs JOIN people ON people.id = runs.person "
-                                 "WHERE people.handle = ? AND runs.lab = ? ORDER BY runs.id DESC", (handle, lab)):
+        for r in self.db.execute(
+            "SELECT runs.* FROM runs JOIN people ON people.id = runs.person "
+            "WHERE people.handle = ? AND runs.lab = ? ORDER BY runs.id DESC",
+            (handle, lab),
+        ):
             body = json.loads(r["outcome"])
             if ledger.verify(body, r["signature"], _context(r["person"], lab)):
                 return body
@@ -310,27 +357,36 @@ class Gradebook:
         it is the current one already."""
         person = self._id(handle)
         with self.write() as db:
-            cur = db.execute("SELECT score, comment FROM ta_scores WHERE person = ? AND lab = ? AND check_name = ? "
-                             "AND current = 1", (person, lab, check)).fetchone()
+            cur = db.execute(
+                "SELECT score, comment FROM ta_scores WHERE person = ? AND lab = ? AND check_name = ? AND current = 1",
+                (person, lab, check),
+            ).fetchone()
             if cur is not None and (cur["score"], cur["comment"]) == (score, comment):
                 return False
-            db.execute("UPDATE ta_scores SET current = 0 WHERE person = ? AND lab = ? AND check_name = ?",
-                       (person, lab, check))
-            db.execute("INSERT INTO ta_scores (person, lab, check_name, score, comment, source, at, current) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, 1)", (person, lab, check, score, comment, source, now()))
+            db.execute(
+                "UPDATE ta_scores SET current = 0 WHERE person = ? AND lab = ? AND check_name = ?", (person, lab, check)
+            )
+            db.execute(
+                "INSERT INTO ta_scores (person, lab, check_name, score, comment, source, at, current) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+                (person, lab, check, score, comment, source, now()),
+            )
             return True
 
     def ta_history(self, handle: str, lab: str, check: str) -> list[sqlite3.Row]:
-        return self.db.execute("SELECT ta_scores.* FROM ta_scores JOIN people ON people.id = ta_scores.person "
-                               "WHERE people.handle = ? AND lab = ? AND check_name = ? ORDER BY ta_scores.id",
-                               (handle, lab, check)).fetchall()
+        return self.db.execute(
+            "SELECT ta_scores.* FROM ta_scores JOIN people ON people.id = ta_scores.person "
+            "WHERE people.handle = ? AND lab = ? AND check_name = ? ORDER BY ta_scores.id",
+            (handle, lab, check),
+        ).fetchall()
 
     # ------------------------------------------------------------------ exports
     def exported(self, path: str, scores: dict[tuple, str], sent: bool, note: str = "") -> int:
         """Keep an export: {(handle, lab): score}; only a ``sent`` one is what Canvas holds."""
         with self.write() as db:
-            export = db.execute("INSERT INTO exports (at, path, sent, note) VALUES (?, ?, ?, ?)",
-                                (now(), str(path), int(sent), note)).lastrowid
+            export = db.execute(
+                "INSERT INTO exports (at, path, sent, note) VALUES (?, ?, ?, ?)", (now(), str(path), int(sent), note)
+            ).lastrowid
             for (handle, lab), score in sorted(scores.items()):
                 person = db.execute("SELECT id FROM people WHERE handle = ?", (handle,)).fetchone()
                 if person is not None:
@@ -342,12 +398,16 @@ class Gradebook:
         row = self.db.execute("SELECT id, at FROM exports WHERE sent = 1 ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             return None
-        scores = {(h, lab): s for h, lab, s in self.db.execute(
-            "SELECT people.handle, exported.lab, exported.score FROM exported JOIN people ON people.id = "
-            "exported.person WHERE exported.export = ?", (row["id"],))}
+        scores = {
+            (h, lab): s
+            for h, lab, s in self.db.execute(
+                "SELECT people.handle, exported.lab, exported.score FROM exported JOIN people ON people.id = "
+                "exported.person WHERE exported.export = ?",
+                (row["id"],),
+            )
+        }
         return row["at"], scores
 
 
 def _context(person: int, lab: str) -> str:
     return f"gradebook-run\0{person}\0{lab}"
-

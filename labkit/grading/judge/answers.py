@@ -24,6 +24,7 @@ Each exported row carries the ``base`` it starts from (``version`` of the stored
 before the stored score was given, a score for an earlier version of an answer. The instructor
 then says which file wins (``--prefer``).
 """
+
 from __future__ import annotations
 
 import csv
@@ -40,9 +41,21 @@ PLACEHOLDER = "YOUR ANSWER HERE"
 DEFAULT_NAMES = ["analysis"]
 SCORES_FILE = "ta_scores.csv"
 SCORE_FIELDS = ["lab", "check", "student", "score", "max", "comment", "answer_sha", "source", "given"]
-EXPORT_FIELDS = ["lab", "check", "student", "answer", "numbers", "notes", "status", "answer_sha", "base", "max",
-                 "score", "comment"]
-NOTE_ROWS = ("(question)", "(answer key)")   # the first rows of an exported CSV: read by people, skipped by merge
+EXPORT_FIELDS = [
+    "lab",
+    "check",
+    "student",
+    "answer",
+    "numbers",
+    "notes",
+    "status",
+    "answer_sha",
+    "base",
+    "max",
+    "score",
+    "comment",
+]
+NOTE_ROWS = ("(question)", "(answer key)")  # the first rows of an exported CSV: read by people, skipped by merge
 NOT_ANSWERED = "not answered: the answer cell still holds the placeholder or nothing"
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 _BACKTICKED = re.compile(r"`([A-Za-z_][\w.\-]*)`")
@@ -55,23 +68,24 @@ class ScoresError(ValueError):
 @dataclass
 class Question:
     """One analysis check, as the reference notebook asks and answers it."""
+
     lab: str
     check: str
     max: float
-    names: list                 # the rubric's cell names (tags or ids)
-    answer_ids: list = field(default_factory=list)     # the reference's answer cells, by id
-    question_ids: list = field(default_factory=list)   # the question cell before each (or None)
-    text: str = ""              # the question (Markdown)
-    key: str = ""               # the answer key (Markdown): for TAs only, never on a feedback page
-    records: list = field(default_factory=list)        # records named by the rubric or in backticks
+    names: list  # the rubric's cell names (tags or ids)
+    answer_ids: list = field(default_factory=list)  # the reference's answer cells, by id
+    question_ids: list = field(default_factory=list)  # the question cell before each (or None)
+    text: str = ""  # the question (Markdown)
+    key: str = ""  # the answer key (Markdown): for TAs only, never on a feedback page
+    records: list = field(default_factory=list)  # records named by the rubric or in backticks
     placeholder: str = PLACEHOLDER
 
 
 @dataclass
 class Answer:
     text: str = ""
-    cells: list = field(default_factory=list)   # indices of the cells read, in the submitted notebook
-    notes: list = field(default_factory=list)   # how they were found, when not simply by id and tag
+    cells: list = field(default_factory=list)  # indices of the cells read, in the submitted notebook
+    notes: list = field(default_factory=list)  # how they were found, when not simply by id and tag
     found: bool = False
 
     @property
@@ -103,6 +117,7 @@ def _without_markers(text: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # The questions and their key, from the reference notebook
+
 
 def questions(lab, reference: Path | None) -> dict[str, Question]:
     """{check name: Question} for the lab's analysis checks; without a reference notebook the
@@ -143,6 +158,7 @@ def _question_cell(nb, answer: int, named: str | None, names) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Finding the answers in a submission
 
+
 def locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
     """{check name: Answer} in the submitted notebook ``nb`` (see the module docstring). Linear
     in the notebook's cells; whatever a notebook's shape raises leaves every answer not found,
@@ -177,15 +193,18 @@ def _locate(nb, qs: dict[str, Question]) -> dict[str, Answer]:
                     i = after
                     a.notes.append(f"answer cell {aid} is gone; read the cell after the question ({qid}) instead")
             if i is None:
-                a.notes.append(f"answer cell {aid} is not in the notebook (deleted, or its content moved to a new "
-                               f"cell): the TA reads the notebook")
+                a.notes.append(
+                    f"answer cell {aid} is not in the notebook (deleted, or its content moved to a new "
+                    f"cell): the TA reads the notebook"
+                )
                 continue
             claimed[i] = name
             a.cells.append(i)
             cell = cells[i]
             if cell.get("cell_type") != "markdown":
-                a.notes.append(f"answer cell {aid} is a {cell.get('cell_type')} cell now; its text is read as "
-                               f"the answer")
+                a.notes.append(
+                    f"answer cell {aid} is a {cell.get('cell_type')} cell now; its text is read as the answer"
+                )
             elif not ({"analysis", *q.names} & set(cell_tags(cell))):
                 a.notes.append(f"answer cell {aid} lost its tag; found by its cell id")
     _duplicates(cells, qs, found, claimed)
@@ -217,11 +236,13 @@ def _duplicates(cells, qs, found, claimed) -> None:
         mine = owner if owner is not None else next(iter(qs))
         claimed[i] = owner = mine
         found[mine].cells.append(i)
-        _note(found[mine], f"also read {cell_name(i)} (id {str(c.get('id'))[:64]}), tagged like an answer cell: "
-                           f"a copy of one?")
+        _note(
+            found[mine],
+            f"also read {cell_name(i)} (id {str(c.get('id'))[:64]}), tagged like an answer cell: a copy of one?",
+        )
 
 
-MAX_NOTES = 8            # notes kept per answer; the rest are counted (1,100 copied cells made 147 KB of notes)
+MAX_NOTES = 8  # notes kept per answer; the rest are counted (1,100 copied cells made 147 KB of notes)
 
 
 def _note(a: "Answer", text: str) -> None:
@@ -237,6 +258,7 @@ def _note(a: "Answer", text: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Scores: automatic where nothing needs judging, else pending until a TA's is merged
 
+
 def score(q: Question, a: Answer | None, ta: dict | None):
     """The Score of one answer: the TA's (for this very answer), else pending or fail."""
     from labkit.grading.judge.rubric import Score
@@ -251,8 +273,11 @@ def score(q: Question, a: Answer | None, ta: dict | None):
         if not a.answered:  # the TA confirmed the automatic fail: keep saying why
             reason = f"{NOT_ANSWERED}; {reason}"
         return Score(pts, q.max, status, reason + (f" ({notes})" if notes else ""), a.sha)
-    stale = (f"; a TA scored an earlier version of this answer ({ta['score']}/{q.max:g}): export the answers "
-             f"again" if ta is not None and ta.get("answer_sha") != a.sha else "")
+    stale = (
+        f"; a TA scored an earlier version of this answer ({ta['score']}/{q.max:g}): export the answers again"
+        if ta is not None and ta.get("answer_sha") != a.sha
+        else ""
+    )
     if not a.found:
         return Score(0.0, q.max, "pending", f"answer not found: {notes}{stale}", a.sha)
     if not a.answered:
@@ -319,6 +344,7 @@ def numbers(records: dict, q: Question) -> str:
 # ---------------------------------------------------------------------------------------------
 # The TA's files
 
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60] or "question"
 
@@ -364,13 +390,16 @@ def flag_notes(flags: list[dict], lab: str, check: str, name) -> dict[str, list[
             if f["kind"] == "answers" and check not in f.get(where, "").split("; "):
                 continue
             what = "this answer" if f["kind"] == "answers" else "the lab's code"
-            out.setdefault(f[me], []).append(f"flagged: {what} matches {name(f[other])}'s "
-                                             f"({float(f['similarity']):.0%} of fingerprints; similarity.html)")
+            out.setdefault(f[me], []).append(
+                f"flagged: {what} matches {name(f[other])}'s "
+                f"({float(f['similarity']):.0%} of fingerprints; similarity.html)"
+            )
     return out
 
 
-def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: bool = False,
-           flags: list[dict] = ()) -> list:
+def export(
+    out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: bool = False, flags: list[dict] = ()
+) -> list:
     """Write ``answers/<lab>/<check>.csv`` per question and return its ``.html`` page to render
     (``render.Task``). ``items``: one per (student, lab) with ``student``, ``lab``, ``records``,
     ``answers`` {check: Answer or None} and ``scores`` {check: Score}. ``anonymous``: students
@@ -389,24 +418,47 @@ def export(out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: b
         for it in sorted([i for i in items if i["lab"] == lab], key=lambda i: name(i["student"])):
             a, s = it["answers"].get(check), it["scores"][check]
             held = ta.get((lab, check, it["student"]))
-            rows.append({"lab": lab, "check": check, "student": name(it["student"]),
-                         "answer": a.text if a else "", "numbers": numbers(it["records"], q),
-                         "values": named_values(it["records"], q), "flags": marks.get(it["student"], []),
-                         "notes": "; ".join(a.notes) if a else s.reason, "status": s.status,
-                         "answer_sha": a.sha if a else "", "base": version(held), "max": f"{q.max:g}",
-                         "score": f"{s.points:g}" if s.status not in ("pending", "not-run") else "",
-                         "comment": held["comment"] if held and a and held.get("answer_sha") == a.sha
-                         else _comment(s.reason)})
+            rows.append(
+                {
+                    "lab": lab,
+                    "check": check,
+                    "student": name(it["student"]),
+                    "answer": a.text if a else "",
+                    "numbers": numbers(it["records"], q),
+                    "values": named_values(it["records"], q),
+                    "flags": marks.get(it["student"], []),
+                    "notes": "; ".join(a.notes) if a else s.reason,
+                    "status": s.status,
+                    "answer_sha": a.sha if a else "",
+                    "base": version(held),
+                    "max": f"{q.max:g}",
+                    "score": f"{s.points:g}" if s.status not in ("pending", "not-run") else "",
+                    "comment": held["comment"]
+                    if held and a and held.get("answer_sha") == a.sha
+                    else _comment(s.reason),
+                }
+            )
         base = Path(out) / "answers" / lab / slug(check)
-        notes = [{"lab": lab, "check": check, "student": NOTE_ROWS[0], "answer": q.text},
-                 {"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key}]
-        write_csv(notes + [{**r, "notes": "; ".join(r["flags"] + ([r["notes"]] if r["notes"] else []))}
-                           for r in rows], base.with_suffix(".csv"), EXPORT_FIELDS)
+        notes = [
+            {"lab": lab, "check": check, "student": NOTE_ROWS[0], "answer": q.text},
+            {"lab": lab, "check": check, "student": NOTE_ROWS[1], "answer": q.key},
+        ]
+        write_csv(
+            notes + [{**r, "notes": "; ".join(r["flags"] + ([r["notes"]] if r["notes"] else []))} for r in rows],
+            base.with_suffix(".csv"),
+            EXPORT_FIELDS,
+        )
         _read_back(base.with_suffix(".csv"), len(notes) + len(rows))
         path = base.with_suffix(".html")
-        tasks.append(render.Task(write_page, {"path": str(path), "question": asdict(q), "rows": rows}, path,
-                                 lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
-                                 Path(out) / ".grader" / "answers.log"))
+        tasks.append(
+            render.Task(
+                write_page,
+                {"path": str(path), "question": asdict(q), "rows": rows},
+                path,
+                lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
+                Path(out) / ".grader" / "answers.log",
+            )
+        )
     return tasks
 
 
@@ -456,13 +508,22 @@ def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
     def shown(text: str):
         return Markup(render_markdown(text)) if text else ""
 
-    body = template("answers.html.j2", q=q, why=why, question=shown(q.text), key=shown(q.key), slug=slug(q.check),
-                    rows=[(r, shown(r["answer"])) for r in rows])
-    css = (CSS + " body{font-family:sans-serif;margin:1em 2em} .labkit-flag{display:flex;gap:2em} "
-           ".labkit-side{flex:1;border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} "
-           "td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left} "
-           ".labkit-note td,.labkit-note th{font-family:monospace;font-size:90%;border:none;padding:1px 4px} "
-           ".labkit-warn{color:#cf222e;font-weight:bold} .labkit-desc{color:#666}")
+    body = template(
+        "answers.html.j2",
+        q=q,
+        why=why,
+        question=shown(q.text),
+        key=shown(q.key),
+        slug=slug(q.check),
+        rows=[(r, shown(r["answer"])) for r in rows],
+    )
+    css = (
+        CSS + " body{font-family:sans-serif;margin:1em 2em} .labkit-flag{display:flex;gap:2em} "
+        ".labkit-side{flex:1;border:1px solid #ccc;padding:0 1em} table{border-collapse:collapse;width:100%} "
+        "td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left} "
+        ".labkit-note td,.labkit-note th{font-family:monospace;font-size:90%;border:none;padding:1px 4px} "
+        ".labkit-warn{color:#cf222e;font-weight:bold} .labkit-desc{color:#666}"
+    )
     return Page(f"{q.lab}: {q.check}").html(body, css)
 
 
@@ -478,14 +539,21 @@ def version(stored: dict | None) -> str:
 @dataclass
 class _Given:
     """One scored row of one file."""
+
     path: Path
     row: int
-    value: tuple           # (score, comment, answer_sha)
-    base: str | None       # the version it started from; None: the file has no base column
+    value: tuple  # (score, comment, answer_sha)
+    base: str | None  # the version it started from; None: the file has no base column
 
 
-def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: dict[tuple, str],
-          prefer: Path | None = None, aliases: dict[str, str] | None = None) -> list[str]:
+def merge(
+    out: Path,
+    files: list[Path],
+    known: dict[tuple, Question],
+    answers: dict[tuple, str],
+    prefer: Path | None = None,
+    aliases: dict[str, str] | None = None,
+) -> list[str]:
     """Read filled-in CSVs into ``ta_scores.csv``; returns what was merged, one line per file.
 
     ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha};
@@ -514,7 +582,9 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
             continue
         if choice is not None:
             merged[key] = choice
-        contested = bool(prefer) and choice is not None and bool(_decide(key, gs, stored.get(key), answers[key], None)[1])
+        contested = (
+            bool(prefer) and choice is not None and bool(_decide(key, gs, stored.get(key), answers[key], None)[1])
+        )
         for g in gs:
             c = counts.setdefault(g.path, {"merged": 0, "unchanged": 0, "stale": 0, "won": 0, "lost": 0})
             if choice is None:
@@ -526,24 +596,38 @@ def merge(out: Path, files: list[Path], known: dict[tuple, Question], answers: d
             else:
                 c["lost"] += 1
     if conflicts:
-        raise ScoresError(f"{len(conflicts)} conflict(s), nothing merged:\n  " + "\n  ".join(conflicts)
-                          + "\nSay which file wins with --prefer FILE (make grade-merge SCORES=... PREFER=FILE), or "
-                            "correct the files and merge them again.")
+        raise ScoresError(
+            f"{len(conflicts)} conflict(s), nothing merged:\n  "
+            + "\n  ".join(conflicts)
+            + "\nSay which file wins with --prefer FILE (make grade-merge SCORES=... PREFER=FILE), or "
+            "correct the files and merge them again."
+        )
     now = _now()
     for key, g in merged.items():
         score, comment, sha = g.value
-        stored[key] = {"lab": key[0], "check": key[1], "student": key[2], "score": score,
-                       "max": f"{known[key[:2]].max:g}", "comment": comment, "answer_sha": sha,
-                       "source": g.path.name, "given": now}
+        stored[key] = {
+            "lab": key[0],
+            "check": key[1],
+            "student": key[2],
+            "score": score,
+            "max": f"{known[key[:2]].max:g}",
+            "comment": comment,
+            "answer_sha": sha,
+            "source": g.path.name,
+            "given": now,
+        }
     write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
     summary = []
     for path in map(Path, files):
         c = counts.get(path, {})
         done, same, stale, won, lost = (c.get(k, 0) for k in ("merged", "unchanged", "stale", "won", "lost"))
-        summary.append(f"{path}: {done} score(s) merged" + (f", {same} unchanged" if same else "")
-                       + (f", {stale} for an answer that has changed since (still pending)" if stale else "")
-                       + (f", {won} conflict(s) won (--prefer)" if won else "")
-                       + (f", {lost} conflict(s) lost (--prefer {prefer.name})" if lost else ""))
+        summary.append(
+            f"{path}: {done} score(s) merged"
+            + (f", {same} unchanged" if same else "")
+            + (f", {stale} for an answer that has changed since (still pending)" if stale else "")
+            + (f", {won} conflict(s) won (--prefer)" if won else "")
+            + (f", {lost} conflict(s) lost (--prefer {prefer.name})" if lost else "")
+        )
     return summary
 
 
@@ -560,8 +644,10 @@ def _read_scored(path: Path, known: dict, answers: dict, aliases: dict) -> list[
         raise ScoresError(f"{path}: cannot read it as a CSV file: {e}") from None
     missing = [c for c in ("lab", "check", "student", "score") if c not in header]
     if missing:
-        raise ScoresError(f"{path}: no column(s) {', '.join(missing)}; merge the CSV `grade-answers` wrote, "
-                          f"with its score and comment columns filled in")
+        raise ScoresError(
+            f"{path}: no column(s) {', '.join(missing)}; merge the CSV `grade-answers` wrote, "
+            f"with its score and comment columns filled in"
+        )
     out, bad = [], []
     for n, r in enumerate(rows, start=2):
         if (r.get("student") or "") in NOTE_ROWS:
@@ -612,13 +698,17 @@ def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer:
     held = f"{SCORES_FILE} holds {_shown((st.get('score'), st.get('comment')))} (from {st.get('source')}"
     held += f", merged {st['given']})" if st.get("given") else ")"
     if g.value[2] != current and st.get("answer_sha") == current:
-        return None, (f"{where}: {_rows(gs)} scored an earlier version of the answer ({_shown(g.value)}); "
-                      f"{held} for the answer as it is now")
+        return None, (
+            f"{where}: {_rows(gs)} scored an earlier version of the answer ({_shown(g.value)}); "
+            f"{held} for the answer as it is now"
+        )
     if any(x.base == version(st) for x in gs):
         return g, ""
     if all(x.base is None for x in gs):
-        return None, (f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, and the file has no base column to "
-                      f"say which score it started from")
+        return None, (
+            f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, and the file has no base column to "
+            f"say which score it started from"
+        )
     return None, f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, given after the file was exported"
 
 
@@ -631,8 +721,14 @@ def _agreeing(gs: list[_Given], prefer: Path | None) -> list[_Given]:
     first = sorted(gs, key=lambda g: not (prefer is not None and _same(g.path, prefer)))
     comments = list(dict.fromkeys(g.value[1] for g in first if g.value[1]))
     bases = [g.base for g in first if g.base is not None]
-    return [_Given(first[0].path, first[0].row, (first[0].value[0], " / ".join(comments), first[0].value[2]),
-                   bases[0] if bases else None)]
+    return [
+        _Given(
+            first[0].path,
+            first[0].row,
+            (first[0].value[0], " / ".join(comments), first[0].value[2]),
+            bases[0] if bases else None,
+        )
+    ]
 
 
 def _differs(st: dict | None, g: _Given) -> bool:

@@ -17,6 +17,7 @@ The grader itself never loads a student's artifact; the one file it reads back, 
 verdicts, it reads without following links and up to ``MAX_VERDICTS_BYTES``, once every process
 of the run's user has ended.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,16 @@ from labkit.grading.run import disks, limits, logcap
 
 PROBE = Path(__file__).with_name("probe.py")
 PROBE_INSIDE = Path("/opt/labkit-probe/probe.py")
-LOGCAP = Path(logcap.__file__)   # run as a script in the check's sandbox
+LOGCAP = Path(logcap.__file__)  # run as a script in the check's sandbox
 MAX_VERDICTS_BYTES = 16 * 2**20
 
 
 class _Process:
     """One sandboxed check process in its own group, with a deadline."""
 
-    def __init__(self, argv: list[str], view, setup, memory_mb: float, tasks: float, timeout: float, log: Path,
-                 prefix=()):
+    def __init__(
+        self, argv: list[str], view, setup, memory_mb: float, tasks: float, timeout: float, log: Path, prefix=()
+    ):
         from labkit.core.proc import OwnedProcess
 
         self.group = limits.open_group(uuid.uuid4().hex[:16], memory_mb * 2**20, tasks, backends=[setup.backend])
@@ -77,17 +79,18 @@ class Checking:
         self.records, self.params = records, params
         from labkit.grading.run.runner import provision
 
-        provision(job, setup, disks.Folders())   # a run of another machine's (Slurm) is checked in its host folder
+        provision(job, setup, disks.Folders())  # a run of another machine's (Slurm) is checked in its host folder
         self.disk = job.disk
-        self.dir = job.private.resolve() / "checks"   # the grader's: the specs, bound read-only
+        self.dir = job.private.resolve() / "checks"  # the grader's: the specs, bound read-only
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = job.log.with_suffix(".checks.log")
         self.stage, self.proc, self.probe_note, self.scores = None, None, "", None
         self._start_probe() if hidden else self._start_judge()
 
     def _view(self, cwd: Path, rw, ro, student: bool, overlays=()):
-        v = self.setup.view(cwd, rw, self.dir, {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}, ro=ro,
-                            job=self.job)
+        v = self.setup.view(
+            cwd, rw, self.dir, {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}, ro=ro, job=self.job
+        )
         if not student:
             v.overlays = []
             v.ro = [*v.ro, self.setup.package]
@@ -96,34 +99,77 @@ class Checking:
 
     def _start_probe(self):
         out = self.disk.probe
-        spec = {"notebook": str(self.job.clean_input.resolve()), "out": str(out),
-                "memory_bytes": int(self.lab.check_memory_mb * 2**20),
-                "checks": [{"check": c.spec["check"], "functions": list(h.functions), "probe": h.probe,
-                            "args": h.args(c.spec.get("args", {}))} for c, h in self.hidden]}
+        spec = {
+            "notebook": str(self.job.clean_input.resolve()),
+            "out": str(out),
+            "memory_bytes": int(self.lab.check_memory_mb * 2**20),
+            "checks": [
+                {
+                    "check": c.spec["check"],
+                    "functions": list(h.functions),
+                    "probe": h.probe,
+                    "args": h.args(c.spec.get("args", {})),
+                }
+                for c, h in self.hidden
+            ],
+        }
         (self.dir / "probe.json").write_text(json.dumps(spec))
         confined = self.setup.sandbox.confined
         script = PROBE_INSIDE if confined else PROBE
-        view = self._view(out, [out], [self.job.clean_input.resolve(), (self.dir / "probe.json")], student=True,
-                          overlays=[(PROBE, PROBE_INSIDE)] if confined else [])
+        view = self._view(
+            out,
+            [out],
+            [self.job.clean_input.resolve(), (self.dir / "probe.json")],
+            student=True,
+            overlays=[(PROBE, PROBE_INSIDE)] if confined else [],
+        )
         self.stage = "probe"
-        self.proc = _Process([sys.executable, str(script), str(self.dir / "probe.json")], view, self.setup,
-                             self.lab.check_memory_mb, self.lab.max_processes, self.lab.check_timeout, self.log,
-                             self.disk.prefix)
+        self.proc = _Process(
+            [sys.executable, str(script), str(self.dir / "probe.json")],
+            view,
+            self.setup,
+            self.lab.check_memory_mb,
+            self.lab.max_processes,
+            self.lab.check_timeout,
+            self.log,
+            self.disk.prefix,
+        )
 
     def _start_judge(self):
         out = self.disk.judge
-        spec = {"workdir": str(self.job.workdir.resolve()), "probe": str(self.disk.probe), "params": self.params,
-                "records": self.records, "memory_bytes": int(self.lab.check_memory_mb * 2**20), "probe_note": self.probe_note,
-                "verify": [{"name": c.name, "verify": c.verify, "claimed": claimed} for c, claimed in self.verified],
-                "hidden": [{"name": c.name, "check": c.spec["check"], "args": c.spec.get("args", {})}
-                           for c, _ in self.hidden]}
+        spec = {
+            "workdir": str(self.job.workdir.resolve()),
+            "probe": str(self.disk.probe),
+            "params": self.params,
+            "records": self.records,
+            "memory_bytes": int(self.lab.check_memory_mb * 2**20),
+            "probe_note": self.probe_note,
+            "verify": [{"name": c.name, "verify": c.verify, "claimed": claimed} for c, claimed in self.verified],
+            "hidden": [
+                {"name": c.name, "check": c.spec["check"], "args": c.spec.get("args", {})} for c, _ in self.hidden
+            ],
+        }
         (self.dir / "judge.json").write_text(json.dumps(spec, default=str))
-        view = self._view(out, [out], [self.job.workdir.resolve(), self.disk.probe, self.dir / "judge.json"],
-                          student=False)
+        view = self._view(
+            out, [out], [self.job.workdir.resolve(), self.disk.probe, self.dir / "judge.json"], student=False
+        )
         self.stage = "judge"
-        self.proc = _Process([sys.executable, "-m", "labkit.grading.judge.checks", str(self.dir / "judge.json"),
-                              str(out / "result.json")], view, self.setup, self.lab.check_memory_mb,
-                             self.lab.max_processes, self.lab.check_timeout, self.log, self.disk.prefix)
+        self.proc = _Process(
+            [
+                sys.executable,
+                "-m",
+                "labkit.grading.judge.checks",
+                str(self.dir / "judge.json"),
+                str(out / "result.json"),
+            ],
+            view,
+            self.setup,
+            self.lab.check_memory_mb,
+            self.lab.max_processes,
+            self.lab.check_timeout,
+            self.log,
+            self.disk.prefix,
+        )
 
     def poll(self) -> dict | None:
         if self.scores is not None:
@@ -147,9 +193,13 @@ class Checking:
             v = verdicts.get(check.name)
             if not isinstance(v, dict) or not isinstance(v.get("status"), str):
                 last = _last_line(self.log)
-                out[check.name] = Score(0.0, check.points, "unverified",
-                                        f"the grader's check of this notebook {why or 'did not finish'}"
-                                        + (f": {last}" if last and not why else ""))
+                out[check.name] = Score(
+                    0.0,
+                    check.points,
+                    "unverified",
+                    f"the grader's check of this notebook {why or 'did not finish'}"
+                    + (f": {last}" if last and not why else ""),
+                )
             elif v["status"] == "pass":
                 out[check.name] = scored(check, 1.0, v.get("reason", ""), v.get("value"))
             else:
@@ -188,16 +238,19 @@ def _last_line(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # The judge process
 
+
 def judge(spec: dict) -> dict:
     """{check name: {"status", "reason", "value"}} for every verifier and hidden check in ``spec``."""
     from labkit.grading.judge import hidden, verify
 
     out = {}
     for item in spec["verify"]:
-        ctx = verify.Context(workdir=Path(spec["workdir"]), records=spec["records"], params=spec["params"],
-                             claimed=item["claimed"])
+        ctx = verify.Context(
+            workdir=Path(spec["workdir"]), records=spec["records"], params=spec["params"], claimed=item["claimed"]
+        )
         out[item["name"]] = _verdict(lambda: verify.run(item["verify"], ctx), "mismatch")
     for item in spec["hidden"]:
+
         def run(item=item):
             try:
                 return hidden.judge(item["check"], item["args"], Path(spec["probe"]))
@@ -205,6 +258,7 @@ def judge(spec: dict) -> dict:
                 if spec.get("probe_note"):
                     raise verify.Unverifiable(spec["probe_note"]) from e
                 raise
+
         out[item["name"]] = _verdict(run, "fail")
     return out
 

@@ -29,6 +29,7 @@ Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
 3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
    when it shows the exercise works, its name to the lab's ``evidence``.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,11 +48,11 @@ from labkit.core.registry import Registry
 @dataclass(frozen=True)
 class Hidden:
     name: str
-    functions: tuple[str, ...]    # the student's functions the probe imports, by name
-    probe: str                    # probe.PROBES key
-    judge: Callable               # (args, arrays, folder) -> Verdict, with the grader's reference
-    inputs: Callable              # the probe's input builder or settings (validates args)
-    defaults: dict                # arguments the check always passes (the rubric's args add to them)
+    functions: tuple[str, ...]  # the student's functions the probe imports, by name
+    probe: str  # probe.PROBES key
+    judge: Callable  # (args, arrays, folder) -> Verdict, with the grader's reference
+    inputs: Callable  # the probe's input builder or settings (validates args)
+    defaults: dict  # arguments the check always passes (the rubric's args add to them)
 
     def args(self, rubric_args: dict) -> dict:
         return {**self.defaults, **rubric_args}
@@ -70,6 +71,7 @@ def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
             raise ValueError(f"hidden check {name!r}: no probe {probe_name!r} in labkit/grading/judge/probe.py")
         HIDDEN.add(name, Hidden(name, tuple(functions), probe_name, fn, inputs, defaults))
         return fn
+
     return register
 
 
@@ -120,6 +122,7 @@ def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> floa
 # ---------------------------------------------------------------------------------------------
 # Lab 1: the SGD step, against the softmax regression's gradient in float64
 
+
 def reference_lr_step(x, y, W, b, learning_rate):
     """One SGD step of softmax regression on the mean cross-entropy, computed in float64."""
     x, W, b = x.astype(np.float64), W.astype(np.float64), b.astype(np.float64)
@@ -140,26 +143,39 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
     for t, case in enumerate(probe.inputs_lr_step(**args)):
         W, b, loss = reference_lr_step(case["x"], case["y"], case["W"], case["b"], case["learning_rate"])
         for mode in ("eager", "graph"):
-            errs = {"W": _close(arrays[f"{t}_{mode}_W"], W, 1e-5, 1e-3),
-                    "b": _close(arrays[f"{t}_{mode}_b"], b, 1e-5, 1e-3),
-                    "loss": _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4)}
+            errs = {
+                "W": _close(arrays[f"{t}_{mode}_W"], W, 1e-5, 1e-3),
+                "b": _close(arrays[f"{t}_{mode}_b"], b, 1e-5, 1e-3),
+                "loss": _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4),
+            }
             part, err = max(errs.items(), key=lambda kv: kv[1])
             if err > worst:
-                worst, where = err, f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})"
+                worst, where = (
+                    err,
+                    f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})",
+                )
     if int(arrays["python_ops"]):
-        return Verdict(False, "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
-                              "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
-                              "GradientTape")
+        return Verdict(
+            False,
+            "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
+            "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
+            "GradientTape",
+        )
     if worst <= 1:
         return Verdict(True, value=worst)
     if math.isinf(worst):
         return Verdict(False, f"sgd_step gave no usable {where.split()[0]} (wrong shape, NaN or no loss returned)")
-    return Verdict(False, f"sgd_step is off in {where}: {worst:.3g} x the tolerance; check the loss (mean "
-                          f"over the batch), the gradient and the update's sign", worst)
+    return Verdict(
+        False,
+        f"sgd_step is off in {where}: {worst:.3g} x the tolerance; check the loss (mean "
+        f"over the batch), the gradient and the update's sign",
+        worst,
+    )
 
 
-@hidden("lab1_best_reading", functions=["chance_best_reading"], probe_name="best_reading",
-        inputs=probe.inputs_best_reading)
+@hidden(
+    "lab1_best_reading", functions=["chance_best_reading"], probe_name="best_reading", inputs=probe.inputs_best_reading
+)
 def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
     """The chance that the best of n binomial batch accuracies reaches a level, against the
     reference, on cases the notebook never had (``probe.inputs_best_reading``)."""
@@ -172,15 +188,19 @@ def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
     for case, mine in zip(cases, got):
         want = chance_best_reading(**case)
         if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
-            return Verdict(False, f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
-                                  f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
-                                  f"that the best of n binomial batch readings reaches the level: check how many "
-                                  f"images 'at least level' needs, one reading's chance, and the best of n")
+            return Verdict(
+                False,
+                f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
+                f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
+                f"that the best of n binomial batch readings reaches the level: check how many "
+                f"images 'at least level' needs, one reading's chance, and the best of n",
+            )
     return Verdict(True)
 
 
-@hidden("lab1_initial_loss", functions=["initial_test_loss"], probe_name="initial_loss",
-        inputs=probe.inputs_initial_loss)
+@hidden(
+    "lab1_initial_loss", functions=["initial_test_loss"], probe_name="initial_loss", inputs=probe.inputs_initial_loss
+)
 def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
     """The mean cross-entropy of near-zero weights (a uniform softmax) for class counts the notebook
     never had: log K. The failure names the class count, never the value."""
@@ -190,13 +210,17 @@ def judge_initial_loss(args: dict, arrays: dict, folder: Path) -> Verdict:
         return Verdict(False, f"initial_test_loss gave {got.size} answers for {len(counts)} class counts")
     for k, mine in zip(counts, got):
         if _close(np.asarray(mine), np.asarray(math.log(k)), 1e-6, 1e-3) > 1:
-            return Verdict(False, f"initial_test_loss({k}) is {mine:.6g}: not the mean cross-entropy of weights "
-                                  f"near zero with {k} classes")
+            return Verdict(
+                False,
+                f"initial_test_loss({k}) is {mine:.6g}: not the mean cross-entropy of weights "
+                f"near zero with {k} classes",
+            )
     return Verdict(True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 3: the prediction of distinct features per step, against the exact expectation
+
 
 def reference_distinct_features(spec, rows: int) -> float:
     """Expected distinct (field, value) pairs among ``rows`` rows of ``spec``'s click data: each
@@ -213,8 +237,12 @@ def reference_distinct_features(spec, rows: int) -> float:
     return total
 
 
-@hidden("lab3_distinct_features", functions=["expected_distinct_features"], probe_name="distinct_features",
-        inputs=probe.inputs_distinct_features)
+@hidden(
+    "lab3_distinct_features",
+    functions=["expected_distinct_features"],
+    probe_name="distinct_features",
+    inputs=probe.inputs_distinct_features,
+)
 def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
     """The student's formula on click-data shapes and batch sizes the notebook never had, to 1e-6:
     a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
@@ -228,14 +256,18 @@ def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
         want = reference_distinct_features(ClickSpec(**case["spec"]), case["rows"])
         if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
             spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
-            return Verdict(False, f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
-                                  f"not the expected number of distinct (field, value) pairs; check each value's "
-                                  f"probability (from the CDF), the optional fields, and the chance it is in no row")
+            return Verdict(
+                False,
+                f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
+                f"not the expected number of distinct (field, value) pairs; check each value's "
+                f"probability (from the CDF), the optional fields, and the chance it is in no row",
+            )
     return Verdict(True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 3: the sparse gradient, against the dense computation
+
 
 def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:
     """Mean log-loss and its dense gradient X^T (sigmoid(Xw) - y) / B, in float64."""
@@ -248,8 +280,12 @@ def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:
     return loss, X.T @ (1 / (1 + np.exp(-z)) - y) / b
 
 
-@hidden("lab3_sparse_gradient", functions=["sparse_lr_gradient"], probe_name="sparse_gradient",
-        inputs=probe.inputs_sparse_gradient)
+@hidden(
+    "lab3_sparse_gradient",
+    functions=["sparse_lr_gradient"],
+    probe_name="sparse_gradient",
+    inputs=probe.inputs_sparse_gradient,
+)
 def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
     worst = 0.0
     for t, case in enumerate(probe.inputs_sparse_gradient(**args)):
@@ -259,25 +295,35 @@ def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
         for mode in ("eager", "graph"):
             idx, vals = arrays[f"{t}_{mode}_indices"], arrays[f"{t}_{mode}_values"]
             if idx.shape != vals.shape or (idx.size and (idx.min() < 0 or idx.max() >= f)):
-                return Verdict(False, f"the gradient's indices and values do not match ({mode}): one value per "
-                                      f"feature id in 0..{f - 1}")
+                return Verdict(
+                    False,
+                    f"the gradient's indices and values do not match ({mode}): one value per feature id in 0..{f - 1}",
+                )
             if idx.size != n_unique:
-                return Verdict(False, f"the gradient has {idx.size} rows but the batch touches {n_unique} distinct "
-                                      f"features ({mode}); return one row per unique feature (tf.unique), not one per "
-                                      f"feature or per non-zero")
+                return Verdict(
+                    False,
+                    f"the gradient has {idx.size} rows but the batch touches {n_unique} distinct "
+                    f"features ({mode}); return one row per unique feature (tf.unique), not one per "
+                    f"feature or per non-zero",
+                )
             mine = np.zeros(f)
             np.add.at(mine, idx, vals)
-            worst = max(worst, _close(mine, grad, 1e-5, 1e-3), _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss),
-                                                                          1e-5, 1e-4))
+            worst = max(
+                worst, _close(mine, grad, 1e-5, 1e-3), _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4)
+            )
     if worst <= 1:
         return Verdict(True, value=worst)
-    return Verdict(False, f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
-                          f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
-                   worst)
+    return Verdict(
+        False,
+        f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
+        f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
+        worst,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 2: the synchronous round, from the weights and step counts the cluster's tasks wrote
+
 
 def reference_sync_weights(s: dict, workers: int) -> tuple[np.ndarray, np.ndarray]:
     """The weights after ``s["rounds"]`` synchronous rounds of ``workers`` workers, computed in
@@ -322,9 +368,13 @@ def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
     final = {k: v.get("steps", {}).get("global_at_exit") for k, v in workers.items()}
     found = {"local": local, "global": final}
     if set(local.values()) != {s["rounds"]} or set(final.values()) != {s["rounds"]}:
-        return Verdict(False, f"after {s['rounds']} rounds the workers made {local} steps and saw global steps "
-                              f"{final}: in a synchronous round every worker makes one step and the chief one "
-                              f"update", found)
+        return Verdict(
+            False,
+            f"after {s['rounds']} rounds the workers made {local} steps and saw global steps "
+            f"{final}: in a synchronous round every worker makes one step and the chief one "
+            f"update",
+            found,
+        )
     weights = workers["worker:0"].get("weights") or {}
     try:
         W, b = np.asarray(weights["W"], np.float64), np.asarray(weights["b"], np.float64)
@@ -338,13 +388,18 @@ def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
         return Verdict(True, value={**found, "error": error})
     if math.isinf(error):
         return Verdict(False, f"the chief's final weights have shapes {W.shape}, {b.shape} or are not finite", found)
-    return Verdict(False, f"after {s['rounds']} rounds of {len(workers)} workers the weights are {error:.3g} x the "
-                          f"tolerance away from SGD on the mean of their gradients: does the chief apply the mean of "
-                          f"all {len(workers)} gradients, once per round, at the learning rate?", found)
+    return Verdict(
+        False,
+        f"after {s['rounds']} rounds of {len(workers)} workers the weights are {error:.3g} x the "
+        f"tolerance away from SGD on the mean of their gradients: does the chief apply the mean of "
+        f"all {len(workers)} gradients, once per round, at the learning rate?",
+        found,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 4: the ring all-reduce, against the plain sum and the ring's schedule of chunks
+
 
 def reference_ring_bytes(size: int, n: int, value_bytes: int = 4) -> list[int]:
     """Bytes each of ``n`` workers sends to all-reduce ``size`` values in ``n`` chunks
@@ -354,16 +409,20 @@ def reference_ring_bytes(size: int, n: int, value_bytes: int = 4) -> list[int]:
     return [sum(chunk[(w - s) % n] + chunk[(w + 1 - s) % n] for s in range(n - 1)) for w in range(n)]
 
 
-@hidden("lab4_ring_allreduce", functions=["ring_allreduce"], probe_name="ring_allreduce",
-        inputs=probe.inputs_ring_allreduce)
+@hidden(
+    "lab4_ring_allreduce", functions=["ring_allreduce"], probe_name="ring_allreduce", inputs=probe.inputs_ring_allreduce
+)
 def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
     for t, case in enumerate(probe.inputs_ring_allreduce(**args)):
         n, size = len(case["grads"]), case["grads"][0].size
         where = f"N = {n}, {size} values"
         sums = arrays[f"{t}_sums"]
         if sums.shape != (n, size):
-            return Verdict(False, f"{where}: ring_allreduce returned vectors of shape {sums.shape}; expected one vector "
-                                  f"of {size} values per worker")
+            return Verdict(
+                False,
+                f"{where}: ring_allreduce returned vectors of shape {sums.shape}; expected one vector "
+                f"of {size} values per worker",
+            )
         want = np.sum(np.asarray(case["grads"], np.float64), axis=0)
         if _close(sums, np.broadcast_to(want, sums.shape), 1e-4, 1e-4) > 1:
             return Verdict(False, f"{where}: not every worker ends with the sum of all the gradients")
@@ -371,14 +430,18 @@ def judge_ring_allreduce(args: dict, arrays: dict, folder: Path) -> Verdict:
             return Verdict(False, f"{where}: ring_allreduce changed the gradients it was given")
         want_sent = reference_ring_bytes(size, n)
         if arrays[f"{t}_sent"].tolist() != want_sent:
-            return Verdict(False, f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes, not "
-                                  f"what the ring's 2(N-1) rounds of one chunk each send: check which chunk each "
-                                  f"worker sends in each round, and the chunks' sizes when N does not divide the length")
+            return Verdict(
+                False,
+                f"{where}: the workers sent {arrays[f'{t}_sent'].astype(int).tolist()} bytes, not "
+                f"what the ring's 2(N-1) rounds of one chunk each send: check which chunk each "
+                f"worker sends in each round, and the chunks' sizes when N does not divide the length",
+            )
     return Verdict(True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 5: the cost model's communication terms, against the reference on inputs the run never had
+
 
 @hidden("lab5_comm_terms", functions=["comm_terms"], probe_name="comm_terms", inputs=probe.inputs_comm_terms)
 def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
@@ -397,13 +460,17 @@ def judge_comm_terms(args: dict, arrays: dict, folder: Path) -> Verdict:
             shards = f", shards={tuple(round(x) for x in case['shards'])}" if case["shards"] else ""
             where = f"comm_terms({case['arch']!r}, M={case['M']:.0f}, N={case['N']}, n_ps={case['n_ps']}{shards})"
             wrong = " and ".join(what for what, bad in (("messages", msgs != want_msgs), ("bytes", bad_bytes)) if bad)
-            return Verdict(False, f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
-                                  f"critical path; check the busiest link and which transfers overlap")
+            return Verdict(
+                False,
+                f"{where} is ({msgs:g}, {nbytes:,.0f}): its {wrong} are not those of the step's "
+                f"critical path; check the busiest link and which transfers overlap",
+            )
     return Verdict(True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 5: who carried the steps after a kill, on failure traces the notebook never had
+
 
 @hidden("lab5_slice_shares", functions=["slice_shares"], probe_name="slice_shares", inputs=probe.inputs_slice_shares)
 def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
@@ -422,7 +489,10 @@ def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
             want[w] = share
         if _close(row, want, 1e-9, 0.0) > 1:
             kill = case["trace"]["kills"][case["kill"]]
-            return Verdict(False, f"a trace of {case['trace']['workers']} workers, the kill of {kill['task']} after "
-                                  f"step {kill['after_step']}: shares {np.round(row, 3).tolist()}, expected "
-                                  f"{np.round(want, 3).tolist()} (by worker index)")
+            return Verdict(
+                False,
+                f"a trace of {case['trace']['workers']} workers, the kill of {kill['task']} after "
+                f"step {kill['after_step']}: shares {np.round(row, 3).tolist()}, expected "
+                f"{np.round(want, 3).tolist()} (by worker index)",
+            )
     return Verdict(True)

@@ -27,6 +27,7 @@ The grader's judge (``labkit.grading.judge.hidden``, in another process) rebuild
 with the same ``inputs_*`` functions below, computes the answer itself and compares. Whatever
 the student's code does in this process can only change what it returns.
 """
+
 from __future__ import annotations
 
 import ast
@@ -49,11 +50,13 @@ def probe(name: str):
     def register(fn):
         PROBES[name] = fn
         return fn
+
     return register
 
 
 # ---------------------------------------------------------------------------------------------
 # The student's functions
+
 
 def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
     """``({name: function}, notes)`` from the notebook's code cells: imports, plain definitions
@@ -74,7 +77,7 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
         except SyntaxError as e:
             notes.append(f"{cell_name(i)}: not Python ({e.msg}, line {e.lineno}); skipped")
             continue
-        filename = f"<{cell_name(i)}>"   # the source, for tracebacks and for tf.function's autograph
+        filename = f"<{cell_name(i)}>"  # the source, for tracebacks and for tf.function's autograph
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         for node in tree.body:
             node, why = plain(node, bound)
@@ -163,8 +166,9 @@ def plain(node, bound: set[str]):
         dropped = [ast.unparse(d) for d in node.decorator_list]
         node = _strip(node)
         node.decorator_list = []
-        return node, ((node.lineno, f"{node.name} taken without its decorator(s) @{', @'.join(dropped)}")
-                      if dropped else None)
+        return node, (
+            (node.lineno, f"{node.name} taken without its decorator(s) @{', @'.join(dropped)}") if dropped else None
+        )
     if isinstance(node, ast.ClassDef):
         why = _class(node, bound)
         return (None, (node.lineno, f"{why}; not taken")) if why else (_strip(node), None)
@@ -200,8 +204,10 @@ def _defaults_problem(fn) -> str | None:
     args = fn.args
     for value in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
         if not _reference(value):
-            return (f"the default value {ast.unparse(value)[:60]!r} of {fn.name} is not a literal or a name "
-                    f"(a default is evaluated when the function is defined)")
+            return (
+                f"the default value {ast.unparse(value)[:60]!r} of {fn.name} is not a literal or a name "
+                f"(a default is evaluated when the function is defined)"
+            )
     return None
 
 
@@ -239,7 +245,7 @@ def _class(node, bound: set[str]) -> str | None:
             return f"the base {ast.unparse(base)[:40]!r} of class {name} is not a name or a dotted name"
     for item in node.body:
         if isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant):
-            continue   # a docstring
+            continue  # a docstring
         if isinstance(item, ast.Pass):
             continue
         if isinstance(item, (ast.Assign, ast.AnnAssign)):
@@ -256,8 +262,10 @@ def _class(node, bound: set[str]) -> str | None:
                 return f"class {name} defines __init_subclass__, which would run when a subclass is defined"
             for d in item.decorator_list:
                 if not (isinstance(d, ast.Name) and d.id in METHOD_DECORATORS and d.id not in bound):
-                    return (f"the method {name}.{item.name} has the decorator @{ast.unparse(d)[:40]}; only "
-                            f"{', '.join(METHOD_DECORATORS)} are taken in a class")
+                    return (
+                        f"the method {name}.{item.name} has the decorator @{ast.unparse(d)[:40]}; only "
+                        f"{', '.join(METHOD_DECORATORS)} are taken in a class"
+                    )
             why = _defaults_problem(item)
             if why:
                 return why
@@ -269,16 +277,21 @@ def _class(node, bound: set[str]) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Lab 1: the SGD step
 
+
 def inputs_lr_step(seed: int = 0, batch: int = 50, learning_rate: float = 0.5, trials: int = 2) -> list[dict]:
     """Random batches and starting weights (a nonzero bias, so its gradient matters)."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(trials):
-        out.append({"x": rng.random((batch, 784), dtype=np.float32),
-                    "y": rng.integers(0, 10, batch).astype(np.int32),
-                    "W": (rng.standard_normal((784, 10)) * 0.01).astype(np.float32),
-                    "b": (rng.standard_normal(10) * 0.1).astype(np.float32),
-                    "learning_rate": float(learning_rate)})
+        out.append(
+            {
+                "x": rng.random((batch, 784), dtype=np.float32),
+                "y": rng.integers(0, 10, batch).astype(np.int32),
+                "W": (rng.standard_normal((784, 10)) * 0.01).astype(np.float32),
+                "b": (rng.standard_normal(10) * 0.1).astype(np.float32),
+                "learning_rate": float(learning_rate),
+            }
+        )
     return out
 
 
@@ -298,13 +311,14 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
         case = inputs_lr_step(**args)[0]
         W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
-        traced = tf.function(step).get_concrete_function(W, b, tf.constant(case["x"]), tf.constant(case["y"]),
-                                                         case["learning_rate"])
+        traced = tf.function(step).get_concrete_function(
+            W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
+        )
         arrays["python_ops"] = np.asarray(python_ops(traced.graph.as_graph_def()), np.int64)
     return arrays
 
 
-PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")   # tf.py_function / tf.numpy_function
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # tf.py_function / tf.numpy_function
 
 
 def python_ops(graph_def) -> int:
@@ -325,8 +339,14 @@ def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
         level = round(float(rng.uniform(0.6, 0.99)), 3)
         if abs(level * batch - round(level * batch)) < 0.05:
             continue
-        out.append({"q": round(float(rng.uniform(0.5, 0.995)), 4), "n": int(rng.integers(1, 301)),
-                    "batch_size": batch, "level": level})
+        out.append(
+            {
+                "q": round(float(rng.uniform(0.5, 0.995)), 4),
+                "n": int(rng.integers(1, 301)),
+                "batch_size": batch,
+                "level": level,
+            }
+        )
     return out
 
 
@@ -334,8 +354,11 @@ def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:
 def best_reading(fns: dict, args: dict, out: Path) -> dict:
     """``chance_best_reading(q, n, batch_size, level)`` on every case: one number each."""
     fn = fns["chance_best_reading"]
-    return {"chances": np.asarray([float(fn(c["q"], c["n"], c["batch_size"], c["level"]))
-                                   for c in inputs_best_reading(**args)], np.float64)}
+    return {
+        "chances": np.asarray(
+            [float(fn(c["q"], c["n"], c["batch_size"], c["level"])) for c in inputs_best_reading(**args)], np.float64
+        )
+    }
 
 
 def inputs_initial_loss(seed: int = 0, cases: int = 6) -> list[int]:
@@ -355,6 +378,7 @@ def initial_loss(fns: dict, args: dict, out: Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Lab 3: the prediction of distinct features per step, and the sparse gradient
 
+
 def inputs_distinct_features(seed: int = 0, cases: int = 6) -> list[dict]:
     """Click-data shapes (``clickdata.ClickSpec`` fields) and batch sizes the notebook never had."""
     rng = np.random.default_rng(seed)
@@ -362,10 +386,18 @@ def inputs_distinct_features(seed: int = 0, cases: int = 6) -> list[dict]:
     for _ in range(int(cases)):
         fields = int(rng.integers(4, 41))
         s = float(rng.choice([rng.uniform(0.6, 0.95), rng.uniform(1.05, 2.0)]))
-        out.append({"spec": {"num_features": int(rng.integers(1_000, 300_000)), "num_fields": fields,
-                             "optional_fields": int(rng.integers(0, fields)), "zipf_s": round(s, 3),
-                             "min_vocab": int(rng.integers(2, 12))},
-                    "rows": int(rng.integers(5, 600))})
+        out.append(
+            {
+                "spec": {
+                    "num_features": int(rng.integers(1_000, 300_000)),
+                    "num_fields": fields,
+                    "optional_fields": int(rng.integers(0, fields)),
+                    "zipf_s": round(s, 3),
+                    "min_vocab": int(rng.integers(2, 12)),
+                },
+                "rows": int(rng.integers(5, 600)),
+            }
+        )
     return out
 
 
@@ -375,9 +407,11 @@ def distinct_features(fns: dict, args: dict, out: Path) -> dict:
     from labkit.datasets.clickdata import ClickSpec
 
     fn = fns["expected_distinct_features"]
-    return {"expected": np.asarray([float(fn(ClickSpec(**c["spec"]), c["rows"]))
-                                    for c in inputs_distinct_features(**args)], np.float64)}
-
+    return {
+        "expected": np.asarray(
+            [float(fn(ClickSpec(**c["spec"]), c["rows"])) for c in inputs_distinct_features(**args)], np.float64
+        )
+    }
 
 
 def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -> list[dict]:
@@ -390,10 +424,15 @@ def inputs_sparse_gradient(seed: int = 0, features: int = 60, trials: int = 3) -
         dense[1], dense[2] = dense[0], 0.0
         rows, cols = np.nonzero(dense)
         perm = rng.permutation(len(cols))
-        out.append({"indices": np.stack([rows, cols], 1)[perm].astype(np.int64),
-                    "values": dense[rows, cols][perm].astype(np.float32), "shape": np.array([b, features], np.int64),
-                    "y": (rng.random(b) < 0.5).astype(np.float32),
-                    "w": rng.normal(size=features).astype(np.float32)})
+        out.append(
+            {
+                "indices": np.stack([rows, cols], 1)[perm].astype(np.int64),
+                "values": dense[rows, cols][perm].astype(np.float32),
+                "shape": np.array([b, features], np.int64),
+                "y": (rng.random(b) < 0.5).astype(np.float32),
+                "w": rng.normal(size=features).astype(np.float32),
+            }
+        )
     return out
 
 
@@ -411,8 +450,10 @@ def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
             w = tf.Variable(case["w"])
             result = fn(w, x, tf.constant(case["y"]))
             if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], tf.IndexedSlices)):
-                raise TypeError(f"sparse_lr_gradient must return (loss, tf.IndexedSlices); called {mode} it "
-                                f"returned {type(result).__name__}")
+                raise TypeError(
+                    f"sparse_lr_gradient must return (loss, tf.IndexedSlices); called {mode} it "
+                    f"returned {type(result).__name__}"
+                )
             loss, g = result
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss))
             arrays[f"{t}_{mode}_indices"] = np.asarray(g.indices).astype(np.int64).reshape(-1)
@@ -449,8 +490,9 @@ def ring_allreduce(fns: dict, args: dict, out: Path) -> dict:
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TypeError(f"ring_allreduce must return (sums, sent), got {type(result).__name__}")
         sums, sent = result
-        arrays[f"{t}_sums"] = np.stack([np.asarray(s, np.float64).reshape(-1) for s in sums]) if len(sums) else \
-            np.zeros((0, 0))
+        arrays[f"{t}_sums"] = (
+            np.stack([np.asarray(s, np.float64).reshape(-1) for s in sums]) if len(sums) else np.zeros((0, 0))
+        )
         arrays[f"{t}_sent"] = np.asarray(sent, np.float64).reshape(-1)
         arrays[f"{t}_inputs_kept"] = np.asarray(all(np.array_equal(g, c) for g, c in zip(grads, case["grads"])))
     return arrays
@@ -458,6 +500,7 @@ def ring_allreduce(fns: dict, args: dict, out: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # Lab 5: the cost model's communication terms
+
 
 def inputs_comm_terms(seed: int = 0, sizes: int = 2) -> list[dict]:
     """Model sizes drawn from ``seed``, N = 1..8 workers, 1-9 ps tasks (more ps than workers too),
@@ -470,8 +513,15 @@ def inputs_comm_terms(seed: int = 0, sizes: int = 2) -> list[dict]:
             for k in (1, 2, 3, 9):
                 out.append({"arch": "ps", "M": M, "N": N, "n_ps": k, "shards": None})
                 if k > 1:
-                    out.append({"arch": "ps", "M": M, "N": N, "n_ps": k,
-                                "shards": tuple(float(x) for x in M * rng.dirichlet(np.ones(k)))})
+                    out.append(
+                        {
+                            "arch": "ps",
+                            "M": M,
+                            "N": N,
+                            "n_ps": k,
+                            "shards": tuple(float(x) for x in M * rng.dirichlet(np.ones(k))),
+                        }
+                    )
     return out
 
 
@@ -483,14 +533,16 @@ def comm_terms(fns: dict, args: dict, out: Path) -> dict:
     for case in inputs_comm_terms(**args):
         result = fn(case["arch"], case["M"], case["N"], case["n_ps"], case["shards"])
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise TypeError(f"comm_terms must return (messages, bytes); for {case['arch']!r} it returned "
-                            f"{type(result).__name__}")
+            raise TypeError(
+                f"comm_terms must return (messages, bytes); for {case['arch']!r} it returned {type(result).__name__}"
+            )
         rows.append([float(result[0]), float(result[1])])
     return {"terms": np.asarray(rows, np.float64)}
 
 
 # ---------------------------------------------------------------------------------------------
 # Lab 5: the PS failure trace, on traces the notebook never had
+
 
 def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
     """Failure traces in the kit's format (``ring_vs_ps.ps_failure``), drawn from ``seed``: 2-6
@@ -513,12 +565,22 @@ def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
         weights = rng.dirichlet(np.ones(n))
         steps = []
         for step in range(1, last + 1):
-            gone = {int(k["task"].split(":")[1]) for k in kills if k["task"].startswith("worker:")
-                    and k["after_step"] + 1 < step}
+            gone = {
+                int(k["task"].split(":")[1])
+                for k in kills
+                if k["task"].startswith("worker:") and k["after_step"] + 1 < step
+            }
             live = [w for w in range(n) if w not in gone]
             p = weights[live] / weights[live].sum()
-            steps.append({"step": step, "seconds": float(rng.uniform(0.05, 0.5)), "loss": 2.3 - 0.001 * step,
-                          "slices_on": [int(w) for w in rng.choice(live, size=n, p=p)], "t_s": 0.1 * step})
+            steps.append(
+                {
+                    "step": step,
+                    "seconds": float(rng.uniform(0.05, 0.5)),
+                    "loss": 2.3 - 0.001 * step,
+                    "slices_on": [int(w) for w in rng.choice(live, size=n, p=p)],
+                    "t_s": 0.1 * step,
+                }
+            )
         shuffled = [steps[i] for i in rng.permutation(len(steps))]
         trace = {"model": "lenet5", "workers": n, "steps": shuffled, "kills": kills, "events": [], "failure": None}
         out.append({"trace": trace, "kill": int(rng.integers(0, len(kills)))})
@@ -547,14 +609,31 @@ def slice_shares(fns: dict, args: dict, out: Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Lab 2: the synchronous round, in a short real cluster
 
-def settings_sync_round(deploy: str = "cluster", rounds: int = 20, batch_size: int = 50, learning_rate: float = 0.5,
-                        train_limit: int = 2000, test_limit: int = 500, seed: int = 0, timeout: float = 240) -> dict:
+
+def settings_sync_round(
+    deploy: str = "cluster",
+    rounds: int = 20,
+    batch_size: int = 50,
+    learning_rate: float = 0.5,
+    train_limit: int = 2000,
+    test_limit: int = 500,
+    seed: int = 0,
+    timeout: float = 240,
+) -> dict:
     if int(rounds) < 1 or int(batch_size) < 1 or not float(learning_rate) > 0:
-        raise ValueError(f"rounds, batch_size and learning_rate must be positive, got {rounds}, {batch_size}, "
-                         f"{learning_rate}")
-    return {"deploy": str(deploy), "rounds": int(rounds), "batch_size": int(batch_size),
-            "learning_rate": float(learning_rate), "train_limit": int(train_limit), "test_limit": int(test_limit),
-            "seed": int(seed), "timeout": float(timeout)}
+        raise ValueError(
+            f"rounds, batch_size and learning_rate must be positive, got {rounds}, {batch_size}, {learning_rate}"
+        )
+    return {
+        "deploy": str(deploy),
+        "rounds": int(rounds),
+        "batch_size": int(batch_size),
+        "learning_rate": float(learning_rate),
+        "train_limit": int(train_limit),
+        "test_limit": int(test_limit),
+        "seed": int(seed),
+        "timeout": float(timeout),
+    }
 
 
 @probe("sync_round")
@@ -566,14 +645,29 @@ def sync_round(fns: dict, args: dict, out: Path) -> dict:
 
     s = settings_sync_round(**args)
     os.environ["LABKIT_RUNS"] = str(out / "runs")
-    run = sync_async.run("sync", s["deploy"], s["batch_size"], log=None, target_loss=None, max_steps=s["rounds"],
-                         learning_rate=s["learning_rate"], train_limit=s["train_limit"], test_limit=s["test_limit"],
-                         eval_every=0, seed=s["seed"], sync_round=fns["sync_round"], run="hidden-sync",
-                         timeout=s["timeout"], save_weights=True, scalars=False)
+    run = sync_async.run(
+        "sync",
+        s["deploy"],
+        s["batch_size"],
+        log=None,
+        target_loss=None,
+        max_steps=s["rounds"],
+        learning_rate=s["learning_rate"],
+        train_limit=s["train_limit"],
+        test_limit=s["test_limit"],
+        eval_every=0,
+        seed=s["seed"],
+        sync_round=fns["sync_round"],
+        run="hidden-sync",
+        timeout=s["timeout"],
+        save_weights=True,
+        scalars=False,
+    )
     return {"run_dir": np.asarray(str(Path(run.result.run_dir).resolve().relative_to(out.resolve())))}
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def _limit(memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))

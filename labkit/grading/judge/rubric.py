@@ -16,6 +16,7 @@ Evidence: a lab's ``evidence`` names the checks whose value the grader establish
 lab's other checks, which read what the notebook printed, earn nothing (``gate``); only
 ``analysis`` answers are scored on their own.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,16 +33,16 @@ PLACEHOLDER = "YOUR ANSWER HERE"
 
 # Settings a lab inherits from [defaults] and may override.
 SETTINGS = {
-    "kernel": "python3",          # kernel name papermill starts (the notebook's own kernelspec is ignored)
-    "cell_timeout": 300.0,        # s one cell may run
-    "notebook_timeout": 900.0,    # s the whole run may take, kernel start included
-    "start_timeout": 120.0,       # s for the kernel to start
-    "memory_mb": 4096.0,          # the run's memory: per-process data limit and cap on the whole run
-    "max_processes": 4096.0,      # the run's processes and threads together (a fork bomb stops here)
-    "disk_mb": 1024.0,            # the run's disk (a tmpfs: memory, within memory_mb) and its largest file
-    "check_timeout": 300.0,       # s the grader's own checks of one notebook may take (hidden checks, verifiers)
-    "check_memory_mb": 3072.0,    # memory of the process that runs them
-    "page_output_kb": 1024.0,     # KB of one output (or one cell's text) a feedback page shows; the rest is cut
+    "kernel": "python3",  # kernel name papermill starts (the notebook's own kernelspec is ignored)
+    "cell_timeout": 300.0,  # s one cell may run
+    "notebook_timeout": 900.0,  # s the whole run may take, kernel start included
+    "start_timeout": 120.0,  # s for the kernel to start
+    "memory_mb": 4096.0,  # the run's memory: per-process data limit and cap on the whole run
+    "max_processes": 4096.0,  # the run's processes and threads together (a fork bomb stops here)
+    "disk_mb": 1024.0,  # the run's disk (a tmpfs: memory, within memory_mb) and its largest file
+    "check_timeout": 300.0,  # s the grader's own checks of one notebook may take (hidden checks, verifiers)
+    "check_memory_mb": 3072.0,  # memory of the process that runs them
+    "page_output_kb": 1024.0,  # KB of one output (or one cell's text) a feedback page shows; the rest is cut
 }
 _COMMON = {"name", "kind", "points", "verify", "description"}
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
@@ -58,11 +59,12 @@ SCORERS = ("notebook", "grader", "people")
 class Kind:
     """A check kind: its keys, and who scores it: ``notebook`` (``score`` reads the executed
     notebook), ``grader`` (the grader's check process) or ``people`` (a TA, ``answers``)."""
+
     name: str
     required: frozenset
     optional: frozenset
-    score: Callable | None          # (spec, nb, records) -> (fraction, reason, value), for "notebook"
-    gated: bool = True              # False: scored on its own, whatever the lab's evidence says
+    score: Callable | None  # (spec, nb, records) -> (fraction, reason, value), for "notebook"
+    gated: bool = True  # False: scored on its own, whatever the lab's evidence says
     scorer: str = "notebook"
 
 
@@ -71,9 +73,11 @@ KINDS = Registry("check kind")
 
 def kind(name: str, required=(), optional=(), gated: bool = True):
     """Register a check kind whose function scores it on the executed notebook."""
+
     def register(fn):
         KINDS.add(name, Kind(name, frozenset(required), frozenset(optional), fn, gated))
         return fn
+
     return register
 
 
@@ -83,8 +87,8 @@ class Check:
     name: str
     kind: str
     points: float
-    spec: dict                     # the check's table as written
-    verify: dict | None = None     # {"name": verifier, ...its arguments}
+    spec: dict  # the check's table as written
+    verify: dict | None = None  # {"name": verifier, ...its arguments}
 
     @property
     def ref(self) -> str | None:
@@ -109,7 +113,7 @@ class Check:
 @dataclass(frozen=True)
 class Lab:
     key: str
-    notebook: str                  # file name inside notebooks/ and inside each student's folder
+    notebook: str  # file name inside notebooks/ and inside each student's folder
     title: str
     parameters: dict
     checks: tuple[Check, ...]
@@ -124,9 +128,9 @@ class Lab:
     check_memory_mb: float
     page_output_kb: float
     evidence: tuple[str, ...] = ()
-    expected_s: float = 0.0        # the reference run's seconds, measured: a batch starts the longest first
-    late_penalty: object = None    # late.Policy, or None: late work is shown and costs nothing
-    canvas_assignment: str = ""    # the lab's column in Canvas's gradebook, 'Title (assignment id)' (exports)
+    expected_s: float = 0.0  # the reference run's seconds, measured: a batch starts the longest first
+    late_penalty: object = None  # late.Policy, or None: late work is shown and costs nothing
+    canvas_assignment: str = ""  # the lab's column in Canvas's gradebook, 'Title (assignment id)' (exports)
 
     @property
     def max_points(self) -> float:
@@ -145,11 +149,12 @@ class Rubric:
 @dataclass
 class Score:
     """The outcome of one check: points earned, status and a reason a student can act on."""
+
     points: float
     max: float
-    status: str            # pass | partial | fail | missing | mismatch | unverified | not-run | grader-error | pending
+    status: str  # pass | partial | fail | missing | mismatch | unverified | not-run | grader-error | pending
     reason: str = ""
-    value: object = None   # the value the check looked at (for report.md)
+    value: object = None  # the value the check looked at (for report.md)
 
 
 def load_rubric(path) -> Rubric:
@@ -204,8 +209,16 @@ def _late(value, where: str):
 
 def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -> Lab:
     where = f"{path} [labs.{key}]"
-    known = set(SETTINGS) | {"notebook", "title", "parameters", "checks", "evidence", "expected_s", "late_penalty",
-                                     "canvas_assignment"}
+    known = set(SETTINGS) | {
+        "notebook",
+        "title",
+        "parameters",
+        "checks",
+        "evidence",
+        "expected_s",
+        "late_penalty",
+        "canvas_assignment",
+    }
     unknown = set(table) - known
     if unknown:
         raise RubricError(f"{where}: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -233,19 +246,32 @@ def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -
         if e not in by_name:
             raise RubricError(f"{where}: evidence names {e!r}, which is not a check of this lab")
         if not by_name[e].is_evidence:
-            raise RubricError(f"{where}: evidence {e!r} must be a check the grader establishes itself "
-                              f"(kind = \"hidden\", or a check with verify = ...)")
+            raise RubricError(
+                f"{where}: evidence {e!r} must be a check the grader establishes itself "
+                f'(kind = "hidden", or a check with verify = ...)'
+            )
     expected = table.get("expected_s", 0.0)
     if not _is_number(expected) or expected < 0:
         raise RubricError(f"{where}: expected_s must be the seconds a run takes (a number >= 0), not {expected!r}")
     late_penalty = _late(table["late_penalty"], where) if "late_penalty" in table else late_default
     canvas = table.get("canvas_assignment", "")
     if not isinstance(canvas, str):
-        raise RubricError(f"{where}: canvas_assignment must be the assignment's column as Canvas heads it, "
-                          f"'Title (assignment id)', not {canvas!r}")
-    return Lab(key=key, notebook=notebook, title=table.get("title", key), parameters=params, checks=tuple(checks),
-               evidence=tuple(evidence), expected_s=float(expected), late_penalty=late_penalty,
-               canvas_assignment=canvas.strip(), **settings)
+        raise RubricError(
+            f"{where}: canvas_assignment must be the assignment's column as Canvas heads it, "
+            f"'Title (assignment id)', not {canvas!r}"
+        )
+    return Lab(
+        key=key,
+        notebook=notebook,
+        title=table.get("title", key),
+        parameters=params,
+        checks=tuple(checks),
+        evidence=tuple(evidence),
+        expected_s=float(expected),
+        late_penalty=late_penalty,
+        canvas_assignment=canvas.strip(),
+        **settings,
+    )
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:
@@ -263,8 +289,10 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
         raise RubricError(f"{where} ({kind_name}): missing key(s) {sorted(missing)}")
     unknown = set(c) - k.required - k.optional - _COMMON
     if unknown:
-        raise RubricError(f"{where} ({kind_name}): unknown key(s) {sorted(unknown)}; "
-                          f"allowed: {', '.join(sorted(k.required | k.optional | _COMMON))}")
+        raise RubricError(
+            f"{where} ({kind_name}): unknown key(s) {sorted(unknown)}; "
+            f"allowed: {', '.join(sorted(k.required | k.optional | _COMMON))}"
+        )
     name = c.get("name")
     if not isinstance(name, str) or not name:
         raise RubricError(f"{where}: every check needs a name")
@@ -279,12 +307,15 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
         if not isinstance(verify, dict) or not isinstance(verify.get("name"), str):
             raise RubricError(f"{where} {name!r}: verify must be a verifier name or a table with name = ...")
         from labkit.grading.judge.verify import VERIFIERS
+
         if verify["name"] not in VERIFIERS:
-            raise RubricError(f"{where} {name!r}: unknown verifier {verify['name']!r}; "
-                              f"registered: {', '.join(sorted(VERIFIERS))}")
+            raise RubricError(
+                f"{where} {name!r}: unknown verifier {verify['name']!r}; registered: {', '.join(sorted(VERIFIERS))}"
+            )
         if k.scorer != "notebook":
-            raise RubricError(f"{where} {name!r}: a {kind_name} check is not scored from the notebook's records; "
-                              f"it takes no verify")
+            raise RubricError(
+                f"{where} {name!r}: a {kind_name} check is not scored from the notebook's records; it takes no verify"
+            )
     return Check(lab=lab, name=name, kind=kind_name, points=float(points), spec=c, verify=verify)
 
 
@@ -313,8 +344,11 @@ def _check_keys(kind_name: str, c: dict, where: str) -> None:
         raise RubricError(f"{where}: records must be a non-empty list of record names")
     if "cells" in c and (not isinstance(c["cells"], list) or not all(isinstance(x, str) for x in c["cells"])):
         raise RubricError(f"{where}: cells must be a list of cell tags or ids")
-    if "records" in c and kind_name == "analysis" and (
-            not isinstance(c["records"], list) or not all(isinstance(x, str) for x in c["records"])):
+    if (
+        "records" in c
+        and kind_name == "analysis"
+        and (not isinstance(c["records"], list) or not all(isinstance(x, str) for x in c["records"]))
+    ):
         raise RubricError(f"{where}: records must be a list of record names (shown to the TA next to the answer)")
     for k in ("question", "placeholder"):
         if k in c and (not isinstance(c[k], str) or not c[k]):
@@ -356,12 +390,15 @@ def _close(a: float, b: float, tol: float) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 
+
 def evaluate(check: Check, nb, records: dict) -> Score:
     """Score ``check`` on an executed notebook ``nb`` (nbformat node) with its ``records``."""
     score = KINDS[check.kind].score
     if KINDS[check.kind].scorer != "notebook":
-        raise ValueError(f"check {check.name!r} ({check.kind}) is scored by "
-                         f"{'people' if check.manual else 'the grader' + chr(39) + 's check process'}")
+        raise ValueError(
+            f"check {check.name!r} ({check.kind}) is scored by "
+            f"{'people' if check.manual else 'the grader' + chr(39) + 's check process'}"
+        )
     try:
         fraction, reason, value = score(check.spec, nb, records)
     except Missing as e:
@@ -379,8 +416,9 @@ def scored(check: Check, fraction: float, reason: str = "", value=None) -> Score
 def gate(lab: Lab, scores: dict[str, Score]) -> dict[str, Score]:
     """Scores after the lab's evidence: while an evidence check earns nothing, every gated
     check (one that reads what the notebook printed) earns nothing either, and says why."""
-    failed = [f"{name!r} is {scores[name].status}" for name in lab.evidence
-              if name in scores and scores[name].points <= 0]
+    failed = [
+        f"{name!r} is {scores[name].status}" for name in lab.evidence if name in scores and scores[name].points <= 0
+    ]
     if not failed:
         return scores
     out = {}
@@ -389,9 +427,14 @@ def gate(lab: Lab, scores: dict[str, Score]) -> dict[str, Score]:
         if check.name in lab.evidence or not KINDS[check.kind].gated or s.points <= 0:
             out[check.name] = s
         else:
-            out[check.name] = Score(0.0, s.max, "unverified",
-                                    f"no points while the lab's evidence does not hold ({'; '.join(failed)}); "
-                                    f"on its own this check was {s.status}", s.value)
+            out[check.name] = Score(
+                0.0,
+                s.max,
+                "unverified",
+                f"no points while the lab's evidence does not hold ({'; '.join(failed)}); "
+                f"on its own this check was {s.status}",
+                s.value,
+            )
     return out
 
 
@@ -418,13 +461,17 @@ def _eval_threshold(c, nb, records):
     if "min" in c and v < c["min"]:
         lo = c.get("partial_min")
         frac = min(frac, (v - lo) / (c["min"] - lo) if lo is not None and v > lo else 0.0)
-        reasons.append(f"{c['record']} = {v:.4g} is below {c['min']:g}"
-                       + (f" (partial credit from {lo:g})" if lo is not None else ""))
+        reasons.append(
+            f"{c['record']} = {v:.4g} is below {c['min']:g}"
+            + (f" (partial credit from {lo:g})" if lo is not None else "")
+        )
     if "max" in c and v > c["max"]:
         hi = c.get("partial_max")
         frac = min(frac, (hi - v) / (hi - c["max"]) if hi is not None and v < hi else 0.0)
-        reasons.append(f"{c['record']} = {v:.4g} is above {c['max']:g}"
-                       + (f" (partial credit up to {hi:g})" if hi is not None else ""))
+        reasons.append(
+            f"{c['record']} = {v:.4g} is above {c['max']:g}"
+            + (f" (partial credit up to {hi:g})" if hi is not None else "")
+        )
     return frac, "; ".join(reasons), v
 
 
@@ -445,8 +492,11 @@ def _eval_sum_equals(c, nb, records):
     s, tol = sum(values), c.get("tolerance", 0)
     if _close(s, total, tol):
         return 1.0, "", s
-    return 0.0, (f"sum of {c['record']} = {s:g} but {total_ref} = {total:g}"
-                 + (f" (tolerance {tol:g})" if tol else "")), s
+    return (
+        0.0,
+        (f"sum of {c['record']} = {s:g} but {total_ref} = {total:g}" + (f" (tolerance {tol:g})" if tol else "")),
+        s,
+    )
 
 
 @kind("compare", required={"left", "op", "right"}, optional={"factor", "tolerance"})
@@ -477,16 +527,27 @@ def _eval_figures(c, nb, records):
         if not cells:
             short.append(f"no cell tagged {name!r}")
         elif counts[name] < need:
-            short.append(f"cell {name!r} shows {counts[name]} figure(s) of at least {MIN_FIGURE_PIXELS} x "
-                         f"{MIN_FIGURE_PIXELS} pixels, expected {need}")
+            short.append(
+                f"cell {name!r} shows {counts[name]} figure(s) of at least {MIN_FIGURE_PIXELS} x "
+                f"{MIN_FIGURE_PIXELS} pixels, expected {need}"
+            )
     ok = len(names) - len(short)
     return ok / len(names), "; ".join(short), counts
 
 
 # An analysis answer: people score it (labkit.grading.judge.answers finds the answer cells, by id or
 # tag, in the submitted notebook, and merges the TA's scores); nothing here reads the run.
-KINDS.add("analysis", Kind("analysis", frozenset(), frozenset({"cells", "placeholder", "question", "records"}), None,
-                          gated=False, scorer="people"))
+KINDS.add(
+    "analysis",
+    Kind(
+        "analysis",
+        frozenset(),
+        frozenset({"cells", "placeholder", "question", "records"}),
+        None,
+        gated=False,
+        scorer="people",
+    ),
+)
 
 # A hidden check: the grader imports the student's functions into a fresh sandboxed process and
 # runs them on its own inputs (labkit.grading.judge.hidden); scored there, never from the notebook.

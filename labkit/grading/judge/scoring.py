@@ -10,6 +10,7 @@ one row per check.
 The batch (``batch.Batch``) calls both for every notebook it runs; ``score`` alone (no
 ``checked``) scores a notebook from its executed file, as a rebuild without the sandboxes would.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,11 +27,12 @@ MAX_EXECUTED_BYTES = 64 * 2**20
 class Evidence:
     """What a run left, read once: its records, the scores of the checks that read the
     notebook, and what the grader checks itself (``to_check``)."""
+
     records: dict
-    scores: dict               # {check name: Score}, the notebook's own
-    problem: str = ""          # why the executed notebook could not be read ("" when it could)
-    verified: list = ()        # (check, claimed value): claims the grader runs again
-    hidden: list = ()          # (check, hidden.Hidden): the student's functions on the grader's inputs
+    scores: dict  # {check name: Score}, the notebook's own
+    problem: str = ""  # why the executed notebook could not be read ("" when it could)
+    verified: list = ()  # (check, claimed value): claims the grader runs again
+    hidden: list = ()  # (check, hidden.Hidden): the student's functions on the grader's inputs
 
     @property
     def to_check(self) -> bool:
@@ -40,6 +42,7 @@ class Evidence:
 @dataclass
 class Scored:
     """What grading one notebook produced."""
+
     rows: list[dict]
     records: dict
     values: dict
@@ -53,8 +56,9 @@ def examine(job: Job, result: RunResult) -> Evidence:
     return Evidence(records, scores, problem, verified, hidden_checks(job, result))
 
 
-def score(job: Job, result: RunResult, evidence: Evidence | None = None, checked: dict | None = None,
-          notes=()) -> Scored:
+def score(
+    job: Job, result: RunResult, evidence: Evidence | None = None, checked: dict | None = None, notes=()
+) -> Scored:
     """(rows, records, values) of ``job``'s run: ``evidence`` (default: ``examine``) with the
     grader's own checks (``checked``: {check name: Score}; without them a hidden check is
     not-run and a verified check keeps its notebook score), gated; ``notes`` join the execution
@@ -70,7 +74,9 @@ def flag_note(job: Job) -> str:
     if not job.flags:
         return ""
     more = "; ..." if len(job.flags) > 5 else ""
-    return f"flagged: the submitted file carried what only a run may produce, ignored ({'; '.join(job.flags[:5])}{more})"
+    return (
+        f"flagged: the submitted file carried what only a run may produce, ignored ({'; '.join(job.flags[:5])}{more})"
+    )
 
 
 def read_executed(job: Job, result: RunResult):
@@ -83,8 +89,14 @@ def read_executed(job: Job, result: RunResult):
         return None, {}, ""
     size = job.executed.stat().st_size
     if size > MAX_EXECUTED_BYTES:
-        return None, {}, (f"the executed notebook is {size / 2**20:.0f} MB of output, over the "
-                          f"{MAX_EXECUTED_BYTES // 2**20} MB the grader reads; print less")
+        return (
+            None,
+            {},
+            (
+                f"the executed notebook is {size / 2**20:.0f} MB of output, over the "
+                f"{MAX_EXECUTED_BYTES // 2**20} MB the grader reads; print less"
+            ),
+        )
     try:
         nb = nbformat.read(str(job.executed), as_version=4)
         return nb, read_records(nb), ""
@@ -107,8 +119,9 @@ def notebook_scores(job: Job, result: RunResult, nb, records: dict) -> dict[str,
             if s.status == "missing" and result.status != "ok":
                 s.reason += f" ({_stopped(result)})"
         except Exception as e:  # a notebook shaped like nothing the checks expect: this row, not the batch
-            s = Score(0.0, check.points, "grader-error",
-                      f"the grader could not check this notebook: {type(e).__name__}: {e}")
+            s = Score(
+                0.0, check.points, "grader-error", f"the grader could not check this notebook: {type(e).__name__}: {e}"
+            )
         scores[check.name] = s
     return scores
 
@@ -144,8 +157,9 @@ def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[s
         if check.manual:  # scored from the submitted text when the reports are written (publish)
             scores[check.name] = Score(0.0, check.points, report.PENDING, "")
         elif check.external:
-            scores[check.name] = got or Score(0.0, check.points, "not-run",
-                                              f"the notebook did not run: {result.reason}")
+            scores[check.name] = got or Score(
+                0.0, check.points, "not-run", f"the notebook did not run: {result.reason}"
+            )
         elif got is not None and got.status != "pass":
             s = scores[check.name]
             scores[check.name] = Score(0.0, s.max, got.status, got.reason, s.value)
@@ -155,17 +169,37 @@ def merge(job: Job, result: RunResult, scores: dict[str, Score], checked: dict[s
 def rows_for(job: Job, result: RunResult, scores: dict[str, Score], notes: list[str]) -> list[dict]:
     reason = "; ".join([r for r in [result.reason, *notes] if r])
     rows = [row(job.student, job.lab.key, report.EXECUTION, 0.0, 0.0, result.status, reason, result.seconds)]
-    rows += [row(job.student, job.lab.key, c.name, scores[c.name].points, scores[c.name].max, scores[c.name].status,
-                 scores[c.name].reason) for c in job.lab.checks]
+    rows += [
+        row(
+            job.student,
+            job.lab.key,
+            c.name,
+            scores[c.name].points,
+            scores[c.name].max,
+            scores[c.name].status,
+            scores[c.name].reason,
+        )
+        for c in job.lab.checks
+    ]
     return rows
 
 
 def row(student: str, lab: str, check: str, points, most, status: str, reason: str, seconds="") -> dict:
     """One line of the grade book: a check's points for one student's lab (``execution``: the run)."""
-    return {"student": student, "lab": lab, "check": check, "points": points, "max": most,
-            "status": status, "reason": reason, "seconds": seconds}
+    return {
+        "student": student,
+        "lab": lab,
+        "check": check,
+        "points": points,
+        "max": most,
+        "status": status,
+        "reason": reason,
+        "seconds": seconds,
+    }
 
 
 def _stopped(result: RunResult) -> str:
     what = result.ename or result.status
-    return f"the run stopped in {cell_name(result.cell)}: {what}" if result.cell is not None else f"the run ended: {what}"
+    return (
+        f"the run stopped in {cell_name(result.cell)}: {what}" if result.cell is not None else f"the run ended: {what}"
+    )

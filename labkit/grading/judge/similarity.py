@@ -18,6 +18,7 @@ fingerprints that the other has too. Pairs at or above the threshold are listed 
 is in), and in ``similarity.csv``, whose ``parts_a`` and ``parts_b`` name the cells or questions
 that match: the TA answer pages mark a flagged pair's answers from them (``flags``).
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,48 +32,64 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-THRESHOLD = 0.5          # share of the smaller document's fingerprints found in the other
-SETTINGS = {"code": (12, 8), "answers": (6, 4)}   # kind: (k tokens per gram, w grams per window)
-MIN_FINGERPRINTS = 6     # documents with fewer (after the template's are removed) are not compared
-MIN_SHARED = 4           # nor pairs sharing fewer
-MAX_PASSAGES = 400       # shown per pair (a pair of whole notebooks copied has a few dozen)
-MAX_REPEATS = 16         # a fingerprint at more places than this in one document is dropped from it (periodic text)
-COMMON_SHARE = 0.5       # and one in more than this share of a class's documents (at least COMMON_MIN of them)
+THRESHOLD = 0.5  # share of the smaller document's fingerprints found in the other
+SETTINGS = {"code": (12, 8), "answers": (6, 4)}  # kind: (k tokens per gram, w grams per window)
+MIN_FINGERPRINTS = 6  # documents with fewer (after the template's are removed) are not compared
+MIN_SHARED = 4  # nor pairs sharing fewer
+MAX_PASSAGES = 400  # shown per pair (a pair of whole notebooks copied has a few dozen)
+MAX_REPEATS = 16  # a fingerprint at more places than this in one document is dropped from it (periodic text)
+COMMON_SHARE = 0.5  # and one in more than this share of a class's documents (at least COMMON_MIN of them)
 COMMON_MIN = 10
-MAX_TOKENS = 50_000      # tokens read per document (a lab's code has a few thousand): tokenizing stops there
+MAX_TOKENS = 50_000  # tokens read per document (a lab's code has a few thousand): tokenizing stops there
 CSV_FIELDS = ["lab", "kind", "student_a", "student_b", "similarity", "shared", "parts_a", "parts_b"]
 
 
 @dataclass
 class Doc:
     """A student's code (or answers) of one lab: tokens, and where each came from."""
+
     student: str
-    parts: list[str]                                   # cell sources (or answers), as written
-    labels: list[str] = field(default_factory=list)    # what each part is: "cell 5", "answer Q1"
+    parts: list[str]  # cell sources (or answers), as written
+    labels: list[str] = field(default_factory=list)  # what each part is: "cell 5", "answer Q1"
     tokens: list[str] = field(default_factory=list)
     where: list[tuple[int, int, int]] = field(default_factory=list)  # (part, start, end): lines or chars
-    prints: dict[int, list[int]] = field(default_factory=dict)       # fingerprint -> token positions
+    prints: dict[int, list[int]] = field(default_factory=dict)  # fingerprint -> token positions
 
 
 # ---------------------------------------------------------------------------------------------
 # Normalising
 
+
 def code_doc(student: str, sources: list[str], labels: list[str] | None = None) -> Doc:
     """Tokens of Python cells: no comments or layout; identifiers V, strings S, numbers and operators kept."""
     doc = Doc(student, list(sources), list(labels or []))
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
-            tokenize.ENDMARKER}
+    skip = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.ENCODING,
+        tokenize.ENDMARKER,
+    }
     for n, src in enumerate(sources):
         left = MAX_TOKENS - len(doc.tokens)
         if left <= 0:
             break
         text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()) + "\n"
-        try:   # at most twice the tokens left (layout tokens are dropped below)
+        try:  # at most twice the tokens left (layout tokens are dropped below)
             toks = list(itertools.islice(tokenize.generate_tokens(io.StringIO(text).readline), 2 * left + 16))
         except (tokenize.TokenError, IndentationError, SyntaxError):  # a cell that does not parse: its words
-            toks = list(itertools.islice((tokenize.TokenInfo(tokenize.NAME, m.group(), (i + 1, 0), (i + 1, 0), "")
-                                          for i, ln in enumerate(text.splitlines()) for m in re.finditer(r"\S+", ln)),
-                                         left))
+            toks = list(
+                itertools.islice(
+                    (
+                        tokenize.TokenInfo(tokenize.NAME, m.group(), (i + 1, 0), (i + 1, 0), "")
+                        for i, ln in enumerate(text.splitlines())
+                        for m in re.finditer(r"\S+", ln)
+                    ),
+                    left,
+                )
+            )
         for t in toks:
             if t.type in skip:
                 continue
@@ -103,6 +120,7 @@ def text_doc(student: str, texts: list[str], labels: list[str] | None = None) ->
 # ---------------------------------------------------------------------------------------------
 # Winnowing
 
+
 def _hash(gram: tuple[str, ...]) -> int:
     return int.from_bytes(hashlib.blake2b("\x1f".join(gram).encode(), digest_size=8).digest(), "big")
 
@@ -110,13 +128,13 @@ def _hash(gram: tuple[str, ...]) -> int:
 def winnow(tokens: list[str], k: int, w: int) -> dict[int, list[int]]:
     """{fingerprint: [token positions]}: the minimum hash of every window of ``w`` k-grams (the
     rightmost one on ties, as the paper does), so any match of at least w + k - 1 tokens shares one."""
-    hashes = [_hash(tuple(tokens[i:i + k])) for i in range(len(tokens) - k + 1)]
+    hashes = [_hash(tuple(tokens[i : i + k])) for i in range(len(tokens) - k + 1)]
     out: dict[int, list[int]] = {}
     if not hashes:
         return out
     last = -1
     for start in range(max(len(hashes) - w + 1, 1)):
-        window = hashes[start:start + w]
+        window = hashes[start : start + w]
         low = min(window)
         pos = start + max(i for i, h in enumerate(window) if h == low)
         if pos != last:
@@ -173,6 +191,7 @@ def _common(docs: list[Doc]) -> set:
 
 # ---------------------------------------------------------------------------------------------
 # Passages: where the shared fingerprints are, merged into runs
+
 
 def passages(doc: Doc, shared: set, k: int) -> list[tuple[int, int, int]]:
     """(part, start, end) runs covering the k-grams of ``shared`` fingerprints in ``doc``."""
@@ -231,12 +250,25 @@ def _side(doc: Doc, run: tuple[int, int, int], kind: str) -> dict:
     text = doc.parts[part]
     label = doc.labels[part] if part < len(doc.labels) else f"part {part + 1}"
     if kind == "code":
-        return {"label": label, "lines": f"line{'s' if end > start else ''} {start}{f'-{end}' if end > start else ''}",
-                "lead": False, "before": "\n".join(text.splitlines()[start - 1:end]), "match": "", "after": "",
-                "trail": False}
+        return {
+            "label": label,
+            "lines": f"line{'s' if end > start else ''} {start}{f'-{end}' if end > start else ''}",
+            "lead": False,
+            "before": "\n".join(text.splitlines()[start - 1 : end]),
+            "match": "",
+            "after": "",
+            "trail": False,
+        }
     lo, hi = max(start - 80, 0), min(end + 80, len(text))
-    return {"label": label, "lines": "", "lead": lo > 0, "before": text[lo:start], "match": text[start:end],
-            "after": text[end:hi], "trail": hi < len(text)}
+    return {
+        "label": label,
+        "lines": "",
+        "lead": lo > 0,
+        "before": text[lo:start],
+        "match": text[start:end],
+        "after": text[end:hi],
+        "trail": hi < len(text),
+    }
 
 
 def flags(out) -> list[dict]:
@@ -253,6 +285,7 @@ def flags(out) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # The report
 
+
 def _docs(book):
     """{lab: [(kind, docs, base)]} from the batch's submitted notebooks and their answers."""
     import nbformat
@@ -265,12 +298,14 @@ def _docs(book):
     for lab in book.labs:
         code, prose, left = [], [], []
         for job in [j for j in book.jobs if j.lab.key == lab.key and j.clean_input.is_file()]:
-            try:   # one student's notebook: left out of the comparison, never the report's end
+            try:  # one student's notebook: left out of the comparison, never the report's end
                 nb = nbformat.read(str(job.clean_input), as_version=4)
                 cells = [(cell_name(i), c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
                 found = {k: a for k, a in (items.get(job.key, {}).get("answers") or {}).items() if a.text}
-                docs = (fingerprint(code_doc(job.student, [c for _, c in cells], [n for n, _ in cells]), "code"),
-                        fingerprint(text_doc(job.student, [a.text for a in found.values()], list(found)), "answers"))
+                docs = (
+                    fingerprint(code_doc(job.student, [c for _, c in cells], [n for n, _ in cells]), "code"),
+                    fingerprint(text_doc(job.student, [a.text for a in found.values()], list(found)), "answers"),
+                )
             except Exception as e:  # noqa: BLE001 - the boundary: named in the report
                 left.append(f"{job.student} ({type(e).__name__})")
                 continue
@@ -280,8 +315,9 @@ def _docs(book):
         ref = Path(book.notebooks) / lab.notebook if book.notebooks else None
         if ref is not None and ref.is_file():
             released, _ = release_notebook(nbformat.read(str(ref), as_version=4), lab.notebook)
-            base_code = set(fingerprint(code_doc("", [c.source for c in released.cells if c.cell_type == "code"]),
-                                        "code").prints)
+            base_code = set(
+                fingerprint(code_doc("", [c.source for c in released.cells if c.cell_type == "code"]), "code").prints
+            )
         qs = [q for (key, _), q in book.questions.items() if key == lab.key]
         base_text = set(fingerprint(text_doc("", [q.text for q in qs] + [q.placeholder for q in qs]), "answers").prints)
         out[lab.key] = [("code", code, base_code, left), ("answers", prose, base_text, left)]
@@ -297,16 +333,29 @@ def report(book, threshold: float = THRESHOLD) -> list[Pair]:
     compared = []
     for lab, kinds in _docs(book).items():
         for kind, docs, base, left in kinds:
-            compared.append(f"{lab} {kind}: {len(docs)} submission(s)"
-                            + (f" (not read: {', '.join(left)})" if left else ""))
+            compared.append(
+                f"{lab} {kind}: {len(docs)} submission(s)" + (f" (not read: {', '.join(left)})" if left else "")
+            )
             pairs += compare(docs, kind, lab, base, threshold)
-    pairs = [p for p in pairs if not _one_group(book, p)]   # a group's members hand in one file: never flagged
+    pairs = [p for p in pairs if not _one_group(book, p)]  # a group's members hand in one file: never flagged
     found = {id(p): matches(p) for p in pairs}
-    write_csv([{"lab": p.lab, "kind": p.kind, "student_a": p.a.student, "student_b": p.b.student,
-                "similarity": p.similarity, "shared": len(p.shared),
+    write_csv(
+        [
+            {
+                "lab": p.lab,
+                "kind": p.kind,
+                "student_a": p.a.student,
+                "student_b": p.b.student,
+                "similarity": p.similarity,
+                "shared": len(p.shared),
                 "parts_a": "; ".join(parts(p.a, [x for x, _ in found[id(p)]])),
-                "parts_b": "; ".join(parts(p.b, [y for _, y in found[id(p)]]))} for p in pairs],
-              Path(book.out) / "similarity.csv", CSV_FIELDS)
+                "parts_b": "; ".join(parts(p.b, [y for _, y in found[id(p)]])),
+            }
+            for p in pairs
+        ],
+        Path(book.out) / "similarity.csv",
+        CSV_FIELDS,
+    )
     page = Page("Similarity report")
     write_text(Path(book.out) / "similarity.html", page.html(_body(pairs, found, compared, threshold, page), _CSS))
     return pairs
@@ -317,18 +366,30 @@ def _one_group(book, p) -> bool:
     return p.b.student in group
 
 
-_CSS = ("body{font-family:sans-serif;margin:1em 2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;"
-        "padding:4px;vertical-align:top;text-align:left} .labkit-flag{display:flex;gap:1em;margin:4px 0} "
-        ".labkit-side{flex:1;min-width:0} .labkit-side pre{background:#fff8c5;padding:6px;white-space:pre-wrap;"
-        "margin:2px 0} mark{background:#ffd33d} details{margin:0.6em 0}")
+_CSS = (
+    "body{font-family:sans-serif;margin:1em 2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;"
+    "padding:4px;vertical-align:top;text-align:left} .labkit-flag{display:flex;gap:1em;margin:4px 0} "
+    ".labkit-side{flex:1;min-width:0} .labkit-side pre{background:#fff8c5;padding:6px;white-space:pre-wrap;"
+    "margin:2px 0} mark{background:#ffd33d} details{margin:0.6em 0}"
+)
 
 
 def _body(pairs: list[Pair], found: dict, compared: list[str], threshold: float, page) -> str:
     from labkit.grading.pages.render import template
 
-    shown = [{"lab": p.lab, "kind": p.kind, "a": p.a.student, "b": p.b.student, "similarity": f"{p.similarity:.0%}",
-              "shared": len(p.shared), "anchor": page.id(f"pair-{i}"), "count": len(found[id(p)]),
-              "more": max(len(found[id(p)]) - MAX_PASSAGES, 0),
-              "passages": [(_side(p.a, x, p.kind), _side(p.b, y, p.kind)) for x, y in found[id(p)][:MAX_PASSAGES]]}
-             for i, p in enumerate(pairs)]
+    shown = [
+        {
+            "lab": p.lab,
+            "kind": p.kind,
+            "a": p.a.student,
+            "b": p.b.student,
+            "similarity": f"{p.similarity:.0%}",
+            "shared": len(p.shared),
+            "anchor": page.id(f"pair-{i}"),
+            "count": len(found[id(p)]),
+            "more": max(len(found[id(p)]) - MAX_PASSAGES, 0),
+            "passages": [(_side(p.a, x, p.kind), _side(p.b, y, p.kind)) for x, y in found[id(p)][:MAX_PASSAGES]],
+        }
+        for i, p in enumerate(pairs)
+    ]
     return template("similarity.html.j2", pairs=shown, compared=compared, threshold=threshold)

@@ -20,6 +20,7 @@ Adding a verifier for a lab: write a function here taking ``(ctx, **args)`` and 
 (with a reason that says which file is missing and which cell writes it) when there is
 nothing to check.
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,10 +41,10 @@ MAX_RESULT_FILES = 256
 
 @dataclass
 class Context:
-    workdir: Path          # the run's working directory (artifacts/, runs/ ...), read-only
-    records: dict          # every record of the executed notebook
-    params: dict           # the lab's parameters from the rubric (never the notebook's own)
-    claimed: object        # the value of the check's record: what is being verified
+    workdir: Path  # the run's working directory (artifacts/, runs/ ...), read-only
+    records: dict  # every record of the executed notebook
+    params: dict  # the lab's parameters from the rubric (never the notebook's own)
+    claimed: object  # the value of the check's record: what is being verified
 
     def path(self, rel, what: str = "artifact") -> Path:
         """``rel`` (a path a record or the rubric names) inside the work folder, or Unverifiable:
@@ -62,8 +63,10 @@ class Context:
         if resolved != root and root not in resolved.parents:
             raise Unverifiable(f"the {what} {rel} is a link that leads out of the run's folder; refused")
         if resolved.is_file() and resolved.stat().st_size > MAX_ARTIFACT_BYTES:
-            raise Unverifiable(f"the {what} {rel} is {resolved.stat().st_size / 2**20:.0f} MB, over the "
-                               f"{MAX_ARTIFACT_BYTES // 2**20} MB a verifier reads")
+            raise Unverifiable(
+                f"the {what} {rel} is {resolved.stat().st_size / 2**20:.0f} MB, over the "
+                f"{MAX_ARTIFACT_BYTES // 2**20} MB a verifier reads"
+            )
         return resolved
 
 
@@ -71,7 +74,7 @@ class Context:
 class Verdict:
     ok: bool
     reason: str = ""
-    value: object = None   # the recomputed value
+    value: object = None  # the recomputed value
 
 
 class Unverifiable(Exception):
@@ -102,6 +105,7 @@ def run(spec: dict, ctx: Context) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 # Verifiers
 
+
 @verifier("task_steps")
 def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None = None) -> Verdict:
     """The recorded per-worker step counts match the tasks' own result files.
@@ -115,6 +119,7 @@ def task_steps(ctx: Context, results: str, field: str = "steps", key: str | None
     ``{name}`` in ``results`` is replaced by record ``name`` (``{sync_run_dir}/worker-*.json``),
     which must name a folder inside the run's folder.
     """
+
     def folder(m):
         try:
             value = str(lookup(ctx.records, m.group(1)))
@@ -164,8 +169,13 @@ def _claimed_number(ctx: Context) -> float:
 
 
 @verifier("lab1_weights")
-def lab1_weights(ctx: Context, artifact: str = "artifacts/lab1_core_weights.npz", tolerance: float = 0.005,
-                 test_limit: int | None = None, seed: int = 0) -> Verdict:
+def lab1_weights(
+    ctx: Context,
+    artifact: str = "artifacts/lab1_core_weights.npz",
+    tolerance: float = 0.005,
+    test_limit: int | None = None,
+    seed: int = 0,
+) -> Verdict:
     """Lab 1: the recorded test accuracy is what the saved weights W, b give on the rubric's
     test set (``test_limit`` images of MNIST's test set, all by default, drawn with ``seed``)."""
     path = ctx.path(artifact, "weights file")
@@ -179,9 +189,15 @@ def lab1_weights(ctx: Context, artifact: str = "artifacts/lab1_core_weights.npz"
 
 
 @verifier("lab3_weights")
-def lab3_weights(ctx: Context, weights: str = "artifacts.sync_weights", tolerance: float = 0.002,
-                 data: str = "click", num_features: int = 1_000_000, test_rows: int = 10_000,
-                 click_seed: int = 0) -> Verdict:
+def lab3_weights(
+    ctx: Context,
+    weights: str = "artifacts.sync_weights",
+    tolerance: float = 0.002,
+    data: str = "click",
+    num_features: int = 1_000_000,
+    test_rows: int = 10_000,
+    click_seed: int = 0,
+) -> Verdict:
     """Lab 3: the recorded test accuracy is what the chief's saved sparse LR weights give on the
     rubric's test set (``data``, ``num_features``, ``test_rows``, ``click_seed``). ``weights`` is
     the record holding the file's path (relative to the working directory). A file saved for
@@ -215,8 +231,14 @@ def lab3_weights(ctx: Context, weights: str = "artifacts.sync_weights", toleranc
 
 
 @verifier("lab4_checkpoint")
-def lab4_checkpoint(ctx: Context, checkpoints: str = "runs/lab4/*/checkpoints", model: str = "lenet5",
-                    test_limit: int = 1000, seed: int = 0, tolerance: float = 0.005) -> Verdict:
+def lab4_checkpoint(
+    ctx: Context,
+    checkpoints: str = "runs/lab4/*/checkpoints",
+    model: str = "lenet5",
+    test_limit: int = 1000,
+    seed: int = 0,
+    tolerance: float = 0.005,
+) -> Verdict:
     """Lab 4: the recorded accuracy of the resumed run is what the last checkpoint it saved gives
     on the rubric's validation set (``test_limit`` MNIST test images drawn with ``seed``): the
     chief's (or worker 0's) checkpoint of the highest epoch under ``checkpoints``, a glob in the
@@ -232,8 +254,9 @@ def lab4_checkpoint(ctx: Context, checkpoints: str = "runs/lab4/*/checkpoints", 
             ctx.path(rel.as_posix(), "checkpoint")  # refuses links out of the run's folder
             found.append((int(name.split("-")[-1]), task == "chief-0", root / rel.parent / name))
     if not found:
-        raise Unverifiable(f"no checkpoint of the chief or worker 0 under {checkpoints} (the fault-tolerance run "
-                           f"writes them)")
+        raise Unverifiable(
+            f"no checkpoint of the chief or worker 0 under {checkpoints} (the fault-tolerance run writes them)"
+        )
     epoch, _, prefix = max(found)
     claimed = _claimed_number(ctx)
     import tensorflow as tf
@@ -244,17 +267,21 @@ def lab4_checkpoint(ctx: Context, checkpoints: str = "runs/lab4/*/checkpoints", 
     net = models.build(model, seed=seed)
     tf.train.Checkpoint(model=net).read(str(prefix)).expect_partial()
     data = load_mnist(limit=1, test_limit=test_limit, seed=seed)
-    logits = np.concatenate([net(data.x_test[i:i + 500], training=False).numpy()
-                             for i in range(0, len(data.x_test), 500)])
+    logits = np.concatenate(
+        [net(data.x_test[i : i + 500], training=False).numpy() for i in range(0, len(data.x_test), 500)]
+    )
     acc = float(np.mean(logits.argmax(axis=1) == data.y_test))
     if abs(acc - claimed) <= tolerance:
         return Verdict(True, value=acc)
-    return Verdict(False, f"recorded {claimed:.4f} but the epoch-{epoch} checkpoint gives {acc:.4f} on the "
-                          f"validation set", acc)
+    return Verdict(
+        False, f"recorded {claimed:.4f} but the epoch-{epoch} checkpoint gives {acc:.4f} on the validation set", acc
+    )
 
 
 @verifier("lab5_held_out")
-def lab5_held_out(ctx: Context, sweeps: str = "runs/lab5/scaling-*", bound: float = 0.3, margin: float = 0.1) -> Verdict:
+def lab5_held_out(
+    ctx: Context, sweeps: str = "runs/lab5/scaling-*", bound: float = 0.3, margin: float = 0.1
+) -> Verdict:
     """Lab 5: the held-out error of the student's cost model, judged against the kit's own model
     on the same runs. The grader reads the sweep's task result files (``sweeps``: a glob in the
     run's folder; the one with the most runs), fits the reference critical path to N below the
@@ -287,5 +314,9 @@ def lab5_held_out(ctx: Context, sweeps: str = "runs/lab5/scaling-*", bound: floa
     shown = {"reference_held_out_median_abs_error": round(reference, 4), "allowed": round(allowed, 4)}
     if claimed <= allowed:
         return Verdict(True, value=shown)
-    return Verdict(False, f"held-out error {claimed:.3f}: above {bound:g} and more than {margin:g} above the kit's own "
-                          f"model on the same runs ({reference:.3f})", shown)
+    return Verdict(
+        False,
+        f"held-out error {claimed:.3f}: above {bound:g} and more than {margin:g} above the kit's own "
+        f"model on the same runs ({reference:.3f})",
+        shown,
+    )

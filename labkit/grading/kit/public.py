@@ -21,6 +21,7 @@ verifier, reference value or answer key. ``to_toml`` writes it (``tomllib`` read
 The solution markers and the stub live here, below ``release`` (which replaces each region by
 the stub): the exercises are found by the same markers, and ``make check`` looks for the stub.
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,10 +35,10 @@ from labkit.notebook.checking import FORMAT
 from labkit.grading.judge.answers import questions
 from labkit.grading.judge.rubric import Lab, load_rubric
 
-PUBLIC_KINDS = ("record", "figures", "analysis")   # what a student's machine checks as the grader does
+PUBLIC_KINDS = ("record", "figures", "analysis")  # what a student's machine checks as the grader does
 LIMITS = ("kernel", "cell_timeout", "notebook_timeout", "start_timeout", "memory_mb")
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")   # what a released exercise holds
+CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")  # what a released exercise holds
 HEADER = """\
 # The public part of the grader's rubric, written by `make release`: what `make check` runs your
 # notebooks with (the grader's parameters and time limits) and checks (the records the grader reads,
@@ -55,8 +56,10 @@ def public_rubric(rubric="notebooks/rubric.toml", notebooks=None) -> dict:
     for key, lab in load_rubric(rubric).labs.items():
         reference = notebooks / lab.notebook
         if not reference.is_file():
-            raise ValueError(f"{rubric}: lab {key}'s notebook {reference} is not there; the public rubric "
-                             f"reads the exercises and answer cells from it")
+            raise ValueError(
+                f"{rubric}: lab {key}'s notebook {reference} is not there; the public rubric "
+                f"reads the exercises and answer cells from it"
+            )
         labs[key] = public_lab(lab, reference)
     return {"format": FORMAT, "labs": labs}
 
@@ -111,6 +114,7 @@ def _records(lab: Lab) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Exercises, from the reference notebook
 
+
 def exercises(nb) -> list[dict]:
     """Each code cell with a solution region: its id, the names its solution defines, the stub a
     released copy holds, and for a function the id of the first later code cell that uses it
@@ -125,8 +129,18 @@ def exercises(nb) -> list[dict]:
             continue
         functions, names = _defined(cell.source, regions)
         entry = {"cell": cell.get("id"), "defines": functions or names, "stub": CODE_STUB[1]}
-        check = next((c.get("id") for c in cells[i + 1:] if c.get("cell_type") == "code" and c.get("id")
-                      and _calls(c.source, functions)), None) if functions else None
+        check = (
+            next(
+                (
+                    c.get("id")
+                    for c in cells[i + 1 :]
+                    if c.get("cell_type") == "code" and c.get("id") and _calls(c.source, functions)
+                ),
+                None,
+            )
+            if functions
+            else None
+        )
         if check:
             entry["self_check"] = check
         out.append(entry)
@@ -152,8 +166,12 @@ def _defined(source: str, regions) -> tuple[list[str], list[str]]:
         tree = ast.parse(source)
     except SyntaxError:  # a cell with IPython syntax (%magic): no names to show
         return [], []
-    functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and any(n.lineno < a <= n.end_lineno for a, _ in regions)]   # a region begins in its body
+    functions = [
+        n.name
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(n.lineno < a <= n.end_lineno for a, _ in regions)
+    ]  # a region begins in its body
     if functions:
         return functions, []
     assigned, used_after = [], set()
@@ -183,11 +201,12 @@ def _read(path: Path):
 # ---------------------------------------------------------------------------------------------
 # TOML, written by tomli-w (tomllib, the standard library's, only reads)
 
+
 def to_toml(data: dict, header: str = HEADER) -> str:
     """``data`` as TOML that ``tomllib`` reads back equal (checked: a value TOML cannot hold is an error)."""
     try:
         body = tomli_w.dumps(data)
-    except TypeError as e:   # None, a set ...: tomli-w names the type
+    except TypeError as e:  # None, a set ...: tomli-w names the type
         raise ValueError(f"to_toml: {e}: it has no TOML form") from None
     text = (header.rstrip() + "\n\n" if header else "") + body
     if tomllib.loads(text) != data:

@@ -34,6 +34,7 @@ In a reference notebook:
 Pick regions that teach (the training step, the gradient, the sweep, the analysis) and leave
 the plumbing in place: a released notebook must still run up to the first region.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,15 +49,16 @@ from labkit.notebook.record import cell_tags
 ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
-INSTRUCTOR_ONLY = ("solutions", "grading", "bench")   # subpackages of labkit the student kit leaves out
-PROJECT_FILES = ("pyproject.toml", "requirements.txt")   # files, or folders copied whole
+INSTRUCTOR_ONLY = ("solutions", "grading", "bench")  # subpackages of labkit the student kit leaves out
+PROJECT_FILES = ("pyproject.toml", "requirements.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")
 STUDENT_FILES = {"README.md": "README.md", "Makefile": "Makefile", "gitignore": ".gitignore"}  # template: kit
 TEMPLATES = Path(__file__).parents[1] / "templates" / "student"
-INSTRUCTOR_ONLY_MD = [   # what student_docs removes: a block between marker lines, or a line holding the marker
+INSTRUCTOR_ONLY_MD = [  # what student_docs removes: a block between marker lines, or a line holding the marker
     re.compile(r"^[ \t]*<!-- instructor-only -->[ \t]*\n.*?^[ \t]*<!-- /instructor-only -->[ \t]*\n", re.S | re.M),
-    re.compile(r"^.*<!-- instructor-only -->.*\n", re.M)]
+    re.compile(r"^.*<!-- instructor-only -->.*\n", re.M),
+]
 PACKAGE = Path(__file__).resolve().parents[2]
 
 
@@ -144,11 +146,15 @@ def release(notebooks="notebooks", out="release", rubric=None, log=print) -> lis
         dest = out / "notebooks" / src.name
         nbformat.write(nb, str(dest))
         written.append((dest, regions))
-        log(f"{dest}: {regions} solution region(s) removed" + ("" if regions else
-            " (WARNING: none; students get the full solution)"))
+        log(
+            f"{dest}: {regions} solution region(s) removed"
+            + ("" if regions else " (WARNING: none; students get the full solution)")
+        )
     (out / "notebooks" / "rubric.toml").write_text(to_toml(public))
-    log(f"{out / 'notebooks' / 'rubric.toml'}: the public rubric ({len(public['labs'])} labs; no hidden check, "
-        f"verifier input, reference value or answer key)")
+    log(
+        f"{out / 'notebooks' / 'rubric.toml'}: the public rubric ({len(public['labs'])} labs; no hidden check, "
+        f"verifier input, reference value or answer key)"
+    )
     student_package(out)
     log(f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in INSTRUCTOR_ONLY)}")
     for name in PROJECT_FILES:
@@ -173,13 +179,20 @@ def student_readme(template: str, public: dict) -> str:
     labs = public["labs"]
     rows = ["| lab | notebook | what it shows |", "|---|---|---|"]
     rows += [f"| {short_name(key)} | `notebooks/{lab['notebook']}` | {lab['title']} |" for key, lab in labs.items()]
-    points = ["| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit "
-              "| late work costs |", "|---|---|---|---|---|---|"]
-    points += [f"| {short_name(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
-               f"{_minutes(lab['notebook_timeout'])} | {lab.get('late_penalty', 'none')} |" for key, lab in labs.items()]
+    points = [
+        "| lab | submit this file | automatic points | answer points (scored by TAs) | the grader's time limit "
+        "| late work costs |",
+        "|---|---|---|---|---|---|",
+    ]
+    points += [
+        f"| {short_name(key)} | `{lab['notebook']}` | {lab['points']:g} | {lab['answer_points']:g} | "
+        f"{_minutes(lab['notebook_timeout'])} | {lab.get('late_penalty', 'none')} |"
+        for key, lab in labs.items()
+    ]
     first = next(iter(labs))
-    return string.Template(template).substitute(labs_table="\n".join(rows), points_table="\n".join(points),
-                                                lab_example=short_name(first))
+    return string.Template(template).substitute(
+        labs_table="\n".join(rows), points_table="\n".join(points), lab_example=short_name(first)
+    )
 
 
 def _minutes(seconds: float) -> str:

@@ -19,6 +19,7 @@ key, no reference solution, nothing of a hidden check but its verdict, nothing o
 Pages render in a process of their own, limited in time and memory (``render``):
 ``write_feedback`` runs there; ``plain_page`` is what the grader writes instead when it fails.
 """
+
 from __future__ import annotations
 
 import html
@@ -32,23 +33,26 @@ from labkit.grading.pages.sanitize import Page, clean
 from labkit.notebook.record import cell_name
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
-OUTPUT_KB = 1024         # the rubric's page_output_kb when a caller gives none
-MAX_NOTEBOOK_BYTES = 64 * 2**20   # an executed notebook past this is not rendered at all (grade reads no more)
-CSS = ("math[display=block]{display:block;margin:0.6em 0;font-size:110%} code.tex-error{color:#9a6700} "
-       "a.anchor-link,.jp-Collapser{display:none} .jp-InputArea{overflow:hidden} "
-       ".jp-InputPrompt{font-size:85%;color:#666} "
-       "#@grade{font-family:sans-serif;margin:1em 2em;padding:1em;border:2px solid #888;border-radius:6px} "
-       "#@grade table{border-collapse:collapse} #@grade td,#@grade th{border:1px solid #888;padding:4px;"
-       "text-align:left;vertical-align:top} #@grade .labkit-desc{color:#444;font-size:90%} "
-       "#@grade .labkit-warn{color:#cf222e;font-weight:bold} .labkit-note{color:#555;font-size:90%;margin:0.3em 0} "
-       ".labkit-cut{color:#9a6700;font-weight:bold;font-family:sans-serif;margin:0.3em 0} "
-       ".labkit-next li{margin:0.3em 0}")
+OUTPUT_KB = 1024  # the rubric's page_output_kb when a caller gives none
+MAX_NOTEBOOK_BYTES = 64 * 2**20  # an executed notebook past this is not rendered at all (grade reads no more)
+CSS = (
+    "math[display=block]{display:block;margin:0.6em 0;font-size:110%} code.tex-error{color:#9a6700} "
+    "a.anchor-link,.jp-Collapser{display:none} .jp-InputArea{overflow:hidden} "
+    ".jp-InputPrompt{font-size:85%;color:#666} "
+    "#@grade{font-family:sans-serif;margin:1em 2em;padding:1em;border:2px solid #888;border-radius:6px} "
+    "#@grade table{border-collapse:collapse} #@grade td,#@grade th{border:1px solid #888;padding:4px;"
+    "text-align:left;vertical-align:top} #@grade .labkit-desc{color:#444;font-size:90%} "
+    "#@grade .labkit-warn{color:#cf222e;font-weight:bold} .labkit-note{color:#555;font-size:90%;margin:0.3em 0} "
+    ".labkit-cut{color:#9a6700;font-weight:bold;font-family:sans-serif;margin:0.3em 0} "
+    ".labkit-next li{margin:0.3em 0}"
+)
 STATUS_COLOR = {"pass": "#1a7f37", "ok": "#1a7f37", "partial": "#9a6700", "pending": "#0969da"}
 GATED = re.compile(r"no points while the lab's evidence does not hold \((.*)\); on its own this check was (\S+)$")
 
 
 # ---------------------------------------------------------------------------------------------
 # Markdown and math
+
 
 def math_html(tex: str, display: bool) -> str:
     """MathML for a TeX formula; its source in a <code> when latex2mathml cannot read it."""
@@ -82,8 +86,10 @@ def markdown_html(source: str, attachments: dict | None = None) -> Markup:
     try:
         return Markup(clean(MarkdownWithMath(renderer=renderer).render(str(source))))
     except Exception as e:  # a missing attachment, a parser's bug: this text as written, not the page's end
-        return Markup(f"<p class='labkit-cut'>This text could not be rendered ({html.escape(type(e).__name__)}: "
-                      f"{html.escape(str(e)[:200])}); shown as written:</p><pre>{html.escape(str(source))}</pre>")
+        return Markup(
+            f"<p class='labkit-cut'>This text could not be rendered ({html.escape(type(e).__name__)}: "
+            f"{html.escape(str(e)[:200])}); shown as written:</p><pre>{html.escape(str(source))}</pre>"
+        )
 
 
 def latex_html(source: str) -> Markup:
@@ -102,6 +108,7 @@ def page(title: str, body: str, css: str = "") -> str:
 
 # ---------------------------------------------------------------------------------------------
 # The check table, and what to do next
+
 
 def _pts(points: float, most: float) -> str:
     return f"{points:g}/{most:g}"
@@ -126,8 +133,7 @@ def _fold(rows: list[dict]) -> list[dict]:
     for g in folded.values():
         names = g["check"]
         g["check"] = names[0] if len(names) == 1 else f"{len(names)} checks: {', '.join(names)}"
-        g["reason"] = (f"no points until the lab's evidence holds ({g['gate']}); on their own: "
-                       f"{'; '.join(g['was'])}")
+        g["reason"] = f"no points until the lab's evidence holds ({g['gate']}); on their own: {'; '.join(g['was'])}"
     return out
 
 
@@ -137,13 +143,23 @@ def _row(r: dict, descriptions: dict, page: Page, cells: set) -> str:
     desc = descriptions.get(r["check"], "") if isinstance(r["check"], str) else ""
     reason = html.escape(str(r["reason"]))
     if r["check"] == EXECUTION:  # the grader's "cell 5" (said first, before any message) links to the cell
-        reason = re.sub(r"\bcell (\d+)\b", lambda m: f"<a href='#{page.id('cell-' + m.group(1))}'>{m.group(0)}</a>"
-                        if int(m.group(1)) in cells else m.group(0), reason, count=1)
-    return (f"<tr><td>{html.escape(str(r['check']))}"
-            + (f"<div class='labkit-desc'>{html.escape(desc)}</div>" if desc else "")
-            + f"</td><td>{_pts(r['points'], r['max']) if r['check'] != EXECUTION else ''}</td>"
-            f"<td style='color:{STATUS_COLOR.get(r['status'], '#cf222e')};font-weight:bold'>"
-            f"{html.escape(r['status'])}</td><td>{reason}</td></tr>")
+        reason = re.sub(
+            r"\bcell (\d+)\b",
+            lambda m: (
+                f"<a href='#{page.id('cell-' + m.group(1))}'>{m.group(0)}</a>"
+                if int(m.group(1)) in cells
+                else m.group(0)
+            ),
+            reason,
+            count=1,
+        )
+    return (
+        f"<tr><td>{html.escape(str(r['check']))}"
+        + (f"<div class='labkit-desc'>{html.escape(desc)}</div>" if desc else "")
+        + f"</td><td>{_pts(r['points'], r['max']) if r['check'] != EXECUTION else ''}</td>"
+        f"<td style='color:{STATUS_COLOR.get(r['status'], '#cf222e')};font-weight:bold'>"
+        f"{html.escape(r['status'])}</td><td>{reason}</td></tr>"
+    )
 
 
 def next_steps(rows: list[dict]) -> list[str]:
@@ -155,23 +171,35 @@ def next_steps(rows: list[dict]) -> list[str]:
     checks = [r for r in rows if r["check"] != EXECUTION]
     steps = []
     if run is not None and run["status"] in NEVER_RAN:
-        steps.append(f"The grader could not run your notebook ({run['reason']}). Submit the lab's notebook file "
-                     f"under the name the lab gives, saved from JupyterLab.")
+        steps.append(
+            f"The grader could not run your notebook ({run['reason']}). Submit the lab's notebook file "
+            f"under the name the lab gives, saved from JupyterLab."
+        )
     elif run is not None and run["status"] != "ok":
-        steps.append(f"Your run did not finish: {run['reason']}. Fix that first: every check after it had "
-                     f"nothing to read.")
+        steps.append(
+            f"Your run did not finish: {run['reason']}. Fix that first: every check after it had nothing to read."
+        )
     gated = {m.group(1) for r in checks if r["status"] == "unverified" and (m := GATED.match(str(r["reason"])))}
     if gated:
-        steps.append(f"The grader could not confirm your results ({'; '.join(sorted(gated))}); until it can, the "
-                     f"checks that read your records earn nothing. Make those checks pass first.")
-    failed = [r["check"] for r in checks if r["status"] not in GOOD | {PENDING, LATE}
-              and not (r["status"] == "unverified" and GATED.match(str(r["reason"])))]
+        steps.append(
+            f"The grader could not confirm your results ({'; '.join(sorted(gated))}); until it can, the "
+            f"checks that read your records earn nothing. Make those checks pass first."
+        )
+    failed = [
+        r["check"]
+        for r in checks
+        if r["status"] not in GOOD | {PENDING, LATE}
+        and not (r["status"] == "unverified" and GATED.match(str(r["reason"])))
+    ]
     if failed:
-        steps.append(f"Checks that did not pass: {', '.join(failed)}. Each reason above says what the grader "
-                     f"looked for.")
+        steps.append(
+            f"Checks that did not pass: {', '.join(failed)}. Each reason above says what the grader looked for."
+        )
     if steps:
-        steps.append("Then restart the kernel and run all cells in JupyterLab (Kernel > Restart Kernel and Run "
-                     "All Cells), save, run `make check` in your kit, and submit the notebook again.")
+        steps.append(
+            "Then restart the kernel and run all cells in JupyterLab (Kernel > Restart Kernel and Run "
+            "All Cells), save, run `make check` in your kit, and submit the notebook again."
+        )
     else:
         steps.append("Every check the grader scores passed: nothing to do.")
     pending = [r for r in checks if r["status"] == PENDING]
@@ -180,8 +208,14 @@ def next_steps(rows: list[dict]) -> list[str]:
     return steps
 
 
-def header(rows: list[dict], title: str, page: Page, warning: str = "", descriptions: dict | None = None,
-           cells: set = frozenset()) -> str:
+def header(
+    rows: list[dict],
+    title: str,
+    page: Page,
+    warning: str = "",
+    descriptions: dict | None = None,
+    cells: set = frozenset(),
+) -> str:
     """The section that opens a feedback page: points, the checks (with what each checks), and
     what to do next. ``cells``: the cell numbers the page shows (a reason's "cell 5" links there)."""
     from labkit.grading.gradebook.report import EXECUTION, PENDING
@@ -190,31 +224,40 @@ def header(rows: list[dict], title: str, page: Page, warning: str = "", descript
     got, most = sum(r["points"] for r in checks), sum(r["max"] for r in checks)
     pending = [r for r in checks if r["status"] == PENDING]
     worth = sum(r["max"] for r in pending)
-    waiting = (f" ({len(pending)} answer{'s' if len(pending) != 1 else ''} worth {worth:g} "
-               f"point{'s' if worth != 1 else ''} awaiting a TA)" if pending else "")
+    waiting = (
+        f" ({len(pending)} answer{'s' if len(pending) != 1 else ''} worth {worth:g} "
+        f"point{'s' if worth != 1 else ''} awaiting a TA)"
+        if pending
+        else ""
+    )
     trs = "".join(_row(r, descriptions or {}, page, cells) for r in _fold(rows))
     todo = "".join(f"<li>{html.escape(s)}</li>" for s in next_steps(rows))
-    return (f"<section id='{page.id('grade')}'><h2>{html.escape(title)}: {_pts(got, most)} points{waiting}</h2>"
-            + (f"<p class='labkit-warn'>WARNING: this notebook {html.escape(warning)}.</p>" if warning else "")
-            + f"<table><tr><th>check</th><th>points</th><th>status</th><th>reason</th></tr>{trs}</table>"
-            f"<h3>What to do next</h3><ol class='labkit-next'>{todo}</ol></section>")
+    return (
+        f"<section id='{page.id('grade')}'><h2>{html.escape(title)}: {_pts(got, most)} points{waiting}</h2>"
+        + (f"<p class='labkit-warn'>WARNING: this notebook {html.escape(warning)}.</p>" if warning else "")
+        + f"<table><tr><th>check</th><th>points</th><th>status</th><th>reason</th></tr>{trs}</table>"
+        f"<h3>What to do next</h3><ol class='labkit-next'>{todo}</ol></section>"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The page
 
+
 def _prompt(cell) -> str:
     meta = (cell.get("metadata") or {}).get("labkit") or {}
     if meta.get("injected"):
-        return "grader"   # papermill's injected parameters: no cell of the student's
+        return "grader"  # papermill's injected parameters: no cell of the student's
     return html.escape(cell_name(meta["number"] - 1).capitalize()) if meta.get("number") else ""
 
 
 def _note_html(out) -> Markup:
     note = out["metadata"]["labkit_note"]
     if note.get("text"):
-        return Markup(f"<details class='labkit-note'><summary>{html.escape(note['summary'])}</summary>"
-                      f"<pre>{html.escape(note['text'])}</pre></details>")
+        return Markup(
+            f"<details class='labkit-note'><summary>{html.escape(note['summary'])}</summary>"
+            f"<pre>{html.escape(note['text'])}</pre></details>"
+        )
     return Markup(f"<p class='labkit-cut'>{html.escape(note['summary'])}</p>")
 
 
@@ -230,27 +273,45 @@ def notebook_body(nb, title: str, top: str, page: Page) -> tuple[str, str]:
         text = ((cell.get("metadata") or {}).get("labkit") or {}).get("cut")
         return Markup(f"<p class='labkit-cut'>{html.escape(text)}</p>") if text else Markup("")
 
-    exporter = HTMLExporter(template_name="feedback", extra_template_basedirs=[str(TEMPLATES)],
-                            filters={"labkit_markdown": markdown_html, "labkit_clean": lambda s: Markup(clean(s)),
-                                     "labkit_latex": latex_html, "labkit_prompt": _prompt, "labkit_anchor": anchor,
-                                     "labkit_note": _note_html, "labkit_cut": cut})
+    exporter = HTMLExporter(
+        template_name="feedback",
+        extra_template_basedirs=[str(TEMPLATES)],
+        filters={
+            "labkit_markdown": markdown_html,
+            "labkit_clean": lambda s: Markup(clean(s)),
+            "labkit_latex": latex_html,
+            "labkit_prompt": _prompt,
+            "labkit_anchor": anchor,
+            "labkit_note": _note_html,
+            "labkit_cut": cut,
+        },
+    )
     body, resources = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}, "labkit_header": top})
     env = exporter.environment
     css = "\n".join(env.loader.get_source(env, f"static/{name}")[0] for name in ("index.css", "theme-light.css"))
-    css += "\n" + "\n".join((resources.get("inlining") or {}).get("css") or [])   # pygments' colours
+    css += "\n" + "\n".join((resources.get("inlining") or {}).get("css") or [])  # pygments' colours
     return body, css
 
 
 def plain_page(rows: list[dict], title: str, why: str, warning: str = "", descriptions: dict | None = None) -> str:
     """The page without the notebook: the check table, and ``why`` the notebook is not shown."""
     p = Page(title)
-    body = header(rows, title, p, warning, descriptions) + (f"<p class='labkit-cut'>{html.escape(why)}</p>"
-                                                           if why else "")
+    body = header(rows, title, p, warning, descriptions) + (
+        f"<p class='labkit-cut'>{html.escape(why)}</p>" if why else ""
+    )
     return p.html(f"<main>{body}</main>", CSS)
 
 
-def write_feedback(executed: str | None, rows: list[dict], path: str, title: str, warning: str = "",
-                   descriptions: dict | None = None, source: str | None = None, output_kb: float = OUTPUT_KB) -> None:
+def write_feedback(
+    executed: str | None,
+    rows: list[dict],
+    path: str,
+    title: str,
+    warning: str = "",
+    descriptions: dict | None = None,
+    source: str | None = None,
+    output_kb: float = OUTPUT_KB,
+) -> None:
     """The student's page: the check results, then the executed notebook when there is one.
     ``source``: the notebook as submitted (its cells' numbers); ``output_kb``: the rubric's
     ``page_output_kb``."""
@@ -264,9 +325,17 @@ def write_feedback(executed: str | None, rows: list[dict], path: str, title: str
         return
     size = Path(executed).stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
-        write_text(path, plain_page(rows, title, f"The executed notebook is {kb(size)}, over the "
-                                                 f"{kb(MAX_NOTEBOOK_BYTES)} a page is made from: print less.",
-                                    warning, descriptions))
+        write_text(
+            path,
+            plain_page(
+                rows,
+                title,
+                f"The executed notebook is {kb(size)}, over the "
+                f"{kb(MAX_NOTEBOOK_BYTES)} a page is made from: print less.",
+                warning,
+                descriptions,
+            ),
+        )
         return
     nb = nbformat.read(str(executed), as_version=4)
     ids = None

@@ -11,6 +11,7 @@
 Notes are outputs with ``metadata.labkit_note``; a student's output cannot carry one (it is
 removed first), so only the grader's notes look like notes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,20 +25,20 @@ TF_NOISE = re.compile(
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
     r"|E\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] Unable to register cu(DNN|FFT|BLAS) factory.*"
-    r"|[EW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] failed call to cuInit.*")
+    r"|[EW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] failed call to cuInit.*"
+)
 
 
 def _cut(text: str, limit: int) -> str:
     """``text`` up to ``limit`` characters, ended at a line break where there is one near."""
     head = text[:limit]
     nl = head.rfind("\n")
-    return head[:nl + 1] if nl > limit // 2 else head
+    return head[: nl + 1] if nl > limit // 2 else head
 
 
 def _note(summary: str, text: str = "") -> dict:
     """An output the page shows as the grader's note (``labkit_note``)."""
-    return {"output_type": "display_data", "data": {}, "metadata": {"labkit_note": {"summary": summary,
-                                                                                     "text": text}}}
+    return {"output_type": "display_data", "data": {}, "metadata": {"labkit_note": {"summary": summary, "text": text}}}
 
 
 def _size(value) -> int:
@@ -60,11 +61,20 @@ def _fit_output(out: dict, limit: int) -> list[dict]:
             noise = [ln for ln in lines if TF_NOISE.fullmatch(ln.rstrip("\n"))]
             if noise:
                 text = "".join(ln for ln in lines if not TF_NOISE.fullmatch(ln.rstrip("\n")))
-                notes.append(_note(f"TensorFlow's start-up messages ({len(noise)} line(s) on stderr; not errors, "
-                                   f"also in the run's log)", _cut("".join(noise), limit)))
+                notes.append(
+                    _note(
+                        f"TensorFlow's start-up messages ({len(noise)} line(s) on stderr; not errors, "
+                        f"also in the run's log)",
+                        _cut("".join(noise), limit),
+                    )
+                )
         if len(text) > limit:
-            notes.append(_note(f"This output is {kb(len(text))}; the page shows its first {kb(limit)} (the "
-                               f"rubric's page_output_kb)."))
+            notes.append(
+                _note(
+                    f"This output is {kb(len(text))}; the page shows its first {kb(limit)} (the "
+                    f"rubric's page_output_kb)."
+                )
+            )
             text = _cut(text, limit)
         return ([{**out, "text": text}] if text.strip() else []) + notes
     if kind == "error":
@@ -76,8 +86,13 @@ def _fit_output(out: dict, limit: int) -> list[dict]:
                 if total > limit:
                     break
                 kept.append(line)
-            return [{**out, "traceback": kept}, _note(f"This traceback is longer than {kb(limit)}; the page shows "
-                                                      f"its start (the rubric's page_output_kb).")]
+            return [
+                {**out, "traceback": kept},
+                _note(
+                    f"This traceback is longer than {kb(limit)}; the page shows "
+                    f"its start (the rubric's page_output_kb)."
+                ),
+            ]
         return [out]
     data = out.get("data")
     if not isinstance(data, dict):
@@ -94,9 +109,14 @@ def _fit_output(out: dict, limit: int) -> list[dict]:
     if not data:
         data["text/plain"] = ""
     what = ", ".join(f"{m} {kb(n)}" for m, n in big.items())
-    return [{**out, "data": data}, _note(f"This output is over the {kb(limit)} a page shows of one output (the "
-                                         f"rubric's page_output_kb): {what}; cut, or left out where a part would "
-                                         f"mean nothing (images, formulas).")]
+    return [
+        {**out, "data": data},
+        _note(
+            f"This output is over the {kb(limit)} a page shows of one output (the "
+            f"rubric's page_output_kb): {what}; cut, or left out where a part would "
+            f"mean nothing (images, formulas)."
+        ),
+    ]
 
 
 def cell_numbers(nb, source_ids: list | None) -> list:
@@ -123,8 +143,12 @@ def displayable(nb, limit: int, numbers: list):
     (with a note), each cell with its number (``metadata.labkit``)."""
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
-    drop = ("application/javascript", "application/vnd.jupyter.widget-view+json",
-            "application/vnd.jupyter.widget-state+json", "text/vnd.mermaid")
+    drop = (
+        "application/javascript",
+        "application/vnd.jupyter.widget-view+json",
+        "application/vnd.jupyter.widget-state+json",
+        "text/vnd.mermaid",
+    )
     cells = []
     for cell, number in zip(nb.cells, numbers):
         if "papermill-error-cell-tag" in cell_tags(cell):
@@ -135,11 +159,13 @@ def displayable(nb, limit: int, numbers: list):
         source = source if isinstance(source, str) else "".join(source)
         if len(source) > limit:
             cell["source"] = _cut(source, limit)
-            meta["labkit"]["cut"] = (f"This cell's text is {kb(len(source))}; the page shows its first "
-                                     f"{kb(limit)} (the rubric's page_output_kb).")
+            meta["labkit"]["cut"] = (
+                f"This cell's text is {kb(len(source))}; the page shows its first "
+                f"{kb(limit)} (the rubric's page_output_kb)."
+            )
         outputs = []
         for out in cell.get("outputs") or []:
-            (out.get("metadata") or {}).pop("labkit_note", None)   # a note is the grader's to write
+            (out.get("metadata") or {}).pop("labkit_note", None)  # a note is the grader's to write
             data = out.get("data")
             if isinstance(data, dict):
                 for mime in drop:

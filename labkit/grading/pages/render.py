@@ -13,6 +13,7 @@ is not shown; the next rebuild of the reports tries that page again). ``Task.sta
 ended; the batch polls it with the notebooks it runs, so their timeouts still hold while a page
 renders. ``run(tasks, parallel)`` writes a list of pages, N at a time, and waits.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,11 +29,11 @@ from typing import Callable
 from labkit.core.registry import resolve
 from labkit.grading.run import limits
 
-PAGES = Path(__file__).with_name("templates") / "pages"   # the grader's own page bodies (Jinja, autoescaped)
-TIMEOUT_S = 180.0        # one page; a class's pages render in seconds each
+PAGES = Path(__file__).with_name("templates") / "pages"  # the grader's own page bodies (Jinja, autoescaped)
+TIMEOUT_S = 180.0  # one page; a class's pages render in seconds each
 MEMORY_MB = 2048.0
 TASKS = 32
-PACKAGE = "labkit.grading."   # a page writer is the grader's own function, nothing else
+PACKAGE = "labkit.grading."  # a page writer is the grader's own function, nothing else
 
 
 def reference(writer: Callable) -> str:
@@ -45,13 +46,13 @@ def reference(writer: Callable) -> str:
 
 @dataclass
 class Task:
-    writer: Callable[..., None]    # the function that writes the page (a module-level one of labkit.grading)
-    args: dict                     # its keyword arguments (JSON)
-    path: Path                     # the page it writes
+    writer: Callable[..., None]  # the function that writes the page (a module-level one of labkit.grading)
+    args: dict  # its keyword arguments (JSON)
+    path: Path  # the page it writes
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
-    log: Path                      # the renderer's output (tracebacks)
-    done: Callable[[], None] | None = None   # called once the page is written (not for a fallback: tried again)
-    timeout: float | None = None   # seconds (None: TIMEOUT_S)
+    log: Path  # the renderer's output (tracebacks)
+    done: Callable[[], None] | None = None  # called once the page is written (not for a fallback: tried again)
+    timeout: float | None = None  # seconds (None: TIMEOUT_S)
     memory_mb: float | None = None  # (None: MEMORY_MB)
 
     def start(self) -> "Rendering":
@@ -68,15 +69,19 @@ class Rendering:
         self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
         task.log.parent.mkdir(parents=True, exist_ok=True)
         self.spec = task.log.resolve().with_name(f".render-{uuid.uuid4().hex[:12]}.json")
-        self.spec.write_text(json.dumps({"writer": reference(task.writer), "args": task.args, "memory_mb": self.memory_mb},
-                                        default=str))
+        self.spec.write_text(
+            json.dumps({"writer": reference(task.writer), "args": task.args, "memory_mb": self.memory_mb}, default=str)
+        )
         try:
             self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
         except OSError:  # no way to cap the group here: the process's own data limit still holds
             self.group = None
         argv = [sys.executable, "-m", "labkit.grading.pages.render", str(self.spec)]
-        self.proc = OwnedProcess(self.group.enter_command(argv) if self.group else argv, task.log,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})   # the grader's folder: its paths hold
+        self.proc = OwnedProcess(
+            self.group.enter_command(argv) if self.group else argv,
+            task.log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # the grader's folder: its paths hold
         self.deadline = time.monotonic() + self.timeout
         self.result: bool | None = None
         self.proc.start()
@@ -127,8 +132,9 @@ def template(name: str, **context) -> str:
 def _environment():
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(PAGES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(PAGES)), autoescape=True, undefined=jinja2.StrictUndefined
+    )
 
 
 def run(tasks: list[Task], parallel: int = 1, poll: float = 0.1) -> None:

@@ -30,6 +30,7 @@ script, request, form target and base URL (``CSP``), the title (escaped) and a s
 of constants. The policy and the allow-list each hold on their own; the browser test
 (``tests/test_pages_hostile.py``) opens every page with the policy and with it bypassed.
 """
+
 from __future__ import annotations
 
 import html
@@ -37,56 +38,252 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; form-action 'none'; "
-       "base-uri 'none'")
+CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; font-src data:; form-action 'none'; base-uri 'none'"
+)
 
 HTML_TAGS = {
-    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "col", "colgroup", "dd", "del", "details",
-    "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img",
-    "ins", "kbd", "li", "main", "mark", "ol", "p", "pre", "q", "s", "samp", "section", "small", "span", "strong",
-    "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var", "wbr"}
+    "a",
+    "abbr",
+    "b",
+    "blockquote",
+    "br",
+    "caption",
+    "cite",
+    "code",
+    "col",
+    "colgroup",
+    "dd",
+    "del",
+    "details",
+    "dfn",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "figcaption",
+    "figure",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "i",
+    "img",
+    "ins",
+    "kbd",
+    "li",
+    "main",
+    "mark",
+    "ol",
+    "p",
+    "pre",
+    "q",
+    "s",
+    "samp",
+    "section",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "summary",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "tfoot",
+    "th",
+    "thead",
+    "tr",
+    "u",
+    "ul",
+    "var",
+    "wbr",
+}
 MATHML_TAGS = {
-    "math", "menclose", "merror", "mfrac", "mi", "mmultiscripts", "mn", "mo", "mover", "mpadded", "mphantom",
-    "mprescripts", "mroot", "mrow", "ms", "mspace", "msqrt", "mstyle", "msub", "msubsup", "msup", "mtable", "mtd",
-    "mtext", "mtr", "munder", "munderover", "none", "semantics"}
+    "math",
+    "menclose",
+    "merror",
+    "mfrac",
+    "mi",
+    "mmultiscripts",
+    "mn",
+    "mo",
+    "mover",
+    "mpadded",
+    "mphantom",
+    "mprescripts",
+    "mroot",
+    "mrow",
+    "ms",
+    "mspace",
+    "msqrt",
+    "mstyle",
+    "msub",
+    "msubsup",
+    "msup",
+    "mtable",
+    "mtd",
+    "mtext",
+    "mtr",
+    "munder",
+    "munderover",
+    "none",
+    "semantics",
+}
 TAGS = HTML_TAGS | MATHML_TAGS
-DROPPED_WITH_CONTENT = {"script", "style", "svg", "template", "noscript", "iframe", "object", "embed", "title",
-                        "textarea", "select", "xmp", "noembed", "noframes", "head"}
-MATHML_ATTRS = {"display", "mathvariant", "mathsize", "mathcolor", "mathbackground", "displaystyle", "scriptlevel",
-                "stretchy", "fence", "separator", "largeop", "movablelimits", "accent", "accentunder", "lspace",
-                "rspace", "minsize", "maxsize", "symmetric", "form", "linethickness", "columnalign", "rowalign",
-                "columnspacing", "rowspacing", "columnlines", "rowlines", "frame", "framespacing", "notation",
-                "width", "height", "depth", "columnspan", "rowspan"}   # no voffset: it moves glyphs off their box
+DROPPED_WITH_CONTENT = {
+    "script",
+    "style",
+    "svg",
+    "template",
+    "noscript",
+    "iframe",
+    "object",
+    "embed",
+    "title",
+    "textarea",
+    "select",
+    "xmp",
+    "noembed",
+    "noframes",
+    "head",
+}
+MATHML_ATTRS = {
+    "display",
+    "mathvariant",
+    "mathsize",
+    "mathcolor",
+    "mathbackground",
+    "displaystyle",
+    "scriptlevel",
+    "stretchy",
+    "fence",
+    "separator",
+    "largeop",
+    "movablelimits",
+    "accent",
+    "accentunder",
+    "lspace",
+    "rspace",
+    "minsize",
+    "maxsize",
+    "symmetric",
+    "form",
+    "linethickness",
+    "columnalign",
+    "rowalign",
+    "columnspacing",
+    "rowspacing",
+    "columnlines",
+    "rowlines",
+    "frame",
+    "framespacing",
+    "notation",
+    "width",
+    "height",
+    "depth",
+    "columnspan",
+    "rowspan",
+}  # no voffset: it moves glyphs off their box
 MATHML_LENGTHS = {"mathsize", "lspace", "rspace", "minsize", "maxsize", "width", "height", "depth", "linethickness"}
-_LENGTH = re.compile(r"(\d{1,2}(\.\d+)?|\.\d+)(em|ex|mu|px|pt|%)?|(very){0,2}(thin|thick)mathspace|"
-                     r"mediummathspace|small|normal|big|infinity|thin|medium|thick")   # never negative
+_LENGTH = re.compile(
+    r"(\d{1,2}(\.\d+)?|\.\d+)(em|ex|mu|px|pt|%)?|(very){0,2}(thin|thick)mathspace|"
+    r"mediummathspace|small|normal|big|infinity|thin|medium|thick"
+)  # never negative
 ATTRS = {
     "*": {"class", "id", "title", "lang", "dir", "style"},
-    "a": {"href"}, "img": {"src", "alt", "width", "height"}, "td": {"colspan", "rowspan", "align"},
-    "th": {"colspan", "rowspan", "align", "scope"}, "col": {"span"}, "colgroup": {"span"}, "ol": {"start"},
-    "li": {"value"}, "details": {"open"}, "div": {"data-mime-type"}, "table": {"border"},
-    **{t: set(MATHML_ATTRS) for t in MATHML_TAGS}}
+    "a": {"href"},
+    "img": {"src", "alt", "width", "height"},
+    "td": {"colspan", "rowspan", "align"},
+    "th": {"colspan", "rowspan", "align", "scope"},
+    "col": {"span"},
+    "colgroup": {"span"},
+    "ol": {"start"},
+    "li": {"value"},
+    "details": {"open"},
+    "div": {"data-mime-type"},
+    "table": {"border"},
+    **{t: set(MATHML_ATTRS) for t in MATHML_TAGS},
+}
 IMAGE_SRC = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*")
-STYLE_PROPERTIES = {"color", "background-color", "font-weight", "font-style", "text-align", "text-decoration",
-                    "vertical-align"}   # what Markdown tables and coloured text need; nothing that sizes or moves
+STYLE_PROPERTIES = {
+    "color",
+    "background-color",
+    "font-weight",
+    "font-style",
+    "text-align",
+    "text-decoration",
+    "vertical-align",
+}  # what Markdown tables and coloured text need; nothing that sizes or moves
 _STYLE_VALUE = re.compile(r"([-#\w\s.,%!'\"]|(rgba?|hsla?)\([\d\s.,%/]*\))*")
 # Classes the page's own templates (nbconvert's lab template, labkit's) and Python's renderers use;
 # the stylesheet gives none of them a position, a transform or a negative margin.
 CLASSES = {
-    "jp-Cell", "jp-CodeCell", "jp-MarkdownCell", "jp-RawCell", "jp-Notebook-cell", "jp-Cell-inputWrapper",
-    "jp-Cell-outputWrapper", "jp-InputArea", "jp-Cell-inputArea", "jp-InputPrompt", "jp-InputArea-prompt",
-    "jp-InputArea-editor", "jp-CodeMirrorEditor", "jp-Editor", "jp-OutputArea", "jp-Cell-outputArea",
-    "jp-OutputArea-child", "jp-OutputPrompt", "jp-OutputArea-prompt", "jp-OutputArea-output",
-    "jp-OutputArea-executeResult", "jp-RenderedHTMLCommon", "jp-RenderedMarkdown", "jp-MarkdownOutput",
-    "jp-RenderedHTML", "jp-RenderedText", "jp-RenderedImage", "jp-RenderedSVG", "jp-RenderedLatex",
-    "jp-mod-noOutputs", "jp-mod-noInput", "jp-needs-light-background", "jp-needs-dark-background", "unconfined",
-    "highlight", "hl-ipython3", "hl-python", "cm-editor", "cm-s-jupyter", "dataframe", "tex-error",
-    "warn", "labkit-desc", "labkit-warn", "labkit-box", "labkit-note", "labkit-cut", "labkit-next", "labkit-flag", "labkit-side",
-    "jp-Collapser", "jp-InputCollapser", "jp-Cell-inputCollapser", "jp-OutputCollapser", "jp-Cell-outputCollapser"}
-_TOKEN_CLASS = re.compile(r"[a-z]{1,3}\d?|ansi-(bold|underline|[a-z]+-(fg|bg)|[a-z]+-intense-(fg|bg))")  # pygments, ansi
+    "jp-Cell",
+    "jp-CodeCell",
+    "jp-MarkdownCell",
+    "jp-RawCell",
+    "jp-Notebook-cell",
+    "jp-Cell-inputWrapper",
+    "jp-Cell-outputWrapper",
+    "jp-InputArea",
+    "jp-Cell-inputArea",
+    "jp-InputPrompt",
+    "jp-InputArea-prompt",
+    "jp-InputArea-editor",
+    "jp-CodeMirrorEditor",
+    "jp-Editor",
+    "jp-OutputArea",
+    "jp-Cell-outputArea",
+    "jp-OutputArea-child",
+    "jp-OutputPrompt",
+    "jp-OutputArea-prompt",
+    "jp-OutputArea-output",
+    "jp-OutputArea-executeResult",
+    "jp-RenderedHTMLCommon",
+    "jp-RenderedMarkdown",
+    "jp-MarkdownOutput",
+    "jp-RenderedHTML",
+    "jp-RenderedText",
+    "jp-RenderedImage",
+    "jp-RenderedSVG",
+    "jp-RenderedLatex",
+    "jp-mod-noOutputs",
+    "jp-mod-noInput",
+    "jp-needs-light-background",
+    "jp-needs-dark-background",
+    "unconfined",
+    "highlight",
+    "hl-ipython3",
+    "hl-python",
+    "cm-editor",
+    "cm-s-jupyter",
+    "dataframe",
+    "tex-error",
+    "warn",
+    "labkit-desc",
+    "labkit-warn",
+    "labkit-box",
+    "labkit-note",
+    "labkit-cut",
+    "labkit-next",
+    "labkit-flag",
+    "labkit-side",
+    "jp-Collapser",
+    "jp-InputCollapser",
+    "jp-Cell-inputCollapser",
+    "jp-OutputCollapser",
+    "jp-Cell-outputCollapser",
+}
+_TOKEN_CLASS = re.compile(
+    r"[a-z]{1,3}\d?|ansi-(bold|underline|[a-z]+-(fg|bg)|[a-z]+-intense-(fg|bg))"
+)  # pygments, ansi
 
 
-CONTAIN = ".jp-Notebook-cell,.labkit-box,.labkit-side{overflow:auto}"   # what a cell or a table box holds stays in it
+CONTAIN = ".jp-Notebook-cell,.labkit-box,.labkit-side{overflow:auto}"  # what a cell or a table box holds stays in it
 
 
 def new_nonce() -> str:
@@ -96,6 +293,7 @@ def new_nonce() -> str:
 @dataclass
 class Page:
     """One page being built: its title and the random token its own ids carry."""
+
     title: str
     nonce: str = field(default_factory=new_nonce)
 
@@ -108,10 +306,12 @@ class Page:
         ``css`` and ``body_class`` are the grader's constants; ``css`` may write ``#@NAME`` for
         the element with id ``self.id(NAME)``."""
         css = css.replace("#@", f"#{self.nonce}-") + "\n" + CONTAIN
-        return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-                f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-                f"<title>{html.escape(self.title)}</title><style>{css}</style></head>"
-                f"<body class='{html.escape(body_class)}'>{clean(body, self.nonce)}</body></html>")
+        return (
+            f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+            f"<title>{html.escape(self.title)}</title><style>{css}</style></head>"
+            f"<body class='{html.escape(body_class)}'>{clean(body, self.nonce)}</body></html>"
+        )
 
 
 def _style(value: str) -> str | None:
@@ -142,6 +342,7 @@ def _filter(nonce: str | None):
         if attr == "rel":
             return value
         return value if "url" not in value.lower() or attr in ("title", "alt") else None
+
     return keep
 
 
@@ -150,5 +351,13 @@ def clean(fragment: str, nonce: str | None = None) -> str:
     ``nonce`` no id and no link survives."""
     import nh3
 
-    return nh3.clean(str(fragment), tags=TAGS, clean_content_tags=DROPPED_WITH_CONTENT, attributes=ATTRS,
-                     attribute_filter=_filter(nonce), strip_comments=True, url_schemes={"data"}, link_rel=None)
+    return nh3.clean(
+        str(fragment),
+        tags=TAGS,
+        clean_content_tags=DROPPED_WITH_CONTENT,
+        attributes=ATTRS,
+        attribute_filter=_filter(nonce),
+        strip_comments=True,
+        url_schemes={"data"},
+        link_rel=None,
+    )

@@ -22,6 +22,7 @@ the batch (Ctrl-C; SIGTERM raised as ``KeyboardInterrupt``) kills every run, che
 flight and gives back their uids and disks. Without a sink, a notebook's flight ends with its
 run (a Slurm node runs its one so).
 """
+
 from __future__ import annotations
 
 import time
@@ -33,7 +34,7 @@ from labkit.grading.judge.rubric import Score
 from labkit.grading.run.runner import Job, RunResult, prepare, release
 from labkit.grading.judge.scoring import Evidence, examine, notebook_scores, score
 
-MAX_WHY = 300   # characters of an exception's message in a row
+MAX_WHY = 300  # characters of an exception's message in a row
 
 
 def _why(e: BaseException) -> str:
@@ -44,12 +45,13 @@ def _why(e: BaseException) -> str:
 @dataclass(eq=False)
 class Flight:
     """One notebook between its start and its page, and the step it waits on."""
+
     job: Job
-    handle: object = None            # the executor's, while the notebook runs
+    handle: object = None  # the executor's, while the notebook runs
     result: RunResult | None = None
     evidence: Evidence | None = None
-    checks: object = None            # checks.Checking (or Ready), while the grader checks it
-    page: object = None              # render.Rendering, while its page renders
+    checks: object = None  # checks.Checking (or Ready), while the grader checks it
+    page: object = None  # render.Rendering, while its page renders
 
 
 def held_mb(f: Flight) -> float:
@@ -95,11 +97,11 @@ class Batch:
             early = self.prepared(job)
             if early is None:
                 ready.append(job)
-            else:   # not run (missing, unreadable, refused): its rows and page all the same
+            else:  # not run (missing, unreadable, refused): its rows and page all the same
                 flight = Flight(job)
                 self.flights.append(flight)
                 self.ended(flight, early)
-        if ready:   # in flight before they start: a start that fails halfway still releases them all
+        if ready:  # in flight before they start: a start that fails halfway still releases them all
             flights = [Flight(job) for job in ready]
             self.flights += flights
             for flight, handle in zip(flights, self.executor.start(ready)):
@@ -152,10 +154,15 @@ class Batch:
         try:
             f.evidence = examine(f.job, result)
         except Exception as e:  # noqa: BLE001 - the boundary: this notebook's rows say why, the batch goes on
-            f.evidence = Evidence({}, {c.name: Score(0.0, c.points, "grader-error", f"the grader could not read "
-                                                     f"this run: {_why(e)}")
-                                       for c in f.job.lab.checks if not (c.external or c.manual)},
-                                  f"the grader could not read this run: {_why(e)}")
+            f.evidence = Evidence(
+                {},
+                {
+                    c.name: Score(0.0, c.points, "grader-error", f"the grader could not read this run: {_why(e)}")
+                    for c in f.job.lab.checks
+                    if not (c.external or c.manual)
+                },
+                f"the grader could not read this run: {_why(e)}",
+            )
         f.checks = self.checking(f.job, f.evidence)
 
     def checking(self, job: Job, evidence: Evidence):
@@ -163,12 +170,14 @@ class Batch:
         if not evidence.to_check:
             return Ready({})
         try:
-            return Checking(job, self.setup, evidence.records, dict(job.lab.parameters), evidence.hidden,
-                            evidence.verified)
+            return Checking(
+                job, self.setup, evidence.records, dict(job.lab.parameters), evidence.hidden, evidence.verified
+            )
         except OSError as e:  # the grader could not start its own checks: they are unverified, and say why
             why = f"the grader could not start its checks: {type(e).__name__}: {e}"
-            return Ready({c.name: Score(0.0, c.points, "unverified", why)
-                          for c, _ in [*evidence.verified, *evidence.hidden]})
+            return Ready(
+                {c.name: Score(0.0, c.points, "unverified", why) for c, _ in [*evidence.verified, *evidence.hidden]}
+            )
 
     def scored(self, f: Flight, checked: dict) -> None:
         """The checks are over: score the run, and start its page. Whatever scoring or recording
@@ -177,10 +186,12 @@ class Batch:
             scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
             task = self.sink.record(f.job, f.result, scored)
         except Exception as e:  # noqa: BLE001 - the boundary
-            f.result = self.results[f.job.key] = RunResult("unreadable", f"the grader could not score this "
-                                                                         f"notebook: {_why(e)}", seconds=f.result.seconds)
-            scored = score(f.job, f.result, Evidence({}, notebook_scores(f.job, f.result, None, {})), {},
-                           self.sink.notes(f.job))
+            f.result = self.results[f.job.key] = RunResult(
+                "unreadable", f"the grader could not score this notebook: {_why(e)}", seconds=f.result.seconds
+            )
+            scored = score(
+                f.job, f.result, Evidence({}, notebook_scores(f.job, f.result, None, {})), {}, self.sink.notes(f.job)
+            )
             task = self.sink.record(f.job, f.result, scored)
         f.page = task.start() if task is not None else None
 

@@ -24,6 +24,7 @@ sockets), ``probe/`` and ``judge/`` (the hidden checks' and verifiers' output).
 folder another machine's grader reads): host folders, with the grader polling the work
 folder's size (``FolderDisk.over``) and ``RLIMIT_FSIZE`` capping each file.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -38,9 +39,9 @@ import uuid
 from pathlib import Path
 
 PARTS = ("work", "ipc", "probe", "judge")
-CONTAINER = "labkit-disks-"   # + the grader's pid: the host folder the holder mounts its runs' disks under
-INODES_PER_MB = 64          # files a run may create per MB of disk (each costs kernel memory)
-MAX_WALK = 200_000          # entries a usage walk of a host folder counts before calling it full
+CONTAINER = "labkit-disks-"  # + the grader's pid: the host folder the holder mounts its runs' disks under
+INODES_PER_MB = 64  # files a run may create per MB of disk (each costs kernel memory)
+MAX_WALK = 200_000  # entries a usage walk of a host folder counts before calling it full
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_SLAVE = 2, 4, 4096, 16384, 1 << 19
@@ -51,8 +52,10 @@ PR_SET_PDEATHSIG = 1
 # ---------------------------------------------------------------------------------------------
 # The grader's side
 
+
 class TmpfsDisk:
     """One run's tmpfs in the holder's namespace: ``work`` is bound over ``bind`` (the job's work folder)."""
+
     polled = False
 
     def __init__(self, holder: "Holder", root: Path, bind: Path, size: int):
@@ -84,7 +87,7 @@ class TmpfsDisk:
         return st.f_bavail * st.f_frsize < 64 * 2**10 or st.f_favail < 2
 
     def over(self) -> bool:
-        return False   # the kernel enforces the cap itself
+        return False  # the kernel enforces the cap itself
 
     def close(self) -> None:
         """Unmount it (all it held is freed) and remove the empty host folder it covered."""
@@ -101,9 +104,14 @@ class Holder:
     def __init__(self):
         remove_stale()
         self.container = Path(tempfile.mkdtemp(prefix=f"{CONTAINER}{os.getpid()}-"))
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", __file__, str(self.container)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, str(self.container)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         line = self.proc.stdout.readline().decode()
         if not line.startswith("ready"):
             err = self.proc.stderr.read().decode().strip()
@@ -130,8 +138,15 @@ class Holder:
     def open(self, bind: Path, size_bytes: int, uid: int | None, gid: int | None) -> TmpfsDisk:
         root = self.container / uuid.uuid4().hex[:16]
         size = int(size_bytes)
-        self.request(op="mount", root=str(root), bind=str(bind), size=size,
-                     inodes=max(1024, size // 2**20 * INODES_PER_MB), uid=uid, gid=gid)
+        self.request(
+            op="mount",
+            root=str(root),
+            bind=str(bind),
+            size=size,
+            inodes=max(1024, size // 2**20 * INODES_PER_MB),
+            uid=uid,
+            gid=gid,
+        )
         return TmpfsDisk(self, root, bind, size)
 
     def close(self) -> None:
@@ -152,12 +167,13 @@ class Holder:
 
 class FolderDisk:
     """A host folder: the grader polls its size (``over``), ``RLIMIT_FSIZE`` caps each file."""
+
     polled = True
     prefix: list = []
 
     def __init__(self, work: Path, checks: Path, size: int, owner: tuple | None, keep: bool):
         self.work, self.size, self.keep = work, size, keep
-        self.ipc = Path(tempfile.mkdtemp(prefix="lk-"))   # short: a Unix socket path has 107 bytes at most
+        self.ipc = Path(tempfile.mkdtemp(prefix="lk-"))  # short: a Unix socket path has 107 bytes at most
         self.probe, self.judge = checks / "probe", checks / "judge"
         for d in (self.probe, self.judge):
             d.mkdir(parents=True, exist_ok=True)
@@ -189,6 +205,7 @@ class FolderDisk:
 
 class Folders:
     """Disks as host folders; ``keep``: leave the work folders for another machine's grader."""
+
     prefix: list = []
 
     def __init__(self, keep: bool = False):
@@ -205,11 +222,11 @@ def remove_stale() -> list[Path]:
     """The empty host folders that killed graders' holders covered (their mounts ended with them)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{CONTAINER}*-*"):
-        pid = folder.name[len(CONTAINER):].split("-", 1)[0]
+        pid = folder.name[len(CONTAINER) :].split("-", 1)[0]
         if not pid.isdigit() or Path(f"/proc/{pid}").exists():
             continue
         try:
-            folder.rmdir()   # only if empty: nothing of a run was ever written to the host folder
+            folder.rmdir()  # only if empty: nothing of a run was ever written to the host folder
             removed.append(folder)
         except OSError:
             continue
@@ -265,6 +282,7 @@ def _die_with_parent() -> None:
 # ---------------------------------------------------------------------------------------------
 # The holder process (``python disks.py CONTAINER``, single-threaded: unshare needs that)
 
+
 def _check(ret: int, what: str) -> None:
     if ret != 0:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
@@ -280,16 +298,26 @@ def _enter(libc, container: str) -> str:
         Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
         Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
     _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "make / a slave mount")
-    _check(libc.mount(b"labkit-disks", container.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0711"),
-           f"mount {container}")
+    _check(
+        libc.mount(b"labkit-disks", container.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0711"),
+        f"mount {container}",
+    )
     return "userns" if uid else "root"
 
 
 def _mount(libc, root: str, bind: str, size: int, inodes: int, uid, gid) -> None:
     os.mkdir(root, 0o700)
     owner = f",uid={int(uid)},gid={int(gid)}" if uid is not None else ""
-    _check(libc.mount(b"labkit-run", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                      f"size={int(size)},nr_inodes={int(inodes)},mode=0700{owner}".encode()), f"mount {root}")
+    _check(
+        libc.mount(
+            b"labkit-run",
+            root.encode(),
+            b"tmpfs",
+            MS_NOSUID | MS_NODEV,
+            f"size={int(size)},nr_inodes={int(inodes)},mode=0700{owner}".encode(),
+        ),
+        f"mount {root}",
+    )
     for part in PARTS:
         os.mkdir(f"{root}/{part}", 0o700)
         if uid is not None:

@@ -32,15 +32,19 @@ raises ``ExecutorError`` with what to do. The executors are a ``labkit.core.regi
 (``EXECUTORS``), as the launchers are: a new one is a subclass with a ``name``, registered with
 ``register`` (a class decorator).
 """
+
 from __future__ import annotations
 
 from labkit.core.registry import Registry
 
 # Built in, imported when first used (the Slurm one only where Slurm is asked for).
-EXECUTORS = Registry("executor", builtin={
-    "local": "labkit.grading.run.runner:LocalExecutor",
-    "slurm": "labkit.grading.run.slurm_array:SlurmExecutor",
-})
+EXECUTORS = Registry(
+    "executor",
+    builtin={
+        "local": "labkit.grading.run.runner:LocalExecutor",
+        "slurm": "labkit.grading.run.slurm_array:SlurmExecutor",
+    },
+)
 
 
 class ExecutorError(ValueError):
@@ -49,10 +53,11 @@ class ExecutorError(ValueError):
 
 class Executor:
     """Runs prepared jobs somewhere and says how each run ended (see the module docstring)."""
+
     name = ""
     slots: int | None = None
     memory_mb: float | None = None
-    interval = 0.25   # seconds between the batch's polls
+    interval = 0.25  # seconds between the batch's polls
 
     def describe(self) -> str:
         return f"with the {self.name} executor"

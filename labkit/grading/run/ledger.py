@@ -24,6 +24,7 @@ rubric copy. An outcome whose signature does not hold (``integrity``) is never t
 run that never ended, and runs again, with a note. A manifest that does not hold stops a
 rebuild (``IntegrityError``) with a message that says what to do.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,10 +38,10 @@ from pathlib import Path
 OUTCOME = "outcome.json"
 MANIFEST = "batch.json"
 VERSION = 1
-RERUN = {"crashed"}   # how a run ends when the grader, not the notebook, failed it: run it again
+RERUN = {"crashed"}  # how a run ends when the grader, not the notebook, failed it: run it again
 SIGNATURE = "hmac"
 KEY_ENV = "LABKIT_GRADER_KEY"
-MAX_STATE_BYTES = 256 * 2**20   # an outcome or manifest larger than this is not the grader's
+MAX_STATE_BYTES = 256 * 2**20  # an outcome or manifest larger than this is not the grader's
 
 
 class IntegrityError(ValueError):
@@ -68,15 +69,19 @@ def _key(path: Path) -> bytes:
             pass
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
-        raise IntegrityError(f"the grader keeps the key that signs its outcomes in {path}, and cannot: {e}; set "
-                             f"{KEY_ENV} to a file of yours outside the output folder") from None
+        raise IntegrityError(
+            f"the grader keeps the key that signs its outcomes in {path}, and cannot: {e}; set "
+            f"{KEY_ENV} to a file of yours outside the output folder"
+        ) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise IntegrityError(f"the grader's key {path} must be yours with mode 0600 (chmod 600 {path})")
         key = f.read().strip()
     if len(key) < 32:
-        raise IntegrityError(f"the grader's key {path} is too short; remove it and grade again (every notebook runs again)")
+        raise IntegrityError(
+            f"the grader's key {path} is too short; remove it and grade again (every notebook runs again)"
+        )
     return key
 
 
@@ -97,7 +102,7 @@ def verify(data, signature, context: str) -> bool:
 
 def _write_json(path: Path, data, context: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(json.dumps(data, default=str))   # as it will read back
+    data = json.loads(json.dumps(data, default=str))  # as it will read back
     if context is not None:
         data = {**data, SIGNATURE: _signature(data, context)}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -138,7 +143,9 @@ def lab_hash(lab) -> str:
     """The lab's rubric section, but for ``expected_s`` (it orders a batch), ``late_penalty``
     (applied when the reports are written) and ``canvas_assignment`` (the export's column): none
     changes a run's outcome."""
-    fields = {k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty", "canvas_assignment")}
+    fields = {
+        k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty", "canvas_assignment")
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -148,8 +155,13 @@ def fingerprint(job, sandbox: str) -> dict | None:
         data = job.source.read_bytes()
     except OSError:
         return None
-    return {"version": VERSION, "notebook": hashlib.sha256(data).hexdigest(), "lab": lab_hash(job.lab),
-            "sandbox": sandbox, "kit": kit_hash()}
+    return {
+        "version": VERSION,
+        "notebook": hashlib.sha256(data).hexdigest(),
+        "lab": lab_hash(job.lab),
+        "sandbox": sandbox,
+        "kit": kit_hash(),
+    }
 
 
 def outcome_path(job) -> Path:
@@ -176,8 +188,10 @@ def integrity(job) -> str | None:
     if not path.exists() and not path.is_symlink():
         return None
     if load_outcome(job) is None:
-        return (f"its stored outcome ({path.parent.name}/{OUTCOME}) was not as the grader wrote it (changed, "
-                f"copied from another run, or unsigned), so it was not trusted and the notebook ran again")
+        return (
+            f"its stored outcome ({path.parent.name}/{OUTCOME}) was not as the grader wrote it (changed, "
+            f"copied from another run, or unsigned), so it was not trusted and the notebook ran again"
+        )
     return None
 
 
@@ -201,7 +215,7 @@ def measured_seconds(out: Path) -> dict[str, float]:
         raw = _read_json(path)
         rows = raw.get("rows") if isinstance(raw, dict) else None
         lab = rows[0].get("lab") if isinstance(rows, list) and rows and isinstance(rows[0], dict) else None
-        data = _verified(raw, f"outcome\0{path.parent.parent.name}\0{lab}")   # not the grader's: not counted
+        data = _verified(raw, f"outcome\0{path.parent.parent.name}\0{lab}")  # not the grader's: not counted
         row = data["rows"][0] if isinstance(data, dict) and data.get("rows") else {}
         if isinstance(row, dict) and isinstance(row.get("seconds"), (int, float)) and row["seconds"] > 0:
             found.setdefault(str(row.get("lab")), []).append(float(row["seconds"]))
@@ -232,8 +246,10 @@ def read_manifest(out: Path) -> dict | None:
         return None
     data = _verified(raw, "manifest")
     if data is None or data.get("rubric_sha256") != _rubric_hash(out):
-        raise IntegrityError(f"{path} or the rubric copy beside it was changed after the grader wrote it, or was "
-                             f"signed with another key than {key_path()}; grade the batch again to rebuild its "
-                             f"reports (`python -m labkit grade ... --out {out} --force`)")
+        raise IntegrityError(
+            f"{path} or the rubric copy beside it was changed after the grader wrote it, or was "
+            f"signed with another key than {key_path()}; grade the batch again to rebuild its "
+            f"reports (`python -m labkit grade ... --out {out} --force`)"
+        )
     data.pop("rubric_sha256", None)
     return data

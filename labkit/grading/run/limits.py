@@ -20,6 +20,7 @@ Backends, a registry tried in order (``BACKENDS``):
 
 ``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,6 +51,7 @@ def _counter(text: str, key: str) -> int:
 @dataclass
 class Group:
     """One run's cgroup(s): ``procs`` are the ``cgroup.procs`` files a process joins by writing its pid."""
+
     backend: str
     dirs: list[Path] = field(default_factory=list)
     memory_bytes: int = 0
@@ -120,6 +122,7 @@ class Group:
 # ---------------------------------------------------------------------------------------------
 # Where this process's cgroups are
 
+
 def _mounts() -> list[tuple[str, str, str, set[str]]]:
     """(fstype, root, mount point, super options) of every cgroup mount."""
     out = []
@@ -144,7 +147,7 @@ def _own_paths() -> dict[str, str]:
 def _under(mount_root: str, mount_point: str, path: str) -> Path | None:
     if not (path == mount_root or path.startswith(mount_root.rstrip("/") + "/")):
         return None
-    return Path(mount_point) / path[len(mount_root):].lstrip("/")
+    return Path(mount_point) / path[len(mount_root) :].lstrip("/")
 
 
 def _v1_dir(controller: str) -> Path | None:
@@ -171,6 +174,7 @@ def _v2_dir() -> Path | None:
 
 # ---------------------------------------------------------------------------------------------
 # Backends
+
 
 def _make_dir(parent: Path, name: str) -> Path:
     d = parent / name
@@ -250,10 +254,12 @@ def shared(backend: str) -> str:
     Delegate=yes``, then the ``cgroup2`` backend) or running the grader as root."""
     if backend != "rlimit" or os.geteuid() == 0:
         return ""
-    return (f"as user {os.geteuid()} with no cgroup of its own (no delegated cgroup2 or cgroup v1 hierarchy it may "
-            f"write; systemd-run --user gives one where a systemd user manager runs), the runs would share one "
-            f"process count (RLIMIT_NPROC counts every process of this uid) and memory in memfds or /dev/shm "
-            f"would be counted for none")
+    return (
+        f"as user {os.geteuid()} with no cgroup of its own (no delegated cgroup2 or cgroup v1 hierarchy it may "
+        f"write; systemd-run --user gives one where a systemd user manager runs), the runs would share one "
+        f"process count (RLIMIT_NPROC counts every process of this uid) and memory in memfds or /dev/shm "
+        f"would be counted for none"
+    )
 
 
 def best_backend() -> str:
@@ -280,6 +286,7 @@ def remove_stale() -> list[Path]:
 
 # ---------------------------------------------------------------------------------------------
 # Inside the limited process
+
 
 def limit_self(memory_bytes: int, processes: int | None = None) -> None:
     """Lower this process's soft *and hard* data-segment limit (and, not as root, its process

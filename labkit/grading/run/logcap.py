@@ -16,6 +16,7 @@ Two uses:
   COMMAND...``), which runs COMMAND with its output piped, copies it into LOG the same way, and
   exits with COMMAND's code. It imports only the standard library.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -42,7 +43,7 @@ class CappedLog:
         self.written, self.cut = 0, 0
         self.tail = bytearray()
         self.dirty = False
-        self.lock = threading.RLock()   # a signal handler may flush while the main thread writes
+        self.lock = threading.RLock()  # a signal handler may flush while the main thread writes
 
     def write(self, data: bytes) -> None:
         with self.lock:
@@ -64,8 +65,12 @@ class CappedLog:
         with self.lock:
             if not self.dirty:
                 return
-            note = (f"\n[labkit] {self.cut:,} bytes of output were cut here; this log keeps the first "
-                    f"{self.head:,} and the last {self.tail_max:,}\n".encode() if self.cut else b"")
+            note = (
+                f"\n[labkit] {self.cut:,} bytes of output were cut here; this log keeps the first "
+                f"{self.head:,} and the last {self.tail_max:,}\n".encode()
+                if self.cut
+                else b""
+            )
             at = self.base + self.written
             os.pwrite(self.fd, note + bytes(self.tail), at)
             os.ftruncate(self.fd, at + len(note) + len(self.tail))
@@ -126,12 +131,13 @@ class Capture:
 def main(argv=None) -> int:
     """``python logcap.py LOG -- COMMAND...``"""
     argv = list(sys.argv[1:] if argv is None else argv)
-    path, command = argv[0], argv[argv.index("--") + 1:]
+    path, command = argv[0], argv[argv.index("--") + 1 :]
     log = CappedLog(path)
     r, w = os.pipe()
     prctl = ctypes.CDLL(None, use_errno=True).prctl
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=w, stderr=w,
-                             preexec_fn=lambda: prctl(1, signal.SIGKILL, 0, 0, 0))   # PR_SET_PDEATHSIG
+    child = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=w, stderr=w, preexec_fn=lambda: prctl(1, signal.SIGKILL, 0, 0, 0)
+    )  # PR_SET_PDEATHSIG
     os.close(w)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: (child.kill(), log.flush(), os._exit(128 + signum)))

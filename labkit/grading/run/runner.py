@@ -35,6 +35,7 @@ and turns every ending into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``m
 ``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed
 run never stops the batch; ``release`` gives a run's uid and disk back once its page is written.
 """
+
 from __future__ import annotations
 
 import errno
@@ -59,24 +60,25 @@ from labkit.grading.run.sandbox import Account, View, lease_account
 from labkit.core.proc import OwnedProcess, own_descendants, tail, tree_rss
 from labkit.notebook.record import cell_name, cell_tags
 
-MAX_NOTEBOOK_BYTES = 16 * 2**20   # a submitted notebook past this is refused (outputs are stripped anyway)
-DISK_POLL_S = 2.0                 # how often a work folder on the host disk (``disks.Folders``) is measured
-MAX_OUTPUT_BYTES = 256 * 2**20    # the largest executed notebook the runner writes (the grader reads 64 MB)
+MAX_NOTEBOOK_BYTES = 16 * 2**20  # a submitted notebook past this is refused (outputs are stripped anyway)
+DISK_POLL_S = 2.0  # how often a work folder on the host disk (``disks.Folders``) is measured
+MAX_OUTPUT_BYTES = 256 * 2**20  # the largest executed notebook the runner writes (the grader reads 64 MB)
 
 
 @dataclass
 class Job:
     """One notebook to run: ``source`` is the submitted file, the rest are where things go."""
+
     student: str
-    lab: object                  # rubric.Lab
+    lab: object  # rubric.Lab
     source: Path
-    executed: Path               # the executed notebook papermill writes
-    workdir: Path                # fresh directory the kernel runs in (the only one it may write)
-    log: Path                    # runner + kernel stdout/stderr (TensorFlow noise lands here)
+    executed: Path  # the executed notebook papermill writes
+    workdir: Path  # fresh directory the kernel runs in (the only one it may write)
+    log: Path  # runner + kernel stdout/stderr (TensorFlow noise lands here)
     private: Path | None = None  # the grader's own files for this run (cleaned input, spec, result)
-    flags: list = field(default_factory=list)   # what the submitted file carried that a run must produce
-    account: Account | None = None   # who its sandboxed processes run as, from its start to its checks' end
-    disk: object = None              # its disk (``disks.TmpfsDisk`` or ``disks.FolderDisk``), until ``release``
+    flags: list = field(default_factory=list)  # what the submitted file carried that a run must produce
+    account: Account | None = None  # who its sandboxed processes run as, from its start to its checks' end
+    disk: object = None  # its disk (``disks.TmpfsDisk`` or ``disks.FolderDisk``), until ``release``
 
     @property
     def key(self) -> tuple:
@@ -89,23 +91,23 @@ class Job:
 
 @dataclass
 class RunResult:
-    status: str                  # ok | error | timeout | memory | disk | dead-kernel | crashed | unreadable | refused | not-submitted
+    status: str  # ok | error | timeout | memory | disk | dead-kernel | crashed | unreadable | refused | not-submitted
     reason: str = ""
-    cell: int | None = None      # index (from 0) of the cell it stopped in, in the submitted notebook; shown as cell_name
+    cell: int | None = None  # index (from 0) of the cell it stopped in, in the submitted notebook; shown as cell_name
     ename: str = ""
     evalue: str = ""
     seconds: float = 0.0
-    killed: list = field(default_factory=list)   # pids the grader had to kill after the run
+    killed: list = field(default_factory=list)  # pids the grader had to kill after the run
 
     @property
     def ran(self) -> bool:
         return self.status not in NEVER_RAN
 
 
-MAX_CELLS = 2000                  # a lab notebook has about 60; 40,000 tagged cells made the answers quadratic
-MAX_DEPTH = 64                    # JSON nesting: a notebook needs about 10; 100,000 stopped the class
-MAX_SOURCE_CHARS = 2_000_000      # all cells' text (a lab's notebook holds under 50,000 characters)
-REFUSED = "not a notebook the grader runs"   # how check_readable's refusals start (over a cap)
+MAX_CELLS = 2000  # a lab notebook has about 60; 40,000 tagged cells made the answers quadratic
+MAX_DEPTH = 64  # JSON nesting: a notebook needs about 10; 100,000 stopped the class
+MAX_SOURCE_CHARS = 2_000_000  # all cells' text (a lab's notebook holds under 50,000 characters)
+REFUSED = "not a notebook the grader runs"  # how check_readable's refusals start (over a cap)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -129,8 +131,10 @@ def check_readable(path: Path) -> str | None:
     why = _shape(raw)
     if why:
         return why
-    if not any(isinstance(c, dict) and c.get("cell_type") == "code" and "".join(_text(c.get("source"))).strip()
-               for c in raw["cells"]):
+    if not any(
+        isinstance(c, dict) and c.get("cell_type") == "code" and "".join(_text(c.get("source"))).strip()
+        for c in raw["cells"]
+    ):
         return "an empty notebook: no code cell with any code in it"
     return _validate(raw)
 
@@ -141,8 +145,11 @@ def _shape(raw) -> str | None:
         return "not a readable notebook: JSON, but not a version-4 notebook (not an object with 'cells')"
     if raw.get("nbformat") != 4:
         version = raw.get("nbformat")
-        return (f"not a readable notebook: nbformat {version}; save it from JupyterLab (format 4)"
-                if isinstance(version, int) else "not a readable notebook: JSON, but no nbformat version")
+        return (
+            f"not a readable notebook: nbformat {version}; save it from JupyterLab (format 4)"
+            if isinstance(version, int)
+            else "not a readable notebook: JSON, but no nbformat version"
+        )
     if not isinstance(raw.get("cells"), list):
         return "not a readable notebook: JSON, but not a version-4 notebook (no 'cells' list)"
     if len(raw["cells"]) > MAX_CELLS:
@@ -152,12 +159,16 @@ def _shape(raw) -> str | None:
         return f"not a notebook the grader runs: its JSON is nested deeper than the {MAX_DEPTH}-level cap ({where})"
     chars = sum(len(t) for c in raw["cells"] if isinstance(c, dict) for t in _text(c.get("source")))
     if chars > MAX_SOURCE_CHARS:
-        return (f"not a notebook the grader runs: {chars} characters of cell text, over the {MAX_SOURCE_CHARS} "
-                f"character cap")
+        return (
+            f"not a notebook the grader runs: {chars} characters of cell text, over the {MAX_SOURCE_CHARS} "
+            f"character cap"
+        )
     bad = _surrogate(raw)
     if bad:
-        return (f"not a readable notebook: {bad} holds a lone UTF-16 surrogate (an escape like \\ud800 that is "
-                f"no character); save it from JupyterLab again")
+        return (
+            f"not a readable notebook: {bad} holds a lone UTF-16 surrogate (an escape like \\ud800 that is "
+            f"no character); save it from JupyterLab again"
+        )
     return None
 
 
@@ -238,8 +249,9 @@ def clean_copy(source: Path, dest: Path, kernel: str = "python3") -> list[str]:
 def prepare(job: Job) -> RunResult | None:
     """Give ``job`` a fresh working directory and a cleaned copy of its notebook; a RunResult when it cannot run."""
     if job.source.is_symlink() or job.source.parent.is_symlink():
-        return RunResult("refused", f"{job.source.parent.name}/{job.source.name} is a symbolic link; submit the "
-                                    f"notebook file itself")
+        return RunResult(
+            "refused", f"{job.source.parent.name}/{job.source.name} is a symbolic link; submit the notebook file itself"
+        )
     if not job.source.is_file():
         folder = job.source.parent
         found = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
@@ -255,7 +267,7 @@ def prepare(job: Job) -> RunResult | None:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-    job.private.chmod(0o700)          # the grader's own: no run's user may read or write it
+    job.private.chmod(0o700)  # the grader's own: no run's user may read or write it
     job.private.parent.parent.chmod(0o700)
     try:
         job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
@@ -271,21 +283,24 @@ def prepare(job: Job) -> RunResult | None:
 # ---------------------------------------------------------------------------------------------
 # The grader's side: start runners, watch them, end them.
 
+
 @dataclass
 class Setup:
     """How this batch runs notebooks: the sandbox, the limits backend, and what a kernel sees."""
-    sandbox: object                         # sandbox.Bubblewrap or sandbox.Unconfined
-    backend: str                            # limits backend ("cgroup1", ...)
-    student_kit: Path | None = None         # the student's view of labkit, bound over the real package
-    package: Path | None = None             # the real package directory
-    data: list[Path] = field(default_factory=list)   # dataset folders, read-only
-    data_env: dict = field(default_factory=dict)     # LABKIT_DATA for the kernel
-    keep_work: bool = False                 # leave work folders on the host disk (a Slurm node's runs)
+
+    sandbox: object  # sandbox.Bubblewrap or sandbox.Unconfined
+    backend: str  # limits backend ("cgroup1", ...)
+    student_kit: Path | None = None  # the student's view of labkit, bound over the real package
+    package: Path | None = None  # the real package directory
+    data: list[Path] = field(default_factory=list)  # dataset folders, read-only
+    data_env: dict = field(default_factory=dict)  # LABKIT_DATA for the kernel
+    keep_work: bool = False  # leave work folders on the host disk (a Slurm node's runs)
 
     def view(self, cwd: Path, rw: list[Path], scratch: Path, env: dict, ro=(), job: Job | None = None) -> View:
         overlays = [(self.student_kit, self.package)] if self.student_kit else []
-        view = View(cwd=cwd, env={**self.data_env, **env}, scratch=scratch, ro=[*self.data, *ro], rw=rw,
-                    overlays=overlays)
+        view = View(
+            cwd=cwd, env={**self.data_env, **env}, scratch=scratch, ro=[*self.data, *ro], rw=rw, overlays=overlays
+        )
         if job is not None:
             view.account = job.account or Account()
             view.tmp_bytes = view.file_bytes = int(job.lab.disk_mb * 2**20)
@@ -313,8 +328,9 @@ def provision(job: Job, setup: Setup, holder) -> None:
         if isinstance(holder, disks.Holder):
             job.disk = holder.open(job.workdir.resolve(), size, job.account.uid, job.account.gid)
         else:
-            job.disk = holder.open_folder(job.workdir.resolve(), job.private.resolve() / "checks", size,
-                                          job.account.owner)
+            job.disk = holder.open_folder(
+                job.workdir.resolve(), job.private.resolve() / "checks", size, job.account.owner
+            )
 
 
 def release(job: Job) -> None:
@@ -335,28 +351,60 @@ class _Running:
         self.job, self.lab, self.setup = job, job.lab, setup
         self.token = uuid.uuid4().hex
         provision(job, setup, holder)
-        self.group = limits.open_group(self.token[:16], self.lab.memory_mb * 2**20, self.lab.max_processes,
-                                       backends=[setup.backend])
+        self.group = limits.open_group(
+            self.token[:16], self.lab.memory_mb * 2**20, self.lab.max_processes, backends=[setup.backend]
+        )
         work = job.workdir.resolve()
-        view = setup.view(work, [work, job.disk.ipc], job.private.resolve(),
-                          {"LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-                           "LABKIT_GRADED": "1"}, job=job)
+        view = setup.view(
+            work,
+            [work, job.disk.ipc],
+            job.private.resolve(),
+            {
+                "LABKIT_RUNS": str(work / "runs"),
+                "PYTHONUNBUFFERED": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "LABKIT_GRADED": "1",
+            },
+            job=job,
+        )
         prefix, env = setup.sandbox.command(["KERNEL"], view)
-        spec = {"input": str(job.clean_input.resolve()), "output": str(job.executed.resolve()), "workdir": str(work),
-                "parameters": dict(job.lab.parameters), "kernel": job.lab.kernel,
-                "cell_timeout": job.lab.cell_timeout, "start_timeout": job.lab.start_timeout,
-                "memory_mb": job.lab.memory_mb, "max_processes": job.lab.max_processes,
-                "ipc": str(job.disk.ipc), "owner": job.account.owner if setup.sandbox.confined else None,
-                "kernel_prefix": prefix[:-1], "group": [str(p) for p in self.group.procs],
-                "log": str(job.log.resolve()), "parent": os.getpid()}
+        spec = {
+            "input": str(job.clean_input.resolve()),
+            "output": str(job.executed.resolve()),
+            "workdir": str(work),
+            "parameters": dict(job.lab.parameters),
+            "kernel": job.lab.kernel,
+            "cell_timeout": job.lab.cell_timeout,
+            "start_timeout": job.lab.start_timeout,
+            "memory_mb": job.lab.memory_mb,
+            "max_processes": job.lab.max_processes,
+            "ipc": str(job.disk.ipc),
+            "owner": job.account.owner if setup.sandbox.confined else None,
+            "kernel_prefix": prefix[:-1],
+            "group": [str(p) for p in self.group.procs],
+            "log": str(job.log.resolve()),
+            "parent": os.getpid(),
+        }
         self.spec_path = job.private.resolve() / "spec.json"
         self.result_path = job.private.resolve() / "result.json"
         self.spec_path.write_text(json.dumps(spec, indent=1))
         if setup.sandbox.confined:  # the runner itself is ours: it needs no more than a path
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(job.private.resolve()),
-                   "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        cmd = self.group.enter_command([*job.disk.prefix, sys.executable, "-m", "labkit.grading.run.runner",
-                                        str(self.spec_path), str(self.result_path)])
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": str(job.private.resolve()),
+                "LANG": "C.UTF-8",
+                "PYTHONUNBUFFERED": "1",
+            }
+        cmd = self.group.enter_command(
+            [
+                *job.disk.prefix,
+                sys.executable,
+                "-m",
+                "labkit.grading.run.runner",
+                str(self.spec_path),
+                str(self.result_path),
+            ]
+        )
         self.proc = OwnedProcess(cmd, job.log, env=env, cwd=job.private)
         self.t0 = self.measured = time.monotonic()
         self.proc.start()
@@ -369,34 +417,55 @@ class _Running:
         if elapsed > self.lab.notebook_timeout:
             self.stop()
             cell = self._running_cell()
-            return self._finish(RunResult(
-                "timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
-                           f"its processes were killed", cell))
+            return self._finish(
+                RunResult(
+                    "timeout",
+                    f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
+                    f"its processes were killed",
+                    cell,
+                )
+            )
         if self.job.disk.polled and time.monotonic() - self.measured > DISK_POLL_S:
             self.measured = time.monotonic()
             if self.job.disk.over():
                 self.stop()
                 cell = self._running_cell()
-                return self._finish(RunResult(
-                    "disk", f"the notebook wrote more than its {self.lab.disk_mb:g} MB of disk {_where(cell)}; its "
-                            f"processes were killed", cell))
+                return self._finish(
+                    RunResult(
+                        "disk",
+                        f"the notebook wrote more than its {self.lab.disk_mb:g} MB of disk {_where(cell)}; its "
+                        f"processes were killed",
+                        cell,
+                    )
+                )
         if self.group.oom_kills():  # the kernel killed a process at the group's memory limit: the run is over
             self.stop()
             cell = self._running_cell()
-            return self._finish(RunResult(
-                "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
-                          f"they were killed", cell))
+            return self._finish(
+                RunResult(
+                    "memory",
+                    f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
+                    f"they were killed",
+                    cell,
+                )
+            )
         if self.group.backend == "rlimit":  # no cgroup: cap the tree's total RSS by polling
             rss = tree_rss(self.proc.pid)
             if rss > self.lab.memory_mb * 2**20:
                 self.stop()
                 cell = self._running_cell()
                 with open(self.job.log, "a") as f:
-                    f.write(f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: "
-                            f"killed\n")
-                return self._finish(RunResult(
-                    "memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
-                              f"they were killed", cell))
+                    f.write(
+                        f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: killed\n"
+                    )
+                return self._finish(
+                    RunResult(
+                        "memory",
+                        f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
+                        f"they were killed",
+                        cell,
+                    )
+                )
         return None
 
     def _read_result(self) -> RunResult:
@@ -404,21 +473,32 @@ class _Running:
             result = RunResult(**json.loads(self.result_path.read_text()))
         except (FileNotFoundError, json.JSONDecodeError, TypeError):
             last = next((ln for ln in reversed(tail(self.job.log, 20).splitlines()) if ln.strip()), "")
-            result = RunResult("crashed", f"the grader's runner exited with code {self.proc.poll()} "
-                                          f"{_where(self._running_cell())}: {_one_line(last)}",
-                               cell=self._running_cell())
+            result = RunResult(
+                "crashed",
+                f"the grader's runner exited with code {self.proc.poll()} "
+                f"{_where(self._running_cell())}: {_one_line(last)}",
+                cell=self._running_cell(),
+            )
         if result.status in ("dead-kernel", "error", "crashed") and self.group.oom_kills():
-            result = RunResult("memory", f"the notebook's processes used more than {self.lab.memory_mb:g} MB "
-                                         f"{_where(result.cell)}; the kernel's OOM killer ended "
-                                         f"{self.group.oom_kills()} of them", result.cell, result.ename,
-                               result.evalue)
+            result = RunResult(
+                "memory",
+                f"the notebook's processes used more than {self.lab.memory_mb:g} MB "
+                f"{_where(result.cell)}; the kernel's OOM killer ended "
+                f"{self.group.oom_kills()} of them",
+                result.cell,
+                result.ename,
+                result.evalue,
+            )
         elif result.status == "error" and self.group.task_limit_hits():
-            result.reason += (f" (the run reached its limit of {self.lab.max_processes:g} processes and threads, "
-                              f"so a fork failed)")
+            result.reason += (
+                f" (the run reached its limit of {self.lab.max_processes:g} processes and threads, so a fork failed)"
+            )
         elif result.status in ("error", "dead-kernel", "crashed") and self.job.disk.full():
             result.status = "disk"
-            result.reason += (f" (the run filled its {self.lab.disk_mb:g} MB of disk: disk_mb in the rubric; what it "
-                              f"wrote is removed after the grader's checks)")
+            result.reason += (
+                f" (the run filled its {self.lab.disk_mb:g} MB of disk: disk_mb in the rubric; what it "
+                f"wrote is removed after the grader's checks)"
+            )
         return result
 
     def _running_cell(self) -> int | None:
@@ -449,6 +529,7 @@ class LocalExecutor(Executor):
     what is in flight within the memory available when the batch starts; its timeout, memory
     and disk are enforced as it is polled. The runs' disks come from one holder
     (``Setup.disks``), made at the first start and closed with the executor."""
+
     name = "local"
 
     def __init__(self, setup: Setup, parallel: int = 1, log=print):
@@ -460,8 +541,10 @@ class LocalExecutor(Executor):
         if parallel > 1 and why:
             from labkit.grading.run.executor import ExecutorError
 
-            raise ExecutorError(f"-j {parallel} refused: {why}. Grade with -j 1, as root, or under a delegated "
-                                f"cgroup (systemd-run --user --scope -p Delegate=yes ...)")
+            raise ExecutorError(
+                f"-j {parallel} refused: {why}. Grade with -j 1, as root, or under a delegated "
+                f"cgroup (systemd-run --user --scope -p Delegate=yes ...)"
+            )
         self.setup, self.slots, self.holder = setup, parallel, None
         self.memory_mb = psutil.virtual_memory().available / 2**20
 
@@ -475,7 +558,7 @@ class LocalExecutor(Executor):
         try:
             for job in jobs:
                 handles.append(self._start(job))
-        except BaseException:   # Ctrl-C halfway: the batch never gets these handles, so end them here
+        except BaseException:  # Ctrl-C halfway: the batch never gets these handles, so end them here
             self.kill(handles)
             raise
         return handles
@@ -501,6 +584,7 @@ class LocalExecutor(Executor):
 
 # ---------------------------------------------------------------------------------------------
 # Cells: map papermill's executed notebook back to the cells the student submitted.
+
 
 def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
     """The submitted-notebook index of the last cell papermill started, from its saved progress."""
@@ -577,7 +661,7 @@ def kill_descendants(rounds: int = 200) -> list[int]:
     return killed
 
 
-_CAPTURE: logcap.Capture | None = None   # this runner's capped log, flushed however it ends
+_CAPTURE: logcap.Capture | None = None  # this runner's capped log, flushed however it ends
 
 
 def _teardown(signum, frame) -> None:
@@ -633,12 +717,19 @@ def _execute(spec: dict) -> RunResult:
 
     src, out, injected = Path(spec["input"]), Path(spec["output"]), bool(spec["parameters"])
     try:
-        pm.execute_notebook(src, out, parameters=spec["parameters"], kernel_name=spec["kernel"],
-                            cwd=spec["workdir"], execution_timeout=spec["cell_timeout"],
-                            start_timeout=spec["start_timeout"], progress_bar=False, log_output=False,
-                            kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"],
-                                                                       spec.get("owner")),
-                            shutdown_kernel="immediate")
+        pm.execute_notebook(
+            src,
+            out,
+            parameters=spec["parameters"],
+            kernel_name=spec["kernel"],
+            cwd=spec["workdir"],
+            execution_timeout=spec["cell_timeout"],
+            start_timeout=spec["start_timeout"],
+            progress_bar=False,
+            log_output=False,
+            kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"], spec.get("owner")),
+            shutdown_kernel="immediate",
+        )
         return RunResult("ok")
     except PapermillExecutionError as e:
         cell = source_index(src, e.cell_index, injected)
@@ -646,8 +737,9 @@ def _execute(spec: dict) -> RunResult:
         evalue = _one_line(e.evalue)
         exc = f"{e.ename}: {evalue}" if evalue else e.ename
         if e.ename in MEMORY_ENAMES:
-            return RunResult("memory", f"{where} ran out of memory (limit {spec['memory_mb']:g} MB): {exc}",
-                             cell, e.ename, evalue)
+            return RunResult(
+                "memory", f"{where} ran out of memory (limit {spec['memory_mb']:g} MB): {exc}", cell, e.ename, evalue
+            )
         return RunResult("error", f"{where} raised {exc}", cell, e.ename, evalue)
     except CellTimeoutError:
         cell = running_cell(out, src, injected)
@@ -655,28 +747,40 @@ def _execute(spec: dict) -> RunResult:
     except DeadKernelError as e:
         cell = running_cell(out, src, injected)
         if any(sign in tail(spec["log"], 40) for sign in OOM_SIGNS):  # e.g. C++ code aborting on bad_alloc
-            return RunResult("memory", f"the kernel died {_where(cell)} out of memory "
-                                       f"(limit {spec['memory_mb']:g} MB)", cell)
+            return RunResult(
+                "memory", f"the kernel died {_where(cell)} out of memory (limit {spec['memory_mb']:g} MB)", cell
+            )
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
         cell = running_cell(out, src, injected)
         if isinstance(e, OSError) and e.errno == errno.EFBIG:  # papermill's copy of the notebook, at RLIMIT_FSIZE
-            return RunResult("disk", f"the notebook's outputs grew past {MAX_OUTPUT_BYTES // 2**20} MB {_where(cell)}, "
-                                     f"more than the grader keeps of a run; print less", cell)
-        return RunResult("crashed", f"the notebook could not run {_where(cell)}: {type(e).__name__}: "
-                                    f"{_one_line(e)}", cell, type(e).__name__, _one_line(e))
+            return RunResult(
+                "disk",
+                f"the notebook's outputs grew past {MAX_OUTPUT_BYTES // 2**20} MB {_where(cell)}, "
+                f"more than the grader keeps of a run; print less",
+                cell,
+            )
+        return RunResult(
+            "crashed",
+            f"the notebook could not run {_where(cell)}: {type(e).__name__}: {_one_line(e)}",
+            cell,
+            type(e).__name__,
+            _one_line(e),
+        )
 
 
 def main(argv=None) -> int:
     global _CAPTURE
     spec_path, result_path = (argv or sys.argv[1:])[:2]
     spec = json.loads(Path(spec_path).read_text())
-    _CAPTURE = logcap.Capture(spec["log"])   # from here on, what the runner and the kernel print is capped
+    _CAPTURE = logcap.Capture(spec["log"])  # from here on, what the runner and the kernel print is capped
     _own_the_tree(spec["parent"])
     limits.limit_self(spec["memory_mb"] * 2**20, spec.get("max_processes"))
-    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]   # the kernel sets its own (the run's disk) below this
-    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES if hard == resource.RLIM_INFINITY
-                                               else min(MAX_OUTPUT_BYTES, hard), hard))
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]  # the kernel sets its own (the run's disk) below this
+    resource.setrlimit(
+        resource.RLIMIT_FSIZE,
+        (MAX_OUTPUT_BYTES if hard == resource.RLIM_INFINITY else min(MAX_OUTPUT_BYTES, hard), hard),
+    )
     try:
         result = _execute(spec)
     finally:

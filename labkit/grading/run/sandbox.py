@@ -37,6 +37,7 @@ see); this module only builds command lines. Sandboxes are a registry (``SANDBOX
 ``bwrap``, and ``none`` for ``--no-sandbox`` runs, which run the same command with the same
 environment, unconfined (as the grader's own user).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -53,12 +54,31 @@ APT_LINE = "sudo apt-get install bubblewrap"
 # What every sandbox sees read-only: the system's programs and libraries, and the few files of
 # /etc that programs read (not /etc as a whole).
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
-ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf", "hosts",
-       "host.conf", "gai.conf", "localtime", "timezone", "ssl", "ca-certificates", "fonts", "mime.types",
-       "protocols", "services", "os-release", "matplotlibrc")
-INSIDE_HOME = "/tmp"        # the sandbox's own /tmp (mode 1777, sized), so the run's user can write its caches
-UID_BASE, UID_COUNT = 1_900_000_000, 65536   # uids leased to runs under a root grader; no account owns them
-LEASES = Path("/run/labkit-uids")             # one lock file per uid in use (root's; ``/tmp`` where /run is not writable)
+ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "gai.conf",
+    "localtime",
+    "timezone",
+    "ssl",
+    "ca-certificates",
+    "fonts",
+    "mime.types",
+    "protocols",
+    "services",
+    "os-release",
+    "matplotlibrc",
+)
+INSIDE_HOME = "/tmp"  # the sandbox's own /tmp (mode 1777, sized), so the run's user can write its caches
+UID_BASE, UID_COUNT = 1_900_000_000, 65536  # uids leased to runs under a root grader; no account owns them
+LEASES = Path("/run/labkit-uids")  # one lock file per uid in use (root's; ``/tmp`` where /run is not writable)
 DROP = ("--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 
 
@@ -66,9 +86,10 @@ DROP = ("--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-pr
 class Account:
     """Who a run's sandboxed processes are: a uid and gid leased to that run alone while it and its
     checks run (``uid`` None: the grader's own user, when it is not root and cannot switch)."""
+
     uid: int | None = None
     gid: int | None = None
-    lock: int | None = None   # the lease's locked file descriptor
+    lock: int | None = None  # the lease's locked file descriptor
 
     @property
     def owner(self) -> tuple[int, int] | None:
@@ -76,7 +97,7 @@ class Account:
 
     def release(self) -> None:
         if self.lock is not None:
-            os.close(self.lock)   # closing the descriptor drops the lock
+            os.close(self.lock)  # closing the descriptor drops the lock
             self.lock = None
 
 
@@ -142,6 +163,7 @@ class View:
     real package); ``scratch``: a private folder for the unconfined run's HOME and caches;
     ``account``: who runs inside; ``tmp_bytes``: the size of its /tmp and of its /dev/shm;
     ``file_bytes``: the largest file it may write; ``processes``: its RLIMIT_NPROC (a leased uid's)."""
+
     cwd: Path
     env: dict[str, str]
     scratch: Path
@@ -158,19 +180,27 @@ def python_paths() -> list[Path]:
     """The interpreter's installation and the environment labkit runs in (a venv, usually), each
     at its own path and at its target's: a symlinked venv is entered by the link's name
     (``sys.executable``), whose ``pyvenv.cfg`` makes it the venv rather than the bare interpreter."""
-    return sorted({path for prefix in (sys.base_prefix, sys.prefix)
-                   for path in (Path(prefix).absolute(), Path(prefix).resolve())})
+    return sorted(
+        {path for prefix in (sys.base_prefix, sys.prefix) for path in (Path(prefix).absolute(), Path(prefix).resolve())}
+    )
 
 
 def home_env(home: str) -> dict[str, str]:
     """HOME and the caches programs write there (IPython, Jupyter, matplotlib, Keras)."""
-    return {"HOME": home, "XDG_CACHE_HOME": f"{home}/.cache", "XDG_CONFIG_HOME": f"{home}/.config",
-            "IPYTHONDIR": f"{home}/.ipython", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
-            "MPLCONFIGDIR": f"{home}/.matplotlib", "KERAS_HOME": f"{home}/.keras"}
+    return {
+        "HOME": home,
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "IPYTHONDIR": f"{home}/.ipython",
+        "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime",
+        "MPLCONFIGDIR": f"{home}/.matplotlib",
+        "KERAS_HOME": f"{home}/.keras",
+    }
 
 
 class Bubblewrap:
     """``bwrap`` with the namespaces and binds described in the module docstring."""
+
     name = "bwrap"
     confined = True
 
@@ -187,22 +217,36 @@ class Bubblewrap:
         if missing:
             return f"{', '.join(missing)} (util-linux) is missing; install it with `sudo apt-get install util-linux`"
         account = Account(UID_BASE, UID_BASE) if os.geteuid() == 0 else Account()
-        cmd, env = self.command(["true"], View(cwd=Path("/"), env={}, scratch=Path("/"), account=account,
-                                               tmp_bytes=2**20))
+        cmd, env = self.command(
+            ["true"], View(cwd=Path("/"), env={}, scratch=Path("/"), account=account, tmp_bytes=2**20)
+        )
         try:
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bubblewrap could not start: {e}"
         if r.returncode != 0:
-            return (f"bubblewrap cannot create namespaces here ({r.stderr.strip() or r.returncode}); allow "
-                    f"unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run as root")
+            return (
+                f"bubblewrap cannot create namespaces here ({r.stderr.strip() or r.returncode}); allow "
+                f"unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1) or run as root"
+            )
         return None
 
     def command(self, argv: list[str], view: View) -> tuple[list[str], dict[str, str]]:
         """``argv`` inside the sandbox, and the environment to start bwrap with."""
-        args = [shutil.which(self.program) or self.program, "--die-with-parent", "--unshare-pid", "--unshare-net",
-                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--cap-drop", "ALL",
-                "--hostname", "sandbox"]
+        args = [
+            shutil.which(self.program) or self.program,
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+        ]
         if os.geteuid() != 0:  # bwrap makes a user namespace anyway; none may be made inside it
             args += ["--unshare-user", "--disable-userns"]
         elif view.account.uid is not None:  # only for setpriv, which drops them with root before the run starts
@@ -212,8 +256,24 @@ class Bubblewrap:
         for name in ETC:
             args += _bind("--ro-bind", Path("/etc") / name)
         size = str(int(view.tmp_bytes))
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-                 "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+            "--perms",
+            "1777",
+            "--size",
+            size,
+            "--tmpfs",
+            "/dev/shm",
+        ]
         ro, rw = python_paths() + [Path(p) for p in view.ro], [Path(p) for p in view.rw]
         args += _parents([*ro, *rw, *(Path(inside) for _, inside in view.overlays)])
         for p in ro:  # not checked on the host: a run's disk exists only in the namespace bwrap starts in
@@ -227,8 +287,14 @@ class Bubblewrap:
         if view.account.uid is None:  # else the payload changes folder, once it is the run's user (0700 folders)
             args += ["--chdir", str(view.cwd)]
         # a leased uid has no passwd entry: getpass.getuser() and its users read the name from here
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "student", "LOGNAME": "student",
-               **home_env(INSIDE_HOME), **view.env}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "USER": "student",
+            "LOGNAME": "student",
+            **home_env(INSIDE_HOME),
+            **view.env,
+        }
         for k, v in env.items():
             args += ["--setenv", k, v]
         return args + ["--", *self.payload(view), *argv], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -238,8 +304,16 @@ class Bubblewrap:
         """What runs first inside: the drop to the run's account (under root), then its rlimits."""
         drop = []
         if view.account.uid is not None:
-            drop = ["setpriv", f"--reuid={view.account.uid}", f"--regid={view.account.gid}", *DROP, "--",
-                    "env", f"--chdir={view.cwd}", "--"]
+            drop = [
+                "setpriv",
+                f"--reuid={view.account.uid}",
+                f"--regid={view.account.gid}",
+                *DROP,
+                "--",
+                "env",
+                f"--chdir={view.cwd}",
+                "--",
+            ]
         caps = ["--core=0:0"]
         if view.file_bytes:
             caps.append(f"--fsize={int(view.file_bytes)}:{int(view.file_bytes)}")
@@ -251,6 +325,7 @@ class Bubblewrap:
 class Unconfined:
     """``--no-sandbox``: the same command and environment, with nothing hidden or confined. The
     command still dies with its parent (util-linux's ``setpriv --pdeathsig``, where it exists)."""
+
     name = "none"
     confined = False
 
@@ -274,7 +349,7 @@ def _parents(targets: list[Path]) -> list[str]:
     mode 0755: bwrap makes them 0700 and root's, which a run's user could not walk through.
     Folders inside another mount point are left alone (they are that mount's own)."""
     outer = set(targets) | {Path(p) for p in SYSTEM}
-    made = {Path(p) for p in ("/", "/tmp", "/dev", "/proc")}   # the sandbox's own, already there
+    made = {Path(p) for p in ("/", "/tmp", "/dev", "/proc")}  # the sandbox's own, already there
     wanted = set()
     for t in targets:
         for parent in t.parents:

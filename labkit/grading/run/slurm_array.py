@@ -27,6 +27,7 @@ machine. Interrupting the grader (Ctrl-C, SIGTERM) cancels the array tasks still
 Stopping an array task (``scancel``, its time limit) makes its node process stop the notebook's
 whole group.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,10 +49,10 @@ from labkit.grading.run.executor import Executor, ExecutorError
 from labkit.grading.run.runner import Job, LocalExecutor, RunResult, Setup
 from labkit.core.proc import tail
 
-MEMORY_MARGIN_MB = 256     # the array task's own process, over the notebook group's cap
-TIME_MARGIN_S = 120        # queueing a node's sandbox and kernel start, over the notebook's limits
+MEMORY_MARGIN_MB = 256  # the array task's own process, over the notebook group's cap
+TIME_MARGIN_S = 120  # queueing a node's sandbox and kernel start, over the notebook's limits
 RESULT = "slurm-result.json"
-LOST_AFTER_S = 5.0         # a task gone from squeue without a result: wait this long for the file (NFS)
+LOST_AFTER_S = 5.0  # a task gone from squeue without a result: wait this long for the file (NFS)
 
 
 def limits(lab) -> tuple[int, int]:
@@ -76,8 +77,8 @@ class _Task:
 
     def __init__(self, task: str, job: Job, output: Path):
         self.id, self.job, self.output = task, job, output
-        self.started = False          # seen past PENDING
-        self.lost: float | None = None   # when squeue first stopped listing it without a result
+        self.started = False  # seen past PENDING
+        self.lost: float | None = None  # when squeue first stopped listing it without a result
 
 
 class SlurmExecutor(Executor):
@@ -85,6 +86,7 @@ class SlurmExecutor(Executor):
     docstring). How many run at once is Slurm's to decide (``slots`` None: the batch starts
     them all); ``sbatch_args`` go to every ``sbatch`` (such as ``--cpus-per-task=2`` or
     ``--exclude=node7``); the batch files go to ``folder``."""
+
     name = "slurm"
     slots = None
     interval = 0.5
@@ -97,7 +99,7 @@ class SlurmExecutor(Executor):
         self.setup, self.partition, self.rubric, self.log = setup, partition, rubric, log
         self.folder, self.sbatch_args = Path(folder).absolute(), list(sbatch_args)
         self.arrays = 0
-        self.live: dict[str, _Task] = {}   # task id -> task whose end is not known yet
+        self.live: dict[str, _Task] = {}  # task id -> task whose end is not known yet
         self.listed: dict[str, str] = {}
         self.listed_at = self.retry_at = -math.inf
 
@@ -115,14 +117,16 @@ class SlurmExecutor(Executor):
             for (memory, minutes), group in groups.items():
                 base = self.folder / f"batch-{self.arrays}"
                 self.arrays += 1
-                array = _submit(group, self.setup, self.partition, self.rubric, base, memory, minutes,
-                                self.sbatch_args)
+                array = _submit(group, self.setup, self.partition, self.rubric, base, memory, minutes, self.sbatch_args)
                 submitted.append(array)
-                tasks.update({id(job): _Task(f"{array}_{i}", job, Path(f"{base}-{i}.out"))
-                              for i, job in enumerate(group)})
-                self.log(f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, "
-                         f"--mem={memory}M --time={minutes} in partition {self.partition}")
-        except BaseException:   # the batch never hears of these: cancel them here
+                tasks.update(
+                    {id(job): _Task(f"{array}_{i}", job, Path(f"{base}-{i}.out")) for i, job in enumerate(group)}
+                )
+                self.log(
+                    f"submitted Slurm array {array}: {len(group)} notebook(s) of {group[0].lab.key}, "
+                    f"--mem={memory}M --time={minutes} in partition {self.partition}"
+                )
+        except BaseException:  # the batch never hears of these: cancel them here
             slurm.cancel(submitted)
             raise
         self.live.update({t.id: t for t in tasks.values()})
@@ -131,7 +135,7 @@ class SlurmExecutor(Executor):
     def poll(self, task: _Task) -> RunResult | None:
         """Its result file once written; a task gone from Slurm without one, Slurm's reason."""
         listed = self._listing()
-        if listed is None:   # squeue failed this time: nothing is known to be gone
+        if listed is None:  # squeue failed this time: nothing is known to be gone
             return None
         result = _result(task.job)
         state = _state(task.id, listed)
@@ -171,28 +175,55 @@ class SlurmExecutor(Executor):
         slurm.cancel([task.id for task in tasks])
 
     def close(self) -> None:
-        if self.live:   # tasks nobody waited for to the end
+        if self.live:  # tasks nobody waited for to the end
             slurm.cancel(list(self.live))
             self.live = {}
 
 
-def _submit(group: list[Job], setup: Setup, partition: str, rubric, base: Path, memory: int, minutes: int,
-            sbatch_args) -> str:
+def _submit(
+    group: list[Job], setup: Setup, partition: str, rubric, base: Path, memory: int, minutes: int, sbatch_args
+) -> str:
     """Write one array's batch file and script, submit it; its job id."""
-    batch = {"rubric": str(Path(rubric).absolute()), "sandbox": setup.sandbox.name,
-             "package": str(setup.package), "data": [str(d) for d in setup.data], "data_env": dict(setup.data_env),
-             "jobs": [{"student": j.student, "lab": j.lab.key, "source": str(j.source.absolute()),
-                       "executed": str(j.executed.absolute()), "workdir": str(j.workdir.absolute()),
-                       "log": str(j.log.absolute()), "private": str(j.private.absolute())} for j in group]}
+    batch = {
+        "rubric": str(Path(rubric).absolute()),
+        "sandbox": setup.sandbox.name,
+        "package": str(setup.package),
+        "data": [str(d) for d in setup.data],
+        "data_env": dict(setup.data_env),
+        "jobs": [
+            {
+                "student": j.student,
+                "lab": j.lab.key,
+                "source": str(j.source.absolute()),
+                "executed": str(j.executed.absolute()),
+                "workdir": str(j.workdir.absolute()),
+                "log": str(j.log.absolute()),
+                "private": str(j.private.absolute()),
+            }
+            for j in group
+        ],
+    }
     base.with_suffix(".json").write_text(json.dumps(batch, indent=1))
     script = base.with_suffix(".sh")
-    script.write_text("#!/bin/sh\n# one notebook of a labkit grading batch; see labkit/grading/run/slurm_array.py\n"
-                      f"exec {shlex.quote(sys.executable)} -m labkit.grading.run.slurm_array "
-                      f"{shlex.quote(str(base.with_suffix('.json')))} \"$SLURM_ARRAY_TASK_ID\"\n")
-    out = slurm.command("sbatch", "--parsable", f"--array=0-{len(group) - 1}", f"--partition={partition}",
-                        f"--job-name=labkit-grade-{group[0].lab.key}", f"--mem={memory}M", f"--time={minutes}",
-                        "--ntasks=1", f"--output={base}-%a.out", f"--chdir={Path.cwd()}",
-                        *map(str, sbatch_args), str(script))
+    script.write_text(
+        "#!/bin/sh\n# one notebook of a labkit grading batch; see labkit/grading/run/slurm_array.py\n"
+        f"exec {shlex.quote(sys.executable)} -m labkit.grading.run.slurm_array "
+        f'{shlex.quote(str(base.with_suffix(".json")))} "$SLURM_ARRAY_TASK_ID"\n'
+    )
+    out = slurm.command(
+        "sbatch",
+        "--parsable",
+        f"--array=0-{len(group) - 1}",
+        f"--partition={partition}",
+        f"--job-name=labkit-grade-{group[0].lab.key}",
+        f"--mem={memory}M",
+        f"--time={minutes}",
+        "--ntasks=1",
+        f"--output={base}-%a.out",
+        f"--chdir={Path.cwd()}",
+        *map(str, sbatch_args),
+        str(script),
+    )
     return out.strip().split(";")[0]
 
 
@@ -244,8 +275,9 @@ def _why_gone(task: str, output: Path, minutes_of: int, started: bool) -> RunRes
     if state == "CANCELLED":
         return RunResult("crashed", f"the Slurm job {task} was cancelled{why} before its notebook finished")
     if forgotten and not started:
-        return RunResult("crashed", f"the Slurm job {task} was cancelled while it waited to start, before its "
-                                    f"notebook ran")
+        return RunResult(
+            "crashed", f"the Slurm job {task} was cancelled while it waited to start, before its notebook ran"
+        )
     last = [ln for ln in tail(output, 5).splitlines() if ln.strip()][-1:]
     said = f"; its output ({output}) ends: {last[0].strip()[:200]}" if last else ""
     how = f"ended {state}{why}" if state else "ended (Slurm no longer says how)"
@@ -254,6 +286,7 @@ def _why_gone(task: str, output: Path, minutes_of: int, started: bool) -> RunRes
 
 # ---------------------------------------------------------------------------------------------
 # On the node: one array task.
+
 
 def run_task(batch: dict, index: int) -> RunResult:
     """Run notebook ``index`` of ``batch`` here, as a local batch of one."""
@@ -264,20 +297,35 @@ def run_task(batch: dict, index: int) -> RunResult:
 
     spec = batch["jobs"][index]
     lab = load_rubric(batch["rubric"]).labs[spec["lab"]]
-    job = Job(spec["student"], lab, Path(spec["source"]), Path(spec["executed"]), Path(spec["workdir"]),
-              Path(spec["log"]), Path(spec["private"]))
+    job = Job(
+        spec["student"],
+        lab,
+        Path(spec["source"]),
+        Path(spec["executed"]),
+        Path(spec["workdir"]),
+        Path(spec["log"]),
+        Path(spec["private"]),
+    )
     sandbox = SANDBOXES[batch["sandbox"]]
     why = sandbox.unavailable()
     if why:
-        return RunResult("crashed", f"node {socket.gethostname()} cannot run the sandbox ({why}); the notebook did "
-                                    f"not run: install it on every node, or exclude this one (SLURM_ARGS=--exclude=...)")
+        return RunResult(
+            "crashed",
+            f"node {socket.gethostname()} cannot run the sandbox ({why}); the notebook did "
+            f"not run: install it on every node, or exclude this one (SLURM_ARGS=--exclude=...)",
+        )
     kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
     try:
-        setup = Setup(sandbox=sandbox, backend=cgroups.best_backend(), package=Path(batch["package"]),
-                      data=[Path(d) for d in batch["data"]], data_env=dict(batch["data_env"]),
-                      keep_work=True)   # the grader checks the work folder from its own machine
+        setup = Setup(
+            sandbox=sandbox,
+            backend=cgroups.best_backend(),
+            package=Path(batch["package"]),
+            data=[Path(d) for d in batch["data"]],
+            data_env=dict(batch["data_env"]),
+            keep_work=True,
+        )  # the grader checks the work folder from its own machine
         if sandbox.confined:
-            kit.chmod(0o755)   # the run's user reads it
+            kit.chmod(0o755)  # the run's user reads it
             setup.student_kit = student_package(kit)
         with LocalExecutor(setup, 1) as here:
             return Batch(here, setup).run([job])[job.key]
@@ -303,8 +351,10 @@ def main(argv=None) -> int:
     tmp = private / (RESULT + ".tmp")
     tmp.write_text(json.dumps(asdict(result)))
     os.replace(tmp, private / RESULT)
-    print(f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']} on "
-          f"{socket.gethostname()}: {result.status} {result.reason}".rstrip())
+    print(
+        f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']} on "
+        f"{socket.gethostname()}: {result.status} {result.reason}".rstrip()
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ outputs left out first, with a note. An executed notebook too large to read at a
 how large the outputs were. So a run's folder (the executed notebook, its page, whose outputs
 are cut alike, and its log, capped by ``logcap``) has a bound whatever the notebook printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,12 @@ def cut(executed: Path, source: Path, output_kb: float, most: int = MAX_STORED_B
         return ""
     limit = int(output_kb * 1024)
     if size > MAX_EXECUTED_BYTES:
-        return _replace(executed, source, f"the executed notebook was {kb(size)} of output, over the "
-                                          f"{kb(MAX_EXECUTED_BYTES)} the grader reads; its outputs were not kept")
+        return _replace(
+            executed,
+            source,
+            f"the executed notebook was {kb(size)} of output, over the "
+            f"{kb(MAX_EXECUTED_BYTES)} the grader reads; its outputs were not kept",
+        )
     if size <= min(limit, most):
         return ""
     try:
@@ -53,15 +58,21 @@ def cut(executed: Path, source: Path, output_kb: float, most: int = MAX_STORED_B
     if dropped:
         first = next((c for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"), None)
         if first is not None:
-            first.setdefault("outputs", []).insert(0, note(
-                f"this notebook's outputs came to {kb(size)}; the stored copy keeps at most {kb(most)}: the last "
-                f"{dropped} output(s) were left out"))
+            first.setdefault("outputs", []).insert(
+                0,
+                note(
+                    f"this notebook's outputs came to {kb(size)}; the stored copy keeps at most {kb(most)}: the last "
+                    f"{dropped} output(s) were left out"
+                ),
+            )
             text = json.dumps(nb, ensure_ascii=False)
     if not changed and not dropped:
         return ""
     _write(executed, text)
-    return (f"the stored executed notebook was cut from {kb(size)} to {kb(len(text.encode()))} (each output to "
-            f"{kb(limit)}, the rubric's page_output_kb" + (f"; {dropped} output(s) left out" if dropped else "") + ")")
+    return (
+        f"the stored executed notebook was cut from {kb(size)} to {kb(len(text.encode()))} (each output to "
+        f"{kb(limit)}, the rubric's page_output_kb" + (f"; {dropped} output(s) left out" if dropped else "") + ")"
+    )
 
 
 def _fit_cell(cell: dict, limit: int) -> int:
@@ -72,14 +83,18 @@ def _fit_cell(cell: dict, limit: int) -> int:
     for out in cell.get("outputs") or []:
         if not isinstance(out, dict):
             continue
-        if out.get("output_type") == "stream":   # TensorFlow's start-up lines stay as they were
+        if out.get("output_type") == "stream":  # TensorFlow's start-up lines stay as they were
             text = out.get("text", "")
             text = text if isinstance(text, str) else "".join(map(str, text))
             if len(text) > limit:
                 cuts += 1
-                outs += [{**out, "text": _cut(text, limit)},
-                         note(f"this output is {kb(len(text))}; the stored notebook keeps its first {kb(limit)} "
-                              f"(the rubric's page_output_kb)")]
+                outs += [
+                    {**out, "text": _cut(text, limit)},
+                    note(
+                        f"this output is {kb(len(text))}; the stored notebook keeps its first {kb(limit)} "
+                        f"(the rubric's page_output_kb)"
+                    ),
+                ]
             else:
                 outs.append(out)
             continue
@@ -87,8 +102,10 @@ def _fit_cell(cell: dict, limit: int) -> int:
         notes = [o for o in fitted if "labkit_note" in (o.get("metadata") or {})]
         cuts += bool(notes)
         outs += [o for o in fitted if o not in notes]
-        outs += [note(n["metadata"]["labkit_note"]["summary"].replace("the page shows", "the stored notebook keeps"))
-                 for n in notes]
+        outs += [
+            note(n["metadata"]["labkit_note"]["summary"].replace("the page shows", "the stored notebook keeps"))
+            for n in notes
+        ]
     if cuts:
         cell["outputs"] = outs
     return cuts

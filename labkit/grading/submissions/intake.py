@@ -44,6 +44,7 @@ as they come), one submission folder ``MAX_FILES`` files. Gradescope's metadata 
 YAML aliases, its submitters' fields short texts; its copy inside a submission folder is refused,
 and one ``:sid`` given by several people is never merged (each is graded apart, and flagged).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -56,14 +57,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 RECORD = "intake.json"
-NO_DUE = ("lateness was not computed: Gradescope's export marks nothing late, and no due date was given "
-          "(--due, or DUE= with make) to compare each submission's :created_at with")
+NO_DUE = (
+    "lateness was not computed: Gradescope's export marks nothing late, and no due date was given "
+    "(--due, or DUE= with make) to compare each submission's :created_at with"
+)
 METADATA = "submission_metadata.yml"
 MAX_ENTRIES = 100_000
-MAX_READ_BYTES = 3 * 2**30   # bytes read out of one download in all (checked on the sizes first, then as read)
-MAX_FILES = 20             # files read per submission folder (a lab takes one or two); the rest are listed
-MAX_FIELD = 200            # characters of a submitter's :name, :sid or :email
-MATCH_SHARE = 0.5          # share of a lab's cell ids a notebook must hold to be that lab's under another name
+MAX_READ_BYTES = 3 * 2**30  # bytes read out of one download in all (checked on the sizes first, then as read)
+MAX_FILES = 20  # files read per submission folder (a lab takes one or two); the rest are listed
+MAX_FIELD = 200  # characters of a submitter's :name, :sid or :email
+MATCH_SHARE = 0.5  # share of a lab's cell ids a notebook must hold to be that lab's under another name
 _DIGITS = re.compile(r"[0-9]+")
 _RESUBMITTED = re.compile(r"^(?P<stem>.*?)(?:-(?P<n>[0-9]+)| \((?P<copy>[0-9]+)\))?(?P<ext>\.[A-Za-z0-9]+)$")
 _SAFE = re.compile(r"[^\w.@+-]+")
@@ -82,6 +85,7 @@ def _cap() -> int:
 # ---------------------------------------------------------------------------------------------
 # Reading a download: a zip or a folder, entry by entry
 
+
 class Budget:
     """The bytes one download may still give (``MAX_READ_BYTES``): every read draws on it, so a
     zip bomb ends in an IntakeError, not in gigabytes on the disk."""
@@ -92,16 +96,18 @@ class Budget:
     def take(self, data: bytes) -> bytes:
         self.left -= len(data)
         if self.left < 0:
-            raise IntakeError(f"{self.source}: more than {MAX_READ_BYTES / 2**30:g} GB read out of it, more than a "
-                              f"class's notebooks hold (a zip bomb?); nothing was imported")
+            raise IntakeError(
+                f"{self.source}: more than {MAX_READ_BYTES / 2**30:g} GB read out of it, more than a "
+                f"class's notebooks hold (a zip bomb?); nothing was imported"
+            )
         return data
 
 
 @dataclass
 class Entry:
-    path: str              # relative, '/'-separated, as the archive or folder names it
+    path: str  # relative, '/'-separated, as the archive or folder names it
     size: int
-    read: object           # () -> bytes, at most _cap() of them
+    read: object  # () -> bytes, at most _cap() of them
 
     @property
     def name(self) -> str:
@@ -115,13 +121,15 @@ def entries(source: Path, notes: list[str]) -> list[Entry]:
         return _folder_entries(source, notes)
     if zipfile.is_zipfile(source):
         return _zip_entries(source, notes)
-    raise IntakeError(f"{source} is neither a folder nor a zip file; give Canvas's or Gradescope's download as it "
-                      f"came (a .zip), or a folder DIR/<student>/<notebook>.ipynb")
+    raise IntakeError(
+        f"{source} is neither a folder nor a zip file; give Canvas's or Gradescope's download as it "
+        f"came (a .zip), or a folder DIR/<student>/<notebook>.ipynb"
+    )
 
 
 def _skipped(path: str) -> bool:
     parts = PurePosixPath(path).parts
-    return any(p.startswith(".") or p == "__MACOSX" for p in parts)   # Finder's ._ and __MACOSX copies
+    return any(p.startswith(".") or p == "__MACOSX" for p in parts)  # Finder's ._ and __MACOSX copies
 
 
 def _zip_entries(source: Path, notes: list[str]) -> list[Entry]:
@@ -132,13 +140,15 @@ def _zip_entries(source: Path, notes: list[str]) -> list[Entry]:
         raise IntakeError(f"{source} holds {len(infos)} entries, over the {MAX_ENTRIES} an LMS download has")
     declared = sum(min(i.file_size, _cap()) for i in infos)
     if declared > MAX_READ_BYTES:
-        raise IntakeError(f"{source}: its entries hold {declared / 2**30:.1f} GB uncompressed, over the "
-                          f"{MAX_READ_BYTES / 2**30:g} GB the grader reads out of one download (a zip bomb?)")
+        raise IntakeError(
+            f"{source}: its entries hold {declared / 2**30:.1f} GB uncompressed, over the "
+            f"{MAX_READ_BYTES / 2**30:g} GB the grader reads out of one download (a zip bomb?)"
+        )
     budget = Budget(source)
     for info in infos:
         name = info.filename
         p = PurePosixPath(name)
-        if p.is_absolute() or ".." in p.parts or "\\" in name:   # before _skipped: '..' starts with a dot
+        if p.is_absolute() or ".." in p.parts or "\\" in name:  # before _skipped: '..' starts with a dot
             notes.append(f"not read: {name!r} (a path out of the archive)")
         elif info.is_dir() or _skipped(name):
             continue
@@ -172,13 +182,14 @@ def _read_capped(f) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # The layouts
 
+
 @dataclass
 class CanvasName:
-    name: str               # Canvas's lower-case name (smithjohn)
+    name: str  # Canvas's lower-case name (smithjohn)
     late: bool
     user_id: str
     attachment_id: str
-    original: str           # the file's own name, as the student uploaded it (with Canvas's -N)
+    original: str  # the file's own name, as the student uploaded it (with Canvas's -N)
     anonymous_id: str = ""  # anonymous grading: Canvas's anonymous id, and no name or user id
 
     @property
@@ -196,9 +207,10 @@ def canvas_name(filename: str) -> CanvasName | None:
     ``ContentZipper#get_filename``: no name, and the anonymous id where the user id was)."""
     parts = filename.split("_")
     at = 1 if parts[:1] == ["LATE"] else 0
-    if parts[at:at + 1] == ["anon"] and len(parts) > at + 3 and parts[at + 1] and _DIGITS.fullmatch(parts[at + 2]):
-        return CanvasName(f"anon_{parts[at + 1]}", bool(at), "", parts[at + 2], "_".join(parts[at + 3:]),
-                          anonymous_id=parts[at + 1])
+    if parts[at : at + 1] == ["anon"] and len(parts) > at + 3 and parts[at + 1] and _DIGITS.fullmatch(parts[at + 2]):
+        return CanvasName(
+            f"anon_{parts[at + 1]}", bool(at), "", parts[at + 2], "_".join(parts[at + 3 :]), anonymous_id=parts[at + 1]
+        )
     digits = [i for i, p in enumerate(parts) if _DIGITS.fullmatch(p)][:2]
     if len(digits) < 2 or digits[1] != digits[0] + 1 or digits[0] < 1 or digits[1] + 1 >= len(parts):
         return None
@@ -206,7 +218,7 @@ def canvas_name(filename: str) -> CanvasName | None:
     head = parts[:i]
     late = len(head) > 1 and head[-1] == "LATE"
     name = "_".join(head[:-1] if late else head)
-    return CanvasName(name, late, parts[i], parts[i + 1], "_".join(parts[i + 2:])) if name else None
+    return CanvasName(name, late, parts[i], parts[i + 1], "_".join(parts[i + 2 :])) if name else None
 
 
 def _gradescope_root(items: list[Entry]) -> str | None:
@@ -221,12 +233,16 @@ def _gradescope_root(items: list[Entry]) -> str | None:
     if not wrapped:
         return None
     if len(wrapped) > 1:
-        raise IntakeError(f"{METADATA} is in {len(wrapped)} folders ({', '.join(wrapped[:5])}): which is the export? "
-                          f"Give Gradescope's export as it came, one at a time")
+        raise IntakeError(
+            f"{METADATA} is in {len(wrapped)} folders ({', '.join(wrapped[:5])}): which is the export? "
+            f"Give Gradescope's export as it came, one at a time"
+        )
     outside = [e.path for e in items if PurePosixPath(e.path).parts[0] != wrapped[0]]
     if outside:
-        raise IntakeError(f"{METADATA} is in {wrapped[0]}/, but {len(outside)} file(s) are outside it "
-                          f"({', '.join(outside[:3])}): give Gradescope's export as it came")
+        raise IntakeError(
+            f"{METADATA} is in {wrapped[0]}/, but {len(outside)} file(s) are outside it "
+            f"({', '.join(outside[:3])}): give Gradescope's export as it came"
+        )
     return wrapped[0]
 
 
@@ -234,8 +250,16 @@ def detect(source: Path) -> str:
     """``folders`` (the grader's own layout), ``canvas`` or ``gradescope``."""
     source = Path(source)
     if source.is_dir():
-        if _gradescope_root([Entry(p.relative_to(source).as_posix(), 0, None)
-                             for p in [source / METADATA, *source.glob(f"*/{METADATA}")] if p.is_file()]) is not None:
+        if (
+            _gradescope_root(
+                [
+                    Entry(p.relative_to(source).as_posix(), 0, None)
+                    for p in [source / METADATA, *source.glob(f"*/{METADATA}")]
+                    if p.is_file()
+                ]
+            )
+            is not None
+        ):
             return "gradescope"
         loose = [p.name for p in source.iterdir() if p.is_file() and p.suffix == ".ipynb"]
         return "canvas" if any(canvas_name(n) for n in loose) else "folders"
@@ -245,12 +269,15 @@ def detect(source: Path) -> str:
         return "gradescope"
     if any(canvas_name(e.name) for e in items):
         return "canvas"
-    raise IntakeError(f"{source}: neither Canvas's download (files named name_userid_attachmentid_file) nor "
-                      f"Gradescope's export (with {METADATA}); unzip it into DIR/<student>/<notebook>.ipynb instead")
+    raise IntakeError(
+        f"{source}: neither Canvas's download (files named name_userid_attachmentid_file) nor "
+        f"Gradescope's export (with {METADATA}); unzip it into DIR/<student>/<notebook>.ipynb instead"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Which lab a notebook is
+
 
 def plain_name(filename: str) -> str:
     """``filename`` without the decorations an LMS or a browser adds: ``-2`` and `` (1)``."""
@@ -286,12 +313,16 @@ def match_lab(filename: str, data: bytes | None, labs, refs: dict[str, set]):
     if not filename.lower().endswith(".ipynb"):
         return None, f"{filename!r} is not a notebook"
     ids = _cell_ids(data)
-    shares = sorted(((len(ids & refs.get(lab.key, set())) / len(refs[lab.key]), lab.key) for lab in labs
-                     if refs.get(lab.key)), reverse=True)
+    shares = sorted(
+        ((len(ids & refs.get(lab.key, set())) / len(refs[lab.key]), lab.key) for lab in labs if refs.get(lab.key)),
+        reverse=True,
+    )
     if shares and shares[0][0] >= MATCH_SHARE and (len(shares) == 1 or shares[1][0] < shares[0][0]):
         lab = next(x for x in labs if x.key == shares[0][1])
-        return lab, (f"submitted as {filename!r}, which names no lab; graded as {lab.notebook}, whose cells "
-                     f"it holds ({shares[0][0]:.0%})")
+        return lab, (
+            f"submitted as {filename!r}, which names no lab; graded as {lab.notebook}, whose cells "
+            f"it holds ({shares[0][0]:.0%})"
+        )
     return None, f"{filename!r} matches no lab by name or by its cells"
 
 
@@ -306,21 +337,28 @@ def _cell_ids(data: bytes | None) -> set:
 # ---------------------------------------------------------------------------------------------
 # People: who submitted, and the grader's name for them
 
+
 @dataclass
 class Person:
-    lms: str                      # canvas | gradescope
-    key: str                      # the LMS's own id: Canvas's user id, Gradescope's sid or email
-    name: str                     # as the LMS shows it
-    ids: dict = field(default_factory=dict)   # canvas_user_id / canvas_name, or sid / email
-    roster: dict | None = None    # the roster's row, when found
-    conflict: str = ""            # another submitter gives the same id: matched to the roster by email alone
+    lms: str  # canvas | gradescope
+    key: str  # the LMS's own id: Canvas's user id, Gradescope's sid or email
+    name: str  # as the LMS shows it
+    ids: dict = field(default_factory=dict)  # canvas_user_id / canvas_name, or sid / email
+    roster: dict | None = None  # the roster's row, when found
+    conflict: str = ""  # another submitter gives the same id: matched to the roster by email alone
 
 
 def find_in_roster(person: Person, index: dict) -> dict | None:
     """The roster row of ``person`` (``index``: ``exports.roster_index``)."""
-    tries = [person.ids.get("canvas_user_id")] if person.lms == "canvas" else [
-        None if person.conflict else person.ids.get("sid"), person.ids.get("email"),
-        (person.ids.get("email") or "").split("@")[0]]
+    tries = (
+        [person.ids.get("canvas_user_id")]
+        if person.lms == "canvas"
+        else [
+            None if person.conflict else person.ids.get("sid"),
+            person.ids.get("email"),
+            (person.ids.get("email") or "").split("@")[0],
+        ]
+    )
     for value in tries:
         if value and str(value).strip().lower() in index:
             return index[str(value).strip().lower()]
@@ -330,8 +368,10 @@ def find_in_roster(person: Person, index: dict) -> dict | None:
 def folder_name(person: Person) -> str:
     """The student's folder: the roster's SIS Login ID, SIS User ID or ID, else the LMS's name."""
     candidates = ([person.roster.get(k) for k in ("SIS Login ID", "SIS User ID", "ID")] if person.roster else []) + (
-        [person.ids.get("canvas_name"), person.ids.get("canvas_user_id")] if person.lms == "canvas"
-        else [person.ids.get("sid"), person.ids.get("email"), person.key])
+        [person.ids.get("canvas_name"), person.ids.get("canvas_user_id")]
+        if person.lms == "canvas"
+        else [person.ids.get("sid"), person.ids.get("email"), person.key]
+    )
     for c in candidates:
         safe = _safe(c)
         if safe:
@@ -347,19 +387,20 @@ def _safe(text) -> str:
 # ---------------------------------------------------------------------------------------------
 # Candidates: one submitted file each
 
+
 @dataclass
 class Candidate:
     person: Person
     entry: Entry
-    filename: str            # the file's own name (without Canvas's prefix)
-    order: tuple             # larger is later
+    filename: str  # the file's own name (without Canvas's prefix)
+    order: tuple  # larger is later
     late: bool = False
     late_seconds: float | None = None
     submitted_at: str | None = None
     marker: str = ""
     canvas_prefix: str = ""
     notes: list = field(default_factory=list)
-    group: list = field(default_factory=list)   # the other submitters' person keys (a group submission)
+    group: list = field(default_factory=list)  # the other submitters' person keys (a group submission)
 
 
 def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
@@ -370,13 +411,24 @@ def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
         if parts is None or "/" in e.path:
             notes.append(f"not graded: {e.path} (not named as Canvas names a submitted file)")
             continue
-        ids = ({"canvas_anon_id": parts.anonymous_id, "canvas_name": parts.name} if parts.anonymous_id
-               else {"canvas_user_id": parts.user_id, "canvas_name": parts.name})
+        ids = (
+            {"canvas_anon_id": parts.anonymous_id, "canvas_name": parts.name}
+            if parts.anonymous_id
+            else {"canvas_user_id": parts.user_id, "canvas_name": parts.name}
+        )
         key = f"anon:{parts.anonymous_id}" if parts.anonymous_id else parts.user_id
         person = people.setdefault(key, Person("canvas", key, parts.name, ids))
-        out.append(Candidate(person, e, parts.original, (int(parts.attachment_id), resubmission(parts.original)),
-                             late=parts.late, marker="Canvas's LATE mark" if parts.late else "",
-                             canvas_prefix=parts.prefix))
+        out.append(
+            Candidate(
+                person,
+                e,
+                parts.original,
+                (int(parts.attachment_id), resubmission(parts.original)),
+                late=parts.late,
+                marker="Canvas's LATE mark" if parts.late else "",
+                canvas_prefix=parts.prefix,
+            )
+        )
     return out
 
 
@@ -408,7 +460,9 @@ def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime
             notes.append(f"not graded: {sub_id} ({METADATA} names no submitter)")
             continue
         if not isinstance(submitters, list) or (bad := _bad_submitter(submitters)):
-            notes.append(f"not graded: {sub_id} ({METADATA}: {bad if isinstance(submitters, list) else ':submitters is not a list'})")
+            notes.append(
+                f"not graded: {sub_id} ({METADATA}: {bad if isinstance(submitters, list) else ':submitters is not a list'})"
+            )
             continue
         created = _when(info.get(":created_at"))
         late_s = (created - due).total_seconds() if created and due else None
@@ -416,22 +470,31 @@ def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime
             sid, email, name = _text(s.get(":sid")), _text(s.get(":email")), _text(s.get(":name"))
             key = sid or email or f"{sub_id}:{name}"
             clash = conflicts.get(sid)
-            if clash:   # one :sid, several people: never merged; each apart, and flagged
+            if clash:  # one :sid, several people: never merged; each apart, and flagged
                 key = f"{sid}:{email or name}"
             person = people.setdefault(key, Person("gradescope", key, name, {"sid": sid, "email": email}))
             person.conflict = clash or ""
             group = [_text(o.get(":name")) for o in submitters if o is not s]
             for e in folders.get(sub_id, []):
-                c = Candidate(person, e, PurePosixPath(e.path).name,
-                              (created.timestamp() if created else 0.0, _number(sub_id), resubmission(e.name)),
-                              late=late_s is not None and late_s > 0, late_seconds=late_s if late_s and late_s > 0 else None,
-                              submitted_at=created.isoformat() if created else None,
-                              marker=f"Gradescope's :created_at {created.isoformat()} is after the due date "
-                                     f"{due.isoformat()}" if late_s and late_s > 0 else "")
+                c = Candidate(
+                    person,
+                    e,
+                    PurePosixPath(e.path).name,
+                    (created.timestamp() if created else 0.0, _number(sub_id), resubmission(e.name)),
+                    late=late_s is not None and late_s > 0,
+                    late_seconds=late_s if late_s and late_s > 0 else None,
+                    submitted_at=created.isoformat() if created else None,
+                    marker=f"Gradescope's :created_at {created.isoformat()} is after the due date {due.isoformat()}"
+                    if late_s and late_s > 0
+                    else "",
+                )
                 if group:
                     c.notes.append(f"a group submission with {', '.join(group)}")
-                    c.group = [_text(o.get(":sid")) or _text(o.get(":email")) or f"{sub_id}:{_text(o.get(':name'))}"
-                               for o in submitters if o is not s]
+                    c.group = [
+                        _text(o.get(":sid")) or _text(o.get(":email")) or f"{sub_id}:{_text(o.get(':name'))}"
+                        for o in submitters
+                        if o is not s
+                    ]
                 if clash:
                     c.notes.append(f"flagged: {clash}")
                 out.append(c)
@@ -447,9 +510,16 @@ def _sid_conflicts(meta: dict) -> dict[str, str]:
         for s in info.get(":submitters") or [] if isinstance(info.get(":submitters"), list) else []:
             if isinstance(s, dict) and _text(s.get(":sid")):
                 seen.setdefault(_text(s.get(":sid")), set()).add((_text(s.get(":name")), _text(s.get(":email"))))
-    return {sid: (f":sid {sid} is given by {len(who)} different submitters ("
-                  + "; ".join(f"{n or '?'} <{e or '?'}>" for n, e in sorted(who)) + "): graded apart, not merged; "
-                  "check who is who on Gradescope") for sid, who in seen.items() if len(who) > 1}
+    return {
+        sid: (
+            f":sid {sid} is given by {len(who)} different submitters ("
+            + "; ".join(f"{n or '?'} <{e or '?'}>" for n, e in sorted(who))
+            + "): graded apart, not merged; "
+            "check who is who on Gradescope"
+        )
+        for sid, who in seen.items()
+        if len(who) > 1
+    }
 
 
 def _bad_submitter(submitters: list) -> str:
@@ -473,8 +543,12 @@ def _no_aliases():
     class Loader(yaml.SafeLoader):
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
-                raise yaml.composer.ComposerError(None, None, "holds a YAML alias (*name), which Gradescope's "
-                                                              "export never has", self.peek_event().start_mark)
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    "holds a YAML alias (*name), which Gradescope's export never has",
+                    self.peek_event().start_mark,
+                )
             return super().compose_node(parent, index)
 
     return Loader
@@ -487,10 +561,13 @@ def read_metadata(data: bytes) -> dict:
     try:
         meta = yaml.load(data.decode("utf-8"), Loader=_no_aliases())
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
-        raise IntakeError(f"{METADATA} is not readable YAML ({e}); export the submissions from Gradescope again") from None
+        raise IntakeError(
+            f"{METADATA} is not readable YAML ({e}); export the submissions from Gradescope again"
+        ) from None
     if not isinstance(meta, dict) or not all(isinstance(v, dict) for v in meta.values()):
-        raise IntakeError(f"{METADATA} does not map submission folders to their submitters; is this Gradescope's "
-                          f"export?")
+        raise IntakeError(
+            f"{METADATA} does not map submission folders to their submitters; is this Gradescope's export?"
+        )
     return {str(k): v for k, v in meta.items()}
 
 
@@ -530,9 +607,11 @@ def parse_time(text: str, local: bool = False) -> dt.datetime:
 # ---------------------------------------------------------------------------------------------
 # The import
 
+
 @dataclass
 class Intake:
     """What an import did: the folder it wrote and its record (``intake.json``)."""
+
     folder: Path
     record: dict
 
@@ -541,8 +620,9 @@ class Intake:
         return self.record["students"]
 
 
-def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict] | None = None,
-                    due: str | None = None, log=print) -> Intake:
+def import_download(
+    source, dest, labs, notebooks="notebooks", roster: list[dict] | None = None, due: str | None = None, log=print
+) -> Intake:
     """Lay out Canvas's or Gradescope's download ``source`` (zip or folder) as
     ``dest/<student>/<lab notebook>.ipynb`` with ``dest/intake.json``; ``dest`` is replaced."""
     import shutil
@@ -577,24 +657,39 @@ def import_download(source, dest, labs, notebooks="notebooks", roster: list[dict
         _write(dest / student / lab.notebook, c.entry.read())
         entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
         entry["labs"][lab.key] = {
-            "file": c.filename, "submitted_as": c.entry.path, "late": c.late, "late_seconds": c.late_seconds,
-            "submitted_at": c.submitted_at, "marker": c.marker, "canvas_prefix": c.canvas_prefix,
+            "file": c.filename,
+            "submitted_as": c.entry.path,
+            "late": c.late,
+            "late_seconds": c.late_seconds,
+            "submitted_at": c.submitted_at,
+            "marker": c.marker,
+            "canvas_prefix": c.canvas_prefix,
             "notes": [n for n in [how, *c.notes, _others(others)] if n],
-            **({"group": sorted(names[k] for k in c.group if k in names)} if c.group else {})}
-    for c, why in extra:   # listed, never copied: a student's folder holds the notebooks graded
+            **({"group": sorted(names[k] for k in c.group if k in names)} if c.group else {}),
+        }
+    for c, why in extra:  # listed, never copied: a student's folder holds the notebooks graded
         student = names[c.person.key]
-        (dest / student).mkdir(parents=True, exist_ok=True)   # a row for them all the same, saying what came
+        (dest / student).mkdir(parents=True, exist_ok=True)  # a row for them all the same, saying what came
         entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
         entry.setdefault("received", []).append({"file": c.filename, "why": why})
         notes.append(f"{student}: not graded: {c.entry.path} ({why})")
-    record = {"version": 1, "lms": layout, "source": str(source.resolve()), "due": due_at.isoformat() if due_at else None,
-              "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "students": students,
-              "notes": notes}
+    record = {
+        "version": 1,
+        "lms": layout,
+        "source": str(source.resolve()),
+        "due": due_at.isoformat() if due_at else None,
+        "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "students": students,
+        "notes": notes,
+    }
     (dest / RECORD).write_text(json.dumps(record, indent=1))
     late = sum(1 for s in students.values() for v in s["labs"].values() if v["late"])
-    log(f"imported {sum(len(s['labs']) for s in students.values())} notebook(s) of {len(students)} student(s) from "
-        f"{layout.title()}'s download {source.name} into {dest}" + (f"; {late} late" if late else "")
-        + (f"; {len(notes)} note(s) in {dest / RECORD}" if notes else ""))
+    log(
+        f"imported {sum(len(s['labs']) for s in students.values())} notebook(s) of {len(students)} student(s) from "
+        f"{layout.title()}'s download {source.name} into {dest}"
+        + (f"; {late} late" if late else "")
+        + (f"; {len(notes)} note(s) in {dest / RECORD}" if notes else "")
+    )
     return Intake(dest, record)
 
 
@@ -609,8 +704,10 @@ def _name_people(people, index: dict, notes: list[str]) -> dict[str, str]:
         if name.lower() in taken:
             other = name
             name = _safe(f"{name}-{p.key}")
-            notes.append(f"{p.name or p.key} ({p.lms} id {p.key}) and {taken[other.lower()]} would share the folder "
-                         f"{other!r}; this one is {name!r}")
+            notes.append(
+                f"{p.name or p.key} ({p.lms} id {p.key}) and {taken[other.lower()]} would share the folder "
+                f"{other!r}; this one is {name!r}"
+            )
         taken[name.lower()] = f"{p.name or p.key} ({p.lms} id {p.key})"
         out[p.key] = name
     return out
@@ -638,14 +735,21 @@ def _choose(found: list[Candidate], labs, refs, notes) -> tuple[dict, list]:
 def _others(older: list[Candidate]) -> str:
     if not older:
         return ""
-    return (f"the latest of {len(older) + 1} files for this lab; not graded: "
-            + ", ".join(c.entry.path for c in reversed(older)))
+    return f"the latest of {len(older) + 1} files for this lab; not graded: " + ", ".join(
+        c.entry.path for c in reversed(older)
+    )
 
 
 def _person_record(p: Person) -> dict:
-    return {"lms": p.lms, "id": p.key, "name": p.name, **{k: v for k, v in p.ids.items() if v},
-            "roster": {k: p.roster.get(k, "") for k in ("Student", "ID", "SIS User ID", "SIS Login ID")}
-            if p.roster else None}
+    return {
+        "lms": p.lms,
+        "id": p.key,
+        "name": p.name,
+        **{k: v for k, v in p.ids.items() if v},
+        "roster": {k: p.roster.get(k, "") for k in ("Student", "ID", "SIS User ID", "SIS Login ID")}
+        if p.roster
+        else None,
+    }
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -674,6 +778,7 @@ def digest(source: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # The grader's own layout: a notebook under another name
 
+
 def find_notebook(folder: Path, lab, labs, refs: dict[str, set]) -> tuple[Path | None, str]:
     """(the file of ``lab`` in a student's ``folder``, the note when it is not ``lab.notebook``).
     A file named like it (`` (1)``, ``-2``, another case) counts first, the latest (highest
@@ -686,13 +791,18 @@ def find_notebook(folder: Path, lab, labs, refs: dict[str, set]) -> tuple[Path |
     if named:
         best = max(named, key=lambda p: resubmission(p.name))
         rest = [p.name for p in named if p != best]
-        return best, (f"submitted as {best.name!r}, read as {lab.notebook}"
-                      + (f"; the latest of {len(named)} (not graded: {', '.join(rest)})" if rest else ""))
+        return best, (
+            f"submitted as {best.name!r}, read as {lab.notebook}"
+            + (f"; the latest of {len(named)} (not graded: {', '.join(rest)})" if rest else "")
+        )
     others = [p for p in files if match_lab(p.name, None, labs, {})[0] is None]
-    hits = [(p, note) for p in others
-            if (m := match_lab(p.name, _head(p), labs, refs))[0] is not None and m[0].key == lab.key
-            for note in [m[1]]]
-    return (hits[0] if len(hits) == 1 else (None, ""))
+    hits = [
+        (p, note)
+        for p in others
+        if (m := match_lab(p.name, _head(p), labs, refs))[0] is not None and m[0].key == lab.key
+        for note in [m[1]]
+    ]
+    return hits[0] if len(hits) == 1 else (None, "")
 
 
 def _head(path: Path) -> bytes:

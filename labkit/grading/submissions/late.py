@@ -17,12 +17,13 @@ counts one day, and the row says so.
 The policy is applied when the reports are written (``publish``), from the batch's intake
 record and the TAs' scores, so changing it re-runs no notebook.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from labkit.grading.gradebook.report import LATE as CHECK   # the check name (and status) of the row late work gets
+from labkit.grading.gradebook.report import LATE as CHECK  # the check name (and status) of the row late work gets
 
 KEYS = {"per_day", "flat", "max", "grace_hours"}
 DAY = 86400.0
@@ -34,16 +35,22 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    per_day: float = 0.0     # fraction of the lab's points per day late (a started day counts)
-    flat: float = 0.0        # fraction of the lab's points off any late work
-    max: float = 1.0         # the most a penalty takes, as a fraction of the lab's points
+    per_day: float = 0.0  # fraction of the lab's points per day late (a started day counts)
+    flat: float = 0.0  # fraction of the lab's points off any late work
+    max: float = 1.0  # the most a penalty takes, as a fraction of the lab's points
     grace_hours: float = 0.0
 
     def describe(self) -> str:
-        what = (f"{self.flat:.0%} of the lab's points" if self.flat else
-                f"{self.per_day:.0%} of the lab's points per day late")
-        return what + (f", at most {self.max:.0%}" if self.max < 1 else "") + (
-            f", after {self.grace_hours:g} hour(s) of grace" if self.grace_hours else "")
+        what = (
+            f"{self.flat:.0%} of the lab's points"
+            if self.flat
+            else f"{self.per_day:.0%} of the lab's points per day late"
+        )
+        return (
+            what
+            + (f", at most {self.max:.0%}" if self.max < 1 else "")
+            + (f", after {self.grace_hours:g} hour(s) of grace" if self.grace_hours else "")
+        )
 
     def fraction(self, seconds: float | None) -> tuple[float, str]:
         """(share of the lab's points taken, how it was counted) for work ``seconds`` late
@@ -67,7 +74,9 @@ def parse(value, where: str) -> Policy | None:
         raise PolicyError(f"{where}: late_penalty must be a table; {example}")
     unknown = set(value) - KEYS
     if unknown:
-        raise PolicyError(f"{where}: late_penalty has unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(KEYS))}")
+        raise PolicyError(
+            f"{where}: late_penalty has unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(KEYS))}"
+        )
     for k, v in value.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
             raise PolicyError(f"{where}: late_penalty.{k} must be a number >= 0, not {v!r}")
@@ -102,8 +111,16 @@ def row(student: str, lab, info: dict, earned: float) -> dict | None:
         share, counted = policy.fraction(info.get("late_seconds"))
         points = min(share * lab.max_points, max(earned, 0.0))
         reason += f"; the late penalty ({policy.describe()}) counts {counted}: -{points:g} points"
-    return {"student": student, "lab": lab.key, "check": CHECK, "points": -points if points else 0.0, "max": 0.0, "status": CHECK,
-            "reason": reason, "seconds": ""}
+    return {
+        "student": student,
+        "lab": lab.key,
+        "check": CHECK,
+        "points": -points if points else 0.0,
+        "max": 0.0,
+        "status": CHECK,
+        "reason": reason,
+        "seconds": "",
+    }
 
 
 def _duration(seconds: float) -> str:

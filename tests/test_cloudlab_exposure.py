@@ -45,5 +45,5 @@ def test_a_node_covers_its_own_root_and_home_itself():
 
 def test_the_kit_paths_are_this_checkout_its_venv_and_its_python():
     checkout, venv, python = kit_paths()
-    assert os.path.isfile(os.path.join(checkout, "labkit", "cloudlab_local.py"))
+    assert os.path.isfile(os.path.join(checkout, "labkit", "infra", "cloudlab_local.py"))
     assert os.path.samefile(venv, os.sys.prefix) and os.path.exists(python)

@@ -164,4 +164,6 @@ def test_launcher_options_are_each_launchers_own(tmp_path, monkeypatch):
         launcher_options={"ssh": "ssh -i key", "remote_dir": "kit", "remote_python": "py"},
     )
     ((_, command),) = remote.commands()
-    assert command.startswith("ssh -i key -- 10.0.0.9 ") and "LABKIT_EVENTS=fd:3" in command and "kit" in command
+    # the user's ssh command, with the kit's own liveness options kept (a cut link is noticed)
+    assert command.startswith("ssh -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -i key -- 10.0.0.9 ")
+    assert "LABKIT_EVENTS=fd:3" in command and "kit" in command

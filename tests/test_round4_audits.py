@@ -81,7 +81,7 @@ def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
     from labkit.grading.kit.release import student_package
 
     kit = student_package(tmp_path)
-    text = (kit / "sparse.py").read_text()
+    text = (kit / "learning" / "sparse.py").read_text()
     for name in ("def unique_features", "def gather_rows", "def logits_from_rows", "tf.unique("):
         assert name not in text
     assert not (kit / "solutions").exists()

@@ -1237,7 +1237,7 @@ def emulated_recording(e: Emulated, provenance: dict) -> dict:
 
 
 def recorded_emulated() -> RecordedEmulated:
-    """Section 10's runs as the kit recorded them (``labkit/traces/lab5_emulated.json``: report
+    """Section 10's runs as the kit recorded them (``labkit/experiments/traces/lab5_emulated.json``: report
     003's CNN at N = 1-3 under both architectures on emulated 100 Mbit/s links, each node under
     its CPU quota), with their ``provenance``: where links cannot be emulated, or in the
     grader's run, the section reads these."""
@@ -1320,11 +1320,11 @@ def ps_failure(
     }
 
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"  # labkit.experiments.traces
+TRACES = Path(__file__).resolve().parent / "traces"  # labkit.experiments.traces
 
 
 def recorded_failure() -> dict:
-    """The ``ps_failure`` trace the kit ships (``labkit/traces/lab5_ps_failure.json``): what
+    """The ``ps_failure`` trace the kit ships (``labkit/experiments/traces/lab5_ps_failure.json``): what
     :func:`ps_failure` returns (``summary``, ``steps``, ``kills``, ``events``, ``failure``; no
     ``run_dir``), recorded by the kit's own run, with its ``provenance`` (the call, labkit's
     commit, TensorFlow's version, the cores and the load). Section 11 reads it where it does not

@@ -1,7 +1,7 @@
 """Record the kit's traces again: ``python -m labkit.experiments.traces.recorder NAME...`` (``--list`` names them).
 
 Each recorder runs the call its lab's section makes, at the notebook's default parameters, and
-writes ``labkit/traces/<NAME>.json`` with its provenance. The emulated ones start network
+writes ``labkit/experiments/traces/<NAME>.json`` with its provenance. The emulated ones start network
 namespaces: on a shared machine run them under its lock (``flock /work/system-tests.lock``).
 Paths of the machine that recorded them are left out of what is written.
 """
@@ -41,7 +41,7 @@ def provenance(call: str) -> dict:
 
     from labkit.core.proc import usable_cores
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
     return {
         "recorded_by": call,

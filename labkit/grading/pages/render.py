@@ -29,7 +29,7 @@ from typing import Callable
 from labkit.core.registry import resolve
 from labkit.grading.run import limits
 
-PAGES = Path(__file__).with_name("templates") / "pages"  # the grader's own page bodies (Jinja, autoescaped)
+PAGES = Path(__file__).parents[1] / "templates" / "pages"  # the grader's own page bodies (Jinja, autoescaped)
 TIMEOUT_S = 180.0  # one page; a class's pages render in seconds each
 MEMORY_MB = 2048.0
 TASKS = 32

@@ -252,15 +252,14 @@ def _claim(out: Path) -> None:
     )
 
 
-def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
-    """How to run this batch's notebooks, and the warning every report carries (or '')."""
-    from labkit.grading.run import limits
+def choose_sandbox(reference: bool, sandbox: str | None, log=print):
+    """The sandbox the batch runs in; GradeError when students' notebooks would run without one."""
     from labkit.grading.run.sandbox import APT_LINE, SANDBOXES
 
     name = sandbox or "bwrap"
     if name not in SANDBOXES:
         raise GradeError(f"unknown sandbox {name!r}; use one of {', '.join(SANDBOXES)}")
-    chosen, warning = SANDBOXES[name], ""
+    chosen = SANDBOXES[name]
     why = chosen.unavailable()
     if why:
         if not reference or sandbox == "bwrap":
@@ -270,6 +269,15 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
             )
         log(f"note: {why}; the reference notebooks run without a sandbox")
         chosen = SANDBOXES["none"]
+    return chosen
+
+
+def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
+    """How to run this batch's notebooks, and the warning every report carries (or '')."""
+    from labkit.grading.run import limits
+
+    chosen = choose_sandbox(reference, sandbox, log)
+    warning = ""
     if not chosen.confined:
         warning = UNSANDBOXED
     limits.remove_stale()
@@ -347,6 +355,7 @@ def grade(
             raise GradeError(f"unknown lab(s) {unknown}; the rubric has {', '.join(rub.labs)}")
     out, notebooks = Path(out), Path(notebooks)
     sub = Path(submissions) if submissions else None
+    choose_sandbox(sub is None, sandbox, log=lambda m: None)  # refused before anything is written
     _claim(out)
     db = _open_gradebook(out, sub is None, log)
     try:

@@ -318,7 +318,7 @@ def local_versions() -> dict:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
-            pass
+            continue  # left out, as _PREFLIGHT leaves it out on the node (tensorflow or tensorflow-cpu)
     return out
 
 
@@ -531,7 +531,7 @@ def node_label(host: str, hosts_file: str = "/etc/hosts") -> str:
                 if len(fields) > 1 and fields[0] == host:
                     return f"{fields[-1]} ({host})"
     except OSError:
-        pass
+        return host  # no hosts file to read: the address is all there is to name the node by
     return host
 
 

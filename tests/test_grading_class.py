@@ -31,6 +31,7 @@ import pytest
 from _lms import CanvasFile, canvas_roster, canvas_zip
 import helpers
 from helpers import read_csv
+from labkit.grading.judge.rubric import load_rubric
 from labkit.grading.judge import answers
 from labkit.grading.kit.release import release_notebook
 from labkit.grading.run.sandbox import SANDBOXES
@@ -199,7 +200,8 @@ def test_the_download_is_graded_as_it_came(term):
         assert (
             rows[(login(i), "late")]["status"] == "late" and "Canvas's LATE mark" in rows[(login(i), "late")]["reason"]
         )
-    assert float(rows[(login(4), "late")]["points"]) == pytest.approx(-1.8)  # 1 day (Canvas's mark) at 10% of 18
+    possible = sum(c.points for c in load_rubric(term["rubric"]).labs["lab1"].checks)
+    assert float(rows[(login(4), "late")]["points"]) == pytest.approx(-0.1 * possible)  # 1 day (Canvas's mark) at 10%
     assert float(rows[(login(5), "late")]["points"]) == 0  # nothing earned yet: nothing to take
     assert "the latest of 2 files for this lab" in rows[(login(4), "execution")]["reason"]
     assert (login(12), "late") not in rows
@@ -269,7 +271,8 @@ def test_the_canvas_export_needs_no_hand_edit_and_a_late_student_joins_the_class
             float(r["points"]) for (s, c), r in rows.items() if s == login(i) and c not in ("execution", "late")
         )
         assert float(grades[login(i)][5]) == pytest.approx(earned + float(rows[(login(i), "late")]["points"]))
-        assert float(rows[(login(i), "late")]["points"]) == pytest.approx(-1.8)  # now 6 has points to lose
+        possible = sum(c.points for c in load_rubric(term["rubric"]).labs["lab1"].checks)
+        assert float(rows[(login(i), "late")]["points"]) == pytest.approx(-0.1 * possible)  # now 6 has points to lose
     assert float(grades[login(13)][5]) > 0 and grades[login(25)][5] == "0"  # a crash keeps its answers' scores
     # Zoe hands in late, alone, in a folder of her own, into the class's folder
     late_one = root / "zoe"

@@ -100,7 +100,7 @@ def test_huge_outputs_become_pages_with_a_cut_note(batch):
     out, rows = batch
     for student in ("html16", "md20"):
         assert rows[(student, "big", "execution")]["status"] == "ok", rows[(student, "big", "execution")]
-        # the stored notebook keeps each output to page_output_kb (issue 33: a flood of output is not kept whole)
+        # the stored notebook keeps each output to page_output_kb: a flood of output is not kept whole
         assert (out / student / "big.ipynb").stat().st_size < 16 * 2**20
         page = (out / student / "big.html").read_text()
         mime = "text/html 16.0 MB" if student == "html16" else "text/markdown"

@@ -21,10 +21,10 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from labkit.core import scratch
 from labkit.core.registry import Registry
 
 # name -> "module:run"; each module defines run(quick) and ends with `entry(run)`.
@@ -81,7 +81,7 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
     """Run one benchmark in a child process that is killed with its tree on timeout."""
     from labkit.core.proc import OwnedProcess, tail
 
-    with tempfile.TemporaryDirectory(prefix=f"labkit-bench-{name}-") as tmp:
+    with scratch.folder(f"labkit-bench-{name}-") as tmp:
         out, log = Path(tmp) / "result.json", Path(tmp) / "log.txt"
         module = BENCHMARKS.reference(name).partition(":")[0]
         cmd = [sys.executable, "-m", module, "--json", out] + (["--quick"] if quick else [])

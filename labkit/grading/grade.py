@@ -46,11 +46,11 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit.core import scratch
 from labkit.grading.judge import answers
 from labkit.grading.submissions import intake
 from labkit.grading.run import ledger
@@ -60,7 +60,7 @@ from labkit.grading.run import stored as stored_files
 from labkit.grading.run.batch import Batch
 from labkit.grading.gradebook.publish import Book, PublishError
 from labkit.grading.judge.rubric import Lab, load_rubric
-from labkit.grading.run.runner import Job, RunResult, Setup
+from labkit.grading.run.runner import KIT_PREFIX, Job, RunResult, Setup
 from labkit.grading.judge.scoring import Scored, flag_note, row
 
 REFERENCE = "reference"
@@ -286,8 +286,7 @@ def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, 
         from labkit.grading.kit.release import student_package
 
         setup.package = Path(__import__("labkit").__file__).resolve().parent
-        kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
-        kit.chmod(0o755)  # the runs' users read it
+        kit = scratch.make(KIT_PREFIX, mode=0o755)  # the runs' users read it; a killed grader's is removed next time
         setup.student_kit = student_package(kit)
     else:
         setup.package = Path(__import__("labkit").__file__).resolve().parent

@@ -40,15 +40,16 @@ import signal
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 import traceback
 import warnings
 from pathlib import Path
 
+from labkit.core import scratch
 from labkit.wire.protocol import ENV_FORKSERVER
 
+FOLDER_PREFIX = "labkit-forkserver-"  # a server's socket, stand-in and log, in /tmp (labkit.core.scratch)
 DISABLE = "LABKIT_NO_FORKSERVER"  # "1": every task starts as its own interpreter
 # What every task program imports before its first step; TensorFlow loads Keras and pandas itself.
 PRELOAD = (
@@ -104,6 +105,7 @@ def serve(path: str) -> None:
     import psutil
 
     started = psutil.Process().create_time()
+    _remove_folder_on_term(os.path.dirname(path))
     for name in PRELOAD:
         __import__(name)
     info = {"pid": os.getpid(), "started_epoch": started, "ready_epoch": time.time()}
@@ -134,6 +136,18 @@ def serve(path: str) -> None:
             except OSError:  # the stand-in is gone already: the task follows it (its lifeline)
                 pass
         _reap(tasks)
+
+
+def _remove_folder_on_term(folder: str) -> None:
+    """The driver's death signal (SIGTERM, ``labkit.core.proc``) or a hangup ends the server with
+    its folder: a driver that was killed runs no clean-up of its own."""
+
+    def end(signum, frame):
+        shutil.rmtree(folder, ignore_errors=True)
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, end)
 
 
 def _reap(tasks: dict[int, socket.socket]) -> None:
@@ -237,7 +251,9 @@ class ForkServer:
     def __init__(self, timeout: float = READY_TIMEOUT_S):
         from labkit.core.proc import OwnedProcess
 
-        self.dir = Path(tempfile.mkdtemp(prefix="labkit-forkserver-"))
+        self.dir = scratch.make(
+            FOLDER_PREFIX
+        )  # named for this process: a later server removes it if this one is killed
         self.socket = str(self.dir / "socket")
         self.log = self.dir / "server.log"
         self.python = str(self.dir / "python")

@@ -284,6 +284,9 @@ def prepare(job: Job) -> RunResult | None:
 # The grader's side: start runners, watch them, end them.
 
 
+KIT_PREFIX = "labkit-student-kit-"  # a batch's copy of the student kit in /tmp (labkit.core.scratch)
+
+
 @dataclass
 class Setup:
     """How this batch runs notebooks: the sandbox, the limits backend, and what a kernel sees."""

@@ -38,15 +38,15 @@ import shlex
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from labkit.core import scratch
 from labkit.infra import slurm
 from labkit.grading.run.batch import Batch
 from labkit.grading.run.executor import Executor, ExecutorError
-from labkit.grading.run.runner import Job, LocalExecutor, RunResult, Setup
+from labkit.grading.run.runner import KIT_PREFIX, Job, LocalExecutor, RunResult, Setup
 from labkit.core.proc import tail
 
 MEMORY_MARGIN_MB = 256  # the array task's own process, over the notebook group's cap
@@ -314,7 +314,7 @@ def run_task(batch: dict, index: int) -> RunResult:
             f"node {socket.gethostname()} cannot run the sandbox ({why}); the notebook did "
             f"not run: install it on every node, or exclude this one (SLURM_ARGS=--exclude=...)",
         )
-    kit = Path(tempfile.mkdtemp(prefix="labkit-student-kit-"))
+    kit = scratch.make(KIT_PREFIX)
     try:
         setup = Setup(
             sandbox=sandbox,

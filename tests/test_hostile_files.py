@@ -268,6 +268,20 @@ def test_periodic_code_is_compared_in_linear_time():
     assert all(len(ps) <= similarity.MAX_REPEATS for ps in docs[0].prints.values())
 
 
+def test_a_page_shows_periodic_code_as_plain_text_and_the_rest_highlighted(tmp_path):
+    from labkit.grading.pages import feedback
+
+    nb = json.loads(periodic(filled_beta("ann")))
+    executed = tmp_path / "executed.ipynb"
+    executed.write_text(json.dumps(nb))
+    page = tmp_path / "page.html"
+    feedback.write_feedback(str(executed), [], str(page), "beta")  # it ran past its 180 s limit
+    text = page.read_text()
+    assert text.count("v = [0, 0, 0, ") == 6  # each long cell whole, as escaped text
+    assert '<span class="mi">0</span>' not in text  # no span per number: Pygments took 9 s a cell
+    assert '<span class="k">' in text or '<span class="kn">' in text  # the short cells keep their colours
+
+
 def test_copied_code_is_still_found_with_its_passages():
     code = [
         "def f(values):\n    total = 0\n    for v in values:\n        total += 2 * v * v\n"

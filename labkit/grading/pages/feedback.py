@@ -34,6 +34,9 @@ from labkit.notebook.record import cell_name
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
 OUTPUT_KB = 1024  # the rubric's page_output_kb when a caller gives none
+# A cell's code longer than this is shown as plain text: Pygments takes about 9 s for 270 KB of one
+# line, and writes 17 times the text in spans (a page of six such cells ran past its time limit)
+HIGHLIGHT_CHARS = 20_000
 MAX_NOTEBOOK_BYTES = 64 * 2**20  # an executed notebook past this is not rendered at all (grade reads no more)
 CSS = (
     "math[display=block]{display:block;margin:0.6em 0;font-size:110%} code.tex-error{color:#9a6700} "
@@ -261,9 +264,25 @@ def _note_html(out) -> Markup:
     return Markup(f"<p class='labkit-cut'>{html.escape(note['summary'])}</p>")
 
 
+def _highlight_short(highlight):
+    """nbconvert's highlighter for a cell of up to ``HIGHLIGHT_CHARS``; past that, the code escaped as
+    plain text in the same ``highlight`` block (linear in its length)."""
+
+    def code(source, *args, **kwargs):
+        if len(source) <= HIGHLIGHT_CHARS:
+            return highlight(source, *args, **kwargs)
+        return Markup(f"<div class='highlight'><pre>{html.escape(source)}</pre></div>")
+
+    return code
+
+
 def notebook_body(nb, title: str, top: str, page: Page) -> tuple[str, str]:
     """(the <main> of the page, the CSS it needs) for the displayable notebook ``nb``, ``top`` first."""
     from nbconvert import HTMLExporter
+    from nbconvert.filters.highlight import Highlight2HTML
+
+    language = nb.metadata.get("language_info", {})
+    lexer = language.get("pygments_lexer", language.get("name"))  # as HTMLExporter chooses it
 
     def anchor(cell) -> Markup:
         number = ((cell.get("metadata") or {}).get("labkit") or {}).get("number")
@@ -284,6 +303,7 @@ def notebook_body(nb, title: str, top: str, page: Page) -> tuple[str, str]:
             "labkit_anchor": anchor,
             "labkit_note": _note_html,
             "labkit_cut": cut,
+            "highlight_code": _highlight_short(Highlight2HTML(pygments_lexer=lexer)),
         },
     )
     body, resources = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}, "labkit_header": top})

@@ -133,6 +133,7 @@ def jupyterlab(tmp_path):
     ]
     if os.geteuid() == 0:  # CI and this machine run as root
         cmd.append("--allow-root")
+    before = set(psutil.Process().children(recursive=True))  # e.g. the fork server an earlier cluster test started
     server = OwnedProcess(cmd, tmp_path / "jupyterlab.log", env=env, cwd=tmp_path).start()
     try:
 
@@ -144,7 +145,8 @@ def jupyterlab(tmp_path):
         yield f"http://127.0.0.1:{port}", token, server
     finally:
         server.kill()
-    assert not psutil.Process().children(recursive=True), "JupyterLab or a kernel outlived the test"
+    left = set(psutil.Process().children(recursive=True)) - before
+    assert not left, f"JupyterLab or a kernel outlived the test: {left}"
 
 
 def test_lab1_runs_all_cells_in_jupyterlab_in_chromium(tmp_path, jupyterlab):

@@ -251,9 +251,8 @@ class ForkServer:
     def __init__(self, timeout: float = READY_TIMEOUT_S):
         from labkit.core.proc import OwnedProcess
 
-        self.dir = scratch.make(
-            FOLDER_PREFIX
-        )  # named for this process: a later server removes it if this one is killed
+        # named for this process: if it is killed, the next server started here removes the folder
+        self.dir = scratch.make(FOLDER_PREFIX)
         self.socket = str(self.dir / "socket")
         self.log = self.dir / "server.log"
         self.python = str(self.dir / "python")

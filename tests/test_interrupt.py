@@ -91,8 +91,8 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
         def spawned():  # every task process exists (they are still importing TensorFlow)
             if not (tmp_path / "starting.json").exists():
                 return None
-            kids = children(kernel_pid, recursive=False)
-            return [p.pid for p in kids] if len(kids) >= 2 else None
+            kids = [p for p in children(kernel_pid, recursive=False) if "labkit.tasks.ps_sgd" in p.cmdline()]
+            return [p.pid for p in kids] if len(kids) >= 2 else None  # the ps and the worker, not another child
 
         pids = _interrupt(km, kc, STARTING, spawned)
         _gone(kernel_pid, pids, json.loads((tmp_path / "starting.json").read_text())["ports"])

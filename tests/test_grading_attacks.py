@@ -25,7 +25,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers import WRITABLE, cell, wait_while
+from helpers import WRITABLE, cell, runs_at_once, wait_while
 from labkit.grading.run import limits
 from labkit.grading.grade import grade
 from labkit.grading.judge.rubric import KINDS, evaluate, gate, load_rubric
@@ -434,7 +434,7 @@ def attacked(tmp_path_factory):
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.rglob("*.ipynb") if p.is_file()}
     solutions = {p: p.stat().st_mtime for p in (REPO / "notebooks").glob("*.ipynb")}
     t0 = time.monotonic()
-    outcome = grade(root / "rubric.toml", subs, root / "out", parallel=2, log=lambda m: None)
+    outcome = grade(root / "rubric.toml", subs, root / "out", parallel=runs_at_once(2), log=lambda m: None)
     seconds = time.monotonic() - t0
     grades = root / "out" / "grades.csv"
     snapshot = (grades.read_bytes(), grades.stat().st_mtime_ns)  # as the grader left it
@@ -737,7 +737,7 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
     )
     write(subs / "a" / "pair.ipynb", code_notebook(CLASSMATE_A))
     write(subs / "b" / "pair.ipynb", code_notebook(CLASSMATE_B))
-    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=2, log=lambda m: None)
+    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=runs_at_once(2), log=lambda m: None)
     assert [r["status"] for r in outcome.rows if r["check"] == "execution"] == ["ok", "ok"]
 
     def said_by(student, word):
@@ -773,7 +773,7 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
         code = "import labkit\nlabkit.record('x', 1)" if value else "pass"
         write(tmp_path / "subs" / student / "one.ipynb", code_notebook(code))
     out = tmp_path / "out"
-    first = grade(rubric, tmp_path / "subs", out, parallel=2, log=lambda m: None)
+    first = grade(rubric, tmp_path / "subs", out, parallel=runs_at_once(2), log=lambda m: None)
     assert {r["student"]: r["points"] for r in first.rows if r["check"] == "recorded"} == {"ann": 0, "bob": 1, "cat": 0}
     forged = json.loads((out / ".grader" / "ann" / "one" / "outcome.json").read_text())
     forged["rows"][1].update(points=1.0, status="pass", reason="")
@@ -782,7 +782,7 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
         (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes()
     )
     notes = []
-    second = grade(rubric, tmp_path / "subs", out, parallel=2, log=notes.append)
+    second = grade(rubric, tmp_path / "subs", out, parallel=runs_at_once(2), log=notes.append)
     assert sorted(second.ran) == [("ann", "one"), ("cat", "one")] and second.kept == [("bob", "one")]
     rows = {(r["student"], r["check"]): r for r in second.rows}
     assert {s: rows[(s, "recorded")]["points"] for s in ("ann", "bob", "cat")} == {"ann": 0, "bob": 1, "cat": 0}

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import alive, cell, read_csv, wait_until
+from helpers import alive, cell, runs_at_once, read_csv, wait_until
 from labkit.grading.grade import grade
 from labkit.grading.kit.release import release_notebook
 
@@ -217,8 +217,8 @@ def batch(tmp_path_factory):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     runs = {}
     for jobs, labs in ((2, None), (1, ["fix"])):  # the whole-notebook timeout (lab "slow") runs once
-        out = root / f"out-j{jobs}"
-        outcome = grade(root / "rubric.toml", subs, out, parallel=jobs, labs=labs, log=lambda m: None)
+        out = root / f"out-j{jobs}"  # -j 2 where this user's grader may run two at once (runs_at_once)
+        outcome = grade(root / "rubric.toml", subs, out, parallel=runs_at_once(jobs), labs=labs, log=lambda m: None)
         runs[jobs] = (outcome, out)
     return {"root": root, "runs": runs, "before": before}
 
@@ -467,7 +467,12 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
     assert short[1] == 1
     (tmp_path / "rubric.toml").write_text(short[0])
     outcome = grade(
-        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=2, labs=["lab1"], log=lambda m: None
+        tmp_path / "rubric.toml",
+        tmp_path / "subs",
+        tmp_path / "out",
+        parallel=runs_at_once(2),
+        labs=["lab1"],
+        log=lambda m: None,
     )
     rows = rows_by(outcome)
     st, reason, _ = status(rows, "released", "execution", lab="lab1")

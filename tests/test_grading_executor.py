@@ -10,6 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from helpers import runs_at_once
 from labkit.grading.run import batch, executor, runner
 from labkit.grading.judge.rubric import load_rubric
 from labkit.grading.run.runner import Job, RunResult
@@ -274,7 +275,7 @@ def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
 
     monkeypatch.setattr(runner, "_Running", refuse)
     assert runner.prepare(ann) is None
-    with runner.LocalExecutor(runner.Setup(SANDBOXES["none"], "rlimit"), parallel=2) as local:
+    with runner.LocalExecutor(runner.Setup(SANDBOXES["none"], "rlimit"), parallel=runs_at_once(2)) as local:
         (handle,) = local.start([ann])
         got = local.poll(handle)
     assert (got.status, got.reason) == (

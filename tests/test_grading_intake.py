@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from _lms import CanvasFile, GradescopeSubmission, canvas_roster, canvas_zip, gradescope_zip
-from helpers import read_csv
+from helpers import runs_at_once, read_csv
 from labkit.grading.judge import answers
 from labkit.grading.gradebook import exports, report
 from labkit.grading.submissions import intake, late
@@ -538,7 +538,7 @@ def canvas_class(tmp_path_factory):
         "--roster",
         roster,
         "-j",
-        "2",
+        str(runs_at_once(2)),
     )
     return {"root": root, "out": root / "out", "run": r, "roster": roster, "notebooks": nbs, "download": download}
 
@@ -667,7 +667,7 @@ def test_a_gradescope_export_is_graded_end_to_end(tmp_path):
         "--due",
         "2024-10-02T00:00:00Z",
         "-j",
-        "2",
+        str(runs_at_once(2)),
     )
     assert r.returncode == 0, r.stderr
     rows = {(x["student"], x["lab"], x["check"]): x for x in read_csv(tmp_path / "out" / "grades.csv")}

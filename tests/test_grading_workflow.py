@@ -22,7 +22,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from helpers import alive, read_csv
+from helpers import alive, runs_at_once, read_csv
 from labkit.grading.judge import answers, similarity
 from labkit.grading.gradebook import exports
 from labkit.grading.kit.release import release_notebook
@@ -482,7 +482,9 @@ def graded(tmp_path_factory):
 
     k = make_class(tmp_path_factory.mktemp("workflow"))
     every = {(s, lab) for s in STUDENTS for lab in ("alpha", "beta")}
-    first = subprocess.Popen(_grade_cli(k, "-j", "2"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        _grade_cli(k, "-j", str(runs_at_once(2))), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines, tree = [], {}
     try:
         for line in first.stdout:  # every process the batch ran so far (at any one line, all may be between jobs)
@@ -499,7 +501,9 @@ def graded(tmp_path_factory):
     done_before = {(s, Path(lab).name) for s, lab in _outcomes(k["out"])}
     assert 6 <= len(done_before) < 12
     log = []
-    resumed = grade(k["rubric"], k["subs"], k["out"], parallel=2, notebooks=k["notebooks"], log=log.append)
+    resumed = grade(
+        k["rubric"], k["subs"], k["out"], parallel=runs_at_once(2), notebooks=k["notebooks"], log=log.append
+    )
     k.update(first_lines=lines, done_before=done_before, resumed=resumed, resume_log=log, every=every)
     return k
 
@@ -711,7 +715,14 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     nb = nbformat.read(str(graded["subs"] / "bob" / "alpha.ipynb"), as_version=4)
     next(c for c in nb.cells if c.id == "a-ans1").source = "Squares are non-negative, so their mean is too."
     nbformat.write(nb, str(graded["subs"] / "bob" / "alpha.ipynb"))
-    again = grade(graded["rubric"], graded["subs"], out, parallel=2, notebooks=graded["notebooks"], log=lambda m: None)
+    again = grade(
+        graded["rubric"],
+        graded["subs"],
+        out,
+        parallel=runs_at_once(2),
+        notebooks=graded["notebooks"],
+        log=lambda m: None,
+    )
     assert again.ran == [("bob", "alpha")] and len(again.kept) == 11
     rows = {(r["student"], r["lab"], r["check"]): r for r in again.rows}
     assert rows[("bob", "alpha", "answer Q1")]["status"] == "pending"

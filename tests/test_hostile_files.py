@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from _lms import GradescopeSubmission, gradescope_zip, metadata_yml
+from helpers import runs_at_once
 from labkit.grading.judge import answers, similarity
 from labkit.grading.submissions import intake
 from labkit.grading.run import limits
@@ -612,7 +613,7 @@ def test_a_class_of_twenty_with_six_attackers_is_graded_as_if_they_were_absent(t
         tmp_path / "class" / "rubric.toml",
         subs,
         tmp_path / "class" / "out",
-        parallel=2,
+        parallel=runs_at_once(2),
         notebooks=tmp_path / "class" / "notebooks",
         log=lambda m: None,
     )

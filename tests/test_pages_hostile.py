@@ -31,6 +31,7 @@ import nbformat
 import pytest
 
 from _hostile import FAKE, audit, hostile_notebook
+from helpers import runs_at_once
 from labkit.grading.pages import sanitize
 from labkit.grading.run.sandbox import SANDBOXES
 
@@ -119,7 +120,7 @@ def hostile(tmp_path_factory, beacon):
         (subs / refused).mkdir()
         nbformat.write(hostile_notebook(url), str(subs / refused / "evil.ipynb"))
     out = root / "out"
-    grade(root / "rubric.toml", subs, out, parallel=2, notebooks=root / "notebooks", log=lambda m: None)
+    grade(root / "rubric.toml", subs, out, parallel=runs_at_once(2), notebooks=root / "notebooks", log=lambda m: None)
     export_answers(out, log=lambda m: None)
     q1 = out / "answers" / "evil" / "answer-q1.csv"
     with open(q1, newline="") as f:

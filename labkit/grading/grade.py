@@ -468,7 +468,7 @@ def _grade(
         return _run_batch(book, setup, executor, force, log, similar, carried=set(carried), db=db)
     finally:
         if setup.student_kit is not None:
-            shutil.rmtree(setup.student_kit.parent, ignore_errors=True)
+            scratch.release(setup.student_kit.parent)
 
 
 def _take_in(

@@ -293,7 +293,7 @@ class ForkServer:
     def stop(self) -> None:
         """Stop the server and remove its folder (socket, stand-in, log): nothing stays in /tmp."""
         self.process.kill(grace=2.0)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        scratch.release(self.dir)
 
 
 _server: ForkServer | None = None

@@ -35,7 +35,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 import socket
 import sys
 import time
@@ -330,7 +329,7 @@ def run_task(batch: dict, index: int) -> RunResult:
         with LocalExecutor(setup, 1) as here:
             return Batch(here, setup).run([job])[job.key]
     finally:
-        shutil.rmtree(kit, ignore_errors=True)
+        scratch.release(kit)
 
 
 def main(argv=None) -> int:

@@ -300,7 +300,8 @@ def test_unprivileged_user_gets_the_same_links():
         "print(json.dumps([net.mode, rate, net.leftovers()]))\n"
     )
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "PYTHONPATH": f"{REPO}:{site}"}
+    path = os.pathsep.join([os.environ["PATH"], "/usr/sbin", "/sbin"])  # ip and tc, off a normal user's PATH on Debian
+    env = {"PATH": path, "HOME": "/tmp", "PYTHONPATH": f"{REPO}:{site}"}
     done = subprocess.run([*prefix, python, "-c", probe], capture_output=True, text=True, timeout=120, env=env, cwd="/")
     if "ModuleNotFoundError" in done.stderr or "Permission denied" in done.stderr:
         pytest.skip(f"user nobody cannot read this checkout or its packages: {done.stderr.strip().splitlines()[-1]}")

@@ -206,25 +206,12 @@ def shaping(link: LinkSpec) -> list[str]:
 # ------------------------------------------------------------------------------ availability
 
 
-SBIN = ("/usr/sbin", "/sbin")  # where Debian puts iproute2's ip and tc: not on a normal user's PATH
-
-
-def _with_sbin() -> None:
-    """Add ``SBIN`` to this process's PATH (its children inherit it) where it is missing, so a normal
-    user's ``ip`` and ``tc`` are found, here and in the commands the emulation runs."""
-    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    extra = [d for d in SBIN if d not in path and os.path.isdir(d)]
-    if extra:
-        os.environ["PATH"] = os.pathsep.join([*path, *extra])
-
-
 @functools.lru_cache(maxsize=None)
 def _probe(delay: bool) -> tuple[str | None, str]:
     """(mode, why not): mode "root" or "userns" where namespaces, veth pairs and the qdiscs
     work here, else None and the reason. Tried once per process, in a throw-away namespace."""
     if not sys.platform.startswith("linux"):
         return None, f"network namespaces are a Linux feature; this is {sys.platform}"
-    _with_sbin()
     missing = [t for t in ("ip", "tc", "unshare", "nsenter") if shutil.which(t) is None]
     if missing:
         return None, (

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from helpers import alive, wait_until, wait_while
+from labkit.core import scratch
 
 CHAIN_BENCH = """
 import sys
@@ -89,6 +90,9 @@ def test_a_signalled_harness_leaves_nothing_running(tmp_path, sig):
             psutil.Process(pid).kill()
     if sig != signal.SIGKILL:  # it unwound, as on Ctrl-C, rather than dying where it stood
         assert harness.returncode != -sig, harness.stderr.read()
+    # its scratch folder: removed by the harness as it unwound, or, killed, by the next maker of one
+    left = scratch.remove_orphans("labkit-bench-chain-")
+    assert len(left) == (1 if sig == signal.SIGKILL else 0), left
 
 
 def test_output_into_a_closed_pipe_ends_quietly():

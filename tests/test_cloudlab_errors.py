@@ -193,7 +193,9 @@ def test_a_link_cut_is_noticed_with_the_guides_labkit_ssh(lab):
         -3000:
     ]
     print(f"\nthe cut link noticed after {took:.1f} s")
-    assert took < 60, f"the cut link went unnoticed for {took:.0f} s"
+    # ssh's liveness options (5 s x 3) notice in 15 s; stopping the other tasks and exiting follow. Measured
+    # 40-63 s with a core busy; without the options it went unnoticed for over 150 s
+    assert took < 90, f"the cut link went unnoticed for {took:.0f} s"
 
 
 def test_an_account_added_here_leaves_the_nodes_accounts_alone(lab):

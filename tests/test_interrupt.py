@@ -108,6 +108,9 @@ def test_interrupting_the_kernel_leaves_nothing_running(tmp_path):
         _gone(kernel_pid, pids, json.loads((tmp_path / "running.json").read_text())["ports"])
 
         after = json.loads(text(ok(kc, AFTER)).strip().splitlines()[-1])  # the kernel lives on
-        for status in after["status"]:
-            assert set(status.values()) <= {"terminated", "killed"}, status
+        starting, running = after["status"]
+        # an interrupt during start() may land between a task's spawn and its record: that task reads "new",
+        # though its process was stopped with the rest (checked above, by pid and port)
+        assert set(starting.values()) <= {"terminated", "killed", "new"} and "new" != starting["ps:0"], starting
+        assert set(running.values()) <= {"terminated", "killed"}, running
         assert after["threads"] == [], f"live view or sampler threads left running: {after['threads']}"

@@ -251,7 +251,7 @@ class ForkServer:
     def __init__(self, timeout: float = READY_TIMEOUT_S):
         from labkit.core.proc import OwnedProcess
 
-        # named for this process: if it is killed, the next server started here removes the folder
+        # held by this process's lock: if it is killed, the next server started here removes the folder
         self.dir = scratch.make(FOLDER_PREFIX)
         self.socket = str(self.dir / "socket")
         self.log = self.dir / "server.log"

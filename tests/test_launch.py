@@ -537,6 +537,16 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
     print(f"stop() took {min(stops):.2f}-{max(stops):.2f} s, median {sorted(stops)[10]:.2f} s")
 
 
+def test_tasks_killed_after_the_grace_have_freed_their_ports_when_stop_returns(clusters):
+    """A forked task is no child of this process: killed with its stand-in, it ends itself a
+    moment later. stop() waits for that, so the next cluster can bind the same ports at once."""
+    for _ in range(3):
+        c = make(clusters, cluster.local(ps=1, workers=1), term_grace=0.001, **LONG)
+        c.start(wait_ready=True)
+        c.stop()
+        assert [t.name for t in c.spec.tasks() if not cluster.port_is_free(t.port)] == []
+
+
 def test_what_its_owner_left_running_is_stopped_at_interpreter_exit(tmp_path):
     """``proc.StopAtExit`` (the registry of running Clusters and emulated networks): an object
     still in it when the interpreter exits is stopped; one its owner discarded is not."""

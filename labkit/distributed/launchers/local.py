@@ -11,13 +11,18 @@ it runs the same program."""
 from __future__ import annotations
 
 import os
+import select
 import sys
+import time
 
 from labkit.wire.spec import Task, port_is_free
 from labkit.distributed.launchers import forkserver
 from labkit.distributed.launchers.base import Launcher, Settings, TaskProcess, pasteable
 from labkit.core.proc import OwnedProcess
 from labkit.wire.results import read_json
+
+
+FORKED_END_WAIT_S = 5.0  # a forked task ends itself this long at most after its stand-in is killed
 
 
 class LocalLauncher(Launcher):
@@ -67,3 +72,26 @@ class LocalLauncher(Launcher):
         except ValueError:  # being written
             hello = {}
         return hello["pid"] if hello.get("forkserver") and hello.get("pid") else super().local_pid(tp)
+
+    def release(self, tps: list[TaskProcess]) -> None:
+        """Wait until every forked task has ended. It is no child of this process: a stand-in
+        killed with SIGKILL leaves its task to notice the closed lifeline and end itself a moment
+        later, with its port still bound until it has. A task without a hello never bound one."""
+        deadline = time.monotonic() + FORKED_END_WAIT_S
+        for tp in tps:
+            pid = self.local_pid(tp)
+            if tp.proc is None or pid is None or pid == tp.proc.pid:
+                continue
+            try:
+                ended = os.pidfd_open(pid)
+            except OSError:  # gone already
+                continue
+            try:
+                if not select.select([ended], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    print(
+                        f"labkit: forked task {tp.task.name} (pid {pid}) was still running "
+                        f"{FORKED_END_WAIT_S:.0f} s after its stand-in ended; kill it with `kill -9 {pid}`",
+                        file=sys.stderr,
+                    )
+            finally:
+                os.close(ended)

@@ -146,6 +146,7 @@ class NetemLauncher(LocalLauncher):
 
     def release(self, tps: list[TaskProcess]) -> None:
         """Every task is down: take the network down (namespaces, links, qdiscs)."""
+        super().release(tps)
         if self.network is not None:
             self.network.stop()
         if self.quotas is not None:

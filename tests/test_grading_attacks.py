@@ -678,6 +678,7 @@ def test_the_graders_state_cannot_be_forged(attacked):
     victim = next(j for j in book.jobs if j.student == "victim")
     assert ledger.load_outcome(victim)["rows"][0]["status"] == "ok"
     assert b"forged" not in attacked["grades"].read_bytes()
+    assert b"forged" not in (attacked["root"] / "out" / "victim" / "01_single_node_lr.ipynb").read_bytes()
 
 
 CLASSMATE_A = textwrap.dedent("""\

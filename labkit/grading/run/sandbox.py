@@ -346,7 +346,9 @@ class Unconfined:
 
 def _parents(targets: list[Path]) -> list[str]:
     """``--dir`` for every folder bwrap would otherwise create on its own to hold a mount point,
-    mode 0755: bwrap makes them 0700 and root's, which a run's user could not walk through.
+    mode 0555: bwrap makes them 0700 and root's, which a run's user could not walk through, and
+    a grader that is not root owns them inside its user namespace, so with a write bit its runs
+    could fill the grader's folder layout (in the sandbox's own /tmp) with look-alike files.
     Folders inside another mount point are left alone (they are that mount's own)."""
     outer = set(targets) | {Path(p) for p in SYSTEM}
     made = {Path(p) for p in ("/", "/tmp", "/dev", "/proc")}  # the sandbox's own, already there
@@ -358,7 +360,7 @@ def _parents(targets: list[Path]) -> list[str]:
             wanted.add(parent)
     out = []
     for d in sorted(wanted, key=lambda p: len(p.parts)):
-        out += ["--perms", "0755", "--dir", str(d)]
+        out += ["--perms", "0555", "--dir", str(d)]
     return out
 
 

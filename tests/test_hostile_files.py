@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 import zipfile
 from pathlib import Path, PurePath
@@ -511,7 +512,7 @@ def test_runs_that_would_share_their_limits_are_one_at_a_time(monkeypatch):
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     why = limits.shared("rlimit")
-    assert "RLIMIT_NPROC" in why and "memfd" in why and limits.shared("cgroup1") == ""
+    assert "RLIMIT_NPROC" in why and "another's forks" in why and limits.shared("cgroup1") == ""
     setup = Setup(sandbox=SANDBOXES["none"], backend="rlimit")
     with pytest.raises(ExecutorError, match="-j 2 refused: as user 1000"):
         LocalExecutor(setup, parallel=2)
@@ -721,3 +722,33 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
         assert rows[("injector", "execution")]["status"] == "error"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+MEMFD_HOARDER = textwrap.dedent("""\
+    # 1 GB written into a memfd and never mapped: in no RSS and no data limit
+    import os, time
+    fd = os.memfd_create('hoard')
+    chunk = b'x' * 2**24
+    for _ in range(64):
+        os.write(fd, chunk)
+    print('HOARDED')
+    time.sleep(30)""")
+
+
+@pytest.mark.notebook
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX}")
+def test_memory_held_in_a_memfd_counts_against_the_limit_without_a_cgroup(tmp_path, monkeypatch):
+    """Where no cgroup limits a run (a normal user's grader, mostly), the runner's poll counts the
+    memfds its processes hold as well as their RSS: past ``memory_mb`` the run is killed."""
+    from labkit.grading.grade import grade
+
+    monkeypatch.setattr(limits, "BACKENDS", {"rlimit": limits.BACKENDS["rlimit"]})
+    nb = filled_beta("ann")
+    nb.cells.insert(2, nbformat.v4.new_code_cell(MEMFD_HOARDER))
+    subs = write_class(tmp_path, {"hoarder": json.dumps(nb)})
+    (tmp_path / "rubric.toml").write_text(BETA_RUBRIC.replace("memory_mb = 1500", "memory_mb = 600"))
+    out = tmp_path / "out"
+    grade(tmp_path / "rubric.toml", subs, out, parallel=1, notebooks=tmp_path / "notebooks", log=lambda m: None)
+    row = _rows(out)[("hoarder", "execution")]
+    assert row["status"] == "memory" and "more than 600 MB" in row["reason"], row
+    assert "RSS and memfds" in (out / "hoarder" / "beta.log").read_text()

@@ -84,6 +84,40 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def in_memfds(pids) -> int:
+    """Bytes held in the memfds these processes have open, each file once. A memfd (or a file
+    on any tmpfs opened through one) written with ``write`` and never mapped is memory that no
+    process's RSS or data limit counts."""
+    seen, total = set(), 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # ended, or not ours to read
+            continue
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(link).startswith("/memfd:"):
+                    continue
+                st = os.stat(link)
+            except OSError:  # closed meanwhile
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def tree_memory(pid: int) -> int:
+    """Memory ``pid`` and its descendants hold: their RSS and their memfds (a mapped memfd counts
+    in both: a ceiling, as shared pages are)."""
+    try:
+        pids = [pid, *(p.pid for p in descendants(pid))]
+    except psutil.NoSuchProcess:
+        return 0
+    return tree_rss(pid) + in_memfds(pids)
+
+
 def kill_tree(pid: int, grace: float = 3.0, include_self: bool = True) -> list[int]:
     """SIGTERM ``pid``'s process group and every descendant, SIGKILL what survives ``grace``
     seconds. Returns the pids that had to be killed with SIGKILL."""

@@ -16,7 +16,8 @@ Backends, a registry tried in order (``BACKENDS``):
   limit (``RLIMIT_DATA``), so a process cannot raise it again, and the number of processes of
   the user (``RLIMIT_NPROC``; the kernel ignores it for root, so under a root grader the
   sandbox sets it for the run's own uid, which no other run shares). The grader then also caps
-  the tree's total RSS by polling, as it always did.
+  by polling what the tree holds: its RSS and its memfds (written, never mapped, they are in no
+  RSS and no data limit; ``proc.tree_memory``).
 
 ``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
 """
@@ -247,8 +248,9 @@ def open_group(name: str, memory_bytes: int, tasks: int, backends=None) -> Group
 def shared(backend: str) -> str:
     """Why runs under ``backend`` would share their limits ('' when each has its own). Without a
     cgroup, a grader that is not root runs every notebook as its own uid: ``RLIMIT_NPROC`` counts
-    the processes of all of them together (one run's threads stop another's forks), and memory
-    held in memfds or tmpfs is in no process's data limit or RSS. Root gives each run a uid of
+    the processes of all of them together (one run's threads stop another's forks). (Memory is
+    each run's own even so: the runner polls its tree's RSS and memfds, and its /tmp, /dev/shm and
+    disk are tmpfs of fixed sizes.) Root gives each run a uid of
     its own (``sandbox.lease_account``). The ways to give each run limits of its own here are a
     cgroup delegated to this user (systemd's user manager: ``systemd-run --user --scope -p
     Delegate=yes``, then the ``cgroup2`` backend) or running the grader as root."""
@@ -257,8 +259,8 @@ def shared(backend: str) -> str:
     return (
         f"as user {os.geteuid()} with no cgroup of its own (no delegated cgroup2 or cgroup v1 hierarchy it may "
         f"write; systemd-run --user gives one where a systemd user manager runs), the runs would share one "
-        f"process count (RLIMIT_NPROC counts every process of this uid) and memory in memfds or /dev/shm "
-        f"would be counted for none"
+        f"process count (RLIMIT_NPROC counts every process of this uid): one run's threads would stop "
+        f"another's forks"
     )
 
 

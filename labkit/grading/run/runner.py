@@ -57,7 +57,7 @@ from labkit.grading.run import disks, limits, logcap
 from labkit.grading.run.executor import Executor, Ready
 from labkit.grading.gradebook.report import NEVER_RAN
 from labkit.grading.run.sandbox import Account, View, lease_account
-from labkit.core.proc import OwnedProcess, own_descendants, tail, tree_rss
+from labkit.core.proc import OwnedProcess, own_descendants, tail, tree_memory
 from labkit.notebook.record import cell_name, cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20  # a submitted notebook past this is refused (outputs are stripped anyway)
@@ -452,14 +452,15 @@ class _Running:
                     cell,
                 )
             )
-        if self.group.backend == "rlimit":  # no cgroup: cap the tree's total RSS by polling
-            rss = tree_rss(self.proc.pid)
-            if rss > self.lab.memory_mb * 2**20:
+        if self.group.backend == "rlimit":  # no cgroup: cap the tree's RSS and memfds by polling
+            held = tree_memory(self.proc.pid)
+            if held > self.lab.memory_mb * 2**20:
                 self.stop()
                 cell = self._running_cell()
                 with open(self.job.log, "a") as f:
                     f.write(
-                        f"\n[grader] process tree RSS {rss / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: killed\n"
+                        f"\n[grader] process tree RSS and memfds {held / 2**20:.0f} MB > limit "
+                        f"{self.lab.memory_mb:g} MB: killed\n"
                     )
                 return self._finish(
                     RunResult(

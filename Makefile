@@ -59,21 +59,23 @@ test-fast: setup
 
 # SUBMISSIONS: DIR/<student>/<notebook>.ipynb, Canvas's "Download Submissions" zip or Gradescope's
 # export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook
-# export (Grades > Export); DUE: the due date Gradescope's submission times are compared with.
+# export (Grades > Export); DUE: the due date Gradescope's submission times are compared with;
+# GROUPS: Canvas's group set CSV, for a group assignment (each group's file credited to every member).
 # Without SUBMISSIONS the reference notebooks are graded into out/reference, never into the class's out/grade.
 LAB    ?=
 ROSTER ?=
 ANONYMOUS ?=
 DUE    ?=
+GROUPS ?=
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out $(if $(SUBMISSIONS),out/grade,out/reference) $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(GRADE_ARGS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out $(if $(SUBMISSIONS),out/grade,out/reference) $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(if $(GROUPS),--groups $(GROUPS)) $(GRADE_ARGS)
 
 # Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
 DOWNLOAD ?=
 INTO     ?= submissions
 grade-import: setup
-	@test -n "$(DOWNLOAD)" || { echo "usage: make grade-import DOWNLOAD=submissions.zip [INTO=submissions] [ROSTER=...] [DUE=...]" >&2; exit 2; }
-	$(PY) -m labkit grade-import $(DOWNLOAD) --into $(INTO) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)')
+	@test -n "$(DOWNLOAD)" || { echo "usage: make grade-import DOWNLOAD=submissions.zip [INTO=submissions] [ROSTER=...] [DUE=...] [GROUPS=...]" >&2; exit 2; }
+	$(PY) -m labkit grade-import $(DOWNLOAD) --into $(INTO) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(if $(GROUPS),--groups $(GROUPS))
 
 # After `make grade SUBMISSIONS=...`: the TAs' answer pages and CSVs, merging their scores (PREFER: the
 # file that wins a conflict), the gradebook exports and the feedback pages packed for the LMS

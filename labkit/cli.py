@@ -172,6 +172,11 @@ def _add_grade(sub) -> None:
         "submission created after it is late (Canvas marks late files itself)",
     )
     p.add_argument(
+        "--groups",
+        help="Canvas's group set CSV (People > the group set > Import > Download Course Roster CSV), for a "
+        "group assignment: each group's file is run once and credited to every member",
+    )
+    p.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
@@ -237,6 +242,7 @@ def _add_grade(sub) -> None:
     p.add_argument("--notebooks", default="notebooks", help="the reference notebooks' folder (matches misnamed files)")
     p.add_argument("--roster", help="Canvas's gradebook export: names each student as the gradebook does")
     p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
+    p.add_argument("--groups", help="Canvas's group set CSV: each group's file is laid out for every member")
     p.set_defaults(func=_grade_import)
 
     p = sub.add_parser(

@@ -250,6 +250,76 @@ def test_a_gradescope_export_is_laid_out_by_its_metadata(tmp_path):
     assert rec["students"]["jsmith"]["person"]["sid"] == "S1001"
 
 
+def group_set(path: Path, rows: list[tuple]) -> Path:
+    """Canvas's group set CSV as "Download Course Roster CSV" writes it: (name, canvas id, sis, login, group)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["name", "canvas_user_id", "user_id", "login_id", "sections", "group_name", "canvas_group_id", "group_id"]
+        )
+        for name, uid, sis, login, group in rows:
+            w.writerow([name, uid, sis, login, "Sec 1", group, {"Group 3": 703, "Group 4": 704}.get(group, ""), ""])
+    return path
+
+
+GROUPS = [
+    ("John Smith", 12345, "S1001", "jsmith", "Group 3"),
+    ("Rick Roe", 12347, "S1003", "rroe", "Group 3"),
+    ("Lou Lee", 12348, "S1004", "llee", "Group 3"),
+    ("Jane Doe", 12346, "S1002", "jdoe", "Group 4"),
+]
+
+
+def canvas_group_download(tmp: Path) -> Path:
+    """A group assignment's download: one file per group, named after the group and carrying the
+    user id of the member who handed it in (Group 3 by Rick Roe, uploaded twice; Group 4 by Jane Doe,
+    late); Kay Kim, in no group, alone."""
+    return canvas_zip(
+        tmp / "groups.zip",
+        [
+            CanvasFile("group3", 12347, 81000, "alpha.ipynb", filled("ann")),
+            CanvasFile("group3", 12347, 81002, "alpha-1.ipynb", filled("bob")),
+            CanvasFile("group4", 12346, 81001, "alpha.ipynb", filled("cat"), late=True),
+            CanvasFile("kimkay", 12349, 81003, "alpha.ipynb", filled("dan")),
+        ],
+    )
+
+
+def test_a_canvas_group_file_is_laid_out_for_every_member_of_its_group(tmp_path):
+    from labkit.grading.submissions.groups import read_group_set
+
+    members = read_group_set(group_set(tmp_path / "groups.csv", GROUPS))
+    got = intake.import_download(
+        canvas_group_download(tmp_path),
+        tmp_path / "subs",
+        labs_of(tmp_path),
+        reference_notebooks(tmp_path),
+        exports.read_roster(canvas_roster(tmp_path / "roster.csv", PEOPLE)),
+        log=lambda m: None,
+        groups=members,
+    )
+    students = got.record["students"]
+    assert sorted(students) == ["jdoe", "jsmith", "kkim", "llee", "rroe"]  # John and Lou handed in nothing themselves
+    for s in ("jsmith", "rroe", "llee"):
+        assert (tmp_path / "subs" / s / "alpha.ipynb").read_bytes() == filled("bob")  # the group's latest upload
+    assert students["jsmith"]["labs"]["alpha"]["group"] == ["llee", "rroe"]
+    assert (
+        "a group submission with Rick Roe, Lou Lee (Group 3 in Canvas's group set)"
+        in (students["jsmith"]["labs"]["alpha"]["notes"])
+    )
+    assert students["jdoe"]["labs"]["alpha"]["late"] and "group" not in students["kkim"]["labs"]["alpha"]
+    assert students["rroe"]["person"]["name"] == "Rick Roe"  # not the group's name the file carries
+
+
+def test_a_group_set_without_canvas_ids_is_refused_with_what_to_give(tmp_path):
+    from labkit.grading.submissions.groups import read_group_set
+
+    bad = tmp_path / "groups.csv"
+    bad.write_text("Student,Group\nRick Roe,Group 3\n")
+    with pytest.raises(ValueError, match="no canvas_user_id, group_name column; give Canvas's group set CSV"):
+        read_group_set(bad)
+
+
 def test_grade_import_lays_out_a_download_to_look_at_first(tmp_path):
     labs_of(tmp_path)
     nbs = reference_notebooks(tmp_path)
@@ -648,6 +718,41 @@ def test_the_pages_are_packed_per_student_and_for_canvas(canvas_class):
             ("12348", "67893"),
             ("12349", "67895"),
         }, name
+
+
+@needs_sandbox
+@pytest.mark.notebook
+def test_a_canvas_group_file_runs_once_and_every_member_gets_its_grade(tmp_path):
+    labs_of(tmp_path)
+    r = _cli(
+        "grade",
+        canvas_group_download(tmp_path),
+        "--out",
+        tmp_path / "out",
+        "--rubric",
+        tmp_path / "rubric.toml",
+        "--notebooks",
+        reference_notebooks(tmp_path),
+        "--roster",
+        canvas_roster(tmp_path / "roster.csv", PEOPLE),
+        "--groups",
+        group_set(tmp_path / "groups.csv", GROUPS),
+        "-j",
+        str(runs_at_once(2)),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "running 3 notebook(s)" in r.stdout  # the group's file once, Jane's and Kay's
+    for member in ("llee", "rroe"):
+        assert f"{member}/alpha.ipynb: the group's file, run once as jsmith's: credited to {member} too" in r.stdout
+    rows = {(x["student"], x["check"]): x for x in read_csv(tmp_path / "out" / "grades.csv")}
+    assert {s for s, _ in rows} == {"jsmith", "rroe", "llee", "jdoe", "kkim"}
+    scores = {
+        s: sorted((c, x["points"], x["status"]) for (who, c), x in rows.items() if who == s)
+        for s in ("jsmith", "rroe", "llee")
+    }
+    assert scores["jsmith"] == scores["rroe"] == scores["llee"] and rows[("llee", "execution")]["status"] == "ok"
+    pairs = read_csv(tmp_path / "out" / "similarity.csv") if (tmp_path / "out" / "similarity.csv").exists() else []
+    assert all({x["student_a"], x["student_b"]} - {"jsmith", "rroe", "llee"} for x in pairs)
 
 
 @needs_sandbox

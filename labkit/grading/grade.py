@@ -53,6 +53,7 @@ from pathlib import Path
 from labkit.core import scratch
 from labkit.grading.judge import answers
 from labkit.grading.submissions import intake
+from labkit.grading.submissions.groups import read_group_set
 from labkit.grading.run import ledger
 from labkit.grading.gradebook import legacy, report
 from labkit.grading.gradebook import store as gradebook
@@ -272,11 +273,11 @@ def choose_sandbox(reference: bool, sandbox: str | None, log=print):
     return chosen
 
 
-def make_setup(reference: bool, sandbox: str | None, log=print) -> tuple[Setup, str]:
-    """How to run this batch's notebooks, and the warning every report carries (or '')."""
+def make_setup(chosen, log=print) -> tuple[Setup, str]:
+    """How to run this batch's notebooks in the sandbox ``chosen`` (``choose_sandbox``), and the
+    warning every report carries (or '')."""
     from labkit.grading.run import limits
 
-    chosen = choose_sandbox(reference, sandbox, log)
     warning = ""
     if not chosen.confined:
         warning = UNSANDBOXED
@@ -327,6 +328,7 @@ def grade(
     similar: float | None = None,
     roster: str | None = None,
     due: str | None = None,
+    groups: str | None = None,
 ) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a class's submissions (a folder,
     or Canvas's or Gradescope's download), running only what changed since the last batch in
@@ -337,7 +339,8 @@ def grade(
     ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time. ``similar``: the
     similarity report's threshold (default ``similarity.THRESHOLD``). ``roster``: Canvas's
     gradebook export (names the students of a download; kept for the exports). ``due``: the due
-    date Gradescope's submission times are compared with (ISO 8601)."""
+    date Gradescope's submission times are compared with (ISO 8601). ``groups``: Canvas's group set
+    CSV, for a group assignment's download (each group's file is credited to every member)."""
     if similar is not None and not 0 < similar <= 1:
         raise GradeError(
             f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1"
@@ -352,34 +355,53 @@ def grade(
         unknown = [k for k in labs if k not in rub.labs and not rub.lab_for(k)]
         if unknown:
             raise GradeError(f"unknown lab(s) {unknown}; the rubric has {', '.join(rub.labs)}")
-    out, notebooks = Path(out), Path(notebooks)
-    sub = Path(submissions) if submissions else None
-    choose_sandbox(sub is None, sandbox, log=lambda m: None)  # refused before anything is written
-    _claim(out)
-    db = _open_gradebook(out, sub is None, log)
+    req = Request(
+        Path(out),
+        Path(submissions) if submissions else None,
+        submissions,
+        Path(notebooks),
+        labs,
+        parallel,
+        log,
+        sandbox,
+        force,
+        slurm,
+        slurm_args,
+        similar,
+        roster,
+        due,
+        groups,
+        rubric,
+    )
+    box = choose_sandbox(req.sub is None, sandbox, log)  # refused before anything is written
+    _claim(req.out)
+    db = _open_gradebook(req.out, req.sub is None, log)
     try:
-        return _grade(
-            db,
-            rub,
-            every,
-            labs,
-            out,
-            notebooks,
-            sub,
-            submissions,
-            parallel,
-            log,
-            sandbox,
-            force,
-            slurm,
-            slurm_args,
-            similar,
-            roster,
-            due,
-            rubric,
-        )
+        return _grade(db, rub, every, req, box)
     finally:
         db.close()
+
+
+@dataclass
+class Request:
+    """What ``grade`` was asked, as one value for the stages of a batch."""
+
+    out: Path
+    sub: Path | None  # the submissions (None: the reference notebooks)
+    submissions: object  # as given, for messages
+    notebooks: Path
+    labs: list | None
+    parallel: int | None
+    log: object
+    sandbox: str | None
+    force: bool
+    slurm: str | None
+    slurm_args: object
+    similar: float | None
+    roster: str | None
+    due: str | None
+    groups: str | None
+    rubric: object
 
 
 def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
@@ -393,29 +415,13 @@ def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
     return db
 
 
-def _grade(
-    db,
-    rub,
-    every,
-    labs,
-    out,
-    notebooks,
-    sub,
-    submissions,
-    parallel,
-    log,
-    sandbox,
-    force,
-    slurm,
-    slurm_args,
-    similar,
-    roster,
-    due,
-    rubric,
-) -> Outcome:
+def _grade(db, rub, every, req: Request, box) -> Outcome:
+    """One batch in the sandbox ``box``: take the submissions in, find the jobs, run and score them."""
+    out, notebooks, labs, log = req.out, req.notebooks, req.labs, req.log
+    sub, submissions, roster = req.sub, req.submissions, req.roster
     record = {}
     if sub is not None:
-        sub, record = _take_in(sub, out, every, notebooks, roster, due, log)
+        sub, record = _take_in(sub, out, every, notebooks, req, log)
     chosen = (
         [lab for lab in every if lab.key in labs or lab.notebook in labs]
         if labs
@@ -431,12 +437,12 @@ def _grade(
     jobs, notes, refused, renamed = find_jobs(
         chosen, out, sub, notebooks, known={lab.notebook for lab in every}, every=every, handles=handles
     )
-    setup, warning = make_setup(sub is None, sandbox, log)
+    setup, warning = make_setup(box, log)
     from labkit.grading.run.limits import shared  # runs that would share their limits run one at a time
 
-    parallel = parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
+    parallel = req.parallel or (1 if shared(setup.backend) else auto_parallel(chosen))
     try:
-        executor = make_executor(setup, parallel, slurm, slurm_args, rub.path, out, log)
+        executor = make_executor(setup, parallel, req.slurm, req.slurm_args, rub.path, out, log)
         if roster:
             from labkit.grading.gradebook.publish import save_export_settings
 
@@ -463,21 +469,22 @@ def _grade(
             for lab in book.labs
             for name, q in answers.questions(lab, notebooks / lab.notebook).items()
         }
-        book.save(Path(rubric).read_text())
+        book.save(Path(req.rubric).read_text())
         _submissions(db, book, record)
-        return _run_batch(book, setup, executor, force, log, similar, carried=set(carried), db=db)
+        return _run_batch(book, setup, executor, req.force, log, req.similar, carried=set(carried), db=db)
     finally:
         if setup.student_kit is not None:
             scratch.release(setup.student_kit.parent)
 
 
-def _take_in(
-    source: Path, out: Path, labs: list[Lab], notebooks: Path, roster: str | None, due: str | None, log
-) -> tuple[Path, dict]:
+def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, req: Request, log) -> tuple[Path, dict]:
     """(the submissions folder to grade, its intake record): an LMS download is laid out in
-    ``out/.intake/`` first (``intake``); a folder is graded where it is."""
+    ``out/.intake/`` first (``intake``, with the roster and Canvas's group set ``req`` names);
+    a folder is graded where it is."""
     from labkit.grading.gradebook import exports
     from labkit.grading.gradebook.publish import export_settings
+
+    roster, due = req.roster, req.due
 
     if not source.exists():
         raise GradeError(
@@ -489,12 +496,15 @@ def _take_in(
         if layout == "folders":
             if due:
                 log("note: --due is for Gradescope's export; a folder of student folders says nothing of when")
+            if req.groups:
+                log("note: --groups is for Canvas's download; a folder of student folders is graded as it is")
             return source, intake.read_record(source)
         _claim(out)
         roster = roster or export_settings(out).get("roster")
         people = exports.read_roster(Path(roster)) if roster else None
         dest = out / ".intake" / f"{layout}-{intake.digest(source)}"
-        return dest, intake.import_download(source, dest, labs, notebooks, people, due, log).record
+        members = read_group_set(req.groups) if req.groups else None
+        return dest, intake.import_download(source, dest, labs, notebooks, people, due, log, members).record
     except (intake.IntakeError, ValueError, OSError) as e:
         raise GradeError(str(e)) from None
 
@@ -948,6 +958,7 @@ def main(args) -> int:
             similar=args.similar,
             roster=args.roster,
             due=args.due,
+            groups=args.groups,
         )
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -978,7 +989,8 @@ def main_import(args) -> int:
     try:
         labs = list(load_rubric(args.rubric).labs.values())
         people = exports.read_roster(Path(args.roster)) if args.roster else None
-        intake.import_download(args.download, args.into, labs, args.notebooks, people, args.due)
+        members = read_group_set(args.groups) if args.groups else None
+        intake.import_download(args.download, args.into, labs, args.notebooks, people, args.due, groups=members)
     except (intake.IntakeError, RubricError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

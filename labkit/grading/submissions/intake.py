@@ -53,7 +53,7 @@ import json
 import re
 import stat
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 RECORD = "intake.json"
@@ -432,6 +432,46 @@ def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
     return out
 
 
+def canvas_group_candidates(found: list[Candidate], members: dict, notes: list[str]) -> list[Candidate]:
+    """A group's file (named after the group, with the user id of the member who handed it in)
+    laid out for every member of the group set ``members`` (``groups.read_group_set``), each
+    naming the others, as Gradescope's groups are."""
+    from labkit.grading.submissions.groups import mates
+
+    if any(c.person.ids.get("canvas_anon_id") for c in found):
+        notes.append("the group set is not applied to anonymous files: they carry no Canvas user id")
+    people = {c.person.key: c.person for c in found}
+    out = []
+    for c in found:
+        group = mates(members, c.person.ids.get("canvas_user_id", ""))
+        if not group:
+            out.append(c)
+            continue
+        for m in group:
+            person = people.setdefault(m.user_id, Person("canvas", m.user_id, m.name, {"canvas_user_id": m.user_id}))
+            person.name = m.name or person.name  # the handed-in file is named after the group, not its member
+            person.ids["canvas_name"] = m.login_id or _canvas_slug(m.name) or person.ids.get("canvas_name", "")
+            others = [o for o in group if o is not m]
+            out.append(
+                replace(
+                    c,
+                    person=person,
+                    notes=[
+                        *c.notes,
+                        f"a group submission with {', '.join(o.name or o.user_id for o in others)} "
+                        f"({m.group_name} in Canvas's group set)",
+                    ],
+                    group=[o.user_id for o in others],
+                )
+            )
+    return out
+
+
+def _canvas_slug(name: str) -> str:
+    """A name as Canvas writes it in a download's file names: lower case, word characters only."""
+    return re.sub(r"\W", "", name).lower()
+
+
 def gradescope_candidates(items: list[Entry], notes: list[str], due: dt.datetime | None) -> list[Candidate]:
     root = _gradescope_root(items)
     meta_entry = next(e for e in items if e.path == (f"{root}/{METADATA}" if root else METADATA))
@@ -621,10 +661,18 @@ class Intake:
 
 
 def import_download(
-    source, dest, labs, notebooks="notebooks", roster: list[dict] | None = None, due: str | None = None, log=print
+    source,
+    dest,
+    labs,
+    notebooks="notebooks",
+    roster: list[dict] | None = None,
+    due: str | None = None,
+    log=print,
+    groups: dict | None = None,
 ) -> Intake:
     """Lay out Canvas's or Gradescope's download ``source`` (zip or folder) as
-    ``dest/<student>/<lab notebook>.ipynb`` with ``dest/intake.json``; ``dest`` is replaced."""
+    ``dest/<student>/<lab notebook>.ipynb`` with ``dest/intake.json``; ``dest`` is replaced.
+    ``groups``: Canvas's group set (``groups.read_group_set``), for a group assignment's download."""
     import shutil
 
     from labkit.grading.gradebook.exports import roster_index
@@ -637,6 +685,10 @@ def import_download(
     items = entries(source, notes)
     due_at = parse_time(due, local=True) if due else None
     found = canvas_candidates(items, notes) if layout == "canvas" else gradescope_candidates(items, notes, due_at)
+    if layout == "canvas" and groups:
+        found = canvas_group_candidates(found, groups, notes)
+    elif groups:
+        notes.append("the group set is for Canvas's downloads; Gradescope's export names each group's members itself")
     if layout == "canvas" and due:
         notes.append("--due is not used for Canvas: its download marks late files itself (LATE)")
     if layout == "gradescope" and not due:

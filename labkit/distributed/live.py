@@ -37,18 +37,20 @@ other tasks' are shown; a ``ClusterTimeout`` shows the tasks still running.
 
 from __future__ import annotations
 
-import html
+import functools
 import io
 import threading
 import time
 import traceback
 import warnings
+from pathlib import Path
 
 from labkit.measure.progress import _kernel_shell, is_live
 
 DEFAULT_REFRESH_S = 3.0
 DEFAULT_WINDOW_S = 120.0
 FAILURE_TAIL_LINES = 15  # lines per task shown when a run fails
+TEMPLATES = Path(__file__).parent / "templates"  # the views' HTML (Jinja, autoescaped)
 _shown: dict = {}  # the running cell's execution count -> its (table, figure) display handles
 
 
@@ -302,18 +304,11 @@ class LiveView:
                 return fmt_bytes(value) + "/s"
             return f"{value:.0f}"
 
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["task", *t.columns])
-        body = "".join(
-            "<tr><td>"
-            + html.escape(name)
-            + "</td>"
-            + "".join(f"<td>{html.escape(fmt(c, row[c]))}</td>" for c in t.columns)
-            + "</tr>"
-            for name, row in t.iterrows()
-        )
-        return (
-            f"<b>{html.escape(self.title)}</b> &middot; {elapsed:.0f} s &middot; cpu_pct: 100 = one core; "
-            f"network: the task's node, on the NICs named<table><tr>{head}</tr>{body}</table>"
+        return _template("live_table.html.j2").render(
+            title=self.title,
+            elapsed=elapsed,
+            columns=["task", *t.columns],
+            rows=[(name, [fmt(c, row[c]) for c in t.columns]) for name, row in t.iterrows()],
         )
 
     def _error(self, message: str) -> None:
@@ -358,11 +353,7 @@ class LogTail:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return "".join(
-            f"<b>{html.escape(title)}</b><pre style='max-height: 24em; overflow: auto'>"
-            f"{html.escape(text or '(empty)')}</pre>"
-            for title, text in self.parts
-        )
+        return _template("log_tail.html.j2").render(parts=self.parts)
 
 
 def log_tail(source, task: str | list[str] | None = None, lines: int = 30) -> LogTail:
@@ -418,3 +409,17 @@ def _html(text: str):
     from IPython.display import HTML
 
     return HTML(text)
+
+
+def _template(name: str):
+    """``templates/<name>``, autoescaped: a task's name, progress and log are text, never markup."""
+    return _environment().get_template(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=jinja2.StrictUndefined
+    )

@@ -29,6 +29,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from labkit.grading.pages.notebook_view import cell_numbers, displayable, kb
+from labkit.grading.pages.render import template
 from labkit.grading.pages.sanitize import Page, clean
 from labkit.notebook.record import cell_name
 
@@ -113,10 +114,6 @@ def page(title: str, body: str, css: str = "") -> str:
 # The check table, and what to do next
 
 
-def _pts(points: float, most: float) -> str:
-    return f"{points:g}/{most:g}"
-
-
 def _fold(rows: list[dict]) -> list[dict]:
     """The rows, with the checks that earned nothing only because of the lab's evidence gate
     folded into one row that names the gate."""
@@ -140,29 +137,24 @@ def _fold(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _row(r: dict, descriptions: dict, page: Page, cells: set) -> str:
+def _row(r: dict, descriptions: dict, page: Page, cells: set) -> dict:
+    """A row of ``grade.html.j2``: the check's description, and the grader's "cell 5" in the run's
+    reason (said first, before any message) split out to link to that cell when the page shows it."""
     from labkit.grading.gradebook.report import EXECUTION
 
-    desc = descriptions.get(r["check"], "") if isinstance(r["check"], str) else ""
-    reason = html.escape(str(r["reason"]))
-    if r["check"] == EXECUTION:  # the grader's "cell 5" (said first, before any message) links to the cell
-        reason = re.sub(
-            r"\bcell (\d+)\b",
-            lambda m: (
-                f"<a href='#{page.id('cell-' + m.group(1))}'>{m.group(0)}</a>"
-                if int(m.group(1)) in cells
-                else m.group(0)
-            ),
-            reason,
-            count=1,
-        )
-    return (
-        f"<tr><td>{html.escape(str(r['check']))}"
-        + (f"<div class='labkit-desc'>{html.escape(desc)}</div>" if desc else "")
-        + f"</td><td>{_pts(r['points'], r['max']) if r['check'] != EXECUTION else ''}</td>"
-        f"<td style='color:{STATUS_COLOR.get(r['status'], '#cf222e')};font-weight:bold'>"
-        f"{html.escape(r['status'])}</td><td>{reason}</td></tr>"
-    )
+    run, reason = r["check"] == EXECUTION, str(r["reason"])
+    m = re.search(r"\bcell (\d+)\b", reason) if run else None
+    linked = m is not None and int(m.group(1)) in cells
+    return {
+        **{k: r[k] for k in ("check", "points", "max", "status")},
+        "run": run,
+        "desc": descriptions.get(r["check"], "") if isinstance(r["check"], str) else "",
+        "color": STATUS_COLOR.get(r["status"], "#cf222e"),
+        "before": reason[: m.start()] if linked else reason,
+        "cell": m.group(0) if linked else "",
+        "anchor": page.id(f"cell-{m.group(1)}") if linked else "",
+        "after": reason[m.end() :] if linked else "",
+    }
 
 
 def next_steps(rows: list[dict]) -> list[str]:
@@ -219,27 +211,24 @@ def header(
     descriptions: dict | None = None,
     cells: set = frozenset(),
 ) -> str:
-    """The section that opens a feedback page: points, the checks (with what each checks), and
-    what to do next. ``cells``: the cell numbers the page shows (a reason's "cell 5" links there)."""
+    """The section that opens a feedback page (``templates/pages/grade.html.j2``, autoescaped): points,
+    the checks (with what each checks), and what to do next. ``cells``: the cell numbers the page
+    shows (a reason's "cell 5" links there)."""
     from labkit.grading.gradebook.report import EXECUTION, PENDING
 
     checks = [r for r in rows if r["check"] != EXECUTION]
-    got, most = sum(r["points"] for r in checks), sum(r["max"] for r in checks)
     pending = [r for r in checks if r["status"] == PENDING]
-    worth = sum(r["max"] for r in pending)
-    waiting = (
-        f" ({len(pending)} answer{'s' if len(pending) != 1 else ''} worth {worth:g} "
-        f"point{'s' if worth != 1 else ''} awaiting a TA)"
-        if pending
-        else ""
-    )
-    trs = "".join(_row(r, descriptions or {}, page, cells) for r in _fold(rows))
-    todo = "".join(f"<li>{html.escape(s)}</li>" for s in next_steps(rows))
-    return (
-        f"<section id='{page.id('grade')}'><h2>{html.escape(title)}: {_pts(got, most)} points{waiting}</h2>"
-        + (f"<p class='labkit-warn'>WARNING: this notebook {html.escape(warning)}.</p>" if warning else "")
-        + f"<table><tr><th>check</th><th>points</th><th>status</th><th>reason</th></tr>{trs}</table>"
-        f"<h3>What to do next</h3><ol class='labkit-next'>{todo}</ol></section>"
+    return template(
+        "grade.html.j2",
+        id=page.id("grade"),
+        title=title,
+        got=sum(r["points"] for r in checks),
+        most=sum(r["max"] for r in checks),
+        pending=len(pending),
+        worth=sum(r["max"] for r in pending),
+        warning=warning,
+        rows=[_row(r, descriptions or {}, page, cells) for r in _fold(rows)],
+        steps=next_steps(rows),
     )
 
 
@@ -271,7 +260,7 @@ def _highlight_short(highlight):
     def code(source, *args, **kwargs):
         if len(source) <= HIGHLIGHT_CHARS:
             return highlight(source, *args, **kwargs)
-        return Markup(f"<div class='highlight'><pre>{html.escape(source)}</pre></div>")
+        return Markup("<div class='highlight'><pre>{}</pre></div>").format(source)  # format() escapes
 
     return code
 

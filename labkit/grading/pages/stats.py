@@ -4,14 +4,13 @@ For each lab: how its totals spread, and each check's pass rate (with partial cr
 the analysis answers' mean TA score, so an instructor spots a broken check (nobody passes it)
 or a misunderstood question (a low mean). Counted over the notebooks that ran: a notebook
 never submitted or refused is no evidence about a check. The figures are ``labkit.measure.plots``'
-(PNG in data URIs); the page is built from escaped text only, under the feedback pages'
-policy (``feedback.page``: no script, no request).
+(PNG in data URIs); the page's body is ``templates/pages/stats.html.j2`` (autoescaped), under the
+feedback pages' policy (``feedback.page``: no script, no request).
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 from pathlib import Path
 
@@ -85,60 +84,25 @@ def _figures(table: list[dict], scores: list[float], lab) -> list[tuple[str, str
     ]
 
 
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _pct(x) -> str:
-    return "" if x is None else f"{x:.0%}"
-
-
-def _answer(t: dict) -> str:
-    return f"{_pct(t['mean']) or '-'} ({t['scored']} scored)" if t["kind"] == "analysis" else ""
-
-
-def lab_section(rows: list[dict], lab) -> str:
+def lab_section(rows: list[dict], lab) -> dict:
+    """What ``templates/pages/stats.html.j2`` shows of a lab; figures only when a notebook ran
+    (a histogram of nothing is no evidence)."""
     table, scores = lab_table(rows, lab)
-    head = (
-        f"<h2>{_e(lab.key)}: {_e(lab.title)}</h2><p>{len(scores)} notebook(s) ran"
-        + (
-            f"; totals mean {sum(scores) / len(scores):.2f}, min {min(scores):g}, max {max(scores):g} of "
-            f"{lab.max_points:g}"
-            if scores
-            else ""
-        )
-        + ".</p>"
-    )
-    if not scores:
-        return head
-    late = sum(1 for r in rows if r["lab"] == lab.key and r["check"] == LATE)
-    figs = "".join(f"<img alt='{_e(alt)}' src='{uri}'>" for alt, uri in _figures(table, scores, lab))
-    trs = "".join(
-        f"<tr><td>{_e(t['check'])}</td><td>{_e(t['kind'])}</td><td>{t['points']:g}</td><td>{t['n']}</td>"
-        f"<td>{_pct(t['pass'])}</td><td>{_pct(t['partial'])}</td><td>{t['mean_points']:.2f}</td>"
-        f"<td>{_answer(t)}</td>"
-        f"<td>{t['pending'] or ''}</td></tr>"
-        for t in table
-    )
-    return (
-        head
-        + (f"<p>{late} late submission(s) (summary.md lists them).</p>" if late else "")
-        + figs
-        + "<table><tr><th>check</th><th>kind</th><th>points</th><th>ran</th><th>passed</th><th>partial</th>"
-        "<th>mean points</th><th>answers: mean TA score</th><th>awaiting a TA</th></tr>" + trs + "</table>"
-    )
+    return {
+        "lab": lab,
+        "scores": scores,
+        "late": sum(1 for r in rows if r["lab"] == lab.key and r["check"] == LATE),
+        "figures": _figures(table, scores, lab) if scores else [],
+        "table": table,
+    }
 
 
 def write_html(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "") -> None:
-    """``summary.html``: per lab, its figures and its per-check table."""
+    """``summary.html``: per lab, its figures and its per-check table (the template escapes every text)."""
     from labkit.grading.pages.feedback import page
+    from labkit.grading.pages.render import template
 
-    body = (
-        f"<h1>{_e(title)}: per-check statistics</h1>"
-        + (f"<p class='warn'>WARNING: every notebook {_e(warning)}.</p>" if warning else "")
-        + "<p>Pass rates count the notebooks that ran. A check few pass may be broken, or its concept "
-        "misunderstood; read its failures in summary.md.</p>" + "".join(lab_section(rows, lab) for lab in labs)
-    )
+    body = template("stats.html.j2", title=title, warning=warning, labs=[lab_section(rows, lab) for lab in labs])
     css = (
         "body{font-family:sans-serif;margin:1em 2em} img{max-width:48%;margin:0.5em 1% 0.5em 0;"
         "vertical-align:top} table{border-collapse:collapse;margin-bottom:2em} td,th{border:1px solid #ccc;"

@@ -71,6 +71,26 @@ def test_signals_reach_the_task_and_its_stand_in_ends_as_it_did(server, tmp_path
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_signal_that_reaches_a_task_before_its_own_handlers_ends_it(tmp_path):
+    """The server's SIGTERM handler removes its folder; a task forked from it gets a SIGTERM the
+    moment it exists when its stand-in was stopped during start. Blocked across the fork, the
+    signal waits for the task's own dispositions, then ends it: no server handler runs in the task,
+    and the signal is not lost (the task would then sleep until SIGKILL)."""
+    marker = tmp_path / "server-handler-ran"
+    code = f"""
+import signal, threading, time
+from labkit.distributed.launchers import forkserver
+signal.signal(signal.SIGTERM, lambda *a: open({str(marker)!r}, "w").close())  # the server's, as inherited
+held = signal.pthread_sigmask(signal.SIG_BLOCK, forkserver.TASK_SIGNALS)  # as the server forks
+# the stand-in's forwarded SIGTERM, before the task is set up (to this thread: a forked task has no other)
+signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+forkserver.become_task_signals(held)
+time.sleep(30)
+"""
+    r = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert r.returncode == -signal.SIGTERM and not marker.exists()
+
+
 @pytest.mark.tensorflow
 def test_a_task_dies_with_its_stand_in_whatever_kills_it(server, tmp_path):
     log = tmp_path / "log"

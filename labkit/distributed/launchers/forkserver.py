@@ -125,9 +125,14 @@ def serve(path: str) -> None:
                 conn.close()
                 print(f"fork server: a bad request ({e})", flush=True)
                 continue
+            # A signal for the task can arrive the moment it exists (a stand-in stopped during
+            # start forwards it at once): held until the child has its own dispositions, it then
+            # ends the task, instead of running the server's handler there or being lost.
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, TASK_SIGNALS)
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, [listener, conn, *tasks.values()], info)
+                _child(request, fds, [listener, conn, *tasks.values()], info, held)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             for fd in fds:
                 os.close(fd)
             tasks[pid] = conn
@@ -136,6 +141,17 @@ def serve(path: str) -> None:
             except OSError:  # the stand-in is gone already: the task follows it (its lifeline)
                 pass
         _reap(tasks)
+
+
+TASK_SIGNALS = {
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCHLD,
+    signal.SIGINT,
+}
 
 
 def _remove_folder_on_term(folder: str) -> None:
@@ -167,16 +183,25 @@ def _reap(tasks: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _child(request: dict, fds: list[int], inherited: list, info: dict) -> None:
-    """In the forked process: become the task and run its program; never returns."""
+def become_task_signals(mask: set) -> None:
+    """The task's own dispositions (the defaults; SIGINT raises KeyboardInterrupt), then the
+    signals blocked since the fork unblocked: one that came meanwhile ends the task as it would
+    have, instead of running the server's handler (which removes the server's folder) or being lost."""
+    for s in TASK_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _child(request: dict, fds: list[int], inherited: list, info: dict, mask: set) -> None:
+    """In the forked process: become the task and run its program; never returns. It starts with
+    ``TASK_SIGNALS`` blocked, unblocked (to ``mask``) once their handlers are the task's."""
     code = 1
     try:
+        become_task_signals(mask)
         for s in inherited:
             s.close()
         os.setsid()  # a session of its own, as the launcher gives a task
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-            signal.signal(s, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         stdin, stdout, stderr, lifeline, *netns = fds
         for fd in netns:  # before any thread starts: the threads TensorFlow starts later inherit it
             _join_network(fd)

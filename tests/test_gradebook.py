@@ -321,6 +321,37 @@ def test_same_points_with_other_comments_is_no_conflict_and_prefer_keeps_both_co
     assert answers.read_scores(fresh)[("alpha", "answer Q1", "cat")]["comment"] == "see me"
 
 
+def test_the_gradebook_holds_the_ta_scores_and_ta_scores_csv_is_only_its_view(tmp_path):
+    """A merge writes the gradebook in one transaction; ``ta_scores.csv`` is rebuilt from it. Lost
+    or hand-edited, the CSV changes no score, and the next merge writes it again."""
+    a = _scores(tmp_path / "a.csv", [("alpha", "answer Q1", "ann", "shaann", "", "2", "clear")])
+    answers.merge(tmp_path, [a], Q, NOW)
+    view = tmp_path / answers.SCORES_FILE
+    assert "clear" in view.read_text()
+    view.write_text(view.read_text().replace(",2,", ",0,"))  # a hand edit
+    assert answers.read_scores(tmp_path)[("alpha", "answer Q1", "ann")]["score"] == "2"
+    view.unlink()
+    assert answers.read_scores(tmp_path)[("alpha", "answer Q1", "ann")]["comment"] == "clear"
+    assert answers.merge(tmp_path, [a], Q, NOW) == [f"{a}: 0 score(s) merged, 1 unchanged"]
+    assert view.is_file() and "clear" in view.read_text()
+    with Gradebook(tmp_path) as db:
+        (only,) = db.ta_history("ann", "alpha", "answer Q1")
+        assert (only["max"], only["answer_sha"], only["source"]) == ("2", "shaann", "a.csv")
+
+
+def test_a_gradebook_of_the_first_version_gets_the_ta_score_columns_it_lacks(tmp_path):
+    with sqlite3.connect(tmp_path / gradebook.FILE) as raw:
+        raw.execute(
+            "CREATE TABLE ta_scores (id INTEGER PRIMARY KEY, person INTEGER NOT NULL, lab TEXT NOT NULL, "
+            "check_name TEXT NOT NULL, score TEXT NOT NULL, comment TEXT NOT NULL DEFAULT '', "
+            "source TEXT NOT NULL DEFAULT '', at TEXT NOT NULL, current INTEGER NOT NULL DEFAULT 1)"
+        )
+        raw.execute("INSERT INTO ta_scores (person, lab, check_name, score, at) VALUES (1, 'alpha', 'q', '1', 'then')")
+    with Gradebook(tmp_path) as db:
+        row = db.db.execute("SELECT max, answer_sha, score FROM ta_scores").fetchone()
+        assert tuple(row) == ("", "", "1") and db.integrity() == "ok"
+
+
 # ------------------------------------------------------------------------------------------- intake
 
 

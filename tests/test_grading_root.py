@@ -78,6 +78,7 @@ REACHABLE = textwrap.dedent("""\
         for child, stash in kept.items():
             os.mkdir(os.path.join(folder, child))
             subprocess.run(['mount', '--move', stash, os.path.join(folder, child)], check=True)
+            os.rmdir(stash)  # empty again once moved: nothing stays in /tmp
     os.execvp(sys.argv[sep + 1], sys.argv[sep + 1:])""")
 
 

@@ -33,3 +33,28 @@ def test_a_killed_owners_folder_goes_and_a_live_ones_stays():
         if mine is not None:
             scratch.release(mine)
         scratch.remove_orphans(prefix)
+
+
+def test_a_host_folder_disks_socket_folder_goes_with_its_grader_however_it_ends(tmp_path):
+    """``disks.FolderDisk`` (a run on a host folder: Slurm nodes, --no-sandbox) keeps its kernel's
+    sockets in a short /tmp folder: removed by ``close``, or, the grader killed, by the next one."""
+    from labkit.grading.run import disks
+
+    code = (
+        "import sys, time; from pathlib import Path; from labkit.grading.run.disks import FolderDisk; "
+        "d = FolderDisk(Path(sys.argv[1]), Path(sys.argv[2]), 2**20, None, False); print(d.ipc, flush=True); "
+        "time.sleep(600)"
+    )
+    for work in ("w1", "w2"):
+        (tmp_path / work).mkdir()
+    grader = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "w1"), str(tmp_path / "c1")], stdout=subprocess.PIPE, text=True
+    )
+    killed = grader.stdout.readline().strip()
+    grader.send_signal(signal.SIGKILL)
+    grader.wait(30)
+    assert killed.startswith(f"/tmp/{disks.IPC_PREFIX}") and os.path.isdir(killed)
+    disk = disks.FolderDisk(tmp_path / "w2", tmp_path / "c2", 2**20, None, False)
+    assert not os.path.exists(killed) and disk.ipc.is_dir()
+    disk.close()
+    assert not disk.ipc.exists() and not (tmp_path / "w2").exists()

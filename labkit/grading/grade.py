@@ -17,7 +17,7 @@ Output in ``out``:
     deliver/students, deliver/canvas  the feedback pages packed per student and for Canvas (``grade-deliver``)
     final_grades.csv, canvas.csv      the gradebook exports (``exports``)
     similarity.html, similarity.csv   pairs of students whose code or answers match (``similarity``)
-    answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored
+    answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored (a view of the gradebook)
     <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
     <notebook>.ipynb|.html|.log       the same for the reference run
     .work/<student>/<notebook stem>/  where each notebook ran (artifacts, runs/): the only folder

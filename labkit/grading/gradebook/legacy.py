@@ -56,9 +56,9 @@ def import_folder(book: gb.Gradebook, log=print) -> int:
         if outcome is not None and book.latest_run(handle, d["lab"]) is None:
             book.record_run(handle, d["lab"], outcome)
             runs += 1
-    for (lab, check, student), s in answers.read_scores(out).items():
+    for (lab, check, student), s in answers.read_scores_csv(out).items():
         handle = book.identify({"folder": student}, student)
-        book.ta_score(handle, lab, check, str(s.get("score") or ""), s.get("comment") or "", s.get("source") or "")
+        book.ta_scores({(lab, check, handle): s})
     _import_export(book, out)
     if runs:
         log(f"imported the {runs} run(s) graded in {out} before into its gradebook ({gb.FILE})")

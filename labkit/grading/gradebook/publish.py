@@ -1,8 +1,8 @@
 """Every report of a batch, rebuilt from what its runs left and what the TAs scored.
 
 A batch's output folder holds its manifest and the class's gradebook (``gradebook``: each
-notebook's signed runs, the people and their LMS ids, the roster, the exports sent); the TAs'
-scores are in ``ta_scores.csv`` (``answers.merge``; the gradebook keeps their history).
+notebook's signed runs, the people and their LMS ids, the roster, the exports sent, and the TAs'
+scores with their history, ``answers.merge``; ``ta_scores.csv`` is a view of the current ones).
 ``Book.load(out)`` reads them back,
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
@@ -427,9 +427,6 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
         aliases=answers.students_by_code(book.out),
     ):
         log(line)
-    with book.gradebook() as db:  # every score given, with its history
-        for (lab, check, student), s in sorted(answers.read_scores(book.out).items()):
-            db.ta_score(student, lab, check, str(s.get("score") or ""), s.get("comment") or "", s.get("source") or "")
     rows = book.write_reports(log)
     pending = sum(1 for r in rows if r["status"] == report.PENDING)
     log(

@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS ta_scores (
     id INTEGER PRIMARY KEY, person INTEGER NOT NULL REFERENCES people(id), lab TEXT NOT NULL, check_name TEXT NOT NULL,
     score TEXT NOT NULL, comment TEXT NOT NULL DEFAULT '', source TEXT NOT NULL DEFAULT '', at TEXT NOT NULL,
-    current INTEGER NOT NULL DEFAULT 1);
+    current INTEGER NOT NULL DEFAULT 1, max TEXT NOT NULL DEFAULT '', answer_sha TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS exports (
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, path TEXT NOT NULL, sent INTEGER NOT NULL, note TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS exported (
@@ -122,6 +122,7 @@ class Gradebook:
             for stmt in filter(str.strip, SCHEMA.split(";")):
                 db.execute(stmt)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(VERSION),))
+            _add_columns(db, "ta_scores", {"max": "TEXT NOT NULL DEFAULT ''", "answer_sha": "TEXT NOT NULL DEFAULT ''"})
 
     def close(self) -> None:
         self.db.close()
@@ -352,26 +353,86 @@ class Gradebook:
         return self.db.execute("SELECT count(*) FROM runs").fetchone()[0]
 
     # ------------------------------------------------------------------ TA scores
-    def ta_score(self, handle: str, lab: str, check: str, score: str, comment: str, source: str) -> bool:
+    def ta_score(
+        self, handle: str, lab: str, check: str, score: str, comment: str, source: str, max="", answer_sha=""
+    ) -> bool:
         """Keep a TA's score as the current one (the old one stays, as history); False when
         it is the current one already."""
-        person = self._id(handle)
+        return (
+            self.ta_scores(
+                {
+                    (lab, check, handle): {
+                        "score": score,
+                        "comment": comment,
+                        "source": source,
+                        "max": max,
+                        "answer_sha": answer_sha,
+                    }
+                }
+            )
+            == 1
+        )
+
+    def ta_scores(self, given: dict[tuple, dict]) -> int:
+        """Keep TA scores ({(lab, check, handle): score, comment, source, max, answer_sha}) as the
+        current ones, all in one transaction; returns how many changed."""
+        people = {handle: self._id(handle) for _, _, handle in given}  # a folder's name may make a person first
+        changed = 0
         with self.write() as db:
-            cur = db.execute(
-                "SELECT score, comment FROM ta_scores WHERE person = ? AND lab = ? AND check_name = ? AND current = 1",
-                (person, lab, check),
-            ).fetchone()
-            if cur is not None and (cur["score"], cur["comment"]) == (score, comment):
-                return False
-            db.execute(
-                "UPDATE ta_scores SET current = 0 WHERE person = ? AND lab = ? AND check_name = ?", (person, lab, check)
-            )
-            db.execute(
-                "INSERT INTO ta_scores (person, lab, check_name, score, comment, source, at, current) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-                (person, lab, check, score, comment, source, now()),
-            )
-            return True
+            for (lab, check, handle), s in sorted(given.items()):
+                changed += self._keep_score(db, people[handle], lab, check, s)
+        return changed
+
+    @staticmethod
+    def _keep_score(db, person: int, lab: str, check: str, s: dict) -> bool:
+        new = tuple(str(s.get(k) or "") for k in ("score", "comment", "answer_sha"))
+        cur = db.execute(
+            "SELECT score, comment, answer_sha FROM ta_scores "
+            "WHERE person = ? AND lab = ? AND check_name = ? AND current = 1",
+            (person, lab, check),
+        ).fetchone()
+        if cur is not None and tuple(cur) == new:
+            return False
+        db.execute(
+            "UPDATE ta_scores SET current = 0 WHERE person = ? AND lab = ? AND check_name = ?", (person, lab, check)
+        )
+        db.execute(
+            "INSERT INTO ta_scores (person, lab, check_name, score, comment, source, at, current, max, answer_sha) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (
+                person,
+                lab,
+                check,
+                new[0],
+                new[1],
+                str(s.get("source") or ""),
+                s.get("given") or now(),
+                str(s.get("max") or ""),
+                new[2],
+            ),
+        )
+        return True
+
+    def current_ta_scores(self) -> dict[tuple, dict]:
+        """{(lab, check, handle): the current score}, as ``ta_scores.csv`` lists them."""
+        rows = self.db.execute(
+            "SELECT ta_scores.*, people.handle FROM ta_scores JOIN people ON people.id = ta_scores.person "
+            "WHERE current = 1"
+        ).fetchall()
+        return {
+            (r["lab"], r["check_name"], r["handle"]): {
+                "lab": r["lab"],
+                "check": r["check_name"],
+                "student": r["handle"],
+                "score": r["score"],
+                "max": r["max"],
+                "comment": r["comment"],
+                "answer_sha": r["answer_sha"],
+                "source": r["source"],
+                "given": r["at"],
+            }
+            for r in rows
+        }
 
     def ta_history(self, handle: str, lab: str, check: str) -> list[sqlite3.Row]:
         return self.db.execute(
@@ -411,3 +472,11 @@ class Gradebook:
 
 def _context(person: int, lab: str) -> str:
     return f"gradebook-run\0{person}\0{lab}"
+
+
+def _add_columns(db, table: str, columns: dict[str, str]) -> None:
+    """Add the columns a gradebook made by an earlier version lacks (its rows get the default)."""
+    have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    for name, decl in columns.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")

@@ -16,7 +16,8 @@ duplicated answer cell) is read with the answer above it, and noted.
 The TA's side: ``export`` writes, per question, ``answers/<lab>/<check>.html`` (the question,
 the answer key, every student's answer side by side with the student's own measured numbers)
 and a ``.csv`` of the same rows with empty ``score`` and ``comment`` columns. ``merge`` reads
-filled-in CSVs into ``ta_scores.csv`` in the output folder; every report is then rebuilt from
+filled-in CSVs into the output folder's gradebook (``ta_scores.csv`` is its view of the current
+scores, for a person to read); every report is then rebuilt from
 the stored runs (``grade.publish``) without running a notebook. A score is tied to the answer
 it was given for (``answer_sha``): when a resubmitted answer changes, it is pending again.
 Each exported row carries the ``base`` it starts from (``version`` of the stored score), so
@@ -286,13 +287,33 @@ def score(q: Question, a: Answer | None, ta: dict | None):
 
 
 def read_scores(out: Path) -> dict[tuple, dict]:
-    """{(lab, check, student): row} from the output folder's ``ta_scores.csv``."""
+    """{(lab, check, student): row}: the current TA scores of the output folder's gradebook
+    (``ta_scores.csv`` is a view of them), or of the CSV in a folder that has none."""
+    from labkit.grading.gradebook import store
+
+    if not store.exists(out):
+        return read_scores_csv(out)
+    with store.Gradebook(out) as db:
+        return db.current_ta_scores()
+
+
+def read_scores_csv(out: Path) -> dict[tuple, dict]:
+    """{(lab, check, student): row} from the output folder's ``ta_scores.csv`` (an earlier
+    layout's, before the gradebook held them)."""
     from labkit.grading.gradebook.csvsafe import read_rows
 
     path = Path(out) / SCORES_FILE
     if not path.is_file():
         return {}
     return {(r["lab"], r["check"], r["student"]): r for r in read_rows(path)}
+
+
+def write_scores_view(out: Path) -> None:
+    """``ta_scores.csv``: the gradebook's current TA scores, for a person to read."""
+    from labkit.grading.gradebook.report import write_csv
+
+    stored = read_scores(out)
+    write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
 
 
 def named_values(records: dict, q: Question) -> list[tuple[str, str]]:
@@ -554,7 +575,8 @@ def merge(
     prefer: Path | None = None,
     aliases: dict[str, str] | None = None,
 ) -> list[str]:
-    """Read filled-in CSVs into ``ta_scores.csv``; returns what was merged, one line per file.
+    """Read filled-in CSVs into the gradebook of ``out`` (one transaction) and its view
+    ``ta_scores.csv``; returns what was merged, one line per file.
 
     ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha};
     ``aliases``: {code: student} of anonymous grading (``codes``).
@@ -564,7 +586,7 @@ def merge(
     differs from the stored one, which changed after the file was exported (its ``base``) or
     which the file does not say it started from. ``prefer`` (one of ``files``) wins every
     conflict it takes part in."""
-    from labkit.grading.gradebook.report import write_csv
+    from labkit.grading.gradebook import store
 
     stored = read_scores(out)
     given: dict[tuple, list[_Given]] = {}
@@ -603,20 +625,20 @@ def merge(
             "correct the files and merge them again."
         )
     now = _now()
-    for key, g in merged.items():
-        score, comment, sha = g.value
-        stored[key] = {
-            "lab": key[0],
-            "check": key[1],
-            "student": key[2],
-            "score": score,
+    scores = {
+        key: {
+            "score": g.value[0],
             "max": f"{known[key[:2]].max:g}",
-            "comment": comment,
-            "answer_sha": sha,
+            "comment": g.value[1],
+            "answer_sha": g.value[2],
             "source": g.path.name,
             "given": now,
         }
-    write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
+        for key, g in merged.items()
+    }
+    with store.Gradebook(out) as db:
+        db.ta_scores(scores)
+    write_scores_view(out)
     summary = []
     for path in map(Path, files):
         c = counts.get(path, {})

@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 
 PARTS = ("work", "ipc", "probe", "judge")
+IPC_PREFIX = "lk-"  # a host folder's run: its kernel's sockets, in /tmp (``labkit.core.scratch``)
 CONTAINER = "labkit-disks-"  # + the grader's pid: the host folder the holder mounts its runs' disks under
 INODES_PER_MB = 64  # files a run may create per MB of disk (each costs kernel memory)
 MAX_WALK = 200_000  # entries a usage walk of a host folder counts before calling it full
@@ -173,7 +174,10 @@ class FolderDisk:
 
     def __init__(self, work: Path, checks: Path, size: int, owner: tuple | None, keep: bool):
         self.work, self.size, self.keep = work, size, keep
-        self.ipc = Path(tempfile.mkdtemp(prefix="lk-"))  # short: a Unix socket path has 107 bytes at most
+        from labkit.core import scratch  # here: the holder runs this file with the standard library alone
+
+        # short: a Unix socket path has 107 bytes at most; held by the grader's lock, so a killed grader's is removed
+        self.ipc = scratch.make(IPC_PREFIX)
         self.probe, self.judge = checks / "probe", checks / "judge"
         for d in (self.probe, self.judge):
             d.mkdir(parents=True, exist_ok=True)
@@ -198,7 +202,9 @@ class FolderDisk:
         return self.used() > self.size
 
     def close(self) -> None:
-        shutil.rmtree(self.ipc, ignore_errors=True)
+        from labkit.core import scratch
+
+        scratch.release(self.ipc)
         if not self.keep:  # rmtree works on file descriptors: a link left in the folder is removed, not followed
             shutil.rmtree(self.work, ignore_errors=True)
 

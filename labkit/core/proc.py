@@ -69,13 +69,21 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and its descendants ([] when it is gone)."""
+    try:
+        return [psutil.Process(pid), *descendants(pid)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of ``pid`` and its descendants (pages they share count in each: a ceiling)."""
+    return _rss(_tree(pid))
+
+
+def _rss(procs: list[psutil.Process]) -> int:
     total = 0
-    try:
-        procs = [psutil.Process(pid), *descendants(pid)]
-    except psutil.NoSuchProcess:
-        return 0
     for p in procs:
         try:
             total += p.memory_info().rss
@@ -85,9 +93,8 @@ def tree_rss(pid: int) -> int:
 
 
 def in_memfds(pids) -> int:
-    """Bytes held in the memfds these processes have open, each file once. A memfd (or a file
-    on any tmpfs opened through one) written with ``write`` and never mapped is memory that no
-    process's RSS or data limit counts."""
+    """Bytes held in the memfds these processes have open, each file once. A memfd written with
+    ``write`` and never mapped is memory that no process's RSS or data limit counts."""
     seen, total = set(), 0
     for pid in pids:
         try:
@@ -111,11 +118,8 @@ def in_memfds(pids) -> int:
 def tree_memory(pid: int) -> int:
     """Memory ``pid`` and its descendants hold: their RSS and their memfds (a mapped memfd counts
     in both: a ceiling, as shared pages are)."""
-    try:
-        pids = [pid, *(p.pid for p in descendants(pid))]
-    except psutil.NoSuchProcess:
-        return 0
-    return tree_rss(pid) + in_memfds(pids)
+    procs = _tree(pid)  # listed once for both: the runner polls this while the run lasts
+    return _rss(procs) + in_memfds(p.pid for p in procs)
 
 
 def kill_tree(pid: int, grace: float = 3.0, include_self: bool = True) -> list[int]:

@@ -308,12 +308,11 @@ def read_scores_csv(out: Path) -> dict[tuple, dict]:
     return {(r["lab"], r["check"], r["student"]): r for r in read_rows(path)}
 
 
-def write_scores_view(out: Path) -> None:
-    """``ta_scores.csv``: the gradebook's current TA scores, for a person to read."""
+def write_scores_view(out: Path, current: dict[tuple, dict]) -> None:
+    """``ta_scores.csv``: the gradebook's ``current`` TA scores, for a person to read."""
     from labkit.grading.gradebook.report import write_csv
 
-    stored = read_scores(out)
-    write_csv([stored[k] for k in sorted(stored)], Path(out) / SCORES_FILE, SCORE_FIELDS)
+    write_csv([current[k] for k in sorted(current)], Path(out) / SCORES_FILE, SCORE_FIELDS)
 
 
 def named_values(records: dict, q: Question) -> list[tuple[str, str]]:
@@ -638,7 +637,7 @@ def merge(
     }
     with store.Gradebook(out) as db:
         db.ta_scores(scores)
-    write_scores_view(out)
+        write_scores_view(out, db.current_ta_scores())
     summary = []
     for path in map(Path, files):
         c = counts.get(path, {})

@@ -11,6 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from helpers import runs_at_once
+from labkit.grading import run
 from labkit.grading.run import batch, executor, runner
 from labkit.grading.judge.rubric import load_rubric
 from labkit.grading.run.runner import Job, RunResult
@@ -288,20 +289,20 @@ def test_a_run_that_cannot_start_is_its_notebooks_row(jobs, monkeypatch):
 def test_executors_are_found_by_name():
     from labkit.grading.run.slurm_array import SlurmExecutor
 
-    assert executor.get("local") is runner.LocalExecutor and executor.get("slurm") is SlurmExecutor
+    assert run.get("local") is runner.LocalExecutor and run.get("slurm") is SlurmExecutor
     with pytest.raises(ValueError, match="unknown executor 'nope'; choose one of local, slurm"):
-        executor.get("nope")
+        run.get("nope")
 
-    @executor.register
+    @run.register
     class Elsewhere(executor.Executor):
         name = "elsewhere"
 
     try:
-        assert executor.get("elsewhere") is Elsewhere and "elsewhere" in executor.names()
+        assert run.get("elsewhere") is Elsewhere and "elsewhere" in run.names()
     finally:
-        del executor.EXECUTORS["elsewhere"]
+        del run.EXECUTORS["elsewhere"]
     with pytest.raises(ValueError, match="Executor subclass with a name"):
-        executor.register(FakeRun)
+        run.register(FakeRun)
     with pytest.raises(ValueError, match="parallel must be at least 1"):
         runner.LocalExecutor(None, parallel=0)
 

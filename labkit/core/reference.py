@@ -7,8 +7,9 @@ function from the notebook.
 
 ``SOLUTIONS`` names every reference the kit uses, so the dependency is written down (and
 tests/test_dependencies.py sees it). It points up: a reference stands in for the student's
-function, which the notebook, above the whole kit, passes in; the solutions import the kit.
-Only this module may name them (that test checks it too). Imports nothing else from labkit.
+function, which the notebook, above the whole kit, passes in. The solutions build only on modules
+that name no reference (``learning.ops``, ``learning.costargs``), so the edge closes no cycle.
+Only this module may name them (that test checks both). Imports nothing else from labkit.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ from labkit.wire import events
 from labkit.distributed import launchers
 from labkit.core import paths
 from labkit.wire.spec import LOCAL_HOSTS, ClusterSpec, Task
-from labkit.distributed.launchers.base import Launcher, Settings, TaskProcess, signal_group
+from labkit.distributed.launchers.base import ClusterTimeout, Launcher, Settings, TaskProcess, signal_group
 from labkit.core.paths import run_name, runs_root
 from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
@@ -82,7 +82,7 @@ from labkit.wire.results import read_json as _read_json
 from labkit.core.registry import resolve
 
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
-from labkit.wire.protocol import PROGRAMS
+from labkit.tasks import PROGRAMS
 from labkit.wire.protocol import (
     ENV_GRPC_OPTIONS,
     ENV_INTER_OP,
@@ -105,19 +105,8 @@ from labkit.wire.protocol import (
 POLL_S = 0.05
 
 
-class ClusterTimeout(TimeoutError):
-    """The global timeout expired; ``running`` names the tasks that were still running."""
-
-    def __init__(self, seconds: float, running: list[str], what: str = "finish", detail: str = ""):
-        self.seconds, self.running, self.detail = seconds, running, detail
-        super().__init__(
-            f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
-            f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})"
-        )
-
-
 def program_module(program: str) -> str:
-    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.wire.protocol.PROGRAMS``); a dotted name is used as given."""
+    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.tasks.PROGRAMS``); a dotted name is used as given."""
     if not program or not all(part.isidentifier() for part in program.split(".")):
         raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
     return program if "." in program else PROGRAMS.reference(program)

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.wire import spec as cluster, faults
-from labkit.learning import costmodel
+from labkit.learning import costargs, costmodel
 from labkit import experiments
 from labkit.distributed import live
 from labkit.core import paths
@@ -115,7 +115,7 @@ def make_cluster(
     images for those steps. ``threads``: (intra, inter) op threads per task; "auto" gives
     every task one intra-op thread on 127.0.0.1 and lets each node choose on a cluster.
     ``trace_steps`` (synchronous PS): the chief reports every step (``labkit.wire.faults``)."""
-    costmodel._check_arch(arch)
+    costargs.check_arch(arch)
     if steps < epochs:
         raise ValueError(f"steps={steps} must be at least epochs={epochs} (steps are split over the epochs)")
     if steps % epochs:
@@ -854,7 +854,7 @@ def scaling(
     models = (models,) if isinstance(models, str) else tuple(models)  # "mlp" is one model, not three
     archs = (archs,) if isinstance(archs, str) else tuple(archs)
     for a in archs:
-        costmodel._check_arch(a)
+        costargs.check_arch(a)
     if not models or not all(isinstance(m, str) and m for m in models):
         raise ValueError(
             f"models must be model names of labkit.learning.models, e.g. ('lenet5', 'mlp'); got {models!r}"

@@ -700,7 +700,7 @@ def _clock(seconds: float) -> str:
 def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, rubric, out: Path, log):
     """What runs the notebooks (``executor``): here, ``parallel`` at a time, or as Slurm job
     arrays in the partition ``slurm``."""
-    from labkit.grading.run import executor
+    from labkit.grading.run import EXECUTORS, executor
 
     name, options = (
         (
@@ -716,7 +716,7 @@ def make_executor(setup: Setup, parallel: int, slurm: str | None, slurm_args, ru
         else ("local", {"parallel": parallel})
     )
     try:
-        return executor.get(name)(setup, log=log, **options)
+        return EXECUTORS[name](setup, log=log, **options)
     except executor.ExecutorError as e:
         raise GradeError(str(e)) from None
 

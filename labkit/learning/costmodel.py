@@ -41,7 +41,15 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-ARCHS = ("ps", "ring")
+from labkit.learning.costargs import (  # noqa: F401  (even_shards: re-exported, part of this API)
+    ARCHS,
+    check_arch,
+    check_count,
+    check_positive,
+    check_shards,
+    even_shards,
+)
+
 MIB = 2**20
 
 
@@ -50,54 +58,20 @@ def gbit(x: float) -> float:
     return x * 1e9 / 8
 
 
-def _check_arch(arch: str) -> str:
-    if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}; use 'ps' (parameter server) or 'ring' (all-reduce)")
-    return arch
-
-
-def _check_count(name: str, value) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return int(value)
-
-
-def _check_positive(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float, np.number)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
 # ---------------------------------------------------------------------------------------
 # Bytes on the wire
 # ---------------------------------------------------------------------------------------
-
-
-def even_shards(model_bytes: float, n_ps: int) -> tuple[float, ...]:
-    """Bytes per ps when the weights split evenly (a variable partitioner): M/k each."""
-    n_ps = _check_count("n_ps", n_ps)
-    return (float(model_bytes) / n_ps,) * n_ps
 
 
 def round_robin_shards(variable_bytes: Sequence[float], n_ps: int) -> tuple[float, ...]:
     """Bytes per ps when whole variables are dealt out in turn, as ParameterServerStrategy
     does without a partitioner. One big kernel then lands on one ps, and adding ps tasks
     stops helping: for the MLP 784-2048-2048-10 and k=2, one ps holds ~all the bytes."""
-    n_ps = _check_count("n_ps", n_ps)
+    n_ps = check_count("n_ps", n_ps)
     loads = [0.0] * n_ps
     for i, b in enumerate(variable_bytes):
         loads[i % n_ps] += float(b)
     return tuple(loads)
-
-
-def _check_shards(model_bytes: float, shards: Sequence[float]) -> tuple[float, ...]:
-    shards = tuple(float(s) for s in shards)
-    if not shards or min(shards) < 0 or not math.isclose(sum(shards), model_bytes, rel_tol=1e-6):
-        raise ValueError(
-            f"shards must hold the whole model ({model_bytes:.0f} bytes), got {sum(shards):.0f} "
-            f"in {len(shards)} shard(s); use even_shards() or round_robin_shards()"
-        )
-    return shards
 
 
 # ---------------------------------------------------------------------------------------
@@ -142,12 +116,12 @@ def critical_path(
     The inputs are checked before ``terms`` sees them (``shards``, PS only: one per ps task,
     together the whole model) and its answer after, so a wrong exercise fails here with a
     message, not as a strange fit."""
-    _check_arch(arch)
-    n = _check_count("workers", workers)
-    k = _check_count("n_ps", n_ps) if arch == "ps" else n_ps  # a ring has no ps: its runs say 0
-    m = _check_positive("model_bytes", model_bytes)
+    check_arch(arch)
+    n = check_count("workers", workers)
+    k = check_count("n_ps", n_ps) if arch == "ps" else n_ps  # a ring has no ps: its runs say 0
+    m = check_positive("model_bytes", model_bytes)
     if arch == "ps" and shards is not None:
-        shards = _check_shards(m, shards)
+        shards = check_shards(m, shards)
         if len(shards) != k:
             raise ValueError(f"{len(shards)} shard(s) for n_ps={k}: give one per ps task")
     fn = terms if terms is not None else reference_terms()
@@ -260,7 +234,7 @@ class Link:
     def __post_init__(self):
         if not (math.isfinite(self.alpha_s) and self.alpha_s >= 0):
             raise ValueError(f"alpha_s must be >= 0 seconds, got {self.alpha_s!r}")
-        _check_positive("bandwidth (bytes/s)", self.bandwidth)
+        check_positive("bandwidth (bytes/s)", self.bandwidth)
 
     def seconds(self, messages: float, nbytes: float) -> float:
         return messages * self.alpha_s + nbytes / self.bandwidth
@@ -421,7 +395,7 @@ class HostCost:
                 raise ValueError(f"HostCost.{arch} must be >= 0 seconds per byte (or NaN: not calibrated), got {g!r}")
 
     def s_per_byte(self, arch: str) -> float:
-        g = getattr(self, _check_arch(arch))
+        g = getattr(self, check_arch(arch))
         if math.isnan(g):
             raise ValueError(
                 f"no host cost (gamma) for {arch!r}: it was calibrated on no {arch} run that moved "
@@ -458,7 +432,7 @@ class CostModel:
     host: HostCost | None = None
 
     def __post_init__(self):
-        _check_positive("per_sample_s", self.per_sample_s)
+        check_positive("per_sample_s", self.per_sample_s)
         if self.step_overhead_s < 0:
             raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s!r}")
         if self.cores is not None and self.cores < 1:
@@ -467,7 +441,7 @@ class CostModel:
     @classmethod
     def from_single_worker(cls, step_s: float, batch: int, link: Link, **kwargs) -> "CostModel":
         """Compute per sample from a 1-worker run without communication (ring, N=1)."""
-        return cls(_check_positive("step_s", step_s) / _check_positive("batch", batch), link, **kwargs)
+        return cls(check_positive("step_s", step_s) / check_positive("batch", batch), link, **kwargs)
 
     def t_compute(self, batch: int, workers: int = 1) -> float:
         return self.per_sample_s * batch * _cpu_stretch(workers, self.cores) + self.step_overhead_s
@@ -685,7 +659,7 @@ def crossover_model_bytes(workers: int, link: Link, n_ps: int = 1, terms: Terms 
     (a) has more bytes per model byte (b), they tie at M = (a_ring - a_ps) / (b_ps - b_ring),
     a multiple of alpha*B (the link's latency-bandwidth product).
     """
-    n = _check_count("workers", workers)
+    n = check_count("workers", workers)
     a_ps, b_ps = _linear_comm("ps", n, link, n_ps, terms)
     a_r, b_r = _linear_comm("ring", n, link, n_ps, terms)
     if a_r <= a_ps and b_r <= b_ps:
@@ -700,7 +674,7 @@ def crossover_workers(
 ) -> int:
     """The largest N up to which the ring communicates faster than PS (1 if not even at N=2;
     ``max_workers`` if at every N): :func:`crossover_model_bytes` at each N in turn."""
-    m = _check_positive("model_bytes", model_bytes)
+    m = check_positive("model_bytes", model_bytes)
     last = 1
     for n in range(2, max_workers + 1):
         if m <= crossover_model_bytes(n, link, n_ps, terms):

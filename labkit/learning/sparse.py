@@ -28,7 +28,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-LABEL_CONVENTIONS = ("01", "pm1")
+from labkit.learning.ops import (  # noqa: F401  (LABEL_CONVENTIONS, labels01, static_shape: part of this API)
+    LABEL_CONVENTIONS,
+    batch_rows,
+    labels01,
+    mean_logloss,
+    static_shape,
+)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -87,33 +93,6 @@ def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = Non
 # ----------------------------------------------------------------------------- loss and gradients
 
 
-def labels01(y, labels: str = "01") -> tf.Tensor:
-    """Labels as floats in {0, 1}, from the ``labels`` convention ("01" or "pm1")."""
-    if labels not in LABEL_CONVENTIONS:
-        raise ValueError(f"labels must be '01' (y in {{0,1}}) or 'pm1' (y in {{-1,+1}}), got {labels!r}")
-    y = tf.convert_to_tensor(y)
-    if tf.executing_eagerly():
-        allowed = (0.0, 1.0) if labels == "01" else (-1.0, 1.0)
-        bad = np.setdiff1d(np.unique(y.numpy()), allowed)
-        if bad.size:
-            raise ValueError(
-                f"labels={labels!r} expects y in {allowed}, but y holds {bad[:5].tolist()}; "
-                f"pass labels={'pm1' if labels == '01' else '01'!r} or convert y"
-            )
-    y = tf.cast(y, tf.float32)
-    return y if labels == "01" else (y + 1.0) / 2.0
-
-
-def _batch_size(x: tf.SparseTensor, dtype) -> tuple[tf.Tensor, tf.Tensor]:
-    b = x.dense_shape[0]
-    return b, tf.cast(b, dtype)
-
-
-def _mean_logloss(z: tf.Tensor, y01: tf.Tensor) -> tf.Tensor:
-    """The mean log-loss of logits ``z`` for labels in {0, 1}: ``mean(softplus(z) - y z)``."""
-    return tf.reduce_mean(tf.nn.softplus(z) - y01 * z)
-
-
 def reference_gradient():
     """The kit's reference sparse gradient, Lab 3's exercise (``labkit.solutions.lab3``; also
     ``sparse.sparse_gradient(w, x, y, labels="01") -> (loss, IndexedSlices)``), O(nnz) whatever
@@ -129,15 +108,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'labkit.learning.sparse' has no attribute {name!r}")
 
 
-def static_shape(w) -> tf.Tensor:
-    """w's shape, static when known: ``tf.shape`` of a variable would read (and, after a
-    sparse update, copy) the whole vector, an O(num_features) step."""
-    shape = tf.TensorShape(np.shape(w) if isinstance(w, np.ndarray) else w.shape)
-    if shape.is_fully_defined():
-        return tf.constant(shape.as_list(), tf.int64)
-    return tf.shape(w, out_type=tf.int64)
-
-
 def dense_gradient(w, x: tf.SparseTensor, y, labels: str = "01", per_example: bool = False):
     """Report 001's approach, as the baseline: mean log-loss and a *dense* [num_features] gradient.
 
@@ -151,28 +121,28 @@ def dense_gradient(w, x: tf.SparseTensor, y, labels: str = "01", per_example: bo
     y01 = tf.cast(labels01(y, labels), w.dtype)
     xs = tf.SparseTensor(x.indices, tf.cast(x.values, w.dtype), x.dense_shape)
     z = tf.reshape(tf.sparse.sparse_dense_matmul(xs, tf.reshape(w, [-1, 1])), [-1])
-    b, bf = _batch_size(x, w.dtype)
+    b, bf = batch_rows(x, w.dtype)
     err = (tf.sigmoid(z) - y01) / bf
     if per_example:
         per_row = tf.sparse.sparse_dense_matmul(xs, tf.linalg.diag(err), adjoint_a=True)  # [F, B]
         grad = tf.reduce_sum(per_row, axis=1)
     else:
         grad = tf.reshape(tf.sparse.sparse_dense_matmul(xs, tf.reshape(err, [-1, 1]), adjoint_a=True), [-1])
-    return _mean_logloss(z, y01), grad
+    return mean_logloss(z, y01), grad
 
 
 def loss_dense(w, x_dense, y, labels: str = "01") -> tf.Tensor:
     """The same loss on a dense [B, F] matrix, for checking gradients against autodiff."""
     w = tf.convert_to_tensor(w)
     z = tf.linalg.matvec(tf.cast(x_dense, w.dtype), w)
-    return _mean_logloss(z, tf.cast(labels01(y, labels), w.dtype))
+    return mean_logloss(z, tf.cast(labels01(y, labels), w.dtype))
 
 
 def predict_logits(w, x: tf.SparseTensor) -> tf.Tensor:
     """``z = X w`` for a batch, O(nnz): each non-zero's weight (a gather per non-zero, repeats and
     all: the exercise's gradient gathers each distinct feature once), summed per row."""
     vals = tf.cast(x.values, w.dtype)
-    b, _ = _batch_size(x, w.dtype)
+    b, _ = batch_rows(x, w.dtype)
     return tf.math.unsorted_segment_sum(vals * tf.gather(w, x.indices[:, 1]), x.indices[:, 0], b)
 
 
@@ -181,7 +151,7 @@ def evaluate(w, x: tf.SparseTensor, y, labels: str = "01") -> dict:
     z = predict_logits(w, x)
     y01 = tf.cast(labels01(y, labels), z.dtype)
     acc = tf.reduce_mean(tf.cast(tf.equal(tf.cast(z > 0, z.dtype), y01), tf.float32))
-    return {"accuracy": float(acc), "logloss": float(_mean_logloss(z, y01)), "rows": int(z.shape[0])}
+    return {"accuracy": float(acc), "logloss": float(mean_logloss(z, y01)), "rows": int(z.shape[0])}
 
 
 # ----------------------------------------------------------------------------- updates (ps side)

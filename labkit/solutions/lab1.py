@@ -8,7 +8,7 @@ def sgd_step(W, b, x, y, learning_rate: float):
     """One plain gradient-descent step on ``tf.Variable`` W and b; returns the batch loss."""
     import tensorflow as tf
 
-    from labkit.learning.lr import cross_entropy
+    from labkit.learning.ops import cross_entropy
 
     with tf.GradientTape() as tape:
         loss = cross_entropy(tf.matmul(x, W) + b, y)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from labkit.learning.sparse import _batch_size, labels01, _mean_logloss, static_shape
+from labkit.learning.ops import batch_rows, labels01, mean_logloss, static_shape
 
 
 def unique_features(x: tf.SparseTensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -21,7 +21,7 @@ def gather_rows(w, uniq: tf.Tensor) -> tf.Tensor:
 def logits_from_rows(w_u: tf.Tensor, x: tf.SparseTensor, local: tf.Tensor) -> tf.Tensor:
     """``z = X w`` for a batch, from the gathered rows ``w_u`` only: O(nnz)."""
     vals = tf.cast(x.values, w_u.dtype)
-    b, _ = _batch_size(x, w_u.dtype)
+    b, _ = batch_rows(x, w_u.dtype)
     return tf.math.unsorted_segment_sum(vals * tf.gather(w_u, local), x.indices[:, 0], b)
 
 
@@ -39,4 +39,4 @@ def sparse_gradient(w, x: tf.SparseTensor, y, labels: str = "01") -> tuple[tf.Te
     err = tf.sigmoid(z) - y01  # dloss_i/dz_i, times B
     contrib = tf.cast(x.values, w_u.dtype) * tf.gather(err, x.indices[:, 0])
     g_u = tf.math.unsorted_segment_sum(contrib, local, tf.size(uniq, out_type=tf.int64)) / tf.cast(b, w_u.dtype)
-    return _mean_logloss(z, y01), tf.IndexedSlices(g_u, uniq, static_shape(w))
+    return mean_logloss(z, y01), tf.IndexedSlices(g_u, uniq, static_shape(w))

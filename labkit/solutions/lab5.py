@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from labkit.learning.costmodel import _check_arch, _check_count, _check_positive, _check_shards, even_shards
+from labkit.learning.costargs import check_arch, check_count, check_positive, check_shards, even_shards
 
 
 def comm_terms(arch: str, M: float, N: int, n_ps: int = 1, shards=None) -> tuple[int, float]:
@@ -68,13 +68,13 @@ def step_bytes(
     s_j, serves N workers: N*s_j each way (``shards`` default: an even split). Ring all-reduce:
     reduce-scatter then all-gather, 2(N-1) rounds of M/N each way: 2(N-1)/N*M each way per worker.
     """
-    _check_arch(arch)
-    n = _check_count("workers", workers)
-    m = _check_positive("model_bytes", model_bytes)
+    check_arch(arch)
+    n = check_count("workers", workers)
+    m = check_positive("model_bytes", model_bytes)
     if arch == "ring":
         per_dir = 2 * (n - 1) / n * m
         return StepBytes("ring", n, m, per_dir, per_dir)
-    shards = _check_shards(m, shards if shards is not None else even_shards(m, n_ps))
+    shards = check_shards(m, shards if shards is not None else even_shards(m, n_ps))
     per_ps = tuple(n * s for s in shards)
     return StepBytes("ps", n, m, m, m, per_ps, per_ps)
 

@@ -14,7 +14,6 @@ import importlib.metadata
 import platform
 import signal
 
-from labkit.core.registry import Registry
 
 RESULT_FORMAT = "labkit.task-result/1"
 EXIT_OK, EXIT_ERROR, EXIT_PORT_IN_USE, EXIT_TERMINATED = 0, 1, 98, 143
@@ -158,16 +157,3 @@ class PortInUse(TaskFailed):
             f"picks free ones and avoids taken ones) or stop the process that holds it"
             + (f". Last lines of its log:\n{self.log_tail}" if self.log_tail else "")
         )
-
-
-# The kit's task programs by short name, as ``Cluster(spec, "ps_sgd")`` takes it -> the module its
-# tasks run (``python -m``). The launcher reads this list; it imports no program.
-PROGRAMS = Registry(
-    "task program",
-    builtin={
-        "ps_sgd": "labkit.tasks.ps_sgd",
-        "sparse_lr": "labkit.tasks.ps_sparse_lr",
-        "strategy_train": "labkit.tasks.strategy_train",
-    },
-    hint="or a dotted module name",
-)

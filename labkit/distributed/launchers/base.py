@@ -15,6 +15,18 @@ from labkit.wire.protocol import task_file
 from labkit.wire.results import read_json
 
 
+class ClusterTimeout(TimeoutError):
+    """A cluster's global timeout expired (raised by ``launch.Cluster``, and by a launcher that sees a
+    start cannot succeed); ``running`` names the tasks that were still running."""
+
+    def __init__(self, seconds: float, running: list[str], what: str = "finish", detail: str = ""):
+        self.seconds, self.running, self.detail = seconds, running, detail
+        super().__init__(
+            f"cluster did not {what} within {seconds:.0f} s; still running: {', '.join(running) or 'none'}; "
+            f"every task was stopped ({detail or 'raise the timeout, or see the logs for a hang'})"
+        )
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a launcher knows of the run: set once by the Cluster, read by each launcher."""

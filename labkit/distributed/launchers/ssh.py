@@ -37,7 +37,7 @@ from pathlib import Path
 
 from labkit.wire.spec import Task, accepts
 from labkit.wire.events import ENV as EVENTS_ENV
-from labkit.distributed.launchers.base import Launcher, Settings, TaskProcess
+from labkit.distributed.launchers.base import ClusterTimeout, Launcher, Settings, TaskProcess
 from labkit.core.proc import OwnedProcess
 from labkit.wire.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
@@ -252,8 +252,6 @@ class SshLauncher(Launcher):
         if now - self._probed.setdefault(task.name, now) >= PROBE_EVERY_S:
             self._probed[task.name] = now
             if self._listening(task.host, [task]) and not accepts(task.host, task.port, timeout=2):  # not just up
-                from labkit.distributed.launch import ClusterTimeout  # launch imports the launchers
-
                 raise ClusterTimeout(
                     now - self._t0, [task.name], what="bring every server up", detail=blocked_hint([task])
                 )

@@ -29,22 +29,11 @@ The interface is ``Executor``:
 An executor is made as ``get(name)(setup, log=..., **options)``; options are its own
 (``parallel``; ``partition``, ``rubric``, ``folder``, ``sbatch_args``). One that cannot run here
 raises ``ExecutorError`` with what to do. The executors are a ``labkit.core.registry.Registry``
-(``EXECUTORS``), as the launchers are: a new one is a subclass with a ``name``, registered with
-``register`` (a class decorator).
+(``labkit.grading.run.EXECUTORS``, in the package above the executors it names, as the launchers'
+is): a new one is a subclass with a ``name``, registered with ``register`` (a class decorator).
 """
 
 from __future__ import annotations
-
-from labkit.core.registry import Registry
-
-# Built in, imported when first used (the Slurm one only where Slurm is asked for).
-EXECUTORS = Registry(
-    "executor",
-    builtin={
-        "local": "labkit.grading.run.runner:LocalExecutor",
-        "slurm": "labkit.grading.run.slurm_array:SlurmExecutor",
-    },
-)
 
 
 class ExecutorError(ValueError):
@@ -79,20 +68,6 @@ class Executor:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def register(cls: type) -> type:
-    """Make an ``Executor`` subclass available by its ``name`` (a class decorator)."""
-    return EXECUTORS.add_subclass(cls, Executor)
-
-
-def names() -> list[str]:
-    return sorted(EXECUTORS)
-
-
-def get(name: str) -> type:
-    """The executor class called ``name``; a ValueError that lists the known ones otherwise."""
-    return EXECUTORS[name]
 
 
 class Ready:

@@ -43,6 +43,34 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _suite_tmp(config)
+
+
+SUITE_TMP = "LABKIT_SUITE_TMP"  # set by the run that made the folder; xdist's workers inherit it
+
+
+def _suite_tmp(config) -> None:
+    """The suite's own /tmp: ``TMPDIR`` for this process and every process it starts (kernels,
+    clusters, graders), a folder under the machine's /tmp with /tmp's mode, removed when the run
+    ends. What TensorFlow leaves behind (autograph writes its generated code to ``tempfile`` and
+    never removes it) and pytest's own ``tmp_path`` folders go with it: nothing of the suite stays
+    in /tmp. Made once, by the first process of the run (the xdist controller)."""
+    if os.environ.get(SUITE_TMP):
+        return
+    folder = tempfile.mkdtemp(prefix="labkit-suite-")
+    os.chmod(folder, 0o1777)  # as /tmp: the emulated nodes' accounts and the sandboxes' users write here too
+    os.environ[SUITE_TMP] = os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+    config.add_cleanup(lambda: _remove_suite_tmp(folder))
+
+
+def _remove_suite_tmp(folder: str) -> None:
+    left = []
+    shutil.rmtree(folder, onerror=lambda fn, path, exc: left.append(f"{path} ({exc[1]})"))
+    if left:
+        print(
+            f"\nthe suite's temporary folder {folder} kept {len(left)} path(s): {'; '.join(left[:5])}", file=sys.stderr
+        )
 
 
 # ------------------------------------------------------------------------------------ the fast lane

@@ -3,8 +3,10 @@ experiment LAN, with a real sshd and the experiment's account, and nothing left 
 even when their owner is killed with SIGKILL."""
 
 import glob
+import os
 import subprocess
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -63,7 +65,7 @@ def test_the_command_leaves_nothing_when_killed_with_sigkill():
     nodes' holders stop sshd and every session, and remove its log folder."""
     if why_not():
         pytest.skip(why_not())
-    before = set(glob.glob("/tmp/labkit-cloudlab-*"))
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "labkit-cloudlab-*")))
     owner = subprocess.Popen(HOLD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         for line in owner.stdout:
@@ -80,4 +82,4 @@ def test_the_command_leaves_nothing_when_killed_with_sigkill():
         0.1,
         "the nodes' processes to end with their owner",
     )
-    assert set(glob.glob("/tmp/labkit-cloudlab-*")) == before
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "labkit-cloudlab-*"))) == before

@@ -2,6 +2,7 @@
 (``labkit.core.scratch``), and a live owner's never are, whatever pid namespace it runs in."""
 
 import os
+import tempfile
 import signal
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_a_host_folder_disks_socket_folder_goes_with_its_grader_however_it_ends(
     killed = grader.stdout.readline().strip()
     grader.send_signal(signal.SIGKILL)
     grader.wait(30)
-    assert killed.startswith(f"/tmp/{disks.IPC_PREFIX}") and os.path.isdir(killed)
+    assert killed.startswith(os.path.join(tempfile.gettempdir(), disks.IPC_PREFIX)) and os.path.isdir(killed)
     disk = disks.FolderDisk(tmp_path / "w2", tmp_path / "c2", 2**20, None, False)
     assert not os.path.exists(killed) and disk.ipc.is_dir()
     disk.close()

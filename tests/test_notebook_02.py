@@ -35,7 +35,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 11  # round, two predictions, two audits, five answers, emulated links' answer
+    assert regions == 12  # round, two predictions, two audits, five answers, worker0_share, emulated links' answer
     cell = next(c for c in student.cells if c.source.startswith("def sync_round"))
     assert "take_grad" not in cell.source and "raise NotImplementedError()" in cell.source
     prediction = next(c for c in student.cells if c.id == "lab2-predict-k")
@@ -97,6 +97,9 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
     late = next(c for c in nb.cells if c.id == "lab2-late")  # report 002's 30 s start: off by default
     assert "recovery_wait_secs is None: skipped" in "".join(o.get("text", "") for o in late.outputs)
+    # section 14's model beside the shares it read (the run's, or the kit's recording): one per link
+    predicted = rec["predicted_worker0_share"]
+    assert set(predicted) == set(rec["emulated_worker0_share"]) and all(0 < v <= 1 for v in predicted.values())
 
     check_executed(nb, FIGURES, not_in_stderr=["deprecated"])
 

@@ -1,4 +1,6 @@
-"""Lab 2's exercise: the synchronous round of SGD on a parameter server, built from the ps's queues."""
+"""Lab 2's exercises: the synchronous round of SGD on a parameter server, built from the ps's queues
+(``sync_round``), and section 14's model of worker 0's share of the async steps on emulated links
+(``worker0_share``)."""
 
 from __future__ import annotations
 
@@ -23,3 +25,16 @@ def sync_round(tf, grads_and_vars, global_step, learning_rate: float, num_worker
         step = global_step.assign_add(1)
     chief_op = tf.group(*[queue.enqueue(step) for queue in shared.tokens])
     return worker_op, chief_op
+
+
+def worker0_share(step_bytes: float, rate_bits: float, step_s: float, workers: int, beside_ps: int = 1) -> float:
+    """Lab 2 section 14's exercise: the share of an async run's global steps that worker 0 makes
+    when the ``beside_ps`` workers on the ps's node (worker 0 among them) make a step every
+    ``step_s`` seconds (their pulls and pushes cross only the node's loopback) and each of the
+    other ``workers - beside_ps`` makes one every ``step_s`` plus the time its link needs to move
+    ``step_bytes`` (the pull, then the push) at ``rate_bits`` bits per second. Every worker steps
+    back to back without waiting for the others, so the share is worker 0's steps per second over
+    all the workers' together."""
+    local = 1 / step_s
+    remote = 1 / (step_s + 8 * step_bytes / rate_bits)
+    return local / (beside_ps * local + (workers - beside_ps) * remote)

@@ -496,3 +496,32 @@ def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
                 f"{np.round(want, 3).tolist()} (by worker index)",
             )
     return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: worker 0's share of the async steps on emulated links, on cases the notebook never had
+
+
+@hidden(
+    "lab2_worker0_share", functions=["worker0_share"], probe_name="worker0_share", inputs=probe.inputs_worker0_share
+)
+def judge_worker0_share(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Worker 0's share, to 1e-6, on every case of ``probe.inputs_worker0_share``: step bytes, link
+    rates, step times and worker counts the notebook never had, several workers beside the ps in some."""
+    from labkit.solutions.lab2 import worker0_share
+
+    cases = probe.inputs_worker0_share(**args)
+    got = arrays["shares"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"worker0_share gave {got.size} answers for {len(cases)} cases")
+    for case, share in zip(cases, got):
+        want = worker0_share(**case)
+        if _close(np.asarray(share), np.asarray(want), 1e-9, 1e-6) > 1:
+            return Verdict(
+                False,
+                f"worker0_share(step_bytes={case['step_bytes']:,.0f}, rate_bits={case['rate_bits']:,.0f}, "
+                f"step_s={case['step_s']:.4g}, workers={case['workers']}, beside_ps={case['beside_ps']}) is "
+                f"{share:.6g}, expected {want:.6g}: check the link's seconds per step (bits, not bytes), "
+                f"which workers cross it, and that the share is of every worker's steps per second",
+            )
+    return Verdict(True)

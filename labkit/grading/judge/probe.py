@@ -667,6 +667,48 @@ def sync_round(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 2: worker 0's share of the async steps on emulated links, on cases the notebook never had
+
+
+def inputs_worker0_share(seed: int = 0, cases: int = 24) -> list[dict]:
+    """Cases drawn from ``seed``: a worker step's bytes (1 KB to 100 MB), a link rate (1 Mbit/s to
+    100 Gbit/s), a step time (0.1 ms to 1 s), 1-8 workers and 1 to all of them beside the ps (one in
+    most cases, as in the notebook; never the notebook's own 2 x 31,400 bytes, 3 workers and two links),
+    so the link is in turn negligible and most of a remote step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(cases)):
+        workers = int(rng.integers(1, 9))
+        beside = 1 if workers == 1 or rng.random() < 0.6 else int(rng.integers(2, workers + 1))
+        out.append(
+            {
+                "step_bytes": float(round(10 ** rng.uniform(3, 8))),
+                "rate_bits": float(round(10 ** rng.uniform(6, 11))),
+                "step_s": float(10 ** rng.uniform(-4, 0)),
+                "workers": workers,
+                "beside_ps": beside,
+            }
+        )
+    return out
+
+
+@probe("worker0_share")
+def worker0_share(fns: dict, args: dict, out: Path) -> dict:
+    """``worker0_share(step_bytes, rate_bits, step_s, workers, beside_ps) -> share`` on every case: one number each."""
+    fn = fns["worker0_share"]
+    shares = []
+    for case in inputs_worker0_share(**args):
+        got = fn(case["step_bytes"], case["rate_bits"], case["step_s"], case["workers"], case["beside_ps"])
+        try:
+            shares.append(float(got))
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"worker0_share must return one number, worker 0's share; got {type(got).__name__}"
+            ) from None
+    return {"shares": np.asarray(shares, np.float64)}
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def _limit(memory_bytes: int) -> None:

@@ -30,7 +30,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 10  # gradient, Lab 2's round, prediction, audit, five answers, emulated links' answer
+    assert regions == 11  # gradient, Lab 2's round, prediction, audit, five answers, ps_link_shares, Q5's answer
     cell = next(c for c in student.cells if c.source.startswith("def sparse_lr_gradient"))
     assert "unsorted_segment_sum" not in cell.source and "raise NotImplementedError()" in cell.source
     pytest.importorskip("tensorflow")
@@ -90,5 +90,9 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         "beside_a_worker": pytest.approx(910.3, abs=0.1),
     }
     assert audit["sparse_share_of_dense_bytes"] == pytest.approx(rec["sync_bytes_per_step"] / 270_100_624)
+    # section 9's model beside each run it read (the run's, or the kit's recording): both directions
+    predicted = {(r["link"], r["run"]): r for r in rec["predicted_ps_link"]}
+    assert set(predicted) == {(r["link"], r["run"]) for r in rec["emulated_dense"]}
+    assert all(r["predicted_in"] == pytest.approx(3 * r["predicted_out"]) for r in predicted.values())
     check_executed(nb, FIGURES)
     netem_labs.check_lab3(nb, rec)  # last: it skips where links cannot be emulated

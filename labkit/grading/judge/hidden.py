@@ -525,3 +525,50 @@ def judge_worker0_share(args: dict, arrays: dict, folder: Path) -> Verdict:
                 f"which workers cross it, and that the share is of every worker's steps per second",
             )
     return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 3: the ps's link under the dense step, in each direction, on cases the notebook never had
+
+
+def reference_ps_link_shares(
+    num_features: int, local_steps, window_s: float, rate_bits: float, beside_ps: int = 1
+) -> tuple[float, float]:
+    """Lab 3 section 9's exercise: ``(in_share, out_share)``, the shares of a window of ``window_s``
+    seconds that the ps's link needs, at ``rate_bits`` bits per second each way, to carry report 001's
+    dense steps that cross it: into the ps's node each step's push, ``num_features`` (int64 index,
+    float32 value) pairs, 12 bytes per feature; out of it each step's pull, all of w, 4 bytes per
+    feature. ``local_steps[i]`` is worker i's steps in the window; workers 0 .. ``beside_ps`` - 1
+    share the ps's node, so their steps cross only its loopback. Here, as the distinct features'
+    reference is, not in ``labkit.solutions.lab3``: that module loads TensorFlow, which the judge of
+    a formula does not need."""
+    crossing = sum(local_steps[beside_ps:])
+    capacity = rate_bits / 8 * window_s  # bytes the link carries each way in the window
+    return 12 * num_features * crossing / capacity, 4 * num_features * crossing / capacity
+
+
+@hidden(
+    "lab3_ps_link_shares",
+    functions=["ps_link_shares"],
+    probe_name="ps_link_shares",
+    inputs=probe.inputs_ps_link_shares,
+)
+def judge_ps_link_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Both directions' shares, to 1e-6, on every case of ``probe.inputs_ps_link_shares``: feature
+    counts, steps per worker, windows, link rates and placements the notebook never had."""
+    cases = probe.inputs_ps_link_shares(**args)
+    got = arrays["shares"]
+    if got.shape != (len(cases), 2):
+        return Verdict(False, f"ps_link_shares gave {got.shape[0]} answers for {len(cases)} cases")
+    for case, row in zip(cases, got):
+        want = np.asarray(reference_ps_link_shares(**case))
+        if _close(row, want, 1e-12, 1e-6) > 1:
+            return Verdict(
+                False,
+                f"ps_link_shares(num_features={case['num_features']:,}, local_steps={case['local_steps']}, "
+                f"window_s={case['window_s']:.4g}, rate_bits={case['rate_bits']:,.0f}, "
+                f"beside_ps={case['beside_ps']}) is ({row[0]:.6g}, {row[1]:.6g}), expected "
+                f"({want[0]:.6g}, {want[1]:.6g}) as (in, out): check each direction's bytes per step, "
+                f"whose steps cross the ps's link, and the rate in bits",
+            )
+    return Verdict(True)

@@ -709,6 +709,59 @@ def worker0_share(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 3: the ps's link under the dense step, in each direction, on cases the notebook never had
+
+
+def inputs_ps_link_shares(seed: int = 0, cases: int = 24) -> list[dict]:
+    """Cases drawn from ``seed``: 10^3-10^9 features (never the notebook's 10^6), 1-8 workers with
+    their steps in the window (all alike, as in a sync run, or each its own, as in async), a window
+    of 0.1 s to 1,000 s, a link of 1 Mbit/s to 100 Gbit/s, and 0 to 3 workers beside the ps (one in
+    most cases, as in the notebook)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < int(cases):
+        features = int(round(10 ** rng.uniform(3, 9)))
+        if features == 1_000_000:
+            continue
+        workers = int(rng.integers(1, 9))
+        if rng.random() < 0.5:
+            steps = [int(rng.integers(1, 300))] * workers
+        else:
+            steps = [int(s) for s in rng.integers(0, 300, size=workers)]
+        beside = 1 if rng.random() < 0.5 else int(rng.integers(0, min(3, workers) + 1))
+        out.append(
+            {
+                "num_features": features,
+                "local_steps": steps,
+                "window_s": float(10 ** rng.uniform(-1, 3)),
+                "rate_bits": float(round(10 ** rng.uniform(6, 11))),
+                "beside_ps": beside,
+            }
+        )
+    return out
+
+
+@probe("ps_link_shares")
+def ps_link_shares(fns: dict, args: dict, out: Path) -> dict:
+    """``ps_link_shares(num_features, local_steps, window_s, rate_bits, beside_ps) -> (in_share,
+    out_share)`` on every case: one row of two shares each."""
+    fn = fns["ps_link_shares"]
+    rows = []
+    for case in inputs_ps_link_shares(**args):
+        got = fn(
+            case["num_features"], list(case["local_steps"]), case["window_s"], case["rate_bits"], case["beside_ps"]
+        )
+        try:
+            into, out_of = got
+            rows.append([float(into), float(out_of)])
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"ps_link_shares must return two numbers, (in_share, out_share); got {type(got).__name__}"
+            ) from None
+    return {"shares": np.asarray(rows, np.float64).reshape(-1, 2)}
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def _limit(memory_bytes: int) -> None:

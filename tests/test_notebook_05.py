@@ -21,11 +21,12 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    # two predictions, comm_terms, the audit, slice_shares, three answers, and the answers of sections 10-11
-    assert regions == 10
+    # two predictions, comm_terms, the audit, link_ceiling, slice_shares, three answers, and the answers of
+    # sections 10-11
+    assert regions == 11
     sources = "\n".join(c.source for c in student.cells)
     assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources and "2 * 2 * M_mlp" not in sources
-    assert sources.count("raise NotImplementedError()") == 5
+    assert sources.count("raise NotImplementedError()") == 6
     assert "ring_vs_ps.scaling(" in sources and "sweep.extend(" in sources  # plumbing, not an exercise
     # nothing above a prediction states what it predicts: the intro and section 1 give no formula of the bytes
     before_runs = "\n".join(c.source for c in student.cells[: [c.id for c in student.cells].index("lab5-06")])
@@ -94,6 +95,12 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         "ring_last_loss": rows[("ring", 3)]["last_loss"],
     }
     check_ps_failure(rec)
+    # section 10's ceilings beside the emulated runs it read (the run's, or the kit's recording): the PS's
+    # is the same at every N, the ring at N = 1 has none (recorded as null)
+    ceilings = {(r["arch"], r["workers"]): r for r in rec["emulated_ceiling"]}
+    assert set(ceilings) == {(r["arch"], r["workers"]) for r in rec["emulated_scaling"]}
+    ps = [r["link_ceiling"] for k, r in ceilings.items() if k[0] == "ps"]
+    assert max(ps) == pytest.approx(min(ps), rel=1e-9) and ceilings[("ring", 1)]["link_ceiling"] is None
     check_executed(nb, FIGURE_CELLS)
     netem_labs.check_lab5(nb, rec)  # last: it skips where links cannot be emulated
 

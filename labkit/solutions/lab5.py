@@ -1,7 +1,8 @@
 """Lab 5's exercise and the model it rests on: the bytes each task moves in one synchronous
 step (``step_bytes``), and the cost model's communication terms, (messages, bytes) on one step's
 critical path (``comm_terms``). The student kit leaves both out: it measures what the first
-predicts, and asks the student for the second."""
+predicts, and asks the student for the second; and the answers of sections 10 and 11's exercises,
+``link_ceiling`` and ``slice_shares``."""
 
 from __future__ import annotations
 
@@ -90,3 +91,14 @@ def slice_shares(trace: dict, kill: int = 0) -> dict[int, float]:
     last = kills[kill + 1]["after_step"] if kill + 1 < len(kills) else float("inf")
     slices = [w for s in trace["steps"] if first < s["step"] <= last for w in s["slices_on"]]
     return {w: slices.count(w) / len(slices) for w in sorted(set(slices))}
+
+
+def link_ceiling(arch: str, batch: int, model_bytes: float, workers: int, rate_bits: float) -> float:
+    """Lab 5 section 10's exercise: the images per second a synchronous step of ``arch`` ('ps', one
+    ps, or 'ring') reaches at most when only its busiest link takes time: a step trains ``workers``
+    x ``batch`` images and lasts at least as long as the bytes on its critical path take at
+    ``rate_bits`` bits per second (``comm_terms``' bytes with one ps: 2N·M through the ps's link,
+    the pull and the push in turn; 2(N-1)/N·M for a ring worker, the two directions overlapping).
+    Infinite where no byte is on the path (the ring at N = 1)."""
+    path = 2 * (workers - 1) / workers * model_bytes if arch == "ring" else 2 * workers * model_bytes
+    return workers * batch * rate_bits / (8 * path) if path > 0 else float("inf")

@@ -499,6 +499,34 @@ def judge_slice_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 5: the busiest link's ceiling on images/s, on cases the notebook never had
+
+
+@hidden("lab5_link_ceiling", functions=["link_ceiling"], probe_name="link_ceiling", inputs=probe.inputs_link_ceiling)
+def judge_link_ceiling(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Images/s to 1e-6 (infinite where no byte is on the path) on every case of
+    ``probe.inputs_link_ceiling``: batches, model sizes, worker counts and rates the notebook never had."""
+    from labkit.solutions.lab5 import link_ceiling
+
+    cases = probe.inputs_link_ceiling(**args)
+    got = arrays["ceilings"]
+    if got.shape != (len(cases),):
+        return Verdict(False, f"link_ceiling gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        want = link_ceiling(**case)
+        wrong = (mine != want) if math.isinf(want) else _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1
+        if wrong:
+            return Verdict(
+                False,
+                f"link_ceiling({case['arch']!r}, batch={case['batch']}, model_bytes={case['model_bytes']:,.0f}, "
+                f"workers={case['workers']}, rate_bits={case['rate_bits']:,.0f}) is {mine:.6g}, expected "
+                f"{want:.6g} images/s: check the images a step trains, the bytes on its critical path and "
+                f"the rate in bits",
+            )
+    return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 2: worker 0's share of the async steps on emulated links, on cases the notebook never had
 
 

@@ -607,6 +607,43 @@ def slice_shares(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 5: the busiest link's ceiling on images/s, on cases the notebook never had
+
+
+def inputs_link_ceiling(seed: int = 0, cases: int = 24) -> list[dict]:
+    """Cases drawn from ``seed``: 'ps' or 'ring', a batch of 1-512 per worker, a model of 10 KB to
+    1 GB (never the notebook's CNN or MLP), 1-8 workers (the ring at N = 1 once at least) and a
+    link of 1 Mbit/s to 100 Gbit/s."""
+    rng = np.random.default_rng(seed)
+    out = [{"arch": "ring", "batch": 32, "model_bytes": 1_000_000.0, "workers": 1, "rate_bits": 1e9}]
+    for _ in range(int(cases) - 1):
+        out.append(
+            {
+                "arch": str(rng.choice(["ps", "ring"])),
+                "batch": int(rng.integers(1, 513)),
+                "model_bytes": float(round(10 ** rng.uniform(4, 9))),
+                "workers": int(rng.integers(1, 9)),
+                "rate_bits": float(round(10 ** rng.uniform(6, 11))),
+            }
+        )
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@probe("link_ceiling")
+def link_ceiling(fns: dict, args: dict, out: Path) -> dict:
+    """``link_ceiling(arch, batch, model_bytes, workers, rate_bits) -> images/s`` on every case: one number each."""
+    fn = fns["link_ceiling"]
+    ceilings = []
+    for case in inputs_link_ceiling(**args):
+        got = fn(case["arch"], case["batch"], case["model_bytes"], case["workers"], case["rate_bits"])
+        try:
+            ceilings.append(float(got))
+        except (TypeError, ValueError):
+            raise TypeError(f"link_ceiling must return one number, images/s; got {type(got).__name__}") from None
+    return {"ceilings": np.asarray(ceilings, np.float64)}
+
+
+# ---------------------------------------------------------------------------------------------
 # Lab 2: the synchronous round, in a short real cluster
 
 

@@ -79,10 +79,9 @@ from labkit.core.paths import run_name, runs_root
 from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
-from labkit.core.registry import resolve
+from labkit.core.registry import Registry, resolve
 
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
-from labkit.tasks import PROGRAMS
 from labkit.wire.protocol import (
     ENV_GRPC_OPTIONS,
     ENV_INTER_OP,
@@ -104,9 +103,21 @@ from labkit.wire.protocol import (
 
 POLL_S = 0.05
 
+# The kit's task programs (``labkit.tasks``) by short name, as ``Cluster(spec, "ps_sgd")`` takes it ->
+# the module its tasks run (``python -m``): the launcher names them, and imports none.
+PROGRAMS = Registry(
+    "task program",
+    builtin={
+        "ps_sgd": "labkit.tasks.ps_sgd",
+        "sparse_lr": "labkit.tasks.ps_sparse_lr",
+        "strategy_train": "labkit.tasks.strategy_train",
+    },
+    hint="or a dotted module name",
+)
+
 
 def program_module(program: str) -> str:
-    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``labkit.tasks.PROGRAMS``); a dotted name is used as given."""
+    """``"ps_sgd"`` -> ``"labkit.tasks.ps_sgd"`` (``PROGRAMS``); a dotted name is used as given."""
     if not program or not all(part.isidentifier() for part in program.split(".")):
         raise ValueError(f"program {program!r} must be a module name, e.g. 'ps_sgd' (labkit.tasks.ps_sgd)")
     return program if "." in program else PROGRAMS.reference(program)

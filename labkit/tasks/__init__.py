@@ -21,17 +21,3 @@ their log is for people, and nothing reads it to learn what happened.
 ``common`` is the runtime they share (its concerns in ``runtime``, ``threads``, ``files``,
 ``signals``, ``configs``, ``tf1`` and ``ps_shutdown``).
 """
-
-from labkit.core.registry import Registry
-
-# The programs by short name, as ``Cluster(spec, "ps_sgd")`` takes it -> the module its
-# tasks run (``python -m``). The launcher reads this list; it imports no program.
-PROGRAMS = Registry(
-    "task program",
-    builtin={
-        "ps_sgd": "labkit.tasks.ps_sgd",
-        "sparse_lr": "labkit.tasks.ps_sparse_lr",
-        "strategy_train": "labkit.tasks.strategy_train",
-    },
-    hint="or a dotted module name",
-)

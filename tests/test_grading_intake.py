@@ -750,7 +750,8 @@ def test_a_canvas_group_file_runs_once_and_every_member_gets_its_grade(tmp_path)
         s: sorted((c, x["points"], x["status"]) for (who, c), x in rows.items() if who == s)
         for s in ("jsmith", "rroe", "llee")
     }
-    assert scores["jsmith"] == scores["rroe"] == scores["llee"] and rows[("llee", "execution")]["status"] == "ok"
+    assert scores["jsmith"] == scores["rroe"] == scores["llee"]
+    assert rows[("llee", "execution")]["status"] == "ok", (rows[("llee", "execution")], r.stdout[-3000:])
     pairs = read_csv(tmp_path / "out" / "similarity.csv") if (tmp_path / "out" / "similarity.csv").exists() else []
     assert all({x["student_a"], x["student_b"]} - {"jsmith", "rroe", "llee"} for x in pairs)
 

@@ -291,6 +291,15 @@ def _add_release(sub) -> None:
     p.set_defaults(func=_release)
 
 
+def _add_papermill(sub) -> None:
+    """Listed in ``--help`` only: ``main`` hands its arguments to papermill before parsing any."""
+    sub.add_parser(
+        "papermill",
+        help="papermill's command line (run a lab headless: NOTEBOOK OUTPUT -p NAME VALUE ...), "
+        "but a dead kernel ends it with 1 and its cause, not papermill's 138",
+    )
+
+
 def _add_check(sub) -> None:
     def run(a):
         from labkit.notebook import checking
@@ -525,6 +534,7 @@ REGISTRARS = [
     _add_nodes,
     _add_cloudlab_local,
     _add_check,
+    _add_papermill,
     _add_bench,
     _add_monitor,
     _add_grade,
@@ -554,6 +564,12 @@ def main(argv=None) -> int:
     quietly, as it ends ``cat``."""
     from labkit.core.proc import unwind_on_signals
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["papermill"]:  # papermill's own options, --help among them, passed through untouched
+        from labkit.notebook import headless
+
+        unwind_on_signals()
+        return headless.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -112,8 +112,8 @@ def pytest_collection_modifyitems(config, items):
 # - tests of your own that must not overlap each other: ``@pytest.mark.xdist_group("name")``.
 # Every test has a ceiling (pytest-timeout, ``timeout`` in pyproject.toml): a hang fails that
 # test, naming it, instead of the whole run; a test that needs longer says so with
-# ``@pytest.mark.timeout(seconds)``. Expensive things every test file may share, executed once per
-# run (per worker), are the session fixtures below.
+# ``@pytest.mark.timeout(seconds)``. A file's expensive setup (a graded class, an executed lab) is a
+# module-scoped fixture: its heavy tests share one worker, so it runs once per run.
 SYSTEM_GROUP = "system"
 SYSTEM_MARKERS = ("system", "cloudlab", "slurm")
 SYSTEM_FILES = ("test_multihost.py", "test_netem.py", "test_netem_launcher.py")

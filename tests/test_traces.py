@@ -20,6 +20,14 @@ def test_every_shipped_trace_has_its_provenance_and_no_machine_paths():
         assert "/tmp/" not in json.dumps(data) and "/work/" not in json.dumps(data), name
 
 
+def test_a_recorded_calls_arguments_are_read_from_its_provenance():
+    _, provenance = traces.frame("lab3_emulated_dense")  # Lab 3 section 9 reads its F so
+    assert traces.argument(provenance, "num_features") == 1_000_000  # inside **{...}
+    assert traces.argument(provenance, "batch_size") == 100  # a keyword of its own
+    with pytest.raises(KeyError, match="no argument 'nope'"):
+        traces.argument(provenance, "nope")
+
+
 def test_a_missing_trace_names_those_there_are():
     with pytest.raises(FileNotFoundError, match="lab5_ps_failure"):
         traces.load("lab9_nothing")

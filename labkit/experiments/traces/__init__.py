@@ -34,3 +34,20 @@ def frame(name: str):
 
     data = load(name)
     return pd.DataFrame(data["frame"]), data["provenance"]
+
+
+def argument(provenance: dict, name: str):
+    """The value the recorded call (``provenance["recorded_by"]``) gave its argument ``name``, read
+    from the call as written (a keyword, or one inside a ``**{...}``), so a section that needs a
+    parameter of the recorded runs reads it from their record instead of restating it."""
+    import ast
+
+    call = ast.parse(provenance["recorded_by"], mode="eval").body
+    for keyword in getattr(call, "keywords", []):
+        if keyword.arg == name:
+            return ast.literal_eval(keyword.value)
+        if keyword.arg is None and isinstance(keyword.value, ast.Dict):
+            spread = ast.literal_eval(keyword.value)
+            if name in spread:
+                return spread[name]
+    raise KeyError(f"the recorded call gives no argument {name!r}: {provenance['recorded_by']}")

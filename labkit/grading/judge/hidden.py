@@ -119,6 +119,21 @@ def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> floa
     return float(np.max(np.abs(mine - want) / (atol + rtol * np.abs(want)), initial=0.0))
 
 
+def _each_number(name: str, got: np.ndarray, cases: list, want: Callable, atol: float, rtol: float, wrong: Callable):
+    """The verdict on a probe's one number per case: each within ``atol`` + ``rtol`` x |want| of
+    ``want(case)`` (an infinite want only by itself); the first that is not says ``wrong(case, mine, want)``."""
+    if got.shape != (len(cases),):
+        return Verdict(False, f"{name} gave {got.size} answers for {len(cases)} cases")
+    for case, mine in zip(cases, got):
+        expected = want(case)
+        off = (
+            mine != expected if math.isinf(expected) else _close(np.asarray(mine), np.asarray(expected), atol, rtol) > 1
+        )
+        if off:
+            return Verdict(False, wrong(case, mine, expected))
+    return Verdict(True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lab 1: the SGD step, against the softmax regression's gradient in float64
 
@@ -181,21 +196,18 @@ def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
     reference, on cases the notebook never had (``probe.inputs_best_reading``)."""
     from labkit.solutions.lab1 import chance_best_reading
 
+    def wrong(case, mine, want):
+        return (
+            f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
+            f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
+            f"that the best of n binomial batch readings reaches the level: check how many "
+            f"images 'at least level' needs, one reading's chance, and the best of n"
+        )
+
     cases = probe.inputs_best_reading(**args)
-    got = arrays["chances"]
-    if got.shape != (len(cases),):
-        return Verdict(False, f"chance_best_reading gave {got.size} answers for {len(cases)} cases")
-    for case, mine in zip(cases, got):
-        want = chance_best_reading(**case)
-        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
-            return Verdict(
-                False,
-                f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
-                f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
-                f"that the best of n binomial batch readings reaches the level: check how many "
-                f"images 'at least level' needs, one reading's chance, and the best of n",
-            )
-    return Verdict(True)
+    return _each_number(
+        "chance_best_reading", arrays["chances"], cases, lambda c: chance_best_reading(**c), 1e-9, 1e-6, wrong
+    )
 
 
 @hidden(
@@ -248,21 +260,24 @@ def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
     a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
     from labkit.datasets.clickdata import ClickSpec
 
+    def wrong(case, mine, want):
+        spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
+        return (
+            f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
+            f"not the expected number of distinct (field, value) pairs; check each value's "
+            f"probability (from the CDF), the optional fields, and the chance it is in no row"
+        )
+
     cases = probe.inputs_distinct_features(**args)
-    got = arrays["expected"]
-    if got.shape != (len(cases),):
-        return Verdict(False, f"expected_distinct_features gave {got.size} answers for {len(cases)} cases")
-    for case, mine in zip(cases, got):
-        want = reference_distinct_features(ClickSpec(**case["spec"]), case["rows"])
-        if _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1:
-            spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
-            return Verdict(
-                False,
-                f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
-                f"not the expected number of distinct (field, value) pairs; check each value's "
-                f"probability (from the CDF), the optional fields, and the chance it is in no row",
-            )
-    return Verdict(True)
+    return _each_number(
+        "expected_distinct_features",
+        arrays["expected"],
+        cases,
+        lambda c: reference_distinct_features(ClickSpec(**c["spec"]), c["rows"]),
+        1e-9,
+        1e-6,
+        wrong,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,22 +523,16 @@ def judge_link_ceiling(args: dict, arrays: dict, folder: Path) -> Verdict:
     ``probe.inputs_link_ceiling``: batches, model sizes, worker counts and rates the notebook never had."""
     from labkit.solutions.lab5 import link_ceiling
 
+    def wrong(case, mine, want):
+        return (
+            f"link_ceiling({case['arch']!r}, batch={case['batch']}, model_bytes={case['model_bytes']:,.0f}, "
+            f"workers={case['workers']}, rate_bits={case['rate_bits']:,.0f}) is {mine:.6g}, expected "
+            f"{want:.6g} images/s: check the images a step trains, the bytes on its critical path and "
+            f"the rate in bits"
+        )
+
     cases = probe.inputs_link_ceiling(**args)
-    got = arrays["ceilings"]
-    if got.shape != (len(cases),):
-        return Verdict(False, f"link_ceiling gave {got.size} answers for {len(cases)} cases")
-    for case, mine in zip(cases, got):
-        want = link_ceiling(**case)
-        wrong = (mine != want) if math.isinf(want) else _close(np.asarray(mine), np.asarray(want), 1e-9, 1e-6) > 1
-        if wrong:
-            return Verdict(
-                False,
-                f"link_ceiling({case['arch']!r}, batch={case['batch']}, model_bytes={case['model_bytes']:,.0f}, "
-                f"workers={case['workers']}, rate_bits={case['rate_bits']:,.0f}) is {mine:.6g}, expected "
-                f"{want:.6g} images/s: check the images a step trains, the bytes on its critical path and "
-                f"the rate in bits",
-            )
-    return Verdict(True)
+    return _each_number("link_ceiling", arrays["ceilings"], cases, lambda c: link_ceiling(**c), 1e-9, 1e-6, wrong)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,21 +547,16 @@ def judge_worker0_share(args: dict, arrays: dict, folder: Path) -> Verdict:
     rates, step times and worker counts the notebook never had, several workers beside the ps in some."""
     from labkit.solutions.lab2 import worker0_share
 
+    def wrong(case, share, want):
+        return (
+            f"worker0_share(step_bytes={case['step_bytes']:,.0f}, rate_bits={case['rate_bits']:,.0f}, "
+            f"step_s={case['step_s']:.4g}, workers={case['workers']}, beside_ps={case['beside_ps']}) is "
+            f"{share:.6g}, expected {want:.6g}: check the link's seconds per step (bits, not bytes), "
+            f"which workers cross it, and that the share is of every worker's steps per second"
+        )
+
     cases = probe.inputs_worker0_share(**args)
-    got = arrays["shares"]
-    if got.shape != (len(cases),):
-        return Verdict(False, f"worker0_share gave {got.size} answers for {len(cases)} cases")
-    for case, share in zip(cases, got):
-        want = worker0_share(**case)
-        if _close(np.asarray(share), np.asarray(want), 1e-9, 1e-6) > 1:
-            return Verdict(
-                False,
-                f"worker0_share(step_bytes={case['step_bytes']:,.0f}, rate_bits={case['rate_bits']:,.0f}, "
-                f"step_s={case['step_s']:.4g}, workers={case['workers']}, beside_ps={case['beside_ps']}) is "
-                f"{share:.6g}, expected {want:.6g}: check the link's seconds per step (bits, not bytes), "
-                f"which workers cross it, and that the share is of every worker's steps per second",
-            )
-    return Verdict(True)
+    return _each_number("worker0_share", arrays["shares"], cases, lambda c: worker0_share(**c), 1e-9, 1e-6, wrong)
 
 
 # ---------------------------------------------------------------------------------------------

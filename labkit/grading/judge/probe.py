@@ -606,6 +606,19 @@ def slice_shares(fns: dict, args: dict, out: Path) -> dict:
     return {"shares": rows}
 
 
+def _numbers(fns: dict, name: str, cases: list[dict], order: tuple[str, ...], what: str) -> np.ndarray:
+    """The student's ``name`` called with each case's values in ``order``: one number each, or a
+    TypeError that says it must return ``what``."""
+    fn, out = fns[name], []
+    for case in cases:
+        got = fn(*(case[k] for k in order))
+        try:
+            out.append(float(got))
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must return one number, {what}; got {type(got).__name__}") from None
+    return np.asarray(out, np.float64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lab 5: the busiest link's ceiling on images/s, on cases the notebook never had
 
@@ -632,15 +645,8 @@ def inputs_link_ceiling(seed: int = 0, cases: int = 24) -> list[dict]:
 @probe("link_ceiling")
 def link_ceiling(fns: dict, args: dict, out: Path) -> dict:
     """``link_ceiling(arch, batch, model_bytes, workers, rate_bits) -> images/s`` on every case: one number each."""
-    fn = fns["link_ceiling"]
-    ceilings = []
-    for case in inputs_link_ceiling(**args):
-        got = fn(case["arch"], case["batch"], case["model_bytes"], case["workers"], case["rate_bits"])
-        try:
-            ceilings.append(float(got))
-        except (TypeError, ValueError):
-            raise TypeError(f"link_ceiling must return one number, images/s; got {type(got).__name__}") from None
-    return {"ceilings": np.asarray(ceilings, np.float64)}
+    order = ("arch", "batch", "model_bytes", "workers", "rate_bits")
+    return {"ceilings": _numbers(fns, "link_ceiling", inputs_link_ceiling(**args), order, "images/s")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -732,17 +738,8 @@ def inputs_worker0_share(seed: int = 0, cases: int = 24) -> list[dict]:
 @probe("worker0_share")
 def worker0_share(fns: dict, args: dict, out: Path) -> dict:
     """``worker0_share(step_bytes, rate_bits, step_s, workers, beside_ps) -> share`` on every case: one number each."""
-    fn = fns["worker0_share"]
-    shares = []
-    for case in inputs_worker0_share(**args):
-        got = fn(case["step_bytes"], case["rate_bits"], case["step_s"], case["workers"], case["beside_ps"])
-        try:
-            shares.append(float(got))
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"worker0_share must return one number, worker 0's share; got {type(got).__name__}"
-            ) from None
-    return {"shares": np.asarray(shares, np.float64)}
+    order = ("step_bytes", "rate_bits", "step_s", "workers", "beside_ps")
+    return {"shares": _numbers(fns, "worker0_share", inputs_worker0_share(**args), order, "worker 0's share")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -283,3 +283,13 @@ def data_mirror() -> str:
     if not mirror:
         pytest.skip("LABKIT_DATA_MIRROR is not set: the nodes fetch the data from it (see README, Data)")
     return mirror
+
+
+def hidden_verdict(check: str, fn, folder: Path, **args):
+    """Hidden check ``check``'s verdict on ``fn``, the student's one function: its probe run here, in
+    this process, on the rubric's ``args`` (the grader runs it in a sandbox), then its judge."""
+    from labkit.grading.judge import hidden, probe
+
+    h = hidden.HIDDEN[check]
+    (name,) = h.functions
+    return h.judge(args, probe.PROBES[h.probe]({name: fn}, args, folder), folder)

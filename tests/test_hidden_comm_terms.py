@@ -4,7 +4,8 @@ sandbox: the two halves called directly, as the grader's processes call them).""
 
 import pytest
 
-from labkit.grading.judge import hidden, probe
+from helpers import hidden_verdict
+from labkit.grading.judge import probe
 
 
 def comm_terms(arch, M, N, n_ps=1, shards=None):
@@ -16,8 +17,7 @@ def comm_terms(arch, M, N, n_ps=1, shards=None):
 
 
 def verdict(fn, tmp_path, **args):
-    arrays = probe.PROBES["comm_terms"]({"comm_terms": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab5_comm_terms"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab5_comm_terms", fn, tmp_path, **args)
 
 
 def test_a_correct_answer_passes_on_cases_the_run_never_had(tmp_path):

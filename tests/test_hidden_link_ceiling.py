@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from helpers import hidden_verdict
 from labkit.experiments import traces
-from labkit.grading.judge import hidden, probe
+from labkit.grading.judge import probe
 from labkit.infra import netem
 
 
@@ -26,8 +27,7 @@ def link_ceiling(arch, batch, model_bytes, workers, rate_bits):
 
 
 def verdict(fn, tmp_path, **args):
-    arrays = probe.PROBES["link_ceiling"]({"link_ceiling": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab5_link_ceiling"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab5_link_ceiling", fn, tmp_path, **args)
 
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from helpers import hidden_verdict
 from labkit.experiments import traces
-from labkit.grading.judge import hidden, probe
+from labkit.grading.judge import probe
 from labkit.infra import netem
 
 
@@ -21,8 +22,7 @@ def ps_link_shares(num_features, local_steps, window_s, rate_bits, beside_ps=1):
 
 
 def verdict(fn, tmp_path, **args):
-    arrays = probe.PROBES["ps_link_shares"]({"ps_link_shares": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab3_ps_link_shares"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab3_ps_link_shares", fn, tmp_path, **args)
 
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):

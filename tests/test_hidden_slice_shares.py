@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from helpers import hidden_verdict
 from labkit.experiments import ring_vs_ps
-from labkit.grading.judge import hidden, probe
+from labkit.grading.judge import probe
 
 
 def slice_shares(trace, kill=0):
@@ -24,8 +25,7 @@ def slice_shares(trace, kill=0):
 
 
 def verdict(fn, tmp_path, **args):
-    arrays = probe.PROBES["slice_shares"]({"slice_shares": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab5_slice_shares"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab5_slice_shares", fn, tmp_path, **args)
 
 
 def test_a_correct_answer_passes_on_traces_the_notebook_never_had(tmp_path):

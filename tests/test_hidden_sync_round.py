@@ -6,6 +6,7 @@ processes call them."""
 
 import pytest
 
+from helpers import hidden_verdict
 from labkit.grading.judge import hidden, probe
 
 ARGS = {"rounds": 6, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 180}
@@ -24,8 +25,7 @@ def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shar
 
 def verdict(fn, tmp_path, monkeypatch, **args):
     monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))  # the probe sets it too; restored after
-    arrays = probe.PROBES["sync_round"]({"sync_round": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab2_sync_round"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab2_sync_round", fn, tmp_path, **args)
 
 
 @pytest.mark.cluster

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from helpers import hidden_verdict
 from labkit.experiments import sync_async, traces
-from labkit.grading.judge import hidden, probe
+from labkit.grading.judge import probe
 from labkit.infra import netem
 
 
@@ -20,8 +21,7 @@ def worker0_share(step_bytes, rate_bits, step_s, workers, beside_ps=1):
 
 
 def verdict(fn, tmp_path, **args):
-    arrays = probe.PROBES["worker0_share"]({"worker0_share": fn}, args, tmp_path)
-    return hidden.HIDDEN["lab2_worker0_share"].judge(args, arrays, tmp_path)
+    return hidden_verdict("lab2_worker0_share", fn, tmp_path, **args)
 
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):

@@ -134,9 +134,10 @@ def test_a_run_someone_else_wrote_is_never_read_back(tmp_path):
 def test_ta_scores_keep_their_history_and_exports_whether_they_were_sent(tmp_path):
     with Gradebook(tmp_path) as db:
         db.identify({"folder": "ann"}, "ann")
-        assert db.ta_score("ann", "alpha", "answer Q1", "1", "vague", "a.csv")
-        assert not db.ta_score("ann", "alpha", "answer Q1", "1", "vague", "a.csv")
-        assert db.ta_score("ann", "alpha", "answer Q1", "2", "regraded", "b.csv")
+        q1 = ("alpha", "answer Q1", "ann")
+        assert db.ta_scores({q1: {"score": "1", "comment": "vague", "source": "a.csv"}}) == 1
+        assert db.ta_scores({q1: {"score": "1", "comment": "vague", "source": "a.csv"}}) == 0
+        assert db.ta_scores({q1: {"score": "2", "comment": "regraded", "source": "b.csv"}}) == 1
         assert [(h["score"], h["current"]) for h in db.ta_history("ann", "alpha", "answer Q1")] == [("1", 0), ("2", 1)]
         assert db.last_sent() is None
         db.exported("canvas.csv", {("ann", "alpha"): "5"}, sent=True)

@@ -353,26 +353,6 @@ class Gradebook:
         return self.db.execute("SELECT count(*) FROM runs").fetchone()[0]
 
     # ------------------------------------------------------------------ TA scores
-    def ta_score(
-        self, handle: str, lab: str, check: str, score: str, comment: str, source: str, max="", answer_sha=""
-    ) -> bool:
-        """Keep a TA's score as the current one (the old one stays, as history); False when
-        it is the current one already."""
-        return (
-            self.ta_scores(
-                {
-                    (lab, check, handle): {
-                        "score": score,
-                        "comment": comment,
-                        "source": source,
-                        "max": max,
-                        "answer_sha": answer_sha,
-                    }
-                }
-            )
-            == 1
-        )
-
     def ta_scores(self, given: dict[tuple, dict]) -> int:
         """Keep TA scores ({(lab, check, handle): score, comment, source, max, answer_sha}) as the
         current ones, all in one transaction; returns how many changed."""

@@ -339,13 +339,14 @@ def _launcher_arguments(p) -> None:
 
 
 def _remote_arguments(p) -> None:
-    from labkit.distributed.launchers.ssh import DEFAULT_SSH, LIVENESS
+    from labkit.distributed.launchers.ssh import CONNECT, DEFAULT_SSH, LIVENESS
 
     p.add_argument(
         "--ssh",
         help=f"ssh command for remote hosts (default $LABKIT_SSH, else '{' '.join(DEFAULT_SSH)}'); "
         f"the kit's liveness options '{' '.join(LIVENESS)}' go first in any ssh command, so a "
-        f"node whose link drops is noticed in about 15 s",
+        f"node whose link drops is noticed in about 15 s; '{' '.join(CONNECT)}' follows them unless the "
+        f"command sets its own",
     )
     p.add_argument("--remote-dir", help="the kit's directory on remote hosts (default $LABKIT_REMOTE_DIR, else labkit)")
     p.add_argument(

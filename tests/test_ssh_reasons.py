@@ -59,9 +59,15 @@ def test_the_kits_liveness_options_come_first_in_any_ssh_command(command, monkey
     argv = SshOptions.of().argv("10.10.1.2", "true")
     words = command.split()
     at = next(i for i, w in enumerate(words) if w.endswith("ssh")) + 1
-    assert argv[:at] == words[:at] and tuple(argv[at : at + 4]) == ssh.LIVENESS
-    assert argv[at + 4 : at + 4 + len(words) - at] == words[at:]
+    assert argv[:at] == words[:at] and tuple(argv[at : at + 6]) == ssh.LIVENESS + ssh.CONNECT
+    assert argv[at + 6 : at + 6 + len(words) - at] == words[at:]
     assert SshOptions.of(argv[:-3]).ssh == tuple(argv[:-3])  # once
+
+
+def test_a_users_own_connect_timeout_stays_the_only_one(monkeypatch):
+    monkeypatch.setenv("LABKIT_SSH", "ssh -o ConnectTimeout=30")
+    argv = SshOptions.of().argv("10.10.1.2", "true")
+    assert [w for w in argv if "ConnectTimeout" in w] == ["ConnectTimeout=30"]
 
 
 def test_the_default_command_has_them_once():
@@ -81,3 +87,25 @@ def test_two_nodes_with_one_address_are_refused(tmp_path):
         read_hosts_file(hosts)
     hosts.write_text("10.10.1.2:2222\n10.10.1.2:2300\n10.10.1.1 node0\n10.10.1.1 node0\n")  # a host's ports; a repeat
     assert read_hosts_file(hosts) == ["10.10.1.2:2222", "10.10.1.2:2300", "10.10.1.1", "10.10.1.1"]
+
+
+def test_a_node_whose_session_broke_gets_nothing_more(tmp_path):
+    """The teardown sends no signal and copies nothing from a node whose link went: another ssh
+    would wait out the dead link (the cut link's test measured up to 95 s before)."""
+    from labkit.distributed.launchers.base import TaskProcess
+    from labkit.wire.spec import Task
+
+    def task(index, host, rc, said):
+        log = tmp_path / f"w{index}.log"
+        log.write_text(f"some output\n{said}\n")
+        tp = TaskProcess(Task("worker", index, f"{host}:2222"), None, [], "", {}, log, tmp_path / f"w{index}.ev")
+        tp.returncode = rc
+        return tp
+
+    tps = [
+        task(0, "10.10.1.2", 255, "Timeout, server 10.10.1.2 not responding."),
+        task(1, "10.10.1.3", 255, "ssh: connect to host 10.10.1.3 port 22: Connection refused"),
+        task(2, "10.10.1.4", 1, "Timeout, server 10.10.1.4 not responding."),
+        task(3, "10.10.1.5", None, ""),
+    ]
+    assert ssh.lost_hosts(tps) == {"10.10.1.2"}

@@ -38,14 +38,15 @@ from pathlib import Path
 from labkit.wire.spec import Task, accepts
 from labkit.wire.events import ENV as EVENTS_ENV
 from labkit.distributed.launchers.base import ClusterTimeout, Launcher, Settings, TaskProcess
-from labkit.core.proc import OwnedProcess
+from labkit.core.proc import OwnedProcess, tail
 from labkit.wire.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
 
 # The kit's liveness options: a node whose network drops is noticed in about 15 s (ssh exits 255),
 # not when TCP gives up. They go first in every ssh command, $LABKIT_SSH's included: ssh takes an
 # option's first value, so a user's command cannot turn link-loss detection off.
 LIVENESS = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *LIVENESS)
+CONNECT = ("-o", "ConnectTimeout=10")  # a node that does not answer fails in 10 s, unless the user says otherwise
+DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", *CONNECT, *LIVENESS)
 REMOTE_TERM_GRACE_S = 10  # a remote task whose launcher is gone: SIGTERM, then SIGKILL after this
 EVENTS_FD = 3  # a remote task's events: this descriptor, the ssh session's stdout
 
@@ -58,13 +59,14 @@ def default_ssh() -> list[str]:
 
 def with_liveness(ssh: list[str]) -> list[str]:
     """``ssh`` with ``LIVENESS`` right after its ``ssh`` word (the first, if a wrapper runs ssh;
-    else after the command's first word), once."""
+    else after the command's first word), once; and ``CONNECT`` after them if it sets no
+    ConnectTimeout of its own."""
     words = list(ssh)
     first = lambda key: next((w.split("=", 1)[1] for w in words if w.removeprefix("-o").startswith(key + "=")), None)  # noqa: E731
-    if (first("ServerAliveInterval"), first("ServerAliveCountMax")) == ("5", "3"):
-        return words
+    ours = [] if (first("ServerAliveInterval"), first("ServerAliveCountMax")) == ("5", "3") else list(LIVENESS)
+    ours += [] if first("ConnectTimeout") else list(CONNECT)
     at = next((i for i, a in enumerate(words) if os.path.basename(a) == "ssh"), 0) + 1
-    return words[:at] + list(LIVENESS) + words[at:]
+    return words[:at] + ours + words[at:]
 
 
 def default_remote_dir() -> str:
@@ -167,8 +169,10 @@ class SshLauncher(Launcher):
 
     # --------------------------------------------------------------------------- signals
     def signal(self, tps: list[TaskProcess], sig: int) -> None:
+        lost = lost_hosts(tps)
         for host, group in _by_host(tps).items():
-            self._remote_signal(host, group, sig)
+            if host not in lost:  # its tasks stop by themselves: their session's stdin closed (remote_command)
+                self._remote_signal(host, group, sig)
 
     def stop(self, tps: list[TaskProcess], sig: int) -> None:
         """On the nodes only: a task's ssh client ends by itself once the task has written its
@@ -197,8 +201,11 @@ class SshLauncher(Launcher):
     # ---------------------------------------------------------------------------- files
     def collect(self, tps: list[TaskProcess]) -> list[str]:
         """Copy the hosts' result and hello files into the local run directory."""
-        notes, run = [], self.settings.remote_run
+        notes, run, lost = [], self.settings.remote_run, lost_hosts(tps)
         for host in sorted(_by_host(tps)):
+            if host in lost:  # another ssh would wait out a dead link (ConnectTimeout, or TCP's minutes)
+                notes.append(f"did not copy results back from {node_label(host)}: its ssh connection was lost")
+                continue
             try:
                 out = self.options.run(host, f"tar -cf - -C {shlex.quote(run)} .", timeout=120, text=False)
             except (subprocess.TimeoutExpired, OSError) as e:
@@ -408,6 +415,16 @@ def _started(tp: TaskProcess) -> bool:
 
 # What ssh says when a session it had opened breaks (ServerAlive timeout, the node's sshd or link gone)
 SESSION_LOST = ("not responding.", "closed by remote host", "Broken pipe", "Connection reset by peer")
+
+
+def lost_hosts(tps: list[TaskProcess]) -> set[str]:
+    """The hosts a task's ssh session to broke while it ran (ssh's 255 with a ``SESSION_LOST``
+    line in its log): the teardown sends nothing more there."""
+    return {
+        tp.task.host
+        for tp in tps
+        if tp.poll() == 255 and any(said in tail(tp.log_path, 20) for said in SESSION_LOST)
+    }
 
 
 def missing_line(path: str) -> str:

@@ -104,21 +104,20 @@ def run_notebook(path: Path, workdir: Path, parameters: dict, timeout: float):
     """Execute ``path`` under papermill in ``workdir`` with ``parameters`` (``timeout`` seconds a
     cell); returns the executed notebook and its records. As the grader does, the kernel gets
     ``LABKIT_RUNS=workdir/runs``, so its cluster runs stay inside ``workdir``."""
-    import papermill
+    from labkit.notebook import execution
 
     out = workdir / "out.ipynb"
     before = os.environ.get("LABKIT_RUNS")
     os.environ["LABKIT_RUNS"] = str(workdir / "runs")  # the kernel inherits it
     try:
-        papermill.execute_notebook(
-            str(path),
-            str(out),
+        execution.execute(
+            path,
+            out,
             parameters=parameters,
-            cwd=str(workdir),
-            kernel_name="python3",
-            execution_timeout=timeout,
+            cwd=workdir,
+            kernel="python3",
+            cell_timeout=timeout,
             start_timeout=120,
-            progress_bar=False,
         )
     finally:
         if before is None:

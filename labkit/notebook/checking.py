@@ -32,11 +32,11 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from labkit.notebook.record import Missing, cell_tags, figure_count, lookup, named_cells, read_records
+from labkit.notebook import execution
+from labkit.notebook.record import Missing, figure_count, lookup, named_cells, read_records
 
 FORMAT = "labkit public rubric 1"  # the public rubric's `format`: what labkit.grading.kit.public writes
 SELF = "LABKIT_CHECK_RUN"  # set in the check's own kernel: labkit.check() there does nothing
-SKIPPED_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # cells papermill adds to a run
 SHOW = 8  # names listed per line before "and N more"
 
 
@@ -174,31 +174,24 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
     private, work = folder / ".check", folder / "work"
     private.mkdir(parents=True)
     work.mkdir()
-    clean, params = private / "input.ipynb", private / "parameters.json"
-    nb = nbformat.read(str(notebook), as_version=4)
-    _clear_outputs(nb, lab.kernel)
+    clean, spec = private / "input.ipynb", private / "run.json"
+    nb = execution.clean(nbformat.read(str(notebook), as_version=4), lab.kernel)
     nbformat.write(nb, str(clean))
-    params.write_text(json.dumps(lab.parameters))  # YAML reads JSON
     executed, logfile = folder / lab.notebook, folder / "run.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "papermill",
-        clean,
-        executed,
-        "-f",
-        params,
-        "-k",
-        lab.kernel,
-        "--cwd",
-        work,
-        "--execution-timeout",
-        int(lab.cell_timeout),
-        "--start-timeout",
-        int(lab.start_timeout),
-        "--progress-bar",
-        "--no-log-output",
-    ]
+    spec.write_text(
+        json.dumps(
+            {
+                "source": str(clean),
+                "output": str(executed),
+                "parameters": lab.parameters,
+                "kernel": lab.kernel,
+                "cwd": str(work),
+                "cell_timeout": lab.cell_timeout,
+                "start_timeout": lab.start_timeout,
+            }
+        )
+    )
+    cmd = [sys.executable, "-m", "labkit.notebook.isolated", spec]
     env = {k: v for k, v in os.environ.items() if not k.startswith("JPY_") and k != "LABKIT_LIVE"}
     env.update({SELF: "1", "LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1"})
     peak, timed_out = 0, False
@@ -211,27 +204,13 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
                 timed_out = True
                 break
             peak = max(peak, tree_rss(proc.pid))
-            _advance(bar, logfile)
+            _advance(bar, executed)
             time.sleep(0.5)
         seconds = time.monotonic() - t0
         returncode = proc.poll()
-    _advance(bar, logfile)
+    _advance(bar, executed)
     bar.close()
     return _ended(lab, nb, Run("crashed", round(seconds, 1), peak, executed, logfile), returncode, timed_out)
-
-
-def _clear_outputs(nb, kernel: str) -> None:
-    """What the grader runs: the cells without anything a run produces, for the rubric's kernel (a
-    notebook's own kernelspec is not the student's to choose)."""
-    for cell in nb.cells:
-        if cell.get("cell_type") == "code":
-            cell.outputs, cell.execution_count = [], None
-        else:
-            cell.pop("outputs", None)
-        (cell.get("metadata") or {}).pop("papermill", None)
-    nb.metadata.pop("papermill", None)
-    nb.metadata["kernelspec"] = {"name": kernel, "language": "python", "display_name": kernel}
-    nb.metadata["language_info"] = {"name": "python"}
 
 
 def _progress(total: int, desc: str):
@@ -241,13 +220,12 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="cell", **({} if is_live() else {"disable": None}))
 
 
-def _advance(bar, logfile: Path) -> None:
-    """Move ``bar`` to the cell papermill's own progress bar (in the run's log) has reached."""
-    from labkit.core.proc import tail
-
-    done = re.findall(r"(\d+)/(\d+) \[", tail(logfile, 5))
-    if done and int(done[-1][0]) > bar.n:
-        bar.update(int(done[-1][0]) - bar.n)
+def _advance(bar, executed: Path) -> None:
+    """Move ``bar`` to the cells the run has ended, as papermill records them in ``executed`` (its
+    injected parameters cell among them)."""
+    done = min(execution.cells_done(executed) or 0, bar.total)
+    if done > bar.n:
+        bar.update(done - bar.n)
 
 
 def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: bool) -> Run:
@@ -256,19 +234,19 @@ def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: boo
     from labkit.core.proc import tail
 
     nb = out.executed_nb
-    index = [i for i, c in enumerate(submitted.cells) if not set(SKIPPED_TAGS) & set(cell_tags(c))]
-    ran = [c for c in nb.cells if not set(SKIPPED_TAGS) & set(cell_tags(c))] if nb is not None else []
+    index = [i for i, c in enumerate(submitted.cells) if not execution.added(c)]
+    ran = [c for c in nb.cells if not execution.added(c)] if nb is not None else []
     if nb is None or len(ran) != len(index):
         last = next((ln for ln in reversed(tail(out.log, 30).splitlines()) if ln.strip()), "no output")
         out.error = f"the notebook did not run: {last.strip()}"
         return out
     out.cells = [None] * len(submitted.cells)
     for i, cell in zip(index, ran):
-        meta = (cell.get("metadata") or {}).get("papermill") or {}
         if cell.get("cell_type") == "code":
-            out.cells[i] = "failed" if meta.get("exception") else "completed" if meta.get("start_time") else "not-run"
-            if (meta.get("duration") or 0) > out.slowest[0]:
-                out.slowest = (round(meta["duration"], 1), i)
+            out.cells[i] = {"failed": "failed", "ran": "completed", "not-run": "not-run"}[execution.state(cell)]
+            duration = ((cell.get("metadata") or {}).get("papermill") or {}).get("duration") or 0
+            if duration > out.slowest[0]:
+                out.slowest = (round(duration, 1), i)
     started = [i for i, s in enumerate(out.cells) if s in ("failed", "completed")]
     failed = next((i for i, s in enumerate(out.cells) if s == "failed"), None)
     log_text = tail(out.log, 60)

@@ -421,9 +421,7 @@ def lost_hosts(tps: list[TaskProcess]) -> set[str]:
     """The hosts a task's ssh session to broke while it ran (ssh's 255 with a ``SESSION_LOST``
     line in its log): the teardown sends nothing more there."""
     return {
-        tp.task.host
-        for tp in tps
-        if tp.poll() == 255 and any(said in tail(tp.log_path, 20) for said in SESSION_LOST)
+        tp.task.host for tp in tps if tp.poll() == 255 and any(said in tail(tp.log_path, 20) for said in SESSION_LOST)
     }
 
 

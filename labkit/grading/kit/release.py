@@ -42,6 +42,7 @@ import shutil
 import string
 from pathlib import Path
 
+from labkit.notebook import execution
 from labkit.notebook.checking import short_name
 from labkit.grading.kit.public import BEGIN, CODE_STUB, END, public_rubric, to_toml
 from labkit.notebook.record import cell_tags
@@ -88,7 +89,7 @@ def release_notebook(nb, name: str = "notebook"):
     """A student copy of nbformat node ``nb``; returns (new node, number of regions replaced)."""
     import copy
 
-    nb = copy.deepcopy(nb)
+    nb = execution.clean(copy.deepcopy(nb))
     cells, regions = [], 0
     for i, cell in enumerate(nb.cells):
         tags = cell_tags(cell)
@@ -99,13 +100,8 @@ def release_notebook(nb, name: str = "notebook"):
         if n == 0 and cell.cell_type == "markdown" and ANALYSIS in tags:
             src, n = ANSWER_STUB, 1
         cell.source, regions = src, regions + n
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-        for key in ("papermill", "execution", "collapsed", "scrolled"):
-            cell.metadata.pop(key, None)
         cells.append(cell)
     nb.cells = cells
-    nb.metadata.pop("papermill", None)
     return nb, regions
 
 

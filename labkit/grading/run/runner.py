@@ -58,6 +58,7 @@ from labkit.grading.run.executor import Executor, Ready
 from labkit.grading.gradebook.report import NEVER_RAN
 from labkit.grading.run.sandbox import Account, View, lease_account
 from labkit.core.proc import OwnedProcess, own_descendants, tail, tree_memory
+from labkit.notebook import execution
 from labkit.notebook.record import cell_name, cell_tags
 
 MAX_NOTEBOOK_BYTES = 16 * 2**20  # a submitted notebook past this is refused (outputs are stripped anyway)
@@ -231,18 +232,7 @@ def clean_copy(source: Path, dest: Path, kernel: str = "python3") -> list[str]:
 
     nb = nbformat.read(str(source), as_version=4)
     flags = pre_baked(nb)
-    for cell in nb.cells:
-        if cell.get("cell_type") == "code":
-            cell.outputs, cell.execution_count = [], None
-        else:
-            cell.pop("outputs", None)
-            cell.pop("execution_count", None)
-        for key in ("papermill", "execution"):
-            (cell.get("metadata") or {}).pop(key, None)
-    nb.metadata.pop("papermill", None)
-    nb.metadata["kernelspec"] = {"name": kernel, "language": "python", "display_name": kernel}
-    nb.metadata["language_info"] = {"name": "python"}
-    nbformat.write(nb, str(dest))
+    nbformat.write(execution.clean(nb, kernel), str(dest))
     return flags
 
 
@@ -599,7 +589,7 @@ def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
     except (OSError, ValueError):
         return None
     cells = [c for c in nb.cells if "papermill-error-cell-tag" not in cell_tags(c)]
-    started = [i for i, c in enumerate(cells) if (c.get("metadata") or {}).get("papermill", {}).get("start_time")]
+    started = [i for i, c in enumerate(cells) if execution.state(c) != "not-run"]
     return source_index(source, started[-1], injected) if started else None
 
 
@@ -715,24 +705,20 @@ def _kernel_manager_class(prefix: list[str], ipc: str, owner=None):
 
 
 def _execute(spec: dict) -> RunResult:
-    import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     src, out, injected = Path(spec["input"]), Path(spec["output"]), bool(spec["parameters"])
     try:
-        pm.execute_notebook(
+        execution.execute(
             src,
             out,
             parameters=spec["parameters"],
-            kernel_name=spec["kernel"],
+            kernel=spec["kernel"],
             cwd=spec["workdir"],
-            execution_timeout=spec["cell_timeout"],
+            cell_timeout=spec["cell_timeout"],
             start_timeout=spec["start_timeout"],
-            progress_bar=False,
-            log_output=False,
             kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"], spec.get("owner")),
-            shutdown_kernel="immediate",
         )
         return RunResult("ok")
     except PapermillExecutionError as e:

@@ -140,6 +140,7 @@ class SshLauncher(Launcher):
         self._t0 = time.monotonic()
         self._probed: dict[str, float] = {}  # task -> when its node was last asked whether it listens
         self._checked: set[str] = set()  # hosts whose versions passed ``preflight``
+        self._spawned: list[TaskProcess] = []  # every task spawned, for ``lost_hosts``
 
     def task_run_dir(self, task: Task) -> str:
         return self.settings.remote_run
@@ -162,6 +163,7 @@ class SshLauncher(Launcher):
         stdout is the task's events, its stderr the task's log (``remote_command``)."""
         proc = OwnedProcess(tp.argv, tp.log_path, stdin=subprocess.PIPE, stdout_path=tp.events_path).start()
         _arm(proc)
+        self._spawned.append(tp)
         return proc
 
     def returncode(self, rc: int) -> int:
@@ -169,7 +171,7 @@ class SshLauncher(Launcher):
 
     # --------------------------------------------------------------------------- signals
     def signal(self, tps: list[TaskProcess], sig: int) -> None:
-        lost = lost_hosts(tps)
+        lost = lost_hosts(self._spawned)  # any task's broken session: a node's other tasks too
         for host, group in _by_host(tps).items():
             if host not in lost:  # its tasks stop by themselves: their session's stdin closed (remote_command)
                 self._remote_signal(host, group, sig)
@@ -201,7 +203,7 @@ class SshLauncher(Launcher):
     # ---------------------------------------------------------------------------- files
     def collect(self, tps: list[TaskProcess]) -> list[str]:
         """Copy the hosts' result and hello files into the local run directory."""
-        notes, run, lost = [], self.settings.remote_run, lost_hosts(tps)
+        notes, run, lost = [], self.settings.remote_run, lost_hosts(self._spawned)
         for host in sorted(_by_host(tps)):
             if host in lost:  # another ssh would wait out a dead link (ConnectTimeout, or TCP's minutes)
                 notes.append(f"did not copy results back from {node_label(host)}: its ssh connection was lost")

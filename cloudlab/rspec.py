@@ -4,7 +4,7 @@
     .venv/bin/python rspec.py profile.py nodes=3 image=UBUNTU24-64-STD
 
 CloudLab runs a profile with a Python 3 ``geni.portal`` of its own; PyPI's geni-lib (0.9.9.4, in
-requirements.txt) has ``geni.rspec`` but a ``geni.portal`` written in Python 2, which does not
+requirements-profile.txt) has ``geni.rspec`` but a ``geni.portal`` written in Python 2, which does not
 import. This stands in for the part of the portal a profile uses (``Context``: parameters, errors,
 the request and its printing; ``ParameterType``; ``ParameterError``), then runs the profile as
 ``__main__`` as the portal does. A parameter not given takes its default; a value the profile

@@ -55,6 +55,15 @@ def test_the_release_is_a_profile_repository_without_the_solutions(profile_repos
     assert (
         not (profile_repository / "labkit/solutions").exists() and not (profile_repository / "labkit/grading").exists()
     )
+    # the guide's `pip install -r requirements-profile.txt` there installs what rspec.py runs on here
+    from importlib.metadata import version
+
+    pins = dict(
+        line.split("#")[0].strip().split("==")
+        for line in (profile_repository / "requirements-profile.txt").read_text().splitlines()
+        if "==" in line
+    )
+    assert pins == {name: version(name) for name in ("geni-lib", "six", "lxml")}
     done = rspec(profile_repository, "nodes=3", "hardware=m510", "mirror=https://course.example.edu/labkit-data")
     assert done.returncode == 0, done.stderr
     spec = etree.fromstring(done.stdout.encode())

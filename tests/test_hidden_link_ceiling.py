@@ -54,9 +54,11 @@ def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
         lambda a, b, m, n, r: 0.0 if (a, n) == ("ring", 1) else link_ceiling(a, b, m, n, r),
     ],
 )
-def test_wrong_answers_fail_saying_what_was_expected(tmp_path, wrong):
+def test_wrong_answers_fail_naming_the_case_not_the_answer(tmp_path, wrong):
     v = verdict(wrong, tmp_path, seed=19)
-    assert not v.ok and "expected" in v.reason and "link_ceiling(" in v.reason, v.reason
+    assert not v.ok and "not the grader's" in v.reason and "expected" not in v.reason and "link_ceiling(" in v.reason, (
+        v.reason
+    )
 
 
 def test_an_answer_that_is_not_a_number_fails_saying_so(tmp_path):

@@ -44,10 +44,10 @@ def test_a_correct_answer_passes_on_traces_the_notebook_never_had(tmp_path):
             lambda t, kill=0: slice_shares(
                 {**t, "kills": [{**k, "after_step": k["after_step"] - 1} for k in t["kills"]]}, kill
             ),
-            "expected",
+            "not the grader's",
         ),
         # runs on to the end of the trace instead of stopping at the next kill
-        (lambda t, kill=0: slice_shares({**t, "kills": t["kills"][: kill + 1]}, kill), "expected"),
+        (lambda t, kill=0: slice_shares({**t, "kills": t["kills"][: kill + 1]}, kill), "not the grader's"),
         # shares of the steps, not of the slices: the worker of each step's first slice
         (
             lambda t, kill=0: {
@@ -56,7 +56,7 @@ def test_a_correct_answer_passes_on_traces_the_notebook_never_had(tmp_path):
                     {**t, "steps": [{**s, "slices_on": s["slices_on"][:1]} for s in t["steps"]]}, kill
                 ).items()
             },
-            "expected",
+            "not the grader's",
         ),
         (lambda t, kill=0: [0.5, 0.5], "must return a dict"),
     ],

@@ -189,7 +189,7 @@ def batch_readings(
     return out
 
 
-def epoch_readings(run, x, y, batch_size: int = 100) -> np.ndarray:
+def epoch_readings(run, x, y, batch_size: int) -> np.ndarray:
     """Accuracy readings of a run's curve as a report would take them: after every epoch, that
     epoch's weights read on the next ``batch_size`` test images, in the test set's order and
     without replacement. Row k is the curve that starts at batch k (epoch e reads batch
@@ -197,7 +197,7 @@ def epoch_readings(run, x, y, batch_size: int = 100) -> np.ndarray:
     ``(K, epochs)``. Nothing here is drawn from a model: the images are the test set's own
     (easy and hard ones as they come), and the weights change from epoch to epoch."""
     x, y = _as_xy(x, y, "test")
-    batch_size = _positive_int("batch_size", batch_size, "e.g. 100")
+    batch_size = _positive_int("batch_size", batch_size, "e.g. 50")
     weights = run.extra.get("epoch_weights")
     if not weights:
         raise ValueError("this run kept no per-epoch weights; train it with lr.train_core or lr.train_keras")

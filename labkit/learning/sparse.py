@@ -1,13 +1,11 @@
 """Sparse logistic regression ops that touch and move only what a batch needs.
 
-Report 001 computed the LR gradient with ``sparse_tensor_dense_matmul(X_T, error)``: the
-result is dense, as long as the weight vector (33.7M floats = 135 MB), so every step
-wrote, reduced and shipped 135 MB to change the few thousand weights the batch touched.
-Here the gradient is a ``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's
-exercise, whose reference lives in ``labkit.solutions.lab3``, out of the student kit): no step
-costs O(num_features), in time, memory or bytes on the wire. This module holds what the
-exercise does not ask for: batches, labels, the dense baseline, applying an update, the
-checks and the op profile.
+Report 001 computed the LR gradient with ``sparse_tensor_dense_matmul(X_T, error)``
+(``dense_gradient`` here; what that costs is Lab 3's question). Here the gradient is a
+``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's exercise, whose reference
+lives in ``labkit.solutions.lab3``, out of the student kit): no step costs O(num_features), in
+time, memory or bytes on the wire. This module holds what the exercise does not ask for:
+batches, labels, the dense baseline, applying an update, the checks and the op profile.
 
 Labels: the loss is the mean log-loss. ``labels="01"`` (default) takes y in {0, 1}:
 ``loss = mean(softplus(z) - y z)``, ``grad = X^T (sigmoid(z) - y) / B``. ``labels="pm1"``

@@ -509,8 +509,10 @@ def _eval_compare(c, nb, records):
     ok = _close(left, right, tol) if op == "==" else _OPS[op](left, right)
     if ok:
         return 1.0, "", left
-    rhs = f"{c.get('factor', 1.0):g} x {right_ref}" if "factor" in c else str(right_ref)
-    return 0.0, f"expected {c['left']} {op} {rhs}, got {left:.4g} vs {right:.4g}", left
+    if isinstance(right_ref, str) and "factor" not in c:  # two of the student's own records: nothing to give away
+        return 0.0, f"expected {c['left']} {op} {right_ref}, got {left:.4g} vs {right:.4g}", left
+    # a number of the rubric's, or a factor (a formula): the page says what is checked, never the target
+    return 0.0, f"{c['left']} is {left:.4g}, which this check does not accept: {c.get('description', c['name'])}", left
 
 
 @kind("figures", optional={"cells", "min"})

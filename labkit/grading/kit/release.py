@@ -51,7 +51,7 @@ ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
 INSTRUCTOR_ONLY = ("solutions", "grading", "bench")  # subpackages of labkit the student kit leaves out
-PROJECT_FILES = ("pyproject.toml", "requirements.txt")  # files, or folders copied whole
+PROJECT_FILES = ("pyproject.toml", "requirements.txt", "requirements-profile.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")
 STUDENT_FILES = {"README.md": "README.md", "Makefile": "Makefile", "gitignore": ".gitignore"}  # template: kit

@@ -69,7 +69,7 @@ def checkout(lab, mirror: str, node: str = "node0") -> None:
         lab.command(
             node,
             f"mkdir -p labkit && tar -xf - -C labkit && ln -s {venv} labkit/.venv && "
-            "cd labkit && touch -r .venv/.labkit-installed requirements.txt pyproject.toml",
+            "cd labkit && touch -r .venv/.labkit-installed requirements*.txt pyproject.toml",
         ),
         input=nodes.kit_tarball(Path(__file__).resolve().parents[1]),
         capture_output=True,

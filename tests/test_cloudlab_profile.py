@@ -129,7 +129,7 @@ STAND_INS = {
     # this machine's .venv linked in, already installed
     "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
     'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$VENV" "$dir/.venv" && '
-    'touch -r "$dir/.venv/.labkit-installed" "$dir/requirements.txt" "$dir/pyproject.toml"; fi\n'
+    'touch -r "$dir/.venv/.labkit-installed" "$dir"/requirements*.txt "$dir/pyproject.toml"; fi\n'
     'exec /usr/bin/make "$@"\n',
 }
 

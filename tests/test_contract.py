@@ -165,5 +165,7 @@ def test_launcher_options_are_each_launchers_own(tmp_path, monkeypatch):
     )
     ((_, command),) = remote.commands()
     # the user's ssh command, with the kit's own liveness options kept (a cut link is noticed)
-    assert command.startswith("ssh -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -i key -- 10.0.0.9 ")
+    assert command.startswith(
+        "ssh -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o ConnectTimeout=10 -i key -- 10.0.0.9 "
+    )
     assert "LABKIT_EVENTS=fd:3" in command and "kit" in command

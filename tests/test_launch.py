@@ -356,7 +356,7 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     )
     cmds = dict(c.commands())
     assert cmds["ps:0"].startswith(
-        f"{tmp_path}/fake-ssh -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o BatchMode=yes -- 127.0.0.2 "
+        f"{tmp_path}/fake-ssh -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o ConnectTimeout=10 -o BatchMode=yes -- 127.0.0.2 "
     )  # the user's ssh command, with the kit's liveness options kept
     assert "TF_CONFIG=" in cmds["ps:0"] and "-m labkit.tasks.ps_sgd" in cmds["ps:0"] and "ssh" not in cmds["worker:0"]
     result = c.run(timeout=240)

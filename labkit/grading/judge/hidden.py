@@ -121,7 +121,8 @@ def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> floa
 
 def _each_number(name: str, got: np.ndarray, cases: list, want: Callable, atol: float, rtol: float, wrong: Callable):
     """The verdict on a probe's one number per case: each within ``atol`` + ``rtol`` x |want| of
-    ``want(case)`` (an infinite want only by itself); the first that is not says ``wrong(case, mine, want)``."""
+    ``want(case)`` (an infinite want only by itself); the first that is not says ``wrong(case, mine)``,
+    which names the case, never the grader's value."""
     if got.shape != (len(cases),):
         return Verdict(False, f"{name} gave {got.size} answers for {len(cases)} cases")
     for case, mine in zip(cases, got):
@@ -130,7 +131,7 @@ def _each_number(name: str, got: np.ndarray, cases: list, want: Callable, atol: 
             mine != expected if math.isinf(expected) else _close(np.asarray(mine), np.asarray(expected), atol, rtol) > 1
         )
         if off:
-            return Verdict(False, wrong(case, mine, expected))
+            return Verdict(False, wrong(case, mine))
     return Verdict(True)
 
 
@@ -196,7 +197,7 @@ def judge_best_reading(args: dict, arrays: dict, folder: Path) -> Verdict:
     reference, on cases the notebook never had (``probe.inputs_best_reading``)."""
     from labkit.solutions.lab1 import chance_best_reading
 
-    def wrong(case, mine, want):
+    def wrong(case, mine):
         return (
             f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
             f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
@@ -260,7 +261,7 @@ def judge_distinct_features(args: dict, arrays: dict, folder: Path) -> Verdict:
     a simulation (generate and count) cannot reach it. The failure names the case, not the value."""
     from labkit.datasets.clickdata import ClickSpec
 
-    def wrong(case, mine, want):
+    def wrong(case, mine):
         spec = ", ".join(f"{k}={v}" for k, v in case["spec"].items())
         return (
             f"expected_distinct_features(ClickSpec({spec}), {case['rows']}) is {mine:.6g}: "
@@ -523,7 +524,7 @@ def judge_link_ceiling(args: dict, arrays: dict, folder: Path) -> Verdict:
     ``probe.inputs_link_ceiling``: batches, model sizes, worker counts and rates the notebook never had."""
     from labkit.solutions.lab5 import link_ceiling
 
-    def wrong(case, mine, want):
+    def wrong(case, mine):
         return (
             f"link_ceiling({case['arch']!r}, batch={case['batch']}, model_bytes={case['model_bytes']:,.0f}, "
             f"workers={case['workers']}, rate_bits={case['rate_bits']:,.0f}) is {mine:.6g} images/s, not the "
@@ -547,7 +548,7 @@ def judge_worker0_share(args: dict, arrays: dict, folder: Path) -> Verdict:
     rates, step times and worker counts the notebook never had, several workers beside the ps in some."""
     from labkit.solutions.lab2 import worker0_share
 
-    def wrong(case, share, want):
+    def wrong(case, share):
         return (
             f"worker0_share(step_bytes={case['step_bytes']:,.0f}, rate_bits={case['rate_bits']:,.0f}, "
             f"step_s={case['step_s']:.4g}, workers={case['workers']}, beside_ps={case['beside_ps']}) is "

@@ -132,10 +132,13 @@ def test_the_guide_on_four_nodes(lab):
 
 
 def _run_in_background(lab, args: str) -> subprocess.Popen:
-    """``python -m labkit run ps_sgd ...`` by the TA on node0, left running (``started``: when)."""
+    """``python -m labkit run ps_sgd ...`` by the TA on node0, left running (``started``: when;
+    ``earlier``: the run folders already there, whose files belong to the runs before it)."""
     cmd = f"cd labkit && exec .venv/bin/python -m labkit run ps_sgd --hosts ~/hosts.txt --lab faults {args}"
+    folders = [lab.home(node) / "labkit/runs/faults" for node in lab.names]  # a run's folder has one name on all
+    earlier = {p.name for runs in folders if runs.exists() for p in runs.iterdir()}
     run = subprocess.Popen(lab.command("node0", cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run.started = time.time()
+    run.started, run.earlier = time.time(), earlier
     return run
 
 
@@ -145,7 +148,11 @@ def _remote_pid(lab, run: subprocess.Popen, node: str, task: str, timeout: float
 
     def hello():
         found = (
-            [p for p in runs.glob(f"*/{task}.hello.json") if p.stat().st_mtime >= run.started - 1]
+            [
+                p
+                for p in runs.glob(f"*/{task}.hello.json")
+                if p.parent.name not in run.earlier and p.stat().st_mtime >= run.started - 1
+            ]
             if runs.exists()
             else []
         )

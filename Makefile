@@ -27,7 +27,7 @@ SLURM_ARGS  ?=
 GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup data lab test test-fast check grade grade-import grade-answers grade-merge grade-export grade-deliver \
+.PHONY: setup data lab test test-fast test-order check grade grade-import grade-answers grade-merge grade-export grade-deliver \
         bench release cluster-setup cloudlab-local clean
 
 setup: $(STAMP)
@@ -45,12 +45,18 @@ data: setup
 lab: setup
 	$(PY) -m jupyterlab notebooks/
 
-# TEST_JOBS workers side by side (pytest-xdist; tests that must not overlap share a group, see
-# tests/conftest.py); TEST_JOBS=0 runs in this one process.
+# TEST_JOBS workers side by side (pytest-xdist; tests that must not overlap share a group, and
+# the groups run longest first, see tests/conftest.py); TEST_JOBS=0 runs in this one process.
 TEST_JOBS ?= 2
-XDIST     := $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
+XDIST     := $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder)
 test: setup
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The seconds each group of tests took in this checkout's last run (pytest's cache), as the
+# order a fresh clone runs them in: longest first.
+test-order:
+	@test -f .pytest_cache/v/labkit/group-seconds || { echo "run make test first: no timings in .pytest_cache"; exit 1; }
+	cp .pytest_cache/v/labkit/group-seconds tests/group_seconds.json
 
 # The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
 # tests/conftest.py, which fails a fast test that loads either), in about a minute.

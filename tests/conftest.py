@@ -1,6 +1,7 @@
 """Fixtures several test files share, and the fast lane's marker and guard. (Shared checks are in
 ``helpers.py``.)"""
 
+import json
 import os
 import shutil
 import sys
@@ -94,7 +95,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_group(item)))
-    items.sort(key=lambda item: item.get_closest_marker("fast") is None)  # stable: fast first, in file order
+    groups = [_group_of(item) for item in items]
+    fast = [item.get_closest_marker("fast") is not None for item in items]
+    items[:] = [items[i] for i in longest_first(groups, fast, _group_seconds(config))]
 
 
 # ------------------------------------------------------------------------- side by side (make test)
@@ -123,6 +126,60 @@ def _group(item) -> str:
     if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS) or item.path.name in SYSTEM_FILES:
         return SYSTEM_GROUP
     return item.path.name + (":fast" if item.get_closest_marker("fast") else "")
+
+
+def _group_of(item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.kwargs.get("name") or marker.args[0]
+
+
+# ------------------------------------------------------------------- longest first (make test)
+# xdist hands a worker that runs low the next group in collection order (``--no-loadscope-reorder``
+# in the Makefile; by default xdist orders groups by their number of tests, which put Lab 5's one
+# three-minute test last, alone on one worker while the other had finished). So the fast groups go
+# first (the guard above), then the heavy groups longest first, by the seconds each took in this
+# checkout's last run (pytest's cache) or, on a fresh clone, as tests/group_seconds.json records
+# them (``make test-order`` copies the cache there). A group neither knows goes after the known ones.
+SECONDS_KEY = "labkit/group-seconds"
+SECONDS_FILE = Path(__file__).resolve().parent / "group_seconds.json"
+_measured: dict = {}  # group -> seconds its tests took in this run (the xdist controller's reports)
+
+
+def longest_first(groups: list[str], fast: list[bool], seconds: dict) -> list[int]:
+    """The items' indices in running order: fast groups before heavy ones, each kind longest group
+    first, groups in first-appearance order where the seconds tie, a group's items in file order."""
+    first = {}
+    for i, g in enumerate(groups):
+        first.setdefault(g, i)
+    return sorted(range(len(groups)), key=lambda i: (not fast[i], -seconds.get(groups[i], 0.0), first[groups[i]], i))
+
+
+def _group_seconds(config) -> dict:
+    cache = getattr(config, "cache", None)
+    cached = cache.get(SECONDS_KEY, None) if cache is not None else None
+    if cached:
+        return cached
+    try:
+        return json.loads(SECONDS_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pytest_runtest_logreport(report):
+    """On the xdist controller, a report's node id ends in ``@group``: add its seconds to the group's."""
+    if "@" in report.nodeid:
+        group = report.nodeid.rsplit("@", 1)[1]
+        _measured[group] = _measured.get(group, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The groups this run timed, into pytest's cache, for the next run's order (a partial run
+    updates only the groups it ran)."""
+    cache = getattr(session.config, "cache", None)
+    if _measured and cache is not None and not hasattr(session.config, "workerinput"):
+        known = dict(cache.get(SECONDS_KEY, None) or {})
+        known.update({g: round(s, 1) for g, s in _measured.items()})
+        cache.set(SECONDS_KEY, known)
 
 
 def _imports(event: str, args: tuple) -> None:

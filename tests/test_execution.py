@@ -56,6 +56,28 @@ def test_a_runs_progress_and_each_cells_state_come_from_papermills_record(tmp_pa
     assert execution.cells_done(saved) is None
 
 
+def test_labkit_checks_bar_reads_the_notebook_only_when_papermill_saved_it_again(tmp_path, monkeypatch):
+    import io
+    import os
+
+    from tqdm import tqdm
+
+    from labkit.notebook import checking
+
+    cells = [new_code_cell(str(i)) for i in range(3)]
+    cells[0].metadata.papermill = {"start_time": "t", "end_time": "t"}
+    saved, bar = tmp_path / "out.ipynb", tqdm(total=3, file=io.StringIO())
+    assert checking._advance(bar, saved, None) is None and bar.n == 0  # not written yet
+    nbformat.write(new_notebook(cells=cells), str(saved))
+    seen = checking._advance(bar, saved, None)
+    assert bar.n == 1 and seen is not None
+    parsed = []
+    monkeypatch.setattr(execution, "cells_done", lambda path: parsed.append(path) or 3)
+    assert checking._advance(bar, saved, seen) == seen and parsed == [] and bar.n == 1  # unchanged: not parsed
+    os.utime(saved, ns=(0, saved.stat().st_mtime_ns + 10**9))  # papermill saved it again
+    assert checking._advance(bar, saved, seen) != seen and len(parsed) == 1 and bar.n == 3
+
+
 @pytest.mark.kernel
 def test_a_run_in_a_child_of_its_own_names_how_it_ended(tmp_path):
     nb = new_notebook(

@@ -62,3 +62,15 @@ def test_a_groups_tests_share_one_worker_and_one_module_fixture(tmp_path):
             seen[what].append(worker)
         assert len(seen["setup"]) == 1, f"{name}: module fixture set up {len(seen['setup'])} times"
         assert set(seen["step"]) == set(seen["setup"]) and len(seen["step"]) == 4, (name, dict(seen))
+
+
+def test_fast_groups_run_first_then_the_heavy_ones_longest_first():
+    from conftest import longest_first
+
+    groups = ["a:fast", "nb05", "a", "b:fast", "system", "nb05", "new", "a:fast"]
+    fast = [True, False, False, True, False, False, False, True]
+    seconds = {"system": 600.0, "nb05": 200.0, "a": 20.0, "b:fast": 9.0, "a:fast": 3.0}
+    order = [groups[i] for i in longest_first(groups, fast, seconds)]
+    # a group unknown to the timings goes after the known ones; a group's items keep their file order
+    assert order == ["b:fast", "a:fast", "a:fast", "system", "nb05", "nb05", "a", "new"]
+    assert longest_first(groups, fast, {}) == [0, 7, 3, 1, 5, 2, 4, 6]  # no timings: first appearance, together

@@ -196,6 +196,7 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
     env.update({SELF: "1", "LABKIT_RUNS": str(work / "runs"), "PYTHONUNBUFFERED": "1"})
     peak, timed_out = 0, False
     bar = _progress(len(nb.cells), f"{lab.notebook} (the grader's parameters)")
+    saved = None  # the executed notebook's last save that moved the bar
     with OwnedProcess(cmd, logfile, env=env, cwd=folder) as proc:
         t0 = time.monotonic()
         while proc.poll() is None:
@@ -204,11 +205,11 @@ def run(lab: Lab, notebook: Path, folder: Path) -> Run:
                 timed_out = True
                 break
             peak = max(peak, tree_rss(proc.pid))
-            _advance(bar, executed)
+            saved = _advance(bar, executed, saved)
             time.sleep(0.5)
         seconds = time.monotonic() - t0
         returncode = proc.poll()
-    _advance(bar, executed)
+    _advance(bar, executed, saved)
     bar.close()
     return _ended(lab, nb, Run("crashed", round(seconds, 1), peak, executed, logfile), returncode, timed_out)
 
@@ -220,12 +221,24 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="cell", **({} if is_live() else {"disable": None}))
 
 
-def _advance(bar, executed: Path) -> None:
+def _advance(bar, executed: Path, saved):
     """Move ``bar`` to the cells the run has ended, as papermill records them in ``executed`` (its
-    injected parameters cell among them)."""
-    done = min(execution.cells_done(executed) or 0, bar.total)
+    injected parameters cell among them). The notebook is parsed only when papermill has saved it
+    since ``saved`` (a large one takes a while to parse); returns the save now read."""
+    try:
+        stamp = executed.stat()
+    except OSError:  # not written yet
+        return saved
+    stamp = (stamp.st_mtime_ns, stamp.st_size)
+    if stamp == saved:
+        return saved
+    done = execution.cells_done(executed)
+    if done is None:  # mid-write: read it again next time
+        return saved
+    done = min(done, bar.total)
     if done > bar.n:
         bar.update(done - bar.n)
+    return stamp
 
 
 def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: bool) -> Run:

@@ -52,11 +52,11 @@ XDIST     := $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup 
 test: setup
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The seconds each group of tests took in this checkout's last run (pytest's cache), as the
+# The seconds each test took in this checkout's last run (pytest's cache), as the
 # order a fresh clone runs them in: longest first.
 test-order:
-	@test -f .pytest_cache/v/labkit/group-seconds || { echo "run make test first: no timings in .pytest_cache"; exit 1; }
-	cp .pytest_cache/v/labkit/group-seconds tests/group_seconds.json
+	@test -f .pytest_cache/v/labkit/test-seconds || { echo "run make test first: no timings in .pytest_cache"; exit 1; }
+	cp .pytest_cache/v/labkit/test-seconds tests/test_seconds.json
 
 # The edit-test loop: the tests that load no TensorFlow and no Jupyter kernel (marked fast by
 # tests/conftest.py, which fails a fast test that loads either), in about a minute.

@@ -97,7 +97,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(_group(item)))
     groups = [_group_of(item) for item in items]
     fast = [item.get_closest_marker("fast") is not None for item in items]
-    items[:] = [items[i] for i in longest_first(groups, fast, _group_seconds(config))]
+    known = _test_seconds(config)
+    items[:] = [items[i] for i in longest_first(groups, fast, [known.get(item.nodeid, 0.0) for item in items])]
 
 
 # ------------------------------------------------------------------------- side by side (make test)
@@ -137,49 +138,50 @@ def _group_of(item) -> str:
 # xdist hands a worker that runs low the next group in collection order (``--no-loadscope-reorder``
 # in the Makefile; by default xdist orders groups by their number of tests, which put Lab 5's one
 # three-minute test last, alone on one worker while the other had finished). So the fast groups go
-# first (the guard above), then the heavy groups longest first, by the seconds each took in this
-# checkout's last run (pytest's cache) or, on a fresh clone, as tests/group_seconds.json records
-# them (``make test-order`` copies the cache there). A group neither knows goes after the known ones.
-SECONDS_KEY = "labkit/group-seconds"
-SECONDS_FILE = Path(__file__).resolve().parent / "group_seconds.json"
-_measured: dict = {}  # group -> seconds its tests took in this run (the xdist controller's reports)
+# first (the guard above), then the heavy groups longest first: a group's seconds are its tests',
+# each as this checkout's last run of it took (pytest's cache) or, where none has run it, as
+# tests/test_seconds.json records it (``make test-order`` copies the cache there). A test neither
+# knows counts 0 s.
+SECONDS_KEY = "labkit/test-seconds"
+SECONDS_FILE = Path(__file__).resolve().parent / "test_seconds.json"
+_measured: dict = {}  # node id -> seconds its setup, call and teardown took in this run
 
 
-def longest_first(groups: list[str], fast: list[bool], seconds: dict) -> list[int]:
+def longest_first(groups: list[str], fast: list[bool], seconds: list[float]) -> list[int]:
     """The items' indices in running order: fast groups before heavy ones, each kind longest group
-    first, groups in first-appearance order where the seconds tie, a group's items in file order."""
-    first = {}
+    first (``seconds``: each item's), groups in first-appearance order where they tie, a group's
+    items in file order."""
+    first, total = {}, {}
     for i, g in enumerate(groups):
         first.setdefault(g, i)
-    return sorted(range(len(groups)), key=lambda i: (not fast[i], -seconds.get(groups[i], 0.0), first[groups[i]], i))
+        total[g] = total.get(g, 0.0) + seconds[i]
+    return sorted(range(len(groups)), key=lambda i: (not fast[i], -total[groups[i]], first[groups[i]], i))
 
 
-def _group_seconds(config) -> dict:
-    cache = getattr(config, "cache", None)
-    cached = cache.get(SECONDS_KEY, None) if cache is not None else None
-    if cached:
-        return cached
+def _test_seconds(config) -> dict:
+    """node id -> seconds: the recorded ones, where this checkout's runs have timed a test their own."""
     try:
-        return json.loads(SECONDS_FILE.read_text())
+        seconds = json.loads(SECONDS_FILE.read_text())
     except (OSError, ValueError):
-        return {}
+        seconds = {}
+    cache = getattr(config, "cache", None)
+    return {**seconds, **((cache.get(SECONDS_KEY, None) or {}) if cache is not None else {})}
 
 
 def pytest_runtest_logreport(report):
-    """On the xdist controller, a report's node id ends in ``@group``: add its seconds to the group's."""
-    if "@" in report.nodeid:
-        group = report.nodeid.rsplit("@", 1)[1]
-        _measured[group] = _measured.get(group, 0.0) + report.duration
+    """Each test's seconds (on xdist's controller its node id ends in ``@group``: not part of the key)."""
+    nodeid = report.nodeid.rsplit("@", 1)[0]
+    _measured[nodeid] = _measured.get(nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The groups this run timed, into pytest's cache, for the next run's order (a partial run
-    updates only the groups it ran)."""
+    """The tests this run timed, into pytest's cache for the next run's order (in one process, or
+    on xdist's controller, which sees every worker's reports)."""
     cache = getattr(session.config, "cache", None)
     if _measured and cache is not None and not hasattr(session.config, "workerinput"):
         known = dict(cache.get(SECONDS_KEY, None) or {})
-        known.update({g: round(s, 1) for g, s in _measured.items()})
-        cache.set(SECONDS_KEY, known)
+        known.update({t: round(s, 2) for t, s in _measured.items()})
+        cache.set(SECONDS_KEY, dict(sorted(known.items())))
 
 
 def _imports(event: str, args: tuple) -> None:

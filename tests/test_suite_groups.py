@@ -69,8 +69,8 @@ def test_fast_groups_run_first_then_the_heavy_ones_longest_first():
 
     groups = ["a:fast", "nb05", "a", "b:fast", "system", "nb05", "new", "a:fast"]
     fast = [True, False, False, True, False, False, False, True]
-    seconds = {"system": 600.0, "nb05": 200.0, "a": 20.0, "b:fast": 9.0, "a:fast": 3.0}
+    seconds = [1.0, 150.0, 20.0, 9.0, 600.0, 50.0, 0.0, 2.0]  # each item's
     order = [groups[i] for i in longest_first(groups, fast, seconds)]
-    # a group unknown to the timings goes after the known ones; a group's items keep their file order
+    # a group no test of which was timed goes after the timed ones; a group's items keep their file order
     assert order == ["b:fast", "a:fast", "a:fast", "system", "nb05", "nb05", "a", "new"]
-    assert longest_first(groups, fast, {}) == [0, 7, 3, 1, 5, 2, 4, 6]  # no timings: first appearance, together
+    assert longest_first(groups, fast, [0.0] * 8) == [0, 7, 3, 1, 5, 2, 4, 6]  # no timings: first appearance, together

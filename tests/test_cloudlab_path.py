@@ -50,6 +50,21 @@ def lab():
     assert not _tasks(lab), "tasks outlived the nodes"
 
 
+GUIDE = REPO / "docs" / "cluster.md"
+
+
+def guide(section: int, starting: str) -> list[str]:
+    """The command lines of the guide's section ``section`` (its ```bash blocks) that start with
+    ``starting``, word for word: the test runs what the TA reads, and fails when the guide changes."""
+    text = GUIDE.read_text()
+    body = re.split(r"^## ", text, flags=re.M)
+    part = next(b for b in body if b.startswith(f"{section}. "))
+    lines = [ln for block in re.findall(r"```bash\n(.*?)```", part, flags=re.S) for ln in block.splitlines()]
+    found = [ln for ln in lines if ln.startswith(starting)]
+    assert found, f"section {section} of {GUIDE.name} has no command starting {starting!r}"
+    return found
+
+
 def ta(lab, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """A command of the guide, as written, run by the TA on node0 in the kit's checkout (~/labkit)."""
     return lab.sh("node0", f"cd labkit && {command}", timeout=timeout)
@@ -84,6 +99,12 @@ def test_the_guide_on_four_nodes(lab):
         'for h in $(awk \'{print $1}\' ~/hosts.txt); do ssh -o BatchMode=yes "$h" true && echo "$h ok"; done',
     )
     assert done.stdout.split() == [w for a in ("10.10.1.1", "10.10.1.2", "10.10.1.3", "10.10.1.4") for w in (a, "ok")]
+    # what will run where (section 1's command, as written)
+    (where,) = guide(1, "cd ~/labkit && ")
+    done = ta(lab, where)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for host in ("10.10.1.1", "10.10.1.2", "10.10.1.3"):
+        assert host in done.stdout, done.stdout
     # 2. make cluster-setup (section 3), 3. nodes check
     t0 = time.monotonic()
     done = ta(
@@ -123,11 +144,24 @@ def test_the_guide_on_four_nodes(lab):
     assert {r["mode"] for r in labs["lab3"]} == {"sync", "async"}
     assert set(labs["lab5"]) == {"ps", "ring"} and all(v["bytes"] > 0 for v in labs["lab5"].values())
 
-    # 5. one resource CSV per task, named by its node
+    # 5. one program from the command line (section 6, as written), its per-task table at the end
+    (program,) = guide(6, ".venv/bin/python -m labkit run ")
+    done = ta(lab, program)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for task, host in (("ps:0", "10.10.1.1"), ("worker:1", "10.10.1.2")):
+        assert any(task in ln and host in ln for ln in done.stdout.splitlines()), done.stdout[-3000:]
+
+    # 6. one resource CSV per task, named by its node, plain and in dstat's layout (section 7, as
+    # written, with Lab 2's run for <run>)
     run = labs["lab2_run"]
-    done = ta(lab, f".venv/bin/python -m labkit nodes csv {shlex.quote(run)} --out ~/out/nodes && ls ~/out/nodes")
-    assert done.returncode == 0, done.stderr
-    assert "10.10.1.2_worker-1.csv" in done.stdout.split() and "10.10.1.1_ps-0.csv" in done.stdout.split()
+    firsts = []
+    for command in guide(7, ".venv/bin/python -m labkit nodes csv "):  # its comment ends the line: then a newline
+        command = command.replace("notebooks/runs/lab2/<run>", shlex.quote(run))
+        done = ta(lab, f"set -e; {command}\nls out/nodes\nhead -n 1 out/nodes/10.10.1.2_worker-1.csv")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "10.10.1.2_worker-1.csv" in done.stdout.split() and "10.10.1.1_ps-0.csv" in done.stdout.split()
+        firsts.append(done.stdout.splitlines()[-1])
+    assert not firsts[0].startswith('"Dstat') and firsts[1].startswith('"Dstat 0.7.2 CSV output"'), firsts
     _no_tasks_left(lab)
 
 

@@ -45,6 +45,20 @@ def pytest_configure(config):
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     _suite_tmp(config)
+    _reword_every_task_log()
+
+
+def _reword_every_task_log() -> None:
+    """Every process the run starts loads ``_guard/sitecustomize.py``, and every task it starts
+    writes its log lines reworded (that file says why); this process too, which runs clusters in
+    some tests. Set once, by the first process of the run; xdist's workers inherit it."""
+    if os.environ.get("LABKIT_TEST_REWORD"):
+        return
+    os.environ["LABKIT_TEST_REWORD"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(GUARD), os.environ.get("PYTHONPATH")]))
+    import runpy
+
+    runpy.run_path(str(GUARD / "sitecustomize.py"))  # this process started before the variable was set
 
 
 SUITE_TMP = "LABKIT_SUITE_TMP"  # set by the run that made the folder; xdist's workers inherit it

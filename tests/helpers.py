@@ -196,6 +196,13 @@ def _poll(probe, done, timeout: float, interval: float, message):
         time.sleep(min(interval, left))
 
 
+def said(text: str) -> str:
+    """``text`` as a task's log holds it in this run: the suite rewords every task's log line
+    (``_guard/sitecustomize.py``: its words reversed, each word reversed, i.e. the whole line), so a
+    test that looks for what a task said looks for this."""
+    return text[::-1] if os.environ.get("LABKIT_TEST_REWORD") else text
+
+
 def logged(path: Path, text: str):
     """A predicate for ``wait_until``: the line of the log at ``path`` that holds ``text``, once one does."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive, children, kill_and_expect_task_failed, wait_until, wait_while
+from helpers import alive, children, kill_and_expect_task_failed, said, wait_until, wait_while
 from labkit.wire import spec as cluster
 from labkit.wire.spec import ClusterSpec
 from labkit.distributed.launch import (
@@ -363,7 +363,7 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
     for name in ("ps:0", "worker:1"):  # copied back from the "remote" run directory
         assert result[name].result is not None and result[name].result["address"].startswith("127.0.0.2:")
-        assert "server up" in result[name].log_tail()  # streamed back through ssh
+        assert said("server up") in result[name].log_tail()  # streamed back through ssh
     assert (remote_dir / c.remote_run / "ps-0.json").exists()
     assert result["worker:0"].steps["local"] + result["worker:1"].steps["local"] == result["ps:0"].steps["global_final"]
     assert set(c.hellos()) == {"ps:0", "worker:0", "worker:1"}

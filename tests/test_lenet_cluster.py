@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import said
+
 from labkit.experiments import lenet_sweep
 from labkit.wire.results import ClusterResult
 
@@ -96,7 +98,7 @@ def test_kill_after_epoch_1_restart_resumes_at_epoch_2_with_the_checkpointed_wei
     )
     assert ft["reference"]["run_dir"] == str(sweep.find(2, BATCH).result.run_dir)  # the sweep's run, not a new one
     assert ft["failure"]["task"] == "worker:1" and ft["failure"]["returncode"] == -9
-    assert "epoch 1/2" in ft["failure"]["log_tail"]
+    assert said("epoch 1/2") in ft["failure"]["log_tail"]
     # The survivor met TensorFlow's own error (the dead peer's connections were reset), wrote it
     # into its result file and exited by itself, well before the launcher's bound; the launcher
     # reported it as a consequence of the kill.

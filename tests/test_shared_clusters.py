@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import said
+
 from labkit.experiments import lenet_sweep, shared, sync_async
 from labkit.distributed.launch import ClusterTimeout, TaskFailed
 from labkit.wire.results import ClusterResult, configuration_part
@@ -205,7 +207,7 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
     with pytest.raises(TaskFailed) as failed:
         shared.run(make, configs, timeout=300, on_event=kill_in_the_third)
     e = failed.value
-    assert e.task == "worker:1" and e.returncode == -9 and "configuration 3/3 long: start" in e.log_tail
+    assert e.task == "worker:1" and e.returncode == -9 and said("configuration 3/3 long: start") in e.log_tail
     assert any("while configuration 2 x 50, long (3 of 3) ran" in n for n in e.__notes__), e.__notes__
     assert [r.configuration["label"] for r in e.completed] == ["2 x 100", "2 x 50"]
     _check_windows(*e.completed)  # the killed worker had written its files of the two first

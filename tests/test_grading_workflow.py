@@ -612,7 +612,14 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
 
     out = graded["out"]
     executed = {p: p.stat().st_mtime_ns for p in out.glob("*/*.ipynb")}
-    assert len(executed) == 12
+    lacking = {
+        (s, lab): (row["status"], row["reason"])
+        for s, lab in sorted(graded["every"])
+        if not (out / s / f"{lab}.ipynb").is_file()
+        for row in graded["resumed"].rows
+        if (row["student"], row["lab"], row["check"]) == (s, lab, "execution")
+    }
+    assert len(executed) == 12, f"no executed notebook for {lacking}; the resumed batch said {graded['resume_log']}"
     r = subprocess.run(
         [sys.executable, "-m", "labkit", "grade-answers", "--out", str(out)],
         capture_output=True,

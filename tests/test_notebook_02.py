@@ -39,7 +39,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     cell = next(c for c in student.cells if c.source.startswith("def sync_round"))
     assert "take_grad" not in cell.source and "raise NotImplementedError()" in cell.source
     prediction = next(c for c in student.cells if c.id == "lab2-predict-k")
-    assert "num_workers * K" not in prediction.source and "raise NotImplementedError()" in prediction.source
+    assert "workers * local_steps" not in prediction.source and "raise NotImplementedError()" in prediction.source
+    assert prediction.source.startswith("num_workers = ")  # the prediction is the student's global_step, called
     from labkit.experiments import sync_async
 
     module = tmp_path / "student_round.py"  # the kit reads a round's source, to send it to the tasks

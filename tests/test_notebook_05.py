@@ -21,12 +21,13 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    # two predictions, comm_terms, the audit, link_ceiling, slice_shares, three answers, and the answers of
-    # sections 10-11
-    assert regions == 11
+    # two predictions (the first a function and the MLP's M), comm_terms, the audit, link_ceiling,
+    # slice_shares, three answers, and the answers of sections 10-11
+    assert regions == 12
     sources = "\n".join(c.source for c in student.cells)
     assert "2 * (N - 1) / N * M" not in sources and "M_mlp = 4 *" not in sources and "2 * 2 * M_mlp" not in sources
-    assert sources.count("raise NotImplementedError()") == 6
+    assert "2 * workers * model_bytes" not in sources and "(workers - 1) / workers" not in sources
+    assert sources.count("raise NotImplementedError()") == 7
     assert "ring_vs_ps.scaling(" in sources and "sweep.extend(" in sources  # plumbing, not an exercise
     # nothing above a prediction states what it predicts: the intro and section 1 give no formula of the bytes
     before_runs = "\n".join(c.source for c in student.cells[: [c.id for c in student.cells].index("lab5-06")])

@@ -1,6 +1,6 @@
 """Lab 2's exercises: the synchronous round of SGD on a parameter server, built from the ps's queues
-(``sync_round``), and section 14's model of worker 0's share of the async steps on emulated links
-(``worker0_share``)."""
+(``sync_round``), section 3's prediction of the ps's global step (``global_step``), and section 14's
+model of worker 0's share of the async steps on emulated links (``worker0_share``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ def sync_round(tf, grads_and_vars, global_step, learning_rate: float, num_worker
         step = global_step.assign_add(1)
     chief_op = tf.group(*[queue.enqueue(step) for queue in shared.tokens])
     return worker_op, chief_op
+
+
+def global_step(mode: str, workers: int, local_steps: int) -> int:
+    """Lab 2 section 3's prediction: the ps's global step at the end of a ``mode`` run ('sync' or
+    'async') in which each of ``workers`` workers makes exactly ``local_steps`` steps of its own. A
+    synchronous round takes one step of every worker and applies one update; an asynchronous worker
+    applies its own update at every step."""
+    return local_steps if mode == "sync" else workers * local_steps
 
 
 def worker0_share(step_bytes: float, rate_bits: float, step_s: float, workers: int, beside_ps: int = 1) -> float:

@@ -1,7 +1,8 @@
 """Lab 5's exercise and the model it rests on: the bytes each task moves in one synchronous
 step (``step_bytes``), and the cost model's communication terms, (messages, bytes) on one step's
 critical path (``comm_terms``). The student kit leaves both out: it measures what the first
-predicts, and asks the student for the second; and the answers of sections 10 and 11's exercises,
+predicts, and asks the student for the second; and the answers of sections 1 and 2's predictions,
+``ps_bytes_per_step`` and ``ring_bytes_per_worker``, and of sections 10 and 11's exercises,
 ``link_ceiling`` and ``slice_shares``."""
 
 from __future__ import annotations
@@ -28,6 +29,21 @@ def comm_terms(arch: str, M: float, N: int, n_ps: int = 1, shards=None) -> tuple
         return 2 * (N - 1), 2 * (N - 1) / N * M
     shards = shards if shards is not None else [M / n_ps] * n_ps
     return 2, max(2 * N * max(shards), 2 * M)
+
+
+def ps_bytes_per_step(model_bytes: float, workers: int) -> float:
+    """Lab 5 section 1's prediction: the bytes the one ps task sends and receives, together, in one
+    synchronous step of ``workers`` workers on a model of ``model_bytes`` bytes: every worker's
+    closure reads the model from the ps and adds a gradient of the same size into its sums. With one
+    ps, ``comm_terms("ps", M, N)``'s bytes (for N >= 1)."""
+    return 2 * workers * model_bytes
+
+
+def ring_bytes_per_worker(model_bytes: float, workers: int) -> float:
+    """Lab 5 section 2's prediction: the bytes one ring worker sends in one synchronous step of
+    ``workers`` workers on a model of ``model_bytes`` bytes: 2(N-1) rounds, one chunk of M/N each
+    (``comm_terms("ring", M, N)``'s bytes); none at N = 1."""
+    return 2 * (workers - 1) / workers * model_bytes
 
 
 @dataclass(frozen=True)

@@ -605,3 +605,102 @@ def judge_ps_link_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
                 f"whose steps cross the ps's link, and the rate in bits",
             )
     return Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 2: the prediction of the ps's global step, on clusters the notebook never had
+
+
+@hidden("lab2_global_step", functions=["global_step"], probe_name="global_step", inputs=probe.inputs_global_step)
+def judge_global_step(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The global step exactly, on every case of ``probe.inputs_global_step``: both modes, worker
+    counts and steps per worker the notebook never had (one worker, and one step, among them)."""
+    from labkit.solutions.lab2 import global_step
+
+    def wrong(case, mine):
+        return (
+            f"global_step({case['mode']!r}, workers={case['workers']}, local_steps={case['local_steps']}) is "
+            f"{mine:.10g}, not the grader's value for this case: check how many updates the ps applies in a "
+            f"{case['mode']} run for each step a worker makes"
+        )
+
+    cases = probe.inputs_global_step(**args)
+    return _each_number("global_step", arrays["steps"], cases, lambda c: global_step(**c), 1e-6, 0.0, wrong)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 4: the prediction of the configurations with the same SGD, on grids the notebook never had
+
+
+@hidden(
+    "lab4_identical_pairs",
+    functions=["identical_pairs"],
+    probe_name="identical_pairs",
+    inputs=probe.inputs_identical_pairs,
+)
+def judge_identical_pairs(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The count of pairs exactly, on every grid of ``probe.inputs_identical_pairs``: worker counts
+    and batch sizes the notebook never had, three or more configurations to one global batch in some."""
+    from labkit.solutions.lab4 import identical_pairs
+
+    def wrong(case, mine):
+        return (
+            f"identical_pairs(workers={case['workers']}, batch_sizes={case['batch_sizes']}) is {mine:.10g}, not "
+            f"the grader's count for this grid: check what makes two configurations the same SGD, and that "
+            f"you count each pair of configurations once"
+        )
+
+    cases = probe.inputs_identical_pairs(**args)
+    return _each_number("identical_pairs", arrays["pairs"], cases, lambda c: identical_pairs(**c), 1e-6, 0.0, wrong)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: the predictions of a step's bytes (the ps's, a ring worker's), on cases the notebook never had.
+# With one ps they are comm_terms' bytes, which lab5_comm_terms judges at 1, 2, 3, 5 and 8 workers: these
+# judge the prediction functions at other worker counts (1 aside) and model sizes.
+
+
+@hidden(
+    "lab5_ps_bytes_per_step",
+    functions=["ps_bytes_per_step"],
+    probe_name="ps_bytes_per_step",
+    inputs=probe.inputs_model_workers,
+)
+def judge_ps_bytes_per_step(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The ps's bytes per step, to 1e-9, on every case of ``probe.inputs_model_workers``."""
+    from labkit.solutions.lab5 import ps_bytes_per_step
+
+    def wrong(case, mine):
+        return (
+            f"ps_bytes_per_step(model_bytes={case['model_bytes']:,.0f}, workers={case['workers']}) is {mine:,.10g}, "
+            f"not the grader's value for this case: check what each worker reads from the ps and adds into it in "
+            f"a step, and that the ps's sent and received bytes are both counted"
+        )
+
+    cases = probe.inputs_model_workers(**args)
+    return _each_number(
+        "ps_bytes_per_step", arrays["bytes"], cases, lambda c: ps_bytes_per_step(**c), 1e-6, 1e-9, wrong
+    )
+
+
+@hidden(
+    "lab5_ring_bytes_per_worker",
+    functions=["ring_bytes_per_worker"],
+    probe_name="ring_bytes_per_worker",
+    inputs=probe.inputs_model_workers,
+)
+def judge_ring_bytes_per_worker(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """A ring worker's bytes sent per step, to 1e-9, on every case of ``probe.inputs_model_workers``."""
+    from labkit.solutions.lab5 import ring_bytes_per_worker
+
+    def wrong(case, mine):
+        return (
+            f"ring_bytes_per_worker(model_bytes={case['model_bytes']:,.0f}, workers={case['workers']}) is "
+            f"{mine:,.10g}, not the grader's value for this case: check how many rounds the ring runs, what one "
+            f"worker sends in each, and the ring of one worker"
+        )
+
+    cases = probe.inputs_model_workers(**args)
+    return _each_number(
+        "ring_bytes_per_worker", arrays["bytes"], cases, lambda c: ring_bytes_per_worker(**c), 1e-6, 1e-9, wrong
+    )

@@ -796,6 +796,103 @@ def ps_link_shares(fns: dict, args: dict, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Lab 2: the prediction of the ps's global step, on clusters the notebook never had
+
+
+def inputs_global_step(seed: int = 0, cases: int = 24) -> list[dict]:
+    """Cases drawn from ``seed``: 'sync' and 'async' alike, 1-64 workers and 1-10,000 steps per
+    worker; one worker in each mode, and one step each in each mode, among them; never the
+    notebook's 3 workers with 100 steps each."""
+    rng = np.random.default_rng(seed)
+    modes = ("sync", "async")
+    out = [{"mode": m, "workers": 1, "local_steps": int(rng.integers(2, 10_001))} for m in modes]
+    out += [{"mode": m, "workers": int(rng.integers(2, 65)), "local_steps": 1} for m in modes]
+    while len(out) < int(cases):
+        workers, steps = int(rng.integers(2, 65)), int(rng.integers(2, 10_001))
+        if (workers, steps) != (3, 100):
+            out.append({"mode": modes[len(out) % 2], "workers": workers, "local_steps": steps})
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@probe("global_step")
+def global_step(fns: dict, args: dict, out: Path) -> dict:
+    """``global_step(mode, workers, local_steps) -> the ps's global step`` on every case: one number each."""
+    order = ("mode", "workers", "local_steps")
+    return {"steps": _numbers(fns, "global_step", inputs_global_step(**args), order, "the ps's global step")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 4: the prediction of the configurations with the same SGD, on grids the notebook never had
+
+NOTEBOOK_GRIDS_LAB4 = (([1, 2, 3], [50, 100, 200]), ([1, 2, 3], [32, 64, 128, 256]))  # its own, and report 002's
+
+
+def inputs_identical_pairs(seed: int = 0, cases: int = 16) -> list[dict]:
+    """Grids drawn from ``seed``: 2-5 distinct worker counts of 1-8 and 2-5 distinct per-worker batch
+    sizes, small multiples of one base so that global batches often coincide (three or more
+    configurations to one global batch in some), in no particular order; a grid of one worker count,
+    one of one batch size, and one whose global batches all differ among them; never the notebook's
+    grids (``NOTEBOOK_GRIDS_LAB4``)."""
+    rng = np.random.default_rng(seed)
+    out = [
+        {"workers": [1], "batch_sizes": [64, 16, 32]},
+        {"workers": [4, 1, 2], "batch_sizes": [48]},
+        {"workers": [1, 2, 4], "batch_sizes": [25, 50, 100]},  # 4 x 25 = 2 x 50 = 1 x 100
+        {"workers": [2, 3], "batch_sizes": [7, 11]},  # no two alike
+    ]
+    while len(out) < int(cases):
+        workers = [int(w) for w in rng.choice([1, 2, 3, 4, 5, 6, 8], size=int(rng.integers(2, 6)), replace=False)]
+        base = int(rng.choice([4, 5, 8, 10, 16, 25]))
+        multiples = rng.choice([1, 2, 3, 4, 6, 8, 12, 16], size=int(rng.integers(2, 6)), replace=False)
+        grid = {"workers": workers, "batch_sizes": [base * int(m) for m in multiples]}
+        if all((sorted(grid["workers"]), sorted(grid["batch_sizes"])) != g for g in NOTEBOOK_GRIDS_LAB4):
+            out.append(grid)
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@probe("identical_pairs")
+def identical_pairs(fns: dict, args: dict, out: Path) -> dict:
+    """``identical_pairs(workers, batch_sizes) -> pairs`` on every grid: one number each."""
+    order = ("workers", "batch_sizes")
+    return {"pairs": _numbers(fns, "identical_pairs", inputs_identical_pairs(**args), order, "a count of pairs")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 5: the predictions of a step's bytes (the ps's, a ring worker's), on cases the notebook never had
+
+NOTEBOOK_MODELS_LAB5 = (23_298_088, 246_824)  # the MLP's and LeNet's bytes
+
+
+def inputs_model_workers(seed: int = 0, cases: int = 24) -> list[dict]:
+    """``(model_bytes, workers)`` cases drawn from ``seed``: models of 4 bytes (one float32 weight)
+    to 40 GB, never the notebook's MLP or LeNet; one worker in one case, and otherwise 4, 6, 7 or
+    9-64 workers, the counts the comm_terms check (1, 2, 3, 5 and 8 workers) never has."""
+    rng = np.random.default_rng(seed)
+    out = [{"model_bytes": float(4 * int(rng.integers(1, 10**6))), "workers": 1}]
+    out.append({"model_bytes": 4.0, "workers": int(rng.integers(9, 65))})
+    while len(out) < int(cases):
+        model_bytes = float(4 * int(round(10 ** rng.uniform(0, 10))))
+        workers = int(rng.choice([4, 6, 7, *range(9, 65)]))
+        if model_bytes not in NOTEBOOK_MODELS_LAB5:
+            out.append({"model_bytes": model_bytes, "workers": workers})
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@probe("ps_bytes_per_step")
+def ps_bytes_per_step(fns: dict, args: dict, out: Path) -> dict:
+    """``ps_bytes_per_step(model_bytes, workers) -> bytes`` on every case: one number each."""
+    cases, order = inputs_model_workers(**args), ("model_bytes", "workers")
+    return {"bytes": _numbers(fns, "ps_bytes_per_step", cases, order, "the ps's bytes per step")}
+
+
+@probe("ring_bytes_per_worker")
+def ring_bytes_per_worker(fns: dict, args: dict, out: Path) -> dict:
+    """``ring_bytes_per_worker(model_bytes, workers) -> bytes`` on every case: one number each."""
+    cases, order = inputs_model_workers(**args), ("model_bytes", "workers")
+    return {"bytes": _numbers(fns, "ring_bytes_per_worker", cases, order, "a ring worker's bytes sent per step")}
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def _limit(memory_bytes: int) -> None:

@@ -20,7 +20,7 @@ from labkit.grading.run.sandbox import SANDBOXES
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 HANG_S = 10.0
-RENDER_S = 25.0  # the render timeout in this test (render.TIMEOUT_S), well past HANG_S
+RENDER_S = 40.0  # the render timeout in this test (render.TIMEOUT_S), well past HANG_S
 RUBRIC = f"""
 [defaults]
 cell_timeout = 120

@@ -104,13 +104,15 @@ _guard: dict = {}  # while a fast test runs: its notes folder, this process's wa
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the fast marker, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    groups, fast = [], []
     for item in items:
-        if not any(item.get_closest_marker(name) for name in HEAVY):
+        fast.append(not any(item.get_closest_marker(name) for name in HEAVY))
+        if fast[-1]:
             item.add_marker(pytest.mark.fast)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
-    groups = [_group_of(item) for item in items]
-    fast = [item.get_closest_marker("fast") is not None for item in items]
+        marker = item.get_closest_marker("xdist_group")  # a test's own group, else the file's (below)
+        groups.append((marker.kwargs.get("name") or marker.args[0]) if marker else _group(item))
+        if marker is None:
+            item.add_marker(pytest.mark.xdist_group(groups[-1]))
     known = _test_seconds(config)
     items[:] = [items[i] for i in longest_first(groups, fast, [known.get(item.nodeid, 0.0) for item in items])]
 
@@ -141,11 +143,6 @@ def _group(item) -> str:
     if any(item.get_closest_marker(m) for m in SYSTEM_MARKERS) or item.path.name in SYSTEM_FILES:
         return SYSTEM_GROUP
     return item.path.name + (":fast" if item.get_closest_marker("fast") else "")
-
-
-def _group_of(item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return marker.kwargs.get("name") or marker.args[0]
 
 
 # ------------------------------------------------------------------- longest first (make test)
@@ -183,7 +180,10 @@ def _test_seconds(config) -> dict:
 
 
 def pytest_runtest_logreport(report):
-    """Each test's seconds (on xdist's controller its node id ends in ``@group``: not part of the key)."""
+    """Each test's seconds (on xdist's controller its node id ends in ``@group``: not part of the key);
+    only where ``pytest_sessionfinish`` writes them, not in xdist's workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     nodeid = report.nodeid.rsplit("@", 1)[0]
     _measured[nodeid] = _measured.get(nodeid, 0.0) + report.duration
 

@@ -478,12 +478,14 @@ def test_the_66_point_fakes_earn_nothing_for_work(attacked):
         gated = [c for c in lab.checks if c.name not in lab.evidence and KINDS[c.kind].gated]
         assert all(rows[c.name]["status"] in ("unverified", "fail", "missing") for c in gated), key
         # the attack is real: scored on its records alone (no evidence, no verifiers), it would pass
+        # most of what records decide (hidden checks run the student's functions: no record earns them)
         nb = nbformat.read(str(attacked["root"] / "out" / "fake" / lab.notebook), as_version=4)
         from labkit.notebook.record import read_records
 
         records = read_records(nb)
-        naive = sum(evaluate(c, nb, records).points for c in gated if not c.external)
-        assert naive >= 0.6 * sum(c.points for c in gated), (key, naive)
+        decided = [c for c in gated if not c.external]
+        naive = sum(evaluate(c, nb, records).points for c in decided)
+        assert naive >= 0.6 * sum(c.points for c in decided), (key, naive)
 
 
 def test_verifier_tricks_are_caught_with_the_reason(attacked):

@@ -26,6 +26,8 @@ Adding a hidden check for a new exercise (say Lab 4's ``lr_schedule``):
    the student kit ships neither) and compares with a tolerance;
    ``folder`` is the probe's output folder, for probes that leave files (a cluster run); keyword
    arguments after ``inputs`` are defaults the rubric's ``args`` add to;
+   a check whose probe may end its process (memory, time) can say why with ``@when_died(name)``
+   on a ``(args, folder) -> Verdict | None`` that reads what the probe left in ``folder``;
 3. add the check to ``notebooks/rubric.toml`` (``kind = "hidden"``, ``check = ...``) and,
    when it shows the exercise works, its name to the lab's ``evidence``.
 """
@@ -63,6 +65,18 @@ class Hidden:
 
 
 HIDDEN = Registry("hidden check")
+DIED: dict[str, Callable] = {}  # check name -> (args, folder) -> Verdict or None, when its probe's process died
+
+
+def when_died(name: str):
+    """Register hidden check ``name``'s verdict when the probe's process ended without its status
+    (``(args, folder) -> Verdict | None``, from what the probe left in ``folder``; None: unverified)."""
+
+    def register(fn):
+        DIED[name] = fn
+        return fn
+
+    return register
 
 
 def hidden(name: str, functions, probe_name: str, inputs: Callable, **defaults):
@@ -81,6 +95,9 @@ def judge(name: str, rubric_args: dict, folder: Path) -> Verdict:
     args = h.args(rubric_args)
     status = _status(folder).get(name)
     if status is None:
+        verdict = DIED[name](args, folder) if name in DIED else None
+        if verdict is not None:
+            return verdict
         raise Unverifiable("the student's functions did not finish (time or memory limit, or the process died)")
     if not status.get("ok"):
         what = ", ".join(h.functions) or "code"
@@ -98,6 +115,17 @@ def _status(folder: Path) -> dict:
     except (OSError, json.JSONDecodeError):
         return {}
     return status if isinstance(status, dict) else {}
+
+
+def _small_json(path: Path, limit: int = 4096) -> dict:
+    """A small JSON object the probe wrote (not a link); {} for anything else."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > limit:
+            return {}
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _arrays(path: Path, limit: int = 64 * 2**20) -> dict:
@@ -303,6 +331,9 @@ def reference_sparse_gradient(case: dict) -> tuple[float, np.ndarray]:
     inputs=probe.inputs_sparse_gradient,
 )
 def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The student's gradient on the grader's batches against the dense gradient (one row per
+    unique feature, the same values), then its cost as the number of features grows
+    (``judge_sparse_scaling``)."""
     worst = 0.0
     for t, case in enumerate(probe.inputs_sparse_gradient(**args)):
         loss, grad = reference_sparse_gradient(case)
@@ -327,14 +358,131 @@ def judge_sparse_gradient(args: dict, arrays: dict, folder: Path) -> Verdict:
             worst = max(
                 worst, _close(mine, grad, 1e-5, 1e-3), _close(arrays[f"{t}_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4)
             )
-    if worst <= 1:
-        return Verdict(True, value=worst)
-    return Verdict(
-        False,
-        f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
-        f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
-        worst,
+    if worst > 1:
+        return Verdict(
+            False,
+            f"sparse_lr_gradient differs from the dense gradient by {worst:.3g} x the tolerance: check "
+            f"the logits (a segment sum over rows), the error sigmoid(z) - y, and the division by B",
+            worst,
+        )
+    return judge_sparse_scaling(args, arrays, worst)
+
+
+MAX_GROWTH = 5.0
+"""How many times longer a step may take with w of ``large_features`` (10^8) than of
+``small_features`` (10^4), on the same batch, in either mode (``growth``: 9 calls at each size,
+taken in turn, after a warm-up). Measured on 2 cores, quiet and with both cores busy with other
+processes: the reference (O(nnz): a gather of the batch's rows of w) 0.86-1.03x; the cheapest
+O(F) step, one read of all of w each step (``tf.shape(w)`` of the variable, called eagerly: a
+400 MB copy) 14-24x; ``tf.reduce_sum(w * w)`` 48-113x; a dense gradient
+(``sparse_dense_matmul(x, err, adjoint_a=True)``, then ``tf.unique`` and ``tf.gather``) 64-115x;
+a dense [B, F] batch runs out of memory instead. 5x is about 5x above the first and 3x below the
+second: the two sizes' calls alternate, so load on the machine slows both alike."""
+
+
+def growth(small_s, large_s) -> float:
+    """How many times longer the large calls took than the small ones: the ratio of their medians
+    or of their fastest, whichever is lower. Load on the machine only adds time to a call, and
+    it hits both sizes alike (their calls alternate); an O(F) step pays for F in every call, so
+    both ratios show it."""
+    small_s, large_s = np.asarray(small_s, np.float64).reshape(-1), np.asarray(large_s, np.float64).reshape(-1)
+    if not (small_s.size and large_s.size and np.all(np.isfinite(small_s)) and np.all(np.isfinite(large_s))):
+        raise Unverifiable("the probe's timings of the sparse gradient are missing or not numbers")
+    floor = 1e-7
+    return float(
+        min(
+            max(np.median(large_s), floor) / max(np.median(small_s), floor),
+            max(large_s.min(), floor) / max(small_s.min(), floor),
+        )
     )
+
+
+def _scaling_settings(args: dict) -> tuple[dict, dict]:
+    s = probe.settings_sparse_scaling(**{k: v for k, v in args.items() if k not in ("seed", "features", "trials")})
+    return s, probe.batch_sparse_scaling(int(args.get("seed", 0)), s)
+
+
+def _batch_words(s: dict, case: dict) -> str:
+    return f"a batch of {s['rows']} rows and {len(case['values'])} non-zeros, every feature id below {s['small_features']:,}"
+
+
+def _grew(s: dict, case: dict, mode: str, what: str) -> str:
+    called = "traced by tf.function" if mode == "graph" else "called eagerly"
+    return (
+        f"sparse_lr_gradient {what} with w of {s['large_features']:,} features ({called}, on "
+        f"{_batch_words(s, case)}), though it ran with w of {s['small_features']:,}: its "
+        f"{'memory or work' if 'memory' in what or 'ended' in what else 'work'} grows with the number of "
+        f"features F, so something in the step is as long as F (a tensor of F values, or an op on all of w). "
+        f"A step may touch only the batch's features"
+    )
+
+
+def judge_sparse_scaling(args: dict, arrays: dict, value: float = 0.0) -> Verdict:
+    """The step's cost does not grow with F: at ``large_features`` it ran (no memory or time limit
+    hit), gave the same loss and gradient as at ``small_features``, and took at most ``MAX_GROWTH``
+    times as long. The failure says which property failed, with the measured ratio; never a value."""
+    s, case = _scaling_settings(args)
+    loss, grad = reference_sparse_gradient(case)
+    ratios = {}
+    for mode in ("eager", "graph"):
+        outcome = str(arrays[f"scale_{mode}_outcome"])
+        if outcome in ("memory", "time"):
+            what = "ran out of memory" if outcome == "memory" else f"did not finish in {s['time_limit_s']:g} s"
+            at = int(arrays[f"scale_{mode}_at"])
+            if at == s["large_features"]:
+                return Verdict(False, _grew(s, case, mode, what))
+            called = "traced by tf.function" if mode == "graph" else "called eagerly"
+            return Verdict(
+                False, f"sparse_lr_gradient {what} with w of {at:,} features ({called}, on {_batch_words(s, case)})"
+            )
+        if outcome != "ok":
+            raise Unverifiable(f"the probe's scaling outcome is {outcome[:40]!r}")
+        idx, vals = arrays[f"scale_{mode}_indices"], arrays[f"scale_{mode}_values"]
+        mine = np.zeros(s["small_features"])
+        if idx.shape != vals.shape or (idx.size and (idx.min() < 0 or idx.max() >= s["small_features"])):
+            mine[:] = np.inf
+        else:
+            np.add.at(mine, idx, vals)
+        off = max(_close(mine, grad, 1e-5, 1e-3), _close(arrays[f"scale_{mode}_loss"], np.asarray(loss), 1e-5, 1e-4))
+        if off > 1:
+            return Verdict(
+                False,
+                f"with w of {s['large_features']:,} features ({'traced by tf.function' if mode == 'graph' else 'eagerly'}), "
+                f"on {_batch_words(s, case)}, sparse_lr_gradient's loss or gradient differs from the dense "
+                f"gradient of the batch, though the weights of its features are those of w of {s['small_features']:,}",
+            )
+        ratios[mode] = growth(arrays[f"scale_{mode}_small_s"], arrays[f"scale_{mode}_large_s"])
+    mode = max(ratios, key=ratios.get)
+    if ratios[mode] > MAX_GROWTH:
+        called = "traced by tf.function" if mode == "graph" else "called eagerly"
+        return Verdict(
+            False,
+            f"sparse_lr_gradient's time grows with the number of features F: on the same batch "
+            f"({_batch_words(s, case)}), {called}, a step took {ratios[mode]:.3g}x as long with w of "
+            f"{s['large_features']:,} features as with {s['small_features']:,} (at most {MAX_GROWTH:g}x "
+            f"passes). Something in the step is as long as F (a tensor of F values, or an op on all of w); "
+            f"a step may touch only the batch's features",
+            value,
+        )
+    return Verdict(
+        True,
+        "time per step with w of {:,} features over that with {:,}: {}".format(
+            s["large_features"], s["small_features"], ", ".join(f"{r:.2g}x {m}" for m, r in ratios.items())
+        ),
+        value,
+    )
+
+
+@when_died("lab3_sparse_gradient")
+def died_sparse_gradient(args: dict, folder: Path) -> Verdict | None:
+    """The probe's process ended (its memory or time limit, a crash) while the scaling check ran
+    the student's step with the large w: that step's memory or work grows with F."""
+    running = _small_json(folder / probe.SPARSE_RUNNING)
+    s, case = _scaling_settings(args)
+    mode, at = running.get("mode"), running.get("features")
+    if mode not in ("eager", "graph") or at != s["large_features"]:
+        return None
+    return Verdict(False, _grew(s, case, mode, "ended the process running it (out of memory or time)"))
 
 
 # ---------------------------------------------------------------------------------------------

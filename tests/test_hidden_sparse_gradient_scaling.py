@@ -1,0 +1,192 @@
+"""Lab 3's sparse gradient is graded on its cost too: the hidden check lab3_sparse_gradient runs the
+student's sparse_lr_gradient on one small batch with w of 10^4 and of 10^8 features, and a step that
+grows with F (a dense gradient, a read of all of w) fails, with the measured ratio; one that runs out
+of memory or time there fails saying so, even when the probe's process dies. About 15 s."""
+
+import json
+
+import nbformat
+import numpy as np
+import pytest
+
+from helpers import NOTEBOOKS, hidden_verdict
+from labkit.grading.judge import hidden, probe
+from labkit.grading.judge.verify import Unverifiable
+
+NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
+ARGS = {"seed": 11}  # the rubric's
+SMALL_LARGE = {"seed": 11, "large_features": 1_000_000}  # where only the outcome matters, not the ratio
+
+
+@pytest.fixture(scope="module")
+def tf():
+    import tensorflow
+
+    return tensorflow
+
+
+def independent(w, x, y):
+    """A correct answer written apart from labkit.solutions.lab3: each non-zero's weight gathered
+    directly, the per-non-zero gradient summed per distinct feature."""
+    import tensorflow as tf
+
+    rows, cols = x.indices[:, 0], x.indices[:, 1]
+    n = x.dense_shape[0]
+    z = tf.math.unsorted_segment_sum(x.values * tf.gather(w, cols), rows, n)
+    per_nonzero = x.values * tf.gather(tf.sigmoid(z) - y, rows) / tf.cast(n, tf.float32)
+    ids, slot = tf.unique(cols)
+    g = tf.math.unsorted_segment_sum(per_nonzero, slot, tf.shape(ids)[0])
+    loss = tf.reduce_mean(tf.math.softplus(z) - y * z)
+    return loss, tf.IndexedSlices(g, ids, tf.constant([w.shape[0]], tf.int64))
+
+
+def dense_then_unique(w, x, y):
+    """The reviewer's answer: right values, but a dense [F] gradient each step, then tf.unique and tf.gather."""
+    import tensorflow as tf
+
+    z = tf.reshape(tf.sparse.sparse_dense_matmul(x, tf.reshape(w, [-1, 1])), [-1])
+    err = tf.reshape(tf.sigmoid(z) - y, [-1, 1])
+    g = tf.reshape(tf.sparse.sparse_dense_matmul(x, err, adjoint_a=True), [-1]) / tf.cast(x.dense_shape[0], tf.float32)
+    uniq, _ = tf.unique(x.indices[:, 1])
+    loss = tf.reduce_mean(tf.nn.softplus(z) - y * z)
+    return loss, tf.IndexedSlices(tf.gather(g, uniq), uniq, tf.constant([w.shape[0]], tf.int64))
+
+
+def shape_of_w(w, x, y):
+    """The correct step with the dense shape the notebook warns against: tf.shape(w) of the variable
+    reads all of w (eagerly, a copy of F values each step)."""
+    import tensorflow as tf
+
+    loss, g = independent(w, x, y)
+    return loss, tf.IndexedSlices(g.values, g.indices, tf.cast(tf.shape(w), tf.int64))
+
+
+@pytest.mark.tensorflow
+def test_a_correct_answer_passes_and_its_cost_does_not_grow(tmp_path):
+    arrays = probe.PROBES["sparse_gradient"]({"sparse_lr_gradient": independent}, ARGS, tmp_path)
+    v = hidden.HIDDEN["lab3_sparse_gradient"].judge(ARGS, arrays, tmp_path)
+    assert v.ok, v.reason
+    for mode in ("eager", "graph"):
+        assert str(arrays[f"scale_{mode}_outcome"]) == "ok"
+        assert arrays[f"scale_{mode}_small_s"].shape == arrays[f"scale_{mode}_large_s"].shape == (9,)
+        assert hidden.growth(arrays[f"scale_{mode}_small_s"], arrays[f"scale_{mode}_large_s"]) < hidden.MAX_GROWTH
+    assert not (tmp_path / probe.SPARSE_RUNNING).exists()
+
+
+@pytest.mark.tensorflow
+def test_a_dense_gradient_then_unique_fails_on_growth_with_f(tmp_path):
+    v = hidden_verdict("lab3_sparse_gradient", dense_then_unique, tmp_path, **ARGS)
+    assert not v.ok and "time grows with the number of features F" in v.reason, v.reason
+    ratio = float(v.reason.split("a step took ")[1].split("x as long")[0])
+    assert ratio > hidden.MAX_GROWTH and "100,000,000 features as with 10,000" in v.reason, v.reason
+    assert "expected" not in v.reason and "tf.unique" not in v.reason and "gather" not in v.reason, v.reason
+
+
+@pytest.mark.tensorflow
+def test_a_step_that_reads_all_of_w_through_tf_shape_fails(tmp_path):
+    v = hidden_verdict("lab3_sparse_gradient", shape_of_w, tmp_path, **ARGS)
+    assert not v.ok and "time grows with the number of features F" in v.reason and "called eagerly" in v.reason, (
+        v.reason
+    )
+
+
+@pytest.mark.tensorflow
+def test_out_of_memory_at_the_large_size_says_the_memory_grows_with_f_and_another_error_is_the_functions(tmp_path, tf):
+    def oom_when_large(w, x, y):
+        if w.shape[0] > 10**5:  # as a [B, F] matrix would
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[16,1000000]")
+        return independent(w, x, y)
+
+    v = hidden_verdict("lab3_sparse_gradient", oom_when_large, tmp_path, **SMALL_LARGE)
+    assert not v.ok and "ran out of memory with w of 1,000,000 features (called eagerly" in v.reason, v.reason
+    assert (
+        "memory or work grows with the number of features F" in v.reason
+        and "though it ran with w of 10,000" in v.reason
+    )
+
+
+@pytest.mark.tensorflow
+def test_past_the_time_limit_at_the_large_size_says_the_work_grows_with_f(tmp_path):
+    import time
+
+    def slow_when_large(w, x, y):
+        if w.shape[0] > 10**5:
+            for _ in range(100):  # a Python loop over the features, say
+                time.sleep(0.05)
+        return independent(w, x, y)
+
+    args = {**SMALL_LARGE, "time_limit_s": 2.0}
+    v = hidden_verdict("lab3_sparse_gradient", slow_when_large, tmp_path, **args)
+    assert not v.ok and "did not finish in 2 s with w of 1,000,000 features" in v.reason, v.reason
+    assert "work grows with the number of features F" in v.reason
+
+    def fails_when_large(w, x, y):
+        if w.shape[0] > 10**5:
+            raise ValueError("feature ids past 100,000 not supported")
+        return independent(w, x, y)
+
+    with pytest.raises(RuntimeError, match=r"with w of 1,000,000 features \(called eagerly\): ValueError: feature ids"):
+        probe.PROBES["sparse_gradient"]({"sparse_lr_gradient": fails_when_large}, SMALL_LARGE, tmp_path)
+    assert not (tmp_path / probe.SPARSE_RUNNING).exists()
+
+
+def test_a_process_that_died_at_the_large_size_is_a_failure_that_names_the_case(tmp_path):
+    """The probe's process ended (the memory limit's OOM kill, a crash) with the scaling case under
+    way: status.json has no row for the check, and the marker the probe left names the case."""
+    (tmp_path / "status.json").write_text(json.dumps({"lab3_distinct_features": {"ok": True}}))
+    with pytest.raises(Unverifiable):  # nothing says where it died
+        hidden.judge("lab3_sparse_gradient", ARGS, tmp_path)
+    marker = tmp_path / probe.SPARSE_RUNNING
+    marker.write_text(json.dumps({"mode": "graph", "features": 10_000}))
+    with pytest.raises(Unverifiable):  # at the small size: not growth with F
+        hidden.judge("lab3_sparse_gradient", ARGS, tmp_path)
+    marker.write_text(json.dumps({"mode": "graph", "features": 100_000_000}))
+    v = hidden.judge("lab3_sparse_gradient", ARGS, tmp_path)
+    assert not v.ok and "ended the process running it (out of memory or time)" in v.reason, v.reason
+    assert (
+        "w of 100,000,000 features (traced by tf.function" in v.reason
+        and "grows with the number of features" in v.reason
+    )
+
+
+def test_the_check_whose_probe_may_end_the_process_runs_last(tmp_path, monkeypatch):
+    ran = []
+    for name, last in (("early", False), ("heavy", True)):
+
+        def fake(fns, args, out, name=name):
+            ran.append(name)
+            return {"x": np.zeros(1)}
+
+        fake.last = last
+        monkeypatch.setitem(probe.PROBES, name, fake)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def f():\n    return 1")])
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    checks = [{"check": n, "functions": ["f"], "probe": n, "args": {}} for n in ("heavy", "early")]
+    spec = {"notebook": str(tmp_path / "nb.ipynb"), "out": str(tmp_path), "memory_bytes": 0, "checks": checks}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    monkeypatch.setattr(probe, "_limit", lambda memory_bytes: None)
+    assert probe.main([str(tmp_path / "spec.json")]) == 0
+    assert ran == ["early", "heavy"] and probe.sparse_gradient.last
+    assert json.loads((tmp_path / "status.json").read_text()) == {"early": {"ok": True}, "heavy": {"ok": True}}
+
+
+@pytest.mark.tensorflow
+def test_the_notebooks_function_passes_and_the_released_one_fails(tmp_path):
+    """The reference notebook's sparse_lr_gradient passes, its cost included, when the probe takes it
+    from the notebook; the student's copy raises NotImplementedError, and its Markdown says the grader
+    times the step at two sizes of w."""
+    from labkit.grading.kit.release import release_notebook
+
+    fns, _ = probe.load_functions(NOTEBOOK, ["sparse_lr_gradient"])
+    arrays = probe.PROBES["sparse_gradient"](fns, ARGS, tmp_path)
+    v = hidden.HIDDEN["lab3_sparse_gradient"].judge(ARGS, arrays, tmp_path)
+    assert v.ok, v.reason
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    student, _ = release_notebook(nb, NOTEBOOK.name)
+    text = next(c for c in student.cells if c.get("id") == "lab3-05").source
+    assert "a step\nmust take about as long with either" in text
+    released = tmp_path / "student.ipynb"
+    nbformat.write(student, released)
+    fns, _ = probe.load_functions(released, ["sparse_lr_gradient"])
+    with pytest.raises(NotImplementedError):
+        probe.PROBES["sparse_gradient"](fns, ARGS, tmp_path)

@@ -224,8 +224,11 @@ def test_lenet_sweep_in_two_orders_gives_the_same_figures_and_a_killed_worker_fa
 
     assert _per_config(ahead.runs, figures) == _per_config(behind, figures)
     speed, again = (_per_config(runs, lambda r: r.train["images_per_s"]) for runs in (ahead.runs, behind))
-    for label in speed:  # a loaded 2-core machine: within noise, not equal
-        assert 1 / 3 < speed[label] / again[label] < 3, (speed, again)
+    # the same configuration's speed in either order, within the noise of a loaded 2-core machine (CI saw one run
+    # of 2 x 50 go 8x slower than the other while the other worker was busy): a window or an image count off by
+    # an order of magnitude (the cluster's start-up timed in its first configuration) fails
+    for label in speed:
+        assert 1 / 10 < speed[label] / again[label] < 10, (speed, again)
 
 
 @pytest.mark.cluster

@@ -299,3 +299,23 @@ def hidden_verdict(check: str, fn, folder: Path, **args):
     h = hidden.HIDDEN[check]
     (name,) = h.functions
     return h.judge(args, probe.PROBES[h.probe]({name: fn}, args, folder), folder)
+
+
+def hidden_on_notebooks(check: str, notebook: Path, folder: Path, **args):
+    """Hidden check ``check`` on ``notebook``'s own functions, as the grader's probe takes them from
+    the notebook: it passes. Then on the released notebook's, whose starting point raises
+    NotImplementedError. Returns the released notebook, for the test's look at its cells."""
+    from labkit.grading.judge import hidden, probe
+    from labkit.grading.kit.release import release_notebook
+
+    h = hidden.HIDDEN[check]
+    fns, _ = probe.load_functions(notebook, list(h.functions))
+    v = h.judge(args, probe.PROBES[h.probe](fns, args, folder), folder)
+    assert v.ok, v.reason
+    student, _ = release_notebook(nbformat.read(notebook, as_version=4), notebook.name)
+    released = folder / "student.ipynb"
+    nbformat.write(student, released)
+    fns, _ = probe.load_functions(released, list(h.functions))
+    with pytest.raises(NotImplementedError):
+        probe.PROBES[h.probe](fns, args, folder)
+    return student

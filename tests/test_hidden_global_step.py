@@ -3,11 +3,10 @@ workers, local_steps), which the notebook calls for its own cluster, run by the 
 counts the notebook never had (drawn from the rubric's seed) and judged against the reference. Copying
 the count the next cells print earns nothing."""
 
-import nbformat
 import pytest
 
-from helpers import NOTEBOOKS, hidden_verdict
-from labkit.grading.judge import hidden, probe
+from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from labkit.grading.judge import probe
 
 NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 
@@ -63,17 +62,6 @@ def test_an_answer_that_is_not_a_number_fails_saying_so(tmp_path):
 def test_the_notebooks_function_is_what_the_probe_takes_and_the_released_one_fails(tmp_path):
     """The reference notebook's global_step passes when the probe takes it from the notebook; the
     student's copy has no formula in it, and its starting point fails the check."""
-    from labkit.grading.kit.release import release_notebook
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    fns, _ = probe.load_functions(NOTEBOOK, ["global_step"])
-    args = {"seed": 13}
-    assert hidden.HIDDEN["lab2_global_step"].judge(args, probe.PROBES["global_step"](fns, args, tmp_path), tmp_path).ok
-    student, _ = release_notebook(nb, NOTEBOOK.name)
+    student = hidden_on_notebooks("lab2_global_step", NOTEBOOK, tmp_path, seed=13)
     cell = next(c for c in student.cells if c.id == "lab2-predict-k")
     assert "workers * local_steps" not in cell.source and "predicted_global_step = {mode: global_step(" in cell.source
-    released = tmp_path / "student.ipynb"
-    nbformat.write(student, released)
-    fns, _ = probe.load_functions(released, ["global_step"])
-    with pytest.raises(NotImplementedError):
-        probe.PROBES["global_step"](fns, args, tmp_path)

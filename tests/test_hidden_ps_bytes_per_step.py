@@ -5,11 +5,10 @@ judged against the reference. Copying what section 2 measures earns nothing. Wit
 comm_terms' bytes, which lab5_comm_terms grades at 1, 2, 3, 5 and 8 workers: this check's cases have
 other worker counts (one worker aside)."""
 
-import nbformat
 import pytest
 
-from helpers import NOTEBOOKS, hidden_verdict
-from labkit.grading.judge import hidden, probe
+from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from labkit.grading.judge import probe
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 M_MLP = 23_298_088
@@ -71,19 +70,7 @@ def test_an_answer_that_is_not_a_number_fails_saying_so(tmp_path):
 def test_the_notebooks_function_is_what_the_probe_takes_and_the_released_one_fails(tmp_path):
     """The reference notebook's ps_bytes_per_step passes when the probe takes it from the notebook; the
     student's copy has neither the formula nor the MLP's M, and its starting point fails."""
-    from labkit.grading.kit.release import release_notebook
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    fns, _ = probe.load_functions(NOTEBOOK, ["ps_bytes_per_step"])
-    args = {"seed": 17}
-    arrays = probe.PROBES["ps_bytes_per_step"](fns, args, tmp_path)
-    assert hidden.HIDDEN["lab5_ps_bytes_per_step"].judge(args, arrays, tmp_path).ok
-    student, _ = release_notebook(nb, NOTEBOOK.name)
+    student = hidden_on_notebooks("lab5_ps_bytes_per_step", NOTEBOOK, tmp_path, seed=17)
     cell = next(c for c in student.cells if c.id == "lab5-predict")
     assert "workers * model_bytes" not in cell.source and "M_mlp = " not in cell.source
     assert "predicted_ps_bytes_per_step = ps_bytes_per_step(M_mlp, 2)" in cell.source
-    released = tmp_path / "student.ipynb"
-    nbformat.write(student, released)
-    fns, _ = probe.load_functions(released, ["ps_bytes_per_step"])
-    with pytest.raises(NotImplementedError):
-        probe.PROBES["ps_bytes_per_step"](fns, args, tmp_path)

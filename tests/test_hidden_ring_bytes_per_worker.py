@@ -5,11 +5,10 @@ rubric's seed) and judged against the reference. Copying what the next cell meas
 value is comm_terms' ring bytes, which lab5_comm_terms grades at 1, 2, 3, 5 and 8 workers: this check's
 cases have other worker counts (one worker aside)."""
 
-import nbformat
 import pytest
 
-from helpers import NOTEBOOKS, hidden_verdict
-from labkit.grading.judge import hidden, probe
+from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from labkit.grading.judge import probe
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 
@@ -66,19 +65,7 @@ def test_an_answer_that_is_not_a_number_fails_saying_so(tmp_path):
 def test_the_notebooks_function_is_what_the_probe_takes_and_the_released_one_fails(tmp_path):
     """The reference notebook's ring_bytes_per_worker passes when the probe takes it from the notebook;
     the student's copy has no formula in it, and its starting point fails."""
-    from labkit.grading.kit.release import release_notebook
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    fns, _ = probe.load_functions(NOTEBOOK, ["ring_bytes_per_worker"])
-    args = {"seed": 23}
-    arrays = probe.PROBES["ring_bytes_per_worker"](fns, args, tmp_path)
-    assert hidden.HIDDEN["lab5_ring_bytes_per_worker"].judge(args, arrays, tmp_path).ok
-    student, _ = release_notebook(nb, NOTEBOOK.name)
+    student = hidden_on_notebooks("lab5_ring_bytes_per_worker", NOTEBOOK, tmp_path, seed=23)
     cell = next(c for c in student.cells if c.id == "lab5-predict-ring")
     assert "(workers - 1) / workers" not in cell.source
     assert "predicted_ring_bytes_per_worker = ring_bytes_per_worker(M_mlp, N_max)" in cell.source
-    released = tmp_path / "student.ipynb"
-    nbformat.write(student, released)
-    fns, _ = probe.load_functions(released, ["ring_bytes_per_worker"])
-    with pytest.raises(NotImplementedError):
-        probe.PROBES["ring_bytes_per_worker"](fns, args, tmp_path)

@@ -9,7 +9,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from helpers import NOTEBOOKS, hidden_verdict
+from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
 from labkit.grading.judge import hidden, probe
 from labkit.grading.judge.verify import Unverifiable
 
@@ -175,18 +175,6 @@ def test_the_notebooks_function_passes_and_the_released_one_fails(tmp_path):
     """The reference notebook's sparse_lr_gradient passes, its cost included, when the probe takes it
     from the notebook; the student's copy raises NotImplementedError, and its Markdown says the grader
     times the step at two sizes of w."""
-    from labkit.grading.kit.release import release_notebook
-
-    fns, _ = probe.load_functions(NOTEBOOK, ["sparse_lr_gradient"])
-    arrays = probe.PROBES["sparse_gradient"](fns, ARGS, tmp_path)
-    v = hidden.HIDDEN["lab3_sparse_gradient"].judge(ARGS, arrays, tmp_path)
-    assert v.ok, v.reason
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    student, _ = release_notebook(nb, NOTEBOOK.name)
+    student = hidden_on_notebooks("lab3_sparse_gradient", NOTEBOOK, tmp_path, **ARGS)
     text = next(c for c in student.cells if c.get("id") == "lab3-05").source
     assert "a step\nmust take about as long with either" in text
-    released = tmp_path / "student.ipynb"
-    nbformat.write(student, released)
-    fns, _ = probe.load_functions(released, ["sparse_lr_gradient"])
-    with pytest.raises(NotImplementedError):
-        probe.PROBES["sparse_gradient"](fns, ARGS, tmp_path)

@@ -62,6 +62,9 @@ class Book:
     notebooks: str = ""  # the reference notebooks' folder (the similarity report's template)
     intake: dict = field(default_factory=dict)  # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
     intake_notes: list = field(default_factory=list)  # the intake's notes on what it did not grade
+    # {page: digest} of the pages that fell back in this process: a page past its limits is not
+    # rendered twice in one command (the next command tries it again)
+    fell_back: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ the manifest
     def save(self, rubric_text: str) -> None:
@@ -274,7 +277,8 @@ class Book:
 
     def page_task(self, job: Job, rows: list[dict], stored: dict, force: bool = False):
         """The feedback page of ``job`` to render (``render.Task``), or None when its rows,
-        the warning, the submission and the page settings are those it was last written with."""
+        the warning, the submission and the page settings are those it was last written with, or
+        when its page fell back with them in this process (``fell_back``)."""
         from labkit.grading.pages import render
 
         digest = hashlib.sha256(
@@ -286,6 +290,8 @@ class Book:
         mark = job.private / "page.sha"
         path = job.executed.with_suffix(".html")
         if not force and path.is_file() and mark.is_file() and mark.read_text() == digest:
+            return None
+        if not force and self.fell_back.get(path) == digest:
             return None
         title = f"{job.student}: {job.lab.key} ({job.lab.title})"
         args = {
@@ -310,6 +316,7 @@ class Book:
             lambda why: feedback.plain_page(rows, title, why, self.warning, _descriptions(job.lab)),
             job.private / "page.log",
             done,
+            fell_back=lambda: self.fell_back.__setitem__(path, digest),
         )
 
     def write_reports(self, log=print) -> list[dict]:

@@ -398,7 +398,7 @@ def growth(small_s, large_s) -> float:
 
 
 def _scaling_settings(args: dict) -> tuple[dict, dict]:
-    s = probe.settings_sparse_scaling(**{k: v for k, v in args.items() if k not in ("seed", "features", "trials")})
+    s = probe.scaling_settings(args)
     return s, probe.batch_sparse_scaling(int(args.get("seed", 0)), s)
 
 

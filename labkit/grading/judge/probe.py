@@ -542,27 +542,26 @@ def _sparse_result(result, mode: str):
     return result
 
 
+def scaling_settings(args: dict) -> dict:
+    """``settings_sparse_scaling`` from a check's args, which also hold the value cases' keys."""
+    return settings_sparse_scaling(**{k: v for k, v in args.items() if k not in ("seed", "features", "trials")})
+
+
 def sparse_scaling(grad, args: dict, out: Path) -> dict:
     """The step's cost at ``small_features`` and at ``large_features`` (``settings_sparse_scaling``),
-    on one batch, eagerly and traced: per mode, after a warm-up at each size, ``repeats`` calls at
-    each size in turn (so both sizes see the same load on the machine), the seconds of each
+    on one batch, eagerly and traced (``_time_sizes`` per mode): the seconds of each call
     (``scale_<mode>_small_s``, ``scale_<mode>_large_s``), and the last large call's loss and
     gradient. ``scale_<mode>_outcome`` is "ok", "memory" (it ran out of memory) or "time" (past
     ``time_limit_s``), with ``scale_<mode>_at`` the size it was at; the first mode that fails ends
-    the measurement. While a case runs, ``SPARSE_RUNNING`` in
-    ``out`` names it: if the process dies (the memory limit, a crash), the judge reads it there."""
+    the measurement. While a case runs, ``SPARSE_RUNNING`` in ``out`` names it: if the process
+    dies (the memory limit, a crash), the judge reads it there."""
     import signal
-    import time
 
     import tensorflow as tf
 
-    seed = int(args.get("seed", 0))
-    s = settings_sparse_scaling(**{k: v for k, v in args.items() if k not in ("seed", "features", "trials")})
-    case = batch_sparse_scaling(seed, s)
-    sizes = (s["small_features"], s["large_features"])
-    y = tf.constant(case["y"])
+    s = scaling_settings(args)
+    case = batch_sparse_scaling(int(args.get("seed", 0)), s)
     arrays = {}
-    running = out / SPARSE_RUNNING
 
     def expire(signum, frame):
         raise OutOfTime()
@@ -571,44 +570,12 @@ def sparse_scaling(grad, args: dict, out: Path) -> dict:
     try:
         for mode in ("eager", "graph"):
             fn = grad if mode == "eager" else tf.function(grad)
-            at, result = sizes[0], None
-            times: dict[int, list[float]] = {f: [] for f in sizes}
-            try:
-                signal.setitimer(signal.ITIMER_REAL, s["time_limit_s"])
-                w, x = {}, {}
-                for f in sizes:
-                    at = f
-                    running.write_text(json.dumps({"mode": mode, "features": f}))
-                    w[f] = tf.Variable(tf.zeros([f], tf.float32))
-                    w[f][: s["small_features"]].assign(case["w"])
-                    x[f] = tf.SparseTensor(case["indices"], case["values"], [s["rows"], f])
-                    _materialize(_sparse_result(fn(w[f], x[f], y), mode))  # warm-up (and tracing)
-                for r in range(s["repeats"]):
-                    for f in sizes if r % 2 == 0 else sizes[::-1]:  # neither size always first
-                        at = f
-                        running.write_text(json.dumps({"mode": mode, "features": f}))
-                        start = time.perf_counter()
-                        result = _materialize(fn(w[f], x[f], y))
-                        times[f].append(time.perf_counter() - start)
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                outcome = "ok"
-            except OutOfTime:
-                outcome = "time"
-            except Exception as e:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                if not _memory_error(e):
-                    called = "traced by tf.function" if mode == "graph" else "called eagerly"
-                    raise RuntimeError(f"with w of {at:,} features ({called}): {type(e).__name__}: {e}") from e
-                outcome = "memory"
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                w = x = None
-                running.unlink(missing_ok=True)
+            outcome, at, times, result = _time_sizes(fn, mode, case, s, out / SPARSE_RUNNING)
             arrays[f"scale_{mode}_outcome"] = np.asarray(outcome)
             arrays[f"scale_{mode}_at"] = np.asarray(at, np.int64)
             if outcome != "ok":
                 break
-            for f, name in zip(sizes, ("small", "large")):
+            for f, name in zip((s["small_features"], s["large_features"]), ("small", "large")):
                 arrays[f"scale_{mode}_{name}_s"] = np.asarray(times[f], np.float64)
             loss, g = result
             arrays[f"scale_{mode}_loss"] = np.asarray(loss)
@@ -618,6 +585,53 @@ def sparse_scaling(grad, args: dict, out: Path) -> dict:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return arrays
+
+
+def _time_sizes(fn, mode: str, case: dict, s: dict, running: Path) -> tuple:
+    """One mode's measurement, within ``time_limit_s`` (SIGALRM raises ``OutOfTime``): a warm-up
+    (and tracing) at each size, then ``repeats`` calls at each size in turn, neither size always
+    first, so both see the same load on the machine. Returns (outcome, the size it was at, the
+    seconds per size, the last call's result); ``running`` names the case under way."""
+    import signal
+    import time
+
+    import tensorflow as tf
+
+    sizes = (s["small_features"], s["large_features"])
+    y = tf.constant(case["y"])
+    at, result = sizes[0], None
+    times: dict[int, list[float]] = {f: [] for f in sizes}
+    try:
+        signal.setitimer(signal.ITIMER_REAL, s["time_limit_s"])
+        w, x = {}, {}
+        for f in sizes:
+            at = f
+            running.write_text(json.dumps({"mode": mode, "features": f}))
+            w[f] = tf.Variable(tf.zeros([f], tf.float32))
+            w[f][: s["small_features"]].assign(case["w"])
+            x[f] = tf.SparseTensor(case["indices"], case["values"], [s["rows"], f])
+            _materialize(_sparse_result(fn(w[f], x[f], y), mode))
+        for r in range(s["repeats"]):
+            for f in sizes if r % 2 == 0 else sizes[::-1]:
+                at = f
+                running.write_text(json.dumps({"mode": mode, "features": f}))
+                start = time.perf_counter()
+                result = _materialize(fn(w[f], x[f], y))
+                times[f].append(time.perf_counter() - start)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return "ok", at, times, result
+    except OutOfTime:
+        return "time", at, times, None
+    except Exception as e:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if not _memory_error(e):
+            called = "traced by tf.function" if mode == "graph" else "called eagerly"
+            raise RuntimeError(f"with w of {at:,} features ({called}): {type(e).__name__}: {e}") from e
+        return "memory", at, times, None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        w = x = None
+        running.unlink(missing_ok=True)
 
 
 def _materialize(result):

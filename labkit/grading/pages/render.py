@@ -4,7 +4,9 @@ A page is made from what a student's run printed: one 16 MB ``text/html`` output
 grader minutes and gigabytes when it rendered in the grader itself. So every feedback page and
 TA answer page is written by ``python -m labkit.grading.pages.render SPEC``, in a group of its own
 (``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
-data limit too), and killed past ``TIMEOUT_S``.
+data limit too), and stopped past ``TIMEOUT_S`` seconds of CPU time (``RLIMIT_CPU``): a limit on
+the work a page may take, whatever else the machine is doing, so a page that renders on a quiet
+machine renders under load too. ``WALL_FACTOR`` times that in wall-clock time is the backstop.
 
 ``Task`` is one page to write: the function that writes it (the caller's own, e.g.
 ``answers.write_page``; the child process imports it by its module and name), its JSON arguments, and the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -30,7 +33,8 @@ from labkit.core.registry import resolve
 from labkit.grading.run import limits
 
 PAGES = Path(__file__).parents[1] / "templates" / "pages"  # the grader's own page bodies (Jinja, autoescaped)
-TIMEOUT_S = 180.0  # one page; a class's pages render in seconds each
+TIMEOUT_S = 180.0  # CPU seconds for one page; a class's pages take 1-2 s each, a 1 MB output about 10
+WALL_FACTOR = 3.0  # the wall-clock backstop: a page that waits rather than works (or a machine that is very busy)
 MEMORY_MB = 2048.0
 TASKS = 32
 PACKAGE = "labkit.grading."  # a page writer is the grader's own function, nothing else
@@ -52,7 +56,8 @@ class Task:
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
     log: Path  # the renderer's output (tracebacks)
     done: Callable[[], None] | None = None  # called once the page is written (not for a fallback: tried again)
-    timeout: float | None = None  # seconds (None: TIMEOUT_S)
+    fell_back: Callable[[], None] | None = None  # called once its fallback is written
+    timeout: float | None = None  # CPU seconds (None: TIMEOUT_S)
     memory_mb: float | None = None  # (None: MEMORY_MB)
 
     def start(self) -> "Rendering":
@@ -70,7 +75,15 @@ class Rendering:
         task.log.parent.mkdir(parents=True, exist_ok=True)
         self.spec = task.log.resolve().with_name(f".render-{uuid.uuid4().hex[:12]}.json")
         self.spec.write_text(
-            json.dumps({"writer": reference(task.writer), "args": task.args, "memory_mb": self.memory_mb}, default=str)
+            json.dumps(
+                {
+                    "writer": reference(task.writer),
+                    "args": task.args,
+                    "memory_mb": self.memory_mb,
+                    "cpu_s": self.timeout,
+                },
+                default=str,
+            )
         )
         try:
             self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
@@ -82,7 +95,7 @@ class Rendering:
             task.log,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # the grader's folder: its paths hold
-        self.deadline = time.monotonic() + self.timeout
+        self.deadline = time.monotonic() + self.timeout * WALL_FACTOR
         self.result: bool | None = None
         self.proc.start()
 
@@ -93,9 +106,11 @@ class Rendering:
         if code is None and time.monotonic() < self.deadline:
             return None
         if code is None:
-            why = f"rendering it took longer than {self.timeout:g} s"
+            why = f"rendering it took longer than {self.timeout * WALL_FACTOR:g} s"
         elif self.group is not None and self.group.oom_kills():
             why = f"rendering it needed more than {self.memory_mb:g} MB"
+        elif code in (-signal.SIGXCPU, -signal.SIGKILL):  # RLIMIT_CPU's signals (the OOM killer's is above)
+            why = f"rendering it needed more than {self.timeout:g} s of CPU time"
         elif code != 0:
             why = f"rendering it failed ({_last_line(self.task.log) or f'exit code {code}'})"
         else:
@@ -105,6 +120,8 @@ class Rendering:
             from labkit.grading.gradebook.report import write_text
 
             write_text(self.task.path, self.task.fallback(f"The executed notebook is not shown: {why}."))
+            if self.task.fell_back:
+                self.task.fell_back()
         elif self.task.done:
             self.task.done()
         self.result = True
@@ -157,9 +174,20 @@ def _last_line(path: Path) -> str:
     return next((ln.strip() for ln in reversed(tail(path, 20).splitlines()) if ln.strip()), "")[:300]
 
 
+def _limit_cpu(seconds: float) -> None:
+    """At ``seconds`` of CPU time the kernel ends this process with SIGXCPU, and a second later
+    with SIGKILL (whatever the code does with SIGXCPU); no core file is written."""
+    import resource
+
+    soft = max(1, int(seconds + 0.999))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+
+
 def main(argv=None) -> int:
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     limits.limit_self(int(spec["memory_mb"] * 2**20))
+    _limit_cpu(float(spec.get("cpu_s") or TIMEOUT_S))
     if not spec["writer"].startswith(PACKAGE):
         raise ValueError(f"not a page writer of labkit.grading: {spec['writer']}")
     resolve(spec["writer"])(**spec["args"])

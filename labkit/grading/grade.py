@@ -63,6 +63,7 @@ from labkit.grading.gradebook.publish import Book, PublishError
 from labkit.grading.judge.rubric import Lab, load_rubric
 from labkit.grading.run.runner import KIT_PREFIX, Job, RunResult, Setup
 from labkit.grading.judge.scoring import Scored, flag_note, row
+from labkit.grading.pages import warm
 
 REFERENCE = "reference"
 REFERENCE_OUT = "out/reference"  # the reference self-check's own folder and gradebook
@@ -377,7 +378,8 @@ def grade(
     _claim(req.out)
     db = _open_gradebook(req.out, req.sub is None, log)
     try:
-        return _grade(db, rub, every, req, box)
+        with warm.session():  # the batch's pages share one warm renderer, stopped with the batch
+            return _grade(db, rub, every, req, box)
     finally:
         db.close()
 

@@ -2,7 +2,9 @@
 
 A page is made from what a student's run printed: one 16 MB ``text/html`` output took the
 grader minutes and gigabytes when it rendered in the grader itself. So every feedback page and
-TA answer page is written by ``python -m labkit.grading.pages.render SPEC``, in a group of its own
+TA answer page is written by a process of its own, forked from the grader's warm renderer
+(``warm``: nbconvert imported once) or, where there is none, ``python -m labkit.grading.pages.render
+SPEC``; either runs ``main(SPEC)`` in a group of its own
 (``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
 data limit too), and stopped past ``TIMEOUT_S`` seconds of CPU time (``RLIMIT_CPU``): a limit on
 the work a page may take, whatever else the machine is doing, so a page that renders on a quiet
@@ -68,8 +70,6 @@ class Rendering:
     """A started Task: ``poll()`` is None while it runs, then True (the page, or its fallback, is written)."""
 
     def __init__(self, task: Task):
-        from labkit.core.proc import OwnedProcess
-
         self.task = task
         self.timeout, self.memory_mb = task.timeout or TIMEOUT_S, task.memory_mb or MEMORY_MB
         task.log.parent.mkdir(parents=True, exist_ok=True)
@@ -89,15 +89,34 @@ class Rendering:
             self.group = limits.open_group(f"page-{uuid.uuid4().hex[:12]}", self.memory_mb * 2**20, TASKS)
         except OSError:  # no way to cap the group here: the process's own data limit still holds
             self.group = None
-        argv = [sys.executable, "-m", "labkit.grading.pages.render", str(self.spec)]
-        self.proc = OwnedProcess(
-            self.group.enter_command(argv) if self.group else argv,
-            task.log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # the grader's folder: its paths hold
-        self.deadline = time.monotonic() + self.timeout * WALL_FACTOR
         self.result: bool | None = None
-        self.proc.start()
+        self.proc = self._forked() or self._started()
+        self.deadline = time.monotonic() + self.timeout * WALL_FACTOR
+
+    def _forked(self):
+        """The page forked from this process's warm renderer (``warm``), or None where there is none."""
+        from labkit.grading.pages import warm
+
+        server = warm.get()
+        if server is None:
+            return None
+        try:
+            return server.start(self.spec, self.group.procs if self.group else [], self.task.log)
+        except (OSError, RuntimeError) as e:  # the page goes on in an interpreter of its own; the log says why
+            with open(self.task.log, "a") as f:
+                f.write(f"labkit: the warm renderer could not start this page: {e}\n")
+            return None
+
+    def _started(self):
+        """The page in an interpreter of its own, started in its group."""
+        from labkit.core.proc import OwnedProcess
+
+        argv = [sys.executable, "-m", "labkit.grading.pages.render", str(self.spec)]
+        return OwnedProcess(
+            self.group.enter_command(argv) if self.group else argv,
+            self.task.log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ).start()  # the grader's folder: its paths hold
 
     def poll(self) -> bool | None:
         if self.result is not None:
@@ -156,16 +175,19 @@ def _environment():
 
 def run(tasks: list[Task], parallel: int = 1, poll: float = 0.1) -> None:
     """Write every page of ``tasks``, ``parallel`` at a time (each with its own limits)."""
+    from labkit.grading.pages import warm
+
     pending, running = list(tasks), []
-    try:
-        while pending or running:
-            while pending and len(running) < max(1, parallel):
-                running.append(pending.pop(0).start())
-            time.sleep(poll)
-            running = [r for r in running if r.poll() is None]
-    finally:
-        for r in running:
-            r.kill()
+    with warm.session():
+        try:
+            while pending or running:
+                while pending and len(running) < max(1, parallel):
+                    running.append(pending.pop(0).start())
+                time.sleep(poll)
+                running = [r for r in running if r.poll() is None]
+        finally:
+            for r in running:
+                r.kill()
 
 
 def _last_line(path: Path) -> str:

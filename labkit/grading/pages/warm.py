@@ -1,0 +1,336 @@
+"""Pages forked from a warm renderer, one child per page.
+
+A feedback page rendered in a fresh interpreter costs about 1.1 s of CPU, two thirds of it before
+the first cell: importing nbconvert (with bleach, BeautifulSoup, mistune and pygments) and
+compiling its templates and patterns. A grader writes a page per notebook, so this server
+(``python -m labkit.grading.pages.warm SOCKET``) pays that once: it renders a page of its own to
+warm up, then forks a child per page. The child joins the page's cgroups, takes the page's limits
+(``render.main``: data, CPU time), writes to the page's log and exits; the server reports how it
+ended. A child holds nothing of another student's: the server renders no page of the grader's.
+
+The server belongs to the grader process that started it (``get``; ``labkit.core.proc``: it dies
+with it) and to the command under way (``session``: stopped at its end), and every child dies with
+the server (``PR_SET_PDEATHSIG``). Its socket and log are in
+a scratch folder (``labkit.core.scratch``), removed when it stops. Where it cannot start, or with
+``LABKIT_COLD_PAGES=1``, each page runs in an interpreter of its own (``render.Rendering``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from labkit.core import scratch
+
+FOLDER_PREFIX = "labkit-pages-"
+DISABLE = "LABKIT_COLD_PAGES"
+READY_TIMEOUT_S = 60.0
+REPLY_TIMEOUT_S = 10.0
+
+
+# ------------------------------------------------------------------------------------- the server
+
+
+def serve(path: str) -> None:
+    """Warm up, then serve one connection (the grader's) until it closes; its children go with it."""
+    _warm_up(Path(path).parent)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    os.rename(path + ".tmp", path)  # the socket appears once the server is warm
+    listener.listen(1)
+    conn, _ = listener.accept()
+    listener.close()
+    children: dict[int, int] = {}  # pid -> the page's id
+    pending = b""
+    with conn:
+        while True:
+            ready, _, _ = select.select([conn], [], [], 0.05)
+            if ready:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                pending += data
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    _handle(json.loads(line), conn, children)
+            _reap(conn, children)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _warm_up(folder: Path) -> None:
+    """Import both page writers and render a small page: templates, filters and patterns compiled."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from labkit.grading.judge import answers  # noqa: F401  (the TA answer pages' writer)
+    from labkit.grading.pages import feedback
+
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(
+                "# Warm-up\nA formula $x^2$, **bold**, a [link](#a) and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+            ),
+            new_code_cell("print('hi')", outputs=[new_output("stream", name="stdout", text="hi\n")], execution_count=1),
+        ]
+    )
+    nb.metadata.language_info = {"name": "python", "pygments_lexer": "ipython3"}
+    nbformat.write(nb, str(folder / "warm.ipynb"))
+    try:
+        feedback.write_feedback(str(folder / "warm.ipynb"), [], str(folder / "warm.html"), "warm-up")
+    except Exception:  # noqa: BLE001 - only the speed-up is lost: every page still renders in its child
+        traceback.print_exc()
+        print("labkit: the warm-up page failed (above); pages still render, each from the start", flush=True)
+
+
+def _handle(request: dict, conn: socket.socket, children: dict[int, int]) -> None:
+    if request["op"] == "start":
+        try:
+            pid = os.fork()
+        except OSError as e:
+            _send(conn, {"id": request["id"], "error": f"fork: {e}"})
+            return
+        if pid == 0:
+            _child(request, conn)
+        children[pid] = request["id"]
+        _send(conn, {"id": request["id"], "pid": pid})
+    elif request["op"] == "kill":
+        for pid, page in children.items():
+            if page == request["id"]:
+                os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this child's
+
+
+def _reap(conn: socket.socket, children: dict[int, int]) -> None:
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        page = children.pop(pid, None)
+        if page is not None:
+            _send(conn, {"id": page, "exit": os.waitstatus_to_exitcode(status)})
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _child(request: dict, conn: socket.socket) -> None:
+    """The page's process: joins its cgroups, its log and its folder, then renders (never returns)."""
+    code = 1
+    try:
+        conn.close()
+        from labkit.core.proc import die_with_parent
+
+        die_with_parent(signal.SIGKILL, int(request["server"]))
+        for procs in request["procs"]:
+            Path(procs).write_text(str(os.getpid()))
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.chdir(request["cwd"])
+        from labkit.grading.pages import render
+
+        code = render.main([request["spec"]])
+    except BaseException:  # noqa: BLE001 - the page's own failure: its log says why, its exit code 1
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+# ------------------------------------------------------------------------------------- the grader's side
+
+
+class Page:
+    """One page forked by the server: ``poll()`` and ``kill(grace)``, as ``OwnedProcess`` has."""
+
+    def __init__(self, server: "Server", page: int, pid: int):
+        self.server, self.page, self.pid = server, page, pid
+
+    def poll(self) -> int | None:
+        return self.server.exit_code(self.page)
+
+    def kill(self, grace: float = 1.0) -> None:
+        self.server.kill(self.page, grace)
+
+
+class Server:
+    """This process's warm renderer (``get``)."""
+
+    def __init__(self, timeout: float = READY_TIMEOUT_S):
+        from labkit.core.proc import OwnedProcess
+
+        self.dir = scratch.make(FOLDER_PREFIX)  # held by this process's lock: an orphan is removed later
+        self.log = self.dir / "server.log"
+        path = str(self.dir / "socket")
+        self.process = OwnedProcess(
+            [sys.executable, "-u", "-m", "labkit.grading.pages.warm", path],
+            self.log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ).start()
+        self.lock = threading.Lock()
+        self.exits: dict[int, int] = {}
+        self.logs: dict[int, Path] = {}
+        self.next_id = 0
+        self.buffer = b""
+        try:
+            self.conn = self._connect(path, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _connect(self, path: str, timeout: float) -> socket.socket:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the page server ended as it started:\n{self.process.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the page server was not ready after {timeout:.0f} s:\n{self.process.log_tail()}")
+            time.sleep(0.02)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        return conn
+
+    def start(self, spec: Path, procs: list, log: Path) -> Page:
+        """Fork the page of ``spec`` (``render.main``'s argument) into the cgroups of ``procs``."""
+        with self.lock:
+            self.next_id += 1
+            page = self.next_id
+            request = {
+                "op": "start",
+                "id": page,
+                "spec": str(spec),
+                "procs": [str(p) for p in procs],
+                "log": str(Path(log).resolve()),
+                "cwd": os.getcwd(),
+                "server": self.process.pid,
+            }
+            self.conn.sendall(json.dumps(request).encode() + b"\n")
+            deadline = time.monotonic() + REPLY_TIMEOUT_S
+            while True:
+                for reply in self._read(max(0.0, deadline - time.monotonic())):
+                    if reply.get("id") == page and "pid" in reply:
+                        self.logs[page] = Path(log)
+                        return Page(self, page, reply["pid"])
+                    if reply.get("id") == page:
+                        raise RuntimeError(f"the page server could not start the page: {reply['error']}")
+                if time.monotonic() > deadline or not self.running:
+                    raise RuntimeError(f"the page server did not start the page:\n{self.process.log_tail()}")
+
+    def exit_code(self, page: int) -> int | None:
+        with self.lock:
+            if page not in self.exits:
+                self._read(0.0)
+            if page not in self.exits and not self.running:  # its children died with it
+                with open(self.logs[page], "a") as f:
+                    f.write(f"labkit: the page server ended (exit code {self.process.poll()})\n")
+                self.exits[page] = 1
+            return self.exits.get(page)
+
+    def kill(self, page: int, grace: float) -> None:
+        """SIGKILL the page's process (if it still runs), and wait up to ``grace`` + 5 s for its end."""
+        with self.lock:
+            if page in self.exits or not self.running:
+                return
+            self.conn.sendall(json.dumps({"op": "kill", "id": page}).encode() + b"\n")
+            deadline = time.monotonic() + grace + 5.0
+            while page not in self.exits and time.monotonic() < deadline and self.running:
+                self._read(0.05)
+
+    def _read(self, timeout: float) -> list[dict]:
+        """The server's messages that arrive within ``timeout``; exits are kept in ``exits``."""
+        got = []
+        ready, _, _ = select.select([self.conn], [], [], timeout)
+        if ready:
+            data = self.conn.recv(65536)
+            self.buffer += data
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if "exit" in message:
+                    self.exits[message["id"]] = message["exit"]
+                got.append(message)
+        return got
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Stop the server (its children die with it) and remove its folder."""
+        self.process.kill(grace=1.0)
+        scratch.release(self.dir)
+
+
+_server: Server | None = None
+_failed: str | None = None
+_depth = 0  # sessions open in this process
+_lock = threading.Lock()
+
+
+def get() -> Server | None:
+    """This process's page server, started on first use; None where it is off or cannot start
+    (the reason is kept in ``failed()``: pages then render each in a fresh interpreter)."""
+    global _server, _failed
+    if os.environ.get(DISABLE) == "1" or not hasattr(os, "fork"):
+        return None
+    with _lock:
+        if _server is not None and not _server.running:
+            _failed = f"the page server ended:\n{_server.process.log_tail()}"
+            _server.stop()
+            _server = None
+        if _server is None and _failed is None:
+            try:
+                _server = Server()
+            except (OSError, RuntimeError) as e:
+                _failed = str(e)
+            else:
+                atexit.register(stop)
+        return _server
+
+
+def failed() -> str | None:
+    return _failed
+
+
+@contextlib.contextmanager
+def session():
+    """A command's pages share one server, stopped at the end of the outermost session (``grade``
+    around its batch, ``render.run`` around a list of pages), so none outlives the command."""
+    global _depth
+    with _lock:
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            last = _depth == 0
+        if last:
+            stop()
+
+
+def stop() -> None:
+    """Stop this process's server, if it started one (at exit; tests)."""
+    global _server, _failed
+    with _lock:
+        if _server is not None:
+            _server.stop()
+        _server, _failed = None, None
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

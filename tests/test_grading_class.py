@@ -1,9 +1,11 @@
 """A term's loop for Lab 1, as an instructor and two TAs run it, with no scripting by hand.
 
-Thirty students submit Lab 1 on Canvas: honest work (three answer styles), two copies of one
-honest notebook, late work (one with an earlier upload), notebooks under other names, notebooks
-that crash on their first cell, the kit handed in unfilled and empty files. Seven notebooks run
-all the way (the costly part: each is graded, however alike); the crashing ones stop at once. The instructor grades
+Thirty students submit Lab 1 on Canvas: honest work (three answer styles), two byte-for-byte
+copies of a classmate's notebook, late work (one with an earlier upload), notebooks under other
+names, notebooks that crash on their first cell, the kit handed in unfilled and empty files. Four
+notebooks run all the way (the costly part); the crashing ones stop at once. The copied notebook
+is one that crashes: the similarity report reads what was submitted, not what ran, so its copies
+cost no full runs. The instructor grades
 Canvas's download as it came, with the course roster; two TAs score the answers in the CSVs
 `grade-answers` writes, and one TA's late file disagrees with a score the other gave: the merge
 refuses it and names the conflict, and the instructor's one decision (``--prefer``) resolves it.
@@ -48,10 +50,11 @@ NOTEBOOK = "01_single_node_lr.ipynb"
 LASTS = ["abbott", "baker", "chen", "diaz", "evans", "fox"]
 FIRSTS = ["ann", "ben", "cara", "dev", "eli"]
 NAMES = [f"{last}{first}" for last in LASTS for first in FIRSTS]  # Canvas's names: 30 students
-HONEST, COPIED, LATE, MISNAMED = (0, 1, 6, 7), (2, 3), (4, 5), (6, 7, 8)
+HONEST, COPIED, LATE, MISNAMED = (0, 1, 6), (2, 3), (4, 5), (6, 7, 8)
+ORIGINAL = 9  # the classmate whose notebook 2 and 3 hand in
 # two plain crashes beside the late one (5) and the misnamed one (8): more would run kernels that test nothing new
-CRASHING, UNFILLED, EMPTY = (5, 8, 9, 13), range(15, 17), (10, 11, 12, 14, *range(17, 30))
-RUN_THROUGH = [*HONEST, *COPIED, 4]  # late 5 and misnamed 8 crash
+CRASHING, UNFILLED, EMPTY = (5, 7, 8, ORIGINAL, 13), range(15, 17), (10, 11, 12, 14, *range(17, 30))
+RUN_THROUGH = [*HONEST, 4]  # late 5 and misnamed 7 and 8 crash
 MISNAMES = {6: "01_single_node_lr (1).ipynb", 7: "lab1 final version.ipynb", 8: "01_Single_Node_LR.ipynb"}
 ANSWER_CELLS = {
     "answer: audit of report 000's 97%": "lab1-audit-answer",
@@ -119,7 +122,7 @@ def submissions() -> list[CanvasFile]:
         uid, aid = 5000 + i, 90000 + 10 * i
         filename = MISNAMES.get(i, NOTEBOOK)
         if i in COPIED:
-            nb = honest(0)  # byte for byte the first student's
+            nb = crashing(ORIGINAL)  # byte for byte the classmate's
         elif i in RUN_THROUGH:
             nb = honest(i)
         elif i in CRASHING:
@@ -190,7 +193,7 @@ def test_the_download_is_graded_as_it_came(term):
         assert rows[(login(i), "sgd_step on the grader's batches")]["status"] == "pass"
     for i in MISNAMED:
         assert f"submitted as {MISNAMES[i]!r}" in rows[(login(i), "execution")]["reason"]
-    for i in CRASHING:
+    for i in (*CRASHING, *COPIED):
         run = rows[(login(i), "execution")]
         assert run["status"] == "error" and "ModuleNotFoundError" in run["reason"], run
     for i in UNFILLED:
@@ -209,7 +212,7 @@ def test_the_download_is_graded_as_it_came(term):
     summary = (out / "summary.md").read_text()
     assert "## Late work (2)" in summary and "| Zhao, Zoe | zhaozoe@uni.edu | lab1 |" in summary
     pairs = {(p["student_a"], p["student_b"]) for p in read_csv(out / "similarity.csv") if p["kind"] == "answers"}
-    assert tuple(sorted((login(0), login(2)))) in pairs and tuple(sorted((login(2), login(3)))) in pairs
+    assert tuple(sorted((login(ORIGINAL), login(2)))) in pairs and tuple(sorted((login(2), login(3)))) in pairs
     assert (out / "summary.html").read_text().count("data:image/png;base64,") == 2
     with open(out / "canvas.csv", newline="") as f:  # Lab 1 alone: no column for a lab nobody submitted
         assert next(csv.reader(f))[5:] == ["Single-node logistic regression: TF Core vs Keras"]

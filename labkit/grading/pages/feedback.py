@@ -355,3 +355,23 @@ def write_feedback(
     top = header(rows, title, p, warning, descriptions, {n for n in numbers if n})
     body, css = notebook_body(displayable(nb, int(output_kb * 1024), numbers), title, top, p)
     write_text(path, p.html(body, css + "\n" + CSS, body_class="jp-Notebook"))
+
+
+def warm_up(folder: Path) -> None:
+    """Render a small page of the grader's own (Markdown, math, a table, code and its output) into
+    ``folder``: the warm renderer (``warm``) runs this once, so each page forked after it finds
+    nbconvert imported and its templates and patterns compiled."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(
+                "# Warm-up\nA formula $x^2$, **bold**, a [link](#a) and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+            ),
+            new_code_cell("print('hi')", outputs=[new_output("stream", name="stdout", text="hi\n")], execution_count=1),
+        ]
+    )
+    nb.metadata.language_info = {"name": "python", "pygments_lexer": "ipython3"}
+    nbformat.write(nb, str(Path(folder) / "warm.ipynb"))
+    write_feedback(str(Path(folder) / "warm.ipynb"), [], str(Path(folder) / "warm.html"), "warm-up")

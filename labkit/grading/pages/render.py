@@ -3,8 +3,8 @@
 A page is made from what a student's run printed: one 16 MB ``text/html`` output took the
 grader minutes and gigabytes when it rendered in the grader itself. So every feedback page and
 TA answer page is written by a process of its own, forked from the grader's warm renderer
-(``warm``: nbconvert imported once) or, where there is none, ``python -m labkit.grading.pages.render
-SPEC``; either runs ``main(SPEC)`` in a group of its own
+(``warm``: nbconvert imported once) or, where there is none, ``python -m labkit.grading.pages.limited
+SPEC``; either runs ``limited.main(SPEC)`` in a group of its own
 (``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
 data limit too), and stopped past ``TIMEOUT_S`` seconds of CPU time (``RLIMIT_CPU``): a limit on
 the work a page may take, whatever else the machine is doing, so a page that renders on a quiet
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from labkit.core.registry import resolve
+from labkit.grading.pages import limited
 from labkit.grading.run import limits
 
 PAGES = Path(__file__).parents[1] / "templates" / "pages"  # the grader's own page bodies (Jinja, autoescaped)
@@ -39,13 +39,12 @@ TIMEOUT_S = 180.0  # CPU seconds for one page; a class's pages take 1-2 s each, 
 WALL_FACTOR = 3.0  # the wall-clock backstop: a page that waits rather than works (or a machine that is very busy)
 MEMORY_MB = 2048.0
 TASKS = 32
-PACKAGE = "labkit.grading."  # a page writer is the grader's own function, nothing else
 
 
 def reference(writer: Callable) -> str:
     """``"module:name"`` of a page writer, what the rendering process imports."""
     ref = f"{writer.__module__}:{writer.__qualname__}"
-    if not ref.startswith(PACKAGE) or "<" in ref:
+    if not ref.startswith(limited.PACKAGE) or "<" in ref:
         raise ValueError(f"a page writer is a module-level function of labkit.grading, got {ref}")
     return ref
 
@@ -101,7 +100,9 @@ class Rendering:
         if server is None:
             return None
         try:
-            return server.start(self.spec, self.group.procs if self.group else [], self.task.log)
+            return server.start(
+                self.spec, self.group.procs if self.group else [], self.task.log, reference(self.task.writer)
+            )
         except (OSError, RuntimeError) as e:  # the page goes on in an interpreter of its own; the log says why
             with open(self.task.log, "a") as f:
                 f.write(f"labkit: the warm renderer could not start this page: {e}\n")
@@ -111,7 +112,7 @@ class Rendering:
         """The page in an interpreter of its own, started in its group."""
         from labkit.core.proc import OwnedProcess
 
-        argv = [sys.executable, "-m", "labkit.grading.pages.render", str(self.spec)]
+        argv = [sys.executable, "-m", "labkit.grading.pages.limited", str(self.spec)]
         return OwnedProcess(
             self.group.enter_command(argv) if self.group else argv,
             self.task.log,
@@ -194,27 +195,3 @@ def _last_line(path: Path) -> str:
     from labkit.core.proc import tail
 
     return next((ln.strip() for ln in reversed(tail(path, 20).splitlines()) if ln.strip()), "")[:300]
-
-
-def _limit_cpu(seconds: float) -> None:
-    """At ``seconds`` of CPU time the kernel ends this process with SIGXCPU, and a second later
-    with SIGKILL (whatever the code does with SIGXCPU); no core file is written."""
-    import resource
-
-    soft = max(1, int(seconds + 0.999))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-
-
-def main(argv=None) -> int:
-    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
-    limits.limit_self(int(spec["memory_mb"] * 2**20))
-    _limit_cpu(float(spec.get("cpu_s") or TIMEOUT_S))
-    if not spec["writer"].startswith(PACKAGE):
-        raise ValueError(f"not a page writer of labkit.grading: {spec['writer']}")
-    resolve(spec["writer"])(**spec["args"])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

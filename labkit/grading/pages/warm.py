@@ -3,10 +3,12 @@
 A feedback page rendered in a fresh interpreter costs about 1.1 s of CPU, two thirds of it before
 the first cell: importing nbconvert (with bleach, BeautifulSoup, mistune and pygments) and
 compiling its templates and patterns. A grader writes a page per notebook, so this server
-(``python -m labkit.grading.pages.warm SOCKET``) pays that once: it renders a page of its own to
-warm up, then forks a child per page. The child joins the page's cgroups, takes the page's limits
-(``render.main``: data, CPU time), writes to the page's log and exits; the server reports how it
-ended. A child holds nothing of another student's: the server renders no page of the grader's.
+(``python -m labkit.grading.pages.warm SOCKET``) pays that once: before the first page of each
+writer it imports the writer's module and runs its ``warm_up`` (``limited.warm_up``: feedback's
+renders a page of its own), then it forks a child per page. The child joins the page's cgroups,
+takes the page's limits (``limited.main``: data, CPU time), writes to the page's log and exits;
+the server reports how it ended. A child holds nothing of another student's: the server renders
+no student's page itself.
 
 The server belongs to the grader process that started it (``get``; ``labkit.core.proc``: it dies
 with it) and to the command under way (``session``: stopped at its end), and every child dies with
@@ -35,7 +37,7 @@ from labkit.core import scratch
 FOLDER_PREFIX = "labkit-pages-"
 DISABLE = "LABKIT_COLD_PAGES"
 READY_TIMEOUT_S = 60.0
-REPLY_TIMEOUT_S = 10.0
+REPLY_TIMEOUT_S = 60.0  # the first page of a writer waits for its warm-up (about 1.3 s of CPU)
 
 
 # ------------------------------------------------------------------------------------- the server
@@ -43,7 +45,6 @@ REPLY_TIMEOUT_S = 10.0
 
 def serve(path: str) -> None:
     """Warm up, then serve one connection (the grader's) until it closes; its children go with it."""
-    _warm_up(Path(path).parent)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     os.rename(path + ".tmp", path)  # the socket appears once the server is warm
@@ -62,40 +63,16 @@ def serve(path: str) -> None:
                 pending += data
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
-                    _handle(json.loads(line), conn, children)
+                    _handle(json.loads(line), conn, children, Path(path).parent)
             _reap(conn, children)
     for pid in children:
         os.kill(pid, signal.SIGKILL)
 
 
-def _warm_up(folder: Path) -> None:
-    """Import both page writers and render a small page: templates, filters and patterns compiled."""
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
-
-    from labkit.grading.judge import answers  # noqa: F401  (the TA answer pages' writer)
-    from labkit.grading.pages import feedback
-
-    nb = new_notebook(
-        cells=[
-            new_markdown_cell(
-                "# Warm-up\nA formula $x^2$, **bold**, a [link](#a) and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |"
-            ),
-            new_code_cell("print('hi')", outputs=[new_output("stream", name="stdout", text="hi\n")], execution_count=1),
-        ]
-    )
-    nb.metadata.language_info = {"name": "python", "pygments_lexer": "ipython3"}
-    nbformat.write(nb, str(folder / "warm.ipynb"))
-    try:
-        feedback.write_feedback(str(folder / "warm.ipynb"), [], str(folder / "warm.html"), "warm-up")
-    except Exception:  # noqa: BLE001 - only the speed-up is lost: every page still renders in its child
-        traceback.print_exc()
-        print("labkit: the warm-up page failed (above); pages still render, each from the start", flush=True)
-
-
-def _handle(request: dict, conn: socket.socket, children: dict[int, int]) -> None:
+def _handle(request: dict, conn: socket.socket, children: dict[int, int], folder: Path) -> None:
     if request["op"] == "start":
         try:
+            _warm_up(request["writer"], folder)
             pid = os.fork()
         except OSError as e:
             _send(conn, {"id": request["id"], "error": f"fork: {e}"})
@@ -108,6 +85,17 @@ def _handle(request: dict, conn: socket.socket, children: dict[int, int]) -> Non
         for pid, page in children.items():
             if page == request["id"]:
                 os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this child's
+
+
+def _warm_up(writer: str, folder: Path) -> None:
+    """The writer's module imported and warmed up here (``limited.warm_up``), before the first fork."""
+    from labkit.grading.pages import limited
+
+    try:
+        limited.warm_up(writer, folder)
+    except Exception:  # noqa: BLE001 - only the speed-up is lost: the page still renders in its child, which says why
+        traceback.print_exc()
+        print(f"labkit: warming up for {writer} failed (above); its pages render from the start", flush=True)
 
 
 def _reap(conn: socket.socket, children: dict[int, int]) -> None:
@@ -140,9 +128,9 @@ def _child(request: dict, conn: socket.socket) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.chdir(request["cwd"])
-        from labkit.grading.pages import render
+        from labkit.grading.pages import limited
 
-        code = render.main([request["spec"]])
+        code = limited.main([request["spec"]])
     except BaseException:  # noqa: BLE001 - the page's own failure: its log says why, its exit code 1
         traceback.print_exc()
     finally:
@@ -204,8 +192,9 @@ class Server:
         conn.connect(path)
         return conn
 
-    def start(self, spec: Path, procs: list, log: Path) -> Page:
-        """Fork the page of ``spec`` (``render.main``'s argument) into the cgroups of ``procs``."""
+    def start(self, spec: Path, procs: list, log: Path, writer: str) -> Page:
+        """Fork the page of ``spec`` (``limited.main``'s argument) into the cgroups of ``procs``;
+        ``writer`` ("module:name", the spec's) is warmed up first (``limited.warm_up``)."""
         with self.lock:
             self.next_id += 1
             page = self.next_id
@@ -213,6 +202,7 @@ class Server:
                 "op": "start",
                 "id": page,
                 "spec": str(spec),
+                "writer": writer,
                 "procs": [str(p) for p in procs],
                 "log": str(Path(log).resolve()),
                 "cwd": os.getcwd(),

@@ -72,5 +72,5 @@ def test_the_notebooks_function_is_what_the_probe_takes_and_the_released_one_fai
     student's copy has neither the formula nor the MLP's M, and its starting point fails."""
     student = hidden_on_notebooks("lab5_ps_bytes_per_step", NOTEBOOK, tmp_path, seed=17)
     cell = next(c for c in student.cells if c.id == "lab5-predict")
-    assert "workers * model_bytes" not in cell.source and "M_mlp = " not in cell.source
+    assert "workers * model_bytes" not in cell.source and "M_mlp = 4" not in cell.source
     assert "predicted_ps_bytes_per_step = ps_bytes_per_step(M_mlp, 2)" in cell.source

@@ -2,7 +2,7 @@
 step (``step_bytes``), and the cost model's communication terms, (messages, bytes) on one step's
 critical path (``comm_terms``). The student kit leaves both out: it measures what the first
 predicts, and asks the student for the second; and the answers of sections 1 and 2's predictions,
-``ps_bytes_per_step`` and ``ring_bytes_per_worker``, and of sections 10 and 11's exercises,
+``ps_bytes_per_step``, ``dense_model_bytes`` and ``ring_bytes_per_worker``, and of sections 10 and 11's exercises,
 ``link_ceiling`` and ``slice_shares``."""
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ def ps_bytes_per_step(model_bytes: float, workers: int) -> float:
     closure reads the model from the ps and adds a gradient of the same size into its sums. With one
     ps, ``comm_terms("ps", M, N)``'s bytes (for N >= 1)."""
     return 2 * workers * model_bytes
+
+
+def dense_model_bytes(units: Sequence[int]) -> float:
+    """Lab 5 section 1's M: the bytes of a float32 MLP whose layers have ``units`` (inputs first,
+    e.g. [784, 2048, 2048, 10]): every dense layer holds a weight matrix and a bias, 4 bytes a value."""
+    return float(4 * sum(n_in * n_out + n_out for n_in, n_out in zip(units, units[1:])))
 
 
 def ring_bytes_per_worker(model_bytes: float, workers: int) -> float:

@@ -832,6 +832,26 @@ def judge_ps_bytes_per_step(args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 @hidden(
+    "lab5_dense_model_bytes",
+    functions=["dense_model_bytes"],
+    probe_name="dense_model_bytes",
+    inputs=probe.inputs_dense_models,
+)
+def judge_dense_model_bytes(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """An MLP's bytes, to the byte, on every case of ``probe.inputs_dense_models``."""
+    from labkit.solutions.lab5 import dense_model_bytes
+
+    def wrong(case, mine):
+        return (
+            f"dense_model_bytes(units={case['units']}) is {mine:,.10g}, not the grader's value for this MLP: check "
+            f"that each pair of consecutive widths is one dense layer, with a weight matrix and a bias, at 4 bytes a value"
+        )
+
+    cases = probe.inputs_dense_models(**args)
+    return _each_number("dense_model_bytes", arrays["bytes"], cases, lambda c: dense_model_bytes(**c), 0.5, 0.0, wrong)
+
+
+@hidden(
     "lab5_ring_bytes_per_worker",
     functions=["ring_bytes_per_worker"],
     probe_name="ring_bytes_per_worker",

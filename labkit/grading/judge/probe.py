@@ -1064,6 +1064,28 @@ def ps_bytes_per_step(fns: dict, args: dict, out: Path) -> dict:
     return {"bytes": _numbers(fns, "ps_bytes_per_step", cases, order, "the ps's bytes per step")}
 
 
+NOTEBOOK_UNITS_LAB5 = ([784, 2048, 2048, 10],)  # the MLP's layers
+
+
+def inputs_dense_models(seed: int = 0, cases: int = 24) -> list[dict]:
+    """``units`` cases drawn from ``seed``: MLPs of 1 to 6 dense layers of 1 to 4096 units each,
+    never the notebook's MLP; one of a single layer of one input and one output."""
+    rng = np.random.default_rng([seed, 5])
+    out = [{"units": [1, 1]}]
+    while len(out) < int(cases):
+        units = [int(u) for u in rng.integers(1, 4097, size=int(rng.integers(2, 8)))]
+        if units not in NOTEBOOK_UNITS_LAB5:
+            out.append({"units": units})
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@probe("dense_model_bytes")
+def dense_model_bytes(fns: dict, args: dict, out: Path) -> dict:
+    """``dense_model_bytes(units) -> bytes`` on every case (a fresh list each call): one number each."""
+    cases = [{"units": list(c["units"])} for c in inputs_dense_models(**args)]
+    return {"bytes": _numbers(fns, "dense_model_bytes", cases, ("units",), "the model's bytes")}
+
+
 @probe("ring_bytes_per_worker")
 def ring_bytes_per_worker(fns: dict, args: dict, out: Path) -> dict:
     """``ring_bytes_per_worker(model_bytes, workers) -> bytes`` on every case: one number each."""

@@ -1081,9 +1081,8 @@ def inputs_dense_models(seed: int = 0, cases: int = 24) -> list[dict]:
 
 @probe("dense_model_bytes")
 def dense_model_bytes(fns: dict, args: dict, out: Path) -> dict:
-    """``dense_model_bytes(units) -> bytes`` on every case (a fresh list each call): one number each."""
-    cases = [{"units": list(c["units"])} for c in inputs_dense_models(**args)]
-    return {"bytes": _numbers(fns, "dense_model_bytes", cases, ("units",), "the model's bytes")}
+    """``dense_model_bytes(units) -> bytes`` on every case (each a list of its own): one number each."""
+    return {"bytes": _numbers(fns, "dense_model_bytes", inputs_dense_models(**args), ("units",), "the model's bytes")}
 
 
 @probe("ring_bytes_per_worker")

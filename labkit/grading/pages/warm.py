@@ -60,10 +60,9 @@ def serve(path: str) -> None:
                 data = conn.recv(65536)
                 if not data:
                     break
-                pending += data
-                while b"\n" in pending:
-                    line, pending = pending.split(b"\n", 1)
-                    _handle(json.loads(line), conn, children, Path(path).parent)
+                messages, pending = _messages(pending + data)
+                for message in messages:
+                    _handle(message, conn, children, Path(path).parent)
             _reap(conn, children)
     for pid in children:
         os.kill(pid, signal.SIGKILL)
@@ -110,6 +109,12 @@ def _reap(conn: socket.socket, children: dict[int, int]) -> None:
 
 def _send(conn: socket.socket, message: dict) -> None:
     conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _messages(buffer: bytes) -> tuple[list[dict], bytes]:
+    """The whole JSON lines at the start of ``buffer``, and the partial line after them."""
+    *lines, rest = buffer.split(b"\n")
+    return [json.loads(line) for line in lines], rest
 
 
 def _child(request: dict, conn: socket.socket) -> None:
@@ -246,13 +251,10 @@ class Server:
         ready, _, _ = select.select([self.conn], [], [], timeout)
         if ready:
             data = self.conn.recv(65536)
-            self.buffer += data
-            while b"\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\n", 1)
-                message = json.loads(line)
+            got, self.buffer = _messages(self.buffer + data)
+            for message in got:
                 if "exit" in message:
                     self.exits[message["id"]] = message["exit"]
-                got.append(message)
         return got
 
     @property

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from labkit.core.helper import Slot
 from labkit.distributed.launchers import forkserver
 
 pytestmark = [
@@ -24,8 +25,7 @@ def test_a_stopped_server_removes_its_folder():
 
 def test_a_server_that_died_is_replaced_and_its_folder_removed(monkeypatch):
     monkeypatch.delenv(forkserver.DISABLE, raising=False)
-    monkeypatch.setattr(forkserver, "_server", None)
-    monkeypatch.setattr(forkserver, "_failed", None)
+    monkeypatch.setattr(forkserver, "_slot", Slot(forkserver.ForkServer, restart=True))
     first = forkserver.get()
     try:
         os.kill(first.process.popen.pid, signal.SIGKILL)
@@ -35,4 +35,4 @@ def test_a_server_that_died_is_replaced_and_its_folder_removed(monkeypatch):
         assert not first.dir.exists() and second.dir.exists()
     finally:
         forkserver.get().stop()
-    assert not forkserver._server.dir.exists()
+    assert not forkserver._slot.helper.dir.exists()

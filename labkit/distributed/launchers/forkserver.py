@@ -21,8 +21,9 @@ A task's hello and result name its own pid (which the launcher's live view sampl
 server (``forkserver``: its pid, when it started and when it was ready), so the server's
 start-up can be counted once.
 
-The server is this process's (a kernel's): started on first use, ended with it (``labkit.core.proc``:
-it dies with its parent, whatever signal ends that one). It keeps the modules it imported: a
+The server is a helper of this process (a kernel's): started on first use, ended with it
+(``labkit.core.helper``: it dies with its parent, whatever signal ends that one, and its folder goes
+when it stops). It keeps the modules it imported: a
 kernel that changed the kit's code restarts to run the new code. Tasks that run elsewhere (ssh,
 Slurm) start as their own interpreters there, and so does every task on a machine where the
 server cannot start (then a warning says why).
@@ -30,7 +31,6 @@ server cannot start (then a warning says why).
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import runpy
@@ -46,7 +46,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from labkit.core import scratch
+from labkit.core.helper import Helper, Slot
 from labkit.wire.protocol import ENV_FORKSERVER
 
 FOLDER_PREFIX = "labkit-forkserver-"  # a server's socket, stand-in and log, in /tmp (labkit.core.scratch)
@@ -72,7 +72,6 @@ PRELOAD = (
 )
 CLIENT = Path(__file__).with_name("forkclient.py")
 CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
-READY_TIMEOUT_S = 180.0
 REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
 
 
@@ -270,89 +269,48 @@ def _watch_lifeline(fd: int) -> None:
 # ------------------------------------------------------------------------------ the driver's side
 
 
-class ForkServer:
+class ForkServer(Helper):
     """A running fork server of this process: ``python`` is the interpreter to give the launcher."""
 
-    def __init__(self, timeout: float = READY_TIMEOUT_S):
-        from labkit.core.proc import OwnedProcess
+    NAME = "fork server"
+    PREFIX = FOLDER_PREFIX
+    MODULE = "labkit.distributed.launchers.forkserver"
+    READY_TIMEOUT_S = 180.0  # its imports, on cores a cluster may be using
+    STOP_GRACE_S = 2.0
 
-        # held by this process's lock: if it is killed, the next server started here removes the folder
-        self.dir = scratch.make(FOLDER_PREFIX)
-        self.socket = str(self.dir / "socket")
-        self.log = self.dir / "server.log"
+    def prepare(self) -> None:
+        """The stand-in script the launcher runs as a task's ``python``."""
         self.python = str(self.dir / "python")
         q = lambda s: "'" + str(s).replace("'", "'\\''") + "'"  # noqa: E731  (a shell word)
         Path(self.python).write_text(
             f'#!/bin/sh\nexec {q(sys.executable)} -I -S {q(CLIENT)} {q(sys.executable)} {q(self.socket)} "$@"\n'
         )
         os.chmod(self.python, 0o755)
-        self.process = OwnedProcess(
-            [sys.executable, "-u", "-m", "labkit.distributed.launchers.forkserver", self.socket],
-            self.log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        ).start()
-        try:
-            self._wait_ready(timeout)
-        except BaseException:  # not ready, or interrupted (the stop button) while it imports: it goes
-            self.stop()
-            raise
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.socket):
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"the fork server ended during its start-up (exit code {self.process.poll()}):\n"
-                    f"{self.process.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the fork server was not ready after {timeout:.0f} s; its log ends:\n{self.process.log_tail()}"
-                )
-            time.sleep(0.02)
-
-    @property
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        """Stop the server and remove its folder (socket, stand-in, log): nothing stays in /tmp."""
-        self.process.kill(grace=2.0)
-        scratch.release(self.dir)
 
 
-_server: ForkServer | None = None
-_failed: str | None = None
-_lock = threading.Lock()
+_slot = Slot(ForkServer, restart=True)  # a server that died is replaced
 
 
 def get() -> ForkServer | None:
-    """This process's fork server, started on first use; None where it is off or cannot start."""
-    global _server, _failed
-    if os.environ.get(DISABLE, "") not in ("", "0") or not sys.platform.startswith("linux") or _failed:
+    """This process's fork server, started on first use; None where it is off or cannot start
+    (then, once, a warning says why)."""
+    if os.environ.get(DISABLE, "") not in ("", "0") or not sys.platform.startswith("linux"):
         return None
-    with _lock:
-        if _server is None or not _server.running:
-            if _server is not None:
-                _server.stop()  # it died: its folder goes with it
-            try:
-                _server = ForkServer()
-                atexit.register(_server.stop)
-            except (OSError, RuntimeError) as e:
-                _failed = str(e)
-                warnings.warn(
-                    f"labkit: tasks start as their own interpreters, the fork server could not start: {e}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                return None
-        return _server
+    failed_before = _slot.failed
+    server = _slot.get()
+    if server is None and failed_before is None:
+        warnings.warn(
+            f"labkit: tasks start as their own interpreters, the fork server could not start: {_slot.failed}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return server
 
 
 def running() -> ForkServer | None:
     """This process's fork server if one runs, without starting one: it is meant to outlive the
     clusters it started, so whoever looks for processes left behind leaves it out."""
-    return _server if _server is not None and _server.running else None
+    return _slot.running()
 
 
 if __name__ == "__main__":

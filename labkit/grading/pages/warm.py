@@ -10,16 +10,15 @@ takes the page's limits (``limited.main``: data, CPU time), writes to the page's
 the server reports how it ended. A child holds nothing of another student's: the server renders
 no student's page itself.
 
-The server belongs to the grader process that started it (``get``; ``labkit.core.proc``: it dies
-with it) and to the command under way (``session``: stopped at its end), and every child dies with
-the server (``PR_SET_PDEATHSIG``). Its socket and log are in
-a scratch folder (``labkit.core.scratch``), removed when it stops. Where it cannot start, or with
-``LABKIT_COLD_PAGES=1``, each page runs in an interpreter of its own (``render.Rendering``).
+The server is a helper of the grader process that started it (``labkit.core.helper``: it dies
+with it, and its socket and log are in a scratch folder removed when it stops) and belongs to the
+command under way (``session``: stopped at its end); every child dies with the server
+(``PR_SET_PDEATHSIG``). Where it cannot start, or with ``LABKIT_COLD_PAGES=1``, each page runs in an
+interpreter of its own (``render.Rendering``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -32,11 +31,10 @@ import time
 import traceback
 from pathlib import Path
 
-from labkit.core import scratch
+from labkit.core.helper import Helper, Slot
 
 FOLDER_PREFIX = "labkit-pages-"
 DISABLE = "LABKIT_COLD_PAGES"
-READY_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 60.0  # the first page of a writer waits for its warm-up (about 1.3 s of CPU)
 
 
@@ -160,42 +158,25 @@ class Page:
         self.server.kill(self.page, grace)
 
 
-class Server:
+class Server(Helper):
     """This process's warm renderer (``get``)."""
 
-    def __init__(self, timeout: float = READY_TIMEOUT_S):
-        from labkit.core.proc import OwnedProcess
+    NAME = "page server"
+    PREFIX = FOLDER_PREFIX
+    MODULE = "labkit.grading.pages.warm"
 
-        self.dir = scratch.make(FOLDER_PREFIX)  # held by this process's lock: an orphan is removed later
-        self.log = self.dir / "server.log"
-        path = str(self.dir / "socket")
-        self.process = OwnedProcess(
-            [sys.executable, "-u", "-m", "labkit.grading.pages.warm", path],
-            self.log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        ).start()
+    def __init__(self, timeout: float | None = None):
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
         self.logs: dict[int, Path] = {}
         self.next_id = 0
         self.buffer = b""
+        super().__init__(timeout)
         try:
-            self.conn = self._connect(path, timeout)
+            self.conn = self.connect()
         except BaseException:
             self.stop()
             raise
-
-    def _connect(self, path: str, timeout: float) -> socket.socket:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the page server ended as it started:\n{self.process.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the page server was not ready after {timeout:.0f} s:\n{self.process.log_tail()}")
-            time.sleep(0.02)
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(path)
-        return conn
 
     def start(self, spec: Path, procs: list, log: Path, writer: str) -> Page:
         """Fork the page of ``spec`` (``limited.main``'s argument) into the cgroups of ``procs``;
@@ -257,18 +238,8 @@ class Server:
                     self.exits[message["id"]] = message["exit"]
         return got
 
-    @property
-    def running(self) -> bool:
-        return self.process.poll() is None
 
-    def stop(self) -> None:
-        """Stop the server (its children die with it) and remove its folder."""
-        self.process.kill(grace=1.0)
-        scratch.release(self.dir)
-
-
-_server: Server | None = None
-_failed: str | None = None
+_slot = Slot(Server, restart=False)  # a server that died leaves its pages to fresh interpreters
 _depth = 0  # sessions open in this process
 _lock = threading.Lock()
 
@@ -276,26 +247,13 @@ _lock = threading.Lock()
 def get() -> Server | None:
     """This process's page server, started on first use; None where it is off or cannot start
     (the reason is kept in ``failed()``: pages then render each in a fresh interpreter)."""
-    global _server, _failed
     if os.environ.get(DISABLE) == "1" or not hasattr(os, "fork"):
         return None
-    with _lock:
-        if _server is not None and not _server.running:
-            _failed = f"the page server ended:\n{_server.process.log_tail()}"
-            _server.stop()
-            _server = None
-        if _server is None and _failed is None:
-            try:
-                _server = Server()
-            except (OSError, RuntimeError) as e:
-                _failed = str(e)
-            else:
-                atexit.register(stop)
-        return _server
+    return _slot.get()
 
 
 def failed() -> str | None:
-    return _failed
+    return _slot.failed
 
 
 @contextlib.contextmanager
@@ -316,12 +274,8 @@ def session():
 
 
 def stop() -> None:
-    """Stop this process's server, if it started one (at exit; tests)."""
-    global _server, _failed
-    with _lock:
-        if _server is not None:
-            _server.stop()
-        _server, _failed = None, None
+    """Stop this process's server, if it started one (at the end of a session; tests)."""
+    _slot.stop()
 
 
 if __name__ == "__main__":

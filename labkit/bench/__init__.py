@@ -40,6 +40,7 @@ BENCHMARKS = Registry(
         "ring_vs_ps": "labkit.bench.mlp_exchange:run",
         "netem": "labkit.bench.links:run",
         "startup": "labkit.bench.startup:run",
+        "pages": "labkit.bench.warm_pages:run",
     },
 )
 

@@ -23,10 +23,9 @@ start-up can be counted once.
 
 The server is a helper of this process (a kernel's): started on first use, ended with it
 (``labkit.core.helper``: it dies with its parent, whatever signal ends that one, and its folder goes
-when it stops). It keeps the modules it imported: a
-kernel that changed the kit's code restarts to run the new code. Tasks that run elsewhere (ssh,
-Slurm) start as their own interpreters there, and so does every task on a machine where the
-server cannot start (then a warning says why).
+when it stops). It keeps the modules it imported: a kernel that changed the kit's code restarts to
+run the new code. Tasks that run elsewhere (ssh, Slurm) start as their own interpreters there, and
+so does every task on a machine where the server cannot start (then a warning says why).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def serve(path: str) -> None:
     """Warm up, then serve one connection (the grader's) until it closes; its children go with it."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
-    os.rename(path + ".tmp", path)  # the socket appears once the server is warm
     listener.listen(1)
+    os.rename(path + ".tmp", path)  # the socket appears once the server is warm and listens
     conn, _ = listener.accept()
     listener.close()
     children: dict[int, int] = {}  # pid -> the page's id

@@ -86,6 +86,16 @@ class Helper:
         scratch.release(self.dir)
 
 
+def listen(path: str, backlog: int) -> socket.socket:
+    """The helper's side: a socket that appears at ``path`` only once it listens, so whoever waits
+    for the path (``Helper``) can connect at once."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(backlog)
+    os.replace(path + ".tmp", path)
+    return listener
+
+
 class Slot:
     """This process's one helper of a kind (``get``), started on first use.
 

@@ -45,7 +45,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from labkit.core.helper import Helper, Slot
+from labkit.core.helper import Helper, Slot, listen
 from labkit.wire.protocol import ENV_FORKSERVER
 
 FOLDER_PREFIX = "labkit-forkserver-"  # a server's socket, stand-in and log, in /tmp (labkit.core.scratch)
@@ -107,10 +107,7 @@ def serve(path: str) -> None:
     for name in PRELOAD:
         __import__(name)
     info = {"pid": os.getpid(), "started_epoch": started, "ready_epoch": time.time()}
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path + ".tmp")
-    listener.listen(64)
-    os.replace(path + ".tmp", path)  # the socket appears once it listens
+    listener = listen(path, 64)  # the socket appears once TensorFlow is imported
     print(f"fork server {os.getpid()} ready after {info['ready_epoch'] - started:.1f} s", flush=True)
     tasks: dict[int, socket.socket] = {}
     while True:

@@ -31,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 
-from labkit.core.helper import Helper, Slot
+from labkit.core.helper import Helper, Slot, listen
 
 FOLDER_PREFIX = "labkit-pages-"
 DISABLE = "LABKIT_COLD_PAGES"
@@ -42,11 +42,9 @@ REPLY_TIMEOUT_S = 60.0  # the first page of a writer waits for its warm-up (abou
 
 
 def serve(path: str) -> None:
-    """Warm up, then serve one connection (the grader's) until it closes; its children go with it."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path + ".tmp")
-    listener.listen(1)
-    os.rename(path + ".tmp", path)  # the socket appears once the server is warm and listens
+    """Serve one connection (the grader's) until it closes, each writer warmed up before its first
+    page; the pages' processes go with it."""
+    listener = listen(path, 1)
     conn, _ = listener.accept()
     listener.close()
     children: dict[int, int] = {}  # pid -> the page's id

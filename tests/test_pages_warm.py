@@ -17,7 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from helpers import alive, wait_until
-from labkit.grading.pages import feedback, render, warm
+from labkit.grading.pages import feedback, limited, render, warm
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the warm renderer forks (Linux and macOS)")
 
@@ -132,3 +132,13 @@ def test_the_server_and_its_pages_end_with_the_grader(tmp_path, fresh_server, ho
     # the grader ran no atexit (a signal's default action): the next server started here removes its folder
     assert warm.get() is not None, warm.failed()
     assert not os.path.exists(folder)
+
+
+def test_only_the_graders_own_module_level_functions_are_page_writers():
+    assert limited.is_writer(render.reference(feedback.write_feedback))
+    for ref in ("os:system", "labkit.gradingx:f", "labkit.grading.pages.feedback:write_feedback.<locals>.f"):
+        assert not limited.is_writer(ref)
+        with pytest.raises(ValueError, match="not a page writer of labkit.grading"):
+            limited.writer(ref)
+    with pytest.raises(ValueError, match="a page writer is a module-level function of labkit.grading"):
+        render.reference(lambda: None)

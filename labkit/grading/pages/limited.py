@@ -19,9 +19,14 @@ from labkit.grading.run import limits
 PACKAGE = "labkit.grading."  # a page writer is the grader's own function, nothing else
 
 
+def is_writer(reference: str) -> bool:
+    """Whether ``reference`` ("module:name") may name a page writer: a module-level function of labkit.grading."""
+    return reference.startswith(PACKAGE) and "<" not in reference
+
+
 def writer(reference: str):
     """The page writer ``reference`` ("module:name") names, which must be one of labkit.grading."""
-    if not reference.startswith(PACKAGE) or "<" in reference:
+    if not is_writer(reference):
         raise ValueError(f"not a page writer of labkit.grading: {reference}")
     return resolve(reference)
 

@@ -44,7 +44,7 @@ TASKS = 32
 def reference(writer: Callable) -> str:
     """``"module:name"`` of a page writer, what the rendering process imports."""
     ref = f"{writer.__module__}:{writer.__qualname__}"
-    if not ref.startswith(limited.PACKAGE) or "<" in ref:
+    if not limited.is_writer(ref):
         raise ValueError(f"a page writer is a module-level function of labkit.grading, got {ref}")
     return ref
 

@@ -19,12 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 
 from _cloudlab import checkout, cloudlab
 from helpers import data_mirror, wait_until, wait_while
 from labkit.measure.dstat import DSTAT_VERSION
+from labkit.notebook.record import read_records
 
 pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
@@ -163,6 +165,34 @@ def test_the_guide_on_four_nodes(lab):
         assert "10.10.1.2_worker-1.csv" in done.stdout.split() and "10.10.1.1_ps-0.csv" in done.stdout.split()
         firsts.append(done.stdout.splitlines()[-1])
     assert not firsts[0].startswith('"Dstat') and firsts[1].startswith(f'"Dstat {DSTAT_VERSION} CSV output"'), firsts
+    _no_tasks_left(lab)
+
+
+# The size of the guide's headless run here, appended to its line (each adds a parameter; lists go in -y,
+# as papermill's -p passes them as text): Lab 4 at its defaults is 9 sweep runs of 5 epochs, minutes of
+# TensorFlow on each node, for what two runs and the kill-and-resume demo already show (each task on its
+# node, the notebook's records on node0).
+LAB4_SMALL = "-y '{workers: [1, 2], batch_sizes: [50]}' -p epochs 3 -p test_limit 200 -p idle_s 0.5"
+
+
+def test_the_guides_headless_notebook_runs_on_the_nodes(lab):
+    if not (lab.home("node1") / "labkit/.venv").exists():
+        pytest.skip("needs the nodes set up by test_the_guide_on_four_nodes")
+    (mkdir,) = guide(6, "cd ~/labkit && mkdir -p out")
+    (papermill,) = guide(6, ".venv/bin/python -m labkit papermill ")
+    done = ta(lab, f"{mkdir} && {papermill} {LAB4_SMALL}", timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    out = lab.home("node0") / "labkit" / papermill.split()[5]  # the line's output notebook
+    rec = read_records(nbformat.read(out, as_version=4))
+    assert rec["settings"]["hosts"] and rec["settings"]["workers"] == [1, 2], rec["settings"]
+    # the kill-and-resume demo across nodes: worker:1, on node1, killed over ssh; the cluster resumed from
+    # the checkpoint every worker saved
+    ev = rec["resume_evidence"]
+    assert ev["failed_task"] == "worker:1" and ev["start_epoch"] == ev["kill_after_epoch"] == 1, ev
+    assert ev["restored_checkpointed_weights"] == 1, ev
+    # worker:1 of the 2-worker runs ran on node1, its run folders in its own home's checkout
+    assert list((lab.home("node1") / "labkit/runs/lab4").rglob("worker-1.*")), "no task of Lab 4 ran on node1"
     _no_tasks_left(lab)
 
 

@@ -104,6 +104,46 @@ def test_a_step_that_calls_back_into_python_is_seen():
     assert python_ops(tf.function(graph_step).get_concrete_function(x).graph.as_graph_def()) == 0
 
 
+def _hand_step(W, b, x, y, learning_rate):
+    """Right numbers with no tape: the hand-derived gradient, as lr's NumPy trainer writes it."""
+    import tensorflow as tf
+
+    z = tf.matmul(x, W) + b
+    g = (tf.nn.softmax(z) - tf.one_hot(y, 10)) / tf.cast(tf.shape(x)[0], z.dtype)
+    W.assign_sub(learning_rate * tf.matmul(x, g, transpose_a=True))
+    b.assign_sub(learning_rate * tf.reduce_sum(g, axis=0))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, z))
+
+
+@pytest.mark.tensorflow
+def test_a_step_without_the_tape_is_told_by_the_self_check_and_seen_by_the_probe():
+    import tensorflow as tf
+
+    from labkit.learning import lr
+
+    with pytest.raises(
+        ValueError, match="takes no gradient from TensorFlow: compute the loss inside a tf.GradientTape"
+    ):
+        lr.check_step(_hand_step)
+    assert lr.check_step(lr.sgd_step) < 1e-6  # the reference takes the tape's
+
+    def graph(step):
+        W, b = tf.Variable(tf.zeros([784, 10])), tf.Variable(tf.zeros([10]))
+        x, y = tf.zeros([5, 784]), tf.zeros([5], tf.int32)
+        return tf.function(step).get_concrete_function(W, b, x, y, 0.1).graph.as_graph_def()
+
+    assert lr.autodiff_ops(graph(_hand_step)) == 0 and lr.autodiff_ops(graph(lr.sgd_step)) > 0
+
+    def tf_gradients_step(W, b, x, y, learning_rate):  # tf.gradients is TensorFlow's autodiff too
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, tf.matmul(x, W) + b))
+        dW, db = tf.gradients(loss, [W, b])
+        W.assign_sub(learning_rate * dW)
+        b.assign_sub(learning_rate * db)
+        return loss
+
+    assert lr.autodiff_ops(graph(tf_gradients_step)) > 0
+
+
 def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
     from labkit.learning import lr
 
@@ -146,3 +186,24 @@ def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_nami
     arrays["python_ops"] = np.asarray(1)  # right numbers, computed by NumPy behind tf.numpy_function
     verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
     assert not verdict.ok and "calls back into Python" in verdict.reason
+    arrays.update(python_ops=np.asarray(0), autodiff_ops=np.asarray(0))  # right numbers, the gradient by hand
+    verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
+    assert not verdict.ok and "takes no gradient from TensorFlow" in verdict.reason
+    arrays["autodiff_ops"] = np.asarray(9)  # and from the tape
+    assert hidden.judge_lr_step({"seed": 1}, arrays, tmp_path).ok
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("0*.ipynb")))
+def test_a_lab_is_3500_words_or_fewer_for_a_student(notebook):
+    """The Markdown a student reads in the released lab, answer cells left out (issue 35's bound:
+    a lab within 4 hours); a lab that grows past it says where."""
+    import nbformat
+
+    from labkit.grading.kit.release import ANSWER_STUB, release_notebook
+
+    student, _ = release_notebook(nbformat.read(NOTEBOOKS / notebook, as_version=4), notebook)
+    words = {
+        c.id: len(c.source.split()) for c in student.cells if c.cell_type == "markdown" and ANSWER_STUB not in c.source
+    }
+    longest = sorted(words.items(), key=lambda kv: -kv[1])[:3]
+    assert sum(words.values()) <= 3500, f"{notebook}: {sum(words.values())} words; the longest cells: {longest}"

@@ -538,7 +538,11 @@ def _interrupt(c: Cluster, kill: str, after_epoch: int, bound: float, log) -> tu
         waited = _await_exits(c, survivors, bound)
         failure = _task_failed(c)
     if failure is None:
-        raise RuntimeError(f"{kill} was killed but the cluster finished without TaskFailed; see {c.run_dir}")
+        raise RuntimeError(
+            f"{kill} was sent SIGKILL but the cluster finished without TaskFailed: most likely it had already "
+            f"finished training (on a cluster the kill reaches its node over ssh); raise epochs or train_limit "
+            f"so that epoch {after_epoch + 1} lasts a few seconds; see {c.run_dir}"
+        )
     peer = _peer_failure(c, survivors, killed_epoch, waited, bound)
     if log:
         log(f"the survivors: {peer['summary']}")

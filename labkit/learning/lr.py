@@ -377,7 +377,9 @@ def check_step(
     central differences of that loss, in float64, at every bias and ``coordinates`` random
     weights. Returns the largest error, relative to the gradient's size (and the loss's); a
     correct step gives ~1e-6, a wrong sign, mean or formula 0.1 or more. The notebook asserts
-    on it before training, so a wrong step fails with a clear message, not a bad curve.
+    on it before training, so a wrong step fails with a clear message, not a bad curve. A step
+    whose traced graph holds no op of TensorFlow's autodiff (``autodiff_ops``) raises
+    ValueError: the exercise is the tape, and the grader's hidden check asks for it too.
     """
     import tensorflow as tf
 
@@ -387,9 +389,18 @@ def check_step(
     W0, b0 = init_weights(rng)
     b0 += rng.standard_normal(NUM_CLASSES, dtype=np.float32) * np.float32(0.1)
     W, b = tf.Variable(W0), tf.Variable(b0)
-    loss = tf.function(step)(W, b, tf.constant(x), tf.constant(y), learning_rate)
+    traced = tf.function(step)
+    loss = traced(W, b, tf.constant(x), tf.constant(y), learning_rate)
+    name = getattr(step, "__name__", step)
     if loss is None:
-        raise ValueError(f"{getattr(step, '__name__', step)} must return the batch loss")
+        raise ValueError(f"{name} must return the batch loss")
+    graph = traced.get_concrete_function(W, b, tf.constant(x), tf.constant(y), learning_rate).graph
+    if not autodiff_ops(graph.as_graph_def()):
+        raise ValueError(
+            f"{name} takes no gradient from TensorFlow: compute the loss inside a tf.GradientTape and ask the "
+            "tape for the gradients of W and b (a gradient written out by hand is not this exercise, and the "
+            "grader checks for the tape's)"
+        )
     moved_W = (W0.astype(np.float64) - W.numpy()) / learning_rate  # the gradient the step applied
     moved_b = (b0.astype(np.float64) - b.numpy()) / learning_rate
 
@@ -419,6 +430,16 @@ def check_step(
     grad_error = float(np.abs(applied - numeric).max() / max(np.abs(numeric).max(), 1e-12))
     want_loss = mean_loss(W64, b64)
     return max(grad_error, abs(float(loss) - want_loss) / max(abs(want_loss), 1e-12))
+
+
+AUTODIFF_SCOPES = ("gradient_tape/", "gradients/")  # where tf.GradientTape and tf.gradients put their ops
+
+
+def autodiff_ops(graph_def) -> int:
+    """How many ops of a traced step's ``graph_def`` (its functions' bodies too) TensorFlow's
+    automatic differentiation made: none when the step's gradient is written out by hand."""
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return sum(n.name.startswith(AUTODIFF_SCOPES) for n in nodes)
 
 
 def _loss64(W, b, x, y) -> float:
@@ -626,8 +647,8 @@ class _StepsTrainer(_Trainer):
     full batches drawn from a reshuffled stream: the steps between two evaluations in one graph
     call. The step is NumpyTrainer's hand-derived gradient, dL/dz = (softmax(z) - onehot(y)) /
     batch, written into the loop: these runs (Lab 2's single process) need neither Lab 1's
-    reference step nor the student's, and the kit offers no step function a student could hand in
-    as Lab 1's exercise."""
+    reference step nor the student's. It is no answer to Lab 1's exercise, which asks for the
+    gradient from a tf.GradientTape: ``check_step`` and the grader refuse a step without one."""
 
     version = "core-steps"
 

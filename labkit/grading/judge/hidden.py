@@ -205,6 +205,13 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
             "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
             "GradientTape",
         )
+    if not int(arrays["autodiff_ops"]):
+        return Verdict(
+            False,
+            "sgd_step, traced by tf.function, takes no gradient from TensorFlow: compute the loss inside a "
+            "tf.GradientTape and ask the tape for the gradients of W and b (section 1), not a gradient "
+            "written out by hand",
+        )
     if worst <= 1:
         return Verdict(True, value=worst)
     if math.isinf(worst):

@@ -302,8 +302,11 @@ def inputs_lr_step(seed: int = 0, batch: int = 50, learning_rate: float = 0.5, t
 @probe("lr_step")
 def lr_step(fns: dict, args: dict, out: Path) -> dict:
     """``sgd_step(W, b, x, y, learning_rate)`` on tf.Variables, eagerly and traced (as the kit's
-    epoch loop runs it): the updated W, b and the returned loss."""
+    epoch loop runs it): the updated W, b and the returned loss; in the traced graph, the ops
+    that call back into Python and those of TensorFlow's autodiff."""
     import tensorflow as tf
+
+    from labkit.learning import lr
 
     step = fns["sgd_step"]
     arrays = {}
@@ -318,7 +321,9 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
         traced = tf.function(step).get_concrete_function(
             W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
         )
-        arrays["python_ops"] = np.asarray(python_ops(traced.graph.as_graph_def()), np.int64)
+        graph_def = traced.graph.as_graph_def()
+        arrays["python_ops"] = np.asarray(python_ops(graph_def), np.int64)
+        arrays["autodiff_ops"] = np.asarray(lr.autodiff_ops(graph_def), np.int64)
     return arrays
 
 

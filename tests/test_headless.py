@@ -51,3 +51,15 @@ def test_papermills_parameters_and_a_clean_run(tmp_path):
     out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
     assert out.cells[-1].outputs[0]["text"] == "x is 5\n"
     assert _papermill("--no-such-option").returncode == 2  # papermill's own usage error
+
+
+def test_a_list_given_as_text_is_refused_before_the_run_with_the_yaml_to_use(tmp_path):
+    nb = _notebook(tmp_path / "in.ipynb", "workers = [1, 2, 3]  # worker counts\nname = 'x'", "print(max(workers))")
+    done = _papermill(nb, tmp_path / "out.ipynb", "-p", "workers", "[1, 2]", "-p", "name", "y")
+    assert done.returncode == 2 and not (tmp_path / "out.ipynb").exists(), done.stderr[-2000:]
+    assert "-p workers '[1, 2]' passes text, but workers is a list" in done.stderr
+    assert "-y '{workers: [1, 2]}'" in done.stderr
+    done = _papermill(nb, tmp_path / "out.ipynb", "-y", "{workers: [1, 2]}", "-p", "name", "y", "--no-progress-bar")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    assert out.cells[-1].outputs[0]["text"] == "2\n"  # the list the YAML gave, and text stays text

@@ -19,12 +19,44 @@ DEAD_KERNEL = (
 )
 
 
+def text_for_a_collection(argv: list[str]) -> str | None:
+    """The error for a ``-p NAME VALUE`` that papermill would pass as text where the notebook's
+    parameter is a list or a dict (``-p workers '[1, 2]'``: the lab would meet the string
+    ``"[1, 2]"`` cells later, as a TypeError far from its cause); None when there is none, or when
+    papermill itself is to report the command line's mistake."""
+    import click
+    import papermill
+    from papermill.cli import _resolve_type, papermill as command
+
+    try:
+        ctx = command.make_context("papermill", list(argv), resilient_parsing=True)
+        notebook, given = ctx.params.get("notebook_path"), ctx.params.get("parameters") or ()
+        if not notebook or notebook == "-" or not given:
+            return None
+        defaults = papermill.inspect_notebook(notebook)
+    except (click.exceptions.ClickException, click.exceptions.Exit, OSError, ValueError):
+        return None
+    for name, value in given:
+        default = str(defaults.get(name, {}).get("default", "")).lstrip()
+        if default[:1] in ("[", "{") and isinstance(_resolve_type(value), str):
+            kind = "list" if default.startswith("[") else "dict"
+            return (
+                f"error: -p {name} {value!r} passes text, but {name} is a {kind} in {notebook} (default "
+                f"{default}); papermill's -p reads numbers, True, False and None, and anything else as text: pass it as YAML, -y '{{{name}: {value}}}'"
+            )
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Run papermill's command on ``argv``; its exit status, except as the module docstring says."""
     import click
     from papermill.cli import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    wrong = text_for_a_collection(argv)
+    if wrong:
+        print(wrong, file=sys.stderr)
+        return 2
     try:
         papermill.main(args=list(argv), prog_name="python -m labkit papermill", standalone_mode=False)
     except SystemExit as e:

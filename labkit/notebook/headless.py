@@ -4,7 +4,8 @@ for running a lab headless on a cluster (docs/cluster.md), with its ends said pl
 Papermill exits with 138 when the kernel dies (killed by the kernel's OOM killer, or by a person):
 its own code for a dead kernel, which a shell and Slurm read as a signal (128 + SIGUSR1). Here that
 is 1 with the cause and what to do, and a cell that raised is 1 with the cell, the error and where
-the executed notebook (with the traceback) is."""
+the executed notebook (with the traceback) is. A ``-p`` that papermill would pass as text where the
+notebook's parameter is a list or a dict is refused before the run (2), with the ``-y`` to use."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def text_for_a_collection(argv: list[str]) -> str | None:
             kind = "list" if default.startswith("[") else "dict"
             return (
                 f"error: -p {name} {value!r} passes text, but {name} is a {kind} in {notebook} (default "
-                f"{default}); papermill's -p reads numbers, True, False and None, and anything else as text: pass it as YAML, -y '{{{name}: {value}}}'"
+                f"{default}); papermill's -p reads numbers, True, False and None, and anything else as text: "
+                f"pass it as YAML, -y '{{{name}: {value}}}'"
             )
     return None
 

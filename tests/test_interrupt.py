@@ -22,9 +22,9 @@ import json, os, threading
 from labkit.wire import spec as cluster
 from labkit.distributed import live
 from labkit.distributed.launch import Cluster
-def make():
+def make(**options):
     return Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
-                   test_limit=200, sample_interval=0.25, timeout=300)
+                   test_limit=200, sample_interval=0.25, timeout=300, **options)
 def note(name, c):
     with open(name + ".tmp", "w") as f:
         json.dump({"ports": [t.port for t in c.spec.tasks()], "pids": list(c.pids().values()),
@@ -32,8 +32,11 @@ def note(name, c):
     os.replace(name + ".tmp", name)
 """
 
+# Each task a process of its own, importing TensorFlow: start() waits seconds for their servers, a window
+# the interrupt lands in. Forked from the fork server (the default, c2 below) they are up in a fraction of
+# a second, and an interrupt aimed at start() could arrive after it returned.
 STARTING = """
-c1 = make()
+c1 = make(launcher_options={"forkserver": False})
 note("starting.json", c1)
 c1.start()          # interrupted while the tasks import TensorFlow
 """

@@ -591,7 +591,7 @@ def check_class(out: Path, alone: Path) -> None:
     for student in {s for s, _ in alone_rows}:
         assert _without_seconds(rows, student) == _without_seconds(alone_rows, student)
     for n in range(HONEST):
-        assert rows[(f"honest{n:02d}", "execution")]["status"] == "ok"
+        assert rows[(f"honest{n:02d}", "execution")]["status"] == "ok", rows[(f"honest{n:02d}", "execution")]
         assert rows[(f"honest{n:02d}", "squares recorded")]["status"] == "pass"
     summary = (out / "summary.md").read_text()
     bare = re.sub(r"(`+) .*? \1", "", summary)  # outside code spans, where Markdown would render it

@@ -100,6 +100,9 @@ def batch(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(render, "TIMEOUT_S", RENDER_S)
+        # the CPU limit is what this batch shows: its wall-clock backstop (WALL_FACTOR x the limit) fired
+        # first in a run where the page's process had less than a third of a core
+        mp.setattr(render, "WALL_FACTOR", 10.0)
         mp.setattr(render.Task, "start", counted)
         outcome = grade(root / "rubric.toml", root / "subs", root / "out", parallel=runs_at_once(4), log=lambda m: None)
     rows = {(r["student"], r["lab"], r["check"]): r for r in outcome.rows}

@@ -389,12 +389,12 @@ def check_step(
     W0, b0 = init_weights(rng)
     b0 += rng.standard_normal(NUM_CLASSES, dtype=np.float32) * np.float32(0.1)
     W, b = tf.Variable(W0), tf.Variable(b0)
-    traced = tf.function(step)
-    loss = traced(W, b, tf.constant(x), tf.constant(y), learning_rate)
+    traced, args = tf.function(step), (W, b, tf.constant(x), tf.constant(y), learning_rate)
+    loss = traced(*args)
     name = getattr(step, "__name__", step)
     if loss is None:
         raise ValueError(f"{name} must return the batch loss")
-    graph = traced.get_concrete_function(W, b, tf.constant(x), tf.constant(y), learning_rate).graph
+    graph = traced.get_concrete_function(*args).graph
     if not autodiff_ops(graph.as_graph_def()):
         raise ValueError(
             f"{name} takes no gradient from TensorFlow: compute the loss inside a tf.GradientTape and ask the "
@@ -435,11 +435,16 @@ def check_step(
 AUTODIFF_SCOPES = ("gradient_tape/", "gradients/")  # where tf.GradientTape and tf.gradients put their ops
 
 
+def graph_nodes(graph_def) -> list:
+    """Every node of a traced ``graph_def``, its functions' bodies too: a ``tf.function``'s ops
+    sit in the library's functions, not at the top level."""
+    return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+
+
 def autodiff_ops(graph_def) -> int:
-    """How many ops of a traced step's ``graph_def`` (its functions' bodies too) TensorFlow's
-    automatic differentiation made: none when the step's gradient is written out by hand."""
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    return sum(n.name.startswith(AUTODIFF_SCOPES) for n in nodes)
+    """How many ops of a traced step's ``graph_def`` TensorFlow's automatic differentiation made:
+    none when the step's gradient is written out by hand."""
+    return sum(n.name.startswith(AUTODIFF_SCOPES) for n in graph_nodes(graph_def))
 
 
 def _loss64(W, b, x, y) -> float:

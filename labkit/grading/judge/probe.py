@@ -316,14 +316,14 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
             loss = fn(W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"])
             arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
-        case = inputs_lr_step(**args)[0]
-        W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
-        traced = tf.function(step).get_concrete_function(
-            W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
-        )
-        graph_def = traced.graph.as_graph_def()
-        arrays["python_ops"] = np.asarray(python_ops(graph_def), np.int64)
-        arrays["autodiff_ops"] = np.asarray(lr.autodiff_ops(graph_def), np.int64)
+    case = inputs_lr_step(**args)[0]  # one traced graph: every case has the same shapes
+    W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+    traced = tf.function(step).get_concrete_function(
+        W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
+    )
+    graph_def = traced.graph.as_graph_def()
+    arrays["python_ops"] = np.asarray(python_ops(graph_def), np.int64)
+    arrays["autodiff_ops"] = np.asarray(lr.autodiff_ops(graph_def), np.int64)
     return arrays
 
 
@@ -333,8 +333,9 @@ PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # tf.py_function / tf
 def python_ops(graph_def) -> int:
     """How many ops of ``graph_def`` (its functions' bodies too) call back into Python: a step
     built from them computes in NumPy what the graph should compute itself."""
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    return sum(n.op in PYTHON_OPS for n in nodes)
+    from labkit.learning import lr  # TensorFlow: only where a graph is read
+
+    return sum(n.op in PYTHON_OPS for n in lr.graph_nodes(graph_def))
 
 
 def inputs_best_reading(seed: int = 0, cases: int = 12) -> list[dict]:

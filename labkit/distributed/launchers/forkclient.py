@@ -74,8 +74,10 @@ def main(argv: list[str]) -> None:
         signal.signal(s, forward)
     lifeline, keep = os.pipe()  # ``keep`` stays open as long as this process lives
     fds = [0, 1, 2, lifeline]
-    try:  # the network this stand-in was started in (an emulated node's): the task joins it
+    try:  # the network this stand-in was started in (an emulated node's), and the user namespace that
+        # owns it (an unprivileged user's emulated node): the task joins both
         fds.append(os.open("/proc/self/ns/net", os.O_RDONLY))
+        fds.append(os.open("/proc/self/ns/user", os.O_RDONLY))
     except OSError:
         pass
     payload = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()

@@ -70,7 +70,7 @@ PRELOAD = (
     "labkit.notebook.record",
 )
 CLIENT = Path(__file__).with_name("forkclient.py")
-CLONE_NEWNET = 0x40000000  # <sched.h>; Python 3.11's os has no setns
+CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000  # <sched.h>; Python 3.11's os has no setns
 REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
 
 
@@ -197,12 +197,11 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict, mask: set
         for s in inherited:
             s.close()
         os.setsid()  # a session of its own, as the launcher gives a task
-        stdin, stdout, stderr, lifeline, *netns = fds
-        for fd in netns:  # before any thread starts: the threads TensorFlow starts later inherit it
-            _join_network(fd)
-        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        stdin, stdout, stderr, lifeline, *namespaces = fds
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):  # first: an error below is in the task's log
             os.dup2(fd, target)
             os.close(fd)
+        _join_network(*namespaces)  # before any thread starts: the threads TensorFlow starts later inherit it
         threading.Thread(target=_watch_lifeline, args=(lifeline,), name="labkit-lifeline", daemon=True).start()
         os.environ.clear()
         os.environ.update(request["env"])
@@ -235,18 +234,23 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict, mask: set
         os._exit(code)
 
 
-def _join_network(fd: int) -> None:
-    """Move this process into the network namespace ``fd`` names (its stand-in's), unless it is
-    there already: setns needs CAP_SYS_ADMIN even for the namespace one is in."""
-    here, there = os.stat("/proc/self/ns/net"), os.fstat(fd)
-    if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
-        import ctypes
+def _join_network(net: int | None = None, user: int | None = None) -> None:
+    """Move this process into its stand-in's network namespace (``net``), and first into the user
+    namespace that owns it (``user``: an unprivileged user's emulated node, where only that
+    namespace grants the CAP_SYS_ADMIN that joining its network needs). A namespace this process is
+    in already is left alone: setns needs the capability even for that one."""
+    for fd, kind, name in ((user, CLONE_NEWUSER, "user"), (net, CLONE_NEWNET, "net")):
+        if fd is None:
+            continue
+        here, there = os.stat(f"/proc/self/ns/{name}"), os.fstat(fd)
+        if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+            import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"could not join the stand-in's network namespace: {os.strerror(err)}")
-    os.close(fd)
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.setns(fd, kind) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"could not join the stand-in's {name} namespace: {os.strerror(err)}")
+        os.close(fd)
 
 
 def _watch_lifeline(fd: int) -> None:

@@ -104,6 +104,26 @@ def test_a_step_that_calls_back_into_python_is_seen():
     assert python_ops(tf.function(graph_step).get_concrete_function(x).graph.as_graph_def()) == 0
 
 
+@pytest.mark.tensorflow
+def test_the_lr_step_probe_traces_a_step_once_and_the_judge_passes_the_kits(tmp_path):
+    """The probe runs a step eagerly and traced on each of the grader's batches, as the epoch loop
+    runs it: one tf.function, traced once for batches of one shape (its ops read from that trace)."""
+    from labkit.grading.judge import hidden, probe
+    from labkit.learning import lr
+
+    seen = []
+
+    def sgd_step(W, b, x, y, learning_rate):
+        seen.append(1)  # Python: once per eager call and once per trace
+        return lr.sgd_step(W, b, x, y, learning_rate)
+
+    arrays = probe.PROBES["lr_step"]({"sgd_step": sgd_step}, {"seed": 3}, tmp_path)
+    cases = len(probe.inputs_lr_step(seed=3))
+    assert len(seen) == cases + 1, seen  # the eager calls, and one trace for every traced call and the ops
+    assert int(arrays["python_ops"]) == 0 and int(arrays["autodiff_ops"]) > 0
+    assert hidden.judge_lr_step({"seed": 3}, arrays, tmp_path).ok
+
+
 def _hand_step(W, b, x, y, learning_rate):
     """Right numbers with no tape: the hand-derived gradient, as lr's NumPy trainer writes it."""
     import tensorflow as tf

@@ -394,8 +394,7 @@ def check_step(
     name = getattr(step, "__name__", step)
     if loss is None:
         raise ValueError(f"{name} must return the batch loss")
-    graph = traced.get_concrete_function(*args).graph
-    if not autodiff_ops(graph.as_graph_def()):
+    if not autodiff_ops(traced_graph_def(traced, args)):
         raise ValueError(
             f"{name} takes no gradient from TensorFlow: compute the loss inside a tf.GradientTape and ask the "
             "tape for the gradients of W and b (a gradient written out by hand is not this exercise, and the "
@@ -433,6 +432,12 @@ def check_step(
 
 
 AUTODIFF_SCOPES = ("gradient_tape/", "gradients/")  # where tf.GradientTape and tf.gradients put their ops
+
+
+def traced_graph_def(traced, args):
+    """The ``graph_def`` of the tf.function ``traced`` at ``args``: the trace a call with such
+    arguments made (or makes), reused, so that checking a step's ops costs no second trace."""
+    return traced.get_concrete_function(*args).graph.as_graph_def()
 
 
 def graph_nodes(graph_def) -> list:

@@ -201,7 +201,7 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict, mask: set
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):  # first: an error below is in the task's log
             os.dup2(fd, target)
             os.close(fd)
-        _join_network(*namespaces)  # before any thread starts: the threads TensorFlow starts later inherit it
+        _join_namespaces(*namespaces)  # before any thread starts: the threads TensorFlow starts later inherit it
         threading.Thread(target=_watch_lifeline, args=(lifeline,), name="labkit-lifeline", daemon=True).start()
         os.environ.clear()
         os.environ.update(request["env"])
@@ -234,7 +234,7 @@ def _child(request: dict, fds: list[int], inherited: list, info: dict, mask: set
         os._exit(code)
 
 
-def _join_network(net: int | None = None, user: int | None = None) -> None:
+def _join_namespaces(net: int | None = None, user: int | None = None) -> None:
     """Move this process into its stand-in's network namespace (``net``), and first into the user
     namespace that owns it (``user``: an unprivileged user's emulated node, where only that
     namespace grants the CAP_SYS_ADMIN that joining its network needs). A namespace this process is

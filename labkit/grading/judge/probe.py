@@ -308,20 +308,21 @@ def lr_step(fns: dict, args: dict, out: Path) -> dict:
 
     from labkit.learning import lr
 
-    step = fns["sgd_step"]
-    arrays = {}
-    for t, case in enumerate(inputs_lr_step(**args)):
-        for mode, fn in (("eager", step), ("graph", tf.function(step))):
-            W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
-            loss = fn(W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"])
-            arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = W.numpy(), b.numpy()
+    step, arrays = fns["sgd_step"], {}
+    traced = tf.function(step)  # one function for every case, as the epoch loop has: cases of one shape share a trace
+
+    def step_args(case) -> tuple:
+        W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
+        return W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
+
+    cases = inputs_lr_step(**args)
+    for t, case in enumerate(cases):
+        for mode, fn in (("eager", step), ("graph", traced)):
+            given = step_args(case)
+            loss = fn(*given)
+            arrays[f"{t}_{mode}_W"], arrays[f"{t}_{mode}_b"] = given[0].numpy(), given[1].numpy()
             arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss) if loss is not None else np.nan)
-    case = inputs_lr_step(**args)[0]  # one traced graph: every case has the same shapes
-    W, b = tf.Variable(case["W"]), tf.Variable(case["b"])
-    traced = tf.function(step).get_concrete_function(
-        W, b, tf.constant(case["x"]), tf.constant(case["y"]), case["learning_rate"]
-    )
-    graph_def = traced.graph.as_graph_def()
+    graph_def = lr.traced_graph_def(traced, step_args(cases[0]))
     arrays["python_ops"] = np.asarray(python_ops(graph_def), np.int64)
     arrays["autodiff_ops"] = np.asarray(lr.autodiff_ops(graph_def), np.int64)
     return arrays

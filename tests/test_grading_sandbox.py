@@ -273,6 +273,30 @@ def test_a_group_caps_memory_and_tasks_and_ends_everything_in_it(tmp_path):
     assert not any(d.exists() for d in group.dirs)
 
 
+@cgroups
+def test_a_grader_starting_beside_another_leaves_its_empty_groups_alone():
+    """A group is empty from its making until its process enters it. A grader starting then (a
+    second batch, another test worker) removes only the empty groups whose maker has ended: a run
+    of a class once found its group gone ("cgroup.procs: Directory nonexistent") and its check
+    unverified."""
+    live = limits.open_group("waiting", 2**30, 64)  # made here, entered by nobody yet
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = [d.parent / f"{limits.PREFIX}{dead.pid}-left" for d in live.dirs]
+    for d in stale:
+        d.mkdir()
+    try:
+        removed = limits.remove_stale()
+        assert all(d.exists() for d in live.dirs) and not any(d in removed for d in live.dirs)
+        assert set(stale) <= set(removed) and not any(d.exists() for d in stale)
+        assert all(d.name.startswith(f"{limits.PREFIX}{os.getpid()}-") for d in live.dirs)
+    finally:
+        live.close()
+        for d in stale:
+            if d.exists():
+                d.rmdir()
+
+
 def test_an_unconfined_run_is_not_sent_into_the_graders_slurm_allocation(tmp_path, monkeypatch):
     """``--no-sandbox`` inside ``salloc``: the notebook's clusters must still run on this machine,
     so neither the grader's Slurm allocation nor its LABKIT_* settings reach the kernel."""

@@ -235,11 +235,12 @@ BACKENDS = {"cgroup2": _cgroup2, "cgroup1": _cgroup1, "rlimit": _rlimit}
 
 
 def open_group(name: str, memory_bytes: int, tasks: int, backends=None) -> Group:
-    """A fresh group ``labkit-<name>`` from the first backend that works on this machine."""
+    """A fresh group ``labkit-<pid>-<name>`` (``pid``: this process, its maker) from the first
+    backend that works on this machine."""
     errors = []
     for backend in backends or BACKENDS:
         try:
-            return BACKENDS[backend](PREFIX + name, int(memory_bytes), int(tasks))
+            return BACKENDS[backend](f"{PREFIX}{os.getpid()}-{name}", int(memory_bytes), int(tasks))
         except (OSError, ValueError) as e:
             errors.append(f"{backend}: {e}")
     raise OSError("no way to limit a run here: " + "; ".join(errors))
@@ -271,13 +272,22 @@ def best_backend() -> str:
     return g.backend
 
 
+def _maker_gone(group: Path) -> bool:
+    """Whether the process that made ``group`` (``labkit-<pid>-...``) has ended. A group is empty
+    from its making until its process enters it: another grader's live group looks like a stale
+    one but for its maker."""
+    pid = group.name[len(PREFIX) :].split("-", 1)[0]
+    return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
+
+
 def remove_stale() -> list[Path]:
-    """Remove empty labkit groups a killed grader left behind (under this process's cgroups)."""
+    """Remove the empty labkit groups that killed graders left behind (under this process's
+    cgroups), and no group of a grader still running beside this one."""
     parents = [p for p in ([_v2_dir()] + [_v1_dir(c) for c in ("memory", "pids")]) if p is not None]
     removed = []
     for parent in parents:
         for d in parent.glob(PREFIX + "*"):
-            if d.is_dir() and not _read(d / "cgroup.procs").split():
+            if d.is_dir() and _maker_gone(d) and not _read(d / "cgroup.procs").split():
                 try:
                     d.rmdir()
                     removed.append(d)

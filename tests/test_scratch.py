@@ -59,3 +59,28 @@ def test_a_host_folder_disks_socket_folder_goes_with_its_grader_however_it_ends(
     assert not os.path.exists(killed) and disk.ipc.is_dir()
     disk.close()
     assert not disk.ipc.exists() and not (tmp_path / "w2").exists()
+
+
+def test_a_folder_being_made_is_never_taken_for_an_orphan(monkeypatch):
+    """The lock file appears under its name only once locked: another maker's ``remove_orphans``
+    between the file's creation and its lock would otherwise take the lock and remove a live folder."""
+    prefix = f"labkit-test-scratch-{os.getpid()}-"
+    seen = []
+    lock = scratch.fcntl.flock
+
+    def flock(fd, how):
+        if seen:  # the check below, taking a lock of its own
+            return lock(fd, how)
+        folder = os.path.dirname(os.readlink(f"/proc/self/fd/{fd}"))
+        seen.append((how, os.path.exists(os.path.join(folder, scratch.OWNER))))
+        seen.append(scratch.remove_orphans(prefix))  # another maker, right now
+        return lock(fd, how)
+
+    monkeypatch.setattr(scratch.fcntl, "flock", flock)
+    folder = scratch.make(prefix)
+    monkeypatch.setattr(scratch.fcntl, "flock", lock)
+    try:
+        assert seen == [(scratch.fcntl.LOCK_EX, False), []] and folder.is_dir()
+        assert (folder / scratch.OWNER).is_file() and scratch.remove_orphans(prefix) == []
+    finally:
+        scratch.release(folder)

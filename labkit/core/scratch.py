@@ -28,8 +28,9 @@ def make(prefix: str, mode: int = 0o700) -> Path:
     the orphans of ``prefix`` go first."""
     remove_orphans(prefix)
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    fd = os.open(folder / OWNER, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(folder / f"{OWNER}.new", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(folder / f"{OWNER}.new", folder / OWNER)  # locked before another process can see it
     _held[folder] = fd
     folder.chmod(mode)
     return folder

@@ -5,7 +5,6 @@ removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 
 import nbformat
@@ -13,7 +12,7 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import alive, cell, runs_at_once, read_csv, wait_until
+from helpers import alive, cell, runs_at_once, read_csv, small_rubric, wait_until
 from labkit.grading.grade import grade
 from labkit.grading.kit.release import release_notebook
 
@@ -457,15 +456,7 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
     for student, src in (("reference", lab), ("released", released)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         (tmp_path / "subs" / student / lab.name).write_bytes(src.read_bytes())
-    # the real rubric, at 3 epochs and short idle baselines to save time (about 87% either way)
-    rubric = (repo / "notebooks" / "rubric.toml").read_text()
-    short = re.subn(
-        r"\[labs\.lab1\.parameters\]\nepochs = 5\n(.*\n)idle_s = [0-9.]+",
-        r"[labs.lab1.parameters]\nepochs = 3\n\1idle_s = 0.2",
-        rubric,
-    )
-    assert short[1] == 1
-    (tmp_path / "rubric.toml").write_text(short[0])
+    small_rubric(tmp_path)  # the real rubric, Lab 1 at test size (2 epochs on 5000 images)
     outcome = grade(
         tmp_path / "rubric.toml",
         tmp_path / "subs",

@@ -95,6 +95,28 @@ def test_each_forked_page_keeps_its_own_cpu_limit_and_log(tmp_path, fresh_server
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "own-interpreter"])
+def test_a_page_that_stops_working_is_ended_by_the_wall_clock(tmp_path, fresh_server, monkeypatch, forked):
+    """The CPU limit cannot end a page that uses no CPU (here one stopped by SIGSTOP, as a page
+    that waits, or one on a machine too busy to run it). The backstop, ``WALL_FACTOR`` x its CPU
+    limit on the clock, ends it and writes the fallback page, naming the time."""
+    if not forked:
+        monkeypatch.setenv(warm.DISABLE, "1")
+    monkeypatch.setattr(render, "WALL_FACTOR", 2.0)  # the backstop at 2 s, not 3 s, for a 1 s CPU limit
+    slow = _executed(tmp_path / "slow.ipynb", rows=200_000)  # seconds of CPU to render: still running below
+    with warm.session():
+        rendering = _task(tmp_path, "stopped", slow, timeout=1).start()
+        assert (warm.get() is not None) == forked, warm.failed()
+        os.kill(rendering.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        wait_until(rendering.poll, 60, 0.1, "the backstop to end the stopped page")
+    seconds, backstop = time.monotonic() - t0, 1 * render.WALL_FACTOR
+    page = (tmp_path / "stopped.html").read_text()
+    assert f"rendering it took longer than {backstop:g} s" in page, page[-500:]
+    assert backstop - 1 <= seconds < backstop + 15, seconds
+    assert not alive([rendering.proc.pid])
+
+
 GRADER = textwrap.dedent(
     """
     import sys, time

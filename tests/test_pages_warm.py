@@ -102,7 +102,7 @@ def test_a_page_that_stops_working_is_ended_by_the_wall_clock(tmp_path, fresh_se
     limit on the clock, ends it and writes the fallback page, naming the time."""
     if not forked:
         monkeypatch.setenv(warm.DISABLE, "1")
-    monkeypatch.setattr(render, "WALL_FACTOR", 2.0)  # the backstop at 2 s, not 3 s, for a 1 s CPU limit
+    monkeypatch.setattr(render, "WALL_FACTOR", 1.0)  # the backstop at 1 s, not 3 s, for a 1 s CPU limit
     slow = _executed(tmp_path / "slow.ipynb", rows=200_000)  # seconds of CPU to render: still running below
     with warm.session():
         rendering = _task(tmp_path, "stopped", slow, timeout=1).start()
@@ -113,7 +113,7 @@ def test_a_page_that_stops_working_is_ended_by_the_wall_clock(tmp_path, fresh_se
     seconds, backstop = time.monotonic() - t0, 1 * render.WALL_FACTOR
     page = (tmp_path / "stopped.html").read_text()
     assert f"rendering it took longer than {backstop:g} s" in page, page[-500:]
-    assert backstop - 1 <= seconds < backstop + 15, seconds
+    assert seconds < backstop + 15, seconds  # (the clock started at the stop, just after the deadline was set)
     assert not alive([rendering.proc.pid])
 
 

@@ -27,6 +27,8 @@ import secrets
 import time
 from pathlib import Path
 
+from labkit.core import owners
+
 ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
 PREFIX = "labkit-"
@@ -89,11 +91,8 @@ def sweep_stale(base: Path) -> list[str]:
     """Remove empty quota groups under ``base`` whose owner has died; their names."""
     gone = []
     for group in base.glob(PREFIX + "*"):
-        try:
-            owner = int(group.name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        if Path(f"/proc/{owner}").exists():
+        owner = owners.maker(group.name, PREFIX)
+        if owner is None or not owners.ended(owner):
             continue
         for child in [c for c in group.iterdir() if c.is_dir()] + [group]:
             try:

@@ -57,6 +57,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.core import owners
 from labkit.core.proc import OwnedProcess, StopAtExit, kill_tree
 from labkit.measure.sockets import netns_id, nic_counters
 
@@ -717,7 +718,7 @@ def sweep_stale_links() -> list[str]:
         return removed
     for name in names:
         m = re.fullmatch(r"lk(\d+)x[0-9a-f]{3}", name)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+        if m and owners.ended(int(m.group(1))):
             if subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30).returncode == 0:
                 removed.append(name)
     return removed

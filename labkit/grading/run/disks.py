@@ -226,10 +226,12 @@ class Folders:
 
 def remove_stale() -> list[Path]:
     """The empty host folders that killed graders' holders covered (their mounts ended with them)."""
+    from labkit.core import owners  # here: this file also runs as the holder's script, with no labkit (-I -S)
+
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{CONTAINER}*-*"):
-        pid = folder.name[len(CONTAINER) :].split("-", 1)[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+        pid = owners.maker(folder.name, CONTAINER)
+        if pid is None or not owners.ended(pid):
             continue
         try:
             folder.rmdir()  # only if empty: nothing of a run was ever written to the host folder

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit.core import owners
+
 PREFIX = "labkit-"
 
 
@@ -276,8 +278,8 @@ def _maker_gone(group: Path) -> bool:
     """Whether the process that made ``group`` (``labkit-<pid>-...``) has ended. A group is empty
     from its making until its process enters it: another grader's live group looks like a stale
     one but for its maker."""
-    pid = group.name[len(PREFIX) :].split("-", 1)[0]
-    return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
+    pid = owners.maker(group.name, PREFIX)
+    return pid is None or owners.ended(pid)
 
 
 def remove_stale() -> list[Path]:

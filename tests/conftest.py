@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import labkit.grading  # noqa: F401  (first: it keeps nbformat's import fast in this process, see labkit/grading/__init__.py)
+# The suite keeps its bytecode where PYTHONDONTWRITEBYTECODE is set (as on this kit's CI machines): pytest
+# keeps each test file it rewrote for its asserts, and Python each kit module, in __pycache__ (ignored by
+# git). Otherwise every pytest process of every run (xdist's workers, each `make test-fast`) rewrites and
+# compiles the ~90 test files again: 3 CPU-s each. The processes the tests start keep the setting, and
+# read what is there.
+sys.dont_write_bytecode = False
+
+import labkit.grading  # noqa: E402, F401  (first of the kit: it keeps nbformat's import fast in this process, see labkit/grading/__init__.py)
 
 
 @pytest.fixture(scope="module")

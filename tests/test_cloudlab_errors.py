@@ -22,7 +22,7 @@ from helpers import data_mirror
 
 pytestmark = [pytest.mark.cloudlab, pytest.mark.cluster, pytest.mark.slow]
 
-VENV = sys.prefix
+LINK_VENV = f"ln -sfn {shlex.quote(sys.prefix)} .venv"  # the nodes' make setup: this machine's venv, wherever it is
 TINY = "--steps 100000 --train-limit 1000 --test-limit 200"
 
 
@@ -35,7 +35,7 @@ def lab():
             lab,
             "getent hosts node0 node1 node2 > ~/hosts.txt && "
             "ssh-keyscan -H $(awk '{print $1}' ~/hosts.txt) >> ~/.ssh/known_hosts 2>/dev/null && "
-            f".venv/bin/python -m labkit nodes setup --hosts ~/hosts.txt --install 'ln -sfn {VENV} .venv' "
+            f".venv/bin/python -m labkit nodes setup --hosts ~/hosts.txt --install {shlex.quote(LINK_VENV)} "
             f"--dataset mnist --data-mirror {shlex.quote(mirror)}",
         )
         assert done.returncode == 0, done.stdout + done.stderr
@@ -151,7 +151,7 @@ def test_a_node_on_another_python_is_stopped_before_its_task_starts(lab):
         )
         took = time.monotonic() - t0
     finally:
-        lab.sh("node2", f"cd labkit && rm -rf .venv && ln -s {VENV} .venv")
+        lab.sh("node2", f"cd labkit && rm -rf .venv && {LINK_VENV}")
     assert (
         done.returncode == 1
         and "error: node2 (10.10.1.3) runs other versions than this machine "

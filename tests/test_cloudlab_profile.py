@@ -128,7 +128,7 @@ STAND_INS = {
     # pip's download of the pinned wheels (the nodes reach no PyPI): the first `make setup` finds
     # this machine's .venv linked in, already installed
     "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
-    'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$VENV" "$dir/.venv" && '
+    'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$LABKIT_TEST_VENV" "$dir/.venv" && '
     'touch -r "$dir/.venv/.labkit-installed" "$dir"/requirements*.txt "$dir/pyproject.toml"; fi\n'
     'exec /usr/bin/make "$@"\n',
 }
@@ -178,7 +178,7 @@ def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository
     mirror = os.environ.get("LABKIT_DATA_MIRROR") or pytest.skip("LABKIT_DATA_MIRROR is not set")
     tools = stand_ins
     log = "/home/ta/startup.log"  # /local is CloudLab's; the node's home stands in
-    env = {"PATH": f"{tools}:{os.environ['PATH']}", "VENV": sys.prefix, "kit": "/home/ta/labkit"}
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "LABKIT_TEST_VENV": sys.prefix, "kit": "/home/ta/labkit"}
 
     def boot(node):
         done = lab.sh(

@@ -127,7 +127,7 @@ def test_a_fast_test_that_loads_tensorflow_fails_and_says_which_marker_it_lacks(
     assert "2 failed, 2 passed" in out, out
     assert re.search(
         r"_ test_starts_a_process_that_loads_tensorflow _+\na fast test \(it has none of the markers "
-        r"cluster, notebook, kernel, tensorflow.*\) loaded .*: pid \d+ imported tensorflow \(\S*python -c "
+        r"cluster, notebook, kernel, tensorflow.*\) loaded .*: pid \d+ imported tensorflow \([^()]*python -c "
         r"import tensorflow\)",
         out,
     ), out

@@ -556,7 +556,7 @@ def test_a_fresh_clone_of_the_student_kit_runs_its_readme(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     made = shell(
         f"make -C {shlex.quote(str(REPO))} release RELEASE={shlex.quote(str(tmp_path / 'release'))} "
-        f"VENV={shlex.quote(sys.prefix)}",
+        f"VENV={shlex.quote(os.path.relpath(sys.prefix, REPO))}",  # relative: make splits a path with a space
         REPO,
         env,
         600,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-# The suite keeps its bytecode where PYTHONDONTWRITEBYTECODE is set (as on this kit's CI machines): pytest
+# The suite keeps its bytecode even where PYTHONDONTWRITEBYTECODE is set: pytest
 # keeps each test file it rewrote for its asserts, and Python each kit module, in __pycache__ (ignored by
 # git). Otherwise every pytest process of every run (xdist's workers, each `make test-fast`) rewrites and
 # compiles the ~90 test files again: 3 CPU-s each. The processes the tests start keep the setting, and

@@ -173,17 +173,37 @@ def closed_folder(path: str) -> str:
     return ""
 
 
-def exposure(paths) -> tuple[list[str], list[str]]:
-    """(paths to bind back, folders to cover) for the node's account to see ``paths``: each real
-    path that needs it, once (none inside another), and each closed folder once (none inside a
-    node's own root or another covered folder)."""
+def exposure(paths, covered_anyway=OWN_ROOTS) -> tuple[list[str], list[str]]:
+    """(paths to bind back, folders to cover) for an account to see ``paths``: each real path that
+    needs it, once (none inside another), and each closed folder once (none inside another, or
+    inside ``covered_anyway``: a node covers its own root and home itself)."""
     real = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
     real = [p for p in real if not any(p != q and Path(p).is_relative_to(q) for q in real)]
     needed = [(p, closed_folder(p)) for p in real]
     binds = [p for p, folder in needed if folder]
-    folders = sorted({folder for _, folder in needed if folder and folder not in OWN_ROOTS})
-    folders = [f for f in folders if not any(f != g and Path(f).is_relative_to(g) for g in [*folders, *OWN_ROOTS])]
+    folders = sorted({folder for _, folder in needed if folder and folder not in covered_anyway})
+    folders = [f for f in folders if not any(f != g and Path(f).is_relative_to(g) for g in [*folders, *covered_anyway])]
     return binds, folders
+
+
+def expose_lines(paths, aside: str, *, covered_anyway=OWN_ROOTS, then=(), writable: str = "") -> list[str]:
+    """Shell lines for root in a mount namespace of its own, after which every account there reads
+    each of ``paths`` at its own path, under whatever folder only root may enter (``exposure``):
+    each is bound aside (under ``aside``, gone at the end), each closed folder covered by a tmpfs
+    of mode 711, ``then`` run (a node mounts its own /root and /home there), and each path bound
+    back, read-only but for ``writable``. Nothing outside the namespace changes."""
+    binds, folders = exposure(paths, covered_anyway)
+    spots = [f"{aside}/{i}" for i in range(len(binds))]
+    lines = []
+    for path, where in zip(binds, spots):  # before the covers hide them
+        lines += [f"mkdir -p {where}", f"mount --bind {shlex.quote(path)} {where}"]
+    lines += [f"mount -t tmpfs -o mode=711,size=1m labkit-closed {shlex.quote(f)}" for f in folders]
+    lines += list(then)
+    for path, where in zip(binds, spots):
+        lines += [f"mkdir -p {shlex.quote(path)}", f"mount --bind {where} {shlex.quote(path)}"]
+        lines += [] if path == writable else [f"mount -o remount,bind,ro {shlex.quote(path)}"]
+        lines += [f"umount {where}", f"rmdir {where}"]
+    return lines
 
 
 _LIVE = StopAtExit()
@@ -358,7 +378,12 @@ class LocalCloudLab:
     # ------------------------------------------------------------------ building
     def _prepare(self, node: str) -> None:
         env = {"NODE": node, "NODE_DIR": NODE_DIR}
-        binds, folders = exposure([*kit_paths(), *self.expose])
+        home = self.home_dir
+        own = [  # the node's own root and home, in place before the kit's paths are bound back into them
+            "mount -t tmpfs -o mode=711,size=16m labkit-root /root",
+            f"mount -t tmpfs -o mode=755,size=4g labkit-home {HOME_ROOT}",
+            f"mkdir -m 755 {home}",
+        ]
         script = [
             "umask 022",
             f"hostname {shlex.quote(node)}",
@@ -366,18 +391,8 @@ class LocalCloudLab:
             f"mkdir -p /run/sshd /run/lock {NODE_DIR}",
             "chmod 755 /run/sshd",
         ]
-        aside = [f"{NODE_DIR}/seen/{i}" for i in range(len(binds))]
-        for path, where in zip(binds, aside):  # before the node's own folders hide them
-            script += [f"mkdir -p {where}", f"mount --bind {shlex.quote(path)} {where}"]
-        script += ["mount -t tmpfs -o mode=711,size=16m labkit-root /root"]
-        script += [f"mount -t tmpfs -o mode=711,size=1m labkit-closed {shlex.quote(f)}" for f in folders]
-        home = self.home_dir
-        script += [f"mount -t tmpfs -o mode=755,size=4g labkit-home {HOME_ROOT}", f"mkdir -m 755 {home}"]
-        writable = kit_paths()[0]  # the checkout, as through an open folder: root on a node grades from it
-        for path, where in zip(binds, aside):
-            script += [f"mkdir -p {shlex.quote(path)}", f"mount --bind {where} {shlex.quote(path)}"]
-            script += [] if path == writable else [f"mount -o remount,bind,ro {shlex.quote(path)}"]
-            script += [f"umount {where}", f"rmdir {where}"]
+        # the checkout writable, as through an open folder: root on a node grades from it
+        script += expose_lines([*kit_paths(), *self.expose], f"{NODE_DIR}/seen", then=own, writable=kit_paths()[0])
         if self.shared_home:
             script += [f"mount --bind {shlex.quote(str(self._shared_home()))} {home}"]
         script += [f"mkdir -p -m 700 {home}/.ssh", f"chown -R {self.uid}:{self.uid} {home}"]
@@ -495,4 +510,4 @@ def _read_or_empty(path: str) -> str:
         return ""
 
 
-__all__ = ["LocalCloudLab", "session", "unavailable", "kit_paths", "exposure", "SUBNET", "USER"]
+__all__ = ["LocalCloudLab", "session", "unavailable", "kit_paths", "exposure", "expose_lines", "SUBNET", "USER"]

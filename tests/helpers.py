@@ -20,6 +20,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from labkit.notebook.record import read_records
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOBODY = 65534
 
 # Lab 1 graded at test size: 2 epochs on 5000 images, no idle baselines, its accuracy bars set for
 # that (an honest run passes, at about half the rubric's time). The rubric's own text, cut.
@@ -319,3 +320,25 @@ def hidden_on_notebooks(check: str, notebook: Path, folder: Path, **args):
     with pytest.raises(NotImplementedError):
         probe.PROBES[h.probe](fns, args, folder)
     return student
+
+
+def as_nobody() -> list[str]:
+    """The start of a command line that runs the rest as user nobody, who then reads this checkout,
+    its venv and its Python wherever they are; [] when the tests do not run as root. As root: a
+    mount namespace of its own, where any folder only root may enter on the way to them (a
+    ``mktemp -d`` folder, /root) is covered and they are bound back, read-only
+    (``cloudlab_local.expose_lines``, as an emulated node sees the kit). Nothing outside it changes."""
+    import shlex
+    import sys
+    import tempfile
+
+    from labkit.infra.cloudlab_local import expose_lines
+
+    if os.geteuid() != 0:
+        return []
+    checkout = str(NOTEBOOKS.parent)
+    aside = tempfile.mkdtemp(prefix="labkit-aside-")  # emptied and removed by the lines below
+    paths = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), checkout]
+    lines = [*expose_lines(paths, aside, covered_anyway=()), f"rmdir {shlex.quote(aside)}", 'exec "$@"']
+    become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", "\n".join(lines), "sh", *become]

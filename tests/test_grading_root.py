@@ -19,11 +19,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import WRITABLE, cell
+from helpers import NOBODY, WRITABLE, as_nobody, cell
 from labkit.grading.run.sandbox import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[1]
-NOBODY = 65534
 pytestmark = [
     pytest.mark.notebook,
     pytest.mark.skipif(
@@ -56,56 +55,6 @@ WHO = WRITABLE + textwrap.dedent("""\
 FILL = "open('fill', 'wb').write(b'x' * 64 * 2**20)   # twice the disk"
 
 
-# Run as root in a mount namespace of its own: any folder on the way to the interpreter, the
-# virtualenv or this checkout that others may not enter (root's home, say) is covered with an
-# empty tmpfs they may enter, holding only that way back in. Then the rest of the command line.
-REACHABLE = textwrap.dedent("""\
-    import os, subprocess, sys, tempfile
-    sep = sys.argv.index('--')
-    covers = {}
-    for target in sys.argv[1:sep]:
-        parts = os.path.realpath(target).split('/')[1:]
-        for i in range(len(parts)):
-            folder = '/' + '/'.join(parts[:i])
-            if not os.stat(folder).st_mode & 0o001:
-                covers.setdefault(folder, set()).add(parts[i])
-                break
-    for folder, children in sorted(covers.items(), key=lambda kv: -len(kv[0])):
-        kept = {c: tempfile.mkdtemp() for c in children}
-        for child, stash in kept.items():
-            subprocess.run(['mount', '--bind', os.path.join(folder, child), stash], check=True)
-        subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=0755', 'tmpfs', folder], check=True)
-        for child, stash in kept.items():
-            os.mkdir(os.path.join(folder, child))
-            subprocess.run(['mount', '--move', stash, os.path.join(folder, child)], check=True)
-            os.rmdir(stash)  # empty again once moved: nothing stays in /tmp
-    os.execvp(sys.argv[sep + 1], sys.argv[sep + 1:])""")
-
-
-def as_user() -> list[str]:
-    """The start of a command line that runs the rest as user nobody, who can run this checkout."""
-    if os.geteuid() != 0:
-        return []
-    needed = [sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(REPO)]
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        sys.executable,
-        "-c",
-        REACHABLE,
-        *needed,
-        "--",
-        "setpriv",
-        f"--reuid={NOBODY}",
-        f"--regid={NOBODY}",
-        "--clear-groups",
-        "--inh-caps=-all",
-    ]
-
-
 def test_the_grader_as_an_unprivileged_user(tmp_path):
     if os.geteuid() == 0 and not (shutil.which("setpriv") and shutil.which("unshare")):
         pytest.skip("needs setpriv and unshare (util-linux) to become user nobody")
@@ -130,7 +79,7 @@ def test_the_grader_as_an_unprivileged_user(tmp_path):
             "LABKIT_DATA": str(root / "data"),
         }
         check = subprocess.run(
-            [*as_user(), sys.executable, "-c", "import labkit.grading.grade, papermill"],
+            [*as_nobody(), sys.executable, "-c", "import labkit.grading.grade, papermill"],
             capture_output=True,
             text=True,
             env=env,
@@ -141,7 +90,7 @@ def test_the_grader_as_an_unprivileged_user(tmp_path):
             pytest.skip(f"user nobody cannot run this checkout's Python: {check.stderr.strip().splitlines()[-1:]}")
         done = subprocess.run(
             [
-                *as_user(),
+                *as_nobody(),
                 sys.executable,
                 "-m",
                 "labkit",

@@ -643,7 +643,7 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
 
     if NO_SANDBOX is not None:
         pytest.skip(NO_SANDBOX)
-    from test_grading_root import NOBODY, as_user
+    from helpers import NOBODY, as_nobody
 
     if os.geteuid() == 0 and not (shutil.which("setpriv") and shutil.which("unshare")):
         pytest.skip("needs setpriv and unshare (util-linux) to become user nobody")
@@ -666,7 +666,7 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
             "LABKIT_DATA": str(root / "data"),
         }
         cmd = [
-            *as_user(),
+            *as_nobody(),
             sys.executable,
             "-m",
             "labkit",
@@ -679,7 +679,7 @@ def test_a_normal_user_grades_the_hostile_class_one_run_at_a_time(tmp_path):
         ]
         backend = subprocess.run(
             [
-                *as_user(),
+                *as_nobody(),
                 sys.executable,
                 "-c",
                 "from labkit.grading.run import limits; "

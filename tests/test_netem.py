@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive, wait_until, wait_while
+from helpers import alive, as_nobody, wait_until, wait_while
 from labkit.infra import netem
 from labkit.infra.netem import EmulatedNetwork, LinkSpec, parse_link
 from labkit.measure.sockets import nic_counters
@@ -285,33 +285,28 @@ def test_an_interrupt_during_start_leaves_nothing(monkeypatch):
     assert net.nodes and all(n.holder.poll() is not None for n in net.nodes.values())
 
 
-def test_unprivileged_user_gets_the_same_links(tmp_path):
-    """As a user without privileges (``nobody``, when the tests run as root): the namespaces
-    belong to a user namespace, and the link carries its rate. As root, nobody runs in a mount
-    namespace that shows it the checkout wherever it is (``expose_lines``: a clone in a folder only
-    root may enter, as ``mktemp -d`` makes, included)."""
-    site = next(p for p in sys.path if p.endswith("site-packages"))
-    if os.geteuid() != 0:
-        python, prefix = sys.executable, []
-    else:
-        from labkit.infra.cloudlab_local import expose_lines
-
+def test_unprivileged_user_gets_the_same_links():
+    """As a user without privileges (``nobody``, when the tests run as root, shown the checkout
+    wherever it is: ``helpers.as_nobody``): the namespaces belong to a user namespace, and the link
+    carries its rate."""
+    python = sys.executable
+    if os.geteuid() == 0:
         version = "python%d.%d" % sys.version_info[:2]  # the venv's packages must fit the interpreter
         python = next((p for p in (f"/usr/bin/{version}", f"/usr/local/bin/{version}") if os.access(p, os.X_OK)), None)
         if not all(map(shutil.which, ("setpriv", "unshare"))) or python is None:
             pytest.skip(f"needs setpriv, unshare and a system {version} that user nobody can run")
-        shown = "\n".join([*expose_lines([str(REPO), site], str(tmp_path / "seen"), covered_anyway=()), 'exec "$@"'])
-        prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", shown, "sh"]
-        prefix += ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
     probe = (
         "import json; from labkit.infra import netem\n"
         "with netem.EmulatedNetwork(2, '200mbit') as net:\n"
         "    rate = netem.throughput(net, 'node0', 'node1', 5_000_000)\n"
         "print(json.dumps([net.mode, rate, net.leftovers()]))\n"
     )
+    site = next(p for p in sys.path if p.endswith("site-packages"))
     path = os.pathsep.join([os.environ["PATH"], "/usr/sbin", "/sbin"])  # ip and tc, off a normal user's PATH on Debian
     env = {"PATH": path, "HOME": "/tmp", "PYTHONPATH": f"{REPO}:{site}"}
-    done = subprocess.run([*prefix, python, "-c", probe], capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    done = subprocess.run(
+        [*as_nobody(), python, "-c", probe], capture_output=True, text=True, timeout=120, env=env, cwd="/"
+    )
     if done.returncode != 0 and "unshare failed" in done.stderr:
         pytest.skip(f"root cannot make a mount namespace here to show nobody the checkout: {done.stderr.strip()}")
     if "unprivileged user" in done.stderr:

@@ -193,7 +193,7 @@ def expose_lines(paths, aside: str, *, covered_anyway=OWN_ROOTS, then=(), writab
     of mode 711, ``then`` run (a node mounts its own /root and /home there), and each path bound
     back, read-only but for ``writable``. Nothing outside the namespace changes."""
     binds, folders = exposure(paths, covered_anyway)
-    spots = [f"{aside}/{i}" for i in range(len(binds))]
+    spots = [shlex.quote(f"{aside}/{i}") for i in range(len(binds))]
     lines = []
     for path, where in zip(binds, spots):  # before the covers hide them
         lines += [f"mkdir -p {where}", f"mount --bind {shlex.quote(path)} {where}"]
@@ -392,7 +392,8 @@ class LocalCloudLab:
             "chmod 755 /run/sshd",
         ]
         # the checkout writable, as through an open folder: root on a node grades from it
-        script += expose_lines([*kit_paths(), *self.expose], f"{NODE_DIR}/seen", then=own, writable=kit_paths()[0])
+        kit = kit_paths()
+        script += expose_lines([*kit, *self.expose], f"{NODE_DIR}/seen", then=own, writable=kit[0])
         if self.shared_home:
             script += [f"mount --bind {shlex.quote(str(self._shared_home()))} {home}"]
         script += [f"mkdir -p -m 700 {home}/.ssh", f"chown -R {self.uid}:{self.uid} {home}"]

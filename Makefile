@@ -28,7 +28,7 @@ GRADE_ARGS  ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup data lab test test-fast test-order check grade grade-import grade-answers grade-merge grade-export grade-deliver \
-        bench release cluster-setup cloudlab-local clean
+        bench canary release cluster-setup cloudlab-update cloudlab-local clean
 
 setup: $(STAMP)
 
@@ -67,14 +67,18 @@ test-fast: setup
 # export; LAB='lab1 lab2' grades those labs (default: the labs submitted); ROSTER: Canvas's gradebook
 # export (Grades > Export); DUE: the due date Gradescope's submission times are compared with;
 # GROUPS: Canvas's group set CSV, for a group assignment (each group's file credited to every member).
-# Without SUBMISSIONS the reference notebooks are graded into out/reference, never into the class's out/grade.
+# OUT: the class's folder and gradebook, for every grading target (default out/grade; OUT=out/fall-b for
+# a second class); STUDENT=NAME regrades that one student, leaving everyone else's runs as they are.
+# Without SUBMISSIONS the reference notebooks are graded into out/reference, never into the class's OUT.
+OUT    ?= out/grade
+STUDENT ?=
 LAB    ?=
 ROSTER ?=
 ANONYMOUS ?=
 DUE    ?=
 GROUPS ?=
 grade: setup data
-	$(PY) -m labkit grade $(SUBMISSIONS) --out $(if $(SUBMISSIONS),out/grade,out/reference) $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(if $(GROUPS),--groups $(GROUPS)) $(GRADE_ARGS)
+	$(PY) -m labkit grade $(SUBMISSIONS) --out $(if $(SUBMISSIONS),$(OUT),out/reference) $(if $(STUDENT),--student $(STUDENT)) $(if $(JOBS),-j $(JOBS)) $(if $(SLURM),--slurm $(SLURM) --slurm-args='$(SLURM_ARGS)') $(foreach l,$(LAB),--lab $(l)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DUE),--due '$(DUE)') $(if $(GROUPS),--groups $(GROUPS)) $(GRADE_ARGS)
 
 # Lay out an LMS download as DIR/<student>/<notebook>.ipynb to look at first (`make grade` does it itself).
 DOWNLOAD ?=
@@ -89,20 +93,27 @@ grade-import: setup
 SCORES ?=
 PREFER ?=
 grade-answers: setup
-	$(PY) -m labkit grade-answers --out out/grade $(if $(ANONYMOUS),--anonymous)
+	$(PY) -m labkit grade-answers --out $(OUT) $(if $(ANONYMOUS),--anonymous)
 
 grade-merge: setup
-	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='out/grade/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
-	$(PY) -m labkit grade-merge $(SCORES) --out out/grade $(if $(PREFER),--prefer $(PREFER))
+	@test -n "$(SCORES)" || { echo "usage: make grade-merge SCORES='$(OUT)/answers/lab1/answer-q1.csv ...'" >&2; exit 2; }
+	$(PY) -m labkit grade-merge $(SCORES) --out $(OUT) $(if $(PREFER),--prefer $(PREFER))
 
 grade-export: setup
-	$(PY) -m labkit grade-export --out out/grade $(if $(ROSTER),--roster $(ROSTER)) $(if $(NEW_ASSIGNMENT),--new-assignment) $(GRADE_ARGS)
+	$(PY) -m labkit grade-export --out $(OUT) $(if $(ROSTER),--roster $(ROSTER)) $(if $(NEW_ASSIGNMENT),--new-assignment) $(GRADE_ARGS)
 
 grade-deliver: setup
-	$(PY) -m labkit grade-deliver --out out/grade
+	$(PY) -m labkit grade-deliver --out $(OUT)
 
 bench: setup data
 	$(PY) -m labkit bench --out out/bench
+
+# Before a term: the reference notebooks graded in a scratch venv (out/canary/venv) with the newest
+# TensorFlow, Keras and papermill the registry has, and again with the course's pins; out/canary/report.md
+# says what changed or broke. The course's .venv is not touched. BASELINE=out/reference reuses a grading.
+BASELINE ?=
+canary: setup data
+	$(PY) -m labkit canary --out out/canary $(if $(BASELINE),--baseline $(BASELINE))
 
 RELEASE ?= release
 release: setup
@@ -123,6 +134,15 @@ CLUSTER_ARGS ?=
 cluster-setup: setup
 	@test -n "$(HOSTS)" || { echo "usage: make cluster-setup HOSTS=hosts.txt [DATA_MIRROR=...] [CLUSTER_ARGS=...]" >&2; exit 2; }
 	$(PY) -m labkit nodes setup --hosts $(HOSTS) $(if $(DATA_MIRROR),--data-mirror $(LABKIT_DATA_MIRROR)) $(CLUSTER_ARGS)
+
+# On a running CloudLab experiment's node0, after the course's kit changed: pull the profile's
+# repository, bring ~/labkit up to date from it (its notebooks left as they are: only new ones are
+# added), reinstall, and the same on the hosts file's other nodes (docs/cluster.md section 0).
+#   make cloudlab-update [HOSTS=~/hosts.txt] [REPOSITORY=/local/repository] [DATA_MIRROR=DIR_OR_URL]
+REPOSITORY ?= /local/repository
+cloudlab-update:
+	sudo bash $(firstword $(wildcard startup.sh cloudlab/startup.sh)) --update --user "$$(id -un)" \
+		--repository $(REPOSITORY) $(if $(HOSTS),--hosts $(abspath $(HOSTS))) $(if $(DATA_MIRROR),--mirror $(LABKIT_DATA_MIRROR))
 
 # Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
 # the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).

@@ -118,9 +118,48 @@ def _publish(action: str):
             from labkit.grading.gradebook import publish
         except ModuleNotFoundError as e:
             _instructor_only(e)
-        return getattr(publish, f"main_{action}")(args)
+        return _locked(args, lambda: getattr(publish, f"main_{action}")(args))
 
     return run
+
+
+def _locked(args, run) -> int:
+    """``run()`` holding the lock of ``args.out`` (``folderlock``: one writer at a time). A folder
+    with no graded batch is not locked (nor made): the command finds nothing there and says so."""
+    from labkit.core import folderlock
+
+    if not (Path(args.out) / ".grader").is_dir():
+        return run()
+    return folderlock.command(args.out, args.wait, run)
+
+
+def _lock_arguments(p) -> None:
+    """What a command does while another writes its output folder (``labkit.core.folderlock``)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--wait",
+        type=_seconds,
+        metavar="SECONDS",
+        help="while another command writes the output folder, wait at most this long for it, then refuse "
+        "(exit 75; default: wait until it ends)",
+    )
+    g.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_const",
+        const=0.0,
+        help="while another command writes the output folder, refuse at once (exit 75), naming it",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, 0 or more")
+    return value
 
 
 def _release(args) -> int:
@@ -177,6 +216,12 @@ def _add_grade(sub) -> None:
         "group assignment: each group's file is run once and credited to every member",
     )
     p.add_argument(
+        "--student",
+        metavar="NAME",
+        help="regrade this one student (folder name or the reports' name): their notebooks run again, "
+        "everyone else's runs stay as they are",
+    )
+    p.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "
@@ -206,6 +251,7 @@ def _add_grade(sub) -> None:
         help="similarity.html flags pairs sharing at least this share of the smaller notebook's "
         "fingerprints (default 0.5); it never changes points",
     )
+    _lock_arguments(p)
     p.set_defaults(func=_grade)
 
     p = sub.add_parser(
@@ -218,6 +264,7 @@ def _add_grade(sub) -> None:
         action="store_true",
         help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back",
     )
+    _lock_arguments(p)
     p.set_defaults(func=_publish("answers"))
 
     p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
@@ -229,6 +276,7 @@ def _add_grade(sub) -> None:
         help="one of the files: it wins every conflict it is part of (two "
         "files disagreeing, or a score changed since it was exported)",
     )
+    _lock_arguments(p)
     p.set_defaults(func=_publish("merge"))
 
     p = sub.add_parser(
@@ -251,6 +299,7 @@ def _add_grade(sub) -> None:
         "Canvas's Re-Upload Submissions (into OUT/deliver/)",
     )
     p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    _lock_arguments(p)
     p.set_defaults(func=_publish("deliver"))
 
     p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
@@ -272,6 +321,7 @@ def _add_grade(sub) -> None:
         help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
         "for it (default: refused)",
     )
+    _lock_arguments(p)
     p.set_defaults(func=_publish("export"))
 
 
@@ -289,6 +339,26 @@ def _add_release(sub) -> None:
         help="write only the public rubric, to FILE (what make check runs the notebooks with)",
     )
     p.set_defaults(func=_release)
+
+
+def _add_canary(sub) -> None:
+    def run(a):
+        from labkit.grading.kit import canary
+
+        root = Path(__file__).resolve().parent.parent
+        baseline = Path(a.baseline) if a.baseline else None
+        return canary.run(root, Path(a.out), baseline, a.tolerance, a.timeout)
+
+    p = sub.add_parser(
+        "canary",
+        help="grade the reference notebooks in a scratch venv with the newest TensorFlow, Keras and "
+        "papermill, beside the course's pins; report what changed or broke (the course's venv is untouched)",
+    )
+    p.add_argument("--out", default="out/canary", help="the scratch venv, both gradings and report.md")
+    p.add_argument("--baseline", help="a reference grading already made with the course's pins (e.g. out/reference)")
+    p.add_argument("--tolerance", type=float, default=0.25, help="relative change of a record to report (0.25)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds for each install and each grading")
+    p.set_defaults(func=run)
 
 
 def _add_papermill(sub) -> None:
@@ -451,6 +521,7 @@ def _nodes(args) -> int:
                 datasets=args.dataset or nodes.DEFAULT_DATASETS,
                 data_mirror=args.data_mirror,
                 copy=not args.no_copy,
+                keep=args.keep,
                 **remote,
             )
         elif args.action == "check":
@@ -485,6 +556,14 @@ def _add_nodes(sub) -> None:
         "or a URL (default: the public mirrors)",
     )
     p.add_argument("--no-copy", action="store_true", help="setup: the kit is already there (e.g. git clone)")
+    p.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="setup: a folder of the kit (notebooks: the students') whose files a node has are left as they "
+        "are; only the ones it lacks are copied (repeatable)",
+    )
     p.add_argument("--out", default="out/nodes", help="csv: output folder (default out/nodes)")
     p.add_argument("--dstat", action="store_true", help="csv: dstat's --output layout")
     _remote_arguments(p)
@@ -540,10 +619,16 @@ REGISTRARS = [
     _add_monitor,
     _add_grade,
     _add_release,
+    _add_canary,
 ]
 # Registrars whose subcommands live in a subpackage the student kit (make release) leaves out: they
 # are registered only where that subpackage is present.
-NEEDS = {_add_bench: "labkit.bench", _add_grade: "labkit.grading", _add_release: "labkit.grading"}
+NEEDS = {
+    _add_bench: "labkit.bench",
+    _add_grade: "labkit.grading",
+    _add_release: "labkit.grading",
+    _add_canary: "labkit.grading",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,9 @@ scores with their history, ``answers.merge``; ``ta_scores.csv`` is a view of the
 ``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
 answers found again in the submitted file and scored by the TA where one has), and
 ``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,
-``final_grades.csv``, ``canvas.csv`` and the feedback pages whose rows changed (``page_task``:
-each rendered in a limited process of its own, ``render``). No notebook runs.
+``final_grades.csv``, ``canvas.csv`` and the feedback pages whose content changed (``page_task``:
+each rendered in a limited process of its own, ``render``; a page is kept until its run, its rows
+or the renderer change, ``cache``). No notebook runs.
 
 What the LMS said of each submission (``intake``: the file's name, lateness, the student's LMS
 ids) is kept in the manifest and added to the rows here: its notes to the ``execution`` row, a
@@ -18,14 +19,13 @@ the book (``grade``): the book is the class, whichever batch graded whom.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.grading.judge import answers
 from labkit.grading.gradebook import exports, report
-from labkit.grading.pages import feedback
+from labkit.grading.pages import cache, feedback
 from labkit.grading.submissions import intake, late
 from labkit.grading.run import ledger
 from labkit.grading.run.runner import Job
@@ -62,9 +62,6 @@ class Book:
     notebooks: str = ""  # the reference notebooks' folder (the similarity report's template)
     intake: dict = field(default_factory=dict)  # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
     intake_notes: list = field(default_factory=list)  # the intake's notes on what it did not grade
-    # {page: digest} of the pages that fell back in this process: a page past its limits is not
-    # rendered twice in one command (the next command tries it again)
-    fell_back: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ the manifest
     def save(self, rubric_text: str) -> None:
@@ -276,23 +273,13 @@ class Book:
         return out
 
     def page_task(self, job: Job, rows: list[dict], stored: dict, force: bool = False):
-        """The feedback page of ``job`` to render (``render.Task``), or None when its rows,
-        the warning, the submission and the page settings are those it was last written with, or
-        when its page fell back with them in this process (``fell_back``)."""
+        """The feedback page of ``job`` to render (``render.Task``), or None when the page on disk
+        was written (or fell back) for what it would show now (``cache``): the run, its rows with
+        the TAs' scores, the page's arguments and limits, the renderer. ``force``: render it all
+        the same (a run that just ended)."""
         from labkit.grading.pages import render
 
-        digest = hashlib.sha256(
-            json.dumps(
-                [rows, self.warning, stored.get("fingerprint"), job.lab.page_output_kb, _descriptions(job.lab)],
-                default=str,
-            ).encode()
-        ).hexdigest()[:16]
-        mark = job.private / "page.sha"
         path = job.executed.with_suffix(".html")
-        if not force and path.is_file() and mark.is_file() and mark.read_text() == digest:
-            return None
-        if not force and self.fell_back.get(path) == digest:
-            return None
         title = f"{job.student}: {job.lab.key} ({job.lab.title})"
         args = {
             "executed": str(job.executed) if stored.get("executed") else None,
@@ -304,23 +291,20 @@ class Book:
             "source": str(job.clean_input),
             "output_kb": job.lab.page_output_kb,
         }
-
-        def done():
-            mark.parent.mkdir(parents=True, exist_ok=True)
-            mark.write_text(digest)
-
+        entry = cache.feedback_entry(job, args, stored)
+        if not force and entry.current():
+            return None
         return render.Task(
             feedback.write_feedback,
             args,
             path,
             lambda why: feedback.plain_page(rows, title, why, self.warning, _descriptions(job.lab)),
             job.private / "page.log",
-            done,
-            fell_back=lambda: self.fell_back.__setitem__(path, digest),
+            cache=entry,
         )
 
     def write_reports(self, log=print) -> list[dict]:
-        """Every table and every feedback page whose rows changed; returns the rows."""
+        """Every table, and every feedback page whose content changed (``page_task``); returns the rows."""
         from labkit.grading.pages import render
         from labkit.core.proc import usable_cores
 
@@ -332,7 +316,9 @@ class Book:
                 pages.append(self.page_task(job, mine, stored[job.key]))
                 rows += mine
         self.write_tables(rows, log)
-        render.run([t for t in pages if t is not None], usable_cores())
+        todo = [t for t in pages if t is not None]
+        render.run(todo, usable_cores())
+        log(f"feedback pages: {len(todo)} rendered, {len(pages) - len(todo)} unchanged since they were written")
         return rows
 
     def answer_items(self) -> list[dict]:

@@ -11,11 +11,13 @@ the work a page may take, whatever else the machine is doing, so a page that ren
 machine renders under load too. ``WALL_FACTOR`` times that in wall-clock time is the backstop.
 
 ``Task`` is one page to write: the function that writes it (the caller's own, e.g.
-``answers.write_page``; the child process imports it by its module and name), its JSON arguments, and the
-page to write instead when rendering fails (``fallback``: the check table and why the notebook
-is not shown; the next rebuild of the reports tries that page again). ``Task.start()`` returns a ``Rendering`` whose ``poll()`` is None until it has
-ended; the batch polls it with the notebooks it runs, so their timeouts still hold while a page
-renders. ``run(tasks, parallel)`` writes a list of pages, N at a time, and waits.
+``answers.write_page``; the child process imports it by its module and name), its JSON
+arguments, the page to write instead when rendering fails (``fallback``: the check table and why
+the notebook is not shown), and where to record how it ended (``cache``: the page is not written
+again, nor a fallback retried, until what it shows changes). ``Task.start()`` returns a
+``Rendering`` whose ``poll()`` is None until it has ended; the batch polls it with the notebooks
+it runs, so their timeouts still hold while a page renders. ``run(tasks, parallel)`` writes a
+list of pages, N at a time, and waits.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from labkit.grading.pages import limited
+from labkit.grading.pages.cache import FELL_BACK, RENDERED, Entry
 from labkit.grading.run import limits
 
 PAGES = Path(__file__).parents[1] / "templates" / "pages"  # the grader's own page bodies (Jinja, autoescaped)
@@ -58,6 +61,7 @@ class Task:
     log: Path  # the renderer's output (tracebacks)
     done: Callable[[], None] | None = None  # called once the page is written (not for a fallback: tried again)
     fell_back: Callable[[], None] | None = None  # called once its fallback is written
+    cache: Entry | None = None  # where the page's key is kept once it is written (``cache``)
     timeout: float | None = None  # CPU seconds (None: TIMEOUT_S)
     memory_mb: float | None = None  # (None: MEMORY_MB)
 
@@ -140,9 +144,11 @@ class Rendering:
             from labkit.grading.gradebook.report import write_text
 
             write_text(self.task.path, self.task.fallback(f"The executed notebook is not shown: {why}."))
-            if self.task.fell_back:
-                self.task.fell_back()
-        elif self.task.done:
+        if self.task.cache is not None:
+            self.task.cache.keep(FELL_BACK if why else RENDERED)
+        if why and self.task.fell_back:
+            self.task.fell_back()
+        elif not why and self.task.done:
             self.task.done()
         self.result = True
         return True

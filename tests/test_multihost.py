@@ -143,7 +143,7 @@ def test_troubleshooting_errors_over_fake_ssh(tmp_path):
     done = labkit("nodes", "check", "--hosts", bad, "--ssh", ssh)
     assert done.returncode == 1 and "exit 255" in done.stderr and "ssh to 127.0.0.9 failed" in done.stderr
     done = labkit("run", "ps_sgd", "--hosts", bad, "--ps", "0", "--workers", "1", "--ssh", ssh, env=env)
-    assert done.returncode == 1 and "exited with code 255" in done.stderr and "ssh to 127.0.0.9 failed" in done.stderr
+    assert done.returncode == 1 and "no task was started" in done.stderr and "ssh to 127.0.0.9 failed" in done.stderr
 
     # a node without the kit: the check and the launcher both say so, with the fix
     bare = tmp_path / "bare-hosts.txt"

@@ -7,6 +7,16 @@ from labkit.distributed.launchers import ssh
 from labkit.distributed.launchers.ssh import SshOptions, node_label, remote_failure_hint
 
 PY = ".venv/bin/python"
+
+
+@pytest.fixture(autouse=True)
+def _no_hosts_file_read(monkeypatch):
+    """Each test starts with no name learnt from a hosts file another test of this process read."""
+    from labkit.wire import spec
+
+    monkeypatch.setattr(spec, "HOST_NAMES", {})
+
+
 WRAPPER = "# ssh -o BatchMode=yes -- 10.10.1.3 sh -c 'cd labkit 2>/dev/null || { ... }\n" + "  ...\n" * 15
 
 
@@ -43,6 +53,21 @@ def test_a_node_is_named_as_the_hosts_file_names_it(tmp_path):
     assert node_label("10.10.1.3", str(hosts)) == "node2 (10.10.1.3)"
     assert node_label("10.10.1.9", str(hosts)) == "10.10.1.9" and node_label("node2", str(hosts)) == "node2"
     assert node_label("10.10.1.3", str(tmp_path / "none")) == "10.10.1.3"
+
+
+def test_a_wrong_address_is_named_by_the_node_the_tas_hosts_file_gives_it(tmp_path):
+    """An address no /etc/hosts lists (a typo in the TA's hosts file) is still called by the name
+    the hosts file the kit read gives it, in every message that names a node."""
+    from labkit.wire.spec import read_hosts_file
+
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("10.10.1.1 node0-link-0 node0\n10.10.1.9 node2-link-0 node2\n")
+    assert read_hosts_file(hosts) == ["10.10.1.1", "10.10.1.9"]
+    assert node_label("10.10.1.9", str(tmp_path / "no-etc-hosts")) == "node2 (10.10.1.9)"
+    hint = remote_failure_hint(
+        "10.10.1.9", 255, "ssh: connect to host 10.10.1.9 port 22: No route to host\n", "labkit", PY
+    )
+    assert hint.startswith("ssh to node2 (10.10.1.9) failed: unreachable host"), hint
 
 
 @pytest.mark.parametrize(

@@ -371,6 +371,8 @@ class Cluster:
         self._t_start = time.monotonic()
         _LIVE.add(self)
         try:
+            for launcher, group in _by_launcher(self._procs):  # every node can run its tasks, before any starts
+                launcher.precheck(group)
             for attempt in range(4):
                 self._check_ports()
                 self._spawn()

@@ -17,9 +17,10 @@ directory (``$LABKIT_SSH``, ``$LABKIT_REMOTE_DIR``; see ``labkit.distributed.lau
    mounts, such as ``/proj/<project>/labkit-data``, or a URL) or else the public mirrors;
 4. **check** that TensorFlow, keras, labkit and Python match this machine (``VersionSkew``).
 
-Hosts whose remote directory is one shared directory (an NFS home) are installed once:
-``setup`` writes a token there and sees it from the others. Steps 2-4 run on the nodes in
-parallel. Every failure names the host, the step, the exit code, the end of the output and
+Hosts whose remote directory is one shared directory (an NFS home), or this kit's own, are
+installed once: ``setup`` writes a token there and sees it from the others. ``keep`` names
+folders of the kit (``notebooks``: the students') whose files a node already has are left as
+they are: only the files it lacks are copied. Steps 2-4 run on the nodes in parallel. Every failure names the host, the step, the exit code, the end of the output and
 the likely fix (``NodeError``).
 """
 
@@ -50,6 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = ".venv/bin/python"
 DEFAULT_INSTALL = "make setup"
 DEFAULT_DATASETS = ("mnist", "a9a")
+TOKEN = ".labkit-setup"  # a setup's token in a kit's directory: the hosts that see it share that directory
 _SKIP_DIRS = {".git", ".venv", "data", "runs", "out", "release", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
 # The node's versions; its Python's even where the kit does not import there (a .venv made with
 # another Python, without the kit's packages): that is what VersionSkew then shows.
@@ -125,7 +127,7 @@ def kit_files(root: Path = REPO) -> list[str]:
             timeout=60,
             check=True,
         ).stdout.decode()
-        files = [f for f in out.split("\0") if f and (root / f).is_file()]
+        files = [f for f in out.split("\0") if f and f != TOKEN and (root / f).is_file()]
         if files:
             return files
     except (OSError, subprocess.SubprocessError):
@@ -133,14 +135,15 @@ def kit_files(root: Path = REPO) -> list[str]:
     return sorted(
         str(p.relative_to(root))
         for p in root.rglob("*")
-        if p.is_file() and not _SKIP_DIRS.intersection(p.relative_to(root).parts)
+        if p.is_file() and p.name != TOKEN and not _SKIP_DIRS.intersection(p.relative_to(root).parts)
     )
 
 
-def kit_tarball(root: Path = REPO) -> bytes:
+def kit_tarball(root: Path = REPO, files=None) -> bytes:
+    """``files`` of ``root`` (default: ``kit_files``) as one tar stream."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for f in kit_files(root):
+        for f in kit_files(root) if files is None else files:
             tar.add(root / f, arcname=f, recursive=False)
     return buf.getvalue()
 
@@ -184,6 +187,7 @@ def setup(
     datasets=DEFAULT_DATASETS,
     data_mirror: str | None = None,
     copy: bool = True,
+    keep=(),
     log=print,
     install_timeout: float = 3600,
 ) -> list[Node]:
@@ -194,27 +198,30 @@ def setup(
     say = _printer(log)
     nodes = _nodes(hosts, say)
     session = uuid.uuid4().hex
-    tokens: dict[str, str] = {}
-    tarball = kit_tarball() if copy else b""
+    tokens = {"this machine": _local_token(session)}  # a node whose directory is this kit's has it
+    tarballs = _kit_tarballs(keep) if copy else (b"", b"")
     for node in nodes:  # in order: a host that sees an earlier host's token shares its directory
         token = f"labkit-setup {session} {node.host}"
         seen = remote.run(
             node.host,
             f"mkdir -p {shlex.quote(remote.remote_dir)} && cd {shlex.quote(remote.remote_dir)}"
-            f" && (cat .labkit-setup 2>/dev/null || true) && echo {shlex.quote(token)} > .labkit-setup",
+            f" && (cat {TOKEN} 2>/dev/null || true) && echo {shlex.quote(token)} > {TOKEN}",
             "connect",
             timeout=60,
             in_dir=False,
         ).strip()
-        node.shares_with = next((h for h, t in tokens.items() if t == seen), None)
+        node.shares_with = next((h for h, t in tokens.items() if t and t == seen), None)
         tokens[node.host] = token
         if node.shares_with:
             say(node.host, f"{remote.remote_dir} is the same directory as on {node.shares_with}: set up once")
             continue
         if copy:
-            remote.run(node.host, "tar -xf -", "copy the kit", timeout=300, stdin=tarball)
+            remote.run(node.host, "tar -xf -", "copy the kit", timeout=300, stdin=tarballs[0])
+            if keep:
+                remote.run(node.host, "tar --skip-old-files -xf -", "copy the kit", timeout=300, stdin=tarballs[1])
             node.steps.append("copy")
-            say(node.host, f"copied the kit ({len(tarball) / 1e6:.1f} MB) into {remote.remote_dir}")
+            kept = f"; {', '.join(keep)}: only the files it lacked" if keep else ""
+            say(node.host, f"copied the kit ({len(tarballs[0]) / 1e6:.1f} MB) into {remote.remote_dir}{kept}")
 
     def prepare(node: Node) -> Node:
         if install == DEFAULT_INSTALL and _drop_other_venv(remote, node.host):
@@ -240,6 +247,25 @@ def setup(
     _parallel(prepare, [n for n in nodes if not n.shares_with])
     _check(nodes, remote, say)
     return nodes
+
+
+def _local_token(session: str) -> str:
+    """Write this kit's setup token (``.labkit-setup``, as on the nodes) and return it: a node
+    whose remote directory is this one (a shared home) then reads it, and is left alone."""
+    token = f"labkit-setup {session} this machine"
+    try:
+        (REPO / TOKEN).write_text(token + "\n")
+    except OSError:  # a kit this user cannot write to is no node's remote directory either
+        return ""
+    return token
+
+
+def _kit_tarballs(keep) -> tuple[bytes, bytes]:
+    """The kit as two tar streams: its files outside the ``keep`` folders, and those inside them."""
+    keep = [str(k).strip("/") for k in keep]
+    files = kit_files(REPO)
+    inside = lambda f: any(f == k or f.startswith(k + "/") for k in keep)  # noqa: E731
+    return kit_tarball(REPO, [f for f in files if not inside(f)]), kit_tarball(REPO, [f for f in files if inside(f)])
 
 
 def _python() -> str:

@@ -366,6 +366,11 @@ def from_hosts(
     return ClusterSpec(jobs)
 
 
+# The name an /etc/hosts-style line of a hosts file read here gave an address (its last, shortest:
+# node2 for ``10.10.1.3 node2-link-0 node2``): what an error calls the node (launchers.ssh.node_label)
+HOST_NAMES: dict[str, str] = {}
+
+
 def read_hosts_file(path) -> list[str]:
     """Hosts from a file: one per line, ``#`` comments and blank lines skipped.
 
@@ -399,6 +404,7 @@ def read_hosts_file(path) -> list[str]:
             ) from None
         names = line.split()[1:]
         if names:
+            HOST_NAMES[hosts[-1]] = names[-1]
             first, other = named.setdefault(hosts[-1], (n, names))
             if other != names:
                 raise ValueError(

@@ -31,6 +31,7 @@ the local thing, so a new way overrides only what differs:
   ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
   streams the task's output into the local log file, and its events (``labkit.wire.events``) into
   ``TaskProcess.events_path`` as they come, where the Cluster reads them);
+- ``precheck(tps)``: before any task starts, whether their nodes can run them (ssh: each answers);
 - ``port_taken(task)``, ``ready(task)``: the port checks before and after the start;
 - ``where(tp)``, ``failure_hint(tp, log_tail)``, ``local_pid(tp)``: what ``TaskFailed`` and
   the live view say about a task.

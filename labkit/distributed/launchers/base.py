@@ -124,6 +124,10 @@ class Launcher:
         return OwnedProcess(tp.argv, tp.log_path, env={**os.environ, **tp.env}).start()
 
     # ------------------------------------------------------------------------------ states
+    def precheck(self, tps: list[TaskProcess]) -> None:
+        """Before any task of the cluster starts (a local one included): raise if these tasks'
+        nodes cannot run them, naming each node and why (ssh: every node answers, in parallel)."""
+
     def port_taken(self, task: Task) -> bool:
         """Whether the task's port is known to be taken before it starts (False: cannot tell)."""
         return False

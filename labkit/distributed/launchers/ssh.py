@@ -16,7 +16,9 @@ command, an argv list or a shell-like string; default ``$LABKIT_SSH``, else ``DE
 ``local_hosts`` (more names that mean this machine: their tasks are not reached over ssh). A task whose launcher dies, even by
 SIGKILL, is stopped by its wrapper, which sees the ssh session's stdin close
 (``remote_command``). A failure of ssh itself (exit 255) or of a node without the kit says
-so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table).
+so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table), before any task
+starts: ``precheck`` asks every node at once (``preflight``), and ``Unreachable`` names each that
+did not answer. A node is named as the hosts file names it (``node_label``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +42,7 @@ from labkit.wire.spec import Task, accepts
 from labkit.wire.events import ENV as EVENTS_ENV
 from labkit.distributed.launchers.base import ClusterTimeout, Launcher, Settings, TaskProcess
 from labkit.core.proc import OwnedProcess, tail
-from labkit.wire.protocol import ENV_RUN_DIR, ENV_TASK, VersionSkew, task_file
+from labkit.wire.protocol import ENV_RUN_DIR, ENV_TASK, TaskFailed, VersionSkew, task_file
 
 # The kit's liveness options: a node whose network drops is noticed in about 15 s (ssh exits 255),
 # not when TCP gives up. They go first in every ssh command, $LABKIT_SSH's included: ssh takes an
@@ -139,7 +142,7 @@ class SshLauncher(Launcher):
         self.options = SshOptions.of(o.get("ssh"), o.get("remote_dir"), o.get("remote_python"))
         self._t0 = time.monotonic()
         self._probed: dict[str, float] = {}  # task -> when its node was last asked whether it listens
-        self._checked: set[str] = set()  # hosts whose versions passed ``preflight``
+        self._checked: set[str] = set()  # hosts that passed ``preflight``
         self._spawned: list[TaskProcess] = []  # every task spawned, for ``lost_hosts``
 
     def task_run_dir(self, task: Task) -> str:
@@ -285,16 +288,43 @@ class SshLauncher(Launcher):
         listening = {int(w.strip(":"), 16) for w in out.split()}
         return [t for t in tasks if t.port in listening]
 
-    # ------------------------------------------------------------------------- versions
-    def port_taken(self, task: Task) -> bool:
-        """Before the first task starts on a node: the node's kit runs this machine's Python and
-        packages (``preflight``), so a wrong .venv is a ``VersionSkew`` with the fix at once."""
-        if self.settings.options.get("check_versions", True) and task.host not in self._checked:
-            self._checked.add(task.host)
-            preflight(self.options, task.host)
-        return False
+    # ------------------------------------------------------------------------- before the start
+    def precheck(self, tps: list[TaskProcess]) -> None:
+        """Every node of these tasks is asked at once (``preflight``), before any task starts, a
+        local one included: one that ssh cannot reach, or without the kit, is an ``Unreachable``
+        naming each such node and ssh's reason within ssh's connect timeout, not after the other
+        tasks have started; a wrong .venv is a ``VersionSkew`` with the fix."""
+        first: dict[str, str] = {}  # host -> its first task
+        for tp in tps:
+            first.setdefault(tp.task.host, tp.task.name)
+        hosts = [h for h in first if h not in self._checked]
+        if not hosts:
+            return
+        versions = self.settings.options.get("check_versions", True)
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            found = list(pool.map(lambda h: preflight(self.options, h, versions), hosts))
+        problems = {first[h]: p for h, p in zip(hosts, found) if p}
+        if problems:
+            raise Unreachable(problems)
+        self._checked.update(hosts)
 
 
+class Unreachable(TaskFailed):
+    """Nodes that cannot run their tasks, found before any task started: each with what is wrong
+    (ssh's own reason, or the kit's absence) and the fix. A ``TaskFailed``, so what catches a
+    failed start catches it; ``problems`` maps a task of each such node to (exit code, message)."""
+
+    def __init__(self, problems: dict[str, tuple]):
+        self.problems = dict(problems)
+        task, (returncode, _) = next(iter(self.problems.items()))
+        super().__init__(task, returncode, "")
+
+    def _message(self) -> str:
+        lines = "".join(f"\n  {message}" for _, message in self.problems.values())
+        return f"no task was started: {len(self.problems)} node(s) cannot run their tasks{lines}"
+
+
+PREFLIGHT_S = 60  # a node that connects but does not answer the preflight within this is named
 PROBE_EVERY_S = 3.0  # a task server this machine cannot reach is asked of its node this often
 
 
@@ -329,23 +359,37 @@ def local_versions() -> dict:
     return out
 
 
-def preflight(options: SshOptions, host: str) -> None:
-    """``VersionSkew`` if ``host``'s kit runs another Python or other packages than this machine,
-    with the fix that works: a .venv made with another Python keeps it through ``make setup``,
-    so it is removed first. A node without the kit, or that ssh cannot reach, passes: the task's
-    start then says so (``remote_failure_hint``)."""
+def preflight(options: SshOptions, host: str, versions: bool = True) -> tuple | None:
+    """Whether ``host`` can run the kit's tasks, asked over ssh: None if so, else (exit code, what
+    is wrong there and the fix): ssh's own reason, or no kit (``remote_failure_hint``). With
+    ``versions``, ``VersionSkew`` if its kit runs another Python or other packages than this
+    machine, with the fix that works: a .venv made with another Python keeps it through ``make
+    setup``, so it is removed first."""
     py = shlex.quote(options.remote_python)
+    missing = shlex.quote(missing_line(options.remote_python))
+    command = f"test -x {py} || {{ echo {missing} >&2; exit {EXIT_NO_KIT}; }}; {py} -I -c {shlex.quote(_PREFLIGHT)}"
     try:
-        done = options.run(host, f"test -x {py} && {py} -I -c {shlex.quote(_PREFLIGHT)}", timeout=60)
-    except (subprocess.TimeoutExpired, OSError):
-        return
+        done = options.run(host, command, timeout=PREFLIGHT_S)
+    except subprocess.TimeoutExpired:
+        return "timeout", (
+            f"{node_label(host)} did not answer over ssh within {PREFLIGHT_S} s: it is overloaded, or its "
+            f"disk or network hangs; `ssh {host} true` from here shows it"
+        )
+    except OSError as e:
+        return "-", f"cannot run the ssh command {options.ssh[0]!r} for {node_label(host)}: {e}"
+    if done.returncode in (255, EXIT_NO_KIT):
+        hint = remote_failure_hint(host, done.returncode, done.stderr, options.remote_dir, options.remote_python)
+        if hint:
+            return done.returncode, hint
+    if not versions:
+        return None
     try:
         there = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (IndexError, ValueError):
         there = None
     here = local_versions()
     if not isinstance(there, dict) or there == here:
-        return
+        return None
     differ = [k for k in sorted(set(here) | set(there)) if here.get(k) != there.get(k)]
     show = lambda v: ", ".join(f"{k} {v.get(k, 'none')}" for k in differ)  # noqa: E731
     fix = (
@@ -536,9 +580,14 @@ def ssh_reason(log_tail: str) -> tuple[str, str, str] | None:
 
 
 def node_label(host: str, hosts_file: str = "/etc/hosts") -> str:
-    """``host`` as the hosts file names it: ``node2 (10.10.1.3)`` for an address that CloudLab's
-    ``/etc/hosts`` lists as ``10.10.1.3 node2-link-0 node2`` (its last, shortest name); a name,
-    or an address it does not list, as it is."""
+    """``host`` as the hosts file names it: ``node2 (10.10.1.3)`` for an address that a hosts file
+    the kit read (``labkit.wire.spec.HOST_NAMES``: the TA's, even where the address is wrong)
+    or else CloudLab's ``/etc/hosts`` lists as ``10.10.1.3 node2-link-0 node2`` (its last,
+    shortest name); a name, or an address neither lists, as it is."""
+    from labkit.wire.spec import HOST_NAMES
+
+    if HOST_NAMES.get(host, host) != host:
+        return f"{HOST_NAMES[host]} ({host})"
     try:
         with open(hosts_file) as f:
             for line in f:

@@ -2,7 +2,8 @@
 
 Canvas, "Download Submissions": one zip of loose files named
 ``<name>_[LATE_]<user id>_<attachment id>_<file name as uploaded>`` (Canvas adds ``-1``, ``-2`` to
-a re-uploaded file's name), and its gradebook export (the roster). Gradescope, "Export
+a re-uploaded file's name; ``[LATE_]anon_<id>_...`` under anonymous grading; ``..._link.html`` and
+``..._text.html`` for URL and text entries), and its gradebook export (the roster). Gradescope, "Export
 Submissions": ``assignment_<id>_export/`` with ``submission_metadata.yml`` (Ruby-symbol keys, as
 Gradescope writes them) and one ``submission_<id>/`` folder per submission.
 """
@@ -23,15 +24,36 @@ class CanvasFile:
     filename: str  # as the student uploaded it (Canvas's -N included)
     data: bytes
     late: bool = False
+    anonymous_id: str = ""  # anonymous grading: [LATE_]anon_<id>_<attachment id>_<file>, no name or user id
 
     @property
     def zip_name(self) -> str:
-        return "_".join(
-            [self.name] + (["LATE"] if self.late else []) + [str(self.user_id), str(self.attachment_id), self.filename]
-        )
+        return "_".join(_who(self) + [str(self.attachment_id), self.filename])
 
 
-def canvas_zip(path: Path, files: list[CanvasFile]) -> Path:
+@dataclass
+class CanvasEntry:
+    """A website URL (``link``) or text (``text``) entry: ``<name>_[LATE_]<user id>_link.html``, no attachment id."""
+
+    name: str
+    user_id: int
+    kind: str  # link | text
+    late: bool = False
+    anonymous_id: str = ""
+    data: bytes = b"<html><body><a href='https://colab.research.google.com/drive/1x'>my lab</a></body></html>\n"
+
+    @property
+    def zip_name(self) -> str:
+        return "_".join(_who(self) + [f"{self.kind}.html"])
+
+
+def _who(f) -> list[str]:
+    """The fields Canvas puts before a file's own (ContentZipper#get_filename)."""
+    late = ["LATE"] if f.late else []
+    return late + ["anon", f.anonymous_id] if f.anonymous_id else [f.name] + late + [str(f.user_id)]
+
+
+def canvas_zip(path: Path, files: list) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in files:
             zf.writestr(f.zip_name, f.data)

@@ -28,7 +28,8 @@ Output in ``out``:
 
 Grading the same folder again runs only the notebooks whose submission (by content hash),
 rubric section or grader changed, or whose last run did not end (``ledger``): a killed batch
-resumes where it stopped; ``force=True`` runs all. Each notebook's line says its time and the
+resumes where it stopped; ``force=True`` runs all; ``student`` runs that one student's notebooks
+again and keeps everyone else's runs as they are. Each notebook's line says its time and the
 batch's ETA. The reports are rebuilt from the stored runs (``publish``), which is also how TA
 scores reach them without a notebook running again.
 
@@ -330,6 +331,7 @@ def grade(
     roster: str | None = None,
     due: str | None = None,
     groups: str | None = None,
+    student: str | None = None,
 ) -> Outcome:
     """Grade the reference notebooks (``submissions=None``) or a class's submissions (a folder,
     or Canvas's or Gradescope's download), running only what changed since the last batch in
@@ -341,7 +343,14 @@ def grade(
     similarity report's threshold (default ``similarity.THRESHOLD``). ``roster``: Canvas's
     gradebook export (names the students of a download; kept for the exports). ``due``: the due
     date Gradescope's submission times are compared with (ISO 8601). ``groups``: Canvas's group set
-    CSV, for a group assignment's download (each group's file is credited to every member)."""
+    CSV, for a group assignment's download (each group's file is credited to every member).
+    ``student``: regrade that one student (folder name or the gradebook's name): their notebooks
+    run again (as with ``force``), everyone else's stay as graded, whatever changed."""
+    if student is not None and submissions is None:
+        raise GradeError(
+            f"--student {student}: regrading one student needs the class's submissions "
+            f"(make grade SUBMISSIONS=... STUDENT={student})"
+        )
     if similar is not None and not 0 < similar <= 1:
         raise GradeError(
             f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1"
@@ -373,6 +382,7 @@ def grade(
         due,
         groups,
         rubric,
+        student,
     )
     box = choose_sandbox(req.sub is None, sandbox, log)  # refused before anything is written
     _claim(req.out)
@@ -404,6 +414,7 @@ class Request:
     due: str | None
     groups: str | None
     rubric: object
+    student: str | None = None  # regrade only this student
 
 
 def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
@@ -439,6 +450,9 @@ def _grade(db, rub, every, req: Request, box) -> Outcome:
     jobs, notes, refused, renamed = find_jobs(
         chosen, out, sub, notebooks, known={lab.notebook for lab in every}, every=every, handles=handles
     )
+    if req.student is not None:
+        jobs, refused, renamed, record = _only(req.student, jobs, refused, renamed, record, handles, submissions)
+        notes = []  # about others' files: this batch grades none of them
     setup, warning = make_setup(box, log)
     from labkit.grading.run.limits import shared  # runs that would share their limits run one at a time
 
@@ -472,11 +486,34 @@ def _grade(db, rub, every, req: Request, box) -> Outcome:
             for name, q in answers.questions(lab, notebooks / lab.notebook).items()
         }
         book.save(Path(req.rubric).read_text())
-        _submissions(db, book, record)
-        return _run_batch(book, setup, executor, req.force, log, req.similar, carried=set(carried), db=db)
+        _submissions(db, book, record, {job.key for job in jobs} if req.student is not None else None)
+        if req.student is not None:
+            log(f"regrading {jobs[0].student if jobs else req.student} only: every other student stays as graded")
+        force, frozen = req.force or req.student is not None, req.student is not None
+        return _run_batch(book, setup, executor, force, log, req.similar, set(carried), db, frozen)
     finally:
         if setup.student_kit is not None:
             scratch.release(setup.student_kit.parent)
+
+
+def _only(student: str, jobs, refused, renamed, record: dict, handles: dict, where) -> tuple:
+    """(jobs, refused rows, renamed, intake record) of ``student`` alone (a folder name or the
+    gradebook's name for them); GradeError naming the students there when it is nobody's."""
+    wanted = handles.get(student, student).lower()
+    mine = [j for j in jobs if j.student.lower() == wanted]
+    gone = [r for r in refused if r["student"].lower() in (wanted, student.lower())]
+    if not mine and not gone:
+        known = sorted({j.student for j in jobs} | {r["student"] for r in refused})
+        raise GradeError(
+            f"--student {student}: no such student in {where} ({len(known)} there: "
+            f"{', '.join(known[:10])}{', ...' if len(known) > 10 else ''}); give a folder name or the name the "
+            f"reports use"
+        )
+    name = mine[0].student if mine else gone[0]["student"]
+    students = {k: v for k, v in (record.get("students") or {}).items() if k == name}
+    notes = [n for n in record.get("notes") or [] if n.startswith(f"{name}:")]
+    picked = {k: v for k, v in renamed.items() if k[0] == name}
+    return mine, gone, picked, ({**record, "students": students, "notes": notes} if record else record)
 
 
 def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, req: Request, log) -> tuple[Path, dict]:
@@ -573,13 +610,14 @@ def _by_handle(record: dict, handles: dict) -> dict:
     return {**record, "students": students}
 
 
-def _submissions(db: gradebook.Gradebook, book: Book, record: dict) -> None:
-    """Each submitted file of this batch, with what the LMS said of it, into the gradebook."""
+def _submissions(db: gradebook.Gradebook, book: Book, record: dict, only: set | None = None) -> None:
+    """Each submitted file of this batch, with what the LMS said of it, into the gradebook
+    (``only``: of these jobs alone, when one student is regraded)."""
     import hashlib
 
     if book.reference:
         return
-    for job in book.jobs:
+    for job in book.jobs if only is None else [j for j in book.jobs if j.key in only]:
         info = book.submitted(job)
         try:
             sha = hashlib.sha256(job.source.read_bytes()).hexdigest()
@@ -732,11 +770,13 @@ def _run_batch(
     similar: float | None = None,
     carried: set = frozenset(),
     db=None,
+    frozen: bool = False,
 ) -> Outcome:
     """Run on ``executor`` the notebooks of ``book`` that changed since the last batch in its
-    folder (``force``: all; ``carried``: those an earlier batch graded), then rebuild every report."""
+    folder (``force``: all; ``carried``: those an earlier batch graded, which ``frozen`` keeps as
+    graded whatever changed), then rebuild every report."""
     outcome = Outcome(rows=list(book.refused), out=book.out, reference=book.reference, warning=book.warning)
-    sink = _Recorder(book, outcome, log, db)
+    sink = _Recorder(book, outcome, log, db, frozen)
     to_run = sink.plan(force, carried, setup.sandbox.name)
     try:
         _announce(outcome, to_run, executor, setup, log)
@@ -752,8 +792,8 @@ class _Recorder:
     it is scored: its outcome stored (``ledger``), grades.csv rewritten, its progress line, and
     its feedback page to render."""
 
-    def __init__(self, book: Book, outcome: Outcome, log, db=None):
-        self.book, self.outcome, self.log, self.db = book, outcome, log, db
+    def __init__(self, book: Book, outcome: Outcome, log, db=None, frozen: bool = False):
+        self.book, self.outcome, self.log, self.db, self.frozen = book, outcome, log, db, frozen
         self.stored: dict[tuple, dict] = {}  # {job key: outcome}, kept or graded in this batch
         self.prints: dict[tuple, dict | None] = {}
         self.untrusted: dict[tuple, str] = {}  # stored outcomes whose signature did not hold (ledger.integrity)
@@ -768,6 +808,8 @@ class _Recorder:
         for job in self.book.jobs:
             self.prints[job.key] = ledger.fingerprint(job, sandbox)
             kept = self._kept(job, force, carried)
+            if kept is None and self.frozen and job.key in carried:
+                continue  # another student's, with no run to keep: left as the gradebook holds it
             if kept is not None:
                 self._in_gradebook(job, kept)
                 self.stored[job.key] = kept
@@ -822,6 +864,8 @@ class _Recorder:
 
     def _kept(self, job: Job, force: bool, carried: set) -> dict | None:
         """``job``'s stored outcome when it need not run again, else None."""
+        if self.frozen and job.key in carried:
+            return ledger.load_outcome(job)
         kept = None if force else ledger.reusable(job, self.prints[job.key])
         if kept is None and job.key in carried and self.prints[job.key] is None:
             kept = ledger.load_outcome(job)  # graded by an earlier batch whose file is gone: it stays as graded
@@ -832,8 +876,19 @@ class _Recorder:
         writing its outcome and its gradebook row is written now)."""
         if self.db is not None:
             held = self.db.latest_run(job.student, job.lab.key)
-            if held is None or held.get("fingerprint") != kept.get("fingerprint") or held.get("rows") != kept["rows"]:
+            if "answers" not in kept and self.book.lab_questions(job.lab.key):  # graded before runs kept them
+                kept["answers"] = self._answers(job, kept)
+            if (
+                held is None
+                or held.get("fingerprint") != kept.get("fingerprint")
+                or held.get("rows") != kept["rows"]
+                or held.get("answers") != kept.get("answers")
+            ):
                 self.db.record_run(job.student, job.lab.key, kept)
+
+    def _answers(self, job: Job, stored: dict) -> dict:
+        """What the run's submitted notebook answers (``answers.states``), kept with the run."""
+        return answers.states(self.book.found(job, stored), self.book.lab_questions(job.lab.key))
 
     def notes(self, job: Job) -> list[str]:
         """The execution row's notes besides the run's: a stored outcome someone changed, what the
@@ -853,6 +908,7 @@ class _Recorder:
         cut = stored_files.cut(job.executed, job.clean_input, job.lab.page_output_kb)
         if cut and scored.rows:
             scored.rows[0]["reason"] = "; ".join(x for x in (scored.rows[0]["reason"], cut) if x)
+        stored["answers"] = self._answers(job, stored)
         if self.db is not None:  # the gradebook first: an outcome file without its run there runs again
             self.db.record_run(job.student, job.lab.key, stored)
         ledger.save_outcome(job, stored)
@@ -961,6 +1017,7 @@ def main(args) -> int:
             roster=args.roster,
             due=args.due,
             groups=args.groups,
+            student=getattr(args, "student", None),
         )
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -223,6 +223,7 @@ class Book:
 
         settings = export_settings(self.out)
         with self.gradebook() as db:
+            db.keep_late([r for r in rows if r["check"] == report.LATE])  # what the views add
             given = db.roster_rows()
             sent = db.last_sent()
         roster = [row for _, row in given] if given else None
@@ -335,6 +336,7 @@ class Book:
                         "records": stored.get("records") or {},
                         "answers": found or {},
                         "scores": scores,
+                        "group": self.submitted(job).get("group") or [],
                     }
                 )
         return items
@@ -405,8 +407,8 @@ def export_answers(out, log=print, anonymous: bool = False) -> list[Path]:
 def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]:
     """Merge the TAs' CSVs; a conflict refuses them all unless ``prefer`` (one of ``files``) wins it."""
     book = Book.load(out)
-    current = {}
-    for item in book.answer_items():
+    current, items = {}, book.answer_items()
+    for item in items:
         for check, a in item["answers"].items():
             current[(item["lab"], check, item["student"])] = a.sha
         for check in item["scores"]:
@@ -418,6 +420,7 @@ def merge_scores(out, files, log=print, prefer: str | None = None) -> list[dict]
         current,
         prefer=Path(prefer) if prefer else None,
         aliases=answers.students_by_code(book.out),
+        groups=answers.groups_of(items),
     ):
         log(line)
     rows = book.write_reports(log)

@@ -15,8 +15,10 @@ Tables: ``people`` and ``ids``; ``roster`` (each row as Canvas exported it); ``s
 (file hash, the LMS's metadata, time, late); ``runs`` (fingerprint, outcome, signature: the
 rows every report is rebuilt from) and ``results`` (one row per check of a run, for queries);
 ``ta_scores`` (every score a TA gave, with its history: the current one has ``current = 1``);
-``exports`` and ``exported`` (every export, and whether it was sent: the regrade list is what
-changed since the last export that was sent).
+``late`` (the late rows as the reports last applied them); ``exports`` and ``exported`` (every
+export, and whether it was sent: the regrade list is what changed since the last export that was
+sent). Views (``VIEWS``, made again on every open) give a lab's total, a student's term and the
+answers awaiting a TA as ``grades.csv`` counts them; docs/gradebook.md describes it all.
 
 Every write is one transaction (``BEGIN IMMEDIATE``, WAL journal, ``synchronous=FULL``): a
 grader killed with SIGKILL mid-batch leaves a database that passes ``PRAGMA integrity_check``
@@ -37,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 FILE = "gradebook.db"
-VERSION = 1
+VERSION = 2  # 2: results.answer_sha/answer, the late table and the views
 REFERENCE, CLASS = "reference", "class"
 
 SCHEMA = """
@@ -61,7 +63,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_person ON runs (person, lab, id);
 CREATE TABLE IF NOT EXISTS results (
     run INTEGER NOT NULL REFERENCES runs(id), check_name TEXT NOT NULL, points REAL, max REAL, status TEXT,
-    reason TEXT, PRIMARY KEY (run, check_name));
+    reason TEXT, answer_sha TEXT, answer TEXT, PRIMARY KEY (run, check_name));
 CREATE TABLE IF NOT EXISTS ta_scores (
     id INTEGER PRIMARY KEY, person INTEGER NOT NULL REFERENCES people(id), lab TEXT NOT NULL, check_name TEXT NOT NULL,
     score TEXT NOT NULL, comment TEXT NOT NULL DEFAULT '', source TEXT NOT NULL DEFAULT '', at TEXT NOT NULL,
@@ -71,7 +73,54 @@ CREATE TABLE IF NOT EXISTS exports (
 CREATE TABLE IF NOT EXISTS exported (
     export INTEGER NOT NULL REFERENCES exports(id), person INTEGER NOT NULL REFERENCES people(id), lab TEXT NOT NULL,
     score TEXT NOT NULL, PRIMARY KEY (export, person, lab));
+CREATE TABLE IF NOT EXISTS late (
+    person INTEGER NOT NULL REFERENCES people(id), lab TEXT NOT NULL, points REAL NOT NULL, reason TEXT NOT NULL,
+    at TEXT NOT NULL, PRIMARY KEY (person, lab));
 """
+
+# The views, dropped and made again on every open (a gradebook of an earlier version gets them, and
+# a changed definition reaches every gradebook). They count as ``publish`` does: a check's points
+# are its latest run's, an analysis answer's the current TA score given for that very answer
+# (``answer_sha``), a late row's penalty is added. SQL cannot check a run's signature (the key is
+# the grader's): "signed" here is a run that carries one; the reports read a run only when it holds.
+VIEWS = {
+    "latest_runs": """
+SELECT runs.* FROM runs WHERE runs.signature != '' AND runs.id = (
+    SELECT max(x.id) FROM runs AS x WHERE x.person = runs.person AND x.lab = runs.lab AND x.signature != '')""",
+    "check_scores": """
+SELECT person, student, lab, run, check_name, max, answer, answer_sha, ta_score, ta_comment, ta_sha,
+    CASE WHEN by_ta THEN min(max(CAST(ta_score AS REAL), 0), max) ELSE points END AS points,
+    CASE WHEN by_ta THEN (CASE WHEN CAST(ta_score AS REAL) >= max THEN 'pass'
+                               WHEN CAST(ta_score AS REAL) > 0 THEN 'partial' ELSE 'fail' END)
+         WHEN answer = 'unread' THEN 'not-run' WHEN answer = 'empty' THEN 'fail'
+         WHEN answer IN ('missing', 'given') THEN 'pending' ELSE status END AS status
+FROM (
+    SELECT r.person, p.handle AS student, r.lab, r.id AS run, res.check_name, res.points, res.max, res.status,
+        res.answer, res.answer_sha, t.score AS ta_score, t.comment AS ta_comment, t.answer_sha AS ta_sha,
+        (t.score IS NOT NULL AND t.score != '' AND coalesce(res.answer, '') != 'unread'
+         AND (res.answer IS NULL OR t.answer_sha = res.answer_sha)) AS by_ta
+    FROM latest_runs AS r JOIN people AS p ON p.id = r.person JOIN results AS res ON res.run = r.id
+    LEFT JOIN ta_scores AS t ON t.person = r.person AND t.lab = r.lab AND t.check_name = res.check_name
+        AND t.current = 1
+    WHERE res.check_name != 'execution')""",
+    "lab_totals": """
+SELECT c.person, c.student, c.lab, c.run, sum(c.points) AS points, sum(c.max) AS max,
+    sum(CASE WHEN c.status = 'pending' THEN c.max ELSE 0 END) AS pending, coalesce(l.points, 0) AS late,
+    sum(c.points) + coalesce(l.points, 0) AS total,
+    CASE WHEN sum(c.status = 'pending') > 0 THEN 'pending' ELSE 'graded' END AS status
+FROM check_scores AS c LEFT JOIN late AS l ON l.person = c.person AND l.lab = c.lab
+GROUP BY c.person, c.lab""",
+    "term_totals": """
+SELECT t.person, t.student, p.name, count(*) AS labs, sum(t.total) AS total, sum(t.max) AS possible,
+    sum(t.pending) AS pending, CASE WHEN sum(t.status = 'pending') > 0 THEN 'pending' ELSE 'graded' END AS status
+FROM lab_totals AS t JOIN people AS p ON p.id = t.person GROUP BY t.person""",
+    "pending_answers": """
+SELECT person, student, lab, check_name, run, max, answer_sha,
+    CASE WHEN answer = 'missing' THEN 'answer not found: the TA reads the notebook'
+         WHEN ta_score IS NOT NULL AND ta_sha != answer_sha THEN 'a TA scored an earlier version of this answer'
+         ELSE 'awaiting a TA''s score' END AS why
+FROM check_scores WHERE status = 'pending'""",
+}
 
 # Which ids of a person the roster's columns are, and how an intake record names them.
 ROSTER_IDS = {"ID": "canvas_user_id", "SIS User ID": "sis_user_id", "SIS Login ID": "sis_login_id"}
@@ -121,8 +170,13 @@ class Gradebook:
         with self.write() as db:
             for stmt in filter(str.strip, SCHEMA.split(";")):
                 db.execute(stmt)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('version', ?)", (str(VERSION),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(VERSION),))
             _add_columns(db, "ta_scores", {"max": "TEXT NOT NULL DEFAULT ''", "answer_sha": "TEXT NOT NULL DEFAULT ''"})
+            _add_columns(db, "results", {"answer_sha": "TEXT", "answer": "TEXT"})
+            for name in reversed(VIEWS):  # each may read the ones before it
+                db.execute(f"DROP VIEW IF EXISTS {name}")
+            for name, select in VIEWS.items():
+                db.execute(f"CREATE VIEW {name} AS {select}")
 
     def close(self) -> None:
         self.db.close()
@@ -329,10 +383,13 @@ class Gradebook:
                     now(),
                 ),
             ).lastrowid
+            found = body.get("answers") or {}
             for r in rows:
+                a = found.get(r["check"]) or {}
                 db.execute(
-                    "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
-                    (run, r["check"], r["points"], r["max"], r["status"], r["reason"]),
+                    "INSERT OR REPLACE INTO results (run, check_name, points, max, status, reason, answer_sha, answer) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run, r["check"], r["points"], r["max"], r["status"], r["reason"], a.get("sha"), a.get("state")),
                 )
 
     def latest_run(self, handle: str, lab: str) -> dict | None:
@@ -348,6 +405,19 @@ class Gradebook:
             if ledger.verify(body, r["signature"], _context(r["person"], lab)):
                 return body
         return None
+
+    def keep_late(self, rows: list[dict]) -> None:
+        """The late rows (``late``) the reports were just written with, in place of the last ones,
+        so the views add the same penalties (a handle the gradebook does not know is left out)."""
+        with self.write() as db:
+            db.execute("DELETE FROM late")
+            for r in rows:
+                person = db.execute("SELECT id FROM people WHERE handle = ?", (r["student"],)).fetchone()
+                if person is not None:
+                    db.execute(
+                        "INSERT OR REPLACE INTO late VALUES (?, ?, ?, ?, ?)",
+                        (person[0], r["lab"], float(r["points"]), str(r.get("reason") or ""), now()),
+                    )
 
     def run_count(self) -> int:
         return self.db.execute("SELECT count(*) FROM runs").fetchone()[0]

@@ -7,11 +7,12 @@ of each file (who, when, late or not, what it was called), which every report th
 **Canvas**, "Download Submissions": a zip of loose files named
 ``<name>_[LATE_]<user id>_<attachment id>_<the file's own name>``
 (``smithjohn_12345_67890_01_single_node_lr.ipynb``, ``doejane_LATE_12346_67891_01_single_node_lr-1.ipynb``).
-They are read as Canvas reads them back when files are re-uploaded (canvas-lms
-``Assignment#infer_comment_context_from_filename``: the first two all-digit ``_`` fields are the
-user id and the attachment id); ``LATE`` before them is Canvas's own lateness mark, and Canvas
-appends ``-1``, ``-2`` to a file name a student uploaded again. The user id is the ``ID`` column
-of Canvas's gradebook export (the roster).
+A website URL or text entry is ``<name>_[LATE_]<user id>_link.html`` (``_text.html``): the
+student's, graded as no notebook. A name may hold ``_<digits>``, so a file name may read several
+ways (``canvas_readings``); the one the roster's user ids, the lab's file name and the student's
+other files support is taken, and a name that still reads two ways is graded as no one and noted
+(``resolve_readings``). ``LATE`` is Canvas's lateness mark; Canvas appends ``-1``, ``-2`` to a
+file uploaded again. The user id is the ``ID`` column of Canvas's gradebook export (the roster).
 
 **Gradescope**, "Export Submissions": a zip with ``submission_metadata.yml`` and one
 ``submission_<id>/`` folder per submission. The metadata maps each folder to its
@@ -53,7 +54,7 @@ import json
 import re
 import stat
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 RECORD = "intake.json"
@@ -67,9 +68,10 @@ MAX_READ_BYTES = 3 * 2**30  # bytes read out of one download in all (checked on 
 MAX_FILES = 20  # files read per submission folder (a lab takes one or two); the rest are listed
 MAX_FIELD = 200  # characters of a submitter's :name, :sid or :email
 MATCH_SHARE = 0.5  # share of a lab's cell ids a notebook must hold to be that lab's under another name
-_DIGITS = re.compile(r"[0-9]+")
+_ID = re.compile(r"[1-9][0-9]*")  # Canvas's user and attachment ids
 _RESUBMITTED = re.compile(r"^(?P<stem>.*?)(?:-(?P<n>[0-9]+)| \((?P<copy>[0-9]+)\))?(?P<ext>\.[A-Za-z0-9]+)$")
 _SAFE = re.compile(r"[^\w.@+-]+")
+ENTRIES = {"link": "a website URL entry (link.html)", "text": "a text entry (text.html)"}  # Canvas's other kinds
 
 
 class IntakeError(ValueError):
@@ -185,40 +187,113 @@ def _read_capped(f) -> bytes:
 
 @dataclass
 class CanvasName:
+    """One reading of a Canvas download's file name."""
+
     name: str  # Canvas's lower-case name (smithjohn)
     late: bool
     user_id: str
-    attachment_id: str
+    attachment_id: str  # '' for a URL or text entry
     original: str  # the file's own name, as the student uploaded it (with Canvas's -N)
     anonymous_id: str = ""  # anonymous grading: Canvas's anonymous id, and no name or user id
+    kind: str = "file"  # file | link (a website URL entry) | text (a text entry)
 
     @property
     def prefix(self) -> str:
         """What Canvas matches a re-uploaded file by: name, LATE, user id and attachment id
         (anonymous grading: LATE, anon_<anonymous id>, attachment id)."""
         if self.anonymous_id:
-            return "_".join((["LATE"] if self.late else []) + ["anon", self.anonymous_id, self.attachment_id])
-        return "_".join([self.name] + (["LATE"] if self.late else []) + [self.user_id, self.attachment_id])
+            head = (["LATE"] if self.late else []) + ["anon", self.anonymous_id]
+        else:
+            head = [self.name] + (["LATE"] if self.late else []) + [self.user_id]
+        return "_".join(head + ([self.attachment_id] if self.attachment_id else []))
+
+    def describe(self) -> str:
+        who = f"anonymous id {self.anonymous_id}" if self.anonymous_id else f"user {self.user_id} ({self.name})"
+        what = ENTRIES[self.kind] if self.kind != "file" else f"attachment {self.attachment_id}, file {self.original!r}"
+        return f"{who}: {what}"
+
+
+def canvas_readings(filename: str) -> list[CanvasName]:
+    """Every way ``filename`` reads as Canvas names a download's file, Canvas's own first.
+
+    Canvas writes ``<name>_[LATE_]<user id>_<attachment id>_<file>`` (canvas-lms
+    ``ContentZipper#add_upload_submission``), ``<name>_[LATE_]<user id>_link.html`` and ``..._text.html``
+    for a website URL and a text entry (``#add_text_or_url``), and ``[LATE_]anon_<anonymous id>_...``
+    under anonymous grading (``#get_filename``). The name is the student's, lower case with its
+    punctuation dropped, and may hold ``_<digits>`` (``evil_12345``), so a name may read several ways;
+    ids are Canvas's (no leading zero), which keeps ``01_single_node_lr.ipynb`` out of them."""
+    parts = filename.split("_")
+    out = []
+    at = 1 if parts[:1] == ["LATE"] else 0
+    if parts[at : at + 1] == ["anon"] and len(parts) > at + 2 and parts[at + 1]:
+        anon, rest = parts[at + 1], parts[at + 2 :]
+        if rest in (["link.html"], ["text.html"]):
+            out.append(CanvasName(f"anon_{anon}", bool(at), "", "", rest[0], anon, rest[0][:4]))
+        elif len(rest) > 1 and _ID.fullmatch(rest[0]) and "_".join(rest[1:]):
+            out.append(CanvasName(f"anon_{anon}", bool(at), "", rest[0], "_".join(rest[1:]), anon))
+    for i in range(1, len(parts) - 1):
+        tail = parts[i + 1 :]
+        if not _ID.fullmatch(parts[i]):
+            continue
+        head = parts[:i]
+        late = len(head) > 1 and head[-1] == "LATE"
+        name = "_".join(head[:-1] if late else head)
+        if not name:
+            continue
+        if tail in (["link.html"], ["text.html"]):
+            out.append(CanvasName(name, late, parts[i], "", tail[0], kind=tail[0][:4]))
+        elif len(tail) > 1 and _ID.fullmatch(tail[0]) and "_".join(tail[1:]):
+            out.append(CanvasName(name, late, parts[i], tail[0], "_".join(tail[1:])))
+    return out
 
 
 def canvas_name(filename: str) -> CanvasName | None:
-    """The parts of a Canvas download's file name, or None when it is not one. Anonymous
-    grading names a file ``[LATE_]anon_<anonymous id>_<attachment id>_<file>`` (canvas-lms
-    ``ContentZipper#get_filename``: no name, and the anonymous id where the user id was)."""
-    parts = filename.split("_")
-    at = 1 if parts[:1] == ["LATE"] else 0
-    if parts[at : at + 1] == ["anon"] and len(parts) > at + 3 and parts[at + 1] and _DIGITS.fullmatch(parts[at + 2]):
-        return CanvasName(
-            f"anon_{parts[at + 1]}", bool(at), "", parts[at + 2], "_".join(parts[at + 3 :]), anonymous_id=parts[at + 1]
-        )
-    digits = [i for i, p in enumerate(parts) if _DIGITS.fullmatch(p)][:2]
-    if len(digits) < 2 or digits[1] != digits[0] + 1 or digits[0] < 1 or digits[1] + 1 >= len(parts):
-        return None
-    i = digits[0]
-    head = parts[:i]
-    late = len(head) > 1 and head[-1] == "LATE"
-    name = "_".join(head[:-1] if late else head)
-    return CanvasName(name, late, parts[i], parts[i + 1], "_".join(parts[i + 2 :])) if name else None
+    """Canvas's own reading of a download's file name (the first ids), or None when it is not
+    one; ``canvas_readings`` gives every reading, ``resolve_readings`` the one the intake takes."""
+    found = canvas_readings(filename)
+    return found[0] if found else None
+
+
+def resolve_readings(files: dict[str, list[CanvasName]], known_ids: set, lab_names: set) -> dict[str, list]:
+    """{path: the readings left}: one is the file's; several (or none) are refused, never guessed.
+
+    A student's display name may hold ``_<digits>`` (``Evil_12345``), so ``evil_12345_555_999_x.ipynb``
+    is evil_12345 (user 555) handing in ``x.ipynb``, or evil (user 12345) handing in ``999_x.ipynb``.
+    Canvas anonymizes a whole assignment or none of it, so a download is read one way. A reading is
+    then dropped when another file settles its user id under another name (it would make two
+    students one), and kept when it is better on every count below and worse on none: it agrees
+    with a settled file (one student stays one person); its user id is on the roster or in the
+    group set (``known_ids``); its file names a lab, else (with a roster) starts with no id."""
+    anonymous = all(any(r.anonymous_id for r in rs) for rs in files.values() if rs)
+    left = {p: [r for r in rs if bool(r.anonymous_id) == anonymous] or rs for p, rs in files.items()}
+    while True:
+        settled = [rs[0] for rs in left.values() if len(rs) == 1 and not rs[0].anonymous_id]
+        names = {}
+        for r in settled:
+            names.setdefault(r.user_id, set()).add(r.name)
+        pairs = {(r.user_id, r.name) for r in settled}
+        step = {}
+        for path, rs in left.items():
+            if len(rs) < 2:
+                step[path] = rs
+                continue
+            rs = [r for r in rs if r.anonymous_id or r.name in names.get(r.user_id, {r.name})]
+            step[path] = _dominant(rs, pairs, known_ids, lab_names)
+        if step == left:
+            return left
+        left = step
+
+
+def _dominant(readings: list[CanvasName], pairs: set, known_ids: set, lab_names: set) -> list[CanvasName]:
+    """The readings no other is better than on some count and as good on all: one is the file's."""
+
+    def counts(r: CanvasName) -> tuple:
+        lab = plain_name(r.original).lower() in lab_names
+        plain = bool(known_ids) and not re.match(r"[1-9][0-9]*_", r.original)
+        return ((r.user_id, r.name) in pairs, r.user_id in known_ids, 2 if lab else int(plain))
+
+    scored = [(counts(r), r) for r in readings]
+    return [r for c, r in scored if not any(o != c and all(x >= y for x, y in zip(o, c)) for o, _ in scored)]
 
 
 def _gradescope_root(items: list[Entry]) -> str | None:
@@ -261,7 +336,9 @@ def detect(source: Path) -> str:
             is not None
         ):
             return "gradescope"
-        loose = [p.name for p in source.iterdir() if p.is_file() and p.suffix == ".ipynb"]
+        loose = [
+            p.name for p in source.iterdir() if p.is_file() and p.name.endswith((".ipynb", "_link.html", "_text.html"))
+        ]
         return "canvas" if any(canvas_name(n) for n in loose) else "folders"
     notes: list[str] = []
     items = entries(source, notes)
@@ -401,16 +478,41 @@ class Candidate:
     canvas_prefix: str = ""
     notes: list = field(default_factory=list)
     group: list = field(default_factory=list)  # the other submitters' person keys (a group submission)
+    kind: str = "file"  # Canvas's kind of entry: file, link or text (``ENTRIES``)
 
 
-def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
+def canvas_candidates(
+    items: list[Entry], notes: list[str], known_ids: set | None = None, labs=(), refused: list | None = None
+) -> list[Candidate]:
+    """A candidate per file of Canvas's download, its student read as ``resolve_readings`` reads
+    them (``known_ids``: the roster's and the group set's user ids); a file whose name still reads
+    several ways is graded as no one: it is noted, and listed in ``refused``."""
+    readings = {}
+    for e in items:
+        found = canvas_readings(e.name) if "/" not in e.path else []
+        if found:
+            readings[e.path] = found
+        else:
+            notes.append(f"not graded: {e.path} (not named as Canvas names a submitted file)")
+    left = resolve_readings(readings, set(known_ids or ()), {lab.notebook.lower() for lab in labs})
     people: dict[str, Person] = {}
     out = []
     for e in items:
-        parts = canvas_name(e.name)
-        if parts is None or "/" in e.path:
-            notes.append(f"not graded: {e.path} (not named as Canvas names a submitted file)")
+        if e.path not in left:
             continue
+        if len(left[e.path]) != 1:
+            shown = left[e.path] or readings[e.path]
+            notes.append(
+                f"not graded: {e.path} (its name reads {len(shown)} ways: "
+                + "; ".join(f"as {r.describe()}" for r in shown)
+                + "; neither the roster's user ids, the lab's file name nor the student's other files tell "
+                "which: find the student on Canvas by the attachment id and give their file as "
+                "DIR/<student>/<notebook>.ipynb, or give the roster)"
+            )
+            if refused is not None:
+                refused.append({"file": e.path, "readings": [asdict(r) for r in shown]})
+            continue
+        parts = left[e.path][0]
         ids = (
             {"canvas_anon_id": parts.anonymous_id, "canvas_name": parts.name}
             if parts.anonymous_id
@@ -423,12 +525,18 @@ def canvas_candidates(items: list[Entry], notes: list[str]) -> list[Candidate]:
                 person,
                 e,
                 parts.original,
-                (int(parts.attachment_id), resubmission(parts.original)),
+                (int(parts.attachment_id or 0), resubmission(parts.original)),
                 late=parts.late,
                 marker="Canvas's LATE mark" if parts.late else "",
                 canvas_prefix=parts.prefix,
+                kind=parts.kind,
             )
         )
+        if len(readings[e.path]) > 1:
+            out[-1].notes.append(
+                f"its name also reads as {', '.join(r.describe() for r in readings[e.path] if r is not parts)}; "
+                f"read as {parts.describe()}"
+            )
     return out
 
 
@@ -684,7 +792,12 @@ def import_download(
     notes: list[str] = []
     items = entries(source, notes)
     due_at = parse_time(due, local=True) if due else None
-    found = canvas_candidates(items, notes) if layout == "canvas" else gradescope_candidates(items, notes, due_at)
+    refused: list[dict] = []
+    if layout == "canvas":
+        known = {(row.get("ID") or "").strip() for row in roster or []} | set(groups or {})
+        found = canvas_candidates(items, notes, known - {""}, labs, refused)
+    else:
+        found = gradescope_candidates(items, notes, due_at)
     if layout == "canvas" and groups:
         found = canvas_group_candidates(found, groups, notes)
     elif groups:
@@ -723,7 +836,7 @@ def import_download(
         student = names[c.person.key]
         (dest / student).mkdir(parents=True, exist_ok=True)  # a row for them all the same, saying what came
         entry = students.setdefault(student, {"person": _person_record(c.person), "labs": {}})
-        entry.setdefault("received", []).append({"file": c.filename, "why": why})
+        entry.setdefault("received", []).append({"file": ENTRIES.get(c.kind, c.filename), "why": why})
         notes.append(f"{student}: not graded: {c.entry.path} ({why})")
     record = {
         "version": 1,
@@ -733,6 +846,7 @@ def import_download(
         "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "students": students,
         "notes": notes,
+        **({"refused": refused} if refused else {}),
     }
     (dest / RECORD).write_text(json.dumps(record, indent=1))
     late = sum(1 for s in students.values() for v in s["labs"].values() if v["late"])
@@ -740,22 +854,33 @@ def import_download(
         f"imported {sum(len(s['labs']) for s in students.values())} notebook(s) of {len(students)} student(s) from "
         f"{layout.title()}'s download {source.name} into {dest}"
         + (f"; {late} late" if late else "")
+        + (f"; {len(refused)} file(s) whose Canvas name reads two ways NOT graded" if refused else "")
         + (f"; {len(notes)} note(s) in {dest / RECORD}" if notes else "")
     )
     return Intake(dest, record)
 
 
 def _name_people(people, index: dict, notes: list[str]) -> dict[str, str]:
-    """{person key: folder name}, unique; roster matches first."""
-    out, taken = {}, {}
-    for p in sorted(people, key=lambda p: (p.lms, p.key)):
+    """{person key: folder name}, unique even where case is not (macOS, Windows); roster matches
+    first. Anonymous ids keep their case: two that differ only in it (``anon_AbCdE``, ``anon_abcde``)
+    are two people, and each folder gets ``-`` and 6 hex digits of its id's SHA-256."""
+    people = sorted(people, key=lambda p: (p.lms, p.key))
+    for p in people:
         p.roster = find_in_roster(p, index) if index else None
         if index and p.roster is None:
             notes.append(f"{p.name or p.key} ({p.lms} id {p.key}) is not in the roster")
-        name = folder_name(p)
+    wanted = {p.key: folder_name(p) for p in people}
+    anon = [wanted[p.key].lower() for p in people if p.ids.get("canvas_anon_id")]
+    out, taken = {}, {}
+    for p in people:
+        name = wanted[p.key]
+        if p.ids.get("canvas_anon_id") and anon.count(name.lower()) > 1:
+            name = f"{name}-{_tag(p.key)}"
         if name.lower() in taken:
             other = name
             name = _safe(f"{name}-{p.key}")
+            if name.lower() in taken:
+                name = f"{other}-{_tag(p.key)}"
             notes.append(
                 f"{p.name or p.key} ({p.lms} id {p.key}) and {taken[other.lower()]} would share the folder "
                 f"{other!r}; this one is {name!r}"
@@ -765,11 +890,19 @@ def _name_people(people, index: dict, notes: list[str]) -> dict[str, str]:
     return out
 
 
+def _tag(key: str) -> str:
+    """6 hex digits of ``key``'s SHA-256: a suffix that tells apart ids differing only in case."""
+    return hashlib.sha256(key.encode()).hexdigest()[:6]
+
+
 def _choose(found: list[Candidate], labs, refs, notes) -> tuple[dict, list]:
     """({(person, lab): (latest candidate, how it matched, the others)}, [(candidate, why not graded)])."""
     by: dict[tuple, list] = {}
     extra = []
     for c in found:
+        if c.kind != "file":  # a URL or a text entry: the student's, and nothing the grader runs
+            extra.append((c, f"{ENTRIES[c.kind]}, not a notebook: the lab expects its notebook file"))
+            continue
         lab, how = match_lab(c.filename, c.entry.read() if c.filename.lower().endswith(".ipynb") else None, labs, refs)
         if lab is None:
             extra.append((c, how))

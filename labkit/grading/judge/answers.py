@@ -23,7 +23,13 @@ it was given for (``answer_sha``): when a resubmitted answer changes, it is pend
 Each exported row carries the ``base`` it starts from (``version`` of the stored score), so
 ``merge`` refuses what would silently change a score: two files that disagree, a file scored
 before the stored score was given, a score for an earlier version of an answer. The instructor
-then says which file wins (``--prefer``).
+then says which file wins (``--prefer``). A file merged again whose only change is a comment
+(same points, same answer) updates the comment: the file's own comment replaces the one it gave
+before; another file's is added to it.
+
+A group's answer (one file handed in for every member, ``intake``'s ``group``) is one row, naming
+every member (``members``), while their answers are the same: the score given to it is every
+member's, so two TAs cannot score one answer two ways.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ EXPORT_FIELDS = [
     "lab",
     "check",
     "student",
+    "members",
     "answer",
     "numbers",
     "notes",
@@ -286,6 +293,18 @@ def score(q: Question, a: Answer | None, ta: dict | None):
     return Score(0.0, q.max, "pending", "awaiting a TA's score" + (f" ({notes})" if notes else "") + stale, a.sha)
 
 
+def states(found: dict | None, qs: dict[str, Question]) -> dict[str, dict]:
+    """{check: {"sha", "state"}}: each answer of a run as ``score`` reads it, kept with the run in
+    the gradebook so its views count as the reports do. state: ``unread`` (the notebook could not
+    be read), ``missing`` (no answer cell found), ``empty`` (the placeholder or nothing), ``given``."""
+    out = {}
+    for name in qs:
+        a = None if found is None else found.get(name)
+        state = "unread" if a is None else "missing" if not a.found else "empty" if not a.answered else "given"
+        out[name] = {"sha": a.sha if a is not None else None, "state": state}
+    return out
+
+
 def read_scores(out: Path) -> dict[tuple, dict]:
     """{(lab, check, student): row}: the current TA scores of the output folder's gradebook
     (``ta_scores.csv`` is a view of them), or of the CSV in a folder that has none."""
@@ -417,13 +436,45 @@ def flag_notes(flags: list[dict], lab: str, check: str, name) -> dict[str, list[
     return out
 
 
+def groups_of(items: list[dict]) -> dict[tuple, list[str]]:
+    """{(lab, student): everyone graded for that lab in the student's group, the student too, in
+    order}, from the items' ``group`` (the other members the intake named); only group members."""
+    graded = {(it["lab"], it["student"]) for it in items}
+    out = {}
+    for it in items:
+        members = sorted({it["student"], *(m for m in it.get("group") or () if (it["lab"], m) in graded)})
+        if len(members) > 1:
+            out[(it["lab"], it["student"])] = members
+    return out
+
+
+def _shared(items: list[dict], check: str, groups: dict) -> dict[str, list[str]]:
+    """{student: the members whose answer to ``check`` is the same as theirs}, for the students of
+    one lab's ``items`` in a group (the first of them stands for the rest in the TA's files)."""
+    by = {it["student"]: it for it in items}
+
+    def sha(student):
+        a = by[student]["answers"].get(check)
+        return a.sha if a is not None else None
+
+    out = {}
+    for it in items:
+        mine = sha(it["student"])
+        members = groups.get((it["lab"], it["student"]), [])
+        same = [m for m in members if mine is not None and sha(m) == mine]
+        if len(same) > 1:
+            out[it["student"]] = same
+    return out
+
+
 def export(
     out: Path, items: list[dict], qs: dict[tuple, Question], anonymous: bool = False, flags: list[dict] = ()
 ) -> list:
     """Write ``answers/<lab>/<check>.csv`` per question and return its ``.html`` page to render
     (``render.Task``). ``items``: one per (student, lab) with ``student``, ``lab``, ``records``,
-    ``answers`` {check: Answer or None} and ``scores`` {check: Score}. ``anonymous``: students
-    as codes (``codes``), in the codes' order; ``flags``: the similarity report's pairs."""
+    ``answers`` {check: Answer or None}, ``scores`` {check: Score} and ``group`` (the others of
+    their group, if any: a group's same answer is one row). ``anonymous``: students as codes
+    (``codes``), in the codes' order; ``flags``: the similarity report's pairs."""
     from labkit.grading.pages import render
     from labkit.grading.gradebook.report import write_csv
 
@@ -432,10 +483,15 @@ def export(
     def name(student: str) -> str:
         return code.get(student, student)
 
-    tasks, ta = [], read_scores(out)
+    tasks, ta, groups = [], read_scores(out), groups_of(items)
     for (lab, check), q in qs.items():
         rows, marks = [], flag_notes(list(flags), lab, check, name)
-        for it in sorted([i for i in items if i["lab"] == lab], key=lambda i: name(i["student"])):
+        mine = sorted([i for i in items if i["lab"] == lab], key=lambda i: name(i["student"]))
+        shared = _shared(mine, check, groups)
+        for it in mine:
+            members = sorted(shared.get(it["student"], []), key=name)
+            if members and members[0] != it["student"]:
+                continue  # the group's row is its first member's
             a, s = it["answers"].get(check), it["scores"][check]
             held = ta.get((lab, check, it["student"]))
             rows.append(
@@ -443,10 +499,18 @@ def export(
                     "lab": lab,
                     "check": check,
                     "student": name(it["student"]),
+                    "members": "; ".join(name(m) for m in members),
                     "answer": a.text if a else "",
                     "numbers": numbers(it["records"], q),
                     "values": named_values(it["records"], q),
-                    "flags": marks.get(it["student"], []),
+                    "flags": [
+                        *(
+                            [f"a group's answer: the score given is each of its {len(members)} members'"]
+                            if members
+                            else []
+                        ),
+                        *marks.get(it["student"], []),
+                    ],
                     "notes": "; ".join(a.notes) if a else s.reason,
                     "status": s.status,
                     "answer_sha": a.sha if a else "",
@@ -573,12 +637,15 @@ def merge(
     answers: dict[tuple, str],
     prefer: Path | None = None,
     aliases: dict[str, str] | None = None,
+    groups: dict[tuple, list[str]] | None = None,
 ) -> list[str]:
     """Read filled-in CSVs into the gradebook of ``out`` (one transaction) and its view
     ``ta_scores.csv``; returns what was merged, one line per file.
 
     ``known``: {(lab, check): Question}; ``answers``: {(lab, check, student): current answer sha};
-    ``aliases``: {code: student} of anonymous grading (``codes``).
+    ``aliases``: {code: student} of anonymous grading (``codes``); ``groups``: {(lab, student):
+    the group's members} (``groups_of``): a row's score is also every member's whose answer is
+    the same.
     A file with any bad row merges nothing and raises ScoresError listing every bad row. So does
     a conflict, listing each: two files (or two rows) that score one answer differently; a file
     that scored an earlier version of an answer whose current version has a score; a score that
@@ -591,7 +658,8 @@ def merge(
     given: dict[tuple, list[_Given]] = {}
     for path in map(Path, files):
         for key, g in _read_scored(path, known, answers, aliases or {}):
-            given.setdefault(key, []).append(g)
+            for member in _members(key, answers, groups or {}):
+                given.setdefault(member, []).append(g)
     prefer = Path(prefer) if prefer else None
     if prefer is not None and all(prefer.resolve() != Path(f).resolve() for f in files):
         raise ScoresError(f"--prefer {prefer}: not one of the files being merged ({', '.join(map(str, files))})")
@@ -609,7 +677,7 @@ def merge(
         for g in gs:
             c = counts.setdefault(g.path, {"merged": 0, "unchanged": 0, "stale": 0, "won": 0, "lost": 0})
             if choice is None:
-                c["unchanged" if not _differs(stored.get(key), g) else "lost"] += 1
+                c["unchanged" if not _differs(stored.get(key), g) or _same_points(stored.get(key), g) else "lost"] += 1
             elif (g.value[0], g.value[2]) == (choice.value[0], choice.value[2]):
                 c["merged"] += 1
                 c["stale"] += g.value[2] != answers[key]
@@ -650,6 +718,14 @@ def merge(
             + (f", {lost} conflict(s) lost (--prefer {prefer.name})" if lost else "")
         )
     return summary
+
+
+def _members(key: tuple, answers: dict, groups: dict) -> list[tuple]:
+    """``key`` and the same question of every other member of its student's group whose answer
+    is the same now (a group's row scores them all)."""
+    lab, check, student = key
+    mates = [m for m in groups.get((lab, student), []) if m != student]
+    return [key] + [(lab, check, m) for m in mates if answers.get((lab, check, m)) == answers[key]]
 
 
 def _read_scored(path: Path, known: dict, answers: dict, aliases: dict) -> list[tuple[tuple, _Given]]:
@@ -714,6 +790,8 @@ def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer:
     g = gs[0]
     if not _differs(st, g):
         return None, ""
+    if (st or {}).get("score") == g.value[0] and st.get("answer_sha") == g.value[2]:
+        return _commented(st, g), ""  # the points stand; only what was said of them changed
     if st is None or (st.get("answer_sha") != current and g.value[2] == current):
         return g, ""
     held = f"{SCORES_FILE} holds {_shown((st.get('score'), st.get('comment')))} (from {st.get('source')}"
@@ -731,6 +809,23 @@ def _decide(key: tuple, gs: list[_Given], st: dict | None, current: str, prefer:
             f"say which score it started from"
         )
     return None, f"{where}: {_rows(gs)} gives {_shown(g.value)}; {held}, given after the file was exported"
+
+
+def _commented(st: dict, g: _Given) -> _Given | None:
+    """``g`` as it updates the comment of the stored score ``st`` it agrees with on the points
+    (None: nothing to change): a comment already there changes nothing; the file the stored score
+    came from replaces its own comment (the last one: another file's is added after those before);
+    another file's comment is added, so the student reads both."""
+    said = [c for c in (st.get("comment") or "").split(" / ") if c]
+    if g.value[1] in (st.get("comment"), *said):
+        return None
+    if st.get("source") == g.path.name:
+        comment = " / ".join([*said[:-1], *([g.value[1]] if g.value[1] else [])])
+    elif not g.value[1]:
+        return None
+    else:
+        comment = " / ".join([*said, g.value[1]])
+    return _Given(g.path, g.row, (g.value[0], comment, g.value[2]), g.base)
 
 
 def _agreeing(gs: list[_Given], prefer: Path | None) -> list[_Given]:
@@ -754,6 +849,10 @@ def _agreeing(gs: list[_Given], prefer: Path | None) -> list[_Given]:
 
 def _differs(st: dict | None, g: _Given) -> bool:
     return st is None or (st.get("score"), st.get("comment") or "", st.get("answer_sha")) != g.value
+
+
+def _same_points(st: dict | None, g: _Given) -> bool:
+    return st is not None and (st.get("score"), st.get("answer_sha")) == (g.value[0], g.value[2])
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -222,12 +222,6 @@ def _add_grade(sub) -> None:
         "everyone else's runs stay as they are",
     )
     p.add_argument(
-        "--student",
-        metavar="NAME",
-        help="regrade this one student (folder name or the reports' name): their notebooks run again, "
-        "everyone else's runs stay as they are",
-    )
-    p.add_argument(
         "--no-sandbox",
         action="store_true",
         help="run students' notebooks without the bubblewrap sandbox, trusting each with everything "

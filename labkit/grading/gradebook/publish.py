@@ -248,7 +248,8 @@ class Book:
         for note in notes:
             log(f"canvas.csv: {note}")
         try:  # figures only: a plot that fails never costs the batch its grades
-            stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning)
+            kept = self.out / ".grader" / cache.SUMMARY  # drawn again only when what it shows changed
+            stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning, kept)
         except (ValueError, TypeError, OSError, RuntimeError) as e:
             log(f"summary.html not written: {type(e).__name__}: {e}")
         return notes

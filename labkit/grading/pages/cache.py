@@ -26,6 +26,7 @@ TEMPLATES = Path(__file__).parents[1] / "templates"
 LIBRARIES = ("nbconvert", "nbformat", "mistune", "latex2mathml", "pygments", "jinja2", "markupsafe", "nh3")
 RENDERED, FELL_BACK = "rendered", "fell back"
 RECORD = "page.json"  # in a run's .grader folder: what its feedback page was last written for
+SUMMARY = "summary.json"  # in the output folder's .grader: what summary.html was last written for
 
 
 @functools.lru_cache(maxsize=1)

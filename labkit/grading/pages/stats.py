@@ -97,11 +97,24 @@ def lab_section(rows: list[dict], lab) -> dict:
     }
 
 
-def write_html(rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "") -> None:
-    """``summary.html``: per lab, its figures and its per-check table (the template escapes every text)."""
+def write_html(
+    rows: list[dict], labs: list, path: Path, title: str = "Grades", warning: str = "", kept: Path | None = None
+) -> None:
+    """``summary.html``: per lab, its figures and its per-check table (the template escapes every text).
+    ``kept``: where to record what it was written for (``cache``); the page is not drawn again
+    (matplotlib's import and figures: seconds) while its rows, labs, title and warning are the same."""
+    import dataclasses
+
+    from labkit.grading.pages import cache
     from labkit.grading.pages.feedback import page
     from labkit.grading.pages.render import template
 
+    entry = None
+    if kept is not None:
+        made = cache.key("summary.html", rows, [dataclasses.asdict(lab) for lab in labs], title, warning)
+        entry = cache.Entry(kept, path, "summary", made)
+        if entry.current():
+            return
     body = template("stats.html.j2", title=title, warning=warning, labs=[lab_section(rows, lab) for lab in labs])
     css = (
         "body{font-family:sans-serif;margin:1em 2em} img{max-width:48%;margin:0.5em 1% 0.5em 0;"
@@ -109,3 +122,5 @@ def write_html(rows: list[dict], labs: list, path: Path, title: str = "Grades", 
         "padding:3px 6px;text-align:left} .warn{color:#cf222e;font-weight:bold}"
     )
     write_text(path, page(f"{title}: statistics", body, css))
+    if entry is not None:
+        entry.keep(cache.RENDERED)

@@ -100,7 +100,7 @@ grade-merge: setup
 	$(PY) -m labkit grade-merge $(SCORES) --out $(OUT) $(if $(PREFER),--prefer $(PREFER))
 
 grade-export: setup
-	$(PY) -m labkit grade-export --out $(OUT) $(if $(ROSTER),--roster $(ROSTER)) $(if $(NEW_ASSIGNMENT),--new-assignment) $(GRADE_ARGS)
+	$(PY) -m labkit grade-export --out $(OUT) $(if $(ROSTER),--roster $(ROSTER)) $(if $(NEW_ASSIGNMENT),--new-assignment) $(if $(SCALE_TO_CANVAS),--scale-to-canvas) $(GRADE_ARGS)
 
 grade-deliver: setup
 	$(PY) -m labkit grade-deliver --out $(OUT)

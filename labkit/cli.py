@@ -321,6 +321,12 @@ def _add_grade(sub) -> None:
         help="accept a column that is not an assignment of the roster: Canvas creates a new assignment "
         "for it (default: refused)",
     )
+    p.add_argument(
+        "--scale-to-canvas",
+        action="store_true",
+        help="a lab worth other points in Canvas (the roster's Points Possible) than in the rubric: scale its "
+        "scores to Canvas's points (default: refused, naming both); kept for later merges until either changes",
+    )
     _lock_arguments(p)
     p.set_defaults(func=_publish("export"))
 

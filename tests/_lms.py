@@ -60,14 +60,34 @@ def canvas_zip(path: Path, files: list) -> Path:
     return path
 
 
-def canvas_roster(path: Path, people: list[tuple], assignment: str = "Alpha (901)") -> Path:
-    """Canvas's gradebook export: (display name "Last, First", ID, SIS User ID, SIS Login ID) per student."""
+def canvas_roster(path: Path, people: list[tuple], assignment: str | dict = "Alpha (901)", points: str = "6") -> Path:
+    """Canvas's gradebook export: (display name "Last, First", ID, SIS User ID, SIS Login ID) per
+    student; ``assignment``: its column, worth ``points``, or {column: points} for several."""
+    columns = assignment if isinstance(assignment, dict) else {assignment: points}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
-        w.writerow(["    Points Possible", "", "", "", "", "6"])
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *columns])
+        w.writerow(["    Points Possible", "", "", "", "", *columns.values()])
         for display, uid, sis, login in people:
-            w.writerow([display, str(uid), sis, login, "Sec 1", ""])
+            w.writerow([display, str(uid), sis, login, "Sec 1", *["" for _ in columns]])
+    return path
+
+
+def canvas_gradebook(path: Path, people: list[tuple], points: dict, manual_posting: bool = True) -> Path:
+    """Canvas's gradebook export as Grades > Export writes it: the header (each assignment as
+    ``Title (id)``), a ``Manual Posting`` row (an assignment whose grades are posted by hand: its
+    Student and ID cells empty), the ``    Points Possible`` row ({column: points}), then a row
+    per (display name "Last, First", ID, SIS User ID, SIS Login ID); Canvas's Test Student is
+    one of them ("Student, Test")."""
+    columns = list(points)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *columns])
+        if manual_posting:
+            w.writerow(["", "", "", "", "", *["Manual Posting" for _ in columns]])
+        w.writerow(["    Points Possible", "", "", "", "", *[points[c] for c in columns]])
+        for display, uid, sis, login in people:
+            w.writerow([display, str(uid), sis, login, "1", *["" for _ in columns]])
     return path
 
 

@@ -594,7 +594,7 @@ def canvas_class(tmp_path_factory):
     root = tmp_path_factory.mktemp("canvas")
     (root / "rubric.toml").write_text(LATE_RUBRIC)
     nbs = reference_notebooks(root)
-    roster = canvas_roster(root / "roster.csv", PEOPLE)
+    roster = canvas_roster(root / "roster.csv", PEOPLE, {"Alpha (901)": "6", "Beta (902)": "2"})
     download = canvas_download(root)
     r = _cli(
         "grade",
@@ -641,7 +641,7 @@ def test_a_canvas_download_is_graded_end_to_end(canvas_class):
         "SIS Login ID",
         "Section",
         "Alpha (901)",
-        "Beta",
+        "Beta (902)",
     ]  # the roster's
     assert {ln[3] for ln in lines[2:]} == {"jsmith", "jdoe", "rroe", "llee", "kkim"}
 
@@ -688,9 +688,11 @@ def test_only_the_labs_submitted_are_graded_and_a_later_batch_adds_to_the_class(
         canvas_class["root"] / "rubric.toml",
         "--notebooks",
         canvas_class["notebooks"],
+        "--roster",
+        canvas_class["roster"],
     )
     assert r.returncode == 0, r.stderr
-    assert next(csv.reader(open(tmp_path / "out2" / "canvas.csv")))[5:] == ["Alpha"]
+    assert next(csv.reader(open(tmp_path / "out2" / "canvas.csv")))[5:] == ["Alpha (901)"]
 
 
 @needs_sandbox
@@ -781,6 +783,9 @@ def test_a_gradescope_export_is_graded_end_to_end(tmp_path):
     assert rows[("S1002", "alpha", "late")]["points"] == "-3"  # 2 days at 25%, of 6 points, capped at 50%
     assert "by 25.5 h" in rows[("S1002", "alpha", "late")]["reason"]
     assert rows[("S1004", "alpha", "execution")]["status"] == "ok"
+    assert not (tmp_path / "out" / "canvas.csv").exists()  # no Canvas column named: none written
+    r = _cli("grade-export", "--out", tmp_path / "out", "--column", "alpha=Alpha (901)")
+    assert r.returncode == 0, r.stderr
     with open(tmp_path / "out" / "canvas.csv", newline="") as f:
         lines = list(csv.reader(f))
-    assert lines[0][5:] == ["Alpha"] and {ln[2] for ln in lines[2:]} == {"S1001", "S1002", "S1003", "S1004"}
+    assert lines[0][5:] == ["Alpha (901)"] and {ln[2] for ln in lines[2:]} == {"S1001", "S1002", "S1003", "S1004"}

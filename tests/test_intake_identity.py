@@ -189,3 +189,30 @@ def test_an_uploaded_file_named_like_an_entry_is_read_by_the_roster(tmp_path):
     assert len(intake.canvas_readings(upload.zip_name)) == 2
     rec = _import(tmp_path, [upload], PEOPLE)
     assert rec["students"]["vvic"]["received"] == [{"file": "link.html", "why": "'link.html' is not a notebook"}]
+
+
+def test_a_group_named_with_digits_is_read_by_its_group_set(tmp_path):
+    from test_grading_intake import GROUPS, group_set
+    from labkit.grading.submissions.groups import read_group_set
+
+    team = CanvasFile("team_7", 12347, 81000, "my work.ipynb", filled("bob"))  # Group "Team_7", handed in by Rick
+    members = read_group_set(group_set(tmp_path / "groups.csv", GROUPS))
+    got = intake.import_download(
+        canvas_zip(tmp_path / "download.zip", [team]),
+        tmp_path / "subs",
+        labs_of(tmp_path),
+        reference_notebooks(tmp_path),
+        log=lambda m: None,
+        groups=members,
+    ).record
+    assert _graded(tmp_path, got) == {s: filled("bob") for s in ("jsmith", "rroe", "llee")}
+    assert "refused" not in got
+    alone = _import(tmp_path, [team])  # no group set, no roster: user 7 or user 12347?
+    assert alone["refused"][0]["file"] == team.zip_name and _graded(tmp_path, alone) == {}
+
+
+def test_a_canvas_user_id_is_matched_to_the_roster_id_alone(tmp_path):
+    # Vic's SIS User ID has the digits of Evil's Canvas id: Evil's file is Evil's
+    people = [("Victim, Vic", 12345, "22222", "vvic"), ("Evil, Eve", 22222, "S2", "evil")]
+    rec = _import(tmp_path, [CanvasFile("evileve", 22222, 70001, "alpha.ipynb", filled("bob"))], people)
+    assert _graded(tmp_path, rec) == {"evil": filled("bob")}

@@ -485,7 +485,7 @@ def _grade(db, rub, every, req: Request, box) -> Outcome:
             for lab in book.labs
             for name, q in answers.questions(lab, notebooks / lab.notebook).items()
         }
-        book.save(Path(req.rubric).read_text())
+        book.save(Path(req.rubric).read_text(), req.rubric)
         _submissions(db, book, record, {job.key for job in jobs} if req.student is not None else None)
         if req.student is not None:
             log(f"regrading {jobs[0].student if jobs else req.student} only: every other student stays as graded")

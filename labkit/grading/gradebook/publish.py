@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.grading.judge import answers
-from labkit.grading.gradebook import exports, report
+from labkit.grading.gradebook import exports, report, rubric_change
 from labkit.grading.pages import cache, feedback
 from labkit.grading.submissions import intake, late
 from labkit.grading.run import ledger
@@ -62,9 +62,14 @@ class Book:
     notebooks: str = ""  # the reference notebooks' folder (the similarity report's template)
     intake: dict = field(default_factory=dict)  # {student: {"person": {...}, "labs": {lab: {...}}}} (intake)
     intake_notes: list = field(default_factory=list)  # the intake's notes on what it did not grade
+    rubric: str = ""  # the rubric the class was graded under, by path: a later edit is applied or stale
+    stale: dict = field(default_factory=dict)  # {lab: why its stored scores are not the rubric's now}
+    rubric_notes: list = field(default_factory=list)  # the rubric's edits applied (``rubric_change``)
+    canvas: object = None  # canvas.csv's columns as last decided (``exports.Columns``)
 
     # ------------------------------------------------------------------ the manifest
-    def save(self, rubric_text: str) -> None:
+    def save(self, rubric_text: str, rubric: str | Path = "") -> None:
+        self.rubric = str(Path(rubric).resolve()) if rubric else self.rubric
         (self.out / ".grader").mkdir(parents=True, exist_ok=True)
         (self.out / ".grader" / "rubric.toml").write_text(rubric_text)
         ledger.write_manifest(
@@ -80,6 +85,7 @@ class Book:
                 "notebooks": str(Path(self.notebooks).resolve()) if self.notebooks else "",
                 "intake": self.intake,
                 "intake_notes": self.intake_notes,
+                "rubric": self.rubric,
             },
         )
 
@@ -96,7 +102,7 @@ class Book:
             )
         rub = load_rubric(out / ".grader" / "rubric.toml")
         qs = [answers.Question(**q) for q in man["questions"]]
-        return cls(
+        book = cls(
             out,
             [rub.labs[k] for k in man["labs"]],
             [job_from(d, rub.labs) for d in man["jobs"]],
@@ -108,7 +114,20 @@ class Book:
             man.get("notebooks", ""),
             man.get("intake") or {},
             man.get("intake_notes") or [],
+            man.get("rubric") or "",
         )
+        book.follow_rubric()
+        return book
+
+    def follow_rubric(self) -> None:
+        """The rubric's edits since grading that run nothing, applied (``rubric_change``); the
+        labs whose runs they would alter are ``stale``."""
+        from labkit.grading.gradebook import rubric_change
+
+        follows, self.stale, self.rubric_notes = rubric_change.follow(self.labs, self.rubric)
+        self.labs = [follows.get(lab.key, lab) for lab in self.labs]
+        for job in self.jobs:
+            job.lab = follows.get(job.lab.key, job.lab)
 
     # ------------------------------------------------------------------ rows
     def lab_questions(self, lab_key: str) -> dict:
@@ -216,17 +235,20 @@ class Book:
         return rows
 
     # ------------------------------------------------------------------ writing
-    def write_tables(self, rows: list[dict], log=print, allow_new: bool = True) -> list[str]:
+    def write_tables(self, rows: list[dict], log=print, allow_new: bool = False, scale: bool = False) -> list[str]:
         """grades.csv, summary.md/.html, final_grades.csv and canvas.csv, from ``rows`` and the
-        gradebook (the roster's people, the last export sent); returns canvas.csv's notes."""
+        gradebook (the roster's people, the last export sent); returns canvas.csv's notes.
+        ``allow_new``: a column Canvas would make a new assignment of is accepted; ``scale``: the
+        labs Canvas gives other points are scaled to them (``canvas_columns``)."""
         from labkit.grading.pages import stats
 
         settings = export_settings(self.out)
         with self.gradebook() as db:
             db.keep_late([r for r in rows if r["check"] == report.LATE])  # what the views add
-            given = db.roster_rows()
+            given = exports.people_only(db.roster_rows())
             sent = db.last_sent()
         roster = [row for _, row in given] if given else None
+        columns = self.canvas = self.canvas_columns(roster, settings, allow_new, scale)
         matched = {handle: row for handle, row in given if handle is not None}
         report.write_csv(rows, self.out / "grades.csv")
         report.write_summary(
@@ -236,23 +258,45 @@ class Book:
             self.title,
             self.warning,
             missing=self.missing(rows, given) if roster is not None else None,
-            regrades=exports.changes(self.out, rows, self.labs, sent) if sent else ("", []),
+            regrades=exports.changes(self.out, rows, self.labs, sent, columns.scaled) if sent else ("", []),
             notes=self.intake_notes,
         )
         exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
         people = {s: v.get("person") or {} for s, v in self.intake.items()}
-        columns = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new=allow_new)
-        notes = exports.write_canvas(
-            rows, self.labs, self.out / "canvas.csv", roster, settings.get("columns"), people, matched, columns
+        notes = self.rubric_notes + exports.write_canvas(
+            rows,
+            self.labs,
+            self.out / "canvas.csv",
+            roster,
+            settings.get("columns"),
+            people,
+            matched,
+            columns,
+            settings.get("test_ids"),
         )
         for note in notes:
-            log(f"canvas.csv: {note}")
+            log(note if note.startswith(("rubric ", exports.NOT_WRITTEN)) else f"canvas.csv: {note}")
         try:  # figures only: a plot that fails never costs the batch its grades
             kept = self.out / ".grader" / cache.SUMMARY  # drawn again only when what it shows changed
             stats.write_html(rows, self.labs, self.out / "summary.html", self.title, self.warning, kept)
         except (ValueError, TypeError, OSError, RuntimeError) as e:
             log(f"summary.html not written: {type(e).__name__}: {e}")
         return notes
+
+    def canvas_columns(self, roster, settings: dict, allow_new: bool = False, scale: bool = False):
+        """Each lab's column in canvas.csv, or why it has none (``exports.lab_columns``): Canvas's
+        points for it (the roster's Points Possible row), the scaling agreed, the stale labs."""
+        settings = _from_roster(settings)
+        canvas = exports.Canvas(
+            points=settings.get("points") or {}, scale=settings.get("scale") or {}, test_ids=settings.get("test_ids")
+        )
+        canvas.stale = {**rubric_change.stale_runs(self.jobs, self.stored()), **self.stale}
+        cols = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new, canvas)
+        if scale and not self.reference:
+            canvas.scale = {**canvas.scale, **exports.scale_asked(self.labs, cols, canvas)}
+            save_export_settings(self.out, None, None, scale=canvas.scale)
+            cols = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new, canvas)
+        return cols
 
     def missing(self, rows: list[dict], given: list[tuple]) -> list[dict]:
         """[{name, login, labs}]: who on the roster (``given``: [(the gradebook's name for them, or
@@ -359,19 +403,37 @@ def export_settings(out: Path) -> dict:
     return _read_json(Path(out) / ".grader" / EXPORT_SETTINGS) or {}
 
 
-def save_export_settings(out: Path, roster: str | None, columns: dict | None) -> None:
-    """Keep the roster and column names for every later report; what is not given stays as it was."""
+def save_export_settings(out: Path, roster: str | None, columns: dict | None, scale: dict | None = None) -> None:
+    """Keep the roster (with its Points Possible row and Test Student), the column names and the
+    scaling agreed for every later report; what is not given stays as it was."""
     old = export_settings(out)
+    canvas = exports.read_canvas_export(Path(roster)) if roster else None
     path = Path(out) / ".grader" / EXPORT_SETTINGS
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
+    report.write_text(
+        path,
         json.dumps(
             {
                 "roster": str(Path(roster).resolve()) if roster else old.get("roster"),
                 "columns": {**(old.get("columns") or {}), **(columns or {})},
+                "points": canvas.points if canvas else old.get("points") or {},
+                "test_ids": canvas.test_ids if canvas else old.get("test_ids") or [],
+                "scale": old.get("scale") or {} if scale is None else scale,
             }
-        )
+        ),
     )
+
+
+def _from_roster(settings: dict) -> dict:
+    """``settings`` with Canvas's points and Test Student, read from the roster they name when
+    they were kept before the settings held them."""
+    if "points" in settings or not settings.get("roster"):
+        return settings
+    try:
+        canvas = exports.read_canvas_export(Path(settings["roster"]))
+    except ValueError:
+        return settings  # the roster is gone: nothing to check against, as without one
+    return {**settings, "points": canvas.points, "test_ids": canvas.test_ids}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,26 +501,30 @@ class ExportError(PublishError):
 
 
 def export_gradebook(
-    out, roster: str | None = None, columns: dict | None = None, log=print, allow_new: bool = False
+    out, roster: str | None = None, columns: dict | None = None, log=print, allow_new: bool = False, scale=False
 ) -> list[dict]:
     """final_grades.csv and canvas.csv; the export is kept as sent (the regrade list starts
-    from it) only when Canvas can take it as it is, else ``ExportError`` names what is wrong."""
+    from it) only when Canvas can take it as it is, else ``ExportError`` names what is wrong.
+    ``scale``: scores of labs Canvas gives other points are scaled to Canvas's (kept for later)."""
     book = Book.load(out)
     if roster:
-        people = exports.read_roster(Path(roster))  # a bad roster is refused before anything is written
+        canvas = exports.read_canvas_export(Path(roster))  # a bad roster is refused before anything is written
+        people = canvas.students
         with book.gradebook() as db:
             attached = db.attach_roster(people, str(Path(roster).resolve()))
-        log(f"roster {roster}: {len(attached['matched'])} of its {len(people)} student(s) are in the gradebook")
+        log(
+            f"roster {roster}: {len(attached['matched'])} of its {len(people)} student(s) are in the gradebook"
+            + (f" (not people: {', '.join(canvas.skipped)})" if canvas.skipped else "")
+        )
     save_export_settings(book.out, roster, columns or {})
     rows = book.rows()
     with book.gradebook() as db:
         sent = db.last_sent()
-    when, changed = exports.changes(book.out, rows, book.labs, sent) if sent else ("", [])
-    notes = book.write_tables(rows, log, allow_new=allow_new)
+    notes = book.write_tables(rows, log, allow_new=allow_new, scale=scale)
+    scaled = book.canvas.scaled
+    when, changed = exports.changes(book.out, rows, book.labs, sent, scaled) if sent else ("", [])
     problems = _export_problems(book, rows, notes)
-    scores = exports.lab_scores(
-        rows, [lab for lab in book.labs if not any(n.startswith(f"{lab.key}: no column") for n in notes)]
-    )
+    scores = exports.lab_scores(rows, [lab for lab in book.labs if lab.key not in book.canvas.refused], scaled)
     with book.gradebook() as db:
         db.exported(str(book.out / "canvas.csv"), scores, sent=not problems, note="; ".join(problems))
     if problems:
@@ -466,7 +532,7 @@ def export_gradebook(
             f"canvas.csv was written to look at, but not as an export to send ({len(problems)} "
             f"problem(s)):\n  " + "\n  ".join(problems)
         )
-    exports.save_exported(book.out, rows, book.labs, _now())
+    exports.save_exported(book.out, rows, book.labs, _now(), scaled)
     log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
     if changed:
         log(f"{len(changed)} grade(s) changed since the export of {when} (listed in summary.md):")
@@ -476,8 +542,9 @@ def export_gradebook(
 
 
 def _export_problems(book: Book, rows: list[dict], notes: list[str]) -> list[str]:
-    """What keeps canvas.csv from being sent: labs with no column, students left out, nobody in it."""
-    out = [n for n in notes if ": no column (" in n]
+    """What keeps canvas.csv from being sent: labs with no column (it is not written then),
+    students left out, nobody in it."""
+    out = [n for n in notes if ": not exported (" in n or n.startswith(exports.NOT_WRITTEN)]
     gone = exports.left_out(notes)
     if gone:
         out.append(
@@ -555,5 +622,11 @@ def main_export(args) -> int:
         return out
 
     return _run(
-        lambda: export_gradebook(args.out, args.roster, columns(), allow_new=getattr(args, "new_assignment", False))
+        lambda: export_gradebook(
+            args.out,
+            args.roster,
+            columns(),
+            allow_new=getattr(args, "new_assignment", False),
+            scale=getattr(args, "scale_to_canvas", False),
+        )
     )

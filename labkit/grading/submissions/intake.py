@@ -426,16 +426,16 @@ class Person:
 
 
 def find_in_roster(person: Person, index: dict) -> dict | None:
-    """The roster row of ``person`` (``index``: ``exports.roster_index``)."""
-    tries = (
-        [person.ids.get("canvas_user_id")]
-        if person.lms == "canvas"
-        else [
-            None if person.conflict else person.ids.get("sid"),
-            person.ids.get("email"),
-            (person.ids.get("email") or "").split("@")[0],
-        ]
-    )
+    """The roster row of ``person`` (``index``: ``exports.roster_index``). Canvas's user id is
+    matched to the ``ID`` column alone: another student's SIS User ID of the same digits is not them."""
+    if person.lms == "canvas":
+        uid = str(person.ids.get("canvas_user_id") or "").strip()
+        return next((row for row in index.values() if uid and (row.get("ID") or "").strip() == uid), None)
+    tries = [
+        None if person.conflict else person.ids.get("sid"),
+        person.ids.get("email"),
+        (person.ids.get("email") or "").split("@")[0],
+    ]
     for value in tries:
         if value and str(value).strip().lower() in index:
             return index[str(value).strip().lower()]

@@ -8,15 +8,19 @@ Wait until every node's status is **Finished** (setting up takes about 10 minute
 to node0 (List View: its ssh command) with your agent forwarded (`ssh -A`) and check:
 
 ```
-ls ~/labkit/.cloudlab-ready                           # on every node: the setup of this boot is done
+ls ~/.labkit-ready/                                   # node0 node1 ...: each node whose setup is done
 cd ~/labkit && .venv/bin/python -m labkit nodes check --hosts ~/hosts.txt
 ```
+
+node0 writes `~/hosts.txt` once every node is ready (its log says which are not).
 
 Open JupyterLab through an ssh tunnel (`ssh -L 8888:localhost:8888 you@node0...`, then
 `cd ~/labkit && make lab` on node0) and set `hosts_file = "/users/<you>/hosts.txt"` in a lab's parameters.
 
 The setup log of each node is `/local/labkit-startup.log`. Rebooting a node keeps `~/labkit`:
-the setup never overwrites a student's notebooks. With a shared folder (`shared_gb`), `/mydata`
+the setup never overwrites a student's notebooks. After the course's kit changes,
+`cd ~/labkit && make cloudlab-update` on node0 brings every node's kit up to date, notebooks
+left as they are. With a shared folder (`shared_gb`), `/mydata`
 is node0's disk, mounted on every node: keep data and results to share there.
 
 The experiment is deleted when it expires, with every node's disk: copy the work you want to

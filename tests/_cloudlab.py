@@ -78,3 +78,95 @@ def checkout(lab, mirror: str, node: str = "node0") -> None:
     assert copy.returncode == 0, copy.stderr.decode()
     done = lab.sh(node, f"cd labkit && make data DATA_MIRROR={shlex.quote(mirror)}", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def profile_repository(folder):
+    """``make release``'s student kit in ``folder``/release, committed, and its clone in
+    ``folder``/repository, as CloudLab clones a profile's repository onto every node
+    (``/local/repository``); returns the clone."""
+    import subprocess
+    from pathlib import Path
+
+    from labkit.grading.kit.release import release
+
+    out = Path(folder) / "release"
+    release(Path(__file__).resolve().parents[1] / "notebooks", out, log=lambda *_: None)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the course's kit"]):
+        subprocess.run([*GIT, *args], cwd=out, check=True, capture_output=True)
+    clone = out.parent / "repository"
+    subprocess.run(["git", "clone", "-q", str(out), str(clone)], check=True, capture_output=True)
+    return clone
+
+
+GIT = ["git", "-c", "user.name=TA", "-c", "user.email=ta@example.edu"]
+
+STAND_INS = {
+    # CloudLab's geni-get: the experiment's creator and its key pair
+    "geni-get": '#!/bin/sh\ncase "$1" in user_urn) echo "urn:publicid:IDN+emulab.net+user+ta" ;; '
+    'key) cat "$(dirname "$0")/experiment_key" ;; *) exit 1 ;; esac\n',
+    # pip's download of the pinned wheels (the nodes reach no PyPI): `make setup` finds this
+    # machine's .venv linked in, installed after the kit's requirements (a copy of the kit is newer)
+    "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
+    'if [ -n "${dir:-}" ]; then [ -e "$dir/.venv" ] || ln -s "$LABKIT_TEST_VENV" "$dir/.venv"; '
+    'touch -r "$dir/.venv/.labkit-installed" "$dir"/requirements*.txt "$dir/pyproject.toml"; fi\n'
+    'exec /usr/bin/make "$@"\n',
+}
+
+
+@contextlib.contextmanager
+def stand_ins():
+    """A folder every node's account can read, with the stand-ins and the experiment's key."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    tools = Path(tempfile.mkdtemp(prefix="labkit-test-startup-"))
+    try:
+        key = ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "", "-C", "experiment"]
+        subprocess.run([*key, "-f", str(tools / "experiment_key")], check=True)
+        for name, text in STAND_INS.items():
+            (tools / name).write_text(text)
+            (tools / name).chmod(0o755)
+        tools.chmod(0o755)
+        yield tools
+    finally:
+        shutil.rmtree(tools)
+
+
+def boot(lab, nodes, repository, tools, mirror: str, log: str, *args: str, timeout: float = 600) -> dict:
+    """``startup.sh`` as the profile runs it (root, from the profile repository) on ``nodes`` at
+    once, as CloudLab boots an experiment's nodes, for the account ``ta``; the nodes reach no
+    internet, so the data comes from the course mirror ``mirror``, and CloudLab's ``geni-get``
+    and the wheels' download have the stand-ins above. Returns each node's exit code, output and
+    log (``log``: a path on the node)."""
+    import shlex
+    import subprocess
+    import sys
+
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "LABKIT_TEST_VENV": sys.prefix, "kit": f"{lab.home_dir}/labkit"}
+    command = (
+        f"bash {shlex.quote(str(repository))}/startup.sh --nodes {len(lab.names)} --log {log} "
+        f"--mirror {shlex.quote(mirror)} --repository {shlex.quote(str(repository))} {shlex.join(args)}"
+    )
+    runs = {
+        n: subprocess.Popen(
+            lab.command(n, f"{command} --node {n}", user=False, env=env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        for n in nodes
+    }
+    done = {}
+    for n, run in runs.items():
+        try:
+            out, _ = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+            raise
+        path = lab.path(n, log)
+        done[n] = (run.returncode, out, path.read_text() if path.exists() else "")
+    return done

@@ -5,14 +5,13 @@ its startup script, run at two boots of emulated nodes whose student edited a no
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+import _cloudlab
 from _cloudlab import cloudlab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,16 +34,7 @@ def rspec(repository: Path, *values: str) -> subprocess.CompletedProcess:
 def profile_repository(tmp_path_factory):
     """``make release``'s student kit, committed and cloned as CloudLab clones a profile's
     repository onto every node (``/local/repository``)."""
-    from labkit.grading.kit.release import release
-
-    out = tmp_path_factory.mktemp("release") / "release"
-    release(REPO / "notebooks", out, log=lambda *_: None)
-    git = ["git", "-c", "user.name=TA", "-c", "user.email=ta@example.edu"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the course's kit"]):
-        subprocess.run([*git, *args], cwd=out, check=True, capture_output=True)
-    clone = out.parent / "repository"
-    subprocess.run(["git", "clone", "-q", str(out), str(clone)], check=True, capture_output=True)
-    return clone
+    return _cloudlab.profile_repository(tmp_path_factory.mktemp("profile"))
 
 
 def test_the_release_is_a_profile_repository_without_the_solutions(profile_repository):
@@ -121,87 +111,39 @@ def test_a_parameter_the_profile_lacks_is_named(profile_repository):
     assert done.returncode != 0 and "no parameter node " in done.stderr and "nodes, hardware" in done.stderr
 
 
-STAND_INS = {
-    # CloudLab's geni-get: the experiment's creator and its key pair
-    "geni-get": '#!/bin/sh\ncase "$1" in user_urn) echo "urn:publicid:IDN+emulab.net+user+ta" ;; '
-    'key) cat "$(dirname "$0")/experiment_key" ;; *) exit 1 ;; esac\n',
-    # pip's download of the pinned wheels (the nodes reach no PyPI): the first `make setup` finds
-    # this machine's .venv linked in, already installed
-    "make": '#!/bin/sh\nfor a; do [ "$a" = setup ] && dir=$kit; done\n'
-    'if [ -n "${dir:-}" ] && [ ! -e "$dir/.venv" ]; then ln -s "$LABKIT_TEST_VENV" "$dir/.venv" && '
-    'touch -r "$dir/.venv/.labkit-installed" "$dir"/requirements*.txt "$dir/pyproject.toml"; fi\n'
-    'exec /usr/bin/make "$@"\n',
-}
-
-
 @pytest.fixture
 def stand_ins():
-    """A folder every node's account can read, with the stand-ins and the experiment's key."""
-    tools = Path(tempfile.mkdtemp(prefix="labkit-test-startup-"))
-    try:
-        subprocess.run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "rsa",
-                "-b",
-                "2048",
-                "-m",
-                "PEM",
-                "-N",
-                "",
-                "-C",
-                "experiment",
-                "-f",
-                str(tools / "experiment_key"),
-            ],
-            check=True,
-        )
-        for name, text in STAND_INS.items():
-            (tools / name).write_text(text)
-            (tools / name).chmod(0o755)
-        tools.chmod(0o755)
+    with _cloudlab.stand_ins() as tools:
         yield tools
-    finally:
-        shutil.rmtree(tools)
 
 
 @pytest.mark.cloudlab
 @pytest.mark.slow
 def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository, stand_ins):
-    """``startup.sh`` as the profile runs it (root, at every boot, from the profile repository)
-    on emulated node0 and node1, for the account ``ta``; the nodes reach no internet, so the data
-    comes from the course mirror (``--mirror``: LABKIT_DATA_MIRROR), and CloudLab's ``geni-get``
-    and the wheels' download have the stand-ins above. Then the student edits a notebook and
-    adds a file, node0 boots again, and both are still there."""
+    """``startup.sh`` as the profile runs it (``_cloudlab.boot``) on emulated node0 and node1 at
+    once, each with a home of its own. Then the student edits a notebook and adds a file, node0
+    boots again, and both are still there."""
     mirror = os.environ.get("LABKIT_DATA_MIRROR") or pytest.skip("LABKIT_DATA_MIRROR is not set")
-    tools = stand_ins
     log = "/home/ta/startup.log"  # /local is CloudLab's; the node's home stands in
-    env = {"PATH": f"{tools}:{os.environ['PATH']}", "LABKIT_TEST_VENV": sys.prefix, "kit": "/home/ta/labkit"}
 
-    def boot(node):
-        done = lab.sh(
-            node,
-            f"bash {profile_repository}/startup.sh --node {node} --nodes 2 --log {log} "
-            f"--mirror {shlex.quote(mirror)} --repository {profile_repository}",
-            user=False,
-            env=env,
-            timeout=600,
-        )
-        assert done.returncode == 0, lab.path(node, log).read_text()[-3000:] + done.stderr[-2000:]
-        return lab.path(node, log).read_text()
+    def boot(*nodes):
+        done = _cloudlab.boot(lab, nodes, profile_repository, stand_ins, mirror, log)
+        for node, (returncode, out, text) in done.items():
+            assert returncode == 0, f"{node}: {text[-3000:]}{out[-2000:]}"
+        return {node: text for node, (_, _, text) in done.items()}
 
     with cloudlab(2) as lab:
         home = lab.home("node0")
-        for node in lab.names:
-            boot(node)
-        assert "copied the kit" in (lab.path("node0", log)).read_text()
-        ready = (home / "labkit/.cloudlab-ready").read_text().strip()
+        first = boot("node0", "node1")
+        assert "copied the kit" in first["node0"] and "copied the kit" in first["node1"]  # each home its own
+        ready = (home / ".labkit-ready/node0").read_text().strip()
         assert ready == lab.sh("node0", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+        assert (lab.home("node1") / ".labkit-ready/node1").read_text().strip() == ready  # one kernel: one boot id
         assert [ln.split()[0] for ln in (home / "hosts.txt").read_text().splitlines()] == ["10.10.1.1", "10.10.1.2"]
+        assert "every node is ready; wrote /home/ta/hosts.txt" in first["node0"]
+        assert not (lab.home("node1") / "hosts.txt").exists()
         assert (home / "labkit/profile.py").exists() and not (home / "labkit/.git").exists()
-        assert not list(home.glob(".labkit-copy.*"))
+        assert not list(home.glob(".labkit-copy.*")) and not (home / ".labkit-boot.lock").exists()
         # passwordless ssh between the nodes with the experiment's key (geni-get key), by name and address
         login = lab.sh(
             "node0",
@@ -214,15 +156,15 @@ def test_two_boots_set_up_the_nodes_and_keep_a_students_edits(profile_repository
         edit = lab.sh(
             "node0",
             f"cd labkit/notebooks && printf ' ' >> {notebook} && sha256sum {notebook} && "
-            "echo mine > my_notes.txt && rm -f ~/labkit/.cloudlab-ready",
+            "echo mine > my_notes.txt && rm -f ~/.labkit-ready/node0",
         )
         assert edit.returncode == 0, edit.stderr
-        second = boot("node0")
+        second = boot("node0")["node0"]
         assert second.count("=== labkit startup on node0") == 2, second  # the log keeps both boots
         assert "is there already: left as it is" in second.split("=== labkit startup on node0")[-1]
         assert lab.sh("node0", f"cd labkit/notebooks && sha256sum {notebook}").stdout == edit.stdout
         assert (home / "labkit/notebooks/my_notes.txt").read_text() == "mine\n"
-        assert (home / "labkit/.cloudlab-ready").read_text().strip() == ready
+        assert (home / ".labkit-ready/node0").read_text().strip() == ready
         assert lab.sh("node0", 'grep -c "^# labkit: the experiment\'s nodes" ~/.ssh/config').stdout.strip() == "1"
         # the kit works across both nodes: worker:1 on node1, reached with the experiment's key
         works = lab.sh(

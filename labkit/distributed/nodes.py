@@ -198,30 +198,12 @@ def setup(
     say = _printer(log)
     nodes = _nodes(hosts, say)
     session = uuid.uuid4().hex
-    tokens = {"this machine": _local_token(session)}  # a node whose directory is this kit's has it
-    tarballs = _kit_tarballs(keep) if copy else (b"", b"")
-    for node in nodes:  # in order: a host that sees an earlier host's token shares its directory
-        token = f"labkit-setup {session} {node.host}"
-        seen = remote.run(
-            node.host,
-            f"mkdir -p {shlex.quote(remote.remote_dir)} && cd {shlex.quote(remote.remote_dir)}"
-            f" && (cat {TOKEN} 2>/dev/null || true) && echo {shlex.quote(token)} > {TOKEN}",
-            "connect",
-            timeout=60,
-            in_dir=False,
-        ).strip()
-        node.shares_with = next((h for h, t in tokens.items() if t and t == seen), None)
-        tokens[node.host] = token
-        if node.shares_with:
-            say(node.host, f"{remote.remote_dir} is the same directory as on {node.shares_with}: set up once")
-            continue
-        if copy:
-            remote.run(node.host, "tar -xf -", "copy the kit", timeout=300, stdin=tarballs[0])
-            if keep:
-                remote.run(node.host, "tar --skip-old-files -xf -", "copy the kit", timeout=300, stdin=tarballs[1])
-            node.steps.append("copy")
-            kept = f"; {', '.join(keep)}: only the files it lacked" if keep else ""
-            say(node.host, f"copied the kit ({len(tarballs[0]) / 1e6:.1f} MB) into {remote.remote_dir}{kept}")
+    local = _local_token(session)  # a node whose directory is this kit's sees it
+    try:
+        _copy(nodes, remote, {"this machine": local}, session, _kit_tarballs(keep) if copy else None, keep, say)
+    finally:
+        if local:
+            (REPO / TOKEN).unlink(missing_ok=True)
 
     def prepare(node: Node) -> Node:
         if install == DEFAULT_INSTALL and _drop_other_venv(remote, node.host):
@@ -247,6 +229,34 @@ def setup(
     _parallel(prepare, [n for n in nodes if not n.shares_with])
     _check(nodes, remote, say)
     return nodes
+
+
+def _copy(nodes: list[Node], remote: Remote, tokens: dict, session: str, tarballs, keep, say) -> None:
+    """Copy the kit (``tarballs``: outside and inside the ``keep`` folders; None: no copy) to each
+    node in order, but to one whose directory shows an earlier node's token (or this kit's, in
+    ``tokens``): that directory is already set up."""
+    for node in nodes:
+        token = f"labkit-setup {session} {node.host}"
+        seen = remote.run(
+            node.host,
+            f"mkdir -p {shlex.quote(remote.remote_dir)} && cd {shlex.quote(remote.remote_dir)}"
+            f" && (cat {TOKEN} 2>/dev/null || true) && echo {shlex.quote(token)} > {TOKEN}",
+            "connect",
+            timeout=60,
+            in_dir=False,
+        ).strip()
+        node.shares_with = next((h for h, t in tokens.items() if t and t == seen), None)
+        tokens[node.host] = token
+        if node.shares_with:
+            say(node.host, f"{remote.remote_dir} is the same directory as on {node.shares_with}: set up once")
+            continue
+        if tarballs is not None:
+            remote.run(node.host, "tar -xf -", "copy the kit", timeout=300, stdin=tarballs[0])
+            if keep:
+                remote.run(node.host, "tar --skip-old-files -xf -", "copy the kit", timeout=300, stdin=tarballs[1])
+            node.steps.append("copy")
+            kept = f"; in {', '.join(keep)} only the files it lacked" if keep else ""
+            say(node.host, f"copied the kit ({len(tarballs[0]) / 1e6:.1f} MB) into {remote.remote_dir}{kept}")
 
 
 def _local_token(session: str) -> str:

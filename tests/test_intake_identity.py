@@ -66,7 +66,7 @@ def test_with_a_roster_the_victim_and_the_attacker_are_each_graded_as_themselves
     rec = _import(tmp_path, [VICTIM, evil], PEOPLE)
     assert _graded(tmp_path, rec) == {"vvic": filled("ann"), "evil": filled("bob")}
     assert rec["students"]["evil"]["person"]["canvas_user_id"] == "22222"
-    assert "refused" not in rec and not any("not graded" in n for n in rec["notes"])
+    assert "ambiguous" not in rec and not any("not graded" in n for n in rec["notes"])
     note = " ".join(rec["students"]["evil"]["labs"]["alpha"]["notes"])
     assert "also reads as user 12345 (evil)" in note and "read as user 22222" in note
 
@@ -83,9 +83,9 @@ def test_without_a_roster_the_name_that_reads_two_ways_is_refused_naming_both(tm
     rec = _import(tmp_path, [VICTIM, evil])
     assert _graded(tmp_path, rec) == {"victimvic": filled("ann")}  # the victim is themselves; no one else is
     assert rec["students"]["victimvic"]["person"]["canvas_user_id"] == "12345"
-    (refused,) = rec["refused"]
-    assert refused["file"] == evil.zip_name
-    assert {(r["name"], r["user_id"]) for r in refused["readings"]} == {("evil_12345", "999999"), (EVIL, "22222")}
+    (ambiguous,) = rec["ambiguous"]
+    assert ambiguous["file"] == evil.zip_name
+    assert {(r["name"], r["user_id"]) for r in ambiguous["readings"]} == {("evil_12345", "999999"), (EVIL, "22222")}
     note = next(n for n in rec["notes"] if evil.zip_name in n)
     assert note.startswith("not graded") and "reads 2 ways" in note
     assert "user 999999 (evil_12345)" in note and f"user 22222 ({EVIL})" in note
@@ -103,8 +103,8 @@ def test_a_student_off_the_roster_cannot_take_a_classmate_who_is_on_it(tmp_path)
     evil = CanvasFile(EVIL, 22222, 70001, "my work.ipynb", filled("bob"))
     rec = _import(tmp_path, [evil], PEOPLE[:1])  # only the victim on the roster, who did not submit
     assert _graded(tmp_path, rec) == {}
-    assert rec["refused"][0]["file"] == evil.zip_name
-    assert {r["user_id"] for r in rec["refused"][0]["readings"]} == {"12345", "22222"}
+    assert rec["ambiguous"][0]["file"] == evil.zip_name
+    assert {r["user_id"] for r in rec["ambiguous"][0]["readings"]} == {"12345", "22222"}
 
 
 def test_a_students_other_files_keep_them_one_person(tmp_path):
@@ -114,7 +114,7 @@ def test_a_students_other_files_keep_them_one_person(tmp_path):
         CanvasFile(EVIL, 22222, 70002, "notes.pdf", b"%PDF-1.4"),
     ]
     rec = _import(tmp_path, files)
-    assert list(rec["students"]) == [EVIL] and "refused" not in rec
+    assert list(rec["students"]) == [EVIL] and "ambiguous" not in rec
     assert rec["students"][EVIL]["received"][0]["file"] == "notes.pdf"
 
 
@@ -206,9 +206,9 @@ def test_a_group_named_with_digits_is_read_by_its_group_set(tmp_path):
         groups=members,
     ).record
     assert _graded(tmp_path, got) == {s: filled("bob") for s in ("jsmith", "rroe", "llee")}
-    assert "refused" not in got
+    assert "ambiguous" not in got
     alone = _import(tmp_path, [team])  # no group set, no roster: user 7 or user 12347?
-    assert alone["refused"][0]["file"] == team.zip_name and _graded(tmp_path, alone) == {}
+    assert alone["ambiguous"][0]["file"] == team.zip_name and _graded(tmp_path, alone) == {}
 
 
 def test_a_canvas_user_id_is_matched_to_the_roster_id_alone(tmp_path):

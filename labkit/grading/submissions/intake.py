@@ -482,11 +482,11 @@ class Candidate:
 
 
 def canvas_candidates(
-    items: list[Entry], notes: list[str], known_ids: set | None = None, labs=(), refused: list | None = None
+    items: list[Entry], notes: list[str], known_ids: set | None = None, labs=(), ambiguous: list | None = None
 ) -> list[Candidate]:
     """A candidate per file of Canvas's download, its student read as ``resolve_readings`` reads
     them (``known_ids``: the roster's and the group set's user ids); a file whose name still reads
-    several ways is graded as no one: it is noted, and listed in ``refused``."""
+    several ways is graded as no one: it is noted, and listed in ``ambiguous``."""
     readings = {}
     for e in items:
         found = canvas_readings(e.name) if "/" not in e.path else []
@@ -509,8 +509,8 @@ def canvas_candidates(
                 "which: find the student on Canvas by the attachment id and give their file as "
                 "DIR/<student>/<notebook>.ipynb, or give the roster)"
             )
-            if refused is not None:
-                refused.append({"file": e.path, "readings": [asdict(r) for r in shown]})
+            if ambiguous is not None:
+                ambiguous.append({"file": e.path, "readings": [asdict(r) for r in shown]})
             continue
         parts = left[e.path][0]
         ids = (
@@ -792,10 +792,10 @@ def import_download(
     notes: list[str] = []
     items = entries(source, notes)
     due_at = parse_time(due, local=True) if due else None
-    refused: list[dict] = []
+    ambiguous: list[dict] = []  # files whose Canvas name reads several ways: graded as no one
     if layout == "canvas":
         known = {(row.get("ID") or "").strip() for row in roster or []} | set(groups or {})
-        found = canvas_candidates(items, notes, known - {""}, labs, refused)
+        found = canvas_candidates(items, notes, known - {""}, labs, ambiguous)
     else:
         found = gradescope_candidates(items, notes, due_at)
     if layout == "canvas" and groups:
@@ -846,7 +846,7 @@ def import_download(
         "imported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "students": students,
         "notes": notes,
-        **({"refused": refused} if refused else {}),
+        **({"ambiguous": ambiguous} if ambiguous else {}),
     }
     (dest / RECORD).write_text(json.dumps(record, indent=1))
     late = sum(1 for s in students.values() for v in s["labs"].values() if v["late"])
@@ -854,7 +854,7 @@ def import_download(
         f"imported {sum(len(s['labs']) for s in students.values())} notebook(s) of {len(students)} student(s) from "
         f"{layout.title()}'s download {source.name} into {dest}"
         + (f"; {late} late" if late else "")
-        + (f"; {len(refused)} file(s) whose Canvas name reads two ways NOT graded" if refused else "")
+        + (f"; {len(ambiguous)} file(s) whose Canvas name reads two ways NOT graded" if ambiguous else "")
         + (f"; {len(notes)} note(s) in {dest / RECORD}" if notes else "")
     )
     return Intake(dest, record)

@@ -124,3 +124,32 @@ def test_an_update_brings_the_kit_up_to_date_and_leaves_the_students_notebooks(e
     assert lab.sh("node0", f"cd labkit/notebooks && sha256sum {edited}").stdout == student.stdout
     assert (home / "labkit/notebooks/my_notes.txt").read_text() == "mine\n"
     assert not (home / ".labkit-boot.lock").exists()
+
+
+def test_a_node_waits_at_most_its_bound_for_the_node_that_holds_the_shared_home(experiment):
+    """node1 holds the home's lock (its start-up still copying, say): node2 waits its bound, then
+    stops naming node1. A lock node2 itself left at an earlier boot is removed at its next start."""
+    lab, repository, tools, mirror, _ = experiment
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "LABKIT_TEST_VENV": sys.prefix, "kit": "/home/ta/labkit"}
+    update = (
+        f"bash /home/ta/labkit/startup.sh --update --user ta --wait 10 --hosts /home/ta/no-hosts.txt "
+        f"--repository {shlex.quote(str(repository))} --mirror {shlex.quote(mirror)}"
+    )
+    held = "mkdir ~/.labkit-boot.lock && echo 'node1 {boot} 1 2026-12-07T21:00:00Z' > ~/.labkit-boot.lock/owner"
+    assert lab.sh("node1", held.format(boot="its-boot")).returncode == 0
+    t0 = time.monotonic()
+    waited = lab.sh("node2", update, user=False, env=env, timeout=120)
+    took = time.monotonic() - t0
+    assert waited.returncode == 5, waited.stdout + waited.stderr
+    assert "waiting for node1, which sets up the kit in /home/ta (shared with it) since 2026-12-07T21:00:00Z" in (
+        waited.stdout
+    )
+    assert "node2 waited 10 s for node1 to finish setting up the kit in /home/ta" in waited.stderr, waited.stderr
+    assert "remove /home/ta/.labkit-boot.lock and reboot node2" in waited.stderr
+    assert 10 <= took < 40, took
+    assert lab.sh("node1", "sed -i 's/^node1 /node2 /' ~/.labkit-boot.lock/owner").returncode == 0
+    again = lab.sh("node2", update, user=False, env=env, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "removing the lock an earlier start-up of node2 left in /home/ta" in again.stdout
+    assert "only this node's kit was brought up to date" in again.stdout
+    assert not (lab.home("node0") / ".labkit-boot.lock").exists()

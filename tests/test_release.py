@@ -159,7 +159,7 @@ def test_the_kit_is_written_for_students(kit):
         assert word not in docs, word
     assert "instructor-only" not in docs and "## 9. Slurm" in docs and "## Troubleshooting" in docs
     targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
-    assert targets == {"setup", "data", "lab", "check", "cluster-setup", "clean"}, targets
+    assert targets == {"setup", "data", "lab", "check", "cluster-setup", "cloudlab-update", "clean"}, targets
     # each lab's file, points and time limit, from the rubric
     for key, lab in load_rubric(RUBRIC).labs.items():
         auto = sum(c.points for c in lab.checks if not c.manual)
@@ -228,7 +228,8 @@ def recipes(makefile: str) -> dict[str, list[str]]:
 def test_the_kits_makefile_installs_as_the_instructors_does(kit):
     """The targets both Makefiles have build the same venv and fetch the same data, the same way."""
     student, instructor = recipes((kit / "Makefile").read_text()), recipes((REPO / "Makefile").read_text())
-    for name in ("PYTHON=", "VENV=", "PY=", "STAMP=", "setup", "$(STAMP)", "data", "lab", "cluster-setup", "HOSTS="):
+    same = ("PYTHON=", "VENV=", "PY=", "STAMP=", "setup", "$(STAMP)", "data", "lab", "cluster-setup", "HOSTS=")
+    for name in (*same, "cloudlab-update", "REPOSITORY="):
         assert student[name] == instructor[name], name
 
 

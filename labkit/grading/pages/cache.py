@@ -11,6 +11,7 @@ or the fallback page after its limits) and the page file's hash, signed with the
 (``ledger.sign``). A page whose entry holds, names the same key and hashes to the file on disk is
 not rendered again, a fallback included: a page past its limits costs them once per change of what
 it shows. A page removed or edited, or an entry changed, unsigned or copied, renders again.
+``summary.html`` keeps an entry too (``stats.write_html``): its figures are drawn once per change.
 """
 
 from __future__ import annotations

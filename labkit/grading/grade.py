@@ -42,6 +42,7 @@ that is not a version-4 notebook, an empty or oversized one) become rows that sa
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import shutil
@@ -51,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.core import scratch
+from labkit.core import folderlock, scratch
 from labkit.grading.judge import answers
 from labkit.grading.submissions import intake
 from labkit.grading.submissions.groups import read_group_set
@@ -62,7 +63,7 @@ from labkit.grading.run import stored as stored_files
 from labkit.grading.run.batch import Batch
 from labkit.grading.gradebook.publish import Book, PublishError
 from labkit.grading.judge.rubric import Lab, load_rubric
-from labkit.grading.run.runner import KIT_PREFIX, Job, RunResult, Setup
+from labkit.grading.run.runner import KIT_PREFIX, GraderFault, Job, RunResult, Setup
 from labkit.grading.judge.scoring import Scored, flag_note, row
 from labkit.grading.pages import warm
 
@@ -82,6 +83,7 @@ OWN_FILES = {
     gradebook.FILE + "-wal",
     gradebook.FILE + "-shm",
     MARKER,
+    folderlock.LOCK,
     "final_grades.csv",
     "canvas.csv",
     "similarity.html",
@@ -243,12 +245,18 @@ def _refused_rows(student: str, lab: Lab, why: str) -> list[dict]:
 # The batch
 
 
-def _claim(out: Path) -> None:
-    """Make ``out`` ours: new, empty, or written by an earlier batch (whose runs it reuses)."""
-    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+def _check_ours(out: Path) -> None:
+    """GradeError when ``out`` holds anything but its lock and no mark of ours (checked before the
+    lock is made there too, so a folder of someone else's gets nothing of ours)."""
+    if out.is_dir() and not (out / MARKER).exists() and any(p.name != folderlock.LOCK for p in out.iterdir()):
         raise GradeError(
             f"{out} is not empty and was not written by labkit grade; pick a new or empty folder with --out"
         )
+
+
+def _claim(out: Path) -> None:
+    """Make ``out`` ours: new, empty, or written by an earlier batch (whose runs it reuses)."""
+    _check_ours(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text(
         "written by `python -m labkit grade`; a later batch reuses the runs it still holds (--force: none)\n"
@@ -909,17 +917,35 @@ class _Recorder:
         if cut and scored.rows:
             scored.rows[0]["reason"] = "; ".join(x for x in (scored.rows[0]["reason"], cut) if x)
         stored["answers"] = self._answers(job, stored)
-        if self.db is not None:  # the gradebook first: an outcome file without its run there runs again
-            self.db.record_run(job.student, job.lab.key, stored)
-        ledger.save_outcome(job, stored)
+        with _own_files(job):
+            if self.db is not None:  # the gradebook first: an outcome file without its run there runs again
+                self.db.record_run(job.student, job.lab.key, stored)
+            ledger.save_outcome(job, stored)
         rows = self.current[job.key] = self.book.job_rows(job, stored, self.ta)[0]
-        self._credit(job, stored)
+        with _own_files(job):
+            self._credit(job, stored)
         self.outcome.rows[:] = self.book.refused + [r for j in self.book.jobs for r in self.current.get(j.key, [])]
-        report.write_csv(self.outcome.rows, self.book.out / "grades.csv")
+        with _own_files(job):
+            report.write_csv(self.outcome.rows, self.book.out / "grades.csv")
         self.outcome.ran.append(job.key)
         name = job.lab.notebook if self.book.reference else f"{job.student}/{job.lab.notebook}"
         self.progress.line(job.key, name, _ending(job, rows, result))
         return self.book.page_task(job, rows, stored, force=True)
+
+
+@contextlib.contextmanager
+def _own_files(job: Job):
+    """The grader writing its own files for ``job``: their failure (a full disk, a gradebook it
+    cannot write) is the batch's error (``GraderFault``), never a row of the student's."""
+    import sqlite3
+
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as e:
+        raise GraderFault(
+            f"the grader could not record {job.student}/{job.lab.notebook} ({type(e).__name__}: {e}), so it "
+            f"stopped; once the cause is fixed, grading again runs what it did not record"
+        ) from e
 
 
 def _ending(job: Job, rows: list[dict], result: RunResult) -> str:
@@ -1001,7 +1027,11 @@ def main(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: a background shell ignores it
         signal.signal(sig, interrupt)
     args.out = args.out or ("out/grade" if args.submissions else REFERENCE_OUT)
+    held, waiting = contextlib.ExitStack(), True  # the folder's lock (folderlock), for the whole batch
     try:
+        _check_ours(Path(args.out))
+        held.enter_context(folderlock.hold(args.out, getattr(args, "wait", None)))
+        waiting = False
         outcome = grade(
             args.rubric,
             args.submissions,
@@ -1019,16 +1049,27 @@ def main(args) -> int:
             groups=args.groups,
             student=getattr(args, "student", None),
         )
+    except folderlock.FolderBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        return folderlock.BUSY_EXIT
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except GraderFault as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
+        if waiting:
+            print(f"interrupted while waiting for {args.out}: nothing was written", file=sys.stderr)
+            return 130
         print(
             f"interrupted: the notebooks still running were killed; what finished is in {args.out}/grades.csv, "
             f"and grading again resumes with the rest",
             file=sys.stderr,
         )
         return 130
+    finally:
+        held.close()
     bad = outcome.not_passed
     waiting = sum(1 for r in outcome.rows if r["status"] == report.PENDING)
     print(

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from labkit.core import atomic
 from labkit.wire.protocol import ENV_FORKSERVER, RESULT_FORMAT, versions
 
 HELLO_KEYS = ("task", "host", "pid", "versions", "program", "started_epoch", "forkserver")
@@ -45,9 +46,7 @@ def write_json(path: Path, data: dict, indent: int | None = None) -> None:
     """Write atomically (temporary file + rename): a reader never sees half a file."""
     from labkit.notebook.record import to_jsonable
 
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(data), indent=indent) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(to_jsonable(data), indent=indent) + "\n")
 
 
 def new_result(program: str, task, args: dict, threads: tuple[int, int], started_epoch: float) -> dict:

@@ -14,20 +14,19 @@ The folder is rebuilt each time from the pages as they are, so a zip never holds
 
 from __future__ import annotations
 
-import os
 import shutil
 import zipfile
 from pathlib import Path
+
+from labkit.core import atomic
 
 FOLDER = "deliver"
 
 
 def _zip(path: Path, files: list[tuple[Path, str]]) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    with atomic.replacing(path, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
         for src, name in files:
             zf.write(src, name)
-    os.replace(tmp, path)
     return path
 
 

@@ -71,7 +71,7 @@ class Book:
     def save(self, rubric_text: str, rubric: str | Path = "") -> None:
         self.rubric = str(Path(rubric).resolve()) if rubric else self.rubric
         (self.out / ".grader").mkdir(parents=True, exist_ok=True)
-        (self.out / ".grader" / "rubric.toml").write_text(rubric_text)
+        report.write_text(self.out / ".grader" / "rubric.toml", rubric_text)
         ledger.write_manifest(
             self.out,
             {

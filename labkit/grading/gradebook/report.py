@@ -15,11 +15,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from collections import defaultdict
 from pathlib import Path
 
+from labkit.core import atomic
 from labkit.grading.gradebook.csvsafe import escape
 
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
@@ -35,10 +35,7 @@ NEVER_RAN = {"unreadable", "refused", "not-submitted", NOT_NOTEBOOK}
 
 
 def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:

@@ -35,6 +35,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from labkit.core import atomic
+
 OUTCOME = "outcome.json"
 MANIFEST = "batch.json"
 VERSION = 1
@@ -105,9 +107,7 @@ def _write_json(path: Path, data, context: str | None = None) -> None:
     data = json.loads(json.dumps(data, default=str))  # as it will read back
     if context is not None:
         data = {**data, SIGNATURE: _signature(data, context)}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(data))
 
 
 def _read_json(path: Path):

@@ -14,8 +14,9 @@ are cut alike, and its log, capped by ``logcap``) has a bound whatever the noteb
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from labkit.core import atomic
 
 MAX_STORED_BYTES = 16 * 2**20
 
@@ -133,6 +134,4 @@ def _replace(executed: Path, source: Path, why: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.cut")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, text)

@@ -147,12 +147,13 @@ cloudlab-update:
 # Emulated CloudLab nodes on this machine (root): a shell on node0 as the experiment's account,
 # the others reached by `ssh node1` ...; all of it goes when the shell ends (docs/cluster.md).
 # SLURM=1: with a Slurm across them (slurmctld on node0, a slurmd on each; docs/cluster.md section 9).
-#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [SLURM=1] [CLOUDLAB_ARGS="--command '...'"]
+# SHARED_HOME=1: the account's home one folder on every node, as an NFS home is (SLURM=1 has it too).
+#   make cloudlab-local [NODES=4] [LINK=1gbit,0.2ms] [SLURM=1] [SHARED_HOME=1] [CLOUDLAB_ARGS="--command '...'"]
 NODES         ?= 4
 LINK          ?= 1gbit
 CLOUDLAB_ARGS ?=
 cloudlab-local: setup
-	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(if $(SLURM),--slurm) $(CLOUDLAB_ARGS)
+	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(if $(SLURM),--slurm) $(if $(SHARED_HOME),--shared-home) $(CLOUDLAB_ARGS)
 
 clean:
 	rm -rf out runs notebooks/runs release .pytest_cache

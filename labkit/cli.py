@@ -589,7 +589,7 @@ def _add_cloudlab_local(sub) -> None:
         from labkit.infra import cloudlab_local, minislurm, netem
 
         try:
-            return cloudlab_local.session(a.nodes, a.link, a.user, a.command, slurm=a.slurm)
+            return cloudlab_local.session(a.nodes, a.link, a.user, a.command, slurm=a.slurm, shared_home=a.shared_home)
         except (ValueError, netem.EmulationUnavailable, netem.NetworkSetupError, minislurm.SlurmStartError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -608,6 +608,11 @@ def _add_cloudlab_local(sub) -> None:
         action="store_true",
         help="with a Slurm across the nodes (slurmctld on node0, a "
         "slurmd on each) and the account's home shared by them",
+    )
+    p.add_argument(
+        "--shared-home",
+        action="store_true",
+        help="the account's home one folder on every node, as an NFS home is (--slurm has it too)",
     )
     p.set_defaults(func=run)
 

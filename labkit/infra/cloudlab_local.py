@@ -472,14 +472,21 @@ class LocalCloudLab:
 
 
 def session(
-    nodes: int = 4, link: str = "1gbit", user: str = USER, command: str | None = None, slurm: bool = False, log=print
+    nodes: int = 4,
+    link: str = "1gbit",
+    user: str = USER,
+    command: str | None = None,
+    slurm: bool = False,
+    log=print,
+    shared_home: bool = False,
 ) -> int:
     """``make cloudlab-local``: bring the nodes up (``slurm``: with a Slurm across them, and the
-    account's home shared by the nodes), then run ``command`` on node0 as the account (its exit
-    code is ours), or open a login shell there when this is a terminal, or else hold the nodes
-    until stdin closes; everything goes down afterwards, however this process ends."""
+    account's home shared by the nodes; ``shared_home``: that home alone), then run ``command`` on
+    node0 as the account (its exit code is ours), or open a login shell there when this is a
+    terminal, or else hold the nodes until stdin closes; everything goes down afterwards, however
+    this process ends."""
     with contextlib.ExitStack() as stack:
-        lab = stack.enter_context(LocalCloudLab(nodes, link, user=user, shared_home=slurm))
+        lab = stack.enter_context(LocalCloudLab(nodes, link, user=user, shared_home=slurm or shared_home))
         log(
             f"{len(lab.names)} emulated CloudLab nodes up in {lab.up_s:.1f} s (link {lab.network.link}):\n{lab.table()}"
         )
@@ -493,7 +500,10 @@ def session(
                 f"`sinfo`, `salloc --nodes={len(lab.names)}`, then docs/cluster.md section 9."
             )
         else:
-            log(f"On node0 as {lab.user}: `getent hosts {' '.join(lab.names)} > hosts.txt`, then docs/cluster.md.")
+            shared = f" The home of {lab.user} is the same folder on every node." if lab.shared_home else ""
+            log(
+                f"On node0 as {lab.user}: `getent hosts {' '.join(lab.names)} > hosts.txt`, then docs/cluster.md.{shared}"
+            )
         log("The nodes and everything on them go when this command ends.")
         if command:
             return subprocess.run(lab.command(lab.names[0], command)).returncode

@@ -216,3 +216,11 @@ def test_a_canvas_user_id_is_matched_to_the_roster_id_alone(tmp_path):
     people = [("Victim, Vic", 12345, "22222", "vvic"), ("Evil, Eve", 22222, "S2", "evil")]
     rec = _import(tmp_path, [CanvasFile("evileve", 22222, 70001, "alpha.ipynb", filled("bob"))], people)
     assert _graded(tmp_path, rec) == {"evil": filled("bob")}
+
+
+def test_the_note_on_an_ambiguous_name_says_what_to_do(tmp_path):
+    evil = CanvasFile(EVIL, 22222, 70001, "my work.ipynb", filled("bob"))
+    note = next(n for n in _import(tmp_path, [evil])["notes"] if evil.zip_name in n)
+    assert ".../courses/<course>/users/<user id>" in note and "give the roster" in note
+    with_roster = next(n for n in _import(tmp_path, [evil], PEOPLE[:1])["notes"] if evil.zip_name in n)
+    assert "reads 2 ways" in with_roster and "give the roster" not in with_roster

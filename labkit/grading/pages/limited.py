@@ -2,7 +2,7 @@
 
 ``main(SPEC)`` is what every page's process runs, whether it started as ``python -m
 labkit.grading.pages.limited SPEC`` or was forked from the warm renderer (``warm``): it lowers the
-process's data limit (``limits.limit_self``) and its CPU time (``RLIMIT_CPU``), then calls the
+process's data limit (``limits.limit_self``) and its CPU time (``limits.limit_cpu``), then calls the
 writer the spec names with the spec's arguments. ``warm_up`` prepares the warm renderer for a
 writer: it imports the writer's module and runs that module's ``warm_up(folder)``, if it has one.
 """
@@ -31,20 +31,10 @@ def writer(reference: str):
     return resolve(reference)
 
 
-def limit_cpu(seconds: float) -> None:
-    """At ``seconds`` of CPU time the kernel ends this process with SIGXCPU, and a second later
-    with SIGKILL (whatever the code does with SIGXCPU); no core file is written."""
-    import resource
-
-    soft = max(1, int(seconds + 0.999))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-
-
 def main(argv=None) -> int:
     spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
     limits.limit_self(int(spec["memory_mb"] * 2**20))
-    limit_cpu(float(spec["cpu_s"]))
+    limits.limit_cpu(float(spec["cpu_s"]))
     writer(spec["writer"])(**spec["args"])
     return 0
 

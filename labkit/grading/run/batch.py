@@ -5,8 +5,9 @@ Each notebook is a ``Flight`` through these steps (``Batch.advance``), each poll
 
 1. ``prepare`` (``runner``): its work folder and cleaned copy, or the row that says why it
    will not run; then its run, on the executor (``executor``: here, or on Slurm) until it ends;
-2. what the run left, read once (``scoring.examine``), and the grader's own checks
-   (``checks.Checking``) when its lab verifies claims or has hidden checks;
+2. what the run left, read once (``scoring.examine``, in a child within that student's limits:
+   ``runner.examined``), and the grader's own checks (``checks.Checking``) when its lab
+   verifies claims or has hidden checks;
 3. ``scoring.score``, and the sink's ``record`` (``grade``'s: the stored outcome, grades.csv,
    the progress line), which returns the feedback page to write (``render.Task``);
 4. the page, rendering in a limited process of its own; once it is written, the flight is
@@ -31,8 +32,8 @@ from dataclasses import dataclass
 from labkit.grading.judge.checks import Checking
 from labkit.grading.run.executor import Ready
 from labkit.grading.judge.rubric import Score
-from labkit.grading.run.runner import GraderFault, Job, RunResult, prepare, release
-from labkit.grading.judge.scoring import Evidence, examine, notebook_scores, score
+from labkit.grading.run.runner import Job, RunResult, examined, prepare, release
+from labkit.grading.judge.scoring import Evidence, notebook_scores, score
 
 MAX_WHY = 300  # characters of an exception's message in a row
 
@@ -109,12 +110,9 @@ class Batch:
 
     @staticmethod
     def prepared(job: Job) -> RunResult | None:
-        """``prepare``, inside the student's boundary: whatever reading their file raises is their row;
-        the grader's own failure (``GraderFault``) is the batch's."""
+        """``prepare``, inside the student's boundary: whatever reading their file raises is their row."""
         try:
             return prepare(job)
-        except GraderFault:
-            raise
         except Exception as e:  # noqa: BLE001 - the boundary: one student's file never stops the class
             return RunResult("unreadable", f"the grader could not read this notebook: {_why(e)}")
 
@@ -155,7 +153,7 @@ class Batch:
         if self.sink is None:
             return
         try:
-            f.evidence = examine(f.job, result)
+            f.evidence = examined(f.job, result)  # in a child, within that student's limits
         except Exception as e:  # noqa: BLE001 - the boundary: this notebook's rows say why, the batch goes on
             f.evidence = Evidence(
                 {},
@@ -184,13 +182,10 @@ class Batch:
 
     def scored(self, f: Flight, checked: dict) -> None:
         """The checks are over: score the run, and start its page. Whatever scoring or recording
-        raises is recorded as this notebook's row (its answers not read), never the batch's end,
-        unless the grader failed to write its own files (``GraderFault``: the batch's error)."""
+        raises is recorded as this notebook's row (its answers not read), never the batch's end."""
         try:
             scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
             task = self.sink.record(f.job, f.result, scored)
-        except GraderFault:
-            raise
         except Exception as e:  # noqa: BLE001 - the boundary
             f.result = self.results[f.job.key] = RunResult(
                 "unreadable", f"the grader could not score this notebook: {_why(e)}", seconds=f.result.seconds

@@ -20,6 +20,8 @@ Backends, a registry tried in order (``BACKENDS``):
   RSS and no data limit; ``proc.tree_memory``).
 
 ``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
+``bounded(fn, ...)`` runs the grader's own work on one student's file (reading, cleaning,
+examining it) in a forked child with a data, CPU and wall-clock limit: ``OverBudget`` says which.
 """
 
 from __future__ import annotations
@@ -302,6 +304,14 @@ def remove_stale() -> list[Path]:
 # Inside the limited process
 
 
+def limit_cpu(seconds: float) -> None:
+    """At ``seconds`` of CPU time the kernel ends this process with SIGXCPU, and a second later
+    with SIGKILL (whatever the code does with SIGXCPU); no core file is written."""
+    soft = max(1, int(seconds + 0.999))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+
+
 def limit_self(memory_bytes: int, processes: int | None = None) -> None:
     """Lower this process's soft *and hard* data-segment limit (and, not as root, its process
     count), so nothing it starts can raise them again. ``RLIMIT_DATA`` rather than
@@ -316,3 +326,105 @@ def _lower(which: int, value: int) -> None:
     if hard != resource.RLIM_INFINITY:
         value = min(value, hard)
     resource.setrlimit(which, (value, value))
+
+
+# ---------------------------------------------------------------------------------------------
+# The grader's own work on one student's file, in a child of its own
+
+
+class OverBudget(RuntimeError):
+    """The grader's work on one student's file went past its limits; the message says which."""
+
+
+def bounded(fn, *args, cpu_s: float, memory_mb: float, wall_s: float):
+    """``fn(*args)`` in a child forked from this process, so what a student's file makes the
+    grader parse is counted against that file: ``memory_mb`` more than this process holds
+    (``RLIMIT_DATA``), ``cpu_s`` of CPU time (``limit_cpu``) and ``wall_s`` of wall-clock time.
+    Returns its value (pickled back: the child runs only the grader's code), raises what it
+    raised, or ``OverBudget`` saying which limit ended it. ``fn`` starts no process."""
+    import pickle
+
+    read, write = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: its pipe and its exit code are what the parent reads
+        os.close(read)
+        _child(write, parent, fn, args, memory_mb, cpu_s)
+    os.close(write)
+    data = None
+    try:
+        data = _drain(read, wall_s)
+    finally:
+        if data is None:  # past its time, or this process is being stopped (Ctrl-C): the child goes too
+            os.kill(pid, signal.SIGKILL)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if data is None:
+        raise OverBudget(f"took longer than {wall_s:g} s")
+    kind, value = pickle.loads(data) if data else ("died", code)
+    if kind == "ok":
+        return value
+    if kind == "raised":
+        raise value
+    if kind == "memory":
+        raise OverBudget(f"needed more than {memory_mb:g} MB")
+    if value in (-signal.SIGXCPU, -signal.SIGKILL):  # RLIMIT_CPU's soft signal, then its hard one
+        raise OverBudget(f"needed more than {cpu_s:g} s of CPU time")
+    raise OverBudget(f"ended with exit code {value}")
+
+
+def _child(write: int, parent: int, fn, args, memory_mb: float, cpu_s: float) -> None:
+    """The forked child of ``bounded``: limits first, then ``fn``; its outcome pickled into ``write``."""
+    import pickle
+
+    from labkit.core.proc import die_with_parent
+
+    code = 1
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        die_with_parent(signal.SIGKILL, parent)
+        limit_self(_data_bytes() + int(memory_mb * 2**20))
+        limit_cpu(cpu_s)
+        try:
+            outcome = ("ok", fn(*args))
+        except MemoryError:
+            outcome = ("memory", None)
+        except Exception as e:  # noqa: BLE001 - raised again in the parent, as it was
+            outcome = ("raised", e)
+        try:
+            data = pickle.dumps(outcome)
+            if outcome[0] == "raised":  # an exception whose arguments do not remake it, say
+                pickle.loads(data)
+        except Exception:  # noqa: BLE001 - a value or exception that does not pickle: its text
+            data = pickle.dumps(("raised", RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]}")))
+        with os.fdopen(write, "wb") as f:
+            f.write(data)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _data_bytes() -> int:
+    """This process's data segment (``VmData``): what a forked child holds before it does anything."""
+    for line in _read(Path("/proc/self/status")).splitlines():
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _drain(fd: int, wall_s: float) -> bytes | None:
+    """Everything written to ``fd`` until its writer closes it; None past ``wall_s`` seconds."""
+    import select
+
+    chunks, deadline = [], time.monotonic() + wall_s
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)

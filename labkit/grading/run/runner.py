@@ -26,14 +26,18 @@ whole group, then removes it. The runner also
   SIGKILLs every descendant until none is left, from the signal handler itself, then exits: a
   process that forks or changes session in the meantime is re-parented to the runner and killed
   in the next round (what the sandbox's PID namespace does anyway, for ``--no-sandbox`` runs);
-- gives papermill a kernel manager that starts the kernel through the sandbox's command line.
+- gives papermill a kernel manager that starts the kernel through the sandbox's command line,
+  and an engine that saves the executed notebook at a pace (``paced``: a cell costs what its
+  code costs), writing the cell it is in to a small file (``Progress``) as each starts.
 
 The grader's side: ``prepare`` gives a notebook its work folder and cleaned copy just before it
-starts (the batch calls it, ``batch.Batch``); ``LocalExecutor`` (the ``local`` executor,
-``executor``) starts runners, enforces the whole-notebook timeout and the memory and disk caps,
-and turns every ending into a ``RunResult``: ``ok``, ``error``, ``timeout``, ``memory``,
-``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or ``not-submitted``. A failed
-run never stops the batch; ``release`` gives a run's uid and disk back once its page is written.
+starts (the batch calls it, ``batch.Batch``); it reads and cleans the file, as ``examined`` reads
+what the run left, in a child with that student's own limits (``grader_side``). ``LocalExecutor``
+(the ``local`` executor, ``executor``) starts runners, enforces the whole-notebook timeout and
+the memory and disk caps, and turns every ending into a ``RunResult``: ``ok``, ``error``,
+``timeout``, ``memory``, ``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or
+``not-submitted``. A failed run never stops the batch; ``release`` gives a run's uid and disk
+back once its page is written.
 """
 
 from __future__ import annotations
@@ -64,11 +68,7 @@ from labkit.notebook.record import cell_name, cell_tags
 MAX_NOTEBOOK_BYTES = 16 * 2**20  # a submitted notebook past this is refused (outputs are stripped anyway)
 DISK_POLL_S = 2.0  # how often a work folder on the host disk (``disks.Folders``) is measured
 MAX_OUTPUT_BYTES = 256 * 2**20  # the largest executed notebook the runner writes (the grader reads 64 MB)
-
-
-class GraderFault(RuntimeError):
-    """The grader's own folders or files failed, not the student's notebook: the command's error
-    (exit 1), never a row of that student's."""
+PROGRESS = "progress.json"  # in a run's private folder: the cell it is in (``Progress``)
 
 
 @dataclass
@@ -253,39 +253,66 @@ def prepare(job: Job) -> RunResult | None:
         hint = f" (found: {', '.join(found)})" if found else ""
         return RunResult("not-submitted", f"no {job.source.name} in {folder.name}/{hint}")
     try:
-        why = check_readable(job.source)
+        why = grader_side(job, "reading it", check_readable, job.source)
+    except limits.OverBudget as e:
+        why = f"{REFUSED}: {e}"
     except (OSError, ValueError, RecursionError, MemoryError) as e:  # whatever the file does, its row
         why = f"not a readable notebook: {type(e).__name__}: {_one_line(e)}"
     if why:
         return RunResult("refused" if why.startswith(REFUSED) else "unreadable", why)
-    _grader_folders(job)
+    for d in (job.workdir, job.private):
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    job.private.chmod(0o700)  # the grader's own: no run's user may read or write it
+    job.private.parent.parent.chmod(0o700)
     try:
-        job.flags = clean_copy(job.source, job.clean_input, job.lab.kernel)
+        job.flags = grader_side(job, "cleaning it", clean_copy, job.source, job.clean_input, job.lab.kernel)
+    except limits.OverBudget as e:
+        job.clean_input.unlink(missing_ok=True)
+        return RunResult("refused", f"{REFUSED}: {e}")
     except (OSError, ValueError, RecursionError, MemoryError) as e:  # UnicodeEncodeError is a ValueError
         job.clean_input.unlink(missing_ok=True)
         return RunResult("unreadable", f"not a notebook the grader can clean: {type(e).__name__}: {_one_line(e)}")
+    for p in (job.executed, job.log):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.unlink(missing_ok=True)
     return None
 
 
-def _grader_folders(job: Job) -> None:
-    """``job``'s work and private folders made anew (the private one closed to runs), and no
-    executed notebook or log of an earlier run; GraderFault when the grader cannot make them."""
+READ_CPU_S = 60.0  # CPU seconds of the grader's own work on one notebook, per step (a 16 MB one reads in ~15)
+READ_WALL_FACTOR = 3.0  # its wall-clock backstop, as a page's (``render.WALL_FACTOR``): a busy machine
+
+
+def grader_side(job: Job, what: str, fn, *args):
+    """``fn(*args)``, work of the grader's own on ``job``'s files (reading, cleaning, examining
+    them), in a child with limits counted against that student (``limits.bounded``): READ_CPU_S
+    of CPU time, the lab's ``check_memory_mb`` and a wall-clock backstop. ``OverBudget`` says
+    ``what`` went past which; the batch goes on. The parsers are imported here first, once, so
+    no child spends its budget on them."""
+    import nbconvert.preprocessors  # noqa: F401 - imported once, before the fork
+    import nbformat  # noqa: F401
+
     try:
-        for d in (job.workdir, job.private):
-            if d.exists():
-                shutil.rmtree(d)
-            d.mkdir(parents=True)
-        job.private.chmod(0o700)  # the grader's own: no run's user may read or write it
-        job.private.parent.parent.chmod(0o700)
-        for p in (job.executed, job.log):
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.unlink(missing_ok=True)
-    except OSError as e:
-        raise GraderFault(
-            f"the grader could not make its own folders for {job.student}/{job.source.name} "
-            f"({type(e).__name__}: {e}), so it stopped, recording nothing for that notebook; once the cause "
-            f"is fixed (a full disk, a folder there the grader may not change), grading again runs it"
-        ) from e
+        return limits.bounded(
+            fn, *args, cpu_s=READ_CPU_S, memory_mb=job.lab.check_memory_mb, wall_s=READ_CPU_S * READ_WALL_FACTOR
+        )
+    except limits.OverBudget as e:
+        raise limits.OverBudget(f"{what} {e}, past the grader's limit for one notebook") from None
+
+
+def examined(job: Job, result: RunResult):
+    """``scoring.examine(job, result)`` (the executed notebook read, its records and the checks
+    that read it), done in ``grader_side``'s child; its checks named there, the job's own here."""
+    from labkit.grading.judge.scoring import Evidence, examine, hidden_checks
+
+    def read():
+        e = examine(job, result)
+        return e.records, e.scores, e.problem, [(c.name, value) for c, value in e.verified]
+
+    records, scores, problem, verified = grader_side(job, "reading its executed notebook", read)
+    checks = {c.name: c for c in job.lab.checks}
+    return Evidence(records, scores, problem, [(checks[n], v) for n, v in verified], hidden_checks(job, result))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,6 +421,7 @@ class _Running:
             "kernel_prefix": prefix[:-1],
             "group": [str(p) for p in self.group.procs],
             "log": str(job.log.resolve()),
+            "progress": str(job.private.resolve() / PROGRESS),
             "parent": os.getpid(),
         }
         self.spec_path = job.private.resolve() / "spec.json"
@@ -514,7 +542,7 @@ class _Running:
         return result
 
     def _running_cell(self) -> int | None:
-        return running_cell(self.job.executed, self.job.clean_input, bool(self.lab.parameters))
+        return Progress(self.job.private / PROGRESS).cell()
 
     def stop(self) -> None:
         """End the runner and everything in the run's group."""
@@ -598,34 +626,47 @@ class LocalExecutor(Executor):
 # Cells: map papermill's executed notebook back to the cells the student submitted.
 
 
-def running_cell(executed: Path, source: Path, injected: bool) -> int | None:
-    """The submitted-notebook index of the last cell papermill started, from its saved progress."""
-    import nbformat
-
-    try:
-        nb = nbformat.read(str(executed), as_version=4)
-    except (OSError, ValueError):
-        return None
-    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in cell_tags(c)]
-    started = [i for i, c in enumerate(cells) if execution.state(c) != "not-run"]
-    return source_index(source, started[-1], injected) if started else None
-
-
-def source_index(source: Path, executed_index: int, injected: bool = True) -> int | None:
-    """Papermill inserts an ``injected-parameters`` cell after the ``parameters`` cell (or at
-    the top) when it has parameters to inject; undo that shift. None for the injected cell itself."""
+def numbering(source: Path, injected: bool):
+    """executed index -> the submitted notebook's index of that cell (None for papermill's
+    injected-parameters cell). Papermill inserts that cell after the ``parameters`` cell (or at
+    the top) when it has parameters to inject, and replaces a cell already tagged so in place."""
     import nbformat
 
     if not injected:
-        return executed_index
-    cells = nbformat.read(str(source), as_version=4).cells
-    tags = [cell_tags(c) for c in cells]
-    if any("injected-parameters" in t for t in tags):  # papermill replaces it in place: no shift
-        return executed_index
+        return lambda i: i
+    tags = [cell_tags(c) for c in nbformat.read(str(source), as_version=4).cells]
+    if any("injected-parameters" in t for t in tags):  # replaced in place: no shift
+        return lambda i: i
     at = next((i + 1 for i, t in enumerate(tags) if "parameters" in t), 0)
-    if executed_index == at:
-        return None
-    return executed_index - 1 if executed_index > at else executed_index
+    return lambda i: None if i == at else i - 1 if i > at else i
+
+
+def source_index(source: Path, executed_index: int, injected: bool = True) -> int | None:
+    """The submitted notebook's index of the executed notebook's cell ``executed_index`` (``numbering``)."""
+    return numbering(source, injected)(executed_index)
+
+
+class Progress:
+    """The cell a run is in, kept by its runner in a small file of the grader's (written whole,
+    then renamed) as each cell starts: what the grader says of a run it stops, read at no cost
+    however large the executed notebook is (which ``paced`` saves only now and then)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def mark(self, cell: int | None) -> None:
+        """The submitted notebook's ``cell`` started (None: papermill's injected-parameters cell)."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"cell": cell}))
+        os.replace(tmp, self.path)
+
+    def cell(self) -> int | None:
+        """The last cell that started; None before any did (or the injected one)."""
+        try:
+            cell = json.loads(self.path.read_text()).get("cell")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return cell if isinstance(cell, int) and not isinstance(cell, bool) else None
 
 
 def _where(cell: int | None) -> str:
@@ -726,21 +767,26 @@ def _execute(spec: dict) -> RunResult:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
-    src, out, injected = Path(spec["input"]), Path(spec["output"]), bool(spec["parameters"])
+    from labkit.grading.run import paced
+
+    src = Path(spec["input"])
+    progress, number = Progress(spec["progress"]), numbering(src, bool(spec["parameters"]))
     try:
         execution.execute(
             src,
-            out,
+            spec["output"],
             parameters=spec["parameters"],
             kernel=spec["kernel"],
             cwd=spec["workdir"],
             cell_timeout=spec["cell_timeout"],
             start_timeout=spec["start_timeout"],
             kernel_manager_class=_kernel_manager_class(spec["kernel_prefix"], spec["ipc"], spec.get("owner")),
+            engine_name=paced.NAME,
+            started=lambda i: progress.mark(number(i)),
         )
         return RunResult("ok")
     except PapermillExecutionError as e:
-        cell = source_index(src, e.cell_index, injected)
+        cell = number(e.cell_index)
         where = cell_name(cell) if cell is not None else "the injected parameters cell"
         evalue = _one_line(e.evalue)
         exc = f"{e.ename}: {evalue}" if evalue else e.ename
@@ -750,17 +796,17 @@ def _execute(spec: dict) -> RunResult:
             )
         return RunResult("error", f"{where} raised {exc}", cell, e.ename, evalue)
     except CellTimeoutError:
-        cell = running_cell(out, src, injected)
+        cell = progress.cell()
         return RunResult("timeout", f"{cell_name(cell)} ran past the {spec['cell_timeout']:g} s cell timeout", cell)
     except DeadKernelError as e:
-        cell = running_cell(out, src, injected)
+        cell = progress.cell()
         if any(sign in tail(spec["log"], 40) for sign in OOM_SIGNS):  # e.g. C++ code aborting on bad_alloc
             return RunResult(
                 "memory", f"the kernel died {_where(cell)} out of memory (limit {spec['memory_mb']:g} MB)", cell
             )
         return RunResult("dead-kernel", f"the kernel died {_where(cell)}: {_one_line(e)}", cell)
     except Exception as e:  # kernel failed to start, missing kernelspec, ...: report it, never hang
-        cell = running_cell(out, src, injected)
+        cell = progress.cell()
         if isinstance(e, OSError) and e.errno == errno.EFBIG:  # papermill's copy of the notebook, at RLIMIT_FSIZE
             return RunResult(
                 "disk",

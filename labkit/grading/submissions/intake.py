@@ -506,8 +506,11 @@ def canvas_candidates(
                 f"not graded: {e.path} (its name reads {len(shown)} ways: "
                 + "; ".join(f"as {r.describe()}" for r in shown)
                 + "; neither the roster's user ids, the lab's file name nor the student's other files tell "
-                "which: find the student on Canvas by the attachment id and give their file as "
-                "DIR/<student>/<notebook>.ipynb, or give the roster)"
+                "which: open each user id on Canvas (.../courses/<course>/users/<user id>) to see who handed "
+                "it in, then grade their file laid out as DIR/<student>/<lab notebook>.ipynb into the same "
+                "--out"
+                + ("" if known_ids else ", or give the roster (ROSTER=, --roster), whose user ids may tell")
+                + ")"
             )
             if ambiguous is not None:
                 ambiguous.append({"file": e.path, "readings": [asdict(r) for r in shown]})

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from labkit.grading.judge.checks import Checking
 from labkit.grading.run.executor import Ready
 from labkit.grading.judge.rubric import Score
-from labkit.grading.run.runner import Job, RunResult, examined, prepare, release
+from labkit.grading.run.runner import GraderFault, Job, RunResult, examined, prepare, release
 from labkit.grading.judge.scoring import Evidence, notebook_scores, score
 
 MAX_WHY = 300  # characters of an exception's message in a row
@@ -110,9 +110,12 @@ class Batch:
 
     @staticmethod
     def prepared(job: Job) -> RunResult | None:
-        """``prepare``, inside the student's boundary: whatever reading their file raises is their row."""
+        """``prepare``, inside the student's boundary: whatever reading their file raises is their row;
+        the grader's own failure (``GraderFault``) is the batch's."""
         try:
             return prepare(job)
+        except GraderFault:
+            raise
         except Exception as e:  # noqa: BLE001 - the boundary: one student's file never stops the class
             return RunResult("unreadable", f"the grader could not read this notebook: {_why(e)}")
 
@@ -182,10 +185,13 @@ class Batch:
 
     def scored(self, f: Flight, checked: dict) -> None:
         """The checks are over: score the run, and start its page. Whatever scoring or recording
-        raises is recorded as this notebook's row (its answers not read), never the batch's end."""
+        raises is recorded as this notebook's row (its answers not read), never the batch's end,
+        unless the grader failed to write its own files (``GraderFault``: the batch's error)."""
         try:
             scored = score(f.job, f.result, f.evidence, checked, self.sink.notes(f.job))
             task = self.sink.record(f.job, f.result, scored)
+        except GraderFault:
+            raise
         except Exception as e:  # noqa: BLE001 - the boundary
             f.result = self.results[f.job.key] = RunResult(
                 "unreadable", f"the grader could not score this notebook: {_why(e)}", seconds=f.result.seconds

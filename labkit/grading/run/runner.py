@@ -71,6 +71,11 @@ MAX_OUTPUT_BYTES = 256 * 2**20  # the largest executed notebook the runner write
 PROGRESS = "progress.json"  # in a run's private folder: the cell it is in (``Progress``)
 
 
+class GraderFault(RuntimeError):
+    """The grader's own folders or files failed, not the student's notebook: the command's error
+    (exit 1), never a row of that student's."""
+
+
 @dataclass
 class Job:
     """One notebook to run: ``source`` is the submitted file, the rest are where things go."""
@@ -260,12 +265,7 @@ def prepare(job: Job) -> RunResult | None:
         why = f"not a readable notebook: {type(e).__name__}: {_one_line(e)}"
     if why:
         return RunResult("refused" if why.startswith(REFUSED) else "unreadable", why)
-    for d in (job.workdir, job.private):
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-    job.private.chmod(0o700)  # the grader's own: no run's user may read or write it
-    job.private.parent.parent.chmod(0o700)
+    _grader_folders(job)
     try:
         job.flags = grader_side(job, "cleaning it", clean_copy, job.source, job.clean_input, job.lab.kernel)
     except limits.OverBudget as e:
@@ -274,9 +274,6 @@ def prepare(job: Job) -> RunResult | None:
     except (OSError, ValueError, RecursionError, MemoryError) as e:  # UnicodeEncodeError is a ValueError
         job.clean_input.unlink(missing_ok=True)
         return RunResult("unreadable", f"not a notebook the grader can clean: {type(e).__name__}: {_one_line(e)}")
-    for p in (job.executed, job.log):
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.unlink(missing_ok=True)
     return None
 
 
@@ -313,6 +310,27 @@ def examined(job: Job, result: RunResult):
     records, scores, problem, verified = grader_side(job, "reading its executed notebook", read)
     checks = {c.name: c for c in job.lab.checks}
     return Evidence(records, scores, problem, [(checks[n], v) for n, v in verified], hidden_checks(job, result))
+
+
+def _grader_folders(job: Job) -> None:
+    """``job``'s work and private folders made anew (the private one closed to runs), and no
+    executed notebook or log of an earlier run; GraderFault when the grader cannot make them."""
+    try:
+        for d in (job.workdir, job.private):
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+        job.private.chmod(0o700)  # the grader's own: no run's user may read or write it
+        job.private.parent.parent.chmod(0o700)
+        for p in (job.executed, job.log):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.unlink(missing_ok=True)
+    except OSError as e:
+        raise GraderFault(
+            f"the grader could not make its own folders for {job.student}/{job.source.name} "
+            f"({type(e).__name__}: {e}), so it stopped, recording nothing for that notebook; once the cause "
+            f"is fixed (a full disk, a folder there the grader may not change), grading again runs it"
+        ) from e
 
 
 # ---------------------------------------------------------------------------------------------

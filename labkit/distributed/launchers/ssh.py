@@ -201,7 +201,7 @@ class SshLauncher(Launcher):
         try:
             self.options.run(host, script, timeout=15)
         except (subprocess.TimeoutExpired, OSError) as e:
-            print(f"labkit: could not signal tasks on {host}: {e}", file=sys.stderr)
+            print(f"labkit: could not signal tasks on {node_label(host)}: {e}", file=sys.stderr)
 
     # ---------------------------------------------------------------------------- files
     def collect(self, tps: list[TaskProcess]) -> list[str]:
@@ -214,10 +214,12 @@ class SshLauncher(Launcher):
             try:
                 out = self.options.run(host, f"tar -cf - -C {shlex.quote(run)} .", timeout=120, text=False)
             except (subprocess.TimeoutExpired, OSError) as e:
-                notes.append(f"could not copy results back from {host}: {e}")
+                notes.append(f"could not copy results back from {node_label(host)}: {e}")
                 continue
             if out.returncode != 0:
-                notes.append(f"could not copy results back from {host}: {out.stderr.decode(errors='replace').strip()}")
+                notes.append(
+                    f"could not copy results back from {node_label(host)}: {out.stderr.decode(errors='replace').strip()}"
+                )
                 continue
             with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
                 safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4

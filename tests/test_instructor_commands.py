@@ -93,8 +93,15 @@ def test_a_groups_answer_is_one_row_and_its_score_is_every_members(tmp_path):
         {"ann": same, "bob": same, "cat": "Mine alone.", "dan": same, "eve": "Eve changed it since."},
         {"ann": ["bob", "eve"], "bob": ["ann", "eve"], "eve": ["ann", "bob"]},  # dan wrote the same, alone
     )
-    answers.export(tmp_path, items, {("alpha", "answer Q1"): Q1})
+    (task,) = answers.export(tmp_path, items, {("alpha", "answer Q1"): Q1})
     sheet = tmp_path / "answers" / "alpha" / "answer-q1.csv"
+    answers.write_page(**task.args)  # the TA's page, rendered here (no kernel): the group is named once
+    page = task.path.read_text()
+    assert page.count("group: ann; bob") == 1 and page.count("Our group says") == 2  # dan's row, and the group's
+    assert f"make grade-merge OUT={tmp_path} SCORES={sheet}" in page
+    assert answers.merge_command(Path("out/grade/answers/lab1/q.html")) == (
+        "make grade-merge SCORES=out/grade/answers/lab1/q.csv"
+    )
     rows = [r for r in read_csv(sheet) if r["student"] not in answers.NOTE_ROWS]
     assert [(r["student"], r["members"]) for r in rows] == [
         ("ann", "ann; bob"),  # eve's answer differs now: her own row

@@ -539,7 +539,7 @@ def export(
                 write_page,
                 {"path": str(path), "question": asdict(q), "rows": rows},
                 path,
-                lambda why, q=q, rows=rows: _page(q, rows, _plain, why),
+                lambda why, q=q, rows=rows, path=path: _page(q, rows, _plain, why, merge_command(path)),
                 Path(out) / ".grader" / "answers.log",
             )
         )
@@ -576,10 +576,19 @@ def write_page(path: str, question: dict, rows: list[dict]) -> None:
     from labkit.grading.pages.feedback import markdown_html
     from labkit.grading.gradebook.report import write_text
 
-    write_text(Path(path), _page(Question(**question), rows, markdown_html))
+    write_text(Path(path), _page(Question(**question), rows, markdown_html, merge=merge_command(Path(path))))
 
 
-def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
+def merge_command(page: Path) -> str:
+    """The command that merges the CSV beside a question's ``page`` (``answers/<lab>/`` of the
+    class's folder, which ``OUT`` names unless it is make's default)."""
+    out = Path(page).parents[2]
+    return (
+        f"make grade-merge{'' if out == Path('out/grade') else f' OUT={out}'} SCORES={Path(page).with_suffix('.csv')}"
+    )
+
+
+def _page(q: Question, rows: list[dict], render_markdown, why: str = "", merge: str = "") -> str:
     """The page (``templates/pages/answers.html.j2``, autoescaped): the question, the key and
     each answer rendered on its own (``render_markdown`` returns Markup; one that fails shows
     as written, never the others), every other text escaped."""
@@ -599,6 +608,7 @@ def _page(q: Question, rows: list[dict], render_markdown, why: str = "") -> str:
         question=shown(q.text),
         key=shown(q.key),
         slug=slug(q.check),
+        merge=merge,
         rows=[(r, shown(r["answer"])) for r in rows],
     )
     css = (

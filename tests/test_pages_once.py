@@ -64,6 +64,19 @@ def _filled(student: str, lab: str):
     return nb
 
 
+def stored_run(job: Job, seconds: float) -> dict:
+    """A run's outcome as the batch holds it when the run ends, before the gradebook's JSON has
+    made its tuples lists and its keys text."""
+    return {
+        "fingerprint": {"notebook": hashlib.sha256(job.source.read_bytes()).hexdigest(), "lab": job.lab.key},
+        "rows": _rows(job.student, job.lab, seconds),
+        "records": {"slope": 2.0, "shape": (3, 4)},
+        "values": {"slope": 2.0, 0: (1, 2)},
+        "input": True,
+        "executed": True,
+    }
+
+
 def graded_class(root: Path, students=CLASS, broken=BROKEN) -> Path:
     """An output folder as a batch leaves it for ``students`` x (alpha, beta), before its reports."""
     (root / "rubric.toml").write_text(RUBRIC)
@@ -99,14 +112,7 @@ def graded_class(root: Path, students=CLASS, broken=BROKEN) -> Path:
                     job.executed.write_text("{ not a notebook")
                 else:
                     nbformat.write(nb, str(job.executed))
-                stored = {
-                    "fingerprint": {"notebook": hashlib.sha256(job.source.read_bytes()).hexdigest(), "lab": lab.key},
-                    "rows": _rows(student, lab, 1.0 + n),
-                    "records": {},
-                    "values": {},
-                    "input": True,
-                    "executed": True,
-                }
+                stored = stored_run(job, 1.0 + n)
                 db.record_run(student, lab.key, stored)
                 ledger.save_outcome(job, stored)
                 jobs.append(job)
@@ -236,3 +242,21 @@ def test_a_page_that_fell_back_is_tried_again_only_when_what_it_shows_changes(tm
     assert started == Counter({broken: 1}), started  # its rows changed: tried again (and it falls back again)
     assert b"scored by a TA" in _page(out, *BROKEN).read_bytes()
     assert _command(counted, nothing)[0] == Counter()
+
+
+def test_a_page_rendered_as_its_run_ended_is_not_rendered_again_by_the_reports(tmp_path, counted):
+    """As a batch does: each run's page rendered as the run ends, from its outcome as the batch
+    holds it, then every report from the gradebook: the page is the same page."""
+    out = graded_class(tmp_path, students=CLASS[:2], broken=("bob", "alpha"))
+    book = publish.Book.load(out)
+    ta = answers.read_scores(out)
+    held = book.stored()
+    tasks = []
+    for job in book.jobs:
+        stored = stored_run(job, 1.0 + CLASS.index(job.student))
+        assert json.loads(json.dumps(stored, default=str)) == held[job.key]  # the gradebook's copy of it
+        tasks.append(book.page_task(job, book.job_rows(job, stored, ta)[0], stored, force=True))
+    batch, _ = _command(counted, lambda log: render.run(tasks, 2))
+    assert len(batch) == 4 and "rendering it failed" in _page(out, "bob", "alpha").read_text()
+    started, log = _command(counted, lambda log: book.write_reports(log))
+    assert started == Counter() and _logged_renders(log) == 0, log  # the fallback page too

@@ -303,6 +303,28 @@ def test_a_killed_holders_forked_child_does_not_keep_the_folder(tmp_path):
             os.kill(child, signal.SIGKILL)
 
 
+def test_a_bounded_wait_refuses_and_a_stopped_wait_writes_nothing(tmp_path):
+    (tmp_path / ".grader").mkdir()  # a graded folder, as far as the lock goes
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(p.stdout.readline())
+    try:
+        t0 = time.monotonic()
+        rc, _, err = finish(start("grade-export", "--out", tmp_path, "--wait", "1.5"), 60)
+        assert rc == folderlock.BUSY_EXIT and time.monotonic() - t0 >= 1.5, err
+        assert f"(pid {p.pid} on " in err and "waiting for it to finish (up to 1.5 s" in err, err
+        assert "with a longer --wait than 1.5 s, or without it, to wait for it" in err, err
+        waiting = start("grade-merge", tmp_path / "scores.csv", "--out", tmp_path)
+        said = waiting.stderr.readline()  # it says so once, as it starts to wait
+        assert f"(pid {p.pid} on " in said and "Ctrl-C stops waiting" in said, said
+        waiting.send_signal(signal.SIGTERM)
+        rc, _, err = finish(waiting, 60)
+        assert rc == 130 and "interrupted while waiting for" in err, err
+        assert sorted(q.name for q in tmp_path.iterdir()) == [".grader", folderlock.LOCK]
+    finally:
+        p.kill()
+        os.kill(child, signal.SIGKILL)
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "grades.csv"
     atomic.write_text(path, "old\n")

@@ -46,7 +46,9 @@ class Holder:
     since: str  # UTC, ISO 8601
 
     def describe(self) -> str:
-        return f"`{self.command}` (pid {self.pid} on {self.host}, since {self.since})"
+        """One line naming the holder; control characters of its command line shown escaped."""
+        command = "".join(c if c.isprintable() else repr(c)[1:-1] for c in self.command)
+        return f"`{command}` (pid {self.pid} on {self.host}, since {self.since})"
 
     def alive(self) -> bool:
         """False only when the holder is known to have ended (its pid gone on this host)."""
@@ -185,11 +187,15 @@ def _stderr(text: str) -> None:
 
 
 def command(folder, wait: float | None, run) -> int:
-    """A command's exit code: ``run()`` while holding ``folder``'s lock, or ``BUSY_EXIT`` with the
-    holder named when ``wait`` ran out."""
-    try:
-        with hold(folder, wait):
-            return run()
-    except FolderBusy as e:
-        print(f"error: {e}", file=sys.stderr)
-        return BUSY_EXIT
+    """A command's exit code: ``run()`` while holding ``folder``'s lock; ``BUSY_EXIT`` with the
+    holder named when ``wait`` ran out; 130 when stopped (Ctrl-C, SIGTERM) while waiting."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold(folder, wait))
+        except FolderBusy as e:
+            print(f"error: {e}", file=sys.stderr)
+            return BUSY_EXIT
+        except KeyboardInterrupt:
+            print(f"interrupted while waiting for {folder}: nothing was written", file=sys.stderr)
+            return 130
+        return run()

@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Callable
 
 import numpy as np
 
+from labkit.core import atomic
 from labkit.learning.epochs import RUNNERS, Runner
 from labkit.wire.protocol import is_chief
 from labkit.measure.sockets import Meter, nic_bytes, traffic
@@ -326,9 +326,7 @@ class _Checkpoints:
     def save(self, epoch: int, history: list[dict]) -> str:
         path = self.manager.save(checkpoint_number=epoch)
         if self.plan.chief:
-            tmp = self.history_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(history))
-            os.replace(tmp, self.history_path)
+            atomic.write_text(self.history_path, json.dumps(history))
         return path
 
     def history(self, upto: int) -> list[dict]:

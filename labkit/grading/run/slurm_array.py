@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from labkit.core import scratch
+from labkit.core import atomic, scratch
 from labkit.infra import slurm
 from labkit.grading.run.batch import Batch
 from labkit.grading.run.executor import Executor, ExecutorError
@@ -347,9 +347,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as e:
         print(f"[slurm-array] stopped: {e}", file=sys.stderr)
         return 143
-    tmp = private / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(asdict(result)))
-    os.replace(tmp, private / RESULT)
+    atomic.write_text(private / RESULT, json.dumps(asdict(result)))
     print(
         f"[slurm-array] {batch['jobs'][int(index)]['student']}/{batch['jobs'][int(index)]['lab']} on "
         f"{socket.gethostname()}: {result.status} {result.reason}".rstrip()

@@ -127,6 +127,31 @@ def test_a_file_expensive_to_parse_hits_its_own_limit_and_the_batch_goes_on(tmp_
     assert honest["execution"]["status"] == "ok" and honest["done"]["status"] == "pass", honest
 
 
+def test_an_executed_notebook_expensive_to_read_is_that_students_rows(tmp_path, monkeypatch):
+    """What a run left is read in the same bounds (``runner.examined``): an executed notebook
+    made of tiny outputs ends its reading at the CPU limit, and the batch's boundary turns that
+    into this notebook's rows, with the reason, rather than the batch's end."""
+    from labkit.grading.judge.rubric import load_rubric
+    from labkit.grading.run.batch import Batch, Flight
+    from labkit.grading.run.runner import Job, RunResult
+
+    monkeypatch.setattr(runner, "READ_CPU_S", 1.0)
+    monkeypatch.setattr(runner, "READ_WALL_FACTOR", 60.0)
+    (tmp_path / "rubric.toml").write_text(RUBRIC)
+    lab = load_rubric(tmp_path / "rubric.toml").labs["b"]
+    executed = tmp_path / "executed.ipynb"
+    executed.write_text(expensive_to_parse())
+    job = Job(
+        "costly", lab, tmp_path / "b.ipynb", executed, tmp_path / "work", tmp_path / "b.log", tmp_path / "private"
+    )
+    with pytest.raises(limits.OverBudget, match="reading its executed notebook needed more than 1 s of CPU time"):
+        runner.examined(job, RunResult("ok"))
+    flight = Flight(job)
+    Batch(executor=None, setup=None, sink=object()).ended(flight, RunResult("ok"))
+    assert "reading its executed notebook needed more than 1 s of CPU time" in flight.evidence.problem
+    assert flight.evidence.scores["done"].status == "grader-error", flight.evidence.scores
+
+
 def spin(seconds: float) -> str:
     start = time.process_time()
     while time.process_time() - start < seconds:

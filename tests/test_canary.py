@@ -14,6 +14,8 @@ import pytest
 
 from labkit.grading.kit import canary
 
+BUNDLED = Path(sys.base_prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "ensurepip", "_bundled")
+
 BUNDLED = (
     Path(sys.base_prefix)
     / "lib"
@@ -81,8 +83,13 @@ def test_compare_sorts_what_broke_from_what_moved():
         **row("lab1", "record", "rate", "180"),
         **row("lab3", "record", "fresh", "1"),
     }
+    after.update(row("lab4", "check", "accuracy", status="not-run"))
+    after[("lab4", "check", "accuracy")]["reason"] = "the notebook did not run: KeyError"
+    after.update(row("lab4", "check", "speed", status="not-run"))
+    after[("lab4", "check", "speed")]["reason"] = "the notebook did not run: KeyError"
+    before.update(row("lab4", "check", "accuracy", status="pass"))
     found = canary.compare(before, after, tolerance=0.25)
-    assert found["broke"] == ["lab1 check `accuracy`: pass -> fail"]
+    assert found["broke"] == ["lab4: the notebook did not run: KeyError", "lab1 check `accuracy`: pass -> fail"]
     assert found["fixed"] == ["lab1 check `tape`: fail -> pass"]
     assert found["moved"] == ["lab1 record `rate`: 100 -> 180"]  # 0.30 -> 0.31 is within 25%
     assert found["missing"] == ["lab2 check `gone`"] and found["new"] == ["lab3 record `fresh`"]
@@ -129,12 +136,12 @@ def test_a_scratch_environment_takes_the_newest_and_frees_a_pin_only_when_it_mus
     monkeypatch.setattr(canary, "WATCHED", ("watched",))
     monkeypatch.setattr(canary, "COMPANIONS", ())
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{index} {BUNDLED}")  # the pip step finds ensurepip's own
     before = os.stat(sys.prefix).st_mtime_ns
     env = canary.build_environment(root, tmp_path / "out", timeout=300, log=lambda *_: None)
-    assert [s.name for s in env.steps] == ["venv", "install 1", "install 2"]
-    assert [s.ok for s in env.steps] == [True, False, True]
-    assert "helper" in env.steps[1].tail  # pip's own words on the conflict, kept for the report
+    assert [s.name for s in env.steps] == ["venv", "pip", "install 1", "install 2"]
+    assert [s.ok for s in env.steps] == [True, True, False, True]
+    assert "helper" in env.steps[2].tail  # pip's own words on the conflict, kept for the report
     assert env.relaxed == ["helper"]
     assert env.versions["watched"] == "2.0" and env.versions["helper"] == "2.0"
     assert os.stat(sys.prefix).st_mtime_ns == before

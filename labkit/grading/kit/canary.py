@@ -144,6 +144,9 @@ def build_environment(root: Path, out: Path, timeout: float, log=print) -> Envir
     shutil.rmtree(venv, ignore_errors=True)
     env = Environment(venv / "bin" / "python")
     env.steps.append(run_step("venv", [sys.executable, "-m", "venv", venv], out / "venv.log", timeout))
+    if env.ok:  # the newest pip, as make setup has: ensurepip's may resolve differently
+        upgrade = [env.python, "-m", "pip", "install", "--disable-pip-version-check", "--upgrade", "pip"]
+        env.steps.append(run_step("pip", upgrade, out / "pip.log", timeout))
     if not env.ok:
         return env
     lines = requirement_lines(root / REQUIREMENTS)
@@ -215,17 +218,24 @@ def _number(text: str):
 
 def compare(baseline: dict, canary: dict, tolerance: float) -> dict[str, list[str]]:
     """What changed between two reference reports: checks whose status moved, records whose
-    number moved by more than ``tolerance`` (relative) or whose text changed, and rows in one only."""
+    number moved by more than ``tolerance`` (relative) or whose text changed, and rows in one only.
+    A lab whose notebook did not run at all is one line, with the reason, not one per check."""
     found = {"broke": [], "fixed": [], "moved": [], "missing": [], "new": []}
+    before = {k[0] for k, r in baseline.items() if r.get("status") == "not-run"}
+    stopped = {k[0]: r["reason"] for k, r in canary.items() if r.get("status") == "not-run" and k[0] not in before}
+    found["broke"] += [f"{lab}: {reason}" for lab, reason in sorted(stopped.items())]
     for key in sorted(set(baseline) | set(canary)):
         lab, kind, name = key
         a, b = baseline.get(key), canary.get(key)
         where = f"{lab} {kind} `{name}`"
+        if lab in stopped:
+            continue
         if a is None or b is None:
             found["new" if a is None else "missing"].append(where)
         elif kind == "check" and a["status"] != b["status"]:
             bucket = "broke" if a["status"] == "pass" else "fixed" if b["status"] == "pass" else "moved"
-            found[bucket].append(f"{where}: {a['status']} -> {b['status']} {b.get('reason', '')}".rstrip())
+            why = f" ({b['reason']})" if b.get("reason") else ""
+            found[bucket].append(f"{where}: {a['status']} -> {b['status']}{why}")
         elif kind == "record" and a["value"] != b["value"]:
             x, y = _number(a["value"]), _number(b["value"])
             if x is None or y is None or abs(y - x) > tolerance * max(abs(x), abs(y), 1e-12):

@@ -59,7 +59,6 @@ class Task:
     path: Path  # the page it writes
     fallback: Callable[[str], str]  # why it failed -> the page to write instead
     log: Path  # the renderer's output (tracebacks)
-    done: Callable[[], None] | None = None  # called once the page is written (not for a fallback: tried again)
     fell_back: Callable[[], None] | None = None  # called once its fallback is written
     cache: Entry | None = None  # where the page's key is kept once it is written (``cache``)
     timeout: float | None = None  # CPU seconds (None: TIMEOUT_S)
@@ -148,8 +147,6 @@ class Rendering:
             self.task.cache.keep(FELL_BACK if why else RENDERED)
         if why and self.task.fell_back:
             self.task.fell_back()
-        elif not why and self.task.done:
-            self.task.done()
         self.result = True
         return True
 

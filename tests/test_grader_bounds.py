@@ -1,11 +1,12 @@
 """The grader's own work on one student's notebook is bounded, and counted against that student.
 
-A run's cells cost what their code costs: 1,100 raw cells after a cell that prints 3 MB (papermill
-once saved the whole notebook as each of them started and ended, a few minutes of a run's time)
-run in seconds, and a run stopped in a cell after them names that cell. What the grader parses of
+A run's cells cost what their code costs: 1,100 raw cells after a cell that prints 3 MB (saved
+whole as each of them starts and ends, as papermill does unpaced, they take minutes) run in
+seconds, and a run stopped in a cell after them names that cell. What the grader parses of
 a student's file (reading and cleaning it, reading what its run left) happens in a child with a
 CPU, memory and wall-clock limit: a file made to be expensive to parse ends there, with the reason
-in its row, and the batch goes on. Tiny notebooks without a sandbox, no TensorFlow.
+in its row, and the batch goes on. Tiny notebooks without a sandbox, no TensorFlow; the tests that
+read a file or spin a child without a kernel are in the fast lane.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from nbformat.v4 import new_code_cell, new_notebook, new_raw_cell
 from labkit.grading.grade import grade
 from labkit.grading.run import limits, runner
 from labkit.notebook.record import cell_name
-
-pytestmark = pytest.mark.notebook
 
 NOTEBOOK_TIMEOUT = 240  # s: the old per-cell saving took longer than this for the notebook below
 CELL_TIMEOUT = 20
@@ -72,6 +71,8 @@ def class_folder(root, notebooks: dict):
     return root / "subs"
 
 
+@pytest.mark.notebook
+@pytest.mark.slow
 def test_raw_cells_cost_a_run_nothing_and_a_stopped_run_names_its_cell(tmp_path):
     """1,100 raw cells (160 KB) after 3 MB of output: the run ends ``ok`` with its last cell's
     record, in a small share of the timeout the old saving ran into; a run stopped at its cell
@@ -110,6 +111,7 @@ def expensive_to_parse(cells: int = 2_000, outputs: int = 60) -> str:
     return json.dumps({"nbformat": 4, "nbformat_minor": 4, "metadata": {}, "cells": [cell] * cells})
 
 
+@pytest.mark.notebook
 def test_a_file_expensive_to_parse_hits_its_own_limit_and_the_batch_goes_on(tmp_path, monkeypatch):
     """With the grader's CPU budget for one notebook at 1 s, the file made to be expensive to
     parse is refused with that reason in its row, in about that time; the honest classmate

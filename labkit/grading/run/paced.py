@@ -2,7 +2,7 @@
 
 Papermill saves the whole executed notebook (copied, validated, serialized) as every cell starts
 and as it ends: a run's saving costs its cells times its size, so 1,100 raw cells added to a Lab 1
-notebook held its run for the whole notebook timeout (the honest notebook takes 42 s). Here the
+notebook would hold its run for the whole notebook timeout (the notebook takes 42 s). Here the
 notebook is saved when the run starts and ends and, in between, as a cell starts or ends only
 once the time since the last save is at least ``SAVE_FACTOR`` times what that save took (and
 ``MIN_SAVE_S``): saving takes a bounded share of a run, however many cells it has, and a cell

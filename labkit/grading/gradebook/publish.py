@@ -364,7 +364,7 @@ class Book:
         self.write_tables(rows, log)
         todo = [t for t in pages if t is not None]
         render.run(todo, usable_cores())
-        log(f"feedback pages: {len(todo)} rendered, {len(pages) - len(todo)} unchanged since they were written")
+        log(f"feedback pages: {len(todo)} rendered, {len(pages) - len(todo)} already up to date")
         return rows
 
     def answer_items(self) -> list[dict]:

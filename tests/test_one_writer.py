@@ -325,6 +325,18 @@ def test_a_bounded_wait_refuses_and_a_stopped_wait_writes_nothing(tmp_path):
         os.kill(child, signal.SIGKILL)
 
 
+def test_a_folder_that_cannot_be_locked_is_refused_with_the_reason(tmp_path, capsys):
+    (tmp_path / folderlock.LOCK).mkdir()  # where the lock file goes
+    ran = []
+    assert folderlock.command(tmp_path, None, lambda: ran.append(1) or 0) == 2 and ran == []
+    err = capsys.readouterr().err
+    assert f"cannot open {tmp_path / folderlock.LOCK} to lock {tmp_path} (Is a directory)" in err, err
+    (tmp_path / "file").write_text("")
+    with pytest.raises(folderlock.LockError, match="cannot make .*; give a folder you may write"):
+        with folderlock.hold(tmp_path / "file" / "out"):
+            pass
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "grades.csv"
     atomic.write_text(path, "old\n")

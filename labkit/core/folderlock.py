@@ -34,7 +34,12 @@ POLL_S = 0.2
 _held: dict[Path, list] = {}  # lock file -> [descriptor, depth] of this process's holds
 
 
-class FolderBusy(RuntimeError):
+class LockError(RuntimeError):
+    """The folder's lock cannot be taken at all (a folder this user may not write, a file system
+    without locks); the message says what to do."""
+
+
+class FolderBusy(LockError):
     """Another command writes the folder; the message names it and says how to wait for it."""
 
 
@@ -78,7 +83,10 @@ def hold(folder, wait: float | None = None, say=None):
     """Hold ``folder``'s lock for a block (the folder is made if missing); see the module
     docstring for ``wait``. ``say``: where the one waiting message goes (default stderr)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LockError(f"cannot make {folder} ({e.strerror}); give a folder you may write") from e
     path = folder.resolve() / LOCK
     if path in _held:
         _held[path][1] += 1
@@ -95,10 +103,16 @@ def hold(folder, wait: float | None = None, say=None):
 
 
 def _acquire(path: Path, folder: Path, wait: float | None, say) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise LockError(f"cannot open {path} to lock {folder} ({e.strerror}); give a folder you may write") from e
     try:
         _wait(fd, folder, wait, say)
         _write_record(fd)
+    except OSError as e:  # the lock taken, its record not written (a full disk)
+        os.close(fd)
+        raise LockError(f"cannot write {path} ({e.strerror})") from e
     except BaseException:
         os.close(fd)
         raise
@@ -110,6 +124,11 @@ def _try(fd: int) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    except OSError as e:
+        raise LockError(
+            f"cannot lock a file there ({e.strerror}): its file system takes no locks; give an output folder on "
+            f"one that does (a local disk)"
+        ) from e
     return True
 
 
@@ -188,13 +207,14 @@ def _stderr(text: str) -> None:
 
 def command(folder, wait: float | None, run) -> int:
     """A command's exit code: ``run()`` while holding ``folder``'s lock; ``BUSY_EXIT`` with the
-    holder named when ``wait`` ran out; 130 when stopped (Ctrl-C, SIGTERM) while waiting."""
+    holder named when ``wait`` ran out (2 when the lock cannot be taken at all); 130 when stopped
+    (Ctrl-C, SIGTERM) while waiting."""
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(hold(folder, wait))
-        except FolderBusy as e:
+        except LockError as e:
             print(f"error: {e}", file=sys.stderr)
-            return BUSY_EXIT
+            return BUSY_EXIT if isinstance(e, FolderBusy) else 2
         except KeyboardInterrupt:
             print(f"interrupted while waiting for {folder}: nothing was written", file=sys.stderr)
             return 130

@@ -1049,9 +1049,9 @@ def main(args) -> int:
             groups=args.groups,
             student=getattr(args, "student", None),
         )
-    except folderlock.FolderBusy as e:
+    except folderlock.LockError as e:
         print(f"error: {e}", file=sys.stderr)
-        return folderlock.BUSY_EXIT
+        return folderlock.BUSY_EXIT if isinstance(e, folderlock.FolderBusy) else 2
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from labkit.core import atomic
+from labkit.core import atomic, inert
 from labkit.grading.gradebook.csvsafe import escape
 
 FIELDS = ["student", "lab", "check", "points", "max", "status", "reason", "seconds"]
@@ -44,7 +44,7 @@ def write_csv(rows: list[dict], path: Path, fields=FIELDS) -> None:
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: escape(_capped(_cell(r.get(k)), CAPPED.get(k, MAX_CELL))) for k in fields})
+        w.writerow({k: _capped(escape(_cell(r.get(k))), CAPPED.get(k, MAX_CELL)) for k in fields})
     write_text(path, buf.getvalue())
 
 
@@ -66,16 +66,18 @@ def _cell(v):
 
 def _md(text) -> str:
     """A short text (a name, a login) safe inside a Markdown table cell: no HTML, no link and no
-    image survive (``<``, ``>``, ``&`` as entities; brackets and backticks escaped)."""
-    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    image survive (``<``, ``>``, ``&`` as entities; brackets and backticks escaped), and no
+    control character (``inert``)."""
+    text = inert.visible(text, inert.LINE).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`\[\]|])", r"\\\1", " ".join(text.split()))
 
 
 def _code(text, limit: int = MAX_REASON) -> str:
     """Free text a student controls (a reason, an exception's message, a file's name) as a
     Markdown code span, where no link, image or HTML renders; one line, at most ``limit``
-    characters, its ``|`` escaped for the table (GFM reads ``\\|`` inside a span as ``|``)."""
-    text = " ".join(str(text).split())
+    characters, its ``|`` escaped for the table (GFM reads ``\\|`` inside a span as ``|``), no
+    control character in it (``inert``)."""
+    text = " ".join(inert.visible(text, inert.LINE).split())
     if not text:
         return ""
     if len(text) > limit:

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from labkit.core import inert
+
 
 def _data(args) -> int:
     from labkit.datasets import loaders as data
@@ -93,13 +95,15 @@ def _instructor_only(exc: ModuleNotFoundError):
 
 
 # The grading commands import labkit.grading where they run (the student kit has none of it), each
-# by its own import statement, so that the import checks see what every command depends on.
+# by its own import statement, so that the import checks see what every command depends on. What
+# they print is inert (``labkit.core.inert``): it shows students' names, reasons and file names.
 def _grade(args) -> int:
     try:
         from labkit.grading import grade
     except ModuleNotFoundError as e:
         _instructor_only(e)
-    return grade.main(args)
+    with inert.console():
+        return grade.main(args)
 
 
 def _grade_import(args) -> int:
@@ -107,7 +111,8 @@ def _grade_import(args) -> int:
         from labkit.grading import grade
     except ModuleNotFoundError as e:
         _instructor_only(e)
-    return grade.main_import(args)
+    with inert.console():
+        return grade.main_import(args)
 
 
 def _publish(action: str):
@@ -118,7 +123,8 @@ def _publish(action: str):
             from labkit.grading.gradebook import publish
         except ModuleNotFoundError as e:
             _instructor_only(e)
-        return _locked(args, lambda: getattr(publish, f"main_{action}")(args))
+        with inert.console():
+            return _locked(args, lambda: getattr(publish, f"main_{action}")(args))
 
     return run
 

@@ -2,16 +2,20 @@
 each payload through each conversion a page uses (Markdown with math, text/latex, HTML outputs,
 attachments, the TA's answer page, a whole feedback page built from an executed notebook), and
 every result read back element by element (``_hostile.audit``). The browser test
-(``test_pages_hostile.py``) opens real pages from a graded class."""
+(``test_pages_hostile.py``) opens real pages from a graded class. Last, what a page costs: HTML
+nested as deep as a student likes is cleaned in time linear in its size, flattened with a note
+past ``nesting.MAX_DEPTH``, and what nests less comes out as the parser alone makes it."""
 
 from __future__ import annotations
+
+import time
 
 import nbformat
 import pytest
 
 from _hostile import FAKE, audit, executed_copy, hostile_notebook, math_payloads, payloads
 from labkit.grading.judge import answers
-from labkit.grading.pages import feedback, sanitize
+from labkit.grading.pages import feedback, nesting, render, sanitize
 
 BEACON = "http://127.0.0.1:9/beacon"
 CORPUS = {**payloads(BEACON), **math_payloads(BEACON)}
@@ -148,6 +152,7 @@ def test_the_ta_answer_page_of_the_corpus_is_clean():
             "notes": text,
             "values": [("x<script>", text)],
             "flags": [text],
+            "members": "",
         }
         for text in CORPUS.values()
     ]
@@ -155,3 +160,87 @@ def test_the_ta_answer_page_of_the_corpus_is_clean():
     assert audit(page, BEACON) == []
     plain = answers._page(q, rows, answers._plain, "rendering it took longer than 1 s.")
     assert audit(plain, BEACON) == []
+
+
+# ------------------------------------------------------------------------------- what a page costs
+
+# Inputs that made the parser's work grow faster than their size: blocks nested N deep (each
+# start tag walks the open elements), lists, cells a stray end tag cannot close, formatting
+# elements the parser re-creates after every block (a long attribute copied each time), math,
+# attributes by the thousand.
+SHAPES = {
+    "div": lambda n: "<div>" * n + "x" + "</div>" * n,
+    "ul-li": lambda n: "<ul><li>" * n,
+    "cell-stray-end": lambda n: "<div><table><td></div>" * n,
+    "p-formatting": lambda n: "".join(f"<p><b title={i}>" for i in range(n)) + "x",
+    "made-again": lambda n: "<p><b title='" + "A" * 20_000 + "'><i><s>" + "<p>x<div></div>" * n,
+    "math": lambda n: "<math>" + "<mrow><mi>x</mi>" * n,
+    "attributes": lambda n: "<div " + " ".join(f"a{i}=1" for i in range(n)) + ">x</div>",
+    "mixed": lambda n: "<div><span><b><i><p>" * n,
+}
+HALF_MB = 500_000
+
+
+def _sized(shape: str, size: int) -> str:
+    n = max(1, size * 100 // len(SHAPES[shape](100)))
+    return SHAPES[shape](n)
+
+
+def _cpu(text: str, times: int = 2) -> float:
+    """The least CPU time of ``times`` cleanings: this process's own, whatever else the machine runs."""
+    best = float("inf")
+    for _ in range(times):
+        t0 = time.process_time()
+        sanitize.clean(text)
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_cleaning_costs_time_linear_in_the_size_whatever_the_nesting(shape):
+    half, whole = _sized(shape, HALF_MB // 2), _sized(shape, HALF_MB)
+    t_half, t_whole = _cpu(half), _cpu(whole)
+    # linear doubles; the parser's own cost of N nested blocks grew 5-6x at each doubling
+    assert t_whole <= 3 * t_half + 0.02, (shape, len(half), t_half, len(whole), t_whole)
+    # implied <tbody><tr> and written end tags at most triple it; nothing is made again after each block
+    assert len(sanitize.clean(whole)) <= 4 * len(whole)
+
+
+def test_a_megabyte_of_nested_blocks_is_a_page_in_a_fraction_of_its_limit():
+    body = sanitize.clean(SHAPES["div"](91_000))  # 1 MB: a text/html output as a cell shows it
+    t0 = time.process_time()
+    page = sanitize.Page("t").html(f"<main>{body}</main>")  # the last cleaning of every page too
+    spent = time.process_time() - t0
+    assert spent < render.TIMEOUT_S / 20, spent
+    assert page.count("<div>") == nesting.MAX_DEPTH - 1 and nesting.NOTE.format(nesting.MAX_DEPTH) in page
+
+
+def test_nesting_past_the_depth_is_flattened_with_a_note_and_its_text_kept():
+    deep = "<div>" * 100 + "<b>deep</b> text" + "</div>" * 100 + "<p>after</p>"
+    out = sanitize.clean(deep)
+    assert out.count("<div>") == nesting.MAX_DEPTH and out.count("</div>") == nesting.MAX_DEPTH
+    assert "deep text" in out and "<b>" not in out and out.endswith("</div><p>after</p>")
+    assert out.count(nesting.NOTE.format(nesting.MAX_DEPTH)) == 1
+    shallow = "<div>" * (nesting.MAX_DEPTH - 1) + "<b>x</b>" + "</div>" * (nesting.MAX_DEPTH - 1)
+    assert sanitize.clean(shallow) == shallow
+
+
+FRAGMENTS = [
+    "<p>a<p>b<ul><li>x<li>y</ul><ol start=3><li><p>para</li></ol><dl><dt>t<dd>d<dt>u</dl>",
+    "<table border=1><caption>c</caption><thead><tr><th scope=col>h<th>i</thead><tr><td>1<td colspan=2>2"
+    "<tr><td>3</table>",
+    "<h1>one<h2>two</h2></h1><blockquote><p>q<div>block</div></blockquote><pre>a < b && c > d</pre>",
+    "<b>bold <i>both</i></b> <code>x&lt;y</code> <img src='data:image/png;base64,AAAA' alt=\"a 'b'\"><br/>",
+    "<details open><summary>s</summary><div class='jp-RenderedHTML dataframe' style='color:red'>d</div></details>",
+    "<!-- a comment --><!DOCTYPE html><span title=\"x>y\">t</span><script>alert('<div>')</script>after",
+    "<p>unclosed <em>em <strong>strong",
+]
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS + [CORPUS[name] for name in sorted(CORPUS)])
+def test_what_nests_less_comes_out_as_the_parser_alone_makes_it(fragment, monkeypatch):
+    flattened = sanitize.clean(fragment)
+    monkeypatch.setattr(nesting, "flatten", lambda text, keep: str(text))
+    alone = sanitize.clean(fragment)
+    # the parser alone makes an empty <p></p> of a stray </p>; the flattened stream has no stray end tag
+    assert flattened == alone.replace("<p></p>", "") or flattened == alone

@@ -737,7 +737,17 @@ class Progress:
             else len(left) / len(self.done)
         )
         eta = f", ETA {_clock(elapsed * share)}" if left else ", done"
-        self.log(f"[{len(self.done)}/{len(self.expected)}] {name}: {text}; batch {_clock(elapsed)}{eta}")
+        self.log(
+            f"[{len(self.done)}/{len(self.expected)}] {_one_line(name)}: {_one_line(text)}; batch {_clock(elapsed)}{eta}"
+        )
+
+
+def _one_line(text: str) -> str:
+    """A student's name or reason on a progress line: one line, no control character (``inert``),
+    so it cannot rewrite another student's line or write one of its own."""
+    from labkit.core import inert
+
+    return inert.visible(text, inert.LINE)
 
 
 def _clock(seconds: float) -> str:

@@ -1,10 +1,15 @@
 """CSV cells a spreadsheet opens as text, never as a formula (OWASP's CSV injection rule).
 
 Every CSV the grader writes goes through ``report.write_csv``, which passes each text cell
-through ``escape``: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
-return gets a leading ``'``, so Excel, LibreOffice and Google Sheets show it as text (an answer
+through ``escape``: a cell that starts with ``=``, ``+``, ``-``, ``@`` or a tab gets a leading
+``'``, so Excel, LibreOffice and Google Sheets show it as text (an answer
 written as ``=HYPERLINK(...)`` stays words). Numbers are left as they are: a spreadsheet reads
 ``-1`` as a number, never a formula, so a score column keeps its numbers.
+
+A cell is also inert (``labkit.core.inert``): a control character, a bidi control or an
+invisible format character is written as its escape (``\\x1b``, ``\\u202e``; a carriage
+return too), so that a CSV shown in a terminal or a spreadsheet shows what the student wrote and
+does nothing; newlines and tabs stay.
 
 The grader reads some of its CSVs back (the TAs' filled-in answer CSVs, ``ta_scores.csv``):
 ``read_rows`` undoes ``escape`` exactly (``unescape(escape(v)) == v`` for every text), so a TA's
@@ -18,6 +23,8 @@ import csv
 import re
 from pathlib import Path
 
+from labkit.core import inert
+
 TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
@@ -30,17 +37,21 @@ def _risky(text: str) -> bool:
 
 
 def escape(value):
-    """``value`` as a spreadsheet shows it as text: a leading ``'`` where a formula could start."""
+    """``value`` inert, and as a spreadsheet shows it as text: a leading ``'`` where a formula
+    could start."""
     if not isinstance(value, str) or not value:
         return value
+    value = inert.escape(value)
     return "'" + value if _risky(value) else value
 
 
 def unescape(value):
     """The inverse of ``escape``, for cells read back."""
-    if isinstance(value, str) and value.startswith("'") and _risky(value[1:]):
-        return value[1:]
-    return value
+    if not isinstance(value, str):
+        return value
+    if value.startswith("'") and _risky(value[1:]):
+        value = value[1:]
+    return inert.unescape(value)
 
 
 def read_rows(path: Path, encoding: str = "utf-8") -> list[dict]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,6 +138,29 @@ SAME = {
     "gradescope_email": ("sis_login_id",),
     "sis_login_id": ("gradescope_email", "folder"),
 }
+# Ids whose case is part of them (Canvas's anonymous ids: AbCdE and abcde are two students). The ids
+# table ignores case (an email, a login), so each capital letter of these is kept as ^ and the letter
+# (^ itself as ^^): ``_stored`` writes them so, ``_shown`` reads them back.
+CASED = {"canvas_anon_id"}
+
+
+def _stored(kind: str, value: str) -> str:
+    if kind not in CASED:
+        return value
+    return re.sub(r"[A-Z^]", lambda m: "^^" if m[0] == "^" else "^" + m[0].lower(), value)
+
+
+def _shown(kind: str, value: str) -> str:
+    return re.sub(r"\^(.)", lambda m: "^" if m[1] == "^" else m[1].upper(), value) if kind in CASED else value
+
+
+def _keep_case(db) -> None:
+    """Rewrite as ``_stored`` the cased ids an earlier gradebook kept as given (they hold a capital)."""
+    for kind in CASED:
+        for rowid, value in db.execute(
+            "SELECT rowid, value FROM ids WHERE kind = ? AND value GLOB '*[A-Z]*'", (kind,)
+        ).fetchall():
+            db.execute("UPDATE ids SET value = ? WHERE rowid = ?", (_stored(kind, value), rowid))
 
 
 class GradebookError(ValueError):
@@ -172,6 +196,7 @@ class Gradebook:
                 db.execute(stmt)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(VERSION),))
             _add_columns(db, "ta_scores", {"max": "TEXT NOT NULL DEFAULT ''", "answer_sha": "TEXT NOT NULL DEFAULT ''"})
+            _keep_case(db)
             _add_columns(db, "results", {"answer_sha": "TEXT", "answer": "TEXT"})
             for name in reversed(VIEWS):  # each may read the ones before it
                 db.execute(f"DROP VIEW IF EXISTS {name}")
@@ -232,7 +257,7 @@ class Gradebook:
         for kind, value in self.db.execute(
             "SELECT kind, value FROM ids WHERE person = ? ORDER BY kind, value", (person,)
         ):
-            out.setdefault(kind, []).append(value)
+            out.setdefault(kind, []).append(_shown(kind, value))
         return out
 
     def person(self, handle: str) -> sqlite3.Row | None:
@@ -255,7 +280,7 @@ class Gradebook:
                 continue
             for k in (kind, *SAME.get(kind, ())):
                 for (person,) in self.db.execute(
-                    "SELECT person FROM ids WHERE kind = ? AND value = ?", (k, str(value).strip())
+                    "SELECT person FROM ids WHERE kind = ? AND value = ?", (k, _stored(k, str(value).strip()))
                 ):
                     if person not in found:
                         found.append(person)
@@ -279,7 +304,7 @@ class Gradebook:
                     "INSERT INTO people (handle, name, created) VALUES (?, ?, ?)", (free, name, now())
                 ).lastrowid
             for kind, value in ids.items():
-                db.execute("INSERT OR IGNORE INTO ids VALUES (?, ?, ?)", (kind, value, person))
+                db.execute("INSERT OR IGNORE INTO ids VALUES (?, ?, ?)", (kind, _stored(kind, value), person))
             if name:
                 db.execute("UPDATE people SET name = ? WHERE id = ? AND name = ''", (name, person))
             return db.execute("SELECT handle FROM people WHERE id = ?", (person,)).fetchone()[0]

@@ -131,6 +131,9 @@ def test_canvas_own_rows_and_the_test_student_are_not_people(tmp_path):
     assert exports.not_a_person({"Student": "", "ID": "", COLUMN: "Manual Posting"}) == "Manual Posting"
     assert exports.not_a_person({"Student": "Ghost", "ID": "", "SIS Login ID": "g"}) == "a row with no ID"
     assert exports.not_a_person({"Student": "Possible, Points", "ID": "7"}) == ""
+    # a roster kept before these rows were told apart: they are left out where it is read
+    kept = [(None, {"Student": "", "ID": "", COLUMN: "Manual Posting"}), ("12345", got.students[0])]
+    assert exports.people_only(kept) == kept[1:]
 
 
 # ---------------------------------------------------------------------------------------- the column
@@ -146,6 +149,10 @@ def test_every_writer_gives_the_assignment_column_or_writes_no_canvas_csv(tmp_pa
     assert "canvas.csv not written (the one written before is removed)" in said
     assert "'Lab 1' is not a Canvas column (Title (assignment id))" in said and "--column lab1=" in said
     assert (out / "final_grades.csv").is_file()  # the other reports are written all the same
+    assert (
+        "## canvas.csv not written (1 lab(s) refused)\n\n- lab1: 'Lab 1' is not a Canvas column"
+        in (out / "summary.md").read_text()
+    )
     code = run("grade-export", "--out", out)
     assert code == 2 and not (out / "canvas.csv").exists()
     assert "canvas_assignment" in capsys.readouterr().err

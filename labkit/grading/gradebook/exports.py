@@ -234,7 +234,6 @@ class Canvas:
     points: dict = field(default_factory=dict)  # {assignment column: points possible}, its Points Possible row
     scale: dict = field(default_factory=dict)  # {lab key: [rubric's, Canvas's]}: scale these scores
     stale: dict = field(default_factory=dict)  # {lab key: why its stored scores are not the rubric's now}
-    test_ids: list = field(default_factory=list)  # the Test Student's IDs
 
 
 def lab_columns(
@@ -297,7 +296,7 @@ def _points(lab, name: str, canvas: Canvas, out: Columns) -> str:
     out.points[lab.key] = mine if theirs is None else theirs
     if theirs is None or abs(theirs - mine) < 1e-9:
         return ""
-    if list(canvas.scale.get(lab.key) or ()) == [mine, theirs] and mine > 0:
+    if list(canvas.scale.get(lab.key) or ()) == [mine, theirs] and mine > 0 and theirs > 0:
         out.scaled[lab.key] = (mine, theirs)
         return ""
     return (
@@ -314,7 +313,7 @@ def scale_asked(labs: list, cols: Columns, canvas: Canvas) -> dict:
     out = {}
     for lab in labs:
         theirs = canvas.points.get(cols.names.get(lab.key, ""))
-        if theirs is not None and abs(theirs - lab.max_points) >= 1e-9 and lab.max_points > 0:
+        if theirs is not None and abs(theirs - lab.max_points) >= 1e-9 and lab.max_points > 0 and theirs > 0:
             out[lab.key] = [lab.max_points, theirs]
     return out
 

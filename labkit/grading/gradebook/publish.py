@@ -260,19 +260,24 @@ class Book:
             missing=self.missing(rows, given) if roster is not None else None,
             regrades=exports.changes(self.out, rows, self.labs, sent, columns.scaled) if sent else ("", []),
             notes=self.intake_notes,
+            canvas=None if self.reference else columns.refused,
         )
         exports.write_wide(rows, self.labs, self.out / "final_grades.csv")
         people = {s: v.get("person") or {} for s, v in self.intake.items()}
-        notes = self.rubric_notes + exports.write_canvas(
-            rows,
-            self.labs,
-            self.out / "canvas.csv",
-            roster,
-            settings.get("columns"),
-            people,
-            matched,
-            columns,
-            settings.get("test_ids"),
+        notes = self.rubric_notes + (
+            []  # the reference self-check is no class: nothing to import into Canvas
+            if self.reference
+            else exports.write_canvas(
+                rows,
+                self.labs,
+                self.out / "canvas.csv",
+                roster,
+                settings.get("columns"),
+                people,
+                matched,
+                columns,
+                settings.get("test_ids"),
+            )
         )
         for note in notes:
             log(note if note.startswith(("rubric ", exports.NOT_WRITTEN)) else f"canvas.csv: {note}")
@@ -287,9 +292,7 @@ class Book:
         """Each lab's column in canvas.csv, or why it has none (``exports.lab_columns``): Canvas's
         points for it (the roster's Points Possible row), the scaling agreed, the stale labs."""
         settings = _from_roster(settings)
-        canvas = exports.Canvas(
-            points=settings.get("points") or {}, scale=settings.get("scale") or {}, test_ids=settings.get("test_ids")
-        )
+        canvas = exports.Canvas(points=settings.get("points") or {}, scale=settings.get("scale") or {})
         canvas.stale = {**rubric_change.stale_runs(self.jobs, self.stored()), **self.stale}
         cols = exports.lab_columns(self.labs, roster, settings.get("columns"), allow_new, canvas)
         if scale and not self.reference:

@@ -113,11 +113,13 @@ def write_summary(
     missing: list[dict] | None = None,
     regrades: tuple[str, list] = ("", []),
     notes: list[str] = (),
+    canvas: dict | None = None,
 ) -> None:
     """Per-student and per-lab totals, then every row that is not a pass, with its reason.
     ``warning`` (a run without a sandbox, say) goes at the top. ``missing``: who on the roster
     did not submit (None: no roster); ``regrades``: (when, changes) since the last export
-    (``exports.changes``); ``notes``: what the intake did not grade."""
+    (``exports.changes``); ``notes``: what the intake did not grade; ``canvas``: {lab: why}
+    while canvas.csv is not written (``exports.lab_columns``)."""
     tot = totals(rows)
     students = sorted({r["student"] for r in rows})
     keys = [lab.key for lab in labs]
@@ -170,7 +172,7 @@ def write_summary(
             "Export them with `make grade-answers`, score them in the CSVs, and merge those with "
             "`make grade-merge SCORES=...`; the totals above count them apart (`+N pending`).",
         ]
-    lines += _late_work(rows) + _missing(missing) + _regrades(*regrades)
+    lines += _late_work(rows) + _missing(missing) + _regrades(*regrades) + _no_canvas(canvas)
     if notes:
         lines += ["", f"## Files not graded ({len(notes)})", "", *[f"- {_code(n)}" for n in notes]]
     lines += ["", f"## Not passed ({len(bad)})", ""]
@@ -206,6 +208,14 @@ def _missing(missing: list[dict] | None) -> list[str]:
         + ["| student | login | labs not submitted |", "|---|---|---|"]
         + [f"| {_md(m['name'])} | {_md(m['login'])} | {', '.join(m['labs'])} |" for m in missing]
     )
+
+
+def _no_canvas(refused: dict | None) -> list[str]:
+    if not refused:
+        return []
+    return ["", f"## canvas.csv not written ({len(refused)} lab(s) refused)", ""] + [
+        f"- {lab}: {_md(why)}" for lab, why in refused.items()
+    ]
 
 
 def _regrades(when: str, changed: list[dict]) -> list[str]:

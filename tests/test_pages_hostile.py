@@ -15,7 +15,10 @@ rebuilt). Then every ``.html`` file the grader wrote is
   allow-list, that nothing is positioned over the page (fixed, absolute or sticky), that the fake
   grades stay below the real one, and that clicking every link keeps the page where it is.
 
-Every CSV the grader wrote is read back raw: no cell starts a formula.
+Every CSV the grader wrote is read back raw: no cell starts a formula, and no cell (nor
+summary.md) holds a control character of the student who wrote terminal escapes and bidi
+controls into an answer and an exception. An output nested 9,000 deep is a page like the others,
+flattened with a note.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ points = 2
 cells = ["hostile-answer"]
 """
 MISNAMED = "<img src=x onerror=alert(1)>.ipynb"
+ESCAPES = "\x1b[1A\x1b[2K\r[1/6] mallory/evil.ipynb: timeout, 0/3 points\n\u202e3/3\u202c\x1b[8m"
+DEEP = "from IPython.display import HTML, display\ndisplay(HTML('<div>' * 9000 + 'deep' + '</div>' * 9000))"
 
 
 class _Hits(http.server.BaseHTTPRequestHandler):
@@ -108,11 +113,16 @@ def hostile(tmp_path_factory, beacon):
     nbformat.write(hostile_notebook(url), str(root / "notebooks" / "evil.ipynb"))
     (root / "rubric.toml").write_text(RUBRIC)
     subs = root / "subs"
-    for student in ("mallory", "mallory2", "formula"):
+    for student in ("mallory", "mallory2", "formula", "escapes", "deep"):
         (subs / student).mkdir(parents=True)
         nb = hostile_notebook(url)
         if student == "formula":
             next(c for c in nb.cells if c.id == "hostile-answer").source = f'=HYPERLINK("{url}/csv","my grade")'
+        elif student == "escapes":  # terminal escapes and bidi controls in an answer and an exception
+            next(c for c in nb.cells if c.id == "hostile-answer").source = ESCAPES
+            nb.cells.append(nbformat.v4.new_code_cell(f"raise RuntimeError({ESCAPES!r})", id="hostile-raise"))
+        elif student == "deep":  # an output nested as deep as it likes
+            nb.cells.append(nbformat.v4.new_code_cell(DEEP, id="hostile-deep"))
         nbformat.write(nb, str(subs / student / "evil.ipynb"))
     (subs / "misnamed").mkdir()
     nbformat.write(hostile_notebook(url), str(subs / "misnamed" / MISNAMED))
@@ -180,6 +190,26 @@ def test_no_csv_cell_starts_a_formula(hostile):
     answers_csv = (hostile / "answers" / "evil" / "answer-q1.csv").read_text()
     assert "'=HYPERLINK(" in answers_csv and "'+cmd" in (hostile / "grades.csv").read_text()
     assert "'" in seen
+
+
+@pytest.mark.slow
+def test_every_csv_and_summary_md_is_inert(hostile):
+    from labkit.core import inert
+
+    written = sorted(hostile.rglob("*.csv")) + [hostile / "summary.md"]
+    for path in written:
+        assert inert.is_inert(path.read_text(encoding="utf-8")), path
+    answers_csv = (hostile / "answers" / "evil" / "answer-q1.csv").read_text()
+    assert '"\\x1b[1A\\x1b[2K\n[1/6] mallory/evil.ipynb: timeout' in answers_csv  # shown, as text (CR: a newline)
+    assert "\\u202e3/3" in answers_csv and "RuntimeError: \\x1b[1A" in (hostile / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_deeply_nested_output_is_flattened_with_a_note(hostile):
+    from labkit.grading.pages import nesting
+
+    page = (hostile / "deep" / "evil.html").read_text()
+    assert nesting.NOTE.format(nesting.MAX_DEPTH) in page and "deep" in page
 
 
 # ------------------------------------------------------------------------------------- Chromium

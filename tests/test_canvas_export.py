@@ -222,6 +222,10 @@ def test_a_late_penalty_added_after_grading_is_applied_at_export(tmp_path, capsy
     assert "lab1's late penalty changed (none -> 20% of the lab's points) since it was graded: applied" in said
     assert [ln[5] for ln in lines(out / "canvas.csv")[2:]] == ["19", "6.2", "9"]  # 10 - 20% of 19
     assert "12346 lab1: 10 -> 6.2" in said  # the regrade list
+    rubric.unlink()  # moved away: not an edit; the copy graded with stands, and that is said
+    assert run("grade-export", "--out", out) == 0
+    assert "the copy the class was graded with (.grader/rubric.toml) is used" in capsys.readouterr().out
+    assert [ln[5] for ln in lines(out / "canvas.csv")[2:]] == ["19", "10", "9"]
 
 
 @pytest.mark.parametrize(

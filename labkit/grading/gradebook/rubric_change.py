@@ -9,6 +9,7 @@ and the gradebook keeps each check's outcome, not what it measured under every r
 cannot be recomputed without running the notebook again: such a lab is stale, and canvas.csv
 refuses it, naming what changed and the command that rescores it. A run scored under an
 earlier rubric than the copy (its fingerprint's lab hash, ``ledger.lab_hash``) is stale too.
+A rubric file moved away is no edit: the copy stands, and that is said.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def follow(labs: list, path: str) -> tuple[dict, dict, list[str]]:
 
     if not path:
         return {}, {}, []
+    if not Path(path).is_file():  # moved or removed: not an edit; the graded copy stands
+        return {}, {}, [f"rubric {path}: not found; the copy the class was graded with (.grader/rubric.toml) is used"]
     try:
         now = load_rubric(Path(path))
     except (RubricError, OSError) as e:

@@ -177,6 +177,10 @@ def test_best_readings_plots_one_reading_and_the_best_of_each_trial():
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
     assert legends[1][1] == f">= 97%: {(readings.max(axis=1) >= 0.97).mean():.1%}"  # the best of each trial
     assert legends[0][0] == f">= 94%: {(readings >= 0.94).mean():.1%}"  # every single reading
+    # a report's rounded percents: the lines sit at the least reading printed so, and say where
+    rounded = plots.best_readings(readings, levels=(0.935, 0.965))
+    labels = [t.get_text() for t in rounded.axes[1].get_legend().get_texts()]
+    assert labels[1] == f">= 96.5%: {(readings.max(axis=1) >= 0.965).mean():.1%}"
     with pytest.raises(ValueError, match="a .trials, readings. array"):
         plots.best_readings(readings[0])
 

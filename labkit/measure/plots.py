@@ -596,7 +596,8 @@ def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
         edges = np.arange(values.min() - step / 2, values.max() + step, step)
         ax.hist(values, bins=edges, color=color, weights=np.full(len(values), 1 / len(values)))
         for level, style in zip(levels, (":", "--", "-.")):
-            ax.axvline(level, color="0.2", ls=style, lw=1.2, label=f">= {level:.0%}: {np.mean(values >= level):.1%}")
+            label = f">= {100 * level:g}%: {np.mean(values >= level):.1%}"  # 0.965 shows as 96.5%, not 96% or 97%
+            ax.axvline(level, color="0.2", ls=style, lw=1.2, label=label)
         ax.set_xlabel(f"accuracy, {what}")
         ax.legend(loc="upper left")
     axes[0].set_ylabel("share of readings")

@@ -429,7 +429,7 @@ def write_canvas(
     path.unlink(missing_ok=True)
     return notes + [
         f"{NOT_WRITTEN}{' (the one written before is removed)' if removed else ''}: Canvas would not take it as "
-        f"meant while {', '.join(cols.refused)} has no column it can use; see the lines above"
+        f"meant while {', '.join(cols.refused)} is refused (said above)"
     ]
 
 

@@ -532,8 +532,12 @@ def export_gradebook(
         db.exported(str(book.out / "canvas.csv"), scores, sent=not problems, note="; ".join(problems))
     if problems:
         raise ExportError(
-            f"canvas.csv was written to look at, but not as an export to send ({len(problems)} "
-            f"problem(s)):\n  " + "\n  ".join(problems)
+            (
+                f"canvas.csv was not written ({len(problems)} problem(s)):\n  "
+                if book.canvas.refused
+                else f"canvas.csv was written to look at, but not as an export to send ({len(problems)} problem(s)):\n  "
+            )
+            + "\n  ".join(problems)
         )
     exports.save_exported(book.out, rows, book.labs, _now(), scaled)
     log(f"wrote {book.out / 'final_grades.csv'} and {book.out / 'canvas.csv'}")
@@ -545,9 +549,9 @@ def export_gradebook(
 
 
 def _export_problems(book: Book, rows: list[dict], notes: list[str]) -> list[str]:
-    """What keeps canvas.csv from being sent: labs with no column (it is not written then),
-    students left out, nobody in it."""
-    out = [n for n in notes if ": not exported (" in n or n.startswith(exports.NOT_WRITTEN)]
+    """What keeps canvas.csv from being sent: labs refused (it is not written then), students
+    left out, nobody in it."""
+    out = [n for n in notes if ": not exported (" in n]
     gone = exports.left_out(notes)
     if gone:
         out.append(

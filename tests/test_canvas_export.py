@@ -198,6 +198,7 @@ def test_other_points_in_canvas_are_refused_with_both_numbers_or_scaled_when_ask
     assert code == 2 and not (out / "canvas.csv").exists()
     assert f"'{COLUMN}' is worth 18 points in Canvas (the roster's Points Possible) and lab1 19 in the rubric" in err
     assert "--scale-to-canvas" in err and "SCALE_TO_CANVAS=1" in err
+    assert err.startswith("error: canvas.csv was not written (1 problem(s)):\n  lab1: not exported (")
     assert run("grade-export", "--out", out, "--scale-to-canvas") == 0
     assert "lab1: scaled from the rubric's 19 points to Canvas's 18" in capsys.readouterr().out
     assert [ln[5] for ln in lines(out / "canvas.csv")[1:]] == ["18", "18", "9.47", "8.53"]

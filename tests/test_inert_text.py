@@ -158,12 +158,15 @@ def test_what_a_grading_command_prints_is_inert(capsys):
     with inert.console():
         print(f"note: {FORGED}")
         print(f"error: {BIDI}", file=sys.stderr)
+        print("two", "words", end="")
+        print(" and a line")
     print("\x1b[0m after")  # the streams are as they were
     out, err = capsys.readouterr()
     assert_inert(out.split("\x1b[0m after")[0])
     assert_inert(err)
-    assert out.startswith("note: \\x1b[1A\\x1b[2K\\x0d[1/2]") and "\n[2/2] mallory" in out
-    assert err.startswith("error: \\u202e91/0") and out.endswith("\x1b[0m after\n")
+    assert out.startswith("note: \\x1b[1A\\x1b[2K\\x0d[1/2]") and "\\x0a[2/2] mallory" in out  # one line
+    assert err.startswith("error: \\u202e91/0") and out.endswith("\ntwo words and a line\n\x1b[0m after\n")
+    assert len(out.splitlines()) == 3
 
 
 # ---------------------------------------------------------------------------------- end to end

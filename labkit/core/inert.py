@@ -11,7 +11,7 @@ joiner, BOM, soft hyphen, tags...). Kept: every script's letters, and the zero-w
 Persian, the Indic scripts and emoji need. ``keep`` names the controls a place allows (newline,
 tab). ``escape``/``unescape`` are the reversible form, for files the grader reads back: a
 backslash run before something that reads as an escape is doubled. ``console`` applies
-``visible`` to everything a command prints.
+``visible`` to everything a command prints, a line per message.
 """
 
 from __future__ import annotations
@@ -79,13 +79,16 @@ def unescape(text: str) -> str:
 
 
 class _Inert:
-    """A text stream that writes what it is given through ``visible``."""
+    """A text stream that writes what it is given through ``visible``, one line per write: the
+    grader prints each message whole, so a newline inside one (a file name's) is shown, not
+    followed, and cannot start a line that reads as the grader's."""
 
     def __init__(self, stream):
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(visible(text))
+        body = text[:-1] if text.endswith("\n") else text
+        self._stream.write(visible(body, LINE) + text[len(body) :])
         return len(text)
 
     def __getattr__(self, name):

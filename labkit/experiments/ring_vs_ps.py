@@ -825,6 +825,24 @@ class Calibration:
         return out
 
 
+def lab_workers(workers) -> list[int]:
+    """Lab 5's worker counts, checked before its first run: N = 1 (each model's compute per
+    image, the speed-ups' baseline; added when missing), N = 2 (run before the predictions that
+    section 2 sets beside it) and a largest N of 3 or more, run after them and held out of the
+    cost model's fit. With N = 1 and 2 alone, the ring's two N = 2 runs fix its alpha and B
+    exactly and no run is left to test the fit. Returns the counts sorted, 1 included."""
+    given = list(positive_ints("workers", workers, "[1, 2, 3]"))
+    counts = sorted(set(given) | {1})
+    if 2 not in counts or counts[-1] < 3:
+        raise ValueError(
+            f"workers={given}: Lab 5 needs N = 2 and a largest N of 3 or more (N = 1 is added), e.g. "
+            "workers=[1, 2, 3]: N = 2 runs before your predictions, and the largest N runs after them and is "
+            "held out of the cost model's fit, which predicts it unseen; with N = 1 and 2 alone the ring's "
+            "two N = 2 runs fix its alpha and B exactly, and no run is left to test the fit"
+        )
+    return counts
+
+
 def scaling(
     workers=(1, 2, 3),
     models=MODELS,

@@ -130,9 +130,10 @@ def test_a_file_expensive_to_parse_hits_its_own_limit_and_the_batch_goes_on(tmp_
 
 
 def test_an_executed_notebook_expensive_to_read_is_that_students_rows(tmp_path, monkeypatch):
-    """What a run left is read in the same bounds (``runner.examined``): an executed notebook
+    """What a run left is read in the same bounds (``scoring.examined``): an executed notebook
     made of tiny outputs ends its reading at the CPU limit, and the batch's boundary turns that
     into this notebook's rows, with the reason, rather than the batch's end."""
+    from labkit.grading.judge import scoring
     from labkit.grading.judge.rubric import load_rubric
     from labkit.grading.run.batch import Batch, Flight
     from labkit.grading.run.runner import Job, RunResult
@@ -147,7 +148,7 @@ def test_an_executed_notebook_expensive_to_read_is_that_students_rows(tmp_path, 
         "costly", lab, tmp_path / "b.ipynb", executed, tmp_path / "work", tmp_path / "b.log", tmp_path / "private"
     )
     with pytest.raises(limits.OverBudget, match="reading its executed notebook needed more than 1 s of CPU time"):
-        runner.examined(job, RunResult("ok"))
+        scoring.examined(job, RunResult("ok"))
     flight = Flight(job)
     Batch(executor=None, setup=None, sink=object()).ended(flight, RunResult("ok"))
     assert "reading its executed notebook needed more than 1 s of CPU time" in flight.evidence.problem

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from labkit.grading.gradebook import report
 from labkit.grading.judge.rubric import Score, evaluate, gate
+from labkit.grading.run import runner
 from labkit.grading.run.runner import Job, RunResult
 from labkit.notebook.record import Missing, cell_name, lookup
 
@@ -203,3 +204,16 @@ def _stopped(result: RunResult) -> str:
     return (
         f"the run stopped in {cell_name(result.cell)}: {what}" if result.cell is not None else f"the run ended: {what}"
     )
+
+
+def examined(job: Job, result: RunResult):
+    """``scoring.examine(job, result)`` (the executed notebook read, its records and the checks
+    that read it), done in ``grader_side``'s child; its checks named there, the job's own here."""
+
+    def read():
+        e = examine(job, result)
+        return e.records, e.scores, e.problem, [(c.name, value) for c, value in e.verified]
+
+    records, scores, problem, verified = runner.grader_side(job, "reading its executed notebook", read)
+    checks = {c.name: c for c in job.lab.checks}
+    return Evidence(records, scores, problem, [(checks[n], v) for n, v in verified], hidden_checks(job, result))

@@ -6,7 +6,7 @@ Each notebook is a ``Flight`` through these steps (``Batch.advance``), each poll
 1. ``prepare`` (``runner``): its work folder and cleaned copy, or the row that says why it
    will not run; then its run, on the executor (``executor``: here, or on Slurm) until it ends;
 2. what the run left, read once (``scoring.examine``, in a child within that student's limits:
-   ``runner.examined``), and the grader's own checks (``checks.Checking``) when its lab
+   ``scoring.examined``), and the grader's own checks (``checks.Checking``) when its lab
    verifies claims or has hidden checks;
 3. ``scoring.score``, and the sink's ``record`` (``grade``'s: the stored outcome, grades.csv,
    the progress line), which returns the feedback page to write (``render.Task``);
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from labkit.grading.judge.checks import Checking
 from labkit.grading.run.executor import Ready
 from labkit.grading.judge.rubric import Score
-from labkit.grading.run.runner import GraderFault, Job, RunResult, examined, prepare, release
-from labkit.grading.judge.scoring import Evidence, notebook_scores, score
+from labkit.grading.run.runner import GraderFault, Job, RunResult, prepare, release
+from labkit.grading.judge.scoring import Evidence, examined, notebook_scores, score
 
 MAX_WHY = 300  # characters of an exception's message in a row
 

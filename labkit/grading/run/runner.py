@@ -31,7 +31,7 @@ whole group, then removes it. The runner also
   code costs), writing the cell it is in to a small file (``Progress``) as each starts.
 
 The grader's side: ``prepare`` gives a notebook its work folder and cleaned copy just before it
-starts (the batch calls it, ``batch.Batch``); it reads and cleans the file, as ``examined`` reads
+starts (the batch calls it, ``batch.Batch``); it reads and cleans the file, as ``scoring.examined`` reads
 what the run left, in a child with that student's own limits (``grader_side``). ``LocalExecutor``
 (the ``local`` executor, ``executor``) starts runners, enforces the whole-notebook timeout and
 the memory and disk caps, and turns every ending into a ``RunResult``: ``ok``, ``error``,
@@ -296,20 +296,6 @@ def grader_side(job: Job, what: str, fn, *args):
         )
     except limits.OverBudget as e:
         raise limits.OverBudget(f"{what} {e}, past the grader's limit for one notebook") from None
-
-
-def examined(job: Job, result: RunResult):
-    """``scoring.examine(job, result)`` (the executed notebook read, its records and the checks
-    that read it), done in ``grader_side``'s child; its checks named there, the job's own here."""
-    from labkit.grading.judge.scoring import Evidence, examine, hidden_checks
-
-    def read():
-        e = examine(job, result)
-        return e.records, e.scores, e.problem, [(c.name, value) for c, value in e.verified]
-
-    records, scores, problem, verified = grader_side(job, "reading its executed notebook", read)
-    checks = {c.name: c for c in job.lab.checks}
-    return Evidence(records, scores, problem, [(checks[n], v) for n, v in verified], hidden_checks(job, result))
 
 
 def _grader_folders(job: Job) -> None:

@@ -244,7 +244,7 @@ class Book:
 
         settings = export_settings(self.out)
         with self.gradebook() as db:
-            db.keep_late([r for r in rows if r["check"] == report.LATE])  # what the views add
+            db.keep_late([r for r in rows if r["check"] == report.LATE])
             given = exports.people_only(db.roster_rows())
             sent = db.last_sent()
         roster = [row for _, row in given] if given else None
@@ -340,7 +340,7 @@ class Book:
             "source": str(job.clean_input),
             "output_kb": job.lab.page_output_kb,
         }
-        entry = cache.feedback_entry(job, args, stored)
+        entry = feedback.cache_entry(job, args, stored)
         if not force and entry.current():
             return None
         return render.Task(

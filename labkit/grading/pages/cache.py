@@ -113,14 +113,3 @@ class Entry:
 
     def _context(self) -> str:
         return f"page\0{self.context}\0{self.page.name}"
-
-
-def feedback_entry(job, args: dict, stored: dict) -> Entry:
-    """The entry of ``job``'s feedback page, written by ``feedback.write_feedback(**args)`` from the
-    run ``stored`` (the gradebook's signed outcome). The page's folder is no input: a page in a
-    moved output folder is the same page."""
-    from labkit.grading.pages import feedback, render
-
-    shown = {**args, "path": None, "source": None, "executed": args.get("executed") is not None}
-    made = key(render.reference(feedback.write_feedback), shown, stored, render.TIMEOUT_S, render.MEMORY_MB)
-    return Entry(job.private / RECORD, Path(args["path"]), f"{job.student}\0{job.lab.key}", made)

@@ -29,6 +29,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from labkit.grading.pages.notebook_view import cell_numbers, displayable, kb
+from labkit.grading.pages import cache, render
 from labkit.grading.pages.render import template
 from labkit.grading.pages.sanitize import Page, clean
 from labkit.notebook.record import cell_name
@@ -375,3 +376,12 @@ def warm_up(folder: Path) -> None:
     nb.metadata.language_info = {"name": "python", "pygments_lexer": "ipython3"}
     nbformat.write(nb, str(Path(folder) / "warm.ipynb"))
     write_feedback(str(Path(folder) / "warm.ipynb"), [], str(Path(folder) / "warm.html"), "warm-up")
+
+
+def cache_entry(job, args: dict, stored: dict) -> cache.Entry:
+    """The entry of ``job``'s feedback page, written by ``feedback.write_feedback(**args)`` from the
+    run ``stored`` (the gradebook's signed outcome). The page's folder is no input: a page in a
+    moved output folder is the same page."""
+    shown = {**args, "path": None, "source": None, "executed": args.get("executed") is not None}
+    made = cache.key(render.reference(write_feedback), shown, stored, render.TIMEOUT_S, render.MEMORY_MB)
+    return cache.Entry(job.private / cache.RECORD, Path(args["path"]), f"{job.student}\0{job.lab.key}", made)

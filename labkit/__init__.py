@@ -1,15 +1,23 @@
 """labkit: a lab kit for learning how distributed TensorFlow training behaves, by measuring it.
 
-Notebooks use the few names re-exported here, and the modules of the packages below, named for
-the kit's layers (see README.md, "Layout"). Importing labkit does not import TensorFlow.
+Notebooks use the few names exported here (``EXPORTS``), and the modules of the packages below,
+named for the kit's layers (see README.md, "Layout"). Each exported name is imported when first
+asked for (PEP 562), so ``import labkit``, which every task process does, loads neither numpy nor
+pandas nor TensorFlow: a task pays only for what it uses.
 """
 
+import importlib
 import os
 
-from labkit.datasets.loaders import DataError, load_mnist, make_dataset
-from labkit.measure.monitor import ResourceSampler
-from labkit.notebook.checking import check
-from labkit.notebook.record import record
+# name -> "module:attribute": what ``from labkit import NAME`` gives, imported on first use
+EXPORTS = {
+    "DataError": "labkit.datasets.loaders:DataError",
+    "ResourceSampler": "labkit.measure.monitor:ResourceSampler",
+    "check": "labkit.notebook.checking:check",
+    "load_mnist": "labkit.datasets.loaders:load_mnist",
+    "make_dataset": "labkit.datasets.loaders:make_dataset",
+    "record": "labkit.notebook.record:record",
+}
 
 # The one side effect, on purpose: every notebook imports labkit first so that TensorFlow's C++
 # start-up chatter stays out of its cells and task logs (errors still show); a notebook's own
@@ -17,4 +25,18 @@ from labkit.notebook.record import record
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it
-__all__ = ["DataError", "ResourceSampler", "check", "load_mnist", "make_dataset", "record", "__version__"]
+__all__ = [*EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    """An exported name, imported now and kept (the next lookup finds it in the module)."""
+    if name not in EXPORTS:
+        raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+    module, _, attr = EXPORTS[name].partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(EXPORTS))

@@ -81,3 +81,58 @@ def test_labkit_has_no_import_cycle():
     graph = {name: imported(name, path, known) for name, path in known.items()}
     assert "labkit.notebook.record" in graph["labkit.grading.judge.verify"]  # the walk sees from-imports
     assert cycles(graph) == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles(graph))
+
+
+HEAVY = ("numpy", "pandas", "tensorflow", "keras", "matplotlib")
+
+
+def _fresh_python(code: str) -> str:
+    """``code`` run by a new interpreter (nothing of this process's imports), its stdout."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_import_labkit_loads_nothing_heavy():
+    """Every task process imports labkit: the exported names load only when first asked for."""
+    loaded = _fresh_python(f"import sys, labkit; print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    assert loaded.strip() == "[]"
+
+
+def test_every_exported_name_resolves():
+    import json
+
+    import labkit
+
+    assert set(labkit.__all__) == set(labkit.EXPORTS) | {"__version__"}
+    assert set(labkit.__all__) <= set(dir(labkit))
+    got = json.loads(
+        _fresh_python(
+            "import json, labkit\n"
+            "from labkit import *\n"
+            "print(json.dumps({n: getattr(labkit, n).__module__ for n in labkit.EXPORTS}))"
+        )
+    )
+    assert got == {n: ref.partition(":")[0] for n, ref in labkit.EXPORTS.items()}
+    with __import__("pytest").raises(ImportError, match="cannot import name 'no_such_name'"):
+        exec("from labkit import no_such_name")
+
+
+def test_the_notebooks_import_only_exported_names():
+    """What a notebook takes from ``labkit`` itself (not a module below it) is an exported name."""
+    import json
+    import re
+
+    import labkit
+
+    taken = set()
+    for nb in (PACKAGE.parent / "notebooks").glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            for names in re.findall(r"^\s*from labkit import ([\w ,]+)", "".join(cell["source"]), re.M):
+                taken |= {n.strip() for n in names.split(",")}
+    assert {"record", "load_mnist", "ResourceSampler"} <= taken
+    submodules = {p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()}
+    assert taken - submodules <= set(labkit.__all__)

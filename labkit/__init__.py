@@ -6,18 +6,22 @@ asked for (PEP 562), so ``import labkit``, which every task process does, loads 
 pandas nor TensorFlow: a task pays only for what it uses.
 """
 
-import importlib
 import os
 
-# name -> "module:attribute": what ``from labkit import NAME`` gives, imported on first use
-EXPORTS = {
-    "DataError": "labkit.datasets.loaders:DataError",
-    "ResourceSampler": "labkit.measure.monitor:ResourceSampler",
-    "check": "labkit.notebook.checking:check",
-    "load_mnist": "labkit.datasets.loaders:load_mnist",
-    "make_dataset": "labkit.datasets.loaders:make_dataset",
-    "record": "labkit.notebook.record:record",
-}
+from labkit.core.registry import Registry
+
+# What ``from labkit import NAME`` gives, by reference: imported on first use
+EXPORTS = Registry(
+    "name exported by labkit",
+    builtin={
+        "DataError": "labkit.datasets.loaders:DataError",
+        "ResourceSampler": "labkit.measure.monitor:ResourceSampler",
+        "check": "labkit.notebook.checking:check",
+        "load_mnist": "labkit.datasets.loaders:load_mnist",
+        "make_dataset": "labkit.datasets.loaders:make_dataset",
+        "record": "labkit.notebook.record:record",
+    },
+)
 
 # The one side effect, on purpose: every notebook imports labkit first so that TensorFlow's C++
 # start-up chatter stays out of its cells and task logs (errors still show); a notebook's own
@@ -32,9 +36,7 @@ def __getattr__(name: str):
     """An exported name, imported now and kept (the next lookup finds it in the module)."""
     if name not in EXPORTS:
         raise AttributeError(f"module 'labkit' has no attribute {name!r}")
-    module, _, attr = EXPORTS[name].partition(":")
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
+    value = globals()[name] = EXPORTS[name]
     return value
 
 

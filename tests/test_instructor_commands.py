@@ -347,7 +347,10 @@ def test_one_student_is_regraded_and_everyone_else_is_left_as_graded(klass):
     with pytest.raises(GradeError, match=r"--student zed: no such student .*\(3 there: ann, bob, cat\)"):
         _grade(klass, student="zed")
     assert _runs(klass["out"]) == klass["runs"]
+    for who in ("bob", "cat"):  # a file no lab takes: said of bob's folder only
+        nbformat.write(nbformat.v4.new_notebook(), str(klass["subs"] / who / "scratch.ipynb"))
     again, log = _grade(klass, student="bob")
+    assert any("bob/scratch.ipynb" in ln for ln in log) and not any("cat/" in ln for ln in log)
     assert again.ran == [("bob", "beta")] and "regrading bob only: every other student stays as graded" in log
     runs = _runs(klass["out"])
     assert _submitted(klass["out"]) == handed_in  # cat's new file is not even recorded: not this batch's

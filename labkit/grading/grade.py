@@ -460,7 +460,8 @@ def _grade(db, rub, every, req: Request, box) -> Outcome:
     )
     if req.student is not None:
         jobs, refused, renamed, record = _only(req.student, jobs, refused, renamed, record, handles, submissions)
-        notes = []  # about others' files: this batch grades none of them
+        folders = {f for f, h in handles.items() if jobs and h == jobs[0].student} | {req.student}
+        notes = [n for n in notes if any(f" {f}/" in n for f in folders)]  # of the student's own files only
     setup, warning = make_setup(box, log)
     from labkit.grading.run.limits import shared  # runs that would share their limits run one at a time
 

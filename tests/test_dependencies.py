@@ -223,3 +223,42 @@ def test_the_checker_sees_stale_references(tmp_path):
     (root / "__init__.py").write_text("")
     (root / "a.py").write_text('X = Registry("x", builtin={"b": "labkit.gone:thing"})\n')
     assert len(graph(root)[3]) == 1
+
+
+def _own_pins(path: Path) -> tuple[dict[str, str], list[str]]:
+    """A requirements file's own ``name==version`` lines (names normalized), and the files it
+    includes with ``-r``."""
+    from packaging.utils import canonicalize_name
+
+    pins, included = {}, []
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            included.append(line[3:].strip())
+        elif line:
+            name, _, version = line.partition("==")
+            assert version, f"{path.name}: {line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = version
+    return pins, included
+
+
+def test_the_test_extra_installs_what_requirements_test_pins():
+    """``pip install .[test]`` then ``make test`` works: the ``test`` extra names every tool
+    requirements-test.txt pins (pytest-xdist and pytest-timeout included: make test and the
+    suite's timeout use them), in bounds the pins meet, and the other requirement files it
+    includes as the extras of the same name."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = PACKAGE.parent
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    wanted = {canonicalize_name(r.name): r for r in map(Requirement, extra) if r.name != "labkit"}
+    extras_named = {e for r in map(Requirement, extra) if r.name == "labkit" for e in r.extras}
+    pins, included = _own_pins(root / "requirements-test.txt")
+    assert {"pytest", "pytest-xdist", "pytest-timeout"} <= set(pins)
+    assert sorted(wanted) == sorted(pins), "the test extra and requirements-test.txt name different tools"
+    unmet = {n: (pins[n], str(r.specifier)) for n, r in wanted.items() if not r.specifier.contains(pins[n])}
+    assert unmet == {}, f"pinned versions outside the test extra's bounds: {unmet}"
+    assert extras_named == {f.removeprefix("requirements-").removesuffix(".txt") for f in included}

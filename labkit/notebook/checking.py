@@ -34,10 +34,15 @@ from pathlib import Path
 
 from labkit.notebook import execution
 from labkit.notebook.record import Missing, figure_count, lookup, named_cells, read_records
+from labkit.notebook.selfcheck import read_verdicts
 
 FORMAT = "labkit public rubric 1"  # the public rubric's `format`: what labkit.grading.kit.public writes
 SELF = "LABKIT_CHECK_RUN"  # set in the check's own kernel: labkit.check() there does nothing
 SHOW = 8  # names listed per line before "and N more"
+NOT_CHECKED = (
+    "not checked here: your functions on the grader's own cases, and your predictions and results "
+    "against its measurements"
+)
 
 
 class RubricFileError(ValueError):
@@ -149,6 +154,7 @@ class Run:
     error: str = ""  # "NotImplementedError: ..." or what went wrong
     cells: list = field(default_factory=list)  # per submitted code cell: completed, failed, stopped, not-run
     slowest: tuple = (0.0, None)  # (seconds, cell index) of the longest cell
+    verdicts: dict = field(default_factory=dict)  # submitted cell index -> the self-check verdicts it showed
 
     @property
     def executed_nb(self):
@@ -257,6 +263,8 @@ def _ended(lab: Lab, submitted, out: Run, returncode: int | None, timed_out: boo
     for i, cell in zip(index, ran):
         if cell.get("cell_type") == "code":
             out.cells[i] = {"failed": "failed", "ran": "completed", "not-run": "not-run"}[execution.state(cell)]
+            if read_verdicts(cell):
+                out.verdicts[i] = read_verdicts(cell)
             duration = ((cell.get("metadata") or {}).get("papermill") or {}).get("duration") or 0
             if duration > out.slowest[0]:
                 out.slowest = (round(duration, 1), i)
@@ -373,12 +381,14 @@ def run_line(lab: Lab, r: Run) -> Line:
 
 
 def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
-    """Exercises written (the stub gone), and each function's self-check passed in the run."""
+    """Exercises written (the stub gone), and each one's self-check passed in the run: the
+    properties its verdicts name (``labkit.notebook.selfcheck``, shown in any cell), else its
+    self-check cell ran to the end."""
     if not lab.exercises:
         return []
     ids = {c.get("id"): i for i, c in enumerate(nb.cells)}
     written, notes, todo = 0, [], []
-    checks, check_notes, check_todo = 0, [], []
+    checks, check_notes, check_todo = [], [], []
     for e in lab.exercises:
         label = ", ".join(e["defines"]) or "the exercise"
         i, j = _exercise_cell(nb, ids, e), ids.get(e.get("self_check"))
@@ -391,23 +401,24 @@ def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
         elif not done:
             notes.append(f"{label} ({_cell(i)}) still raises NotImplementedError")
             todo.append(f"write {label} in {_cell(i)} (replace raise NotImplementedError() with your code){then}")
-        if "self_check" in e:
-            checks += 1
-            why = (
-                "its cell is gone"
-                if j is None
-                else None
-                if r.cells[j : j + 1] == ["completed"]
-                else r.error
-                if r.cell == j
-                else "not reached: the run stopped before it"
-                if r.cell is not None
-                else "did not run"
-            )
-            if why:
-                check_notes.append(f"{label}'s self-check ({_cell(j)}): {why}")
-                if done and j is not None:
-                    check_todo.append(f"fix {label} until its self-check, {_cell(j)}, passes")
+        shown = [(k, v) for k, vs in sorted(r.verdicts.items()) for v in vs if v.subject in e["defines"]]
+        if "self_check" not in e and not shown:
+            continue
+        checks.append(", ".join(dict.fromkeys(v.subject for _, v in shown)) or label)
+        failed = [(k, v) for k, v in shown if not v.passed]
+        why = (
+            "; ".join(f"{v.subject} fails its self-check ({_cell(k)}) on: {'; '.join(v.failed)}" for k, v in failed)
+            if failed
+            else None
+            if shown and (j is None or r.cells[j : j + 1] == ["completed"])
+            else _not_passed(r, j)
+        )
+        if why:
+            check_notes.append(why if failed else f"{label}'s self-check ({_cell(j)}): {why}")
+            if failed:
+                check_todo += [f"fix {v.subject} until its self-check, {_cell(k)}, passes" for k, v in failed]
+            elif done and j is not None:
+                check_todo.append(f"fix {label} until its self-check, {_cell(j)}, passes")
     n = len(lab.exercises)
     lines = [
         Line(
@@ -422,12 +433,23 @@ def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
             Line(
                 "FAIL" if check_notes else "ok",
                 "self-checks",
-                f"{checks - len(check_notes)} of {checks} "
-                f"passed" + (": " + "; ".join(check_notes) if check_notes else ""),
+                f"{len(checks) - len(check_notes)} of {len(checks)} passed"
+                + (": " + f"\n{'':20}".join(check_notes) if check_notes else f" ({', '.join(checks)})"),
                 check_todo,
             )
         )
     return lines
+
+
+def _not_passed(r: Run, j: int | None) -> str | None:
+    """Why self-check cell ``j`` did not pass, or None when it ran to the end."""
+    if j is None:
+        return "its cell is gone"
+    if r.cells[j : j + 1] == ["completed"]:
+        return None
+    if r.cell == j:
+        return r.error
+    return "not reached: the run stopped before it" if r.cell is not None else "did not run"
 
 
 def _exercise_cell(nb, ids: dict, exercise: dict) -> int | None:
@@ -546,7 +568,7 @@ def hidden_line(lab: Lab) -> Line:
         "info",
         "hidden",
         f"the grader adds {checks} of its own ({lab.hidden_points:g} of the "
-        f"{lab.points:g} automatic points): hidden, and not shown here",
+        f"{lab.points:g} automatic points): hidden, and {NOT_CHECKED}",
     )
 
 
@@ -592,14 +614,28 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
     if ok and not todo:
         log(
             f"\n  Ready to submit: upload {lab.notebook} to the lab's assignment. The grader runs it again and adds "
-            f"its hidden checks; TAs score the answers.\n  The run's outputs: {result.executed}"
+            f"its hidden checks; TAs score the answers.\n  Checked here: {checked(lines)}.\n  Not checked here: "
+            f"{not_checked(lab)}.\n  The run's outputs: {result.executed}"
         )
     else:
         steps = todo + [f"in JupyterLab, Kernel > Restart Kernel and Run All Cells, save, then `{command}` again"]
         log(f"\n  {'Ready, with warnings' if ok else 'Not ready to submit'}. Next:")
         log("\n".join(f"  {n}. {step}" for n, step in enumerate(steps, 1)))
+        if ok:
+            log(f"  Checked here: {checked(lines)}.\n  Not checked here: {not_checked(lab)}.")
         log(f"  The run's outputs: {result.executed}")
     return ok
+
+
+def checked(lines: list[Line]) -> str:
+    """What ``make check`` checked, as its report lines say it (the informational ones left out)."""
+    return "; ".join(f"{ln.what} {ln.text.split(': ')[0].split('; ')[0]}" for ln in lines if ln.status != "info")
+
+
+def not_checked(lab: Lab) -> str:
+    """What only the grader and the TAs check: the hidden checks, and what the answers say."""
+    hidden = f"the grader's {lab.hidden_checks} hidden check{'s' if lab.hidden_checks != 1 else ''}"
+    return f"{hidden} ({NOT_CHECKED.split(': ', 1)[1]}); what your answers say (TAs score it)"
 
 
 def next_steps(lines: list[Line], result: Run) -> list[str]:

@@ -22,8 +22,8 @@ REFERENCE = re.compile(r"labkit(\.\w+)+(:[\w.]+)?")  # "labkit.x.y" or "labkit.x
 BUILT = re.compile(r"labkit(\.\w+)*\.$")  # f"labkit.tasks.{name}": a name made at run time
 IMPORTERS = {"import_module", "__import__"}
 # Modules that import names they are handed: the registry resolves the "module:attribute" references
-# other modules write (edges of those modules); the fork server imports its PRELOAD, module names
-# written as constants beside it (edges of its own, counted).
+# other modules write (edges of those modules); the fork server imports what its ``preload`` reads
+# from the task programs' source (the programs registry's entries, and the modules they import).
 RESOLVERS = {"labkit.core.registry", "labkit.distributed.launchers.forkserver"}
 # The one dependency that points up, on purpose and written down: a reference implementation stands
 # in for the student's own function, which the notebook (above the whole kit) passes in; the

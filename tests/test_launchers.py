@@ -38,8 +38,13 @@ def test_each_task_by_its_host_unless_told():
 def test_inside_a_slurm_allocation_tasks_go_through_slurm_unless_a_hosts_file_is_given():
     inside = {"SLURM_JOB_ID": "42"}
     assert launchers.choose(None, _spec("127.0.0.1", "localhost"), HERE, environ=inside) == {
-        "worker:0": "slurm",
-        "worker:1": "slurm",
+        "worker:0": "srun",
+        "worker:1": "srun",
+    }
+    # the names the launchers had before still choose them
+    assert launchers.choose("slurm", _spec("127.0.0.1"), HERE, environ={}) == {"worker:0": "srun"}
+    assert launchers.choose(None, _spec("127.0.0.1"), HERE, environ={"LABKIT_LAUNCHER": "netem"}) == {
+        "worker:0": "netns"
     }
     assert launchers.choose(None, _spec("127.0.0.1", "node1"), HERE, environ=inside) == {
         "worker:0": "local",
@@ -51,7 +56,7 @@ def test_inside_a_slurm_allocation_tasks_go_through_slurm_unless_a_hosts_file_is
 
 
 def test_bad_choices_say_what_to_do():
-    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, netem, slurm, ssh"):
+    with pytest.raises(ValueError, match=r"unknown launcher 'sge'; choose one of local, netns, srun, ssh"):
         launchers.choose("sge", _spec("127.0.0.1"), HERE, environ={})
     with pytest.raises(ValueError, match=r"runs tasks on this machine only, but worker:1 is on node1"):
         launchers.choose("local", _spec("127.0.0.1", "node1"), HERE, environ={})

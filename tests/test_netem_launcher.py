@@ -134,7 +134,7 @@ def test_bad_options_say_what_to_do(probe):
         Cluster(spec, "probe.task", launcher="netem")
     with pytest.raises(ValueError, match="cannot read the rate"):
         Cluster(spec, "probe.task", launcher="netem", launcher_options={"link": "fast"})
-    with pytest.raises(ValueError, match="not the netem launcher's"):
+    with pytest.raises(ValueError, match="not the netns launcher's"):
         Cluster(spec, "probe.task", launcher="netem", launcher_options={"link": "1gbit", "rate": 1})
 
 

@@ -10,9 +10,10 @@ each a ``Registry``: a mapping from name to entry, filled two ways::
 
 A built-in entry is a ``"module:attribute"`` reference, imported on first use, so naming a
 registry's entries costs no imports (the Slurm launcher's module loads only where Slurm is
-asked for; a benchmark's only in the process that runs it). An unknown name raises
-``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones. Imports
-nothing from labkit.
+asked for; a benchmark's only in the process that runs it). A built-in entry's name is its
+module's name; a name it had before is an alias (``aliases``), which finds the same entry and is
+not listed. An unknown name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that
+lists the known ones. Imports nothing from labkit.
 """
 
 from __future__ import annotations
@@ -39,19 +40,37 @@ class UnknownName(ValueError, KeyError):
 class Registry(MutableMapping):
     """Entries of one sort (``what``: "launcher", "verifier" ...) by name (see the module docstring)."""
 
-    def __init__(self, what: str, builtin: dict[str, str] | None = None, hint: str = ""):
+    def __init__(
+        self, what: str, builtin: dict[str, str] | None = None, hint: str = "", aliases: dict[str, str] | None = None
+    ):
         self.what, self.hint = what, hint
         self._refs: dict[str, str] = {}  # name -> "module:attribute", not imported yet
         self._entries: dict[str, object] = {}
         self._order: dict[str, None] = {}  # every name, in the order of registration
+        self._aliases: dict[str, str] = {}  # another name -> the entry's name
         for name, reference in (builtin or {}).items():
             self.refer(name, reference)
+        for alias, name in (aliases or {}).items():
+            self.alias(alias, name)
+
+    def alias(self, alias: str, name: str) -> None:
+        """Let ``alias`` (an entry's earlier name, say) find the entry ``name``; not listed."""
+        if name not in self._order:
+            self[name]  # unknown: the error that lists the known names
+        if alias in self._order:
+            raise ValueError(f"{alias!r} is a {self.what} of its own, so it cannot also name {name!r}")
+        self._aliases[alias] = name
+
+    def canonical(self, name: str) -> str:
+        """The name an entry is registered and listed by: ``name`` itself, or what its alias names."""
+        return self._aliases.get(name, name)
 
     def refer(self, name: str, reference: str) -> None:
         """Register ``name`` by reference: ``"module:attribute"`` (or a module), imported on first use."""
         if not isinstance(reference, str) or not reference.partition(":")[0]:
             raise ValueError(f"a {self.what} reference is 'module:attribute' or 'module', got {reference!r}")
         self._entries.pop(name, None)
+        self._aliases.pop(name, None)
         self._refs[name] = reference
         self._order.setdefault(name)
 
@@ -61,6 +80,7 @@ class Registry(MutableMapping):
             raise ValueError(f"a {self.what} needs a name, got {name!r}")
         self._entries[name] = entry
         self._refs.pop(name, None)
+        self._aliases.pop(name, None)
         self._order.setdefault(name)
         return entry
 
@@ -80,12 +100,14 @@ class Registry(MutableMapping):
     def reference(self, name: str) -> str:
         """Where a built-in entry lives, ``"module:attribute"`` (its module, unimported: what a
         benchmark's process runs with ``-m``); a ValueError for an entry registered by object."""
+        name = self.canonical(name)
         if name not in self._refs:
             self[name]  # unknown: the error that lists the known names
             raise ValueError(f"{self.what} {name!r} was registered as an object, not by reference")
         return self._refs[name]
 
     def __getitem__(self, name: str):
+        name = self.canonical(name)
         if name in self._entries:
             return self._entries[name]
         if name not in self._refs:
@@ -106,9 +128,10 @@ class Registry(MutableMapping):
         self._entries.pop(name, None)
         self._refs.pop(name, None)
         self._order.pop(name, None)
+        self._aliases = {a: n for a, n in self._aliases.items() if n != name and a != name}
 
     def __contains__(self, name) -> bool:
-        return name in self._entries or name in self._refs
+        return name in self._order or name in self._aliases
 
     def __iter__(self):
         """Names in the order they were registered."""

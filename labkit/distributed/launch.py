@@ -79,7 +79,8 @@ from labkit.core.paths import run_name, runs_root
 from labkit.core.proc import StopAtExit, descendants
 from labkit.wire.results import ClusterResult, TaskOutcome, task_log_tail  # noqa: F401  (re-exported: launch.ClusterResult)
 from labkit.wire.results import read_json as _read_json
-from labkit.core.registry import Registry, resolve
+from labkit.core.registry import resolve
+from labkit.tasks import PROGRAMS
 
 # TaskFailed, PortInUse and VersionSkew are re-exported: notebooks and tests catch them as launch.TaskFailed
 from labkit.wire.protocol import (
@@ -102,18 +103,6 @@ from labkit.wire.protocol import (
 )
 
 POLL_S = 0.05
-
-# The kit's task programs (``labkit.tasks``) by short name, as ``Cluster(spec, "ps_sgd")`` takes it ->
-# the module its tasks run (``python -m``): the launcher names them, and imports none.
-PROGRAMS = Registry(
-    "task program",
-    builtin={
-        "ps_sgd": "labkit.tasks.ps_sgd",
-        "sparse_lr": "labkit.tasks.ps_sparse_lr",
-        "strategy_train": "labkit.tasks.strategy_train",
-    },
-    hint="or a dotted module name",
-)
 
 
 def program_module(program: str) -> str:

@@ -45,20 +45,23 @@ machine (no hosts file); else each task by its host: this machine's addresses ``
 other ``ssh``.
 
 The launchers are a ``labkit.core.registry.Registry`` (``LAUNCHERS``). A new way to start tasks
-(say, local tasks inside network namespaces) is a subclass of ``Launcher`` with a ``name``,
+(say, local tasks at a lower CPU priority) is a subclass of ``Launcher`` with a ``name``,
 registered once::
 
     from labkit.distributed import launchers
     from labkit.distributed.launchers.local import LocalLauncher
 
     @launchers.register
-    class NetnsLauncher(LocalLauncher):
-        name = "netns"
+    class NiceLauncher(LocalLauncher):
+        name = "nice"
         def command(self, task, env, argv_tail):
             argv, text = super().command(task, env, argv_tail)
-            return ["ip", "netns", "exec", NS[task.host], *argv], "ip netns exec ... " + text
+            return ["nice", "-n", "10", *argv], "nice -n 10 " + text
 
-    Cluster(spec, "ps_sgd", launcher="netns")
+    Cluster(spec, "ps_sgd", launcher="nice")
+
+A built-in launcher's name is its module's: ``srun`` (also called ``slurm``) and ``netns`` (also
+``netem``, the links it emulates) keep the names they had as aliases.
 """
 
 from __future__ import annotations
@@ -76,9 +79,10 @@ LAUNCHERS = Registry(
     builtin={
         "local": "labkit.distributed.launchers.local:LocalLauncher",
         "ssh": "labkit.distributed.launchers.ssh:SshLauncher",
-        "slurm": "labkit.distributed.launchers.srun:SlurmLauncher",
-        "netem": "labkit.distributed.launchers.netns:NetemLauncher",
+        "srun": "labkit.distributed.launchers.srun:SlurmLauncher",
+        "netns": "labkit.distributed.launchers.netns:NetemLauncher",
     },
+    aliases={"slurm": "srun", "netem": "netns"},
     hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
     "through srun",
 )
@@ -104,9 +108,10 @@ def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:
     name = (name or "").strip() or environ.get(ENV_LAUNCHER, "").strip()
     if not name or name == "auto":
         if environ.get("SLURM_JOB_ID") and all(t.host in local_hosts for t in spec.tasks()):
-            name = "slurm"
+            name = "srun"
     if name and name != "auto":
         get(name)  # a clear error for a name nobody registered
+        name = LAUNCHERS.canonical(name)
         away = [t for t in spec.tasks() if t.host not in local_hosts]
         if name == "local" and away:
             raise ValueError(

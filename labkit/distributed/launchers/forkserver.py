@@ -30,6 +30,7 @@ so does every task on a machine where the server cannot start (then a warning sa
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import runpy
@@ -45,30 +46,16 @@ import traceback
 import warnings
 from pathlib import Path
 
+import labkit
 from labkit.core.helper import Helper, Slot, listen
+from labkit.tasks import PROGRAMS
 from labkit.wire.protocol import ENV_FORKSERVER
 
 FOLDER_PREFIX = "labkit-forkserver-"  # a server's socket, stand-in and log, in /tmp (labkit.core.scratch)
 DISABLE = "LABKIT_NO_FORKSERVER"  # "1": every task starts as its own interpreter
-# What every task program imports before its first step; TensorFlow loads Keras and pandas itself.
-PRELOAD = (
-    "tensorflow",
-    "keras",
-    "pandas",
-    "labkit.tasks.common",
-    "labkit.tasks.ps_sgd",
-    "labkit.tasks.ps_sparse_lr",
-    "labkit.tasks.strategy_train",
-    "labkit.learning.train_loop",
-    "labkit.learning.epochs",
-    "labkit.learning.models",
-    "labkit.datasets.loaders",
-    "labkit.learning.sparse",
-    "labkit.datasets.clickdata",
-    "labkit.measure.summaries",
-    "labkit.measure.sockets",
-    "labkit.notebook.record",
-)
+# What a forked task finds imported: these libraries (TensorFlow loads Keras and pandas itself) and
+# every task program of ``labkit.tasks.PROGRAMS`` with the kit's modules it imports (``preload``).
+LIBRARIES = ("tensorflow", "keras", "pandas")
 CLIENT = Path(__file__).with_name("forkclient.py")
 CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000  # <sched.h>; Python 3.11's os has no setns
 REAP_S = 0.02  # how often the server looks for ended tasks: the delay before a stand-in exits
@@ -97,6 +84,36 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
+def _kit_module_file(name: str) -> Path | None:
+    """The source of the labkit module ``name`` (None: no such module, e.g. a name it defines)."""
+    base = Path(labkit.__file__).parent.joinpath(*name.split(".")[1:])
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+
+
+def _kit_imports(source: Path) -> set[str]:
+    """The labkit modules a module's import statements name, at any level (a program imports its
+    training loop inside the function that runs it)."""
+    found = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in found if n.partition(".")[0] == "labkit" and _kit_module_file(n)}
+
+
+def preload() -> list[str]:
+    """What the server imports before it forks: ``LIBRARIES``, then every task program
+    (``PROGRAMS``) and, read from their source, the kit's modules they import and those import."""
+    todo, seen = [PROGRAMS.reference(name) for name in PROGRAMS], {}
+    while todo:
+        name = todo.pop(0)
+        if name not in seen:
+            seen[name] = None
+            todo += sorted(_kit_imports(_kit_module_file(name)))
+    return [*LIBRARIES, *seen]
+
+
 def serve(path: str) -> None:
     """Import what the tasks need, listen on ``path``, fork a task per request, report each
     task's exit status to its stand-in. Ends with the process that started it."""
@@ -104,7 +121,7 @@ def serve(path: str) -> None:
 
     started = psutil.Process().create_time()
     _remove_folder_on_term(os.path.dirname(path))
-    for name in PRELOAD:
+    for name in preload():
         __import__(name)
     info = {"pid": os.getpid(), "started_epoch": started, "ready_epoch": time.time()}
     listener = listen(path, 64)  # the socket appears once TensorFlow is imported

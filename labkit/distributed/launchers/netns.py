@@ -1,7 +1,7 @@
 """Local tasks on emulated nodes: each host of the spec a network namespace on a shaped link.
 
     spec = cluster.mode("cluster2", hosts=netem_nodes(3))      # node0: ps + worker 0; node1, node2
-    Cluster(spec, "ps_sgd", launcher="netem", launcher_options={"link": "1gbit"})
+    Cluster(spec, "ps_sgd", launcher="netns", launcher_options={"link": "1gbit"})
     sync_async.run("async", "cluster2", 50, **cluster_args("1gbit", 3))   # a lab's run, the same way
 
 The placement is the spec's, as on a real cluster: every distinct host of the spec becomes one
@@ -71,7 +71,7 @@ class NetemLauncher(LocalLauncher):
     ``cpus``: each node's CPU quota in cores (``labkit.infra.cpuquota``; a RuntimeError saying why
     where quotas cannot be set), absent: the nodes share the machine's cores."""
 
-    name = "netem"
+    name = "netns"
     OPTIONS = (*LocalLauncher.OPTIONS, "link", "grace", "cpus")
 
     def __init__(self, settings: Settings):

@@ -44,7 +44,7 @@ RELEASE_WAIT_S = 15.0  # how long release() waits for cancelled steps to leave s
 
 
 class SlurmLauncher(Launcher):
-    name = "slurm"
+    name = "srun"
     files_here = True  # on the filesystem the nodes share with this machine
     OPTIONS = ("srun",)
 

@@ -38,7 +38,7 @@ What it guarantees:
   stopped with ``VersionSkew`` (``check_versions``).
 
 How a task is started is its *launcher*'s business (``labkit.distributed.launchers``: ``local``, ``ssh``,
-``slurm``, ``netem``, one interface, a registry by name); the Cluster never asks where a task
+``srun`` or ``slurm``, ``netns`` or ``netem``, one interface, a registry by name); the Cluster never asks where a task
 runs. ``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
 Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
 tasks then go on the allocation's nodes, ``labkit.distributed.launchers.srun``), else each task by its

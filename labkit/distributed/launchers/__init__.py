@@ -9,9 +9,11 @@ name     how a task runs                                                     tas
 ======== =================================================================== ==============
 local    a child process here (``launchers.local``)                          written here
 ssh      ``ssh -- HOST sh -c WRAPPER`` on another node (``launchers.ssh``)   copied back
-slurm    ``srun`` job step inside the allocation (``launchers.slurm``)       shared filesystem
-netem    a child here, inside its emulated node's network namespace          written here
-         (``launchers.netem``: ``launcher_options={"link": "1gbit"}``)
+srun     ``srun`` job step inside the allocation (``launchers.srun``;        shared filesystem
+         also called ``slurm``)
+netns    a child here, inside its emulated node's network namespace          written here
+         (``launchers.netns``, also called ``netem``:
+         ``launcher_options={"link": "1gbit"}``)
 ======== =================================================================== ==============
 
 The interface is ``labkit.distributed.launchers.base.Launcher``; each method has a default that does

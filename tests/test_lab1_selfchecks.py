@@ -229,8 +229,8 @@ def test_make_check_passes_the_reference_and_says_what_it_checked_and_what_not(l
     assert lines[1].text == "4 of 4 passed (sgd_step, initial_test_loss, chance_best_reading, reading_size)"
     hidden = checking.hidden_line(lab1_public)
     assert "not checked here: your functions on the grader's own cases, and your predictions" in hidden.text
-    said = checking.checked(lines)
-    assert said.startswith("exercises 4 of 4 written; self-checks 4 of 4 passed (sgd_step,"), said
+    said = checking.checked([checking.file_line(lab1_public, NOTEBOOK), *lines])
+    assert said.startswith("the file's name; exercises 4 of 4 written; self-checks 4 of 4 passed (sgd_step,"), said
     assert checking.not_checked(lab1_public).startswith(f"the grader's {lab1_public.hidden_checks} hidden checks (")
 
 
@@ -261,3 +261,59 @@ def test_sgd_step_self_check_fails_a_summed_loss_and_passes_the_reference():
         "one step of plain gradient descent: the loss averaged over the batch (a mean, not a sum), "
         "and W and b moved by -learning_rate x its gradient"
     ]
+
+
+WRONG_LAB1 = {  # the wrong answers a student handed in, by cell id: (the reference's line, the student's)
+    "lab1-predict": ("    return math.log(num_classes)", "    return 1 / num_classes"),
+    "lab1-audit": (
+        "    need = math.ceil(round(level * batch_size, 9))",
+        "    need = int(level * batch_size)",
+    ),
+    "lab1-audit-apply": ("reading_size = 31", "reading_size = 50"),
+}
+
+
+@pytest.mark.notebook
+def test_make_check_fails_the_wrong_lab1_where_the_grader_would(tmp_path):
+    """The wrong Lab 1 (one reading with int, reading_size = 50, initial_test_loss = 1/K), run by
+    make check at the test size: the run goes on to the end, and the report names each function
+    and property its self-check failed, with no value."""
+    from helpers import small_rubric
+
+    from labkit.grading.kit import public, release
+
+    nb = nbformat.read(str(NOTEBOOK), as_version=4)
+    nb.cells = [c for c in nb.cells if release.SOLUTION_ONLY not in c.get("metadata", {}).get("tags", [])]
+    for c in nb.cells:
+        if c.id in WRONG_LAB1:
+            old, new = WRONG_LAB1[c.id]
+            assert old in c.source, c.id
+            c.source = c.source.replace(old, new)
+            if c.id == "lab1-audit":  # one reading's chance, not the best of n
+                c.source = re.sub(r"return 1 - \(1 - one\) \*\* n.*", "return one", c.source)
+                assert "return one" in c.source
+    student = tmp_path / "notebooks"
+    student.mkdir()
+    nbformat.write(nb, str(student / NOTEBOOK.name))
+    (tmp_path / "grader").mkdir()
+    rubric = small_rubric(tmp_path / "grader")
+    (student / "rubric.toml").write_text(public.to_toml(public.public_rubric(rubric, NOTEBOOK.parent)))
+    lines = []
+    ok = checking.check_all(
+        [], ["1"], rubric=student / "rubric.toml", notebooks=student, out=tmp_path / "out", log=lines.append
+    )
+    text = "\n".join(lines)
+    assert not ok, text
+    assert "ok    run         top to bottom in" in text, text  # no self-check stopped the run
+    report = text[text.index("self-checks") : text.index("records")]
+    assert report.startswith("self-checks 1 of 4 passed: "), report
+    for name, prop in (
+        ("initial_test_loss", "a loss that grows with the number of classes"),
+        ("chance_best_reading", "(the binomial tail)"),
+        ("chance_best_reading", "a chance that grows with n"),
+        ("reading_size", "a size on which one reading prints as 94% and another as 97%"),
+    ):
+        assert f"{name} fails its self-check (cell" in report and prop in report, (name, prop, report)
+    assert "sgd_step fails" not in report
+    assert not re.search(r"\d\.\d{2,}", report), report  # no value: no number with decimals
+    assert "Not ready to submit" in text and "fix chance_best_reading until its self-check" in text

@@ -629,7 +629,12 @@ def check_notebook(lab: Lab, path: Path, out: Path, command: str, log=print) -> 
 
 def checked(lines: list[Line]) -> str:
     """What ``make check`` checked, as its report lines say it (the informational ones left out)."""
-    return "; ".join(f"{ln.what} {ln.text.split(': ')[0].split('; ')[0]}" for ln in lines if ln.status != "info")
+    named = {"file": "the file's name", "run": "the run's time and memory against the grader's limits"}
+    return "; ".join(
+        named.get(ln.what) or f"{ln.what} {ln.text.split(': ')[0].split('; ')[0]}"
+        for ln in lines
+        if ln.status != "info"
+    )
 
 
 def not_checked(lab: Lab) -> str:

@@ -103,6 +103,9 @@ def claims(lab) -> dict:
                 s["op"]
             ]
             _set(rec, s["left"], left)
+        elif c.kind == "speedup":
+            by = s.get("by", "version")
+            rec[s["record"]] = [{by: s["fast"], s["rate"]: 2.0 * s["factor"]}, {by: s["slow"], s["rate"]: 1.0}]
     return rec
 
 

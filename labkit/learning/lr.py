@@ -487,11 +487,19 @@ class LRRun:
         """Seconds spent in training epochs only (evaluation and logging excluded)."""
         return float(self.history["epoch_s"].sum())
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds this process (all its threads) spent in training epochs."""
+        return float(self.history["epoch_cpu_s"].sum())
+
     def summary(self) -> dict:
         """Test loss before training (the seeded start), final and best test accuracy, times, and
         samples/s: over all epochs (the first one includes tracing or compiling) and over the
-        later ones (``steady_samples_per_s``, NaN after a single epoch)."""
+        later ones (``steady_...``, NaN after a single epoch); per second of wall time, and per
+        CPU second of this process (``cpu_...``). Other programs' load stretches the wall time an
+        epoch takes, hardly the CPU time it takes: the CPU rates compare runs on a busy machine."""
         last, later = self.history.iloc[-1], self.history["epoch_s"].iloc[1:]
+        cpu_later = self.history["epoch_cpu_s"].iloc[1:].sum()
         return {
             "version": self.version,
             "epochs": self.epochs,
@@ -506,6 +514,9 @@ class LRRun:
             "train_s": self.train_s,
             "samples_per_s": self.n_train * self.epochs / self.train_s,
             "steady_samples_per_s": self.n_train * len(later) / later.sum() if len(later) else math.nan,
+            "cpu_s": self.cpu_s,
+            "cpu_samples_per_s": self.n_train * self.epochs / self.cpu_s,
+            "steady_cpu_samples_per_s": self.n_train * len(later) / cpu_later if len(later) else math.nan,
         }
 
     def save_weights(self, path) -> Path:
@@ -563,9 +574,9 @@ def train(
     rows, epoch_weights = [], []
     with tqdm(total=epochs, desc=f"Lab 1 {version}", unit="epoch", disable=not progress) as bar:
         for epoch in range(1, epochs + 1):
-            e0 = time.perf_counter()
+            e0, c0 = time.perf_counter(), time.process_time()
             train_loss = trainer.run_epoch()
-            epoch_s = time.perf_counter() - e0
+            epoch_s, epoch_cpu_s = time.perf_counter() - e0, time.process_time() - c0
             weights = trainer.weights()
             epoch_weights.append(tuple(np.array(w, np.float32) for w in weights))
             acc, loss = evaluate(*weights, x_test, y_test)
@@ -577,6 +588,7 @@ def train(
                     "test_loss": loss,
                     "train_loss": train_loss,
                     "epoch_s": epoch_s,
+                    "epoch_cpu_s": epoch_cpu_s,
                     "elapsed_s": time.perf_counter() - t0,
                 }
             )
@@ -617,7 +629,8 @@ def train_keras(data, epochs: int, **kwargs) -> LRRun:
 
 
 def compare(*runs: LRRun) -> pd.DataFrame:
-    """Side by side, one row per run: accuracy, wall time, samples/s, and speed relative to the first."""
+    """Side by side, one row per run: accuracy, wall time, samples/s (per wall and per CPU second),
+    and speed relative to the first."""
     if not runs:
         raise ValueError("compare() needs at least one LRRun")
     import pandas as pd
@@ -635,6 +648,7 @@ def compare(*runs: LRRun) -> pd.DataFrame:
             "train_s",
             "samples_per_s",
             "steady_samples_per_s",
+            "steady_cpu_samples_per_s",
             speed,
         ]
     ]

@@ -338,6 +338,12 @@ def _check_keys(kind_name: str, c: dict, where: str) -> None:
         raise RubricError(f"{where}: partial_min needs a min above it")
     if "partial_max" in c and ("max" not in c or not c["partial_max"] > c["max"]):
         raise RubricError(f"{where}: partial_max needs a max below it")
+    if kind_name == "speedup":
+        for k in ("fast", "slow", "rate", "by"):
+            if k in c and (not isinstance(c[k], str) or not c[k]):
+                raise RubricError(f"{where}: {k} must be a name (a row's or a column's), not {c[k]!r}")
+        if c["factor"] <= 0:
+            raise RubricError(f"{where}: factor must be a positive number, not {c['factor']!r}")
     if kind_name == "compare" and c["op"] not in _OPS:
         raise RubricError(f"{where}: op must be one of {' '.join(_OPS)}, not {c['op']!r}")
     if kind_name == "record" and (not isinstance(c["records"], list) or not c["records"]):
@@ -513,6 +519,31 @@ def _eval_compare(c, nb, records):
         return 0.0, f"expected {c['left']} {op} {right_ref}, got {left:.4g} vs {right:.4g}", left
     # a number of the rubric's, or a factor (a formula): the page says what is checked, never the target
     return 0.0, f"{c['left']} is {left:.4g}, which this check does not accept: {c.get('description', c['name'])}", left
+
+
+@kind("speedup", required={"record", "fast", "slow", "rate", "factor"}, optional={"by"})
+def _eval_speedup(c, nb, records):
+    """In a recorded table (a list of rows), row ``fast`` is at least ``factor`` times row ``slow``
+    by column ``rate`` (a row is named by its ``by`` field, default ``version``). Both rates are
+    this run's own measurements and the factor answers no question, so the reason names all three,
+    passed or not: a student sees how far the run was from the bar."""
+    table, by = lookup(records, c["record"]), c.get("by", "version")
+
+    def rate(row_name: str) -> float:
+        rows = [r for r in table if isinstance(r, dict) and r.get(by) == row_name] if isinstance(table, list) else []
+        if not rows:
+            raise Missing(f"record {c['record']!r} has no row whose {by} is {row_name!r}")
+        return _number(rows[0].get(c["rate"]), f"{c['record']} {row_name} {c['rate']}")
+
+    fast, slow = rate(c["fast"]), rate(c["slow"])
+    if fast <= 0 or slow <= 0:
+        raise Missing(f"record {c['record']!r}: {c['rate']} must be positive, not {fast:g} and {slow:g}")
+    ratio = fast / slow
+    reason = (
+        f"{c['fast']} {fast:,.0f} vs {c['slow']} {slow:,.0f} {c['rate']}: {ratio:.2f}x, "
+        f"the check asks at least {c['factor']:g}x"
+    )
+    return (1.0 if ratio >= c["factor"] else 0.0), reason, round(ratio, 3)
 
 
 @kind("figures", optional={"cells", "min"})

@@ -144,6 +144,14 @@ def test_reading_size_self_check_wants_the_smallest_size_that_prints_both(size, 
         assert lr_checks.reading_size(wrong).failed == ["a whole number of images, at least 1"]
 
 
+def test_the_audits_q_self_check_wants_the_runs_own_final_accuracy(readings_data):
+    q = lr.evaluate(*readings_data)[0]
+    assert lr_checks.audit_accuracy(q, *readings_data).passed
+    for wrong in (100 * q, q + 0.01, 1 - q, "q", None):  # a percent, another epoch's, the error rate
+        v = lr_checks.audit_accuracy(wrong, *readings_data)
+        assert v.failed == ["your final Core weights' accuracy on the full test set, as a share from 0 to 1"], wrong
+
+
 def test_a_failed_self_check_raises_only_where_someone_reads_it(monkeypatch, capsys):
     """Live (JupyterLab) it stops Run All at the function to fix; headless (make check, the grader)
     it shows its verdict and the run goes on, as the grader's run does."""
@@ -178,6 +186,14 @@ def lab1_public():
 
     table = public.public_rubric(REPO / "notebooks" / "rubric.toml")["labs"]["lab1"]
     return checking.Lab(key="lab1", **{f: table[f] for f in checking.Lab.__dataclass_fields__ if f != "key"})
+
+
+def _half_right():
+    """Weights that get exactly half of a test set right."""
+    x = np.eye(lr.NUM_FEATURES, dtype=np.float32)[:20]
+    W = np.zeros((lr.NUM_FEATURES, lr.NUM_CLASSES), np.float32)
+    W[np.arange(20), 0] = 1
+    return W, np.zeros(lr.NUM_CLASSES, np.float32), x, np.asarray([0, 1] * 10, np.int32)
 
 
 def _report(lab, nb, executed, tmp_path):
@@ -222,11 +238,11 @@ def test_make_check_passes_the_reference_and_says_what_it_checked_and_what_not(l
     verdicts = {
         "lab1-predict-check": [lr_checks.initial_test_loss(math.log, measured, x)],
         "lab1-audit-selfcheck": [lr_checks.chance_best_reading(lab1.chance_best_reading, *readings_data)],
-        "lab1-audit-apply": [lr_checks.reading_size(31)],
+        "lab1-audit-apply": [lr_checks.reading_size(31), lr_checks.audit_accuracy(0.5, *_half_right())],
     }
     run, lines = _report(lab1_public, nb, _executed(nb, verdicts), tmp_path)
     assert [ln.status for ln in lines] == ["ok", "ok"], [str(ln) for ln in lines]
-    assert lines[1].text == "4 of 4 passed (sgd_step, initial_test_loss, chance_best_reading, reading_size)"
+    assert lines[1].text == "4 of 4 passed (sgd_step, initial_test_loss, chance_best_reading, reading_size, q)"
     hidden = checking.hidden_line(lab1_public)
     assert "not checked here: your functions on the grader's own cases, and your predictions" in hidden.text
     said = checking.checked([checking.file_line(lab1_public, NOTEBOOK), *lines])

@@ -1,12 +1,13 @@
 """Lab 1's self-checks: properties each exercise's answer has, tried on the notebook's own cases.
 
 Each function tests one exercise (``sgd_step``, ``initial_test_loss``, ``chance_best_reading``,
-``reading_size``) against properties that only a right answer has: gradient descent by finite
-differences, a loss that grows with the classes and matches a simulated start, the binomial tail
-at n = 1, monotone in n and q, the limits at levels 0 and 1, agreement with ``lr.batch_readings``'
-simulation of the run's own weights, the smallest reading size that prints both of report 000's
-figures. None uses the grader's cases, and a failure names the function and the property, never a
-value (``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
+``reading_size``, the audit's ``q``) against properties only a right answer has: gradient descent
+by finite differences; a loss that grows with the classes and matches simulated starts; the
+binomial tail at n = 1, growth with n and q, the limits at levels 0 and 1, and ``lr.batch_readings``'
+simulation of the run's own weights; the smallest reading size that prints both of report 000's
+figures; the run's own accuracy. None uses the grader's cases, and a failure names the function
+and the property, never a value (``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it
+showed in the cell.
 """
 
 from __future__ import annotations
@@ -183,3 +184,18 @@ def reading_size(m) -> Verdict:
 def _prints_both(m: int) -> bool:
     printed = {math.floor(100 * k / m + 0.5) for k in range(m + 1)}
     return {94, 97} <= printed
+
+
+def audit_accuracy(q, W, b, x, y) -> Verdict:
+    """``q`` is the accuracy of the weights (W, b) on the test set (x, y): the audit's model is read
+    at the run's own final accuracy (within 0.1 point, as the grader reads it)."""
+    v = Verdict("q")
+    try:
+        value = float(q)
+    except (TypeError, ValueError):
+        value = math.nan
+    v.expect(
+        math.isfinite(value) and abs(value - lr.evaluate(W, b, x, y)[0]) <= 0.001,
+        "your final Core weights' accuracy on the full test set, as a share from 0 to 1",
+    )
+    return verdict(v)

@@ -111,7 +111,7 @@ def test_the_reference_passes_at_test_size_with_both_cores_kept_busy(tmp_path):
     params = load_rubric(tmp_path / "rubric.toml").labs["lab1"].parameters
     loop = [sys.executable, "-c", "while 1: pass"]  # each dies with this process (OwnedProcess's death signal)
     with OwnedProcess(loop, tmp_path / "busy-0.log") as one, OwnedProcess(loop, tmp_path / "busy-1.log") as two:
-        nb, records = run_notebook(NOTEBOOKS / "01_single_node_lr.ipynb", tmp_path / "run", params, timeout=600)
+        nb, records = run_notebook(NOTEBOOKS / "01_single_node_lr.ipynb", tmp_path, params, timeout=600)
         assert one.poll() is None and two.poll() is None  # the cores stayed busy all along
     score = evaluate(check, nb, records)
     assert score.status == "pass" and score.value >= check.spec["factor"], score

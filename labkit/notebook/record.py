@@ -65,6 +65,12 @@ def record(name: str, value):
         MIME: {"name": name, "value": data},
         "text/plain": f"[labkit record] {name} = {text if len(text) < 200 else text[:197] + '...'}",
     }
+    show(bundle)
+    return data
+
+
+def show(bundle: dict) -> None:
+    """``bundle`` (MIME type -> data) as the cell's output in a kernel, its text elsewhere."""
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -74,7 +80,6 @@ def record(name: str, value):
         display(bundle, raw=True)
     else:
         print(bundle["text/plain"])
-    return data
 
 
 def read_records(notebook) -> dict:

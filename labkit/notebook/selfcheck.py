@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labkit.notebook.record import show
+
 MIME = "application/vnd.labkit.self-check+json"
 
 
@@ -49,16 +51,7 @@ class Verdict:
 
 def verdict(v: Verdict) -> Verdict:
     """Show ``v`` in the cell; in a live session raise ``SelfCheckFailed`` when a property failed."""
-    shown = bundle(v)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(shown, raw=True)
-    else:
-        print(shown["text/plain"])
+    show(bundle(v))
     if not v.passed and _live():
         raise SelfCheckFailed(v.text())
     return v

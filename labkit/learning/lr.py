@@ -379,7 +379,8 @@ def check_step(
     correct step gives ~1e-6, a wrong sign, mean or formula 0.1 or more. The notebook asserts
     on it before training, so a wrong step fails with a clear message, not a bad curve. A step
     whose traced graph holds no op of TensorFlow's autodiff (``autodiff_ops``) raises
-    ValueError: the exercise is the tape, and the grader's hidden check asks for it too.
+    ValueError: the exercise is the tape. (A guide, not a proof: op names are the step's to choose,
+    so the grader's hidden check does not read them; it checks the update and that no op calls Python.)
     """
     import tensorflow as tf
 
@@ -397,8 +398,7 @@ def check_step(
     if not autodiff_ops(traced_graph_def(traced, args)):
         raise ValueError(
             f"{name} takes no gradient from TensorFlow: compute the loss inside a tf.GradientTape and ask the "
-            "tape for the gradients of W and b (a gradient written out by hand is not this exercise, and the "
-            "grader checks for the tape's)"
+            "tape for the gradients of W and b (a gradient written out by hand is not this exercise)"
         )
     moved_W = (W0.astype(np.float64) - W.numpy()) / learning_rate  # the gradient the step applied
     moved_b = (b0.astype(np.float64) - b.numpy()) / learning_rate
@@ -672,7 +672,7 @@ class _StepsTrainer(_Trainer):
     call. The step is NumpyTrainer's hand-derived gradient, dL/dz = (softmax(z) - onehot(y)) /
     batch, written into the loop: these runs (Lab 2's single process) need neither Lab 1's
     reference step nor the student's. It is no answer to Lab 1's exercise, which asks for the
-    gradient from a tf.GradientTape: ``check_step`` and the grader refuse a step without one."""
+    gradient from a tf.GradientTape: ``check_step`` refuses a step without one."""
 
     version = "core-steps"
 

@@ -128,13 +128,59 @@ def _small_json(path: Path, limit: int = 4096) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _arrays(path: Path, limit: int = 64 * 2**20) -> dict:
+def _probe_file(path: Path, limit: int) -> Path:
+    """``path``, a file the probe wrote (not a link) of at most ``limit`` bytes; else Unverifiable."""
     if not path.is_file() or path.is_symlink():
         raise Unverifiable(f"the probe wrote no {path.name}")
     if path.stat().st_size > limit:
         raise Unverifiable(f"{path.name} is over {limit // 2**20} MB")
-    with np.load(path, allow_pickle=False) as f:
+    return path
+
+
+def _arrays(path: Path, limit: int = 64 * 2**20) -> dict:
+    with np.load(_probe_file(path, limit), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
+
+
+def _graph_def(path: Path, limit: int = 16 * 2**20):
+    """The GraphDef a probe wrote to ``path`` (a file, not a link), parsed here, in the judge's
+    process, where no student code runs; Unverifiable when it is missing, too large or not one.
+    Only the fields ``lr.graph_nodes`` walks are read (``_node_schema``), so no TensorFlow loads."""
+    from google.protobuf.message import DecodeError
+
+    graph_def = _node_schema()()
+    try:
+        graph_def.ParseFromString(_probe_file(path, limit).read_bytes())
+    except DecodeError as e:
+        raise Unverifiable(f"{path.name} is not a GraphDef ({e})") from None
+    return graph_def
+
+
+def _node_schema():
+    """A message class for TensorFlow's GraphDef with the fields and numbers of graph.proto that
+    name its nodes: ``node`` (1) and ``library.function[].node_def`` (2, 1, 3), each node's
+    ``name`` and ``op`` (1, 2). Protobuf skips every other field, so real GraphDefs parse."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    proto = descriptor_pb2.FileDescriptorProto(name="labkit_graph_nodes.proto", package="labkit")
+    repeated, optional = (
+        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    string, message = descriptor_pb2.FieldDescriptorProto.TYPE_STRING, descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+    for name, fields in {
+        "Node": [("name", 1, optional, string, None), ("op", 2, optional, string, None)],
+        "Function": [("node_def", 3, repeated, message, ".labkit.Node")],
+        "Library": [("function", 1, repeated, message, ".labkit.Function")],
+        "Graph": [("node", 1, repeated, message, ".labkit.Node"), ("library", 2, optional, message, ".labkit.Library")],
+    }.items():
+        m = proto.message_type.add(name=name)
+        for field, number, label, kind, type_name in fields:
+            m.field.add(
+                name=field, number=number, label=label, type=kind, **({"type_name": type_name} if type_name else {})
+            )
+    return message_factory.GetMessageClass(pool.Add(proto).message_types_by_name["Graph"])
 
 
 def _close(mine: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> float:
@@ -183,6 +229,15 @@ def reference_lr_step(x, y, W, b, learning_rate):
 
 @hidden("lab1_sgd_step", functions=["sgd_step"], probe_name="lr_step", inputs=probe.inputs_lr_step)
 def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """The step's update, eager and traced, against the float64 reference on the grader's batches,
+    computed by TensorFlow ops: its traced graph (the probe's file, counted here) calls nothing back
+    in Python, where NumPy would compute what the exercise asks the graph for.
+
+    Whether the gradient came from a tape is not checked: no property of a graph tells a correct
+    hand-derived gradient from autodiff's (op names are the student's to choose; a hand gradient
+    under ``tf.name_scope("gradient_tape")`` reads as the tape's), so the check claims only what
+    it can measure. The notebook keeps its exercise contract, ``sgd_step(W, b, x, y, learning_rate)``."""
+    callbacks = probe.python_ops(_graph_def(folder / probe.GRAPH_FILE))
     worst, where = 0.0, ""
     for t, case in enumerate(probe.inputs_lr_step(**args)):
         W, b, loss = reference_lr_step(case["x"], case["y"], case["W"], case["b"], case["learning_rate"])
@@ -198,19 +253,12 @@ def judge_lr_step(args: dict, arrays: dict, folder: Path) -> Verdict:
                     err,
                     f"{part} after one step ({'traced by tf.function' if mode == 'graph' else mode}, batch {t})",
                 )
-    if int(arrays["python_ops"]):
+    if callbacks:
         return Verdict(
             False,
             "sgd_step, traced by tf.function, calls back into Python (tf.numpy_function or "
-            "tf.py_function): compute the loss and its gradient with TensorFlow ops, under a "
-            "GradientTape",
-        )
-    if not int(arrays["autodiff_ops"]):
-        return Verdict(
-            False,
-            "sgd_step, traced by tf.function, takes no gradient from TensorFlow: compute the loss inside a "
-            "tf.GradientTape and ask the tape for the gradients of W and b (section 1), not a gradient "
-            "written out by hand",
+            "tf.py_function): its update is not computed by TensorFlow ops; compute the loss and its "
+            "gradient with TensorFlow ops, under a GradientTape",
         )
     if worst <= 1:
         return Verdict(True, value=worst)

@@ -43,6 +43,15 @@ def _environment_as_it_was():
     os.environ.update({k: v for k, v in saved.items() if os.environ.get(k) != v})
 
 
+@pytest.fixture(autouse=True)
+def _no_host_names_learnt():
+    """Every test starts with no node name learnt from a hosts file another test of this process
+    read (``spec.HOST_NAMES``, what an error calls an address)."""
+    from labkit.wire import spec
+
+    spec.HOST_NAMES.clear()
+
+
 def pytest_configure(config):
     """Ctrl-C as a terminal gives it, whoever started the run: a shell without job control
     starts a background command (``make test &``) with SIGINT ignored, which every child inherits;

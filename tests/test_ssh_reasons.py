@@ -9,14 +9,6 @@ from labkit.distributed.launchers.ssh import SshOptions, node_label, remote_fail
 PY = ".venv/bin/python"
 
 
-@pytest.fixture(autouse=True)
-def _no_hosts_file_read(monkeypatch):
-    """Each test starts with no name learnt from a hosts file another test of this process read."""
-    from labkit.wire import spec
-
-    monkeypatch.setattr(spec, "HOST_NAMES", {})
-
-
 WRAPPER = "# ssh -o BatchMode=yes -- 10.10.1.3 sh -c 'cd labkit 2>/dev/null || { ... }\n" + "  ...\n" * 15
 
 

@@ -95,6 +95,13 @@ class _Inert:
         return getattr(self._stream, name)
 
 
+def say(text: str, file=None) -> None:
+    """Print a message of the kit's own that has several lines (an error listing its problems), a
+    write per line, so that ``console`` keeps its lines: only a newline inside one write is shown."""
+    for line in str(text).splitlines() or [""]:
+        print(line, file=file or sys.stdout)
+
+
 @contextlib.contextmanager
 def console():
     """While it lasts, what this process prints (``sys.stdout``, ``sys.stderr``) goes out inert;

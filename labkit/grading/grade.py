@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.core import folderlock, scratch
+from labkit.core import folderlock, inert, scratch
 from labkit.grading.judge import answers
 from labkit.grading.submissions import intake
 from labkit.grading.submissions.groups import read_group_set
@@ -746,8 +746,6 @@ class Progress:
 def _one_line(text: str) -> str:
     """A student's name or reason on a progress line: one line, no control character (``inert``),
     so it cannot rewrite another student's line or write one of its own."""
-    from labkit.core import inert
-
     return inert.visible(text, inert.LINE)
 
 
@@ -1061,13 +1059,13 @@ def main(args) -> int:
             student=getattr(args, "student", None),
         )
     except folderlock.LockError as e:
-        print(f"error: {e}", file=sys.stderr)
+        inert.say(f"error: {e}", file=sys.stderr)
         return folderlock.BUSY_EXIT if isinstance(e, folderlock.FolderBusy) else 2
     except (GradeError, RubricError, PublishError, ledger.IntegrityError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        inert.say(f"error: {e}", file=sys.stderr)
         return 2
     except GraderFault as e:
-        print(f"error: {e}", file=sys.stderr)
+        inert.say(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if waiting:
@@ -1103,7 +1101,7 @@ def main_import(args) -> int:
         members = read_group_set(args.groups) if args.groups else None
         intake.import_download(args.download, args.into, labs, args.notebooks, people, args.due, groups=members)
     except (intake.IntakeError, RubricError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        inert.say(f"error: {e}", file=sys.stderr)
         return 2
     print(f"grade it with: make grade SUBMISSIONS={args.into}")
     return 0

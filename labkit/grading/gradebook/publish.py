@@ -23,6 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from labkit.core import inert
 from labkit.grading.judge import answers
 from labkit.grading.gradebook import exports, report, rubric_change
 from labkit.grading.pages import cache, feedback
@@ -596,7 +597,7 @@ def _run(fn) -> int:
     try:
         fn()
     except (PublishError, answers.ScoresError, RubricError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        inert.say(f"error: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -26,6 +26,7 @@ examining it) in a forked child with a data, CPU and wall-clock limit: ``OverBud
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import signal
@@ -380,6 +381,10 @@ def _child(write: int, parent: int, fn, args, memory_mb: float, cpu_s: float) ->
 
     code = 1
     try:
+        # What this process held before the fork is not the child's to collect: a finalizer of an
+        # object of a library with threads of its own (TensorFlow's, in a test process) would run
+        # here, where those threads are gone, and crash the child.
+        gc.freeze()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL, parent)

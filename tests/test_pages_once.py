@@ -32,6 +32,9 @@ from labkit.grading.run import ledger
 from labkit.grading.run.runner import Job
 from test_grading_workflow import RUBRIC, alpha, beta
 
+# A class built from stored runs and its pages rendered for real: 20-75 s, kept out of the fast lane
+pytestmark = pytest.mark.slow
+
 CLASS = ("ann", "bob", "cat")
 BROKEN = ("cat", "beta")  # its executed notebook cannot be read: its page always falls back
 UNSCORED = {("alpha", "answer Q2", "ann"): ("", "")}  # a TA's file that scores nothing: a merge that changes nothing

@@ -1,7 +1,8 @@
 """Lab 3's sparse gradient is graded on its cost too: the hidden check lab3_sparse_gradient runs the
 student's sparse_lr_gradient on one small batch with w of 10^4 and of 10^8 features, and a step that
-grows with F (a dense gradient, a read of all of w) fails, with the measured ratio; one that runs out
-of memory or time there fails saying so, even when the probe's process dies. About 15 s."""
+grows with F (a dense gradient, a read of all of w) fails, with the measured ratio of CPU times; one
+that runs out of memory or time there fails saying so, even when the probe's process dies. A few
+minutes (each size and mode is a child process that imports TensorFlow)."""
 
 import json
 
@@ -16,13 +17,6 @@ from labkit.grading.judge.verify import Unverifiable
 NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
 ARGS = {"seed": 11}  # the rubric's
 SMALL_LARGE = {"seed": 11, "large_features": 1_000_000}  # where only the outcome matters, not the ratio
-
-
-@pytest.fixture(scope="module")
-def tf():
-    import tensorflow
-
-    return tensorflow
 
 
 def independent(w, x, y):
@@ -52,6 +46,29 @@ def dense_then_unique(w, x, y):
     return loss, tf.IndexedSlices(tf.gather(g, uniq), uniq, tf.constant([w.shape[0]], tf.int64))
 
 
+def oom_when_large(w, x, y):
+    import tensorflow as tf
+
+    if w.shape[0] > 10**5:  # as a [B, F] matrix would
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[16,1000000]")
+    return independent(w, x, y)
+
+
+def slow_when_large(w, x, y):
+    import time
+
+    if w.shape[0] > 10**5:
+        for _ in range(100):  # a Python loop over the features, say
+            time.sleep(0.5)
+    return independent(w, x, y)
+
+
+def fails_when_large(w, x, y):
+    if w.shape[0] > 10**5:
+        raise ValueError("feature ids past 100,000 not supported")
+    return independent(w, x, y)
+
+
 def shape_of_w(w, x, y):
     """The correct step with the dense shape the notebook warns against: tf.shape(w) of the variable
     reads all of w (eagerly, a copy of F values each step)."""
@@ -68,35 +85,34 @@ def test_a_correct_answer_passes_and_its_cost_does_not_grow(tmp_path):
     assert v.ok, v.reason
     for mode in ("eager", "graph"):
         assert str(arrays[f"scale_{mode}_outcome"]) == "ok"
-        assert arrays[f"scale_{mode}_small_s"].shape == arrays[f"scale_{mode}_large_s"].shape == (9,)
-        assert hidden.growth(arrays[f"scale_{mode}_small_s"], arrays[f"scale_{mode}_large_s"]) < hidden.MAX_GROWTH
+        for size in ("small", "large"):
+            assert arrays[f"scale_{mode}_{size}_calls"] >= probe.settings_sparse_scaling()["min_calls"]
+            assert 0 < arrays[f"scale_{mode}_{size}_cpu_s"] < 1
+        assert (
+            hidden.growth(arrays[f"scale_{mode}_small_cpu_s"], arrays[f"scale_{mode}_large_cpu_s"]) < hidden.MAX_GROWTH
+        )
     assert not (tmp_path / probe.SPARSE_RUNNING).exists()
 
 
 @pytest.mark.tensorflow
 def test_a_dense_gradient_then_unique_fails_on_growth_with_f(tmp_path):
     v = hidden_verdict("lab3_sparse_gradient", dense_then_unique, tmp_path, **ARGS)
-    assert not v.ok and "time grows with the number of features F" in v.reason, v.reason
-    ratio = float(v.reason.split("a step took ")[1].split("x as long")[0])
-    assert ratio > hidden.MAX_GROWTH and "100,000,000 features as with 10,000" in v.reason, v.reason
+    assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, v.reason
+    ratio = max(float(part.split("x (")[0].split()[-1]) for part in v.reason.split("; ") if "x (" in part)
+    assert ratio > hidden.MAX_GROWTH and "100,000,000 features over that with 10,000" in v.reason, v.reason
     assert "expected" not in v.reason and "tf.unique" not in v.reason and "gather" not in v.reason, v.reason
 
 
 @pytest.mark.tensorflow
 def test_a_step_that_reads_all_of_w_through_tf_shape_fails(tmp_path):
     v = hidden_verdict("lab3_sparse_gradient", shape_of_w, tmp_path, **ARGS)
-    assert not v.ok and "time grows with the number of features F" in v.reason and "called eagerly" in v.reason, (
-        v.reason
-    )
+    assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, v.reason
+    eager = float(v.reason.split("eagerly ")[1].split("x (")[0])
+    assert eager > hidden.MAX_GROWTH, v.reason
 
 
 @pytest.mark.tensorflow
-def test_out_of_memory_at_the_large_size_says_the_memory_grows_with_f_and_another_error_is_the_functions(tmp_path, tf):
-    def oom_when_large(w, x, y):
-        if w.shape[0] > 10**5:  # as a [B, F] matrix would
-            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[16,1000000]")
-        return independent(w, x, y)
-
+def test_out_of_memory_at_the_large_size_says_the_memory_grows_with_f_and_another_error_is_the_functions(tmp_path):
     v = hidden_verdict("lab3_sparse_gradient", oom_when_large, tmp_path, **SMALL_LARGE)
     assert not v.ok and "ran out of memory with w of 1,000,000 features (called eagerly" in v.reason, v.reason
     assert (
@@ -107,24 +123,10 @@ def test_out_of_memory_at_the_large_size_says_the_memory_grows_with_f_and_anothe
 
 @pytest.mark.tensorflow
 def test_past_the_time_limit_at_the_large_size_says_the_work_grows_with_f(tmp_path):
-    import time
-
-    def slow_when_large(w, x, y):
-        if w.shape[0] > 10**5:
-            for _ in range(100):  # a Python loop over the features, say
-                time.sleep(0.05)
-        return independent(w, x, y)
-
-    args = {**SMALL_LARGE, "time_limit_s": 2.0}
+    args = {**SMALL_LARGE, "time_limit_s": 40.0}  # a child's whole life: TensorFlow's import included
     v = hidden_verdict("lab3_sparse_gradient", slow_when_large, tmp_path, **args)
-    assert not v.ok and "did not finish in 2 s with w of 1,000,000 features" in v.reason, v.reason
+    assert not v.ok and "did not finish in 40 s with w of 1,000,000 features" in v.reason, v.reason
     assert "work grows with the number of features F" in v.reason
-
-    def fails_when_large(w, x, y):
-        if w.shape[0] > 10**5:
-            raise ValueError("feature ids past 100,000 not supported")
-        return independent(w, x, y)
-
     with pytest.raises(RuntimeError, match=r"with w of 1,000,000 features \(called eagerly\): ValueError: feature ids"):
         probe.PROBES["sparse_gradient"]({"sparse_lr_gradient": fails_when_large}, SMALL_LARGE, tmp_path)
     assert not (tmp_path / probe.SPARSE_RUNNING).exists()

@@ -25,7 +25,8 @@ in SPEC it
 
 A check whose probe is marked ``last`` (``sparse_gradient``: its w of 10^8 features may end the
 process) runs after the others, so that they keep their results; what such a probe leaves in
-``<out>`` while it runs tells the judge where it was (``hidden.when_died``).
+``<out>`` while it runs tells the judge where it was (``hidden.when_died``). ``sparse_gradient``
+runs the student's step only in child processes and reads their CPU time itself (``_measure``).
 
 The grader's judge (``labkit.grading.judge.hidden``, in another process) rebuilds the same inputs
 with the same ``inputs_*`` functions below, computes the answer itself and compares. Whatever
@@ -68,7 +69,7 @@ def load_functions(notebook: Path, names) -> tuple[dict, list[str]]:
     Only the imports that bind a name the functions use run (``used_names``): a check of a NumPy
     function does not pay for the TensorFlow a notebook imports for its other cells."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    namespace: dict = {"__name__": "student"}
+    namespace: dict = {"__name__": "student", "__notebook__": str(notebook)}  # where a child process finds them
     notes, taken, bound = [], [], set(namespace)
     for i, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -456,13 +457,16 @@ def settings_sparse_scaling(
     large_features: int = 100_000_000,
     rows: int = 16,
     per_row: int = 20,
-    repeats: int = 9,
+    cpu_s: float = 0.5,
+    min_calls: int = 3,
+    max_calls: int = 2000,
     time_limit_s: float = 60.0,
 ) -> dict:
     """How the sparse gradient's scaling is measured: one batch of ``rows`` x ``per_row`` non-zeros
     (feature ids below ``small_features``) with w of ``small_features`` and of ``large_features``
-    features, ``repeats`` timed calls at each size (after a warm-up), each mode (eagerly, traced)
-    within ``time_limit_s``.
+    features; at each size and mode (eagerly, traced), in a child process of its own, after a
+    warm-up, calls until they have used ``cpu_s`` CPU seconds (``min_calls`` to ``max_calls``
+    calls; /proc counts in 10 ms ticks), the child's whole life within ``time_limit_s``.
 
     The sizes fit Lab 3's ``check_memory_mb`` (3 GB, the default) with margin: w of 10^8 float32
     is 400 MB, and a dense gradient beside it another 400 MB; a dense [rows, F] batch (6.4 GB) does not."""
@@ -471,13 +475,15 @@ def settings_sparse_scaling(
         "large_features": int(large_features),
         "rows": int(rows),
         "per_row": int(per_row),
-        "repeats": int(repeats),
+        "cpu_s": float(cpu_s),
+        "min_calls": int(min_calls),
+        "max_calls": int(max_calls),
         "time_limit_s": float(time_limit_s),
     }
-    if not 0 < s["small_features"] < s["large_features"] or min(s["rows"], s["per_row"], s["repeats"]) < 1:
+    if not 0 < s["small_features"] < s["large_features"] or min(s["rows"], s["per_row"], s["min_calls"]) < 1:
         raise ValueError(f"the sparse gradient's scaling settings are not sizes: {s}")
-    if not s["time_limit_s"] > 0:
-        raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
+    if not (s["time_limit_s"] > 0 and s["cpu_s"] > 0 and s["max_calls"] >= s["min_calls"]):
+        raise ValueError(f"time_limit_s and cpu_s must be positive and max_calls >= min_calls, got {s}")
     return s
 
 
@@ -504,10 +510,6 @@ def batch_sparse_scaling(seed: int, s: dict) -> dict:
 SPARSE_RUNNING = "sparse_gradient.running.json"  # the scaling case under way, for the judge if the process dies
 
 
-class OutOfTime(BaseException):
-    """The scaling check's time limit (a BaseException: the student's ``except Exception`` lets it through)."""
-
-
 def _memory_error(e: BaseException) -> bool:
     import tensorflow as tf
 
@@ -518,26 +520,34 @@ def _memory_error(e: BaseException) -> bool:
 
 @probe("sparse_gradient")
 def sparse_gradient(fns: dict, args: dict, out: Path) -> dict:
-    """``sparse_lr_gradient(w, x, y) -> (loss, IndexedSlices)``, eagerly and traced: the loss and
-    the slices' indices and values as returned; then its cost at two numbers of features
-    (``sparse_scaling``)."""
-    import tensorflow as tf
-
-    grad = fns["sparse_lr_gradient"]
-    arrays = {}
-    for t, case in enumerate(inputs_sparse_gradient(**args)):
-        x = tf.SparseTensor(case["indices"], case["values"], case["shape"])
-        for mode, fn in (("eager", grad), ("graph", tf.function(grad))):
-            w = tf.Variable(case["w"])
-            loss, g = _sparse_result(fn(w, x, tf.constant(case["y"])), mode)
-            arrays[f"{t}_{mode}_loss"] = np.asarray(float(loss))
-            arrays[f"{t}_{mode}_indices"] = np.asarray(g.indices).astype(np.int64).reshape(-1)
-            arrays[f"{t}_{mode}_values"] = np.asarray(g.values, np.float64).reshape(-1)
-    arrays.update(sparse_scaling(grad, args, out))
-    return arrays
+    """``sparse_lr_gradient(w, x, y) -> (loss, IndexedSlices)``: the loss and the slices' indices
+    and values on the value cases, eagerly and traced, then its CPU time per step at two numbers of
+    features (``sparse_scaling``). The student's function runs only in child processes
+    (``sparse_child``); this process, which reads their CPU time, never calls it."""
+    return sparse_scaling(_function_source(fns["sparse_lr_gradient"], out), args, out)
 
 
-sparse_gradient.last = True  # its large w may end the process: the other checks run first
+sparse_gradient.last = True  # the other checks' results are saved before its large w is allocated
+
+
+def _function_source(fn, out: Path) -> dict:
+    """Where a child process finds ``fn``: the notebook ``load_functions`` took it from, or (a
+    function of a Python module, in the kit's tests) a notebook of that module's source."""
+    notebook = getattr(fn, "__globals__", {}).get("__notebook__")
+    if notebook:
+        return {"notebook": str(notebook), "function": "sparse_lr_gradient"}
+    import inspect
+
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    if module is None or getattr(module, fn.__name__, None) is not fn:
+        raise TypeError(
+            f"{fn!r} is neither a notebook's function nor a module-level one: a child process cannot load it"
+        )
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    nb = {"cells": [{**cell, "source": inspect.getsource(module)}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = out / ".sparse_source.ipynb"
+    path.write_text(json.dumps(nb))
+    return {"notebook": str(path), "function": fn.__name__}
 
 
 def _sparse_result(result, mode: str):
@@ -555,91 +565,239 @@ def scaling_settings(args: dict) -> dict:
     return settings_sparse_scaling(**{k: v for k, v in args.items() if k not in ("seed", "features", "trials")})
 
 
-def sparse_scaling(grad, args: dict, out: Path) -> dict:
-    """The step's cost at ``small_features`` and at ``large_features`` (``settings_sparse_scaling``),
-    on one batch, eagerly and traced (``_time_sizes`` per mode): the seconds of each call
-    (``scale_<mode>_small_s``, ``scale_<mode>_large_s``), and the last large call's loss and
-    gradient. ``scale_<mode>_outcome`` is "ok", "memory" (it ran out of memory) or "time" (past
-    ``time_limit_s``), with ``scale_<mode>_at`` the size it was at; the first mode that fails ends
-    the measurement. While a case runs, ``SPARSE_RUNNING`` in ``out`` names it: if the process
-    dies (the memory limit, a crash), the judge reads it there."""
-    import signal
+def labels_sparse_scaling(draw: int, rows: int) -> np.ndarray:
+    """The labels of one timed call, drawn from ``draw``: each call has its own, so a step cannot
+    reuse a result it computed before the timing began."""
+    return (np.random.default_rng([int(draw), 7]).random(int(rows)) < 0.5).astype(np.float32)
 
-    import tensorflow as tf
 
+def sparse_scaling(source: dict, args: dict, out: Path) -> dict:
+    """The step's CPU time per call at ``small_features`` and at ``large_features``
+    (``settings_sparse_scaling``), eagerly and traced, each in a child process of its own
+    (``_measure``): ``scale_<mode>_<small|large>_cpu_s`` (CPU seconds per call),
+    ``_calls`` and ``_wall_s``, and the last large call's labels (``scale_<mode>_draw``), loss and
+    gradient. ``scale_<mode>_outcome`` is "ok", "memory", "time" or "died", with
+    ``scale_<mode>_at`` the size it was at; the first mode that fails ends the measurement. The
+    first child also runs the value cases. While a child runs, ``SPARSE_RUNNING`` in ``out``
+    names its case."""
     s = scaling_settings(args)
-    case = batch_sparse_scaling(int(args.get("seed", 0)), s)
-    arrays = {}
-
-    def expire(signum, frame):
-        raise OutOfTime()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    try:
-        for mode in ("eager", "graph"):
-            fn = grad if mode == "eager" else tf.function(grad)
-            outcome, at, times, result = _time_sizes(fn, mode, case, s, out / SPARSE_RUNNING)
-            arrays[f"scale_{mode}_outcome"] = np.asarray(outcome)
-            arrays[f"scale_{mode}_at"] = np.asarray(at, np.int64)
-            if outcome != "ok":
-                break
-            for f, name in zip((s["small_features"], s["large_features"]), ("small", "large")):
-                arrays[f"scale_{mode}_{name}_s"] = np.asarray(times[f], np.float64)
-            loss, g = result
-            arrays[f"scale_{mode}_loss"] = np.asarray(loss)
-            arrays[f"scale_{mode}_indices"] = np.asarray(g[0]).astype(np.int64).reshape(-1)
-            arrays[f"scale_{mode}_values"] = np.asarray(g[1], np.float64).reshape(-1)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    arrays: dict = {}
+    for mode in ("eager", "graph"):
+        for size in ("small", "large"):
+            f = s[f"{size}_features"]
+            child = {**source, "args": args, "mode": mode, "features": f, "values": not arrays}
+            running = out / SPARSE_RUNNING
+            running.write_text(json.dumps({"mode": mode, "features": f}))
+            try:
+                got = _measure(child, s, out)
+            finally:
+                running.unlink(missing_ok=True)
+            arrays.update(got.pop("cases", {}))
+            if got["outcome"] != "ok":
+                arrays[f"scale_{mode}_outcome"] = np.asarray(got["outcome"])
+                arrays[f"scale_{mode}_at"] = np.asarray(f, np.int64)
+                return arrays
+            for key in ("cpu_s", "wall_s", "calls"):
+                arrays[f"scale_{mode}_{size}_{key}"] = np.asarray(got[key], np.float64)
+            if size == "large":
+                arrays[f"scale_{mode}_draw"] = np.asarray(got["draw"], np.int64)
+                arrays[f"scale_{mode}_loss"] = np.asarray(got["loss"], np.float64)
+                arrays[f"scale_{mode}_indices"] = np.asarray(got["indices"], np.int64).reshape(-1)
+                arrays[f"scale_{mode}_values"] = np.asarray(got["values"], np.float64).reshape(-1)
+        arrays[f"scale_{mode}_outcome"] = np.asarray("ok")
+        arrays[f"scale_{mode}_at"] = np.asarray(s["large_features"], np.int64)
     return arrays
 
 
-def _time_sizes(fn, mode: str, case: dict, s: dict, running: Path) -> tuple:
-    """One mode's measurement, within ``time_limit_s`` (SIGALRM raises ``OutOfTime``): a warm-up
-    (and tracing) at each size, then ``repeats`` calls at each size in turn, neither size always
-    first, so both see the same load on the machine. Returns (outcome, the size it was at, the
-    seconds per size, the last call's result); ``running`` names the case under way."""
-    import signal
+def _measure(child: dict, s: dict, out: Path) -> dict:
+    """One child's measurement: it loads the function, builds w of ``child["features"]`` and makes
+    a warm-up call, then says "ready"; from then this process reads the child's CPU time from
+    ``/proc`` (``cpu_seconds``) and sends calls, each with labels of a fresh draw, until the
+    calls have used ``cpu_s`` (at least ``min_calls``, at most ``max_calls``). Nothing the
+    child runs can change that reading. ``time_limit_s`` bounds the child's whole life."""
+    import secrets
+    import subprocess
     import time
 
+    spec = out / f".sparse_child_{child['mode']}_{child['features']}.json"
+    spec.write_text(json.dumps(child))
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--sparse-child", str(spec), str(write_fd)],
+        stdin=subprocess.PIPE,
+        stdout=sys.stderr.fileno(),  # the student's prints go to the probe's log
+        pass_fds=(write_fd,),
+        start_new_session=True,
+    )
+    os.close(write_fd)
+    replies = _Replies(read_fd, time.monotonic() + s["time_limit_s"])
+    try:
+        ready = replies.next()
+        if ready.get("event") != "ready":
+            return _failed(ready, child)
+        got = {"cases": {k: np.asarray(v) for k, v in ready.get("cases", {}).items()}}
+        start_cpu, start_wall, calls = cpu_seconds(proc.pid), time.monotonic(), 0
+        while True:
+            draw = secrets.randbelow(2**62)
+            proc.stdin.write(f"{draw}\n".encode())
+            proc.stdin.flush()
+            reply = replies.next()
+            if reply.get("event") != "result":
+                return {**_failed(reply, child), **got}
+            calls += 1
+            used = cpu_seconds(proc.pid) - start_cpu
+            if calls >= s["max_calls"] or (used >= s["cpu_s"] and calls >= s["min_calls"]):
+                break
+        wall = time.monotonic() - start_wall
+        return {
+            **got,
+            "outcome": "ok",
+            "cpu_s": used / calls,
+            "wall_s": wall / calls,
+            "calls": calls,
+            "draw": draw,
+            "loss": reply.get("loss"),
+            "indices": reply.get("indices"),
+            "values": reply.get("values"),
+        }
+    except (BrokenPipeError, _Ended) as e:
+        return {"outcome": "time" if isinstance(e, _Ended) and e.late else "died"}
+    finally:
+        _stop(proc)
+        os.close(read_fd)
+        spec.unlink(missing_ok=True)
+
+
+class _Ended(Exception):
+    def __init__(self, late: bool):
+        self.late = late
+
+
+class _Replies:
+    """The child's replies, one JSON object a line, each within ``deadline`` (``_Ended`` if not)."""
+
+    LIMIT = 16 * 2**20
+
+    def __init__(self, fd: int, deadline: float):
+        self.fd, self.deadline, self.buffer = fd, deadline, b""
+
+    def next(self) -> dict:
+        import select
+        import time
+
+        while b"\n" not in self.buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise _Ended(late=True)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk or len(self.buffer) > self.LIMIT:
+                raise _Ended(late=False)
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise _Ended(late=False) from None
+        return reply if isinstance(reply, dict) else {}
+
+
+def _failed(reply: dict, child: dict) -> dict:
+    """A child's error: "memory" (it ran out), else the function's error, raised here as the
+    built-in exception it was (``NotImplementedError``) or a RuntimeError."""
+    if reply.get("event") != "error":
+        return {"outcome": "died"}
+    if reply.get("memory"):
+        return {"outcome": "memory"}
+    import builtins
+
+    called = "traced by tf.function" if child["mode"] == "graph" else "called eagerly"
+    kind = getattr(builtins, str(reply.get("type")), None)
+    text = str(reply.get("error", "?"))[:500]
+    if child.get("values") and isinstance(kind, type) and issubclass(kind, Exception):
+        raise kind(text)
+    raise RuntimeError(f"with w of {child['features']:,} features ({called}): {reply.get('type')}: {text}")
+
+
+def _stop(proc) -> None:
+    """End a child and everything it started (its own session), then reap it."""
+    import signal
+    import subprocess
+
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass  # the child already closed its end: it is ending
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # killed below
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # the group has ended
+    proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds process ``pid`` has used, all its threads and its reaped children, from
+    ``/proc/<pid>/stat`` (utime, stime, cutime, cstime): read from outside the process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def sparse_child(argv: list[str]) -> int:
+    """A child of ``_measure``: load the function, make w and the batch, a warm-up call (the first
+    child also runs the value cases), say "ready", then answer each line of stdin (a draw of labels)
+    with one call's result."""
+    child = json.loads(Path(argv[0]).read_text())
+    replies = os.fdopen(int(argv[1]), "w")
+
+    def send(message: dict) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
+    try:
+        import tensorflow as tf
+
+        fns, notes = load_functions(child["notebook"], [child["function"]])
+        if child["function"] not in fns:
+            raise LookupError(
+                f"no function {child['function']} at the top level of a code cell ({'; '.join(notes[:3])})"
+            )
+        grad, mode, f = fns[child["function"]], child["mode"], int(child["features"])
+        ready = {"event": "ready", "cases": _value_cases(grad, child["args"]) if child["values"] else {}}
+        s = scaling_settings(child["args"])
+        case = batch_sparse_scaling(int(child["args"].get("seed", 0)), s)
+        fn = grad if mode == "eager" else tf.function(grad)
+        w = tf.Variable(tf.zeros([f], tf.float32))
+        w[: s["small_features"]].assign(case["w"])
+        x = tf.SparseTensor(case["indices"], case["values"], [s["rows"], f])
+        _materialize(_sparse_result(fn(w, x, tf.constant(case["y"])), mode))
+        send(ready)
+        for line in sys.stdin:
+            y = tf.constant(labels_sparse_scaling(int(line), s["rows"]))
+            loss, (indices, values) = _materialize(_sparse_result(fn(w, x, y), mode))
+            send({"event": "result", "loss": loss, "indices": indices.tolist(), "values": values.tolist()})
+        return 0
+    except BaseException as e:  # the student's code failed, or ran out of memory: the parent decides
+        send({"event": "error", "type": type(e).__name__, "error": str(e)[:500], "memory": _memory_error(e)})
+        return 1
+
+
+def _value_cases(grad, args: dict) -> dict:
+    """The value cases, eagerly and traced, as lists for the child's reply."""
     import tensorflow as tf
 
-    sizes = (s["small_features"], s["large_features"])
-    y = tf.constant(case["y"])
-    at, result = sizes[0], None
-    times: dict[int, list[float]] = {f: [] for f in sizes}
-    try:
-        signal.setitimer(signal.ITIMER_REAL, s["time_limit_s"])
-        w, x = {}, {}
-        for f in sizes:
-            at = f
-            running.write_text(json.dumps({"mode": mode, "features": f}))
-            w[f] = tf.Variable(tf.zeros([f], tf.float32))
-            w[f][: s["small_features"]].assign(case["w"])
-            x[f] = tf.SparseTensor(case["indices"], case["values"], [s["rows"], f])
-            _materialize(_sparse_result(fn(w[f], x[f], y), mode))
-        for r in range(s["repeats"]):
-            for f in sizes if r % 2 == 0 else sizes[::-1]:
-                at = f
-                running.write_text(json.dumps({"mode": mode, "features": f}))
-                start = time.perf_counter()
-                result = _materialize(fn(w[f], x[f], y))
-                times[f].append(time.perf_counter() - start)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return "ok", at, times, result
-    except OutOfTime:
-        return "time", at, times, None
-    except Exception as e:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if not _memory_error(e):
-            called = "traced by tf.function" if mode == "graph" else "called eagerly"
-            raise RuntimeError(f"with w of {at:,} features ({called}): {type(e).__name__}: {e}") from e
-        return "memory", at, times, None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        w = x = None
-        running.unlink(missing_ok=True)
+    values = {}
+    for t, case in enumerate(inputs_sparse_gradient(**args)):
+        x = tf.SparseTensor(case["indices"], case["values"], case["shape"])
+        for mode, fn in (("eager", grad), ("graph", tf.function(grad))):
+            w = tf.Variable(case["w"])
+            loss, g = _sparse_result(fn(w, x, tf.constant(case["y"])), mode)
+            values[f"{t}_{mode}_loss"] = float(loss)
+            values[f"{t}_{mode}_indices"] = np.asarray(g.indices).astype(np.int64).reshape(-1).tolist()
+            values[f"{t}_{mode}_values"] = np.asarray(g.values, np.float64).reshape(-1).tolist()
+    return values
 
 
 def _materialize(result):
@@ -1135,4 +1293,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sparse_child(sys.argv[2:]) if sys.argv[1:2] == ["--sparse-child"] else main())

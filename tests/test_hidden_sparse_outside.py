@@ -4,6 +4,7 @@ probe's own functions, in its process changes nothing read. The reference passes
 fails, with the factor and both CPU times named, quiet and with both cores kept busy. About 2 min."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -91,23 +92,29 @@ def test_the_reference_passes_and_a_dense_step_fails_whatever_it_patches(tmp_pat
             p.wait()
 
 
-def test_the_cpu_time_is_read_from_outside_the_process(tmp_path):
-    """``cpu_seconds`` reads another process's CPU time, threads and reaped children included."""
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ninput()",
-        ],
-        stdin=subprocess.PIPE,
-    )
-    try:
-        import time
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ninput()"
 
-        deadline = time.monotonic() + 20
-        while probe.cpu_seconds(p.pid) < 0.3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert 0.3 <= probe.cpu_seconds(p.pid) < 5
+
+def _until(condition, seconds: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_cpu_time_is_read_from_outside_the_process_and_a_helper_process_is_charged():
+    """``cpu_seconds`` reads another process's CPU time; ``tree_cpu_seconds`` adds that of the
+    processes it started, so work handed to a helper process is counted too."""
+    helper = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {BURN!r}])\ninput()"
+    p = subprocess.Popen([sys.executable, "-c", helper], stdin=subprocess.PIPE, start_new_session=True)
+    q = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
+    try:
+        _until(lambda: probe.cpu_seconds(q.pid) >= 0.4 and probe.tree_cpu_seconds(p.pid) >= 0.4)
+        assert 0.4 <= probe.cpu_seconds(q.pid) < 5
+        assert probe.tree_cpu_seconds(p.pid) >= 0.4 > probe.cpu_seconds(p.pid)
     finally:
-        p.kill()
+        os.killpg(p.pid, signal.SIGKILL)  # its helper too: the same session and group
+        q.kill()
         p.wait()
+        q.wait()

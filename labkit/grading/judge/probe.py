@@ -636,7 +636,8 @@ def _measure(child: dict, s: dict, out: Path) -> dict:
         if ready.get("event") != "ready":
             return _failed(ready, child)
         got = {"cases": {k: np.asarray(v) for k, v in ready.get("cases", {}).items()}}
-        start_cpu, start_wall, calls = cpu_seconds(proc.pid), time.monotonic(), 0
+        start_tree, start_cpu = tree_cpu_seconds(proc.pid), cpu_seconds(proc.pid)
+        start_wall, calls = time.monotonic(), 0
         while True:
             draw = secrets.randbelow(2**62)
             proc.stdin.write(f"{draw}\n".encode())
@@ -649,6 +650,7 @@ def _measure(child: dict, s: dict, out: Path) -> dict:
             if calls >= s["max_calls"] or (used >= s["cpu_s"] and calls >= s["min_calls"]):
                 break
         wall = time.monotonic() - start_wall
+        used = max(used, tree_cpu_seconds(proc.pid) - start_tree)  # and any process it started
         return {
             **got,
             "outcome": "ok",
@@ -738,11 +740,37 @@ def _stop(proc) -> None:
     proc.wait()
 
 
+def _stat(pid) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (state, ppid, pgrp, session, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds process ``pid`` has used, all its threads and its reaped children, from
-    ``/proc/<pid>/stat`` (utime, stime, cutime, cstime): read from outside the process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    ``/proc/<pid>/stat``: read from outside the process."""
+    return _cpu(_stat(pid))
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """``cpu_seconds`` of ``pid`` and of every living process it started: its descendants, and
+    any process left in its session (``pid`` leads one: ``start_new_session``), so a step that
+    hands its work to a helper process is charged for it."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = _stat(entry)
+            except (OSError, IndexError):
+                continue  # it ended while listed
+    ours, grew = {pid}, True
+    while grew:
+        more = {p for p, f in stats.items() if p not in ours and (int(f[1]) in ours or int(f[3]) == pid)}
+        ours, grew = ours | more, bool(more)
+    return sum(_cpu(stats[p]) for p in ours if p in stats)
 
 
 def sparse_child(argv: list[str]) -> int:

@@ -717,7 +717,9 @@ def _failed(reply: dict, child: dict) -> dict:
     text = str(reply.get("error", "?"))[:500]
     if child.get("values") and isinstance(kind, type) and issubclass(kind, Exception):
         raise kind(text)
-    raise RuntimeError(f"with w of {child['features']:,} features ({called}): {reply.get('type')}: {text}")
+    where = f"with w of {child['features']:,} features ({called})"
+    where = f"on the grader's batches or {where}" if child.get("values") else where  # this child ran both
+    raise RuntimeError(f"{where}: {reply.get('type')}: {text}")
 
 
 def _stop(proc) -> None:

@@ -91,8 +91,15 @@ def test_compare_sorts_what_broke_from_what_moved():
     found = canary.compare(before, after, tolerance=0.25)
     assert found["broke"] == ["lab4: the notebook did not run: KeyError", "lab1 check `accuracy`: pass -> fail"]
     assert found["fixed"] == ["lab1 check `tape`: fail -> pass"]
-    assert found["moved"] == ["lab1 record `rate`: 100 -> 180"]  # 0.30 -> 0.31 is within 25%
+    assert found["moved"] == ["lab1 record `rate`: value: 100 -> 180"]  # 0.30 -> 0.31 is within 25%
     assert found["missing"] == ["lab2 check `gone`"] and found["new"] == ["lab3 record `fresh`"]
+
+
+def test_a_record_of_json_moves_only_where_a_number_moved_beyond_the_tolerance():
+    a = {"acc": {"sync": 0.90, "async": 0.88}, "run_dir": "runs/a/1", "steps": [10, 20], "mode": "sync"}
+    b = {"acc": {"sync": 0.91, "async": 0.50}, "run_dir": "runs/b/2", "steps": [10, 40], "mode": "async"}
+    assert canary.differences(a, b, 0.25) == [".acc.async: 0.88 -> 0.5", ".mode: sync -> async", ".steps[1]: 20 -> 40"]
+    assert canary.differences(a, a | {"run_dir": "elsewhere/x"}, 0.25) == []
 
 
 def test_the_report_leads_with_its_verdict_and_names_moved_versions(tmp_path):

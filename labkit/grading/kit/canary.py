@@ -216,6 +216,30 @@ def _number(text: str):
         return None
 
 
+def _leaf(text: str):
+    """A record's value as JSON where it reads as JSON (a dict or a list), else as it is."""
+    try:
+        return json.loads(text) if text[:1] in "[{" else text
+    except ValueError:
+        return text
+
+
+def differences(a, b, tolerance: float, path: str = "") -> list[str]:
+    """Where two record values differ: numbers by more than ``tolerance`` (relative), other text
+    unless it is a path (a run's folder differs by construction), shapes that do not match."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), tolerance, f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, tolerance, f"{path}[{i}]")]
+    x, y = _number(a) if isinstance(a, str) else a, _number(b) if isinstance(b, str) else b
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool):
+        moved = abs(y - x) > tolerance * max(abs(x), abs(y), 1e-12)
+        return [f"{path or 'value'}: {x:.4g} -> {y:.4g}"] if moved else []
+    if a == b or (isinstance(a, str) and isinstance(b, str) and "/" in a + b):
+        return []
+    return [f"{path or 'value'}: {str(a)[:40]} -> {str(b)[:40]}"]
+
+
 def compare(baseline: dict, canary: dict, tolerance: float) -> dict[str, list[str]]:
     """What changed between two reference reports: checks whose status moved, records whose
     number moved by more than ``tolerance`` (relative) or whose text changed, and rows in one only.
@@ -236,10 +260,12 @@ def compare(baseline: dict, canary: dict, tolerance: float) -> dict[str, list[st
             bucket = "broke" if a["status"] == "pass" else "fixed" if b["status"] == "pass" else "moved"
             why = f" ({b['reason']})" if b.get("reason") else ""
             found[bucket].append(f"{where}: {a['status']} -> {b['status']}{why}")
-        elif kind == "record" and a["value"] != b["value"]:
-            x, y = _number(a["value"]), _number(b["value"])
-            if x is None or y is None or abs(y - x) > tolerance * max(abs(x), abs(y), 1e-12):
-                found["moved"].append(f"{where}: {a['value'][:60]} -> {b['value'][:60]}")
+        elif kind == "record" and a["value"] != b["value"] and not a["value"].endswith("..."):
+            # a value report.csv cut short (over 1,000 characters) is no JSON to compare
+            moved = differences(_leaf(a["value"]), _leaf(b["value"]), tolerance)
+            if moved:
+                more = f" (and {len(moved) - 3} more)" if len(moved) > 3 else ""
+                found["moved"].append(f"{where}: {'; '.join(moved[:3])}{more}")
     return found
 
 

@@ -488,7 +488,9 @@ def test_version_skew_is_refused():
 
 
 def test_the_launcher_and_the_tasks_share_one_protocol():
-    """launch imports no task runtime (issue 18), and there is one PortInUse, a TaskFailed with its fields."""
+    """launch imports no task runtime: of ``labkit.tasks`` only the package, whose ``PROGRAMS``
+    registry names the programs and imports none of them; and there is one PortInUse, a TaskFailed
+    with its fields."""
     import ast
 
     import labkit.distributed.launch
@@ -499,7 +501,9 @@ def test_the_launcher_and_the_tasks_share_one_protocol():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     }
-    assert not [m for m in imported if m and m.startswith("labkit.tasks")], imported
+    assert not [m for m in imported if m and m.startswith("labkit.tasks.")], imported
+    loads = "import sys, labkit.distributed.launch; print([m for m in sys.modules if m.startswith('labkit.tasks.')])"
+    assert subprocess.run([sys.executable, "-c", loads], capture_output=True, text=True).stdout.strip() == "[]"
     assert PortInUse is labkit.wire.protocol.PortInUse is labkit.tasks.common.PortInUse
     err = PortInUse("ps:0", "127.0.0.1:2222", " (held by pid 7: x)", returncode=98, log_tail="bind failed")
     assert isinstance(err, TaskFailed) and (err.task, err.returncode, err.log_tail) == ("ps:0", 98, "bind failed")

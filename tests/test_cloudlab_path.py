@@ -186,10 +186,12 @@ def test_the_guides_headless_notebook_runs_on_the_nodes(lab):
     out = lab.home("node0") / "labkit" / papermill.split()[5]  # the line's output notebook
     rec = read_records(nbformat.read(out, as_version=4))
     assert rec["settings"]["hosts"] and rec["settings"]["workers"] == [1, 2], rec["settings"]
-    # the kill-and-resume demo across nodes: worker:1, on node1, killed over ssh; the cluster resumed from
-    # the checkpoint every worker saved
+    # the kill-and-resume demo across nodes: worker:1, on node1, killed over ssh once every worker saved
+    # epoch 1; the cluster resumed from the last checkpoint every worker saved: epoch 1's, or epoch 2's
+    # where the kill, a new ssh connection on a busy machine, landed after the next save (3 epochs in all)
     ev = rec["resume_evidence"]
-    assert ev["failed_task"] == "worker:1" and ev["start_epoch"] == ev["kill_after_epoch"] == 1, ev
+    assert ev["failed_task"] == "worker:1" and ev["kill_after_epoch"] == 1, ev
+    assert ev["start_epoch"] in (1, 2), ev
     assert ev["restored_checkpointed_weights"] == 1, ev
     # worker:1 of the 2-worker runs ran on node1, its run folders in its own home's checkout
     assert list((lab.home("node1") / "labkit/runs/lab4").rglob("worker-1.*")), "no task of Lab 4 ran on node1"

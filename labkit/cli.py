@@ -680,7 +680,9 @@ def main(argv=None) -> int:
         return 2
     unwind_on_signals()
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: output shorter than the buffer meets a closed pipe only now
+        return code
     except BrokenPipeError:
         # nobody reads stdout any more: point it at /dev/null, so that the flush at exit cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

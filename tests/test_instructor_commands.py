@@ -251,7 +251,7 @@ def _grade(k: dict, **kw):
 
     log: list[str] = []
     done = grade(
-        k["rubric"], k["subs"], k["out"], parallel=2, notebooks=k["notebooks"], sandbox="none", log=log.append, **kw
+        k["rubric"], k["subs"], k["out"], parallel=1, notebooks=k["notebooks"], sandbox="none", log=log.append, **kw
     )
     return done, log
 

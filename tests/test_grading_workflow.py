@@ -245,19 +245,21 @@ def student_notebooks(name: str, ref_alpha, ref_beta):
 STUDENTS = list(CODE)
 
 
-def make_class(root: Path) -> dict:
+def make_class(root: Path, students=STUDENTS, labs=("alpha", "beta")) -> dict:
+    """``root``: the fixture labs' reference notebooks and rubric, and a folder per student with
+    their notebook of each of ``labs``."""
     nbs, subs = root / "notebooks", root / "subs"
     nbs.mkdir(parents=True)
     ref_a, ref_b = alpha(), beta()
     nbformat.write(ref_a, str(nbs / "alpha.ipynb"))
     nbformat.write(ref_b, str(nbs / "beta.ipynb"))
-    for name in STUDENTS:
+    for name in students:
         (subs / name).mkdir(parents=True)
-        a, b = student_notebooks(name, ref_a, ref_b)
-        nbformat.write(a, str(subs / name / "alpha.ipynb"))
-        nbformat.write(b, str(subs / name / "beta.ipynb"))
+        for lab, nb in zip(("alpha", "beta"), student_notebooks(name, ref_a, ref_b)):
+            if lab in labs:
+                nbformat.write(nb, str(subs / name / f"{lab}.ipynb"))
     (root / "rubric.toml").write_text(RUBRIC)
-    return {"notebooks": nbs, "subs": subs, "rubric": root / "rubric.toml", "out": root / "out"}
+    return {"root": root, "notebooks": nbs, "subs": subs, "rubric": root / "rubric.toml", "out": root / "out"}
 
 
 # --------------------------------------------------------------------------------------- unit tests

@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import nbformat
 import psutil
 import pytest
 
@@ -32,23 +31,10 @@ from helpers import read_csv, wait_until
 from labkit.core import atomic, folderlock
 from labkit.grading.gradebook import store
 from labkit.grading.run import ledger
-from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
+from test_grading_workflow import make_class
 
 CLASS = ("ann", "bob")
 TABLES = ("grades.csv", "final_grades.csv", "canvas.csv")
-
-
-def make_class(root: Path) -> dict:
-    nbs, subs = root / "notebooks", root / "subs"
-    nbs.mkdir(parents=True)
-    ref_a, ref_b = alpha(), beta()
-    nbformat.write(ref_a, str(nbs / "alpha.ipynb"))
-    nbformat.write(ref_b, str(nbs / "beta.ipynb"))
-    for name in CLASS:
-        (subs / name).mkdir(parents=True)
-        nbformat.write(student_notebooks(name, ref_a, ref_b)[0], str(subs / name / "alpha.ipynb"))
-    (root / "rubric.toml").write_text(RUBRIC)
-    return {"root": root, "subs": subs, "notebooks": nbs, "rubric": root / "rubric.toml", "out": root / "out"}
 
 
 def start(*args) -> subprocess.Popen:
@@ -149,7 +135,7 @@ class Reader(threading.Thread):
 @pytest.fixture(scope="module")
 def race(tmp_path_factory):
     """Two graders started at the same moment on one new folder, with a reader polling it throughout."""
-    k = make_class(tmp_path_factory.mktemp("one_writer"))
+    k = make_class(tmp_path_factory.mktemp("one_writer"), CLASS, labs=("alpha",))
     reader = Reader(k["out"])
     reader.start()
     t0, kit = time.monotonic(), ledger.kit_hash.__wrapped__()

@@ -1,0 +1,1 @@
+"""The labs: one folder each."""

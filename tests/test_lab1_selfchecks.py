@@ -13,7 +13,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from labkit.learning import lr, lr_checks
+from labkit.labs.lab1 import selfcheck as lr_checks
+from labkit.learning import lr
 from labkit.notebook import checking, selfcheck
 from labkit.solutions import lab1
 

@@ -13,7 +13,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from labkit.labs.lab1 import selfcheck as lr_checks
+import labkit.labs.lab1.selfcheck as lr_checks
 from labkit.learning import lr
 from labkit.notebook import checking, selfcheck
 from labkit.solutions import lab1

@@ -43,6 +43,15 @@ class Verdict:
             self.failed.append(prop)
         return bool(ok)
 
+    def values(self, fn, cases, convert=float, what: str = "a number") -> list | None:
+        """``fn(case)`` converted by ``convert`` for every case; None, and a failed property, when
+        one raises or gives no such value (the error's type is named, not what it was called with)."""
+        try:
+            return [convert(fn(c)) for c in cases]
+        except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as e:
+            self.expect(False, f"{what} for every case tried, without an error (it raised {type(e).__name__})")
+            return None
+
     def text(self) -> str:
         if self.passed:
             return f"{self.subject} passes its self-check: " + "; ".join(self.checked)

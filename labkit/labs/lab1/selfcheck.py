@@ -49,7 +49,7 @@ def initial_test_loss(fn, measured: float | None = None, x=None, seed: int = 0) 
     images ``x`` (default: random pixels) at each of ``CLASS_COUNTS``; and, when given, of
     ``measured``, the loss the notebook's own run measured at its start with 10 classes."""
     v = Verdict("initial_test_loss")
-    got = _values(v, lambda k: fn(k), CLASS_COUNTS)
+    got = v.values(lambda k: fn(k), CLASS_COUNTS)
     if got is None:
         return verdict(v)
     if not v.expect(all(math.isfinite(g) and g > 0 for g in got), "a finite, positive loss for every class count"):
@@ -94,13 +94,13 @@ def chance_best_reading(fn, W, b, x, y, seed: int = 0) -> Verdict:
     def call(args):
         return float(fn(*args))
 
-    tails = _values(v, call, [(q, 1, m, level) for q, m, level in cases])
+    tails = v.values(call, [(q, 1, m, level) for q, m, level in cases])
     if tails is None:
         return verdict(v)
     grid_q = np.linspace(0.5, 0.99, 12)
-    by_n = _values(v, call, [(q, n, m, level) for q, m, level in cases for n in (1, 2, 5, 20)])
-    by_q = _values(v, call, [(float(q), 3, 50, LEVELS[1]) for q in grid_q])
-    limits = _values(v, call, [(q, n, m, level) for q in qs for m in (50, 20) for n in (1, 5) for level in (0.0, 1.0)])
+    by_n = v.values(call, [(q, n, m, level) for q, m, level in cases for n in (1, 2, 5, 20)])
+    by_q = v.values(call, [(float(q), 3, 50, LEVELS[1]) for q in grid_q])
+    limits = v.values(call, [(q, n, m, level) for q in qs for m in (50, 20) for n in (1, 5) for level in (0.0, 1.0)])
     if None in (by_n, by_q, limits):
         return verdict(v)
     if not v.expect(
@@ -159,15 +159,6 @@ def _fractional(t: float) -> bool:
 
 def _near(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 + 1e-6 * abs(b)
-
-
-def _values(v: Verdict, fn, cases) -> list | None:
-    """``fn`` on every case, as floats; None (and a failed property) when it raises or gives no number."""
-    try:
-        return [float(fn(c)) for c in cases]
-    except (TypeError, ValueError, ArithmeticError) as e:
-        v.expect(False, f"a number for every case tried, without an error (it raised {type(e).__name__})")
-        return None
 
 
 def reading_size(m) -> Verdict:

@@ -1,13 +1,15 @@
 """labkit: a lab kit for learning how distributed TensorFlow training behaves, by measuring it.
 
-Notebooks use the few names exported here (``EXPORTS``), and the modules of the packages below,
-named for the kit's layers (see README.md, "Layout"). Each exported name is imported when first
+A notebook uses the few names exported here (``EXPORTS``) and its lab's API
+(``labkit.labs.labN``, docs/student-api.md), nothing deeper; earlier kits' names keep working
+through ``labkit.compat``. Each exported name is imported when first
 asked for (PEP 562), so ``import labkit``, which every task process does, loads neither numpy nor
 pandas nor TensorFlow: a task pays only for what it uses.
 """
 
 import os
 
+from labkit import compat
 from labkit.core.registry import Registry
 
 # What ``from labkit import NAME`` gives, by reference: imported on first use
@@ -28,15 +30,21 @@ EXPORTS = Registry(
 # setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-__version__ = "0.1.0"  # the one place: pyproject.toml reads it
+compat.install()  # earlier kits' module names keep working, with a warning naming the new place
+
+__version__ = "0.2.0"  # the one place: pyproject.toml reads it; make release stamps it in each notebook
 __all__ = [*EXPORTS, "__version__"]
 
 
 def __getattr__(name: str):
     """An exported name, imported now and kept (the next lookup finds it in the module)."""
-    if name not in EXPORTS:
+    if name in compat.FLAT:  # an earlier kit's name: found with a warning
+        value = compat.flat(name)
+    elif name in EXPORTS:
+        value = EXPORTS[name]
+    else:
         raise AttributeError(f"module 'labkit' has no attribute {name!r}")
-    value = globals()[name] = EXPORTS[name]
+    globals()[name] = value
     return value
 
 

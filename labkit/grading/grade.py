@@ -54,6 +54,7 @@ from pathlib import Path
 
 from labkit.core import folderlock, inert, scratch
 from labkit.grading.judge import answers
+from labkit.labs import stamp
 from labkit.grading.submissions import intake
 from labkit.grading.submissions.groups import read_group_set
 from labkit.grading.run import ledger
@@ -909,8 +910,9 @@ class _Recorder:
 
     def notes(self, job: Job) -> list[str]:
         """The execution row's notes besides the run's: a stored outcome someone changed, what the
-        submitted file carried, the batch's warning."""
-        return [self.untrusted.get(job.key, ""), flag_note(job), self.book.warning]
+        submitted file carried, the kit it was written against when not the grader's, the batch's warning."""
+        kit = "" if self.book.reference else stamp.note(job.written_for)  # the kit's own notebooks carry no stamp
+        return [self.untrusted.get(job.key, ""), flag_note(job), kit, self.book.warning]
 
     def record(self, job: Job, result: RunResult, scored: Scored):
         """Store ``job``'s outcome and rewrite grades.csv with its rows; returns its page (``render.Task``)."""
@@ -921,6 +923,7 @@ class _Recorder:
             "values": scored.values,
             "input": job.clean_input.is_file() and result.status not in report.NEVER_RAN,
             "executed": result.ran,
+            "written_for": job.written_for,  # the kit version the notebook carries (``labs.stamp``)
         }
         cut = stored_files.cut(job.executed, job.clean_input, job.lab.page_output_kb)
         if cut and scored.rows:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 RUN_TAGS = ("injected-parameters", "papermill-error-cell-tag")  # the cells papermill adds to a run
 KEPT_CELL_METADATA = {"tags"}
-KEPT_NOTEBOOK_METADATA = {"kernelspec", ("language_info", "name")}
+KEPT_NOTEBOOK_METADATA = {"kernelspec", ("language_info", "name"), "labkit"}  # labkit: the kit it was written for
 
 
 def clean(nb, kernel: str | None = None):

@@ -42,6 +42,7 @@ import shutil
 import string
 from pathlib import Path
 
+from labkit.labs import stamp
 from labkit.notebook import execution
 from labkit.notebook.checking import short_name
 from labkit.grading.kit.public import BEGIN, CODE_STUB, END, public_rubric, to_toml
@@ -102,6 +103,7 @@ def release_notebook(nb, name: str = "notebook"):
         cell.source, regions = src, regions + n
         cells.append(cell)
     nb.cells = cells
+    stamp.stamp(nb)
     return nb, regions
 
 

@@ -88,6 +88,7 @@ class Job:
     log: Path  # runner + kernel stdout/stderr (TensorFlow noise lands here)
     private: Path | None = None  # the grader's own files for this run (cleaned input, spec, result)
     flags: list = field(default_factory=list)  # what the submitted file carried that a run must produce
+    written_for: str = ""  # the kit version the notebook carries (``labs.stamp``), once cleaned
     account: Account | None = None  # who its sandboxed processes run as, from its start to its checks' end
     disk: object = None  # its disk (``disks.TmpfsDisk`` or ``disks.FolderDisk``), until ``release``
 
@@ -232,18 +233,20 @@ def _validate(raw) -> str | None:
     return None
 
 
-def clean_copy(source: Path, dest: Path, kernel: str = "python3") -> list[str]:
+def clean_copy(source: Path, dest: Path, kernel: str = "python3") -> tuple[list[str], str]:
     """Write ``source`` without anything a run produces (outputs, execution counts, outputs
     smuggled into Markdown cells) to ``dest``, for the rubric's ``kernel`` (the notebook's own
-    kernelspec is not the student's to choose); returns what was there, cell by cell."""
+    kernelspec is not the student's to choose); returns what was there, cell by cell, and the
+    kit version it was written against."""
     import nbformat
 
+    from labkit.labs import stamp
     from labkit.notebook.record import pre_baked
 
     nb = nbformat.read(str(source), as_version=4)
     flags = pre_baked(nb)
     nbformat.write(execution.clean(nb, kernel), str(dest))
-    return flags
+    return flags, stamp.written_for(nb)
 
 
 def prepare(job: Job) -> RunResult | None:
@@ -267,7 +270,9 @@ def prepare(job: Job) -> RunResult | None:
         return RunResult("refused" if why.startswith(REFUSED) else "unreadable", why)
     _grader_folders(job)
     try:
-        job.flags = grader_side(job, "cleaning it", clean_copy, job.source, job.clean_input, job.lab.kernel)
+        job.flags, job.written_for = grader_side(
+            job, "cleaning it", clean_copy, job.source, job.clean_input, job.lab.kernel
+        )
     except limits.OverBudget as e:
         job.clean_input.unlink(missing_ok=True)
         return RunResult("refused", f"{REFUSED}: {e}")

@@ -1,1 +1,26 @@
-"""Lab 2."""
+"""Lab 2: synchronous and asynchronous SGD on a parameter server: the student API, what its notebook imports (a contract: docs/student-api.md).
+
+``from labkit.labs.lab2 import NAME`` gives each namespace below, holding only the names listed;
+the rest of the kit is not part of the contract and may move between releases.
+"""
+
+from labkit.labs.surface import Surface, exports
+
+API = {
+    "cluster": Surface("labkit.wire.spec", "MODES build"),
+    "launch": Surface("labkit.distributed.launch", "placed use"),
+    "lr": Surface("labkit.learning.lr", "target_sweep train_to_target"),
+    "plots": Surface(
+        "labkit.measure.plots", "bytes_vs_analytic iterations_bars resource_timeline sync_async_curves worker_shares"
+    ),
+    "scalars": Surface("labkit.measure.scalars", "tensorboard"),
+    "units": Surface("labkit.measure.units", "table"),
+    "sync_async": Surface(
+        "labkit.labs.lab2.experiment",
+        "MODEL_BYTES check_sync_round emulated_shares late_start modern_async sweep write_graphs",
+    ),
+    "netem": Surface("labkit.infra.netem", "parse_link"),
+    "traces": Surface("labkit.experiments.traces", "frame"),
+}
+
+__getattr__, __dir__, __all__ = exports(__name__, API)

@@ -1,1 +1,26 @@
-"""Lab 5."""
+"""Lab 5: ring all-reduce against a parameter server: the student API, what its notebook imports (a contract: docs/student-api.md).
+
+``from labkit.labs.lab5 import NAME`` gives each namespace below, holding only the names listed;
+the rest of the kit is not part of the contract and may move between releases.
+"""
+
+from labkit.labs.surface import Surface, exports
+
+API = {
+    "cluster": Surface("labkit.wire.spec", "build"),
+    "costmodel": Surface("labkit.learning.costmodel", "NETWORKS"),
+    "launch": Surface("labkit.distributed.launch", "placed use"),
+    "plots": Surface(
+        "labkit.measure.plots",
+        "crossover_map emulated_scaling fault_trace fmt_bytes resource_timeline scaling_curves task_bytes",
+    ),
+    "scalars": Surface("labkit.measure.scalars", "tensorboard"),
+    "units": Surface("labkit.measure.units", "fmt_bytes table"),
+    "ring_vs_ps": Surface(
+        "labkit.labs.lab5.experiment",
+        "emulated lab_workers ps_failure recorded_emulated recorded_failure report_003 scaling",
+    ),
+    "netem": Surface("labkit.infra.netem", "parse_link"),
+}
+
+__getattr__, __dir__, __all__ = exports(__name__, API)

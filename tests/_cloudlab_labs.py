@@ -5,7 +5,9 @@ small sizes; prints one JSON line with each lab's headline comparison and run fo
 import json
 import sys
 
-from labkit.experiments import ring_vs_ps, sparse_lr, sync_async
+from labkit.labs.lab2 import experiment as sync_async
+from labkit.labs.lab3 import experiment as sparse_lr
+from labkit.labs.lab5 import experiment as ring_vs_ps
 
 hosts = sys.argv[1]
 out = {}

@@ -418,7 +418,7 @@ def test_fit_host_cost_clips_at_zero_and_marks_an_architecture_without_bytes():
 def test_lab5_carries_gamma_from_its_loopback_calibration_to_other_runs(monkeypatch):
     """ring_vs_ps: Calibration.host_cost fits gamma to the calibrated (loopback) runs with the loopback
     micro-benchmark's link; Scaling.predict adds it to another link, fitting nothing to those runs."""
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
 
     truth, wire = cm.HostCost(ps=0.6e-9, ring=3.5e-9), Link(1e-4, 124.7e6)
     loop = ring_vs_ps.Calibration(gamma_runs(truth), {}, None, LOOPBACK, cores=2)

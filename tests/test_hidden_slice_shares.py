@@ -7,7 +7,7 @@ import json
 import pytest
 
 from helpers import hidden_verdict
-from labkit.experiments import ring_vs_ps
+from labkit.labs.lab5 import experiment as ring_vs_ps
 from labkit.grading.judge import probe
 
 
@@ -73,7 +73,9 @@ def test_wrong_answers_fail_with_a_reason(tmp_path, wrong, reason):
 def test_the_shipped_trace_is_a_recording_with_its_provenance():
     t = ring_vs_ps.recorded_failure()
     prov = t["provenance"]
-    assert prov["recorded_by"].startswith("labkit.experiments.ring_vs_ps.ps_failure")
+    assert prov["recorded_by"].startswith(
+        ("labkit.experiments.ring_vs_ps.ps_failure(", "labkit.labs.lab5.experiment.ps_failure(")
+    )
     assert len(prov["labkit_commit"]) == 40 and prov["tensorflow"] and prov["cores"] >= 1
     assert [k["task"] for k in t["kills"]] == ["worker:1", "ps:0"]
     assert all(len(s["slices_on"]) == t["workers"] for s in t["steps"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labkit.grading.judge import verify
-from labkit.experiments import ring_vs_ps
+from labkit.labs.lab5 import experiment as ring_vs_ps
 
 M = 23_298_088
 BATCH = 64

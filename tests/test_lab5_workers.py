@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from helpers import NOTEBOOKS
-from labkit.experiments import ring_vs_ps
+from labkit.labs.lab5 import experiment as ring_vs_ps
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 

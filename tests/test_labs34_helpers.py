@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from labkit.measure import plots
-from labkit.experiments import lenet_sweep
+from labkit.labs.lab4 import experiment as lenet_sweep
 from labkit.tasks import strategy_train
 
 
@@ -101,7 +101,7 @@ def test_fault_tolerance_checks_its_bound_before_starting_anything():
 @pytest.mark.tensorflow
 def test_the_emulated_section_without_links_is_an_empty_frame_and_two_panels_that_say_so():
     pytest.importorskip("tensorflow")
-    from labkit.experiments import sparse_lr
+    from labkit.labs.lab3 import experiment as sparse_lr
 
     frame = sparse_lr.emulated_dense([], batch_size=100, samples=100, workers=2)
     assert isinstance(frame, pd.DataFrame) and len(frame) == 0
@@ -120,8 +120,8 @@ def test_report_001s_dense_step_travels_to_the_tasks_and_is_dense():
     for every feature: not Lab 3's exercise, which has one per distinct feature."""
     tf = pytest.importorskip("tensorflow")
     from labkit.learning import sparse
-    from labkit.experiments import sparse_lr
-    from labkit.experiments.dense_lr_step import sparse_lr_gradient
+    from labkit.labs.lab3 import experiment as sparse_lr
+    from labkit.labs.lab3.dense_lr_step import sparse_lr_gradient
     from labkit.tasks.ps_sparse_lr import load_gradient
 
     step = load_gradient(sparse_lr.gradient_source(sparse_lr_gradient))

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import said
 
-from labkit.experiments import lenet_sweep
+from labkit.labs.lab4 import experiment as lenet_sweep
 from labkit.wire.results import ClusterResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -41,7 +41,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     prediction = next(c for c in student.cells if c.id == "lab2-predict-k")
     assert "workers * local_steps" not in prediction.source and "raise NotImplementedError()" in prediction.source
     assert prediction.source.startswith("num_workers = ")  # the prediction is the student's global_step, called
-    from labkit.experiments import sync_async
+    from labkit.labs.lab2 import experiment as sync_async
 
     module = tmp_path / "student_round.py"  # the kit reads a round's source, to send it to the tasks
     module.write_text("import tensorflow as tf\n\n\n" + cell.source + "\n")

@@ -46,7 +46,7 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_runs_under_papermill_and_records_its_metrics(tmp_path):
-    from labkit.experiments.sparse_lr import evaluate_weights
+    from labkit.labs.lab3.experiment import evaluate_weights
 
     nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=400)
     assert rec["data"]["num_features"] == 1_000_000 and rec["data"]["test_rows"] == 2000

@@ -112,7 +112,7 @@ def check_fit_error(fit, runs) -> None:
     model. Its size is not asserted: at two steps a run it says more of the machine's load than of
     the model (a run beside the rest of the suite measured 1.08)."""
     from labkit.core.proc import usable_cores
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
     from labkit.learning import costmodel
 
     assert fit["runs"] == 5 and fit["held_out_median_abs_error"] is not None  # N = 3, held out of the fit

@@ -128,7 +128,7 @@ def test_tensorboard_cell_headless_says_how_to_start_it(tmp_path, monkeypatch, c
 
 
 def test_lab4_fault_demo_reuses_a_sweep_run_only_when_it_ran_with_the_same_settings():
-    from labkit.experiments import lenet_sweep
+    from labkit.labs.lab4 import experiment as lenet_sweep
 
     result = ClusterResult("strategy_train", Path("."), {}, [outcome("worker:0", {"train": TRAIN})])
     settings = {

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 DRIVER = """
 import json
-from labkit.experiments import sparse_lr
+from labkit.labs.lab3 import experiment as sparse_lr
 exp = sparse_lr.train(["sync:50"], workers=1, num_features=10_000, train_rows=2_000, test_rows=500,
                       samples=1_000, eval_every=500, progress=False)
 print(json.dumps({

@@ -11,7 +11,7 @@ import pytest
 
 from labkit.learning import costmodel
 from labkit.measure import sockets
-from labkit.experiments import ring_vs_ps
+from labkit.labs.lab5 import experiment as ring_vs_ps
 from labkit.solutions.lab5 import step_bytes
 
 SS_SAMPLE = """\

@@ -15,7 +15,9 @@ import pytest
 
 from helpers import said
 
-from labkit.experiments import lenet_sweep, shared, sync_async
+from labkit.experiments import shared
+from labkit.labs.lab2 import experiment as sync_async
+from labkit.labs.lab4 import experiment as lenet_sweep
 from labkit.distributed.launch import ClusterTimeout, TaskFailed
 from labkit.wire.results import ClusterResult, configuration_part
 from labkit.tasks import ps_sgd, strategy_train

@@ -93,7 +93,7 @@ def test_tf_config_is_the_one_slurm_cluster_resolver_builds():
 
 
 def test_lab2_sync_runs_through_slurm_with_equal_steps_per_worker(allocation, mini):
-    from labkit.experiments import sync_async
+    from labkit.labs.lab2 import experiment as sync_async
 
     run = sync_async.run(
         "sync",

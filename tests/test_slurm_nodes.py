@@ -129,7 +129,7 @@ def _line(lines: queue.Queue, start: str, timeout: float = 180) -> str:
 
 LAB2 = """
 import json, os
-from labkit.experiments import sync_async
+from labkit.labs.lab2 import experiment as sync_async
 run = sync_async.run("sync", "cluster", 50, max_steps=60, eval_every=30, learning_rate=0.5, seed=0, timeout=300,
                      log=None, launcher="slurm", train_limit=2000, test_limit=500, sample_interval=0.25)
 print(json.dumps({"ended": [t.ended for t in run.result], "host": {t.name: t.host for t in run.result},

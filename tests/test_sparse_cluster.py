@@ -85,7 +85,7 @@ def test_gradient_check_accepts_the_reference_and_names_mistakes():
 
 @pytest.fixture(scope="module")
 def a9a_runs(runs_dir):
-    from labkit.experiments import sparse_lr
+    from labkit.labs.lab3 import experiment as sparse_lr
 
     return sparse_lr.train(
         [f"sync:{BATCH}", f"async:{BATCH}"],
@@ -108,7 +108,7 @@ def test_sync_and_async_beat_the_majority_class_on_a9a(a9a_runs):
         acc = summary.loc[run, "test_accuracy"]
         assert acc > majority + 0.03, (run, acc, majority)
         # the chief's saved weights give the same accuracy outside TensorFlow (what the grader re-checks)
-        from labkit.experiments.sparse_lr import evaluate_weights
+        from labkit.labs.lab3.experiment import evaluate_weights
 
         assert evaluate_weights(a9a_runs.weights(run))["accuracy"] == pytest.approx(acc, abs=1e-3)
         curve = a9a_runs.curves().query("run == @run")
@@ -153,7 +153,7 @@ def test_bytes_per_step_are_the_sparse_payload_plus_a_small_constant(a9a_runs):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_records_are_one_call_and_carry_the_saved_weights(a9a_runs, tmp_path):
-    from labkit.experiments.sparse_lr import evaluate_weights
+    from labkit.labs.lab3.experiment import evaluate_weights
 
     assert a9a_runs.configs() == [{"mode": "sync", "batch_size": BATCH}, {"mode": "async", "batch_size": BATCH}]
     assert a9a_runs.find("async").label == "async b50" and a9a_runs.find("async").result is a9a_runs.result

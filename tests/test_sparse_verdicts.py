@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from labkit.experiments.sparse_lr import Experiment, Run
+from labkit.labs.lab3.experiment import Experiment, Run
 from labkit.wire.results import ClusterResult, TaskOutcome
 from labkit.measure.summaries import FORMAT, frame, link_use, merge_frames
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import alive, kill_and_expect_task_failed, wait_until
-from labkit.experiments import sync_async
+from labkit.labs.lab2 import experiment as sync_async
 from labkit.tasks import ps_sgd
 
 SETTINGS = dict(train_limit=3000, test_limit=1000, learning_rate=0.5, seed=0, sample_interval=0.25, timeout=300)

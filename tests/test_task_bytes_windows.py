@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from labkit.measure import sockets
-from labkit.experiments import ring_vs_ps
+from labkit.labs.lab5 import experiment as ring_vs_ps
 
 
 def _ss(pid, *sockets_sent):

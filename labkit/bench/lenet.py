@@ -29,7 +29,7 @@ BATCH = 50
 
 def run(quick: bool = False) -> dict:
     from labkit.learning.costmodel import step_bytes
-    from labkit.experiments.lenet_sweep import train_cluster, worker_bytes
+    from labkit.labs.lab4.experiment import train_cluster, worker_bytes
 
     rounds, limit, epochs = (1, 2000, 1) if quick else (3, 12000, 2)
     got: dict[str, list[dict]] = {name: [] for name, _, _ in CONTENDERS}

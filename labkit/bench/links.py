@@ -82,7 +82,7 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
 
     from labkit.learning import costmodel
     from labkit.infra import netem
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
     from labkit.distributed.launchers.netns import cluster_args
     from labkit.core.proc import usable_cores
 
@@ -163,7 +163,7 @@ def _cost_model(rounds: int, steps: int) -> tuple[list[dict], dict]:
 def _report_003(steps: int, gamma: dict) -> tuple[list[dict], list[dict]]:
     """Lab 5's CIFAR-scale CNN on emulated 100 Mbit/s links: (rows, ratios); see the module docstring."""
     from labkit.learning import costmodel
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
 
     with tempfile.TemporaryDirectory(prefix="labkit-bench-report003-") as runs_dir:
         os.environ["LABKIT_RUNS"] = runs_dir

@@ -1,7 +1,7 @@
 """Lab 5's MLP at N=2: parameter server vs ring all-reduce images/s, bytes per task vs analytic, cost-model error.
 
 Every contender is a real cluster of ``labkit.tasks.strategy_train`` tasks on 127.0.0.1
-(``labkit.experiments.ring_vs_ps``), training the communication-heavy MLP (784-2048-2048-10,
+(``labkit.labs.lab5.experiment``), training the communication-heavy MLP (784-2048-2048-10,
 M = 23 MB) with the same loop, per-worker batch and steps:
 
 - ``ring N=1``: one MultiWorkerMirroredStrategy worker, no communication: compute per image;
@@ -31,7 +31,7 @@ BATCH = 64
 
 def run(quick: bool = False) -> dict:
     from labkit.learning import costmodel
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
     from labkit.core.proc import usable_cores
 
     rounds, steps = (1, 8) if quick else (3, 20)

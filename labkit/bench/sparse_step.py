@@ -182,7 +182,7 @@ def run(quick: bool = False) -> dict:
 def ps_step_bytes(quick: bool) -> dict:
     """One async run on 1 ps + 2 workers at 10^6 features, batch 100: measured bytes per
     worker step against ``costmodel.sparse_ps_step_bytes`` of the unique features it sent."""
-    from labkit.experiments import sparse_lr
+    from labkit.labs.lab3 import experiment as sparse_lr
 
     exp = sparse_lr.train(
         [f"async:{BATCH}"],

@@ -1,24 +1,14 @@
-"""Experiments: one module per lab, all with one shape.
+"""What the labs' experiment modules (``labkit.labs.<lab>.experiment``) share: one shape for all.
 
 A lab makes its clusters with ``make_cluster`` (the spec, the run's name and folder, the
-``labkit.distributed.launch.Cluster``: the same for every lab; the lab gives its program's arguments) and
-follows them through their tasks' events (``labkit.wire.events``), never their logs.
-
-A lab's ``sweep`` function (``sync_async.sweep``, ``sparse_lr.train``, ``lenet_sweep.sweep``,
-``ring_vs_ps.scaling``) runs a list of configurations and returns a ``Sweep``:
-
-- ``Sweep.runs``: one ``Run`` per configuration. A lab's ``Run`` is a dataclass whose fields
-  are the configuration (``mode``, ``batch_size`` ...) followed by ``result``, the
-  ``labkit.wire.results.ClusterResult`` of the cluster that ran it; ``run.config`` is that
-  configuration as a dict, ``run.chief`` the task that led and measured the training.
-  Labs 2, 4 and 5 run the configurations of one cluster shape one after the other in one
-  cluster (``labkit.experiments.shared``): each run's ``result`` is its configuration's own
-  part of it, read as a cluster's. Lab 3's runs of one cluster share its ``result``.
-- ``Sweep.settings``: the arguments the sweep ran with, as a JSON-able dict.
-- ``Sweep.find(...)``: the run of one configuration.
-- The lab's tables: methods returning pandas DataFrames (``table()``, ``summary()`` ...).
-- ``Sweep.records(...)``: everything the notebook records for the grader, as a dict of
-  JSON-able values (frames included); ``Sweep.record(...)`` records them all, in one call.
+``labkit.distributed.launch.Cluster``) and follows them through their tasks' events
+(``labkit.wire.events``), never their logs. Its sweep runs a list of configurations and returns a
+``Sweep``: ``runs`` (one ``Run`` per configuration, a dataclass of the configuration's fields and
+``result``, the ``ClusterResult`` that ran it), ``settings`` (the sweep's arguments, JSON-able),
+``find(...)``, the lab's tables (pandas DataFrames) and ``records(...)``/``record(...)`` (what the
+notebook records for the grader). Labs 2, 4 and 5 run the configurations of one cluster shape one
+after the other in one cluster (``shared``); Lab 3's runs of one cluster share its ``result``.
+``traces`` reads the runs the kit recorded, which each lab ships in its ``traces/`` folder.
 """
 
 from __future__ import annotations
@@ -113,6 +103,17 @@ def function_source(fn, name: str, signature: str, what: str) -> str:
             f"notebook cell or a module ({e})"
         ) from None
     return "".join(line + "\n" for line in _module_imports(fn)) + source
+
+
+def round_source(fn) -> str:
+    """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
+    shared)`` function, to send to the tasks (``--round-source``); they define it and build their
+    sync graph with it. Lab 2 writes the function; Lab 3 trains with it again."""
+    from labkit.tasks.ps_sgd import ROUND_SIGNATURE, load_round
+
+    source = function_source(fn, "sync_round", ROUND_SIGNATURE, "sync_round")
+    load_round(source)  # what the tasks will do with it: define sync_round, nothing else
+    return source
 
 
 def _module_imports(fn) -> list[str]:

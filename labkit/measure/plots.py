@@ -608,7 +608,7 @@ def best_readings(readings, levels=(0.94, 0.97), title: str | None = None):
 
 
 # ---------------------------------------------------------------------------------------
-# Lab 4: the LeNet sweep (labkit.experiments.lenet_sweep)
+# Lab 4: the LeNet sweep (labkit.labs.lab4.experiment)
 # ---------------------------------------------------------------------------------------
 
 
@@ -669,7 +669,7 @@ def sweep_throughput(frame, title: str | None = None):
 
 
 # ---------------------------------------------------------------------------------------
-# Lab 3: sparse logistic regression (labkit.experiments.sparse_lr)
+# Lab 3: sparse logistic regression (labkit.labs.lab3.experiment)
 # ---------------------------------------------------------------------------------------
 
 _METHOD_NAMES = {
@@ -774,7 +774,7 @@ def minibatch_sweep(summary, title: str | None = None):
 
 
 # ---------------------------------------------------------------------------------------
-# Lab 2: sync vs async SGD on a parameter server (labkit.experiments.sync_async)
+# Lab 2: sync vs async SGD on a parameter server (labkit.labs.lab2.experiment)
 # ---------------------------------------------------------------------------------------
 
 

@@ -1059,7 +1059,7 @@ def sync_round(fns: dict, args: dict, out: Path) -> dict:
     """``sync_round`` runs a parameter-server cluster of the kit's tasks in sync mode for
     ``rounds`` global steps from the seeded start; the chief saves the final weights. The
     tasks' result files land in ``out/runs`` for the judge."""
-    from labkit.experiments import sync_async
+    from labkit.labs.lab2 import experiment as sync_async
 
     s = settings_sync_round(**args)
     os.environ["LABKIT_RUNS"] = str(out / "runs")

@@ -290,7 +290,7 @@ def lab5_held_out(
     times carry the load the machine had during these runs, and no answer can beat what the
     reference makes of the same runs by more than luck."""
     from labkit.learning import costmodel
-    from labkit.experiments import ring_vs_ps
+    from labkit.labs.lab5 import experiment as ring_vs_ps
     from labkit.core.proc import usable_cores
 
     root = ctx.workdir.resolve()

@@ -48,7 +48,7 @@ from labkit import experiments
 from labkit.distributed import live
 from labkit.core import paths
 from labkit.measure import scalars
-from labkit.experiments import function_source, positive_ints, shared
+from labkit.experiments import positive_ints, round_source, shared
 from labkit.distributed.launch import Cluster
 from labkit.measure.progress import tqdm  # a widget in JupyterLab, a text bar under papermill
 from labkit.wire.results import ClusterResult
@@ -69,17 +69,6 @@ RESOURCE_COLUMNS = (
 
 
 # ------------------------------------------------------------------------------ the synchronous round
-
-
-def round_source(fn) -> str:
-    """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
-    shared)`` function, to send to the tasks (``--round-source``); they define it and build their
-    sync graph with it."""
-    from labkit.tasks.ps_sgd import ROUND_SIGNATURE, load_round
-
-    source = function_source(fn, "sync_round", ROUND_SIGNATURE, "sync_round")
-    load_round(source)  # what the tasks will do with it: define sync_round, nothing else
-    return source
 
 
 class RoundError(ValueError):
@@ -920,3 +909,29 @@ def emulated_shares(
                     }
                 )
     return pd.DataFrame(rows, columns=["link", "worker", "node", "steps", "share", "steps_per_s", "link_ms_per_step"])
+
+
+# ------------------------------------------------------------------------------ the traces it ships
+
+SHARES_RECORDED = dict(max_steps=2000, learning_rate=0.5, train_limit=10000, test_limit=2000, seed=0, timeout=600)
+
+
+def record_emulated_shares() -> dict:
+    """The emulated links' section, recorded again (``traces/emulated_shares.json``)."""
+    from labkit.experiments.traces import recorder
+
+    df = emulated_shares(["1gbit", "10mbit"], "cluster2", 50, **SHARES_RECORDED)
+    if not len(df):
+        raise RuntimeError("links cannot be emulated here (see above); nothing recorded")
+    call = f"{__package__}.experiment.emulated_shares(['1gbit', '10mbit'], 'cluster2', 50, **{SHARES_RECORDED})"
+    return {"provenance": recorder.provenance(call), "frame": recorder.records(df)}
+
+
+RECORDERS = {"emulated_shares": record_emulated_shares}  # python -m labkit.labs.lab2.experiment NAME
+
+if __name__ == "__main__":
+    import sys
+
+    from labkit.experiments.traces import recorder
+
+    sys.exit(recorder.main(LAB, RECORDERS))

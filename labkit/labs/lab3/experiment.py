@@ -34,7 +34,7 @@ from labkit.wire import spec as cluster, events
 from labkit import experiments
 from labkit.distributed import live
 from labkit.measure import scalars
-from labkit.experiments import function_source, positive_ints
+from labkit.experiments import function_source, positive_ints, round_source
 from labkit.distributed.launch import Cluster
 from labkit.measure.progress import tqdm
 from labkit.wire.results import ClusterResult
@@ -236,13 +236,6 @@ def make_cluster(
     )
 
 
-def round_source(fn) -> str:
-    """The source of Lab 2's ``sync_round``, for the tasks' ``--round-source``."""
-    from labkit.experiments.sync_async import round_source as source_of_round
-
-    return source_of_round(fn)
-
-
 def gradient_source(fn) -> str:
     """The source of the notebook's ``sparse_lr_gradient(w, x, y)``, for the tasks' ``--gradient-source``."""
     from labkit.tasks.ps_sparse_lr import load_gradient
@@ -315,7 +308,7 @@ EMULATED_COLUMNS = (
 
 
 def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, workers: int = 2, **kwargs):
-    """Report 001's dense step (``labkit.experiments.dense_lr_step``), sync then async, in one
+    """Report 001's dense step (``labkit.labs.lab3.dense_lr_step``), sync then async, in one
     cluster per emulated link of ``links`` (``labkit.infra.netem``, ``labkit.distributed.launchers.netns``): the
     ps and worker 0 on node0, each other worker on a node of its own.
 
@@ -328,7 +321,7 @@ def emulated_dense(links, *, batch_size: int = 100, samples: int = 4_000, worker
     import pandas as pd
 
     from labkit.infra import netem
-    from labkit.experiments.dense_lr_step import sparse_lr_gradient as dense
+    from labkit.labs.lab3.dense_lr_step import sparse_lr_gradient as dense
     from labkit.distributed.launchers.netns import cluster_args
 
     rows = []
@@ -841,3 +834,42 @@ def evaluate_weights(path) -> dict:
     w, s = load_weights(path)
     test = load_rows(s["data"], "test", num_features=s["num_features"], rows=s["test_rows"], click_seed=s["click_seed"])
     return evaluate_arrays(w, test)
+
+
+# ------------------------------------------------------------------------------ the traces it ships
+
+DENSE_RECORDED = dict(
+    workers=2,
+    hosts=None,
+    data="click",
+    num_features=1_000_000,
+    train_rows=200_000,
+    test_rows=10_000,
+    learning_rate=0.5,
+    seed=0,
+    click_seed=0,
+)
+
+
+def record_emulated_dense() -> dict:
+    """Section 9's dense step on emulated links, recorded again (``traces/emulated_dense.json``)."""
+    from labkit.experiments.traces import recorder
+
+    df = emulated_dense(["1gbit", "100mbit"], batch_size=100, samples=4_000, **DENSE_RECORDED)
+    if not len(df):
+        raise RuntimeError("links cannot be emulated here (see above); nothing recorded")
+    call = (
+        f"{__package__}.experiment.emulated_dense(['1gbit', '100mbit'], batch_size=100, samples=4000, "
+        f"**{DENSE_RECORDED})"
+    )
+    return {"provenance": recorder.provenance(call), "frame": recorder.records(df)}
+
+
+RECORDERS = {"emulated_dense": record_emulated_dense}  # python -m labkit.labs.lab3.experiment NAME
+
+if __name__ == "__main__":
+    import sys
+
+    from labkit.experiments.traces import recorder
+
+    sys.exit(recorder.main(LAB, RECORDERS))

@@ -42,7 +42,7 @@ the total; each task's own sockets (``labkit.measure.sockets``) give its share, 
 growing with N shows on one machine. On a cluster, tasks the measuring process cannot see
 (another node) fall back to their node's NIC counters over the chief's training window. The
 kit measures these bytes; predicting them (and which of them lie on a step's critical path)
-is the lab's work: the reference model is ``labkit.solutions.lab5``, which the student kit
+is the lab's work: the reference model is ``labkit.labs.lab5.solution``, which the student kit
 leaves out, and which the tests and benchmarks pass as ``expected``.
 
 ``emulated`` runs one model over emulated links (``labkit.infra.netem``, one node per task group,
@@ -69,7 +69,7 @@ from labkit.learning import costargs, costmodel
 from labkit import experiments
 from labkit.distributed import live
 from labkit.core import paths
-from labkit.experiments import positive_ints, shared
+from labkit.experiments import positive_ints, shared, traces
 from labkit.distributed.launch import Cluster
 from labkit.core.proc import usable_cores
 from labkit.measure.progress import tqdm
@@ -357,7 +357,7 @@ class Scaling(experiments.Sweep):
 
         ``expected``: a model of each task's bytes, ``(arch, M, N, n_ps, shards) -> `` an object
         with ``per_task()`` (task, sent, recv) and ``total`` (the reference,
-        ``labkit.solutions.lab5.step_bytes``, which the student kit leaves out): adds
+        ``labkit.labs.lab5.solution.step_bytes``, which the student kit leaves out): adds
         ``expected_sent_bytes``/``expected_recv_bytes``, ``deviation`` = measured / expected - 1
         of the bytes sent, and ``flag`` where |deviation| > ``tolerance``. The PS chief only
         schedules steps: it is expected to send nothing, and gets no deviation."""
@@ -1255,13 +1255,11 @@ def emulated_recording(e: Emulated, provenance: dict) -> dict:
 
 
 def recorded_emulated() -> RecordedEmulated:
-    """Section 10's runs as the kit recorded them (``labkit/experiments/traces/lab5_emulated.json``: report
+    """Section 10's runs as the kit recorded them (``traces/emulated.json`` of this lab: report
     003's CNN at N = 1-3 under both architectures on emulated 100 Mbit/s links, each node under
     its CPU quota), with their ``provenance``: where links cannot be emulated, or in the
     grader's run, the section reads these."""
-    import json
-
-    return RecordedEmulated(json.loads((TRACES / "lab5_emulated.json").read_text()))
+    return RecordedEmulated(traces.load(f"{LAB}_emulated"))
 
 
 # ------------------------------------------------------------------------------ PS under failure
@@ -1338,18 +1336,13 @@ def ps_failure(
     }
 
 
-TRACES = Path(__file__).resolve().parent / "traces"  # labkit.experiments.traces
-
-
 def recorded_failure() -> dict:
-    """The ``ps_failure`` trace the kit ships (``labkit/experiments/traces/lab5_ps_failure.json``): what
+    """The ``ps_failure`` trace the kit ships (``traces/ps_failure.json`` of this lab): what
     :func:`ps_failure` returns (``summary``, ``steps``, ``kills``, ``events``, ``failure``; no
     ``run_dir``), recorded by the kit's own run, with its ``provenance`` (the call, labkit's
     commit, TensorFlow's version, the cores and the load). Section 11 reads it where it does not
     kill tasks itself (the grader's runs)."""
-    import json
-
-    return json.loads((TRACES / "lab5_ps_failure.json").read_text())
+    return traces.load(f"{LAB}_ps_failure")
 
 
 def _s(seconds) -> str:
@@ -1419,3 +1412,40 @@ def reference_held_out_error(sweep: Scaling, loopback: costmodel.Link, held_out:
     n = held_out or max(sweep.settings["workers"])
     fit_on = [w for w in sweep.settings["workers"] if w < n]
     return sweep.calibrate(loopback=loopback, fit_workers=fit_on).fit_error()["held_out_median_abs_error"]
+
+
+# ------------------------------------------------------------------------------ the traces it ships
+
+
+def record_emulated() -> dict:
+    """Section 10's runs, recorded again (``traces/emulated.json``)."""
+    from labkit.experiments.traces import recorder
+
+    e = emulated("100mbit", "cifar_cnn", (1, 2, 3), steps=12, cpus_per_node="auto", progress=False)
+    if e is None:
+        raise RuntimeError("links cannot be emulated here (see above); nothing recorded")
+    call = f"{__package__}.experiment.emulated('100mbit', 'cifar_cnn', (1, 2, 3), steps=12, cpus_per_node='auto')"
+    return emulated_recording(e, recorder.provenance(call))
+
+
+def record_ps_failure() -> dict:
+    """Section 11's failure demo, recorded again (``traces/ps_failure.json``)."""
+    from labkit.experiments.traces import recorder
+
+    out = ps_failure(3, "lenet5", progress=False)
+    keep = ("model", "workers", "batch_size", "summary", "steps", "kills", "events", "failure")
+    return {
+        "provenance": recorder.provenance(f"{__package__}.experiment.ps_failure(3, 'lenet5')"),
+        **{k: out[k] for k in keep},
+        "_run_dir": out["run_dir"],
+    }
+
+
+RECORDERS = {"emulated": record_emulated, "ps_failure": record_ps_failure}  # python -m labkit.labs.lab5.experiment NAME
+
+if __name__ == "__main__":
+    import sys
+
+    from labkit.experiments.traces import recorder
+
+    sys.exit(recorder.main(LAB, RECORDERS))

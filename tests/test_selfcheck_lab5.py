@@ -1,0 +1,227 @@
+"""Lab 5's self-checks pass the reference and fail the answers students get wrong, naming the
+function and the property and no value; the hidden check of the same function fails each of them
+too (its probe and judge called directly, as helpers.hidden_verdict does). No TensorFlow."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+import labkit.labs.lab5.selfcheck as checks
+from helpers import NOTEBOOKS, hidden_verdict
+from labkit.labs.lab5 import experiment, solution
+from labkit.notebook import selfcheck
+
+HIDDEN = {  # function: (hidden check, the rubric's args)
+    "ps_bytes_per_step": ("lab5_ps_bytes_per_step", {"seed": 17}),
+    "dense_model_bytes": ("lab5_dense_model_bytes", {"seed": 19}),
+    "ring_bytes_per_worker": ("lab5_ring_bytes_per_worker", {"seed": 23}),
+    "comm_terms": ("lab5_comm_terms", {}),
+    "link_ceiling": ("lab5_link_ceiling", {"seed": 19}),
+    "slice_shares": ("lab5_slice_shares", {"seed": 5}),
+}
+
+
+def run(name: str, fn) -> selfcheck.Verdict:
+    """The self-check of ``name`` on ``fn``, with the arguments its notebook cell passes."""
+    if name == "link_ceiling":
+        return checks.link_ceiling(fn, solution.comm_terms)
+    if name == "slice_shares":
+        return checks.slice_shares(fn, experiment.recorded_failure())
+    return getattr(checks, name)(fn)
+
+
+def assert_fails(name: str, fn, properties, gap: str = "", *, tmp_path) -> None:
+    """The self-check fails ``fn`` on each of ``properties`` (phrases), its message naming the
+    function and no number with decimals; the hidden check fails it too, unless ``gap`` says why
+    the grader's cases cannot show this mistake (then the test is an expected failure while they
+    cannot, and an error once they can: the gap is reported, not hidden)."""
+    v = run(name, fn)
+    assert not v.passed
+    for p in properties:
+        assert any(p in f for f in v.failed), (p, v.failed)
+    text = selfcheck.bundle(v)["text/plain"]
+    assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
+    assert not re.search(r"\d\.\d|\d{3}", text), text  # no value: the properties are words
+    check, args = HIDDEN[name]
+    try:
+        hidden = hidden_verdict(check, fn, tmp_path, **args)
+    except (TypeError, ValueError, ArithmeticError) as e:  # the probe refuses what is not an answer
+        return print(f"{check}: the probe refused it ({type(e).__name__})")
+    if gap and hidden.ok:
+        pytest.xfail(f"{check} passes it: {gap}")
+    assert not hidden.ok and not gap, (check, hidden.reason, gap)
+
+
+@pytest.mark.parametrize("name", list(HIDDEN))
+def test_the_reference_passes_its_self_check_and_its_hidden_check(name, tmp_path):
+    fn = getattr(solution, name)
+    v = run(name, fn)
+    assert v.passed, v.failed
+    assert len(v.checked) >= 3 and selfcheck.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
+    check, args = HIDDEN[name]
+    assert hidden_verdict(check, fn, tmp_path, **args).ok
+
+
+def _M(units):
+    return solution.dense_model_bytes(units)
+
+
+WRONG = {
+    "ps_bytes_per_step": [
+        (lambda m, n: n * m, ["at one worker"]),  # one direction: what the ps sends, not what it receives
+        (lambda m, n: 2 * m, ["in proportion to the workers"]),  # one worker's bytes, whatever N
+        (lambda m, n: 2 * (n - 1) * m, ["at one worker", "in proportion to the workers"]),  # off by one worker
+        (lambda m, n: 16 * n * m, ["at one worker"]),  # in bits
+    ],
+    "dense_model_bytes": [
+        (lambda u: 4 * sum(a * b for a, b in zip(u, u[1:])), ["one layer"]),  # the biases left out
+        (lambda u: 4 * sum(a * b + a for a, b in zip(u, u[1:])), ["one layer"]),  # a bias per input
+        (lambda u: 8 * sum(a * b + b for a, b in zip(u, u[1:])), ["one layer"]),  # float64
+        (lambda u: 4 * sum(a * b + b for a, b in zip(u[:-1], u[1:-1])), ["one layer"]),  # the last layer left out
+        (lambda u: 4 * (sum(u[i] * u[i + 1] for i in range(len(u) - 1)) + sum(u)), ["one layer"]),  # a bias per unit
+    ],
+    "ring_bytes_per_worker": [
+        (lambda m, n: 2 * m, ["none at one worker", "more with every worker added"]),  # flat
+        (lambda m, n: 2 * (n - 1) * m, ["below twice the model"]),  # the whole ring's bytes
+        (lambda m, n: (n - 1) / n * m, ["approaching it"]),  # the reduce-scatter alone
+        (lambda m, n: m * n / 2, ["none at one worker", "below twice the model"]),  # N = 2's figure scaled with N
+        (lambda m, n: 4 * (n - 1) / n * m, ["below twice the model"]),  # sent and received
+    ],
+    "comm_terms": [
+        (  # the ring's two directions added: they overlap on a full-duplex link
+            lambda a, M, N, k=1, s=None: (
+                (2 * (N - 1), 4 * (N - 1) / N * M) if a == "ring" else solution.comm_terms(a, M, N, k, s)
+            ),
+            ["the ring's bytes: below twice the model"],
+        ),
+        (  # the ring's rounds: the reduce-scatter's only
+            lambda a, M, N, k=1, s=None: (
+                (N - 1, 2 * (N - 1) / N * M) if a == "ring" else solution.comm_terms(a, M, N, k, s)
+            ),
+            ["the ring's messages"],
+        ),
+        (  # the PS's one direction
+            lambda a, M, N, k=1, s=None: (
+                (2, max(N * max(s or [M / k] * k), M)) if a == "ps" else solution.comm_terms(a, M, N)
+            ),
+            ["both directions count"],
+        ),
+        (  # the mean shard, not the largest
+            lambda a, M, N, k=1, s=None: (2, max(2 * N * M / k, 2 * M)) if a == "ps" else solution.comm_terms(a, M, N),
+            ["the ps with the largest shard"],
+        ),
+        (  # a message per worker
+            lambda a, M, N, k=1, s=None: (
+                (2 * N, solution.comm_terms(a, M, N, k, s)[1]) if a == "ps" else solution.comm_terms(a, M, N)
+            ),
+            ["a PS step's messages"],
+        ),
+        (  # the workers' own links forgotten
+            lambda a, M, N, k=1, s=None: (
+                (2, 2 * N * max(s or [M / k] * k)) if a == "ps" else solution.comm_terms(a, M, N)
+            ),
+            ["never less than a worker's own link"],
+        ),
+    ],
+    "link_ceiling": [
+        (
+            lambda a, b, m, n, r: solution.link_ceiling(a, b, m, n, r) * 8,
+            ["comm_terms' critical-path bytes"],
+        ),  # bits as bytes
+        (
+            lambda a, b, m, n, r: solution.link_ceiling(a, b, m, n, r) / n,
+            ["comm_terms' critical-path bytes"],
+        ),  # one worker's batch
+        (  # the ps's link carrying one direction
+            lambda a, b, m, n, r: (
+                2 * solution.link_ceiling(a, b, m, n, r) if a == "ps" else solution.link_ceiling(a, b, m, n, r)
+            ),
+            ["comm_terms' critical-path bytes"],
+        ),
+        (  # no guard for the ring of one
+            lambda a, b, m, n, r: n * b * r / (8 * (2 * (n - 1) / n * m if a == "ring" else 2 * n * m)),
+            ["a number for every case tried, without an error (it raised ZeroDivisionError)"],
+        ),
+    ],
+}
+
+
+def _slice_shares(trace, kill, first_offset=1, through=True, to_end=False, shares=True, by_position=False):
+    """slice_shares with one of the mistakes students make (the defaults: the right window)."""
+    ends = sorted(k["after_step"] for k in trace["kills"]) + [math.inf]
+    first, last = ends[kill] + first_offset, math.inf if to_end else ends[kill + 1]
+    steps = trace["steps"][int(first) : None if math.isinf(last) else int(last)] if by_position else trace["steps"]
+    slices = [
+        w
+        for s in steps
+        for w in s["slices_on"]
+        if by_position or (first < s["step"] and (s["step"] <= last if through else s["step"] < last))
+    ]
+    counts = {w: slices.count(w) for w in sorted(set(slices))}
+    return {w: c / len(slices) if shares else c for w, c in counts.items()}
+
+
+WRONG["slice_shares"] = [
+    (
+        lambda t, k=0: _slice_shares(t, k, first_offset=0),
+        ["none for the worker killed", "each counted once"],
+    ),  # in flight
+    (  # to the end, whatever the next kill
+        lambda t, k=0: _slice_shares(t, k, to_end=True),
+        ["each counted once"],
+        "in the grader's traces no step comes after the kill that follows the one asked about: "
+        "a window to the end of the trace is the same there",
+    ),
+    (lambda t, k=0: _slice_shares(t, k, through=False), ["each counted once"]),  # the next kill's step left out
+    (lambda t, k=0: _slice_shares(t, k, shares=False), ["summing to 1"]),  # counts, not shares
+    (lambda t, k=0: _slice_shares(t, k, by_position=True), ["in any order"]),  # the steps' places in the list
+]
+
+
+@pytest.mark.parametrize("name, i", [(name, i) for name, wrong in WRONG.items() for i in range(len(wrong))])
+def test_a_wrong_answer_fails_its_self_check_and_its_hidden_check(name, i, tmp_path):
+    assert_fails(name, *WRONG[name][i], tmp_path=tmp_path)
+
+
+def test_an_error_or_a_wrong_shape_is_a_failed_property_not_a_traceback():
+    v = checks.comm_terms(lambda arch, M, N, n_ps=1, shards=None: 2 * M)
+    assert v.failed == ["a pair (messages, bytes) for every case tried, without an error (it raised TypeError)"]
+    v = checks.slice_shares(lambda trace, kill=0: [0.5, 0.5])
+    assert v.failed == ["a {worker: share} dict for every case tried, without an error (it raised TypeError)"]
+    v = checks.dense_model_bytes(lambda units: units[5])
+    assert v.failed == ["a number for every case tried, without an error (it raised IndexError)"]
+
+
+def test_link_ceiling_is_checked_against_the_students_own_comm_terms():
+    """A link_ceiling consistent with a wrong comm_terms passes this property: comm_terms has its own."""
+
+    def wrong_terms(arch, M, N, n_ps=1, shards=None):
+        return (2, N * M) if arch == "ps" else solution.comm_terms(arch, M, N)
+
+    def consistent(arch, batch, model_bytes, workers, rate_bits):
+        return (
+            2 * solution.link_ceiling(arch, batch, model_bytes, workers, rate_bits)
+            if arch == "ps"
+            else solution.link_ceiling(arch, batch, model_bytes, workers, rate_bits)
+        )
+
+    assert checks.link_ceiling(consistent, wrong_terms).passed
+    assert not checks.link_ceiling(solution.link_ceiling, wrong_terms).passed
+    assert not checks.comm_terms(wrong_terms).passed
+
+
+def test_the_reference_notebooks_own_functions_pass(tmp_path):
+    """As the notebook defines them (the grader's probe takes them so), not only as the kit's
+    solution module does: the self-checks hold for either."""
+    from labkit.grading.judge import probe
+
+    fns, _ = probe.load_functions(NOTEBOOKS / "05_ring_vs_ps.ipynb", list(HIDDEN))
+    for name in HIDDEN:
+        if name == "link_ceiling":
+            v = checks.link_ceiling(fns[name], fns["comm_terms"])
+        else:
+            v = run(name, fns[name])
+        assert v.passed, (name, v.failed)

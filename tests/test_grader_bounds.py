@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_raw_cell
 
-from labkit.grading.grade import grade
+from labkit.grading.grade import GradeOptions, grade
 from labkit.grading.run import limits, runner
 from labkit.notebook.record import cell_name
 
@@ -85,7 +85,9 @@ def test_raw_cells_cost_a_run_nothing_and_a_stopped_run_names_its_cell(tmp_path)
         },
     )
     t0 = time.monotonic()
-    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=1, log=lambda m: None, sandbox="none")
+    outcome = grade(
+        GradeOptions(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=1, sandbox="none"), log=lambda m: None
+    )
     took = time.monotonic() - t0
     raw, hang = rows_of(outcome, "raw"), rows_of(outcome, "hang")
     assert raw["execution"]["status"] == "ok", raw["execution"]
@@ -121,7 +123,9 @@ def test_a_file_expensive_to_parse_hits_its_own_limit_and_the_batch_goes_on(tmp_
     subs = class_folder(
         tmp_path, {"costly": expensive_to_parse(), "honest": notebook("labkit.record('done', 1)", raw=0, printed_mb=0)}
     )
-    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=1, log=lambda m: None, sandbox="none")
+    outcome = grade(
+        GradeOptions(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=1, sandbox="none"), log=lambda m: None
+    )
     costly, honest = rows_of(outcome, "costly"), rows_of(outcome, "honest")
     assert costly["execution"]["status"] == "refused", costly["execution"]
     assert "reading it needed more than 1 s of CPU time" in costly["execution"]["reason"], costly["execution"]

@@ -350,7 +350,9 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     assert {p.name for p, _ in written} == {p.name for p in (repo / "notebooks").glob("*.ipynb")}
     assert all(p.parent == kit / "notebooks" for p, _ in written)
     assert (kit / "labkit" / "learning" / "lr.py").is_file() and (kit / "pyproject.toml").is_file()
-    assert not (kit / "labkit" / "solutions").exists() and not (kit / "labkit" / "grading").exists()
+    assert not (kit / "labkit" / "grading").exists() and (kit / "labkit" / "labs" / "lab1" / "checks.py").is_file()
+    labs = sorted(p.name for p in (repo / "labkit" / "labs").glob("lab*/solution.py"))
+    assert labs and not list((kit / "labkit" / "labs").glob("*/solution.py"))  # no lab's reference answers
     assert not list(kit.rglob("__pycache__"))
     # as a student's install: the kit first on the path, this checkout's editable finder gone
     student = (
@@ -477,13 +479,13 @@ def test_reports(tmp_path):
 
 
 def test_a_bad_job_count_is_refused_before_the_output_is_cleared(tmp_path):
-    from labkit.grading.grade import GradeError, grade
+    from labkit.grading.grade import GradeError, GradeOptions, grade
 
     out = tmp_path / "out"
     out.mkdir()
     (out / "grades.csv").write_text("last week's grades\n")
     with pytest.raises(GradeError, match="-j 0: give how many notebooks to run at a time"):
-        grade(write(tmp_path, RUBRIC), None, out, parallel=0)
+        grade(GradeOptions(write(tmp_path, RUBRIC), None, out, parallel=0))
     assert (out / "grades.csv").read_text() == "last week's grades\n"
 
 
@@ -531,12 +533,17 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
 
     import numpy as np
 
-    from labkit.grading.judge import hidden, probe
+    from labkit.grading.judge import hidden
+    from labkit.labs.lab1 import checks as lab1_checks
+    from labkit.labs.lab2 import checks as lab2_checks
+    from labkit.labs.lab3 import checks as lab3_checks
+    from labkit.labs.lab1 import solution as lab1_solution
+    from labkit.labs.lab3 import solution as lab3_solution
 
     def lr_outputs(sign):
         arrays = {}
-        for t, c in enumerate(probe.inputs_lr_step(seed=3)):
-            W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], sign * c["learning_rate"])
+        for t, c in enumerate(lab1_checks.inputs_lr_step(seed=3)):
+            W, b, loss = lab1_solution.reference_lr_step(c["x"], c["y"], c["W"], c["b"], sign * c["learning_rate"])
             for mode in ("eager", "graph"):
                 arrays.update(
                     {
@@ -545,25 +552,25 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
                         f"{t}_{mode}_loss": np.asarray(loss),
                     }
                 )
-        (tmp_path / probe.GRAPH_FILE).write_bytes(b"")  # the traced graph: an empty GraphDef calls no Python
+        (tmp_path / lab1_checks.GRAPH_FILE).write_bytes(b"")  # the traced graph: an empty GraphDef calls no Python
         return arrays
 
-    assert hidden.judge_lr_step({"seed": 3}, lr_outputs(1), tmp_path).ok
-    wrong = hidden.judge_lr_step({"seed": 3}, lr_outputs(-1), tmp_path)
+    assert hidden.decide("lab1_sgd_step", {"seed": 3}, lr_outputs(1), tmp_path).ok
+    wrong = hidden.decide("lab1_sgd_step", {"seed": 3}, lr_outputs(-1), tmp_path)
     assert not wrong.ok and "the update's sign" in wrong.reason
 
     def sparse_outputs(dense: bool):
         arrays = {}
-        for t, c in enumerate(probe.inputs_sparse_gradient(seed=4)):
-            loss, grad = hidden.reference_sparse_gradient(c)
+        for t, c in enumerate(lab3_checks.inputs_sparse_gradient(seed=4)):
+            loss, grad = lab3_solution.reference_sparse_gradient(c)
             idx = np.arange(len(grad)) if dense else np.unique(c["indices"][:, 1])
             for mode in ("eager", "graph"):
                 arrays.update(
                     {f"{t}_{mode}_loss": np.asarray(loss), f"{t}_{mode}_indices": idx, f"{t}_{mode}_values": grad[idx]}
                 )
-        case = probe.batch_sparse_scaling(4, probe.settings_sparse_scaling())  # the scaling check's batch
-        case["y"] = probe.labels_sparse_scaling(5, len(case["y"]))  # the labels of the last timed call
-        loss, grad = hidden.reference_sparse_gradient(case)
+        case = lab3_checks.batch_sparse_scaling(4, lab3_checks.settings_sparse_scaling())  # the scaling check's batch
+        case["y"] = lab3_checks.labels_sparse_scaling(5, len(case["y"]))  # the labels of the last timed call
+        loss, grad = lab3_solution.reference_sparse_gradient(case)
         idx = np.unique(case["indices"][:, 1])
         for mode in ("eager", "graph"):  # as long with w of 10^8 features as of 10^4
             arrays.update(
@@ -578,24 +585,24 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
             )
         return arrays
 
-    assert hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(False), tmp_path).ok
-    dense = hidden.judge_sparse_gradient({"seed": 4}, sparse_outputs(True), tmp_path)
+    assert hidden.decide("lab3_sparse_gradient", {"seed": 4}, sparse_outputs(False), tmp_path).ok
+    dense = hidden.decide("lab3_sparse_gradient", {"seed": 4}, sparse_outputs(True), tmp_path)
     assert not dense.ok and "one row per unique feature" in dense.reason
     slow = sparse_outputs(False) | {"scale_graph_large_cpu_s": np.asarray(0.2)}  # 200x the CPU with w of 10^8 features
-    slow = hidden.judge_sparse_gradient({"seed": 4}, slow, tmp_path)
+    slow = hidden.decide("lab3_sparse_gradient", {"seed": 4}, slow, tmp_path)
     assert not slow.ok and "traced 200x (200 ms against 1 ms)" in slow.reason, slow.reason
 
-    cases = probe.inputs_best_reading(seed=5)
-    from labkit.solutions.lab1 import chance_best_reading
+    cases = lab1_checks.inputs_best_reading(seed=5)
+    from labkit.labs.lab1.solution import chance_best_reading
 
     right = np.asarray([chance_best_reading(**c) for c in cases])
-    assert hidden.judge_best_reading({"seed": 5}, {"chances": right}, tmp_path).ok
+    assert hidden.decide("lab1_best_reading", {"seed": 5}, {"chances": right}, tmp_path).ok
     one = np.asarray([chance_best_reading(**{**c, "n": 1}) for c in cases])  # a single reading, not the best of n
-    wrong = hidden.judge_best_reading({"seed": 5}, {"chances": one}, tmp_path)
+    wrong = hidden.decide("lab1_best_reading", {"seed": 5}, {"chances": one}, tmp_path)
     assert not wrong.ok and "the best of n binomial batch readings" in wrong.reason
 
     # Lab 2's round: the tasks' files as the probe's cluster leaves them
-    settings = probe.settings_sync_round(rounds=4, train_limit=600, test_limit=100, seed=2)
+    settings = lab2_checks.settings_sync_round(rounds=4, train_limit=600, test_limit=100, seed=2)
     run = tmp_path / "runs" / "lab2" / "hidden-sync"
     run.mkdir(parents=True)
     arrays = {"run_dir": np.asarray("runs/lab2/hidden-sync")}
@@ -607,16 +614,16 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
                 data["weights"] = {"W": W.tolist(), "b": b.tolist()}
             (run / f"worker-{i}.json").write_text(json.dumps(data))
 
-    W, b = hidden.reference_sync_weights(settings, 2)
+    W, b = lab2_checks.reference_sync_weights(settings, 2)
     args = {"rounds": 4, "train_limit": 600, "test_limit": 100, "seed": 2}
     workers((4, 4), W.astype(np.float32), b.astype(np.float32))
-    assert hidden.judge_sync_round(args, arrays, tmp_path).ok
-    W2, b2 = hidden.reference_sync_weights({**settings, "learning_rate": 2 * settings["learning_rate"]}, 2)
+    assert hidden.decide("lab2_sync_round", args, arrays, tmp_path).ok
+    W2, b2 = lab2_checks.reference_sync_weights({**settings, "learning_rate": 2 * settings["learning_rate"]}, 2)
     workers((4, 4), W2, b2)  # the sum of two gradients, not their mean
-    verdict = hidden.judge_sync_round(args, arrays, tmp_path)
+    verdict = hidden.decide("lab2_sync_round", args, arrays, tmp_path)
     assert not verdict.ok and "the mean of all 2 gradients" in verdict.reason
     workers((4, 3), W, b)  # one worker made a step fewer: not one gradient per worker per round
-    verdict = hidden.judge_sync_round(args, arrays, tmp_path)
+    verdict = hidden.decide("lab2_sync_round", args, arrays, tmp_path)
     assert not verdict.ok and "every worker makes one step" in verdict.reason
 
 

@@ -28,7 +28,7 @@ import pytest
 
 from helpers import WRITABLE, cell, runs_at_once, runs_share_limits, wait_while
 from labkit.grading.run import limits
-from labkit.grading.grade import grade
+from labkit.grading.grade import GradeOptions, grade
 from labkit.grading.judge.rubric import KINDS, evaluate, gate, load_rubric
 from labkit.grading.run.sandbox import SANDBOXES
 from labkit.notebook.record import MIME, Missing, lookup
@@ -204,7 +204,11 @@ REACH = textwrap.dedent("""\
         except OSError:
             pass
     attempt('the reference notebooks', lambda: open(REPO + '/notebooks/01_single_node_lr.ipynb').read(1))
-    attempt('the solutions', lambda: __import__('labkit.solutions.lab1'))
+    import labkit.labs
+    labs = [n for n in sorted(os.listdir(labkit.labs.__path__[0])) if n.startswith('lab')]
+    print('LABS', json.dumps(labs))
+    for lab in labs:
+        attempt(f'the solution of {lab}', lambda lab=lab: __import__(f'labkit.labs.{lab}.solution'))
     attempt('the grader', lambda: __import__('labkit.grading.judge.hidden'))
     attempt('the submissions', lambda: os.listdir(SUBS) or None)
     attempt('the kit, to change it', lambda: open(os.path.dirname(__import__('labkit').__file__) + '/x.py', 'w'))
@@ -438,7 +442,9 @@ def attacked(tmp_path_factory):
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.rglob("*.ipynb") if p.is_file()}
     solutions = {p: p.stat().st_mtime for p in (REPO / "notebooks").glob("*.ipynb")}
     t0 = time.monotonic()
-    outcome = grade(root / "rubric.toml", subs, root / "out", parallel=runs_at_once(2), log=lambda m: None)
+    outcome = grade(
+        GradeOptions(root / "rubric.toml", subs, root / "out", parallel=runs_at_once(2)), log=lambda m: None
+    )
     seconds = time.monotonic() - t0
     grades = root / "out" / "grades.csv"
     snapshot = (grades.read_bytes(), grades.stat().st_mtime_ns)  # as the grader left it
@@ -526,6 +532,8 @@ def test_a_notebook_reaches_nothing_of_others(attacked):
     nb = nbformat.read(str(attacked["root"] / "out" / "reacher" / "01_single_node_lr.ipynb"), as_version=4)
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "REACHED []" in printed, printed
+    labs = sorted(p.parent.name for p in (REPO / "labkit" / "labs").glob("lab*/solution.py"))
+    assert labs and f"LABS {json.dumps(labs)}" in printed  # every lab's folder seen, and no lab's solution
     assert not (attacked["root"] / "out" / ".work" / "victim" / "01_single_node_lr" / "x").exists()
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in attacked["before"]}
     assert after == attacked["before"]  # no submission changed
@@ -749,7 +757,9 @@ def test_classmates_running_together_cannot_reach_each_other(tmp_path):
     )
     write(subs / "a" / "pair.ipynb", code_notebook(CLASSMATE_A))
     write(subs / "b" / "pair.ipynb", code_notebook(CLASSMATE_B))
-    outcome = grade(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=runs_at_once(2), log=lambda m: None)
+    outcome = grade(
+        GradeOptions(tmp_path / "rubric.toml", subs, tmp_path / "out", parallel=runs_at_once(2)), log=lambda m: None
+    )
     assert [r["status"] for r in outcome.rows if r["check"] == "execution"] == ["ok", "ok"]
 
     def said_by(student, word):
@@ -785,7 +795,7 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
         code = "import labkit\nlabkit.record('x', 1)" if value else "pass"
         write(tmp_path / "subs" / student / "one.ipynb", code_notebook(code))
     out = tmp_path / "out"
-    first = grade(rubric, tmp_path / "subs", out, parallel=runs_at_once(2), log=lambda m: None)
+    first = grade(GradeOptions(rubric, tmp_path / "subs", out, parallel=runs_at_once(2)), log=lambda m: None)
     assert {r["student"]: r["points"] for r in first.rows if r["check"] == "recorded"} == {"ann": 0, "bob": 1, "cat": 0}
     forged = json.loads((out / ".grader" / "ann" / "one" / "outcome.json").read_text())
     forged["rows"][1].update(points=1.0, status="pass", reason="")
@@ -794,7 +804,7 @@ def test_a_forged_outcome_is_run_again_with_a_note(tmp_path):
         (out / ".grader" / "bob" / "one" / "outcome.json").read_bytes()
     )
     notes = []
-    second = grade(rubric, tmp_path / "subs", out, parallel=runs_at_once(2), log=notes.append)
+    second = grade(GradeOptions(rubric, tmp_path / "subs", out, parallel=runs_at_once(2)), log=notes.append)
     assert sorted(second.ran) == [("ann", "one"), ("cat", "one")] and second.kept == [("bob", "one")]
     rows = {(r["student"], r["check"]): r for r in second.rows}
     assert {s: rows[(s, "recorded")]["points"] for s in ("ann", "bob", "cat")} == {"ann": 0, "bob": 1, "cat": 0}

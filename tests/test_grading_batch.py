@@ -13,7 +13,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from helpers import alive, cell, runs_at_once, read_csv, small_rubric, wait_until
-from labkit.grading.grade import grade
+from labkit.grading.grade import GradeOptions, grade
 from labkit.grading.kit.release import release_notebook
 
 from labkit.grading.run.sandbox import SANDBOXES
@@ -217,7 +217,9 @@ def batch(tmp_path_factory):
     runs = {}
     for jobs, labs in ((2, None), (1, ["fix"])):  # the whole-notebook timeout (lab "slow") runs once
         out = root / f"out-j{jobs}"  # -j 2 where this user's grader may run two at once (runs_at_once)
-        outcome = grade(root / "rubric.toml", subs, out, parallel=runs_at_once(jobs), labs=labs, log=lambda m: None)
+        outcome = grade(
+            GradeOptions(root / "rubric.toml", subs, out, parallel=runs_at_once(jobs), labs=labs), log=lambda m: None
+        )
         runs[jobs] = (outcome, out)
     return {"root": root, "runs": runs, "before": before}
 
@@ -424,7 +426,7 @@ def test_reference_mode_writes_report_and_fails_on_a_failed_check(tmp_path, monk
     nbformat.write(lab_notebook(), str(nbs / "fixlab.ipynb"))
     rubric = tmp_path / "rubric.toml"
     rubric.write_text(RUBRIC.replace("min = 210\nmax = 210", "min = 211"))  # the reference cannot reach it
-    outcome = grade("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks", log=lambda m: None)
+    outcome = grade(GradeOptions("rubric.toml", None, "out", labs=["fix"], notebooks="notebooks"), log=lambda m: None)
     assert outcome.exit_code == 1
     assert {r["check"]: r["status"] for r in outcome.rows}["accuracy"] == "pass"  # its verifier ran
     report = (tmp_path / "out" / "report.md").read_text()
@@ -458,11 +460,9 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
         (tmp_path / "subs" / student / lab.name).write_bytes(src.read_bytes())
     small_rubric(tmp_path)  # the real rubric, Lab 1 at test size (2 epochs on 5000 images)
     outcome = grade(
-        tmp_path / "rubric.toml",
-        tmp_path / "subs",
-        tmp_path / "out",
-        parallel=runs_at_once(2),
-        labs=["lab1"],
+        GradeOptions(
+            tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=runs_at_once(2), labs=["lab1"]
+        ),
         log=lambda m: None,
     )
     rows = rows_by(outcome)
@@ -493,12 +493,16 @@ def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywh
         str(tmp_path / "subs" / "s" / "fixslow.ipynb"),
     )
     with pytest.raises(grading.GradeError) as e:
-        grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], log=lambda m: None)
+        grade(
+            GradeOptions(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"]),
+            log=lambda m: None,
+        )
     assert "sudo apt-get install bubblewrap" in str(e.value) and "--no-sandbox" in str(e.value)
     assert not (tmp_path / "out").exists()
 
     outcome = grade(
-        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], log=lambda m: None, sandbox="none"
+        GradeOptions(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", labs=["slow"], sandbox="none"),
+        log=lambda m: None,
     )
     rows = rows_by(outcome)
     assert status(rows, "s", "execution", lab="slow")[0] == "ok" and status(rows, "s", "never", lab="slow")[0] == "pass"
@@ -515,7 +519,9 @@ def test_without_bubblewrap_submissions_are_refused_and_no_sandbox_warns_everywh
     nbformat.write(
         new_notebook(cells=[new_code_cell("import labkit\nlabkit.record('never', 1)")]), str(nbs / "fixslow.ipynb")
     )
-    ref = grade(tmp_path / "rubric.toml", None, tmp_path / "ref", labs=["slow"], notebooks=nbs, log=notes.append)
+    ref = grade(
+        GradeOptions(tmp_path / "rubric.toml", None, tmp_path / "ref", labs=["slow"], notebooks=nbs), log=notes.append
+    )
     assert ref.exit_code == 0 and any("the reference notebooks run without a sandbox" in n for n in notes)
 
 

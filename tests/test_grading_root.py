@@ -142,7 +142,7 @@ def _csv(path: Path) -> list[dict]:
 def test_a_run_without_a_namespace_for_its_disk_is_stopped_past_it(tmp_path):
     """Where no disk can be held (``--no-sandbox``, a Slurm node's runs), the work folder is a
     host folder whose size the grader polls: past ``disk_mb`` the run is stopped, a `disk` row."""
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     (tmp_path / "subs" / "s").mkdir(parents=True)
     spill = "import time\nfor i in range(8):\n    open(f'spill{i}', 'wb').write(b'x' * 8 * 2**20)\ntime.sleep(60)"
@@ -151,7 +151,9 @@ def test_a_run_without_a_namespace_for_its_disk_is_stopped_past_it(tmp_path):
         str(tmp_path / "subs" / "s" / "who.ipynb"),
     )
     (tmp_path / "rubric.toml").write_text(RUBRIC)
-    outcome = grade(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", sandbox="none", log=lambda m: None)
+    outcome = grade(
+        GradeOptions(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", sandbox="none"), log=lambda m: None
+    )
     run = next(r for r in outcome.rows if r["check"] == "execution")
     assert run["status"] == "disk" and "wrote more than its 32 MB of disk (in cell 2)" in run["reason"], run
     assert run["seconds"] < 30 and not (tmp_path / "out" / ".work" / "s" / "who").exists()

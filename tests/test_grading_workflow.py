@@ -480,7 +480,7 @@ def _outcomes(out: Path) -> set:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """The class graded by a batch killed halfway (SIGKILL: nothing of it may survive) and resumed."""
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     k = make_class(tmp_path_factory.mktemp("workflow"))
     every = {(s, lab) for s in STUDENTS for lab in ("alpha", "beta")}
@@ -504,7 +504,8 @@ def graded(tmp_path_factory):
     assert 6 <= len(done_before) < 12
     log = []
     resumed = grade(
-        k["rubric"], k["subs"], k["out"], parallel=runs_at_once(2), notebooks=k["notebooks"], log=log.append
+        GradeOptions(k["rubric"], k["subs"], k["out"], parallel=runs_at_once(2), notebooks=k["notebooks"]),
+        log=log.append,
     )
     k.update(first_lines=lines, done_before=done_before, resumed=resumed, resume_log=log, every=every)
     return k
@@ -610,7 +611,7 @@ def test_feedback_page_renders_in_chromium(graded):
 @needs_sandbox
 @pytest.mark.notebook
 def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     out = graded["out"]
     executed = {p: p.stat().st_mtime_ns for p in out.glob("*/*.ipynb")}
@@ -725,11 +726,7 @@ def test_ta_workflow_export_merge_canvas_and_regrade_one_notebook(graded):
     next(c for c in nb.cells if c.id == "a-ans1").source = "Squares are non-negative, so their mean is too."
     nbformat.write(nb, str(graded["subs"] / "bob" / "alpha.ipynb"))
     again = grade(
-        graded["rubric"],
-        graded["subs"],
-        out,
-        parallel=runs_at_once(2),
-        notebooks=graded["notebooks"],
+        GradeOptions(graded["rubric"], graded["subs"], out, parallel=runs_at_once(2), notebooks=graded["notebooks"]),
         log=lambda m: None,
     )
     assert again.ran == [("bob", "alpha")] and len(again.kept) == 11

@@ -604,27 +604,31 @@ def check_class(out: Path, alone: Path) -> None:
 @pytest.mark.notebook
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX}")
 def test_a_class_of_twenty_with_six_attackers_is_graded_as_if_they_were_absent(tmp_path):
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.gradebook.publish import export_answers
 
     subs = write_class(tmp_path / "class", the_class())
     alone = write_class(tmp_path / "alone", {"honest00": honest(0), "honest01": honest(1)})
     t0 = time.monotonic()
     grade(
-        tmp_path / "class" / "rubric.toml",
-        subs,
-        tmp_path / "class" / "out",
-        parallel=runs_at_once(2),
-        notebooks=tmp_path / "class" / "notebooks",
+        GradeOptions(
+            tmp_path / "class" / "rubric.toml",
+            subs,
+            tmp_path / "class" / "out",
+            parallel=runs_at_once(2),
+            notebooks=tmp_path / "class" / "notebooks",
+        ),
         log=lambda m: None,
     )
     seconds = time.monotonic() - t0
     grade(
-        tmp_path / "alone" / "rubric.toml",
-        alone,
-        tmp_path / "alone" / "out",
-        parallel=1,
-        notebooks=tmp_path / "alone" / "notebooks",
+        GradeOptions(
+            tmp_path / "alone" / "rubric.toml",
+            alone,
+            tmp_path / "alone" / "out",
+            parallel=1,
+            notebooks=tmp_path / "alone" / "notebooks",
+        ),
         log=lambda m: None,
     )
     check_class(tmp_path / "class" / "out", tmp_path / "alone" / "out")
@@ -740,7 +744,7 @@ MEMFD_HOARDER = textwrap.dedent("""\
 def test_memory_held_in_a_memfd_counts_against_the_limit_without_a_cgroup(tmp_path, monkeypatch):
     """Where no cgroup limits a run (a normal user's grader, mostly), the runner's poll counts the
     memfds its processes hold as well as their RSS: past ``memory_mb`` the run is killed."""
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     monkeypatch.setattr(limits, "BACKENDS", {"rlimit": limits.BACKENDS["rlimit"]})
     nb = filled_beta("ann")
@@ -748,7 +752,10 @@ def test_memory_held_in_a_memfd_counts_against_the_limit_without_a_cgroup(tmp_pa
     subs = write_class(tmp_path, {"hoarder": json.dumps(nb)})
     (tmp_path / "rubric.toml").write_text(BETA_RUBRIC.replace("memory_mb = 1500", "memory_mb = 600"))
     out = tmp_path / "out"
-    grade(tmp_path / "rubric.toml", subs, out, parallel=1, notebooks=tmp_path / "notebooks", log=lambda m: None)
+    grade(
+        GradeOptions(tmp_path / "rubric.toml", subs, out, parallel=1, notebooks=tmp_path / "notebooks"),
+        log=lambda m: None,
+    )
     row = _rows(out)[("hoarder", "execution")]
     assert row["status"] == "memory" and "more than 600 MB" in row["reason"], row
     assert "RSS and memfds" in (out / "hoarder" / "beta.log").read_text()

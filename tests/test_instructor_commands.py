@@ -247,11 +247,12 @@ def _write_class(root: Path) -> dict:
 
 
 def _grade(k: dict, **kw):
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     log: list[str] = []
     done = grade(
-        k["rubric"], k["subs"], k["out"], parallel=1, notebooks=k["notebooks"], sandbox="none", log=log.append, **kw
+        GradeOptions(k["rubric"], k["subs"], k["out"], parallel=1, notebooks=k["notebooks"], sandbox="none", **kw),
+        log=log.append,
     )
     return done, log
 

@@ -102,7 +102,7 @@ def beacon():
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, beacon):
     """The class graded, its TA pages exported, a score merged: the output folder."""
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.gradebook.publish import export_answers, merge_scores
 
     if NO_SANDBOX:
@@ -130,7 +130,10 @@ def hostile(tmp_path_factory, beacon):
         (subs / refused).mkdir()
         nbformat.write(hostile_notebook(url), str(subs / refused / "evil.ipynb"))
     out = root / "out"
-    grade(root / "rubric.toml", subs, out, parallel=runs_at_once(2), notebooks=root / "notebooks", log=lambda m: None)
+    grade(
+        GradeOptions(root / "rubric.toml", subs, out, parallel=runs_at_once(2), notebooks=root / "notebooks"),
+        log=lambda m: None,
+    )
     export_answers(out, log=lambda m: None)
     q1 = out / "answers" / "evil" / "answer-q1.csv"
     with open(q1, newline="") as f:

@@ -77,7 +77,7 @@ def _nb(*sources):
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     from labkit.grading.pages import render
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     if NO_SANDBOX:
         pytest.skip(f"{NO_SANDBOX} (.ci/run installs it)")
@@ -104,7 +104,10 @@ def batch(tmp_path_factory):
         # first in a run where the page's process had less than a third of a core
         mp.setattr(render, "WALL_FACTOR", 10.0)
         mp.setattr(render.Task, "start", counted)
-        outcome = grade(root / "rubric.toml", root / "subs", root / "out", parallel=runs_at_once(4), log=lambda m: None)
+        outcome = grade(
+            GradeOptions(root / "rubric.toml", root / "subs", root / "out", parallel=runs_at_once(4)),
+            log=lambda m: None,
+        )
     rows = {(r["student"], r["lab"], r["check"]): r for r in outcome.rows}
     return root / "out", rows, started
 

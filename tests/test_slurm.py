@@ -200,7 +200,7 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
     import nbformat
 
     from helpers import read_csv
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.run.sandbox import SANDBOXES
     from test_grading_batch import CELLS, FAKE_CLAIMS, RUBRIC, lab_notebook
 
@@ -219,7 +219,8 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
             nbformat.write(nb, str(subs / student / "fixlab.ipynb"))
 
     local = grade(
-        tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "local", parallel=2, labs=["fix"], log=lambda m: None
+        GradeOptions(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "local", parallel=2, labs=["fix"]),
+        log=lambda m: None,
     )
     said = []
 
@@ -230,12 +231,10 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
             mini.run("scancel", f"{array.group(1)}_3")
 
     on_slurm = grade(
-        tmp_path / "rubric.toml",
-        tmp_path / "subs-slurm",
-        tmp_path / "slurm",
-        labs=["fix"],
+        GradeOptions(
+            tmp_path / "rubric.toml", tmp_path / "subs-slurm", tmp_path / "slurm", labs=["fix"], slurm=mini.partition
+        ),
         log=cancel_the_last,
-        slurm=mini.partition,
     )
     assert any("--mem=1456M --time=7 in partition debug" in m for m in said), said  # 1200 MB + margin, 180+90+120 s
 

@@ -184,7 +184,7 @@ def test_the_previous_releases_lab1_grades_the_same_under_this_kit(tmp_path):
     this kit: the same points on every check (timings aside: two runs share the cores), and the
     earlier one's feedback says which kit it was written against."""
     from helpers import read_csv, runs_at_once, small_rubric
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.run.sandbox import SANDBOXES
 
     if SANDBOXES["bwrap"].unavailable():
@@ -197,11 +197,9 @@ def test_the_previous_releases_lab1_grades_the_same_under_this_kit(tmp_path):
         nbformat.write(nb, str(tmp_path / "subs" / student / lab.name))
     small_rubric(tmp_path)
     grade(
-        tmp_path / "rubric.toml",
-        tmp_path / "subs",
-        tmp_path / "out",
-        parallel=runs_at_once(2),
-        labs=["lab1"],
+        GradeOptions(
+            tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=runs_at_once(2), labs=["lab1"]
+        ),
         log=lambda m: None,
     )
     rows = {(r["student"], r["check"]): r for r in read_csv(tmp_path / "out" / "grades.csv")}

@@ -34,10 +34,10 @@ record = "x"
 
 
 def _timed_grade(**kwargs) -> tuple[float, object]:
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     t0 = time.perf_counter()
-    outcome = grade(log=lambda m: None, **kwargs)
+    outcome = grade(GradeOptions(**kwargs), log=lambda m: None)
     return time.perf_counter() - t0, outcome
 
 

@@ -63,10 +63,10 @@ def _submissions(folder: Path, quick: bool) -> tuple[Path, Path, int]:
 
 
 def _graded(label: str, notebooks: int, **grade_args) -> tuple[dict, list[dict]]:
-    from labkit.grading.grade import grade
+    from labkit.grading.grade import GradeOptions, grade
 
     t0 = time.perf_counter()
-    outcome = grade(log=lambda m: None, **grade_args)
+    outcome = grade(GradeOptions(**grade_args), log=lambda m: None)
     wall = time.perf_counter() - t0
     runs = [r for r in outcome.rows if r["check"] == "execution"]
     row = {

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shlex
 import shutil
 import signal
 import sys
@@ -54,6 +53,7 @@ from pathlib import Path
 
 from labkit.core import folderlock, inert, scratch
 from labkit.grading.judge import answers
+from labkit.grading.options import GradeError, GradeOptions
 from labkit.labs import stamp
 from labkit.grading.submissions import intake
 from labkit.grading.submissions.groups import read_group_set
@@ -95,10 +95,6 @@ OWN_FILES = {
 }
 STUDENT_NAME = re.compile(r"^[^\W_][\w.@+-]{0,99}$")  # one path component: letters, digits, . _ @ + -
 UNSANDBOXED = "ran WITHOUT a sandbox (--no-sandbox): the notebook could read and change anything the grader can"
-
-
-class GradeError(ValueError):
-    """The batch cannot start (bad folder, bad rubric, no sandbox); the message says what to fix."""
 
 
 @dataclass
@@ -324,106 +320,25 @@ def _data_dirs(log) -> tuple[list[Path], dict]:
     return ([root], {"LABKIT_DATA": str(root)}) if root.is_dir() else ([], {})
 
 
-def grade(
-    rubric="notebooks/rubric.toml",
-    submissions=None,
-    out="out/grade",
-    parallel: int | None = None,
-    labs: list[str] | None = None,
-    notebooks="notebooks",
-    log=print,
-    sandbox: str | None = None,
-    force: bool = False,
-    slurm: str | None = None,
-    slurm_args=(),
-    similar: float | None = None,
-    roster: str | None = None,
-    due: str | None = None,
-    groups: str | None = None,
-    student: str | None = None,
-) -> Outcome:
-    """Grade the reference notebooks (``submissions=None``) or a class's submissions (a folder,
-    or Canvas's or Gradescope's download), running only what changed since the last batch in
-    ``out`` (``force``: everything), and adding them to the class graded there.
-    ``labs``: the labs to grade (default: those submitted; the reference run: all).
-    ``sandbox``: None (bubblewrap; the reference may run without it), "bwrap" or "none".
-    ``slurm``: a partition to run the notebooks in, as job arrays (``slurm_array``), with
-    ``slurm_args`` for ``sbatch``; None runs them here, ``parallel`` at a time. ``similar``: the
-    similarity report's threshold (default ``similarity.THRESHOLD``). ``roster``: Canvas's
-    gradebook export (names the students of a download; kept for the exports). ``due``: the due
-    date Gradescope's submission times are compared with (ISO 8601). ``groups``: Canvas's group set
-    CSV, for a group assignment's download (each group's file is credited to every member).
-    ``student``: regrade that one student (folder name or the gradebook's name): their notebooks
-    run again (as with ``force``), everyone else's stay as graded, whatever changed."""
-    if student is not None and submissions is None:
-        raise GradeError(
-            f"--student {student}: regrading one student needs the class's submissions "
-            f"(make grade SUBMISSIONS=... STUDENT={student})"
-        )
-    if similar is not None and not 0 < similar <= 1:
-        raise GradeError(
-            f"--similar {similar!r}: give the share of fingerprints that flags a pair, above 0 and at most 1"
-        )
-    if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
-        raise GradeError(f"-j {parallel!r}: give how many notebooks to run at a time, 1 or more")
-    rub = load_rubric(rubric)
+def grade(options: GradeOptions, log=print) -> Outcome:
+    """Grade as ``options`` say (``GradeOptions``), running only what changed since the last batch
+    in its ``out`` (``force``: everything), and adding the notebooks to the class graded there."""
+    rub = load_rubric(options.rubric)
     every = list(rub.labs.values())
     if not every:
         raise GradeError(f"{rub.path} has no labs; add a [labs.NAME] section for each lab notebook")
-    if labs:
-        unknown = [k for k in labs if k not in rub.labs and not rub.lab_for(k)]
+    if options.labs:
+        unknown = [k for k in options.labs if k not in rub.labs and not rub.lab_for(k)]
         if unknown:
             raise GradeError(f"unknown lab(s) {unknown}; the rubric has {', '.join(rub.labs)}")
-    req = Request(
-        Path(out),
-        Path(submissions) if submissions else None,
-        submissions,
-        Path(notebooks),
-        labs,
-        parallel,
-        log,
-        sandbox,
-        force,
-        slurm,
-        slurm_args,
-        similar,
-        roster,
-        due,
-        groups,
-        rubric,
-        student,
-    )
-    box = choose_sandbox(req.sub is None, sandbox, log)  # refused before anything is written
-    _claim(req.out)
-    db = _open_gradebook(req.out, req.sub is None, log)
+    box = choose_sandbox(options.sub is None, options.sandbox, log)  # refused before anything is written
+    _claim(options.out)
+    db = _open_gradebook(options.out, options.sub is None, log)
     try:
         with warm.session():  # the batch's pages share one warm renderer, stopped with the batch
-            return _grade(db, rub, every, req, box)
+            return _grade(db, rub, every, options, log, box)
     finally:
         db.close()
-
-
-@dataclass
-class Request:
-    """What ``grade`` was asked, as one value for the stages of a batch."""
-
-    out: Path
-    sub: Path | None  # the submissions (None: the reference notebooks)
-    submissions: object  # as given, for messages
-    notebooks: Path
-    labs: list | None
-    parallel: int | None
-    log: object
-    sandbox: str | None
-    force: bool
-    slurm: str | None
-    slurm_args: object
-    similar: float | None
-    roster: str | None
-    due: str | None
-    groups: str | None
-    rubric: object
-    student: str | None = None  # regrade only this student
 
 
 def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
@@ -437,9 +352,9 @@ def _open_gradebook(out: Path, reference: bool, log) -> gradebook.Gradebook:
     return db
 
 
-def _grade(db, rub, every, req: Request, box) -> Outcome:
+def _grade(db, rub, every, req: GradeOptions, log, box) -> Outcome:
     """One batch in the sandbox ``box``: take the submissions in, find the jobs, run and score them."""
-    out, notebooks, labs, log = req.out, req.notebooks, req.labs, req.log
+    out, notebooks, labs = req.out, req.notebooks, req.labs
     sub, submissions, roster = req.sub, req.submissions, req.roster
     record = {}
     if sub is not None:
@@ -526,7 +441,7 @@ def _only(student: str, jobs, refused, renamed, record: dict, handles: dict, whe
     return mine, gone, picked, ({**record, "students": students, "notes": notes} if record else record)
 
 
-def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, req: Request, log) -> tuple[Path, dict]:
+def _take_in(source: Path, out: Path, labs: list[Lab], notebooks: Path, req: GradeOptions, log) -> tuple[Path, dict]:
     """(the submissions folder to grade, its intake record): an LMS download is laid out in
     ``out/.intake/`` first (``intake``, with the roster and Canvas's group set ``req`` names);
     a folder is graded where it is."""
@@ -1044,23 +959,7 @@ def main(args) -> int:
         _check_ours(Path(args.out))
         held.enter_context(folderlock.hold(args.out, getattr(args, "wait", None)))
         waiting = False
-        outcome = grade(
-            args.rubric,
-            args.submissions,
-            args.out,
-            args.jobs,
-            args.lab,
-            args.notebooks,
-            sandbox="none" if args.no_sandbox else None,
-            force=args.force,
-            slurm=args.slurm,
-            slurm_args=shlex.split(args.slurm_args or ""),
-            similar=args.similar,
-            roster=args.roster,
-            due=args.due,
-            groups=args.groups,
-            student=getattr(args, "student", None),
-        )
+        outcome = grade(GradeOptions.from_args(args, args.out))
     except folderlock.LockError as e:
         inert.say(f"error: {e}", file=sys.stderr)
         return folderlock.BUSY_EXIT if isinstance(e, folderlock.FolderBusy) else 2

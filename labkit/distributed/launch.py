@@ -1,56 +1,17 @@
 """Start, watch and stop one process per TensorFlow task (here, over ssh or through Slurm); gather results.
 
-    spec = cluster.local(ps=1, workers=2)
-    with Cluster(spec, "ps_sgd", lab="lab2", steps=300) as c:   # starts; returns when every server is up
-        result = c.wait(timeout=300)                              # TaskFailed / ClusterTimeout, never a hang
-        # or c.follow(on_event): the same wait, each task's events (labkit.wire.events) passed on as they come
-    result.table()      # one row per task: how it ended, steps, metrics, resources
-    result.samples()    # every task's resource samples, merged, for plots
+    with Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="lab2", steps=300) as c:
+        result = c.wait(timeout=300)   # TaskFailed / ClusterTimeout, never a hang
+    result.table()                     # one row per task: how it ended, steps, metrics, resources
 
-**Events.** Each task emits typed events (``labkit.wire.events``: started, epoch, eval, done ...)
-on a channel of its own, which its launcher brings into ``runs/<lab>/<run>/<task>.events.jsonl``
-as they come (ssh: on the session's stdout). The Cluster reads them whenever it waits
-(``start``, ``wait``, ``follow``) and hands each to its subscribers (``on_event=``,
-``subscribe``), in order per task, on the waiting thread; ``events()`` keeps them all. The log
-holds the task's words for people; nothing reads it to learn what happened.
+The Cluster owns every task it starts: leaving the block, an exception, a KeyboardInterrupt, exit
+or a timeout stops them all (SIGTERM, then SIGKILL after ``term_grace``). A failed task raises
+``TaskFailed`` within a poll interval, naming the task that failed first; parameter servers get
+``ps_grace`` to shut down by themselves; tasks whose versions disagree stop with ``VersionSkew``.
+Each task's typed events (``labkit.wire.events``) reach subscribers as they come; the log is for
+people. Where a task runs is its launcher's business (``labkit.distributed.launchers``).
 
-What it guarantees:
-- **Ownership.** Each task is a child in its own session with its own log file under
-  ``runs/<lab>/<run>/``. Leaving the ``with`` block, an exception, a KeyboardInterrupt
-  in ``start()``/``wait()``, interpreter exit (``atexit``) and a global timeout all stop
-  every task: SIGTERM (a task then writes its result), SIGKILL after ``term_grace``.
-  If the launcher itself dies, even by SIGKILL, local tasks get SIGTERM from the kernel
-  (``labkit.core.proc``) and remote tasks from their wrapper on the node, which sees the ssh
-  session's stdin close (``remote_command``).
-- **Prompt failure.** A task that exits non-zero or dies raises ``TaskFailed(task,
-  returncode, log_tail)`` within a poll interval (50 ms), after the rest are stopped.
-  It names the task that failed first, and lists the peers that failed because of it
-  as consequences; a remote task killed by a signal is ``killed by SIGKILL on HOST``.
-- **Ports.** Local tasks' ports are checked free before starting (TensorFlow listens on
-  0.0.0.0:PORT). A spec from ``cluster.local()`` moves to other free ports when one is
-  taken, even when another process grabs it between the check and the bind; an
-  explicit spec raises ``PortInUse``.
-- **Parameter servers** block for ever by design: once the trainers have finished,
-  a ps gets ``ps_grace`` seconds to exit by its own shutdown pattern (the task
-  runtime's done queue or port watch), then it is terminated. ``ended`` says which.
-- **Versions.** Every task writes a hello with its TensorFlow/keras/labkit/Python
-  versions; a cluster whose tasks disagree with each other or with the launcher is
-  stopped with ``VersionSkew`` (``check_versions``).
-
-How a task is started is its *launcher*'s business (``labkit.distributed.launchers``: ``local``, ``ssh``,
-``srun`` or ``slurm``, ``netns`` or ``netem``, one interface, a registry by name); the Cluster never asks where a task
-runs. ``launcher=NAME`` runs every task that way; left empty, ``$LABKIT_LAUNCHER`` decides, else
-Slurm inside an allocation (``SLURM_JOB_ID``) when the spec names only this machine (the
-tasks then go on the allocation's nodes, ``labkit.distributed.launchers.srun``), else each task by its
-host: this machine's addresses here, any other host over ssh::
-
-    ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
-
-A launcher's settings are its ``launcher_options`` (the ssh launcher's ``ssh``, ``remote_dir``,
-``remote_python``, ``local_hosts``, defaulting to ``$LABKIT_SSH`` and ``$LABKIT_REMOTE_DIR``, so
-a notebook run with ``hosts_file=`` needs no code change); ``dry_run=True`` prints the
-exact per-task commands. A remote task that fails because ssh failed (exit 255) or the kit is
-missing on its node says so, with the fix (docs/cluster.md has the full table).
+More in docs/cluster.md, section 11 (events, ownership, ports, ps shutdown, launcher options).
 """
 
 from __future__ import annotations

@@ -4,35 +4,15 @@
     with live.watch(c), c:                # the view first: it also shows the tasks starting
         result = c.wait()                 # or c.follow(on_event), any wait
 
-**In JupyterLab** (``labkit.measure.progress.is_live()``) the cell shows, refreshed in place every
-``refresh`` seconds while the block runs: a table of every task (state, where it is from its
-latest event, ``labkit.wire.events``: an epoch, a step, a configuration; CPU, memory, its node's
-network rate) and a CPU / memory / network figure of the last ``window`` seconds.
-The numbers come from a ``ResourceSampler`` per local task on the driver, watching the
-pid the launcher started (and its children): the tasks' own samples reach the driver only
-in their result files, at the end. A task on an emulated node (``labkit.infra.netem``: a network
-namespace of its own) shows its node's NICs but ``lo``, i.e. what crosses the node's link;
-on 127.0.0.1 every task shows the host's NICs, ``lo`` included, which they all share. Remote tasks show their state; their nodes' figures
-come with the results. Updates go through IPython ``display_id`` outputs, not widgets, so
-a notebook saved afterwards keeps the last table and figure.
+In JupyterLab the cell shows, refreshed in place, a table of every task (state, latest event,
+CPU, memory, network) and a resource figure, through ``display_id`` outputs (not widgets), so a
+saved notebook keeps the last ones. Headless (papermill, ``make grade``) nothing is redrawn; one
+static figure of the tasks' own samples is shown at the end. When a run fails, the notebook also
+shows the end of the task logs that explain it. ``log_tail(c, "worker:0")`` shows the end of a
+task's log (also for a ``ClusterResult`` or a ``TaskFailed``).
 
-**Headless** (papermill, ``make grade``, nbclient) nothing is sampled or redrawn during
-the run; when the block ends, one static figure of the tasks' own samples (every node,
-from the result files) is shown, and nothing in the saved notebook depends on widget
-state. ``static=False`` leaves that figure out (a lab that draws its own).
-
-Several runs in one cell (a sweep) share one table and one figure, each run redrawing
-them, instead of adding two outputs per run.
-
-Leaving the block stops the view's thread and samplers: on success, on an error and on
-KeyboardInterrupt alike (the launcher's own ``with`` block stops the tasks). When the run
-failed (a task died, the cluster hung past its timeout, any error but an interrupt), a
-notebook, live or headless, also shows the end of the task logs that explain it
-(``log_tail``), above the traceback: a ``TaskFailed``'s own tail is in its message, so the
-other tasks' are shown; a ``ClusterTimeout`` shows the tasks still running.
-
-``log_tail(c, "worker:0")`` shows the end of a task's log in the notebook (also for a
-``ClusterResult`` or a ``TaskFailed``).
+More in docs/internals.md, section labkit.distributed (where the numbers come from, sweeps,
+what leaving the block stops).
 """
 
 from __future__ import annotations

@@ -1,55 +1,17 @@
 """Emulated CloudLab nodes on this machine: the experiment a TA meets, with real ssh, owned.
 
     with LocalCloudLab(4, link="1gbit") as lab:          # node0..node3: 10.10.1.1-4 on a shaped LAN
-        lab.sh("node0", "getent hosts node0 node1 > hosts.txt")   # on node0, as the experiment's user
-        lab.sh("node0", "ssh node1 hostname")                      # -> node1
-        lab.home("node1") / "labkit"                               # node1's files, seen from here
+        lab.sh("node0", "ssh node1 hostname")            # -> node1, as the experiment's user
+        lab.home("node1") / "labkit"                     # node1's files, seen from here
 
-``make cloudlab-local NODES=4`` (``python -m labkit cloudlab-local --nodes 4``) brings the same up
-and opens a shell on node0, as ``ssh node0`` would on CloudLab; leaving it takes everything down.
-
-Each node is what a CloudLab node is to the kit:
-
-- **a network** of its own (``labkit.infra.netem``): one NIC, ``lan0``, with the experiment LAN's
-  address (10.10.1.1, 10.10.1.2, ...), joined to the others by shaped links through a switch.
-  The LAN exists only inside the nodes, so several emulated experiments never meet;
-- **a host name** (UTS namespace): ``node0``, ...;
-- **its own mounts** (mount namespace, private): a tmpfs on ``/run`` (sshd's privilege
-  separation directory, pid file and host key, the upper layer of the node's ``/etc``), on ``/home`` (the
-  user's home, as CloudLab's ``/users/NAME``: empty at start, local to the node) and on
-  ``/root``; ``/etc/hosts`` lists every node as CloudLab's does (``10.10.1.2 node1-link-0 node1``),
-  so ``getent hosts node1`` resolves, and ``/etc/passwd``, ``group`` and ``shadow`` add the
-  experiment's account. The rest of the file system (the kit's checkout, the data mirror,
-  the Python the kit runs on) is this machine's;
-- **a shared home** (``shared_home=True``): the account's home is then one folder every node
-  mounts, as a Slurm cluster's NFS home is (the kit, its ``.venv`` and the runs' folders must be
-  on every node: docs/cluster.md section 9); it lives in the owner's log folder, and goes with it;
-- **an account** (``user``, default ``ta``) that exists only inside the nodes (each node's ``/etc``
-  is an overlay on this machine's, with its own ``passwd``, ``group``, ``shadow``, ``hosts``): no
-  user is added to this machine, so none can be left, and an account added here later (``useradd``
-  replaces ``/etc/passwd``) changes nothing on the nodes;
-- **a real OpenSSH sshd** (Debian's openssh-server) on port 22: key-only login (no password,
-  no root login), host key per node. node0's user has a key of its own (``~/.ssh/id_ed25519``)
-  that every node's ``authorized_keys`` lists: docs/cluster.md section 2, done. Host keys are
-  not yet known: the guide's ``ssh-keyscan`` does that.
-
-**Ownership.** Everything lives in the nodes' namespaces, held by ``labkit.infra.netem``'s holders:
-when the owner stops them, or dies even by SIGKILL, each holder stops what runs in its node
-(sshd, sessions, tasks) and the kernel frees the namespaces, their mounts (every file a node
-wrote is on its tmpfs) and links. Nothing is added to this machine's users, ``/etc`` or disk
-but the owner's log folder (a temporary one by default, removed by ``stop()``).
-
-**What a node sees of this machine.** The account must read the kit's checkout, its ``.venv``
-and the Python under it (and any path given as ``expose``, such as the course's data mirror),
-at the paths they have here: the venv's scripts and its editable install name them. Wherever
-they sit, a node sees each of them at its own path (read-only but for the checkout, which root on
-a node may grade from, as through an open folder): one under a folder only root may
-enter (a ``mktemp -d`` folder, mode 0700; ``/root/labkit``; pyenv's ``/root/.pyenv``) or under
-``/home`` (the node's own) is bound aside, the closed folder is covered by a tmpfs of mode 711
-in the node (its ``/root`` and ``/home`` are anyway), and the path bound back into it. Nothing
-else of that folder is seen; nothing of this machine changes.
+``make cloudlab-local NODES=4`` brings the same up and opens a shell on node0. Each node has its
+own network (``labkit.infra.netem``), host name, mounts, an account that exists only inside the
+nodes and a real sshd, so the tests can follow docs/cluster.md word for word. Everything lives in
+the nodes' namespaces: when the owner stops, or dies even by SIGKILL, the kernel frees it all,
+and nothing is added to this machine but the owner's log folder.
 
 Needs root (mount namespaces, sshd); ``unavailable()`` says what is missing, for a clear skip.
+More in docs/internals.md, section labkit.infra (what a node is, what it sees of this machine).
 """
 
 from __future__ import annotations

@@ -1,42 +1,17 @@
 """Emulated network links on one machine: each node a network namespace, each node's NIC shaped.
 
-On 127.0.0.1 every task shares ``lo`` (about 10 GB/s here), so nothing a lab runs is ever
-network-bound. An ``EmulatedNetwork`` gives each emulated node its own network namespace
-with one NIC, ``lan0``, joined by a veth pair to a bridge (the switch) in a namespace of its
-own, and shapes that link in both directions, as a host's full-duplex NIC::
+On 127.0.0.1 every task shares ``lo``, so nothing a lab runs is ever network-bound. An
+``EmulatedNetwork`` gives each node a namespace with one NIC, ``lan0``, joined by a veth pair to a
+bridge, and shapes that link in both directions (``tc``: ``tbf`` at RATE, ``netem`` DELAY split
+over both ends), as a host's full-duplex NIC. Tasks on one node share its unshaped ``lo``.
 
-    link = parse_link("1gbit,0.2ms")        # RATE[,DELAY]: per direction; one-way, node to node
-    with EmulatedNetwork(["node0", "node1"], link) as net:
-        net.address("node1")               # 198.18.X.2: tasks on node1 listen there
-        argv = net.command("node1", ["python", "-m", ...])   # nsenter into node1's namespace
-        net.counters("node1")              # {nic: (bytes sent, bytes received)} inside node1
-
-Tasks "on the same node" share its namespace and talk over its ``lo``, unshaped.
-
-**Shaping** (``tc``, iproute2): a token bucket (``tbf``) on each end of a node's veth pair,
-so the node sends at most RATE and receives at most RATE; DELAY (``netem``, where the kernel
-has it) is split over the two links a packet crosses, half on each end, so one node reaches
-another in DELAY and a round trip takes 2 x DELAY.
-
-**Privileges.** As root, ``unshare --net`` makes the namespaces, and a veth pair joins this
-process's namespace to the switch (address .254), so the driver reaches every node as it
-would a cluster. Otherwise, where the kernel lets an unprivileged user make a user
-namespace (``unshare -rn``), the namespaces belong to one user namespace of ours and the
-tasks join it: everything works but the driver's own link (``reachable`` is False; the
-launcher sees a task listen through ``listening``). Where neither works (macOS, a locked-down
-host, a kernel without veth or tbf) ``require()`` raises ``EmulationUnavailable``, which
-says why and what still works.
-
-**Ownership.** Nothing here is named or mounted outside the namespaces: each namespace lives
-as long as a *holder* process (``HOLDER``) and the processes started in it. A holder reads a
-pipe only its owner holds; when the owner closes it (``stop()``) or dies, even by SIGKILL, the
-holder sends SIGTERM to whatever still runs in its namespace, SIGKILL after ``grace``
-seconds, and exits. The kernel then frees the namespace, and with it the veth pairs, the
-bridge, the qdiscs and the driver's link. ``stop()`` waits for that and ``leftovers()`` says
-what remains (nothing, or a bug). The driver's link is named ``lk<owner pid>x<hex>``; a
-start-up sweep removes any whose owner is gone (``sweep_stale_links``).
+As root the driver reaches every node; as a user (``unshare -rn``) all works but the driver's own
+link; where neither works ``require()`` raises ``EmulationUnavailable`` saying why. Each
+namespace lives as long as a holder process that stops what runs in it when its owner stops or
+dies, even by SIGKILL; the kernel then frees everything.
 
 Imports only the standard library, ``labkit.core.proc`` and ``labkit.measure.sockets``.
+More in docs/internals.md, section labkit.infra (an example, shaping, privileges, ownership).
 """
 
 from __future__ import annotations

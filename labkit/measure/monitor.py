@@ -1,57 +1,16 @@
 """Resource sampling with psutil: the kit's replacement for dstat, top and iftop.
 
-A ``ResourceSampler`` runs on a daemon thread and takes one sample per ``interval``.
-Each sample (a row of ``to_frame()``) covers the interval ``(t - dt, t]`` since the
-previous one:
+A ``ResourceSampler`` runs on a daemon thread and takes one sample per ``interval``; each row of
+``to_frame()`` covers the interval since the previous one: host CPU, memory, network and disk,
+and the CPU and memory of the watched processes (and, with ``children=True``, their descendants).
+Host columns are the same for every sampler on a host: compare nodes, do not add tasks up. The
+sampler never raises into the program it watches; errors are kept in ``errors`` and warned once.
 
-=================  ==============================================================
-``t``, ``dt``      seconds since ``start()``, and the length of this interval
-``epoch``          wall-clock time of the sample (aligns tasks in ``merge_frames``)
-``cpu_user`` ...   **host** CPU % of *all* cores over the interval: ``cpu_user``
-                   is user + nice (as dstat's ``usr``), then ``cpu_system``,
-                   ``cpu_idle``, ``cpu_iowait``, ``cpu_irq``, ``cpu_softirq``,
-                   ``cpu_steal``; they sum to 100
-``mem_used``       **host** memory in use, psutil's ``used`` (total - available:
-                   memory that cannot be reclaimed; page cache is not "used"), plus
-                   ``mem_buff``, ``mem_cach``, ``mem_free`` for dstat's columns
-``proc_cpu``       CPU % of the watched processes summed, in top's convention:
-                   100 = one core busy, so 2 busy cores read 200
-``proc_rss``       resident memory of the watched processes summed (pages shared
-                   between them count once per process, as in top)
-``nprocs``         how many watched processes were alive
-``net_recv``,      bytes received/sent during the interval on the selected NICs
-``net_sent``       (default: all, *including* ``lo``); per NIC ``net_recv_<nic>``;
-                   with ``netns_pid``, the NICs of that process's network namespace
-``disk_read``,     host bytes read/written on physical disks during the interval
-``disk_write``     (NaN where the kernel exposes no disk counters, e.g. containers)
-=================  ==============================================================
+It only samples: ``labkit.measure.summaries`` reads its frames, ``labkit.measure.dstat`` writes
+dstat's CSV layout, ``plots.resource_timeline`` draws them. ``python -m labkit monitor``
+(``monitor_command``) samples a command or pid.
 
-Semantics worth knowing when reading the numbers:
-
-- Host columns (CPU, memory, network, disk) are host-wide: every sampler on one host
-  sees the same values. Do not add them up across tasks of one host; compare nodes.
-- An emulated node (``labkit.infra.netem``) is a network namespace with its own NICs (``lan0``
-  and its own ``lo``): a sampler inside it (a task's own) counts them; one outside (the
-  driver's live view) counts them with ``netns_pid`` = a pid inside. CPU, memory and disk
-  stay the machine's: the emulated nodes share it.
-- On ``lo`` every byte is sent and received by the same host, so ``bytes_sent ==
-  bytes_recv`` there and ``net_recv`` alone is the traffic. dstat leaves ``lo`` out,
-  which is why a 127.0.0.1 cluster showed no network traffic in dstat.
-- Watched processes are ``pids`` (default: this process) and, with ``children=True``,
-  all their descendants, rediscovered at every sample; a descendant stays watched
-  after its parent exits. A process's CPU is the change of its user+system time, so
-  a child born during an interval counts from birth; the CPU a process burns between
-  its last sample and its exit is not seen. Processes that exit are dropped cleanly
-  and listed in ``exited``.
-- The sampler never raises into the program it watches: an unexpected error in a
-  sample (or in ``on_sample``) is kept in ``errors``, reported once with
-  ``warnings.warn``, and sampling goes on. Bad arguments raise ``ValueError`` up front.
-
-The sampler only samples. ``labkit.measure.summaries`` reads its frames (``summary()`` is
-``summaries.summarize``: the reports' table columns; ``merge_frames`` lines up several
-tasks), ``labkit.measure.dstat`` writes and reads dstat's CSV layout, and ``plots.resource_timeline``
-draws them. ``to_dict()``/``ResourceSampler.from_dict()`` round-trip through JSON (task
-result files). ``python -m labkit monitor`` (``monitor_command``) samples a command or pid.
+More in docs/internals.md, section labkit.measure (every column, and what the numbers mean).
 """
 
 from __future__ import annotations

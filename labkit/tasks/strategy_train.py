@@ -2,47 +2,17 @@
 
 ``python -m labkit.tasks.strategy_train --strategy mwms --model lenet5 --batch-size 50 --epochs 3``
 as every task of a cluster; the loop is ``labkit.learning.train_loop.train`` (Keras 3 ``fit`` fails
-under both multi-worker strategies).
+under both multi-worker strategies). ``--strategy`` is ``mwms`` (ring all-reduce; created before
+any other op, as collectives must be), ``ps`` (a chief drives a ``ClusterCoordinator``; variables
+placed whole, round-robin; ``--ps-sync`` for synchronous SGD) or ``default`` (the one-worker
+baseline). Checkpoints every epoch let a restarted task resume.
 
-Strategies:
-- ``mwms``: ``MultiWorkerMirroredStrategy`` with ``CommunicationImplementation.RING``; every
-  task is a worker (worker 0 is the chief). The strategy is created right after the thread
-  limits, before any other TensorFlow op: collectives can only be configured at start-up.
-- ``ps``: ``ParameterServerStrategy``; the ``chief`` task runs the loop through a
-  ``ClusterCoordinator``, ``worker`` and ``ps`` tasks serve until the chief's port closes.
-  Variables are placed whole, round-robin over the ps tasks (TensorFlow's default): a
-  ``variable_partitioner`` makes ``ShardedVariable``s, which Keras 3 layers cannot take
-  gradients of (``'ShardedVariable' object has no attribute 'handle'``). ``--ps-sync``
-  makes it synchronous SGD, the ring's: one update per step from the mean gradient of one
-  closure per worker over one global batch (``labkit.learning.epochs.SyncPSEpochs``).
-- ``default``: no strategy, for a one-worker cluster: the baseline that shows what MWMS costs.
+Several configurations (``--configs``) run one after the other under the process's one strategy:
+the strategy is made once, everything else afresh per configuration, so each trains to the same
+weights as in a fresh process.
 
-Checkpoints go to ``--checkpoint-dir`` (one folder per task) every epoch; a task restarted
-with the same folder resumes after the last epoch every worker saved. The result file holds
-the loop's whole result under ``train`` (history, throughput, bytes per step, weight
-checksum), its headline numbers under ``metrics``, and resources sampled between the
-``train start``/``train end`` marks.
-
-Several configurations in one cluster (``--configs``; ``VARYING``: model, batch size, epochs,
-learning rate, data, seed, checkpoint and TensorBoard folders, ``ps_sync``) run one after the
-other under the one strategy of the process. What TensorFlow 2.21 lets a process make once, and
-what each configuration makes afresh:
-
-- once: the strategy, and with it the cluster and (MWMS) the collectives. Collectives must be
-  configured before any other op ("Collective ops must be configured at program startup"); a
-  second ``MultiWorkerMirroredStrategy`` of the same cluster works, one of another cluster
-  fails ("Collective ops are already configured"). ``ParameterServerStrategy`` has one
-  ``ClusterCoordinator`` (a singleton per strategy) and connects to its cluster once. The
-  ps and worker tasks of a PS cluster only serve: every configuration is the chief's;
-- per configuration (``labkit.learning.train_loop.train``): the model and optimizer (variables, slots,
-  ``iterations``), the epoch counter and checkpoints, the datasets and iterators, the traced
-  step functions (new collective instances under MWMS), the validation copy. Before each,
-  ``fresh_start`` resets Keras's global state (layer names, as in a fresh process) and, under
-  PS with several ps tasks, brings the strategy's round-robin placement back to ps 0, where a
-  fresh process puts its first variable.
-
-From the same seed a configuration trains to the same weights as in a fresh process: the
-initializers are seeded, and the batches are stateless permutations of (seed, epoch).
+More in docs/internals.md, section labkit.tasks (why variables are not sharded, what is made
+once and what per configuration, the result file).
 """
 
 from __future__ import annotations

@@ -1,39 +1,18 @@
 """What a task tells whoever watches it, typed: its events, one JSON object a line.
 
 A task's log is for people; its events are for programs (progress bars, the live view, a lab's
-printouts, a fault demo that kills a worker after its first epoch). A task emits them on a
-channel of their own (``Channel``: the file ``<type>-<index>.events.jsonl`` in its run
-directory, or the descriptor ``$LABKIT_EVENTS`` names, ``fd:3``, which the ssh launcher carries
-home on the session's stdout); ``labkit.distributed.launch.Cluster`` reads them as they come
-(``Tail``) and hands them to its subscribers. Rewording a log line changes nothing here.
+printouts, a fault demo that kills a worker after its first epoch), so rewording a log line
+changes nothing here. A task emits them on a channel of their own (``Channel``: a
+``.events.jsonl`` file in its run directory, or the descriptor ``$LABKIT_EVENTS`` names, which
+the ssh launcher carries home); ``labkit.distributed.launch.Cluster`` reads them as they come
+(``Tail``) and hands them to its subscribers.
 
-Each line is one event::
+Each line carries ``v`` (``VERSION``; a reader refuses another), ``kind`` (the dataclass, from
+``KINDS``: ``started``, ``epoch``, ``eval``, ``done``, ``ended`` ...), who (``task``, ``chief``),
+when (``t``) and the shared cluster's ``config``. Imports nothing from labkit but the registry:
+tasks and the launcher both import it.
 
-    {"v": 1, "kind": "epoch", "task": "worker:0", "chief": true, "t": 1718000000.1,
-     "config": "w2-b50", "epoch": 1, "epochs": 3, "train_loss": 0.71, ...}
-
-``v`` is ``VERSION`` (a reader refuses another version: the cluster's kits differ, which
-``VersionSkew`` reports first); ``kind`` picks the dataclass (``KINDS``); ``task``, ``chief``
-(whether it leads the training) and ``t`` (``time.time()`` on the task's host) say who and when;
-``config`` names the configuration of a shared cluster the task was running, None outside one.
-The kinds:
-
-=================  ================================================================================
-``started``        the task runs (its hello is written): pid, host, program
-``mark``           a named moment, as in its resource samples (``server up``, ``train start`` ...)
-``config_started`` a configuration of several began (index, count, name)
-``config_done``    ... ended (its status)
-``resumed``        training restored a checkpoint: the epoch it resumes after
-``epoch``          an epoch ended: losses, accuracy, images/s (validation on the chief only)
-``step``           a traced step: its seconds, loss, the workers its slices ran on
-``eval``           an evaluation during training: the run, samples and global step, its metrics
-``done``           a training run ended on this task: the run, local and global steps, seconds, metrics
-``peer_failure``   TensorFlow stopped training with an error (a peer lost): its class and message
-``tf_error``       TensorFlow logged an error and went on (a coordinator's lost closure, retried elsewhere)
-``ended``          the task wrote its result and exits: status, shutdown, exit code
-=================  ================================================================================
-
-Imports nothing from labkit but the registry: tasks and the launcher both import it.
+More in docs/internals.md, section labkit.wire (an example line, every kind).
 """
 
 from __future__ import annotations

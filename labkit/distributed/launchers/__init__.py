@@ -1,69 +1,17 @@
 """Ways to start a cluster's tasks: one small interface, one module per way, found by name.
 
-``labkit.distributed.launch.Cluster`` owns a run's bookkeeping (which task failed first, timeouts, ps
-shutdown, results, teardown order); a *launcher* owns the mechanics of one way to run a
-task's process, and the Cluster reaches a task only through its launcher:
+``Cluster`` (``labkit.distributed.launch``) owns a run's bookkeeping; a *launcher* owns the
+mechanics of one way to run a task's process (``local``, ``ssh``, ``srun`` alias ``slurm``,
+``netns`` alias ``netem``), and the Cluster reaches a task only through it. The interface is
+``launchers.base.Launcher``, whose defaults do the local thing; a new way is a registered subclass
+(``@launchers.register``) that overrides only what differs.
 
-======== =================================================================== ==============
-name     how a task runs                                                     task's files
-======== =================================================================== ==============
-local    a child process here (``launchers.local``)                          written here
-ssh      ``ssh -- HOST sh -c WRAPPER`` on another node (``launchers.ssh``)   copied back
-srun     ``srun`` job step inside the allocation (``launchers.srun``;        shared filesystem
-         also called ``slurm``)
-netns    a child here, inside its emulated node's network namespace          written here
-         (``launchers.netns``, also called ``netem``:
-         ``launcher_options={"link": "1gbit"}``)
-======== =================================================================== ==============
+``choose`` picks per task: ``launcher=NAME``; else ``$LABKIT_LAUNCHER``; else ``srun`` inside a
+Slurm allocation when the spec names only this machine; else ``local`` for this machine's
+addresses and ``ssh`` for any other host.
 
-The interface is ``labkit.distributed.launchers.base.Launcher``; each method has a default that does
-the local thing, so a new way overrides only what differs:
-
-- ``place(spec)`` -> the spec the tasks really run with (Slurm: the allocation's nodes);
-- ``task_run_dir(task)``: the run directory as the task's node sees it; ``task_env(task)``: more
-  environment for it (where its events go, when not into its run directory);
-- ``command(task, env, argv_tail)`` -> ``(argv, printable command)``; ``spawn(tp)`` -> the
-  started ``OwnedProcess`` (a local child that stands for the task: the task itself, its
-  ssh client, its ``srun``), which ``wait`` is built on: its exit is the task's exit;
-- ``returncode(rc)``: that child's exit code as the task's (``-N`` for signal N);
-- ``signal(tps, sig)``: deliver ``sig`` to the tasks (``Cluster.kill``, fault injection);
-  ``stop(tps, sig)``: teardown, SIGTERM first and SIGKILL for what survives the grace;
-  ``release(tps)``: last cleanup once all are down (Slurm: cancel steps left over);
-- ``collect(tps)``: bring the result files into the local run directory;
-  ``hellos(tps)``: the tasks' hello files; ``log_tail`` is the Cluster's (every launcher
-  streams the task's output into the local log file, and its events (``labkit.wire.events``) into
-  ``TaskProcess.events_path`` as they come, where the Cluster reads them);
-- ``precheck(tps)``: before any task starts, whether their nodes can run them (ssh: each answers);
-- ``port_taken(task)``, ``ready(task)``: the port checks before and after the start;
-- ``where(tp)``, ``failure_hint(tp, log_tail)``, ``local_pid(tp)``: what ``TaskFailed`` and
-  the live view say about a task.
-
-A launcher is made once per Cluster with the run's ``Settings`` (run directory, interpreter,
-``launcher_options``, of which it reads the keys it names in ``OPTIONS``: how to reach nodes over
-ssh is the ssh launcher's, the link the netem launcher's). Choosing one (``choose``): ``Cluster(..., launcher=NAME)``
-runs every task with that launcher; without one, ``$LABKIT_LAUNCHER``; else Slurm when the
-process runs inside a Slurm allocation (``SLURM_JOB_ID``) and the spec names only this
-machine (no hosts file); else each task by its host: this machine's addresses ``local``, any
-other ``ssh``.
-
-The launchers are a ``labkit.core.registry.Registry`` (``LAUNCHERS``). A new way to start tasks
-(say, local tasks at a lower CPU priority) is a subclass of ``Launcher`` with a ``name``,
-registered once::
-
-    from labkit.distributed import launchers
-    from labkit.distributed.launchers.local import LocalLauncher
-
-    @launchers.register
-    class NiceLauncher(LocalLauncher):
-        name = "nice"
-        def command(self, task, env, argv_tail):
-            argv, text = super().command(task, env, argv_tail)
-            return ["nice", "-n", "10", *argv], "nice -n 10 " + text
-
-    Cluster(spec, "ps_sgd", launcher="nice")
-
-A built-in launcher's name is its module's: ``srun`` (also called ``slurm``) and ``netns`` (also
-``netem``, the links it emulates) keep the names they had as aliases.
+More in docs/cluster.md, section 11 (the table of launchers, each method of the interface, an
+example of a new launcher).
 """
 
 from __future__ import annotations

@@ -1,36 +1,16 @@
 """Where a grading batch's notebooks run: one small interface, one class per way, found by name.
 
-The batch (``labkit.grading.run.batch``) owns everything around a run: its folder (``prepare``),
-the grader's checks, its score, its stored outcome, its page, and ending what is in flight when
-the grader is stopped. An *executor* owns only where the notebook itself runs:
+The batch (``labkit.grading.run.batch``) owns everything around a run: its folder, the grader's
+checks, its score, its stored outcome, its page, and ending what is in flight when the grader is
+stopped. An *executor* owns only where the notebook itself runs: ``local`` (a runner process
+here, ``runner.LocalExecutor``) or ``slurm`` (an array task on a Slurm node,
+``slurm_array.SlurmExecutor``). The interface is ``Executor``: ``slots``, ``memory_mb``,
+``start``, ``poll``, ``kill``, ``close``, ``describe``; a run that cannot start is a handle whose
+``poll`` says why, never an exception.
 
-======== ============================================================== ===================
-name     where a notebook runs                                          how many at once
-======== ============================================================== ===================
-local    a runner process here, in its sandbox and limits               ``parallel``
-         (``runner.LocalExecutor``)
-slurm    an array task on a Slurm node, one array per set of limits     Slurm's to decide
-         (``slurm_array.SlurmExecutor``)
-======== ============================================================== ===================
-
-The interface is ``Executor``:
-
-- ``slots``: how many notebooks run at once; None: all;
-- ``memory_mb``: the memory the limits of what the batch has in flight here may add up to (runs,
-  the grader's checks, pages); None: no bound;
-- ``start(jobs)`` -> one handle per job, in order; the batch has ``prepare``d each. A run that
-  cannot start is a handle whose ``poll`` says why (a ``RunResult``), never an exception;
-- ``poll(handle)`` -> its ``RunResult`` once the run has ended (by itself, or stopped at one of
-  its limits: the executor enforces them), else None; called every ``interval`` seconds;
-- ``kill(handles)``: stop these runs now, all at once (the batch's teardown: Ctrl-C, SIGTERM);
-- ``close()``: give back what the executor holds once no run is left (it is a context manager);
-- ``describe()``: how it runs notebooks, for the batch's first line ("2 at a time").
-
-An executor is made as ``get(name)(setup, log=..., **options)``; options are its own
-(``parallel``; ``partition``, ``rubric``, ``folder``, ``sbatch_args``). One that cannot run here
-raises ``ExecutorError`` with what to do. The executors are a ``labkit.core.registry.Registry``
-(``labkit.grading.run.EXECUTORS``, in the package above the executors it names, as the launchers'
-is): a new one is a subclass with a ``name``, registered with ``register`` (a class decorator).
+An executor is made as ``get(name)(setup, log=..., **options)``; one that cannot run here raises
+``ExecutorError`` with what to do. A new one is a subclass with a ``name``, registered with
+``register``. More in docs/internals.md, section labkit.grading (each method's contract).
 """
 
 from __future__ import annotations

@@ -1,43 +1,18 @@
 """Run notebooks for grading, each in a sandbox of its own, N at a time, and say how each run ended.
 
 Every notebook runs under its own runner process (``python -m labkit.grading.run.runner SPEC``)
-that drives papermill. The runner is the grader's code and runs outside the sandbox, as the
-grader's user; only the kernel, and so everything the student's code starts, runs inside it
-(``labkit.grading.run.sandbox``), as the run's own user (``sandbox.Account``: a uid leased to this
-run while it and its checks last, when the grader is root). The two talk over Unix sockets
-(Jupyter's ``ipc`` transport) in a folder both see, so papermill writes the executed notebook
-where the kernel cannot reach it, and only what code cells produced in this run ends up in it
-(the runner gets a copy with every output cleared).
-
-Each run has a disk (``labkit.grading.run.disks``): a tmpfs of ``disk_mb`` owned by its user, in
-a mount namespace the grader holds, that holds its work folder, its sockets and its checks'
-output, and is unmounted once the grader's checks have read it and its page is written
-(``release``). Its processes may write no file larger than that (``RLIMIT_FSIZE``) and no
-core dump. The runner's own stdout and stderr, which the kernel inherits, go through a pipe
-into a capped log (``labkit.grading.run.logcap``: the head and the tail, with a note of the cut),
-never straight into a host file.
-
-Limits (``labkit.grading.run.limits``): the grader puts each runner, and so its kernel and any
-cluster the notebook starts, in a cgroup of its own with a memory limit and a task cap; the
-runner lowers its hard data-segment limit before it starts anything. Ending a run kills the
-whole group, then removes it. The runner also
-
-- becomes a child subreaper and, on SIGTERM, SIGHUP or its parent's death (``PR_SET_PDEATHSIG``),
-  SIGKILLs every descendant until none is left, from the signal handler itself, then exits: a
-  process that forks or changes session in the meantime is re-parented to the runner and killed
-  in the next round (what the sandbox's PID namespace does anyway, for ``--no-sandbox`` runs);
-- gives papermill a kernel manager that starts the kernel through the sandbox's command line,
-  and an engine that saves the executed notebook at a pace (``paced``: a cell costs what its
-  code costs), writing the cell it is in to a small file (``Progress``) as each starts.
+that drives papermill. The runner is the grader's code and runs outside the sandbox; only the
+kernel, and so everything the student's code starts, runs inside it (``labkit.grading.run.sandbox``)
+as the run's own user. The two talk over Unix sockets, so the executed notebook is written where
+the kernel cannot reach it. Each run has its own disk (``disks``), capped log (``logcap``) and
+cgroup (``limits``); the runner reaps every descendant when it ends or its parent dies.
 
 The grader's side: ``prepare`` gives a notebook its work folder and cleaned copy just before it
-starts (the batch calls it, ``batch.Batch``); it reads and cleans the file, as ``scoring.examined`` reads
-what the run left, in a child with that student's own limits (``grader_side``). ``LocalExecutor``
-(the ``local`` executor, ``executor``) starts runners, enforces the whole-notebook timeout and
-the memory and disk caps, and turns every ending into a ``RunResult``: ``ok``, ``error``,
-``timeout``, ``memory``, ``disk``, ``dead-kernel``, ``crashed``, ``unreadable``, ``refused`` or
-``not-submitted``. A failed run never stops the batch; ``release`` gives a run's uid and disk
-back once its page is written.
+starts; ``LocalExecutor`` starts runners, enforces the timeout and the caps, and turns every
+ending into a ``RunResult`` (``ok``, ``error``, ``timeout``, ``memory``, ...). A failed run never
+stops the batch; ``release`` gives a run's uid and disk back once its page is written.
+
+More in docs/internals.md, section labkit.grading (how runner and kernel talk, reaping, limits).
 """
 
 from __future__ import annotations

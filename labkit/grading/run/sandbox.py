@@ -3,39 +3,16 @@ user that owns nothing of the grader's.
 
 Every process that runs a student's code (a notebook's kernel and the cluster it starts, the
 probe importing the student's functions) and every verifier reading a student's files runs
-inside ``bwrap`` (Debian's ``bubblewrap``, the sandbox Flatpak uses):
+inside ``bwrap``: as a uid leased to the run when the grader is root (dropped to with
+``setpriv``; never host uid 0), in new PID and network namespaces (loopback only), on a file
+system of read-only binds with the student's view of the kit, where submissions, other students'
+work and the grader's output are simply not there; with no capabilities and a cleared
+environment.
 
-- **as a user of its own.** When the grader runs as root, each run leases a uid/gid of its own
-  from a reserved range (``lease_account``: ``UID_BASE`` and up, one lock file per uid, and
-  never a uid that still has a process), and the sandbox's first command drops to it with
-  util-linux's ``setpriv`` (no supplementary groups, no capabilities, an empty bounding set,
-  ``no_new_privs``) before anything of the run executes. (``bwrap --unshare-user --uid N``
-  would not do: under root it maps uid N to host root.) So no student code runs as host uid 0:
-  it cannot write a sysctl, another user's file, or the grader's output, and it cannot signal or
-  trace another run's processes, which belong to another uid in another PID namespace. A grader
-  that is not root cannot switch users; its runs are the grader's uid in an unprivileged user
-  namespace (``--unshare-user``) that may not make further user namespaces (``--disable-userns``);
-- a new PID namespace (``--unshare-pid``, ``--die-with-parent``): when the sandbox's first
-  process ends, or its parent does, the kernel kills everything inside, however it forked;
-- a new network namespace (``--unshare-net``): loopback only, so a notebook's local
-  TensorFlow cluster works and nothing leaves the machine, and abstract Unix sockets (which
-  belong to a network namespace) reach no other run; the kernel talks to papermill, outside,
-  over Unix sockets in a folder both see;
-- a file system built from read-only binds of the system, the Python environment, the data
-  and *the student's view of the kit* (``labkit`` without its solutions and grader, bound over
-  the real package); ``/proc`` and ``/sys`` read-only (``--remount-ro /proc``: nothing there
-  opens for writing, ``/proc/sys`` and ``/proc/self/*`` included); a private ``/tmp`` and
-  ``/dev/shm`` of a fixed size; and read-write only the folders the caller names (the run's work
-  folder, on its own size-limited disk: ``labkit.grading.run.disks``). Submissions, other students'
-  work, the reference notebooks and the grader's output and state are simply not there;
-- no capabilities, IPC and UTS namespaces of its own, a new session, a cleared environment, and
-  the rlimits ``prlimit`` sets: no core dumps, a file-size limit (the run's disk), and, for a
-  leased uid, a process count (``RLIMIT_NPROC`` counts that uid's processes alone).
-
-Memory and process limits come from ``labkit.grading.run.limits`` (a cgroup the sandbox cannot
-see); this module only builds command lines. Sandboxes are a registry (``SANDBOXES``):
-``bwrap``, and ``none`` for ``--no-sandbox`` runs, which run the same command with the same
-environment, unconfined (as the grader's own user).
+Memory and process limits come from ``labkit.grading.run.limits``; this module only builds
+command lines. Sandboxes are a registry (``SANDBOXES``): ``bwrap``, and ``none`` for
+``--no-sandbox`` runs (same command, unconfined). More in docs/internals.md, section
+labkit.grading (each layer, and why ``bwrap --uid`` would not do).
 """
 
 from __future__ import annotations

@@ -1,49 +1,17 @@
 """Submissions as Canvas and Gradescope download them, laid out for the grader.
 
 The grader reads one layout, ``DIR/<student>/<lab notebook>.ipynb``. ``import_download`` builds
-it from what an LMS gives the instructor, and ``intake.json`` next to it keeps what the LMS said
-of each file (who, when, late or not, what it was called), which every report then shows.
+it from a Canvas "Download Submissions" zip or a Gradescope "Export Submissions" zip, and
+``intake.json`` next to it keeps what the LMS said of each file (who, when, late or not, what it
+was called), which every report then shows. Students are named by the roster (Canvas's gradebook
+export); a file's lab is found by its name, else by its cell ids; of several files the latest
+counts, and every file not graded is noted, never dropped in silence.
 
-**Canvas**, "Download Submissions": a zip of loose files named
-``<name>_[LATE_]<user id>_<attachment id>_<the file's own name>``
-(``smithjohn_12345_67890_01_single_node_lr.ipynb``, ``doejane_LATE_12346_67891_01_single_node_lr-1.ipynb``).
-A website URL or text entry is ``<name>_[LATE_]<user id>_link.html`` (``_text.html``): the
-student's, graded as no notebook. A name may hold ``_<digits>``, so a file name may read several
-ways (``canvas_readings``); the one the roster's user ids, the lab's file name and the student's
-other files support is taken, and a name that still reads two ways is graded as no one and noted
-(``resolve_readings``). ``LATE`` is Canvas's lateness mark; Canvas appends ``-1``, ``-2`` to a
-file uploaded again. The user id is the ``ID`` column of Canvas's gradebook export (the roster).
+Archives are hostile: read entry by entry, never joined to a path, with links, absolute and
+``..`` paths refused and every size bounded (``MAX_READ_BYTES``, ``MAX_FILES``).
 
-**Gradescope**, "Export Submissions": a zip with ``submission_metadata.yml`` and one
-``submission_<id>/`` folder per submission. The metadata maps each folder to its
-``:submitters`` (``:name``, ``:email``, ``:sid``) and ``:created_at``, as otter-grader's
-``GradescopeParser`` (otter/grade/metadata.py) and its sample exports read it; the export
-carries no lateness mark (tools that charge late penalties on it take the due date apart), so
-a submission is late when ``:created_at`` is after the due date given with ``--due`` (without
-it, every row says lateness was not computed). A group submission is laid out for each submitter,
-its record naming the others (``group``): the grader runs it once and credits every member.
-
-Students are named by the roster (Canvas's gradebook export, as ``grade-export --roster``
-reads it): Canvas's user id matches its ``ID``, Gradescope's ``:sid`` its ``SIS User ID`` and
-the ``:email`` its ``SIS Login ID``; the folder is the roster's SIS Login ID (else SIS User
-ID, else ID), so ``canvas.csv`` matches the gradebook. Without a roster, or for someone not
-in it, the folder is Canvas's name (``smithjohn``) or Gradescope's ``:sid`` (else ``:email``).
-
-Which lab a file is (``match_lab``): its name, once the LMS's and the browser's decorations
-are gone (``-1``, `` (1)``), else its content: a notebook holding most of one lab's cell ids
-(``make release`` keeps them) is that lab's, under any name. Of several files of one student for
-one lab, the latest counts (Canvas: the highest attachment id; Gradescope: the latest
-``:created_at``), and the others are noted. Every file that is not graded is noted, never
-dropped in silence; files that match no lab are listed in the notes (never copied), and their
-submitter still gets a folder, so the grader's "not submitted" row names them.
-
-Archives are read entry by entry (no path from the archive is ever joined to a folder; links,
-absolute and ``..`` paths are refused, and noted), each entry at most ``runner.MAX_NOTEBOOK_BYTES`` + 1
-bytes: a larger one is kept that size, so the grader refuses it with a row that says why. One
-download gives at most ``MAX_READ_BYTES`` (its declared sizes are checked first, the bytes read
-as they come), one submission folder ``MAX_FILES`` files. Gradescope's metadata is read without
-YAML aliases, its submitters' fields short texts; its copy inside a submission folder is refused,
-and one ``:sid`` given by several people is never merged (each is graded apart, and flagged).
+More in docs/internals.md, section labkit.grading (each LMS's file names and metadata, how names
+are resolved, the limits).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ which there are; each lab's recorders write where the reader looks."""
 
 import importlib
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +70,15 @@ def test_scrub_leaves_out_the_run_folder(monkeypatch):
     }
     out = record.scrub(data)
     assert out == {"failure": {"message": "chief:0 exited (log: chief-0.log)", "log_tail": "chief-0.log and other"}}
+
+
+@pytest.mark.parametrize("lab", sorted({name.partition("_")[0] for name in traces.names()}))
+def test_a_labs_experiment_module_is_its_recorders_command(lab):
+    """``python -m labkit.labs.<lab>.experiment --list`` names what the lab records, its shipped traces among them."""
+    done = subprocess.run(
+        [sys.executable, "-m", f"labkit.labs.{lab}.experiment", "--list"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
+    listed = done.stdout.split()
+    assert listed == sorted(importlib.import_module(f"labkit.labs.{lab}.experiment").RECORDERS)
+    assert {n.partition("_")[2] for n in traces.names() if n.startswith(lab + "_")} <= set(listed)

@@ -1,0 +1,129 @@
+"""Lab 2's self-checks: properties each exercise's function has, tried on cases of the check's own.
+
+``global_step`` against what a round and an asynchronous step do to the ps's count: one worker's
+steps are its updates in either mode, a synchronous round is one update whatever the workers, the
+asynchronous workers' steps add up, and more steps give proportionally more updates.
+``worker0_share`` against the limits of its model (one worker; every worker beside the ps; no
+bytes; a link far slower than a step), its monotonicity in the link's rate and the step's bytes,
+its invariance to the units' scale, and, given the notebook's runs on emulated links, the share
+worker 0 made in each. (``sync_round`` has its own check, ``sync_async.check_sync_round``.) None
+uses the grader's cases, and a failure names the function and the property, never a value
+(``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.notebook.selfcheck import Verdict, verdict
+
+WORKERS = (1, 2, 3, 4, 6)
+STEPS = (1, 7, 40)
+RUN_TOLERANCE = 0.05  # of a share: the recorded runs' shares against the model's, as the notebook compares them
+
+
+def global_step(fn) -> Verdict:
+    """``fn(mode, workers, local_steps)``: a whole number; at one worker, its steps in either mode;
+    in sync, the same at any number of workers; in async, the workers' steps added up; and in
+    proportion to the steps per worker."""
+    v = Verdict("global_step")
+    cases = [
+        (m, n, k) for m in ("sync", "async") for n in range(1, 2 * WORKERS[-1] + 1) for k in (*STEPS, 2 * STEPS[-1])
+    ]
+    got = v.values(lambda c: fn(*c), cases)
+    if got is None:
+        return verdict(v)
+    g = dict(zip(cases, got))
+    v.expect(all(float(x).is_integer() for x in got), "a whole number of updates")
+    v.expect(
+        all(g[m, 1, k] == k for m in ("sync", "async") for k in STEPS),
+        "one worker: each of its steps is one update, in either mode",
+    )
+    v.expect(
+        all(g["sync", n, k] == g["sync", 1, k] for n in WORKERS for k in STEPS),
+        "sync: one update per round (a step of every worker), whatever the number of workers",
+    )
+    v.expect(
+        all(g["async", 2 * n, k] == 2 * g["async", n, k] for n in WORKERS for k in STEPS)
+        and all(g["async", n, k] == g["async", n - 1, k] + g["async", 1, k] for n in WORKERS[1:] for k in STEPS),
+        "async: every worker's steps are updates of their own, so the workers' counts add up",
+    )
+    v.expect(
+        all(g[m, n, 2 * STEPS[-1]] == 2 * g[m, n, STEPS[-1]] for m in ("sync", "async") for n in WORKERS),
+        "in proportion to the steps each worker makes",
+    )
+    return verdict(v)
+
+
+def worker0_share(fn, runs=None) -> Verdict:
+    """``fn(step_bytes, rate_bits, step_s, workers, beside_ps)``: a share; 1 for one worker; an equal
+    share each with every worker beside the ps or no bytes to move; only the workers beside the ps
+    left on a link far slower than a step; larger on a slower link or with more bytes; unchanged
+    when the bytes and the rate scale together; and, with ``runs`` (the notebook's
+    ``emulated_steps``: link, worker, node, share, steps_per_s), close to worker 0's measured share."""
+    v = Verdict("worker0_share")
+    grid = [
+        (b, r, s, n, k)
+        for b in (5e4, 2e6)
+        for r in (1e7, 1e9)
+        for s in (0.005, 0.08)
+        for n in (2, 3, 5)
+        for k in (1, 2)
+        if k < n
+    ]
+    slower = [(b, r / 10, s, n, k) for b, r, s, n, k in grid]
+    heavier = [(3 * b, r, s, n, k) for b, r, s, n, k in grid]
+    scaled = [(4 * b, 4 * r, s, n, k) for b, r, s, n, k in grid]
+    limits = [(b, r, s, 1, 1) for b, r, s, _, _ in grid] + [(b, r, s, n, n) for b, r, s, n, _ in grid]
+    empty = [(0.0, r, s, n, k) for _, r, s, n, k in grid]
+    stalled = [(b, r * 1e-9, s, n, k) for b, r, s, n, k in grid]
+    calls = v.values(lambda c: fn(*c), grid + slower + heavier + scaled + limits + empty + stalled)
+    if calls is None:
+        return verdict(v)
+    g = dict(zip(grid + slower + heavier + scaled + limits + empty + stalled, calls))
+    if not v.expect(all(0 < x <= 1 + 1e-12 for x in calls), "a share: a number above 0 and at most 1"):
+        return verdict(v)
+    v.expect(all(_near(g[b, r, s, 1, 1], 1.0) for b, r, s, _, _ in grid), "one worker: every step is worker 0's")
+    v.expect(
+        all(_near(g[b, r, s, n, n], 1 / n) for b, r, s, n, _ in grid),
+        "every worker beside the ps: no link to cross, an equal share each",
+    )
+    v.expect(all(_near(g[c], 1 / c[3]) for c in empty), "no bytes to move: an equal share each")
+    v.expect(
+        all(g[s] > g[c] and g[h] > g[c] for c, s, h in zip(grid, slower, heavier)),
+        "a slower link, or more bytes per step: a larger share for worker 0",
+    )
+    v.expect(
+        all(math.isclose(g[c], 1 / c[4], rel_tol=1e-3) for c in stalled),
+        "a link far slower than a step: the steps are shared among the workers beside the ps alone",
+    )
+    v.expect(
+        all(_near(g[a], g[c]) for a, c in zip(scaled, grid)),
+        "the link's seconds per step are what count: bytes and the rate scaled together change nothing",
+    )
+    if runs is not None and len(runs):
+        v.expect(
+            _close_to_runs(fn, runs),
+            "close to the share worker 0 made in each of your runs on emulated links (within five points), "
+            "from a step's bytes, the link's rate in bits per second and worker 0's own step time",
+        )
+    return verdict(v)
+
+
+def _near(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _close_to_runs(fn, runs) -> bool:
+    """``fn`` on each run as the notebook's comparison calls it, against worker 0's measured share."""
+    from labkit.infra import netem
+    from labkit.labs.lab2.experiment import MODEL_BYTES
+
+    for link, run in runs.groupby("link", sort=False):
+        w0 = run[run["worker"] == "worker:0"].iloc[0]
+        beside = int((run["node"] == w0["node"]).sum())
+        rate = netem.parse_link(link).rate_bits
+        mine = float(fn(2 * MODEL_BYTES, rate, 1 / w0["steps_per_s"], len(run), beside))
+        if not abs(mine - float(w0["share"])) <= RUN_TOLERANCE:
+            return False
+    return True

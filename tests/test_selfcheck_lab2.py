@@ -1,0 +1,105 @@
+"""Lab 2's self-checks pass the reference and fail the answers students get wrong, naming the
+function and the property and no value; the hidden check of the same function fails each of them
+too (its probe and judge called directly, as helpers.hidden_verdict does). No TensorFlow."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import labkit.labs.lab2.selfcheck as checks
+from helpers import NOTEBOOKS, hidden_verdict
+from labkit.experiments import traces
+from labkit.labs.lab2 import solution
+from labkit.notebook import selfcheck
+
+HIDDEN = {"global_step": ("lab2_global_step", {"seed": 13}), "worker0_share": ("lab2_worker0_share", {"seed": 7})}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The notebook's emulated runs where it emulates no link: the kit's recording."""
+    frame, _ = traces.frame("lab2_emulated_shares")
+    return frame
+
+
+def run(name: str, fn, runs) -> selfcheck.Verdict:
+    return checks.worker0_share(fn, runs) if name == "worker0_share" else checks.global_step(fn)
+
+
+@pytest.mark.parametrize("name", list(HIDDEN))
+def test_the_reference_passes_its_self_check_and_its_hidden_check(name, runs, tmp_path):
+    fn = getattr(solution, name)
+    v = run(name, fn, runs)
+    assert v.passed, v.failed
+    assert len(v.checked) >= 5 and selfcheck.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
+    check, args = HIDDEN[name]
+    assert hidden_verdict(check, fn, tmp_path, **args).ok
+
+
+def test_the_reference_notebooks_own_functions_pass(runs):
+    from labkit.grading.judge import probe
+
+    fns, _ = probe.load_functions(NOTEBOOKS / "02_sync_vs_async_sgd.ipynb", list(HIDDEN))
+    for name, fn in fns.items():
+        v = run(name, fn, runs)
+        assert v.passed, (name, v.failed)
+
+
+def _share(b, r, s, n, k=1):
+    return solution.worker0_share(b, r, s, n, k)
+
+
+WRONG = {
+    "global_step": [
+        # the modes swapped
+        (
+            lambda mode, n, k: solution.global_step("async" if mode == "sync" else "sync", n, k),
+            ["sync: one update per round", "async"],
+        ),
+        # one update per worker step in both modes
+        (lambda mode, n, k: n * k, ["sync: one update per round"]),
+        # the sync round counted per worker (and as a fraction)
+        (lambda mode, n, k: k / n if mode == "sync" else n * k, ["a whole number", "sync: one update per round"]),
+        # the chief's steps left out of the async count: one worker too few
+        (lambda mode, n, k: k if mode == "sync" else (n - 1) * k, ["one worker", "the workers' counts add up"]),
+        # the notebook's own cluster whatever the arguments (3 workers, 100 steps each)
+        (lambda mode, n, k: 100 if mode == "sync" else 300, ["one worker", "in proportion to the steps"]),
+    ],
+    "worker0_share": [
+        # a rate in bits read as bytes per second
+        (lambda b, r, s, n, k=1: _share(b / 8, r, s, n, k), ["your runs on emulated links"]),
+        # every worker but worker 0 remote, whoever shares the ps's node
+        (lambda b, r, s, n, k=1: _share(b, r, s, n, 1), ["every worker beside the ps", "among the workers beside"]),
+        # a remote step costs the link alone, not its compute as well
+        (
+            lambda b, r, s, n, k=1: (1 / s) / (k / s + (n - k) * r / (8 * b)),
+            ["a number for every case tried, without an error (it raised ZeroDivisionError)"],
+        ),
+        # worker 0's steps over the remote workers', not over everyone's
+        (lambda b, r, s, n, k=1: (1 / s) / max((n - k) / (s + 8 * b / r), 1e-300), ["a share: a number above 0"]),
+        # one worker's share of n, whatever the link
+        (lambda b, r, s, n, k=1: 1 / n, ["a slower link, or more bytes", "your runs on emulated links"]),
+    ],
+}
+
+
+@pytest.mark.parametrize("name, i", [(name, i) for name, wrong in WRONG.items() for i in range(len(wrong))])
+def test_a_wrong_answer_fails_its_self_check_and_its_hidden_check(name, i, runs, tmp_path):
+    fn, properties = WRONG[name][i]
+    v = run(name, fn, runs)
+    assert not v.passed
+    for p in properties:
+        assert any(p in f for f in v.failed), (p, v.failed)
+    text = selfcheck.bundle(v)["text/plain"]
+    assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
+    assert not re.search(r"\d\.\d|\d{2}", text), text  # no value: the properties are words
+    check, args = HIDDEN[name]
+    assert not hidden_verdict(check, fn, tmp_path, **args).ok
+
+
+def test_without_runs_the_share_is_checked_on_its_limits_alone():
+    """Without the notebook's runs the bits-for-bytes mistake keeps every limit: only the runs show it."""
+    assert checks.worker0_share(lambda b, r, s, n, k=1: _share(b / 8, r, s, n, k)).passed
+    assert len(checks.worker0_share(solution.worker0_share).checked) == 7

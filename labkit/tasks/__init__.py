@@ -17,6 +17,9 @@ their log is for people, and nothing reads it to learn what happened.
   ``ParameterServerStrategy`` or none, with per-epoch checkpoints a restarted task resumes
   from: Lab 4's batch sweep and kill/resume, Lab 5's ring vs PS scaling, Lab 2's modern-API
   comparison.
+- ``collective_worker``: one worker of a notebook's own collective (Lab 4's ring all-reduce and
+  gather/scatter): runs the notebook's phase functions, its messages relayed and counted by the
+  process that started it; no TensorFlow.
 
 ``common`` is the runtime they share (its concerns in ``runtime``, ``threads``, ``files``,
 ``signals``, ``configs``, ``tf1`` and ``ps_shutdown``). ``PROGRAMS`` names the programs: what
@@ -34,6 +37,7 @@ PROGRAMS = Registry(
         "ps_sgd": "labkit.tasks.ps_sgd",
         "ps_sparse_lr": "labkit.tasks.ps_sparse_lr",
         "strategy_train": "labkit.tasks.strategy_train",
+        "collective_worker": "labkit.tasks.collective_worker",
     },
     hint="or a dotted module name",
     aliases={"sparse_lr": "ps_sparse_lr"},

@@ -5,29 +5,13 @@ that die with it, with their configuration and logs in one folder::
     with MiniSlurm(tmp_path) as s:                 # one node: this machine
         s.run("sbatch", "--wrap", "hostname")       # SLURM_CONF etc. in s.env()
 
-    with LocalCloudLab(3, shared_home=True) as lab, MiniSlurm(nodes=lab) as s:
-        lab.sh("node0", "srun -N 3 hostname")       # node0, node1, node2: a slurmd on each
+With ``nodes=`` a running ``LocalCloudLab``, each emulated node runs its own slurmd in its
+namespaces and node0 is the controller, as on a CloudLab experiment. Stopping cancels every job,
+shuts the daemons down and leaves nothing running.
 
-**One node** (``nodes=None``): this machine under its short host name (``NodeAddr=127.0.0.1``),
-on ports picked free, with as many CPUs as it has; ``srun -O`` (``--overcommit``) places more
-tasks than CPUs on it.
-
-**Emulated nodes** (``nodes``: a running ``labkit.infra.cloudlab_local.LocalCloudLab``): one ``slurmd``
-per node, each in its node's namespaces, so it has the node's host name and address and needs
-no multiple-slurmd build; ``slurmctld`` and the one ``munged`` the nodes share run on the first
-node, the controller (``SlurmctldHost=node0``), as on a CloudLab experiment. Each node mounts
-the configuration on ``/etc/slurm`` and munged's socket folder on ``/run/munge``, so Slurm's
-commands there need no ``SLURM_CONF`` (``s.run`` runs them on the controller, as root); its
-spool, pid files, the controller's state and the munge key are on the node's own ``/run``
-(gone with the node, by SIGKILL too). Each node claims this machine's CPUs and an equal share
-of its memory. ``slurmd_timeout``: seconds without an answer after which Slurm declares a node
-down (Slurm's ``SlurmdTimeout``: 300 by default, as Slurm's own).
-
-Both: ``ProctrackType=proctrack/linuxproc``, ``TaskPlugin=task/none``,
-``SlurmdParameters=config_overrides`` (the node claims what the configuration says),
-``MailProg=/bin/true``. Stopping cancels every job, shuts the daemons down (SIGKILL for what
-is left, the step daemons included) and leaves nothing running. It needs root (slurmd runs
-jobs as their user) and the packages: ``missing()`` says what is not there, for a clear skip.
+It needs root (slurmd runs jobs as their user) and the packages: ``missing()`` says what is not
+there, for a clear skip. More in docs/internals.md, section labkit.infra (one node or emulated
+nodes, the configuration).
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """One training loop for every strategy the labs use: any Keras 3 model, SGD, cross-entropy.
 
 Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585)
-and under ``ParameterServerStrategy``, so the labs train with this loop instead. Its parts,
-in d2l's ``fit`` / ``fit_epoch`` shape:
-
-- ``setup``: what this process is (its role under the strategy) and the sizes every part
-  agrees on: per-worker and global batch, steps per epoch;
-- ``Trainer``: the model and optimizer (built in ``strategy.scope()``), the gradient step,
-  checkpoints; ``fit`` runs the epochs, ``fit_epoch`` one of them, ``result`` assembles
-  the returned dict;
-- ``labkit.learning.epochs``: how one epoch's steps run, one runner per way of stepping (MWMS and the
-  default strategy, asynchronous PS, synchronous PS), each with its own input pipeline;
-- ``Validation``: the chief's pass over the test set; ``labkit.measure.sockets.Meter``: bytes around the steps.
-
-The global batch is the per-worker batch x the workers under MWMS and synchronous PS, whose
-SGD is the same: the loss is scaled by the global batch, so the gradients' sum is the mean
-gradient, applied once per step. Asynchronous PS applies each worker's batch on its own.
-
-Every epoch is one pass over the training set (or ``steps_per_epoch`` steps), then a
-checkpoint (``tf.train.CheckpointManager``, with the epoch counter inside) and, on the chief,
-a validation pass and TensorBoard scalars. A restarted run resumes after the last epoch that
-every worker checkpointed. ``train`` returns a plain dict (history, throughput, bytes on the
-wire, weight checksums) ready for a JSON file.
+and under ``ParameterServerStrategy``, so the labs train with this loop instead, in d2l's
+``fit`` / ``fit_epoch`` shape: ``setup`` (the process's role and the batch sizes),
+``Trainer`` (model, optimizer, step, checkpoints), ``labkit.learning.epochs`` (one runner per
+way of stepping) and ``Validation`` (the chief's test pass). Under MWMS and synchronous PS the
+loss is scaled by the global batch, so one step applies the mean gradient; asynchronous PS
+applies each worker's batch on its own. Every epoch ends in a checkpoint, so a restarted run
+resumes after the last epoch every worker saved; ``train`` returns a plain dict for a JSON file.
 
 TensorFlow is imported inside the functions: the CLI and the launcher import this module's
-callers without paying for TensorFlow.
+callers without paying for TensorFlow. More in docs/internals.md, section labkit.learning.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """How the labs write numbers: bytes in decimal units, rates, and tables formatted by column name.
 
 Bytes use decimal units (1 KB = 1000 B), as the course reports did. ``table(frame)`` formats
-every column by its name, so a notebook shows any of the kit's frames with one call instead
-of a hand-written ``.style.format({...})`` map. The rules (``RULES``, first match wins):
-
-==================================  ===================================  =============
-column name                          meaning                              shown as
-==================================  ===================================  =============
-ends ``_bytes_per_s``                bytes per second                     ``1.2 MB/s``
-holds ``bytes`` (not ``_over_``)     bytes: ``_bytes``, ``bytes_per_*``   ``1.2 MB``
-ends ``_pct``; ``cpu_*``, ``*_cpu_*``  CPU or other percentages, 0-100    ``42.0``
-ends ``_accuracy``                   a fraction                           ``91.20%``
-ends ``_loss``, ``_logloss``         a loss                               ``0.3512``
-``deviation``, ``rel_error``         a signed relative difference         ``+3.1%``
-ends ``_error``                      a relative error or error rate       ``3.1%``
-ends ``_share``, ``efficiency``      a fraction                           ``42%``
-ends ``speedup``, ``_ratio``         a ratio                              ``1.87x``
-holds ``_over_``                     a ratio of two measurements          ``1.03``
-ends ``_per_s``                      a rate of things                     ``1,234``
-ends ``_ms``, ``_s``                 milli/seconds, 3 significant digits  ``0.0312``
-==================================  ===================================  =============
-
-Any other column of whole numbers is shown without decimals; the rest keep pandas' default.
+every column by its name (``RULES``, first match wins: ``_bytes_per_s`` as ``1.2 MB/s``,
+``_accuracy`` as ``91.20%``, ``speedup`` as ``1.87x`` ...), so a notebook shows any of the kit's
+frames with one call instead of a hand-written ``.style.format({...})`` map;
 ``table(frame, {column: format})`` adds or overrides. Imports nothing of labkit.
+
+More in docs/internals.md, section labkit.measure (the table of rules).
 """
 
 from __future__ import annotations

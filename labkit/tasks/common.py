@@ -6,27 +6,13 @@ with ``TF_CONFIG`` set. It wraps its work in a ``TaskRuntime``::
     with TaskRuntime("ps_sgd", args=vars(args)) as rt:
         tf = rt.tf()                     # imports TensorFlow with this host's thread limits
         server = rt.server()             # binds the task's port (exit code 98 if it is taken)
-        with rt.timed("train"):
-            ...
-            rt.emit(events.Epoch(...))   # for programs: typed events (labkit.wire.events)
-            rt.log("epoch 1/3: ...")     # for people: the task's log
-        rt.steps["local"] = n
-        rt.metrics["accuracy"] = acc
+        rt.emit(events.Epoch(...))       # for programs; rt.log(...) for people
     # never reached: leaving the block writes the result JSON and ends the process
 
-Each concern has a module of its own:
-
-- ``runtime``: ``TaskRuntime``, who the task is, its result, its log and events, its end;
-- ``threads``: TensorFlow's thread pools sized for the host before TensorFlow starts;
-- ``files``: the hello (versions, pid, written first) and the result (written last, then
-  ``os._exit``: TensorFlow's teardown can stall for seconds after the work is done);
-- ``signals``: SIGTERM writes the result and exits 143, even inside a TensorFlow call;
-- ``configs``: several configurations in one process (``--configs``), TensorFlow started once;
-- ``tf1``: graph-mode sessions (device filters, a prompt worker session creator);
-- ``ps_shutdown``: how a parameter server leaves, which TensorFlow does not provide.
-
-Resource samples of the process and its host (``labkit.measure.monitor``) run while the block does, so
-the same code gives per-node CPU, memory and network on a real cluster.
+Each concern has a module of its own (``runtime``, ``threads``, ``files``, ``signals``,
+``configs``, ``tf1``, ``ps_shutdown``); resources are sampled while the block runs, so the same
+code gives per-node figures on a real cluster. More in docs/internals.md, section labkit.tasks
+(what each module does, and why the result ends the process).
 """
 
 from labkit.wire.protocol import (

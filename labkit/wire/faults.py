@@ -1,28 +1,16 @@
 """Faults injected into a running cluster, and what TensorFlow did about them, from the chief's events.
 
 The chief of a synchronous ParameterServerStrategy run traces its steps (``strategy_train
---trace-steps``): a ``step`` event per step with the worker that ran each slice (and a log line
-for people, ``step_line``), and a ``tf_error`` event for each error TensorFlow's coordinator
-logs (``labkit.wire.events``). ``inject`` follows the cluster's events, kills tasks once the chief
-has made given steps (``Cluster.kill(..., expected=True)``: the launcher lets the cluster run on
-without them, so what happens next is TensorFlow's doing) and notes, on this process's clock,
-every step, every kill and every error the coordinator reported. A task that fails because of a
-kill (the chief, when its ps is gone) ends the run with ``TaskFailed``, which the trace keeps
-with the error TensorFlow stopped it with (its ``peer_failure`` event). ``Trace.summary()`` says, per kill, how long the coordinator took to report
-it, how many steps ran after it, and on which workers.
-
-What ``ClusterCoordinator`` (TensorFlow 2.21) does, as these traces show:
-
-- a **worker** dies: the closure it was running fails with ``UnavailableError``; the
-  coordinator logs ``Worker /job:worker/replica:0/task:I failed with UnavailableError``, puts
-  the closure back in its queue, where the other workers take it, and keeps trying to reach
-  the lost worker in the background. Training goes on with the others;
-- a **ps** dies: the closures that read or update its variables fail with ``UnavailableError``
-  naming ``/job:ps``; after a few such reports (``TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES``,
-  3 by default) the coordinator cancels every closure and ``join``/``schedule`` raise
-  ``UnavailableError`` in the chief: the program must restart from a checkpoint.
+--trace-steps``): a ``step`` event per step with the worker that ran each slice, and a
+``tf_error`` event for each error TensorFlow's coordinator logs. ``inject`` follows those events,
+kills tasks once the chief has made given steps (``Cluster.kill(..., expected=True)``, so what
+happens next is TensorFlow's doing) and notes every step, kill and error on this process's
+clock; ``Trace.summary()`` says, per kill, how long the coordinator took to report it and how
+many steps ran after it, on which workers. (A lost worker's closures are retried on the others;
+a lost ps ends training in the chief.)
 
 Imports nothing from the layers above it (it is given the ``Cluster``; tasks import ``step_line``).
+More in docs/internals.md, section labkit.wire (what ``ClusterCoordinator`` does on each fault).
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """What a finished cluster run left behind, read the same way by every lab.
 
 ``labkit.distributed.launch.Cluster`` gathers a ``ClusterResult``: the launcher's view of each task
-(how it ended, its log) and the result file the task wrote (``<type>-<index>.json``,
-``labkit.tasks.common.TaskRuntime``). The experiments read it through the accessors here,
-never through the raw dicts, so "which task is the chief" and "resources over the training
-window, else the whole run" are written once:
+(how it ended, its log) and the result file the task wrote. The experiments read it through the
+accessors here, never through the raw dicts, so "which task is the chief" and "resources over
+the training window, else the whole run" are written once::
 
-    result.chief()                      # the chief job's task, else worker 0
     result.chief().training             # train_loop.train's dict (strategy_train tasks)
     result["worker:1"].resources()      # resource summary over its training window
-    result["ps:0"].timings["total_s"]   # seconds per phase
-    result.table()                      # one row per task, a DataFrame
     ClusterResult.load(run_dir)         # the same object, read back from the files
 
-A cluster may run several configurations one after the other (``labkit.experiments.shared``:
-TensorFlow starts once per cluster shape). Each configuration then gets a folder of its own
-that reads like a cluster's: a ``cluster.json`` and one result file per task, holding that
-configuration's metrics, steps, timings and series, and the task's resource samples over the
-configuration's own window (``configuration_part``), with the process's ``baseline`` when the
-window opened. Its ``ClusterResult`` names the shared cluster's folder (``cluster_dir``) and
-the configuration (``configuration``: index, count, name, label).
-
-Imports no TensorFlow and nothing of the launcher: the grader and the notebooks read runs
-with it.
+Each configuration of a shared cluster gets a folder that reads like a cluster's. Imports no
+TensorFlow and nothing of the launcher: the grader and the notebooks read runs with it.
+More in docs/internals.md, section labkit.wire (the accessors, shared clusters' folders).
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """Start local task processes from one that has imported TensorFlow already: a fork server.
 
-Importing TensorFlow (and Keras, pandas and the rest it loads) costs a task process 3-4 s of
-CPU, and a cluster's tasks start at once on the same cores: on 2 cores a 3-worker cluster waits
-5-10 s before its first step, longer than a lab's small trainings take. The fork server imports
-all of it once, in a process that has run no TensorFlow op (no eager context, no runtime thread
-pools, no gRPC: nothing a fork would copy half made), and forks one child per local task. The
-child takes the task's arguments, environment, working directory and standard streams, and runs
-its program as ``python -m`` would: the same program, from the same files, as a task started
-alone (``import tensorflow`` in it finds the module loaded).
+Importing TensorFlow costs a task 3-4 s of CPU, and a cluster's tasks start at once on the same
+cores. The fork server imports it all once, in a process that has run no TensorFlow op (nothing
+a fork would copy half made), and forks one child per local task, which runs its program as
+``python -m`` would. The local and netns launchers use it unless told otherwise
+(``launcher_options={"forkserver": False}``, another ``python``, ``LABKIT_NO_FORKSERVER=1``),
+through a stand-in (``forkclient.py``) that they start and signal as they would the task.
 
-It is a mechanism of the launchers that start tasks here (``labkit.distributed.launchers.local``, and
-``.netem`` built on it): they start each task through this process's server, unless told
-otherwise (``launcher_options={"forkserver": False}``, another ``python``, or
-``LABKIT_NO_FORKSERVER=1``), by running ``ForkServer.python``, a small script that runs
-``forkclient.py``, the task's stand-in. The launcher starts and signals the stand-in as it
-would the task; the task joins the stand-in's network namespace (an emulated node's, where the
-netem launcher started the stand-in inside one); the stand-in forwards signals to the task and
-exits as the task did; the task dies with its stand-in, however that ends (a pipe it watches).
-A task's hello and result name its own pid (which the launcher's live view samples) and the
-server (``forkserver``: its pid, when it started and when it was ready), so the server's
-start-up can be counted once.
+The server is a helper of this process (``labkit.core.helper``): started on first use, it dies
+with its parent. It keeps the modules it imported: a kernel that changed the kit's code restarts
+to run the new code. Tasks elsewhere (ssh, Slurm), or where the server cannot start (a warning
+says why), start as their own interpreters.
 
-The server is a helper of this process (a kernel's): started on first use, ended with it
-(``labkit.core.helper``: it dies with its parent, whatever signal ends that one, and its folder goes
-when it stops). It keeps the modules it imported: a kernel that changed the kit's code restarts to
-run the new code. Tasks that run elsewhere (ssh, Slurm) start as their own interpreters there, and
-so does every task on a machine where the server cannot start (then a warning says why).
+More in docs/internals.md, section labkit.distributed (the stand-in, what a task's hello says).
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
 """One gradebook per class: a SQLite database (``OUT/gradebook.db``) that holds the term.
 
-Why a database: a class's grades were the folder names and the last batch's manifest, so a
-roster given later renamed (and so doubled) the class, and a run into the same folder replaced
-it. Here a **person** is keyed by the LMS's own ids (``ids``: Canvas's user id and anonymous id,
-the roster's SIS User ID and SIS Login ID, Gradescope's ``:sid`` and ``:email``, and the folder
-names the grader has used for them). The person's ``handle`` is the one folder name every
-report and every output folder uses, fixed the first time the person is seen; a later batch
-that names them otherwise (a roster given now, another download) finds them by any id and is
-laid out under that handle. A roster (``attach_roster``) adds names and ids to people already
-there; it never creates one (its rows that match nobody are kept, unattached, for the exports'
-"did not submit" list).
+A person is keyed by the LMS's own ids and has one ``handle`` (the folder name every report
+uses), fixed when first seen, so a roster given later or another download finds them again
+instead of doubling the class; a roster adds names and ids, never people. The tables hold
+people, their ids, the roster, submissions, signed runs and their results, TA scores with their
+history, late rows and exports; the views (``VIEWS``, made again on every open) count as
+``grades.csv`` does.
 
-Tables: ``people`` and ``ids``; ``roster`` (each row as Canvas exported it); ``submissions``
-(file hash, the LMS's metadata, time, late); ``runs`` (fingerprint, outcome, signature: the
-rows every report is rebuilt from) and ``results`` (one row per check of a run, for queries);
-``ta_scores`` (every score a TA gave, with its history: the current one has ``current = 1``);
-``late`` (the late rows as the reports last applied them); ``exports`` and ``exported`` (every
-export, and whether it was sent: the regrade list is what changed since the last export that was
-sent). Views (``VIEWS``, made again on every open) give a lab's total, a student's term and the
-answers awaiting a TA as ``grades.csv`` counts them; docs/gradebook.md describes it all.
+Every write is one transaction (WAL, ``synchronous=FULL``), so a grader killed mid-batch leaves
+a sound database. A run's outcome is signed as ``ledger`` signs its ``outcome.json``, and a run
+whose signature does not hold is never read back: who can write the database cannot forge a
+grade.
 
-Every write is one transaction (``BEGIN IMMEDIATE``, WAL journal, ``synchronous=FULL``): a
-grader killed with SIGKILL mid-batch leaves a database that passes ``PRAGMA integrity_check``
-and holds every run that had finished, and the next batch resumes with the rest.
-
-Integrity: a run's outcome is signed as ``ledger`` signs its ``outcome.json`` (HMAC-SHA256 with
-the grader's key, over the outcome and the person and lab it belongs to); a run whose signature
-does not hold is never read back (``runs_by_handle``). So the signing guarantee of the files
-holds for the database too: a student or TA who can write the database cannot forge a grade.
+More in docs/gradebook.md (people, every table and view, signatures).
 """
 
 from __future__ import annotations

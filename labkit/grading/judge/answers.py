@@ -1,35 +1,17 @@
 """Analysis answers: people score them, the grader finds them and keeps the books.
 
-An ``analysis`` check earns nothing by itself. Its answer is ``pending`` until a TA's score
-is merged; an answer still holding the placeholder (or empty) is ``fail`` at once, and one
-the grader cannot find is ``pending`` with a reason that says so (the TA reads the notebook):
-never a silent 0.
+An ``analysis`` check earns nothing by itself: its answer is ``pending`` until a TA's score is
+merged, ``fail`` at once when it still holds the placeholder, and ``pending`` with a reason when
+the grader cannot find it (never a silent 0). ``locate`` finds each answer by the cell ids
+``make release`` keeps, else the cell after the question, and notes every guess.
 
-Finding answers (``locate``). The rubric names each check's answer cells (``cells``: tags or
-cell ids, default the tag ``analysis``). In the reference notebook those names give the answer
-cells' ids, which ``make release`` keeps; in a submission each expected answer is the cell with
-that id, whatever its tags or type now (a retyped or untagged cell is matched and noted). When
-the id is gone, the cell right after the question's cell (found by its id) is taken, and noted;
-when neither is there, the answer is reported missing. A tagged cell that no id claims (a
-duplicated answer cell) is read with the answer above it, and noted.
+``export`` writes, per question, a page and a CSV for the TAs; ``merge`` reads the filled-in
+CSVs into the gradebook, and every report is rebuilt without running a notebook. A score is tied
+to the answer it was given for, and ``merge`` refuses what would silently change a score (two
+files that disagree, a stale file) until ``--prefer`` says which wins. A group's answer is one
+row, scored once for every member.
 
-The TA's side: ``export`` writes, per question, ``answers/<lab>/<check>.html`` (the question,
-the answer key, every student's answer side by side with the student's own measured numbers)
-and a ``.csv`` of the same rows with empty ``score`` and ``comment`` columns. ``merge`` reads
-filled-in CSVs into the output folder's gradebook (``ta_scores.csv`` is its view of the current
-scores, for a person to read); every report is then rebuilt from
-the stored runs (``grade.publish``) without running a notebook. A score is tied to the answer
-it was given for (``answer_sha``): when a resubmitted answer changes, it is pending again.
-Each exported row carries the ``base`` it starts from (``version`` of the stored score), so
-``merge`` refuses what would silently change a score: two files that disagree, a file scored
-before the stored score was given, a score for an earlier version of an answer. The instructor
-then says which file wins (``--prefer``). A file merged again whose only change is a comment
-(same points, same answer) updates the comment: the file's own comment replaces the one it gave
-before; another file's is added to it.
-
-A group's answer (one file handed in for every member, ``intake``'s ``group``) is one row, naming
-every member (``members``), while their answers are the same: the score given to it is every
-member's, so two TAs cannot score one answer two ways.
+More in docs/internals.md, section labkit.grading (finding answers, the TA's side, merging).
 """
 
 from __future__ import annotations

@@ -1,34 +1,18 @@
 """Every page the grader writes, made safe last: an allow-list applied to its final HTML.
 
-A page shows what students wrote and what their code printed, to the student, a TA or the
-instructor. Whatever made its HTML (Markdown, math converted to MathML, nbconvert's templates,
-a student's ``text/html``), ``page`` puts the body through ``clean`` as the very last step, so
-no later conversion can un-escape anything past it. ``clean`` is ammonia's parser and
-serializer (``nh3``: an HTML5 tree builder, which also places MathML and SVG elements in their
-own namespaces, so nothing breaks out of a ``<math>``), with:
+A page shows what students wrote and what their code printed. Whatever made its HTML, ``page``
+puts the body through ``clean`` (ammonia's HTML5 parser and serializer, ``nh3``) as the very
+last step, so no later conversion can un-escape anything past it. The allow-list keeps text,
+tables, lists, images, ``details`` and MathML; no URLs but ``data:`` images and the page's own
+anchors; only ids that start with the page's random ``Page.nonce`` and the templates' own
+classes; styles that colour but never position or size a box. Nothing can run, fetch, or cover
+the grade with a fake one.
 
-- **tags**: text, tables, lists, images, ``details``, and the MathML elements latex2mathml
-  emits. No ``meta``, ``form``, ``button``, ``input``, ``base``, ``iframe``, ``object``,
-  ``embed``, ``link``, ``style``, ``svg`` or ``script``: the last five are dropped with their
-  content, the others keep their text;
-- **URLs**: none, but ``data:`` raster and SVG images in ``img`` (an SVG drawn as an image
-  runs no script and loads nothing) and links to an anchor of the page itself;
-- **ids** only the page's own: each page draws a random token (``Page.nonce``), and only ids
-  (and ``#`` links) that start with it survive, so a student cannot make a second "grade
-  table", nor move the page's own anchors;
-- **classes** only those the page's own templates use (JupyterLab's stylesheet has classes
-  that draw dialogs and overlays, such as ``jp-Dialog``);
-- **style** attributes with colours, alignment and font weight or style only: nothing that
-  positions, moves or sizes a box (``position``, ``margin``, ``transform``, ``width``,
-  ``line-height``...), and no value with ``url(``, an escape or a function but colours; MathML
-  lengths never negative and no ``voffset``: nothing can cover the grade, a TA's column or a
-  cell with a fake one, or fetch anything. Each cell of a page also clips what overflows it
-  (``CONTAIN``, in every page's stylesheet).
+The head is the grader's alone: a charset, a Content-Security-Policy that forbids every script
+and request (``CSP``), the escaped title and a constant stylesheet. The policy and the
+allow-list each hold on their own (``tests/test_pages_hostile.py`` tries both).
 
-The head is the grader's alone: a charset, a Content-Security-Policy that forbids every
-script, request, form target and base URL (``CSP``), the title (escaped) and a stylesheet
-of constants. The policy and the allow-list each hold on their own; the browser test
-(``tests/test_pages_hostile.py``) opens every page with the policy and with it bypassed.
+More in docs/internals.md, section labkit.grading (each rule of the allow-list, and why).
 """
 
 from __future__ import annotations

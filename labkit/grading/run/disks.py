@@ -2,27 +2,15 @@
 processes and the grader's see, and that disappears when the run is over or the grader dies.
 
 A batch starts one *holder* process (this file, run as a script: it needs only the standard
-library). The holder makes a mount namespace of its own (and, when the grader is not root, a
-user namespace that maps only the grader's uid, so that an unprivileged user may mount there),
-then mounts and unmounts tmpfs file systems in it on the grader's request. Everything of a run
-starts inside that namespace (``Holder.prefix``: ``nsenter`` into it): the runner and its
-kernel's sandbox, and the grader's check processes. The host never sees these mounts, so:
+library) that makes a mount namespace of its own and mounts a tmpfs per run on the grader's
+request; everything of a run starts inside that namespace (``Holder.prefix``). So a run writes
+at most ``disk_mb`` in all (work folder, sockets, check output), what it leaves is gone when the
+grader unmounts it or dies, and the host has nothing to clean up. A tmpfs is memory: it counts
+against the run's ``memory_mb``.
 
-- a run writes at most ``disk_mb`` into its work folder, its Unix sockets and its check output
-  together (``ENOSPC`` past it; ``nr_inodes`` caps the number of files too);
-- what is left is gone when the grader unmounts it after reading the artifacts, and, if the
-  grader is killed, when the last process in the namespace ends (the holder dies with the
-  grader), with nothing to clean up on the host;
-- the tmpfs belongs to the run's uid (``sandbox.Account``) with mode 0700.
-
-A tmpfs is memory: what a run writes there is charged to its cgroup's memory limit
-(``memory_mb``) as it would be for any file it caches. Each run's tmpfs holds ``work/`` (bound
-over the job's work folder, so paths and records stay as they were), ``ipc/`` (the kernel's
-sockets), ``probe/`` and ``judge/`` (the hidden checks' and verifiers' output).
-
-``Folders`` is the fallback where nothing is held (``--no-sandbox``, a Slurm node whose work
-folder another machine's grader reads): host folders, with the grader polling the work
-folder's size (``FolderDisk.over``) and ``RLIMIT_FSIZE`` capping each file.
+``Folders`` is the fallback where nothing is held (``--no-sandbox``, a Slurm node): host folders,
+with the grader polling their size and ``RLIMIT_FSIZE`` capping each file.
+More in docs/internals.md, section labkit.grading (the unprivileged case, the tmpfs's layout).
 """
 
 from __future__ import annotations

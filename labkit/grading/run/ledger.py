@@ -1,28 +1,17 @@
 """What a batch leaves behind so that the next one resumes: fingerprints and outcomes.
 
-Each notebook's run ends by writing ``.grader/<student>/<stem>/outcome.json``: its rows,
-records and values, and the fingerprint of what it ran (``fingerprint``: the submitted file's
-content hash, the lab's rubric section, the sandbox, and the grader's own code). The folder is
-cleared when the notebook starts again, so a run that never ended leaves no outcome.
+Each notebook's run ends by writing ``.grader/<student>/<stem>/outcome.json`` with the
+fingerprint of what it ran (the file's hash, the lab's rubric section, the sandbox, the
+grader's code). Grading the same folder again re-runs a notebook only when its fingerprint
+changed, it has no outcome (a killed batch resumes with the rest) or its run ``crashed``;
+``--force`` re-runs all. The batch's manifest lets the reports be rebuilt from these files.
 
-Grading the same folder again re-runs a notebook only when its fingerprint changed, it has
-no outcome (a batch killed halfway resumes with the rest), or its run ``crashed`` (the grader
-could not run it: a runner that died, a cancelled Slurm task); ``--force`` re-runs all. The batch's
-manifest (``.grader/batch.json``: the rubric, the notebooks in order, the questions) lets the
-reports be rebuilt from these files alone (``grade.publish``), with the TAs' scores.
+``.grader`` is the grader's alone, and every outcome and the manifest are signed (HMAC-SHA256
+with a key only the grader's user holds, over the content and the student and lab it belongs
+to): an outcome that does not hold runs again; a manifest that does not hold stops a rebuild
+with ``IntegrityError``. The gradebook signs its runs with the same key (``sign``, ``verify``).
 
-The class's gradebook (``gradebook``) keeps every run as well, signed with the same key
-(``sign``, ``verify``): the reports are rebuilt from it; ``outcome.json`` says whether a run
-may be kept.
-
-Integrity: ``.grader`` is the grader's alone (mode 0700, never bound into a sandbox, and under
-a root grader no run's user may enter it). On top of that, every outcome and the manifest are
-signed: an HMAC-SHA256 with a key only the grader's user holds (``key_path``: outside the output
-folder, mode 0600), over the content and, for an outcome, the student and lab it belongs to (so
-one student's outcome does not pass for another's). The manifest also signs the hash of the
-rubric copy. An outcome whose signature does not hold (``integrity``) is never trusted: it is a
-run that never ended, and runs again, with a note. A manifest that does not hold stops a
-rebuild (``IntegrityError``) with a message that says what to do.
+More in docs/internals.md, section labkit.grading (what is fingerprinted, what is signed).
 """
 
 from __future__ import annotations

@@ -2,30 +2,16 @@
 cluster's nodes, with the rubric's memory and time as the job's limits.
 
 ``SlurmExecutor`` is the ``slurm`` executor (``executor``): the batch (``batch.Batch``)
-prepares, checks, scores and reports exactly as for a local run; only where a notebook
-executes changes:
-
-1. here: the batch ``prepare``s every notebook (its work folder and cleaned copy, and the rows
-   for files that will not run) and starts them all at once; the executor writes them to
-   ``<out>/.grader/slurm/`` and submits one ``sbatch --array`` per set of limits (a lab,
-   usually), with ``--mem`` = the lab's ``memory_mb`` plus ``MEMORY_MARGIN_MB`` for the job's
-   own process, and ``--time`` = its ``notebook_timeout`` and ``start_timeout`` plus
-   ``TIME_MARGIN_S``, rounded up to minutes;
-2. on a node, the array task (``python -m labkit.grading.run.slurm_array BATCH INDEX``) runs its
-   notebook as a local batch of one (``runner.LocalExecutor``): the same sandbox (a node
-   without it runs nothing and says so), the same cgroup limits, the same timeouts; it writes
-   the ``RunResult`` to the job's private folder and exits. The kernel sees nothing of Slurm's
-   environment (so its clusters run in the sandbox, as locally);
-3. here again, ``squeue`` (once a poll ``interval`` for all tasks) and the result files say which
-   notebooks have ended; a result goes to the batch as it arrives (the grader's checks run here,
-   in their own sandboxes, while other notebooks still run), and an array task that left no
-   result (cancelled, over its time or memory, a failed node) becomes that notebook's row, with
-   Slurm's reason from ``scontrol show job``. The batch goes on.
+prepares, checks, scores and reports exactly as for a local run; only where a notebook executes
+changes. Here, the executor submits one ``sbatch --array`` per set of limits; on a node, each
+array task (``python -m labkit.grading.run.slurm_array BATCH INDEX``) runs its notebook as a
+local batch of one (same sandbox, limits and timeouts) and writes its ``RunResult``; here again,
+``squeue`` and the result files say which have ended, and a task that left no result becomes its
+notebook's row with Slurm's reason. The batch goes on.
 
 Everything in ``<out>`` and the interpreter must be on a filesystem the nodes share with this
-machine. Interrupting the grader (Ctrl-C, SIGTERM) cancels the array tasks still in flight.
-Stopping an array task (``scancel``, its time limit) makes its node process stop the notebook's
-whole group.
+machine. Interrupting the grader cancels the array tasks still in flight. More in
+docs/cluster.md, section 9 (how to use it) and section 11 (the three steps, the limits).
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """TensorFlow's start-up as a share of each lab's wall time: every lab notebook at its defaults.
 
 A student waits for a whole lab notebook; so does the grader, once per student. Each cluster a
-lab starts pays TensorFlow's start-up: its processes import TensorFlow and bring up their gRPC
-servers (and, under MultiWorkerMirroredStrategy, the collectives) before the first step. This
-benchmark runs every lab notebook of ``notebooks/rubric.toml`` headlessly with papermill, at the
-defaults of its ``parameters`` cell (what a student runs), each in a fresh working directory
-whose ``runs/`` collects the clusters it started. Then, per lab:
-
-- **wall time**: from the first cell's start to the last cell's end (papermill's cell
-  times; the kernel's own start is left out);
-- **start-up**, summed over the lab's clusters: per cluster, from the first of its processes
-  to start (``started_epoch`` in the task result files, interpreter start included) to the
-  chief's first training step (``first_step_epoch``; results written before that field
-  existed: the chief's first mark that opens a training phase); plus, once, the start-up of
-  each fork server the tasks were forked from (``labkit.distributed.launchers.forkserver``: its process start
-  until it had imported TensorFlow and listened), which their own start times leave out;
-- **ratio** = start-up / wall time. Goal: at most 0.3 for every lab.
-
-A cluster is a directory with the launcher's ``cluster.json``; the folders a cluster writes
-per configuration (``labkit.experiments.shared``) are not clusters of their own. The load
-of the machine is reported with each lab: on a shared machine start-up and training slow
-down alike, so the ratio moves less than either.
+lab starts pays TensorFlow's start-up (imports, gRPC servers, collectives) before its first
+step. This benchmark runs every lab notebook of ``notebooks/rubric.toml`` headlessly at its
+defaults and reports, per lab, the wall time, the start-up summed over its clusters (first
+process start to the chief's first step, plus each fork server's own start-up) and their
+ratio. Goal: at most 0.3 for every lab. The machine's load is reported with each lab.
 
 ``--quick``: only Lab 4, at the rubric's parameters.
+More in docs/internals.md, section labkit.bench (how each figure is measured).
 """
 
 from __future__ import annotations

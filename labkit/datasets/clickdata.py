@@ -1,26 +1,16 @@
 """Synthetic click-through data at any scale, with a known best achievable accuracy.
 
 Reports 001 and 004 trained logistic regression on a click log with 33,762,578 hashed
-features. This module makes data of that shape from a seed, so a lab can run at any
-scale without downloading gigabytes, and so the *optimum is known*:
+features. This module makes data of that shape from a seed, so a lab can run at any scale
+without downloading gigabytes, and so the *optimum is known*: rows of hashed categorical fields
+with Zipf-popular values, labels drawn from a logistic model with a hidden true weight vector,
+so ``optimum`` gives the Bayes-optimal accuracy and log-loss.
 
-- A row has one value per categorical *field* (``num_fields`` of them, a few optional),
-  so ~30-40 non-zeros per row, all 1.0. Field 0 is a constant "bias" field.
-- A field's values are drawn with Zipf popularity (rank r has probability ~ r^-zipf_s)
-  over a vocabulary whose size grows from a handful to ``num_features`` across fields,
-  as in real logs (device type ... user id).
-- ``(field, value)`` is *hashed* into ``0 .. num_features-1``, the "hashing trick";
-  collisions inside a row add up.
-- The label is drawn from the logistic model with a hidden true weight vector:
-  ``p = sigmoid(x . w_true)``, ``y ~ Bernoulli(p)``. ``w_true[j]`` is a hash of ``j``
-  mapped to a normal value, so it costs no memory even at 33.7M features. Knowing ``p``
-  for every row gives the Bayes-optimal accuracy and log-loss (``optimum``): no model
-  can do better on this data in expectation.
+Everything is a pure function of ``(spec, split, row)``, in fixed seeded blocks of ``BLOCK``
+rows: any slice can be generated on its own (a worker makes its shard alone), chunk sizes never
+change the data, and memory stays bounded at any number of rows.
 
-Everything is a pure function of ``(spec, split, row)``: rows come in fixed blocks of
-``BLOCK`` rows, each with its own seeded generator, so any slice can be generated on its
-own (a worker can make its shard without the others) and chunk sizes never change the
-data. Generation streams in chunks, so memory stays bounded at any number of rows.
+More in docs/internals.md, section labkit.datasets (how a row and its label are made).
 """
 
 from __future__ import annotations

@@ -5,23 +5,13 @@
     python -m labkit nodes csv runs/lab2/<run> --out out/nodes   # one resource CSV per task and node
 
 ``setup`` does, on every host of the hosts file, with the launcher's ssh command and remote
-directory (``$LABKIT_SSH``, ``$LABKIT_REMOTE_DIR``; see ``labkit.distributed.launch``):
+directory (``$LABKIT_SSH``, ``$LABKIT_REMOTE_DIR``): copy this kit (tracked and untracked,
+unignored files, as one ``tar`` stream: the nodes need no git), install it (``make setup``),
+fetch the data, and check that TensorFlow, keras, labkit and Python match this machine
+(``VersionSkew``). Nodes that share one directory are installed once. Every failure names the
+host, the step, the exit code, the end of the output and the likely fix (``NodeError``).
 
-1. **copy** this kit into the remote directory: the files git tracks here plus the untracked
-   ones it does not ignore (what you run here, uncommitted edits included), as one ``tar``
-   stream over ssh. The nodes need no git and no access to the repository;
-2. **install** it: ``make setup`` (a ``.venv`` with requirements.txt's exact pins), or the
-   ``install`` command given;
-3. **fetch the data**: ``python -m labkit data fetch``, which verifies each file's sha256 and
-   takes a file lock with an atomic rename, from ``data_mirror`` (a directory every node
-   mounts, such as ``/proj/<project>/labkit-data``, or a URL) or else the public mirrors;
-4. **check** that TensorFlow, keras, labkit and Python match this machine (``VersionSkew``).
-
-Hosts whose remote directory is one shared directory (an NFS home), or this kit's own, are
-installed once: ``setup`` writes a token there and sees it from the others. ``keep`` names
-folders of the kit (``notebooks``: the students') whose files a node already has are left as
-they are: only the files it lacks are copied. Steps 2-4 run on the nodes in parallel. Every failure names the host, the step, the exit code, the end of the output and
-the likely fix (``NodeError``).
+More in docs/cluster.md, sections 3 (setup, its options) and 4 (data) and 7 (the CSVs).
 """
 
 from __future__ import annotations

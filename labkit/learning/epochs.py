@@ -1,24 +1,15 @@
 """How one epoch's training steps run under each strategy, each way with its own input pipeline.
 
-``labkit.learning.train_loop.Trainer.fit`` picks the runner of its ``Setup.runner`` from ``RUNNERS``:
-
-- ``MirroredEpochs`` (the default strategy and ``MultiWorkerMirroredStrategy``): every worker
-  steps through its slice of the same global batches; the optimizer's all-reduce sums the
-  gradients (a ring all-reduce under MWMS with ``RING``).
-- ``AsyncPSEpochs`` (``ParameterServerStrategy``): the chief schedules one closure per
-  worker batch on per-worker datasets, each applying its own gradient to the variables on
-  the ps: a step is one worker's batch and one update.
-- ``SyncPSEpochs`` (``ParameterServerStrategy`` with ``ps_sync``): synchronous SGD, the ring's.
-  A step is one closure per slice of the ring's global batch; each adds its gradient into
-  sums that live beside the variables on the ps; after the barrier (``join``) the ps applies
-  the sum, the mean gradient, once, and zeroes it. Each worker pulls M and pushes M per
-  step, and nothing more crosses the wire. With the trainer's ``on_step``, every step is
-  reported with the worker that ran each slice: when a worker dies, the coordinator runs its
-  closures on the others (Lab 5's failure demo).
+``labkit.learning.train_loop.Trainer.fit`` picks the runner of its ``Setup.runner`` from
+``RUNNERS``: ``MirroredEpochs`` (the default strategy and MWMS: every worker steps through its
+slice of the same global batches), ``AsyncPSEpochs`` (``ParameterServerStrategy``: one closure
+and one update per worker batch) and ``SyncPSEpochs`` (``ps_sync``: the ring's synchronous SGD,
+with gradient sums beside the variables on the ps, applied once per step after the barrier).
 
 A runner is built from the trainer (its ``plan``, ``data``, ``seed``, ``net``, ``optimizer``,
 ``gradients`` and ``sgd_step``) and the epochs to run; ``run(steps)`` trains that many steps
 and returns their losses. TensorFlow is imported inside the functions.
+More in docs/internals.md, section labkit.learning (what crosses the wire in each).
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Bytes on the wire, counted in one place: per network interface and per process.
 
-- **Per interface** (``nic_counters``, ``nic_bytes``, ``pick_nic``): psutil's host counters,
-  what dstat shows. On 127.0.0.1 every task of a cluster shares ``lo``, whose counters are
-  system-wide: they give the cluster's total traffic (and anyone else's), never one task's;
-  on ``lo`` every byte is sent and received by the same host, so sent == received. An
-  emulated node (``labkit.infra.netem``) is a network namespace with interfaces of its own:
-  ``nic_counters(pid=P)`` reads those of the namespace process P is in, whichever
-  namespace the reader is in (``netns_id`` tells namespaces apart).
-- **Per process** (``tcp_bytes``, ``own_tcp_bytes``, ``TaskBytes``): the kernel's per-socket
-  TCP counters (``tcp_info``: ``bytes_sent``, ``bytes_received``), which ``ss -tinp`` lists
-  with the owning process. Summed over a process's sockets they give that task's traffic,
-  which is how Lab 5 shows a parameter server's load growing with the workers while each
-  ring worker's stays flat, on one machine.
-- ``Meter``, the one meter: any of them around a window (a task's training), with stretches
-  left out (an evaluation); ``traffic`` is what every program records of it, under one set of
-  names (``sent_bytes_per_step``, ``nic_sent_bytes_per_step``, ``counters_per_step`` ...), so a
-  table reads a task's bytes without knowing which program measured them.
+Per interface (``nic_counters``): psutil's host counters, as dstat shows them; on 127.0.0.1 all
+tasks share ``lo``, so these give a cluster's total, never one task's (an emulated node's
+namespace has NICs of its own: ``nic_counters(pid=P)``). Per process (``tcp_bytes``,
+``TaskBytes``): the kernel's per-socket TCP counters, as ``ss -tinp`` lists them, summed over a
+process's sockets: one task's traffic, even on one machine. ``Meter`` puts any of them around a
+window, and ``traffic`` records it under one set of names for every program.
 
 Socket counters live as long as their socket: read them around a window in which the
-connections stay open (gRPC keeps its channels for the life of a task). Imports no
-TensorFlow; the socket counters need ``ss`` (iproute2) and are None where it is missing.
+connections stay open. Imports no TensorFlow; the socket counters need ``ss`` (iproute2) and are
+None where it is missing. More in docs/internals.md, section labkit.measure.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """``make check``: run a lab notebook as the grader will, before you submit it, and say what is missing.
 
 The student kit's ``notebooks/rubric.toml`` is the public part of the grader's rubric (``make
-release`` writes it): the parameters and limits the grader runs each lab with, the records its
-checks read, the figures and answer cells it looks for, the exercises with their self-checks, and
-how many checks the grader adds on its own (hidden: counted, never named). For each notebook,
-``check_notebook``
-
-1. names the file the grader expects and says whether this one is named so (a copy saved under
-   another name is matched to its lab by its cells' ids);
-2. runs it as saved, outputs cleared, top to bottom in a fresh kernel, headless (papermill, in an
-   owned process: ``labkit.core.proc``), in a fresh ``out/check/<lab>/`` with the grader's parameters,
-   kernel, cell and notebook timeouts, and measures its time and peak memory (``run``);
-3. reports each public check (``report``): exercises written, self-checks passed, records present,
-   figures shown, answer cells filled, time and memory against the grader's limits; counts the
-   hidden checks; and says what to do next.
+release`` writes it). For each notebook, ``check_notebook`` says whether the file is named as
+the grader expects, runs it as saved (outputs cleared, fresh kernel, headless, in an owned
+process, with the grader's parameters and timeouts) in a fresh ``out/check/<lab>/``, and reports
+each public check (exercises, self-checks, records, figures, answers, time and memory against
+the grader's limits), counts the hidden checks, and says what to do next.
 
 ``check()`` does the same from a notebook cell (``labkit.check()``). In a headless run (``make
 check`` itself, papermill, the grader) it does nothing, so a notebook that calls it never reruns
 itself. Nothing here imports ``labkit.grading``: the student kit has no grader.
+More in docs/internals.md, section labkit.notebook.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
-"""Tasks as Slurm job steps inside the allocation this process runs in (``salloc``, ``sbatch``)::
+"""Tasks as Slurm job steps inside the allocation this process runs in (``salloc``, ``sbatch``).
 
-    srun --jobid=JOB --nodes=1 --ntasks=1 --nodelist=NODE --overlap --overcommit \\
-         --job-name=labkit-TOKEN-worker-1 --kill-on-bad-exit=1 PYTHON -m labkit.tasks.NAME ...
-
-One step per task, so each can be signalled, logged and waited for on its own. The tasks
-are placed on the allocation's nodes as ``SlurmClusterResolver`` places them
-(``labkit.infra.slurm``), whatever hosts the spec named (a spec from ``cluster.local()`` is the
-usual input: only the job sizes count), with ports chosen per node. ``--overlap`` lets the
-steps share the allocation's CPUs, ``--overcommit`` puts more tasks than CPUs on a node
-(a ps and its workers on a 2-core node, as on a laptop).
-
-- **Files**: the kit, its interpreter and the run directory must be on a filesystem every
-  node mounts (a shared home, the usual case): ``srun`` runs ``PYTHON`` by the path it has
-  here, in this directory, and each task writes its hello and result there, where the
-  Cluster reads them. Output streams back through ``srun`` into the local log.
-- **Signals**: ``scancel --signal`` to the task's step (SIGTERM: the task writes its result);
-  the step's id comes from ``squeue`` by its name. If this process dies, ``srun`` gets
-  SIGTERM from the kernel (``labkit.core.proc``) and cancels its step. ``release`` cancels any
-  step of the cluster still listed, so none outlives the run.
-- **Exit codes**: ``srun`` ends with the task's code, or 128 + N when signal N killed it,
-  which the Cluster reports as ``killed by SIGN`` (as for ssh).
+One ``srun --jobid=JOB --nodelist=NODE --overlap --overcommit ...`` step per task, so each can be
+signalled, logged and waited for on its own. The tasks are placed on the allocation's nodes as
+``SlurmClusterResolver`` places them (``labkit.infra.slurm``), whatever hosts the spec named,
+with ports chosen per node. The kit, its interpreter and the run directory must be on a
+filesystem every node mounts. Signals go through ``scancel --signal`` to the task's step; if
+this process dies, ``srun`` cancels its step, and ``release`` cancels any step left over.
 
 ``launcher_options={"srun": [...]}`` adds ``srun`` arguments (``--mem-per-cpu=2G``, say).
+More in docs/cluster.md, section 11 (the full command, files, signals, exit codes).
 """
 
 from __future__ import annotations

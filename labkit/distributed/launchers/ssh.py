@@ -1,24 +1,16 @@
 """Tasks on other nodes, started over ssh::
 
-    ssh -- HOST sh -c 'cd REMOTE_DIR && mkdir -p RUN
-                       env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ... &
-                       echo $! > RUN/worker-1.pid; (watch stdin) &; wait'
+    ssh -- HOST sh -c 'cd REMOTE_DIR && ... env TF_CONFIG=... REMOTE_PYTHON -m labkit.tasks.NAME ...'
 
-The task's output streams back into the local log; result files are copied back with
-``ssh HOST 'tar -cf - ...'`` at the end; signals go to the pid the wrapper wrote, over
-ssh. ``-- HOST``: a host is never read as an option. Every ssh command of the kit (these,
-and ``labkit.distributed.nodes``'s) is built by ``SshOptions.argv``.
+The task's output streams back into the local log; result files are copied back with ``tar``
+over ssh at the end; signals go to the pid the wrapper wrote, over ssh. Every ssh command of the
+kit is built by ``SshOptions.argv`` (``-- HOST``: a host is never read as an option); its
+options are ``ssh``, ``remote_dir``, ``remote_python`` and ``local_hosts``. A task whose launcher
+dies, even by SIGKILL, is stopped by its wrapper, which sees the session's stdin close. Before
+any task starts, ``precheck`` asks every node at once, and a failure of ssh or a node without
+the kit says so, with the fix (``remote_failure_hint``).
 
-Launcher options (``Cluster(..., launcher_options={...})``, ``SshOptions``): ``ssh`` (the
-command, an argv list or a shell-like string; default ``$LABKIT_SSH``, else ``DEFAULT_SSH``),
-``remote_dir`` (the kit on the nodes, relative to the remote home or absolute; default
-``$LABKIT_REMOTE_DIR``, else ``labkit``), ``remote_python`` (relative to ``remote_dir``) and
-``local_hosts`` (more names that mean this machine: their tasks are not reached over ssh). A task whose launcher dies, even by
-SIGKILL, is stopped by its wrapper, which sees the ssh session's stdin close
-(``remote_command``). A failure of ssh itself (exit 255) or of a node without the kit says
-so, with the fix (``remote_failure_hint``; docs/cluster.md has the full table), before any task
-starts: ``precheck`` asks every node at once (``preflight``), and ``Unreachable`` names each that
-did not answer. A node is named as the hosts file names it (``node_label``).
+More in docs/cluster.md, section 11 (the wrapper, the options) and Troubleshooting.
 """
 
 from __future__ import annotations

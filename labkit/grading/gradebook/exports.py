@@ -1,24 +1,16 @@
-"""Gradebook exports, written next to ``grades.csv`` (which stays one row per check):
+"""Gradebook exports, written next to ``grades.csv`` (which stays one row per check).
 
-- ``final_grades.csv``: one row per student, Otter-Grader's ``final_grades.csv`` layout: a
-  column per check (``<lab>: <check>``, its points, or ``pending`` while a TA has not scored
-  it), each lab's ``<lab> execution`` status and ``<lab> total``, then ``total``, ``possible``,
-  ``pending`` (points awaiting a TA), ``percent_correct`` and ``status`` (``graded``,
-  ``pending``, or ``incomplete`` when a lab's notebook has not been graded yet: a stopped batch);
-- ``canvas.csv``: Canvas's gradebook import format: ``Student``, ``ID``, ``SIS User ID``,
-  ``SIS Login ID``, ``Section``, one column per lab, and a ``Points Possible`` row. A lab whose
-  answers still await a TA is left blank (Canvas leaves a blank cell's grade as it is). Students
-  are matched to a roster (Canvas's own gradebook export, ``read_canvas_export``: its Points
-  Possible and Manual Posting rows, rows with no ID and the Test Student are not people) by
-  SIS Login ID, SIS User ID or ID; without one, the LMS's ids the intake kept. ``lab_columns`` is
-  the one decision of each lab's column (``Title (id)`` as Canvas heads the assignment) and of
-  what refuses it: a column Canvas would make a new assignment of, other points in Canvas than
-  in the rubric (unless scaling was agreed), a stale rubric. While one lab is refused no
-  canvas.csv is written, by any command (``write_canvas``).
+``final_grades.csv`` has one row per student in Otter-Grader's layout (a column per check, each
+lab's execution status and total, then the term's total, pending points and status).
+``canvas.csv`` is Canvas's gradebook import format, one column per lab, with students matched
+to the roster by SIS Login ID, SIS User ID or ID; a lab awaiting a TA is left blank.
+``lab_columns`` is the one decision of each lab's column and of what refuses it (a column Canvas
+would make a new assignment of, other points than the rubric's, a stale rubric); while one lab
+is refused, no ``canvas.csv`` is written.
 
-A lab's ``late`` row (``late``: late work) counts in its total in both files. ``grade-export`` keeps what it
-wrote (``.grader/exported.json``); ``changes`` lists every lab score that differs from it since:
-the regrade list ``summary.md`` shows and ``grade-export`` prints.
+A lab's ``late`` row counts in its total in both files. ``changes`` lists every lab score that
+differs from what ``grade-export`` last wrote: the regrade list.
+More in docs/gradebook.md, section Exports.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """The public rubric: what of the grader's rubric a student may know, for ``make check``.
 
 ``make release`` writes it into the student kit as ``notebooks/rubric.toml``, in place of the
-grader's; ``labkit.notebook.checking`` reads it. ``public_rubric(rubric, notebooks)`` derives it from the
-grader's rubric and the reference notebooks. Per lab it keeps
-
-- the notebook's file name, the parameters the grader runs it with, and its limits (kernel,
-  cell and notebook timeouts, kernel start, memory);
-- the records the lab's checks read (names only);
-- the checks a student's machine can run on its own, without the grader: ``record`` (records
-  present), ``figures`` (figures shown) and ``analysis`` (the answer cells and their questions'
-  cells, by id, as the grader finds them: ``labkit.grading.judge.answers.questions``; filled or not);
-- the exercises: each code cell of the reference notebook with a solution region, by id, the
-  names its solution defines, and for a function the first later cell that uses it, the
-  notebook's own self-check;
-- the points: automatic (every check but the answers) and answers (scored by TAs);
-
-and of every other check only how many there are and their points: no name, input, seed,
-verifier, reference value or answer key. ``to_toml`` writes it (``tomllib`` reads it back).
+grader's; ``labkit.notebook.checking`` reads it. ``public_rubric(rubric, notebooks)`` derives it
+from the grader's rubric and the reference notebooks: per lab the notebook, its parameters and
+limits, the records its checks read, the checks a student's machine can run alone (``record``,
+``figures``, ``analysis``), the exercises and the points; of every other check only how many
+there are and their points, never a name, input, seed, verifier, reference value or answer
+key. ``to_toml`` writes it.
 
 The solution markers and the stub live here, below ``release`` (which replaces each region by
 the stub): the exercises are found by the same markers, and ``make check`` looks for the stub.
+More in docs/internals.md, section labkit.grading (what is kept, field by field).
 """
 
 from __future__ import annotations

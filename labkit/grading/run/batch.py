@@ -1,27 +1,16 @@
 """One loop that takes a grading batch's notebooks from their folders to their pages, whatever
 runs them.
 
-Each notebook is a ``Flight`` through these steps (``Batch.advance``), each polled, none waited on:
+Each notebook is a ``Flight`` (``Batch.advance``) through four steps, each polled, none waited
+on: ``prepare`` and its run on the executor; what the run left, read once, and the grader's own
+checks; ``scoring.score`` and the sink's ``record``; its feedback page, after which its uid and
+disk are given back. The executor's ``slots`` bounds the runs; the next notebook starts while
+the last one's checks go on, as long as the memory limits of everything in flight fit the
+executor's ``memory_mb``. Polling every flight in one loop keeps every run's limits while
+another is checked or rendered. Stopping the batch (Ctrl-C, SIGTERM) kills everything in flight
+and gives back its uids and disks.
 
-1. ``prepare`` (``runner``): its work folder and cleaned copy, or the row that says why it
-   will not run; then its run, on the executor (``executor``: here, or on Slurm) until it ends;
-2. what the run left, read once (``scoring.examine``, in a child within that student's limits:
-   ``scoring.examined``), and the grader's own checks (``checks.Checking``) when its lab
-   verifies claims or has hidden checks;
-3. ``scoring.score``, and the sink's ``record`` (``grade``'s: the stored outcome, grades.csv,
-   the progress line), which returns the feedback page to write (``render.Task``);
-4. the page, rendering in a limited process of its own; once it is written, the flight is
-   over and the run's uid and disk are given back (``runner.release``).
-
-The executor's ``slots`` bounds the notebooks running (step 1): a run takes the cores, its
-checks and page (steps 2 to 4) are short and mostly wait. So once a run ends, the next notebook
-starts while its checks go on, as long as the memory limits of everything in flight (each run's
-``memory_mb``, each check's ``check_memory_mb``, each page's) fit in the executor's
-``memory_mb``; with nothing in flight, a notebook always starts. All steps of all flights are
-polled in one loop, so every run's limits hold while another is checked or rendered. Stopping
-the batch (Ctrl-C; SIGTERM raised as ``KeyboardInterrupt``) kills every run, check and page in
-flight and gives back their uids and disks. Without a sink, a notebook's flight ends with its
-run (a Slurm node runs its one so).
+More in docs/internals.md, section labkit.grading (each step, who does it).
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Hard limits on a graded run, and a way to end every process in it: a control group.
 
 Each graded process (a notebook's runner, a hidden check, a verifier) starts inside a fresh
-cgroup of its own, with a memory limit and a cap on its tasks (processes and threads). The
-kernel enforces both: past the memory limit its OOM killer ends a process of the group, past
-the task cap ``fork`` fails. A process inside cannot raise them: the sandbox does not show it
-the cgroup file system, and it has no capabilities. ``Group.kill`` ends every process in the
-group, however it forked or whatever session it made, and ``Group.close`` removes it.
-
-Backends, a registry tried in order (``BACKENDS``):
-
-- ``cgroup2``: the unified hierarchy, where the memory and pids controllers are delegated to
-  the grader's own cgroup (or it is root's), as on a systemd machine with delegation;
-- ``cgroup1``: the v1 ``memory`` and ``pids`` hierarchies (container hosts often have only these);
-- ``rlimit``: no cgroup available. The data segment limit is lowered together with its hard
-  limit (``RLIMIT_DATA``), so a process cannot raise it again, and the number of processes of
-  the user (``RLIMIT_NPROC``; the kernel ignores it for root, so under a root grader the
-  sandbox sets it for the run's own uid, which no other run shares). The grader then also caps
-  by polling what the tree holds: its RSS and its memfds (written, never mapped, they are in no
-  RSS and no data limit; ``proc.tree_memory``).
+cgroup of its own, with a memory limit and a cap on its tasks, which the kernel enforces and a
+process inside cannot raise (the sandbox hides the cgroup file system; no capabilities).
+``Group.kill`` ends every process in the group, however it forked, and ``Group.close`` removes
+it. Backends are tried in order (``BACKENDS``): ``cgroup2``, ``cgroup1``, and ``rlimit`` where
+no cgroup is available (hard data and process limits, plus the grader polling the tree's memory).
 
 ``open_group(name, memory_bytes, tasks)`` picks the first backend that works here.
 ``bounded(fn, ...)`` runs the grader's own work on one student's file (reading, cleaning,
 examining it) in a forked child with a data, CPU and wall-clock limit: ``OverBudget`` says which.
+More in docs/internals.md, section labkit.grading (each backend).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ functions and the kit's ``send``/``recv``; nothing in their processes is read to
 
 A worker that raises, exits, or outlasts a phase's deadline ends the run with a ``CollectiveError``
 naming it, with its log's tail; every worker is killed when the run ends, however it ends. The cost
-model and the properties a correct run has are in ``collective_model``.
+model, the properties a correct run has and the measured-vs-model table are in ``collective_model``
+(``table``, ``per_worker`` and ``plot`` are here too, for the notebook).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from labkit.core.proc import OwnedProcess
-from labkit.labs.lab4.collective_model import COLLECTIVES, CollectiveRun, properties
+from labkit.labs.lab4.collective_model import COLLECTIVES, CollectiveRun, per_worker, plot, properties, table
+
+__all__ = ["CollectiveError", "all_reduce", "per_worker", "plot", "self_check", "shard_gradients", "table"]
 from labkit.tasks import PROGRAMS
 from labkit.tasks import collective_worker as wire
 
@@ -112,12 +115,12 @@ def self_check(grads, ring=None, gather_scatter=None, **options) -> CollectiveRu
     (the error and the worker's log tail are printed)."""
     from labkit.notebook.selfcheck import Verdict, verdict
 
-    subject = " and ".join(
-        f"your {c} ({', '.join(f.__name__ for f in fns)})"
+    given = [
+        f"{c}: {', '.join(f.__name__ for f in fns)}"
         for c, fns in (("ring", ring), ("gather/scatter", gather_scatter))
         if fns
-    )
-    v = Verdict(subject or "your collectives")
+    ]
+    v = Verdict(f"the collective code ({'; '.join(given)})")
     try:
         run = all_reduce(grads, ring, gather_scatter, **options)
     except CollectiveError as e:

@@ -241,15 +241,19 @@ def table(run: CollectiveRun, mwms_bytes_per_worker: float | None = None):
 
 
 def per_worker(frame):
-    """``table``'s rows summed over each collective's phases: one row per collective and worker."""
+    """``table``'s rows summed over each collective's phases: one row per collective and worker, with
+    measured over model bytes each way, and the collective's seconds (its phases' sum)."""
     cols = ["sent_bytes", "model_sent_bytes", "received_bytes", "model_received_bytes", "phase_s"]
     ran = frame[frame["worker"] >= 0]
     out = ran.groupby(["collective", "worker"], sort=False)[cols].sum()
     out["phase_s"] = ran.groupby(["collective", "phase"], sort=False)["phase_s"].first().groupby(level=0).sum()
+    for way in ("sent", "received"):
+        model = out[f"model_{way}_bytes"]
+        out[f"{way}_over_model"] = (out[f"{way}_bytes"] / model.where(model > 0)).round(4)  # none where the model has 0
     return out.rename(columns={"phase_s": "seconds"})
 
 
-def plot(frame, title: str = "Bytes per worker in one all-reduce: measured (bars) and the cost model (lines)"):
+def plot(frame, title: str = "Bytes per worker in one all-reduce: measured (bars) and the cost model (black marks)"):
     """Per worker, the bytes each collective sent and received as the relay counted them, the cost
     model's as black marks, and MultiWorkerMirroredStrategy's measured bytes per step when given."""
     import matplotlib.pyplot as plt

@@ -1,23 +1,13 @@
 """Datasets: locate, fetch, verify and parse MNIST, Fashion-MNIST and a9a.
 
-Every file is checked against a pinned sha256 before it is parsed, so a truncated
-download or a corrupt copy fails with a message that names the file and the fix,
-never with a numpy traceback halfway through a lab.
+Every file is checked against a pinned sha256 before it is parsed, so a truncated download or a
+corrupt copy fails with a message that names the file and the fix, never with a numpy
+traceback halfway through a lab. A dataset is looked for in ``data_dir`` or ``$LABKIT_DATA``,
+then ``data/<dataset>/``, then a system directory, and else fetched from ``$LABKIT_DATA_MIRROR``
+or the public mirrors; several processes may fetch at once (a file lock, then an atomic rename).
 
-Where a dataset is looked for, in order:
-  1. an explicit directory: the ``data_dir`` argument, else ``$LABKIT_DATA``
-     (the files may sit in ``DIR/`` or ``DIR/<dataset>/``);
-  2. ``data/<dataset>/`` in the repository (gitignored);
-  3. a system directory, where one exists (Debian's ``dataset-fashion-mnist``);
-  4. a fetch into ``data/<dataset>/`` from ``$LABKIT_DATA_MIRROR`` (a local
-     directory or a base URL), else from the public mirrors.
-
-Fetching is safe when several processes do it at once (a cluster's workers, say):
-one process holds a file lock while it downloads to a temporary file, verifies it
-and renames it into place atomically; the others wait, then find the file ready.
-
-TensorFlow is imported lazily, only by ``make_dataset``, so that the launcher and
-the CLI stay quick to start.
+TensorFlow is imported lazily, only by ``make_dataset``, so that the launcher and the CLI stay
+quick to start. More in docs/internals.md, section labkit.datasets.
 """
 
 from __future__ import annotations

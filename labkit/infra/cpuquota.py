@@ -1,23 +1,17 @@
 """A CPU quota per emulated node, so N nodes have N times the compute of one on a shared machine.
 
-Emulated nodes (``labkit.infra.netem``) share this machine's cores: three workers on two cores each
-compute at two thirds of a core, and a "speed-up" over one worker measures the cores, not the
-architecture. A ``NodeQuotas`` gives every node a control group of its own capped at ``cpus``
-cores (a quota per period of ``PERIOD_US``): with ``cpus`` = cores / nodes, every node of the
-largest cluster gets the same share at once, and one node alone gets no more than its share,
-so a node's compute is the same at every N, as on separate machines of ``cpus`` cores each.
+Emulated nodes (``labkit.infra.netem``) share this machine's cores, so a "speed-up" over one
+worker would measure the cores, not the architecture. A ``NodeQuotas`` gives every node a
+control group of its own capped at ``cpus`` cores: with ``cpus`` = cores / nodes, a node's
+compute is the same at every N, as on separate machines. It uses cgroup v2 (``cpu.max``) where
+it may, else a writable cgroup v1 ``cpu`` hierarchy; ``availability()`` says which, or why
+neither (the runs then go on without quotas, and say so). A quota is a ceiling, not a
+reservation.
 
-Where: cgroup v2 (``cpu.max``) when this process's cgroup is the unified root or a delegated one
-whose ``cpu`` controller can be enabled for its children; else cgroup v1's ``cpu`` hierarchy
-(``cpu.cfs_quota_us``/``cpu.cfs_period_us``) when it is writable (root). ``availability()``
-says which, or why neither (an unprivileged user without delegation, macOS): the runs then go
-on without quotas and the reason is shown. A quota is a ceiling, not a reservation: other
-programs on the machine still compete for the same cores.
-
-Ownership: the groups live under ``labkit-<owner pid>-<hex>``; ``stop()`` removes them once
-their processes are gone, and a start sweeps away empty ones whose owner died. A task joins its
-node's group before it executes (``wrap``), so every thread and child it makes is capped too.
-Imports only the standard library.
+The groups are named by their owner's pid; ``stop()`` removes them, and a start sweeps away
+empty ones whose owner died. A task joins its node's group before it executes (``wrap``), so
+everything it starts is capped too. Imports only the standard library.
+More in docs/internals.md, section labkit.infra.
 """
 
 from __future__ import annotations

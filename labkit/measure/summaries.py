@@ -1,18 +1,16 @@
 """Sample frames and what they add up to: the reports' table columns over a window, per task.
 
-A ``labkit.measure.monitor.ResourceSampler`` takes the samples; this module reads them, whether they
-come from a live sampler, a task's result file (``to_dict()``) or several tasks at once:
+A ``labkit.measure.monitor.ResourceSampler`` takes the samples; this module reads them, whether
+they come from a live sampler, a task's result file (``to_dict()``) or several tasks at once:
 
-- ``frame(rows, ...)`` and ``frame_from_dict(d)``: the samples as a pandas DataFrame, one row
-  per interval (columns in the monitor's docstring), with ``marks``, ``host``,
+- ``frame(rows, ...)``, ``frame_from_dict(d)``: the samples as a DataFrame, one row per interval
+  (its columns: docs/internals.md, section labkit.measure), with ``marks``, ``host``,
   ``start_epoch`` and ``interval`` in ``attrs``;
-- ``summarize(frame, start, end)``: one dict of the reports' columns over a window that marks
-  or seconds bound; ``summarize_tasks``: one row per task of a merged frame;
+- ``summarize(frame, start, end)``: the reports' columns over a window that marks or seconds
+  bound; ``summarize_tasks``: one row per task of a merged frame;
 - ``merge_frames({task: samples})``: several tasks on one time axis, with ``task`` and ``host``;
-- ``node_rates(merged, nodes)``: one row per node, the bytes/s on its NICs: on emulated links
-  (``labkit.infra.netem``) each node's own ``lan0``, where on 127.0.0.1 every task shares ``lo``;
-  ``link_use(merged, nodes, bytes_per_s)``: the same as shares of a link's rate, and how
-  long the link was busy.
+- ``node_rates(merged, nodes)``: each node's bytes/s on its NICs (on emulated links its own
+  ``lan0``); ``link_use(merged, nodes, bytes_per_s)``: the same as shares of a link's rate.
 
 Imports nothing of labkit, so plots, the launcher's results and the dstat CSV can use it.
 """

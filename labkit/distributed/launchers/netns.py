@@ -2,21 +2,16 @@
 
     spec = cluster.mode("cluster2", hosts=netem_nodes(3))      # node0: ps + worker 0; node1, node2
     Cluster(spec, "ps_sgd", launcher="netns", launcher_options={"link": "1gbit"})
-    sync_async.run("async", "cluster2", 50, **cluster_args("1gbit", 3))   # a lab's run, the same way
 
-The placement is the spec's, as on a real cluster: every distinct host of the spec becomes one
-emulated node (``labkit.infra.netem``), named by it, and the tasks of one host share its namespace
-and talk over its ``lo``; the others cross two shaped links (the sender's and the receiver's)
-through the switch. The tasks run here, as the local launcher's do (the same process,
-log, signals and death with this process), started through ``nsenter`` inside their node (a
-task forked by ``labkit.distributed.launchers.forkserver`` joins the namespace its stand-in was started in).
-
-The network is planned when the Cluster is made (its addresses go into ``TF_CONFIG``),
-started with the first task and taken down once every task is down (``release``); its
-namespaces die with this process however it ends (``labkit.infra.netem``: held by processes that
-stop what runs in them). ``network.json`` in the run directory records the link, the nodes,
-their addresses and the cores they share (``described``). Where links cannot be emulated, making the Cluster raises
+Every distinct host of the spec becomes one emulated node (``labkit.infra.netem``): tasks of
+one host share its ``lo``, the others cross two shaped links. The tasks run here, as the local
+launcher's do, started through ``nsenter`` inside their node. The network is planned with the
+Cluster, started with its first task and taken down with its last; its namespaces die with this
+process however it ends. ``network.json`` in the run directory records the link, nodes,
+addresses and shared cores. Where links cannot be emulated, making the Cluster raises
 ``netem.EmulationUnavailable``, which says why and what still works.
+
+More in docs/internals.md, section labkit.distributed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """The rubric: what each lab notebook must record and show, and how many points each part earns.
 
-``load_rubric(path)`` reads ``notebooks/rubric.toml`` (its header comment documents the
-format) and validates it up front, so a typo is reported with the lab, the check and the
-key to fix before any notebook runs. ``evaluate(check, nb, records)`` scores one check on an
-executed notebook, with partial credit where a fraction has a meaning.
+``load_rubric(path)`` reads ``notebooks/rubric.toml`` (its header comment documents the format)
+and validates it up front, so a typo is reported with the lab, the check and the key to fix
+before any notebook runs. ``evaluate(check, nb, records)`` scores one check on an executed
+notebook, with partial credit where a fraction has a meaning.
 
-Check kinds are a registry (``KINDS``, a ``labkit.core.registry.Registry`` filled by ``@kind``), as
-verifiers, hidden checks, launchers and benchmarks are: a kind names its keys and who scores it (``Kind.scorer``). Kinds that read the notebook
-score here; a ``hidden`` check is scored by the grader's own check process
-(``labkit.grading.judge.checks``); an ``analysis`` answer by people: it is ``pending`` until a TA's
-score is merged (``labkit.grading.judge.answers``).
-
-Evidence: a lab's ``evidence`` names the checks whose value the grader establishes itself
-(a ``verify`` re-check or a ``hidden`` check). Until every one of them earns points, the
-lab's other checks, which read what the notebook printed, earn nothing (``gate``); only
-``analysis`` answers are scored on their own.
+Check kinds are a registry (``KINDS``, filled by ``@kind``): a kind names its keys and who
+scores it (``Kind.scorer``): here for kinds that read the notebook, the grader's own check
+process for ``hidden`` ones (``labkit.grading.judge.checks``), people for ``analysis`` answers
+(``labkit.grading.judge.answers``). A lab's ``evidence`` names the checks whose value the grader
+establishes itself; until every one of them earns points, the lab's other checks, which read
+what the notebook printed, earn nothing (``gate``); ``analysis`` answers are scored on their own.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Which students' notebooks share code or answers: a flag for a person to look at, never points.
 
-Per lab, every pair of submissions is compared twice:
+Per lab, every pair of submissions is compared on its code cells (tokenized, identifiers and
+strings made anonymous, so renaming or rewording changes nothing) and on its analysis answers.
+Each is fingerprinted by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003: the algorithm
+behind MOSS), ignoring what the released notebook already holds; a pair's similarity is the
+share of the smaller document's fingerprints the other has too. Pairs at or above the threshold
+are listed in ``similarity.html`` with the matching passages side by side, and in
+``similarity.csv``, from which the TA answer pages mark a flagged pair's answers (``flags``).
 
-- **code**: the code cells, tokenized by Python's ``tokenize`` with comments and whitespace
-  dropped, every identifier replaced by one symbol and every string by another (renaming
-  variables or rewording comments changes nothing);
-- **answers**: the analysis answers (as ``answers.locate`` finds them), lower-cased words
-  without punctuation.
-
-Each document is fingerprinted by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003: the
-algorithm behind MOSS): hash every k-gram of tokens, keep the smallest hash of each window of
-w consecutive ones, with its position. Fingerprints the starting notebook already has (the
-released version of the reference, whose code every student starts from; the questions, which
-answers may quote) are ignored. A pair's similarity is the share of the smaller document's
-fingerprints that the other has too. Pairs at or above the threshold are listed in
-``similarity.html`` with every matching passage side by side (the cell or the question each
-is in), and in ``similarity.csv``, whose ``parts_a`` and ``parts_b`` name the cells or questions
-that match: the TA answer pages mark a flagged pair's answers from them (``flags``).
+More in docs/internals.md, section labkit.grading.
 """
 
 from __future__ import annotations

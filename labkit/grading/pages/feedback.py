@@ -1,23 +1,16 @@
 """Feedback pages that render offline: the check table and what to do next, then the executed notebook.
 
 nbconvert's ``lab`` template gives the look; labkit's template (``templates/feedback``) writes
-the body only, and ``sanitize.Page`` puts it under the grader's own head after cleaning all of
-it against the allow-list: the last step, after every conversion. Before that:
-
-- Markdown goes through nbconvert's own Markdown parser (mistune, with its math syntax), and
-  every formula becomes MathML (``latex2mathml``), which Chromium, Firefox and Safari draw
-  natively: no script, no network;
-- HTML (Markdown cells' own and outputs') is cleaned on its own as well, so one output's
-  unclosed tags cannot swallow the cells after it;
-- figures stay inline (data URIs); SVG as ``<img src="data:image/svg+xml;base64,...">``;
-- the notebook is shown as ``notebook_view`` shapes it: cells numbered as JupyterLab numbers
-  them ("Cell 5/42", the number every reason uses), outputs over the rubric's ``page_output_kb``
-  cut with a note, TensorFlow's start-up lines folded into a note rather than shown as an error.
+the body only, and ``sanitize.Page`` cleans all of it as the last step. Before that, formulas
+become MathML (drawn natively: no script, no network), each HTML output is cleaned on its own,
+figures stay inline, and ``notebook_view`` numbers the cells as JupyterLab does and cuts long
+outputs.
 
 A page shows only what the student's own run produced and the grader's verdicts: no answer
 key, no reference solution, nothing of a hidden check but its verdict, nothing of a classmate.
 Pages render in a process of their own, limited in time and memory (``render``):
 ``write_feedback`` runs there; ``plain_page`` is what the grader writes instead when it fails.
+More in docs/internals.md, section labkit.grading.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Pages render in a process of their own, limited in time and memory.
 
-A page is made from what a student's run printed: one 16 MB ``text/html`` output took the
-grader minutes and gigabytes when it rendered in the grader itself. So every feedback page and
-TA answer page is written by a process of its own, forked from the grader's warm renderer
-(``warm``: nbconvert imported once) or, where there is none, ``python -m labkit.grading.pages.limited
-SPEC``; either runs ``limited.main(SPEC)`` in a group of its own
-(``limits.open_group``: a memory cap and a task cap; inside, ``limits.limit_self`` lowers its
-data limit too), and stopped past ``TIMEOUT_S`` seconds of CPU time (``RLIMIT_CPU``): a limit on
-the work a page may take, whatever else the machine is doing, so a page that renders on a quiet
-machine renders under load too. ``WALL_FACTOR`` times that in wall-clock time is the backstop.
+A page is made from what a student's run printed, and one 16 MB ``text/html`` output once took
+the grader minutes and gigabytes. So every feedback page and TA answer page is written by a
+process of its own (forked from the warm renderer, ``warm``, else ``python -m
+labkit.grading.pages.limited SPEC``), in a group with a memory and a task cap, stopped past
+``TIMEOUT_S`` seconds of CPU time (so a page that renders on a quiet machine renders under load
+too), with ``WALL_FACTOR`` times that in wall-clock time as the backstop.
 
-``Task`` is one page to write: the function that writes it (the caller's own, e.g.
-``answers.write_page``; the child process imports it by its module and name), its JSON
-arguments, the page to write instead when rendering fails (``fallback``: the check table and why
-the notebook is not shown), and where to record how it ended (``cache``: the page is not written
-again, nor a fallback retried, until what it shows changes). ``Task.start()`` returns a
-``Rendering`` whose ``poll()`` is None until it has ended; the batch polls it with the notebooks
-it runs, so their timeouts still hold while a page renders. ``run(tasks, parallel)`` writes a
-list of pages, N at a time, and waits.
+``Task`` is one page to write (its writer function, JSON arguments, a ``fallback`` page and a
+``cache``); ``Task.start()`` returns a ``Rendering`` that the batch polls with its runs, so their
+timeouts hold while a page renders. ``run(tasks, parallel)`` writes a list of pages, N at a
+time, and waits. More in docs/internals.md, section labkit.grading.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Pages forked from a warm renderer, one child per page.
 
-A feedback page rendered in a fresh interpreter costs about 1.1 s of CPU, two thirds of it before
-the first cell: importing nbconvert (with bleach, BeautifulSoup, mistune and pygments) and
-compiling its templates and patterns. A grader writes a page per notebook, so this server
-(``python -m labkit.grading.pages.warm SOCKET``) pays that once: before the first page of each
-writer it imports the writer's module and runs its ``warm_up`` (``limited.warm_up``: feedback's
-renders a page of its own), then it forks a child per page. The child joins the page's cgroups,
-takes the page's limits (``limited.main``: data, CPU time), writes to the page's log and exits;
-the server reports how it ended. A child holds nothing of another student's: the server renders
-no student's page itself.
+A feedback page rendered in a fresh interpreter costs about 1.1 s of CPU, two thirds of it
+importing nbconvert and compiling its templates. This server (``python -m
+labkit.grading.pages.warm SOCKET``) pays that once: before the first page of each writer it
+imports the writer's module and runs its ``warm_up``, then it forks a child per page, which
+joins the page's cgroups, takes its limits (``limited.main``), writes to its log and exits. A
+child holds nothing of another student's: the server renders no student's page itself.
 
 The server is a helper of the grader process that started it (``labkit.core.helper``: it dies
-with it, and its socket and log are in a scratch folder removed when it stops) and belongs to the
-command under way (``session``: stopped at its end); every child dies with the server
-(``PR_SET_PDEATHSIG``). Where it cannot start, or with ``LABKIT_COLD_PAGES=1``, each page runs in an
-interpreter of its own (``render.Rendering``).
+with it, its scratch folder too) and belongs to the command under way (``session``); every child
+dies with the server (``PR_SET_PDEATHSIG``). Where it cannot start, or with
+``LABKIT_COLD_PAGES=1``, each page runs in an interpreter of its own (``render.Rendering``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """A log a graded process cannot grow without bound: its head, a note of what was cut, its tail.
 
-What a sandboxed process writes to its stdout and stderr never goes straight into a host
-file. It goes into a pipe; grader code outside the sandbox reads the pipe and keeps the first
-``HEAD`` bytes as they came and the last ``TAIL`` bytes in memory, rewriting them after the
-head at most every ``FLUSH_S`` seconds (and at the end), with a line saying how many bytes
-were cut between them. The file never holds more than ``HEAD + TAIL`` and a line, however
-much a notebook prints; a flood only costs the flooding run the time to copy it.
+What a sandboxed process writes to its stdout and stderr never goes straight into a host file.
+It goes into a pipe; grader code outside the sandbox keeps the first ``HEAD`` bytes as they came
+and the last ``TAIL`` bytes in memory, rewriting them after the head at most every ``FLUSH_S``
+seconds (and at the end), with a line saying how many bytes were cut. The file never holds more
+than ``HEAD + TAIL`` and a line; a flood only costs the flooding run the time to copy it.
 
-Two uses:
-
-- the runner (``labkit.grading.run.runner``) points its own stdout and stderr at a pipe it reads
-  from a thread (``capture``), so the kernel and everything it starts, which inherit them,
-  write through it;
-- the grader's check processes run under this file as a script (``python logcap.py LOG --
-  COMMAND...``), which runs COMMAND with its output piped, copies it into LOG the same way, and
-  exits with COMMAND's code. It imports only the standard library.
+Two uses: the runner (``labkit.grading.run.runner``) points its own stdout and stderr at a pipe
+it reads from a thread (``capture``), so the kernel and everything it starts write through it;
+the grader's check processes run under this file as a script (``python logcap.py LOG --
+COMMAND...``), which copies COMMAND's output into LOG the same way and exits with its code. It
+imports only the standard library.
 """
 
 from __future__ import annotations

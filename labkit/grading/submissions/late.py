@@ -5,17 +5,13 @@ The LMS says what is late (``intake``: Canvas's ``LATE`` file-name marker, or Gr
 (or ``[defaults]``) may set ``late_penalty``:
 
     late_penalty = { per_day = 0.1, max = 0.5 }   # 10% of the lab's points per day or part of one, at most 50%
-    late_penalty = { flat = 0.2 }                 # 20% off any late work, however late
-    late_penalty = { per_day = 0.1, grace_hours = 1 }   # the first hour late costs nothing
+    late_penalty = { flat = 0.2, grace_hours = 1 }   # 20% off any late work, the first hour free
 
-Fractions are of the lab's points (as Canvas's own late policy takes a share of the points
-possible), and a penalty never takes a lab below 0. Without ``late_penalty`` late work costs
-nothing; either way it gets a ``late`` row (status ``late``) that says how late it was, so the
-reports show it. Canvas's marker says only *that* a file was late: a ``per_day`` penalty then
-counts one day, and the row says so.
-
-The policy is applied when the reports are written (``publish``), from the batch's intake
-record and the TAs' scores, so changing it re-runs no notebook.
+Fractions are of the lab's points, and a penalty never takes a lab below 0. Late work always
+gets a ``late`` row that says how late it was, costing nothing without ``late_penalty``.
+Canvas's marker says only *that* a file was late: a ``per_day`` penalty then counts one day, and
+the row says so. The policy is applied when the reports are written (``publish``), from the
+batch's intake record and the TAs' scores, so changing it re-runs no notebook.
 """
 
 from __future__ import annotations

@@ -3,17 +3,16 @@
 Launchers, benchmarks, rubric check kinds, verifiers, hidden checks and grading executors are
 each a ``Registry``: a mapping from name to entry, filled two ways::
 
-    LAUNCHERS = Registry("launcher", builtin={"slurm": "labkit.distributed.launchers.srun:SlurmLauncher"})
+    LAUNCHERS = Registry("launcher", builtin={"srun": "labkit.distributed.launchers.srun:SlurmLauncher"})
 
-    @LAUNCHERS.register("netns")          # an entry defined here and now
-    class NetnsLauncher(LocalLauncher): ...
+    @LAUNCHERS.register("nice")           # an entry defined here and now
+    class NiceLauncher(LocalLauncher): ...
 
 A built-in entry is a ``"module:attribute"`` reference, imported on first use, so naming a
-registry's entries costs no imports (the Slurm launcher's module loads only where Slurm is
-asked for; a benchmark's only in the process that runs it). A built-in entry's name is its
-module's name; a name it had before is an alias (``aliases``), which finds the same entry and is
-not listed. An unknown name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that
-lists the known ones. Imports nothing from labkit.
+registry's entries costs no imports. A built-in entry's name is its module's name; a name it
+had before is an alias (``aliases``), which finds the same entry and is not listed. An unknown
+name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones.
+Imports nothing from labkit.
 """
 
 from __future__ import annotations

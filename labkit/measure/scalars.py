@@ -1,13 +1,11 @@
 """TensorBoard: scalars from a finished run's series, written by the driver; the notebooks' TensorBoard cell.
 
 Lab 2's and Lab 3's task programs keep their chief's evaluations in their result files
-(``series``) instead of writing TensorBoard events; the driver turns those series into
-scalars under the run's directory, ``runs/<lab>/<run>/tensorboard``, once the run has
-ended. That way they land next to the task logs on this machine, also when the chief ran
-on another node, and only the chief's series is written. Each point keeps its time in the
-run (``t``, seconds since training started) as its wall time, so TensorBoard's *Relative*
-axis is training time, as the notebooks' curves. (Labs 1, 4 and 5 write events while
-they train: ``labkit.learning.lr``, ``labkit.learning.train_loop``.)
+(``series``) instead of writing TensorBoard events; once the run has ended, the driver turns
+those series into scalars under ``runs/<lab>/<run>/tensorboard``, next to the task logs on this
+machine even when the chief ran on another node. Each point keeps its time in the run as its
+wall time, so TensorBoard's *Relative* axis is training time. (Labs 1, 4 and 5 write events
+while they train: ``labkit.learning.lr``, ``labkit.learning.train_loop``.)
 
     write(run_dir / "tensorboard", chief["series"]["eval"], step="global_step",
           keys=("test_loss", "test_accuracy"))

@@ -1,19 +1,17 @@
 """Cluster specs: which TensorFlow task runs where, and the ``TF_CONFIG`` each one reads.
 
 A ``ClusterSpec`` is a small immutable map of jobs (``ps``, ``worker``, ``chief``) to
-``host:port`` addresses. It starts no processes (that is ``labkit.distributed.launch``); it builds,
-validates and prints. Every mistake is a ``ValueError`` that names the bad value and
-the fix, raised when the spec is built rather than when a task hangs.
+``host:port`` addresses. It starts no processes (that is ``labkit.distributed.launch``); it
+builds, validates and prints. Every mistake is a ``ValueError`` that names the bad value and the
+fix, raised when the spec is built rather than when a task hangs.
 
     spec = local(ps=1, workers=3)               # 127.0.0.1, free ports
     spec = mode("cluster2", hosts="hosts.txt")  # the reports' deploy modes
     spec.tf_config("worker", 1)                 # the JSON for TF_CONFIG
-    print(spec.table())
 
-Placement on hosts follows the CS744 kits: task *i* of each job goes to host
-``i mod len(hosts)``, and each host hands out ports from ``base_port`` upwards, so
-1 ps + 3 workers on node0..node2 gives ps node0:2222, workers node0:2223, node1:2222,
-node2:2222.
+Placement on hosts follows the CS744 kits: task *i* of each job goes to host ``i mod
+len(hosts)``, and each host hands out ports from ``base_port`` upwards, so 1 ps + 3 workers on
+node0..node2 gives ps node0:2222, workers node0:2223, node1:2222, node2:2222.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """The stand-in of a task that the fork server starts (``labkit.distributed.launchers.forkserver``).
 
-The launcher runs it as the task's interpreter (``forkclient.py PYTHON SOCKET -m MODULE ARGS``,
-through the small script ``ForkServer.python``); it hands its arguments, environment, working
-directory, standard streams (the task's log) and network namespace to the server, which forks
-the task (in that namespace: a stand-in that the netem launcher starts inside an emulated node
-gets a task on that node). Then it
-stands for the task: the signals it gets go to the task, and it exits as the task did (a task
-killed by signal N kills it with N). It holds one end of a pipe whose other end the task
-watches: however this process ends, SIGKILL included, the task kills itself at once. If the
-server ends first (it dies with the process that started it, as the stand-in does), the task
-gets SIGTERM and time to write its result, as from a launcher (``wind_down``).
+The launcher runs it as the task's interpreter (``forkclient.py PYTHON SOCKET -m MODULE ARGS``);
+it hands its arguments, environment, working directory, standard streams and network namespace
+to the server, which forks the task (in that namespace: a stand-in started inside an emulated
+node gets a task on that node). Then it stands for the task: the signals it gets go to the
+task, and it exits as the task did (a task killed by signal N kills it with N). It holds one
+end of a pipe the task watches: however this process ends, SIGKILL included, the task kills
+itself at once. If the server ends first, the task gets SIGTERM and time to write its result
+(``wind_down``).
 
-If the server cannot be reached (it ended with the kernel that started it, and someone reruns
-the command a task log starts with), it runs the task in ``PYTHON`` itself, as the launcher
-would have. Standard library only, and run with ``python -I -S``: it starts in milliseconds.
+If the server cannot be reached (someone reruns the command a task log starts with), it runs the
+task in ``PYTHON`` itself. Standard library only, run with ``python -I -S``: it starts in
+milliseconds.
 """
 
 import json

@@ -2,19 +2,15 @@
 
 Every CSV the grader writes goes through ``report.write_csv``, which passes each text cell
 through ``escape``: a cell that starts with ``=``, ``+``, ``-``, ``@`` or a tab gets a leading
-``'``, so Excel, LibreOffice and Google Sheets show it as text (an answer
-written as ``=HYPERLINK(...)`` stays words). Numbers are left as they are: a spreadsheet reads
-``-1`` as a number, never a formula, so a score column keeps its numbers.
+``'``, so spreadsheets show it as text (an answer written as ``=HYPERLINK(...)`` stays words).
+Numbers are left as they are: ``-1`` is a number, never a formula. A cell is also inert
+(``labkit.core.inert``): control, bidi and invisible format characters are written as their
+escapes (``\\x1b``, ``\\u202e``; a carriage return too), so a CSV shows what the student wrote
+and does nothing; newlines and tabs stay.
 
-A cell is also inert (``labkit.core.inert``): a control character, a bidi control or an
-invisible format character is written as its escape (``\\x1b``, ``\\u202e``; a carriage
-return too), so that a CSV shown in a terminal or a spreadsheet shows what the student wrote and
-does nothing; newlines and tabs stay.
-
-The grader reads some of its CSVs back (the TAs' filled-in answer CSVs, ``ta_scores.csv``):
-``read_rows`` undoes ``escape`` exactly (``unescape(escape(v)) == v`` for every text), so a TA's
-comment or a student's name comes back as written, and a score a TA typed (``-1``, say) reaches
-the range check unchanged.
+The grader reads some of its CSVs back (the TAs' answer CSVs, ``ta_scores.csv``): ``read_rows``
+undoes ``escape`` exactly (``unescape(escape(v)) == v`` for every text), so a TA's comment comes
+back as written, and a score a TA typed (``-1``, say) reaches the range check unchanged.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Every report of a batch, rebuilt from what its runs left and what the TAs scored.
 
-A batch's output folder holds its manifest and the class's gradebook (``gradebook``: each
-notebook's signed runs, the people and their LMS ids, the roster, the exports sent, and the TAs'
-scores with their history, ``answers.merge``; ``ta_scores.csv`` is a view of the current ones).
-``Book.load(out)`` reads them back,
-``Book.rows()`` gives the rows of ``grades.csv`` (a notebook's stored rows, with its analysis
-answers found again in the submitted file and scored by the TA where one has), and
-``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,
-``final_grades.csv``, ``canvas.csv`` and the feedback pages whose content changed (``page_task``:
-each rendered in a limited process of its own, ``render``; a page is kept until its run, its rows
-or the renderer change, ``cache``). No notebook runs.
+A batch's output folder holds its manifest and the class's gradebook (``gradebook``: signed
+runs, people and their LMS ids, the roster, the exports sent, and the TAs' scores).
+``Book.load(out)`` reads them back, ``Book.rows()`` gives the rows of ``grades.csv`` (a
+notebook's stored rows, its analysis answers found again and scored by the TA where one has),
+and ``Book.write_reports()`` writes ``grades.csv``, ``summary.md``, ``summary.html``,
+``final_grades.csv``, ``canvas.csv`` and the feedback pages whose content changed (each rendered
+in a limited process, ``render``; kept until its run, rows or renderer change). No notebook runs.
 
-What the LMS said of each submission (``intake``: the file's name, lateness, the student's LMS
-ids) is kept in the manifest and added to the rows here: its notes to the ``execution`` row, a
-``late`` row (``late``) to late work. A later batch into the same folder adds its notebooks to
-the book (``grade``): the book is the class, whichever batch graded whom.
+What the LMS said of each submission (``intake``) is kept in the manifest and added to the rows
+here: its notes to the ``execution`` row, a ``late`` row to late work. A later batch into the
+same folder adds its notebooks to the book: the book is the class, whichever batch graded whom.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ API = {
         "describe_peer_failure fault_curves fault_tolerance report_000 resume_evidence send_rate_audit sweep",
     ),
     "idle_baseline": "labkit.measure.monitor:idle_baseline",
-    "collective": Surface("labkit.labs.lab4.collective", "self_check shard_gradients table per_worker plot"),
+    "collectives": Surface("labkit.labs.lab4.collective", "self_check shard_gradients table per_worker plot"),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

@@ -1,40 +1,16 @@
 """Emulated links (``labkit.infra.netem``): the rate a shaped link carries against the rate it was given.
 
-Two nodes in network namespaces on one shaped switch; one TCP stream from node1 to node0, timed
-to the receiver's ack, in rounds (median reported). Per configured rate:
+Two nodes on one shaped switch, one TCP stream between them, in rounds: the payload rate over
+the configured rate (goal: within 10% in the best round; headers cap it at 0.956) and what the
+labs' ``lan0`` counters read. Then the cost model (``labkit.learning.costmodel``) on that link:
+Lab 5's MLP, ps and ring at N = 1, 2, on emulated 1 Gbit/s nodes and on 127.0.0.1, predicted
+from a micro-benchmarked link plus the hosts' time per byte (gamma, fitted on loopback runs
+only); goal: median error below 0.25 on the emulated link. Last, report 003's CIFAR-scale CNN
+at N = 1, 2, 3 on 100 Mbit/s links: the PS levels off at its link's ceiling (N=3 / N=2 at most
+1.15) while the ring keeps rising (at N=3 at least twice the PS's images/s).
 
-- *payload*: TCP bytes delivered per second, over the configured rate in bytes/s. The shaper
-  counts whole frames, headers included (66 of each 1514-byte frame), so the ceiling is
-  1448 / 1514 = 0.956 of the rate. Goal: within 10% of the rate in the best round (a stream
-  at 1 Gbit/s needs most of a core; on a machine whose cores are busy, a round may fall short
-  for want of CPU, which the median shows);
-- *lan0 counter*: node0's received bytes per second as the labs' per-node tables read them
-  (``/proc/net/dev``); it counts a segmentation-offload packet's headers once, so it reads
-  about the payload rate.
-
-Then the cost model (``labkit.learning.costmodel``) on that link: Lab 5's MLP as ring N=1 (compute per
-image), ps N=2 and ring N=2, each a cluster on emulated 1 Gbit/s nodes (``launchers.netem``) and the
-same on 127.0.0.1, in rounds, interleaved. A step's time is its ring N=1 compute, plus messages x
-alpha and bytes / B of a link measured by a micro-benchmark alone (the emulated link's:
-``netem.measure_link``; loopback's: ``costmodel.measure_loopback_link``), plus bytes x gamma, the
-hosts' time per byte (serialising, copying, reducing; ``costmodel.HostCost``), per architecture.
-gamma is fitted to the same round's loopback runs, whose wire is nearly free, and carried to the
-emulated link: the emulated prediction saw none of the emulated N=2 runs. The error is
-|predicted / measured - 1|, median over rounds; goal on the emulated link: below 0.25. On loopback,
-"link only" is a prediction; "link + gamma" uses gamma fitted to the other rounds' loopback runs
-(held out; none with one round): fitted to its own round's, it would be exact by construction.
-
-Last, report 003 measured (Lab 5, section 10): the CIFAR-scale CNN (``models.cifar_cnn``,
-M = 6.9 MB, batch 32 per worker) under both architectures at N = 1, 2, 3 on emulated 100 Mbit/s
-links (``ring_vs_ps.emulated``), set beside the cost model's prediction with the gamma of the
-loopback runs above. What the thesis shows must hold: the PS's images/s levels off at its link's
-ceiling (N=3 over N=2: goal at most 1.15), the ring's keeps rising and runs well ahead of it
-(goal: at N=3 at least twice the PS's), and the model's error says how far to trust both.
-
-What it saw (2 cores shared by every node, a busy machine): with the link alone, ps N=2 within 8%
-but ring N=2 33% short, by about the time its loopback runs took beyond their link; with gamma
-(ps 0.7, ring 4.3 ns/byte, against 1/B = 8 ns/byte) both within 4%. On loopback the link alone
-misses by 59% (ps) and 78% (ring); gamma from the other round brings that to 2% and 13%.
+More in docs/internals.md, section labkit.bench (how each figure is measured and predicted,
+and what one run saw).
 """
 
 from __future__ import annotations

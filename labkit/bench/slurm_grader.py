@@ -1,25 +1,15 @@
 """Grading a class through Slurm against ``make grade -j 1``, side by side on this machine, and
 what that projects for 100 students x 5 labs on N nodes.
 
-Contenders, the same submissions graded one after the other in one run:
+The same submissions (one student's five reference notebooks; ``--quick``: four one-cell
+notebooks) are graded with ``-j 1`` and through a one-node Slurm started here
+(``labkit.infra.minislurm``) that also runs one notebook at a time: the ratio is Slurm's price
+on one node. From a notebook's cost on a node (``n``) and on the grading machine (``c``, its
+checks and reports), N nodes finish ``k`` notebooks in about ``max(k n / N, k c)``: the nodes
+share the notebooks, the grader's own work does not shrink.
 
-- **local -j 1**: ``labkit grade SUBMISSIONS -j 1``;
-- **Slurm, 1 node**: ``labkit grade SUBMISSIONS --slurm debug`` on a one-node Slurm started
-  here (``labkit.infra.minislurm``) with this machine's CPUs, no oversubscription and
-  ``--cpus-per-task`` = all of them, so the node runs one notebook at a time, as ``-j 1`` does.
-  The ratio is the price of Slurm (submission, scheduling, a sandbox set up per job) on one
-  node; the nodes of a real cluster then run notebooks side by side.
-
-Submissions: one student holding the five reference notebooks (the rubric's parameters, hidden
-checks and verifiers included); ``--quick``: four one-cell notebooks (the fixed cost only).
-
-Projection. A notebook costs ``n`` seconds on a node (the Slurm run's wall time per notebook,
-its overheads included) and ``c`` seconds on the machine that runs ``make grade`` (checks,
-verifiers and reports, which stay there: the local run's wall time minus its notebooks' own run
-time, per notebook). N nodes, one notebook per node at a time, finish a class of ``k``
-notebooks in about ``max(k n / N, k c)``: the nodes share the notebooks, the grader's own work
-does not shrink (a conservative floor: the checks of several notebooks run side by side on the
-grading machine's cores). Needs root and Debian's Slurm packages (else the benchmark says so and skips).
+Needs root and Debian's Slurm packages (else the benchmark says so and skips).
+More in docs/internals.md, section labkit.bench (the contenders, the projection).
 """
 
 from __future__ import annotations

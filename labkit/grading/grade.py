@@ -1,43 +1,18 @@
 """``make grade``: run every notebook (the reference ones, or each student's), score it against
 the rubric, re-check its claims, and write the reports.
 
-Layout of a submissions folder: ``DIR/<student>/<lab notebook>.ipynb``; Canvas's and Gradescope's
-downloads are laid out so first (``intake``, into ``out/.intake/``), and a student's lone notebook
-under another name (``... (1).ipynb``, or any name, holding the lab's cells) is graded with a note.
-Only the labs some student submitted are graded, unless ``labs`` names them. Without a
-submissions folder, the reference notebooks in ``notebooks/`` are graded as student ``reference``.
-
-A batch adds to the class already graded in ``out``: the book (``publish.Book``) keeps every
-notebook graded there before, and this batch's notebooks replace only their own student and
-lab. So grading one late student into the class's folder leaves everyone else in every report.
-Output in ``out``:
-
-    grades.csv, summary.md            every run (report.md, report.csv too for the reference run)
-    summary.html                      per lab, the score distribution and each check's pass rate (``stats``)
-    deliver/students, deliver/canvas  the feedback pages packed per student and for Canvas (``grade-deliver``)
-    final_grades.csv, canvas.csv      the gradebook exports (``exports``)
-    similarity.html, similarity.csv   pairs of students whose code or answers match (``similarity``)
-    answers/<lab>/<question>.html|.csv  the TA's pages (``grade-answers``); ta_scores.csv, what they scored (a view of the gradebook)
-    <student>/<notebook>.ipynb|.html|.log   executed notebook, feedback page, runner+kernel log
-    <notebook>.ipynb|.html|.log       the same for the reference run
-    .work/<student>/<notebook stem>/  where each notebook ran (artifacts, runs/): the only folder
-                                      its sandbox could write, on the run's own disk, removed once
-                                      its checks have read it and its page is written
-    .grader/<student>/<notebook stem>/  the grader's own files for that run (never shown to it),
-                                      with its outcome (``ledger``); .grader/batch.json, the batch
-
-Grading the same folder again runs only the notebooks whose submission (by content hash),
-rubric section or grader changed, or whose last run did not end (``ledger``): a killed batch
-resumes where it stopped; ``force=True`` runs all; ``student`` runs that one student's notebooks
-again and keeps everyone else's runs as they are. Each notebook's line says its time and the
-batch's ETA. The reports are rebuilt from the stored runs (``publish``), which is also how TA
-scores reach them without a notebook running again.
+A submissions folder is ``DIR/<student>/<lab notebook>.ipynb`` (Canvas's and Gradescope's
+downloads are laid out so first, ``intake``); without one, the reference notebooks are graded
+as student ``reference``. A batch adds to the class already graded in ``out``: its notebooks
+replace only their own student and lab. Grading the same folder again runs only what changed or
+did not end (``ledger``); the reports are rebuilt from the stored runs (``publish``), which is
+also how TA scores reach them without a notebook running again.
 
 Every notebook of a submissions folder runs in a sandbox (``labkit.grading.run.sandbox``); where
 bubblewrap is missing the batch refuses to start, unless ``--no-sandbox`` says to trust every
-notebook, which every report then warns about. The reference notebooks may run without it.
-Inputs the grader will not run (a folder name it would write over, a symbolic link, a file
-that is not a version-4 notebook, an empty or oversized one) become rows that say why.
+notebook, which every report then warns about. Inputs the grader will not run (a symbolic link,
+a file that is not a version-4 notebook, an empty or oversized one ...) become rows that say why.
+More in docs/internals.md, section labkit.grading (the output folder, re-runs).
 """
 
 from __future__ import annotations

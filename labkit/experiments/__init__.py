@@ -105,17 +105,6 @@ def function_source(fn, name: str, signature: str, what: str) -> str:
     return "".join(line + "\n" for line in _module_imports(fn)) + source
 
 
-def round_source(fn) -> str:
-    """The source of a ``sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers,
-    shared)`` function, to send to the tasks (``--round-source``); they define it and build their
-    sync graph with it. Lab 2 writes the function; Lab 3 trains with it again."""
-    from labkit.tasks.ps_sgd import ROUND_SIGNATURE, load_round
-
-    source = function_source(fn, "sync_round", ROUND_SIGNATURE, "sync_round")
-    load_round(source)  # what the tasks will do with it: define sync_round, nothing else
-    return source
-
-
 def _module_imports(fn) -> list[str]:
     """``import`` lines for the modules the function uses by a global name (``tf``, ``np``), as
     the notebook imported them, so the source defines the same function in a task's process."""

@@ -34,7 +34,8 @@ from labkit.wire import spec as cluster, events
 from labkit import experiments
 from labkit.distributed import live
 from labkit.measure import scalars
-from labkit.experiments import function_source, positive_ints, round_source
+from labkit.experiments import function_source, positive_ints
+from labkit.experiments.sync_rounds import round_source
 from labkit.distributed.launch import Cluster
 from labkit.measure.progress import tqdm
 from labkit.wire.results import ClusterResult

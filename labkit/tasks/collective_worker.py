@@ -1,8 +1,9 @@
 """One worker of a hand-written collective: ``python -m labkit.tasks.collective_worker``.
 
 The worker connects to the relay (Lab 4's ``collective`` module, in the process that started it)
-on 127.0.0.1, defines the notebook's phase functions from their source, loads its gradient, and runs
-each phase when the relay says so: ``fn(rank, world, value, send, recv)``, where ``value`` is its
+on 127.0.0.1, proves which worker it is with the token its parent wrote to its stdin, receives its
+gradient over that connection (no other worker can read it from a file), defines the notebook's phase
+functions from their source, and runs each phase when the relay says so: ``fn(rank, world, value, send, recv)``, where ``value`` is its
 gradient for a collective's first phase and the previous phase's result after that. ``send(dst,
 array)`` and ``recv(src)`` go through the relay, which counts every byte and times every phase;
 nothing in this process is read to decide what moved. A phase's result goes back to the relay; an
@@ -28,9 +29,10 @@ import numpy as np
 from labkit.tasks.tf1 import define_function
 
 HEADER = struct.Struct("!Biiq")  # kind, a, b, payload bytes
-HELLO, PHASE, DONE, DATA, ERROR, END = range(6)
+HELLO, PHASE, DONE, DATA, ERROR, END, INPUT = range(7)
 # DATA: a = the destination (worker -> relay) or the source (relay -> worker), b = the dtype's code
-# DONE: a = the phase, b = the result's dtype code (-1: None); PHASE: a = the phase; HELLO: a = the rank
+# DONE: a = the phase, b = the result's dtype code (-1: None); PHASE: a = the phase; HELLO: a = the rank,
+# the payload its token; INPUT: b = the gradient's dtype code
 DTYPES = (np.float32, np.float64, np.int32, np.int64)
 NO_ARRAY = -1
 SIGNATURE = "(rank, world, value, send, recv)"
@@ -124,10 +126,14 @@ class Peer:
 
 def serve(args) -> int:
     phases = json.loads(Path(args.phases).read_text())
-    grad = value = np.load(args.grad)
+    token = sys.stdin.readline().strip().encode()  # from the parent, before anything of the student's runs
     sock = socket.create_connection(("127.0.0.1", args.port), timeout=args.recv_timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.sendall(frame(HELLO, args.rank))
+    sock.sendall(frame(HELLO, args.rank, 0, token))
+    kind, _, code, payload = read_frame(sock)
+    if kind != INPUT:
+        raise ConnectionError(f"the relay sent no gradient (kind {kind})")
+    grad = value = decode(code, payload)
     peer = Peer(sock, args.rank, args.world, args.recv_timeout)
     try:
         fns = [define_function(p["source"], p["name"], "--phases", SIGNATURE) for p in phases]
@@ -160,7 +166,6 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)
-    p.add_argument("--grad", required=True, help="this worker's gradient (.npy)")
     p.add_argument("--phases", required=True, help="JSON list of {name, source}")
     p.add_argument("--recv-timeout", type=float, default=20.0)
     return serve(p.parse_args(argv))

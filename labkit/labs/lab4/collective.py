@@ -16,8 +16,10 @@ model, the properties a correct run has and the measured-vs-model table are in `
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
+import secrets
 import selectors
 import socket
 import subprocess
@@ -73,21 +75,22 @@ def all_reduce(
     grads = _gradients(grads)
     phases = _phases(ring, gather_scatter)
     folder = _folder(folder)
-    for r, g in enumerate(grads):
-        np.save(folder / f"grad-{r}.npy", g)
     (folder / "phases.json").write_text(
         json.dumps([{k: p[k] for k in ("phase", "name", "source", "fresh")} for p in phases])
     )
     world, recv_timeout = len(grads), max(1.0, 0.75 * phase_timeout)
     with contextlib.ExitStack() as stack:
-        relay = stack.enter_context(_Relay(world, [p["phase"] for p in phases]))
+        relay = stack.enter_context(_Relay(grads, [p["phase"] for p in phases]))
         procs = []
         for r in range(world):
             cmd = [sys.executable, "-m", WORKER, "--port", relay.port, "--rank", r, "--world", world]
-            cmd += ["--grad", folder / f"grad-{r}.npy", "--phases", folder / "phases.json"]
+            cmd += ["--phases", folder / "phases.json"]
             cmd += ["--recv-timeout", recv_timeout]
             total = start_timeout + len(phases) * phase_timeout + 10
-            procs.append(stack.enter_context(OwnedProcess(cmd, folder / f"worker-{r}.log", env=_env(), timeout=total)))
+            proc = OwnedProcess(cmd, folder / f"worker-{r}.log", env=_env(), timeout=total, stdin=subprocess.PIPE)
+            procs.append(stack.enter_context(proc))
+            proc.popen.stdin.write(relay.tokens[r] + b"\n")  # its proof of rank, where no other worker reads it
+            proc.popen.stdin.flush()
         relay.procs = procs
         relay.gather(start_timeout)
         for i in range(len(phases)):
@@ -209,8 +212,9 @@ class _Relay:
     """The hub every worker connects to: it forwards each worker's messages to their destination,
     counts them per phase and link, and runs the phases one after another (a barrier between them)."""
 
-    def __init__(self, world: int, phases: list[str]):
-        self.world, self.names = world, phases
+    def __init__(self, grads: list[np.ndarray], phases: list[str]):
+        self.world, self.names, self.grads = len(grads), phases, grads
+        self.tokens = [secrets.token_hex(16).encode() for _ in grads]
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
@@ -219,10 +223,10 @@ class _Relay:
         self.conns: dict[int, _Conn] = {}  # rank -> connection
         self.procs: list[OwnedProcess] = []
         self.current = -1
-        self.results = [[None] * world for _ in phases]
-        self.done_at = [[None] * world for _ in phases]
-        self.link_bytes = np.zeros((len(phases), world, world), np.int64)
-        self.messages = np.zeros((len(phases), world, world), np.int64)
+        self.results = [[None] * self.world for _ in phases]
+        self.done_at = [[None] * self.world for _ in phases]
+        self.link_bytes = np.zeros((len(phases), self.world, self.world), np.int64)
+        self.messages = np.zeros((len(phases), self.world, self.world), np.int64)
         self.seconds: list[float] = []
         self.ending = False
 
@@ -338,10 +342,11 @@ class _Relay:
 
     def _handle(self, conn: _Conn, kind: int, a: int, b: int, payload: bytes) -> None:
         if kind == wire.HELLO:
-            if not 0 <= a < self.world or a in self.conns:
-                raise CollectiveError(f"a worker said it was rank {a}: not one of 0..{self.world - 1}, or taken")
+            if not 0 <= a < self.world or a in self.conns or not hmac.compare_digest(payload, self.tokens[a]):
+                raise CollectiveError(f"a connection said it was worker {a} without that worker's token")
             conn.rank = a
             self.conns[a] = conn
+            self._queue(conn, wire.frame(wire.INPUT, 0, *wire.encode(self.grads[a])))
         elif conn.rank is None:
             raise CollectiveError("a connection sent a message before saying which worker it is")
         elif kind == wire.DATA:

@@ -869,7 +869,7 @@ def worker_shares(frame, title: str | None = None):
 
 
 def emulated_dense(frame, title: str | None = None):
-    """Per (link, run) of ``experiments.sparse_lr.emulated_dense``: the measured time per 1k
+    """Per (link, run) of ``labs.lab3.experiment.emulated_dense``: the measured time per 1k
     iterations against one step's bytes at the link's rate (left); the ps's link, the shares of
     the window it spent receiving and sending, and their sum, the verdict's busy share (right).
     An empty frame (no links emulated here) gives two panels that say so."""

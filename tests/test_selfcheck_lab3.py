@@ -1,0 +1,229 @@
+"""Lab 3's self-checks pass the reference and fail the answers students get wrong, naming the
+function and the property and no value; the hidden check of the same function fails each of them
+too (its probe and judge called directly, as helpers.hidden_verdict does). The formulas' checks
+load no TensorFlow; sparse_lr_gradient's and sync_round's do (marked)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import labkit.labs.lab3.selfcheck as checks
+from helpers import NOTEBOOKS, hidden_verdict
+from labkit.datasets import clickdata
+from labkit.experiments import traces
+from labkit.labs.lab3.solution import reference_distinct_features, reference_ps_link_shares
+from labkit.notebook import selfcheck
+
+SPEC = clickdata.ClickSpec(num_features=1_000_000, seed=0)  # the notebook's click data at its defaults
+ROWS = 100  # the notebook's batch_size
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The notebook's emulated dense runs where it emulates no link: the kit's recording, and their F."""
+    frame, provenance = traces.frame("lab3_emulated_dense")
+    return frame, traces.argument(provenance, "num_features")
+
+
+def _no_value(v: selfcheck.Verdict, name: str) -> None:
+    text = selfcheck.bundle(v)["text/plain"]
+    assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
+    assert not re.search(r"\d\.\d|(?<![a-z])\d{2}", text), text  # no value (int64 is a type's name)
+
+
+# ---------------------------------------------------------------------------------------------
+# expected_distinct_features
+
+
+def _distinct(spec, rows, present_optional=0.5, pmf="cdf-difference", repeats=True):
+    """expected_distinct_features with one of the mistakes students make (the defaults: right)."""
+    a = 1.0 - spec.zipf_s
+    optional = np.arange(spec.num_fields) >= spec.num_fields - spec.optional_fields
+    total = 0.0
+    for present, vocab in zip(np.where(optional, present_optional, 1.0), spec.vocab_sizes):
+        k = np.arange(vocab, dtype=np.float64)
+        cdf = (1 - (k + 2) ** a) / (1 - (vocab + 1.0) ** a)
+        p = {"cdf-difference": np.diff(np.concatenate([[0.0], cdf])), "cdf": cdf, "uniform": np.full(vocab, 1 / vocab)}[
+            pmf
+        ]
+        p = present * p
+        total += float(np.sum(1 - (1 - p) ** rows) if repeats else np.sum(np.minimum(1.0, rows * p)))
+    return total
+
+
+WRONG_DISTINCT = [
+    (lambda s, r: _distinct(s, r, present_optional=1.0), ["one row"]),  # the optional fields always there
+    (
+        lambda s, r: r * (s.num_fields - s.optional_fields / 2),
+        ["each row adding fewer", "click generator"],
+    ),  # no repeats
+    (lambda s, r: _distinct(s, r, pmf="cdf"), ["one row", "click generator"]),  # the CDF taken for the probability
+    (lambda s, r: _distinct(s, r, pmf="uniform"), ["click generator"]),  # every value as likely
+    (lambda s, r: _distinct(s, r, repeats=False), ["each row adding fewer", "click generator"]),  # r x p, capped at 1
+]
+
+
+def test_the_reference_distinct_features_pass():
+    for fn in (reference_distinct_features, _distinct):
+        v = checks.expected_distinct_features(fn, SPEC, ROWS)
+        assert v.passed and len(v.checked) == 5, v.failed
+    assert hidden_verdict("lab3_distinct_features", _distinct, NOTEBOOKS, seed=13).ok
+
+
+@pytest.mark.parametrize("i", range(len(WRONG_DISTINCT)))
+def test_a_wrong_distinct_features_fails_its_self_check_and_its_hidden_check(i, tmp_path):
+    fn, properties = WRONG_DISTINCT[i]
+    v = checks.expected_distinct_features(fn, SPEC, ROWS)
+    assert not v.passed
+    for p in properties:
+        assert any(p in f for f in v.failed), (p, v.failed)
+    _no_value(v, "expected_distinct_features")
+    assert not hidden_verdict("lab3_distinct_features", fn, tmp_path, seed=13).ok
+
+
+def test_without_the_notebooks_spec_the_checks_own_is_tried():
+    """The notebook's a9a data has no click spec: the check's own small spec still catches a mistake."""
+    assert checks.expected_distinct_features(reference_distinct_features, None, ROWS).passed
+    assert not checks.expected_distinct_features(WRONG_DISTINCT[0][0], None, ROWS).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# ps_link_shares
+
+
+def _link(f, steps, window, rate, beside=1, into=12, out=4, bits=8, first=None):
+    """ps_link_shares with one of the mistakes students make (the defaults: right)."""
+    crossing = sum(steps[beside if first is None else first :])
+    capacity = rate / bits * window
+    return into * f * crossing / capacity, out * f * crossing / capacity
+
+
+WRONG_LINK = [
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, bits=1), ["your runs"]),  # the rate read as bytes per second
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, first=0), ["nothing crosses", "beside it change nothing"]),
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, into=4), ["three times as much", "your runs"]),  # no index
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, into=4, out=12), ["three times as much", "your runs"]),  # swapped
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, into=8), ["three times as much"]),  # int32 index
+    (lambda f, s, w, r, k=1: _link(f, s, w, r, k, first=k + 1), ["beside it change nothing"]),  # one worker too few
+]
+
+
+def test_the_reference_ps_link_shares_pass(runs):
+    for fn in (reference_ps_link_shares, _link):
+        v = checks.ps_link_shares(fn, *runs)
+        assert v.passed and len(v.checked) == 6, v.failed
+
+
+@pytest.mark.parametrize("i", range(len(WRONG_LINK)))
+def test_a_wrong_ps_link_shares_fails_its_self_check_and_its_hidden_check(i, runs, tmp_path):
+    fn, properties = WRONG_LINK[i]
+    v = checks.ps_link_shares(fn, *runs)
+    assert not v.passed
+    for p in properties:
+        assert any(p in f for f in v.failed), (p, v.failed)
+    _no_value(v, "ps_link_shares")
+    assert not hidden_verdict("lab3_ps_link_shares", fn, tmp_path, seed=17).ok
+
+
+def test_the_reference_notebooks_own_functions_pass(runs):
+    from labkit.grading.judge import probe
+
+    names = ["expected_distinct_features", "ps_link_shares"]
+    fns, _ = probe.load_functions(NOTEBOOKS / "03_sparse_lr.ipynb", names)
+    assert checks.expected_distinct_features(fns[names[0]], SPEC, ROWS).passed
+    assert checks.ps_link_shares(fns[names[1]], *runs).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# sparse_lr_gradient and sync_round (TensorFlow)
+
+
+def _sparse(w, x, y, mean=True, dense=False):
+    """The sparse gradient, or a mistake: the loss summed, or a dense [F] gradient gathered at the end."""
+    import tensorflow as tf
+
+    b = tf.cast(x.dense_shape[0], tf.float32) if mean else 1.0
+    if dense:
+        z = tf.reshape(tf.sparse.sparse_dense_matmul(x, tf.reshape(w, [-1, 1])), [-1])
+        err = tf.reshape(tf.sigmoid(z) - y, [-1, 1])
+        g = tf.reshape(tf.sparse.sparse_dense_matmul(x, err, adjoint_a=True), [-1]) / b
+        uniq, _ = tf.unique(x.indices[:, 1])
+        loss = tf.reduce_sum(tf.nn.softplus(z) - y * z) / b
+        return loss, tf.IndexedSlices(tf.gather(g, uniq), uniq, tf.constant([w.shape[0]], tf.int64))
+    uniq, local = tf.unique(x.indices[:, 1], out_idx=tf.int64)
+    rows = x.indices[:, 0]
+    z = tf.math.unsorted_segment_sum(x.values * tf.gather(tf.gather(w, uniq), local), rows, x.dense_shape[0])
+    err = tf.sigmoid(z) - y
+    g_u = tf.math.unsorted_segment_sum(x.values * tf.gather(err, rows), local, tf.size(uniq, out_type=tf.int64)) / b
+    loss = tf.reduce_sum(tf.nn.softplus(z) - y * z) / b
+    return loss, tf.IndexedSlices(g_u, uniq, tf.constant([w.shape[0]], tf.int64))
+
+
+@pytest.mark.tensorflow
+def test_sparse_lr_gradient_self_check_passes_the_reference_and_fails_a_sum_and_a_dense_step():
+    from labkit.labs.lab3.solution import sparse_gradient
+
+    assert checks.sparse_lr_gradient(lambda w, x, y: sparse_gradient(w, x, y)).passed
+    assert checks.sparse_lr_gradient(_sparse).passed
+    v = checks.sparse_lr_gradient(lambda w, x, y: _sparse(w, x, y, mean=False))
+    assert len(v.failed) == 1 and v.failed[0].startswith("the mean log-loss and its gradient"), v.failed
+    v = checks.sparse_lr_gradient(lambda w, x, y: _sparse(w, x, y, dense=True))
+    assert len(v.failed) == 1 and v.failed[0].startswith("about as fast with w of twenty million"), v.failed
+    _no_value(v, "sparse_lr_gradient")
+    # the hidden check fails both: the sum on its values (here), the dense step on its growth
+    # measured from outside (tests/test_hidden_sparse_outside.py, about 2 minutes)
+
+
+@pytest.mark.tensorflow
+def test_sparse_lr_gradient_self_check_names_a_dense_result_and_an_error():
+    import tensorflow as tf
+
+    def per_feature(w, x, y):
+        loss, g = _sparse(w, x, y)
+        return loss, tf.IndexedSlices(tf.zeros([w.shape[0]]), tf.range(w.shape[0], dtype=tf.int64), g.dense_shape)
+
+    v = checks.sparse_lr_gradient(per_feature)
+    assert v.failed == ["one gradient row per distinct feature of the batch (tf.unique), not per feature"]
+    assert checks.sparse_lr_gradient(lambda w, x, y: _sparse(w, x, y)[1]).failed == [
+        "a (loss, tf.IndexedSlices) pair, eagerly and inside a tf.function"
+    ]
+    v = checks.sparse_lr_gradient(lambda w, x, y: (tf.reduce_sum(tf.gather(w, x.indices[:, 1] + 10**9)), None))
+    assert len(v.failed) == 1 and "without an error (it raised" in v.failed[0], v.failed
+
+
+def _round(tmp_path, old: str = "", new: str = ""):
+    """Lab 2's reference round, or a mistake in it (``old`` replaced by ``new``), as a student's
+    ``def sync_round`` whose source the tasks can read: written to a file and imported from it."""
+    import importlib.util
+    import inspect
+
+    from labkit.labs.lab2.solution import sync_round
+
+    source = inspect.getsource(sync_round)
+    assert old in source, old
+    path = tmp_path / f"round_{abs(hash(new))}.py"
+    path.write_text("from __future__ import annotations\n\n" + source.replace(old, new))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sync_round
+
+
+@pytest.mark.tensorflow
+def test_sync_round_self_check_passes_lab2s_round_and_fails_a_sum(tmp_path):
+    """The hidden check's cluster fails the summed round too: tests/test_hidden_sync_round.py."""
+    assert checks.sync_round(_round(tmp_path)).passed
+    v = checks.sync_round(_round(tmp_path, "learning_rate * mean", "learning_rate * num_workers * mean"))
+    assert v.failed == ["the weights: plain SGD on the mean of every worker's gradient, once per round"]
+    _no_value(v, "sync_round")
+    assert checks.sync_round(lambda *args: None).failed == [checks.SOURCE_PROPERTY]
+
+
+@pytest.mark.tensorflow
+def test_sync_round_self_check_fails_a_fixed_worker_count(tmp_path):
+    """A round that takes three gradients whatever num_workers: right with three workers only."""
+    v = checks.sync_round(_round(tmp_path, "take_grad(num_workers)", "take_grad(3)"))
+    assert not v.passed and v.failed[0].startswith("a round that completes, for any number of workers"), v.failed

@@ -33,6 +33,7 @@ MOVED: dict[str, str] = {
     "labkit.experiments.dense_lr_step": "labkit.labs.lab3.dense_lr_step",
     "labkit.experiments.lenet_sweep": "labkit.labs.lab4.experiment",
     "labkit.experiments.ring_vs_ps": "labkit.labs.lab5.experiment",
+    "labkit.core.owners": "labkit.core.sweep",
 }
 
 # ``from labkit import NAME`` in the kits before the layered packages -> the module it meant

@@ -8,7 +8,7 @@ folder is free (``wait=None``: no bound; Ctrl-C stops waiting); ``wait=0`` refus
 ``wait=S`` refuses after S seconds, with ``FolderBusy`` naming the holder. Holding is re-entrant
 within a process, and a child forked without ``exec`` closes its copy of the descriptor, so the
 lock ends with its holder. The lock file is never removed: a waiter holds it open, and a new file
-under the same name would let two writers in. Imports nothing from labkit but ``owners``.
+under the same name would let two writers in. Imports nothing from labkit but ``core.sweep``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.core.owners import ended
+from labkit.core.sweep import ended
 
 LOCK = ".labkit-lock"
 BUSY_EXIT = 75  # EX_TEMPFAIL: the folder is busy; the same command later will do

@@ -7,7 +7,7 @@ locked (``flock``) for as long as it lives; the kernel drops the lock when the l
 it ends, however it ends. ``remove_orphans(prefix)``, which every maker of such a folder calls
 first, removes the folders whose lock it can take. A lock, unlike a pid, means the same in every
 pid namespace (a sandboxed kernel's fork server shares /tmp with processes that cannot see its
-pids) and cannot be reused. Imports nothing from labkit.
+pids) and cannot be reused: the maker of ``labkit.core.sweep``'s idiom is the lock's holder.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from labkit.core import sweep
 
 OWNER = ".owner"
 _held: dict[Path, int] = {}  # this process's folders -> the descriptor that holds each one's lock
@@ -59,18 +61,29 @@ def _orphaned(folder: Path) -> bool:
     return True
 
 
-def remove_orphans(prefix: str) -> list[Path]:
-    """Remove this user's ``prefix`` folders that no live process holds; returns them."""
-    removed = []
+def _mine(prefix: str) -> list[Path]:
+    """This user's ``prefix`` folders, but those this process holds."""
+    out = []
     for folder in Path(tempfile.gettempdir()).glob(prefix + "*"):
         try:
-            mine = folder.is_dir() and folder.stat().st_uid == os.geteuid() and folder not in _held
+            if folder.is_dir() and folder.stat().st_uid == os.geteuid() and folder not in _held:
+                out.append(folder)
         except OSError:  # removed meanwhile by another process
             continue
-        if mine and _orphaned(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+    return out
+
+
+def sweeper(prefix: str) -> sweep.Sweeper:
+    """The ``prefix`` folders whose maker is gone: no process holds their lock."""
+    return sweep.Sweeper(
+        f"scratch-folders:{prefix}", lambda: _mine(prefix), _orphaned, lambda f: shutil.rmtree(f, ignore_errors=True)
+    )
+
+
+def remove_orphans(prefix: str) -> list[Path]:
+    """Remove this user's ``prefix`` folders that no live process holds; returns them. The
+    sweeper of each prefix in use here is registered (``sweep.SWEEPERS``) on its first sweep."""
+    return sweep.register(sweeper(prefix)).sweep()
 
 
 @contextlib.contextmanager

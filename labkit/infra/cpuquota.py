@@ -10,7 +10,7 @@ reservation.
 
 The groups are named by their owner's pid; ``stop()`` removes them, and a start sweeps away
 empty ones whose owner died. A task joins its node's group before it executes (``wrap``), so
-everything it starts is capped too. Imports only the standard library.
+everything it starts is capped too. Imports only labkit.core.
 More in docs/internals.md, section labkit.infra.
 """
 
@@ -21,27 +21,10 @@ import secrets
 import time
 from pathlib import Path
 
-from labkit.core import owners
+from labkit.core import cgroups, sweep
+from labkit.core.cgroups import PREFIX
 
-ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
-PREFIX = "labkit-"
-
-
-def _own_cgroup(version: str) -> Path | None:
-    """This process's cgroup directory in the v2 tree, or in the v1 ``cpu`` hierarchy."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if version == "v2" and controllers == "":
-            base = ROOT if (ROOT / "cgroup.controllers").exists() else ROOT / "unified"
-            return base / path.lstrip("/")
-        if version == "v1" and "cpu" in controllers.split(","):
-            return ROOT / controllers / path.lstrip("/")
-    return None
 
 
 def _writable(path: Path | None) -> bool:
@@ -51,17 +34,12 @@ def _writable(path: Path | None) -> bool:
 def _v2_base() -> Path | None:
     """A v2 cgroup whose children may get ``cpu.max``: the cpu controller is offered there and
     this process may enable it for the children (the root, or a delegated group of no processes)."""
-    own = _own_cgroup("v2")
-    if not _writable(own):
-        return None
-    offered = (own / "cgroup.controllers").read_text().split() if (own / "cgroup.controllers").exists() else []
-    if "cpu" not in offered:
-        return None
-    return own
+    own = cgroups.v2_dir()
+    return own if _writable(own) and "cpu" in cgroups.offered(own) else None
 
 
 def _v1_base() -> Path | None:
-    own = _own_cgroup("v1")
+    own = cgroups.v1_dir("cpu")
     return own if _writable(own) and (own / "cpu.cfs_quota_us").exists() else None
 
 
@@ -81,20 +59,18 @@ def availability() -> tuple[str | None, str]:
     )
 
 
+def _bases() -> list[Path]:
+    version, where = availability()
+    return [Path(where)] if version is not None else []
+
+
+STALE = sweep.register(cgroups.sweeper("cpu-quota-cgroups", _bases))
+
+
 def sweep_stale(base: Path) -> list[str]:
-    """Remove empty quota groups under ``base`` whose owner has died; their names."""
-    gone = []
-    for group in base.glob(PREFIX + "*"):
-        owner = owners.maker(group.name, PREFIX)
-        if owner is None or not owners.ended(owner):
-            continue
-        for child in [c for c in group.iterdir() if c.is_dir()] + [group]:
-            try:
-                child.rmdir()
-                gone.append(str(child))
-            except OSError:
-                pass
-    return gone
+    """Remove the empty quota groups (and their nodes' groups) under ``base`` whose owner has
+    died (``labkit.core.sweep``); their paths."""
+    return [str(g) for g in cgroups.sweeper(STALE.name, lambda: [base]).sweep()]
 
 
 class NodeQuotas:
@@ -114,19 +90,17 @@ class NodeQuotas:
             raise RuntimeError(where)
         base = Path(where)
         sweep_stale(base)
-        self.version, self.group = version, base / f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
-        self.group.mkdir()
+        self.version = version
+        self.group = cgroups.make(base, f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}", {})
         if version == "v2":
-            (self.group / "cgroup.subtree_control").write_text("+cpu")
+            cgroups.enable(self.group, {"cpu"})
         quota = max(1000, int(round(self.cpus * PERIOD_US)))
+        if version == "v2":
+            settings = {"cpu.max": f"{quota} {PERIOD_US}"}
+        else:
+            settings = {"cpu.cfs_period_us": str(PERIOD_US), "cpu.cfs_quota_us": str(quota)}
         for node in self.nodes:
-            d = self.group / node
-            d.mkdir()
-            if version == "v2":
-                (d / "cpu.max").write_text(f"{quota} {PERIOD_US}")
-            else:
-                (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-                (d / "cpu.cfs_quota_us").write_text(str(quota))
+            cgroups.make(self.group, node, settings)
         return self
 
     def procs(self, node: str) -> Path:
@@ -136,7 +110,7 @@ class NodeQuotas:
 
     def wrap(self, node: str, argv: list[str]) -> list[str]:
         """``argv`` run inside ``node``'s group: the shell joins it, then becomes the command."""
-        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.procs(node)), *argv]
+        return cgroups.enter_command([self.procs(node).parent], argv)
 
     def cpu_seconds(self, node: str) -> float | None:
         """CPU seconds the node's processes have used (v2's ``usage_usec``); None under v1, whose
@@ -167,16 +141,7 @@ class NodeQuotas:
             return []
         deadline, left = time.monotonic() + timeout, []
         for d in [self.group / n for n in self.nodes] + [self.group]:
-            while True:
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        left.append(str(d))
-                        break
-                    time.sleep(0.1)
+            if not cgroups.remove(d, max(0.0, deadline - time.monotonic()), poll=0.1):
+                left.append(str(d))
         self.group = None if not left else self.group
         return left

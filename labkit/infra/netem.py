@@ -10,7 +10,7 @@ link; where neither works ``require()`` raises ``EmulationUnavailable`` saying w
 namespace lives as long as a holder process that stops what runs in it when its owner stops or
 dies, even by SIGKILL; the kernel then frees everything.
 
-Imports only the standard library, ``labkit.core.proc`` and ``labkit.measure.sockets``.
+Imports only the standard library, ``labkit.core`` and ``labkit.measure.sockets``.
 More in docs/internals.md, section labkit.infra (an example, shaping, privileges, ownership).
 """
 
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.core import owners
+from labkit.core import sweep
 from labkit.core.proc import OwnedProcess, StopAtExit, kill_tree
 from labkit.measure.sockets import netns_id, nic_counters
 
@@ -683,20 +683,36 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise NetworkSetupError("every /24 of 198.18.0.0/15 is in use on this machine; stop other emulated networks")
 
 
+_DRIVER_LINK = re.compile(r"lk(\d+)x[0-9a-f]{3}")  # lk<owner pid>x<hex>
+
+
+def _driver_links() -> list[str]:
+    try:
+        return [n for n in os.listdir("/sys/class/net") if _DRIVER_LINK.fullmatch(n)]
+    except OSError:
+        return []
+
+
+def _delete_link(name: str) -> None:
+    done = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise OSError(f"ip link del {name}: {done.stderr.strip()}")
+
+
+STALE_LINKS = sweep.register(
+    sweep.Sweeper(
+        "netem-driver-links",
+        _driver_links,
+        lambda name: sweep.ended(int(_DRIVER_LINK.fullmatch(name).group(1))),
+        _delete_link,
+    )
+)
+
+
 def sweep_stale_links() -> list[str]:
     """Delete driver links (``lk<pid>x<hex>``) whose owner process is gone: after a SIGKILL the
     kernel removes them with their switch namespace, so this only catches what an older kit left."""
-    removed = []
-    try:
-        names = os.listdir("/sys/class/net")
-    except OSError:
-        return removed
-    for name in names:
-        m = re.fullmatch(r"lk(\d+)x[0-9a-f]{3}", name)
-        if m and owners.ended(int(m.group(1))):
-            if subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30).returncode == 0:
-                removed.append(name)
-    return removed
+    return STALE_LINKS.sweep()
 
 
 # ------------------------------------------------------------------------------ measuring a link

@@ -212,21 +212,22 @@ class Folders:
         pass
 
 
+def _containers() -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"{CONTAINER}*-*"))
+
+
 def remove_stale() -> list[Path]:
     """The empty host folders that killed graders' holders covered (their mounts ended with them)."""
-    from labkit.core import owners  # here: this file also runs as the holder's script, with no labkit (-I -S)
+    return STALE.sweep()
 
-    removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{CONTAINER}*-*"):
-        pid = owners.maker(folder.name, CONTAINER)
-        if pid is None or not owners.ended(pid):
-            continue
-        try:
-            folder.rmdir()  # only if empty: nothing of a run was ever written to the host folder
-            removed.append(folder)
-        except OSError:
-            continue
-    return removed
+
+if __name__ != "__main__":  # the holder (this file as a script, -I -S) has no labkit to import
+    from labkit.core import sweep
+
+    # rmdir: only if empty (nothing of a run was ever written to the host folder)
+    STALE = sweep.register(
+        sweep.Sweeper("grading-disk-folders", _containers, lambda f: sweep.maker_gone(f.name, CONTAINER), Path.rmdir)
+    )
 
 
 def usage(folder: Path) -> int:

@@ -23,16 +23,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.core import owners
-
-PREFIX = "labkit-"
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
+from labkit.core import cgroups, sweep
+from labkit.core.cgroups import PREFIX
+from labkit.core.cgroups import read as _read
 
 
 def _counter(text: str, key: str) -> int:
@@ -57,33 +50,15 @@ class Group:
         return [d / "cgroup.procs" for d in self.dirs]
 
     def enter_command(self, argv: list[str]) -> list[str]:
-        """``argv`` started from a shell that first moves itself into the group, so every
-        process it becomes and starts is counted and limited from its first instruction."""
-        if not self.dirs:
-            return list(argv)
-        joins = " && ".join(f"echo $$ > '{p}'" for p in self.procs)
-        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "labkit-enter", *argv]
+        """``argv`` run inside the group from its first instruction (``cgroups.enter_command``)."""
+        return cgroups.enter_command(self.dirs, argv)
 
     def pids(self) -> list[int]:
-        found = set()
-        for p in self.procs:
-            found.update(int(x) for x in _read(p).split() if x.isdigit())
-        return sorted(found)
+        return cgroups.pids(self.dirs)
 
     def kill(self, timeout: float = 10.0) -> list[int]:
         """SIGKILL every process in the group until it is empty; returns the pids it killed."""
-        killed, deadline = [], time.monotonic() + timeout
-        while True:
-            pids = [p for p in self.pids() if p != os.getpid()]
-            if not pids or time.monotonic() > deadline:
-                return killed
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
+        return cgroups.kill(self.dirs, timeout)
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed for the group's memory limit."""
@@ -104,121 +79,38 @@ class Group:
         """Kill what is left and remove the group's directories."""
         self.kill()
         for d in self.dirs:
-            for _ in range(50):  # a killed process leaves the group once the kernel has reaped it
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
-
-
-# ---------------------------------------------------------------------------------------------
-# Where this process's cgroups are
-
-
-def _mounts() -> list[tuple[str, str, str, set[str]]]:
-    """(fstype, root, mount point, super options) of every cgroup mount."""
-    out = []
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(fields) >= 5 and len(rfields) >= 3 and rfields[0] in ("cgroup", "cgroup2"):
-            out.append((rfields[0], fields[3], fields[4], set(rfields[2].split(","))))
-    return out
-
-
-def _own_paths() -> dict[str, str]:
-    """{controller or "": path} from /proc/self/cgroup ("" is the unified hierarchy)."""
-    out = {}
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            out[c] = path
-    return out
-
-
-def _under(mount_root: str, mount_point: str, path: str) -> Path | None:
-    if not (path == mount_root or path.startswith(mount_root.rstrip("/") + "/")):
-        return None
-    return Path(mount_point) / path[len(mount_root) :].lstrip("/")
-
-
-def _v1_dir(controller: str) -> Path | None:
-    own = _own_paths().get(controller)
-    if own is None:
-        return None
-    for fstype, root, point, opts in _mounts():
-        if fstype == "cgroup" and controller in opts:
-            return _under(root, point, own)
-    return None
-
-
-def _v2_dir() -> Path | None:
-    own = _own_paths().get("")
-    if own is None:
-        return None
-    for fstype, root, point, _ in _mounts():
-        if fstype == "cgroup2":
-            d = _under(root, point, own)
-            if d is not None and (d / "cgroup.controllers").exists():
-                return d
-    return None
+            cgroups.remove(d, timeout=1.0)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backends
 
 
-def _make_dir(parent: Path, name: str) -> Path:
-    d = parent / name
-    d.mkdir()
-    return d
-
-
 def _cgroup2(name: str, memory_bytes: int, tasks: int) -> Group:
-    parent = _v2_dir()
+    parent = cgroups.v2_dir()
     if parent is None:
         raise OSError("no cgroup2 hierarchy holds this process")
-    wanted = {"memory", "pids"}
-    enabled = set(_read(parent / "cgroup.subtree_control").split())
-    if not wanted <= enabled:
-        if not wanted <= set(_read(parent / "cgroup.controllers").split()):
-            raise OSError(f"the memory and pids controllers are not delegated to {parent}")
-        (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(wanted - enabled)))
-    d = _make_dir(parent, name)
-    try:
-        (d / "memory.max").write_text(str(memory_bytes))
-        if (d / "memory.swap.max").exists():
-            (d / "memory.swap.max").write_text("0")
-        (d / "pids.max").write_text(str(tasks))
-    except OSError:
-        d.rmdir()
-        raise
+    cgroups.enable(parent, {"memory", "pids"})
+    settings = {"memory.max": str(memory_bytes), "memory.swap.max": "0", "pids.max": str(tasks)}
+    d = cgroups.make(parent, name, settings, optional=("memory.swap.max",))
     return Group("cgroup2", [d], memory_bytes, tasks)
 
 
 def _cgroup1(name: str, memory_bytes: int, tasks: int) -> Group:
-    parents = {c: _v1_dir(c) for c in ("memory", "pids")}
+    parents = {c: cgroups.v1_dir(c) for c in ("memory", "pids")}
     missing = [c for c, p in parents.items() if p is None or not p.is_dir()]
     if missing:
         raise OSError(f"no cgroup v1 hierarchy for {', '.join(missing)}")
-    made = []
+    memsw = "memory.memsw.limit_in_bytes"  # no swapping past the limit either
+    mem = cgroups.make(
+        parents["memory"], name, {"memory.limit_in_bytes": str(memory_bytes), memsw: str(memory_bytes)}, (memsw,)
+    )
     try:
-        mem = _make_dir(parents["memory"], name)
-        made.append(mem)
-        (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
-        if (mem / "memory.memsw.limit_in_bytes").exists():  # no swapping past the limit either
-            (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
-        pids = _make_dir(parents["pids"], name)
-        made.append(pids)
-        (pids / "pids.max").write_text(str(tasks))
+        pids = cgroups.make(parents["pids"], name, {"pids.max": str(tasks)})
     except OSError:
-        for d in reversed(made):
-            d.rmdir()
+        mem.rmdir()
         raise
-    return Group("cgroup1", made, memory_bytes, tasks)
+    return Group("cgroup1", [mem, pids], memory_bytes, tasks)
 
 
 def _rlimit(name: str, memory_bytes: int, tasks: int) -> Group:
@@ -266,28 +158,19 @@ def best_backend() -> str:
     return g.backend
 
 
-def _maker_gone(group: Path) -> bool:
-    """Whether the process that made ``group`` (``labkit-<pid>-...``) has ended. A group is empty
-    from its making until its process enters it: another grader's live group looks like a stale
-    one but for its maker."""
-    pid = owners.maker(group.name, PREFIX)
-    return pid is None or owners.ended(pid)
+def _parents() -> list[Path]:
+    """Where this process's runs' groups are made: its own groups, v2 and v1."""
+    return [p for p in [cgroups.v2_dir()] + [cgroups.v1_dir(c) for c in ("memory", "pids")] if p is not None]
+
+
+# Every group under the grader's is its runs' (open_group), so one whose name carries no pid is stale too.
+STALE = sweep.register(cgroups.sweeper("grading-cgroups", _parents, unnamed=True))
 
 
 def remove_stale() -> list[Path]:
     """Remove the empty labkit groups that killed graders left behind (under this process's
-    cgroups), and no group of a grader still running beside this one."""
-    parents = [p for p in ([_v2_dir()] + [_v1_dir(c) for c in ("memory", "pids")]) if p is not None]
-    removed = []
-    for parent in parents:
-        for d in parent.glob(PREFIX + "*"):
-            if d.is_dir() and _maker_gone(d) and not _read(d / "cgroup.procs").split():
-                try:
-                    d.rmdir()
-                    removed.append(d)
-                except OSError:
-                    pass
-    return removed
+    cgroups), and no group of a grader still running beside this one (``labkit.core.sweep``)."""
+    return STALE.sweep()
 
 
 # ---------------------------------------------------------------------------------------------

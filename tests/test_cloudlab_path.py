@@ -288,7 +288,7 @@ def test_faults_give_the_guides_errors_and_leave_nothing(lab):
     firewall = (
         "from labkit.wire import spec as cluster; from labkit.distributed.launch import Cluster, ClusterTimeout\n"
         "spec = cluster.build(hosts='/home/ta/hosts.txt', ps=1, workers=3)\n"
-        "try:\n    Cluster(spec, 'ps_sgd', lab='faults', steps=10, start_timeout=90).run()\n    print('no timeout')\n"
+        "try:\n    Cluster(spec, 'ps_sgd', {'steps': 10}, lab='faults', start_timeout=90).run()\n    print('no timeout')\n"
         "except ClusterTimeout as e:\n    print(e)\n"
     )
     done = subprocess.run(

@@ -23,8 +23,8 @@ from labkit.wire import spec as cluster
 from labkit.distributed import live
 from labkit.distributed.launch import Cluster
 def make(**options):
-    return Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="interrupt", steps=10_000_000, train_limit=1000,
-                   test_limit=200, sample_interval=0.25, timeout=300, **options)
+    args = {"steps": 10_000_000, "train_limit": 1000, "test_limit": 200, "sample_interval": 0.25}
+    return Cluster(cluster.local(ps=1, workers=1), "ps_sgd", args, lab="interrupt", timeout=300, **options)
 def note(name, c):
     with open(name + ".tmp", "w") as f:
         json.dump({"ports": [t.port for t in c.spec.tasks()], "pids": list(c.pids().values()),

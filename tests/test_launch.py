@@ -54,15 +54,15 @@ def clusters(tmp_path, monkeypatch):
             assert cluster.port_is_free(t.port), f"port {t.port} of {t.name} cannot be bound again"
 
 
-def make(clusters, spec, **kwargs) -> Cluster:
-    c = Cluster(spec, "ps_sgd", lab="test", **kwargs)
+def make(clusters, spec, args=None, **options) -> Cluster:
+    c = Cluster(spec, "ps_sgd", args, lab="test", **options)
     clusters.append(c)
     return c
 
 
 def test_run_to_completion_gathers_every_task(clusters):
     spec = cluster.local(ps=1, workers=2)
-    with make(clusters, spec, steps=150, eval_every=50, **TINY) as c:
+    with make(clusters, spec, {**TINY, "steps": 150, "eval_every": 50}) as c:
         assert c.startup_s > 0 and all(cluster.port_is_free(t.port) is False for t in c.spec.tasks())
         result = c.wait(timeout=240)
     assert [t.ended for t in result] == ["done-queue", "exited", "exited"]
@@ -94,7 +94,7 @@ def test_run_to_completion_gathers_every_task(clusters):
 
 
 def test_killed_worker_raises_task_failed_promptly(clusters):
-    c = make(clusters, cluster.local(ps=1, workers=2), **LONG).start()
+    c = make(clusters, cluster.local(ps=1, workers=2), LONG).start()
     wait_until(
         lambda: c.events("worker:0", "eval"), 120, 0.05, "the cluster to train (the chief's first evaluation, an event)"
     )
@@ -116,7 +116,7 @@ def test_failing_program_reports_its_log_tail(clusters):
 
 
 def test_global_timeout_names_running_tasks(clusters):
-    c = make(clusters, cluster.local(ps=1, workers=1), timeout=2.0, **LONG).start(wait_ready=False)
+    c = make(clusters, cluster.local(ps=1, workers=1), LONG, timeout=2.0).start(wait_ready=False)
     t0 = time.monotonic()
     with pytest.raises(ClusterTimeout) as info:
         c.wait()
@@ -126,7 +126,7 @@ def test_global_timeout_names_running_tasks(clusters):
 
 
 def test_keyboard_interrupt_during_wait_stops_everything(clusters):
-    c = make(clusters, cluster.local(ps=1, workers=1), **LONG).start(wait_ready=False)
+    c = make(clusters, cluster.local(ps=1, workers=1), LONG).start(wait_ready=False)
     timer = threading.Timer(1.0, _thread.interrupt_main)
     timer.start()
     try:
@@ -149,7 +149,7 @@ def test_a_start_interrupted_before_a_child_is_recorded_leaves_nothing(clusters,
         raise KeyboardInterrupt
 
     monkeypatch.setattr(LocalLauncher, "spawn", interrupted)
-    c = make(clusters, cluster.local(ps=1, workers=1), **LONG)
+    c = make(clusters, cluster.local(ps=1, workers=1), LONG)
     with pytest.raises(KeyboardInterrupt):
         c.start()
     assert c.status() == {"ps:0": "new", "worker:0": "new"}  # the clusters fixture checks no process is left
@@ -159,7 +159,7 @@ ORPHAN_LAUNCHER = """
 import sys, time
 from labkit.wire import spec as cluster
 from labkit.distributed.launch import Cluster
-c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="test", steps=10**7).start(wait_ready=False)
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", {"steps": 10**7}, lab="test").start(wait_ready=False)
 while not all((c.run_dir / f).exists() for f in ("ps-0.hello.json", "worker-0.hello.json")):
     time.sleep(0.05)
 print(*c.pids().values(), flush=True)
@@ -191,7 +191,7 @@ def test_taken_port_in_an_explicit_spec_is_a_clear_error(clusters):
     spec = ClusterSpec({"ps": [f"127.0.0.1:{a}"], "worker": [f"127.0.0.1:{b}"]})
     with _listen(a):
         with pytest.raises(PortInUse, match=f"ps:0 \\(127.0.0.1:{a}\\) is in use"):
-            make(clusters, spec, **TINY).start()
+            make(clusters, spec, TINY).start()
     assert not children(recursive=False)
 
 
@@ -199,7 +199,7 @@ def test_taken_port_in_a_local_spec_is_avoided(clusters):
     spec = cluster.local(ps=1, workers=1)
     taken = spec.task("worker", 0).port
     with _listen(taken):
-        c = make(clusters, spec, **LONG).start(wait_ready=False)
+        c = make(clusters, spec, LONG).start(wait_ready=False)
         assert taken not in [t.port for t in c.spec.tasks()]
         c.stop()
 
@@ -215,7 +215,7 @@ def test_port_lost_in_a_race_is_retried(clusters, monkeypatch):
         labkit.distributed.launchers.local, "port_is_free", lambda port: True
     )  # the check misses the thief
     with _listen(taken):
-        c = make(clusters, spec, **LONG).start()
+        c = make(clusters, spec, LONG).start()
         assert taken not in [t.port for t in c.spec.tasks()] and set(c.status().values()) == {"running"}
         c.stop()
 
@@ -346,13 +346,12 @@ def test_remote_hosts_over_fake_ssh(clusters, tmp_path):
     c = make(
         clusters,
         spec,
+        {**TINY, "steps": 100},
         launcher_options={
             "ssh": [str(fake_ssh(tmp_path)), "-o", "BatchMode=yes"],
             "remote_dir": str(remote_dir),
             "remote_python": sys.executable,
         },
-        steps=100,
-        **TINY,
     )
     cmds = dict(c.commands())
     assert cmds["ps:0"].startswith(
@@ -416,12 +415,12 @@ def test_stopping_remote_tasks_signals_them_on_their_host(clusters, tmp_path):
     c = make(
         clusters,
         spec,
+        LONG,
         launcher_options={
             "ssh": [str(fake_ssh(tmp_path))],
             "remote_dir": str(remote_dir),
             "remote_python": sys.executable,
         },
-        **LONG,
     ).start(wait_ready=False)
     run = remote_dir / c.remote_run
     wait_until(
@@ -441,7 +440,7 @@ def test_dry_run_and_cli_print_exact_commands(tmp_path, capsys):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("10.10.1.1 node0\n10.10.1.2 node1\n10.10.1.3 node2\n")
     spec = cluster.mode("cluster2", hosts=hosts)
-    c = Cluster(spec, "ps_sgd", dry_run=True, launcher_options={"remote_dir": "labkit"}, steps=100)
+    c = Cluster(spec, "ps_sgd", args={"steps": 100}, dry_run=True, launcher_options={"remote_dir": "labkit"})
     c.start()
     out = capsys.readouterr().out
     assert (
@@ -527,7 +526,7 @@ def test_twenty_start_stop_cycles_leave_nothing(clusters):
     rng = random.Random(0)
     stops = []
     for i in range(20):
-        c = make(clusters, cluster.local(ps=1, workers=1), term_grace=3.0, **LONG)
+        c = make(clusters, cluster.local(ps=1, workers=1), LONG, term_grace=3.0)
         c.start(wait_ready=(i % 10 == 9))
         time.sleep(rng.uniform(0, 1.0))
         pids = list(c.pids().values())
@@ -545,7 +544,7 @@ def test_tasks_killed_after_the_grace_have_freed_their_ports_when_stop_returns(c
     """A forked task is no child of this process: killed with its stand-in, it ends itself a
     moment later. stop() waits for that, so the next cluster can bind the same ports at once."""
     for _ in range(3):
-        c = make(clusters, cluster.local(ps=1, workers=1), term_grace=0.001, **LONG)
+        c = make(clusters, cluster.local(ps=1, workers=1), LONG, term_grace=0.001)
         c.start(wait_ready=True)
         c.stop()
         assert [t.name for t in c.spec.tasks() if not cluster.port_is_free(t.port)] == []

@@ -20,8 +20,8 @@ os.environ["LABKIT_LIVE"] = "1"
 from labkit.wire import spec as cluster
 from labkit.distributed import live
 from labkit.distributed.launch import Cluster
-c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=10_000_000, train_limit=1000,
-            test_limit=200, sample_interval=0.25, timeout=200)
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd",
+            {"steps": 10_000_000, "train_limit": 1000, "test_limit": 200, "sample_interval": 0.25}, lab="live", timeout=200)
 with c, live.watch(c, refresh=0.5) as view:
     c.follow(until=lambda: view.figures >= 2)  # runs until the view has redrawn its figure twice
 print(json.dumps({"live": view.live, "updates": view.updates, "figures": view.figures, "errors": view.errors}))
@@ -29,8 +29,8 @@ print(json.dumps({"live": view.live, "updates": view.updates, "figures": view.fi
 
 HEADLESS_RUN = """
 os.environ["LABKIT_LIVE"] = "0"
-c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="live", steps=150, train_limit=1000, test_limit=200,
-            sample_interval=0.25, timeout=200)
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd",
+            {"steps": 150, "train_limit": 1000, "test_limit": 200, "sample_interval": 0.25}, lab="live", timeout=200)
 with c, live.watch(c) as view:
     result = c.wait()
 print(json.dumps({"live": view.live, "updates": view.updates, "errors": view.errors,

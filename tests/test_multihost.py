@@ -208,13 +208,10 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     c = Cluster(
         _two_node_spec(),
         "ps_sgd",
+        args={"steps": 10_000_000, "train_limit": 1000, "test_limit": 200, "sample_interval": 0.25},
         lab="sshd",
         launcher_options={"ssh": ssh, "remote_dir": str(remote_dir), "remote_python": sys.executable},
         env={"LABKIT_DATA_MIRROR": data_mirror()},
-        steps=10_000_000,
-        train_limit=1000,
-        test_limit=200,
-        sample_interval=0.25,
     )
     assert all(" -- 127.0.0." in cmd for _, cmd in c.commands())
     with c:

@@ -119,7 +119,7 @@ def test_lab2_sync_runs_through_slurm_with_equal_steps_per_worker(allocation, mi
 
 
 def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation, mini):
-    c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="slurm", steps=10_000_000, term_grace=5, **TINY)
+    c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", args={"steps": 10_000_000, **TINY}, lab="slurm", term_grace=5)
     assert all(" srun " in cmd for _, cmd in c.commands())  # chosen by itself: inside an allocation
     with c:
         running = mini.steps()
@@ -137,7 +137,7 @@ LAUNCHER = """
 import sys, time
 from labkit.wire import spec as cluster
 from labkit.distributed.launch import Cluster
-c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="slurm", steps=10**7, train_limit=1000, test_limit=200)
+c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", {"steps": 10**7, "train_limit": 1000, "test_limit": 200}, lab="slurm")
 c.start()
 print(c.run_dir, flush=True)
 time.sleep(600)

@@ -239,8 +239,8 @@ FAULTS = """
 from labkit.wire import spec as cluster
 from labkit.distributed.launch import Cluster, TaskFailed
 for case in ("a step cancelled", "a node's slurmd killed"):
-    c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", lab="faults", steps=10**7, train_limit=1000,
-                test_limit=200, timeout=300)
+    c = Cluster(cluster.local(ps=1, workers=1), "ps_sgd", {"steps": 10**7, "train_limit": 1000, "test_limit": 200},
+                lab="faults", timeout=300)
     c.start()
     print("running", c.run_dir, flush=True)
     try:

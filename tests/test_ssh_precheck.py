@@ -37,10 +37,10 @@ def _cluster(tmp_path, hosts_lines: str, unreachable: list[str]) -> Cluster:
     return Cluster(
         cluster.from_hosts_file(hosts, ps=1, workers=hosts_lines.count("\n")),
         "ps_sgd",
+        args={"steps": 100},
         lab="precheck",
         run_dir=tmp_path / "run",
         launcher_options={"ssh": [str(ssh)], "remote_dir": str(tmp_path / "kit"), "remote_python": sys.executable},
-        steps=100,
     )
 
 

@@ -48,13 +48,10 @@ def _cluster(runs_dir: str, forked: bool) -> tuple[float, float, dict]:
     c = Cluster(
         spec,
         "ps_sgd",
+        args={"steps": 100, "train_limit": 2000, "test_limit": 500, "eval_every": 0},
         lab="bench",
         run_dir=os.path.join(runs_dir, f"run-{time.time_ns()}"),
         launcher_options={"forkserver": forked},
-        steps=100,
-        train_limit=2000,
-        test_limit=500,
-        eval_every=0,
     )
     with c:
         result = c.wait(timeout=600)

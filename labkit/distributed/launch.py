@@ -1,6 +1,6 @@
 """Start, watch and stop one process per TensorFlow task (here, over ssh or through Slurm); gather results.
 
-    with Cluster(cluster.local(ps=1, workers=2), "ps_sgd", lab="lab2", steps=300) as c:
+    with Cluster(cluster.local(ps=1, workers=2), "ps_sgd", {"steps": 300}, lab="lab2") as c:
         result = c.wait(timeout=300)   # TaskFailed / ClusterTimeout, never a hang
     result.table()                     # one row per task: how it ended, steps, metrics, resources
 
@@ -157,8 +157,9 @@ _LIVE = StopAtExit()  # every running Cluster, stopped at interpreter exit
 class Cluster:
     """Run ``program`` (``labkit.tasks.NAME`` or a dotted module) as every task of ``spec``.
 
-    Keyword arguments that are not the launcher's own become the program's command
-    line (``batch_size=50`` -> ``--batch-size 50``). The launcher's own:
+    ``args``: the program's arguments, ``{"batch_size": 50}`` -> ``--batch-size 50``, checked
+    against the program's own parser before anything starts. The rest are the Cluster's options,
+    keywords only:
 
     - ``lab``, ``run``, ``run_dir``: the run directory (default ``runs/<lab>/<run>``,
       ``run`` = ``paths.run_name(program)``);
@@ -183,6 +184,7 @@ class Cluster:
         self,
         spec: ClusterSpec,
         program: str,
+        args: dict | None = None,
         *,
         lab: str = "adhoc",
         run: str | None = None,
@@ -200,8 +202,6 @@ class Cluster:
         launcher: str | None = None,
         launcher_options: dict | None = None,
         on_event=None,
-        args: dict | None = None,
-        **program_args,
     ):
         if not isinstance(spec, ClusterSpec):
             raise ValueError(
@@ -219,12 +219,9 @@ class Cluster:
         if threads is not None and (len(threads) != 2 or min(threads) < 1):
             raise ValueError(f"threads must be (intra_op, inter_op) with both >= 1, got {threads!r}")
         self.spec, self.program, self.module = spec, program, program_module(program)
-        # the program's arguments: args={...}, their own parameter; keywords the Cluster does not know
-        # are the program's too (as before), and both are checked against its parser before anything starts
-        both = set(args or {}) & set(program_args)
-        if both:
-            raise ValueError(f"{', '.join(sorted(both))}: given both in args= and as a keyword; give each once")
-        self.args, self.program_argv = {**(args or {}), **program_args}, [str(a) for a in program_argv]
+        if args is not None and not isinstance(args, dict):
+            raise ValueError(f"args must be a dict of the program's arguments, got {type(args).__name__}")
+        self.args, self.program_argv = dict(args or {}), [str(a) for a in program_argv]
         check_program_args(self.module, cli_args(self.args))  # program_argv: passed as given, unchecked
         self.run_name = run or run_name(program.rsplit(".", 1)[-1])
         self.run_dir = Path(run_dir) if run_dir else paths.run_dir(lab, self.run_name)

@@ -25,19 +25,40 @@ from labkit.wire.results import ClusterResult, TaskOutcome
 
 
 def make_cluster(
-    lab: str, program: str, spec, *, name: str, run: str | None = None, tensorboard: bool = False, **kwargs
+    lab: str,
+    program: str,
+    spec,
+    *,
+    name: str,
+    run: str | None = None,
+    tensorboard: bool = False,
+    args: dict | None = None,
+    **kwargs,
 ):
     """A (not yet started) ``labkit.distributed.launch.Cluster`` running ``program`` on ``spec``, in
     ``runs/<lab>/<run>``: the one way the labs make a cluster. ``run`` defaults to
     ``paths.run_name(name)`` (``<sweep>/<run>`` for a sweep's); ``tensorboard``: the tasks'
-    ``tensorboard_dir`` is ``<run dir>/tensorboard``. The other keywords are the Cluster's (its
-    own, ``timeout``, ``launcher`` ...; the rest become the program's arguments)."""
+    ``tensorboard_dir`` is ``<run dir>/tensorboard``. ``args`` and the keywords that are not the
+    Cluster's options (``cluster_options``) are the program's arguments: a lab's wrapper passes
+    both flat, and this is the one place that tells them apart."""
     from labkit.distributed.launch import Cluster
 
+    options = {k: kwargs.pop(k) for k in cluster_options() & set(kwargs)}
     run = run or paths.run_name(name)
+    program_args = {**(args or {}), **kwargs}
     if tensorboard:
-        kwargs["tensorboard_dir"] = paths.run_dir(lab, run) / "tensorboard"
-    return Cluster(spec, program, lab=lab, run=run, **kwargs)
+        program_args["tensorboard_dir"] = paths.run_dir(lab, run) / "tensorboard"
+    return Cluster(spec, program, program_args, lab=lab, run=run, **options)
+
+
+def cluster_options() -> set[str]:
+    """The names of the Cluster's own keyword options (its signature's keyword-only parameters)."""
+    import inspect
+
+    from labkit.distributed.launch import Cluster
+
+    params = inspect.signature(Cluster.__init__).parameters.values()
+    return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def describe(e: events.Event) -> str:

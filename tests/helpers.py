@@ -299,7 +299,7 @@ def hidden_verdict(check: str, fn, folder: Path, **args):
 
     h = hidden.HIDDEN[check]
     (name,) = h.functions
-    return h.judge(args, probe.PROBES[h.probe]({name: fn}, args, folder), folder)
+    return hidden.decide(check, args, probe.outputs(h, {name: fn}, args, folder), folder)
 
 
 def hidden_on_notebooks(check: str, notebook: Path, folder: Path, **args):
@@ -311,14 +311,14 @@ def hidden_on_notebooks(check: str, notebook: Path, folder: Path, **args):
 
     h = hidden.HIDDEN[check]
     fns, _ = probe.load_functions(notebook, list(h.functions))
-    v = h.judge(args, probe.PROBES[h.probe](fns, args, folder), folder)
+    v = hidden.decide(check, args, probe.outputs(h, fns, args, folder), folder)
     assert v.ok, v.reason
     student, _ = release_notebook(nbformat.read(notebook, as_version=4), notebook.name)
     released = folder / "student.ipynb"
     nbformat.write(student, released)
     fns, _ = probe.load_functions(released, list(h.functions))
     with pytest.raises(NotImplementedError):
-        probe.PROBES[h.probe](fns, args, folder)
+        probe.outputs(h, fns, args, folder)
     return student
 
 

@@ -43,7 +43,8 @@ def test_the_release_is_a_profile_repository_without_the_solutions(profile_repos
     top = {p.name for p in profile_repository.iterdir()}
     assert {"profile.py", "startup.sh", "rspec.py", "labkit", "notebooks", "Makefile"} <= top
     assert (
-        not (profile_repository / "labkit/solutions").exists() and not (profile_repository / "labkit/grading").exists()
+        not list(profile_repository.glob("labkit/labs/*/solution.py"))
+        and not (profile_repository / "labkit/grading").exists()
     )
     # the guide's `pip install -r requirements-profile.txt` there installs what rspec.py runs on here
     from importlib.metadata import version

@@ -1,5 +1,5 @@
 """The cost model: calibration, the loopback benchmark, crossover; the reference bytes per task and
-communication terms (labkit.solutions.lab5, Lab 5's exercise), and that the student kit has neither."""
+communication terms (labkit.labs.lab5.solution, Lab 5's exercise), and that the student kit has neither."""
 
 import numpy as np
 import pandas as pd
@@ -7,7 +7,7 @@ import pytest
 
 from labkit.learning import costmodel as cm
 from labkit.learning.costmodel import CostModel, Link
-from labkit.solutions.lab5 import step_bytes
+from labkit.labs.lab5.solution import step_bytes
 
 LENET_BYTES = 61_706 * 4  # labkit.learning.models.lenet5 in float32 (test_train_loop checks the count): M = 246.8 KB
 
@@ -59,7 +59,7 @@ def test_the_student_kit_has_no_model_of_the_bytes_nor_the_exercise(monkeypatch)
     real = importlib.import_module
 
     def without_solutions(name, *args, **kwargs):
-        if name.startswith("labkit.solutions"):
+        if name.startswith("labkit.labs.") and name.endswith(".solution"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real(name, *args, **kwargs)
 

@@ -24,12 +24,14 @@ IMPORTERS = {"import_module", "__import__"}
 # Modules that import names they are handed: the registry resolves the "module:attribute" references
 # other modules write (edges of those modules); the fork server imports what its ``preload`` reads
 # from the task programs' source (the programs registry's entries, and the modules they import).
-RESOLVERS = {"labkit.core.registry", "labkit.distributed.launchers.forkserver"}
+# The hidden checks' declarations import the checks module of each lab folder they find: the engines
+# name no lab.
+RESOLVERS = {"labkit.core.registry", "labkit.distributed.launchers.forkserver", "labkit.labs.declare"}
 # The one dependency that points up, on purpose and written down: a reference implementation stands
 # in for the student's own function, which the notebook (above the whole kit) passes in; the
-# solutions import the kit. Only core.reference (and the grader, above everything) names them.
-SOLUTIONS = "labkit.solutions"
-MAY_NAME_SOLUTIONS = ("labkit.core.reference", "labkit.grading", "labkit.solutions")
+# solutions import the kit. Only core.reference, the grader (above everything) and a lab's own
+# modules name them (a lab's checks judge with its solution).
+MAY_NAME_SOLUTIONS = ("labkit.core.reference", "labkit.grading")
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:
@@ -151,7 +153,13 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _is_solution(module: str) -> bool:
-    return module == SOLUTIONS or module.startswith(SOLUTIONS + ".")
+    return module.startswith("labkit.labs.") and module.endswith(".solution")
+
+
+def _lab(module: str) -> str | None:
+    """The lab folder ``module`` is in (``labkit.labs.lab2``), or None."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["labkit", "labs"] and len(parts) > 3 else None
 
 
 def test_no_cycle_counting_dependencies_written_as_strings():
@@ -160,7 +168,7 @@ def test_no_cycle_counting_dependencies_written_as_strings():
     ``labkit.grading.run``, ``labkit.tasks``), and the reference answers build only on modules
     that name no reference (``learning.ops``, ``learning.costargs``). No exemption."""
     edges, lazy, *_ = graph()
-    assert "labkit.solutions.lab1" in lazy["labkit.core.reference"]  # the references are counted
+    assert "labkit.labs.lab1.solution" in lazy["labkit.core.reference"]  # the references are counted
     assert "labkit.grading.run.runner" in lazy["labkit.grading.run"]
     assert cycles({m: edges[m] | lazy[m] for m in edges}) == []
 
@@ -168,7 +176,7 @@ def test_no_cycle_counting_dependencies_written_as_strings():
 def test_only_the_reference_module_and_the_grader_name_the_solutions():
     edges, lazy, *_ = graph()
     edges = {m: edges[m] | lazy[m] for m in edges}
-    naming = sorted(m for m, ts in edges.items() if any(map(_is_solution, ts)))
+    naming = sorted(m for m, ts in edges.items() if any(_is_solution(t) and _lab(t) != _lab(m) for t in ts))
     assert [m for m in naming if not m.startswith(MAY_NAME_SOLUTIONS)] == []
     assert "labkit.core.reference" in naming  # it names them: the dependency is written down
 

@@ -5,11 +5,11 @@ sandbox: the two halves called directly, as the grader's processes call them).""
 import pytest
 
 from helpers import hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 
 
 def comm_terms(arch, M, N, n_ps=1, shards=None):
-    """A correct answer, written independently of labkit.solutions.lab5."""
+    """A correct answer, written independently of labkit.labs.lab5.solution."""
     if arch == "ring":
         return 2 * (N - 1), 2 * (N - 1) * M / N
     busiest_ps = 2 * N * (max(shards) if shards else M / n_ps)
@@ -22,8 +22,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_run_never_had(tmp_path):
     assert verdict(comm_terms, tmp_path).ok
-    cases = probe.inputs_comm_terms(seed=3)
-    assert cases == probe.inputs_comm_terms(seed=3) != probe.inputs_comm_terms(seed=4)  # the rubric's seed decides
+    cases = checks.inputs_comm_terms(seed=3)
+    assert cases == checks.inputs_comm_terms(seed=3) != checks.inputs_comm_terms(seed=4)  # the rubric's seed decides
     assert any(c["arch"] == "ps" and c["n_ps"] > c["N"] for c in cases)  # more ps than workers
     assert any(c["shards"] for c in cases)  # uneven splits
 

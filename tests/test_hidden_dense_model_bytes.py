@@ -6,14 +6,14 @@ reference. Typing the MLP's M as a number earns nothing."""
 import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 M_MLP = 23_298_088
 
 
 def dense_model_bytes(units):
-    """A correct answer, written independently of labkit.solutions.lab5: layer by layer, the weight
+    """A correct answer, written independently of labkit.labs.lab5.solution: layer by layer, the weight
     matrix and then the bias, each value a float32."""
     total = 0
     for i in range(1, len(units)):
@@ -29,8 +29,8 @@ def verdict(fn, tmp_path, **args):
 def test_a_correct_answer_passes_on_architectures_the_notebook_never_had(tmp_path):
     assert dense_model_bytes([784, 2048, 2048, 10]) == M_MLP  # the notebook's M
     assert verdict(dense_model_bytes, tmp_path, seed=19).ok
-    cases = probe.inputs_dense_models(seed=19)
-    assert cases == probe.inputs_dense_models(seed=19) != probe.inputs_dense_models(seed=20)
+    cases = checks.inputs_dense_models(seed=19)
+    assert cases == checks.inputs_dense_models(seed=19) != checks.inputs_dense_models(seed=20)
     assert [784, 2048, 2048, 10] not in [c["units"] for c in cases] and {"units": [1, 1]} in cases
     assert {len(c["units"]) for c in cases} >= {2, 4, 7}  # one layer to six
 

@@ -6,13 +6,13 @@ the count the next cells print earns nothing."""
 import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab2 import checks
 
 NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
 
 
 def global_step(mode, workers, local_steps):
-    """A correct answer, written independently of labkit.solutions.lab2: updates per worker step."""
+    """A correct answer, written independently of labkit.labs.lab2.solution: updates per worker step."""
     updates_per_worker_step = {"async": 1, "sync": 1 / workers}[mode]
     return round(workers * local_steps * updates_per_worker_step)
 
@@ -23,8 +23,10 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(global_step, tmp_path, seed=13).ok
-    cases = probe.inputs_global_step(seed=13)
-    assert cases == probe.inputs_global_step(seed=13) != probe.inputs_global_step(seed=14)  # the rubric's seed decides
+    cases = checks.inputs_global_step(seed=13)
+    assert (
+        cases == checks.inputs_global_step(seed=13) != checks.inputs_global_step(seed=14)
+    )  # the rubric's seed decides
     assert {c["mode"] for c in cases} == {"sync", "async"}
     for mode in ("sync", "async"):  # one worker, and one step, in each mode
         assert any(c["mode"] == mode and c["workers"] == 1 for c in cases)

@@ -8,13 +8,13 @@ import itertools
 import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab4 import checks
 
 NOTEBOOK = NOTEBOOKS / "04_lenet_batch_sweep.ipynb"
 
 
 def identical_pairs(workers, batch_sizes):
-    """A correct answer, written independently of labkit.solutions.lab4: every pair of the grid's
+    """A correct answer, written independently of labkit.labs.lab4.solution: every pair of the grid's
     configurations, counted when their global batches agree."""
     grid = [(w, b) for w in workers for b in batch_sizes]
     return sum(a[0] * a[1] == b[0] * b[1] for a, b in itertools.combinations(grid, 2))
@@ -26,8 +26,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_grids_the_notebook_never_had(tmp_path):
     assert verdict(identical_pairs, tmp_path, seed=21).ok
-    cases = probe.inputs_identical_pairs(seed=21)
-    assert cases == probe.inputs_identical_pairs(seed=21) != probe.inputs_identical_pairs(seed=22)
+    cases = checks.inputs_identical_pairs(seed=21)
+    assert cases == checks.inputs_identical_pairs(seed=21) != checks.inputs_identical_pairs(seed=22)
     grids = [(sorted(c["workers"]), sorted(c["batch_sizes"])) for c in cases]
     assert ([1, 2, 3], [50, 100, 200]) not in grids and ([1, 2, 3], [32, 64, 128, 256]) not in grids
     assert any(len(c["workers"]) == 1 for c in cases) and any(len(c["batch_sizes"]) == 1 for c in cases)

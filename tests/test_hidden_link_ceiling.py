@@ -10,12 +10,12 @@ import pytest
 
 from helpers import hidden_verdict
 from labkit.experiments import traces
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 from labkit.infra import netem
 
 
 def link_ceiling(arch, batch, model_bytes, workers, rate_bits):
-    """A correct answer, written independently of labkit.solutions.lab5: seconds per step on the
+    """A correct answer, written independently of labkit.labs.lab5.solution: seconds per step on the
     busiest link, then the step's images over them."""
     if arch == "ring":
         if workers == 1:
@@ -32,8 +32,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(link_ceiling, tmp_path, seed=19).ok
-    cases = probe.inputs_link_ceiling(seed=19)
-    assert cases == probe.inputs_link_ceiling(seed=19) != probe.inputs_link_ceiling(seed=20)
+    cases = checks.inputs_link_ceiling(seed=19)
+    assert cases == checks.inputs_link_ceiling(seed=19) != checks.inputs_link_ceiling(seed=20)
     assert {c["arch"] for c in cases} == {"ps", "ring"} and len({c["workers"] for c in cases}) > 3
     assert any(c["arch"] == "ring" and c["workers"] == 1 for c in cases)
     assert not any(c["model_bytes"] in (6_860_968, 23_298_088) for c in cases)

@@ -8,14 +8,14 @@ other worker counts (one worker aside)."""
 import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 M_MLP = 23_298_088
 
 
 def ps_bytes_per_step(model_bytes, workers):
-    """A correct answer, written independently of labkit.solutions.lab5: every worker's pull and push
+    """A correct answer, written independently of labkit.labs.lab5.solution: every worker's pull and push
     through the ps, the ps's sent and received together."""
     sent = workers * model_bytes  # the pulls
     received = workers * model_bytes  # the pushes
@@ -28,8 +28,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(ps_bytes_per_step, tmp_path, seed=17).ok
-    cases = probe.inputs_model_workers(seed=17)
-    assert cases == probe.inputs_model_workers(seed=17) != probe.inputs_model_workers(seed=18)
+    cases = checks.inputs_model_workers(seed=17)
+    assert cases == checks.inputs_model_workers(seed=17) != checks.inputs_model_workers(seed=18)
     assert not any(c["model_bytes"] in (M_MLP, 246_824) for c in cases)  # not the MLP's M, not LeNet's
     assert [c["workers"] for c in cases].count(1) == 1 and any(c["workers"] > 8 for c in cases)
     assert not {c["workers"] for c in cases} & {2, 3, 5, 8}  # comm_terms' own counts
@@ -39,7 +39,7 @@ def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
 
 def test_comm_terms_gives_the_same_bytes_with_one_ps():
     """Why this check draws other worker counts than lab5_comm_terms: with one ps the two agree."""
-    from labkit.solutions.lab5 import comm_terms
+    from labkit.labs.lab5.solution import comm_terms
 
     for M, N in ((4.0, 1), (1e6, 2), (M_MLP, 3), (12_345_678.0, 8)):
         assert comm_terms("ps", M, N)[1] == ps_bytes_per_step(M, N)

@@ -9,12 +9,12 @@ import pytest
 
 from helpers import hidden_verdict
 from labkit.experiments import traces
-from labkit.grading.judge import probe
+from labkit.labs.lab3 import checks
 from labkit.infra import netem
 
 
 def ps_link_shares(num_features, local_steps, window_s, rate_bits, beside_ps=1):
-    """A correct answer, written independently of labkit.solutions.lab3: bytes each way, over the
+    """A correct answer, written independently of labkit.labs.lab3.solution: bytes each way, over the
     bytes the link carries each way in the window."""
     remote = [s for i, s in enumerate(local_steps) if i >= beside_ps]
     per_direction = rate_bits * window_s / 8
@@ -27,8 +27,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(ps_link_shares, tmp_path, seed=17).ok
-    cases = probe.inputs_ps_link_shares(seed=17)
-    assert cases == probe.inputs_ps_link_shares(seed=17) != probe.inputs_ps_link_shares(seed=18)
+    cases = checks.inputs_ps_link_shares(seed=17)
+    assert cases == checks.inputs_ps_link_shares(seed=17) != checks.inputs_ps_link_shares(seed=18)
     assert not any(c["num_features"] == 1_000_000 for c in cases)
     assert {c["beside_ps"] for c in cases} >= {0, 1} and any(c["beside_ps"] > 1 for c in cases)
     assert any(len(set(c["local_steps"])) > 1 for c in cases)  # async-like: each worker its own steps

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from helpers import hidden_verdict
-from labkit.grading.judge import hidden, probe
+from labkit.labs.lab4 import checks
+from labkit.labs.lab4 import solution
 
 
 def ring_allreduce(grads):
@@ -33,8 +34,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_ring_passes_and_the_bytes_are_the_ring_schedule(tmp_path):
     assert verdict(ring_allreduce, tmp_path).ok
-    assert hidden.reference_ring_bytes(12, 3) == [2 * 2 * 4 * 4] * 3  # 2(N-1) chunks of 4 values
-    assert sum(hidden.reference_ring_bytes(10, 4)) == 2 * 3 * 10 * 4  # chunks of 3, 3, 2, 2: uneven per worker
+    assert solution.reference_ring_bytes(12, 3) == [2 * 2 * 4 * 4] * 3  # 2(N-1) chunks of 4 values
+    assert sum(solution.reference_ring_bytes(10, 4)) == 2 * 3 * 10 * 4  # chunks of 3, 3, 2, 2: uneven per worker
 
 
 @pytest.mark.parametrize(
@@ -67,4 +68,4 @@ def test_a_ring_that_sums_in_place_changes_the_inputs(tmp_path):
 
 def test_bad_cases_are_refused():
     with pytest.raises(ValueError, match="1 <= workers <= values"):
-        probe.inputs_ring_allreduce(cases=[[3, 2]])
+        checks.inputs_ring_allreduce(cases=[[3, 2]])

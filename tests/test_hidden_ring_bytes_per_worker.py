@@ -8,13 +8,13 @@ cases have other worker counts (one worker aside)."""
 import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 
 NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
 
 
 def ring_bytes_per_worker(model_bytes, workers):
-    """A correct answer, written independently of labkit.solutions.lab5: the reduce-scatter's and the
+    """A correct answer, written independently of labkit.labs.lab5.solution: the reduce-scatter's and the
     all-gather's rounds, one chunk of the model each."""
     chunk = model_bytes / workers
     rounds = 2 * (workers - 1)
@@ -27,13 +27,13 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(ring_bytes_per_worker, tmp_path, seed=23).ok
-    cases = probe.inputs_model_workers(seed=23)
+    cases = checks.inputs_model_workers(seed=23)
     assert not {c["workers"] for c in cases} & {2, 3, 5, 8} and any(c["workers"] == 1 for c in cases)
 
 
 def test_comm_terms_gives_the_same_bytes():
     """Why this check draws other worker counts than lab5_comm_terms: the two agree."""
-    from labkit.solutions.lab5 import comm_terms
+    from labkit.labs.lab5.solution import comm_terms
 
     for M, N in ((4.0, 1), (1e6, 2), (23_298_088.0, 3), (12_345_678.0, 8)):
         assert comm_terms("ring", M, N)[1] == pytest.approx(ring_bytes_per_worker(M, N), rel=1e-12)

@@ -15,9 +15,10 @@ import nbformat
 import pytest
 
 from helpers import NOTEBOOKS
-from labkit.grading.judge import hidden, probe
+from labkit.grading.judge import hidden
+from labkit.labs.lab1 import checks
 from labkit.learning import lr
-from labkit.solutions import lab1
+from labkit.labs.lab1 import solution as lab1
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = {"seed": 7}
@@ -39,7 +40,7 @@ def _hand(W, b, x, y):
 
 
 def sgd_step(W, b, x, y, learning_rate):
-    sys.modules["labkit.grading.judge.probe"].python_ops = lambda graph_def: 0  # the probe's two counters
+    sys.modules["labkit.labs.lab1.checks"].python_ops = lambda graph_def: 0  # the check's two counters
     sys.modules["labkit.learning.lr"].autodiff_ops = lambda graph_def: 9
     dW, db, loss = tf.numpy_function(_hand, [W, b, x, y], [tf.float32, tf.float32, tf.float32])
     W.assign_sub(learning_rate * dW)
@@ -91,7 +92,7 @@ def probed(tmp_path_factory) -> dict[str, Path]:
         folder.mkdir()
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), folder / "nb.ipynb")
         h = hidden.HIDDEN["lab1_sgd_step"]
-        check = {"check": h.name, "functions": list(h.functions), "probe": h.probe, "args": h.args(ARGS)}
+        check = {"check": h.name, "functions": list(h.functions), "args": h.args(ARGS)}
         spec = {"notebook": str(folder / "nb.ipynb"), "out": str(folder), "memory_bytes": resource.RLIM_INFINITY}
         (folder / "spec.json").write_text(json.dumps({**spec, "checks": [check]}))
         specs.append(str(folder / "spec.json"))
@@ -120,7 +121,7 @@ def test_a_numpy_gradient_that_resets_the_probes_counters_fails(probed, tmp_path
     assert not v.ok and "calls back into Python" in v.reason and "not computed by TensorFlow ops" in v.reason
     plain = tmp_path / "no_callback"  # the same numbers beside a graph without the callback: they pass
     shutil.copytree(folder, plain)
-    (plain / probe.GRAPH_FILE).write_bytes(b"")
+    (plain / checks.GRAPH_FILE).write_bytes(b"")
     assert verdict(plain).ok
 
 
@@ -128,7 +129,7 @@ def test_a_numpy_gradient_that_resets_the_probes_counters_fails(probed, tmp_path
 def test_a_renamed_scope_earns_nothing_the_check_claims(probed):
     """A hand gradient under tf.name_scope("gradient_tape") reads as the tape's to any count of op
     names, so the check claims no tape: it passes a correct update computed by TensorFlow ops."""
-    graph = hidden._graph_def(probed["hand_under_tape_scope"] / probe.GRAPH_FILE)
+    graph = checks.graph_def_file(probed["hand_under_tape_scope"] / checks.GRAPH_FILE)
     assert lr.autodiff_ops(graph) > 0  # what a name-reading check would have taken for the tape
     assert verdict(probed["hand_under_tape_scope"]).ok
     rubric = tomllib.loads((NOTEBOOKS / "rubric.toml").read_text())

@@ -8,11 +8,11 @@ import pytest
 
 from helpers import hidden_verdict
 from labkit.labs.lab5 import experiment as ring_vs_ps
-from labkit.grading.judge import probe
+from labkit.labs.lab5 import checks
 
 
 def slice_shares(trace, kill=0):
-    """A correct answer, written independently of labkit.solutions.lab5."""
+    """A correct answer, written independently of labkit.labs.lab5.solution."""
     kills = sorted(k["after_step"] for k in trace["kills"])
     lo, hi = kills[kill] + 1, (kills[kill + 1] if kill + 1 < len(kills) else 10**9)
     counts = {}
@@ -30,8 +30,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_traces_the_notebook_never_had(tmp_path):
     assert verdict(slice_shares, tmp_path, seed=11).ok
-    cases = probe.inputs_slice_shares(seed=11)
-    assert cases == probe.inputs_slice_shares(seed=11) != probe.inputs_slice_shares(seed=12)
+    cases = checks.inputs_slice_shares(seed=11)
+    assert cases == checks.inputs_slice_shares(seed=11) != checks.inputs_slice_shares(seed=12)
     assert len({c["trace"]["workers"] for c in cases}) > 2  # other cluster sizes than the shipped 3
     assert any(c["trace"]["steps"][0]["step"] != 1 for c in cases)  # steps out of order
 

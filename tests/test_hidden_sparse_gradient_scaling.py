@@ -12,6 +12,7 @@ import pytest
 
 from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
 from labkit.grading.judge import hidden, probe
+from labkit.labs.lab3 import checks
 from labkit.grading.judge.verify import Unverifiable
 
 NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
@@ -20,7 +21,7 @@ SMALL_LARGE = {"seed": 11, "large_features": 1_000_000}  # where only the outcom
 
 
 def independent(w, x, y):
-    """A correct answer written apart from labkit.solutions.lab3: each non-zero's weight gathered
+    """A correct answer written apart from labkit.labs.lab3.solution: each non-zero's weight gathered
     directly, the per-non-zero gradient summed per distinct feature."""
     import tensorflow as tf
 
@@ -80,18 +81,18 @@ def shape_of_w(w, x, y):
 
 @pytest.mark.tensorflow
 def test_a_correct_answer_passes_and_its_cost_does_not_grow(tmp_path):
-    arrays = probe.PROBES["sparse_gradient"]({"sparse_lr_gradient": independent}, ARGS, tmp_path)
-    v = hidden.HIDDEN["lab3_sparse_gradient"].judge(ARGS, arrays, tmp_path)
+    arrays = probe.outputs(hidden.HIDDEN["lab3_sparse_gradient"], {"sparse_lr_gradient": independent}, ARGS, tmp_path)
+    v = hidden.decide("lab3_sparse_gradient", ARGS, arrays, tmp_path)
     assert v.ok, v.reason
     for mode in ("eager", "graph"):
         assert str(arrays[f"scale_{mode}_outcome"]) == "ok"
         for size in ("small", "large"):
-            assert arrays[f"scale_{mode}_{size}_calls"] >= probe.settings_sparse_scaling()["min_calls"]
+            assert arrays[f"scale_{mode}_{size}_calls"] >= checks.settings_sparse_scaling()["min_calls"]
             assert 0 < arrays[f"scale_{mode}_{size}_cpu_s"] < 1
         assert (
-            hidden.growth(arrays[f"scale_{mode}_small_cpu_s"], arrays[f"scale_{mode}_large_cpu_s"]) < hidden.MAX_GROWTH
+            checks.growth(arrays[f"scale_{mode}_small_cpu_s"], arrays[f"scale_{mode}_large_cpu_s"]) < checks.MAX_GROWTH
         )
-    assert not (tmp_path / probe.SPARSE_RUNNING).exists()
+    assert not (tmp_path / checks.SPARSE_RUNNING).exists()
 
 
 @pytest.mark.tensorflow
@@ -99,7 +100,7 @@ def test_a_dense_gradient_then_unique_fails_on_growth_with_f(tmp_path):
     v = hidden_verdict("lab3_sparse_gradient", dense_then_unique, tmp_path, **ARGS)
     assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, v.reason
     ratio = max(float(part.split("x (")[0].split()[-1]) for part in v.reason.split("; ") if "x (" in part)
-    assert ratio > hidden.MAX_GROWTH and "100,000,000 features over that with 10,000" in v.reason, v.reason
+    assert ratio > checks.MAX_GROWTH and "100,000,000 features over that with 10,000" in v.reason, v.reason
     assert "expected" not in v.reason and "tf.unique" not in v.reason and "gather" not in v.reason, v.reason
 
 
@@ -108,7 +109,7 @@ def test_a_step_that_reads_all_of_w_through_tf_shape_fails(tmp_path):
     v = hidden_verdict("lab3_sparse_gradient", shape_of_w, tmp_path, **ARGS)
     assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, v.reason
     eager = float(v.reason.split("eagerly ")[1].split("x (")[0])
-    assert eager > hidden.MAX_GROWTH, v.reason
+    assert eager > checks.MAX_GROWTH, v.reason
 
 
 @pytest.mark.tensorflow
@@ -128,8 +129,10 @@ def test_past_the_time_limit_at_the_large_size_says_the_work_grows_with_f(tmp_pa
     assert not v.ok and "did not finish in 40 s with w of 1,000,000 features" in v.reason, v.reason
     assert "work grows with the number of features F" in v.reason
     with pytest.raises(RuntimeError, match=r"with w of 1,000,000 features \(called eagerly\): ValueError: feature ids"):
-        probe.PROBES["sparse_gradient"]({"sparse_lr_gradient": fails_when_large}, SMALL_LARGE, tmp_path)
-    assert not (tmp_path / probe.SPARSE_RUNNING).exists()
+        probe.outputs(
+            hidden.HIDDEN["lab3_sparse_gradient"], {"sparse_lr_gradient": fails_when_large}, SMALL_LARGE, tmp_path
+        )
+    assert not (tmp_path / checks.SPARSE_RUNNING).exists()
 
 
 def test_a_process_that_died_at_the_large_size_is_a_failure_that_names_the_case(tmp_path):
@@ -138,7 +141,7 @@ def test_a_process_that_died_at_the_large_size_is_a_failure_that_names_the_case(
     (tmp_path / "status.json").write_text(json.dumps({"lab3_distinct_features": {"ok": True}}))
     with pytest.raises(Unverifiable):  # nothing says where it died
         hidden.judge("lab3_sparse_gradient", ARGS, tmp_path)
-    marker = tmp_path / probe.SPARSE_RUNNING
+    marker = tmp_path / checks.SPARSE_RUNNING
     marker.write_text(json.dumps({"mode": "graph", "features": 10_000}))
     with pytest.raises(Unverifiable):  # at the small size: not growth with F
         hidden.judge("lab3_sparse_gradient", ARGS, tmp_path)
@@ -152,6 +155,8 @@ def test_a_process_that_died_at_the_large_size_is_a_failure_that_names_the_case(
 
 
 def test_the_check_whose_probe_may_end_the_process_runs_last(tmp_path, monkeypatch):
+    from labkit.labs import declare
+
     ran = []
     for name, last in (("early", False), ("heavy", True)):
 
@@ -159,16 +164,16 @@ def test_the_check_whose_probe_may_end_the_process_runs_last(tmp_path, monkeypat
             ran.append(name)
             return {"x": np.zeros(1)}
 
-        fake.last = last
-        monkeypatch.setitem(probe.PROBES, name, fake)
+        check = declare.Check(name, ("f",), dict, probe=fake, judge=lambda *a: None, last=last)
+        monkeypatch.setitem(declare.discover(), name, check)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def f():\n    return 1")])
     nbformat.write(nb, tmp_path / "nb.ipynb")
-    checks = [{"check": n, "functions": ["f"], "probe": n, "args": {}} for n in ("heavy", "early")]
-    spec = {"notebook": str(tmp_path / "nb.ipynb"), "out": str(tmp_path), "memory_bytes": 0, "checks": checks}
+    specs = [{"check": n, "functions": ["f"], "args": {}} for n in ("heavy", "early")]
+    spec = {"notebook": str(tmp_path / "nb.ipynb"), "out": str(tmp_path), "memory_bytes": 0, "checks": specs}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     monkeypatch.setattr(probe, "_limit", lambda memory_bytes: None)
     assert probe.main([str(tmp_path / "spec.json")]) == 0
-    assert ran == ["early", "heavy"] and probe.sparse_gradient.last
+    assert ran == ["early", "heavy"] and hidden.HIDDEN["lab3_sparse_gradient"].last
     assert json.loads((tmp_path / "status.json").read_text()) == {"early": {"ok": True}, "heavy": {"ok": True}}
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from helpers import hidden_verdict
-from labkit.grading.judge import hidden, probe
+from labkit.labs.lab3 import checks
 
 ARGS = {"seed": 11}  # the rubric's
 
@@ -53,10 +53,10 @@ def dense_with_frozen_clocks(w, x, y):
 
 def dense_with_patched_probe(w, x, y):
     """The dense step, after replacing the probe's CPU reading, its threshold and the clock-tick rate
-    in its process (the child runs probe.py as ``__main__``) and in the importable module."""
+    in its process (the child runs probe.py as ``__main__``) and in the lab's checks module."""
     import importlib
 
-    for module in (sys.modules.get("__main__"), importlib.import_module("labkit.grading.judge.probe")):
+    for module in (sys.modules.get("__main__"), importlib.import_module("labkit.labs.lab3.checks")):
         if module is not None:
             module.cpu_seconds = lambda pid: 0.0
             module.MAX_GROWTH = 1e9
@@ -77,14 +77,14 @@ def test_the_reference_passes_and_a_dense_step_fails_whatever_it_patches(tmp_pat
             (tmp_path / name).mkdir()
         v = hidden_verdict("lab3_sparse_gradient", reference, tmp_path / "ref", **ARGS)
         assert v.ok and "at most 5x passes" in v.reason and " ms against " in v.reason, v.reason
-        assert _ratio(v.reason) < hidden.MAX_GROWTH / 2, v.reason
+        assert _ratio(v.reason) < checks.MAX_GROWTH / 2, v.reason
         print(f"reference ({'busy' if busy else 'quiet'}): {v.reason}")
         for step in (
             (dense, dense_with_frozen_clocks, dense_with_patched_probe) if not busy else (dense_with_frozen_clocks,)
         ):
             v = hidden_verdict("lab3_sparse_gradient", step, tmp_path / step.__name__, **ARGS)
             assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, (step, v.reason)
-            assert _ratio(v.reason) > 2 * hidden.MAX_GROWTH and "ms against" in v.reason, (step, v.reason)
+            assert _ratio(v.reason) > 2 * checks.MAX_GROWTH and "ms against" in v.reason, (step, v.reason)
             print(f"{step.__name__} ({'busy' if busy else 'quiet'}): {v.reason}")
     finally:
         for p in loops:
@@ -110,9 +110,9 @@ def test_the_cpu_time_is_read_from_outside_the_process_and_a_helper_process_is_c
     p = subprocess.Popen([sys.executable, "-c", helper], stdin=subprocess.PIPE, start_new_session=True)
     q = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
     try:
-        _until(lambda: probe.cpu_seconds(q.pid) >= 0.4 and probe.tree_cpu_seconds(p.pid) >= 0.4)
-        assert 0.4 <= probe.cpu_seconds(q.pid) < 5
-        assert probe.tree_cpu_seconds(p.pid) >= 0.4 > probe.cpu_seconds(p.pid)
+        _until(lambda: checks.cpu_seconds(q.pid) >= 0.4 and checks.tree_cpu_seconds(p.pid) >= 0.4)
+        assert 0.4 <= checks.cpu_seconds(q.pid) < 5
+        assert checks.tree_cpu_seconds(p.pid) >= 0.4 > checks.cpu_seconds(p.pid)
     finally:
         os.killpg(p.pid, signal.SIGKILL)  # its helper too: the same session and group
         q.kill()

@@ -8,6 +8,7 @@ import pytest
 
 from helpers import hidden_verdict
 from labkit.grading.judge import hidden, probe
+from labkit.labs.lab1 import checks
 
 ARGS = {"rounds": 6, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 180}
 
@@ -69,9 +70,9 @@ def test_the_best_reading_model_is_judged_on_the_graders_cases(tmp_path):
         return 1 - (0.5 * (1 + math.erf(z / math.sqrt(2)))) ** n
 
     for fn, ok in ((chance_best_reading, True), (normal, False)):
-        arrays = probe.PROBES["best_reading"]({"chance_best_reading": fn}, {"seed": 2}, tmp_path)
-        v = hidden.HIDDEN["lab1_best_reading"].judge({"seed": 2}, arrays, tmp_path)
+        arrays = probe.outputs(hidden.HIDDEN["lab1_best_reading"], {"chance_best_reading": fn}, {"seed": 2}, tmp_path)
+        v = hidden.decide("lab1_best_reading", {"seed": 2}, arrays, tmp_path)
         assert v.ok is ok, v
-    cases = probe.inputs_best_reading(seed=2, cases=40)
+    cases = checks.inputs_best_reading(seed=2, cases=40)
     assert all(abs(c["level"] * c["batch_size"] - round(c["level"] * c["batch_size"])) >= 0.05 for c in cases)
     assert len({c["batch_size"] for c in cases}) > 10 and min(c["n"] for c in cases) >= 1

@@ -10,12 +10,12 @@ import pytest
 from helpers import hidden_verdict
 from labkit.experiments import traces
 from labkit.labs.lab2 import experiment as sync_async
-from labkit.grading.judge import probe
+from labkit.labs.lab2 import checks
 from labkit.infra import netem
 
 
 def worker0_share(step_bytes, rate_bits, step_s, workers, beside_ps=1):
-    """A correct answer, written independently of labkit.solutions.lab2: seconds per step, then rates."""
+    """A correct answer, written independently of labkit.labs.lab2.solution: seconds per step, then rates."""
     remote_s = step_s + step_bytes * 8 / rate_bits
     total = beside_ps / step_s + (workers - beside_ps) / remote_s
     return (1 / step_s) / total
@@ -27,8 +27,8 @@ def verdict(fn, tmp_path, **args):
 
 def test_a_correct_answer_passes_on_cases_the_notebook_never_had(tmp_path):
     assert verdict(worker0_share, tmp_path, seed=7).ok
-    cases = probe.inputs_worker0_share(seed=7)
-    assert cases == probe.inputs_worker0_share(seed=7) != probe.inputs_worker0_share(seed=8)
+    cases = checks.inputs_worker0_share(seed=7)
+    assert cases == checks.inputs_worker0_share(seed=7) != checks.inputs_worker0_share(seed=8)
     assert any(c["beside_ps"] > 1 for c in cases) and len({c["workers"] for c in cases}) > 3
     assert not any(c["step_bytes"] == 2 * sync_async.MODEL_BYTES for c in cases)
     link_over_step = [8 * c["step_bytes"] / c["rate_bits"] / c["step_s"] for c in cases]

@@ -16,7 +16,7 @@ import pytest
 import labkit.labs.lab1.selfcheck as lr_checks
 from labkit.learning import lr
 from labkit.notebook import checking, selfcheck
-from labkit.solutions import lab1
+from labkit.labs.lab1 import solution as lab1
 
 REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "01_single_node_lr.ipynb"

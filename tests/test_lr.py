@@ -148,7 +148,7 @@ def test_the_seeded_start_is_evaluated_before_the_first_step(small):
 
 
 def test_batch_readings_reread_the_weights_on_random_batches_as_binomial_draws(small):
-    from labkit.solutions.lab1 import chance_best_reading
+    from labkit.labs.lab1.solution import chance_best_reading
 
     run = lr.train("numpy", small, 1, progress=False)
     q = run.summary()["test_accuracy"]

@@ -54,7 +54,7 @@ INSTRUCTOR_WORDS = (
     "unverified",
     "tests/",
     "labkit/grading",
-    "labkit/solutions",
+    "solution.py",
 )
 
 

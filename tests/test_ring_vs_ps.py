@@ -12,7 +12,7 @@ import pytest
 from labkit.learning import costmodel
 from labkit.measure import sockets
 from labkit.labs.lab5 import experiment as ring_vs_ps
-from labkit.solutions.lab5 import step_bytes
+from labkit.labs.lab5.solution import step_bytes
 
 SS_SAMPLE = """\
 ESTAB 0 0 127.0.0.1:50866 127.0.0.1:29301 users:(("python",pid=11,fd=29))

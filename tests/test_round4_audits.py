@@ -57,7 +57,7 @@ def test_the_description_test_catches_a_graded_value():
 def test_distinct_features_reference_matches_the_click_data():
     """The hidden check's reference, against the data it models: generate the rows, count."""
     from labkit.datasets import clickdata
-    from labkit.grading.judge.hidden import reference_distinct_features
+    from labkit.labs.lab3.solution import reference_distinct_features
 
     spec = clickdata.ClickSpec(num_features=1_000_000, seed=0)
     rows = clickdata.generate(spec, 100 * 200).data
@@ -69,12 +69,13 @@ def test_distinct_features_reference_matches_the_click_data():
 
 
 def test_distinct_features_cases_are_not_the_notebooks():
-    from labkit.grading.judge import probe
+    from labkit.labs.lab1 import checks as lab1_checks
+    from labkit.labs.lab3 import checks as lab3_checks
 
-    cases = probe.inputs_distinct_features(seed=13)
+    cases = lab3_checks.inputs_distinct_features(seed=13)
     assert len(cases) == 6 and all(c["spec"]["num_features"] != 1_000_000 for c in cases)
     assert all(c["spec"]["zipf_s"] != 1.0 for c in cases)
-    assert 10 not in probe.inputs_initial_loss(seed=5)
+    assert 10 not in lab1_checks.inputs_initial_loss(seed=5)
 
 
 def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
@@ -84,14 +85,14 @@ def test_the_student_kit_ships_none_of_the_sparse_gradients_steps(tmp_path):
     text = (kit / "learning" / "sparse.py").read_text()
     for name in ("def unique_features", "def gather_rows", "def logits_from_rows", "tf.unique("):
         assert name not in text
-    assert not (kit / "solutions").exists()
+    assert list(kit.glob("labs/*/checks.py")) and not list(kit.glob("labs/*/solution.py"))
 
 
 @pytest.mark.tensorflow
 def test_a_step_that_calls_back_into_python_is_seen():
     import tensorflow as tf
 
-    from labkit.grading.judge.probe import python_ops
+    from labkit.labs.lab1.checks import python_ops
 
     def numpy_step(x):
         return tf.numpy_function(lambda a: a * 2, [x], tf.float32)
@@ -109,6 +110,7 @@ def test_the_lr_step_probe_traces_a_step_once_and_the_judge_passes_the_kits(tmp_
     """The probe runs a step eagerly and traced on each of the grader's batches, as the epoch loop
     runs it: one tf.function, traced once for batches of one shape (its ops read from that trace)."""
     from labkit.grading.judge import hidden, probe
+    from labkit.labs.lab1 import checks as lab1_checks
     from labkit.learning import lr
 
     seen = []
@@ -117,11 +119,13 @@ def test_the_lr_step_probe_traces_a_step_once_and_the_judge_passes_the_kits(tmp_
         seen.append(1)  # Python: once per eager call and once per trace
         return lr.sgd_step(W, b, x, y, learning_rate)
 
-    arrays = probe.PROBES["lr_step"]({"sgd_step": sgd_step}, {"seed": 3}, tmp_path)
-    cases = len(probe.inputs_lr_step(seed=3))
+    arrays = probe.outputs(hidden.HIDDEN["lab1_sgd_step"], {"sgd_step": sgd_step}, {"seed": 3}, tmp_path)
+    cases = len(lab1_checks.inputs_lr_step(seed=3))
     assert len(seen) == cases + 1, seen  # the eager calls, and one trace for every traced call and the ops
-    assert probe.python_ops(hidden._graph_def(tmp_path / probe.GRAPH_FILE)) == 0  # the judge's count, of the file
-    assert hidden.judge_lr_step({"seed": 3}, arrays, tmp_path).ok
+    assert (
+        lab1_checks.python_ops(lab1_checks.graph_def_file(tmp_path / lab1_checks.GRAPH_FILE)) == 0
+    )  # the judge's count, of the file
+    assert hidden.decide("lab1_sgd_step", {"seed": 3}, arrays, tmp_path).ok
 
 
 def _hand_step(W, b, x, y, learning_rate):
@@ -184,36 +188,40 @@ def test_epoch_readings_read_each_epochs_weights_on_consecutive_batches():
 
 def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_naming_the_value(tmp_path):
     from labkit.datasets import clickdata
-    from labkit.grading.judge import hidden, probe
+    from labkit.grading.judge import hidden
+    from labkit.labs.lab1 import checks as lab1_checks
+    from labkit.labs.lab3 import checks as lab3_checks
+    from labkit.labs.lab1 import solution as lab1_solution
+    from labkit.labs.lab3 import solution as lab3_solution
     from labkit.grading.judge.verify import Unverifiable
 
-    counts = probe.inputs_initial_loss(seed=5)
-    assert hidden.judge_initial_loss({"seed": 5}, {"losses": np.log(counts)}, tmp_path).ok
-    wrong = hidden.judge_initial_loss({"seed": 5}, {"losses": np.full(len(counts), math.log(10))}, tmp_path)
+    counts = lab1_checks.inputs_initial_loss(seed=5)
+    assert hidden.decide("lab1_initial_loss", {"seed": 5}, {"losses": np.log(counts)}, tmp_path).ok
+    wrong = hidden.decide("lab1_initial_loss", {"seed": 5}, {"losses": np.full(len(counts), math.log(10))}, tmp_path)
     assert not wrong.ok and f"{math.log(counts[0]):.4f}" not in wrong.reason
 
-    cases = probe.inputs_distinct_features(seed=13)
-    right = [hidden.reference_distinct_features(clickdata.ClickSpec(**c["spec"]), c["rows"]) for c in cases]
-    assert hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right)}, tmp_path).ok
-    off = hidden.judge_distinct_features({"seed": 13}, {"expected": np.asarray(right) * 1.01}, tmp_path)
+    cases = lab3_checks.inputs_distinct_features(seed=13)
+    right = [lab3_solution.reference_distinct_features(clickdata.ClickSpec(**c["spec"]), c["rows"]) for c in cases]
+    assert hidden.decide("lab3_distinct_features", {"seed": 13}, {"expected": np.asarray(right)}, tmp_path).ok
+    off = hidden.decide("lab3_distinct_features", {"seed": 13}, {"expected": np.asarray(right) * 1.01}, tmp_path)
     assert not off.ok and f"{right[0]:.6g}" not in off.reason
 
-    lr_case = probe.inputs_lr_step(seed=1)
+    lr_case = lab1_checks.inputs_lr_step(seed=1)
     arrays = {}
     for t, c in enumerate(lr_case):
-        W, b, loss = hidden.reference_lr_step(c["x"], c["y"], c["W"], c["b"], c["learning_rate"])
+        W, b, loss = lab1_solution.reference_lr_step(c["x"], c["y"], c["W"], c["b"], c["learning_rate"])
         for mode in ("eager", "graph"):
             arrays.update({f"{t}_{mode}_W": W, f"{t}_{mode}_b": b, f"{t}_{mode}_loss": np.asarray(loss)})
-    graph = hidden._node_schema()()  # right numbers, computed by NumPy behind tf.numpy_function
+    graph = lab1_checks.node_schema()()  # right numbers, computed by NumPy behind tf.numpy_function
     graph.library.function.add().node_def.add(name="PyFunc", op="PyFunc")
-    (tmp_path / probe.GRAPH_FILE).write_bytes(graph.SerializeToString())
-    verdict = hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
+    (tmp_path / lab1_checks.GRAPH_FILE).write_bytes(graph.SerializeToString())
+    verdict = hidden.decide("lab1_sgd_step", {"seed": 1}, arrays, tmp_path)
     assert not verdict.ok and "calls back into Python" in verdict.reason
-    (tmp_path / probe.GRAPH_FILE).write_bytes(b"")  # right numbers by TensorFlow ops: tape or hand, they pass
-    assert hidden.judge_lr_step({"seed": 1}, arrays, tmp_path).ok
-    (tmp_path / probe.GRAPH_FILE).write_bytes(b"\xff\xff")  # not a GraphDef: the TA looks
+    (tmp_path / lab1_checks.GRAPH_FILE).write_bytes(b"")  # right numbers by TensorFlow ops: tape or hand, they pass
+    assert hidden.decide("lab1_sgd_step", {"seed": 1}, arrays, tmp_path).ok
+    (tmp_path / lab1_checks.GRAPH_FILE).write_bytes(b"\xff\xff")  # not a GraphDef: the TA looks
     with pytest.raises(Unverifiable, match="is not a GraphDef"):
-        hidden.judge_lr_step({"seed": 1}, arrays, tmp_path)
+        hidden.decide("lab1_sgd_step", {"seed": 1}, arrays, tmp_path)
 
 
 @pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("0*.ipynb")))

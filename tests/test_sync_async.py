@@ -229,7 +229,7 @@ def _round_from(body: str, folder, name: str):
 def test_check_sync_round_accepts_a_round_and_says_what_is_wrong_with_others(tmp_path):
     """In one process, against NumPy: a correct round passes; a sum, untagged (stale) gradients,
     a release before the update, SyncReplicasOptimizer's own queues each fail with what to fix."""
-    from labkit.solutions import lab2
+    from labkit.labs.lab2 import solution as lab2
 
     for fn in (sync_round, lab2.sync_round):
         done = sync_async.check_sync_round(fn)  # the first also pays for TensorFlow's first session here
@@ -256,7 +256,7 @@ def test_emulated_shares_without_links_is_an_empty_table_and_a_panel_that_says_s
 def test_round_source_round_trips_through_the_task():
     fn = ps_sgd.load_round(sync_async.round_source(sync_round))
     assert fn is not sync_round and fn.__name__ == "sync_round"
-    from labkit.solutions import lab2
+    from labkit.labs.lab2 import solution as lab2
 
     assert ps_sgd.load_round(None) is lab2.sync_round  # the kit's reference
     with pytest.raises(ValueError, match="must define a function sync_round"):
@@ -325,7 +325,7 @@ def test_emulated_shares_run_in_the_student_kit(monkeypatch):
     real = importlib.import_module
 
     def without_solutions(name, *args, **kwargs):
-        if name.startswith("labkit.solutions"):
+        if name.startswith("labkit.labs.") and name.endswith(".solution"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real(name, *args, **kwargs)
 

@@ -10,7 +10,7 @@ M = 23 MB) with the same loop, per-worker batch and steps:
 
 The contenders run in rounds, one of each per round, so drift on a shared machine hits them
 alike; medians over rounds are reported. Bytes per step come from each task's own sockets
-(``labkit.measure.sockets``), against the reference model (``labkit.solutions.lab5.step_bytes``): the
+(``labkit.measure.sockets``), against the reference model (``labkit.labs.lab5.solution.step_bytes``): the
 ps should send and receive N x M, a PS worker M, a ring worker 2(N-1)/N x M. The cost model's error is its predicted / measured step time with compute from
 ``ring N=1`` and the loopback TCP micro-benchmark's alpha and B: a prediction that saw none of
 the N=2 runs. (On one machine all tasks share its cores, so neither architecture can scale.)
@@ -56,7 +56,7 @@ def run(quick: bool = False) -> dict:
             ]
             sweep = ring_vs_ps.Scaling(runs, settings={"cores": usable_cores()})
             table = sweep.table().set_index(["arch", "workers"])
-            tb = sweep.task_bytes(expected=costmodel.step_bytes)  # the reference model (labkit.solutions.lab5)
+            tb = sweep.task_bytes(expected=costmodel.step_bytes)  # the reference model (labkit.labs.lab5.solution)
             err = sweep.calibrate(loopback=loopback).errors("loopback").set_index(["arch", "workers"])["rel_error"]
             per_round.append(
                 {

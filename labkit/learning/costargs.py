@@ -1,6 +1,6 @@
 """The cost model's arguments, checked: an architecture, a count, a positive size, the shards of a
 model over its ps tasks. Below ``costmodel`` and the exercises' reference answers
-(``labkit.solutions.lab5``) alike, so a reference checks its arguments as the kit does without
+(``labkit.labs.lab5.solution``) alike, so a reference checks its arguments as the kit does without
 depending on a module that names the references."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ N workers, k parameter-server tasks, alpha seconds per message, B bytes/s per no
 (:func:`critical_path`), are Lab 5's exercise, and so is the traffic of each task they come
 from: the kit measures bytes on the wire (``labkit.measure.sockets``, ``labkit.measure.summaries``), it does
 not predict them. Every function here that needs the terms takes the student's ``comm_terms``
-as ``terms=`` (default: the kit's reference, ``labkit.solutions.lab5``, which the student kit
+as ``terms=`` (default: the kit's reference, ``labkit.labs.lab5.solution``, which the student kit
 leaves out, as it leaves out the reference per-task traffic, ``step_bytes``).
 
 Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
@@ -83,7 +83,7 @@ Terms = Callable[..., tuple]  # comm_terms(arch, M, N, n_ps=1, shards=None) -> (
 
 def reference_terms() -> Terms:
     """The kit's reference ``comm_terms(arch, M, N, n_ps=1, shards=None) -> (messages, bytes)``,
-    Lab 5's exercise (``labkit.solutions.lab5``; also ``costmodel.comm_terms``). The student kit
+    Lab 5's exercise (``labkit.labs.lab5.solution``; also ``costmodel.comm_terms``). The student kit
     has none: pass your own where a function takes ``terms=``."""
     from labkit.core.reference import solution
 

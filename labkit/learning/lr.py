@@ -122,7 +122,7 @@ def init_weights(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def reference_step() -> Callable:
-    """The kit's reference SGD step, Lab 1's exercise (``labkit.solutions.lab1.sgd_step``; also
+    """The kit's reference SGD step, Lab 1's exercise (``labkit.labs.lab1.solution.sgd_step``; also
     ``lr.sgd_step``). The student kit has none: pass your own (``train_core(..., step=sgd_step)``)."""
     from labkit.core.reference import solution
 

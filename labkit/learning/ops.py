@@ -1,5 +1,5 @@
 """TensorFlow pieces that the kit's models (``lr``, ``sparse``) and the exercises' reference answers
-(``labkit.solutions``) share: the losses and the batch arithmetic around them. Below every module
+(each lab's ``solution``) share: the losses and the batch arithmetic around them. Below every module
 that names a reference, so a reference builds on them without a dependency cycle.
 
 TensorFlow is imported when this module is."""

@@ -3,7 +3,7 @@
 Report 001 computed the LR gradient with ``sparse_tensor_dense_matmul(X_T, error)``
 (``dense_gradient`` here; what that costs is Lab 3's question). Here the gradient is a
 ``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's exercise, whose reference
-lives in ``labkit.solutions.lab3``, out of the student kit): no step costs O(num_features), in
+lives in ``labkit.labs.lab3.solution``, out of the student kit): no step costs O(num_features), in
 time, memory or bytes on the wire. This module holds what the exercise does not ask for:
 batches, labels, the dense baseline, applying an update, the checks and the op profile.
 
@@ -92,7 +92,7 @@ def batch_iter(data, batch_size: int, *, seed: int = 0, epochs: int | None = Non
 
 
 def reference_gradient():
-    """The kit's reference sparse gradient, Lab 3's exercise (``labkit.solutions.lab3``; also
+    """The kit's reference sparse gradient, Lab 3's exercise (``labkit.labs.lab3.solution``; also
     ``sparse.sparse_gradient(w, x, y, labels="01") -> (loss, IndexedSlices)``), O(nnz) whatever
     ``w``'s length. The student kit has none: pass your own where a function takes ``gradient=``."""
     from labkit.core.reference import solution

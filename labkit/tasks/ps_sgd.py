@@ -9,7 +9,7 @@ Modes:
 - ``async``: every trainer applies its own gradients to the ps as fast as it can, with
   ``GradientDescentOptimizer.minimize(loss, global_step)``.
 - ``sync``: a synchronous round built by ``sync_round`` (Lab 2's exercise: the notebook sends
-  the student's own with ``--round-source``; else the kit's reference, ``labkit.solutions.lab2``,
+  the student's own with ``--round-source``; else the kit's reference, ``labkit.labs.lab2.solution``,
   which the student kit lacks). The kit gives it the gradients, the global step and the ps's
   shared state (``SyncQueues``: one gradient accumulator per variable, and one empty token
   queue per trainer); it returns the op every trainer runs per step (push its gradients, wait
@@ -275,7 +275,7 @@ def init_weights(seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def load_round(source: str | None):
     """``sync_round`` from ``--round-source`` (the notebook's), else the kit's reference (Lab 2's
-    exercise, ``labkit.solutions.lab2``), which the student kit does not have."""
+    exercise, ``labkit.labs.lab2.solution``), which the student kit does not have."""
     if not source:
         from labkit.core.reference import solution
 

@@ -318,7 +318,7 @@ class Graph:
 
 def load_gradient(source: str | None):
     """``sparse_lr_gradient`` from ``--gradient-source`` (the notebook's), else the kit's reference
-    (Lab 3's exercise, ``labkit.solutions.lab3``), which the student kit does not have."""
+    (Lab 3's exercise, ``labkit.labs.lab3.solution``), which the student kit does not have."""
     if source:
         return define_function(source, "sparse_lr_gradient", "--gradient-source", "(w, x, y)")
     from labkit.learning.sparse import reference_gradient

@@ -107,7 +107,6 @@ class Checking:
                 {
                     "check": c.spec["check"],
                     "functions": list(h.functions),
-                    "probe": h.probe,
                     "args": h.args(c.spec.get("args", {})),
                 }
                 for c, h in self.hidden

@@ -33,7 +33,7 @@ class Evidence:
     scores: dict  # {check name: Score}, the notebook's own
     problem: str = ""  # why the executed notebook could not be read ("" when it could)
     verified: list = ()  # (check, claimed value): claims the grader runs again
-    hidden: list = ()  # (check, hidden.Hidden): the student's functions on the grader's inputs
+    hidden: list = ()  # (check, declare.Check): the student's functions on the grader's inputs
 
     @property
     def to_check(self) -> bool:
@@ -141,7 +141,7 @@ def to_verify(job: Job, scores: dict[str, Score], records: dict) -> list:
 
 
 def hidden_checks(job: Job, result: RunResult) -> list:
-    """(check, hidden.Hidden) for the lab's hidden checks, when the notebook ran."""
+    """(check, declare.Check) for the lab's hidden checks, when the notebook ran."""
     external = [c for c in job.lab.checks if c.external] if result.ran else []
     if not external:
         return []

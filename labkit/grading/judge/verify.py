@@ -33,6 +33,7 @@ from pathlib import Path
 
 from labkit.notebook.record import Missing, lookup
 from labkit.core.registry import Registry
+from labkit.labs.declare import Unverifiable, Verdict  # a verifier's and a hidden check's verdicts alike
 
 VERIFIERS = Registry("verifier")
 MAX_ARTIFACT_BYTES = 64 * 2**20
@@ -68,17 +69,6 @@ class Context:
                 f"{MAX_ARTIFACT_BYTES // 2**20} MB a verifier reads"
             )
         return resolved
-
-
-@dataclass
-class Verdict:
-    ok: bool
-    reason: str = ""
-    value: object = None  # the recomputed value
-
-
-class Unverifiable(Exception):
-    """Nothing to re-check the claim against; the message says what is missing."""
 
 
 def verifier(name: str):

@@ -6,10 +6,11 @@ with a README, a Makefile and a rubric of its own.
 - ``notebooks/``: the student versions of the lab notebooks (below), and ``notebooks/rubric.toml``:
   the *public* rubric (``labkit.grading.kit.public``), which ``make check`` (``labkit.notebook.checking``) runs
   them with, in place of the grader's;
-- ``labkit/``: the package without its instructor-only subpackages (``INSTRUCTOR_ONLY``:
-  ``labkit.solutions``, the reference implementations of the exercises; ``labkit.grading``, the
-  grader and its hidden checks; ``labkit.bench``, which benchmarks both). ``student_package`` is
-  the same package on its own: the grader's sandbox shows a student's code exactly this view;
+- ``labkit/``: the package without its instructor-only parts: every lab's ``solution.py``
+  (``LAB_INSTRUCTOR_ONLY``, the reference implementations of the exercises), and the subpackages
+  ``INSTRUCTOR_ONLY``: ``labkit.grading``, the grader; ``labkit.bench``, which benchmarks it.
+  ``student_package`` is the same package on its own: the grader's sandbox shows a student's code
+  exactly this view;
 - ``README.md``, ``Makefile`` and ``.gitignore`` written for a student, from
   ``templates/student/`` (the README's per-lab tables come from the rubric), the files a student
   installs the kit with (``PROJECT_FILES``), the CloudLab profile at the top level, where a
@@ -51,7 +52,8 @@ from labkit.notebook.record import cell_tags
 ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
-INSTRUCTOR_ONLY = ("solutions", "grading", "bench")  # subpackages of labkit the student kit leaves out
+INSTRUCTOR_ONLY = ("grading", "bench")  # subpackages of labkit the student kit leaves out
+LAB_INSTRUCTOR_ONLY = ("solution.py",)  # files of each lab's folder (labkit/labs/<lab>/) it leaves out
 PROJECT_FILES = ("pyproject.toml", "requirements.txt", "requirements-profile.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")
@@ -108,7 +110,8 @@ def release_notebook(nb, name: str = "notebook"):
 
 
 def student_package(dest: Path) -> Path:
-    """Copy labkit without its instructor-only subpackages to ``dest/labkit``; returns that folder."""
+    """Copy labkit without its instructor-only parts (every lab's solution, the grader) to
+    ``dest/labkit``; returns that folder."""
     target = Path(dest) / "labkit"
     if target.exists():
         shutil.rmtree(target)
@@ -118,6 +121,8 @@ def student_package(dest: Path) -> Path:
         dropped = set(skip(folder, names))
         if Path(folder).resolve() == PACKAGE:
             dropped |= {n for n in names if n in INSTRUCTOR_ONLY}
+        if Path(folder).resolve().parent == PACKAGE / "labs":
+            dropped |= {n for n in names if n in LAB_INSTRUCTOR_ONLY}
         return dropped
 
     shutil.copytree(PACKAGE, target, ignore=ignore)
@@ -154,7 +159,10 @@ def release(notebooks="notebooks", out="release", rubric=None, log=print) -> lis
         f"verifier input, reference value or answer key)"
     )
     student_package(out)
-    log(f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in INSTRUCTOR_ONLY)}")
+    log(
+        f"{out / 'labkit'}: the package without {', '.join('labkit.' + n for n in INSTRUCTOR_ONLY)} "
+        f"and each lab's {', '.join(LAB_INSTRUCTOR_ONLY)}"
+    )
     for name in PROJECT_FILES:
         src = PACKAGE.parent / name
         if src.is_dir():

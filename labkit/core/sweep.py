@@ -8,7 +8,7 @@ to remove one; ``sweep()`` removes the stale ones, and one it cannot remove yet 
 empty) stays for a later sweep. Most resources carry their maker's pid in their name
 (``<prefix><pid>-...``: ``maker``, ``maker_gone``); a scratch folder holds its maker's lock
 instead (``labkit.core.scratch``). Each module that makes such resources registers its sweeper
-in ``SWEEPERS`` and sweeps before it makes a new one.
+in ``SWEEPERS`` and runs it where it starts making them (a batch, a network, a folder).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def _parents() -> list[Path]:
     return [p for p in [cgroups.v2_dir()] + [cgroups.v1_dir(c) for c in ("memory", "pids")] if p is not None]
 
 
-# Every group under the grader's is its runs' (open_group), so one whose name carries no pid is stale too.
+# An empty labkit group whose name carries no pid is taken for a dead grader's too (open_group names none so).
 STALE = sweep.register(cgroups.sweeper("grading-cgroups", _parents, unnamed=True))
 
 

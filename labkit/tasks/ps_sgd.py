@@ -1,73 +1,18 @@
 """Softmax regression on MNIST with TensorFlow's parameter-server runtime (TF1 graph mode).
 
-``python -m labkit.tasks.ps_sgd --mode sync --steps 300`` as every task of a cluster with
-a ``ps`` and a ``worker`` job (worker 0 is the chief, unless there is a ``chief`` job). The
-API is the one the course taught: ``tf.compat.v1`` graph mode, ``replica_device_setter``
-placing the variables on the ps tasks, and a ``MonitoredSession`` per trainer.
+``python -m labkit.tasks.ps_sgd --mode sync --steps 300`` as every task of a cluster with a
+``ps`` and a ``worker`` job (worker 0 is the chief, unless there is a ``chief`` job). The API is
+the one the course taught: ``tf.compat.v1`` graph mode, ``replica_device_setter`` and a
+``MonitoredSession`` per trainer. ``async``: every trainer applies its own gradients as fast as
+it can. ``sync``: a round built by ``sync_round`` (Lab 2's exercise, sent with
+``--round-source``; else the kit's reference) from the kit's ``SyncQueues``; ``check_round``
+refuses a round that brings queues of its own. Weights start from NumPy's seeded draw, so a
+grader can recompute a run's updates without TensorFlow.
 
-Modes:
-- ``async``: every trainer applies its own gradients to the ps as fast as it can, with
-  ``GradientDescentOptimizer.minimize(loss, global_step)``.
-- ``sync``: a synchronous round built by ``sync_round`` (Lab 2's exercise: the notebook sends
-  the student's own with ``--round-source``; else the kit's reference, ``labkit.labs.lab2.solution``,
-  which the student kit lacks). The kit gives it the gradients, the global step and the ps's
-  shared state (``SyncQueues``: one gradient accumulator per variable, and one empty token
-  queue per trainer); it returns the op every trainer runs per step (push its gradients, wait
-  for its token) and the op the chief's background thread runs again and again (take the mean
-  of all N gradients, apply it once, give each trainer a token), as ``SyncReplicasOptimizer``
-  does inside. ``check_round`` refuses a round that brings queues of its own.
-
-Weights start from NumPy's seeded draw (``init_weights``, the same as Lab 1's), so a grader can
-recompute a run's updates without TensorFlow. ``--save-weights``: the chief's result also holds
-the final weights.
-
-Stopping: at ``--steps`` global steps (or ``--epochs`` passes over the training set), or,
-with ``--target-loss``, once the chief's periodic test loss (every ``--eval-every`` global
-steps, report 002's criterion) reaches it, or, with ``--local-steps K``, when each trainer has
-made K steps of its own. The stop step is a variable on the ps that every trainer reads before
-its first step and *after* each of its steps (a read ordered after the train op): when the chief
-lowers it to the next global step, every sync trainer still makes that step, so none is left
-waiting for a token that never comes; a trainer that arrives after the others stopped makes none.
-
-Report 002's start (``--no-barrier --recovery-wait-secs 30``): no start barrier, and a non-chief
-trainer that finds the variables uninitialized sleeps 30 s before it looks again, as
-``MonitoredTrainingSession``'s does; the chief may train alone meanwhile (its Table 4).
-``--chief-delay-secs`` makes the chief the last to open its session, so that the others find the
-variables uninitialized (on 127.0.0.1 the chief, started first, usually wins that race).
-
-Pitfalls of this API on TF 2.21, and where each is handled:
-- ``tf.compat.v1.device(replica_device_setter(...))``, not ``tf.device``: ``build_model``;
-- device filters on every session and server: ``TaskRuntime.session_config``;
-- non-chief workers polling every 30 s for initialized variables:
-  ``TaskRuntime.session_creator`` (0.2 s; ``--recovery-wait-secs``);
-- sync: trainers that start at different times: the start barrier (``StartBarrier``, a
-  shared queue on ps 0) and empty token queues;
-- the ps never exiting: ``DoneSignal`` (each trainer signals, each ps dequeues, exits);
-- the chief's close waiting ``stop_grace_period_secs`` (120 s by default) for its sync
-  round's runner: ``--stop-grace`` (0.25 s: when the last round's tokens are out, the runner
-  waits for gradients no trainer will send, and only the session's close ends that wait);
-- slow exits after training: the runtime writes the result, then ``os._exit``.
-
-Several configurations in one cluster (``--configs``, ``VARYING``: mode, batch size, stopping,
-learning rate, data, seed) run one after the other, each in a graph of its own whose stateful
-ops (variables, the sync token queue and gradient accumulators, the barrier and done queues)
-live in a resource container named after the configuration, on the ps as on the trainers: every
-configuration starts from fresh variables, optimizer state and global step, as a fresh process
-would (the same graph-level and op seeds). The ps ends each configuration when every trainer has
-signalled its done queue (recording that configuration's ``global_final``), and exits after the
-last. A finished configuration's variables stay in its container until the process ends (7,850
-weights: nothing worth a ``Session.reset``, which would close the other tasks' sessions too).
-
-Result (``<type>-<index>.json``; per configuration, ``results.configuration_file``): steps ``local`` and ``global_at_exit`` (trainers),
-``global_final`` (ps 0, after every trainer finished: the number of updates applied);
-``stop`` (why and at which global step); ``traffic`` (``labkit.measure.sockets.traffic``: bytes sent
-and received while it trained, on its own TCP sockets and on its NIC and ``lo``, and per local
-step; ``global_steps``: the global steps in that window); series ``train``
-(every ``--log-every`` local steps) and, on the chief, ``eval`` (test loss and accuracy
-every ``--eval-every`` global steps, ``t`` in seconds since training started); metrics
-``test_loss``/``test_accuracy`` (chief, at the end); ``weights`` (chief, ``--save-weights``:
-the final W and b); ``timings.session_ready_s`` (seconds after the process started that the
-trainer's session was ready: TensorFlow's start-up and any wait for the chief's initialization).
+A run stops at a step count, a target test loss or a number of local steps, through a stop step
+on the ps that lets every sync trainer finish its round. Several configurations (``--configs``)
+each get fresh state in a resource container of their own. More in docs/internals.md, section
+labkit.tasks (stopping, report 002's start, the API's pitfalls and their fixes, the result).
 """
 
 from __future__ import annotations

@@ -1,83 +1,17 @@
 """Sparse logistic regression on a parameter server, synchronous or asynchronous (Lab 3).
 
 ``python -m labkit.tasks.ps_sparse_lr --runs sync:100 async:100 --data click`` as every task
-of a cluster with one ``ps`` and 1-N ``worker`` tasks (worker 0 is the chief). Each item of
-``--runs`` (``MODE:BATCH``) is one training run from zero weights; one cluster does them in
-order, so a sync/async comparison or a mini-batch sweep pays TensorFlow's start-up (5-25 s
-per process on 2 busy cores) once, and every run sees the same processes.
-TF1 graph mode, as the course taught it, with the weights where a parameter server keeps
-them and only what a batch needs on the wire:
+of a cluster with one ``ps`` and 1-N ``worker`` tasks (worker 0 is the chief). Each ``--runs``
+item (``MODE:BATCH``) is one run from zero weights, all in one cluster, so TensorFlow's start-up
+is paid once. TF1 graph mode, as the course taught it: ps 0 alone holds the weight vector, and a
+worker step gathers and updates only the batch's unique features on the ps, so bytes per step
+are O(unique features). ``async``: each worker scatters its update as fast as it can. ``sync``:
+the round is Lab 2's exercise (the student's ``sync_round``, else the kit's reference) on a
+summing ``SparseConditionalAccumulator``; not ``SyncReplicasOptimizer``, whose sparse "mean"
+gives a rare feature N times a common one's step. Every run starts behind a barrier.
 
-- ps 0 holds the weight vector ``w`` (``num_features`` float32, a resource variable) and
-  the global step. Nothing else ever holds all of ``w``.
-- A worker step (``labkit.learning.sparse``): ``uniq = unique(feature ids of the batch)``; a
-  ``gather(w, uniq)`` that runs *on the ps* (TensorFlow colocates an op that reads a
-  resource variable with the variable), so the worker sends ``uniq`` and receives
-  ``|uniq|`` floats; the gradient as ``IndexedSlices`` over ``uniq``; a sparse update that
-  sends ``|uniq|`` floats back. Both ps ops consume the same ``uniq`` tensor, so the ids
-  cross once. Bytes per step are O(unique features), about 16 x |uniq| (see
-  ``labkit.learning.costmodel.sparse_ps_step_bytes``); report 001 moved 2 x 135 MB.
-
-Modes:
-
-- ``async``: each worker runs ``w[uniq] -= lr * g`` (``ResourceScatterSub`` on the ps) and
-  ``global_step += 1`` in the same ``Session.run``, as fast as it can. Updates from
-  different workers interleave; a worker's gradient may be computed on weights that
-  others changed meanwhile (staleness), and no one waits.
-- ``sync``: the round is Lab 2's exercise, the student's own ``sync_round`` (``--round-source``;
-  else the kit's reference, which the student kit lacks), given sparse stand-ins for what it
-  uses (``SparseRound``): its accumulator is a ``SparseConditionalAccumulator`` on the ps, its
-  gradient and its "mean" are ``tf.IndexedSlices``, and its ``assign_sub`` on ``w`` is a
-  scatter. The ps runs the round's ``chief_op`` once per round; a worker runs ``worker_op``.
-
-  The accumulator sums (``reduction_type="SUM"``) gradients pushed already divided by N, so
-  its "mean" is the mean gradient of the global batch. Why not
-  ``tf.compat.v1.train.SyncReplicasOptimizer``? It builds the same accumulator,
-  but with the default ``reduction_type="MEAN"``, which for *sparse* gradients divides
-  each row by the number of workers that touched it (measured on TF 2.21: gradients
-  {0: 1, 1: 1} and {1: 1, 2: 1} aggregate to {0: 1, 1: 1, 2: 1}, not {0: .5, 1: 1, 2: .5}),
-  so a rare feature gets N times the step of a common one. It also lets a fast worker
-  take a slow one's token (one round may hold two gradients of one worker) and hides
-  the mechanism in a hook and a queue runner.
-
-Every run starts behind a barrier: each trainer enqueues into a shared "arrived" queue on
-the ps when it is ready (or has finished the previous run); once all have, the chief resets
-``w`` to zero and lets the others go through a "go" queue. So no worker trains alone while
-others are still starting, and no late update of one run lands in the next. The global
-step keeps counting across runs; a run's steps are counted from its start. The tasks end
-with the runtime's ``DoneSignal``. Only one ps is supported (``w`` is not partitioned).
-
-Data (``--data``): ``a9a`` (LIBSVM, 123 features, worker *k* of *N* takes rows k::N) or
-``click`` (``labkit.datasets.clickdata``, generated on the fly: worker *k* makes only its
-contiguous slice of ``--train-rows``). ``--samples`` is each run's training budget in
-examples over all workers: ``samples / batch`` global steps async, ``samples / (batch x
-N)`` sync (at least one).
-
-Result (``<type>-<index>.json``), besides the runtime's resources and timings: ``runs``,
-one entry per ``--runs`` item, in order, each with ``label`` (``"sync b100"``), ``mode``,
-``batch_size``, ``train_s`` (also a ``"<label> start"``/``"<label> end"`` pair of marks
-in the resource samples) and:
-
-- ``steps``: ``local`` and ``global`` (this run's global steps when this task finished;
-  trainers), ``target``; the ps's entries have ``rounds`` (sync runs);
-- ``traffic`` (trainers): the one meter's reading over the run (``labkit.measure.sockets.Meter``):
-  this process's TCP payload from the kernel's per-socket counters, exact per process unlike
-  the host-wide ``lo`` counters every program shares, the chief's evaluations left out:
-  ``sent_bytes``, ``recv_bytes`` and per training step ``sent_bytes_per_step``,
-  ``recv_bytes_per_step`` (``sockets.step_bytes``: both ways);
-- ``metrics`` (trainers): ``unique_per_step`` and
-  ``bound_bytes_per_step`` (the analytic O(nnz) bound for those unique features),
-  ``dense_bytes_per_step`` (report 001's 2 x num_features x 4), ``s_per_1k_global_steps``,
-  ``s_per_1k_local_steps``, ``examples_per_s``; chief: ``test_accuracy``,
-  ``test_logloss``, ``test_error``, ``samples``;
-- ``series``: ``train`` (every ``--log-every`` local steps), ``eval`` (chief: test error
-  every ``--eval-every`` training samples, and at samples 0 and at the end);
-- ``weights`` (chief, ``--save-weights``): a ``.npz`` in the run directory with the
-  non-zero entries of the run's final ``w`` and the data settings, so the accuracy can be
-  re-checked from the file (``load_weights`` + ``load_rows`` + ``evaluate_arrays``).
-
-``steps.local`` sums a task's local steps over its runs; ``steps.global_final`` (ps 0)
-is the global step after every run.
+Data: ``a9a`` or ``click`` (each worker makes its own slice). More in docs/internals.md,
+section labkit.tasks (a step's traffic, the modes, the barrier, the result file's fields).
 """
 
 from __future__ import annotations

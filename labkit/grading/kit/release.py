@@ -1,39 +1,18 @@
 """``make release``: the student kit, i.e. the kit without its solutions (the nbgrader conventions),
 with a README, a Makefile and a rubric of its own.
 
-``release(notebooks, out)`` writes into ``out/``
+``release(notebooks, out)`` writes into ``out/`` the student versions of the lab notebooks with
+the *public* rubric (``labkit.grading.kit.public``) that ``make check`` runs them with; the
+package without its instructor-only parts (every lab's ``solution.py``, ``LAB_INSTRUCTOR_ONLY``;
+``labkit.grading`` and ``labkit.bench``, ``INSTRUCTOR_ONLY``), which is also exactly what the
+grader's sandbox shows a student's code (``student_package``); a README, Makefile and
+``.gitignore`` written for students; and ``docs/`` without its instructor-only passages.
 
-- ``notebooks/``: the student versions of the lab notebooks (below), and ``notebooks/rubric.toml``:
-  the *public* rubric (``labkit.grading.kit.public``), which ``make check`` (``labkit.notebook.checking``) runs
-  them with, in place of the grader's;
-- ``labkit/``: the package without its instructor-only parts: every lab's ``solution.py``
-  (``LAB_INSTRUCTOR_ONLY``, the reference implementations of the exercises), and the subpackages
-  ``INSTRUCTOR_ONLY``: ``labkit.grading``, the grader; ``labkit.bench``, which benchmarks it.
-  ``student_package`` is the same package on its own: the grader's sandbox shows a student's code
-  exactly this view;
-- ``README.md``, ``Makefile`` and ``.gitignore`` written for a student, from
-  ``templates/student/`` (the README's per-lab tables come from the rubric), the files a student
-  installs the kit with (``PROJECT_FILES``), the CloudLab profile at the top level, where a
-  repository-based profile has it (``PROFILE_FILES``), and ``docs/`` without its
-  instructor-only passages
-  (between ``<!-- instructor-only -->`` and ``<!-- /instructor-only -->`` lines, or a line, such
-  as a table's row, that holds ``<!-- instructor-only -->``).
-
-The README's ``sh`` code blocks are the commands a student runs, in order, on a fresh copy of
-the kit (a test runs them so); commands that need a cluster are in ``bash`` blocks.
-
-In a reference notebook:
-
-- code between a ``### BEGIN SOLUTION`` line and a ``### END SOLUTION`` line is replaced by
-  ``# YOUR CODE HERE`` and ``raise NotImplementedError()``, at the marker's indentation;
-  in a Markdown cell the region becomes ``YOUR ANSWER HERE``;
-- a Markdown cell tagged ``analysis`` (an answer cell) with no markers becomes ``YOUR ANSWER HERE``
-  and keeps its tag, which is how the rubric's ``analysis`` checks find it;
-- a cell tagged ``solution-only`` is removed;
-- outputs, execution counts and papermill metadata are cleared.
-
-Pick regions that teach (the training step, the gradient, the sweep, the analysis) and leave
-the plumbing in place: a released notebook must still run up to the first region.
+In a reference notebook, code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a
+stub, answer cells tagged ``analysis`` become ``YOUR ANSWER HERE``, cells tagged
+``solution-only`` go, and outputs are cleared. Pick regions that teach and leave the plumbing:
+a released notebook must still run up to the first region. More in README.md, section "The
+student kit", and docs/internals.md, section labkit.grading.
 """
 
 from __future__ import annotations

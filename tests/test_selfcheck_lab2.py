@@ -103,3 +103,20 @@ def test_without_runs_the_share_is_checked_on_its_limits_alone():
     """Without the notebook's runs the bits-for-bytes mistake keeps every limit: only the runs show it."""
     assert checks.worker0_share(lambda b, r, s, n, k=1: _share(b / 8, r, s, n, k)).passed
     assert len(checks.worker0_share(solution.worker0_share).checked) == 7
+
+
+def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
+    from test_selfcheck_lab5 import make_check_lines
+
+    notebook = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
+    right = {
+        "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],
+        "lab2-w0share-selfcheck": [run("worker0_share", solution.worker0_share, runs)],
+    }
+    (exercises, checked), cell = make_check_lines("lab2", notebook, right, tmp_path / "right")
+    assert exercises.status == "ok" and checked.text == "3 of 3 passed (sync_round, global_step, worker0_share)"
+    wrong = dict(right, **{"lab2-predict-k-selfcheck": [run("global_step", WRONG["global_step"][1][0], runs)]})
+    (_, checked), cell = make_check_lines("lab2", notebook, wrong, tmp_path / "wrong")
+    assert checked.status == "FAIL" and checked.text.startswith(
+        f"2 of 3 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
+    ), checked.text

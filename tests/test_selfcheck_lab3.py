@@ -227,3 +227,24 @@ def test_sync_round_self_check_fails_a_fixed_worker_count(tmp_path):
     """A round that takes three gradients whatever num_workers: right with three workers only."""
     v = checks.sync_round(_round(tmp_path, "take_grad(num_workers)", "take_grad(3)"))
     assert not v.passed and v.failed[0].startswith("a round that completes, for any number of workers"), v.failed
+
+
+def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
+    from test_selfcheck_lab5 import make_check_lines
+
+    notebook = NOTEBOOKS / "03_sparse_lr.ipynb"
+    right = {  # the TensorFlow checks' verdicts as they show them (their tests are above)
+        "lab3-08-selfcheck": [selfcheck.Verdict("sparse_lr_gradient", ["the mean log-loss and its gradient"])],
+        "lab3-sync-round-selfcheck": [selfcheck.Verdict("sync_round", ["the weights: plain SGD"])],
+        "lab3-predict-selfcheck": [checks.expected_distinct_features(reference_distinct_features, SPEC, ROWS)],
+        "lab3-pslink-selfcheck": [checks.ps_link_shares(reference_ps_link_shares, *runs)],
+    }
+    (exercises, checked), cell = make_check_lines("lab3", notebook, right, tmp_path / "right")
+    assert exercises.status == "ok" and checked.text == (
+        "4 of 4 passed (sparse_lr_gradient, sync_round, expected_distinct_features, ps_link_shares)"
+    ), checked.text
+    wrong = dict(right, **{"lab3-pslink-selfcheck": [checks.ps_link_shares(WRONG_LINK[0][0], *runs)]})
+    (_, checked), cell = make_check_lines("lab3", notebook, wrong, tmp_path / "wrong")
+    assert checked.status == "FAIL" and checked.text.startswith(
+        f"3 of 4 passed: ps_link_shares fails its self-check (cell {cell['lab3-pslink-selfcheck']}) on: close to what"
+    ), checked.text

@@ -225,3 +225,53 @@ def test_the_reference_notebooks_own_functions_pass(tmp_path):
         else:
             v = run(name, fns[name])
         assert v.passed, (name, v.failed)
+
+
+# ---------------------------------------------------------------------------------------------
+# make check's report
+
+
+def public_lab(key: str):
+    """Lab ``key`` as ``make check`` reads it from the public rubric."""
+    from labkit.grading.kit import public
+    from labkit.notebook import checking
+
+    table = public.public_rubric(NOTEBOOKS / "rubric.toml")["labs"][key]
+    return checking.Lab(key=key, **{f: table[f] for f in checking.Lab.__dataclass_fields__ if f != "key"})
+
+
+def make_check_lines(key: str, notebook, verdicts: dict, tmp_path):
+    """``make check``'s exercise lines for ``notebook`` run to the end, each cell of ``verdicts``
+    (id -> Verdicts) having shown them; and the notebook, for its cells' numbers."""
+    import nbformat
+    from test_lab1_selfchecks import _executed, _report
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    _, lines = _report(public_lab(key), nb, _executed(nb, verdicts), tmp_path)
+    return lines, {c.id: i + 1 for i, c in enumerate(nb.cells)}
+
+
+def test_make_check_lists_every_self_check_and_names_a_failed_one(tmp_path):
+    notebook = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+    right = {
+        "lab5-predict-selfcheck": [
+            run("ps_bytes_per_step", solution.ps_bytes_per_step),
+            run("dense_model_bytes", solution.dense_model_bytes),
+        ],
+        "lab5-predict-ring-selfcheck": [run("ring_bytes_per_worker", solution.ring_bytes_per_worker)],
+        "lab5-terms-selfcheck": [run("comm_terms", solution.comm_terms)],
+        "lab5-ceiling-selfcheck": [run("link_ceiling", solution.link_ceiling)],
+        "lab5-shares-selfcheck": [run("slice_shares", solution.slice_shares)],
+    }
+    (exercises, checked), cell = make_check_lines("lab5", notebook, right, tmp_path / "right")
+    assert exercises.status == "ok" and checked.status == "ok", checked.text
+    assert checked.text == (
+        "5 of 5 passed (ps_bytes_per_step, dense_model_bytes, ring_bytes_per_worker, comm_terms, link_ceiling, "
+        "slice_shares)"
+    )
+    wrong = dict(right, **{"lab5-terms-selfcheck": [run("comm_terms", WRONG["comm_terms"][0][0])]})
+    (_, checked), cell = make_check_lines("lab5", notebook, wrong, tmp_path / "wrong")
+    assert checked.status == "FAIL" and checked.text.startswith("4 of 5 passed: comm_terms fails its self-check ")
+    assert f"(cell {cell['lab5-terms-selfcheck']}) on: the ring's bytes: below twice the model" in checked.text
+    assert checked.todo == [f"fix comm_terms until its self-check, cell {cell['lab5-terms-selfcheck']}, passes"]

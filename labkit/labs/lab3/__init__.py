@@ -21,6 +21,9 @@ API = {
     "netem": Surface("labkit.infra.netem", "parse_link"),
     "traces": Surface("labkit.experiments.traces", "argument frame"),
     "load_a9a": "labkit.datasets.loaders:load_a9a",
+    "selfcheck": Surface(
+        "labkit.labs.lab3.selfcheck", "expected_distinct_features ps_link_shares sparse_lr_gradient sync_round"
+    ),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

@@ -21,6 +21,10 @@ API = {
         "emulated lab_workers ps_failure recorded_emulated recorded_failure report_003 scaling",
     ),
     "netem": Surface("labkit.infra.netem", "parse_link"),
+    "selfcheck": Surface(
+        "labkit.labs.lab5.selfcheck",
+        "comm_terms dense_model_bytes link_ceiling ps_bytes_per_step ring_bytes_per_worker slice_shares",
+    ),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

@@ -1,6 +1,8 @@
 """Lab 4's hidden checks: the ring all-reduce (every worker's sums against the plain sum, the bytes
-each sent against the ring's schedule of chunks) and the count of configurations that compute the
-same SGD, on grids the notebook never had (see ``labkit.labs.declare``)."""
+each sent against the ring's schedule of chunks), the count of configurations that compute the
+same SGD, on grids the notebook never had, and the student's collectives between worker processes
+on a cluster shape and gradients of the grader's, the bytes counted by the kit's relay (see
+``labkit.labs.declare``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.labs.declare import Numbers, Verdict, close, declare, solution
+from labkit.labs.declare import Numbers, Unverifiable, Verdict, close, declare, solution
 
 # ---------------------------------------------------------------------------------------------
 # The ring all-reduce, against the plain sum and the ring's schedule of chunks
@@ -134,4 +136,61 @@ declare(
         order=("workers", "batch_sizes"),
         what="a count of pairs",
     ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The collectives between processes, on a cluster shape and gradients of the grader's
+
+COLLECTIVE_FUNCTIONS = ("reduce_scatter", "all_gather", "gather", "scatter")
+
+
+def inputs_collective(seed: int = 0, workers: int = 4, values: int = 10_007, timeout: float = 30.0) -> dict:
+    """One float32 gradient per worker, drawn from ``seed``, each at a scale of its own (so a sum
+    where the average is due, or one worker's vector, is far off); by default 4 workers and a length
+    they do not divide. ``timeout``: seconds a phase may take."""
+    workers, values = int(workers), int(values)
+    if workers < 2 or values < workers or not float(timeout) > 0:
+        raise ValueError(f"the collective check needs 2 <= workers <= values and a timeout, got {workers}, {values}")
+    rng = np.random.default_rng(seed)
+    scales = rng.uniform(0.01, 10.0, size=workers)
+    return {"grads": [(rng.standard_normal(values) * s).astype(np.float32) for s in scales], "timeout": float(timeout)}
+
+
+def collective_probe(fns: dict, args: dict, out: Path) -> dict:
+    """The student's ring and gather/scatter between ``workers`` processes on the grader's gradients;
+    the relay (in this process, which runs none of the student's code) counts the bytes."""
+    from labkit.labs.lab4.collective import all_reduce
+
+    case = inputs_collective(**args)
+    run = all_reduce(
+        case["grads"],
+        ring=(fns["reduce_scatter"], fns["all_gather"]),
+        gather_scatter=(fns["gather"], fns["scatter"]),
+        folder=out / "collective",
+        phase_timeout=case["timeout"],
+    )
+    return run.to_arrays()
+
+
+def judge_collective(args: dict, arrays: dict, folder: Path) -> Verdict:
+    """Every property of ``collective_model.properties`` on the grader's gradients: the averages, the
+    chunk each ring worker owns, the links used, and the bytes of every phase within the model's bound."""
+    from labkit.labs.lab4.collective_model import COLLECTIVES, CollectiveRun, problems
+
+    grads = inputs_collective(**args)["grads"]
+    run = CollectiveRun.from_arrays(arrays)
+    phases = tuple(p for c in COLLECTIVES.values() for p in c)
+    if (run.world, run.values, run.itemsize, run.phases) != (len(grads), grads[0].size, 4, phases):
+        raise Unverifiable("the probe's run does not match the grader's cluster")
+    bad = problems(run, grads)
+    return Verdict(not bad, "; ".join(bad))
+
+
+declare(
+    "lab4_collective",
+    list(COLLECTIVE_FUNCTIONS),
+    inputs_collective,
+    probe=collective_probe,
+    judge=judge_collective,
 )

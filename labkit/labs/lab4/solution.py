@@ -1,6 +1,7 @@
 """Lab 4's prediction: which configurations of the sweep's grid compute the same SGD
 (``identical_pairs``). The ring all-reduce's reference is the ring's schedule of chunks
-(``reference_ring_bytes``) and the plain sum."""
+(``reference_ring_bytes``) and the plain sum. The collectives between processes: the ring's
+``reduce_scatter`` and ``all_gather``, and the ``gather``/``scatter`` baseline."""
 
 from __future__ import annotations
 
@@ -25,3 +26,48 @@ def reference_ring_bytes(size: int, n: int, value_bytes: int = 4) -> list[int]:
     chunk (w + 1 - s) mod n in the all-gather, for s = 0 .. n-2."""
     chunk = [len(c) * value_bytes for c in np.array_split(np.zeros(size), n)]
     return [sum(chunk[(w - s) % n] + chunk[(w + 1 - s) % n] for s in range(n - 1)) for w in range(n)]
+
+
+# The collectives between processes (section 1): each runs in a worker process of its own, with the
+# kit's send(dst, array) and recv(src) (labkit.labs.lab4.collective).
+
+
+def reduce_scatter(rank, world, value, send, recv):
+    """Ring reduce-scatter: this worker ends with the average of chunk (rank + 1) mod world."""
+    chunks = [c.copy() for c in np.array_split(value, world)]
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for s in range(world - 1):
+        send(right, chunks[(rank - s) % world])
+        chunks[(rank - s - 1) % world] += recv(left)
+    return chunks[(rank + 1) % world] / world
+
+
+def all_gather(rank, world, value, send, recv):
+    """Ring all-gather: every worker ends with every averaged chunk, in order."""
+    chunks = [None] * world
+    chunks[(rank + 1) % world] = value
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for s in range(world - 1):
+        send(right, chunks[(rank + 1 - s) % world])
+        chunks[(rank - s) % world] = recv(left)
+    return np.concatenate(chunks)
+
+
+def gather(rank, world, value, send, recv):
+    """Every worker sends its gradient to worker 0, which returns their average."""
+    if rank != 0:
+        send(0, value)
+        return None
+    total = value.copy()
+    for src in range(1, world):
+        total += recv(src)
+    return total / world
+
+
+def scatter(rank, world, value, send, recv):
+    """Worker 0 sends the average to every other worker; every worker returns it."""
+    if rank == 0:
+        for dst in range(1, world):
+            send(dst, value)
+        return value
+    return recv(0)

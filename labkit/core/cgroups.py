@@ -87,13 +87,17 @@ def own_dirs(controller: str, found: list[Mount], paths: dict[str, str]) -> list
     own = paths.get(controller)
     if own is None:
         return []
-    out = []
-    for m in found:
-        if (m.fstype == "cgroup2") if controller == "" else (m.fstype == "cgroup" and controller in m.options):
-            inside = own == m.root or own.startswith(m.root.rstrip("/") + "/")
-            if inside:
-                out.append(m.point / own[len(m.root) :].lstrip("/"))
-    return out
+    return [m.point / own[len(m.root) :].lstrip("/") for m in found if _holds(m, controller) and _below(own, m.root)]
+
+
+def _holds(m: Mount, controller: str) -> bool:
+    """Whether ``m`` is the unified tree (``controller`` "") or the v1 hierarchy of ``controller``."""
+    return m.fstype == "cgroup2" if controller == "" else (m.fstype == "cgroup" and controller in m.options)
+
+
+def _below(path: str, root: str) -> bool:
+    """Whether the group ``path`` is ``root`` or under it (a mount shows only the part below its root)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def v2_dir() -> Path | None:

@@ -4,6 +4,7 @@ mountinfo and /proc/self/cgroup of a v1 host, a v2 host and a hybrid one."""
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,21 @@ def test_the_enter_command_joins_every_group_then_becomes_the_command(tmp_path):
     pid = out.stdout.strip()
     assert out.returncode == 0 and all((g / "cgroup.procs").read_text().strip() == pid for g in groups)
     assert cgroups.enter_command([], ["true"]) == ["true"]
+
+
+def test_netems_driver_links_of_a_dead_owner_go_and_a_live_owners_stay():
+    """In a network namespace of its own (with its own /sys), so no link of this machine is touched."""
+    dead, live = f"lk{_dead_pid()}x0ab", f"lk{os.getpid()}x0cd"
+    script = (
+        f"mount -t sysfs none /sys && ip link add {dead} type veth peer name peer0 && "
+        f"ip link add {live} type veth peer name peer1 && "
+        f'"$0" -c "from labkit.infra import netem; print(netem.sweep_stale_links())" && ls /sys/class/net'
+    )
+    out = subprocess.run(
+        ["unshare", "--net", "--mount", "sh", "-c", script, sys.executable], capture_output=True, text=True, timeout=60
+    )
+    if out.returncode != 0 and "Operation not permitted" in out.stderr:
+        pytest.skip(f"no network namespace may be made here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    swept, *links = out.stdout.split()
+    assert swept == repr([dead]) and live in links and dead not in links

@@ -2,18 +2,15 @@
 
 Every contender is a real cluster of ``labkit.tasks.strategy_train`` tasks on 127.0.0.1
 (``labkit.labs.lab5.experiment``), training the communication-heavy MLP (784-2048-2048-10,
-M = 23 MB) with the same loop, per-worker batch and steps:
+M = 23 MB) with the same loop, per-worker batch and steps: ``ring N=1`` (compute per image, no
+communication), ``ps N=2`` (one ps, a chief, two workers) and ``ring N=2`` (MWMS, RING).
 
-- ``ring N=1``: one MultiWorkerMirroredStrategy worker, no communication: compute per image;
-- ``ps N=2``: ParameterServerStrategy, one ps, a chief, two workers, a barrier every step;
-- ``ring N=2``: MultiWorkerMirroredStrategy (RING), two workers.
-
-The contenders run in rounds, one of each per round, so drift on a shared machine hits them
-alike; medians over rounds are reported. Bytes per step come from each task's own sockets
-(``labkit.measure.sockets``), against the reference model (``labkit.labs.lab5.solution.step_bytes``): the
-ps should send and receive N x M, a PS worker M, a ring worker 2(N-1)/N x M. The cost model's error is its predicted / measured step time with compute from
-``ring N=1`` and the loopback TCP micro-benchmark's alpha and B: a prediction that saw none of
-the N=2 runs. (On one machine all tasks share its cores, so neither architecture can scale.)
+They run in rounds, one of each per round, so drift on a shared machine hits them alike; medians
+are reported. Bytes per step come from each task's own sockets, against the reference model
+(``labkit.labs.lab5.solution.step_bytes``): the ps sends and receives N x M, a PS worker M, a
+ring worker 2(N-1)/N x M. The cost model's error compares its prediction (compute from ``ring
+N=1``, alpha and B from a loopback micro-benchmark: it saw none of the N=2 runs) with the
+measured step. (On one machine all tasks share its cores, so neither architecture can scale.)
 """
 
 from __future__ import annotations

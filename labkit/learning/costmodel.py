@@ -3,29 +3,15 @@
 Lab 5 explains and extrapolates its measured scaling with :class:`CostModel`:
 
     t_step(N) = t_compute(batch) + t_comm(N)
-    t_comm    = messages * alpha + critical_bytes / B
+    t_comm    = messages * alpha + critical_bytes * (1/B + gamma)
 
-Symbols: M model bytes (float32 trainable weights, :func:`labkit.learning.models.model_bytes`),
-N workers, k parameter-server tasks, alpha seconds per message, B bytes/s per node link
-(full duplex). The communication terms, the messages and bytes on a step's critical path
-(:func:`critical_path`), are Lab 5's exercise, and so is the traffic of each task they come
-from: the kit measures bytes on the wire (``labkit.measure.sockets``, ``labkit.measure.summaries``), it does
-not predict them. Every function here that needs the terms takes the student's ``comm_terms``
-as ``terms=`` (default: the kit's reference, ``labkit.labs.lab5.solution``, which the student kit
-leaves out, as it leaves out the reference per-task traffic, ``step_bytes``).
-
-Calibration needs no cluster: compute per sample from a 1-worker run, alpha and B from a
-loopback TCP micro-benchmark (:func:`loopback_transfers` + :func:`fit_link`) or from the
-measured runs themselves (:func:`fit_link_to_runs`). Imports no TensorFlow.
-
-A step also spends host time per byte it moves (serialising, copying, reducing). Thakur,
-Rabenseifner and Gropp's (2005) model of collectives has a gamma, the time per byte of the
-local reduction; this kit *extends* it: its gamma is the hosts' time per byte of everything
-the transport does besides the wire (gRPC serialisation and copies included), charged to every
-critical-path byte, for PS as well as for the ring. It belongs to the hosts and the transport,
-not the link, so :class:`HostCost` holds it per architecture, :func:`fit_host_cost` calibrates
-it where the wire is nearly free (runs on 127.0.0.1) and :class:`CostModel` adds it to any
-link's wire time: t_comm = messages*alpha + bytes*(1/B + gamma).
+The messages and bytes on a step's critical path are Lab 5's exercise: every function here that
+needs them takes the student's ``comm_terms`` as ``terms=`` (default: the kit's reference,
+``labkit.labs.lab5.solution``, which the student kit leaves out). Calibration needs no cluster:
+compute from a 1-worker run, alpha and B from a loopback micro-benchmark (``fit_link``) or the
+runs themselves; gamma, the hosts' time per byte besides the wire (:class:`HostCost`, per
+architecture), is fitted where the wire is nearly free (``fit_host_cost``). Imports no
+TensorFlow. More in docs/internals.md, section labkit.learning (the symbols, gamma's origin).
 """
 
 from __future__ import annotations

@@ -1,38 +1,18 @@
 """Lab 1: softmax logistic regression on MNIST on one node, written twice (TF Core and Keras);
 and Lab 2's single-process runs to a target loss (report 002's Tables 1-2).
 
-The model is the reports' ``softmax(W^T x + b)`` with 784 x 10 + 10 = 7,850 weights, trained by
-plain mini-batch gradient descent (learning rate 0.01, batch 50) on the reports' cross-entropy
-
-    L = -sum_k y_k log softmax(W^T x + b)_k,  averaged over the batch (TF1's ``reduce_mean``).
-
-Three trainers share the same start (one seeded draw of W ~ N(0, 0.01^2), b = 0) and the same
-``run_epoch() -> mean train loss`` / ``weights()`` interface:
-
-- ``CoreTrainer``: ``tf.Variable`` W and b, and one ``tf.function`` that runs a *whole epoch*
-  in-graph (a ``tf.range`` loop over a shuffled index tensor). At batch 50 an epoch is 1,200
-  sequential steps of tiny matrices, so the cost is per-step overhead: one Python->graph call
-  per epoch instead of per step is what makes it fast (``make bench`` measures it).
-- ``KerasTrainer``: ``labkit.learning.models.softmax_regression`` through ``model.fit``.
-- ``NumpyTrainer``: the same SGD with a hand-derived gradient; the reference the Core loop is
-  tested against (same shuffles, same weights) and the speed floor in the benchmark.
-
-``train_core`` / ``train_keras`` drive a trainer for some epochs and return an ``LRRun``: a tidy
-per-epoch history (test accuracy and loss from the same NumPy ``evaluate`` for every version),
-the weights, and timings. They show a progress bar (``labkit.measure.progress``: a widget in JupyterLab,
-text under papermill) and write TensorBoard scalars under ``runs/lab1/`` (``labkit.core.paths``).
-``evaluate_weights`` recomputes test accuracy from saved weights; the grader uses it.
-``batch_readings`` re-evaluates weights on many random small batches drawn with replacement (the
-binomial model, simulated); ``epoch_readings`` reads a run's per-epoch weights on consecutive test
-batches without replacement, the measurement Lab 1's audit of report 000's 97% compares it with. ``softmax_gradient``: the loss's gradient in NumPy (float64), for checks that need
-plain SGD without TensorFlow (Lab 2's round).
-
-``train_to_target`` / ``target_sweep``: one process, plain SGD from the seeded start until the
-test loss, checked every ``eval_every`` steps, reaches a target (report 002's stopping rule),
-with the process's CPU and memory while it trains: report 002's Tables 1 and 2.
+The model is the reports' ``softmax(W^T x + b)`` (7,850 weights), trained by plain mini-batch
+gradient descent on the reports' cross-entropy. Three trainers share one seeded start and one
+interface (``run_epoch()``, ``weights()``): ``CoreTrainer`` runs a whole epoch in one
+``tf.function`` (per-step overhead is the cost at batch 50), ``KerasTrainer`` uses
+``model.fit``, and ``NumpyTrainer`` is the hand-derived reference the Core loop is tested
+against. ``train_core`` / ``train_keras`` return an ``LRRun`` (per-epoch history, weights,
+timings); ``evaluate_weights`` recomputes test accuracy from saved weights for the grader;
+``train_to_target`` / ``target_sweep`` train until a target test loss (report 002's rule).
 
 TensorFlow, Keras and pandas are imported inside the functions, so the grader (and a task that
-only needs ``init_weights``) imports this cheaply.
+only needs ``init_weights``) imports this cheaply. More in docs/internals.md, section
+labkit.learning (the trainers, the readings of test accuracy, ``softmax_gradient``).
 """
 
 from __future__ import annotations

@@ -2,19 +2,15 @@
 
 Report 001 computed the LR gradient with ``sparse_tensor_dense_matmul(X_T, error)``
 (``dense_gradient`` here; what that costs is Lab 3's question). Here the gradient is a
-``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's exercise, whose reference
-lives in ``labkit.labs.lab3.solution``, out of the student kit): no step costs O(num_features), in
-time, memory or bytes on the wire. This module holds what the exercise does not ask for:
-batches, labels, the dense baseline, applying an update, the checks and the op profile.
+``tf.IndexedSlices`` over the batch's *unique* features (Lab 3's exercise, whose reference lives
+in ``labkit.labs.lab3.solution``, out of the student kit): no step costs O(num_features). This
+module holds what the exercise does not ask for: batches, labels, the dense baseline, applying
+an update, the checks and the op profile.
 
-Labels: the loss is the mean log-loss. ``labels="01"`` (default) takes y in {0, 1}:
-``loss = mean(softplus(z) - y z)``, ``grad = X^T (sigmoid(z) - y) / B``. ``labels="pm1"``
-takes y in {-1, +1} (reports 001/004): ``loss = mean(softplus(-y z))``, the same function
-of ``(y + 1) / 2``, so the gradient is identical.
-
-A batch is a ``tf.SparseTensor`` of shape ``[B, num_features]`` whose indices are
-``(row, feature)`` pairs; rows need not be sorted. ``csr_to_sparse`` converts the CSR
-arrays of ``labkit.datasets.loaders.SparseData`` (a9a) or ``labkit.datasets.clickdata`` chunks.
+The loss is the mean log-loss, with y in {0, 1} (``labels="01"``) or in {-1, +1} (``"pm1"``,
+reports 001/004): the same function, so the same gradient. A batch is a ``tf.SparseTensor`` of
+shape ``[B, num_features]``; ``csr_to_sparse`` converts the CSR arrays of a9a
+(``labkit.datasets.loaders.SparseData``) or ``labkit.datasets.clickdata`` chunks.
 
 TensorFlow is imported when this module is, so only tasks, experiments and notebooks import it.
 """

@@ -1,21 +1,17 @@
 """The grader's own checks of one executed notebook, each in a sandboxed process with limits.
 
-After a notebook has run, ``Checking`` runs up to two processes, one after the other, while
-the grader keeps watching every other notebook (the batch polls it with them, ``batch.Batch``):
+After a notebook has run, ``Checking`` runs up to two processes, one after the other, while the
+batch keeps polling every other notebook: the probe (``probe.py``, only for hidden checks: the
+student's functions on the grader's inputs, in a sandbox that sees the student's kit and an
+empty folder), then the judge (``python -m labkit.grading.judge.checks JUDGE_SPEC RESULT``:
+every verifier and hidden check's comparison, with the full kit, the run's folder and the
+probe's output read-only, and no network).
 
-1. the probe (``probe.py``), only when the lab has hidden checks: the student's functions on
-   the grader's inputs, in a sandbox that sees the student's kit and an empty folder;
-2. the judge (``python -m labkit.grading.judge.checks JUDGE_SPEC RESULT``): every verifier and every
-   hidden check's comparison, with the full kit and the reference, the run's folder and the
-   probe's output read-only, the rubric's parameters, and no network.
-
-Each has its own cgroup (``check_memory_mb``, ``max_processes``) and a ``check_timeout``, runs
-as the run's own user (``sandbox.Account``, never root) and writes only to its folder on the
-run's disk (``labkit.grading.run.disks``: ``probe/``, ``judge/``); its output goes through a
-capped log (``logcap``). A check whose process did not finish is ``unverified`` and says why.
-The grader itself never loads a student's artifact; the one file it reads back, the judge's
-verdicts, it reads without following links and up to ``MAX_VERDICTS_BYTES``, once every process
-of the run's user has ended.
+Each has its own cgroup and ``check_timeout``, runs as the run's own user (never root), writes
+only to its folder on the run's disk and logs through ``logcap``; one that did not finish leaves
+its checks ``unverified``, saying why. The grader itself never loads a student's artifact; the
+judge's verdicts it reads without following links, up to ``MAX_VERDICTS_BYTES``, once every
+process of the run's user has ended.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """Re-check what a notebook claims from the files its run left behind, with the grader's own inputs.
 
 A record is only what the notebook printed; a verifier recomputes the claim from the run's
-artifacts (saved weights, task result files) with labkit's own code. A rubric check names
-one with ``verify = "NAME"`` or ``verify = { name = "NAME", arg = ... }``; when the recomputed
-value disagrees, the check's status becomes ``mismatch`` and it earns no points. When the
-claim cannot be checked at all (the artifact is missing or unreadable) it is ``unverified``,
-also with no points.
+artifacts (saved weights, task result files) with labkit's own code. A rubric check names one
+with ``verify = "NAME"`` or ``verify = { name = "NAME", arg = ... }``; a disagreeing value makes
+the check ``mismatch``, a claim that cannot be checked ``unverified``: no points either way.
 
-What a verifier may trust: its arguments (from the rubric: test sets, seeds, sizes) and
-nothing the notebook chose. It reads artifacts only through ``Context.path``, which refuses
-absolute paths, ``..`` and symbolic links that lead out of the run's work folder, and files
-over ``MAX_ARTIFACT_BYTES``. Verifiers run in the grader's check process
-(``labkit.grading.judge.checks``): sandboxed, with a time and memory limit, the work folder
-read-only, never in the grader itself.
+A verifier trusts its arguments (from the rubric) and nothing the notebook chose. It reads
+artifacts only through ``Context.path``, which refuses absolute paths, ``..``, symbolic links
+that lead out of the run's work folder and files over ``MAX_ARTIFACT_BYTES``. Verifiers run in
+the grader's sandboxed, limited check process (``labkit.grading.judge.checks``).
 
-Adding a verifier for a lab: write a function here taking ``(ctx, **args)`` and returning a
-``Verdict``, decorate it with ``@verifier("name")``, take every input that defines the check
-(test set size, seed) as an argument with the lab's default, and raise ``Unverifiable``
-(with a reason that says which file is missing and which cell writes it) when there is
-nothing to check.
+Adding one: a function taking ``(ctx, **args)`` and returning a ``Verdict``, decorated with
+``@verifier("name")``, taking every input that defines the check as an argument with the lab's
+default, and raising ``Unverifiable`` (naming the missing file and the cell that writes it).
 """
 
 from __future__ import annotations

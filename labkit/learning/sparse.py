@@ -10,9 +10,9 @@ an update, the checks and the op profile.
 The loss is the mean log-loss, with y in {0, 1} (``labels="01"``) or in {-1, +1} (``"pm1"``,
 reports 001/004): the same function, so the same gradient. A batch is a ``tf.SparseTensor`` of
 shape ``[B, num_features]``; ``csr_to_sparse`` converts the CSR arrays of a9a
-(``labkit.datasets.loaders.SparseData``) or ``labkit.datasets.clickdata`` chunks.
-
-TensorFlow is imported when this module is, so only tasks, experiments and notebooks import it.
+(``labkit.datasets.loaders.SparseData``) or ``labkit.datasets.clickdata`` chunks. TensorFlow is
+imported when this module is, so only tasks, experiments and notebooks import it.
+More in docs/internals.md, section labkit.learning (the losses and their gradients).
 """
 
 from __future__ import annotations

@@ -127,3 +127,15 @@ def gradescope_zip(path: Path, subs: list[GradescopeSubmission], assignment: int
             for name, data in s.files.items():
                 zf.writestr(f"{root}/submission_{s.id}/{name}", data)
     return path
+
+
+def group_set(path: Path, rows: list[tuple]) -> Path:
+    """Canvas's group set CSV as "Download Course Roster CSV" writes it: (name, canvas id, sis, login, group)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["name", "canvas_user_id", "user_id", "login_id", "sections", "group_name", "canvas_group_id", "group_id"]
+        )
+        for name, uid, sis, login, group in rows:
+            w.writerow([name, uid, sis, login, "Sec 1", group, {"Group 3": 703, "Group 4": 704}.get(group, ""), ""])
+    return path

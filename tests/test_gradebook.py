@@ -25,7 +25,8 @@ from labkit.grading.submissions import intake
 from labkit.grading.run import ledger
 from labkit.grading.gradebook import store as gradebook
 from labkit.grading.gradebook.store import Gradebook, GradebookError
-from test_grading_intake import PEOPLE, _scores, filled, labs_of, reference_notebooks
+from _class import PEOPLE, filled, labs_of, reference_notebooks
+from _ta_scores import _scores
 
 ROSTER = [
     {

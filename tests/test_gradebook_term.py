@@ -21,44 +21,23 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections import Counter
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from _class import filled
 from _lms import CanvasFile, GradescopeSubmission, canvas_zip, gradescope_zip
+from _ta_scores import _write_rows
+from _term import PEOPLE, ROSTER_HEADER, Term, cli, roster
 from helpers import read_csv
 from labkit.grading.run.sandbox import SANDBOXES
-from test_grading_intake import LATE_RUBRIC, filled, reference_notebooks
-from test_grading_workflow import _write_rows
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 pytestmark = [
     pytest.mark.notebook,
     pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
 ]
-
-ROSTER_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Alpha (901)", "Beta (902)"]
-PEOPLE = [
-    ("Smith, John", "12345", "S1001", "jsmith"),
-    ("Doe, Jane", "12346", "S1002", "jdoe"),
-    ("Roe, Rick", "12347", "S1003", "rroe"),
-    ("Lee, Lou", "12348", "S1004", "llee"),
-    ("Kim, Kay", "12349", "S1005", "kkim"),
-    ("Absent, Abe", "12350", "S1006", "aabsent"),
-]
-
-
-def roster(path: Path, people=PEOPLE) -> Path:
-    """Canvas's gradebook export with the term's two assignments, as Canvas heads them."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(ROSTER_HEADER)
-        w.writerow(["    Points Possible", "", "", "", "", "6", "2"])
-        for display, uid, sis, login in people:
-            w.writerow([display, uid, sis, login, "Sec 1", "", ""])
-    return path
 
 
 def broken_alpha() -> bytes:
@@ -68,54 +47,6 @@ def broken_alpha() -> bytes:
         if c.get("id") == "a-work":
             c.source = c.source.replace("slope = avg_sq(x)", "slope = -avg_sq(x)")
     return nbformat.writes(nb).encode()
-
-
-def cli(*args, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True, timeout=timeout
-    )
-
-
-class Term:
-    def __init__(self, root: Path):
-        self.root, self.out = root, root / "out"
-        (root / "rubric.toml").write_text(LATE_RUBRIC)
-        self.notebooks = reference_notebooks(root)
-        self.roster = roster(root / "roster.csv")
-
-    def grade(self, source, *extra, out=None) -> subprocess.CompletedProcess:
-        return cli(
-            "grade",
-            *([source] if source else []),
-            "--out",
-            out or self.out,
-            "--rubric",
-            self.root / "rubric.toml",
-            "--notebooks",
-            self.notebooks,
-            "-j",
-            "1",
-            *extra,
-        )
-
-    def rows(self, out=None) -> list[dict]:
-        return read_csv((out or self.out) / "grades.csv")
-
-    def totals(self, out=None) -> dict:
-        """{(student, lab): the lab's total} from final_grades.csv."""
-        return {
-            (r["student"], lab): r[f"{lab} total"]
-            for r in read_csv((out or self.out) / "final_grades.csv")
-            for lab in ("alpha", "beta")
-            if r.get(f"{lab} total") not in (None, "")
-        }
-
-    def once(self, expected: dict, out=None) -> None:
-        """Every (student, lab) of ``expected`` exactly once in grades.csv, nobody else, each at its total."""
-        runs = Counter((r["student"], r["lab"]) for r in self.rows(out) if r["check"] == "execution")
-        assert set(runs) == set(expected) and set(runs.values()) == {1}, runs
-        got = self.totals(out)
-        assert {k: float(got[k]) for k in expected} == {k: float(v) for k, v in expected.items()}
 
 
 def canvas_rows(path: Path) -> tuple[list[str], dict]:

@@ -5,14 +5,13 @@ removed, nothing is left running, and ``-j 2`` grades exactly like ``-j 1``."""
 
 from __future__ import annotations
 
-import textwrap
-
 import nbformat
 import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from helpers import alive, cell, runs_at_once, read_csv, small_rubric, wait_until
+from _fixlab import FAKE_CLAIMS, RUBRIC, lab_notebook
+from helpers import alive, runs_at_once, read_csv, small_rubric, wait_until
 from labkit.grading.grade import GradeOptions, grade
 from labkit.grading.kit.release import release_notebook
 
@@ -23,116 +22,6 @@ pytestmark = [
     pytest.mark.notebook,
     pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)"),
 ]
-
-ANSWER = (
-    "A nearest-centroid classifier is linear: its logits are x.mu_k - |mu_k|^2/2, so the saved "
-    "W and b reproduce the recorded accuracy exactly."
-)
-
-# cell 3 is the solution region the release removes; tests swap it for misbehaving code
-CELLS = [
-    ("md", "# Fixture lab\nA tiny lab for the grader's tests.", []),
-    ("code", "n = 10\ntest_limit = 500", ["parameters"]),
-    (
-        "code",
-        "import json, os, sys\nimport numpy as np\nimport labkit\n"
-        "print('WARNING: TensorFlow-style noise on stderr never costs points', file=sys.stderr)",
-        [],
-    ),
-    ("code", "### BEGIN SOLUTION\ntotal = sum(range(n + 1))\n### END SOLUTION\nlabkit.record('total', total)", []),
-    ("code", "import matplotlib.pyplot as plt\nplt.plot(range(n))\nplt.show()", ["fig-plot"]),
-    (
-        "code",
-        textwrap.dedent("""\
-        assert os.environ['LABKIT_RUNS'] == os.path.realpath('runs')  # cluster runs stay in the workdir
-        os.makedirs('runs/fix/run1', exist_ok=True)
-        steps = {'0': 5 * n, '1': 5 * n}
-        for task, s in steps.items():
-            with open(f'runs/fix/run1/task-{task}.json', 'w') as f:
-                json.dump({'task': task, 'steps': s}, f)
-        labkit.record('run_dir', 'runs/fix/run1')  # relative: the grader refuses paths out of the workdir
-        labkit.record('worker_steps', steps)
-        labkit.record('global_step', 10 * n)"""),
-        [],
-    ),
-    (
-        "code",
-        textwrap.dedent("""\
-        data = labkit.load_mnist(limit=1000, test_limit=test_limit)
-        x = data.x_train.reshape(len(data.x_train), -1)
-        mu = np.stack([x[data.y_train == k].mean(0) for k in range(10)])
-        W, b = mu.T.astype(np.float32), (-0.5 * (mu ** 2).sum(1)).astype(np.float32)
-        os.makedirs('artifacts', exist_ok=True)
-        np.savez('artifacts/lab1_core_weights.npz', W=W, b=b)
-        xt = data.x_test.reshape(len(data.x_test), -1)
-        labkit.record('core_test_accuracy', float(((xt @ W + b).argmax(1) == data.y_test).mean()))"""),
-        [],
-    ),
-    ("md", "**Question.** Why does the saved model reproduce the recorded accuracy?", []),
-    ("md", ANSWER, ["analysis"]),
-]
-
-FAKE_CLAIMS = textwrap.dedent("""\
-    os.makedirs('artifacts', exist_ok=True)
-    np.savez('artifacts/lab1_core_weights.npz', W=np.zeros((784, 10), np.float32), b=np.zeros(10, np.float32))
-    labkit.record('core_test_accuracy', 0.99)
-    with open('runs/fix/run1/task-1.json', 'w') as f:
-        json.dump({'task': '1', 'steps': 4 * n}, f)  # the task did fewer steps than the record claims""")
-
-RUBRIC = """
-[defaults]
-cell_timeout = 10
-notebook_timeout = 180
-start_timeout = 90
-memory_mb = 1200
-
-[labs.fix]
-notebook = "fixlab.ipynb"
-title = "Fixture lab"
-[labs.fix.parameters]
-n = 20
-[[labs.fix.checks]]
-name = "total"
-kind = "threshold"
-points = 2
-record = "total"
-min = 210
-max = 210
-[[labs.fix.checks]]
-name = "plot"
-kind = "figures"
-points = 1
-cells = ["fig-plot"]
-[[labs.fix.checks]]
-name = "steps add up"
-kind = "sum_equals"
-points = 1
-record = "worker_steps"
-total = "global_step"
-verify = { name = "task_steps", results = "{run_dir}/task-*.json", field = "steps", key = "task" }
-[[labs.fix.checks]]
-name = "accuracy"
-kind = "threshold"
-points = 3
-record = "core_test_accuracy"
-min = 0.6
-verify = { name = "lab1_weights", test_limit = 500 }
-[[labs.fix.checks]]
-name = "analysis"
-kind = "analysis"
-points = 1
-
-[labs.slow]
-notebook = "fixslow.ipynb"
-title = "Whole-notebook timeout"
-cell_timeout = 600
-notebook_timeout = 15
-[[labs.slow.checks]]
-name = "never"
-kind = "record"
-points = 1
-record = "never"
-"""
 
 # The processes these start carry a marker in their command line (a sleep of an odd length), so a
 # test finds them from outside the sandbox, where the pids they see are not the machine's.
@@ -172,15 +61,6 @@ FORK_HOGS = (
     "kids = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(2)]\n"
     "time.sleep(10**6)"
 )
-
-
-def lab_notebook(replace=None):
-    replace = replace or {}
-    nb = new_notebook(
-        cells=[cell(replace.get(i, src), tags, markdown=kind == "md") for i, (kind, src, tags) in enumerate(CELLS)]
-    )
-    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
 
 
 def submissions(root):

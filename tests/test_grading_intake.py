@@ -20,39 +20,18 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from _lms import CanvasFile, GradescopeSubmission, canvas_roster, canvas_zip, gradescope_zip
+from _class import GROUPS, LATE_RUBRIC, PEOPLE, RUBRIC, filled, labs_of, nb_bytes, reference_notebooks
+from _lms import CanvasFile, GradescopeSubmission, canvas_roster, canvas_zip, gradescope_zip, group_set
+from _ta_scores import _scores
 from helpers import runs_at_once, read_csv
 from labkit.grading.judge import answers
 from labkit.grading.gradebook import exports, report
 from labkit.grading.submissions import intake, late
 from labkit.grading.pages import stats
-from labkit.grading.judge.rubric import RubricError, load_rubric
+from labkit.grading.judge.rubric import RubricError
 from labkit.grading.run.sandbox import SANDBOXES
-from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
-
-
-def nb_bytes(nb) -> bytes:
-    return nbformat.writes(nb).encode()
-
-
-def labs_of(tmp: Path, text: str = RUBRIC) -> list:
-    (tmp / "rubric.toml").write_text(text)
-    return list(load_rubric(tmp / "rubric.toml").labs.values())
-
-
-def reference_notebooks(tmp: Path) -> Path:
-    nbs = tmp / "notebooks"
-    nbs.mkdir(exist_ok=True)
-    nbformat.write(alpha(), str(nbs / "alpha.ipynb"))
-    nbformat.write(beta(), str(nbs / "beta.ipynb"))
-    return nbs
-
-
-def filled(name: str, lab: str = "alpha") -> bytes:
-    a, b = student_notebooks(name, alpha(), beta())
-    return nb_bytes(a if lab == "alpha" else b)
 
 
 # ------------------------------------------------------------------------------------- file names
@@ -103,15 +82,6 @@ def test_a_notebook_under_any_name_is_matched_by_its_cells(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ Canvas
-
-PEOPLE = [
-    ("Smith, John", 12345, "S1001", "jsmith"),
-    ("Doe, Jane", 12346, "S1002", "jdoe"),
-    ("Roe, Rick", 12347, "S1003", "rroe"),
-    ("Lee, Lou", 12348, "S1004", "llee"),
-    ("Kim, Kay", 12349, "S1005", "kkim"),
-    ("Absent, Abe", 12350, "S1006", "aabsent"),
-]
 
 
 def canvas_download(tmp: Path) -> Path:
@@ -250,26 +220,6 @@ def test_a_gradescope_export_is_laid_out_by_its_metadata(tmp_path):
     assert rec["students"]["jsmith"]["person"]["sid"] == "S1001"
 
 
-def group_set(path: Path, rows: list[tuple]) -> Path:
-    """Canvas's group set CSV as "Download Course Roster CSV" writes it: (name, canvas id, sis, login, group)."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            ["name", "canvas_user_id", "user_id", "login_id", "sections", "group_name", "canvas_group_id", "group_id"]
-        )
-        for name, uid, sis, login, group in rows:
-            w.writerow([name, uid, sis, login, "Sec 1", group, {"Group 3": 703, "Group 4": 704}.get(group, ""), ""])
-    return path
-
-
-GROUPS = [
-    ("John Smith", 12345, "S1001", "jsmith", "Group 3"),
-    ("Rick Roe", 12347, "S1003", "rroe", "Group 3"),
-    ("Lou Lee", 12348, "S1004", "llee", "Group 3"),
-    ("Jane Doe", 12346, "S1002", "jdoe", "Group 4"),
-]
-
-
 def canvas_group_download(tmp: Path) -> Path:
     """A group assignment's download: one file per group, named after the group and carrying the
     user id of the member who handed it in (Group 3 by Rick Roe, uploaded twice; Group 4 by Jane Doe,
@@ -378,8 +328,6 @@ def test_a_misnamed_notebook_in_a_student_folder_is_found(tmp_path):
 
 # -------------------------------------------------------------------------------------- late work
 
-LATE_RUBRIC = RUBRIC.replace("[labs.alpha]\n", "[labs.alpha]\nlate_penalty = { per_day = 0.25, max = 0.5 }\n")
-
 
 def test_the_late_policy_is_validated_and_applied(tmp_path):
     alpha_lab, beta_lab = labs_of(tmp_path, LATE_RUBRIC)
@@ -421,15 +369,6 @@ def test_the_repo_rubric_header_documents_the_late_policy():
 
 
 # ------------------------------------------------------------------------------------- TA merges
-
-
-def _scores(path: Path, rows: list[tuple], base: bool = True) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["lab", "check", "student", "answer_sha", *(["base"] if base else []), "score", "comment"])
-        for r in rows:
-            w.writerow(r if base else [*r[:4], *r[5:]])
-    return path
 
 
 Q = {("alpha", "answer Q1"): answers.Question("alpha", "answer Q1", 2.0, ["a-ans1"])}

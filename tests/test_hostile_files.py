@@ -33,7 +33,7 @@ from labkit.grading.run import limits
 from labkit.grading.gradebook import report
 from labkit.grading.run.runner import MAX_CELLS, Job, check_readable, prepare
 from labkit.grading.run.sandbox import SANDBOXES
-from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
+from _class import RUBRIC, alpha, beta, student_notebooks
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()

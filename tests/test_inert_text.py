@@ -135,7 +135,7 @@ def test_a_cell_of_escapes_stays_under_the_csv_field_limit(tmp_path):
 
 def test_summary_md_is_inert(tmp_path):
     from labkit.grading.judge.rubric import load_rubric
-    from test_grading_workflow import RUBRIC
+    from _class import RUBRIC
 
     (tmp_path / "rubric.toml").write_text(RUBRIC)
     labs = list(load_rubric(tmp_path / "rubric.toml").labs.values())
@@ -178,7 +178,7 @@ RAISES = f"raise RuntimeError({FORGED!r})"  # the escapes as a student types the
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"{NO_SANDBOX} (.ci/run installs it)")
 @pytest.mark.notebook
 def test_an_exception_of_escape_codes_is_shown_and_forges_nothing(tmp_path):
-    from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
+    from _class import RUBRIC, alpha, beta, student_notebooks
 
     nbs, subs = tmp_path / "notebooks", tmp_path / "subs"
     nbs.mkdir()

@@ -21,8 +21,8 @@ from helpers import read_csv
 from labkit.grading.gradebook import store
 from labkit.grading.gradebook.store import Gradebook
 from labkit.grading.judge import answers
-from test_grading_intake import _scores, reference_notebooks
-from test_grading_workflow import RUBRIC, alpha, beta, student_notebooks
+from _class import RUBRIC, alpha, beta, reference_notebooks, student_notebooks
+from _ta_scores import _scores
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from _lms import CanvasEntry, CanvasFile, canvas_roster, canvas_zip
-from test_grading_intake import filled, labs_of, reference_notebooks
+from _class import filled, labs_of, reference_notebooks
 from labkit.grading.gradebook import exports
 from labkit.grading.gradebook import store as gradebook
 from labkit.grading.gradebook.publish import Book
@@ -192,7 +192,8 @@ def test_an_uploaded_file_named_like_an_entry_is_read_by_the_roster(tmp_path):
 
 
 def test_a_group_named_with_digits_is_read_by_its_group_set(tmp_path):
-    from test_grading_intake import GROUPS, group_set
+    from _class import GROUPS
+    from _lms import group_set
     from labkit.grading.submissions.groups import read_group_set
 
     team = CanvasFile("team_7", 12347, 81000, "my work.ipynb", filled("bob"))  # Group "Team_7", handed in by Rick

@@ -31,7 +31,7 @@ from helpers import read_csv, wait_until
 from labkit.core import atomic, folderlock
 from labkit.grading.gradebook import store
 from labkit.grading.run import ledger
-from test_grading_workflow import make_class
+from _class import make_class
 
 CLASS = ("ann", "bob")
 TABLES = ("grades.csv", "final_grades.csv", "canvas.csv")

@@ -30,7 +30,7 @@ from labkit.grading.kit.release import release_notebook
 from labkit.grading.pages import cache, render
 from labkit.grading.run import ledger
 from labkit.grading.run.runner import Job
-from test_grading_workflow import RUBRIC, alpha, beta
+from _class import RUBRIC, alpha, beta
 
 # A class built from stored runs and its pages rendered for real: 20-75 s, kept out of the fast lane
 pytestmark = pytest.mark.slow

@@ -12,45 +12,13 @@ import sys
 import textwrap
 import time
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from _pages import _executed, _task
 from helpers import alive, wait_until
 from labkit.grading.pages import feedback, limited, render, warm
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the warm renderer forks (Linux and macOS)")
-
-
-def _executed(path, rows: int = 30):
-    """An executed notebook: Markdown with math, code, and a Markdown table output of ``rows`` formulas."""
-    table = "\n".join(["| i | value |", "|---|---|"] + [f"| {i} | $x_{{{i}}}^2$ |" for i in range(rows)])
-    nb = new_notebook(
-        cells=[
-            new_markdown_cell("# Lab\nThe loss is $\\ell(w) = \\log(1 + e^{-y w^T x})$."),
-            new_code_cell("print('hi')", outputs=[new_output("stream", name="stdout", text="hi\n")], execution_count=1),
-            new_code_cell(
-                "show()",
-                outputs=[new_output("display_data", data={"text/markdown": table})],
-                execution_count=2,
-            ),
-        ]
-    )
-    nb.metadata.language_info = {"name": "python", "pygments_lexer": "ipython3"}
-    nbformat.write(nb, str(path))
-    return path
-
-
-def _task(tmp_path, name: str, executed, timeout=None) -> render.Task:
-    rows = [{"student": "s", "lab": "l", "check": "done", "points": 1.0, "max": 1.0, "status": "pass", "reason": ""}]
-    return render.Task(
-        feedback.write_feedback,
-        {"executed": str(executed), "rows": rows, "path": str(tmp_path / f"{name}.html"), "title": "s: l"},
-        tmp_path / f"{name}.html",
-        lambda why: feedback.plain_page(rows, "s: l", why),
-        tmp_path / "logs" / f"{name}.log",
-        timeout=timeout,
-    )
 
 
 @pytest.fixture
@@ -124,7 +92,7 @@ GRADER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from test_pages_warm import _executed, _task
+    from _pages import _executed, _task
     from labkit.grading.pages import warm
     tmp = Path(sys.argv[1])
     page = _task(tmp, "slow", _executed(tmp / "slow.ipynb", rows=200_000)).start()

@@ -194,7 +194,7 @@ def test_array_tasks_as_squeue_lists_them_and_their_limits():
 
 
 def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path):
-    """Three fixture submissions (test_grading_batch's lab: a correct one, one that raises, one
+    """Three fixture submissions (the fixture lab of ``_fixlab``: a correct one, one that raises, one
     with fake claims) graded locally and as a Slurm job array give the same grades.csv; a fourth
     notebook's array task, cancelled as soon as it is submitted, becomes its row, with the reason."""
     import nbformat
@@ -202,7 +202,7 @@ def test_submissions_graded_through_a_job_array_match_a_local_run(mini, tmp_path
     from helpers import read_csv
     from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.run.sandbox import SANDBOXES
-    from test_grading_batch import CELLS, FAKE_CLAIMS, RUBRIC, lab_notebook
+    from _fixlab import CELLS, FAKE_CLAIMS, RUBRIC, lab_notebook
 
     if SANDBOXES["bwrap"].unavailable():
         pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")

@@ -19,12 +19,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from _class import filled
 from _lms import CanvasEntry, CanvasFile, canvas_gradebook, canvas_zip
+from _ta_scores import _write_rows
+from _term import Term, cli
 from helpers import read_csv
 from labkit.grading.run.sandbox import SANDBOXES
-from test_gradebook_term import Term, cli
-from test_grading_intake import filled
-from test_grading_workflow import _write_rows
 
 NO_SANDBOX = SANDBOXES["bwrap"].unavailable()
 pytestmark = [

@@ -25,7 +25,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 9  # the ring all-reduce, the prediction, the audit's number and the six answers
+    # the ring all-reduce, its four functions between processes, the prediction, the audit, six answers
+    assert regions == 13
     ring_cell = next(c for c in student.cells if c.source.startswith("def ring_allreduce"))
     assert "array_split" not in ring_cell.source and "raise NotImplementedError()" in ring_cell.source
     namespace = {}
@@ -33,6 +34,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
     with pytest.raises(NotImplementedError):
         namespace["ring_allreduce"]([])
     assert any("lenet_sweep.sweep(" in c.source for c in student.cells)  # plumbing, not an exercise
+    (collectives,) = [c for c in student.cells if c.source.startswith("def reduce_scatter")]
+    assert collectives.source.count("raise NotImplementedError()") == 4 and "array_split" not in collectives.source
 
 
 @pytest.mark.notebook

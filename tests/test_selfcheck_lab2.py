@@ -106,7 +106,7 @@ def test_without_runs_the_share_is_checked_on_its_limits_alone():
 
 
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
-    from test_selfcheck_lab5 import make_check_lines
+    from _check_report import make_check_lines
 
     notebook = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
     right = {

@@ -230,7 +230,7 @@ def test_sync_round_self_check_fails_a_fixed_worker_count(tmp_path):
 
 
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
-    from test_selfcheck_lab5 import make_check_lines
+    from _check_report import make_check_lines
 
     notebook = NOTEBOOKS / "03_sparse_lr.ipynb"
     right = {  # the TensorFlow checks' verdicts as they show them (their tests are above)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import labkit.labs.lab1.selfcheck as lr_checks
+from _check_report import _executed, _report
 from labkit.learning import lr
 from labkit.notebook import checking, selfcheck
 from labkit.labs.lab1 import solution as lab1
@@ -169,18 +170,6 @@ def test_a_failed_self_check_raises_only_where_someone_reads_it(monkeypatch, cap
 # make check's report
 
 
-def _executed(nb, verdicts: dict, failed_cell: str | None = None):
-    """``nb`` as papermill leaves it: every code cell ran, ``verdicts`` (cell id -> Verdicts) shown."""
-    out = nbformat.from_dict(nbformat.reads(nbformat.writes(nb), as_version=4))
-    for c in out.cells:
-        if c.cell_type == "code":
-            c.metadata["papermill"] = {"start_time": "t", "end_time": "t", "exception": c.id == failed_cell}
-            c.outputs = [
-                nbformat.v4.new_output("display_data", data=selfcheck.bundle(v)) for v in verdicts.get(c.id, [])
-            ]
-    return out
-
-
 @pytest.fixture(scope="module")
 def lab1_public():
     from labkit.grading.kit import public
@@ -195,13 +184,6 @@ def _half_right():
     W = np.zeros((lr.NUM_FEATURES, lr.NUM_CLASSES), np.float32)
     W[np.arange(20), 0] = 1
     return W, np.zeros(lr.NUM_CLASSES, np.float32), x, np.asarray([0, 1] * 10, np.int32)
-
-
-def _report(lab, nb, executed, tmp_path):
-    path = tmp_path / lab.notebook
-    nbformat.write(executed, str(path))
-    run = checking._ended(lab, nb, checking.Run("crashed", 1.0, 0, path, tmp_path / "run.log"), 0, False)
-    return run, checking.exercise_lines(lab, nb, run)
 
 
 def test_make_check_names_each_failed_self_check_by_function_and_property(lab1_public, readings_data, tmp_path):

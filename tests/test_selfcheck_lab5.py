@@ -10,6 +10,7 @@ import re
 import pytest
 
 import labkit.labs.lab5.selfcheck as checks
+from _check_report import make_check_lines
 from helpers import NOTEBOOKS, hidden_verdict
 from labkit.labs.lab5 import experiment, solution
 from labkit.notebook import selfcheck
@@ -229,27 +230,6 @@ def test_the_reference_notebooks_own_functions_pass(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # make check's report
-
-
-def public_lab(key: str):
-    """Lab ``key`` as ``make check`` reads it from the public rubric."""
-    from labkit.grading.kit import public
-    from labkit.notebook import checking
-
-    table = public.public_rubric(NOTEBOOKS / "rubric.toml")["labs"][key]
-    return checking.Lab(key=key, **{f: table[f] for f in checking.Lab.__dataclass_fields__ if f != "key"})
-
-
-def make_check_lines(key: str, notebook, verdicts: dict, tmp_path):
-    """``make check``'s exercise lines for ``notebook`` run to the end, each cell of ``verdicts``
-    (id -> Verdicts) having shown them; and the notebook, for its cells' numbers."""
-    import nbformat
-    from test_lab1_selfchecks import _executed, _report
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    _, lines = _report(public_lab(key), nb, _executed(nb, verdicts), tmp_path)
-    return lines, {c.id: i + 1 for i, c in enumerate(nb.cells)}
 
 
 def test_make_check_lists_every_self_check_and_names_a_failed_one(tmp_path):

@@ -1,6 +1,7 @@
 """Lab 2's self-checks pass the reference and fail the answers students get wrong, naming the
 function and the property and no value; the hidden check of the same function fails each of them
-too (its probe and judge called directly, as helpers.hidden_verdict does). No TensorFlow."""
+too (its probe and judge called directly, as helpers.hidden_verdict does). sync_round's tests load
+TensorFlow (marked), and its hidden check runs a cluster (marked slow)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ def test_the_reference_notebooks_own_functions_pass(runs):
     for name, fn in fns.items():
         v = run(name, fn, runs)
         assert v.passed, (name, v.failed)
+
+
+def _no_value(v: selfcheck.Verdict, name: str) -> None:
+    text = selfcheck.bundle(v)["text/plain"]
+    assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
+    assert not re.search(r"\d\.\d|\d{2}", text), text  # no value: the properties are words
 
 
 def _share(b, r, s, n, k=1):
@@ -92,9 +99,7 @@ def test_a_wrong_answer_fails_its_self_check_and_its_hidden_check(name, i, runs,
     assert not v.passed
     for p in properties:
         assert any(p in f for f in v.failed), (p, v.failed)
-    text = selfcheck.bundle(v)["text/plain"]
-    assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
-    assert not re.search(r"\d\.\d|\d{2}", text), text  # no value: the properties are words
+    _no_value(v, name)
     check, args = HIDDEN[name]
     assert not hidden_verdict(check, fn, tmp_path, **args).ok
 
@@ -105,11 +110,65 @@ def test_without_runs_the_share_is_checked_on_its_limits_alone():
     assert len(checks.worker0_share(solution.worker0_share).checked) == 7
 
 
+# ---------------------------------------------------------------------------------------------
+# sync_round (TensorFlow)
+
+
+def _round(tmp_path, old: str = "", new: str = ""):
+    """Lab 2's reference round, or a mistake in it (``old`` replaced by ``new``), as a student's
+    ``def sync_round`` whose source the tasks can read: written to a file and imported from it."""
+    import importlib.util
+    import inspect
+
+    from labkit.labs.lab2.solution import sync_round
+
+    source = inspect.getsource(sync_round)
+    assert old in source, old
+    path = tmp_path / f"round_{abs(hash(new))}.py"
+    path.write_text("from __future__ import annotations\n\n" + source.replace(old, new))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sync_round
+
+
+@pytest.mark.tensorflow
+def test_sync_round_self_check_passes_lab2s_round_and_fails_a_sum(tmp_path):
+    """The hidden check's cluster fails the summed round too: tests/test_hidden_sync_round.py."""
+    assert checks.sync_round(_round(tmp_path)).passed
+    v = checks.sync_round(_round(tmp_path, "learning_rate * mean", "learning_rate * num_workers * mean"))
+    assert v.failed == ["the weights: plain SGD on the mean of every worker's gradient, once per round"]
+    _no_value(v, "sync_round")
+    assert checks.sync_round(lambda *args: None).failed == [checks.SOURCE_PROPERTY]
+
+
+@pytest.mark.tensorflow
+def test_sync_round_self_check_fails_a_fixed_worker_count(tmp_path):
+    """A round that takes three gradients whatever num_workers: right with three workers only."""
+    v = checks.sync_round(_round(tmp_path, "take_grad(num_workers)", "take_grad(3)"))
+    assert not v.passed and v.failed[0].startswith("a round that completes, for any number of workers"), v.failed
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_the_hidden_check_fails_a_fixed_worker_count_too(tmp_path, monkeypatch):
+    """The grader's cluster has 2 workers: a round that waits for 3 gradients never completes one,
+    and its probe raises (the grader's verdict: "running your sync_round failed: ...")."""
+    from labkit.distributed.launchers.base import ClusterTimeout
+
+    monkeypatch.setenv("LABKIT_RUNS", str(tmp_path / "runs"))
+    fn = _round(tmp_path, "take_grad(num_workers)", "take_grad(3)")
+    args = {"rounds": 3, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 60}
+    with pytest.raises(ClusterTimeout, match="still running: ps:0, worker:0, worker:1"):
+        hidden_verdict("lab2_sync_round", fn, tmp_path, **args)
+
+
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
     from _check_report import make_check_lines
 
     notebook = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
-    right = {
+    right = {  # sync_round's verdict as it shows it (its tests are above)
+        "lab2-08-selfcheck": [selfcheck.Verdict("sync_round", ["a round that completes, for any number of workers"])],
         "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],
         "lab2-w0share-selfcheck": [run("worker0_share", solution.worker0_share, runs)],
     }

@@ -1,7 +1,7 @@
 """Lab 3's self-checks pass the reference and fail the answers students get wrong, naming the
 function and the property and no value; the hidden check of the same function fails each of them
 too (its probe and judge called directly, as helpers.hidden_verdict does). The formulas' checks
-load no TensorFlow; sparse_lr_gradient's and sync_round's do (marked)."""
+load no TensorFlow; sparse_lr_gradient's does (marked)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_the_reference_notebooks_own_functions_pass(runs):
 
 
 # ---------------------------------------------------------------------------------------------
-# sparse_lr_gradient and sync_round (TensorFlow)
+# sparse_lr_gradient (TensorFlow), and sync_round (Lab 2's)
 
 
 def _sparse(w, x, y, mean=True, dense=False):
@@ -194,39 +194,11 @@ def test_sparse_lr_gradient_self_check_names_a_dense_result_and_an_error():
     assert len(v.failed) == 1 and "without an error (it raised" in v.failed[0], v.failed
 
 
-def _round(tmp_path, old: str = "", new: str = ""):
-    """Lab 2's reference round, or a mistake in it (``old`` replaced by ``new``), as a student's
-    ``def sync_round`` whose source the tasks can read: written to a file and imported from it."""
-    import importlib.util
-    import inspect
+def test_lab3s_sync_round_self_check_is_lab2s():
+    """Lab 3's sync runs are built with the round the student pastes from Lab 2: the same check."""
+    import labkit.labs.lab2.selfcheck as lab2_checks
 
-    from labkit.labs.lab2.solution import sync_round
-
-    source = inspect.getsource(sync_round)
-    assert old in source, old
-    path = tmp_path / f"round_{abs(hash(new))}.py"
-    path.write_text("from __future__ import annotations\n\n" + source.replace(old, new))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.sync_round
-
-
-@pytest.mark.tensorflow
-def test_sync_round_self_check_passes_lab2s_round_and_fails_a_sum(tmp_path):
-    """The hidden check's cluster fails the summed round too: tests/test_hidden_sync_round.py."""
-    assert checks.sync_round(_round(tmp_path)).passed
-    v = checks.sync_round(_round(tmp_path, "learning_rate * mean", "learning_rate * num_workers * mean"))
-    assert v.failed == ["the weights: plain SGD on the mean of every worker's gradient, once per round"]
-    _no_value(v, "sync_round")
-    assert checks.sync_round(lambda *args: None).failed == [checks.SOURCE_PROPERTY]
-
-
-@pytest.mark.tensorflow
-def test_sync_round_self_check_fails_a_fixed_worker_count(tmp_path):
-    """A round that takes three gradients whatever num_workers: right with three workers only."""
-    v = checks.sync_round(_round(tmp_path, "take_grad(num_workers)", "take_grad(3)"))
-    assert not v.passed and v.failed[0].startswith("a round that completes, for any number of workers"), v.failed
+    assert checks.sync_round is lab2_checks.sync_round
 
 
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):

@@ -3,8 +3,8 @@
 ``sparse_lr_gradient``: the loss and gradient the dense computation gives (``sparse.check_gradient``:
 TensorFlow differentiating the whole batch matrix), one row per distinct feature, and about the
 same CPU time per call with ``w`` of 10^7 features as of 10^4 (measured in this process: a hint
-for the student; the grader measures from outside). ``sync_round``: Lab 2's round, run in one
-process by ``check_sync_round``. ``expected_distinct_features``: none for no rows, a row's fields
+for the student; the grader measures from outside). ``sync_round``: Lab 2's self-check of the
+round the student pastes. ``expected_distinct_features``: none for no rows, a row's fields
 for one, growth that slows with each row, every value for very many, and close to the distinct
 features of batches the kit's own generator makes. ``ps_link_shares``: nothing crossing when
 every worker is beside the ps, proportions and invariances, and close to what the ps's link
@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from labkit.labs.lab2.selfcheck import sync_round  # noqa: F401  (Lab 3's sync runs use Lab 2's round, pasted)
 from labkit.notebook.selfcheck import Verdict, verdict
 
 GROWTH = (
@@ -89,53 +90,6 @@ def _cpu_per_call(fn, features: int, seed: int, calls: int = 8) -> float:
         _ = (loss.numpy(), g.values.numpy())
         best = min(best, time.process_time() - start)
     return max(best, 1e-6)
-
-
-# ---------------------------------------------------------------------------------------------
-# The synchronous round, pasted from Lab 2
-
-ROUND_PROPERTIES = (  # what check_sync_round's message begins with -> the property that failed
-    ("after", "global step is", "the global step: one more per round, added by the chief once the update is applied"),
-    ("worker", "returned at global step", "a worker released only after its round's update was applied"),
-    ("after", "weights are off", "the weights: plain SGD on the mean of every worker's gradient, once per round"),
-)
-
-
-SOURCE_PROPERTY = (
-    "a function named sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared), "
-    "defined with def at the top level of a cell (the tasks build their round from its source)"
-)
-
-
-def sync_round(fn, workers: int = 3) -> Verdict:
-    """``fn``, Lab 2's ``sync_round``, run as a cluster runs it (worker threads and a chief, in one
-    process, by ``check_sync_round``) with ``workers`` and with one worker fewer."""
-    from labkit.labs.lab2.experiment import RoundError, check_sync_round
-
-    v = Verdict("sync_round")
-    failed = []
-    for n in (workers, workers - 1):
-        try:
-            check_sync_round(fn, workers=n, timeout=5.0)
-        except RoundError as e:
-            failed.append(_round_property(str(e)))
-        except ValueError:  # its source cannot be sent to the tasks
-            v.expect(False, SOURCE_PROPERTY)
-            return verdict(v)
-    props = [p for _, _, p in ROUND_PROPERTIES] + [_round_property("")]
-    for p in props:
-        v.expect(p not in failed, p)
-    return verdict(v)
-
-
-def _round_property(message: str) -> str:
-    for start, part, prop in ROUND_PROPERTIES:
-        if message.startswith(start) and part in message:
-            return prop
-    return (
-        "a round that completes, for any number of workers: every worker's push taken, the update "
-        "applied once, and each worker released (no op blocked or failed)"
-    )
 
 
 # ---------------------------------------------------------------------------------------------

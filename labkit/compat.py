@@ -33,7 +33,6 @@ MOVED: dict[str, str] = {
     "labkit.experiments.dense_lr_step": "labkit.labs.lab3.dense_lr_step",
     "labkit.experiments.lenet_sweep": "labkit.labs.lab4.experiment",
     "labkit.experiments.ring_vs_ps": "labkit.labs.lab5.experiment",
-    "labkit.core.owners": "labkit.core.sweep",
 }
 
 # ``from labkit import NAME`` in the kits before the layered packages -> the module it meant
@@ -82,7 +81,7 @@ def warn(old: str, new: str) -> None:
 def flat(name: str):
     """The module an earlier kit exported as ``labkit.NAME``, with its warning."""
     target = FLAT[name]
-    warn(f"labkit.{name}", target)
+    warn(f"`from labkit import {name}`", target)
     return importlib.import_module(target)
 
 

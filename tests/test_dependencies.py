@@ -25,8 +25,16 @@ IMPORTERS = {"import_module", "__import__"}
 # other modules write (edges of those modules); the fork server imports what its ``preload`` reads
 # from the task programs' source (the programs registry's entries, and the modules they import).
 # The hidden checks' declarations import the checks module of each lab folder they find: the engines
-# name no lab.
-RESOLVERS = {"labkit.core.registry", "labkit.distributed.launchers.forkserver", "labkit.labs.declare"}
+# name no lab. The student API's namespaces (labs.surface), the lab finder (labs) and the earlier
+# kits' names (compat) import the modules their tables name, which count as those tables' edges.
+RESOLVERS = {
+    "labkit.core.registry",
+    "labkit.distributed.launchers.forkserver",
+    "labkit.labs.declare",
+    "labkit.labs",
+    "labkit.labs.surface",
+    "labkit.compat",
+}
 # The one dependency that points up, on purpose and written down: a reference implementation stands
 # in for the student's own function, which the notebook (above the whole kit) passes in; the
 # solutions import the kit. Only core.reference, the grader (above everything) and a lab's own

@@ -20,7 +20,7 @@ from labkit.notebook.selfcheck import Verdict, verdict
 
 WORKERS = (1, 2, 3, 4, 6)
 STEPS = (1, 7, 40)
-RUN_TOLERANCE = 0.05  # of a share: the recorded runs' shares against the model's, as the notebook compares them
+RUN_TOLERANCE = 0.1  # of a share: a run's measured share against the model's (the recorded runs: within 0.01; a live run on a busy machine varies more)
 
 
 def global_step(fn) -> Verdict:
@@ -105,7 +105,7 @@ def worker0_share(fn, runs=None) -> Verdict:
     if runs is not None and len(runs):
         v.expect(
             _close_to_runs(fn, runs),
-            "close to the share worker 0 made in each of your runs on emulated links (within five points), "
+            "close to the share worker 0 made in each of your runs on emulated links (within ten points), "
             "from a step's bytes, the link's rate in bits per second and worker 0's own step time",
         )
     return verdict(v)

@@ -27,7 +27,10 @@ GROWTH = (
 )
 SMALL, LARGE = 10**4, 2 * 10**7
 SIM_BATCHES = 200  # generated batches the expected count is set beside
-RUN_TOLERANCE = (0.15, 0.01)  # relative and absolute: a share the model gives against one a run measured
+RUN_TOLERANCE = (
+    0.3,
+    0.02,
+)  # relative and absolute: a modelled share against a measured one (the recorded runs: within 5%)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +69,7 @@ def sparse_lr_gradient(fn, seed: int = 0) -> Verdict:
     return verdict(v)
 
 
-def _cpu_per_call(fn, features: int, seed: int, calls: int = 8) -> float:
+def _cpu_per_call(fn, features: int, seed: int, calls: int = 12) -> float:
     """The least CPU seconds of a few calls of ``fn`` on one click-like batch, ``w`` of ``features``."""
     import tensorflow as tf
 
@@ -106,22 +109,19 @@ def expected_distinct_features(fn, spec=None, rows: int = 100, seed: int = 0) ->
     v = Verdict("expected_distinct_features")
     small = clickdata.ClickSpec(num_features=200_000, num_fields=6, optional_fields=2, zipf_s=1.5, seed=seed + 1)
     specs = [small] + ([spec] if spec is not None else [])
-    sizes = (0, 1, 2, 3, 4, 5, 10, 11, 12, rows, rows + 1, rows + 2)
-    got = v.values(lambda c: fn(*c), [(s, r) for s in specs for r in sizes])
+    runs = ((0, 1, 2, 3), (10, 11, 12), (rows, rows + 1, rows + 2))  # the notebook's spec: its batch's alone
+    sizes = [(i, r) for i, _ in enumerate(specs) for run in (runs if i == 0 else runs[::2]) for r in run]
+    got = v.values(lambda c: fn(specs[c[0]], c[1]), sizes)
     if got is None:
         return verdict(v)
-    per = {(i, r): g for (i, r), g in zip([(i, r) for i in range(len(specs)) for r in sizes], got)}
+    per = dict(zip(sizes, got))
     v.expect(all(_near(per[i, 0], 0.0) for i in range(len(specs))), "no rows: no features")
     v.expect(
         all(_near(per[i, 1], s.num_fields - s.optional_fields / 2) for i, s in enumerate(specs)),
         "one row: one value for each field it has (an optional field half the time)",
     )
     v.expect(
-        all(
-            _slowing([per[i, r] for r in run])
-            for i in range(len(specs))
-            for run in ((0, 1, 2, 3, 4, 5), (10, 11, 12), (rows, rows + 1, rows + 2))
-        ),
+        all(_slowing([per[i, r] for r in run]) for i in range(len(specs)) for run in runs if (i, run[0]) in per),
         "more with every row added, each row adding fewer new values than the one before",
     )
     many = v.values(lambda r: fn(small, r), [10**12])
@@ -221,7 +221,7 @@ def ps_link_shares(fn, runs=None, num_features: int | None = None) -> Verdict:
         v.expect(
             _close_to_runs(fn, runs, num_features),
             "close to what the ps's link measured in each direction in your runs on emulated links "
-            "(within fifteen percent), from the steps of each run, its window and the link's rate in bits",
+            "(within thirty percent), from the steps of each run, its window and the link's rate in bits",
         )
     return verdict(v)
 

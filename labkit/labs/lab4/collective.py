@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,12 +51,9 @@ class CollectiveError(RuntimeError):
 @dataclass
 class _Conn:
     sock: socket.socket
-    rank: int | None = None
-    inbuf: bytearray = None
-    out: list = None
-
-    def __post_init__(self):
-        self.inbuf, self.out = bytearray(), []
+    rank: int | None = None  # known once it has said which worker it is
+    inbuf: bytearray = field(default_factory=bytearray)  # bytes read, not yet a whole frame
+    out: list = field(default_factory=list)  # frames to send, the first maybe in part
 
 
 def all_reduce(
@@ -89,8 +86,9 @@ def all_reduce(
             total = start_timeout + len(phases) * phase_timeout + 10
             proc = OwnedProcess(cmd, folder / f"worker-{r}.log", env=_env(), timeout=total, stdin=subprocess.PIPE)
             procs.append(stack.enter_context(proc))
-            proc.popen.stdin.write(relay.tokens[r] + b"\n")  # its proof of rank, where no other worker reads it
-            proc.popen.stdin.flush()
+            with contextlib.suppress(BrokenPipeError):  # it has exited already: the relay reports it, with its log
+                proc.popen.stdin.write(relay.tokens[r] + b"\n")  # its proof of rank, where no other worker reads it
+                proc.popen.stdin.flush()
         relay.procs = procs
         relay.gather(start_timeout)
         for i in range(len(phases)):

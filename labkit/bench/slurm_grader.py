@@ -48,7 +48,7 @@ def _submissions(folder: Path, quick: bool) -> tuple[Path, Path, int]:
     student.mkdir(parents=True)
     labs = load_rubric(rubric).labs.values()
     for lab in labs:
-        shutil.copyfile(REPO / "notebooks" / lab.notebook, student / lab.notebook)
+        shutil.copyfile(lab.reference(REPO / "notebooks"), student / lab.notebook)
     return rubric, folder / "subs", len(labs)
 
 

@@ -128,7 +128,7 @@ def run(quick: bool = False) -> dict:
     chosen = {"lab4": labs["lab4"]} if quick else labs
     rows, ratios, notes = [], [], []
     for name, lab in chosen.items():
-        got = run_lab(name, REPO / "notebooks" / lab.notebook, dict(lab.parameters) if quick else {})
+        got = run_lab(name, lab.reference(REPO / "notebooks"), dict(lab.parameters) if quick else {})
         per = got.pop("per_cluster")
         rows.append(got)
         ratios.append(ratio(f"{name}: TensorFlow start-up / wall time", got["startup_share"], GOAL))

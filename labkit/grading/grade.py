@@ -124,7 +124,7 @@ def find_jobs(
     notes, refused, renamed, handles = [], [], {}, handles or {}
     graded = known if known is not None else {lab.notebook for lab in labs}
     if submissions is None:
-        pairs = [(REFERENCE, lab, notebooks / lab.notebook, out) for lab in labs]
+        pairs = [(REFERENCE, lab, lab.reference(notebooks), out) for lab in labs]
         notes += [
             f"not graded: notebooks/{p.name} has no rubric section"
             for p in sorted(notebooks.glob("*.ipynb"))
@@ -383,9 +383,9 @@ def _grade(db, rub, every, req: GradeOptions, log, box) -> Outcome:
         book.questions = {
             (lab.key, name): q
             for lab in book.labs
-            for name, q in answers.questions(lab, notebooks / lab.notebook).items()
+            for name, q in answers.questions(lab, lab.reference(notebooks)).items()
         }
-        book.save(Path(req.rubric).read_text(), req.rubric)
+        book.save(rub.text, req.rubric)  # the rubric whole, its lab folders' sections in it
         _submissions(db, book, record, {job.key for job in jobs} if req.student is not None else None)
         if req.student is not None:
             log(f"regrading {jobs[0].student if jobs else req.student} only: every other student stays as graded")

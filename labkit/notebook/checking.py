@@ -62,6 +62,7 @@ class Lab:
     parameters: dict
     checks: list
     exercises: list
+    folder: str = ""  # where the notebook is, in the instructor's kit (a lab folder); "": the notebooks folder
 
     @property
     def short(self) -> str:
@@ -95,7 +96,7 @@ def load(path) -> dict[str, Lab]:
             f"{path} is not a public rubric (no format = {FORMAT!r}). In the instructor's kit "
             f"`make check` writes one first (python -m labkit release --public-rubric FILE)"
         )
-    names = {f.name for f in fields(Lab)} - {"key"}
+    names = {f.name for f in fields(Lab)} - {"key", "folder"}
     labs = {}
     for key, table in raw.get("labs", {}).items():
         missing = names - set(table)
@@ -103,7 +104,7 @@ def load(path) -> dict[str, Lab]:
             raise RubricFileError(
                 f"{path}: [labs.{key}] lacks {', '.join(sorted(missing))}: take the file again from the kit as released"
             )
-        labs[key] = Lab(key=key, **{k: table[k] for k in names})
+        labs[key] = Lab(key=key, folder=str(table.get("folder", "")), **{k: table[k] for k in names})
     return labs
 
 
@@ -670,7 +671,7 @@ def check_all(
             raise ValueError(f"{f}: which lab is it? Say --lab (make check LAB=N NOTEBOOK=...)")
         jobs.append((lab, f))
     if not files:
-        jobs = [(lab, Path(notebooks) / lab.notebook) for lab in chosen or known.values()]
+        jobs = [(lab, Path(lab.folder or notebooks) / lab.notebook) for lab in chosen or known.values()]
     results = []
     for lab, f in jobs:
         if not f.is_file():

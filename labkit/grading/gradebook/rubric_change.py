@@ -20,7 +20,7 @@ from pathlib import Path
 from labkit.grading.run import ledger
 
 APPLIED = ("late_penalty", "canvas_assignment")  # applied when the reports are written: no run changes
-IGNORED = ("checks", "expected_s", *APPLIED)  # expected_s orders a batch; checks are told apart one by one
+IGNORED = ("checks", "expected_s", "folder", *APPLIED)  # expected_s orders a batch; checks are told apart one by one
 
 
 def follow(labs: list, path: str) -> tuple[dict, dict, list[str]]:

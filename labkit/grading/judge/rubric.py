@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import tomli_w
+
 from labkit.notebook.record import MIN_FIGURE_PIXELS, Missing, figure_count, lookup, named_cells
 from labkit.core.registry import Registry
 
@@ -127,6 +129,11 @@ class Lab:
     expected_s: float = 0.0  # the reference run's seconds, measured: a batch starts the longest first
     late_penalty: object = None  # late.Policy, or None: late work is shown and costs nothing
     canvas_assignment: str = ""  # the lab's column in Canvas's gradebook, 'Title (assignment id)' (exports)
+    folder: str = ""  # the lab's folder (labkit/labs/<lab>), where its notebook is; "": the notebooks folder
+
+    def reference(self, notebooks) -> Path:
+        """The lab's own notebook: in its folder, else in ``notebooks``."""
+        return Path(self.folder or notebooks) / self.notebook
 
     @property
     def max_points(self) -> float:
@@ -137,6 +144,7 @@ class Lab:
 class Rubric:
     path: Path
     labs: dict[str, Lab] = field(default_factory=dict)
+    text: str = ""  # the whole rubric as TOML, every lab's section in it (lab folders' too)
 
     def lab_for(self, notebook_name: str) -> Lab | None:
         return next((lab for lab in self.labs.values() if lab.notebook == notebook_name), None)
@@ -154,16 +162,16 @@ class Score:
 
 
 def load_rubric(path) -> Rubric:
+    """The rubric at ``path``, its labs gathered from its lab folders (``lab_folders``), checked."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise RubricError(f"rubric {path} not found; create it (see the header of notebooks/rubric.toml)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise RubricError(f"rubric {path} is not valid TOML: {e}") from None
-    unknown = set(raw) - {"defaults", "labs"}
+    raw = _toml(path, f"rubric {path}", "create it (see the header of notebooks/rubric.toml)")
+    unknown = set(raw) - {"defaults", "labs", "lab_folders"}
     if unknown:
-        raise RubricError(f"{path}: unknown top-level table(s) {sorted(unknown)}; use [defaults] and [labs.NAME]")
+        raise RubricError(
+            f"{path}: unknown top-level key(s) {sorted(unknown)}; use [defaults], lab_folders and [labs.NAME]"
+        )
+    raw["labs"] = {**_folder_labs(raw.pop("lab_folders", None), path, raw.get("labs", {})), **raw.get("labs", {})}
+    text = tomli_w.dumps(raw)  # the rubric whole, its labs in it: what a graded class keeps (.grader/rubric.toml)
     table = dict(raw.get("defaults", {}))
     late_default = _late(table.pop("late_penalty", None), f"{path} [defaults]")
     defaults = dict(SETTINGS)
@@ -175,7 +183,41 @@ def load_rubric(path) -> Rubric:
     dup = {n for n in notebooks if notebooks.count(n) > 1}
     if dup:
         raise RubricError(f"{path}: notebook(s) {sorted(dup)} appear in more than one lab")
-    return Rubric(path, labs)
+    return Rubric(path, labs, text)
+
+
+def _toml(path: Path, what: str, hint: str) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise RubricError(f"{what} not found; {hint}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise RubricError(f"{what} is not valid TOML: {e}") from None
+
+
+def _folder_labs(where, path: Path, inline: dict) -> dict:
+    """{lab: its rubric section} from each lab folder's ``lab.toml``: ``where`` is "kit" (the
+    folders of ``labkit.labs``) or a folder of lab folders, relative to the rubric. Each section
+    gets ``folder``, where the lab's notebook is."""
+    if where is None:
+        return {}
+    if not isinstance(where, str):
+        raise RubricError(f'{path}: lab_folders must be "kit" or a folder of lab folders, not {where!r}')
+    if where == "kit":
+        import labkit.labs
+
+        root = Path(labkit.labs.__path__[0])
+    else:
+        root = (path.parent / where).resolve()
+    if not root.is_dir():
+        raise RubricError(f"{path}: lab_folders = {where!r}: {root} is not a folder")
+    found = {}
+    for toml in sorted(root.glob("*/lab.toml")):
+        key = toml.parent.name
+        if key in inline:
+            raise RubricError(f"{path}: lab {key!r} is both in [labs.{key}] and in {toml}; keep one")
+        found[key] = {**_toml(toml, str(toml), "its folder needs one"), "folder": str(toml.parent)}
+    return found
 
 
 def _settings(table: dict, where: str, allow_all: bool) -> dict:
@@ -214,6 +256,7 @@ def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -
         "expected_s",
         "late_penalty",
         "canvas_assignment",
+        "folder",
     }
     unknown = set(table) - known
     if unknown:
@@ -266,8 +309,15 @@ def _lab(key: str, table: dict, defaults: dict, path: Path, late_default=None) -
         expected_s=float(expected),
         late_penalty=late_penalty,
         canvas_assignment=canvas.strip(),
+        folder=_folder(table.get("folder", ""), where),
         **settings,
     )
+
+
+def _folder(value, where: str) -> str:
+    if not isinstance(value, str) or (value and not Path(value).is_dir()):
+        raise RubricError(f"{where}: folder must be the lab's folder (where its notebook is), not {value!r}")
+    return value
 
 
 def _check(lab: str, i: int, c: dict, where: str) -> Check:

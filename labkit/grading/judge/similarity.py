@@ -304,7 +304,7 @@ def _docs(book):
             code.append(docs[0])
             prose.append(docs[1])
         base_code, base_text = set(), set()
-        ref = Path(book.notebooks) / lab.notebook if book.notebooks else None
+        ref = lab.reference(book.notebooks) if book.notebooks or lab.folder else None
         if ref is not None and ref.is_file():
             released, _ = release_notebook(nbformat.read(str(ref), as_version=4), lab.notebook)
             base_code = set(

@@ -38,20 +38,22 @@ HEADER = """\
 """
 
 
-def public_rubric(rubric="notebooks/rubric.toml", notebooks=None) -> dict:
+def public_rubric(rubric="notebooks/rubric.toml", notebooks=None, placed: bool = False) -> dict:
     """The public rubric of ``rubric`` (a path), its reference notebooks in ``notebooks`` (default:
-    the rubric's folder), as a dict ``to_toml`` writes."""
+    the rubric's folder) or their lab folders, as a dict ``to_toml`` writes. ``placed``: each lab
+    says which folder its notebook is in (the instructor's ``make check``; a student's kit has
+    every notebook in ``notebooks/``)."""
     rubric = Path(rubric)
     notebooks = Path(notebooks) if notebooks is not None else rubric.parent
     labs = {}
     for key, lab in load_rubric(rubric).labs.items():
-        reference = notebooks / lab.notebook
+        reference = lab.reference(notebooks)
         if not reference.is_file():
             raise ValueError(
                 f"{rubric}: lab {key}'s notebook {reference} is not there; the public rubric "
                 f"reads the exercises and answer cells from it"
             )
-        labs[key] = public_lab(lab, reference)
+        labs[key] = public_lab(lab, reference) | ({"folder": lab.folder} if placed and lab.folder else {})
     return {"format": FORMAT, "labs": labs}
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from labkit.labs import stamp
 from labkit.notebook import execution
 from labkit.notebook.checking import short_name
+from labkit.grading.judge.rubric import load_rubric
 from labkit.grading.kit.public import BEGIN, CODE_STUB, END, public_rubric, to_toml
 from labkit.notebook.record import cell_tags
 
@@ -32,7 +33,9 @@ ANSWER_STUB = "YOUR ANSWER HERE"
 SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
 INSTRUCTOR_ONLY = ("grading", "bench")  # subpackages of labkit the student kit leaves out
-LAB_INSTRUCTOR_ONLY = ("solution.py",)  # files of each lab's folder (labkit/labs/<lab>/) it leaves out
+# files of each lab's folder (labkit/labs/<lab>/) it leaves out: the reference answers, the rubric
+# section (hidden checks' inputs, answer keys) and the reference notebook (released on its own, stripped)
+LAB_INSTRUCTOR_ONLY = ("solution.py", "lab.toml", "*.ipynb")
 PROJECT_FILES = ("pyproject.toml", "requirements.txt", "requirements-profile.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")
@@ -101,7 +104,7 @@ def student_package(dest: Path) -> Path:
         if Path(folder).resolve() == PACKAGE:
             dropped |= {n for n in names if n in INSTRUCTOR_ONLY}
         if Path(folder).resolve().parent == PACKAGE / "labs":
-            dropped |= {n for n in names if n in LAB_INSTRUCTOR_ONLY}
+            dropped |= set(shutil.ignore_patterns(*LAB_INSTRUCTOR_ONLY)(folder, names))
         return dropped
 
     shutil.copytree(PACKAGE, target, ignore=ignore)
@@ -116,7 +119,8 @@ def release(notebooks="notebooks", out="release", rubric=None, log=print) -> lis
 
     src_dir, out = Path(notebooks), Path(out)
     rubric = Path(rubric) if rubric is not None else src_dir / "rubric.toml"
-    sources = sorted(src_dir.glob("*.ipynb"))
+    placed = [lab.reference(src_dir) for lab in load_rubric(rubric).labs.values() if lab.folder]
+    sources = sorted({*src_dir.glob("*.ipynb"), *placed}, key=lambda p: p.name)  # a lab folder's notebook too
     if not sources:
         raise ValueError(f"no notebooks in {src_dir}/ to release")
     public = public_rubric(rubric, src_dir)
@@ -210,7 +214,7 @@ def main(args) -> int:
         if args.public_rubric:
             dest = Path(args.public_rubric)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(to_toml(public_rubric(Path(args.notebooks) / "rubric.toml", args.notebooks)))
+            dest.write_text(to_toml(public_rubric(Path(args.notebooks) / "rubric.toml", args.notebooks, placed=True)))
         else:
             release(args.notebooks, args.out)
     except ValueError as e:

@@ -130,10 +130,12 @@ def kit_hash() -> str:
 
 def lab_hash(lab) -> str:
     """The lab's rubric section, but for ``expected_s`` (it orders a batch), ``late_penalty``
-    (applied when the reports are written) and ``canvas_assignment`` (the export's column): none
-    changes a run's outcome."""
+    (applied when the reports are written), ``canvas_assignment`` (the export's column) and
+    ``folder`` (where the kit keeps the lab): none changes a run's outcome."""
     fields = {
-        k: v for k, v in dataclasses.asdict(lab).items() if k not in ("expected_s", "late_penalty", "canvas_assignment")
+        k: v
+        for k, v in dataclasses.asdict(lab).items()
+        if k not in ("expected_s", "late_penalty", "canvas_assignment", "folder")
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

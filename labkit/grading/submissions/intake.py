@@ -341,7 +341,7 @@ def reference_ids(labs, notebooks: Path) -> dict[str, set]:
     out = {}
     for lab in labs:
         try:
-            nb = json.loads((Path(notebooks) / lab.notebook).read_text())
+            nb = json.loads(lab.reference(notebooks).read_text())
             out[lab.key] = {c.get("id") for c in nb.get("cells", []) if isinstance(c, dict) and c.get("id")}
         except (OSError, ValueError, AttributeError):
             out[lab.key] = set()

@@ -35,7 +35,9 @@ def public_lab(key: str):
     from labkit.notebook import checking
 
     table = public.public_rubric(NOTEBOOKS / "rubric.toml")["labs"][key]
-    return checking.Lab(key=key, **{f: table[f] for f in checking.Lab.__dataclass_fields__ if f != "key"})
+    return checking.Lab(
+        key=key, **{f: table[f] for f in checking.Lab.__dataclass_fields__ if f != "key" and f in table}
+    )
 
 
 def make_check_lines(key: str, notebook, verdicts: dict, tmp_path):

@@ -168,13 +168,34 @@ def test_sparse_lr_gradient_self_check_passes_the_reference_and_fails_a_sum_and_
 
     assert checks.sparse_lr_gradient(lambda w, x, y: sparse_gradient(w, x, y)).passed
     assert checks.sparse_lr_gradient(_sparse).passed
-    v = checks.sparse_lr_gradient(lambda w, x, y: _sparse(w, x, y, mean=False))
+    v = checks.sparse_lr_gradient(_summed)
     assert len(v.failed) == 1 and v.failed[0].startswith("the mean log-loss and its gradient"), v.failed
-    v = checks.sparse_lr_gradient(lambda w, x, y: _sparse(w, x, y, dense=True))
-    assert len(v.failed) == 1 and v.failed[0].startswith("about as fast with w of twenty million"), v.failed
+    for wrong in (lambda w, x, y: _sparse(w, x, y, dense=True), _shape_of_w):
+        v = checks.sparse_lr_gradient(wrong)
+        assert len(v.failed) == 1 and v.failed[0].startswith("about as fast with w of twenty million"), v.failed
     _no_value(v, "sparse_lr_gradient")
-    # the hidden check fails both: the sum on its values (here), the dense step on its growth
-    # measured from outside (tests/test_hidden_sparse_outside.py, about 2 minutes)
+    # the hidden check fails both, on its growth measured from outside: tests/test_hidden_sparse_outside.py
+    # and test_hidden_sparse_gradient_scaling.py (minutes); the sum, below
+
+
+def _shape_of_w(w, x, y):
+    """The sparse step with the dense shape the notebook warns against: tf.shape(w) of the variable
+    reads all of w eagerly (a copy of F values each step; inside a tf.function it does not)."""
+    import tensorflow as tf
+
+    loss, g = _sparse(w, x, y)
+    return loss, tf.IndexedSlices(g.values, g.indices, tf.cast(tf.shape(w), tf.int64))
+
+
+def _summed(w, x, y):
+    return _sparse(w, x, y, mean=False)
+
+
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_the_hidden_check_fails_a_summed_sparse_gradient_too(tmp_path):
+    v = hidden_verdict("lab3_sparse_gradient", _summed, tmp_path, seed=11)
+    assert not v.ok, v.reason
 
 
 @pytest.mark.tensorflow

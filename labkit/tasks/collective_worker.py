@@ -1,7 +1,7 @@
 """One worker of a hand-written collective: ``python -m labkit.tasks.collective_worker``.
 
 The worker connects to the relay (Lab 4's ``collective`` module, in the process that started it)
-on 127.0.0.1, proves which worker it is with the token its parent wrote to its stdin, receives its
+on 127.0.0.1 (or across an emulated node's link), proves which worker it is with the token its parent wrote to its stdin, receives its
 gradient over that connection (no other worker can read it from a file), defines the notebook's phase
 functions from their source, and runs each phase when the relay says so: ``fn(rank, world, value, send, recv)``, where ``value`` is its
 gradient for a collective's first phase and the previous phase's result after that. ``send(dst,
@@ -127,7 +127,7 @@ class Peer:
 def serve(args) -> int:
     phases = json.loads(Path(args.phases).read_text())
     token = sys.stdin.readline().strip().encode()  # from the parent, before anything of the student's runs
-    sock = socket.create_connection(("127.0.0.1", args.port), timeout=args.recv_timeout)
+    sock = socket.create_connection((args.host, args.port), timeout=args.recv_timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(frame(HELLO, args.rank, 0, token))
     kind, _, code, payload = read_frame(sock)
@@ -163,6 +163,7 @@ def serve(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1", help="the relay's address")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)

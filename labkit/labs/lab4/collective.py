@@ -15,6 +15,7 @@ model, the properties a correct run has and the measured-vs-model table are in `
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hmac
 import json
@@ -54,6 +55,15 @@ class _Conn:
     rank: int | None = None  # known once it has said which worker it is
     inbuf: bytearray = field(default_factory=bytearray)  # bytes read, not yet a whole frame
     out: list = field(default_factory=list)  # frames to send, the first maybe in part
+    msg: "_Message | None" = None  # the message it is sending, while its payload comes
+
+
+@dataclass
+class _Message:
+    dst: int
+    header: bytes  # b"" once sent on
+    left: int  # payload bytes still to come from the sender
+    parts: list = field(default_factory=list)  # come, not yet sent on
 
 
 def all_reduce(
@@ -63,12 +73,15 @@ def all_reduce(
     folder=None,
     phase_timeout: float = 30.0,
     start_timeout: float = 60.0,
+    link=None,
 ) -> CollectiveRun:
     """Average ``grads`` (one 1-D float32 vector per worker, equal lengths) with the notebook's
     collectives, each from the gradients: ``ring = (reduce_scatter, all_gather)`` and
     ``gather_scatter = (gather, scatter)``, each function ``(rank, world, value, send, recv)``.
     Returns what every phase returned on every worker, with the bytes and seconds the relay measured.
-    ``folder`` holds the workers' logs (default: a new run folder under runs/lab4)."""
+    ``folder`` holds the workers' logs (default: a new run folder under runs/lab4). ``link``
+    (``"100mbit"``, say): each worker on an emulated node of its own behind a link of that rate, the
+    relay on this machine's unshaped port of their switch (``labkit.infra.netem``, as root)."""
     grads = _gradients(grads)
     phases = _phases(ring, gather_scatter)
     folder = _folder(folder)
@@ -77,14 +90,17 @@ def all_reduce(
     )
     world, recv_timeout = len(grads), max(1.0, 0.75 * phase_timeout)
     with contextlib.ExitStack() as stack:
-        relay = stack.enter_context(_Relay(grads, [p["phase"] for p in phases]))
+        host, place = _network(stack, world, link, folder)
+        relay = stack.enter_context(_Relay(grads, [p["phase"] for p in phases], host))
         procs = []
         for r in range(world):
-            cmd = [sys.executable, "-m", WORKER, "--port", relay.port, "--rank", r, "--world", world]
+            cmd = [sys.executable, "-m", WORKER, "--host", host, "--port", relay.port, "--rank", r, "--world", world]
             cmd += ["--phases", folder / "phases.json"]
             cmd += ["--recv-timeout", recv_timeout]
             total = start_timeout + len(phases) * phase_timeout + 10
-            proc = OwnedProcess(cmd, folder / f"worker-{r}.log", env=_env(), timeout=total, stdin=subprocess.PIPE)
+            proc = OwnedProcess(
+                place(r, cmd), folder / f"worker-{r}.log", env=_env(), timeout=total, stdin=subprocess.PIPE
+            )
             procs.append(stack.enter_context(proc))
             with contextlib.suppress(BrokenPipeError):  # it has exited already: the relay reports it, with its log
                 proc.popen.stdin.write(relay.tokens[r] + b"\n")  # its proof of rank, where no other worker reads it
@@ -105,6 +121,7 @@ def all_reduce(
         link_bytes=relay.link_bytes,
         messages=relay.messages,
         seconds=np.asarray(relay.seconds, float),
+        link_bytes_per_s=_rate(link),
         folder=folder,
     )
 
@@ -169,6 +186,32 @@ def _phases(ring, gather_scatter) -> list[dict]:
     return phases
 
 
+def _network(stack: contextlib.ExitStack, world: int, link, folder: Path):
+    """(the relay's address, ``place(rank, cmd)``: the command that runs worker ``rank``). Without a
+    link: 127.0.0.1 and the command as it is; with one, an emulated network of a node per worker,
+    which ``stack`` takes down, and the worker's command run inside its node."""
+    if not link:
+        return "127.0.0.1", lambda rank, cmd: cmd
+    from labkit.infra import netem
+
+    net = stack.enter_context(netem.EmulatedNetwork(world, link=link, log_dir=folder / "network"))
+    if not net.reachable:
+        raise netem.EmulationUnavailable(
+            "the relay needs this machine's own port on the emulated switch, which only root gets; "
+            "run as root, or leave link empty (127.0.0.1)"
+        )
+    host = str(net.subnet.network_address + netem.DRIVER_HOST)
+    return host, lambda rank, cmd: net.command(net.names[rank], cmd)
+
+
+def _rate(link) -> float | None:
+    if not link:
+        return None
+    from labkit.infra import netem
+
+    return netem.parse_link(link).bytes_per_s
+
+
 def _folder(folder) -> Path:
     if folder is None:
         from labkit.core import paths
@@ -210,15 +253,16 @@ class _Relay:
     """The hub every worker connects to: it forwards each worker's messages to their destination,
     counts them per phase and link, and runs the phases one after another (a barrier between them)."""
 
-    def __init__(self, grads: list[np.ndarray], phases: list[str]):
+    def __init__(self, grads: list[np.ndarray], phases: list[str], host: str = "127.0.0.1"):
         self.world, self.names, self.grads = len(grads), phases, grads
         self.tokens = [secrets.token_hex(16).encode() for _ in grads]
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server((host, 0))
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, selectors.EVENT_READ)
         self.conns: dict[int, _Conn] = {}  # rank -> connection
+        self.lanes: dict[int, collections.deque] = {}  # rank -> the messages on their way to it, in order
         self.procs: list[OwnedProcess] = []
         self.current = -1
         self.results = [[None] * self.world for _ in phases]
@@ -317,13 +361,62 @@ class _Relay:
             return
         conn.inbuf += data
         size = wire.HEADER.size
-        while len(conn.inbuf) >= size:
+        while conn.inbuf:
+            if conn.msg is not None:  # the rest of a message on its way: forwarded as it arrives, as a switch does
+                part = bytes(conn.inbuf[: conn.msg.left])
+                del conn.inbuf[: len(part)]
+                self._pass(conn, part)
+                continue
+            if len(conn.inbuf) < size:
+                break
             kind, a, b, n = wire.HEADER.unpack_from(conn.inbuf)
+            if kind == wire.DATA:
+                del conn.inbuf[:size]
+                self._message(conn, a, b, n)
+                continue
             if len(conn.inbuf) < size + n:
                 break
             payload = bytes(conn.inbuf[size : size + n])
             del conn.inbuf[: size + n]
             self._handle(conn, kind, a, b, payload)
+
+    def _message(self, conn: _Conn, dst: int, code: int, n: int) -> None:
+        """A worker's message to ``dst`` begins: its header goes on at once, its payload as it comes."""
+        src = conn.rank
+        if src is None:
+            raise CollectiveError("a connection sent a message before saying which worker it is")
+        if not 0 <= dst < self.world or dst == src:
+            raise CollectiveError(f"worker {src} sent a message to {dst}, not another worker")
+        if self.current < 0:
+            raise CollectiveError(f"worker {src} sent a message before the first phase began")
+        self.messages[self.current, src, dst] += 1
+        msg = _Message(dst, wire.HEADER.pack(wire.DATA, src, code, n), n)
+        self.lanes.setdefault(dst, collections.deque()).append(msg)
+        conn.msg = msg if n else None
+        self._flush(dst)
+
+    def _pass(self, conn: _Conn, part: bytes) -> None:
+        """Part of a message's payload, counted on its link and sent on."""
+        msg = conn.msg
+        self.link_bytes[self.current, conn.rank, msg.dst] += len(part)
+        msg.parts.append(part)
+        msg.left -= len(part)
+        if not msg.left:
+            conn.msg = None
+        self._flush(msg.dst)
+
+    def _flush(self, dst: int) -> None:
+        """Send on what has come of the messages to ``dst``, one message after another: a message
+        waits, buffered, until the one before it has passed whole."""
+        lane = self.lanes[dst]
+        while lane:
+            head = lane[0]
+            for part in ([head.header] if head.header else []) + head.parts:
+                self._queue(self.conns[dst], part)
+            head.header, head.parts = b"", []
+            if head.left:
+                return
+            lane.popleft()
 
     def _lost(self, conn: _Conn) -> None:
         self.sel.unregister(conn.sock)
@@ -347,15 +440,6 @@ class _Relay:
             self._queue(conn, wire.frame(wire.INPUT, 0, *wire.encode(self.grads[a])))
         elif conn.rank is None:
             raise CollectiveError("a connection sent a message before saying which worker it is")
-        elif kind == wire.DATA:
-            src, dst = conn.rank, a
-            if not 0 <= dst < self.world or dst == src:
-                raise CollectiveError(f"worker {src} sent a message to {dst}, not another worker")
-            if self.current < 0:
-                raise CollectiveError(f"worker {src} sent a message before the first phase began")
-            self.link_bytes[self.current, src, dst] += len(payload)
-            self.messages[self.current, src, dst] += 1
-            self._queue(self.conns[dst], wire.frame(wire.DATA, src, b, payload))
         elif kind == wire.DONE:
             if a != self.current or self.done_at[a][conn.rank] is not None:
                 raise CollectiveError(f"worker {conn.rank} finished phase {a} twice or out of turn")

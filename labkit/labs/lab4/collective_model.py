@@ -32,6 +32,7 @@ class CollectiveRun:
     link_bytes: np.ndarray  # [phase, src, dst]: payload bytes the relay forwarded
     messages: np.ndarray  # [phase, src, dst]
     seconds: np.ndarray  # [phase]: from the relay's start signal to the last worker's result
+    link_bytes_per_s: float | None = None  # each worker's emulated link, each way (None: loopback)
     folder: Path | None = field(default=None, repr=False)
     verdict: object = field(default=None, repr=False)  # the self-check's, when one ran
 
@@ -224,6 +225,7 @@ def table(run: CollectiveRun, mwms_bytes_per_worker: float | None = None):
                     "model_received_bytes": float(model_recv[w]),
                     "messages_sent": int(run.messages[i, w].sum()),
                     "phase_s": float(run.seconds[i]),
+                    "model_phase_s": _model_seconds(run, model_sent, model_recv),
                 }
             )
     if mwms_bytes_per_worker is not None:
@@ -240,17 +242,27 @@ def table(run: CollectiveRun, mwms_bytes_per_worker: float | None = None):
     return pd.DataFrame(rows)
 
 
+def _model_seconds(run: CollectiveRun, sent: np.ndarray, received: np.ndarray) -> float | None:
+    """A phase's time by the model on emulated links: its busiest worker's bytes, one way, at the
+    link's rate (links are full duplex); None on loopback, where no link limits it."""
+    if not run.link_bytes_per_s:
+        return None
+    return float(max(sent.max(), received.max()) / run.link_bytes_per_s)
+
+
 def per_worker(frame):
     """``table``'s rows summed over each collective's phases: one row per collective and worker, with
     measured over model bytes each way, and the collective's seconds (its phases' sum)."""
-    cols = ["sent_bytes", "model_sent_bytes", "received_bytes", "model_received_bytes", "phase_s"]
+    cols = ["sent_bytes", "model_sent_bytes", "received_bytes", "model_received_bytes", "phase_s", "model_phase_s"]
     ran = frame[frame["worker"] >= 0]
-    out = ran.groupby(["collective", "worker"], sort=False)[cols].sum()
-    out["phase_s"] = ran.groupby(["collective", "phase"], sort=False)["phase_s"].first().groupby(level=0).sum()
+    out = ran.groupby(["collective", "worker"], sort=False)[cols].sum(min_count=1)
+    for col in ("phase_s", "model_phase_s"):  # a phase's time once per collective, not once per worker
+        per_phase = ran.groupby(["collective", "phase"], sort=False)[col].first()
+        out[col] = per_phase.groupby(level=0, sort=False).sum(min_count=1).reindex(out.index, level=0)
     for way in ("sent", "received"):
         model = out[f"model_{way}_bytes"]
         out[f"{way}_over_model"] = (out[f"{way}_bytes"] / model.where(model > 0)).round(4)  # none where the model has 0
-    return out.rename(columns={"phase_s": "seconds"})
+    return out.rename(columns={"phase_s": "seconds", "model_phase_s": "model_seconds"})
 
 
 def plot(frame, title: str = "Bytes per worker in one all-reduce: measured (bars) and the cost model (black marks)"):

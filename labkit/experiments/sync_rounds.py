@@ -3,7 +3,7 @@
 Lab 2's student writes ``sync_round`` (``labkit.tasks.ps_sgd`` builds the sync graph with it); Lab 3
 trains with the same round again. ``round_source`` is the function's source for the tasks'
 ``--round-source``; ``check_sync_round`` runs the round in one process, as a cluster runs it, and
-says what to fix (``RoundError``).
+says what to fix (``RoundError``); ``selfcheck`` is the notebooks' self-check built on it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from labkit.experiments import function_source
+from labkit.notebook.selfcheck import Verdict, verdict
 
 
 def round_source(fn) -> str:
@@ -186,3 +187,49 @@ class _RoundHarness:
                 f"queue, shared.tokens[w]; worker_op must wait on its own, shared.tokens[shared.worker]"
             )
         return f"the round {waited}, with all {self.workers} gradients in and no worker waiting"
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebooks' self-check of the round (Labs 2 and 3): check_sync_round's failures as properties
+
+ROUND_PROPERTIES = (  # what check_sync_round's message begins with -> the property that failed
+    ("after", "global step is", "the global step: one more per round, added by the chief once the update is applied"),
+    ("worker", "returned at global step", "a worker released only after its round's update was applied"),
+    ("after", "weights are off", "the weights: plain SGD on the mean of every worker's gradient, once per round"),
+)
+
+
+SOURCE_PROPERTY = (
+    "a function named sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared), "
+    "defined with def at the top level of a cell (the tasks build their round from its source)"
+)
+
+
+def selfcheck(fn, workers: int = 3) -> Verdict:
+    """``fn(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)`` run as a cluster
+    runs it (worker threads and a chief, in one process, by ``check_sync_round``) with ``workers``
+    and with one worker fewer: a round that counts the workers itself fails the second."""
+    v = Verdict("sync_round")
+    failed = []
+    for n in (workers, workers - 1):
+        try:
+            check_sync_round(fn, workers=n, timeout=5.0)
+        except RoundError as e:
+            failed.append(_round_property(str(e)))
+        except ValueError:  # its source cannot be sent to the tasks
+            v.expect(False, SOURCE_PROPERTY)
+            return verdict(v)
+    props = [p for _, _, p in ROUND_PROPERTIES] + [_round_property("")]
+    for p in props:
+        v.expect(p not in failed, p)
+    return verdict(v)
+
+
+def _round_property(message: str) -> str:
+    for start, part, prop in ROUND_PROPERTIES:
+        if message.startswith(start) and part in message:
+            return prop
+    return (
+        "a round that completes, for any number of workers: every worker's push taken, the update "
+        "applied once, and each worker released (no op blocked or failed)"
+    )

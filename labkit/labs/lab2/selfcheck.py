@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from labkit.experiments.sync_rounds import SOURCE_PROPERTY  # noqa: F401  (what the round's self-check says of a source the tasks cannot take)
+from labkit.experiments.sync_rounds import selfcheck as sync_round  # noqa: F401  (Lab 3 runs the same round)
 from labkit.notebook.selfcheck import Verdict, verdict
 
 WORKERS = (1, 2, 3, 4, 6)
@@ -128,51 +130,3 @@ def _close_to_runs(fn, runs) -> bool:
         if not abs(mine - float(w0["share"])) <= RUN_TOLERANCE:
             return False
     return True
-
-
-# ---------------------------------------------------------------------------------------------
-# The synchronous round
-
-ROUND_PROPERTIES = (  # what check_sync_round's message begins with -> the property that failed
-    ("after", "global step is", "the global step: one more per round, added by the chief once the update is applied"),
-    ("worker", "returned at global step", "a worker released only after its round's update was applied"),
-    ("after", "weights are off", "the weights: plain SGD on the mean of every worker's gradient, once per round"),
-)
-
-
-SOURCE_PROPERTY = (
-    "a function named sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared), "
-    "defined with def at the top level of a cell (the tasks build their round from its source)"
-)
-
-
-def sync_round(fn, workers: int = 3) -> Verdict:
-    """``fn(tf, grads_and_vars, global_step, learning_rate, num_workers, shared)`` run as a cluster
-    runs it (worker threads and a chief, in one process, by ``check_sync_round``) with ``workers``
-    and with one worker fewer: a round that counts the workers itself fails the second."""
-    from labkit.labs.lab2.experiment import RoundError, check_sync_round
-
-    v = Verdict("sync_round")
-    failed = []
-    for n in (workers, workers - 1):
-        try:
-            check_sync_round(fn, workers=n, timeout=5.0)
-        except RoundError as e:
-            failed.append(_round_property(str(e)))
-        except ValueError:  # its source cannot be sent to the tasks
-            v.expect(False, SOURCE_PROPERTY)
-            return verdict(v)
-    props = [p for _, _, p in ROUND_PROPERTIES] + [_round_property("")]
-    for p in props:
-        v.expect(p not in failed, p)
-    return verdict(v)
-
-
-def _round_property(message: str) -> str:
-    for start, part, prop in ROUND_PROPERTIES:
-        if message.startswith(start) and part in message:
-            return prop
-    return (
-        "a round that completes, for any number of workers: every worker's push taken, the update "
-        "applied once, and each worker released (no op blocked or failed)"
-    )

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from labkit.labs.lab2.selfcheck import sync_round  # noqa: F401  (Lab 3's sync runs use Lab 2's round, pasted)
+from labkit.experiments.sync_rounds import selfcheck as sync_round  # noqa: F401  (Lab 3's sync runs use Lab 2's round, pasted)
 from labkit.notebook.selfcheck import Verdict, verdict
 
 GROWTH = (

@@ -371,3 +371,10 @@ def test_the_hidden_check_refuses_a_run_of_another_shape(tmp_path):
     ).to_arrays()
     with pytest.raises(Unverifiable, match="does not match"):
         hidden.decide("lab4_collective", hidden.HIDDEN["lab4_collective"].args(ARGS), arrays, tmp_path)
+
+
+def test_a_hung_worker_ends_the_hidden_checks_probe_in_its_phase_time(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(collective.CollectiveError, match="in reduce-scatter for a message from worker"):
+        hidden_verdict(functions(reduce_scatter=reduce_scatter_waits), tmp_path, timeout=3)
+    assert time.monotonic() - started < 30

@@ -2,10 +2,11 @@
 
 ``all_reduce(grads, ring=(reduce_scatter, all_gather), gather_scatter=(gather, scatter))`` starts
 one worker process per gradient (``labkit.tasks.collective_worker``) and relays every message
-between them over TCP on 127.0.0.1, in this process. The relay counts the payload bytes of every
-message per link (source, destination) and per phase, and times each phase from the moment it lets
-the workers start to the moment the last one hands in its result. The workers run the notebook's
-functions and the kit's ``send``/``recv``; nothing in their processes is read to learn what moved.
+between them over TCP, in this process: on 127.0.0.1, or (``link=``) from a node of its own per
+worker behind an emulated link. The relay counts the payload bytes of every message per link
+(source, destination) and per phase, and times each phase from its start signal to the last
+worker's result. The workers run the notebook's functions and the kit's ``send``/``recv``; nothing
+in their processes is read to learn what moved, and each gets its gradient over its connection.
 
 A worker that raises, exits, or outlasts a phase's deadline ends the run with a ``CollectiveError``
 naming it, with its log's tail; every worker is killed when the run ends, however it ends. The cost

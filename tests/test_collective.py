@@ -378,3 +378,48 @@ def test_a_hung_worker_ends_the_hidden_checks_probe_in_its_phase_time(tmp_path):
     with pytest.raises(collective.CollectiveError, match="in reduce-scatter for a message from worker"):
         hidden_verdict(functions(reduce_scatter=reduce_scatter_waits), tmp_path, timeout=3)
     assert time.monotonic() - started < 30
+
+
+PARENT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_collective import all_gather, reduce_scatter_loops
+from labkit.labs.lab4 import collective
+grads = [np.ones(30, np.float32)] * 3
+collective.all_reduce(grads, ring=(reduce_scatter_loops, all_gather), folder={folder!r}, phase_timeout=300)
+"""
+
+
+def test_workers_die_with_a_parent_killed_mid_run(tmp_path):
+    """SIGKILL runs no cleanup in the parent: its workers still go (the kernel's parent-death signal)."""
+    import signal
+
+    code = PARENT.format(tests=str(Path(__file__).parent), folder=str(tmp_path))
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+
+        def ours() -> list[psutil.Process]:
+            found = []
+            for p in psutil.process_iter():
+                try:
+                    if str(tmp_path) in " ".join(p.cmdline()) and "collective_worker" in " ".join(p.cmdline()):
+                        found.append(p)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            return found
+
+        deadline = time.monotonic() + 60
+        while len(ours()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(ours()) == 3, "the workers did not start"
+        time.sleep(0.5)  # worker 2 is in its loop
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 15
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ours() == []
+    finally:
+        parent.kill()
+        parent.wait(10)

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from labkit.grading.judge import hidden, probe
 from labkit.grading.kit.release import student_package
@@ -115,3 +116,11 @@ def test_the_student_kit_has_every_labs_checks_and_no_solution(tmp_path):
     out = subprocess.run([sys.executable, "-c", student], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(len(hidden.HIDDEN))]
+
+
+def test_a_declaration_needs_a_probe_and_a_judge_and_a_name_of_its_own():
+    with pytest.raises(ValueError, match="neither a probe and a judge nor Numbers"):
+        declare.Check("labx_half", ("f",), dict, probe=lambda fns, args, out: {})
+    with pytest.raises(ValueError, match="'lab1_sgd_step' is declared twice: in labkit.labs.lab1.checks and"):
+        declare.declare("lab1_sgd_step", ["f"], lambda seed=0: [], probe=dict, judge=dict)
+    assert hidden.HIDDEN["lab1_sgd_step"].cases.__module__ == "labkit.labs.lab1.checks"

@@ -32,6 +32,8 @@ CHECKS = Registry("hidden check", hint="declared in labkit/labs/<lab>/checks.py"
 
 @dataclass
 class Verdict:
+    """A judge's (or a verifier's) finding: passed or not, the reason shown, the value it recomputed."""
+
     ok: bool
     reason: str = ""
     value: object = None  # the recomputed value
@@ -60,6 +62,8 @@ class Numbers:
 
 @dataclass(frozen=True)
 class Check:
+    """One hidden check, as its lab declares it (``declare``); the engines run it."""
+
     name: str  # the rubric's ``check = "..."``
     functions: tuple[str, ...]  # the student's functions the probe takes from the notebook, by name
     cases: Callable  # (**args) -> the cases (or settings); raises TypeError/ValueError on bad args

@@ -338,7 +338,7 @@ def test_release_notebook_clears_outputs_and_drops_solution_only_cells(tmp_path)
 
 
 def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
-    """``make release``: notebooks, the package without labkit.solutions and labkit.grading, and the
+    """``make release``: notebooks, the package without the labs' solutions and labkit.grading, and the
     project files; in it the kit's references say what to pass instead, and grading is no command."""
     import subprocess
     import sys

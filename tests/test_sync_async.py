@@ -313,7 +313,7 @@ def test_write_graphs_gives_tensorboard_the_graph_each_mode_builds(tmp_path):
 
 
 def test_emulated_shares_run_in_the_student_kit(monkeypatch):
-    """The kit a student gets has no labkit.solutions: the emulated-link table needs none of it
+    """The kit a student gets has no lab's solution: the emulated-link table needs none of it
     (a worker step moves 2 x MODEL_BYTES: a pull of the weights, a push of the gradients). The
     clusters are stood in for; the rows' arithmetic is the real one."""
     import importlib

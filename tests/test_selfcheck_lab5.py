@@ -255,3 +255,63 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(tmp_path):
     assert checked.status == "FAIL" and checked.text.startswith("4 of 5 passed: comm_terms fails its self-check ")
     assert f"(cell {cell['lab5-terms-selfcheck']}) on: the ring's bytes: below twice the model" in checked.text
     assert checked.todo == [f"fix comm_terms until its self-check, cell {cell['lab5-terms-selfcheck']}, passes"]
+
+
+WRONG_LAB5 = {  # answers a student hands in, by cell id: (the reference's line, the student's)
+    "lab5-predict": (
+        "    return 4 * sum(n_in * n_out + n_out for n_in, n_out in zip(units, units[1:]))",
+        "    return 4 * sum(n_in * n_out for n_in, n_out in zip(units, units[1:]))",  # the biases left out
+    ),
+    "lab5-predict-ring": (
+        "    return 2 * (workers - 1) / workers * model_bytes",
+        "    return 2 * model_bytes",  # flat: the many-worker limit at every N
+    ),
+    "lab5-shares": (
+        "    first, last = ends[kill] + 1, ends[kill + 1]",
+        "    first, last = ends[kill], ends[kill + 1]",  # the step in flight at the kill counted
+    ),
+}
+
+
+@pytest.mark.notebook
+@pytest.mark.cluster
+def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
+    """A Lab 5 with three wrong answers that stop no cell, run by make check at two steps per run:
+    the run goes on to the end, and the report names each function and property its self-check
+    failed, with no value, and says the work is not ready."""
+    import nbformat
+    from helpers import small_rubric
+
+    from labkit.grading.kit import public
+    from labkit.notebook import checking
+
+    notebook = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+    nb = nbformat.read(str(notebook), as_version=4)
+    for c in nb.cells:
+        if c.id in WRONG_LAB5:
+            old, new = WRONG_LAB5[c.id]
+            assert old in c.source, c.id
+            c.source = c.source.replace(old, new)
+    student = tmp_path / "notebooks"
+    student.mkdir()
+    nbformat.write(nb, str(student / notebook.name))
+    (tmp_path / "grader").mkdir()
+    rubric = small_rubric(tmp_path / "grader", cuts=[("\nsteps = 8 ", "\nsteps = 2 ")])
+    (student / "rubric.toml").write_text(public.to_toml(public.public_rubric(rubric, notebook.parent)))
+    lines = []
+    ok = checking.check_all(
+        [], ["5"], rubric=student / "rubric.toml", notebooks=student, out=tmp_path / "out", log=lines.append
+    )
+    text = "\n".join(lines)
+    assert not ok, text
+    assert "ok    run         top to bottom in" in text, text  # no self-check stopped the run
+    report = text[text.index("self-checks") : text.index("records")]
+    assert report.startswith("self-checks 2 of 5 passed: "), report
+    for name, prop in (
+        ("dense_model_bytes", "one layer: the bytes of its float32 weight matrix"),
+        ("ring_bytes_per_worker", "none at one worker"),
+        ("slice_shares", "none for the worker killed"),
+    ):
+        assert f"{name} fails its self-check (cell" in report and prop in report, (name, prop, report)
+    assert not re.search(r"\d\.\d", report), report  # no value: no number with decimals
+    assert "Not ready to submit" in text and "fix dense_model_bytes until its self-check" in text

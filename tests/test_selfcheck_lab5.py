@@ -315,3 +315,43 @@ def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
         assert f"{name} fails its self-check (cell" in report and prop in report, (name, prop, report)
     assert not re.search(r"\d\.\d", report), report  # no value: no number with decimals
     assert "Not ready to submit" in text and "fix dense_model_bytes until its self-check" in text
+
+
+def test_correct_answers_written_otherwise_pass():
+    """The properties hold for any right answer: a ring simulated round by round, an even split
+    computed by the student, integer bytes, shares found by sorting the steps first."""
+
+    def ring_loop(model_bytes, workers):
+        sent = 0.0
+        for _ in range(2 * (workers - 1)):  # reduce-scatter, then all-gather: a chunk each round
+            sent += model_bytes / workers
+        return sent
+
+    def comm_terms(arch, M, N, n_ps=1, shards=None):
+        if arch == "ring":
+            return 2 * (N - 1), ring_loop(M, N)
+        busiest = max(shards) if shards else M / n_ps
+        return 2, max(2 * N * busiest, 2 * M)
+
+    def dense_model_bytes(units):
+        return sum(4 * (a + 1) * b for a, b in zip(units, units[1:]))  # a bias is a weight of a constant input
+
+    def slice_shares(trace, kill=0):
+        steps = sorted(trace["steps"], key=lambda s: s["step"])
+        kills = sorted(k["after_step"] for k in trace["kills"])
+        end = kills[kill + 1] if kill + 1 < len(kills) else steps[-1]["step"] if steps else 0
+        counts = {}
+        for s in steps:
+            if kills[kill] + 1 < s["step"] <= end:
+                for w in s["slices_on"]:
+                    counts[w] = counts.get(w, 0) + 1
+        total = sum(counts.values())
+        return {w: c / total for w, c in counts.items()}
+
+    assert checks.ring_bytes_per_worker(ring_loop).passed
+    assert checks.comm_terms(comm_terms).passed
+    assert checks.dense_model_bytes(dense_model_bytes).passed
+    assert checks.slice_shares(slice_shares, experiment.recorded_failure()).passed
+    assert checks.link_ceiling(
+        lambda a, b, m, n, r: n * b * r / 8 / comm_terms(a, m, n)[1] if comm_terms(a, m, n)[1] else math.inf, comm_terms
+    ).passed

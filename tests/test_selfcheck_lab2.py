@@ -179,3 +179,18 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
     assert checked.status == "FAIL" and checked.text.startswith(
         f"2 of 3 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
     ), checked.text
+
+
+def test_correct_answers_written_otherwise_pass(runs):
+    """The properties hold for any right answer: updates per worker step, seconds per step then rates."""
+
+    def global_step(mode, workers, local_steps):
+        updates_per_worker_step = {"async": 1, "sync": 1 / workers}[mode]
+        return round(workers * local_steps * updates_per_worker_step)
+
+    def worker0_share(step_bytes, rate_bits, step_s, workers, beside_ps=1):
+        remote_s = step_s + step_bytes * 8 / rate_bits
+        return (1 / step_s) / (beside_ps / step_s + (workers - beside_ps) / remote_s)
+
+    assert checks.global_step(global_step).passed
+    assert checks.worker0_share(worker0_share, runs).passed

@@ -241,3 +241,27 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
     assert checked.status == "FAIL" and checked.text.startswith(
         f"3 of 4 passed: ps_link_shares fails its self-check (cell {cell['lab3-pslink-selfcheck']}) on: close to what"
     ), checked.text
+
+
+def test_correct_answers_written_otherwise_pass(runs):
+    """The properties hold for any right answer: the distinct count field by field with a loop over
+    the values' probabilities taken from the CDF at both ends; the link's seconds, then shares."""
+
+    def expected_distinct_features(spec, rows):
+        total = 0.0
+        for f, vocab in enumerate(spec.vocab_sizes):
+            present = 0.5 if f >= spec.num_fields - spec.optional_fields else 1.0
+            k = np.arange(int(vocab) + 1, dtype=np.float64)
+            cdf = (1 - (k + 1) ** (1 - spec.zipf_s)) / (1 - (vocab + 1.0) ** (1 - spec.zipf_s))  # P(id < k)
+            p = present * np.diff(cdf)
+            total += float(np.sum(1 - np.power(1 - p, rows)))
+        return total
+
+    def ps_link_shares(num_features, local_steps, window_s, rate_bits, beside_ps=1):
+        crossing = sum(local_steps) - sum(local_steps[:beside_ps])
+        seconds_in = crossing * num_features * 12 * 8 / rate_bits
+        seconds_out = crossing * num_features * 4 * 8 / rate_bits
+        return seconds_in / window_s, seconds_out / window_s
+
+    assert checks.expected_distinct_features(expected_distinct_features, SPEC, ROWS).passed
+    assert checks.ps_link_shares(ps_link_shares, *runs).passed

@@ -171,13 +171,17 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
         "lab2-08-selfcheck": [selfcheck.Verdict("sync_round", ["a round that completes, for any number of workers"])],
         "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],
         "lab2-w0share-selfcheck": [run("worker0_share", solution.worker0_share, runs)],
+        "lab2-audit-selfcheck": [checks.audit_000(_audit_000(), STEP["async"])],
+        "lab2-audit2-selfcheck": [checks.audit_sync(_audit_sync(), STEP["sync"])],
     }
     (exercises, checked), cell = make_check_lines("lab2", notebook, right, tmp_path / "right")
-    assert exercises.status == "ok" and checked.text == "3 of 3 passed (sync_round, global_step, worker0_share)"
+    assert exercises.status == "ok" and checked.text == (
+        "5 of 5 passed (sync_round, global_step, audit_000, audit_sync, worker0_share)"
+    )
     wrong = dict(right, **{"lab2-predict-k-selfcheck": [run("global_step", WRONG["global_step"][1][0], runs)]})
     (_, checked), cell = make_check_lines("lab2", notebook, wrong, tmp_path / "wrong")
     assert checked.status == "FAIL" and checked.text.startswith(
-        f"2 of 3 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
+        f"4 of 5 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
     ), checked.text
 
 
@@ -194,3 +198,77 @@ def test_correct_answers_written_otherwise_pass(runs):
 
     assert checks.global_step(global_step).passed
     assert checks.worker0_share(worker0_share, runs).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# The audits, beside the rubric's compare checks of the same records
+
+
+def _compare(name: str, records: dict):
+    """Lab 2's rubric check ``name`` on ``records``, as the grader scores it."""
+    from labkit.grading.judge import rubric
+
+    lab = rubric.load_rubric(NOTEBOOKS / "rubric.toml").labs["lab2"]
+    return rubric.evaluate(next(c for c in lab.checks if c.name == name), None, records)
+
+
+STEP = {"async": 66_120.0, "sync": 64_980.0}  # bytes per worker step, as a run measures them (a pull and a push)
+SYNC_S = 8 * 60 + 46
+
+
+def _audit_000(factor=1.0):
+    return {"seconds_to_send_one_gradient_at_227_bytes_per_s": factor * STEP["async"] / 2 / 227}
+
+
+def _audit_sync(seconds=SYNC_S, half=0.5, inverted=False):
+    sent, grads = 19_775_391 * seconds, 60_000 * STEP["sync"] * half
+    return {
+        "report_sent_bytes": sent,
+        "gradient_bytes_at_most": grads,
+        "ratio": grads / sent if inverted else sent / grads,
+    }
+
+
+def test_the_audits_right_pass_their_self_checks_and_the_rubrics_checks():
+    assert checks.audit_000(_audit_000(), STEP["async"]).passed
+    assert checks.audit_sync(_audit_sync(), STEP["sync"]).passed
+    records = {"audit_000": _audit_000(), "audit_sync_traffic": _audit_sync(), "bytes_per_worker_step": STEP}
+    assert _compare("audit: report 000's 227 B/s", records).status == "pass"
+    assert _compare("audit: report 000's 19.8 MB/s, the bytes sent", records).status == "pass"
+    assert _compare("audit: report 000's 19.8 MB/s, the gradients' bytes", records).status == "pass"
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [_audit_000(2.0), _audit_000(8.0), _audit_000(1 / 60), {"seconds": STEP["async"] / 454}, "154 s"],
+    ids=["a whole step, not a gradient", "in bits", "in minutes", "another key", "a string"],
+)
+def test_a_wrong_audit_000_fails_its_self_check_and_the_rubrics_check(wrong):
+    v = checks.audit_000(wrong, STEP["async"])
+    assert v.failed == [
+        "seconds_to_send_one_gradient_at_227_bytes_per_s: one gradient, half of your measured async worker "
+        "step's bytes, sent at 227 bytes per second"
+    ]
+    text = selfcheck.bundle(v)["text/plain"]
+    assert str(round(STEP["async"] / 454)) not in text and not re.search(r"\d\.\d", text), text
+    records = {"audit_000": wrong, "bytes_per_worker_step": STEP}
+    assert _compare("audit: report 000's 227 B/s", records).status in ("fail", "missing")
+
+
+@pytest.mark.parametrize(
+    "wrong, failed, rubric_check",
+    [
+        (_audit_sync(seconds=8.46 * 60), "report_sent_bytes", "the bytes sent"),  # 8 min 46 s read as 8.46 min
+        (_audit_sync(seconds=8 + 46 / 60), "report_sent_bytes", "the bytes sent"),  # in minutes
+        (_audit_sync(half=1.0), "gradient_bytes_at_most", "the gradients' bytes"),  # a whole step per push
+        (_audit_sync(half=0.5 / 3), "gradient_bytes_at_most", "the gradients' bytes"),  # a third of the steps
+        (_audit_sync(inverted=True), "ratio", None),  # the gradients over the report: the rubric reads it nowhere
+    ],
+)
+def test_a_wrong_audit_sync_fails_its_self_check_and_the_rubrics_check(wrong, failed, rubric_check):
+    v = checks.audit_sync(wrong, STEP["sync"])
+    assert len(v.failed) == 1 and v.failed[0].startswith(failed + ":"), v.failed
+    assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+    if rubric_check:
+        records = {"audit_sync_traffic": wrong, "bytes_per_worker_step": STEP}
+        assert _compare(f"audit: report 000's 19.8 MB/s, {rubric_check}", records).status == "fail"

@@ -243,16 +243,17 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(tmp_path):
         "lab5-terms-selfcheck": [run("comm_terms", solution.comm_terms)],
         "lab5-ceiling-selfcheck": [run("link_ceiling", solution.link_ceiling)],
         "lab5-shares-selfcheck": [run("slice_shares", solution.slice_shares)],
+        "lab5-audit-selfcheck": [checks.audit_003({"chunk_over_model": 1.0}, _ring_bytes())],
     }
     (exercises, checked), cell = make_check_lines("lab5", notebook, right, tmp_path / "right")
     assert exercises.status == "ok" and checked.status == "ok", checked.text
     assert checked.text == (
-        "5 of 5 passed (ps_bytes_per_step, dense_model_bytes, ring_bytes_per_worker, comm_terms, link_ceiling, "
-        "slice_shares)"
+        "6 of 6 passed (ps_bytes_per_step, dense_model_bytes, ring_bytes_per_worker, audit_003, comm_terms, "
+        "link_ceiling, slice_shares)"
     )
     wrong = dict(right, **{"lab5-terms-selfcheck": [run("comm_terms", WRONG["comm_terms"][0][0])]})
     (_, checked), cell = make_check_lines("lab5", notebook, wrong, tmp_path / "wrong")
-    assert checked.status == "FAIL" and checked.text.startswith("4 of 5 passed: comm_terms fails its self-check ")
+    assert checked.status == "FAIL" and checked.text.startswith("5 of 6 passed: comm_terms fails its self-check ")
     assert f"(cell {cell['lab5-terms-selfcheck']}) on: the ring's bytes: below twice the model" in checked.text
     assert checked.todo == [f"fix comm_terms until its self-check, cell {cell['lab5-terms-selfcheck']}, passes"]
 
@@ -306,7 +307,7 @@ def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
     assert not ok, text
     assert "ok    run         top to bottom in" in text, text  # no self-check stopped the run
     report = text[text.index("self-checks") : text.index("records")]
-    assert report.startswith("self-checks 2 of 5 passed: "), report
+    assert report.startswith("self-checks 3 of 6 passed: "), report
     for name, prop in (
         ("dense_model_bytes", "one layer: the bytes of its float32 weight matrix"),
         ("ring_bytes_per_worker", "none at one worker"),
@@ -355,3 +356,30 @@ def test_correct_answers_written_otherwise_pass():
     assert checks.link_ceiling(
         lambda a, b, m, n, r: n * b * r / 8 / comm_terms(a, m, n)[1] if comm_terms(a, m, n)[1] else math.inf, comm_terms
     ).passed
+
+
+def _ring_bytes(sent_over_model=4 / 3, workers=3, model_bytes=9.3e6):
+    """``ring_worker_bytes`` as a run records it: at N = 3 a worker sends about 4/3 of the model."""
+    return {"workers": workers, "model_bytes": model_bytes, "sent_per_step": sent_over_model * model_bytes}
+
+
+def test_audit_003_passes_the_right_chunk_and_fails_the_readings_students_make():
+    from labkit.grading.judge import rubric
+
+    ring = _ring_bytes(1.37)  # a little framing over the 4/3 of the model
+    right = {"workers": 3, "chunk_over_model": ring["sent_per_step"] / (4 / 3) / ring["model_bytes"]}
+    assert checks.audit_003(right, ring).passed
+    lab = rubric.load_rubric(NOTEBOOKS / "rubric.toml").labs["lab5"]
+    check = next(c for c in lab.checks if c.name == "audit: report 003's 'Size of chunk'")
+    records = {"ring_worker_bytes": {**ring, "sent_over_model": 1.37}}
+    assert rubric.evaluate(check, None, {**records, "audit_003": right}).status == "pass"
+    for wrong in (
+        {"chunk_over_model": 1.37 / 2},  # the formula's "~ 2 x Size of chunk" taken at its word
+        {"chunk_over_model": 1 / 3},  # the algorithm's chunk, M / N, whatever was measured
+        {"chunk_over_model": 1.37},  # the bytes sent, over M
+        {"chunk": 1.03},  # another key
+    ):
+        v = checks.audit_003(wrong, ring)
+        assert v.failed and v.failed[0].startswith("chunk_over_model: the Size of chunk"), wrong
+        assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+        assert rubric.evaluate(check, None, {**records, "audit_003": wrong}).status in ("fail", "missing"), wrong

@@ -21,7 +21,7 @@ API = {
     ),
     "netem": Surface("labkit.infra.netem", "parse_link"),
     "traces": Surface("labkit.experiments.traces", "frame"),
-    "selfcheck": Surface("labkit.labs.lab2.selfcheck", "global_step sync_round worker0_share"),
+    "selfcheck": Surface("labkit.labs.lab2.selfcheck", "audit_000 audit_sync global_step sync_round worker0_share"),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

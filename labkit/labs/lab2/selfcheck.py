@@ -7,9 +7,10 @@ asynchronous workers' steps add up, and more steps give proportionally more upda
 bytes; a link far slower than a step), its monotonicity in the link's rate and the step's bytes,
 its invariance to the units' scale, and, given the notebook's runs on emulated links, the share
 worker 0 made in each. ``sync_round`` run in one process as a cluster runs it
-(``check_sync_round``), at two worker counts. None uses the grader's cases, and a failure names
-the function and the property, never a value (``labkit.notebook.selfcheck``). Each returns the
-``Verdict`` it showed in the cell.
+(``check_sync_round``), at two worker counts. The audits (``audit_000``, ``audit_sync``) against
+the notebook's own measured worker steps, as the grader reads them. None uses the grader's
+cases, and a failure names the function and the property, never a value
+(``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
 """
 
 from __future__ import annotations
@@ -130,3 +131,60 @@ def _close_to_runs(fn, runs) -> bool:
         if not abs(mine - float(w0["share"])) <= RUN_TOLERANCE:
             return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The audits of report 000's send rates, from the notebook's own measured worker steps
+
+REPORT_ASYNC_RATE = 227  # bytes per second: report 000's async 3rd node's "Average Network Send"
+REPORT_SYNC_RATE, REPORT_SYNC_S = 19_775_391, 8 * 60 + 46  # its sync 2nd node's, over 8 min 46 s
+STEPS_AT_MOST = 50 * 60_000 // 50  # report 000's sync run: 50 epochs of 60,000 images at batch 50
+
+
+def audit_000(audit, async_bytes: float) -> Verdict:
+    """``audit["seconds_to_send_one_gradient_at_227_bytes_per_s"]``: a gradient, half of the async
+    worker step's measured bytes ``async_bytes`` (a pull and a push), at report 000's 227 bytes per
+    second (within 5%, as the grader reads it)."""
+    v = Verdict("audit_000")
+    seconds = _number(audit, "seconds_to_send_one_gradient_at_227_bytes_per_s")
+    v.expect(
+        seconds is not None and _within(seconds, async_bytes / 2 / REPORT_ASYNC_RATE, 0.05),
+        "seconds_to_send_one_gradient_at_227_bytes_per_s: one gradient, half of your measured async worker "
+        "step's bytes, sent at 227 bytes per second",
+    )
+    return verdict(v)
+
+
+def audit_sync(audit, sync_bytes: float) -> Verdict:
+    """``audit``'s three figures for report 000's 19.8 MB/s: the bytes that rate sends over the sync
+    run's 8 min 46 s; the most its gradients can be (every one of its steps pushing half a measured
+    sync worker step's bytes ``sync_bytes``); and the first over the second."""
+    v = Verdict("audit_sync")
+    sent, grads, ratio = (_number(audit, k) for k in ("report_sent_bytes", "gradient_bytes_at_most", "ratio"))
+    v.expect(
+        sent is not None and _within(sent, REPORT_SYNC_RATE * REPORT_SYNC_S, 0.01),
+        "report_sent_bytes: the report's bytes per second times its sync run's seconds (8 min 46 s)",
+    )
+    v.expect(
+        grads is not None and _within(grads, STEPS_AT_MOST * sync_bytes / 2, 0.02),
+        "gradient_bytes_at_most: every step of the report's sync run (50 epochs of 60,000 images at batch "
+        "50) pushing one gradient, half of your measured sync worker step's bytes",
+    )
+    v.expect(
+        None not in (sent, grads, ratio) and grads > 0 and _within(ratio, sent / grads, 1e-6),
+        "ratio: report_sent_bytes over gradient_bytes_at_most",
+    )
+    return verdict(v)
+
+
+def _number(audit, key: str) -> float | None:
+    """``audit[key]`` as a finite float, or None when the audit is no dict, lacks it, or holds no number."""
+    try:
+        value = float(audit[key])
+    except (TypeError, ValueError, KeyError, IndexError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _within(mine: float, want: float, tolerance: float) -> bool:
+    return abs(mine - want) <= tolerance * abs(want)

@@ -23,7 +23,7 @@ API = {
     "netem": Surface("labkit.infra.netem", "parse_link"),
     "selfcheck": Surface(
         "labkit.labs.lab5.selfcheck",
-        "comm_terms dense_model_bytes link_ceiling ps_bytes_per_step ring_bytes_per_worker slice_shares",
+        "audit_003 comm_terms dense_model_bytes link_ceiling ps_bytes_per_step ring_bytes_per_worker slice_shares",
     ),
 }
 

@@ -6,9 +6,9 @@ does, never against a formula: one worker as the limit, proportions (twice the w
 ps's bytes), bounds (a ring worker below twice the model, approaching it), invariances (an even
 split is the default; the steps of a trace in any order), a layer's float32 arrays as NumPy
 allocates them, ``link_ceiling`` beside the student's own ``comm_terms``, and failure traces built
-here so that each step a wrong window takes in shows. None uses the grader's cases, and a failure
-names the function and the property, never a value (``labkit.notebook.selfcheck``). Each returns
-the ``Verdict`` it showed in the cell.
+here so that each step a wrong window takes in shows; ``audit_003`` against the ring worker's
+measured bytes. None uses the grader's cases, and a failure names the function and the property,
+never a value (``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
 """
 
 from __future__ import annotations
@@ -359,5 +359,24 @@ def slice_shares(fn, trace: dict | None = None) -> Verdict:
         ),
         "the slices of the steps after the kill, up to and including the step the next kill came after "
         "(to the end of the trace if none did), each counted once",
+    )
+    return verdict(v)
+
+
+def audit_003(audit, ring_bytes: dict) -> Verdict:
+    """``audit["chunk_over_model"]``: the "Size of chunk", over M, that makes report 003's formula,
+    2 (N-1)/N x Size of chunk, equal the bytes a ring worker sent per step at the largest N
+    (``ring_bytes``, the notebook's ``ring_worker_bytes``: workers, sent_per_step, model_bytes),
+    within 1% as the grader reads it."""
+    v = Verdict("audit_003")
+    try:
+        mine = float(audit["chunk_over_model"])
+        n, sent, m = int(ring_bytes["workers"]), float(ring_bytes["sent_per_step"]), float(ring_bytes["model_bytes"])
+    except (TypeError, ValueError, KeyError, IndexError):
+        mine = n = None
+    v.expect(
+        mine is not None and n > 1 and math.isclose(2 * (n - 1) / n * mine * m, sent, rel_tol=0.01),
+        "chunk_over_model: the Size of chunk, as a multiple of the model's bytes, for which the report's "
+        "2 (N-1)/N x Size of chunk is what your ring worker sent per step at the largest N",
     )
     return verdict(v)

@@ -1,4 +1,4 @@
-"""What the labs' sections on emulated links (issue 19) must show, checked on a notebook the lab's own
+"""What the labs' sections on emulated links must show, checked on a notebook the lab's own
 test ran under papermill (one run for the whole notebook): each section's tiny parameters, and its
 effect, or, where links cannot be emulated here, that it said so and skipped; the test then skips
 too, with the reason, so a run shows what it did not check. Call a ``check_labN`` last in its test:

@@ -50,7 +50,7 @@ def test_shards_even_round_robin_and_uneven_load():
 
 def test_the_student_kit_has_no_model_of_the_bytes_nor_the_exercise(monkeypatch):
     """Without the labs' solutions (make release leaves them out), the kit has neither the reference
-    comm_terms nor the bytes per task it would be one call from (issue 25): asking says what to
+    comm_terms nor the bytes per task it would be one call from: asking says what to
     pass instead. What other labs need of those bytes (Lab 3's dense PS step) stays."""
     import importlib
 

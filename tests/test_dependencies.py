@@ -1,4 +1,4 @@
-"""labkit's dependencies, including those written as strings, point one way (issue 37).
+"""labkit's dependencies, including those written as strings, point one way.
 
 tests/test_imports.py reads the import statements. A module can also depend on another through a
 string: a registry's ``"labkit.x:Name"`` reference, a task program ``"labkit.tasks.ps_sgd"`` run

@@ -7,8 +7,8 @@ check's function that looks around, and two classmates that try to reach each ot
 abstract Unix socket, /tmp, /dev/shm, signals) while both run.
 
 Every attack notebook is cheap (none trains anything; one imports TensorFlow, in the hidden
-check's probe). Points for work are every check's except ``analysis``, which people score
-(issue 16); the fakes write their 80 characters there too."""
+check's probe). Points for work are every check's except ``analysis``, which people score;
+the fakes write their 80 characters there too."""
 
 from __future__ import annotations
 

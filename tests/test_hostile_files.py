@@ -1,4 +1,4 @@
-"""Every file a student touches is hostile until parsed (issue 38): what the grader's own process
+"""Every file a student touches is hostile until parsed: what the grader's own process
 does with one student's files (intake, reading, cleaning, answers, similarity, pages, reports)
 turns any failure, size or cost into that student's row, and the class around it is graded as
 it would be alone.

@@ -1,4 +1,4 @@
-"""labkit's modules import each other without a cycle (issue 18): a cycle makes import order
+"""labkit's modules import each other without a cycle: a cycle makes import order
 matter and one module's edit break another's import. Read statically from the source with ``ast``,
 so an import inside a function counts too: it is still a dependency."""
 

@@ -1,4 +1,4 @@
-"""Issue 35's labs, round four: graded values stay off the feedback pages, the exercises' answers
+"""The labs' audits: graded values stay off the feedback pages, the exercises' answers
 stay out of the student kit, and the new hidden checks and measurements hold."""
 
 import math
@@ -226,8 +226,8 @@ def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_nami
 
 @pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("0*.ipynb")))
 def test_a_lab_is_3500_words_or_fewer_for_a_student(notebook):
-    """The Markdown a student reads in the released lab, answer cells left out (issue 35's bound:
-    a lab within 4 hours); a lab that grows past it says where."""
+    """The Markdown a student reads in the released lab, answer cells left out (a bound
+    that keeps a lab within 4 hours); a lab that grows past it says where."""
     import nbformat
 
     from labkit.grading.kit.release import ANSWER_STUB, release_notebook

@@ -1,5 +1,5 @@
 """The launchers' registry: which way each task starts, and a new way added without touching
-``launch.Cluster`` (what issue 19's namespaces launcher does), run for real with a stand-in
+``launch.Cluster`` (what the namespaces launcher does), run for real with a stand-in
 task program (no TensorFlow)."""
 
 import os

@@ -1,4 +1,4 @@
-"""The student kit (``make release``) and its ``make check`` (issue 26).
+"""The student kit (``make release``) and its ``make check``.
 
 - The public rubric holds what a student may know, and nothing of the grader's own checks.
 - The kit has a README, a Makefile and a CLI for students: no instructor target or command, no

@@ -1,4 +1,4 @@
-"""Nothing but people read a task's log (issue 29). The whole run rewords every task's log lines
+"""Nothing but people read a task's log. The whole run rewords every task's log lines
 (``tests/_guard/sitecustomize.py``, which ``conftest.py`` loads into every process the suite starts):
 so every cluster test that passes shows that the kit and the labs read no task's log lines. Lab 4's
 sweep and its fault demo (a killed worker, detected and resumed from a checkpoint) pass so in

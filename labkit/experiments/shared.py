@@ -1,36 +1,16 @@
 """Several configurations in one cluster: TensorFlow's start-up paid once per cluster shape.
 
-A sweep's configurations that need the same cluster (the same tasks on the same hosts) run one
-after the other in one cluster: its tasks import TensorFlow and bring up their servers once, then
-train each configuration from scratch (the task programs' ``--configs``; what a process makes
-once and what each configuration makes afresh is said in ``labkit.tasks.ps_sgd`` and
-``labkit.tasks.strategy_train``)::
+A sweep's configurations that need the same tasks on the same hosts run one after the other in
+one cluster, each trained from scratch (the task programs' ``--configs``)::
 
     configs = [Config("w2-b50", "2 x 50", {"batch_size": 50}), Config("w2-b100", "2 x 100", {"batch_size": 100})]
     results = shared.run(lambda **kw: make_cluster(2, 50, run=f"{sweep}/cluster-w2", **kw), configs,
                          timeout=900, bar=bar)      # one ClusterResult per configuration, in order
 
-Each configuration gets a folder beside the cluster's (``<sweep>/w2-b50`` beside
-``<sweep>/cluster-w2``), which reads like a cluster's own: ``ClusterResult.load`` gives its
-tasks with that configuration's results, the samples over its window and the baseline when it
-began, its ``cluster_dir`` and its ``configuration``; its TensorBoard scalars and checkpoints
-go there too, and the lab's ``Run`` holds that result, so the lab's tables read it as before.
-Tasks that keep no configurations of their own (the ps and workers of a
-``ParameterServerStrategy`` cluster, which only serve the chief) get their process's samples
-over the chief's window of the configuration.
-
-What stays as with a cluster per configuration:
-
-- **timeouts**: each configuration has ``timeout`` seconds from its start (the first: from
-  when the cluster's servers are up; until then the launcher's ``start_timeout`` applies); past
-  it the cluster is stopped and ``ClusterTimeout`` names the configuration;
-- **failures**: a task that dies raises ``TaskFailed`` with its log tail, as before; a note
-  names the configuration that was running, and ``e.completed`` holds the results of those that
-  finished before it (each task wrote its file when it finished one, so they survive it);
-- **progress**: ``bar`` advances once per configuration and names the one running; so does
-  the live view's title (``labkit.distributed.live``). Both follow the chief's ``config_started`` and
-  ``config_done`` events (``labkit.wire.events``); ``on_event(config, event)`` gets every event of
-  the tasks with the configuration it belongs to.
+Each configuration gets a folder beside the cluster's that reads like a cluster's own
+(``ClusterResult.load``). Timeouts, failures (with the results of the configurations that
+finished) and progress are per configuration, as with a cluster each. More in
+docs/internals.md, "Several configurations in one cluster".
 """
 
 from __future__ import annotations

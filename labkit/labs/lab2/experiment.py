@@ -3,35 +3,13 @@
     check_sync_round(sync_round)                 # the notebook's round, in one process, against NumPy
     study = sweep(("sync", "async"), ("single", "cluster2"), (50, 200), target_loss=0.35,
                   sync_round=sync_round, local_steps=100)
-    study.tasks("cluster2", 50)   # report 000 Table 1.2.1: per mode and task, resources and outcome
-    study.summary()               # report 002 Tables 3 and 5: per mode, deploy mode and batch size
-    study.iterations()            # report 002 Tables 4 and 6: iterations per worker
-    study.curves()                # the chief's test loss/accuracy vs wall time and global step
-    study.bytes_per_step()        # measured bytes per global step vs 2 x model bytes per worker step
-    study.find("sync", "cluster2", 50)   # one Run: .result (ClusterResult), .chief, .samples()
-    study.counted                 # {mode: Run} where every worker made exactly local_steps steps
+    study.tasks("cluster2", 50); study.summary(); study.iterations(); study.curves()
     study.record()                # what the notebook records for the grader, in one call
-    write_graphs(sync_round)      # report 000 Figs 1.2.1-1.2.2: the TF1 graphs, for TensorBoard
-    late_start(30)                # report 002's start: no barrier, workers sleeping 30 s (its Table 4)
-    emulated_shares(["1gbit", "10mbit"])  # async cluster2 on emulated links: each worker's share
+    write_graphs(sync_round); late_start(30); emulated_shares(["1gbit", "10mbit"])
 
-``sweep`` returns a ``Study`` (a ``labkit.experiments.Sweep``): one ``Run`` per (mode, deploy
-mode, batch size); its tables are pandas DataFrames, ``records()`` a dict.
-
-Every deploy mode is a real cluster of ``labkit.tasks.ps_sgd`` processes (one ps, 1-3 workers
-in report 002's deploy modes) started by ``labkit.distributed.launch.Cluster`` on 127.0.0.1 or on the hosts
-of a hosts file, under a live view (``labkit.distributed.live``, titled with the run under way). Its runs
-(mode x batch size) go one after the other in it, each from fresh variables
-(``labkit.experiments.shared``): TensorFlow starts once per deploy mode. Each run has a folder
-of its own (``<study>/sync-cluster2-b50``, beside the cluster's ``<study>/cluster-cluster2``)
-holding every task's result for that run. Resources of every task are summarized over the
-chief's training window of the run (its ``train start``/``train end`` marks), so the ps is
-measured over the same seconds; ``tasks()`` also gives each process's RSS when the run began
-(its baseline). The chief's evaluations and training loss become TensorBoard scalars in
-``<run folder>/tensorboard`` (``labkit.measure.scalars``), by global step.
-
-Sync mode runs the notebook's ``sync_round`` (Lab 2's exercise; ``labkit.tasks.ps_sgd`` builds it
-on the ps and runs its chief op); ``check_sync_round`` checks it first, in this process.
+Every deploy mode is a real cluster of ``labkit.tasks.ps_sgd`` processes; its runs go one after
+the other in it (``labkit.experiments.shared``), TensorFlow starting once per deploy mode. Sync
+mode runs the notebook's ``sync_round``. More in docs/internals.md, "Lab 2's experiment".
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Lab 3: sparse logistic regression at click-through scale, profiled, on a PS cluster, swept.
 
     prof = profile_ops(features=(10_000, 1_000_000, 33_762_578), batches=(10, 100))
-    speedups(prof)                          # dense / sparse step time: report 001 Table 1's lesson
-    trace_summary("dense_per_example", 1_000_000, 10)   # the per-op trace, as Table 1
+    speedups(prof); trace_summary("dense_per_example", 1_000_000, 10)
     exp = train(["sync:100", "async:100"], workers=2, samples=200_000)
-    exp.summary()       # accuracy vs the known optimum, s per 1k iterations, bytes/step vs the bound
-    exp.curves()        # test error every K samples (reports 001/004's figures)
-    exp.bottlenecks()   # per task: avg and peak CPU, network, disk, memory (001 Table 3, 004 Table 2)
-    exp.verdicts()      # which resource saturates, in words (on emulated nodes: from each node's link)
-    exp.links("sync b100")  # on emulated nodes (labkit.distributed.launchers.netns): how busy each node's link was
-    sweep = train([f"{m}:{b}" for m in ("sync", "async") for b in (1, 100, 1000, 10000)], samples=20_000,
-                  eval_every=0)
-    sweep.sweep_table()  # time for a fixed number of examples per batch size (004 Table 3)
-    exp.record(profile=prof, sweep=sweep, artifacts=exp.save_weights("artifacts"))  # the notebook's records
+    exp.summary(); exp.curves(); exp.bottlenecks(); exp.verdicts(); exp.links("sync b100")
+    exp.record(profile=prof, sweep=sweep, artifacts=exp.save_weights("artifacts"))
 
-``train`` starts one cluster (``labkit.tasks.ps_sparse_lr``, 1 ps + N workers on 127.0.0.1 or
-on the hosts of a hosts file, under a live view: ``labkit.distributed.live``) that does the listed runs
-one after the other, from zero weights each time: start-up is paid once and every run sees
-the same processes. It returns an ``Experiment`` (a ``labkit.experiments.Sweep``): one ``Run``
-per configuration (mode, batch size), all sharing that cluster's result; its tables are
-pandas DataFrames. The chief's test error, accuracy and log-loss, and its training loss,
-become TensorBoard scalars per run in ``runs/lab3/<run>/tensorboard/<mode>-b<batch>``, by
-training samples (``Experiment.write_scalars``).
+``train`` starts one cluster of ``labkit.tasks.ps_sparse_lr`` processes (1 ps + N workers) that
+does the listed runs one after the other, from zero weights each time, and returns an
+``Experiment`` (a ``labkit.experiments.Sweep``). More in docs/internals.md, "Lab 3's experiment".
 """
 
 from __future__ import annotations

@@ -2,30 +2,13 @@
 
     idle = idle_baseline()
     s = sweep(workers=(1, 2, 3), batch_sizes=(50, 100, 200), epochs=2, train_limit=6000, idle=idle)
-    s.table()        # report 000 Table 2.1.1, Idle row included
-    s.tasks()        # the same runs, one row per task
-    s.curves()       # validation accuracy/loss per epoch: the facet grid of Table 2.1.2
-    s.throughput()   # images/s, bytes per step per worker against 2(N-1)/N x model bytes
-    s.find(2, 50)    # the Run of 2 workers x batch 50: .result (ClusterResult), .train (the chief's)
+    s.table(); s.tasks(); s.curves(); s.throughput(); s.find(2, 50)
     ft = fault_tolerance(workers=2, batch_size=50, epochs=3, train_limit=6000, reference=s.find(2, 50).result)
     s.record(fault=ft)   # the notebook's records, in one call
 
-``sweep`` returns a ``Sweep`` (``labkit.experiments``): one ``Run`` per configuration; the
-tables are pandas DataFrames, ``fault_tolerance`` returns a dict.
-
-Every worker count is one real cluster: one ``labkit.tasks.strategy_train`` process per
-worker, started by ``labkit.distributed.launch.Cluster`` on 127.0.0.1 or on the hosts of a hosts file,
-under a live view (``labkit.distributed.live``: a per-task table and figure in JupyterLab, titled with the
-configuration running; each cluster's resource figure when headless). Its batch sizes run one
-after the other in it, each from scratch (``labkit.experiments.shared``): TensorFlow starts once
-per worker count, and each configuration trains to the same weights as in a cluster of its own.
-Each configuration has a folder of its own (``<sweep>/w2-b50``, beside the cluster's
-``<sweep>/cluster-w2``), where its chief writes TensorBoard scalars (``tensorboard/``).
-Resources are each task's own samples between its ``train start``/``train end`` marks of that
-configuration; ``tasks()`` also gives the process's RSS when the configuration began (its
-baseline: TensorFlow's runtime and what the configurations before it left). Host-wide numbers
-(CPU, memory, network) are averaged over nodes, not summed over tasks: every task on a host
-sees the same host. The fault-tolerance demo starts clusters of its own.
+Every worker count is one real cluster of ``labkit.tasks.strategy_train`` processes under a live
+view; its batch sizes run one after the other in it (``labkit.experiments.shared``). More in
+docs/internals.md, "Lab 4's experiment".
 """
 
 from __future__ import annotations

@@ -1,58 +1,15 @@
 """Lab 5: ring all-reduce vs parameter server on the same model and loop: scaling, bytes, a cost model.
 
     s = scaling(workers=(1, 2), models=("lenet5", "mlp"), steps=16)
-    s.extend((3,))       # more N, with the same settings (after a prediction, say)
-    s.table()            # images/s, time per step, speed-up per (model, architecture, N)
-    s.task_bytes()       # bytes per step per task, measured by each task's own sockets
-    s.check_terms(comm_terms)            # Lab 5's exercise against the bytes the runs measured
-    cal = s.calibrate(terms=comm_terms, fit_workers=(1, 2))  # the cost model, fitted to N <= 2
-    cal.errors()         # predicted vs measured step times (N = 3 held out); cal.fit_error()
-    cal.curves()         # predicted scaling for N = 1..max, to overlay on the measured points
-    s.get("ps", "mlp").result.samples()  # resources per task of the PS run at the largest N
-    s.record(calibration=cal)            # the notebook's records, in one call
-    e = emulated("100mbit", "cifar_cnn")  # report 003 measured: PS and ring on emulated links
-    f = ps_failure(3)    # a worker killed, then the ps: what ClusterCoordinator does
+    s.table(); s.task_bytes(); s.check_terms(comm_terms)
+    cal = s.calibrate(terms=comm_terms, fit_workers=(1, 2)); cal.errors(); cal.curves()
+    e = emulated("100mbit", "cifar_cnn")  # report 003's measurement on emulated links
+    f = ps_failure(3)                      # a worker killed, then the ps
 
-``scaling`` returns a ``Scaling`` sweep (``labkit.experiments``): one ``Run`` per (model,
-architecture, N); its tables are pandas DataFrames.
-
-Every (architecture, N) is a real cluster of ``labkit.tasks.strategy_train`` processes started
-by ``labkit.distributed.launch.Cluster`` (127.0.0.1, or the hosts of a hosts file) under a live view
-(``labkit.distributed.live``, titled with the run under way), training with the one loop of
-``labkit.learning.train_loop``. Its models run one after the other in it, each from scratch
-(``labkit.experiments.shared``): TensorFlow starts once per cluster shape. Each run has a
-folder of its own (``<sweep>/mlp-ring-w2``, beside the cluster's ``<sweep>/cluster-ring-w2``),
-where its chief writes TensorBoard scalars (``tensorboard/``):
-
-- ``ps``: ``ParameterServerStrategy`` + ``ClusterCoordinator`` with ``n_ps`` ps tasks, a
-  chief and N workers. ``ps_sync`` (the default) is synchronous SGD, the ring's: per step,
-  every worker pulls the model and pushes the gradient of its slice of the global batch;
-  after the barrier the ps applies their mean once (``epochs.SyncPSEpochs``). From the
-  same seed it ends with the ring's weights; its traffic is the cost model's. Without it
-  the workers step asynchronously, each batch its own update (Lab 2's other mode): a
-  different optimizer, which ends elsewhere.
-- ``ring``: ``MultiWorkerMirroredStrategy`` with ``CommunicationImplementation.RING``,
-  N workers; N=1 is one worker with nobody to talk to: the compute baseline.
-
-Per-worker batch and steps are the same everywhere, so a step moves N x batch images in
-both architectures. Images/s leave out the first step (tracing, connection set-up).
-
-Bytes per step: the ``lo`` counter (system-wide, one side) around the training steps gives
-the total; each task's own sockets (``labkit.measure.sockets``) give its share, so the ps's load
-growing with N shows on one machine. On a cluster, tasks the measuring process cannot see
-(another node) fall back to their node's NIC counters over the chief's training window. The
-kit measures these bytes; predicting them (and which of them lie on a step's critical path)
-is the lab's work: the reference model is ``labkit.labs.lab5.solution``, which the student kit
-leaves out, and which the tests and benchmarks pass as ``expected``.
-
-``emulated`` runs one model over emulated links (``labkit.infra.netem``, one node per task group,
-each node's link shaped) at N = 1, 2, 3 under both architectures: report 003's measurement on
-one machine, set beside the cost model's prediction (``Emulated``). ``ps_failure`` kills a PS
-worker mid-run, then the ps, and traces what TensorFlow's ``ClusterCoordinator`` did
-(``labkit.wire.faults``).
-
-Locally every task gets one intra-op thread (``threads="auto"``), so a worker behaves like a
-one-core node: N workers share the machine's cores, which the cost model knows (``cores``).
+Every (architecture, N) is a real cluster of ``labkit.tasks.strategy_train`` processes, its models
+run one after the other in it (``labkit.experiments.shared``). The kit measures the bytes;
+predicting them is the lab's work (the reference model is this lab's ``solution``, which the
+student kit leaves out). More in docs/internals.md, "Lab 5's experiment".
 """
 
 from __future__ import annotations

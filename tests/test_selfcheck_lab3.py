@@ -222,7 +222,7 @@ def test_lab3s_sync_round_self_check_is_lab2s():
     assert checks.sync_round is lab2_checks.sync_round
 
 
-def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
+def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, audit_inputs, tmp_path):
     from _check_report import make_check_lines
 
     notebook = NOTEBOOKS / "03_sparse_lr.ipynb"
@@ -231,15 +231,18 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
         "lab3-sync-round-selfcheck": [selfcheck.Verdict("sync_round", ["the weights: plain SGD"])],
         "lab3-predict-selfcheck": [checks.expected_distinct_features(reference_distinct_features, SPEC, ROWS)],
         "lab3-pslink-selfcheck": [checks.ps_link_shares(reference_ps_link_shares, *runs)],
+        "lab3-audit-selfcheck": [
+            checks.audit_001(_reference_audit(*audit_inputs), audit_inputs[0], 61_000.0)  # the fixture's bytes
+        ],
     }
     (exercises, checked), cell = make_check_lines("lab3", notebook, right, tmp_path / "right")
     assert exercises.status == "ok" and checked.text == (
-        "4 of 4 passed (sparse_lr_gradient, sync_round, expected_distinct_features, ps_link_shares)"
+        "5 of 5 passed (sparse_lr_gradient, sync_round, expected_distinct_features, audit_001, ps_link_shares)"
     ), checked.text
     wrong = dict(right, **{"lab3-pslink-selfcheck": [checks.ps_link_shares(WRONG_LINK[0][0], *runs)]})
     (_, checked), cell = make_check_lines("lab3", notebook, wrong, tmp_path / "wrong")
     assert checked.status == "FAIL" and checked.text.startswith(
-        f"3 of 4 passed: ps_link_shares fails its self-check (cell {cell['lab3-pslink-selfcheck']}) on: close to what"
+        f"4 of 5 passed: ps_link_shares fails its self-check (cell {cell['lab3-pslink-selfcheck']}) on: close to what"
     ), checked.text
 
 
@@ -265,3 +268,99 @@ def test_correct_answers_written_otherwise_pass(runs):
 
     assert checks.expected_distinct_features(expected_distinct_features, SPEC, ROWS).passed
     assert checks.ps_link_shares(ps_link_shares, *runs).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit of report 001, beside the rubric's compare checks of the same records
+
+F_LARGEST = 33_762_578  # the notebook's largest profiled size, pinned by the rubric
+
+
+@pytest.fixture(scope="module")
+def audit_inputs():
+    """What the audit's cell reads, as a run measures it: the op profile's table (dense_alloc_bytes
+    at each size and batch: a float32 [F, 1] output and a little more), the sparse sync run's bytes."""
+    import pandas as pd
+
+    index = pd.MultiIndex.from_product([(10_000, 1_000_000, F_LARGEST), (10, 100)], names=["num_features", "batch"])
+    alloc = [4.0 * f * 1.0 + 512 * b for f, b in index]
+    speed = pd.DataFrame({"dense_alloc_bytes": alloc}, index=index)
+    summary = pd.DataFrame({"bytes_per_step": [61_000.0]}, index=["sync b100"])
+    return speed, summary
+
+
+def _reference_audit(speed, summary) -> dict:
+    """The reference notebook's own audit cell, run on ``speed`` and ``summary``."""
+    import nbformat
+
+    from labkit.learning import costmodel
+
+    nb = nbformat.read(str(NOTEBOOKS / "03_sparse_lr.ipynb"), as_version=4)
+    source = next(c.source for c in nb.cells if c.id == "lab3-audit")
+    code = source[source.index("### BEGIN SOLUTION") : source.index("### END SOLUTION")]
+    namespace = {"clickdata": clickdata, "costmodel": costmodel, "speed": speed, "summary": summary}
+    namespace.update(profile_features=(10_000, 1_000_000, F_LARGEST), batch_size=100)
+    exec(code, namespace)
+    return namespace["audit_001"]
+
+
+def _rubric_fails(audit: dict, speed, summary) -> list[str]:
+    """The names of Lab 3's rubric checks of audit_001 that do not pass ``audit``."""
+    from labkit.grading.judge import rubric
+
+    lab = rubric.load_rubric(NOTEBOOKS / "rubric.toml").labs["lab3"]
+    largest = speed.xs(F_LARGEST, level="num_features")["dense_alloc_bytes"]
+    records = {
+        "audit_001": audit,
+        "dense_alloc_bytes": {f"b{b}": float(a) for b, a in largest.items()},
+        "sync_bytes_per_step": float(summary.loc["sync b100", "bytes_per_step"]),
+    }
+    checks_of_audit = [
+        c for c in lab.checks if c.kind == "compare" and str(c.spec.get("left", "")).startswith("audit_001")
+    ]
+    assert len(checks_of_audit) == 9
+    return [c.name for c in checks_of_audit if rubric.evaluate(c, None, records).status != "pass"]
+
+
+def test_the_reference_audit_passes_its_self_check_and_the_rubrics_checks(audit_inputs):
+    speed, summary = audit_inputs
+    audit = _reference_audit(speed, summary)
+    v = checks.audit_001(audit, speed, summary.loc["sync b100", "bytes_per_step"])
+    assert v.passed and len(v.checked) == 6, v.failed
+    assert _rubric_fails(audit, speed, summary) == []
+
+
+def _changed(audit: dict, path: str, change) -> dict:
+    import copy
+
+    out = copy.deepcopy(audit)
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    node[last] = change(node[last], out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "path, change, failed",
+    [  # each a reading students make
+        ("dense_output_columns.b10", lambda x, a: x / 2, "dense_output_columns"),  # 8 bytes a value
+        ("seconds_at_350_megabits_per_s", lambda x, a: x / 8, "seconds_at_350_megabits"),  # a megabit as a megabyte
+        ("ps_link_bytes_per_iteration.ps_alone", lambda x, a: x / 2, "ps_alone"),  # one direction only
+        (
+            "ps_link_bytes_per_iteration.beside_a_worker",
+            lambda x, a: a["ps_link_bytes_per_iteration"]["ps_alone"],
+            "beside",
+        ),
+        ("ps_link_megabits_per_s_needed.ps_alone", lambda x, a: x * 1e6 / 2**20, "megabits_per_s_needed"),  # 2^20
+        ("sparse_share_of_dense_bytes", lambda x, a: 1 / x, "sparse_share"),  # dense over sparse
+    ],
+)
+def test_a_wrong_audit_fails_its_self_check_and_the_rubrics_check(audit_inputs, path, change, failed):
+    speed, summary = audit_inputs
+    audit = _changed(_reference_audit(speed, summary), path, change)
+    v = checks.audit_001(audit, speed, summary.loc["sync b100", "bytes_per_step"])
+    assert v.failed and failed in v.failed[0], v.failed  # the first property it fails is the mistake's
+    assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+    assert _rubric_fails(audit, speed, summary), path

@@ -22,7 +22,8 @@ API = {
     "traces": Surface("labkit.experiments.traces", "argument frame"),
     "load_a9a": "labkit.datasets.loaders:load_a9a",
     "selfcheck": Surface(
-        "labkit.labs.lab3.selfcheck", "expected_distinct_features ps_link_shares sparse_lr_gradient sync_round"
+        "labkit.labs.lab3.selfcheck",
+        "audit_001 expected_distinct_features ps_link_shares sparse_lr_gradient sync_round",
     ),
 }
 

@@ -8,8 +8,10 @@ round the student pastes. ``expected_distinct_features``: none for no rows, a ro
 for one, growth that slows with each row, every value for very many, and close to the distinct
 features of batches the kit's own generator makes. ``ps_link_shares``: nothing crossing when
 every worker is beside the ps, proportions and invariances, and close to what the ps's link
-measured in the notebook's runs on emulated links. None uses the grader's cases, and a failure
-names the function and the property, never a value (``labkit.notebook.selfcheck``).
+measured in the notebook's runs on emulated links. ``audit_001``: its figures against the
+notebook's own measurements and each other (units, placements), never the figures themselves.
+None uses the grader's cases, and a failure names the function and the property, never a value
+(``labkit.notebook.selfcheck``).
 """
 
 from __future__ import annotations
@@ -251,3 +253,74 @@ def _close_to_runs(fn, runs, num_features: int) -> bool:
             if not abs(mine - measured) <= rel * abs(measured) + tol:
                 return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit of report 001's Table 1 and its 7 seconds
+
+REPORT_WORKERS, REPORT_ITERATION_S = 4, 7.121  # report 001's cluster and its measured sync iteration
+TOLERANCE = 0.02  # as the grader reads each figure
+
+
+def audit_001(audit, speed, sync_bytes_per_step: float) -> Verdict:
+    """``audit``'s figures against the notebook's own measurements (``speed``, the op profile's
+    table; ``sync_bytes_per_step``, the sparse sync run's bytes per worker step) and against each
+    other: what units and placements make of the same bytes, never the figures themselves."""
+    from labkit.datasets.clickdata import CRITEO_FEATURES
+    from labkit.learning.costmodel import dense_ps_step_bytes
+
+    v = Verdict("audit_001")
+    f = int(speed.index.get_level_values("num_features").max())
+    largest = speed.xs(f, level="num_features")["dense_alloc_bytes"]
+    v.expect(
+        all(_close(_get(audit, f"dense_output_columns.b{b}"), float(a) / (4 * f)) for b, a in largest.items()),
+        "dense_output_columns: for each batch size, the columns of the dense step's output, from the bytes it "
+        "allocated at your largest number of features (4 bytes a float32 value)",
+    )
+    mb, mbit = _get(audit, "seconds_at_350_megabytes_per_s"), _get(audit, "seconds_at_350_megabits_per_s")
+    v.expect(
+        _close(mbit, 8 * mb if mb is not None else None),
+        "seconds_at_350_megabits_per_s: the same two transfers at 350 megabits per second, eight times as "
+        "long as at 350 megabytes per second",
+    )
+    alone, beside = (_get(audit, f"ps_link_bytes_per_iteration.{k}") for k in ("ps_alone", "beside_a_worker"))
+    one = _get(audit, "seconds_float32_at_350_megabits_per_s")
+    v.expect(
+        _close(alone, REPORT_WORKERS * one * 350e6 / 8 if one is not None else None),
+        "ps_link_bytes_per_iteration.ps_alone: every worker's pulls and pushes cross the ps's link, each "
+        "worker's the two float32 transfers of seconds_float32_at_350_megabits_per_s",
+    )
+    v.expect(
+        _close(beside, alone * (REPORT_WORKERS - 1) / REPORT_WORKERS if alone is not None else None),
+        "ps_link_bytes_per_iteration.beside_a_worker: the worker on the ps's node keeps its traffic on the "
+        "node, so the other workers' cross the link",
+    )
+    v.expect(
+        all(
+            _close(_get(audit, f"ps_link_megabits_per_s_needed.{k}"), b * 8 / 1e6 / REPORT_ITERATION_S if b else None)
+            for k, b in (("ps_alone", alone), ("beside_a_worker", beside))
+        ),
+        "ps_link_megabits_per_s_needed: each placement's bytes, in megabits (a million bits), over report "
+        "001's measured iteration time",
+    )
+    v.expect(
+        _close(_get(audit, "sparse_share_of_dense_bytes"), sync_bytes_per_step / dense_ps_step_bytes(CRITEO_FEATURES)),
+        "sparse_share_of_dense_bytes: your sparse sync step's measured bytes over a dense step's "
+        "(costmodel.dense_ps_step_bytes at the report's number of features)",
+    )
+    return verdict(v)
+
+
+def _get(audit, path: str) -> float | None:
+    """``audit``'s number at a dotted ``path``, or None when it is missing or no finite number."""
+    try:
+        for key in path.split("."):
+            audit = audit[key]
+        value = float(audit)
+    except (TypeError, ValueError, KeyError, IndexError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _close(mine: float | None, want: float | None) -> bool:
+    return mine is not None and want is not None and abs(mine - want) <= TOLERANCE * abs(want)

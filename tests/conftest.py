@@ -1,5 +1,6 @@
 """Fixtures several test files share, and the fast lane's marker and guard. (Shared checks are in
-``helpers.py``.)"""
+``helpers.py``; what several test files build is in a module named for it, ``_class.py``,
+``_lms.py``, ...: a test file imports no other, ``test_tests_layout.py``.)"""
 
 import json
 import os

@@ -54,6 +54,7 @@ def _who(f) -> list[str]:
 
 
 def canvas_zip(path: Path, files: list) -> Path:
+    """Canvas's "Download Submissions" zip of ``files`` (CanvasFile, CanvasEntry), each under its Canvas name."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in files:
             zf.writestr(f.zip_name, f.data)
@@ -100,10 +101,12 @@ class GradescopeSubmission:
 
 
 def _q(text: str) -> str:
+    """``text`` as a single-quoted YAML scalar."""
     return "'" + str(text).replace("'", "''") + "'"
 
 
 def metadata_yml(subs: list[GradescopeSubmission]) -> str:
+    """Gradescope's submission_metadata.yml for ``subs``, Ruby-symbol keys as Gradescope writes them."""
     lines = ["---"]
     for s in subs:
         lines.append(f"submission_{s.id}:")
@@ -120,6 +123,7 @@ def metadata_yml(subs: list[GradescopeSubmission]) -> str:
 
 
 def gradescope_zip(path: Path, subs: list[GradescopeSubmission], assignment: int = 4242) -> Path:
+    """Gradescope's "Export Submissions" zip: the metadata file and a folder per submission."""
     root = f"assignment_{assignment}_export"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(f"{root}/submission_metadata.yml", metadata_yml(subs))

@@ -8,7 +8,6 @@ import ast
 import importlib
 import json
 import re
-import tomllib
 import warnings
 from pathlib import Path
 
@@ -25,8 +24,10 @@ EARLIER = Path(__file__).parent / "fixtures" / "release-0.1.0"
 
 
 def notebook_labs() -> dict[str, Path]:
-    rubric = tomllib.loads((REPO / "notebooks" / "rubric.toml").read_text())
-    return {key: REPO / "notebooks" / lab["notebook"] for key, lab in rubric["labs"].items()}
+    from labkit.grading.judge.rubric import load_rubric
+
+    labs = load_rubric(REPO / "notebooks" / "rubric.toml").labs
+    return {key: lab.reference(REPO / "notebooks") for key, lab in labs.items()}
 
 
 def code_of(path: Path) -> ast.Module:
@@ -165,8 +166,9 @@ def test_the_stamp_is_read_and_a_forged_one_decides_nothing():
     stamp.stamp(nb)
     assert stamp.written_for(nb) == labkit.__version__ and stamp.note(labkit.__version__) == ""
     nb.metadata["labkit"] = {"version": "<script>9"}
-    assert stamp.written_for(nb) == "unreadable"
-    assert "graded by labkit " + labkit.__version__ in stamp.note("0.1.0")
+    assert stamp.written_for(nb) == "unreadable" and stamp.note("unreadable") == ""
+    assert stamp.note(stamp.UNSTAMPED) == ""  # no stamp, no guess
+    assert "written against labkit 0.1.0, graded by labkit " + labkit.__version__ in stamp.note("0.1.0")
 
 
 def test_the_release_stamps_each_notebook(tmp_path):
@@ -181,8 +183,9 @@ def test_the_release_stamps_each_notebook(tmp_path):
 @pytest.mark.notebook
 def test_the_previous_releases_lab1_grades_the_same_under_this_kit(tmp_path):
     """An honest Lab 1 written against the previous release and today's, graded side by side by
-    this kit: the same points on every check (timings aside: two runs share the cores), and the
-    earlier one's feedback says which kit it was written against."""
+    this kit: the same points on every check (timings aside: two runs share the cores). That
+    release stamped no notebook; given a 0.1.0 stamp, the earlier one's feedback says which kit
+    it was written against, and today's says nothing."""
     from helpers import read_csv, runs_at_once, small_rubric
     from labkit.grading.grade import GradeOptions, grade
     from labkit.grading.run.sandbox import SANDBOXES
@@ -192,7 +195,9 @@ def test_the_previous_releases_lab1_grades_the_same_under_this_kit(tmp_path):
     lab = notebook_labs()["lab1"]
     now = nbformat.read(str(lab), as_version=4)
     stamp.stamp(now)
-    for student, nb in (("earlier", nbformat.read(str(EARLIER / lab.name), as_version=4)), ("today", now)):
+    earlier = nbformat.read(str(EARLIER / lab.name), as_version=4)
+    earlier.metadata["labkit"] = {"version": "0.1.0", "api": 0}
+    for student, nb in (("earlier", earlier), ("today", now)):
         (tmp_path / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, str(tmp_path / "subs" / student / lab.name))
     small_rubric(tmp_path)
@@ -208,7 +213,7 @@ def test_the_previous_releases_lab1_grades_the_same_under_this_kit(tmp_path):
     for check in checks - timed:
         assert rows[("earlier", check)]["points"] == rows[("today", check)]["points"], check
     assert rows[("today", "execution")]["status"] == "ok"
-    assert "written against labkit before 0.2.0" in rows[("earlier", "execution")]["reason"]
+    assert "written against labkit 0.1.0, graded by labkit" in rows[("earlier", "execution")]["reason"]
     assert "written against" not in rows[("today", "execution")]["reason"]
     executed = (tmp_path / "out" / "earlier" / lab.name).read_text()
     assert "KitDeprecationWarning" in executed

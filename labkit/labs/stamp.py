@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 KEY = "labkit"  # the notebook-level metadata key
-UNSTAMPED = "before 0.2.0"  # what a notebook from a kit without stamps was written against
+UNSTAMPED = ""  # a notebook with no stamp: from a kit before stamps, or not from a release at all
 _VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){1,3}")
 
 
@@ -29,8 +29,8 @@ def stamp(nb) -> None:
 
 
 def written_for(nb) -> str:
-    """The kit version ``nb`` carries; ``UNSTAMPED`` when it carries none (an earlier kit, or
-    removed), "unreadable" when what it carries is not a version."""
+    """The kit version ``nb`` carries; ``UNSTAMPED`` when it carries none (an earlier kit, a
+    notebook from elsewhere, or removed), "unreadable" when what it carries is not a version."""
     found = (nb.get("metadata") or {}).get(KEY)
     if found is None:
         return UNSTAMPED
@@ -39,9 +39,10 @@ def written_for(nb) -> str:
 
 
 def note(written: str) -> str:
-    """The feedback's line when the notebook was written against another kit than the grader's ('' if the same)."""
+    """The feedback's line when the notebook says it was written against another kit than the
+    grader's ('' when the same, or when it says nothing readable: no guess is shown as a fact)."""
     graded_by = current()["version"]
-    if not written or written == graded_by:
+    if not _VERSION.fullmatch(written or "") or written == graded_by:
         return ""
     return (
         f"written against labkit {written}, graded by labkit {graded_by}: names that moved between them still "

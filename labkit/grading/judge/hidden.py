@@ -4,7 +4,7 @@ A rubric check ``kind = "hidden"`` names one (``check = "<lab>_<name>"``, option
 ``args = { seed = 3 }``: seeds and sizes, from the rubric only). Each is declared once, in its lab's
 folder (``labkit/labs/<lab>/checks.py``, see ``labkit.labs.declare``). After the notebook has run,
 the probe (``probe.py``, a sandbox with the student's view of the kit) runs the declared probe on the
-student's functions, and then the judge process (``labkit.grading.judge.checks``, the full kit) calls
+student's functions, and then the judge process (``labkit.grading.judge.postrun``, the full kit) calls
 ``judge`` here: it reads what the probe wrote, rebuilds the same cases, and runs the declared judge
 with the grader's reference (``decide``; a ``Numbers`` check is judged by ``each_number``). Monkey-
 patching in the notebook reaches neither process, and the student's code never shares a process with

@@ -7,7 +7,7 @@ notebook, with partial credit where a fraction has a meaning.
 
 Check kinds are a registry (``KINDS``, filled by ``@kind``): a kind names its keys and who
 scores it (``Kind.scorer``): here for kinds that read the notebook, the grader's own check
-process for ``hidden`` ones (``labkit.grading.judge.checks``), people for ``analysis`` answers
+process for ``hidden`` ones (``labkit.grading.judge.postrun``), people for ``analysis`` answers
 (``labkit.grading.judge.answers``). A lab's ``evidence`` names the checks whose value the grader
 establishes itself; until every one of them earns points, the lab's other checks, which read
 what the notebook printed, earn nothing (``gate``); ``analysis`` answers are scored on their own.

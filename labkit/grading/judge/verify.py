@@ -8,7 +8,7 @@ the check ``mismatch``, a claim that cannot be checked ``unverified``: no points
 A verifier trusts its arguments (from the rubric) and nothing the notebook chose. It reads
 artifacts only through ``Context.path``, which refuses absolute paths, ``..``, symbolic links
 that lead out of the run's work folder and files over ``MAX_ARTIFACT_BYTES``. Verifiers run in
-the grader's sandboxed, limited check process (``labkit.grading.judge.checks``).
+the grader's sandboxed, limited check process (``labkit.grading.judge.postrun``).
 
 Adding one: a function taking ``(ctx, **args)`` and returning a ``Verdict``, decorated with
 ``@verifier("name")``, taking every input that defines the check as an argument with the lab's

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from labkit.grading.judge.checks import Checking
+from labkit.grading.judge.postrun import Checking
 from labkit.grading.run.executor import Ready
 from labkit.grading.judge.rubric import Score
 from labkit.grading.run.runner import GraderFault, Job, RunResult, prepare, release

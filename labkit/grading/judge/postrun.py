@@ -3,7 +3,7 @@
 After a notebook has run, ``Checking`` runs up to two processes, one after the other, while the
 batch keeps polling every other notebook: the probe (``probe.py``, only for hidden checks: the
 student's functions on the grader's inputs, in a sandbox that sees the student's kit and an
-empty folder), then the judge (``python -m labkit.grading.judge.checks JUDGE_SPEC RESULT``:
+empty folder), then the judge (``python -m labkit.grading.judge.postrun JUDGE_SPEC RESULT``:
 every verifier and hidden check's comparison, with the full kit, the run's folder and the
 probe's output read-only, and no network).
 
@@ -153,7 +153,7 @@ class Checking:
             [
                 sys.executable,
                 "-m",
-                "labkit.grading.judge.checks",
+                "labkit.grading.judge.postrun",
                 str(self.dir / "judge.json"),
                 str(out / "result.json"),
             ],

@@ -42,8 +42,10 @@ $(STAMP): $(wildcard requirements*.txt) pyproject.toml
 data: setup
 	$(PY) -m labkit data fetch --dataset mnist --dataset a9a
 
+# each lab's folder holds its notebook
+NOTEBOOKS_DIR = labkit/labs/
 lab: setup
-	$(PY) -m jupyterlab notebooks/
+	$(PY) -m jupyterlab $(NOTEBOOKS_DIR)
 
 # TEST_JOBS workers side by side (pytest-xdist; tests that must not overlap share a group, and
 # the groups run longest first, see tests/conftest.py); TEST_JOBS=0 runs in this one process.
@@ -156,5 +158,5 @@ cloudlab-local: setup
 	$(PY) -m labkit cloudlab-local --nodes $(NODES) --link $(LINK) $(if $(SLURM),--slurm) $(if $(SHARED_HOME),--shared-home) $(CLOUDLAB_ARGS)
 
 clean:
-	rm -rf out runs notebooks/runs release .pytest_cache
+	rm -rf out runs notebooks/runs labkit/labs/*/runs labkit/labs/*/artifacts release .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +

@@ -49,7 +49,7 @@ def _small_copy(dest: Path) -> Path:
     """Lab 1 with its parameters cell set to PARAMETERS (what a student edits first)."""
     import nbformat
 
-    nb = nbformat.read(REPO / "notebooks" / "01_single_node_lr.ipynb", as_version=4)
+    nb = nbformat.read(REPO / "labkit" / "labs" / "lab1" / "01_single_node_lr.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     lines = cell.source.splitlines()
     for name, value in PARAMETERS.items():

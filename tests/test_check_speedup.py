@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from helpers import NOTEBOOKS, run_notebook, small_rubric
+from helpers import LABS, NOTEBOOKS, run_notebook, small_rubric
 from labkit.grading.judge.rubric import RubricError, _check, evaluate, load_rubric
 from labkit.learning import lr
 from labkit.notebook.record import to_jsonable
@@ -111,7 +111,7 @@ def test_the_reference_passes_at_test_size_with_both_cores_kept_busy(tmp_path):
     params = load_rubric(tmp_path / "rubric.toml").labs["lab1"].parameters
     loop = [sys.executable, "-c", "while 1: pass"]  # each dies with this process (OwnedProcess's death signal)
     with OwnedProcess(loop, tmp_path / "busy-0.log") as one, OwnedProcess(loop, tmp_path / "busy-1.log") as two:
-        nb, records = run_notebook(NOTEBOOKS / "01_single_node_lr.ipynb", tmp_path, params, timeout=600)
+        nb, records = run_notebook(LABS / "lab1" / "01_single_node_lr.ipynb", tmp_path, params, timeout=600)
         assert one.poll() is None and two.poll() is None  # the cores stayed busy all along
     score = evaluate(check, nb, records)
     assert score.status == "pass" and score.value >= check.spec["factor"], score

@@ -261,7 +261,7 @@ def notebook_functions(tmp_path, released: bool):
 
     from labkit.grading.kit.release import release_notebook
 
-    path = Path(__file__).parents[1] / "notebooks" / "04_lenet_batch_sweep.ipynb"
+    path = Path(__file__).parents[1] / "labkit" / "labs" / "lab4" / "04_lenet_batch_sweep.ipynb"
     nb = nbformat.read(path, as_version=4)
     if released:
         nb, _ = release_notebook(nb, path.name)
@@ -336,7 +336,7 @@ def test_the_graders_engines_run_the_notebooks_functions_and_report_the_released
     from labkit.grading.judge import hidden, probe
     from labkit.grading.kit.release import release_notebook
 
-    path = Path(__file__).parents[1] / "notebooks" / "04_lenet_batch_sweep.ipynb"
+    path = Path(__file__).parents[1] / "labkit" / "labs" / "lab4" / "04_lenet_batch_sweep.ipynb"
     released, _ = release_notebook(nbformat.read(path, as_version=4), path.name)
     nbformat.write(released, tmp_path / "student.ipynb")
     for notebook, passes in ((path, True), (tmp_path / "student.ipynb", False)):

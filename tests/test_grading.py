@@ -273,7 +273,7 @@ def test_the_repo_rubric_is_valid():
 
     rub = load_rubric(Path(__file__).parents[1] / "notebooks" / "rubric.toml")
     for lab in rub.labs.values():
-        path = Path(__file__).parents[1] / "notebooks" / lab.notebook
+        path = lab.reference(Path(__file__).parents[1] / "notebooks")
         assert lab.checks and path.exists(), lab.notebook
         # papermill injects any name; one the parameters cell never sets changes nothing it claims to pin
         cell = next(c for c in nbformat.read(str(path), as_version=4).cells if "parameters" in cell_tags(c))
@@ -347,7 +347,7 @@ def test_the_student_kit_leaves_out_the_solutions_and_the_grader(tmp_path):
     repo = Path(__file__).parents[1]
     written = release.release(repo / "notebooks", tmp_path / "kit", log=lambda m: None)
     kit = tmp_path / "kit"
-    assert {p.name for p, _ in written} == {p.name for p in (repo / "notebooks").glob("*.ipynb")}
+    assert {p.name for p, _ in written} == {p.name for p in (repo / "labkit" / "labs").glob("*/*.ipynb")}
     assert all(p.parent == kit / "notebooks" for p, _ in written)
     assert (kit / "labkit" / "learning" / "lr.py").is_file() and (kit / "pyproject.toml").is_file()
     assert not (kit / "labkit" / "grading").exists() and (kit / "labkit" / "labs" / "lab1" / "checks.py").is_file()

@@ -26,7 +26,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers import WRITABLE, cell, runs_at_once, runs_share_limits, wait_while
+from helpers import WRITABLE, cell, runs_at_once, runs_share_limits, wait_while, whole_rubric
 from labkit.grading.run import limits
 from labkit.grading.grade import GradeOptions, grade
 from labkit.grading.judge.rubric import KINDS, evaluate, gate, load_rubric
@@ -123,7 +123,7 @@ def display_cell(records: dict) -> str:
 
 def fake_notebook(lab, extra: str = "", parameters: str = "") -> nbformat.NotebookNode:
     """Records, a 1-pixel PNG in every figure cell the rubric names, 90 characters per answer."""
-    reference = nbformat.read(str(REPO / "notebooks" / lab.notebook), as_version=4)
+    reference = nbformat.read(str(lab.reference(REPO / "notebooks")), as_version=4)
     answers = sum("analysis" in (c.metadata.get("tags") or []) for c in reference.cells)
     figures = [t for c in lab.checks if c.kind == "figures" for t in c.spec.get("cells", [])]
     show_png = (
@@ -203,7 +203,7 @@ REACH = textwrap.dedent("""\
             open(target, 'a').write('mallory,lab1,execution,99,0,ok,,0\\n')
         except OSError:
             pass
-    attempt('the reference notebooks', lambda: open(REPO + '/notebooks/01_single_node_lr.ipynb').read(1))
+    attempt('the reference notebooks', lambda: open(REPO + '/labkit/labs/lab1/01_single_node_lr.ipynb').read(1))
     import labkit.labs
     labs = [n for n in sorted(os.listdir(labkit.labs.__path__[0])) if n.startswith('lab')]
     print('LABS', json.dumps(labs))
@@ -431,7 +431,7 @@ def running_with(marker: str) -> list[int]:
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     root = tmp_path_factory.mktemp("attacks")
-    text = (REPO / "notebooks" / "rubric.toml").read_text()
+    text = whole_rubric()
     assert "[defaults]\n" in text
     # the real rubric; a lower process cap keeps the fork bomb cheap
     (root / "rubric.toml").write_text(
@@ -440,7 +440,7 @@ def attacked(tmp_path_factory):
     rubric = load_rubric(root / "rubric.toml")
     subs = submissions(root, rubric)
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in subs.rglob("*.ipynb") if p.is_file()}
-    solutions = {p: p.stat().st_mtime for p in (REPO / "notebooks").glob("*.ipynb")}
+    solutions = {p: p.stat().st_mtime for p in (REPO / "labkit" / "labs").glob("*/*.ipynb")}
     t0 = time.monotonic()
     outcome = grade(
         GradeOptions(root / "rubric.toml", subs, root / "out", parallel=runs_at_once(2)), log=lambda m: None

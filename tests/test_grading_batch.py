@@ -330,7 +330,7 @@ def test_lab1_release_fails_where_the_solution_was_removed(tmp_path):
     from labkit.grading.kit.release import release
 
     repo = Path(__file__).parents[1]
-    lab = repo / "notebooks" / "01_single_node_lr.ipynb"
+    lab = repo / "labkit" / "labs" / "lab1" / "01_single_node_lr.ipynb"
     [(released, regions)] = [
         r for r in release(repo / "notebooks", tmp_path / "release", log=lambda m: None) if r[0].name == lab.name
     ]

@@ -5,10 +5,10 @@ the count the next cells print earns nothing."""
 
 import pytest
 
-from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from helpers import LABS, hidden_on_notebooks, hidden_verdict
 from labkit.labs.lab2 import checks
 
-NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
+NOTEBOOK = LABS / "lab2" / "02_sync_vs_async_sgd.ipynb"
 
 
 def global_step(mode, workers, local_steps):

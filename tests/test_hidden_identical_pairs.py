@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from helpers import LABS, hidden_on_notebooks, hidden_verdict
 from labkit.labs.lab4 import checks
 
-NOTEBOOK = NOTEBOOKS / "04_lenet_batch_sweep.ipynb"
+NOTEBOOK = LABS / "lab4" / "04_lenet_batch_sweep.ipynb"
 
 
 def identical_pairs(workers, batch_sizes):

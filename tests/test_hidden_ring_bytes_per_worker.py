@@ -7,10 +7,10 @@ cases have other worker counts (one worker aside)."""
 
 import pytest
 
-from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from helpers import LABS, hidden_on_notebooks, hidden_verdict
 from labkit.labs.lab5 import checks
 
-NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+NOTEBOOK = LABS / "lab5" / "05_ring_vs_ps.ipynb"
 
 
 def ring_bytes_per_worker(model_bytes, workers):

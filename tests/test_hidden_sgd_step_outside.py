@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import NOTEBOOKS
+from helpers import whole_rubric
 from labkit.grading.judge import hidden
 from labkit.labs.lab1 import checks
 from labkit.learning import lr
@@ -132,7 +132,7 @@ def test_a_renamed_scope_earns_nothing_the_check_claims(probed):
     graph = checks.graph_def_file(probed["hand_under_tape_scope"] / checks.GRAPH_FILE)
     assert lr.autodiff_ops(graph) > 0  # what a name-reading check would have taken for the tape
     assert verdict(probed["hand_under_tape_scope"]).ok
-    rubric = tomllib.loads((NOTEBOOKS / "rubric.toml").read_text())
+    rubric = tomllib.loads(whole_rubric())
     (check,) = [c for c in rubric["labs"]["lab1"]["checks"] if c.get("check") == "lab1_sgd_step"]
     assert "tape" not in check["description"].lower() and "TensorFlow ops" in check["description"]
 

@@ -10,12 +10,12 @@ import nbformat
 import numpy as np
 import pytest
 
-from helpers import NOTEBOOKS, hidden_on_notebooks, hidden_verdict
+from helpers import LABS, hidden_on_notebooks, hidden_verdict
 from labkit.grading.judge import hidden, probe
 from labkit.labs.lab3 import checks
 from labkit.grading.judge.verify import Unverifiable
 
-NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
+NOTEBOOK = LABS / "lab3" / "03_sparse_lr.ipynb"
 ARGS = {"seed": 11}  # the rubric's
 SMALL_LARGE = {"seed": 11, "large_features": 1_000_000}  # where only the outcome matters, not the ratio
 

@@ -129,7 +129,7 @@ def test_the_notebooks_import_only_exported_names():
     import labkit
 
     taken = set()
-    for nb in (PACKAGE.parent / "notebooks").glob("*.ipynb"):
+    for nb in (PACKAGE.parent / "labkit" / "labs").glob("*/*.ipynb"):
         for cell in json.loads(nb.read_text())["cells"]:
             for names in re.findall(r"^\s*from labkit import ([\w ,]+)", "".join(cell["source"]), re.M):
                 taken |= {n.strip() for n in names.split(",")}

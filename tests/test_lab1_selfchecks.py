@@ -20,7 +20,7 @@ from labkit.notebook import checking, selfcheck
 from labkit.labs.lab1 import solution as lab1
 
 REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
-NOTEBOOK = REPO / "notebooks" / "01_single_node_lr.ipynb"
+NOTEBOOK = REPO / "labkit" / "labs" / "lab1" / "01_single_node_lr.ipynb"
 
 
 @pytest.fixture(scope="module")

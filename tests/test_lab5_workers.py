@@ -7,10 +7,10 @@ import tomllib
 import nbformat
 import pytest
 
-from helpers import NOTEBOOKS
+from helpers import LABS, whole_rubric
 from labkit.labs.lab5 import experiment as ring_vs_ps
 
-NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+NOTEBOOK = LABS / "lab5" / "05_ring_vs_ps.ipynb"
 
 
 @pytest.mark.parametrize("workers", [[1, 2], [2], [1, 3], [1, 3, 4], [1]])
@@ -48,6 +48,6 @@ def test_the_notebook_checks_its_counts_before_its_first_run_and_the_graders_pas
 
     params = {}
     exec(next(s for s in sources if s.startswith("workers =")), params)
-    grader = tomllib.loads((NOTEBOOKS / "rubric.toml").read_text())["labs"]["lab5"]["parameters"]
+    grader = tomllib.loads(whole_rubric())["labs"]["lab5"]["parameters"]
     for workers in (params["workers"], params["full_run_settings"]["workers"], grader["workers"]):
         assert ring_vs_ps.lab_workers(workers) == sorted(set(workers) | {1})

@@ -8,7 +8,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from helpers import NOTEBOOKS
+from helpers import LABS, whole_rubric
 
 NUMBER = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)")
 
@@ -26,7 +26,7 @@ def graded_values(check: dict) -> list[float]:
 
 
 def rubric_checks():
-    rubric = tomllib.loads((NOTEBOOKS / "rubric.toml").read_text())
+    rubric = tomllib.loads(whole_rubric())
     return [(lab, check) for lab, section in rubric["labs"].items() for check in section.get("checks", [])]
 
 
@@ -224,17 +224,17 @@ def test_the_new_judges_pass_the_reference_and_fail_a_wrong_formula_without_nami
         hidden.decide("lab1_sgd_step", {"seed": 1}, arrays, tmp_path)
 
 
-@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("0*.ipynb")))
-def test_a_lab_is_3500_words_or_fewer_for_a_student(notebook):
+@pytest.mark.parametrize("path", sorted(LABS.glob("*/0*.ipynb")), ids=lambda p: p.name)
+def test_a_lab_is_3500_words_or_fewer_for_a_student(path):
     """The Markdown a student reads in the released lab, answer cells left out (a bound
     that keeps a lab within 4 hours); a lab that grows past it says where."""
     import nbformat
 
     from labkit.grading.kit.release import ANSWER_STUB, release_notebook
 
-    student, _ = release_notebook(nbformat.read(NOTEBOOKS / notebook, as_version=4), notebook)
+    student, _ = release_notebook(nbformat.read(path, as_version=4), path.name)
     words = {
         c.id: len(c.source.split()) for c in student.cells if c.cell_type == "markdown" and ANSWER_STUB not in c.source
     }
     longest = sorted(words.items(), key=lambda kv: -kv[1])[:3]
-    assert sum(words.values()) <= 3500, f"{notebook}: {sum(words.values())} words; the longest cells: {longest}"
+    assert sum(words.values()) <= 3500, f"{path.name}: {sum(words.values())} words; the longest cells: {longest}"

@@ -27,7 +27,7 @@ def _ssh(tmp_path: Path, homes: dict[str, Path]) -> str:
 
 def test_the_kept_folder_keeps_a_nodes_files_and_this_kits_directory_is_left_alone(tmp_path):
     name = nodes.REPO.name  # the kit's directory on every node, relative to its home
-    notebook = sorted(p.name for p in (nodes.REPO / "notebooks").glob("*.ipynb"))[0]
+    notebook = sorted(p.name for p in (nodes.REPO / "labkit" / "labs").glob("*/*.ipynb"))[0]
     kit = tmp_path / "node1" / name
     (kit / "notebooks").mkdir(parents=True)
     (kit / "notebooks" / notebook).write_text("the student's edit")
@@ -45,8 +45,8 @@ def test_the_kept_folder_keeps_a_nodes_files_and_this_kits_directory_is_left_alo
         log=said.append,
     )
     assert (kit / "notebooks" / notebook).read_text() == "the student's edit"
-    assert {p.name for p in (kit / "notebooks").glob("*.ipynb")} == {
-        p.name for p in (nodes.REPO / "notebooks").glob("*.ipynb")
+    assert {p.name for p in (kit / "labkit" / "labs").glob("*/*.ipynb")} == {
+        p.name for p in (nodes.REPO / "labkit" / "labs").glob("*/*.ipynb")
     }
     assert (kit / "README.md").read_text() == (nodes.REPO / "README.md").read_text()
     assert found[0].steps == ["copy"] and found[1].shares_with == "this machine", said

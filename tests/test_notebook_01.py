@@ -3,10 +3,10 @@ at tiny parameters, recording what the grader checks."""
 
 import pytest
 
-from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean, run_notebook
 from labkit.learning import lr
 
-NOTEBOOK = NOTEBOOKS / "01_single_node_lr.ipynb"
+NOTEBOOK = LABS / "lab1" / "01_single_node_lr.ipynb"
 TINY = {"epochs": 2, "train_limit": 2000, "test_limit": 1000, "idle_s": 0.2}
 FIGURES = ("core-resources", "keras-resources", "learning-curves", "batch-accuracy")
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 import _netem_labs as netem_labs
-from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, NOTEBOOKS, check_executed, check_stored_clean, run_notebook
 from labkit.grading.judge import verify
 from labkit.grading.judge.rubric import load_rubric
 
-NOTEBOOK = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
+NOTEBOOK = LABS / "lab2" / "02_sync_vs_async_sgd.ipynb"
 TINY = {
     "deploy_modes": ["single"],
     "batch_sizes": [50],

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 import _netem_labs as netem_labs
-from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = NOTEBOOKS / "03_sparse_lr.ipynb"
+NOTEBOOK = LABS / "lab3" / "03_sparse_lr.ipynb"
 TINY = {
     "profile_features": [10_000, 2_000_000],
     "profile_batches": [10],

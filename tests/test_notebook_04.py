@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = NOTEBOOKS / "04_lenet_batch_sweep.ipynb"
+NOTEBOOK = LABS / "lab4" / "04_lenet_batch_sweep.ipynb"
 TINY = {
     "workers": [1, 2],
     "batch_sizes": [50, 100],

@@ -8,9 +8,9 @@ import math
 import pytest
 
 import _netem_labs as netem_labs
-from helpers import NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean, run_notebook
 
-NOTEBOOK = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+NOTEBOOK = LABS / "lab5" / "05_ring_vs_ps.ipynb"
 TINY = {"workers": [1, 2, 3], "models": ["mlp"], "steps": 2, "batch_size": 32}
 TINY.update(netem_labs.LAB5)  # the section on emulated links, at its smallest
 FIGURE_CELLS = ("scaling", "bytes", "cost-model", "report-003", "crossover", "timelines", "netem-nodes", "fault-trace")

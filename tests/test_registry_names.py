@@ -55,7 +55,7 @@ def test_the_names_entries_had_before_still_find_them(registry, before, now):
 def test_the_launcher_names_the_kit_and_its_notebooks_write_are_known():
     """``launcher="netem"`` in the README, ``"slurm"`` in the notebooks' parameters: each still works."""
     texts = [p.read_text() for p in (ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("labkit/**/*.py"))]
-    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+    for nb in (ROOT / "labkit" / "labs").glob("*/*.ipynb"):
         texts += ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"]]
     named = set()
     for t in texts:  # less a launcher the same text registers (an example of a new one)

@@ -104,7 +104,7 @@ def test_the_public_rubric_names_no_hidden_check_and_holds_no_input_or_answer_ke
         for table in mine["checks"]:
             assert set(table) <= {"name", "kind", "points", "records", "cells", "questions", "min", "placeholder"}
         # the answer key: no sentence of a reference answer
-        ref = nbformat.read(str(REPO / "notebooks" / lab.notebook), as_version=4)
+        ref = nbformat.read(str(lab.reference(REPO / "notebooks")), as_version=4)
         for c in [c for c in lab.checks if c.manual]:
             for name in c.spec.get("cells", []):
                 for answer in (x for x in ref.cells if x.get("id") == name):
@@ -117,7 +117,7 @@ def test_the_public_rubric_names_no_hidden_check_and_holds_no_input_or_answer_ke
 def test_exercises_and_self_checks_come_from_the_reference_notebooks(kit):
     data = tomllib.loads((kit / "notebooks" / "rubric.toml").read_text())
     for key, lab in load_rubric(RUBRIC).labs.items():
-        ref = nbformat.read(str(REPO / "notebooks" / lab.notebook), as_version=4)
+        ref = nbformat.read(str(lab.reference(REPO / "notebooks")), as_version=4)
         released = {c.get("id"): c for c in nbformat.read(str(kit / "notebooks" / lab.notebook), as_version=4).cells}
         with_regions = [c.get("id") for c in ref.cells if c.cell_type == "code" and public.BEGIN in c.source]
         exercises = data["labs"][key]["exercises"]
@@ -629,7 +629,7 @@ def check_lab1(command: str, kit: Path, env: dict, lab) -> None:
         assert c.name not in text, c.name
     assert "Not ready to submit" in text and "make check LAB=1" in text
 
-    nbformat.write(completed(REPO / "notebooks" / lab.notebook), str(kit / "notebooks" / lab.notebook))
+    nbformat.write(completed(lab.reference(REPO / "notebooks")), str(kit / "notebooks" / lab.notebook))
     second = shell(command, kit, env, 900)
     text = second.stdout + second.stderr
     assert second.returncode == 0, text

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import labkit.labs.lab2.selfcheck as checks
-from helpers import NOTEBOOKS, hidden_verdict
+from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.experiments import traces
 from labkit.labs.lab2 import solution
 from labkit.notebook import selfcheck
@@ -42,7 +42,7 @@ def test_the_reference_passes_its_self_check_and_its_hidden_check(name, runs, tm
 def test_the_reference_notebooks_own_functions_pass(runs):
     from labkit.grading.judge import probe
 
-    fns, _ = probe.load_functions(NOTEBOOKS / "02_sync_vs_async_sgd.ipynb", list(HIDDEN))
+    fns, _ = probe.load_functions(LABS / "lab2" / "02_sync_vs_async_sgd.ipynb", list(HIDDEN))
     for name, fn in fns.items():
         v = run(name, fn, runs)
         assert v.passed, (name, v.failed)
@@ -166,7 +166,7 @@ def test_the_hidden_check_fails_a_fixed_worker_count_too(tmp_path, monkeypatch):
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path):
     from _check_report import make_check_lines
 
-    notebook = NOTEBOOKS / "02_sync_vs_async_sgd.ipynb"
+    notebook = LABS / "lab2" / "02_sync_vs_async_sgd.ipynb"
     right = {  # sync_round's verdict as it shows it (its tests are above)
         "lab2-08-selfcheck": [selfcheck.Verdict("sync_round", ["a round that completes, for any number of workers"])],
         "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import labkit.labs.lab3.selfcheck as checks
-from helpers import NOTEBOOKS, hidden_verdict
+from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.datasets import clickdata
 from labkit.experiments import traces
 from labkit.labs.lab3.solution import reference_distinct_features, reference_ps_link_shares
@@ -132,7 +132,7 @@ def test_the_reference_notebooks_own_functions_pass(runs):
     from labkit.grading.judge import probe
 
     names = ["expected_distinct_features", "ps_link_shares"]
-    fns, _ = probe.load_functions(NOTEBOOKS / "03_sparse_lr.ipynb", names)
+    fns, _ = probe.load_functions(LABS / "lab3" / "03_sparse_lr.ipynb", names)
     assert checks.expected_distinct_features(fns[names[0]], SPEC, ROWS).passed
     assert checks.ps_link_shares(fns[names[1]], *runs).passed
 
@@ -225,7 +225,7 @@ def test_lab3s_sync_round_self_check_is_lab2s():
 def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, audit_inputs, tmp_path):
     from _check_report import make_check_lines
 
-    notebook = NOTEBOOKS / "03_sparse_lr.ipynb"
+    notebook = LABS / "lab3" / "03_sparse_lr.ipynb"
     right = {  # the TensorFlow checks' verdicts as they show them (their tests are above)
         "lab3-08-selfcheck": [selfcheck.Verdict("sparse_lr_gradient", ["the mean log-loss and its gradient"])],
         "lab3-sync-round-selfcheck": [selfcheck.Verdict("sync_round", ["the weights: plain SGD"])],
@@ -295,7 +295,7 @@ def _reference_audit(speed, summary) -> dict:
 
     from labkit.learning import costmodel
 
-    nb = nbformat.read(str(NOTEBOOKS / "03_sparse_lr.ipynb"), as_version=4)
+    nb = nbformat.read(str(LABS / "lab3" / "03_sparse_lr.ipynb"), as_version=4)
     source = next(c.source for c in nb.cells if c.id == "lab3-audit")
     code = source[source.index("### BEGIN SOLUTION") : source.index("### END SOLUTION")]
     namespace = {"clickdata": clickdata, "costmodel": costmodel, "speed": speed, "summary": summary}

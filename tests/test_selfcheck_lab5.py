@@ -11,7 +11,7 @@ import pytest
 
 import labkit.labs.lab5.selfcheck as checks
 from _check_report import make_check_lines
-from helpers import NOTEBOOKS, hidden_verdict
+from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.labs.lab5 import experiment, solution
 from labkit.notebook import selfcheck
 
@@ -219,7 +219,7 @@ def test_the_reference_notebooks_own_functions_pass(tmp_path):
     solution module does: the self-checks hold for either."""
     from labkit.grading.judge import probe
 
-    fns, _ = probe.load_functions(NOTEBOOKS / "05_ring_vs_ps.ipynb", list(HIDDEN))
+    fns, _ = probe.load_functions(LABS / "lab5" / "05_ring_vs_ps.ipynb", list(HIDDEN))
     for name in HIDDEN:
         if name == "link_ceiling":
             v = checks.link_ceiling(fns[name], fns["comm_terms"])
@@ -233,7 +233,7 @@ def test_the_reference_notebooks_own_functions_pass(tmp_path):
 
 
 def test_make_check_lists_every_self_check_and_names_a_failed_one(tmp_path):
-    notebook = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+    notebook = LABS / "lab5" / "05_ring_vs_ps.ipynb"
     right = {
         "lab5-predict-selfcheck": [
             run("ps_bytes_per_step", solution.ps_bytes_per_step),
@@ -286,7 +286,7 @@ def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
     from labkit.grading.kit import public
     from labkit.notebook import checking
 
-    notebook = NOTEBOOKS / "05_ring_vs_ps.ipynb"
+    notebook = LABS / "lab5" / "05_ring_vs_ps.ipynb"
     nb = nbformat.read(str(notebook), as_version=4)
     for c in nb.cells:
         if c.id in WRONG_LAB5:

@@ -198,7 +198,7 @@ def test_make_grade_grades_a_class_as_a_job_array_over_all_nodes(slurm3, tmp_pat
     if SANDBOXES["bwrap"].unavailable():
         pytest.skip(f"{SANDBOXES['bwrap'].unavailable()} (.ci/run installs it)")
     lab, s = slurm3
-    reference = nbformat.read(REPO / "notebooks" / "01_single_node_lr.ipynb", as_version=4)
+    reference = nbformat.read(REPO / "labkit" / "labs" / "lab1" / "01_single_node_lr.ipynb", as_version=4)
     released, _ = release_notebook(reference, "01_single_node_lr.ipynb")
     raises = new_notebook(cells=[new_code_cell("import labkit\n1 / 0")], metadata=reference.metadata)
     for student, nb in (("alice", reference), ("bob", released), ("carol", raises)):

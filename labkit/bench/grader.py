@@ -140,7 +140,7 @@ def run(quick: bool = False) -> dict:
             lab1 = tmp / "lab1" / "s"
             lab1.mkdir(parents=True)
             (lab1 / "01_single_node_lr.ipynb").write_bytes(
-                (REPO / "notebooks" / "01_single_node_lr.ipynb").read_bytes()
+                (REPO / "labkit" / "labs" / "lab1" / "01_single_node_lr.ipynb").read_bytes()
             )
             ratios.append(
                 ratio(

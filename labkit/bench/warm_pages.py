@@ -82,7 +82,7 @@ def _render(mode: str, folder: Path, notebooks: list[Path], copies: int) -> dict
 
 
 def run(quick: bool = False) -> dict:
-    notebooks = sorted((REPO / "notebooks").glob("0*.ipynb"))
+    notebooks = sorted((REPO / "labkit" / "labs").glob("*/0*.ipynb"))
     copies = 1 if quick else COPIES
     rows, best = [], {}
     with tempfile.TemporaryDirectory(prefix="labkit-bench-pages-") as tmp:

@@ -34,8 +34,9 @@ SOLUTION_ONLY = "solution-only"
 ANALYSIS = "analysis"
 INSTRUCTOR_ONLY = ("grading", "bench")  # subpackages of labkit the student kit leaves out
 # files of each lab's folder (labkit/labs/<lab>/) it leaves out: the reference answers, the rubric
-# section (hidden checks' inputs, answer keys) and the reference notebook (released on its own, stripped)
-LAB_INSTRUCTOR_ONLY = ("solution.py", "lab.toml", "*.ipynb")
+# section (hidden checks' inputs, answer keys), the reference notebook (released on its own, stripped)
+# and what running that notebook in JupyterLab left there
+LAB_INSTRUCTOR_ONLY = ("solution.py", "lab.toml", "*.ipynb", "runs", "artifacts", ".ipynb_checkpoints")
 PROJECT_FILES = ("pyproject.toml", "requirements.txt", "requirements-profile.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")

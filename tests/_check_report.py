@@ -6,7 +6,8 @@ from __future__ import annotations
 import nbformat
 
 from helpers import NOTEBOOKS
-from labkit.notebook import checking, selfcheck
+from labkit.notebook import checking
+from labkit.notebook import verdicts as selfchecks
 
 
 def _executed(nb, verdicts: dict, failed_cell: str | None = None):
@@ -16,7 +17,7 @@ def _executed(nb, verdicts: dict, failed_cell: str | None = None):
         if c.cell_type == "code":
             c.metadata["papermill"] = {"start_time": "t", "end_time": "t", "exception": c.id == failed_cell}
             c.outputs = [
-                nbformat.v4.new_output("display_data", data=selfcheck.bundle(v)) for v in verdicts.get(c.id, [])
+                nbformat.v4.new_output("display_data", data=selfchecks.bundle(v)) for v in verdicts.get(c.id, [])
             ]
     return out
 

@@ -16,7 +16,8 @@ import pytest
 import labkit.labs.lab1.selfcheck as lr_checks
 from _check_report import _executed, _report
 from labkit.learning import lr
-from labkit.notebook import checking, selfcheck
+from labkit.notebook import checking
+from labkit.notebook import verdicts as selfchecks
 from labkit.labs.lab1 import solution as lab1
 
 REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -71,7 +72,7 @@ def _no_value(text: str, *values) -> None:
 def test_the_reference_chance_best_reading_passes_its_self_check(readings_data):
     v = lr_checks.chance_best_reading(lab1.chance_best_reading, *readings_data)
     assert v.passed, v.failed
-    assert len(v.checked) == 7 and "ok: chance_best_reading passes its self-check" in selfcheck.bundle(v)["text/plain"]
+    assert len(v.checked) == 7 and "ok: chance_best_reading passes its self-check" in selfchecks.bundle(v)["text/plain"]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ def test_chance_best_reading_self_check_fails_a_wrong_model(readings_data, wrong
     assert not v.passed
     for p in properties:
         assert any(p in f for f in v.failed), (p, v.failed)
-    text = selfcheck.bundle(v)["text/plain"]
+    text = selfchecks.bundle(v)["text/plain"]
     assert text.startswith("SELF-CHECK FAILED: chance_best_reading fails its self-check on: "), text
     q = lr.evaluate(*readings_data)[0]
     _no_value(text, wrong(q, 1, 50, 0.965), lab1.chance_best_reading(q, 1, 50, 0.965))
@@ -125,7 +126,7 @@ def test_initial_test_loss_self_check_passes_the_reference_and_fails_wrong_formu
     for name, fn in wrong.items():
         v = lr_checks.initial_test_loss(fn, measured, x)
         assert not v.passed and any("mean cross-entropy of weights drawn near zero" in f for f in v.failed), name
-        text = selfcheck.bundle(v)["text/plain"]
+        text = selfchecks.bundle(v)["text/plain"]
         assert text.startswith("SELF-CHECK FAILED: initial_test_loss fails its self-check on: "), text
         _no_value(text, fn(10), measured, math.log(10))
     assert "a loss that grows with the number of classes" in lr_checks.initial_test_loss(lambda k: 1 / k).failed
@@ -161,7 +162,7 @@ def test_a_failed_self_check_raises_only_where_someone_reads_it(monkeypatch, cap
     assert not lr_checks.reading_size(50).passed
     assert "SELF-CHECK FAILED: reading_size fails its self-check on: " in capsys.readouterr().out
     monkeypatch.setenv("LABKIT_LIVE", "1")
-    with pytest.raises(selfcheck.SelfCheckFailed, match="^reading_size fails its self-check on: a size on which"):
+    with pytest.raises(selfchecks.SelfCheckFailed, match="^reading_size fails its self-check on: a size on which"):
         lr_checks.reading_size(50)
     assert lr_checks.reading_size(31).passed
 
@@ -191,7 +192,7 @@ def test_make_check_names_each_failed_self_check_by_function_and_property(lab1_p
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     measured, x = _start()
     verdicts = {
-        "lab1-08": [selfcheck.Verdict("sgd_step", ["one step of plain gradient descent"])],
+        "lab1-08": [selfchecks.Verdict("sgd_step", ["one step of plain gradient descent"])],
         "lab1-predict-check": [lr_checks.initial_test_loss(lambda k: 1 / k, measured, x)],
         "lab1-audit-selfcheck": [lr_checks.chance_best_reading(_one_reading_int, *readings_data)],
         "lab1-audit-apply": [lr_checks.reading_size(50)],

@@ -13,7 +13,7 @@ import labkit.labs.lab2.selfcheck as checks
 from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.experiments import traces
 from labkit.labs.lab2 import solution
-from labkit.notebook import selfcheck
+from labkit.notebook import verdicts
 
 HIDDEN = {"global_step": ("lab2_global_step", {"seed": 13}), "worker0_share": ("lab2_worker0_share", {"seed": 7})}
 
@@ -25,7 +25,7 @@ def runs():
     return frame
 
 
-def run(name: str, fn, runs) -> selfcheck.Verdict:
+def run(name: str, fn, runs) -> verdicts.Verdict:
     return checks.worker0_share(fn, runs) if name == "worker0_share" else checks.global_step(fn)
 
 
@@ -34,7 +34,7 @@ def test_the_reference_passes_its_self_check_and_its_hidden_check(name, runs, tm
     fn = getattr(solution, name)
     v = run(name, fn, runs)
     assert v.passed, v.failed
-    assert len(v.checked) >= 5 and selfcheck.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
+    assert len(v.checked) >= 5 and verdicts.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
     check, args = HIDDEN[name]
     assert hidden_verdict(check, fn, tmp_path, **args).ok
 
@@ -48,8 +48,8 @@ def test_the_reference_notebooks_own_functions_pass(runs):
         assert v.passed, (name, v.failed)
 
 
-def _no_value(v: selfcheck.Verdict, name: str) -> None:
-    text = selfcheck.bundle(v)["text/plain"]
+def _no_value(v: verdicts.Verdict, name: str) -> None:
+    text = verdicts.bundle(v)["text/plain"]
     assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
     assert not re.search(r"\d\.\d|\d{2}", text), text  # no value: the properties are words
 
@@ -168,7 +168,7 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
 
     notebook = LABS / "lab2" / "02_sync_vs_async_sgd.ipynb"
     right = {  # sync_round's verdict as it shows it (its tests are above)
-        "lab2-08-selfcheck": [selfcheck.Verdict("sync_round", ["a round that completes, for any number of workers"])],
+        "lab2-08-selfcheck": [verdicts.Verdict("sync_round", ["a round that completes, for any number of workers"])],
         "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],
         "lab2-w0share-selfcheck": [run("worker0_share", solution.worker0_share, runs)],
         "lab2-audit-selfcheck": [checks.audit_000(_audit_000(), STEP["async"])],
@@ -249,7 +249,7 @@ def test_a_wrong_audit_000_fails_its_self_check_and_the_rubrics_check(wrong):
         "seconds_to_send_one_gradient_at_227_bytes_per_s: one gradient, half of your measured async worker "
         "step's bytes, sent at 227 bytes per second"
     ]
-    text = selfcheck.bundle(v)["text/plain"]
+    text = verdicts.bundle(v)["text/plain"]
     assert str(round(STEP["async"] / 454)) not in text and not re.search(r"\d\.\d", text), text
     records = {"audit_000": wrong, "bytes_per_worker_step": STEP}
     assert _compare("audit: report 000's 227 B/s", records).status in ("fail", "missing")
@@ -268,7 +268,7 @@ def test_a_wrong_audit_000_fails_its_self_check_and_the_rubrics_check(wrong):
 def test_a_wrong_audit_sync_fails_its_self_check_and_the_rubrics_check(wrong, failed, rubric_check):
     v = checks.audit_sync(wrong, STEP["sync"])
     assert len(v.failed) == 1 and v.failed[0].startswith(failed + ":"), v.failed
-    assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+    assert not re.search(r"\d\.\d", verdicts.bundle(v)["text/plain"])
     if rubric_check:
         records = {"audit_sync_traffic": wrong, "bytes_per_worker_step": STEP}
         assert _compare(f"audit: report 000's 19.8 MB/s, {rubric_check}", records).status == "fail"

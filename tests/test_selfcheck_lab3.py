@@ -15,7 +15,7 @@ from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.datasets import clickdata
 from labkit.experiments import traces
 from labkit.labs.lab3.solution import reference_distinct_features, reference_ps_link_shares
-from labkit.notebook import selfcheck
+from labkit.notebook import verdicts
 
 SPEC = clickdata.ClickSpec(num_features=1_000_000, seed=0)  # the notebook's click data at its defaults
 ROWS = 100  # the notebook's batch_size
@@ -28,8 +28,8 @@ def runs():
     return frame, traces.argument(provenance, "num_features")
 
 
-def _no_value(v: selfcheck.Verdict, name: str) -> None:
-    text = selfcheck.bundle(v)["text/plain"]
+def _no_value(v: verdicts.Verdict, name: str) -> None:
+    text = verdicts.bundle(v)["text/plain"]
     assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
     assert not re.search(r"\d\.\d|(?<![a-z])\d{2}", text), text  # no value (int64 is a type's name)
 
@@ -227,8 +227,8 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, audit_in
 
     notebook = LABS / "lab3" / "03_sparse_lr.ipynb"
     right = {  # the TensorFlow checks' verdicts as they show them (their tests are above)
-        "lab3-08-selfcheck": [selfcheck.Verdict("sparse_lr_gradient", ["the mean log-loss and its gradient"])],
-        "lab3-sync-round-selfcheck": [selfcheck.Verdict("sync_round", ["the weights: plain SGD"])],
+        "lab3-08-selfcheck": [verdicts.Verdict("sparse_lr_gradient", ["the mean log-loss and its gradient"])],
+        "lab3-sync-round-selfcheck": [verdicts.Verdict("sync_round", ["the weights: plain SGD"])],
         "lab3-predict-selfcheck": [checks.expected_distinct_features(reference_distinct_features, SPEC, ROWS)],
         "lab3-pslink-selfcheck": [checks.ps_link_shares(reference_ps_link_shares, *runs)],
         "lab3-audit-selfcheck": [
@@ -362,5 +362,5 @@ def test_a_wrong_audit_fails_its_self_check_and_the_rubrics_check(audit_inputs, 
     audit = _changed(_reference_audit(speed, summary), path, change)
     v = checks.audit_001(audit, speed, summary.loc["sync b100", "bytes_per_step"])
     assert v.failed and failed in v.failed[0], v.failed  # the first property it fails is the mistake's
-    assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+    assert not re.search(r"\d\.\d", verdicts.bundle(v)["text/plain"])
     assert _rubric_fails(audit, speed, summary), path

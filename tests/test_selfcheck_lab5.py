@@ -13,7 +13,7 @@ import labkit.labs.lab5.selfcheck as checks
 from _check_report import make_check_lines
 from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.labs.lab5 import experiment, solution
-from labkit.notebook import selfcheck
+from labkit.notebook import verdicts
 
 HIDDEN = {  # function: (hidden check, the rubric's args)
     "ps_bytes_per_step": ("lab5_ps_bytes_per_step", {"seed": 17}),
@@ -25,7 +25,7 @@ HIDDEN = {  # function: (hidden check, the rubric's args)
 }
 
 
-def run(name: str, fn) -> selfcheck.Verdict:
+def run(name: str, fn) -> verdicts.Verdict:
     """The self-check of ``name`` on ``fn``, with the arguments its notebook cell passes."""
     if name == "link_ceiling":
         return checks.link_ceiling(fn, solution.comm_terms)
@@ -43,7 +43,7 @@ def assert_fails(name: str, fn, properties, gap: str = "", *, tmp_path) -> None:
     assert not v.passed
     for p in properties:
         assert any(p in f for f in v.failed), (p, v.failed)
-    text = selfcheck.bundle(v)["text/plain"]
+    text = verdicts.bundle(v)["text/plain"]
     assert text.startswith(f"SELF-CHECK FAILED: {name} fails its self-check on: "), text
     assert not re.search(r"\d\.\d|\d{3}", text), text  # no value: the properties are words
     check, args = HIDDEN[name]
@@ -61,7 +61,7 @@ def test_the_reference_passes_its_self_check_and_its_hidden_check(name, tmp_path
     fn = getattr(solution, name)
     v = run(name, fn)
     assert v.passed, v.failed
-    assert len(v.checked) >= 3 and selfcheck.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
+    assert len(v.checked) >= 3 and verdicts.bundle(v)["text/plain"].startswith(f"ok: {name} passes its self-check")
     check, args = HIDDEN[name]
     assert hidden_verdict(check, fn, tmp_path, **args).ok
 
@@ -381,5 +381,5 @@ def test_audit_003_passes_the_right_chunk_and_fails_the_readings_students_make()
     ):
         v = checks.audit_003(wrong, ring)
         assert v.failed and v.failed[0].startswith("chunk_over_model: the Size of chunk"), wrong
-        assert not re.search(r"\d\.\d", selfcheck.bundle(v)["text/plain"])
+        assert not re.search(r"\d\.\d", verdicts.bundle(v)["text/plain"])
         assert rubric.evaluate(check, None, {**records, "audit_003": wrong}).status in ("fail", "missing"), wrong

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from labkit.experiments import function_source
-from labkit.notebook.selfcheck import Verdict, verdict
+from labkit.notebook.verdicts import Verdict, verdict
 
 
 def round_source(fn) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from labkit.notebook import execution
 from labkit.notebook.record import Missing, figure_count, lookup, named_cells, read_records
-from labkit.notebook.selfcheck import read_verdicts
+from labkit.notebook.verdicts import read_verdicts
 
 FORMAT = "labkit public rubric 1"  # the public rubric's `format`: what labkit.grading.kit.public writes
 SELF = "LABKIT_CHECK_RUN"  # set in the check's own kernel: labkit.check() there does nothing
@@ -376,7 +376,7 @@ def run_line(lab: Lab, r: Run) -> Line:
 
 def exercise_lines(lab: Lab, nb, r: Run) -> list[Line]:
     """Exercises written (the stub gone), and each one's self-check passed in the run: the
-    properties its verdicts name (``labkit.notebook.selfcheck``, shown in any cell), else its
+    properties its verdicts name (``labkit.notebook.verdicts``, shown in any cell), else its
     self-check cell ran to the end."""
     if not lab.exercises:
         return []

@@ -6,7 +6,7 @@ by finite differences; a loss that grows with the classes and matches simulated 
 binomial tail at n = 1, growth with n and q, the limits at levels 0 and 1, and ``lr.batch_readings``'
 simulation of the run's own weights; the smallest reading size that prints both of report 000's
 figures; the run's own accuracy. None uses the grader's cases, and a failure names the function
-and the property, never a value (``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it
+and the property, never a value (``labkit.notebook.verdicts``). Each returns the ``Verdict`` it
 showed in the cell.
 """
 
@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from labkit.learning import lr
-from labkit.notebook.selfcheck import Verdict, verdict
+from labkit.notebook.verdicts import Verdict, verdict
 
 CLASS_COUNTS = (5, 10, 26, 100)  # classes for initial_test_loss: MNIST's 10, and others the notebook could have
 LOSS_TOLERANCE = 0.05  # relative: the notebook's own promise for the prediction

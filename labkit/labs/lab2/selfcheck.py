@@ -10,7 +10,7 @@ worker 0 made in each. ``sync_round`` run in one process as a cluster runs it
 (``check_sync_round``), at two worker counts. The audits (``audit_000``, ``audit_sync``) against
 the notebook's own measured worker steps, as the grader reads them. None uses the grader's
 cases, and a failure names the function and the property, never a value
-(``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
+(``labkit.notebook.verdicts``). Each returns the ``Verdict`` it showed in the cell.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 
 from labkit.experiments.sync_rounds import SOURCE_PROPERTY  # noqa: F401  (what the round's self-check says of a source the tasks cannot take)
 from labkit.experiments.sync_rounds import selfcheck as sync_round  # noqa: F401  (Lab 3 runs the same round)
-from labkit.notebook.selfcheck import Verdict, verdict
+from labkit.notebook.verdicts import Verdict, verdict
 
 WORKERS = (1, 2, 3, 4, 6)
 STEPS = (1, 7, 40)

@@ -11,7 +11,7 @@ every worker is beside the ps, proportions and invariances, and close to what th
 measured in the notebook's runs on emulated links. ``audit_001``: its figures against the
 notebook's own measurements and each other (units, placements), never the figures themselves.
 None uses the grader's cases, and a failure names the function and the property, never a value
-(``labkit.notebook.selfcheck``).
+(``labkit.notebook.verdicts``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from labkit.experiments.sync_rounds import selfcheck as sync_round  # noqa: F401  (Lab 3's sync runs use Lab 2's round, pasted)
-from labkit.notebook.selfcheck import Verdict, verdict
+from labkit.notebook.verdicts import Verdict, verdict
 
 GROWTH = (
     4  # at most this CPU time per call at LARGE features as at SMALL: the sparse step about 1x, a dense one about 28x

@@ -132,7 +132,7 @@ def self_check(grads, ring=None, gather_scatter=None, **options) -> CollectiveRu
     worker process) and test every property a correct run has (``collective_model.properties``),
     naming each one that failed. Shows the verdict; returns the run, or None when it could not finish
     (the error and the worker's log tail are printed)."""
-    from labkit.notebook.selfcheck import Verdict, verdict
+    from labkit.notebook.verdicts import Verdict, verdict
 
     given = [
         f"{c}: {', '.join(f.__name__ for f in fns)}"

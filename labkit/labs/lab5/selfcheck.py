@@ -8,7 +8,7 @@ split is the default; the steps of a trace in any order), a layer's float32 arra
 allocates them, ``link_ceiling`` beside the student's own ``comm_terms``, and failure traces built
 here so that each step a wrong window takes in shows; ``audit_003`` against the ring worker's
 measured bytes. None uses the grader's cases, and a failure names the function and the property,
-never a value (``labkit.notebook.selfcheck``). Each returns the ``Verdict`` it showed in the cell.
+never a value (``labkit.notebook.verdicts``). Each returns the ``Verdict`` it showed in the cell.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections import Counter
 
 import numpy as np
 
-from labkit.notebook.selfcheck import Verdict, verdict
+from labkit.notebook.verdicts import Verdict, verdict
 
 MODELS = (1.25e6, 3.3e7)  # model bytes of the checks' own, a small model and a large one
 WORKERS = (1, 2, 3, 4, 5, 7)

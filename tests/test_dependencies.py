@@ -296,7 +296,7 @@ def test_the_test_extra_installs_what_requirements_test_pins():
 # command line does. Lab-specific code the grader still holds is listed apart, to move into its
 # lab's folder.
 MAY_NAME_A_LAB = ("labkit.compat", "labkit.bench")
-GRADER_CODE_TO_MOVE = ("labkit.grading.judge.verify",)
+GRADER_CODE_TO_MOVE = ()
 
 
 def _lab_of(module: str) -> str | None:

@@ -28,6 +28,9 @@ import numpy as np
 from labkit.core.registry import Registry, resolve
 
 CHECKS = Registry("hidden check", hint="declared in labkit/labs/<lab>/checks.py")
+VERIFIERS = Registry(
+    "verifier", hint="declared in labkit/labs/<lab>/verifiers.py (task_steps: labkit.grading.judge.verify)"
+)
 
 
 @dataclass
@@ -97,15 +100,30 @@ def declare(name: str, functions, cases: Callable, **how) -> Check:
     return CHECKS.add(name, Check(name, tuple(functions), cases, **how))
 
 
-def discover() -> Registry:
-    """``CHECKS`` with every lab's declarations: the ``checks`` module of each lab folder (``labkit.labs.names``)."""
+def discover(kind: str = "checks") -> Registry:
+    """``CHECKS`` with every lab's hidden checks (each lab folder's ``checks`` module), or with
+    ``kind="verifiers"``, ``VERIFIERS`` with every lab's verifiers (its ``verifiers`` module, read
+    only in the grader's judge: they load the kit's models and data)."""
     import labkit.labs
 
     for lab in labkit.labs.names():
-        module = f"{labkit.labs.__name__}.{lab}.checks"
+        module = f"{labkit.labs.__name__}.{lab}.{kind}"
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module)
-    return CHECKS
+    return {"checks": CHECKS, "verifiers": VERIFIERS}[kind]
+
+
+def verifier(name: str):
+    """Register a verifier: ``@verifier("lab3_weights")`` re-checks a record from the run's files."""
+    return VERIFIERS.register(name)
+
+
+def claimed_number(ctx) -> float:
+    """The record a verifier re-checks, as a finite number, or Unverifiable."""
+    claimed = ctx.claimed
+    if isinstance(claimed, bool) or not isinstance(claimed, (int, float)) or not math.isfinite(claimed):
+        raise Unverifiable(f"the record is {claimed!r}, not a number")
+    return float(claimed)
 
 
 def solution(reference: str) -> Callable:

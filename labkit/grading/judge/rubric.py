@@ -352,8 +352,9 @@ def _check(lab: str, i: int, c: dict, where: str) -> Check:
             verify = {"name": verify}
         if not isinstance(verify, dict) or not isinstance(verify.get("name"), str):
             raise RubricError(f"{where} {name!r}: verify must be a verifier name or a table with name = ...")
-        from labkit.grading.judge.verify import VERIFIERS
+        from labkit.grading.judge.verify import discover
 
+        VERIFIERS = discover("verifiers")  # the kit's own and every lab folder's
         if verify["name"] not in VERIFIERS:
             raise RubricError(
                 f"{where} {name!r}: unknown verifier {verify['name']!r}; registered: {', '.join(sorted(VERIFIERS))}"

@@ -86,15 +86,17 @@ def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
     """Failure traces in the kit's format (``ring_vs_ps.ps_failure``), drawn from ``seed``: 2-6
     workers, one killed after a random step, in some a second worker later, and in most the ps
     at the end; every step has one slice per worker, each run by a worker alive when the step
-    began, unevenly (under load one survivor may take most); steps listed out of order. Each
-    case is ``{"trace", "kill"}``: the question is about kill ``kill``."""
+    began, unevenly (under load one survivor may take most); steps listed out of order; one case
+    in three asks about the first of two killed workers. Each case is ``{"trace", "kill"}``: the
+    question is about kill ``kill``."""
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(int(cases)):
-        n = int(rng.integers(2, 7))
-        order = [int(w) for w in rng.permutation(n)]
+    for case in range(int(cases)):
+        apart = case % 3 == 0  # one case in three asks about a worker killed before another one:
+        n = int(rng.integers(3 if apart else 2, 7))  # only there do "to the next kill" and "to the
+        order = [int(w) for w in rng.permutation(n)]  # end of the trace" give different windows
         kills, at = [], 0
-        for dead in order[: 2 if n >= 3 and rng.random() < 0.5 else 1]:
+        for dead in order[: 2 if apart or (n >= 3 and rng.random() < 0.5) else 1]:
             at += int(rng.integers(3, 25))
             kills.append({"task": f"worker:{dead}", "after_step": at, "t_s": 0.1 * at})
         last = at + int(rng.integers(2, 20))
@@ -121,7 +123,7 @@ def inputs_slice_shares(seed: int = 0, cases: int = 12) -> list[dict]:
             )
         shuffled = [steps[i] for i in rng.permutation(len(steps))]
         trace = {"model": "lenet5", "workers": n, "steps": shuffled, "kills": kills, "events": [], "failure": None}
-        out.append({"trace": trace, "kill": int(rng.integers(0, len(kills)))})
+        out.append({"trace": trace, "kill": 0 if apart else int(rng.integers(0, len(kills)))})
     return out
 
 

@@ -63,6 +63,9 @@ def exports(module: str, api: dict):
     first use (the lab's own functions, or a class the notebook calls directly)."""
     lab = module.rsplit(".", 1)[-1]
     bound = {k: v.bind(lab, k) if isinstance(v, Surface) else v for k, v in api.items()}
+    for k, v in api.items():  # the lab's own module of that name (its self-checks): the module itself,
+        if isinstance(v, Surface) and v.target == f"{module}.{k}":  # which importing it binds here anyway
+            bound[k] = v.target
 
     def __getattr__(name: str):
         if name not in bound:

@@ -1,8 +1,4 @@
-"""Lab 1: single-node logistic regression: the student API, what its notebook imports (a contract: docs/student-api.md).
-
-``from labkit.labs.lab1 import NAME`` gives each namespace below, holding only the names listed;
-the rest of the kit is not part of the contract and may move between releases.
-"""
+"""Lab 1: single-node logistic regression: the names its notebook imports (``surface.py`` says how; docs/student-api.md lists them)."""
 
 from labkit.labs.surface import Surface, exports
 

@@ -1,8 +1,4 @@
-"""Lab 2: synchronous and asynchronous SGD on a parameter server: the student API, what its notebook imports (a contract: docs/student-api.md).
-
-``from labkit.labs.lab2 import NAME`` gives each namespace below, holding only the names listed;
-the rest of the kit is not part of the contract and may move between releases.
-"""
+"""Lab 2: synchronous and asynchronous SGD on a parameter server: the names its notebook imports (``surface.py`` says how; docs/student-api.md lists them)."""
 
 from labkit.labs.surface import Surface, exports
 

@@ -510,18 +510,7 @@ class Scaling(experiments.Sweep):
         and B, e.g. an emulated link's micro-benchmark) and ``host`` (gamma per architecture,
         e.g. :meth:`Calibration.host_cost` of loopback runs; None: the link alone), fitted to
         none of these runs: ``rel_error`` = predicted / measured step time - 1."""
-        cols = [
-            "model",
-            "arch",
-            "workers",
-            "n_ps",
-            "step_s",
-            "predicted_step_s",
-            "images_per_s",
-            "predicted_images_per_s",
-            "rel_error",
-        ]
-        return costmodel.predict_runs(self.cost_runs(), link, cores=self.cores, terms=terms, host=host)[cols]
+        return _predicted(self.cost_runs(), self.cores, link, host, terms)
 
     def calibrate(self, loopback: costmodel.Link | None = None, fit_workers=None, terms=None) -> "Calibration":
         """Fit alpha and B of each architecture to the measured step times (each has its own
@@ -570,6 +559,25 @@ class Scaling(experiments.Sweep):
                 f"of the cores, and a run of more processes got more of them; step times are noisy"
             )
         return Calibration(runs, links, shared, loopback, self.cores, notes, terms)
+
+
+_PREDICTED_COLUMNS = [
+    "model",
+    "arch",
+    "workers",
+    "n_ps",
+    "step_s",
+    "predicted_step_s",
+    "images_per_s",
+    "predicted_images_per_s",
+    "rel_error",
+]
+
+
+def _predicted(cost_runs, cores, link: costmodel.Link, host: costmodel.HostCost | None, terms):
+    """The cost model's step time and images/s beside the measured ones, one row a run: a live
+    sweep and a recorded one predict alike."""
+    return costmodel.predict_runs(cost_runs, link, cores=cores, terms=terms, host=host)[_PREDICTED_COLUMNS]
 
 
 @dataclass
@@ -1165,18 +1173,8 @@ class FrozenSweep:
         return runs
 
     def predict(self, link: costmodel.Link, host: costmodel.HostCost | None = None, terms=None):
-        cols = [
-            "model",
-            "arch",
-            "workers",
-            "n_ps",
-            "step_s",
-            "predicted_step_s",
-            "images_per_s",
-            "predicted_images_per_s",
-            "rel_error",
-        ]
-        return costmodel.predict_runs(self.cost_runs(), link, cores=self.cores, terms=terms, host=host)[cols]
+        """:meth:`Scaling.predict` of the recorded runs."""
+        return _predicted(self.cost_runs(), self.cores, link, host, terms)
 
 
 class RecordedEmulated(Emulated):

@@ -25,7 +25,7 @@ from labkit.wire import events
 from labkit.distributed.launch import Cluster, ClusterTimeout, TaskFailed
 from labkit.wire.protocol import task_file
 from labkit.wire.results import ClusterResult, TaskOutcome, configuration_file, configuration_part, read_json
-from labkit.tasks.files import write_json
+from labkit.tasks.files import IDENTITY_KEYS, write_json
 
 START_ALLOWANCE_S = 300  # the cluster's own deadline: its start-up, on top of every configuration's timeout
 
@@ -206,21 +206,7 @@ def _take(cluster_dir: Path, folder: Path, name: str, task: TaskOutcome) -> dict
 def _derived(result: dict, start: float, end: float, described: dict) -> dict:
     """A configuration's result for a task that kept none: its process's identity and args, and
     its samples over the chief's window of the configuration."""
-    keep = (
-        "format",
-        "program",
-        "task",
-        "type",
-        "index",
-        "address",
-        "host",
-        "pid",
-        "versions",
-        "args",
-        "threads",
-        "started_epoch",
-    )
-    out = {k: result[k] for k in keep if k in result}
+    out = {k: result[k] for k in (*IDENTITY_KEYS, "args") if k in result}
     out.update(
         configuration=described,
         status="ok",

@@ -97,22 +97,18 @@ def _instructor_only(exc: ModuleNotFoundError):
 # The grading commands import labkit.grading where they run (the student kit has none of it), each
 # by its own import statement, so that the import checks see what every command depends on. What
 # they print is inert (``labkit.core.inert``): it shows students' names, reasons and file names.
-def _grade(args) -> int:
-    try:
-        from labkit.grading import grade
-    except ModuleNotFoundError as e:
-        _instructor_only(e)
-    with inert.console():
-        return grade.main(args)
+def _grade(entry: str):
+    """``grade`` and ``grade-import``: the function ``entry`` of labkit.grading.grade."""
 
+    def run(args) -> int:
+        try:
+            from labkit.grading import grade
+        except ModuleNotFoundError as e:
+            _instructor_only(e)
+        with inert.console():
+            return getattr(grade, entry)(args)
 
-def _grade_import(args) -> int:
-    try:
-        from labkit.grading import grade
-    except ModuleNotFoundError as e:
-        _instructor_only(e)
-    with inert.console():
-        return grade.main_import(args)
+    return run
 
 
 def _publish(action: str):
@@ -258,7 +254,7 @@ def _add_grade(sub) -> None:
         "fingerprints (default 0.5); it never changes points",
     )
     _lock_arguments(p)
-    p.set_defaults(func=_grade)
+    p.set_defaults(func=_grade("main"))
 
     p = sub.add_parser(
         "grade-answers",
@@ -297,7 +293,7 @@ def _add_grade(sub) -> None:
     p.add_argument("--roster", help="Canvas's gradebook export: names each student as the gradebook does")
     p.add_argument("--due", help="the due date (ISO 8601): a Gradescope submission created after it is late")
     p.add_argument("--groups", help="Canvas's group set CSV: each group's file is laid out for every member")
-    p.set_defaults(func=_grade_import)
+    p.set_defaults(func=_grade("main_import"))
 
     p = sub.add_parser(
         "grade-deliver",

@@ -4,7 +4,8 @@ A declaration (``Check``) names the student functions a hidden check calls, its 
 (deterministic inputs from the rubric's ``args``: a seed, sizes), its probe (runs the student's
 functions on the cases, in the grader's sandbox, and returns arrays) and its judge (the property,
 its tolerance and a hint that shows no expected value, in the grader's judge process). A check
-whose answer is one number per case declares ``Numbers`` in place of a probe and a judge.
+whose answer is one number (or one row) per case declares ``Numbers`` in place of a probe and a
+judge; ``numbers`` declares one against the same-named function of the lab's solution.
 
 The engines (``labkit.grading.judge.probe`` and ``.hidden``) run declarations and name no lab:
 ``discover`` fills ``CHECKS`` from every lab folder that has a ``checks`` module. This module and
@@ -50,17 +51,23 @@ class Unverifiable(Exception):
 class Numbers:
     """A check whose answer is one number per case: the student's function is called with each
     case's values in ``order`` (None: the case itself, one argument), and each answer must be
-    within ``atol`` + ``rtol`` x |want| of ``reference(case)`` (an infinite want only by itself).
-    ``hint(case, mine)`` names the case, never the grader's value; ``output`` is the probe's array."""
+    within ``atol`` + ``rtol`` x |want| of ``reference(case)`` (an infinite want only by itself);
+    with ``width``, one row of that many numbers per case (the probe is the check's own).
+    ``hint`` names the case, never the grader's value; ``output`` is the probe's array."""
 
     output: str
     reference: Callable  # (case) -> the grader's number; built by ``solution`` to import lazily
     atol: float
     rtol: float
-    hint: Callable  # (case, mine) -> the failure's reason
+    hint: Callable | str  # (case, mine) -> the failure's reason, or a str.format template of case's keys and mine
     order: tuple[str, ...] | None = None
     what: str = "a number"  # what the function returns, for the error when it returns something else
     noun: str = "cases"  # what the cases are, in "gave 3 answers for 12 <noun>"
+    width: int | None = None  # numbers per case, where a case's answer is a row
+
+    def reason(self, case, mine) -> str:
+        """Why ``mine`` fails ``case``: the hint, called or (a template) filled in with the case's values."""
+        return self.hint.format(**case, mine=mine) if isinstance(self.hint, str) else self.hint(case, mine)
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class Check:
     def __post_init__(self):
         if (self.probe is None or self.judge is None) and self.numbers is None:
             raise ValueError(f"hidden check {self.name!r} declares neither a probe and a judge nor Numbers")
+        if self.probe is None and self.numbers.width is not None:
+            raise ValueError(f"hidden check {self.name!r} answers a row per case: it needs a probe of its own")
 
     def args(self, rubric_args: dict) -> dict:
         return {**self.defaults, **rubric_args}
@@ -98,6 +107,25 @@ def declare(name: str, functions, cases: Callable, **how) -> Check:
             f"hidden check {name!r} is declared twice: in {CHECKS[name].cases.__module__} and {cases.__module__}"
         )
     return CHECKS.add(name, Check(name, tuple(functions), cases, **how))
+
+
+def numbers(function: str, cases: Callable, output: str, atol: float, rtol: float, hint, **how) -> Check:
+    """Declare ``<lab>_<function>``, a ``Numbers`` check of the student's ``function`` against the
+    function of that name in the lab's solution (``how``: Numbers' ``order``, ``what``, ``noun``);
+    the lab is the one whose ``checks`` module defines ``cases``."""
+    package, _, lab = cases.__module__.removesuffix(".checks").rpartition(".")
+    if package != __name__.rpartition(".")[0] or not cases.__module__.endswith(".checks"):
+        raise ValueError(
+            f"{cases.__module__} is no lab's checks module: declare the check of {function!r} with declare()"
+        )
+    reference = solution(f"labkit.labs.{lab}.solution:{function}")
+    return declare(f"{lab}_{function}", [function], cases, numbers=Numbers(output, reference, atol, rtol, hint, **how))
+
+
+def shuffled(rng: np.random.Generator, cases: list) -> list:
+    """``cases`` in an order drawn from ``rng``: the cases a builder puts first (one worker, one
+    step) stand anywhere among the drawn ones."""
+    return [cases[i] for i in rng.permutation(len(cases))]
 
 
 def discover(kind: str = "checks") -> Registry:

@@ -52,18 +52,21 @@ def decide(name: str, args: dict, arrays: dict, folder: Path) -> Verdict:
 
 
 def each_number(check: Check, args: dict, arrays: dict) -> Verdict:
-    """The verdict on a ``Numbers`` check's one number per case: each within ``atol`` + ``rtol`` x
-    |want| of the reference (an infinite want only by itself); the first that is not says the
-    declaration's hint, which names the case, never the grader's value."""
+    """The verdict on a ``Numbers`` check's one number (or row of ``width``) per case: each within
+    ``atol`` + ``rtol`` x |want| of the reference (an infinite want only by itself); the first that
+    is not says the declaration's hint, which names the case, never the grader's value."""
     n, fn = check.numbers, check.functions[0]
     cases, got = check.cases(**args), arrays[n.output]
-    if got.shape != (len(cases),):
+    if n.width is not None:
+        if got.shape != (len(cases), n.width):
+            return Verdict(False, f"{fn} gave {got.shape[0]} answers for {len(cases)} {n.noun}")
+    elif got.shape != (len(cases),):
         return Verdict(False, f"{fn} gave {got.size} answers for {len(cases)} {n.noun}")
     for case, mine in zip(cases, got):
-        want = n.reference(case)
-        off = mine != want if math.isinf(want) else close(np.asarray(mine), np.asarray(want), n.atol, n.rtol) > 1
+        want = np.asarray(n.reference(case))
+        off = mine != want if want.ndim == 0 and math.isinf(want) else close(mine, want, n.atol, n.rtol) > 1
         if off:
-            return Verdict(False, n.hint(case, mine))
+            return Verdict(False, n.reason(case, mine))
     return Verdict(True)
 
 

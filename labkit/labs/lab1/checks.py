@@ -213,24 +213,15 @@ def initial_loss(fns: dict, args: dict, out: Path) -> dict:
     return {"losses": np.asarray([float(fn(k)) for k in inputs_initial_loss(**args)], np.float64)}
 
 
-def _best_reading_hint(case: dict, mine: float) -> str:
-    return (
-        f"chance_best_reading(q={case['q']}, n={case['n']}, batch_size="
-        f"{case['batch_size']}, level={case['level']}) is {mine:.6g}, not the chance "
-        f"that the best of n binomial batch readings reaches the level: check how many "
-        f"images 'at least level' needs, one reading's chance, and the best of n"
-    )
-
-
-declare(
-    "lab1_best_reading",
-    ["chance_best_reading"],
-    inputs_best_reading,
-    probe=best_reading,
-    numbers=Numbers(
-        "chances", solution("labkit.labs.lab1.solution:chance_best_reading"), 1e-9, 1e-6, _best_reading_hint
-    ),
+BEST_READING_HINT = (
+    "chance_best_reading(q={q}, n={n}, batch_size={batch_size}, level={level}) is {mine:.6g}, not the chance that "
+    "the best of n binomial batch readings reaches the level: check how many images 'at least level' needs, one "
+    "reading's chance, and the best of n"
 )
+BEST_READING = Numbers(
+    "chances", solution("labkit.labs.lab1.solution:chance_best_reading"), 1e-9, 1e-6, BEST_READING_HINT
+)
+declare("lab1_best_reading", ["chance_best_reading"], inputs_best_reading, probe=best_reading, numbers=BEST_READING)
 
 
 def _initial_loss_hint(k: int, mine: float) -> str:

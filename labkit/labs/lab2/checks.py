@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.labs.declare import Numbers, Unverifiable, Verdict, close, declare, solution
+from labkit.labs.declare import Unverifiable, Verdict, close, declare, numbers, shuffled
 
 # ---------------------------------------------------------------------------------------------
 # The synchronous round, in a short real cluster, judged from the files its tasks wrote
@@ -172,28 +172,21 @@ def inputs_worker0_share(seed: int = 0, cases: int = 24) -> list[dict]:
     return out
 
 
-def _worker0_share_hint(case: dict, share: float) -> str:
-    return (
-        f"worker0_share(step_bytes={case['step_bytes']:,.0f}, rate_bits={case['rate_bits']:,.0f}, "
-        f"step_s={case['step_s']:.4g}, workers={case['workers']}, beside_ps={case['beside_ps']}) is "
-        f"{share:.6g}, not the grader's value for this case: check the link's seconds per step (bits, not bytes), "
-        f"which workers cross it, and that the share is of every worker's steps per second"
-    )
-
-
-declare(
-    "lab2_worker0_share",
-    ["worker0_share"],
+WORKER0_SHARE_HINT = (
+    "worker0_share(step_bytes={step_bytes:,.0f}, rate_bits={rate_bits:,.0f}, step_s={step_s:.4g}, workers={workers}, "
+    "beside_ps={beside_ps}) is {mine:.6g}, not the grader's value for this case: check the link's seconds per step "
+    "(bits, not bytes), which workers cross it, and that the share is of every worker's steps per second"
+)
+WORKER0_SHARE_ORDER = ("step_bytes", "rate_bits", "step_s", "workers", "beside_ps")
+numbers(
+    "worker0_share",
     inputs_worker0_share,
-    numbers=Numbers(
-        "shares",
-        solution("labkit.labs.lab2.solution:worker0_share"),
-        1e-9,
-        1e-6,
-        _worker0_share_hint,
-        order=("step_bytes", "rate_bits", "step_s", "workers", "beside_ps"),
-        what="worker 0's share",
-    ),
+    "shares",
+    1e-9,
+    1e-6,
+    WORKER0_SHARE_HINT,
+    order=WORKER0_SHARE_ORDER,
+    what="worker 0's share",
 )
 
 
@@ -213,28 +206,21 @@ def inputs_global_step(seed: int = 0, cases: int = 24) -> list[dict]:
         workers, steps = int(rng.integers(2, 65)), int(rng.integers(2, 10_001))
         if (workers, steps) != (3, 100):
             out.append({"mode": modes[len(out) % 2], "workers": workers, "local_steps": steps})
-    return [out[i] for i in rng.permutation(len(out))]
+    return shuffled(rng, out)
 
 
-def _global_step_hint(case: dict, mine: float) -> str:
-    return (
-        f"global_step({case['mode']!r}, workers={case['workers']}, local_steps={case['local_steps']}) is "
-        f"{mine:.10g}, not the grader's value for this case: check how many updates the ps applies in a "
-        f"{case['mode']} run for each step a worker makes"
-    )
-
-
-declare(
-    "lab2_global_step",
-    ["global_step"],
+GLOBAL_STEP_HINT = (
+    "global_step({mode!r}, workers={workers}, local_steps={local_steps}) is {mine:.10g}, not the grader's value "
+    "for this case: check how many updates the ps applies in a {mode} run for each step a worker makes"
+)
+GLOBAL_STEP_ORDER = ("mode", "workers", "local_steps")
+numbers(
+    "global_step",
     inputs_global_step,
-    numbers=Numbers(
-        "steps",
-        solution("labkit.labs.lab2.solution:global_step"),
-        1e-6,
-        0.0,
-        _global_step_hint,
-        order=("mode", "workers", "local_steps"),
-        what="the ps's global step",
-    ),
+    "steps",
+    1e-6,
+    0.0,
+    GLOBAL_STEP_HINT,
+    order=GLOBAL_STEP_ORDER,
+    what="the ps's global step",
 )

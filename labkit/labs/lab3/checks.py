@@ -22,6 +22,7 @@ from labkit.labs.declare import (
     close,
     declare,
     small_json,
+    solution,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -685,29 +686,15 @@ def ps_link_shares(fns: dict, args: dict, out: Path) -> dict:
     return {"shares": np.asarray(rows, np.float64).reshape(-1, 2)}
 
 
-def judge_ps_link_shares(args: dict, arrays: dict, folder: Path) -> Verdict:
-    """Both directions' shares, to 1e-6, on every case of ``inputs_ps_link_shares``: feature
-    counts, steps per worker, windows, link rates and placements the notebook never had."""
-    from labkit.labs.lab3.solution import reference_ps_link_shares
-
-    cases = inputs_ps_link_shares(**args)
-    got = arrays["shares"]
-    if got.shape != (len(cases), 2):
-        return Verdict(False, f"ps_link_shares gave {got.shape[0]} answers for {len(cases)} cases")
-    for case, row in zip(cases, got):
-        want = np.asarray(reference_ps_link_shares(**case))
-        if close(row, want, 1e-12, 1e-6) > 1:
-            return Verdict(
-                False,
-                f"ps_link_shares(num_features={case['num_features']:,}, local_steps={case['local_steps']}, "
-                f"window_s={case['window_s']:.4g}, rate_bits={case['rate_bits']:,.0f}, "
-                f"beside_ps={case['beside_ps']}) is ({row[0]:.6g}, {row[1]:.6g}) as (in, out), not the grader's "
-                f"values for this case: check each direction's bytes per step, "
-                f"whose steps cross the ps's link, and the rate in bits",
-            )
-    return Verdict(True)
-
-
-declare(
-    "lab3_ps_link_shares", ["ps_link_shares"], inputs_ps_link_shares, probe=ps_link_shares, judge=judge_ps_link_shares
+PS_LINK_SHARES_HINT = (
+    "ps_link_shares(num_features={num_features:,}, local_steps={local_steps}, window_s={window_s:.4g}, "
+    "rate_bits={rate_bits:,.0f}, beside_ps={beside_ps}) is ({mine[0]:.6g}, {mine[1]:.6g}) as (in, out), not the "
+    "grader's values for this case: check each direction's bytes per step, whose steps cross the ps's link, and the "
+    "rate in bits"
 )
+# Both directions' shares, to 1e-6, on every case: feature counts, steps per worker, windows, link rates and
+# placements the notebook never had
+PS_LINK_SHARES = Numbers(
+    "shares", solution("labkit.labs.lab3.solution:reference_ps_link_shares"), 1e-12, 1e-6, PS_LINK_SHARES_HINT, width=2
+)
+declare("lab3_ps_link_shares", ["ps_link_shares"], inputs_ps_link_shares, probe=ps_link_shares, numbers=PS_LINK_SHARES)

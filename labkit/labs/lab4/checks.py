@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.labs.declare import Numbers, Unverifiable, Verdict, close, declare, solution
+from labkit.labs.declare import Unverifiable, Verdict, close, declare, numbers, shuffled
 
 # ---------------------------------------------------------------------------------------------
 # The ring all-reduce, against the plain sum and the ring's schedule of chunks
@@ -112,30 +112,22 @@ def inputs_identical_pairs(seed: int = 0, cases: int = 16) -> list[dict]:
         grid = {"workers": workers, "batch_sizes": [base * int(m) for m in multiples]}
         if all((sorted(grid["workers"]), sorted(grid["batch_sizes"])) != g for g in NOTEBOOK_GRIDS):
             out.append(grid)
-    return [out[i] for i in rng.permutation(len(out))]
+    return shuffled(rng, out)
 
 
-def _identical_pairs_hint(case: dict, mine: float) -> str:
-    return (
-        f"identical_pairs(workers={case['workers']}, batch_sizes={case['batch_sizes']}) is {mine:.10g}, not "
-        f"the grader's count for this grid: check what makes two configurations the same SGD, and that "
-        f"you count each pair of configurations once"
-    )
-
-
-declare(
-    "lab4_identical_pairs",
-    ["identical_pairs"],
+IDENTICAL_PAIRS_HINT = (
+    "identical_pairs(workers={workers}, batch_sizes={batch_sizes}) is {mine:.10g}, not the grader's count for this "
+    "grid: check what makes two configurations the same SGD, and that you count each pair of configurations once"
+)
+numbers(
+    "identical_pairs",
     inputs_identical_pairs,
-    numbers=Numbers(
-        "pairs",
-        solution("labkit.labs.lab4.solution:identical_pairs"),
-        1e-6,
-        0.0,
-        _identical_pairs_hint,
-        order=("workers", "batch_sizes"),
-        what="a count of pairs",
-    ),
+    "pairs",
+    1e-6,
+    0.0,
+    IDENTICAL_PAIRS_HINT,
+    order=("workers", "batch_sizes"),
+    what="a count of pairs",
 )
 
 

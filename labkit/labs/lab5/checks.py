@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.labs.declare import Numbers, Verdict, close, declare, solution
+from labkit.labs.declare import Verdict, close, declare, numbers, shuffled
 
 # ---------------------------------------------------------------------------------------------
 # The cost model's communication terms, against the reference on inputs the run never had
@@ -193,31 +193,24 @@ def inputs_link_ceiling(seed: int = 0, cases: int = 24) -> list[dict]:
                 "rate_bits": float(round(10 ** rng.uniform(6, 11))),
             }
         )
-    return [out[i] for i in rng.permutation(len(out))]
+    return shuffled(rng, out)
 
 
-def _link_ceiling_hint(case: dict, mine: float) -> str:
-    return (
-        f"link_ceiling({case['arch']!r}, batch={case['batch']}, model_bytes={case['model_bytes']:,.0f}, "
-        f"workers={case['workers']}, rate_bits={case['rate_bits']:,.0f}) is {mine:.6g} images/s, not the "
-        f"grader's value for this case: check the images a step trains, the bytes on its critical path "
-        f"and the rate in bits"
-    )
-
-
-declare(
-    "lab5_link_ceiling",
-    ["link_ceiling"],
+LINK_CEILING_HINT = (
+    "link_ceiling({arch!r}, batch={batch}, model_bytes={model_bytes:,.0f}, workers={workers}, "
+    "rate_bits={rate_bits:,.0f}) is {mine:.6g} images/s, not the grader's value for this case: check the images a "
+    "step trains, the bytes on its critical path and the rate in bits"
+)
+LINK_CEILING_ORDER = ("arch", "batch", "model_bytes", "workers", "rate_bits")
+numbers(
+    "link_ceiling",
     inputs_link_ceiling,
-    numbers=Numbers(
-        "ceilings",
-        solution("labkit.labs.lab5.solution:link_ceiling"),
-        1e-9,
-        1e-6,
-        _link_ceiling_hint,
-        order=("arch", "batch", "model_bytes", "workers", "rate_bits"),
-        what="images/s",
-    ),
+    "ceilings",
+    1e-9,
+    1e-6,
+    LINK_CEILING_HINT,
+    order=LINK_CEILING_ORDER,
+    what="images/s",
 )
 
 
@@ -242,7 +235,7 @@ def inputs_model_workers(seed: int = 0, cases: int = 24) -> list[dict]:
         workers = int(rng.choice([4, 6, 7, *range(9, 65)]))
         if model_bytes not in NOTEBOOK_MODELS:
             out.append({"model_bytes": model_bytes, "workers": workers})
-    return [out[i] for i in rng.permutation(len(out))]
+    return shuffled(rng, out)
 
 
 NOTEBOOK_UNITS = ([784, 2048, 2048, 10],)  # the MLP's layers
@@ -257,75 +250,41 @@ def inputs_dense_models(seed: int = 0, cases: int = 24) -> list[dict]:
         units = [int(u) for u in rng.integers(1, 4097, size=int(rng.integers(2, 8)))]
         if units not in NOTEBOOK_UNITS:
             out.append({"units": units})
-    return [out[i] for i in rng.permutation(len(out))]
+    return shuffled(rng, out)
 
 
-def _ps_bytes_hint(case: dict, mine: float) -> str:
-    return (
-        f"ps_bytes_per_step(model_bytes={case['model_bytes']:,.0f}, workers={case['workers']}) is {mine:,.10g}, "
-        f"not the grader's value for this case: check what each worker reads from the ps and adds into it in "
-        f"a step, and that the ps's sent and received bytes are both counted"
-    )
-
-
-declare(
-    "lab5_ps_bytes_per_step",
-    ["ps_bytes_per_step"],
-    inputs_model_workers,
-    numbers=Numbers(
-        "bytes",
-        solution("labkit.labs.lab5.solution:ps_bytes_per_step"),
-        1e-6,
-        1e-9,
-        _ps_bytes_hint,
-        order=("model_bytes", "workers"),
-        what="the ps's bytes per step",
-    ),
+DENSE_MODEL_HINT = (
+    "dense_model_bytes(units={units}) is {mine:,.10g}, not the grader's value for this MLP: check that each pair of "
+    "consecutive widths is one dense layer, with a weight matrix and a bias, at 4 bytes a value"
 )
-
-
-def _dense_model_hint(case: dict, mine: float) -> str:
-    return (
-        f"dense_model_bytes(units={case['units']}) is {mine:,.10g}, not the grader's value for this MLP: check "
-        f"that each pair of consecutive widths is one dense layer, with a weight matrix and a bias, at 4 bytes a value"
-    )
-
-
-declare(
-    "lab5_dense_model_bytes",
-    ["dense_model_bytes"],
+numbers(
+    "dense_model_bytes",
     inputs_dense_models,
-    numbers=Numbers(
-        "bytes",
-        solution("labkit.labs.lab5.solution:dense_model_bytes"),
-        0.5,
-        0.0,
-        _dense_model_hint,
-        order=("units",),
-        what="the model's bytes",
-    ),
+    "bytes",
+    0.5,
+    0.0,
+    DENSE_MODEL_HINT,
+    order=("units",),
+    what="the model's bytes",
 )
 
-
-def _ring_bytes_hint(case: dict, mine: float) -> str:
-    return (
-        f"ring_bytes_per_worker(model_bytes={case['model_bytes']:,.0f}, workers={case['workers']}) is "
-        f"{mine:,.10g}, not the grader's value for this case: check how many rounds the ring runs, what one "
-        f"worker sends in each, and the ring of one worker"
+# The ps's bytes and a ring worker's, on the same cases
+for function, what, advice in (
+    (
+        "ps_bytes_per_step",
+        "the ps's bytes per step",
+        "what each worker reads from the ps and adds into it in a step, and that the ps's sent and received bytes "
+        "are both counted",
+    ),
+    (
+        "ring_bytes_per_worker",
+        "a ring worker's bytes sent per step",
+        "how many rounds the ring runs, what one worker sends in each, and the ring of one worker",
+    ),
+):
+    hint = (
+        function
+        + "(model_bytes={model_bytes:,.0f}, workers={workers}) is {mine:,.10g}, not the grader's value for this case: check "
+        + advice
     )
-
-
-declare(
-    "lab5_ring_bytes_per_worker",
-    ["ring_bytes_per_worker"],
-    inputs_model_workers,
-    numbers=Numbers(
-        "bytes",
-        solution("labkit.labs.lab5.solution:ring_bytes_per_worker"),
-        1e-6,
-        1e-9,
-        _ring_bytes_hint,
-        order=("model_bytes", "workers"),
-        what="a ring worker's bytes sent per step",
-    ),
-)
+    numbers(function, inputs_model_workers, "bytes", 1e-6, 1e-9, hint, order=("model_bytes", "workers"), what=what)

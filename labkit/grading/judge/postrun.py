@@ -93,6 +93,21 @@ class Checking:
         v.overlays = [*v.overlays, *overlays]
         return v
 
+    def _start(self, stage: str, argv: list[str], view) -> None:
+        """Run ``argv`` as the check process of ``stage``: the probe and the judge run under the same
+        limits (the lab's check memory, processes and time), log and disk prefix."""
+        self.stage = stage
+        self.proc = _Process(
+            argv,
+            view,
+            self.setup,
+            self.lab.check_memory_mb,
+            self.lab.max_processes,
+            self.lab.check_timeout,
+            self.log,
+            self.disk.prefix,
+        )
+
     def _start_probe(self):
         out = self.disk.probe
         spec = {
@@ -118,17 +133,7 @@ class Checking:
             student=True,
             overlays=[(PROBE, PROBE_INSIDE)] if confined else [],
         )
-        self.stage = "probe"
-        self.proc = _Process(
-            [sys.executable, str(script), str(self.dir / "probe.json")],
-            view,
-            self.setup,
-            self.lab.check_memory_mb,
-            self.lab.max_processes,
-            self.lab.check_timeout,
-            self.log,
-            self.disk.prefix,
-        )
+        self._start("probe", [sys.executable, str(script), str(self.dir / "probe.json")], view)
 
     def _start_judge(self):
         out = self.disk.judge
@@ -148,23 +153,14 @@ class Checking:
         view = self._view(
             out, [out], [self.job.workdir.resolve(), self.disk.probe, self.dir / "judge.json"], student=False
         )
-        self.stage = "judge"
-        self.proc = _Process(
-            [
-                sys.executable,
-                "-m",
-                "labkit.grading.judge.postrun",
-                str(self.dir / "judge.json"),
-                str(out / "result.json"),
-            ],
-            view,
-            self.setup,
-            self.lab.check_memory_mb,
-            self.lab.max_processes,
-            self.lab.check_timeout,
-            self.log,
-            self.disk.prefix,
-        )
+        argv = [
+            sys.executable,
+            "-m",
+            "labkit.grading.judge.postrun",
+            str(self.dir / "judge.json"),
+            str(out / "result.json"),
+        ]
+        self._start("judge", argv, view)
 
     def poll(self) -> dict | None:
         if self.scores is not None:

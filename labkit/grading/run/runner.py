@@ -438,58 +438,19 @@ class _Running:
         if self.proc.poll() is not None:
             return self._finish(self._read_result())
         if elapsed > self.lab.notebook_timeout:
-            self.stop()
-            cell = self._running_cell()
-            return self._finish(
-                RunResult(
-                    "timeout",
-                    f"the notebook ran past its {self.lab.notebook_timeout:g} s limit {_where(cell)}; "
-                    f"its processes were killed",
-                    cell,
-                )
-            )
+            return self._killed("timeout", f"the notebook ran past its {self.lab.notebook_timeout:g} s limit")
         if self.job.disk.polled and time.monotonic() - self.measured > DISK_POLL_S:
             self.measured = time.monotonic()
             if self.job.disk.over():
-                self.stop()
-                cell = self._running_cell()
-                return self._finish(
-                    RunResult(
-                        "disk",
-                        f"the notebook wrote more than its {self.lab.disk_mb:g} MB of disk {_where(cell)}; its "
-                        f"processes were killed",
-                        cell,
-                    )
-                )
+                return self._killed("disk", f"the notebook wrote more than its {self.lab.disk_mb:g} MB of disk")
+        over_memory = f"the notebook's processes used more than {self.lab.memory_mb:g} MB"
         if self.group.oom_kills():  # the kernel killed a process at the group's memory limit: the run is over
-            self.stop()
-            cell = self._running_cell()
-            return self._finish(
-                RunResult(
-                    "memory",
-                    f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
-                    f"they were killed",
-                    cell,
-                )
-            )
+            return self._killed("memory", over_memory, "they were killed")
         if self.group.backend == "rlimit":  # no cgroup: cap the tree's RSS and memfds by polling
             held = tree_memory(self.proc.pid)
             if held > self.lab.memory_mb * 2**20:
-                self.stop()
-                cell = self._running_cell()
-                with open(self.job.log, "a") as f:
-                    f.write(
-                        f"\n[grader] process tree RSS and memfds {held / 2**20:.0f} MB > limit "
-                        f"{self.lab.memory_mb:g} MB: killed\n"
-                    )
-                return self._finish(
-                    RunResult(
-                        "memory",
-                        f"the notebook's processes used more than {self.lab.memory_mb:g} MB {_where(cell)}; "
-                        f"they were killed",
-                        cell,
-                    )
-                )
+                note = f"process tree RSS and memfds {held / 2**20:.0f} MB > limit {self.lab.memory_mb:g} MB: killed"
+                return self._killed("memory", over_memory, "they were killed", log_note=note)
         return None
 
     def _read_result(self) -> RunResult:
@@ -524,6 +485,18 @@ class _Running:
                 f"wrote is removed after the grader's checks)"
             )
         return result
+
+    def _killed(
+        self, status: str, what: str, killed: str = "its processes were killed", log_note: str = ""
+    ) -> RunResult:
+        """Stop the run past a limit and end it with ``status``: the reason says ``what`` the notebook
+        did, at the cell it was running, and that it was ``killed``; ``log_note`` goes to the job's log."""
+        self.stop()
+        cell = self._running_cell()
+        if log_note:
+            with open(self.job.log, "a") as f:
+                f.write(f"\n[grader] {log_note}\n")
+        return self._finish(RunResult(status, f"{what} {_where(cell)}; {killed}", cell))
 
     def _running_cell(self) -> int | None:
         return Progress(self.job.private / PROGRESS).cell()

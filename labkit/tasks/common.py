@@ -28,7 +28,7 @@ from labkit.wire.protocol import (
     task_file,
     versions,
 )
-from labkit.tasks.configs import Configuration, add_configs_option, configurations, mnist_for
+from labkit.tasks.configs import Configuration, add_configs_option, configurations, mnist_for, parse_with_configs
 from labkit.tasks.files import write_json
 from labkit.tasks.ps_shutdown import TRAINER_JOBS, DoneSignal, shared_queue
 from labkit.tasks.runtime import TaskRuntime
@@ -51,6 +51,7 @@ __all__ = [
     "add_configs_option",
     "configurations",
     "mnist_for",
+    "parse_with_configs",
     "write_json",
     "TRAINER_JOBS",
     "DoneSignal",

@@ -90,6 +90,16 @@ def configurations(
     return out
 
 
+def parse_with_configs(parser: argparse.ArgumentParser, argv, varying: tuple[str, ...], check) -> argparse.Namespace:
+    """A task program's arguments: ``parser`` with ``--configs`` added, the command line checked
+    with ``check(parser, args)``, and the configurations to run in ``args.plan``."""
+    add_configs_option(parser, varying)
+    args = parser.parse_args(argv)
+    check(parser, args)
+    args.plan = configurations(parser, args, varying, check)
+    return args
+
+
 def mnist_for(args, cache: dict):
     """The MNIST split ``args`` names (``train_limit``, ``test_limit``, ``seed``), loaded once per
     split into ``cache``: a process's configurations that train on the same split share its arrays."""

@@ -29,10 +29,9 @@ from labkit.wire import events
 from labkit.tasks.common import (
     DoneSignal,
     TaskRuntime,
-    add_configs_option,
-    configurations,
     define_function,
     mnist_for,
+    parse_with_configs,
     run_graph_task,
     shared_queue,
 )
@@ -154,11 +153,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-interval", type=float, default=0.5, help="seconds between resource samples")
-    add_configs_option(p, VARYING)
-    args = p.parse_args(argv)
-    check_args(p, args)
-    args.plan = configurations(p, args, VARYING, check_args)
-    return args
+    return parse_with_configs(p, argv, VARYING, check_args)
 
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -22,7 +22,7 @@ import gc
 import time
 
 from labkit.wire import events
-from labkit.tasks.common import TaskRuntime, add_configs_option, configurations, mnist_for
+from labkit.tasks.common import TaskRuntime, mnist_for, parse_with_configs
 
 STRATEGIES = ("mwms", "ps", "default")
 # What a configuration may set; the strategy, the NIC and the byte counters are the cluster's.
@@ -94,11 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "worker that ran each slice, and one per error "
         "TensorFlow logs (a fault demo follows them)",
     )
-    add_configs_option(p, VARYING)
-    args = p.parse_args(argv)
-    check_args(p, args)
-    args.plan = configurations(p, args, VARYING, check_args)
-    return args
+    return parse_with_configs(p, argv, VARYING, check_args)
 
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

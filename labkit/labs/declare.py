@@ -118,7 +118,7 @@ def numbers(function: str, cases: Callable, output: str, atol: float, rtol: floa
         raise ValueError(
             f"{cases.__module__} is no lab's checks module: declare the check of {function!r} with declare()"
         )
-    reference = solution(f"labkit.labs.{lab}.solution:{function}")
+    reference = solution(f"{package}.{lab}.solution:{function}")  # the lab's own solution, by construction
     return declare(f"{lab}_{function}", [function], cases, numbers=Numbers(output, reference, atol, rtol, hint, **how))
 
 

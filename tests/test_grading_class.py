@@ -98,7 +98,7 @@ def small_rubric(root: Path) -> Path:
 
 
 def honest(i: int):
-    nb = nbformat.read(str(REPO / "notebooks" / NOTEBOOK), as_version=4)
+    nb = nbformat.read(str(REPO / "labkit" / "labs" / "lab1" / NOTEBOOK), as_version=4)
     for c in nb.cells:
         if c.get("id") in STYLES[0]:
             c.source = f"{STYLES[i % 3][c.id]} ({NAMES[i]}: checked against my own run.)"
@@ -128,7 +128,7 @@ def submissions() -> list[CanvasFile]:
         elif i in CRASHING:
             nb = crashing(i)
         elif i in UNFILLED:
-            nb = release_notebook(nbformat.read(str(REPO / "notebooks" / NOTEBOOK), as_version=4), NOTEBOOK)[0]
+            nb = release_notebook(nbformat.read(str(REPO / "labkit" / "labs" / "lab1" / NOTEBOOK), as_version=4), NOTEBOOK)[0]
         else:
             nb = nbformat.v4.new_notebook()
         if i == 4:  # uploaded a crashing version on time, then the real one late

@@ -238,9 +238,9 @@ import json, sys, time
 from labkit.wire.spec import ClusterSpec
 from labkit.distributed.launch import Cluster
 spec, ssh, remote_dir, mirror = json.loads(sys.argv[1])
-c = Cluster(ClusterSpec(spec), "ps_sgd", lab="sshd",
+c = Cluster(ClusterSpec(spec), "ps_sgd", {"steps": 10**7, "train_limit": 1000, "test_limit": 200}, lab="sshd",
             launcher_options={"ssh": ssh, "remote_dir": remote_dir, "remote_python": sys.executable},
-            env={"LABKIT_DATA_MIRROR": mirror}, steps=10**7, train_limit=1000, test_limit=200).start()
+            env={"LABKIT_DATA_MIRROR": mirror}).start()
 print(c.remote_run, flush=True)
 time.sleep(600)
 """

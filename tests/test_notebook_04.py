@@ -78,4 +78,5 @@ def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
     assert math.isfinite(ev["accuracy_difference_points"]) and abs(ev["accuracy_difference_points"]) < 0.5
 
     check_executed(nb, FIGURES)
-    assert len(list((tmp_path / "runs" / "lab4").iterdir())) == 2  # the sweep and the fault demo
+    kinds = sorted(p.name.split("-")[0] for p in (tmp_path / "runs" / "lab4").iterdir())
+    assert kinds == ["collective", "fault", "sweep"], kinds  # the collectives' logs, the sweep, the fault demo

@@ -128,7 +128,9 @@ def submissions() -> list[CanvasFile]:
         elif i in CRASHING:
             nb = crashing(i)
         elif i in UNFILLED:
-            nb = release_notebook(nbformat.read(str(REPO / "labkit" / "labs" / "lab1" / NOTEBOOK), as_version=4), NOTEBOOK)[0]
+            nb = release_notebook(
+                nbformat.read(str(REPO / "labkit" / "labs" / "lab1" / NOTEBOOK), as_version=4), NOTEBOOK
+            )[0]
         else:
             nb = nbformat.v4.new_notebook()
         if i == 4:  # uploaded a crashing version on time, then the real one late

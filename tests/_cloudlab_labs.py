@@ -1,4 +1,4 @@
-"""Run on node0 of the emulated CloudLab nodes by tests/test_cloudlab_path.py, as the TA's
+"""Run on node0 of the emulated CloudLab nodes by tests/infra/test_cloudlab_path.py, as the TA's
 notebook would: Labs 2, 3 and 5's experiment functions with ``hosts`` = the hosts file, at
 small sizes; prints one JSON line with each lab's headline comparison and run folders."""
 

@@ -6,7 +6,7 @@ imports one, or raises an error that says what the student passes instead: their
 function from the notebook.
 
 ``SOLUTIONS`` names every reference the kit uses, so the dependency is written down (and
-tests/test_dependencies.py sees it). It points up: a reference stands in for the student's
+tests/kit/test_dependencies.py sees it). It points up: a reference stands in for the student's
 function, which the notebook, above the whole kit, passes in. The solutions build only on modules
 that name no reference (``learning.ops``, ``learning.costargs``), so the edge closes no cycle.
 Only this module, the grader and a lab's own checks may name them (that test checks both).

@@ -10,7 +10,7 @@ listing the names the notebook may reach through it::
 objects on first use (nothing is imported before), and whose other names raise an error that
 points at docs/student-api.md. The kit may move a module: only the ``Surface``'s target changes,
 and every notebook written against the lab keeps working. ``API_VERSION`` counts changes of the
-contract; tests/test_student_api.py holds it against the notebooks and docs/student-api.md.
+contract; tests/labs/test_student_api.py holds it against the notebooks and docs/student-api.md.
 """
 
 from __future__ import annotations

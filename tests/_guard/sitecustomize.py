@@ -4,7 +4,7 @@
 - **The fast lane's guard.** While a ``fast`` test runs (``$LABKIT_TEST_GUARD`` names its notes
   folder), a process that imports TensorFlow or starts a Jupyter kernel leaves a note there, and the
   test then fails, asking for the marker it lacks.
-- **Nothing but people read a task's log (issue 29).** With ``$LABKIT_TEST_REWORD`` set (the whole
+- **Nothing but people read a task's log.** With ``$LABKIT_TEST_REWORD`` set (the whole
   run), every task's ``TaskRuntime.log`` writes its words reversed, after a ``~``: a cluster test that
   passes shows that the kit and the labs read no task's log lines. ``labkit.tasks.runtime`` is patched
   when something imports it, so a process that never starts a task pays nothing.

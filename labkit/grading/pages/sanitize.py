@@ -10,7 +10,7 @@ the grade with a fake one.
 
 The head is the grader's alone: a charset, a Content-Security-Policy that forbids every script
 and request (``CSP``), the escaped title and a constant stylesheet. The policy and the
-allow-list each hold on their own (``tests/test_pages_hostile.py`` tries both).
+allow-list each hold on their own (``tests/grading/test_pages_hostile.py`` tries both).
 
 More in docs/internals.md, section labkit.grading (each rule of the allow-list, and why).
 """

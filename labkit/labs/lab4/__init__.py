@@ -15,6 +15,7 @@ API = {
     ),
     "idle_baseline": "labkit.measure.monitor:idle_baseline",
     "collectives": Surface("labkit.labs.lab4.collective", "self_check shard_gradients table per_worker plot"),
+    "selfcheck": Surface("labkit.labs.lab4.selfcheck", "identical_pairs ring_allreduce"),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

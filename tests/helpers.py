@@ -357,3 +357,28 @@ def as_nobody() -> list[str]:
     lines = [*expose_lines(paths, aside, covered_anyway=()), f"rmdir {shlex.quote(aside)}", 'exec "$@"']
     become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", "\n".join(lines), "sh", *become]
+
+
+# ------------------------------------------------------------------------------- built once a run
+
+
+def once_per_run(name: str, build) -> Path:
+    """The folder ``build(folder)`` filled, built once in this whole run whichever process asks
+    first (xdist's workers share the suite's /tmp, ``LABKIT_SUITE_TMP``, made by ``conftest.py``):
+    the others wait on its lock and get the same folder. A build that raised leaves no mark, so the
+    next asker builds again and sees the error itself."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    root = Path(os.environ.get("LABKIT_SUITE_TMP") or tempfile.gettempdir()) / "once"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder

@@ -177,39 +177,3 @@ def test_the_release_stamps_each_notebook(tmp_path):
     for path, _ in release(REPO / "notebooks", tmp_path / "kit", log=lambda m: None):
         nb = nbformat.read(str(path), as_version=4)
         assert nb.metadata["labkit"] == stamp.current(), path.name
-
-
-@pytest.mark.slow
-@pytest.mark.notebook
-def test_the_previous_releases_notebooks_earn_every_point_they_earned(tmp_path):
-    """The five reference notebooks of the release before the labs became folders, graded by this
-    kit as one student's: every automatic check of that release's rubric that this rubric still has
-    passes (timings aside: several notebooks share the cores here), and a notebook carrying that
-    release's stamp is told which kit it was written against (that release stamped none: Lab 1 is
-    given one here)."""
-    from helpers import read_csv, runs_at_once, small_rubric
-    from labkit.grading.grade import GradeOptions, grade
-    from labkit.grading.run.sandbox import SANDBOXES
-
-    if SANDBOXES["bwrap"].unavailable():
-        pytest.skip(SANDBOXES["bwrap"].unavailable())
-    earlier = json.loads((EARLIER / "checks.json").read_text())
-    student = tmp_path / "subs" / "earlier"
-    student.mkdir(parents=True)
-    for key, lab in earlier.items():
-        nb = nbformat.read(str(EARLIER / lab["notebook"]), as_version=4)
-        if key == "lab1":
-            nb.metadata["labkit"] = {"version": "0.1.0", "api": 0}
-        nbformat.write(nb, str(student / lab["notebook"]))
-    small_rubric(tmp_path)
-    grade(GradeOptions(tmp_path / "rubric.toml", tmp_path / "subs", tmp_path / "out", parallel=runs_at_once(2)))
-    rows = {(r["lab"], r["check"]): r for r in read_csv(tmp_path / "out" / "grades.csv")}
-    for key, lab in earlier.items():
-        assert rows[(key, "execution")]["status"] == "ok", rows[(key, "execution")]["reason"]
-        for check in lab["automatic"]:
-            if (key, check) in rows and not re.search(r"faster|speed|rate", check):
-                assert rows[(key, check)]["status"] == "pass", (key, check, rows[(key, check)]["reason"])
-    assert "written against labkit 0.1.0, graded by labkit" in rows[("lab1", "execution")]["reason"]
-    assert "written against" not in rows[("lab2", "execution")]["reason"]  # no stamp, no guess
-    executed = (tmp_path / "out" / "earlier" / earlier["lab2"]["notebook"]).read_text()
-    assert "KitDeprecationWarning" in executed  # its imports of moved modules, named

@@ -3,7 +3,7 @@ at tiny parameters, recording what the grader checks."""
 
 import pytest
 
-from helpers import LABS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean
 from labkit.learning import lr
 
 NOTEBOOK = LABS / "lab1" / "01_single_node_lr.ipynb"
@@ -30,8 +30,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 
 
 @pytest.mark.notebook
-def test_runs_under_papermill_and_records_its_metrics(tmp_path):
-    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=300)
+def test_runs_under_papermill_and_records_its_metrics(executed):
+    nb, rec, workdir = executed(NOTEBOOK, TINY, timeout=300)
     assert rec["epochs"] == 2 and rec["data"] == {"n_train": 2000, "n_test": 1000, "seed": 0}
     for version in ("core", "keras"):
         assert rec[f"{version}_test_accuracy"] > 0.6, rec  # 80 steps from random weights; chance is 0.1
@@ -54,9 +54,9 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert {r["version"] for r in rec["resources"]} == {"core", "keras"}
 
     # The grader's re-check: the saved weights give the recorded accuracy on the same test subset.
-    weights = tmp_path / rec["artifacts"]["core_weights"]
+    weights = workdir / rec["artifacts"]["core_weights"]
     settings = lr.evaluation_settings({**TINY, "seed": 0})
     assert lr.evaluate_weights(weights, **settings) == pytest.approx(rec["core_test_accuracy"], abs=1e-9)
 
-    assert len(list((tmp_path / "runs" / "lab1").iterdir())) == 2  # one TensorBoard run per version
+    assert len(list((workdir / "runs" / "lab1").iterdir())) == 2  # one TensorBoard run per version
     check_executed(nb, FIGURES, not_in_stderr=["cpu_feature_guard"])

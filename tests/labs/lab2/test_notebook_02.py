@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import _netem_labs as netem_labs
-from helpers import LABS, NOTEBOOKS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, NOTEBOOKS, check_executed, check_stored_clean
 from labkit.grading.judge import verify
 from labkit.grading.judge.rubric import load_rubric
 
@@ -57,8 +57,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_its_metrics(tmp_path):
-    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
+def test_runs_under_papermill_and_records_its_metrics(executed):
+    nb, rec, workdir = executed(NOTEBOOK, TINY, timeout=600)
     assert set(rec["accuracy"]) == {"sync", "async"}
     for mode in ("sync", "async"):
         assert rec["accuracy"][mode] > 0.8, rec["accuracy"]
@@ -94,7 +94,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
     assert rec["counted"]["global_step"] == {"sync": 30, "async": 30} == rec["predicted_global_step"]
     assert rec["counted"]["steps_per_worker"] == {m: {"worker:0": 30} for m in ("sync", "async")}
     assert rec["single_at_lab_rate"]["learning_rate"] == 0.5 and rec["single_at_lab_rate"]["reached"]
-    graphs = list((tmp_path / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
+    graphs = list((workdir / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
     assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
     late = next(c for c in nb.cells if c.id == "lab2-late")  # report 002's 30 s start: off by default
     assert "recovery_wait_secs is None: skipped" in "".join(o.get("text", "") for o in late.outputs)
@@ -120,7 +120,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         score = evaluate(check, nb, rec)
         assert score.status == "pass", (check.name, score)
         if check.verify:
-            ctx = verify.Context(workdir=tmp_path, records=rec, params=TINY, claimed=verify.lookup(rec, check.ref))
+            ctx = verify.Context(workdir=workdir, records=rec, params=TINY, claimed=verify.lookup(rec, check.ref))
             verdict = verify.run(check.verify, ctx)
             assert verdict.ok, (check.name, verdict)
     netem_labs.check_lab2(nb, rec)  # last: it skips where links cannot be emulated

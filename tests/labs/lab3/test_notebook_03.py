@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import _netem_labs as netem_labs
-from helpers import LABS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean
 
 NOTEBOOK = LABS / "lab3" / "03_sparse_lr.ipynb"
 TINY = {
@@ -45,10 +45,10 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_its_metrics(tmp_path):
+def test_runs_under_papermill_and_records_its_metrics(executed):
     from labkit.labs.lab3.experiment import evaluate_weights
 
-    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=400)
+    nb, rec, workdir = executed(NOTEBOOK, TINY, timeout=400)
     assert rec["data"]["num_features"] == 1_000_000 and rec["data"]["test_rows"] == 2000
     # op profile: every size and method; the sparse step wins at 2 x 10^6 features (1.1-1.3x at 10^5: noise)
     # (the per-example matrix is left out past 50 MB: 2 x 10^6 features x batch 10 x 4 B = 80 MB)
@@ -64,7 +64,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         assert rec[f"{mode}_s_per_1k"] > 0
         assert rec["majority_accuracy"] - 0.01 <= rec[f"{mode}_test_accuracy"] <= rec["optimum_accuracy"] + 0.01
         # the grader's re-check: the saved weights give the recorded accuracy
-        weights = tmp_path / rec["artifacts"][f"{mode}_weights"]
+        weights = workdir / rec["artifacts"][f"{mode}_weights"]
         assert evaluate_weights(weights)["accuracy"] == pytest.approx(rec[f"{mode}_test_accuracy"], abs=1e-3)
     assert rec["dense_bytes_per_step"] == 8_000_000
     assert {r["run"] for r in rec["verdicts"]} == {"sync b100", "async b100"}
@@ -72,7 +72,7 @@ def test_runs_under_papermill_and_records_its_metrics(tmp_path):
         (run, t) for run in ("sync b100", "async b100") for t in ("ps:0", "worker:0", "worker:1")
     }
     assert {(r["mode"], r["batch"]) for r in rec["sweep"]} == {(m, b) for m in ("sync", "async") for b in (1, 100)}
-    assert Path(rec["cluster_run_dir"]).is_relative_to(tmp_path / "runs")
+    assert Path(rec["cluster_run_dir"]).is_relative_to(workdir / "runs")
     # the prediction, from the click data's model (expected distinct Zipf values in a batch), is
     # within the rubric's 10% of the measured mean
     assert rec["sync_unique_per_step"] == pytest.approx(rec["predicted_unique_per_step"], rel=0.1)

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from helpers import LABS, check_executed, check_stored_clean, run_notebook
+from helpers import LABS, check_executed, check_stored_clean
 
 NOTEBOOK = LABS / "lab4" / "04_lenet_batch_sweep.ipynb"
 TINY = {
@@ -41,8 +41,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions():
 @pytest.mark.notebook
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
-    nb, rec = run_notebook(NOTEBOOK, tmp_path, TINY, timeout=600)
+def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(executed):
+    nb, rec, workdir = executed(NOTEBOOK, TINY, timeout=600)
 
     table = {row["config"]: row for row in rec["sweep_table"]}
     assert list(table) == ["1 x 50", "1 x 100", "2 x 50", "2 x 100", "Idle"]
@@ -78,5 +78,5 @@ def test_runs_under_papermill_and_records_the_sweep_and_the_recovery(tmp_path):
     assert math.isfinite(ev["accuracy_difference_points"]) and abs(ev["accuracy_difference_points"]) < 0.5
 
     check_executed(nb, FIGURES)
-    kinds = sorted(p.name.split("-")[0] for p in (tmp_path / "runs" / "lab4").iterdir())
+    kinds = sorted(p.name.split("-")[0] for p in (workdir / "runs" / "lab4").iterdir())
     assert kinds == ["collective", "fault", "sweep"], kinds  # the collectives' logs, the sweep, the fault demo

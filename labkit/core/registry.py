@@ -11,7 +11,8 @@ each a ``Registry``: a mapping from name to entry, filled two ways::
 A built-in entry is a ``"module:attribute"`` reference, imported on first use, so naming a
 registry's entries costs no imports. A built-in entry's name is its module's name; a name it
 had before is an alias (``aliases``), which finds the same entry and is not listed. An unknown
-name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones.
+name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones. A
+registry of classes (``base``) takes each by its ``name`` (``add_subclass``, a class decorator).
 Imports nothing from labkit.
 """
 
@@ -40,9 +41,14 @@ class Registry(MutableMapping):
     """Entries of one sort (``what``: "launcher", "verifier" ...) by name (see the module docstring)."""
 
     def __init__(
-        self, what: str, builtin: dict[str, str] | None = None, hint: str = "", aliases: dict[str, str] | None = None
+        self,
+        what: str,
+        builtin: dict[str, str] | None = None,
+        hint: str = "",
+        aliases: dict[str, str] | None = None,
+        base: type | None = None,
     ):
-        self.what, self.hint = what, hint
+        self.what, self.hint, self.base = what, hint, base  # base: what add_subclass takes
         self._refs: dict[str, str] = {}  # name -> "module:attribute", not imported yet
         self._entries: dict[str, object] = {}
         self._order: dict[str, None] = {}  # every name, in the order of registration
@@ -87,14 +93,21 @@ class Registry(MutableMapping):
         """A decorator: ``@REGISTRY.register("name")`` registers the function or class it decorates."""
         return lambda entry: self.add(name, entry)
 
-    def add_subclass(self, cls: type, base: type) -> type:
-        """Register ``cls``, a ``base`` subclass, by its ``name`` attribute (what a registry of
-        classes, such as the launchers' or the grading executors', offers as its ``register``)."""
+    def add_subclass(self, cls: type) -> type:
+        """Register ``cls``, a subclass of the registry's ``base``, by its ``name`` attribute: the
+        ``register`` class decorator of a registry of classes (the launchers, the grading executors)."""
+        base = self.base
+        if base is None:
+            raise TypeError(f"the {self.what} registry takes no classes by name (it was made without a base)")
         if not (isinstance(cls, type) and issubclass(cls, base)) or not getattr(cls, "name", ""):
             raise ValueError(
                 f"register takes a {base.__module__}.{base.__qualname__} subclass with a name, got {cls!r}"
             )
         return self.add(cls.name, cls)
+
+    def names(self) -> list[str]:
+        """The entries' names, sorted (aliases not listed)."""
+        return sorted(self)
 
     def reference(self, name: str) -> str:
         """Where a built-in entry lives, ``"module:attribute"`` (its module, unimported: what a

@@ -99,3 +99,20 @@ def test_the_preload_follows_the_registry(monkeypatch):
     names = forkserver.preload()
     assert "labkit.tasks.ps_sgd" in names
     assert not {"labkit.tasks.ps_sparse_lr", "labkit.tasks.strategy_train"} & set(names)
+
+
+def test_a_registry_of_classes_takes_its_base_s_subclasses_by_name():
+    class Base:
+        name = ""
+
+    classes = Registry("widget", builtin={"z": "json:JSONDecoder"}, base=Base)
+
+    @classes.add_subclass
+    class Alpha(Base):
+        name = "alpha"
+
+    assert classes["alpha"] is Alpha and classes.names() == ["alpha", "z"]
+    with pytest.raises(ValueError, match="Base subclass with a name"):
+        classes.add_subclass(dict)
+    with pytest.raises(TypeError, match="the thing registry takes no classes by name"):
+        Registry("thing").add_subclass(Alpha)

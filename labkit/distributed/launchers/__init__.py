@@ -35,21 +35,11 @@ LAUNCHERS = Registry(
     aliases={"slurm": "srun", "netem": "netns"},
     hint="or leave it empty: this machine's tasks run here, others over ssh, and inside a Slurm allocation "
     "through srun",
+    base=Launcher,
 )
-
-
-def register(cls: type) -> type:
-    """Make a ``Launcher`` subclass available by its ``name`` (a class decorator)."""
-    return LAUNCHERS.add_subclass(cls, Launcher)
-
-
-def names() -> list[str]:
-    return sorted(LAUNCHERS)
-
-
-def get(name: str) -> type:
-    """The launcher class called ``name``; a ValueError that lists the known ones otherwise."""
-    return LAUNCHERS[name]
+register = LAUNCHERS.add_subclass  # a class decorator: a Launcher subclass, found by its ``name``
+names = LAUNCHERS.names
+get = LAUNCHERS.__getitem__  # the launcher class called NAME; a ValueError that lists the known ones otherwise
 
 
 def choose(name: str | None, spec, local_hosts, environ=None) -> dict[str, str]:

@@ -11,18 +11,8 @@ EXECUTORS = Registry(
         "local": "labkit.grading.run.runner:LocalExecutor",
         "slurm": "labkit.grading.run.slurm_array:SlurmExecutor",
     },
+    base=Executor,
 )
-
-
-def register(cls: type) -> type:
-    """Make an ``Executor`` subclass available by its ``name`` (a class decorator)."""
-    return EXECUTORS.add_subclass(cls, Executor)
-
-
-def names() -> list[str]:
-    return sorted(EXECUTORS)
-
-
-def get(name: str) -> type:
-    """The executor class called ``name``; a ValueError that lists the known ones otherwise."""
-    return EXECUTORS[name]
+register = EXECUTORS.add_subclass  # a class decorator: an Executor subclass, found by its ``name``
+names = EXECUTORS.names
+get = EXECUTORS.__getitem__  # the executor class called NAME; a ValueError that lists the known ones otherwise

@@ -95,34 +95,56 @@ def _instructor_only(exc: ModuleNotFoundError):
 
 
 # The grading commands import labkit.grading where they run (the student kit has none of it), each
-# by its own import statement, so that the import checks see what every command depends on. What
-# they print is inert (``labkit.core.inert``): it shows students' names, reasons and file names.
-def _grade(entry: str):
-    """``grade`` and ``grade-import``: the function ``entry`` of labkit.grading.grade."""
+# module by its own import statement, so that the import checks see what every command depends on.
+# What they print is inert (``labkit.core.inert``): it shows students' names, reasons and file names.
+def _grading_command(load, call):
+    """A command's ``func``: ``load()`` imports its module of labkit.grading (the student kit's
+    refusal if there is none), then ``call(module, args)`` runs with inert output."""
 
     def run(args) -> int:
         try:
-            from labkit.grading import grade
+            module = load()
         except ModuleNotFoundError as e:
             _instructor_only(e)
         with inert.console():
-            return getattr(grade, entry)(args)
+            return call(module, args)
 
     return run
+
+
+def _load_grade():
+    from labkit.grading import grade
+
+    return grade
+
+
+def _load_publish():
+    from labkit.grading.gradebook import publish
+
+    return publish
+
+
+def _grade(entry: str):
+    """``grade`` and ``grade-import``: the function ``entry`` of labkit.grading.grade."""
+    return _grading_command(_load_grade, lambda grade, args: getattr(grade, entry)(args))
 
 
 def _publish(action: str):
-    """``grade-answers`` ... ``grade-export``: one ``main_<action>`` of labkit.grading.gradebook.publish."""
+    """``grade-answers`` ... ``grade-export``: one ``main_<action>`` of labkit.grading.gradebook.publish,
+    holding the output folder's lock."""
+    return _grading_command(
+        _load_publish, lambda publish, args: _locked(args, lambda: getattr(publish, f"main_{action}")(args))
+    )
 
-    def run(args) -> int:
-        try:
-            from labkit.grading.gradebook import publish
-        except ModuleNotFoundError as e:
-            _instructor_only(e)
-        with inert.console():
-            return _locked(args, lambda: getattr(publish, f"main_{action}")(args))
 
-    return run
+def _publish_parser(sub, action: str, help: str):
+    """The parser of ``grade-<action>``, a command over a graded batch's folder (``--out``, locked
+    while it writes), run by ``_publish(action)``; the command adds its own arguments to it."""
+    p = sub.add_parser(f"grade-{action}", help=help)
+    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    _lock_arguments(p)
+    p.set_defaults(func=_publish(action))
+    return p
 
 
 def _locked(args, run) -> int:
@@ -256,30 +278,25 @@ def _add_grade(sub) -> None:
     _lock_arguments(p)
     p.set_defaults(func=_grade("main"))
 
-    p = sub.add_parser(
-        "grade-answers",
+    p = _publish_parser(
+        sub,
+        "answers",
         help="per analysis question, an HTML page and a CSV of every student's answer for the TAs (into OUT/answers/)",
     )
-    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
     p.add_argument(
         "--anonymous",
         action="store_true",
         help="show students as codes (the key stays in OUT/.grader/anonymous.csv); merging maps them back",
     )
-    _lock_arguments(p)
-    p.set_defaults(func=_publish("answers"))
 
-    p = sub.add_parser("grade-merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
+    p = _publish_parser(sub, "merge", help="merge the TAs' filled-in answer CSVs; rebuilds every report, runs nothing")
     p.add_argument("files", nargs="+", help="CSV files grade-answers wrote, with score (and comment) filled in")
-    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
     p.add_argument(
         "--prefer",
         metavar="FILE",
         help="one of the files: it wins every conflict it is part of (two "
         "files disagreeing, or a score changed since it was exported)",
     )
-    _lock_arguments(p)
-    p.set_defaults(func=_publish("merge"))
 
     p = sub.add_parser(
         "grade-import",
@@ -295,17 +312,14 @@ def _add_grade(sub) -> None:
     p.add_argument("--groups", help="Canvas's group set CSV: each group's file is laid out for every member")
     p.set_defaults(func=_grade("main_import"))
 
-    p = sub.add_parser(
-        "grade-deliver",
+    _publish_parser(
+        sub,
+        "deliver",
         help="pack the feedback pages: one zip per student, and per lab a zip for "
         "Canvas's Re-Upload Submissions (into OUT/deliver/)",
     )
-    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
-    _lock_arguments(p)
-    p.set_defaults(func=_publish("deliver"))
 
-    p = sub.add_parser("grade-export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
-    p.add_argument("--out", default="out/grade", help="the graded batch's output folder (default out/grade)")
+    p = _publish_parser(sub, "export", help="write final_grades.csv and canvas.csv (Canvas's gradebook import)")
     p.add_argument(
         "--roster",
         help="Canvas's gradebook export (Grades > Export): students are matched by "
@@ -329,8 +343,6 @@ def _add_grade(sub) -> None:
         help="a lab worth other points in Canvas (the roster's Points Possible) than in the rubric: scale its "
         "scores to Canvas's points (default: refused, naming both); kept for later merges until either changes",
     )
-    _lock_arguments(p)
-    p.set_defaults(func=_publish("export"))
 
 
 def _add_release(sub) -> None:

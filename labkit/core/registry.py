@@ -12,8 +12,7 @@ A built-in entry is a ``"module:attribute"`` reference, imported on first use, s
 registry's entries costs no imports. A built-in entry's name is its module's name; a name it
 had before is an alias (``aliases``), which finds the same entry and is not listed. An unknown
 name raises ``UnknownName`` (a ``ValueError`` and a ``KeyError``) that lists the known ones. A
-registry of classes (``base``) takes each by its ``name`` (``add_subclass``, a class decorator).
-Imports nothing from labkit.
+registry of classes (``base``) adds each by its ``name``. Imports nothing from labkit.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from labkit.wire.spec import free_ports
+from labkit.core.lifetime import StartStop
 from labkit.core.proc import OwnedProcess, kill_tree, tail
 from labkit.measure.sockets import netns_id
 
@@ -90,7 +91,7 @@ def _program(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-class MiniSlurm:
+class MiniSlurm(StartStop):
     """A Slurm in ``folder`` (see the module docstring). ``nodes``: None (this machine, one
     node; ``folder`` needed) or a running ``LocalCloudLab`` (``folder`` defaults to a ``slurm``
     folder in its log folder, which goes with the nodes). ``cpus``: each node's CPUs (default:
@@ -337,10 +338,3 @@ class MiniSlurm:
             except psutil.Error:
                 continue  # gone, or not ours to read
         return out
-
-    def __enter__(self) -> "MiniSlurm":
-        return self.start()
-
-    def __exit__(self, *exc) -> bool:
-        self.stop()
-        return False

@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Mapping
 
 import psutil
 
+from labkit.core.lifetime import StartStop
 from labkit.measure import summaries
 from labkit.measure.sockets import nic_counters
 from labkit.measure.summaries import CPU_FIELDS, FORMAT
@@ -51,7 +52,7 @@ class Mark:
 # ---------------------------------------------------------------------------------------
 
 
-class ResourceSampler:
+class ResourceSampler(StartStop):
     """Sample host and process resources every ``interval`` seconds on a daemon thread.
 
     ``pids``: processes to watch (default: the current one; ``[]`` watches none, for a
@@ -146,13 +147,6 @@ class ResourceSampler:
             self._sample_safely()
         self._state = "stopped"
         return self
-
-    def __enter__(self) -> "ResourceSampler":
-        return self.start()
-
-    def __exit__(self, *exc) -> bool:
-        self.stop()
-        return False
 
     def __del__(self):
         if hasattr(self, "_stop"):

@@ -218,35 +218,28 @@ def run(quick: bool = False) -> dict:
     cost_rounds, steps = (1, 8) if quick else (2, 16)
     cost_rows, cost = _cost_model(cost_rounds, steps)
     err, gamma = cost["err"], cost["gamma"]
-    ratios += [
-        ratio(
-            f"cost model |predicted / measured - 1| on emulated {LINK}, {arch} N=2 (link + gamma from loopback runs)",
-            err[("emulated", arch, "link + gamma")],
+    errors = [  # (where, model, the row's name, goal); gamma on loopback is fitted on the other rounds
+        (
+            "emulated",
+            "link + gamma",
+            "cost model |predicted / measured - 1| on emulated {link}, {arch} N=2 (link + gamma from loopback runs)",
             "<= 0.25",
+        ),
+        ("emulated", "link only", "the same, link only (no gamma), {arch} N=2", ""),
+        ("loopback", "link only", "the same on 127.0.0.1, link only (loopback micro-benchmark), {arch} N=2", ""),
+    ]
+    if cost_rounds > 1:
+        errors.append(
+            (
+                "loopback",
+                "link + gamma",
+                "the same on 127.0.0.1, link + gamma from the other rounds' loopback runs, {arch} N=2",
+                "",
+            )
         )
-        for arch in ("ps", "ring")
-    ]
-    ratios += [
-        ratio(f"the same, link only (no gamma), {arch} N=2", err[("emulated", arch, "link only")], "")
-        for arch in ("ps", "ring")
-    ]
-    ratios += [
-        ratio(
-            f"the same on 127.0.0.1, link only (loopback micro-benchmark), {arch} N=2",
-            err[("loopback", arch, "link only")],
-            "",
-        )
-        for arch in ("ps", "ring")
-    ]
-    ratios += [
-        ratio(
-            f"the same on 127.0.0.1, link + gamma from the other rounds' loopback runs, {arch} N=2",
-            err[("loopback", arch, "link + gamma")],
-            "",
-        )
-        for arch in ("ps", "ring")
-        if cost_rounds > 1
-    ]
+    for where, model, name, goal in errors:
+        for arch in ("ps", "ring"):
+            ratios.append(ratio(name.format(link=LINK, arch=arch), err[(where, arch, model)], goal))
     ratios.append(
         ratio(
             f"cost model error, emulated {LINK} (link + gamma) / 127.0.0.1 (link only), ps N=2",

@@ -398,22 +398,11 @@ def _unrostered(student: str, person: dict) -> dict:
 NOT_WRITTEN = "canvas.csv not written"  # how every refusal's note begins
 
 
-def write_canvas(
-    rows: list[dict],
-    labs: list,
-    path: Path,
-    roster: list[dict] | None = None,
-    columns: dict | None = None,
-    people: dict | None = None,
-    matched: dict | None = None,
-    lab_names: Columns | None = None,
-    test_ids: list | None = None,
-) -> list[str]:
-    """canvas.csv when every lab has its column (``lab_columns``; default: no new assignment);
-    else it is not written, and one written before is removed (it would be read as current).
-    Returns the notes: what was left out, scaled, or refused."""
-    cols = lab_names or lab_columns(labs, roster, columns)
-    table, fields, notes = canvas(rows, labs, roster, columns, people, matched, cols, test_ids)
+def write_canvas(path: Path, export: tuple[list[dict], list[str], list[str]], cols: Columns) -> list[str]:
+    """canvas.csv from ``export``, what ``canvas`` made with the labs' columns ``cols``, when
+    every lab has its column; else it is not written, and one written before is removed (it would
+    be read as current). Returns the notes: what was left out, scaled, or refused."""
+    table, fields, notes = export
     if not cols.refused:
         write_csv(table, path, fields)
         return notes

@@ -265,15 +265,11 @@ class Book:
             []  # the reference self-check is no class: nothing to import into Canvas
             if self.reference
             else exports.write_canvas(
-                rows,
-                self.labs,
                 self.out / "canvas.csv",
-                roster,
-                settings.get("columns"),
-                people,
-                matched,
+                exports.canvas(
+                    rows, self.labs, roster, settings.get("columns"), people, matched, columns, settings.get("test_ids")
+                ),
                 columns,
-                settings.get("test_ids"),
             )
         )
         for note in notes:

@@ -127,6 +127,22 @@ def task_log_tail(path, lines: int = 30) -> str:
     return "\n".join(rows[-lines:])
 
 
+class _Section:
+    """A read-only attribute of a ``TaskOutcome``: the section of its result JSON of the same
+    name, {} where the task wrote no result or no such section."""
+
+    def __init__(self, doc: str):
+        self.__doc__ = doc
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.key = name
+
+    def __get__(self, task, owner=None) -> dict:
+        if task is None:
+            return self
+        return (task.result or {}).get(self.key) or {}
+
+
 @dataclass
 class TaskOutcome:
     """How one task ended, and what it reported (``result``: its result file, None if it wrote none)."""
@@ -142,25 +158,19 @@ class TaskOutcome:
     log_path: Path
     result: dict | None  # the task's result JSON (None if it wrote none)
 
-    @property
-    def steps(self) -> dict:
-        """Step counters: ``local``, ``local_per_s``, and per program ``global_final`` ... ({} if none)."""
-        return (self.result or {}).get("steps", {})
-
-    @property
-    def metrics(self) -> dict:
-        """The task's headline numbers (accuracy, loss, images/s ...), {} if none."""
-        return (self.result or {}).get("metrics", {})
-
-    @property
-    def timings(self) -> dict:
-        """Seconds per phase: ``train_s``, ``server_up_s``, ``import_tf_s``, ``total_s`` ... ({} if none)."""
-        return (self.result or {}).get("timings", {})
-
-    @property
-    def series(self) -> dict:
-        """Named lists of rows the task logged while it ran (``train``, ``eval``, ``history``), {} if none."""
-        return (self.result or {}).get("series", {})
+    steps = _Section("Step counters: ``local``, ``local_per_s``, and per program ``global_final`` ...")
+    metrics = _Section("The task's headline numbers (accuracy, loss, images/s ...).")
+    timings = _Section("Seconds per phase: ``train_s``, ``server_up_s``, ``import_tf_s``, ``total_s`` ...")
+    series = _Section("Named lists of rows the task logged while it ran (``train``, ``eval``, ``history``).")
+    traffic = _Section(
+        "What the task's bytes meter read over its training (``labkit.measure.sockets.traffic``: its own "
+        "sockets, its node's NICs, the local tasks' sockets, each also per step), under the same names "
+        "whichever program measured it."
+    )
+    baseline = _Section(
+        "A configuration of a shared cluster: what the process held when it began (RSS, host memory in "
+        "use; ``results.baseline``); {} for a task that ran one configuration."
+    )
 
     @property
     def training(self) -> dict:
@@ -171,19 +181,6 @@ class TaskOutcome:
         if "train" not in r:
             raise ValueError(f"{self.name} wrote no training result (ended: {self.ended}); see {self.log_path}")
         return r["train"]
-
-    @property
-    def traffic(self) -> dict:
-        """What the task's bytes meter read over its training (``labkit.measure.sockets.traffic``: its own
-        sockets, its node's NICs, the local tasks' sockets, each also per step), under the same
-        names whichever program measured it; {} if it measured none."""
-        return (self.result or {}).get("traffic") or {}
-
-    @property
-    def baseline(self) -> dict:
-        """A configuration of a shared cluster: what the process held when it began (RSS, host
-        memory in use; ``results.baseline``). {} for a task that ran one configuration."""
-        return (self.result or {}).get("baseline") or {}
 
     def resources(self, window: str = "train") -> dict:
         """The task's resource summary (``summaries.summarize``'s keys): ``window="train"`` over

@@ -13,11 +13,13 @@ API = {
     "units": Surface("labkit.measure.units", "table"),
     "sync_async": Surface(
         "labkit.labs.lab2.experiment",
-        "MODEL_BYTES check_sync_round emulated_shares late_start modern_async sweep write_graphs",
+        "MODEL_BYTES check_sync_round emulated_shares kill_windows killed_async late_start modern_async sweep write_graphs",
     ),
     "netem": Surface("labkit.infra.netem", "parse_link"),
     "traces": Surface("labkit.experiments.traces", "frame"),
-    "selfcheck": Surface("labkit.labs.lab2.selfcheck", "audit_000 audit_sync global_step sync_round worker0_share"),
+    "selfcheck": Surface(
+        "labkit.labs.lab2.selfcheck", "audit_000 audit_sync global_step others_per_step sync_round worker0_share"
+    ),
 }
 
 __getattr__, __dir__, __all__ = exports(__name__, API)

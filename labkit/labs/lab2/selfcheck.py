@@ -6,7 +6,8 @@ asynchronous workers' steps add up, and more steps give proportionally more upda
 ``worker0_share`` against the limits of its model (one worker; every worker beside the ps; no
 bytes; a link far slower than a step), its monotonicity in the link's rate and the step's bytes,
 its invariance to the units' scale, and, given the notebook's runs on emulated links, the share
-worker 0 made in each. ``sync_round`` run in one process as a cluster runs it
+worker 0 made in each. ``others_per_step`` on traces of the check's own: alone, steady, and with a
+worker gone mid-trace, read through windows that leave rows out at either end. ``sync_round`` run in one process as a cluster runs it
 (``check_sync_round``), at two worker counts. The audits (``audit_000``, ``audit_sync``) against
 the notebook's own measured worker steps, as the grader reads them. None uses the grader's
 cases, and a failure names the function and the property, never a value
@@ -188,3 +189,45 @@ def _number(audit, key: str) -> float | None:
 
 def _within(mine: float, want: float, tolerance: float) -> bool:
     return abs(mine - want) <= tolerance * abs(want)
+
+
+def others_per_step(fn) -> Verdict:
+    """``fn(rows, start, end)`` on made-up train series of one worker: 0 when every global step is its
+    own; k when k others step as often as it does; its window's rows only (from the first at or after
+    ``start`` to the last at or before ``end``), so a trace whose rate changes reads each part apart;
+    the same whether the rows are logged every step or every fifth."""
+    v = Verdict("others_per_step")
+
+    def trace(rates, every=5, steps=200):  # rates: the others' updates per own step, in successive parts
+        rows, g = [], 0
+        for part, k in enumerate(rates):
+            for i in range(1, steps + 1):
+                g += 1 + k
+                local = part * steps + i
+                if local % every == 0:
+                    rows.append({"t": local / 100, "local_step": local, "global_step": g, "loss": 1.0})
+        return rows
+
+    changing = trace((2, 1))  # 600 global steps in the first 200 own steps, then 2 per step
+    cases = [
+        (trace((0,)), 0, 10**9),
+        (trace((3,)), 0, 10**9),
+        (trace((1,), every=1), 0, 10**9),
+        (changing, 0, 600),
+        (changing, 650, 10**9),
+        (changing, 30, 400),
+    ]
+    got = v.values(lambda c: fn(*c), cases)
+    if got is None:
+        return verdict(v)
+    v.expect(_near(got[0], 0.0), "alone: every global step is the worker's own, so no others' updates")
+    v.expect(_near(got[1], 3.0) and _near(got[2], 1.0), "k others stepping as often as it does: k per step")
+    v.expect(
+        _near(got[3], 2.0) and _near(got[4], 1.0),
+        "the window's rows only: a trace whose rate changes mid-way reads each part apart",
+    )
+    v.expect(
+        _near(got[5], 2.0),
+        "from the first row at or after start to the last at or before end, not the rows outside",
+    )
+    return verdict(v)

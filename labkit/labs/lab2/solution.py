@@ -1,6 +1,7 @@
 """Lab 2's exercises: the synchronous round of SGD on a parameter server, built from the ps's queues
-(``sync_round``), section 3's prediction of the ps's global step (``global_step``), and section 14's
-model of worker 0's share of the async steps on emulated links (``worker0_share``)."""
+(``sync_round``), section 3's prediction of the ps's global step (``global_step``), section 5's reading of the killed
+worker's run (``others_per_step``), and section 14's model of worker 0's share of the async steps on
+emulated links (``worker0_share``)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,17 @@ def worker0_share(step_bytes: float, rate_bits: float, step_s: float, workers: i
     local = 1 / step_s
     remote = 1 / (step_s + 8 * step_bytes / rate_bits)
     return local / (beside_ps * local + (workers - beside_ps) * remote)
+
+
+def others_per_step(rows, start: int, end: int) -> float:
+    """Lab 2 section 5's exercise: the other workers' updates per step of this worker between global
+    steps ``start`` and ``end``, from its ``train`` series (``rows``, in order, each with the
+    ``local_step`` and ``global_step`` it logged after a step of its own): from the first row at or
+    after ``start`` to the last at or before ``end``, the global steps that were not its own, over
+    its own. In async, how many updates landed between this worker's reading the weights and its
+    applying a gradient: its gradients' staleness."""
+    inside = [r for r in rows if start <= r["global_step"] <= end]
+    if len(inside) < 2:
+        raise ValueError(f"fewer than two rows between global steps {start} and {end}")
+    own = inside[-1]["local_step"] - inside[0]["local_step"]
+    return (inside[-1]["global_step"] - inside[0]["global_step"] - own) / own

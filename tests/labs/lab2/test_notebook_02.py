@@ -35,7 +35,8 @@ def test_stored_clean_with_one_parameters_cell_and_teaching_regions(tmp_path):
     from labkit.grading.kit.release import release_notebook
 
     student, regions = release_notebook(nb, NOTEBOOK.name)
-    assert regions == 11  # round, two predictions, two audits, four answers, worker0_share, emulated links' answer
+    # round, two predictions, others_per_step, two audits, four answers, worker0_share, Q3's answer
+    assert regions == 12
     cell = next(c for c in student.cells if c.source.startswith("def sync_round"))
     assert "take_grad" not in cell.source and "raise NotImplementedError()" in cell.source
     prediction = next(c for c in student.cells if c.id == "lab2-predict-k")
@@ -96,6 +97,11 @@ def test_runs_under_papermill_and_records_its_metrics(executed):
     assert rec["single_at_lab_rate"]["learning_rate"] == 0.5 and rec["single_at_lab_rate"]["reached"]
     graphs = list((workdir / "runs" / "lab2").glob("graphs-*/*/events.out.tfevents.*"))
     assert sorted(p.parent.name for p in graphs) == ["async", "sync"]  # report 000's Figs 1.2.1-1.2.2
+    # section 5's killed worker, on this run: worker 1's updates before the kill, none after it
+    killed = rec["killed_worker"]
+    assert killed["victim"] == "worker:1" and killed["seen_global_step"] >= 300
+    assert killed["others_per_step"]["before"] > 0.1 and killed["others_per_step"]["after"] == 0, killed
+    assert killed["global_step"] > sum(v for k, v in killed["local_steps"].items() if k != "worker:1")
     late = next(c for c in nb.cells if c.id == "lab2-late")  # report 002's 30 s start: off by default
     assert "recovery_wait_secs is None: skipped" in "".join(o.get("text", "") for o in late.outputs)
     # section 14's model beside the shares it read (the run's, or the kit's recording): one per link

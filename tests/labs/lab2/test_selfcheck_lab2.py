@@ -170,18 +170,19 @@ def test_make_check_lists_every_self_check_and_names_a_failed_one(runs, tmp_path
     right = {  # sync_round's verdict as it shows it (its tests are above)
         "lab2-08-selfcheck": [verdicts.Verdict("sync_round", ["a round that completes, for any number of workers"])],
         "lab2-predict-k-selfcheck": [run("global_step", solution.global_step, runs)],
+        "lab2-killed-selfcheck": [checks.others_per_step(solution.others_per_step)],
         "lab2-w0share-selfcheck": [run("worker0_share", solution.worker0_share, runs)],
         "lab2-audit-selfcheck": [checks.audit_000(_audit_000(), STEP["async"])],
         "lab2-audit2-selfcheck": [checks.audit_sync(_audit_sync(), STEP["sync"])],
     }
     (exercises, checked), cell = make_check_lines("lab2", notebook, right, tmp_path / "right")
     assert exercises.status == "ok" and checked.text == (
-        "5 of 5 passed (sync_round, global_step, audit_000, audit_sync, worker0_share)"
+        "6 of 6 passed (sync_round, global_step, others_per_step, audit_000, audit_sync, worker0_share)"
     )
     wrong = dict(right, **{"lab2-predict-k-selfcheck": [run("global_step", WRONG["global_step"][1][0], runs)]})
     (_, checked), cell = make_check_lines("lab2", notebook, wrong, tmp_path / "wrong")
     assert checked.status == "FAIL" and checked.text.startswith(
-        f"4 of 5 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
+        f"5 of 6 passed: global_step fails its self-check (cell {cell['lab2-predict-k-selfcheck']}) on: sync: one update"
     ), checked.text
 
 

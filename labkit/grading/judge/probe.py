@@ -7,10 +7,12 @@ from the notebook's code cells, plain definitions only (``load_functions``, ``pl
 constants, and ``def``/``class`` statements whose definition runs nothing of the student's, decorators
 and annotations dropped), runs the check's declared probe on the cases its declaration builds from the
 rubric's arguments (``labkit.labs.declare``: each lab's ``checks.py``), and writes what it returned to
-``<out>/<check>.npz`` (arrays only) and how it went to ``<out>/status.json``. A check whose probe may
-end the process (``Check.last``) runs after the others; ``--child CHECK ...`` runs a check's child
-process (``Check.child``). The judge (``labkit.grading.judge.hidden``, another process) rebuilds the same
-cases and compares: whatever the student's code does here can only change what it returns.
+``<out>/<check>.npz`` (arrays only) and how it went to ``<out>/status.json``. Each check runs in a
+process of its own (``--check``), so one check's functions never run where another's probe measures;
+this process runs none of the student's code and writes every file from what it holds (``isolated``).
+A check whose probe may end its process (``Check.last``) runs last; ``--child CHECK ...`` runs a
+check's child process (``Check.child``). The judge (``labkit.grading.judge.hidden``, another process)
+rebuilds the same cases and compares: whatever the student's code does can only change what it returns.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import linecache
 import os
 import resource
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -282,30 +285,115 @@ def _limit(memory_bytes: int) -> None:
 
 
 def main(argv=None) -> int:
-    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    """Every check of the spec, each in a process of its own (``isolated``), in the rubric's order,
+    those whose probe may end their process last."""
+    spec_path = Path((argv or sys.argv[1:])[0])
+    spec = json.loads(spec_path.read_text())
     _limit(int(spec["memory_bytes"]))
-    out = Path(spec["out"])
     declared = declare.discover()
-    status = {}
-    checks = sorted(spec["checks"], key=lambda c: c["check"] in declared and declared[c["check"]].last)
-    for check in checks:  # in the rubric's order, those whose probe may end the process last
-        name = check["check"]
-        try:
-            fns, notes = load_functions(spec["notebook"], check["functions"])
-            missing = [f for f in check["functions"] if f not in fns]
-            if missing:
-                hint = f" ({'; '.join(notes[:3])})" if notes else ""
-                raise LookupError(f"no function {', '.join(missing)} defined at the top level of a code cell{hint}")
-            arrays = outputs(declared[name], fns, check.get("args", {}), out)
+    names = [c["check"] for c in spec["checks"]]
+    names.sort(key=lambda n: n in declared and declared[n].last)
+    isolated(spec_path, Path(spec["out"]), names)
+    return 0
+
+
+def isolated(spec_path: Path, out: Path, names: list[str]) -> None:
+    """Run each check of ``names`` in a child process (``run_check``), one after the other, and keep
+    what each wrote; after each, and when this process is told to stop, write every finished check's
+    arrays and the status of all (``_write``) from what this process holds, over anything a later
+    check's code wrote there. A child that ends without a status leaves its check without one (the
+    judge then says the functions did not finish)."""
+    import signal
+
+    from labkit.core.proc import OwnedProcess
+
+    results: dict[str, tuple[dict, dict | None]] = {}
+    stop = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        for name in names:
+            work = out / ".checks" / name
+            work.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "--check", str(spec_path), name, str(work)]
+            proc = OwnedProcess(cmd, work / "log").start()
+            try:
+                proc.wait()
+            finally:
+                proc.kill(grace=0.2)  # its group too: nothing it started outlives it
+            sys.stderr.write(_tail(work / "log"))
+            found = _result(work)
+            shutil.rmtree(work)
+            if found is not None:
+                results[name] = found
+            _write(out, results)
+    finally:
+        _write(out, results)
+        signal.signal(signal.SIGTERM, stop)
+
+
+class Stopped(Exception):
+    """This process was told to stop (SIGTERM): the running check is killed, the files written."""
+
+
+def _stopped(signum, frame):
+    raise Stopped()
+
+
+RESULT_LIMIT = 64 * 2**20  # bytes of arrays a check may return (the judge reads at most as much)
+
+
+def _result(work: Path) -> tuple[dict, dict | None] | None:
+    """``(status, arrays or None)`` a check's process wrote in ``work``, or None when it wrote no status."""
+    status = declare.small_json(work / "status.json")
+    if "ok" not in status:
+        return None
+    if not status["ok"]:
+        return {"ok": False, "error": str(status.get("error", "?"))[:800]}, None
+    try:
+        with np.load(declare.probe_file(work / "arrays.npz", RESULT_LIMIT), allow_pickle=False) as f:
+            return {"ok": True}, {k: f[k] for k in f.files}
+    except (declare.Unverifiable, OSError, ValueError) as e:
+        return {"ok": False, "error": f"the check's output could not be read: {e}"}, None
+
+
+def _write(out: Path, results: dict) -> None:
+    """Every finished check's ``<check>.npz`` and ``status.json``, from ``results``."""
+    for name, (_, arrays) in results.items():
+        if arrays is not None:
             np.savez(out / f"{name}.npz", **arrays)
-            status[name] = {"ok": True}
-        except BaseException as e:  # the student's code failed: that is the check's result, not the probe's
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            tb = traceback.extract_tb(e.__traceback__)
-            where = next((f"{f.filename} line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<cell")), "")
-            status[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500] + (f" ({where})" if where else "")}
-        (out / "status.json").write_text(json.dumps(status))
+    (out / "status.json").write_text(json.dumps({name: status for name, (status, _) in results.items()}))
+
+
+def _tail(log: Path, limit: int = 20_000) -> str:
+    """The end of a check process's log (the student's prints and errors), for this process's log."""
+    try:
+        text = log.read_bytes()[-limit:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def run_check(spec_path: Path, name: str, work: Path) -> int:
+    """``--check SPEC CHECK WORK``: one check on the student's functions, in this process alone;
+    writes ``WORK/arrays.npz`` and ``WORK/status.json``."""
+    spec = json.loads(Path(spec_path).read_text())
+    check = next(c for c in spec["checks"] if c["check"] == name)
+    status = {"ok": False, "error": "the check did not finish"}
+    try:
+        fns, notes = load_functions(spec["notebook"], check["functions"])
+        missing = [f for f in check["functions"] if f not in fns]
+        if missing:
+            hint = f" ({'; '.join(notes[:3])})" if notes else ""
+            raise LookupError(f"no function {', '.join(missing)} defined at the top level of a code cell{hint}")
+        arrays = outputs(declare.discover()[name], fns, check.get("args", {}), Path(spec["out"]))
+        np.savez(work / "arrays.npz", **arrays)
+        status = {"ok": True}
+    except BaseException as e:  # the student's code failed: that is the check's result, not the probe's
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        tb = traceback.extract_tb(e.__traceback__)
+        where = next((f"{f.filename} line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<cell")), "")
+        status = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500] + (f" ({where})" if where else "")}
+    (work / "status.json").write_text(json.dumps(status))
     return 0
 
 
@@ -315,4 +403,6 @@ def child(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(child(sys.argv[2:]) if sys.argv[1:2] == ["--child"] else main())
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(child(sys.argv[2:]))
+    sys.exit(run_check(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])) if sys.argv[1:2] == ["--check"] else main())

@@ -18,6 +18,8 @@ import pytest
 # read what is there.
 sys.dont_write_bytecode = False
 
+from _order import longest_first  # noqa: E402
+
 import labkit.grading  # noqa: E402, F401  (first of the kit: it keeps nbformat's import fast in this process, see labkit/grading/__init__.py)
 
 
@@ -173,17 +175,6 @@ def _group(item) -> str:
 SECONDS_KEY = "labkit/test-seconds"
 SECONDS_FILE = Path(__file__).resolve().parent / "test_seconds.json"
 _measured: dict = {}  # node id -> seconds its setup, call and teardown took in this run
-
-
-def longest_first(groups: list[str], fast: list[bool], seconds: list[float]) -> list[int]:
-    """The items' indices in running order: fast groups before heavy ones, each kind longest group
-    first (``seconds``: each item's), groups in first-appearance order where they tie, a group's
-    items in file order."""
-    first, total = {}, {}
-    for i, g in enumerate(groups):
-        first.setdefault(g, i)
-        total[g] = total.get(g, 0.0) + seconds[i]
-    return sorted(range(len(groups)), key=lambda i: (not fast[i], -total[groups[i]], first[groups[i]], i))
 
 
 def _test_seconds(config) -> dict:

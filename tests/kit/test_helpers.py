@@ -100,6 +100,7 @@ def test_a_fast_test_that_loads_tensorflow_fails_and_says_which_marker_it_lacks(
 
     here = Path(__file__).parents[1]
     shutil.copy(here / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(here / "_order.py", tmp_path / "_order.py")
     shutil.copytree(here / "_guard", tmp_path / "_guard")
     (tmp_path / "stand_in" / "tensorflow").mkdir(parents=True)
     (tmp_path / "stand_in" / "tensorflow" / "__init__.py").write_text("")

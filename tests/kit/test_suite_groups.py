@@ -65,7 +65,7 @@ def test_a_groups_tests_share_one_worker_and_one_module_fixture(tmp_path):
 
 
 def test_fast_groups_run_first_then_the_heavy_ones_longest_first():
-    from conftest import longest_first
+    from _order import longest_first
 
     groups = ["a:fast", "nb05", "a", "b:fast", "system", "nb05", "new", "a:fast"]
     fast = [True, False, False, True, False, False, False, True]

@@ -1,20 +1,17 @@
 """How long a lab takes a student, by a stated model: ``estimate(lab)`` adds four parts, each
-counted from the lab's own folder, so the figure moves when the lab does.
+counted from the lab's own folder, so the figure moves when the lab does (docs/internals.md).
 
 - reading: the Markdown a student reads (the released notebook, answer cells left out) at
-  READING_WPM words a minute, half an ordinary prose rate: the text is dense with formulas,
-  tables and names to look up, and is read with the code beside it;
-- exercises: EXERCISE_MIN for each solution region of a code cell (``### BEGIN SOLUTION``): a
-  few lines to write, run against the self-check and fix once;
-- written answers: ANSWER_MIN for each answer cell (tagged ``analysis``): read the tables and
-  plots the question names, then a paragraph;
-- runs: the notebook at its default parameters, top to bottom, as measured and written in the
-  lab folder's ``hours.toml`` (``default_run_s``), times RERUNS: one run to see the lab work,
-  one more after the exercises are fixed.
+  READING_WPM words a minute, half an ordinary prose rate: dense with formulas, read beside the code;
+- exercises: EXERCISE_MIN for each solution region of a code cell: a few lines to write, run
+  against the self-check and fix once;
+- written answers: ANSWER_MIN for each answer cell (tagged ``analysis``): read the tables and plots
+  the question names, then a paragraph;
+- runs: the notebook at its default parameters as measured in the lab folder's ``hours.toml``
+  (``default_run_s``), times RERUNS: once to see the lab work, once after the exercises are fixed.
 
-A lab is meant to fit in LIMIT_H hours, and its first Markdown cell states its estimate
-(``Hours.line``; ``python -m labkit.labs.hours --write LAB`` puts it there). It reads the reference
-notebook and lab.toml, so it runs where the kit's sources are, not in the student kit.
+A lab fits in LIMIT_H hours and its first Markdown cell says so (``Hours.line``; ``--write LAB``).
+It reads the reference notebook and lab.toml: it runs in the kit's sources, not the student kit.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 check's functions cannot reach what another check measures or returned: a Lab 4 notebook whose
 ring_allreduce replaces the collective check's runner in its process, and whose identical_pairs
 writes a right-looking ring result over the probe's, earns neither (the probe run as the grader
-starts it, in a process of its own; the judge here). About 20 s: three check processes, four workers."""
+starts it, in a process of its own; the judge here): three check processes and four workers, a few seconds."""
 
 import json
 import resource

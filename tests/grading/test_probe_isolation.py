@@ -151,3 +151,39 @@ def test_the_probe_leaves_only_its_outputs(probed):
     names = {p.name for p in probed.iterdir()}
     assert {f"{c}.npz" for c in CHECKS} | {"status.json"} <= names and ".checks" in names
     assert not list((probed / ".checks").iterdir())  # each check's own folder, read and removed
+
+
+def test_a_check_that_writes_then_hangs_is_stopped_and_its_writes_undone(tmp_path):
+    """The grader stops a probe past its time with SIGTERM: the probe kills the hanging check's
+    process and writes every finished check's output again, over what the hanging code wrote."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    hang = "    (out / 'forged').write_text(str(os.getpid()))\n    time.sleep(600)\n    counts = {}\n"
+    source = NOTEBOOK.replace("    counts = {}\n", hang).replace("import sys, json\n", "import sys, json, os, time\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)]), tmp_path / "nb.ipynb")
+    names = ["lab4_ring_allreduce", "lab4_identical_pairs"]
+    checks = [
+        {"check": n, "functions": list(hidden.HIDDEN[n].functions), "args": hidden.HIDDEN[n].args(CHECKS[n])}
+        for n in names
+    ]
+    spec = {"notebook": str(tmp_path / "nb.ipynb"), "out": str(tmp_path), "memory_bytes": resource.RLIM_INFINITY}
+    (tmp_path / "spec.json").write_text(json.dumps({**spec, "checks": checks}))
+    driver = "import sys\nfrom labkit.grading.judge import probe\nprobe.main([sys.argv[1]])\n"
+    proc = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "spec.json")], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "forged").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        hanging = int((tmp_path / "forged").read_text())
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert not psutil.pid_exists(hanging) or psutil.Process(hanging).status() == psutil.STATUS_ZOMBIE
+    v = verdict(tmp_path, "lab4_ring_allreduce")
+    assert not v.ok and "the workers sent" in v.reason, v.reason
+    assert "lab4_identical_pairs" not in json.loads((tmp_path / "status.json").read_text())

@@ -3,12 +3,14 @@
 The runs are a small sweep's task files written here as the kit writes them (``cluster.json`` and
 task results per configuration folder); the grader's verifier reads them back, fits the reference
 critical path to N = 1 and 2 and predicts N = 3. A claim at the reference's own error passes
-whatever the load made that error; a claim far above it does not.
+whatever the load made that error; a claim far above it does not; and files the notebook rewrote to
+make the reference's error large widen the allowance no further than the rubric's ceiling.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,30 @@ def test_the_reference_error_passes_and_one_far_above_it_does_not(workdir, monke
 def test_no_sweep_is_unverifiable(tmp_path):
     with pytest.raises(verify.Unverifiable, match="no sweep"):
         verify.run({"name": "lab5_held_out"}, _ctx(tmp_path, 0.1))
+
+
+def _inflate_held_out(workdir, faster: float) -> None:
+    """What a notebook's code can do to the sweep it ran: rewrite the held-out N's task results so
+    that those runs look ``faster`` times faster, and the kit's model on them looks far off."""
+    for chief in (workdir / "runs" / "lab5").glob("scaling-*/mlp-*-w3/*.json"):
+        data = json.loads(chief.read_text())
+        if "train" in data:
+            data["train"]["images_per_s"] *= faster
+            chief.write_text(json.dumps(data))
+
+
+def test_inflated_run_files_widen_the_allowance_no_further_than_the_ceiling(workdir, monkeypatch):
+    monkeypatch.setattr("labkit.core.proc.usable_cores", lambda: 2)
+    honest = verify.run({"name": "lab5_held_out", "bound": 0.3, "margin": 0.1}, _ctx(workdir, 0.27))
+    assert honest.ok and honest.value["allowed"] == pytest.approx(0.37, abs=0.02)  # the loaded sweep's 0.27 + 0.1
+    _inflate_held_out(workdir, 4.0)
+    wrong = 2.0  # a model that predicts three times the held-out N's step time
+    old = verify.run({"name": "lab5_held_out", "bound": 0.3, "margin": 0.1, "ceiling": math.inf}, _ctx(workdir, wrong))
+    assert old.ok and old.value["reference_held_out_median_abs_error"] > wrong  # uncapped: the files let it pass
+    new = verify.run({"name": "lab5_held_out", "bound": 0.3, "margin": 0.1}, _ctx(workdir, wrong))
+    assert not new.ok and new.value["allowed"] == pytest.approx(0.6) and "never above 0.6" in new.reason
+
+
+def test_a_ceiling_below_the_bound_is_the_rubrics_error(workdir):
+    with pytest.raises(verify.Unverifiable, match="bound <= ceiling"):
+        verify.run({"name": "lab5_held_out", "bound": 0.3, "ceiling": 0.2}, _ctx(workdir, 0.1))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-ENGINES = ("declare", "hours", "stamp", "surface")  # modules of this package that are not labs
+ENGINES = ("declare", "stamp", "surface")  # modules of this package that are not labs
 
 
 def names() -> list[str]:

@@ -1,4 +1,4 @@
-"""Every lab fits in four hours by the stated model (labkit.labs.hours), and each notebook's first
+"""Every lab fits in four hours by the stated model (labkit.grading.kit.hours), and each notebook's first
 Markdown cell states the model's own numbers for it."""
 
 import shutil
@@ -8,7 +8,7 @@ import pytest
 
 from labkit import labs
 from labkit.grading.kit.release import release_notebook
-from labkit.labs import hours
+from labkit.grading.kit import hours
 
 
 @pytest.mark.parametrize("lab", labs.names())
@@ -18,7 +18,9 @@ def test_a_lab_fits_in_four_hours_and_says_so(lab):
     nb = nbformat.read(hours.notebook(lab), as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "markdown")
     stated = hours.OPENING.search(first.source)
-    assert stated, f"{lab}: its first Markdown cell states no estimate; python -m labkit.labs.hours --write {lab}"
+    assert stated, (
+        f"{lab}: its first Markdown cell states no estimate; python -m labkit.grading.kit.hours --write {lab}"
+    )
     assert stated.group(0) == h.line(), f"{lab}: states {stated.group(0)!r}, the model gives {h.line()!r}"
 
 

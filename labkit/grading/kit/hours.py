@@ -35,7 +35,7 @@ ANSWER_MIN = 15  # minutes per written answer
 RERUNS = 2  # whole runs at the default parameters
 LIMIT_H = 4.0
 TIMING_FILE = "hours.toml"  # in the lab's folder: default_run_s, and how it was measured
-FOLDER = Path(__file__).parent
+FOLDER = Path(labs.__file__).parent  # every lab's folder
 OPENING = re.compile(
     r"About (\d+(?:\.\d)?) hours: reading (\d+) min, exercises (\d+) min, written answers (\d+) min, runs (\d+) min"
 )
@@ -160,7 +160,7 @@ def table(names: list[str] | None = None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m labkit.labs.hours [LAB ...]`` prints the table; ``--write LAB ...`` also states
+    """``python -m labkit.grading.kit.hours [LAB ...]`` prints the table; ``--write LAB ...`` also states
     each lab's estimate in its notebook."""
     write = "--write" in argv
     names = [a for a in argv if a != "--write"] or None

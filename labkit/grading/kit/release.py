@@ -36,7 +36,7 @@ INSTRUCTOR_ONLY = ("grading", "bench")  # subpackages of labkit the student kit 
 # files of each lab's folder (labkit/labs/<lab>/) it leaves out: the reference answers, the rubric
 # section (hidden checks' inputs, answer keys), the reference notebook (released on its own, stripped)
 # and what running that notebook in JupyterLab left there
-LAB_INSTRUCTOR_ONLY = ("solution.py", "lab.toml", "*.ipynb", "runs", "artifacts", ".ipynb_checkpoints")
+LAB_INSTRUCTOR_ONLY = ("solution.py", "lab.toml", "hours.toml", "*.ipynb", "runs", "artifacts", ".ipynb_checkpoints")
 PROJECT_FILES = ("pyproject.toml", "requirements.txt", "requirements-profile.txt")  # files, or folders copied whole
 # the CloudLab profile at the kit's top level, where a repository-based profile has it (docs/cluster.md)
 PROFILE_FILES = ("profile.py", "startup.sh", "rspec.py")

@@ -78,15 +78,14 @@ def _ratio(reason: str) -> float:
 def test_the_reference_passes_and_a_dense_step_fails_whatever_it_patches(tmp_path, busy):
     loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2 if busy else 0)]
     try:
-        for name in ("ref", "dense", "dense_with_frozen_clocks", "dense_with_patched_probe"):
+        for name in ("ref", "dense_with_frozen_clocks", "dense_with_patched_probe"):
             (tmp_path / name).mkdir()
         v = hidden_verdict("lab3_sparse_gradient", reference, tmp_path / "ref", **ARGS)
         assert v.ok and "at most 5x passes" in v.reason and " ms against " in v.reason, v.reason
         assert _ratio(v.reason) < checks.MAX_GROWTH / 2, v.reason
         print(f"reference ({'busy' if busy else 'quiet'}): {v.reason}")
-        for step in (
-            (dense, dense_with_frozen_clocks, dense_with_patched_probe) if not busy else (dense_with_frozen_clocks,)
-        ):
+        # (the plain dense step fails in test_hidden_sparse_gradient_scaling.py; here, the same step patching)
+        for step in (dense_with_frozen_clocks, dense_with_patched_probe) if not busy else (dense_with_frozen_clocks,):
             v = hidden_verdict("lab3_sparse_gradient", step, tmp_path / step.__name__, **ARGS)
             assert not v.ok and "CPU time per step grows with the number of features F" in v.reason, (step, v.reason)
             assert _ratio(v.reason) > 2 * checks.MAX_GROWTH and "ms against" in v.reason, (step, v.reason)

@@ -327,8 +327,10 @@ def round_runner_hook(tf, chief_op, is_chief: bool):
 def build_model(tf, rt: TaskRuntime, args) -> Model:
     """Softmax regression (784 x 10 + 10 = 7,850 weights), variables on the ps tasks.
 
-    Every task, the ps included, builds the same graph, so the variables get the same
-    names and the same ps placement everywhere."""
+    Every task, the ps included, builds the same variables, so they get the same names and the
+    same ps placement everywhere. Only the trainers build the sync round: the ps runs no line of
+    the ``--round-source`` (its process is the one whose readings of the variables a grader can
+    trust), and serves the ops the trainers place on it."""
     tf.compat.v1.set_random_seed(args.seed)
     worker_device = f"/job:{rt.task.type}/task:{rt.task.index}"
     setter = tf.compat.v1.train.replica_device_setter(worker_device=worker_device, cluster=rt.spec.as_dict())
@@ -352,6 +354,8 @@ def build_model(tf, rt: TaskRuntime, args) -> Model:
         if args.mode == "async":
             sgd = tf.compat.v1.train.GradientDescentOptimizer(args.learning_rate)
             train_op = sgd.minimize(loss, global_step=global_step)
+        elif rt.task.type == "ps":
+            train_op = tf.no_op(name="ps_serves_the_round")
         else:
             train_op, chief_op = build_round(
                 tf,
@@ -425,15 +429,35 @@ def fresh_graph(tf, config):
 
 
 def run_ps(rt: TaskRuntime, tf, server, args) -> None:
+    """Serve each configuration until every trainer is done, then read, in this process (which
+    runs none of the notebook's code), the final global step (ps 0) and, with
+    ``--save-weights``, the weights that live on this ps (``ps_readings``)."""
     for config in args.plan:
         with rt.configuration(config), fresh_graph(tf, config):
             model = build_model(tf, rt, config.args)
             done = DoneSignal(tf, rt.spec)
-            final_step = rt.serve_until_done(
-                server, done, model.global_step if rt.task.index == 0 else None, last=config.index == config.count - 1
-            )
-            if final_step is not None:
-                rt.steps["global_final"] = int(final_step)
+            fetches = ps_readings(tf, rt, model, config.args.save_weights)
+            final = rt.serve_until_done(server, done, fetches or None, last=config.index == config.count - 1) or {}
+            if "global_step" in final:
+                rt.steps["global_final"] = int(final["global_step"])
+            if final.get("weights"):
+                rt.result["weights"] = {k: v.tolist() for k, v in final["weights"].items()}
+
+
+def ps_readings(tf, rt: TaskRuntime, model: Model, save_weights: bool) -> dict:
+    """What a ps reads once the trainers are done: the global step on ps 0; with ``save_weights``
+    the weights placed on this ps, as ``{"W": ..., "b": ...}`` (with several ps tasks each holds
+    its share, and a reader merges their result files)."""
+    fetches: dict = {"global_step": model.global_step} if rt.task.index == 0 else {}
+    if save_weights:
+        here = {
+            name: v
+            for name, v in zip(("W", "b"), model.weights)
+            if (d := tf.DeviceSpec.from_string(v.device)).job == "ps" and d.task == rt.task.index
+        }
+        if here:
+            fetches["weights"] = here
+    return fetches
 
 
 def run_trainer(rt: TaskRuntime, tf, server, args) -> None:

@@ -1,14 +1,21 @@
 """Lab 2's hidden check: the student's sync_round, run by the probe in a real cluster of the kit's
-tasks (1 ps + 2 workers, a few rounds), and judged on the tasks' step counts and the chief's final
-weights against SGD on the mean gradient, recomputed without TensorFlow. Lab 1's model of the best
+tasks (1 ps + 2 workers, a few rounds), and judged on the workers' step counts and the global step
+and final weights the ps read (a process that runs none of the student's code) against SGD on the
+mean gradient, recomputed without TensorFlow. Lab 1's model of the best
 of n readings, judged on cases of the grader's. The two halves are called directly, as the grader's
 processes call them."""
 
+import json
+
+import numpy as np
 import pytest
 
 from helpers import hidden_verdict
 from labkit.grading.judge import hidden, probe
 from labkit.labs.lab1 import checks
+from labkit.labs.declare import Unverifiable
+from labkit.labs.lab2 import checks as lab2_checks
+from labkit.tasks.ps_sgd import init_weights
 
 ARGS = {"rounds": 6, "train_limit": 600, "test_limit": 100, "seed": 4, "timeout": 180}
 
@@ -55,6 +62,73 @@ def test_a_round_that_sums_the_gradients_fails_on_the_weights(tmp_path, monkeypa
     v = verdict(sync_round, tmp_path, monkeypatch, **ARGS)
     assert not v.ok and "the mean of all 2 gradients" in v.reason, v
     assert v.value["local"] == {"worker:0": 6, "worker:1": 6}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_weights_and_counts_forged_in_the_workers_results_fail(tmp_path, monkeypatch):
+    """The chief's result holds the right weights and every worker's the right counts, all written
+    by the round's own process; the ps, which never ran the round, read its weights unchanged."""
+
+    def sync_round(tf, grads_and_vars, global_step, learning_rate, num_workers, shared):
+        """No round at all (the chief's steps only bump the global step), and a patched result writer in
+        the workers' processes: every worker reports the rounds' step counts, the chief the weights of
+        mean-gradient SGD reproduced in NumPy (the kit's own float64 SGD stands in for the student's)."""
+        from labkit.labs.lab2.checks import reference_sync_weights, settings_sync_round
+        from labkit.tasks.runtime import TaskRuntime
+
+        W, b = reference_sync_weights(
+            settings_sync_round(rounds=6, train_limit=600, test_limit=100, seed=4), num_workers
+        )
+        finish = TaskRuntime.finish
+
+        def forged(self, *args, **kwargs):
+            self.steps.update(local=6, global_at_exit=6)
+            if self.is_chief:
+                self.result["weights"] = {"W": W.tolist(), "b": b.tolist()}
+            return finish(self, *args, **kwargs)
+
+        TaskRuntime.finish = forged
+        step = global_step.assign_add(1) if shared.worker == 0 else tf.identity(global_step)  # the chief counts
+        return step, shared.tokens[0].dequeue()  # the chief's round runner waits until the session closes
+
+    v = verdict(sync_round, tmp_path, monkeypatch, **ARGS)
+    run = next((tmp_path / "runs").rglob("worker-0.json")).parent
+    chief = json.loads((run / "worker-0.json").read_text())
+    want_W, _ = lab2_checks.reference_sync_weights(lab2_checks.settings_sync_round(**ARGS), 2)
+    assert chief["steps"]["local"] == 6 and np.allclose(chief["weights"]["W"], want_W)  # the forgery landed
+    assert not v.ok and "weights on the ps" in v.reason, v
+
+
+def test_the_judge_reads_the_weights_and_global_step_the_ps_read(tmp_path):
+    """Files as the forging round leaves them: right counts and weights in the workers' results, the
+    seeded start and the real global step in the ps's. The ps's decide; with the ps's weights right
+    the same files pass."""
+    s = lab2_checks.settings_sync_round(**ARGS)
+    W, b = lab2_checks.reference_sync_weights(s, 2)
+    W0, b0 = init_weights(s["seed"])
+    run = tmp_path / "runs" / "lab2" / "hidden-sync"
+    run.mkdir(parents=True)
+    for i in range(2):
+        data = {"task": f"worker:{i}", "steps": {"local": 6, "global_at_exit": 6}}
+        data.update({"weights": {"W": W.tolist(), "b": b.tolist()}} if i == 0 else {})
+        (run / f"worker-{i}.json").write_text(json.dumps(data))
+
+    def ps(step, W, b):
+        data = {"task": "ps:0", "steps": {"global_final": step}, "weights": {"W": W.tolist(), "b": b.tolist()}}
+        (run / "ps-0.json").write_text(json.dumps(data))
+
+    arrays = {"run_dir": np.asarray("runs/lab2/hidden-sync")}
+    ps(6, W0, b0)
+    forged = hidden.decide("lab2_sync_round", ARGS, arrays, tmp_path)
+    assert not forged.ok and "weights on the ps" in forged.reason
+    ps(12, W, b)  # an update per worker step
+    assert "the ps's global step is 12" in hidden.decide("lab2_sync_round", ARGS, arrays, tmp_path).reason
+    ps(6, W, b)
+    assert hidden.decide("lab2_sync_round", ARGS, arrays, tmp_path).ok
+    (run / "ps-0.json").unlink()
+    with pytest.raises(Unverifiable, match="ps wrote no final global step"):
+        hidden.decide("lab2_sync_round", ARGS, arrays, tmp_path)
 
 
 def test_the_best_reading_model_is_judged_on_the_graders_cases(tmp_path):

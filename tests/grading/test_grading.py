@@ -607,12 +607,12 @@ def test_hidden_check_judges_tell_right_from_wrong(tmp_path):
     run.mkdir(parents=True)
     arrays = {"run_dir": np.asarray("runs/lab2/hidden-sync")}
 
-    def workers(steps, W, b):
+    def workers(steps, W, b):  # the ps reads the global step and the weights; the workers count their steps
         for i, local in enumerate(steps):
             data = {"task": f"worker:{i}", "steps": {"local": local, "global_at_exit": max(steps)}}
-            if i == 0:
-                data["weights"] = {"W": W.tolist(), "b": b.tolist()}
             (run / f"worker-{i}.json").write_text(json.dumps(data))
+        ps = {"task": "ps:0", "steps": {"global_final": max(steps)}, "weights": {"W": W.tolist(), "b": b.tolist()}}
+        (run / "ps-0.json").write_text(json.dumps(ps))
 
     W, b = lab2_checks.reference_sync_weights(settings, 2)
     args = {"rounds": 4, "train_limit": 600, "test_limit": 100, "seed": 2}

@@ -1,5 +1,6 @@
-"""Lab 2's hidden checks: the synchronous round (a short real cluster of the kit's tasks, its weights
-against SGD on the mean of the workers' gradients), the ps's global step in each mode, and worker 0's
+"""Lab 2's hidden checks: the synchronous round (a short real cluster of the kit's tasks, the weights and
+global step its ps read, against SGD on the mean of the workers' gradients), the ps's global step in
+each mode, and worker 0's
 share of the async steps on emulated links, on cases the notebook never had (see ``labkit.labs.declare``)."""
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def settings_sync_round(
 
 def sync_round(fns: dict, args: dict, out: Path) -> dict:
     """``sync_round`` runs a parameter-server cluster of the kit's tasks in sync mode for
-    ``rounds`` global steps from the seeded start; the chief saves the final weights. The
-    tasks' result files land in ``out/runs`` for the judge."""
+    ``rounds`` global steps from the seeded start; the ps saves the final weights and global step.
+    The tasks' result files land in ``out/runs`` for the judge."""
     from labkit.labs.lab2 import experiment as sync_async
 
     s = settings_sync_round(**args)
@@ -92,10 +93,34 @@ def reference_sync_weights(s: dict, workers: int) -> tuple[np.ndarray, np.ndarra
     return W, b
 
 
+def _results(run: Path, job: str) -> dict[str, dict]:
+    """The run's result files of ``job``'s tasks (``<job>-<i>.json``, not the ``.hello.json`` ones),
+    by task name."""
+    found = {}
+    for f in sorted(run.glob(f"{job}-*.json")):
+        if not f.name.endswith(".hello.json"):
+            data = json.loads(f.read_text())
+            found[str(data.get("task"))] = data
+    return found
+
+
+def ps_readings(run: Path) -> tuple[int | None, dict]:
+    """The final global step and weights as the ps tasks read them, in processes that run none of
+    the notebook's code (``labkit.tasks.ps_sgd.run_ps``); weights merged over the ps tasks."""
+    ps = _results(run, "ps")
+    step = ps.get("ps:0", {}).get("steps", {}).get("global_final")
+    weights: dict = {}
+    for data in ps.values():
+        weights.update(data.get("weights") or {})
+    return step, weights
+
+
 def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
-    """Every worker made ``rounds`` steps and the global step is ``rounds`` (one update per
-    round), and the chief's final weights are plain SGD on the mean of the workers' gradients,
-    round after round, from the same seeded start and batches (``reference_sync_weights``)."""
+    """Every worker made ``rounds`` steps, the global step the ps read is ``rounds`` (one update
+    per round), and the weights the ps read are plain SGD on the mean of the workers' gradients,
+    round after round, from the same seeded start and batches (``reference_sync_weights``). The
+    step and the weights come from the ps's result, never the workers': the workers' processes
+    ran the notebook's round and could have written anything into their own results."""
     from labkit.tasks.ps_sgd import init_weights
 
     s = settings_sync_round(**args)
@@ -103,29 +128,26 @@ def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
     run = (folder / rel).resolve()
     if folder.resolve() not in run.parents or not run.is_dir():
         raise Unverifiable("the sync run left no folder of task results")
-    workers = {}
-    for f in sorted(run.glob("worker-*.json")):
-        if not f.name.endswith(".hello.json"):
-            data = json.loads(f.read_text())
-            workers[str(data.get("task"))] = data
+    workers = _results(run, "worker")
     if not workers or "worker:0" not in workers:
         raise Unverifiable("the sync run's workers wrote no result files")
+    global_step, weights = ps_readings(run)
+    if global_step is None:
+        raise Unverifiable("the sync run's ps wrote no final global step")
     local = {k: v.get("steps", {}).get("local") for k, v in workers.items()}
-    final = {k: v.get("steps", {}).get("global_at_exit") for k, v in workers.items()}
-    found = {"local": local, "global": final}
-    if set(local.values()) != {s["rounds"]} or set(final.values()) != {s["rounds"]}:
+    found = {"local": local, "global": global_step}
+    if set(local.values()) != {s["rounds"]} or global_step != s["rounds"]:
         return Verdict(
             False,
-            f"after {s['rounds']} rounds the workers made {local} steps and saw global steps "
-            f"{final}: in a synchronous round every worker makes one step and the chief one "
+            f"after {s['rounds']} rounds the workers made {local} steps and the ps's global step is "
+            f"{global_step}: in a synchronous round every worker makes one step and the chief one "
             f"update",
             found,
         )
-    weights = workers["worker:0"].get("weights") or {}
     try:
         W, b = np.asarray(weights["W"], np.float64), np.asarray(weights["b"], np.float64)
     except KeyError:
-        raise Unverifiable("the chief saved no final weights") from None
+        raise Unverifiable("the ps saved no final weights") from None
     want_W, want_b = reference_sync_weights(s, len(workers))
     W0, b0 = init_weights(s["seed"])
     scale = max(np.abs(want_W - W0).max(), np.abs(want_b - b0).max())  # the whole update's size
@@ -133,10 +155,10 @@ def judge_sync_round(args: dict, arrays: dict, folder: Path) -> Verdict:
     if error <= 1:
         return Verdict(True, value={**found, "error": error})
     if math.isinf(error):
-        return Verdict(False, f"the chief's final weights have shapes {W.shape}, {b.shape} or are not finite", found)
+        return Verdict(False, f"the ps's final weights have shapes {W.shape}, {b.shape} or are not finite", found)
     return Verdict(
         False,
-        f"after {s['rounds']} rounds of {len(workers)} workers the weights are {error:.3g} x the "
+        f"after {s['rounds']} rounds of {len(workers)} workers the weights on the ps are {error:.3g} x the "
         f"tolerance away from SGD on the mean of their gradients: does the chief apply the mean of "
         f"all {len(workers)} gradients, once per round, at the learning rate?",
         found,

@@ -27,6 +27,7 @@ from labkit.measure.monitor import idle_baseline
 from labkit.measure.progress import tqdm
 from labkit.wire.results import ClusterResult
 from labkit.measure.sockets import step_bytes
+from labkit.labs.lab4.collective_model import model_bytes
 
 LAB = "lab4"
 PROGRAM = "strategy_train"
@@ -136,6 +137,17 @@ def train_cluster(workers: int, batch_size: int, *, log=print, label: str | None
 # ------------------------------------------------------------------------------ sweep
 
 
+def ring_bytes_per_worker(model_size: float, workers: int) -> float:
+    """Bytes one ring worker sends in one all-reduce of ``model_size`` bytes: the cost model's
+    reduce-scatter plus all-gather, so the sweep's analytic column and the collectives' marks agree."""
+    return float(
+        sum(
+            model_bytes("ring", phase, workers, model_size, itemsize=1)[0][0]
+            for phase in ("reduce-scatter", "all-gather")
+        )
+    )
+
+
 @dataclass
 class Run(experiments.Run):
     """One configuration, workers x per-worker batch size, and its cluster."""
@@ -233,7 +245,8 @@ class Sweep(experiments.Sweep):
 
     def throughput(self):
         """Images/s and time per step on the chief; bytes each worker sent per step (the mean
-        over workers) against the ring's analytic 2(N-1)/N x model bytes."""
+        over workers) against what the ring's rounds send per worker by Lab 4's cost model
+        (``collective_model.model_bytes``, said once there)."""
         import pandas as pd
 
         rows = []
@@ -241,7 +254,7 @@ class Sweep(experiments.Sweep):
             tr, n = run.train, run.workers
             measured = [worker_bytes(run.result, t) for t in run.result]
             measured = [m for m in measured if m is not None]
-            analytic = 2 * (n - 1) / n * tr["model_bytes"]  # 2(N-1) rounds of the ring, a chunk of M/N sent in each
+            analytic = ring_bytes_per_worker(tr["model_bytes"], n)
             mean = sum(measured) / len(measured) if measured else math.nan
             rows.append(
                 {

@@ -100,7 +100,8 @@ def test_killed_worker_raises_task_failed_promptly(clusters):
     )
     failed, elapsed = kill_and_expect_task_failed(c, "worker:1")
     assert "SIGKILL" in str(failed) and "worker:1" in failed.log_tail
-    assert elapsed < 10, f"TaskFailed took {elapsed:.1f} s"
+    # noticed, not waited out: far under the wait's timeout, by a margin that holds with both cores busy
+    assert elapsed < 45, f"TaskFailed took {elapsed:.1f} s"
     status = c.status()
     assert status["worker:1"] == "failed" and status["ps:0"] in ("terminated", "killed")
 

@@ -226,7 +226,8 @@ def test_real_ssh_a_remote_task_killed_by_a_signal_is_reported_as_such(real_ssh,
     assert "worker:1 was killed by SIGKILL on 127.0.0.3" in str(failed) and "ssh to" not in str(failed)
     # the hint follows from the evidence (a signal, after the task had run), not from words in its log
     assert "not installed" not in str(failed) and "OOM killer" in str(failed), str(failed)
-    assert noticed < 10, f"TaskFailed took {noticed:.1f} s"
+    # noticed, not waited out: far under the wait's timeout, by a margin that holds with both cores busy
+    assert noticed < 45, f"TaskFailed took {noticed:.1f} s"
     assert not alive(pids.values()), "remote tasks survived the stop"
     # the others were stopped on their node, wrote their results there, and those were copied back
     assert c.result["ps:0"].result["shutdown"] == "terminated" and c.result["worker:0"].ended == "terminated"

@@ -128,7 +128,8 @@ def test_a_task_killed_inside_slurm_is_task_failed_and_leaves_no_step(allocation
         failed, noticed = kill_and_expect_task_failed(c, "worker:0", timeout=120)
     assert failed.task == "worker:0" and failed.returncode == -signal.SIGKILL, str(failed)
     assert f"worker:0 was killed by SIGKILL on {mini.host}" in str(failed) and "Killed" in failed.log_tail
-    assert noticed < 15, f"TaskFailed took {noticed:.1f} s"
+    # noticed, not waited out: far under the wait's timeout, by a margin that holds with both cores busy
+    assert noticed < 45, f"TaskFailed took {noticed:.1f} s"
     assert not mini.steps(), f"steps left after TaskFailed: {mini.steps()}"
     assert c.result["ps:0"].result["shutdown"] == "terminated"  # the others got SIGTERM and wrote their results
 

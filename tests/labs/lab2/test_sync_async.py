@@ -141,7 +141,8 @@ def test_killed_sync_worker_raises_task_failed_not_a_hang(runs_dir):
 
         wait_until(trained, 240, 0.1, lambda: f"global step 50:\n{c.log_tail('worker:0')}")
         _, elapsed = kill_and_expect_task_failed(c, "worker:1")
-    assert elapsed < 15, f"TaskFailed took {elapsed:.1f} s"
+    # noticed, not waited out: far under the wait's timeout, by a margin that holds with both cores busy
+    assert elapsed < 45, f"TaskFailed took {elapsed:.1f} s"
     assert not alive(c.pids().values())
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import cycles
+
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 REFERENCE = re.compile(r"labkit(\.\w+)+(:[\w.]+)?")  # "labkit.x.y" or "labkit.x.y:attr", the whole string
 BUILT = re.compile(r"labkit(\.\w+)*\.$")  # f"labkit.tasks.{name}": a name made at run time
@@ -127,37 +129,6 @@ def graph(root: Path = PACKAGE):
         hidden += h
         stale += st
     return edges, lazy, hidden, stale
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in list(edges):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def _is_solution(module: str) -> bool:

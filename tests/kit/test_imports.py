@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from helpers import cycles
+
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 
 
@@ -37,37 +39,6 @@ def imported(name: str, path: Path, known: dict) -> set[str]:
             continue
         found |= {t for t in targets if t in known and t != name and not name.startswith(t + ".")}
     return found
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v):
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_the_finder_sees_a_cycle():

@@ -4,6 +4,7 @@ ring_allreduce replaces the collective check's runner in its process, and whose 
 writes a right-looking ring result over the probe's, earns neither (the probe run as the grader
 starts it, in a process of its own; the judge here): three check processes and four workers, a few seconds."""
 
+import inspect
 import json
 import resource
 import subprocess
@@ -14,6 +15,7 @@ import nbformat
 import pytest
 
 from labkit.grading.judge import hidden
+from labkit.labs.lab4 import solution
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {"lab4_ring_allreduce": {"seed": 4}, "lab4_identical_pairs": {}, "lab4_collective": {"seed": 52}}
@@ -64,25 +66,6 @@ def identical_pairs(workers, batch_sizes):
     return sum(k * (k - 1) // 2 for k in counts.values())
 
 
-def reduce_scatter(rank, world, value, send, recv):
-    chunks = [c.copy() for c in np.array_split(value, world)]
-    right, left = (rank + 1) % world, (rank - 1) % world
-    for s in range(world - 1):
-        send(right, chunks[(rank - s) % world])
-        chunks[(rank - s - 1) % world] += recv(left)
-    return chunks[(rank + 1) % world] / world
-
-
-def all_gather(rank, world, value, send, recv):
-    chunks = [None] * world
-    chunks[(rank + 1) % world] = value
-    right, left = (rank + 1) % world, (rank - 1) % world
-    for s in range(world - 1):
-        send(right, chunks[(rank + 1 - s) % world])
-        chunks[(rank - s) % world] = recv(left)
-    return np.concatenate(chunks)
-
-
 def gather(rank, world, value, send, recv):
     """Wrong: worker 0 returns the sum, not the average."""
     if rank != 0:
@@ -93,24 +76,12 @@ def gather(rank, world, value, send, recv):
         total += recv(src)
     return total
 
-
-def right_gather(rank, world, value, send, recv):
-    if rank != 0:
-        send(0, value)
-        return None
-    total = value.copy()
-    for src in range(1, world):
-        total += recv(src)
-    return total / world
-
-
-def scatter(rank, world, value, send, recv):
-    if rank == 0:
-        for dst in range(1, world):
-            send(dst, value)
-        return value
-    return recv(0)
 '''
+# the right collectives, the reference's own (right_gather is its gather, for the forged runner above)
+NOTEBOOK += "\n\n".join(
+    [inspect.getsource(f) for f in (solution.reduce_scatter, solution.all_gather, solution.scatter)]
+    + [inspect.getsource(solution.gather).replace("def gather(", "def right_gather(", 1)]
+)
 
 
 @pytest.fixture(scope="module")

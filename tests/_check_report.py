@@ -50,3 +50,27 @@ def make_check_lines(key: str, notebook, verdicts: dict, tmp_path):
     tmp_path.mkdir(parents=True, exist_ok=True)
     _, lines = _report(public_lab(key), nb, _executed(nb, verdicts), tmp_path)
     return lines, {c.id: i + 1 for i, c in enumerate(nb.cells)}
+
+
+def make_check_report(nb, notebook, lab: str, tmp_path, cuts=()) -> tuple[str, str]:
+    """``make check LAB=lab`` on ``nb`` (a changed copy of the lab's ``notebook``) in a student's
+    folder, against the public rubric of the course's rubric at test size (``cuts`` applied): the
+    check fails, the run went top to bottom (no self-check stopped it); returns what it printed and
+    its self-checks part."""
+    from helpers import small_rubric
+    from labkit.grading.kit import public
+
+    student = tmp_path / "notebooks"
+    student.mkdir()
+    nbformat.write(nb, str(student / notebook.name))
+    (tmp_path / "grader").mkdir()
+    rubric = small_rubric(tmp_path / "grader", cuts=cuts)
+    (student / "rubric.toml").write_text(public.to_toml(public.public_rubric(rubric, notebook.parent)))
+    lines = []
+    ok = checking.check_all(
+        [], [lab], rubric=student / "rubric.toml", notebooks=student, out=tmp_path / "out", log=lines.append
+    )
+    text = "\n".join(lines)
+    assert not ok, text
+    assert "ok    run         top to bottom in" in text, text
+    return text, text[text.index("self-checks") : text.index("records")]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import labkit.labs.lab1.selfcheck as lr_checks
-from _check_report import _executed, _report
+from _check_report import _executed, _report, make_check_report
 from labkit.learning import lr
 from labkit.notebook import checking
 from labkit.notebook import verdicts as selfchecks
@@ -277,9 +277,7 @@ def test_make_check_fails_the_wrong_lab1_where_the_grader_would(tmp_path):
     """The wrong Lab 1 (one reading with int, reading_size = 50, initial_test_loss = 1/K), run by
     make check at the test size: the run goes on to the end, and the report names each function
     and property its self-check failed, with no value."""
-    from helpers import small_rubric
-
-    from labkit.grading.kit import public, release
+    from labkit.grading.kit import release
 
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     nb.cells = [c for c in nb.cells if release.SOLUTION_ONLY not in c.get("metadata", {}).get("tags", [])]
@@ -291,20 +289,7 @@ def test_make_check_fails_the_wrong_lab1_where_the_grader_would(tmp_path):
             if c.id == "lab1-audit":  # one reading's chance, not the best of n
                 c.source = re.sub(r"return 1 - \(1 - one\) \*\* n.*", "return one", c.source)
                 assert "return one" in c.source
-    student = tmp_path / "notebooks"
-    student.mkdir()
-    nbformat.write(nb, str(student / NOTEBOOK.name))
-    (tmp_path / "grader").mkdir()
-    rubric = small_rubric(tmp_path / "grader")
-    (student / "rubric.toml").write_text(public.to_toml(public.public_rubric(rubric, NOTEBOOK.parent)))
-    lines = []
-    ok = checking.check_all(
-        [], ["1"], rubric=student / "rubric.toml", notebooks=student, out=tmp_path / "out", log=lines.append
-    )
-    text = "\n".join(lines)
-    assert not ok, text
-    assert "ok    run         top to bottom in" in text, text  # no self-check stopped the run
-    report = text[text.index("self-checks") : text.index("records")]
+    text, report = make_check_report(nb, NOTEBOOK, "1", tmp_path)
     assert report.startswith("self-checks 1 of 4 passed: "), report
     for name, prop in (
         ("initial_test_loss", "a loss that grows with the number of classes"),

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import labkit.labs.lab5.selfcheck as checks
-from _check_report import make_check_lines
+from _check_report import make_check_lines, make_check_report
 from helpers import LABS, NOTEBOOKS, hidden_verdict
 from labkit.labs.lab5 import experiment, solution
 from labkit.notebook import verdicts
@@ -276,10 +276,6 @@ def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
     the run goes on to the end, and the report names each function and property its self-check
     failed, with no value, and says the work is not ready."""
     import nbformat
-    from helpers import small_rubric
-
-    from labkit.grading.kit import public
-    from labkit.notebook import checking
 
     notebook = LABS / "lab5" / "05_ring_vs_ps.ipynb"
     nb = nbformat.read(str(notebook), as_version=4)
@@ -288,20 +284,7 @@ def test_make_check_fails_a_wrong_lab5_where_the_grader_would(tmp_path):
             old, new = WRONG_LAB5[c.id]
             assert old in c.source, c.id
             c.source = c.source.replace(old, new)
-    student = tmp_path / "notebooks"
-    student.mkdir()
-    nbformat.write(nb, str(student / notebook.name))
-    (tmp_path / "grader").mkdir()
-    rubric = small_rubric(tmp_path / "grader", cuts=[("\nsteps = 8 ", "\nsteps = 2 ")])
-    (student / "rubric.toml").write_text(public.to_toml(public.public_rubric(rubric, notebook.parent)))
-    lines = []
-    ok = checking.check_all(
-        [], ["5"], rubric=student / "rubric.toml", notebooks=student, out=tmp_path / "out", log=lines.append
-    )
-    text = "\n".join(lines)
-    assert not ok, text
-    assert "ok    run         top to bottom in" in text, text  # no self-check stopped the run
-    report = text[text.index("self-checks") : text.index("records")]
+    text, report = make_check_report(nb, notebook, "5", tmp_path, cuts=[("\nsteps = 8 ", "\nsteps = 2 ")])
     assert report.startswith("self-checks 3 of 6 passed: "), report
     for name, prop in (
         ("dense_model_bytes", "one layer: the bytes of its float32 weight matrix"),
